@@ -1,0 +1,39 @@
+"""Dataset loaders for fair PCA experiments and audits.
+
+Public datasets of the paper (Adult and German credit bundled; Bank Marketing, COMPAS and the
+splits of Lee et al. 2022 read from ``$FAIRPCA_DATA_DIR``), user CSV/Parquet files, and the
+feature preprocessor. Every raw file is checked against its published SHA-256 before it is
+parsed.
+"""
+
+from ._dataset import Dataset
+from ._files import DATA_DIR_ENV, ChecksumMismatchError, DatasetNotFoundError
+from ._lee2022 import LEE2022_DIMENSIONS, load_lee2022_split
+from ._preprocess import make_preprocessor, split_feature_kinds
+from ._public import (
+    DATASET_NAMES,
+    load_adult,
+    load_bank,
+    load_compas,
+    load_dataset,
+    load_german,
+)
+from ._user import load_user_data
+
+__all__ = [
+    "DATASET_NAMES",
+    "DATA_DIR_ENV",
+    "LEE2022_DIMENSIONS",
+    "ChecksumMismatchError",
+    "Dataset",
+    "DatasetNotFoundError",
+    "load_adult",
+    "load_bank",
+    "load_compas",
+    "load_dataset",
+    "load_german",
+    "load_lee2022_split",
+    "load_user_data",
+    "make_preprocessor",
+    "split_feature_kinds",
+]

@@ -1,0 +1,242 @@
+"""Locating, reading and verifying the raw dataset files.
+
+Adult and German credit ship inside the package (``fairpca/data/*.xz``, the original bytes
+compressed with xz). Every other file is read from a data directory laid out like the
+project's ``shared/datasets`` folder::
+
+    <data dir>/uci-adult/adult.data
+    <data dir>/uci-adult/adult.test
+    <data dir>/uci-german/german.data
+    <data dir>/uci-bank-marketing/bank-additional-full.csv
+    <data dir>/propublica-compas/compas-scores-two-years.csv
+    <data dir>/lee2022-splits/{adult,german,compas}/{train,test}_{0..9}.csv.gz
+
+The data directory is the ``data_dir`` argument of a loader or, when that is ``None``, the
+``FAIRPCA_DATA_DIR`` environment variable. The SHA-256 of every raw file is checked before
+it is parsed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import lzma
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = [
+    "DATA_DIR_ENV",
+    "ChecksumMismatchError",
+    "DatasetNotFoundError",
+    "RawFile",
+    "read_table",
+    "resolve_data_dir",
+]
+
+DATA_DIR_ENV = "FAIRPCA_DATA_DIR"
+
+_UCI_ADULT = "https://archive.ics.uci.edu/dataset/2/adult"
+_UCI_GERMAN = "https://archive.ics.uci.edu/dataset/144/statlog+german+credit+data"
+_UCI_BANK = "https://archive.ics.uci.edu/dataset/222/bank+marketing (bank-additional.zip)"
+_PROPUBLICA = "https://github.com/propublica/compas-analysis"
+LEE2022_SOURCE = "https://github.com/nick-jhlee/fair-manifold-pca (data release of Lee et al. 2022)"
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A raw dataset file is not where the loader looks for it.
+
+    The message names the file, the path that was searched and where to download it.
+    """
+
+
+class ChecksumMismatchError(ValueError):
+    """A raw dataset file does not have its published SHA-256 sum (corrupt or different)."""
+
+
+@dataclass(frozen=True)
+class RawFile:
+    """One published raw data file.
+
+    Parameters
+    ----------
+    subdir : str
+        Folder of the file inside the data directory, e.g. ``"uci-adult"``.
+    filename : str
+        File name, e.g. ``"adult.data"``.
+    sha256 : str or None
+        Published SHA-256 of the raw bytes; ``None`` when no sum is published.
+    source : str
+        Where to download the file.
+    bundled : bool, default=False
+        Whether an xz-compressed copy ships in ``fairpca/data``.
+    """
+
+    subdir: str
+    filename: str
+    sha256: str | None
+    source: str
+    bundled: bool = False
+
+    @property
+    def relative_path(self) -> str:
+        """Path of the file relative to the data directory."""
+        return f"{self.subdir}/{self.filename}"
+
+
+ADULT_DATA = RawFile(
+    "uci-adult",
+    "adult.data",
+    "5b00264637dbfec36bdeaab5676b0b309ff9eb788d63554ca0a249491c86603d",
+    _UCI_ADULT,
+    bundled=True,
+)
+ADULT_TEST = RawFile(
+    "uci-adult",
+    "adult.test",
+    "a2a9044bc167a35b2361efbabec64e89d69ce82d9790d2980119aac5fd7e9c05",
+    _UCI_ADULT,
+    bundled=True,
+)
+GERMAN_DATA = RawFile(
+    "uci-german",
+    "german.data",
+    "b21f3d81db8071257d5ff1deaeba1fd4303b62712e6fcc9715c7a86202cb5871",
+    _UCI_GERMAN,
+    bundled=True,
+)
+BANK_FULL = RawFile(
+    "uci-bank-marketing",
+    "bank-additional-full.csv",
+    "74adfc578bf77a7ff4bb1ba4a9f8709d9e3c6907342959c2c8416847e0afb4d8",
+    _UCI_BANK,
+)
+COMPAS_TWO_YEARS = RawFile(
+    "propublica-compas",
+    "compas-scores-two-years.csv",
+    "c451db85908b2f7fef1d83203bedf6b71ecda0d5af468d82ae62178f91d0cc7d",
+    _PROPUBLICA,
+)
+
+
+def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Return the data directory: ``data_dir`` if given, else ``$FAIRPCA_DATA_DIR``.
+
+    Parameters
+    ----------
+    data_dir : str, path-like or None
+        Explicit data directory.
+
+    Returns
+    -------
+    path : Path or None
+        ``None`` when neither the argument nor the environment variable is set.
+    """
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    from_env = os.environ.get(DATA_DIR_ENV, "").strip()
+    return Path(from_env).expanduser() if from_env else None
+
+
+def not_found_error(raw: RawFile, searched: Path | None) -> DatasetNotFoundError:
+    """Build the error for a missing raw file, saying where to look and what to download."""
+    where = (
+        f"looked for {searched}"
+        if searched is not None
+        else f"no data directory given (data_dir=None and {DATA_DIR_ENV} is not set)"
+    )
+    return DatasetNotFoundError(
+        f"Dataset file {raw.filename!r} not found: {where}. Download it from {raw.source} and "
+        f"place it at {DATA_DIR_ENV}/{raw.relative_path}, then set {DATA_DIR_ENV} to that "
+        "data directory (or pass data_dir=...)."
+    )
+
+
+def verify_sha256(raw: RawFile, content: bytes, origin: str) -> None:
+    """Raise :class:`ChecksumMismatchError` when ``content`` is not the published file."""
+    if raw.sha256 is None:
+        return
+    actual = hashlib.sha256(content).hexdigest()
+    if actual != raw.sha256:
+        raise ChecksumMismatchError(
+            f"SHA-256 mismatch for {origin}: expected {raw.sha256}, got {actual}. The file is "
+            f"corrupt or not the published version; download it again from {raw.source} "
+            f"(file {raw.relative_path})."
+        )
+
+
+def _bundled_resource(raw: RawFile):
+    return resources.files("fairpca") / "data" / f"{raw.filename}.xz"
+
+
+def _locate(raw: RawFile, data_dir) -> tuple[str | None, int, int]:
+    """Return ``(path or None for the bundled copy, mtime_ns, size)`` used as the cache key."""
+    if raw.bundled and data_dir is None:
+        return None, 0, 0
+    root = resolve_data_dir(data_dir)
+    if root is None:
+        raise not_found_error(raw, None)
+    path = root / raw.subdir / raw.filename
+    if not path.is_file():
+        raise not_found_error(raw, path)
+    stat = path.stat()
+    return str(path), stat.st_mtime_ns, stat.st_size
+
+
+def _read_verified(raw: RawFile, path: str | None) -> bytes:
+    if path is None:
+        resource = _bundled_resource(raw)
+        if not resource.is_file():
+            raise DatasetNotFoundError(
+                f"Bundled copy of {raw.filename!r} is missing from the installed package "
+                f"(fairpca/data/{raw.filename}.xz); reinstall fairpca, or download the file "
+                f"from {raw.source} and pass data_dir=<dir containing {raw.relative_path}>."
+            )
+        content = lzma.decompress(resource.read_bytes())
+        verify_sha256(raw, content, f"bundled fairpca/data/{raw.filename}.xz")
+        return content
+    content = Path(path).read_bytes()
+    verify_sha256(raw, content, path)
+    return content
+
+
+@functools.lru_cache(maxsize=32)
+def _parse_cached(
+    raw: RawFile,
+    path: str | None,
+    mtime_ns: int,
+    size: int,
+    parse: Callable[[bytes], pd.DataFrame],
+) -> pd.DataFrame:
+    # mtime_ns and size are part of the cache key only: a changed file is read again.
+    return parse(_read_verified(raw, path))
+
+
+def read_table(
+    raw: RawFile,
+    data_dir: str | os.PathLike[str] | None,
+    parse: Callable[[bytes], pd.DataFrame],
+) -> pd.DataFrame:
+    """Read, verify and parse one raw file, caching the parsed frame per process.
+
+    Parameters
+    ----------
+    raw : RawFile
+        The file to read.
+    data_dir : str, path-like or None
+        Explicit data directory. For bundled files ``None`` means the bundled copy; for the
+        others ``None`` means ``$FAIRPCA_DATA_DIR``.
+    parse : callable
+        Turns the verified raw bytes into a DataFrame.
+
+    Returns
+    -------
+    frame : DataFrame
+        A deep copy of the cached parsed frame, safe to modify.
+    """
+    path, mtime_ns, size = _locate(raw, data_dir)
+    return _parse_cached(raw, path, mtime_ns, size, parse).copy(deep=True)
