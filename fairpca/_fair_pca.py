@@ -1,0 +1,575 @@
+"""The FairPCA estimator (Kleindessner, Donini, Russell, Zafar; AISTATS 2023)."""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+from typing import ClassVar
+
+import numpy as np
+import pandas as pd
+from scipy import sparse
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+
+from . import _linalg as la
+from . import _solvers
+from ._groups import GroupEncoding, encode_groups
+
+DEFAULT_TOL = 1e-11
+
+
+def _check_numeric(X) -> None:
+    """Raise a TypeError naming non-numeric columns before sklearn tries to cast them."""
+    if isinstance(X, pd.DataFrame):
+        bad = [
+            str(c)
+            for c, dtype in X.dtypes.items()
+            if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
+        ]
+        if bad:
+            raise TypeError(
+                f"X has non-numeric column(s) {bad}; FairPCA needs numeric features. Encode "
+                "categoricals first (e.g. fairpca.datasets.make_preprocessor or a "
+                "ColumnTransformer with OneHotEncoder), or, if they are the sensitive "
+                "attributes, name them with sensitive_columns=[...]."
+            )
+        return
+    if sparse.issparse(X) or not hasattr(X, "dtype"):
+        return
+    array = np.asarray(X)
+    if array.dtype.kind not in "OUSMm":
+        return
+    reason = f"dtype {array.dtype}"
+    if array.dtype.kind == "O":
+        try:
+            array.astype(np.float64)
+            return
+        except (TypeError, ValueError) as error:
+            reason = f"values that are not numbers ({error})"
+    raise TypeError(
+        f"X has {reason}; FairPCA needs numeric features. Encode categoricals first (e.g. "
+        "with a OneHotEncoder or fairpca.datasets.make_preprocessor)."
+    )
+
+
+class FairPCA(TransformerMixin, BaseEstimator):
+    """Fair PCA: the best k-dimensional projection whose group-conditional means coincide.
+
+    Solves Problem (4) of Kleindessner et al. (2023): maximise ``tr(U^T Xc^T Xc U)`` over
+    ``U^T U = I`` subject to ``Z^T Xc U = 0``, where ``Z`` holds the centred one-hot group
+    indicators (Algorithm 1 for two groups, Algorithm 2 for several, Section 3.5 for several
+    sensitive attributes stacked). Equivalently, the projected data of every group has the
+    same mean. The cost is that of PCA: one pass to form the scatter matrix (or a randomized
+    range finder), a rank-revealing basis of the group-mean differences, and one eigenproblem.
+
+    Variants: equal opportunity (Section 3.2), the covariance-equalising "Fair PCA-S"
+    (Section 3.6) and the accuracy/fairness trade-off knob (Section 3.1).
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Target dimension ``k``. ``None`` keeps the largest allowed number,
+        ``min(n_samples, n_features - constraint_rank_)``.
+    constraint : {"demographic_parity", "equal_opportunity"}, default="demographic_parity"
+        ``"demographic_parity"`` equalises the projected group means over all rows.
+        ``"equal_opportunity"`` equalises them over the rows with ``y == pos_label``
+        (Section 3.2); ``fit`` then needs ``y``.
+    pos_label : int, float, bool or str, default=1
+        The positive label for ``constraint="equal_opportunity"``.
+    eo_objective : {"positive", "all"}, default="positive"
+        For equal opportunity: ``"positive"`` fits the variance objective on the positive rows
+        too, as in the paper; ``"all"`` keeps the variance objective (and ``mean_``) on all
+        rows and applies only the constraint to the positive rows.
+    equalize_covariance : int, float or None, default=None
+        ``None`` gives fair PCA. Otherwise Fair PCA-S (Section 3.6) with the paper's ``l``:
+        an int is ``l`` itself (``n_components <= l <= n_features - constraint_rank_``);
+        a float ``f`` in (0, 1] gives ``l = max(k, min(n_features - constraint_rank_,
+        floor(f * n_features)))``, which for one binary attribute is the paper's
+        ``max(k, min(d - 1, floor(f d)))``. Smaller ``l`` equalises the projected group
+        covariances more. Fair PCA-S always uses the exact covariance route.
+    tradeoff : float, default=0.0
+        The paper's lambda (Section 3.1). When positive, ``transform`` returns
+        ``[X U_fair, tradeoff * X U_pca]`` (2k columns). The standard PCA directions are
+        computed at fit, so ``tradeoff`` can be changed with ``set_params`` without refitting.
+    sensitive_columns : str, list of str or None, default=None
+        Names of columns of a DataFrame ``X`` that hold the sensitive attributes. They are
+        used as ``sensitive_features`` and excluded from the projection (as fairlearn's
+        ``CorrelationRemover`` does); ``transform`` drops them when present.
+    svd_solver : {"auto", "covariance_eigh", "full", "randomized"}, default="auto"
+        ``"covariance_eigh"``: exact, from the d x d scatter matrix. ``"full"``: exact, from
+        a thin SVD of the centred data (cheaper when n < d). ``"randomized"``: randomized
+        subspace iteration for k << d. ``"auto"`` follows scikit-learn's PCA policy:
+        covariance when ``d <= 1000`` and ``n >= 10 d``; exact when the data are small
+        (``max(n, d) <= 500``) or ``k >= 0.8 min(n, d)``; randomized otherwise.
+    tol : float or None, default=None
+        Relative tolerance of the rank-revealing step: a direction of the group-mean
+        differences is constrained when its singular value exceeds ``tol`` times the data
+        scale ``sqrt(total variance + ||mean||^2)``. ``None`` means ``1e-11``.
+    iterated_power : int or "auto", default="auto"
+        Power iterations of the randomized solver (7 if ``k < 0.1 min(n, d)`` else 4).
+    n_oversamples : int, default=10
+        Extra random directions of the randomized solver.
+    random_state : int, RandomState instance or None, default=None
+        Seed of the randomized solver. The exact solvers are deterministic.
+
+    Attributes
+    ----------
+    components_ : ndarray of shape (n_components, n_features)
+        Fair directions (orthonormal rows), by decreasing explained variance.
+    explained_variance_ : ndarray of shape (n_components,)
+        Variance of the fitted rows along each fair direction.
+    explained_variance_ratio_ : ndarray of shape (n_components,)
+        ``explained_variance_`` divided by the total variance.
+    singular_values_ : ndarray of shape (n_components,)
+        ``sqrt(explained_variance_ * (n_samples_ - 1))``.
+    pca_components_ : ndarray of shape (n_components, n_features)
+        Standard PCA directions of the same rows (used by ``tradeoff``).
+    pca_explained_variance_ : ndarray of shape (n_components,)
+        Variance along the standard PCA directions.
+    mean_ : ndarray of shape (n_features,)
+        Mean of the fitted (objective) rows; subtracted before projecting.
+    n_components_ : int
+        Number of fair directions.
+    n_samples_ : int
+        Number of rows of the variance objective.
+    constraint_basis_ : ndarray of shape (constraint_rank_, n_features)
+        Orthonormal rows spanning the group-mean differences that are projected out.
+    constraint_rank_ : int
+        Rank of ``Z^T X`` after the rank-revealing step (``m - 1`` for one attribute with
+        ``m`` groups with distinct means; less when constraints are linearly dependent).
+    constraint_singular_values_ : ndarray
+        Singular values of the matrix of group-mean differences.
+    covariance_rank_ : int or None
+        The ``l`` used by Fair PCA-S, else None.
+    groups_ : list of ndarray
+        The group labels of each sensitive attribute.
+    sensitive_names_ : list of str
+        A name per sensitive attribute.
+    mean_gap_ : float
+        Largest absolute difference between a group's projected mean and the projected mean of
+        the constrained rows, on the training data (the residual of the fairness constraint).
+    pca_mean_gap_ : float
+        The same quantity for standard PCA, for comparison.
+    n_features_in_ : int
+        Number of features seen during fit (sensitive columns excluded).
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Names of features seen during fit, when ``X`` has string column names.
+
+    See Also
+    --------
+    sklearn.decomposition.PCA : Principal component analysis without fairness constraint.
+
+    References
+    ----------
+    M. Kleindessner, M. Donini, C. Russell, M. B. Zafar. Efficient fair PCA for fair
+    representation learning. AISTATS 2023.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fairpca import FairPCA
+    >>> rng = np.random.default_rng(0)
+    >>> groups = rng.integers(0, 2, size=200)
+    >>> X = rng.normal(size=(200, 5)) + 2.0 * groups[:, None]
+    >>> fpca = FairPCA(n_components=2).fit(X, sensitive_features=groups)
+    >>> Y = fpca.transform(X)
+    >>> bool(np.allclose(Y[groups == 0].mean(0), Y[groups == 1].mean(0)))
+    True
+    """
+
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "constraint": [StrOptions({"demographic_parity", "equal_opportunity"})],
+        "pos_label": [Real, str, "boolean"],
+        "eo_objective": [StrOptions({"positive", "all"})],
+        "equalize_covariance": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 0, 1, closed="right"),
+            None,
+        ],
+        "tradeoff": [Interval(Real, 0, None, closed="left")],
+        "sensitive_columns": [str, list, tuple, None],
+        "svd_solver": [StrOptions({"auto", "covariance_eigh", "full", "randomized"})],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
+        "iterated_power": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "n_oversamples": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        constraint="demographic_parity",
+        pos_label=1,
+        eo_objective="positive",
+        equalize_covariance=None,
+        tradeoff=0.0,
+        sensitive_columns=None,
+        svd_solver="auto",
+        tol=None,
+        iterated_power="auto",
+        n_oversamples=10,
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.constraint = constraint
+        self.pos_label = pos_label
+        self.eo_objective = eo_objective
+        self.equalize_covariance = equalize_covariance
+        self.tradeoff = tradeoff
+        self.sensitive_columns = sensitive_columns
+        self.svd_solver = svd_solver
+        self.tol = tol
+        self.iterated_power = iterated_power
+        self.n_oversamples = n_oversamples
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ input handling
+    def _sensitive_column_list(self) -> list:
+        if self.sensitive_columns is None:
+            return []
+        if isinstance(self.sensitive_columns, str):
+            return [self.sensitive_columns]
+        return list(self.sensitive_columns)
+
+    def _split_sensitive_columns(self, X, sensitive_features):
+        columns = self._sensitive_column_list()
+        if not columns:
+            return X, sensitive_features
+        if not isinstance(X, pd.DataFrame):
+            raise TypeError(
+                "sensitive_columns names columns of a pandas DataFrame, but X is "
+                f"{type(X).__name__}; pass a DataFrame, or pass the attributes as "
+                "fit(X, sensitive_features=...) and leave sensitive_columns=None."
+            )
+        missing = [c for c in columns if c not in X.columns]
+        if missing:
+            raise ValueError(
+                f"sensitive_columns {missing} are not columns of X; available columns: "
+                f"{[str(c) for c in X.columns]}."
+            )
+        if sensitive_features is not None:
+            raise ValueError(
+                "Both sensitive_columns and sensitive_features were given; use one of them."
+            )
+        return X.drop(columns=columns), X[columns]
+
+    def _drop_sensitive_columns(self, X):
+        columns = self._sensitive_column_list()
+        if columns and isinstance(X, pd.DataFrame):
+            return X.drop(columns=[c for c in columns if c in X.columns])
+        return X
+
+    def _fit_rows(self, y, n_samples: int):
+        """Boolean masks of the objective rows and of the constraint rows (or None = all)."""
+        if self.constraint == "demographic_parity":
+            return None, None
+        if y is None:
+            raise ValueError(
+                "constraint='equal_opportunity' fits on the rows with y == pos_label, so fit "
+                "needs y: call fit(X, y, sensitive_features=...)."
+            )
+        y = np.asarray(y)
+        if y.ndim != 1 or y.shape[0] != n_samples:
+            raise ValueError(
+                f"y must be 1-D with one label per row of X ({n_samples}); got shape {y.shape}."
+            )
+        positive = y == self.pos_label
+        if not positive.any():
+            raise ValueError(
+                f"constraint='equal_opportunity' but no row has y == pos_label "
+                f"({self.pos_label!r}); labels seen: {np.unique(y)[:10].tolist()}. Set "
+                "pos_label to the positive class."
+            )
+        objective = positive if self.eo_objective == "positive" else None
+        return objective, positive
+
+    @staticmethod
+    def _check_groups_among(encoding: GroupEncoding, rows: np.ndarray) -> GroupEncoding:
+        subset = encoding.subset(rows)
+        for a, (all_labels, kept) in enumerate(zip(encoding.groups, subset.groups, strict=True)):
+            lost = [g for g in all_labels if g not in set(kept)]
+            counts = np.bincount(subset.codes[:, a], minlength=len(kept))
+            small = [kept[g] for g in np.flatnonzero(counts < 2)]
+            if lost or small:
+                raise ValueError(
+                    f"constraint='equal_opportunity': group(s) {lost + small!r} of sensitive "
+                    f"attribute {encoding.names[a]!r} have fewer than 2 rows with "
+                    "y == pos_label, so their positive-class mean is undefined. Merge rare "
+                    "groups, collect more positive rows, or use demographic parity."
+                )
+        return subset
+
+    # ------------------------------------------------------------------ fitting
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, sensitive_features=None):
+        """Fit fair PCA.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data (numeric).
+        y : array-like of shape (n_samples,), default=None
+            Labels; required for ``constraint="equal_opportunity"``, ignored otherwise.
+        sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
+            Group labels (any hashable type) of one attribute, or a 2-D array / DataFrame of
+            several attributes (Section 3.5). Not needed when ``sensitive_columns`` is set.
+
+        Returns
+        -------
+        self : FairPCA
+            The fitted estimator.
+        """
+        X, sensitive_features = self._split_sensitive_columns(X, sensitive_features)
+        _check_numeric(X)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2, copy=False)
+        n_samples, n_features = X.shape
+        encoding = encode_groups(sensitive_features, n_samples)
+        objective_rows, constraint_rows = self._fit_rows(y, n_samples)
+        constraint_encoding = (
+            encoding
+            if constraint_rows is None
+            else self._check_groups_among(encoding, constraint_rows)
+        )
+        X_obj = X if objective_rows is None else X[objective_rows]
+        n_obj = X_obj.shape[0]
+        if n_obj < 2:
+            raise ValueError(
+                f"Only {n_obj} row(s) to fit the variance objective on; need at least 2."
+            )
+
+        mean, constraint_mean, group_means = self._means(
+            X_obj, objective_rows, constraint_rows, constraint_encoding
+        )
+        D = np.hstack([g - constraint_mean[:, None] for g in group_means])
+        solver = self._choose_solver(n_obj, n_features)
+        if solver == "covariance_eigh" or self.equalize_covariance is not None:
+            C = la.gram(X_obj)
+            C -= n_obj * np.outer(mean, mean)
+            scale = np.sqrt(max(np.trace(C) / max(n_obj - 1, 1), 0.0) + mean @ mean)
+            Q, singular_values = self._constraint_basis(D, scale)
+            k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
+            if self.equalize_covariance is None:
+                solution = _solvers.solve_covariance(C, Q, k, n_obj)
+            else:
+                size = self._resolve_covariance_rank(k, n_features, Q.shape[1])
+                covariances = self._group_covariances(X, constraint_rows, constraint_encoding)
+                L = _solvers.covariance_subspace(Q, covariances, size)
+                solution = _solvers.solve_covariance_equalizing(C, Q, L, k, n_obj)
+                self.covariance_rank_ = size
+        else:
+            Xc = np.subtract(X_obj, mean, dtype=np.float64)
+            total = float(np.vdot(Xc, Xc)) / (n_obj - 1)
+            Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean))
+            k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
+            if solver == "full":
+                solution = _solvers.solve_svd(Xc, Q, k)
+            else:
+                solution = _solvers.solve_randomized(
+                    Xc,
+                    Q,
+                    k,
+                    n_oversamples=self.n_oversamples,
+                    n_iter=self._n_power_iterations(k, n_obj, n_features),
+                    random_state=check_random_state(self.random_state),
+                )
+        if self.equalize_covariance is None:
+            self.covariance_rank_ = None
+
+        self._store(solution, X.dtype, mean, Q, singular_values, D, encoding, n_obj)
+        return self
+
+    def _means(self, X_obj, objective_rows, constraint_rows, encoding):
+        """Objective mean, constraint-row mean and per-group means in one pass over X."""
+        n_obj = X_obj.shape[0]
+        if constraint_rows is None or objective_rows is not None:
+            weights = [np.ones((n_obj, 1))] + [
+                encoding.indicator(a) for a in range(encoding.n_attributes)
+            ]
+            sums = la.column_sums(X_obj, np.hstack(weights))
+            mean = sums[:, 0] / n_obj
+            constraint_mean = mean
+        else:  # objective on all rows, constraint on the positive rows
+            positive = constraint_rows.astype(np.float64)[:, None]
+            blocks = [np.ones((n_obj, 1)), positive]
+            for a in range(encoding.n_attributes):
+                onehot = np.zeros((n_obj, len(encoding.groups[a])))
+                onehot[constraint_rows] = encoding.indicator(a)
+                blocks.append(onehot)
+            sums = la.column_sums(X_obj, np.hstack(blocks))
+            mean = sums[:, 0] / n_obj
+            constraint_mean = sums[:, 1] / positive.sum()
+            sums = np.hstack([sums[:, :1], sums[:, 2:]])
+        group_means = []
+        start = 1
+        for a in range(encoding.n_attributes):
+            counts = np.bincount(encoding.codes[:, a], minlength=len(encoding.groups[a]))
+            stop = start + len(encoding.groups[a])
+            group_means.append(sums[:, start:stop] / counts)
+            start = stop
+        return mean, constraint_mean, group_means
+
+    def _constraint_basis(self, D, scale):
+        tol = DEFAULT_TOL if self.tol is None else self.tol
+        return la.orthonormal_basis(D, tol * max(scale, np.finfo(float).tiny))
+
+    def _group_covariances(self, X, constraint_rows, encoding):
+        """Per attribute: group covariance matrices (ddof=1, as numpy.cov) and weights."""
+        rows = X if constraint_rows is None else X[constraint_rows]
+        out = []
+        for a in range(encoding.n_attributes):
+            covariances, weights = [], []
+            for g in range(len(encoding.groups[a])):
+                Xg = rows[encoding.codes[:, a] == g]
+                mean_g = Xg.mean(axis=0, dtype=np.float64)
+                S = la.gram(Xg) - Xg.shape[0] * np.outer(mean_g, mean_g)
+                covariances.append(S / (Xg.shape[0] - 1))
+                weights.append(Xg.shape[0] / rows.shape[0])
+            out.append((covariances, weights))
+        return out
+
+    def _choose_solver(self, n, d):
+        if self.svd_solver != "auto":
+            return self.svd_solver
+        k = self.n_components
+        if d <= 1000 and n >= 10 * d:
+            return "covariance_eigh"
+        if max(n, d) <= 500 or k is None or k >= 0.8 * min(n, d):
+            return "covariance_eigh" if n >= d else "full"
+        return "randomized"
+
+    def _n_power_iterations(self, k, n, d):
+        if self.iterated_power != "auto":
+            return self.iterated_power
+        return 7 if k < 0.1 * min(n, d) else 4
+
+    def _resolve_n_components(self, n_obj, n_features, rank):
+        largest = min(n_obj, n_features - rank)
+        if largest < 1:
+            raise ValueError(
+                f"No fair direction is left: the group-mean differences span all "
+                f"{n_features} feature directions (constraint rank {rank}). Fair PCA needs "
+                "n_features > rank(Z^T X); add features or use fewer sensitive groups."
+            )
+        if self.n_components is None:
+            return largest
+        if self.n_components > largest:
+            raise ValueError(
+                f"n_components={self.n_components} is too large: at most {largest} fair "
+                f"directions exist (min(n_samples={n_obj}, n_features - rank(Z^T X) = "
+                f"{n_features} - {rank} = {n_features - rank})). Use n_components <= {largest}."
+            )
+        return self.n_components
+
+    def _resolve_covariance_rank(self, k, n_features, rank):
+        available = n_features - rank
+        value = self.equalize_covariance
+        if isinstance(value, Integral) and not isinstance(value, bool) and value > 1:
+            if not k <= value <= available:
+                raise ValueError(
+                    f"equalize_covariance={value} must satisfy n_components <= l <= "
+                    f"n_features - constraint rank, i.e. {k} <= l <= {available}."
+                )
+            return int(value)
+        # a fraction f of d (the int 1 means f = 1.0, i.e. plain fair PCA)
+        return max(k, min(available, int(np.floor(float(value) * n_features))))
+
+    def _store(self, solution, dtype, mean, Q, singular_values, D, encoding, n_obj):
+        fair = la.flip_columns(solution.fair_components)
+        pca = la.flip_columns(solution.pca_components)
+        self.components_ = np.ascontiguousarray(fair.T).astype(dtype, copy=False)
+        self.pca_components_ = np.ascontiguousarray(pca.T).astype(dtype, copy=False)
+        self.explained_variance_ = solution.fair_variance.astype(dtype, copy=False)
+        self.pca_explained_variance_ = solution.pca_variance.astype(dtype, copy=False)
+        total = solution.total_variance
+        ratio = (
+            solution.fair_variance / total if total > 0 else np.zeros_like(solution.fair_variance)
+        )
+        self.explained_variance_ratio_ = ratio.astype(dtype, copy=False)
+        self.singular_values_ = np.sqrt(solution.fair_variance * (n_obj - 1)).astype(
+            dtype, copy=False
+        )
+        self.mean_ = mean.astype(dtype, copy=False)
+        self.n_components_ = fair.shape[1]
+        self.n_samples_ = n_obj
+        self.constraint_basis_ = np.ascontiguousarray(Q.T)
+        self.constraint_rank_ = Q.shape[1]
+        self.constraint_singular_values_ = singular_values
+        self.groups_ = list(encoding.groups)
+        self.sensitive_names_ = list(encoding.names)
+        self.mean_gap_ = float(np.max(np.abs(fair.T @ D))) if D.size else 0.0
+        self.pca_mean_gap_ = float(np.max(np.abs(pca.T @ D))) if D.size else 0.0
+
+    # ------------------------------------------------------------------ transforming
+    def transform(self, X):
+        """Project ``X`` on the fair directions (and the scaled PCA ones if ``tradeoff > 0``).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Data to project. Sensitive columns named by ``sensitive_columns`` are dropped.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components) or (n_samples, 2 * n_components)
+            ``(X - mean_) @ components_.T``, followed by
+            ``tradeoff * (X - mean_) @ pca_components_.T`` when ``tradeoff > 0``.
+        """
+        check_is_fitted(self)
+        X = self._drop_sensitive_columns(X)
+        _check_numeric(X)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
+        Xc = X - self.mean_
+        fair = Xc @ self.components_.T
+        if self.tradeoff > 0:
+            return np.hstack([fair, self.tradeoff * (Xc @ self.pca_components_.T)])
+        return fair
+
+    def inverse_transform(self, X):
+        """Map fair features back to the input space: ``X[:, :k] @ components_ + mean_``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_components) or (n_samples, 2 * n_components)
+            Output of ``transform``; appended PCA features are ignored.
+
+        Returns
+        -------
+        X_original : ndarray of shape (n_samples, n_features_in_)
+        """
+        check_is_fitted(self)
+        X = check_array(X, dtype=[np.float64, np.float32])
+        if X.ndim != 2 or X.shape[1] not in (self.n_components_, 2 * self.n_components_):
+            raise ValueError(
+                f"inverse_transform expects an array with {self.n_components_} (or "
+                f"{2 * self.n_components_}) columns, as returned by transform; got shape "
+                f"{X.shape}."
+            )
+        return X[:, : self.n_components_] @ self.components_ + self.mean_
+
+    def get_feature_names_out(self, input_features=None):
+        """Output feature names: ``fairpca0..k-1`` then ``pca0..k-1`` when ``tradeoff > 0``.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Only used to validate feature names against ``feature_names_in_``.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+        """
+        check_is_fitted(self)
+        names = [f"fairpca{i}" for i in range(self.n_components_)]
+        if self.tradeoff > 0:
+            names += [f"pca{i}" for i in range(self.n_components_)]
+        return np.asarray(names, dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.transformer_tags.preserves_dtype = ["float64", "float32"]
+        tags.target_tags.required = False
+        return tags

@@ -1,0 +1,173 @@
+"""Validation and encoding of sensitive attributes.
+
+A sensitive attribute is any 1-D array-like of hashable labels (strings, ints, bools, pandas
+categoricals). Several attributes are given as a 2-D array or a DataFrame, one column each.
+Fair PCA needs, per attribute, the one-hot group indicators; Section 3.4 of the paper centres
+them (matrix Z) and Section 3.5 stacks the matrices of several attributes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+MIN_GROUP_SIZE = 2
+
+
+@dataclass(frozen=True)
+class GroupEncoding:
+    """Integer codes of the groups of each sensitive attribute.
+
+    Attributes
+    ----------
+    codes : ndarray of shape (n_samples, n_attributes), dtype intp
+        ``codes[i, a]`` is the index of row ``i``'s group in ``groups[a]``.
+    groups : list of ndarray
+        For each attribute, its group labels in a deterministic order (sorted when the labels
+        are sortable, else in order of first appearance).
+    names : list of str
+        A name per attribute (DataFrame/Series names, else ``"sensitive_<a>"``).
+    """
+
+    codes: np.ndarray
+    groups: list
+    names: list
+
+    @property
+    def n_attributes(self) -> int:
+        return self.codes.shape[1]
+
+    def indicator(self, attribute: int) -> np.ndarray:
+        """Dense one-hot matrix (n_samples, n_groups) of one attribute, float64."""
+        n_groups = len(self.groups[attribute])
+        onehot = np.zeros((self.codes.shape[0], n_groups))
+        onehot[np.arange(self.codes.shape[0]), self.codes[:, attribute]] = 1.0
+        return onehot
+
+    def centered_onehot(self) -> np.ndarray:
+        """Stacked centred one-hot matrix ``Z_comb`` of Sections 3.4-3.5, (n, sum_r m_r)."""
+        blocks = []
+        for a in range(self.n_attributes):
+            onehot = self.indicator(a)
+            blocks.append(onehot - onehot.mean(axis=0))
+        return np.hstack(blocks)
+
+    def subset(self, mask: np.ndarray) -> GroupEncoding:
+        """Encoding restricted to the rows in ``mask``; groups absent there are dropped."""
+        codes = self.codes[mask]
+        new_codes = np.empty_like(codes)
+        groups = []
+        for a in range(self.n_attributes):
+            present, inverse = np.unique(codes[:, a], return_inverse=True)
+            new_codes[:, a] = inverse
+            groups.append(self.groups[a][present])
+        return GroupEncoding(new_codes, groups, list(self.names))
+
+
+def _as_columns(sensitive_features) -> tuple[list, list]:
+    """Split 1-D or 2-D input into a list of 1-D columns with names."""
+    if isinstance(sensitive_features, pd.DataFrame):
+        names = [str(c) for c in sensitive_features.columns]
+        return [sensitive_features[c] for c in sensitive_features.columns], names
+    if isinstance(sensitive_features, pd.Series):
+        name = str(sensitive_features.name) if sensitive_features.name is not None else None
+        return [sensitive_features], [name or "sensitive_0"]
+    if isinstance(sensitive_features, pd.Categorical):
+        return [pd.Series(sensitive_features)], ["sensitive_0"]
+    if isinstance(sensitive_features, str | bytes) or np.isscalar(sensitive_features):
+        raise TypeError(
+            "sensitive_features must be array-like with one label per row (1-D), or a 2-D "
+            "array / DataFrame with one column per attribute; got the scalar "
+            f"{sensitive_features!r}."
+        )
+    array = np.asarray(sensitive_features, dtype=object)
+    if array.ndim == 1:
+        return [array], ["sensitive_0"]
+    if array.ndim == 2:
+        return [array[:, a] for a in range(array.shape[1])], [
+            f"sensitive_{a}" for a in range(array.shape[1])
+        ]
+    raise ValueError(
+        f"sensitive_features must be 1-D or 2-D; got an array with {array.ndim} dimensions."
+    )
+
+
+def _factorize(column, name: str) -> tuple[np.ndarray, np.ndarray]:
+    series = column if isinstance(column, pd.Series) else pd.Series(column, dtype=object)
+    if series.isna().any():
+        raise ValueError(
+            f"sensitive attribute {name!r} has {int(series.isna().sum())} missing value(s); "
+            "fill them with an explicit group label (e.g. 'unknown') or drop those rows."
+        )
+    if isinstance(series.dtype, pd.CategoricalDtype):
+        series = series.cat.remove_unused_categories()
+        codes = series.cat.codes.to_numpy().astype(np.intp)
+        return codes, np.asarray(series.cat.categories, dtype=object)
+    try:
+        codes, uniques = pd.factorize(series, sort=True)
+    except TypeError:  # labels of mixed, unorderable types
+        codes, uniques = pd.factorize(series, sort=False)
+    return codes.astype(np.intp), np.asarray(uniques, dtype=object)
+
+
+def encode_groups(
+    sensitive_features, n_samples: int, *, min_group_size: int = MIN_GROUP_SIZE
+) -> GroupEncoding:
+    """Validate sensitive attributes and encode their groups as integer codes.
+
+    Parameters
+    ----------
+    sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
+        Group labels of any hashable type, or a DataFrame with one column per attribute.
+    n_samples : int
+        Number of rows of ``X`` the labels must align with.
+    min_group_size : int, default=2
+        Smallest number of rows a group may have.
+
+    Returns
+    -------
+    GroupEncoding
+
+    Raises
+    ------
+    ValueError
+        On a length mismatch, missing labels, an attribute with a single group or a group with
+        fewer than ``min_group_size`` rows.
+    """
+    if sensitive_features is None:
+        raise ValueError(
+            "sensitive_features is required: pass fit(X, sensitive_features=groups) with one "
+            "group label per row, or name the sensitive columns of a DataFrame X with "
+            "sensitive_columns=[...]."
+        )
+    columns, names = _as_columns(sensitive_features)
+    if not columns:
+        raise ValueError("sensitive_features has no columns; give at least one attribute.")
+    codes = np.empty((n_samples, len(columns)), dtype=np.intp)
+    groups = []
+    for a, (column, name) in enumerate(zip(columns, names, strict=True)):
+        if len(column) != n_samples:
+            raise ValueError(
+                f"sensitive_features has {len(column)} rows but X has {n_samples}; pass one "
+                "group label per row of X."
+            )
+        attribute_codes, labels = _factorize(column, name)
+        if len(labels) < 2:
+            raise ValueError(
+                f"sensitive attribute {name!r} has a single group ({labels[0]!r}) in the rows "
+                "used for fitting; fair PCA needs at least two groups to compare. Check the "
+                "column, or drop it from sensitive_features."
+            )
+        counts = np.bincount(attribute_codes, minlength=len(labels))
+        small = [labels[g] for g in np.flatnonzero(counts < min_group_size)]
+        if small:
+            raise ValueError(
+                f"sensitive attribute {name!r}: group(s) {small!r} have fewer than "
+                f"{min_group_size} rows; a group mean (and covariance) needs at least "
+                f"{min_group_size}. Merge rare groups or collect more rows."
+            )
+        codes[:, a] = attribute_codes
+        groups.append(labels)
+    return GroupEncoding(codes, groups, names)

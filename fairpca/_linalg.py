@@ -1,0 +1,163 @@
+"""Dense linear algebra for the fair PCA solvers.
+
+Every product on the hot path goes through SciPy's BLAS/LAPACK, so one OpenBLAS thread pool
+does the work: NumPy and SciPy wheels each ship their own OpenBLAS, and alternating calls
+between the two lets one pool's spinning threads starve the other on small machines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+from scipy.linalg.blas import get_blas_funcs
+
+GRAM_CHUNK_ROWS = 8192
+
+
+def _blas_operand(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """Return ``(array, trans)`` such that BLAS sees ``op(array) == a`` without a copy."""
+    if a.flags.f_contiguous:
+        return a, 0
+    if a.flags.c_contiguous:
+        return a.T, 1
+    return np.asfortranarray(a), 0
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` computed by SciPy's GEMM (Fortran-ordered result)."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.dtype != b.dtype:
+        dtype = np.result_type(a.dtype, b.dtype, np.float32)
+        a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    gemm = get_blas_funcs("gemm", (a, b))
+    a_op, trans_a = _blas_operand(a)
+    b_op, trans_b = _blas_operand(b)
+    return gemm(1.0, a_op, b_op, trans_a=trans_a, trans_b=trans_b)
+
+
+def gram(X: np.ndarray) -> np.ndarray:
+    """``X.T @ X`` in float64 (SYRK), accumulated over row chunks for float32 input."""
+    n, d = X.shape
+    if X.dtype == np.float64:
+        x_op, trans = _blas_operand(X)
+        syrk = get_blas_funcs("syrk", (x_op,))
+        # syrk computes op(a) op(a)^T: with op(x_op) == X we need the transposed product.
+        upper = syrk(1.0, x_op, trans=1 - trans)
+    else:
+        upper = np.zeros((d, d), order="F")
+        syrk = get_blas_funcs("syrk", (upper,))
+        for start in range(0, n, GRAM_CHUNK_ROWS):
+            chunk = np.asarray(X[start : start + GRAM_CHUNK_ROWS], dtype=np.float64)
+            chunk_op, trans = _blas_operand(chunk)
+            upper = syrk(1.0, chunk_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=True)
+    return symmetrize_upper(upper)
+
+
+def symmetrize_upper(upper: np.ndarray) -> np.ndarray:
+    """Fill the strict lower triangle from the upper one (in place) and return the matrix."""
+    lower = np.tril_indices(upper.shape[0], -1)
+    upper[lower] = upper.T[lower]
+    return upper
+
+
+def column_sums(X: np.ndarray, indicator: np.ndarray) -> np.ndarray:
+    """``X.T @ indicator`` in float64: per-group column sums in one pass over ``X``."""
+    if X.dtype == np.float64:
+        return np.asarray(matmul(X.T, indicator))
+    out = np.zeros((X.shape[1], indicator.shape[1]))
+    for start in range(0, X.shape[0], GRAM_CHUNK_ROWS):
+        chunk = np.asarray(X[start : start + GRAM_CHUNK_ROWS], dtype=np.float64)
+        out += matmul(chunk.T, indicator[start : start + GRAM_CHUNK_ROWS])
+    return out
+
+
+def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
+    """Rank-revealing orthonormal basis of the column span of ``D``.
+
+    Returns ``(Q, singular_values)`` where ``Q`` keeps the left singular vectors whose singular
+    values exceed ``threshold`` (the dependent or negligible constraint columns are dropped).
+    """
+    if D.shape[1] == 0:
+        return np.zeros((D.shape[0], 0)), np.zeros(0)
+    U, s, _ = linalg.svd(D, full_matrices=False, lapack_driver="gesdd")
+    rank = int(np.sum(s > threshold))
+    return flip_columns(np.ascontiguousarray(U[:, :rank])), s
+
+
+def flip_columns(V: np.ndarray) -> np.ndarray:
+    """Fix signs so that the largest-magnitude entry of every column is positive.
+
+    This is scikit-learn's ``svd_flip`` rule (``u_based_decision=False``) applied to the
+    columns of ``V``; it makes eigenvectors, which are defined up to sign, deterministic.
+    """
+    if V.size == 0:
+        return V
+    rows = np.argmax(np.abs(V), axis=0)
+    signs = np.sign(V[rows, np.arange(V.shape[1])])
+    signs[signs == 0] = 1.0
+    return V * signs
+
+
+def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Largest ``k`` eigenpairs of a symmetric matrix, eigenvalues in decreasing order."""
+    d = M.shape[0]
+    values, vectors = linalg.eigh(
+        M, subset_by_index=[d - k, d - 1], driver="evr", overwrite_a=False, check_finite=False
+    )
+    return values[::-1], vectors[:, ::-1]
+
+
+def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest ``k`` eigenpairs of a symmetric matrix, eigenvalues in increasing order."""
+    return linalg.eigh(M, subset_by_index=[0, k - 1], driver="evr", check_finite=False)
+
+
+def project_out(V: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """``(I - Q Q^T) V`` for ``Q`` with orthonormal columns."""
+    if Q.shape[1] == 0:
+        return V
+    return V - Q @ (Q.T @ V)
+
+
+def deflated_covariance(C: np.ndarray, Q: np.ndarray, shift: float) -> np.ndarray:
+    """``P C P - shift * Q Q^T`` with ``P = I - Q Q^T``, without forming ``P``.
+
+    With ``W = C Q - Q (Q^T C Q) / 2 + shift * Q / 2`` this equals ``C - Q W^T - W Q^T``,
+    a rank-2r update costing O(d^2 r). The eigenvectors of ``P C P`` orthogonal to ``Q``
+    are exactly ``R Lambda`` of Algorithm 1/2 (``R`` a basis of the null space of
+    ``Z^T X^T``); the shift moves the ``Q`` directions below every other eigenvalue so
+    that the top ``k`` never contain them, even for rank-deficient data.
+    """
+    if Q.shape[1] == 0:
+        return C.copy()
+    CQ = C @ Q
+    W = CQ - Q @ (Q.T @ CQ) / 2.0 + shift * Q / 2.0
+    M = C - Q @ W.T
+    M -= W @ Q.T
+    return (M + M.T) / 2.0
+
+
+def null_space_basis(Q: np.ndarray) -> np.ndarray:
+    """Orthonormal basis ``R`` (d x (d - r)) of the orthogonal complement of ``span(Q)``."""
+    d, r = Q.shape
+    if r == 0:
+        return np.eye(d)
+    full, _ = linalg.qr(Q, mode="full")
+    return np.ascontiguousarray(full[:, r:])
+
+
+def orthonormal_complement(B: np.ndarray, count: int) -> np.ndarray:
+    """``count`` orthonormal vectors orthogonal to the orthonormal columns of ``B``."""
+    return null_space_basis(B)[:, :count]
+
+
+def lu_normalize(Y: np.ndarray) -> np.ndarray:
+    """Power-iteration normaliser used by scikit-learn's randomized range finder."""
+    L, _ = linalg.lu(Y, permute_l=True, check_finite=False)
+    return L
+
+
+def qr_basis(Y: np.ndarray) -> np.ndarray:
+    Q, _ = linalg.qr(Y, mode="economic", check_finite=False)
+    return Q

@@ -1,0 +1,182 @@
+"""Solvers for linear fair PCA (Algorithms 1-2 and Section 3.6 of Kleindessner et al. 2023).
+
+All solvers work on the centred objective rows ``Xc`` (n x d) and an orthonormal basis ``Q``
+(d x r) of the constrained directions: the span of the group-mean differences
+``mu_g - mu``, which is the column span of ``X^T Z`` in Algorithm 2. Fair PCA is PCA restricted
+to the orthogonal complement of ``Q``; standard PCA (needed for the trade-off knob of Section
+3.1) is computed from the same pass over the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import linalg
+
+from . import _linalg as la
+
+
+@dataclass
+class Solution:
+    """Top-k directions (columns) and their variances (sum of squares / (n - 1))."""
+
+    fair_components: np.ndarray  # d x k
+    fair_variance: np.ndarray  # k
+    pca_components: np.ndarray  # d x k
+    pca_variance: np.ndarray  # k
+    total_variance: float
+
+
+def solve_covariance(C: np.ndarray, Q: np.ndarray, k: int, n: int) -> Solution:
+    """Exact solve from the scatter matrix ``C = Xc^T Xc`` (d x d).
+
+    Algorithm 1/2 take eigenvectors of ``R^T C R``; equivalently (and cheaper, no d x (d - r)
+    basis and no d^3 products) the top eigenvectors of ``P C P - s Q Q^T`` with
+    ``P = I - Q Q^T``, see :func:`fairpca._linalg.deflated_covariance`.
+    """
+    trace = float(np.trace(C))
+    pca_values, pca_vectors = la.top_eigh(C, k)
+    M = la.deflated_covariance(C, Q, shift=trace + 1.0)
+    fair_values, fair_vectors = la.top_eigh(M, k)
+    fair_vectors = la.project_out(fair_vectors, Q)
+    return Solution(
+        fair_vectors,
+        np.maximum(fair_values, 0.0) / (n - 1),
+        pca_vectors,
+        np.maximum(pca_values, 0.0) / (n - 1),
+        trace / (n - 1),
+    )
+
+
+def _svd_top(A: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k right singular vectors of ``A`` (columns) and squared singular values.
+
+    Directions beyond the numerical rank of ``A`` are completed with orthonormal vectors
+    orthogonal to both the kept singular vectors and ``exclude``.
+    """
+    _, s, Vt = linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
+    threshold = max(A.shape) * np.finfo(float).eps * (s[0] if s.size else 0.0)
+    rank = min(int(np.sum(s > threshold)), k)
+    V = Vt[:rank].T
+    if rank < k:
+        filler = la.orthonormal_complement(np.hstack([exclude, V]), k - rank)
+        V = np.hstack([V, filler])
+    values = np.zeros(k)
+    values[:rank] = s[:rank] ** 2
+    return V, values
+
+
+def solve_svd(Xc: np.ndarray, Q: np.ndarray, k: int) -> Solution:
+    """Exact solve by a thin SVD of ``Xc P`` (used when n < d)."""
+    n = Xc.shape[0]
+    fair_vectors, fair_values = _svd_top(Xc - la.matmul(Xc, Q) @ Q.T, k, Q)
+    fair_vectors = la.project_out(fair_vectors, Q)
+    pca_vectors, pca_values = _svd_top(Xc, k, np.zeros((Xc.shape[1], 0)))
+    total = float(np.vdot(Xc, Xc))
+    return Solution(
+        fair_vectors, fair_values / (n - 1), pca_vectors, pca_values / (n - 1), total / (n - 1)
+    )
+
+
+def solve_randomized(
+    Xc: np.ndarray,
+    Q: np.ndarray,
+    k: int,
+    *,
+    n_oversamples: int,
+    n_iter: int,
+    random_state: np.random.RandomState,
+) -> Solution:
+    """Randomized subspace iteration (Halko et al. 2011, as scikit-learn's randomized PCA).
+
+    The fair operator is ``Xc P``: ``(Xc P) G = Xc (P G)`` and ``(Xc P)^T Y = P (Xc^T Y)``,
+    so the constraint costs O(d r l) per step on top of the products with ``Xc``. The fair and
+    the standard PCA blocks share every pass over ``Xc`` (one GEMM with 2 l columns).
+    """
+    n, d = Xc.shape
+    size = min(k + n_oversamples, d)
+    omega = random_state.normal(size=(d, 2 * size))
+    omega[:, :size] = la.project_out(omega[:, :size], Q)
+    Y = la.matmul(Xc, omega)
+    for _ in range(n_iter):
+        Y = np.hstack([la.lu_normalize(Y[:, :size]), la.lu_normalize(Y[:, size:])])
+        G = la.matmul(Xc.T, Y)
+        G[:, :size] = la.project_out(G[:, :size], Q)
+        G = np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])])
+        G[:, :size] = la.project_out(G[:, :size], Q)
+        Y = la.matmul(Xc, G)
+    basis = np.hstack([la.qr_basis(Y[:, :size]), la.qr_basis(Y[:, size:])])
+    B = la.matmul(basis.T, Xc)  # 2l x d
+    B_fair = la.project_out(B[:size].T, Q).T
+    _, s_fair, Vt_fair = linalg.svd(B_fair, full_matrices=False, check_finite=False)
+    _, s_pca, Vt_pca = linalg.svd(B[size:], full_matrices=False, check_finite=False)
+    fair_vectors = la.project_out(Vt_fair[:k].T, Q)
+    total = float(np.vdot(Xc, Xc))
+    return Solution(
+        fair_vectors,
+        s_fair[:k] ** 2 / (n - 1),
+        Vt_pca[:k].T,
+        s_pca[:k] ** 2 / (n - 1),
+        total / (n - 1),
+    )
+
+
+def covariance_subspace(
+    Q: np.ndarray,
+    group_covariances: list[tuple[list[np.ndarray], np.ndarray]],
+    size: int,
+) -> np.ndarray:
+    """Columns ``R Q_l`` of Section 3.6: directions that equalise group covariances.
+
+    For one attribute with two groups this is the paper's rule: the ``size`` eigenvectors of
+    ``R^T (S_0 - S_1) R`` with the smallest eigenvalues in magnitude. For more groups or
+    attributes we take the ``size`` eigenvectors with the smallest eigenvalues of
+    ``sum_a sum_g w_g (R^T (S_g - S_a) R)^2``, with ``w_g = n_g / n`` and
+    ``S_a = sum_g w_g S_g``. For two groups ``S_0 - S_a = w_1 (S_0 - S_1)`` and
+    ``S_1 - S_a = -w_0 (S_0 - S_1)``, so the sum equals ``w_0 w_1 (R^T (S_0 - S_1) R)^2``,
+    whose eigenvectors are those of ``R^T (S_0 - S_1) R`` ordered by magnitude: the
+    generalisation reduces to the paper.
+
+    Parameters
+    ----------
+    Q : ndarray of shape (d, r)
+        Orthonormal basis of the constrained directions.
+    group_covariances : list of (covariances, weights)
+        Per attribute, the group covariance matrices and their weights ``n_g / n``.
+    size : int
+        The paper's ``l``.
+    """
+    R = la.null_space_basis(Q)
+    if len(group_covariances) == 1 and len(group_covariances[0][0]) == 2:
+        S0, S1 = group_covariances[0][0]
+        E = R.T @ (S0 - S1) @ R
+        values, vectors = linalg.eigh((E + E.T) / 2.0, check_finite=False)
+        order = np.argsort(np.abs(values), kind="stable")[:size]
+        return R @ vectors[:, order]
+    T = np.zeros((R.shape[1], R.shape[1]))
+    for covariances, weights in group_covariances:
+        pooled = sum(w * S for w, S in zip(weights, covariances, strict=True))
+        for w, S in zip(weights, covariances, strict=True):
+            E = R.T @ (S - pooled) @ R
+            T += w * (E @ E.T)
+    _, vectors = la.bottom_eigh((T + T.T) / 2.0, size)
+    return R @ vectors
+
+
+def solve_covariance_equalizing(
+    C: np.ndarray, Q: np.ndarray, L: np.ndarray, k: int, n: int
+) -> Solution:
+    """Fair PCA-S: top-k eigenvectors of ``L^T C L`` mapped back by ``L`` (Section 3.6)."""
+    A = L.T @ C @ L
+    values, vectors = la.top_eigh((A + A.T) / 2.0, k)
+    fair_vectors = la.project_out(L @ vectors, Q)
+    trace = float(np.trace(C))
+    pca_values, pca_vectors = la.top_eigh(C, k)
+    return Solution(
+        fair_vectors,
+        np.maximum(values, 0.0) / (n - 1),
+        pca_vectors,
+        np.maximum(pca_values, 0.0) / (n - 1),
+        trace / (n - 1),
+    )
