@@ -1,0 +1,103 @@
+"""FairPCA.fit against scikit-learn's PCA(n_components=k).fit on the same data, same process.
+
+Usage::
+
+    python benchmarks/bench_fit.py            # the issue's grid: n in 1e4, 1e5; d in 100, 800, 3000
+    python benchmarks/bench_fit.py --quick    # a small grid (used by the test suite)
+
+Each cell times both fits ``--repeats`` times, alternating them, and reports the median and
+the ratio FairPCA / PCA. BLAS threads are reported; both libraries run on SciPy's and
+NumPy's OpenBLAS pools under one ``threadpool_limits`` setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+import numpy as np
+from sklearn.decomposition import PCA
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from fairpca import FairPCA
+
+FULL_GRID = [(n, d, k) for n in (10_000, 100_000) for d in (100, 800, 3000) for k in (2, 10, 100)]
+QUICK_GRID = [(2_000, 50, 2), (2_000, 50, 10), (3_000, 400, 10)]
+
+
+def make_data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Low-rank-plus-noise data whose mean depends on a binary group."""
+    rng = np.random.default_rng(seed)
+    rank = min(d, 50)
+    X = rng.standard_normal((n, rank)) @ rng.standard_normal((rank, d))
+    X += rng.standard_normal((n, d))
+    z = rng.integers(0, 2, n)
+    X += np.outer(z, rng.standard_normal(d))
+    return X, z
+
+
+def time_once(fn) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def bench(grid, repeats: int) -> list[dict]:
+    rows = []
+    for n, d, k in grid:
+        if k >= d:
+            print(f"{n:>7} {d:>5} {k:>4}  skipped: fair PCA has at most d - 1 = {d - 1} directions")
+            continue
+        X, z = make_data(n, d)
+        fair_times, pca_times = [], []
+        fair = FairPCA(n_components=k, random_state=0)
+        pca = PCA(n_components=k, random_state=0)
+        for _ in range(repeats):
+            fair_times.append(time_once(lambda: fair.fit(X, sensitive_features=z)))  # noqa: B023
+            pca_times.append(time_once(lambda: pca.fit(X)))  # noqa: B023
+        fair_s, pca_s = float(np.median(fair_times)), float(np.median(pca_times))
+        rows.append(
+            {
+                "n": n,
+                "d": d,
+                "k": k,
+                "solver": fair._choose_solver(n, d),
+                "fairpca_s": fair_s,
+                "pca_s": pca_s,
+                "ratio": fair_s / pca_s,
+                "mean_gap": fair.mean_gap_,
+            }
+        )
+        print(
+            f"{n:>7} {d:>5} {k:>4} {rows[-1]['solver']:>16} {fair_s:>10.3f} {pca_s:>10.3f} "
+            f"{fair_s / pca_s:>6.2f} {fair.mean_gap_:>9.1e}",
+            flush=True,
+        )
+        del X
+    return rows
+
+
+def main(argv=None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small grid for smoke tests")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all)")
+    args = parser.parse_args(argv)
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    pools = {(p["internal_api"], p["num_threads"]) for p in threadpool_info()}
+    print(f"BLAS pools: {sorted(pools)}; threads limited to {args.threads or 'default'}")
+    print(
+        f"{'n':>7} {'d':>5} {'k':>4} {'solver':>16} {'FairPCA s':>10} {'PCA s':>10} "
+        f"{'ratio':>6} {'mean gap':>9}"
+    )
+    with threadpool_limits(limits=args.threads):
+        rows = bench(grid, args.repeats)
+    worst = max(r["ratio"] for r in rows)
+    print(f"worst ratio: {worst:.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
