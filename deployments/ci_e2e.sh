@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# End-to-end check of the Prefect deployments on real servers (issue 5).
+#
+# Starts a real MLflow tracking server and a real Prefect server on free 127.0.0.1 ports
+# (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
+# runs the audit deployment and the retrain deployment twice through a worker, and checks the
+# results through MlflowClient (deployments/e2e_checks.py). Every process it starts is
+# stopped by PID (process group) on exit, also when a step fails.
+#
+# Usage:  bash deployments/ci_e2e.sh
+# Env:    PYTHON            interpreter (default: <repo>/.venv/bin/python if present, else python)
+#         FAIRPCA_REPO_DIR  checkout the worker runs the flows from (default: this repo)
+#         E2E_KEEP=1        keep the temp dir (logs, databases) after a successful run
+#         E2E_RUN_TIMEOUT   seconds allowed per deployment run (default 240)
+set -Eeuo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "${FAIRPCA_REPO_DIR:-$SCRIPT_DIR/..}" && pwd)"
+if [[ -z "${PYTHON:-}" ]]; then
+    if [[ -x "$REPO_DIR/.venv/bin/python" ]]; then PYTHON="$REPO_DIR/.venv/bin/python"; else PYTHON=python; fi
+fi
+PYTHON="$(command -v "$PYTHON")"
+# `prefect`/`mlflow` entry points and the worker's flow-run processes use this interpreter.
+export PATH="$(dirname "$PYTHON"):$PATH"
+RUN_TIMEOUT="${E2E_RUN_TIMEOUT:-240}"
+POOL="fairpca-process"
+PREFECT_FILE="$REPO_DIR/deployments/prefect.yaml"
+CHECKS="$SCRIPT_DIR/e2e_checks.py"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fairpca-e2e.XXXXXX")"
+T0=$(date +%s.%N)
+PIDS=()
+PID_NAMES=()
+CURRENT_STEP="setup"
+STEP_LOGS=""
+STEP_T0=$T0
+TIMINGS=()
+
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+step() {  # step "title" [log files whose tail is shown if the step fails]
+    CURRENT_STEP="$1"
+    shift
+    STEP_LOGS="$*"
+    STEP_T0=$(date +%s.%N)
+    echo
+    echo "==> [$(elapsed "$T0")s] $CURRENT_STEP"
+}
+
+step_ok() {
+    local sec
+    sec=$(elapsed "$STEP_T0")
+    TIMINGS+=("$(printf '%6ss  %s' "$sec" "$CURRENT_STEP")")
+    echo "    ok (${sec}s)"
+}
+
+fail() {
+    echo "ERROR: $*" >&2
+    exit 1
+}
+
+start_bg() {  # start_bg name logfile command... ; runs in its own process group
+    local name="$1" log="$2"
+    shift 2
+    if command -v setsid >/dev/null; then
+        setsid "$@" >"$log" 2>&1 < /dev/null &
+    else
+        "$@" >"$log" 2>&1 < /dev/null &
+    fi
+    PIDS+=("$!")
+    PID_NAMES+=("$name")
+    echo "    started $name (pid $!, log $log)"
+}
+
+signal_tree() {  # signal_tree SIG pid : the process group if it is one, else the pid
+    kill "-$1" -- "-$2" 2>/dev/null || kill "-$1" "$2" 2>/dev/null || true
+}
+
+stop_pid() {  # TERM; a second TERM after 3 s (the Prefect worker then kills
+    # itself; its graceful shutdown after one TERM can hang); KILL after 15 s
+    local pid="$1" name="$2" i
+    kill -0 "$pid" 2>/dev/null || return 0
+    signal_tree TERM "$pid"
+    for i in $(seq 1 150); do
+        kill -0 "$pid" 2>/dev/null || break
+        [[ $i -eq 30 ]] && signal_tree TERM "$pid"
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "    $name (pid $pid) ignored SIGTERM; sending SIGKILL"
+        signal_tree KILL "$pid"
+    fi
+    wait "$pid" 2>/dev/null || true
+    # children that left the process group (none expected) still die with their group id
+    signal_tree KILL "$pid"
+}
+
+cleanup() {
+    local rc=$? i log
+    trap - EXIT INT TERM
+    set +e
+    if [[ $rc -ne 0 ]]; then
+        echo
+        echo "E2E FAILED in step: $CURRENT_STEP (exit code $rc)" >&2
+        for log in $STEP_LOGS; do
+            [[ -f "$log" ]] || continue
+            echo "---- last 40 lines of $log ----" >&2
+            tail -n 40 "$log" >&2
+        done
+    fi
+    echo
+    echo "==> cleanup: stopping ${#PIDS[@]} process(es)"
+    for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
+        stop_pid "${PIDS[$i]}" "${PID_NAMES[$i]}"
+        echo "    stopped ${PID_NAMES[$i]} (pid ${PIDS[$i]})"
+    done
+    if [[ ${#TIMINGS[@]} -gt 0 ]]; then
+        echo
+        echo "==> step timings"
+        printf '  %s\n' "${TIMINGS[@]}"
+    fi
+    echo "==> total $(elapsed "$T0")s"
+    if [[ $rc -eq 0 && "${E2E_KEEP:-0}" != 1 ]]; then
+        rm -rf "$WORK"
+    else
+        echo "    logs and databases kept in $WORK"
+    fi
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+    "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_healthy() {  # wait_healthy name url pid timeout_s
+    local name="$1" url="$2" pid="$3" timeout="$4" t_end
+    t_end=$(($(date +%s) + timeout))
+    while true; do
+        kill -0 "$pid" 2>/dev/null || fail "$name exited before it became healthy"
+        if curl -fsS -o /dev/null --max-time 2 "$url" 2>/dev/null; then
+            return 0
+        fi
+        [[ $(date +%s) -lt $t_end ]] || fail "$name not healthy at $url after ${timeout}s"
+        sleep 0.5
+    done
+}
+
+run_deployment() {  # run_deployment name params_json log ; prints the flow run id
+    local name="$1" params="$2" log="$3" id
+    if ! timeout $((RUN_TIMEOUT + 30)) prefect deployment run "$name" --params "$params" \
+        --watch --watch-timeout "$RUN_TIMEOUT" >"$log" 2>&1; then
+        cat "$log" >&2
+        fail "deployment run '$name' did not complete (see the worker log below)"
+    fi
+    id=$(sed -n 's/.*UUID: *\([0-9a-f-]\{36\}\).*/\1/p' "$log" | head -n 1)
+    [[ -n "$id" ]] || fail "could not read the flow run id from $log"
+    echo "$id"
+}
+
+command -v curl >/dev/null || fail "curl is required for the health checks"
+
+# ---- isolated configuration: nothing of the caller's Prefect/MLflow state is used ----------
+export PREFECT_HOME="$WORK/prefect-home"
+export PREFECT_PROFILES_PATH="$PREFECT_HOME/profiles.toml"
+export PREFECT_SERVER_DATABASE_CONNECTION_URL="sqlite+aiosqlite:///$WORK/prefect.db"
+export PREFECT_SERVER_ANALYTICS_ENABLED=false
+# No automatic runs from the cron schedule while the test runs (the schedule itself is checked).
+export PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED=false
+export PREFECT_WORKER_QUERY_SECONDS=2
+export PREFECT_CLI_COLORS=false
+export COLUMNS=200
+export FAIRPCA_REPO_DIR="$REPO_DIR"
+if [[ -z "${FAIRPCA_DATA_DIR:-}" && -d "$REPO_DIR/../shared/datasets" ]]; then
+    export FAIRPCA_DATA_DIR="$(cd "$REPO_DIR/../shared/datasets" && pwd)"
+fi
+unset MLFLOW_REGISTRY_URI MLFLOW_EXPERIMENT_NAME MLFLOW_EXPERIMENT_ID MLFLOW_RUN_ID
+mkdir -p "$PREFECT_HOME" "$WORK/mlartifacts" "$WORK/flow-output"
+# the flows write their local copies (reports, matrices) here, not into the checkout
+export FAIRPCA_OUTPUT_DIR="$WORK/flow-output"
+
+MLFLOW_LOG="$WORK/mlflow-server.log"
+PREFECT_LOG="$WORK/prefect-server.log"
+WORKER_LOG="$WORK/worker.log"
+echo "e2e: repo $REPO_DIR, python $PYTHON, work dir $WORK"
+
+step "start MLflow tracking server" "$MLFLOW_LOG"
+MLFLOW_PORT=$(free_port)
+export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
+start_bg mlflow-server "$MLFLOW_LOG" "$PYTHON" -m mlflow server \
+    --backend-store-uri "sqlite:///$WORK/mlflow.db" \
+    --artifacts-destination "$WORK/mlartifacts" \
+    --workers 1 --host 127.0.0.1 --port "$MLFLOW_PORT"
+MLFLOW_PID=${PIDS[-1]}
+
+step "start Prefect server" "$PREFECT_LOG"
+PREFECT_PORT=$(free_port)
+export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
+start_bg prefect-server "$PREFECT_LOG" "$PYTHON" -m prefect server start \
+    --host 127.0.0.1 --port "$PREFECT_PORT" --no-ui
+
+step "wait for MLflow health ($MLFLOW_TRACKING_URI/health)" "$MLFLOW_LOG"
+wait_healthy "MLflow server" "$MLFLOW_TRACKING_URI/health" "$MLFLOW_PID" 90
+step_ok
+
+step "wait for Prefect health ($PREFECT_API_URL/health)" "$PREFECT_LOG"
+wait_healthy "Prefect server" "$PREFECT_API_URL/health" "${PIDS[-1]}" 120
+step_ok
+
+step "create process work pool '$POOL'" "$PREFECT_LOG"
+prefect work-pool create "$POOL" --type process --overwrite
+step_ok
+
+step "prefect deploy --all (deployments/prefect.yaml)" "$WORK/deploy.log $PREFECT_LOG"
+(cd "$REPO_DIR" && prefect --no-prompt deploy --all --prefect-file "$PREFECT_FILE") \
+    >"$WORK/deploy.log" 2>&1 || fail "prefect deploy failed (log: $WORK/deploy.log)"
+grep -o "Deployment '[^']*' successfully created[^.]*" "$WORK/deploy.log" | sed 's/^/    /' || true
+"$PYTHON" "$CHECKS" deployments
+step_ok
+
+step "start worker on pool '$POOL'" "$WORKER_LOG"
+# started outside the checkout: the deployment's pull step, not the worker's cwd, finds the code
+pushd "$WORK" >/dev/null
+start_bg prefect-worker "$WORKER_LOG" "$PYTHON" -m prefect worker start \
+    --pool "$POOL" --type process --limit 2
+popd >/dev/null
+step_ok
+
+AUDIT_PARAMS="$("$PYTHON" "$CHECKS" params audit)"
+RETRAIN_PARAMS="$("$PYTHON" "$CHECKS" params retrain)"
+
+step "run deployment fairness-audit/on-demand (--watch) and wait for the worker" "$WORKER_LOG $MLFLOW_LOG"
+AUDIT_RUN=$(run_deployment "fairness-audit/on-demand" "$AUDIT_PARAMS" "$WORK/run-audit.log")
+echo "    flow run $AUDIT_RUN completed"
+step_ok
+
+step "check the audit run through MlflowClient" "$WORKER_LOG $MLFLOW_LOG"
+"$PYTHON" "$CHECKS" audit "$AUDIT_RUN"
+step_ok
+
+step "run deployment retrain/scheduled, first time (no champion yet)" "$WORKER_LOG $MLFLOW_LOG"
+RETRAIN_RUN_1=$(run_deployment "retrain/scheduled" "$RETRAIN_PARAMS" "$WORK/run-retrain-1.log")
+"$PYTHON" "$CHECKS" retrain "$RETRAIN_RUN_1" --expect-first
+step_ok
+
+step "run deployment retrain/scheduled, second time (compare with champion)" "$WORKER_LOG $MLFLOW_LOG"
+RETRAIN_RUN_2=$(run_deployment "retrain/scheduled" "$RETRAIN_PARAMS" "$WORK/run-retrain-2.log")
+"$PYTHON" "$CHECKS" retrain "$RETRAIN_RUN_2"
+step_ok
+
+step "bad deployment parameters are rejected before any work" "$WORKER_LOG $PREFECT_LOG"
+"$PYTHON" "$CHECKS" bad-params
+step_ok
+
+echo
+echo "E2E PASSED"
