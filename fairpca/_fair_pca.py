@@ -362,7 +362,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 self.covariance_rank_ = size
         else:
             Xc = np.subtract(X_obj, mean, dtype=np.float64)
-            total = float(np.vdot(Xc, Xc)) / (n_obj - 1)
+            total = la.sum_of_squares(Xc) / (n_obj - 1)
             Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean))
             k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
             if solver == "full":

@@ -54,6 +54,13 @@ def gram(X: np.ndarray) -> np.ndarray:
     return symmetrize_upper(upper)
 
 
+def sum_of_squares(X: np.ndarray) -> float:
+    """``sum(X ** 2)`` by SciPy's BLAS dot (no temporary of the size of ``X``)."""
+    flat = np.ravel(X, order="K")
+    dot = get_blas_funcs("dot", (flat,))
+    return float(dot(flat, flat))
+
+
 def symmetrize_upper(upper: np.ndarray) -> np.ndarray:
     """Fill the strict lower triangle from the upper one (in place) and return the matrix."""
     lower = np.tril_indices(upper.shape[0], -1)

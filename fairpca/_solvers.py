@@ -73,7 +73,7 @@ def solve_svd(Xc: np.ndarray, Q: np.ndarray, k: int) -> Solution:
     fair_vectors, fair_values = _svd_top(Xc - la.matmul(Xc, Q) @ Q.T, k, Q)
     fair_vectors = la.project_out(fair_vectors, Q)
     pca_vectors, pca_values = _svd_top(Xc, k, np.zeros((Xc.shape[1], 0)))
-    total = float(np.vdot(Xc, Xc))
+    total = la.sum_of_squares(Xc)
     return Solution(
         fair_vectors, fair_values / (n - 1), pca_vectors, pca_values / (n - 1), total / (n - 1)
     )
@@ -90,29 +90,29 @@ def solve_randomized(
 ) -> Solution:
     """Randomized subspace iteration (Halko et al. 2011, as scikit-learn's randomized PCA).
 
-    The fair operator is ``Xc P``: ``(Xc P) G = Xc (P G)`` and ``(Xc P)^T Y = P (Xc^T Y)``,
-    so the constraint costs O(d r l) per step on top of the products with ``Xc``. The fair and
-    the standard PCA blocks share every pass over ``Xc`` (one GEMM with 2 l columns).
+    One range finder on ``Xc`` with ``k + r + n_oversamples`` columns gives an orthonormal
+    ``B`` with ``Xc ~ B B^T Xc``; standard PCA is the SVD of ``B^T Xc`` (what scikit-learn
+    computes) and fair PCA is the exact fair PCA of that approximation, the SVD of
+    ``B^T Xc P`` with ``P = I - Q Q^T``. Its right singular vectors lie in the range of ``P``,
+    so the constraint holds exactly. The fair directions solve the secular equation
+    ``C x = mu x + Q c``: their components outside the dominant subspace follow ``Q``, which
+    ``P`` supplies, so ``r`` extra columns keep the accuracy of the standard route.
     """
     n, d = Xc.shape
-    size = min(k + n_oversamples, d)
-    omega = random_state.normal(size=(d, 2 * size))
-    omega[:, :size] = la.project_out(omega[:, :size], Q)
-    Y = la.matmul(Xc, omega)
+    size = min(k + Q.shape[1] + n_oversamples, d)
+    G = random_state.normal(size=(d, size))
+    normalize = la.lu_normalize if n_iter > 2 else (lambda Y: Y)
+    Y = la.matmul(Xc, G)
     for _ in range(n_iter):
-        Y = np.hstack([la.lu_normalize(Y[:, :size]), la.lu_normalize(Y[:, size:])])
-        G = la.matmul(Xc.T, Y)
-        G[:, :size] = la.project_out(G[:, :size], Q)
-        G = np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])])
-        G[:, :size] = la.project_out(G[:, :size], Q)
-        Y = la.matmul(Xc, G)
-    basis = np.hstack([la.qr_basis(Y[:, :size]), la.qr_basis(Y[:, size:])])
-    B = la.matmul(basis.T, Xc)  # 2l x d
-    B_fair = la.project_out(B[:size].T, Q).T
+        Y = normalize(Y)
+        Y = la.matmul(Xc, normalize(la.matmul(Xc.T, Y)))
+    basis = la.qr_basis(Y)
+    B = np.asarray(la.matmul(basis.T, Xc))  # size x d
+    _, s_pca, Vt_pca = linalg.svd(B, full_matrices=False, check_finite=False)
+    B_fair = B - (B @ Q) @ Q.T
     _, s_fair, Vt_fair = linalg.svd(B_fair, full_matrices=False, check_finite=False)
-    _, s_pca, Vt_pca = linalg.svd(B[size:], full_matrices=False, check_finite=False)
     fair_vectors = la.project_out(Vt_fair[:k].T, Q)
-    total = float(np.vdot(Xc, Xc))
+    total = la.sum_of_squares(Xc)
     return Solution(
         fair_vectors,
         s_fair[:k] ** 2 / (n - 1),
