@@ -1,0 +1,473 @@
+"""FairKernelPCA: fair kernel PCA (Section 3.3, Algorithm 3) as linear fair PCA on a kernel map.
+
+Why the empirical kernel map solves Algorithm 3 exactly
+--------------------------------------------------------
+Let ``K`` be the training kernel centred in feature space and ``Phi`` (n x r) any factor with
+``K = Phi Phi^T`` and ``rank(Phi) = r = rank(K)``, e.g. ``Phi = V S^{1/2}`` from the
+eigendecomposition ``K = V S V^T`` restricted to the positive eigenvalues (``S > 0``), or a
+pivoted Cholesky factor. The rows of ``Phi`` are the training points expressed in an
+orthonormal basis of the span of their feature vectors (the "empirical kernel map").
+
+Algorithm 3 solves Problem (6), ``max tr(B^T K K B)`` over ``B`` (n x k) subject to
+``B^T K B = I`` and ``Z^T K B = 0``, by ``B = R Lambda`` and the generalised eigenproblem
+``R^T K K R Lambda = R^T K R Lambda W``. Substitute ``W := Phi^T B`` (r x k):
+
+- ``B^T K B = B^T Phi Phi^T B = W^T W``, so the normalisation becomes ``W^T W = I``;
+- ``Z^T K B = Z^T Phi (Phi^T B) = Z^T Phi W``, so the constraint becomes ``Z^T Phi W = 0``;
+- ``tr(B^T K K B) = tr(B^T Phi (Phi^T Phi) Phi^T B) = tr(W^T Phi^T Phi W)``.
+
+So ``W`` solves Problem (10), linear fair PCA with data matrix ``Phi`` (rows are points; its
+rows have mean zero because ``1^T K 1 = 0``), with the same centred one-hot matrix ``Z``. The map
+``B -> Phi^T B`` is onto: every feasible ``W`` comes from ``B = Phi (Phi^T Phi)^{-1} W``
+(``= V S^{-1/2} W`` for the eigen-factor), and ``B`` changes only by elements of
+``null(K) = null(Phi^T)``, which change neither objective nor constraints nor the
+representation below. The optimal values therefore agree and optimal solutions correspond.
+
+Representation. Training rows: ``Lambda^T R^T K = B^T K = B^T Phi Phi^T = W^T Phi^T``, the
+linear fair PCA projection of the rows of ``Phi``. New rows with centred kernel column
+``k(x)`` (n-vector, ``k(x) = Phi phi(x)`` for the coordinates ``phi(x)`` of the projection of
+the feature vector of ``x`` onto the training span): ``B^T k(x) = W^T Phi^T Phi phi(x) ...``
+written without ``phi``: ``B^T k(x) = W^T S^{-1/2} V^T k(x)``, i.e. the linear projection of
+``phi(x) = S^{-1/2} V^T k(x) = Phi^+ k(x)``. (Any other factor ``Phi' = Phi O`` with ``O``
+orthogonal gives ``W' = O^T W`` and the same representations.) Hence exact fair kernel PCA is
+:class:`~fairpca.FairPCA` on ``Phi`` and ``Phi^+ k(x)``, with no generalised eigenproblem
+and no ``+1e-5 I`` regularisation (Appendix C.1), which perturbs the paper's solution.
+Directions with zero eigenvalue of ``K`` carry no variance and no constraint, so dropping
+them (with a relative tolerance) loses nothing; with ``S`` restricted to positive
+eigenvalues the argument is exact. Group/attribute handling (Sections 3.4-3.5), equal
+opportunity (Section 3.2) and the trade-off knob (Section 3.1; its standard PCA on ``Phi`` is
+standard kernel PCA) all come from :class:`~fairpca.FairPCA` unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+from numbers import Integral, Real
+from typing import ClassVar
+
+import numpy as np
+from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.utils import check_random_state
+from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._fair_pca import FairPCA, _check_numeric
+from ._kernel_maps import (
+    KERNELS,
+    ExactKernelMap,
+    FourierMap,
+    NystroemMap,
+    is_psd_kernel,
+    make_kernel,
+    resolve_gamma,
+)
+
+
+class FairKernelPCA(TransformerMixin, BaseEstimator):
+    """Fair kernel PCA: fair PCA in a kernel feature space, exact or approximated at scale.
+
+    Solves Problem (6) of Kleindessner et al. (2023), Algorithm 3 (fair kernel PCA for several
+    groups): the best k-dimensional projection in the kernel feature space (centred there)
+    such that the projected training rows of every group have the same mean. It is computed as
+    linear :class:`~fairpca.FairPCA` on a finite feature map of the rows:
+
+    - ``"exact"``: the empirical kernel map ``Phi`` with ``Phi Phi^T = K_c`` (the centred
+      training kernel). This is exactly Algorithm 3 (proof in the module docstring) but
+      avoids its generalised eigenproblem and the paper's ``+1e-5 I``. O(n^2 d + n^2 r)
+      time with the pivoted-Cholesky factor, O(n^2) memory.
+    - ``"nystroem"``: the Nystroem map of ``n_landmarks`` training rows (uniform or
+      k-means++ chosen); O(n m d + n m^2) time and O(n m) memory.
+    - ``"rff"``: ``n_landmarks`` random Fourier features (RBF kernel only).
+
+    Multiple groups, multiple attributes, equal opportunity and the accuracy/fairness
+    trade-off knob behave exactly as in :class:`~fairpca.FairPCA`.
+
+    Parameters
+    ----------
+    n_components : int or None, default=None
+        Target dimension ``k``. ``None`` keeps every fair direction of the kernel map.
+    kernel : {"rbf", "poly", "sigmoid", "cosine", "linear"} or callable, default="rbf"
+        Kernel, as in :func:`sklearn.metrics.pairwise.pairwise_kernels`. A callable gets two
+        rows and returns a float, with ``kernel_params`` as keyword arguments.
+    gamma : float, "scale" or None, default="scale"
+        Coefficient of the rbf, poly and sigmoid kernels. ``"scale"`` is
+        ``1 / (n_features * X.var())`` on the training data, the paper's choice (Appendix C.1,
+        scikit-learn's SVC default); ``None`` is ``1 / n_features``. The value used is stored
+        in ``gamma_``; the parameter itself is never modified.
+    degree : float, default=3
+        Degree of the poly kernel.
+    coef0 : float, default=1
+        Independent term of the poly and sigmoid kernels.
+    kernel_params : dict or None, default=None
+        Keyword arguments of a callable kernel.
+    constraint : {"demographic_parity", "equal_opportunity"}, default="demographic_parity"
+        As in :class:`~fairpca.FairPCA`; ``"equal_opportunity"`` constrains the rows with
+        ``y == pos_label`` (Section 3.2) and needs ``y``.
+    pos_label : int, float, bool or str, default=1
+        Positive label for equal opportunity.
+    eo_objective : {"positive", "all"}, default="positive"
+        As in :class:`~fairpca.FairPCA`.
+    tradeoff : float, default=0.0
+        The paper's lambda (Section 3.1): when positive, ``transform`` appends
+        ``tradeoff`` times the standard kernel PCA features. Can be changed with
+        ``set_params`` after fitting.
+    sensitive_columns : str, list of str or None, default=None
+        Columns of a DataFrame ``X`` holding the sensitive attributes; they are excluded from
+        the kernel and dropped by ``transform``.
+    approximation : {"auto", "exact", "nystroem", "rff"}, default="auto"
+        Route, see above. ``"auto"`` is ``"exact"`` when ``n_samples <= exact_max_samples``
+        (or ``n_samples <= n_landmarks``) and ``"nystroem"`` otherwise.
+    n_landmarks : int, default=1000
+        Nystroem: number ``m`` of landmark rows (at most ``n_samples``). ``"rff"``: number of
+        random Fourier features.
+    landmarks : {"uniform", "kmeans++"}, default="uniform"
+        How Nystroem landmarks are drawn from the training rows: uniformly without
+        replacement, or by k-means++ seeding (better coverage, O(n m d log m) extra time).
+    exact_max_samples : int, default=5000
+        Largest training size for which ``approximation="auto"`` uses the exact route.
+    exact_solver : {"auto", "cholesky", "eigh"}, default="auto"
+        Factorisation of the centred kernel for the exact route: pivoted Cholesky (fast,
+        needs a positive semi-definite kernel) or a full eigendecomposition (uses the
+        positive part of an indefinite kernel). ``"auto"`` is ``"cholesky"`` for the rbf,
+        linear and cosine kernels and for poly with integer degree and ``coef0 >= 0``, else
+        ``"eigh"``.
+    kernel_tol : float or None, default=None
+        Relative tolerance below which eigenvalues (pivots) of the kernel matrix are treated
+        as zero and dropped. ``None`` means ``max(1e-12, 10 * n * eps)``.
+    svd_solver : {"auto", "covariance_eigh", "full", "randomized"}, default="auto"
+        Solver of the linear :class:`~fairpca.FairPCA` on the kernel map.
+    tol : float or None, default=None
+        Rank tolerance of the fairness constraint, as in :class:`~fairpca.FairPCA`.
+    iterated_power : int or "auto", default="auto"
+        Power iterations of the randomized solver.
+    n_oversamples : int, default=10
+        Oversampling of the randomized solver.
+    random_state : int, RandomState instance or None, default=None
+        Seed for landmarks, random features and the randomized solver. The exact route with
+        a non-randomized solver is deterministic.
+
+    Attributes
+    ----------
+    gamma_ : float
+        Kernel coefficient used (resolved from ``gamma``).
+    approximation_ : str
+        Route used: ``"exact"``, ``"nystroem"`` or ``"rff"``.
+    exact_solver_ : str or None
+        Factorisation used by the exact route, else None.
+    kernel_map_ : object
+        The fitted feature map (``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``).
+    n_kernel_features_ : int
+        Dimension ``r`` of the kernel map (numerical rank of the kernel matrix, ``m`` or the
+        number of random features).
+    fair_pca_ : FairPCA
+        The linear fair PCA fitted on the kernel map of the training rows.
+    n_components_ : int
+        Number of fair components.
+    explained_variance_ : ndarray of shape (n_components_,)
+        Variance of the training rows along each fair direction in feature space.
+    explained_variance_ratio_ : ndarray of shape (n_components_,)
+        ``explained_variance_`` over the total feature-space variance of the kernel map.
+    constraint_rank_ : int
+        Rank of the fairness constraint in feature space.
+    mean_gap_ : float
+        Largest absolute difference between projected group means on the training rows.
+    groups_ : list of ndarray
+        Group labels of each sensitive attribute.
+    landmark_indices_ : ndarray or None
+        Training-row indices of the Nystroem landmarks, else None.
+    n_features_in_ : int
+        Number of input features (sensitive columns excluded).
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Input feature names, when ``X`` has string column names.
+
+    See Also
+    --------
+    fairpca.FairPCA : Linear fair PCA.
+    sklearn.decomposition.KernelPCA : Kernel PCA without fairness constraint.
+
+    References
+    ----------
+    M. Kleindessner, M. Donini, C. Russell, M. B. Zafar. Efficient fair PCA for fair
+    representation learning. AISTATS 2023 (Section 3.3, Algorithm 3).
+    C. Williams and M. Seeger. Using the Nystroem method to speed up kernel machines.
+    NeurIPS 2000.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fairpca import FairKernelPCA
+    >>> rng = np.random.default_rng(0)
+    >>> groups = rng.integers(0, 2, size=200)
+    >>> X = rng.normal(size=(200, 5)) + 1.5 * groups[:, None]
+    >>> fkpca = FairKernelPCA(n_components=2, kernel="rbf").fit(X, sensitive_features=groups)
+    >>> Y = fkpca.transform(X)
+    >>> bool(np.allclose(Y[groups == 0].mean(0), Y[groups == 1].mean(0)))
+    True
+    """
+
+    _parameter_constraints: ClassVar[dict] = {
+        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        "kernel": [StrOptions(set(KERNELS)), callable],
+        "gamma": [Interval(Real, 0, None, closed="neither"), StrOptions({"scale"}), None],
+        "degree": [Interval(Real, 0, None, closed="left")],
+        "coef0": [Real],
+        "kernel_params": [dict, None],
+        "constraint": [StrOptions({"demographic_parity", "equal_opportunity"})],
+        "pos_label": [Real, str, "boolean"],
+        "eo_objective": [StrOptions({"positive", "all"})],
+        "tradeoff": [Interval(Real, 0, None, closed="left")],
+        "sensitive_columns": [str, list, tuple, None],
+        "approximation": [StrOptions({"auto", "exact", "nystroem", "rff"})],
+        "n_landmarks": [Interval(Integral, 1, None, closed="left")],
+        "landmarks": [StrOptions({"uniform", "kmeans++"})],
+        "exact_max_samples": [Interval(Integral, 1, None, closed="left")],
+        "exact_solver": [StrOptions({"auto", "cholesky", "eigh"})],
+        "kernel_tol": [Interval(Real, 0, 1, closed="neither"), None],
+        "svd_solver": [StrOptions({"auto", "covariance_eigh", "full", "randomized"})],
+        "tol": [Interval(Real, 0, None, closed="left"), None],
+        "iterated_power": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        "n_oversamples": [Interval(Integral, 1, None, closed="left")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        n_components=None,
+        *,
+        kernel="rbf",
+        gamma="scale",
+        degree=3,
+        coef0=1,
+        kernel_params=None,
+        constraint="demographic_parity",
+        pos_label=1,
+        eo_objective="positive",
+        tradeoff=0.0,
+        sensitive_columns=None,
+        approximation="auto",
+        n_landmarks=1000,
+        landmarks="uniform",
+        exact_max_samples=5000,
+        exact_solver="auto",
+        kernel_tol=None,
+        svd_solver="auto",
+        tol=None,
+        iterated_power="auto",
+        n_oversamples=10,
+        random_state=None,
+    ):
+        self.n_components = n_components
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.kernel_params = kernel_params
+        self.constraint = constraint
+        self.pos_label = pos_label
+        self.eo_objective = eo_objective
+        self.tradeoff = tradeoff
+        self.sensitive_columns = sensitive_columns
+        self.approximation = approximation
+        self.n_landmarks = n_landmarks
+        self.landmarks = landmarks
+        self.exact_max_samples = exact_max_samples
+        self.exact_solver = exact_solver
+        self.kernel_tol = kernel_tol
+        self.svd_solver = svd_solver
+        self.tol = tol
+        self.iterated_power = iterated_power
+        self.n_oversamples = n_oversamples
+        self.random_state = random_state
+
+    # ------------------------------------------------------------------ helpers
+    def _column_splitter(self) -> FairPCA:
+        # FairPCA owns the sensitive-column conventions; reuse them for the kernel input.
+        return FairPCA(sensitive_columns=self.sensitive_columns)
+
+    def _resolve_route(self, n_samples: int) -> str:
+        route = self.approximation
+        if route == "auto":
+            small = n_samples <= self.exact_max_samples or n_samples <= self.n_landmarks
+            return "exact" if small else "nystroem"
+        if route == "nystroem" and self.n_landmarks > n_samples:
+            raise ValueError(
+                f"n_landmarks={self.n_landmarks} exceeds the number of training rows "
+                f"({n_samples}); Nystroem landmarks are training rows. Use "
+                f"n_landmarks <= {n_samples}, or approximation='exact' for small data."
+            )
+        if route == "rff" and self.kernel != "rbf":
+            raise ValueError(
+                f"approximation='rff' (random Fourier features) exists only for the rbf "
+                f"kernel, not kernel={self.kernel!r}; use approximation='nystroem'."
+            )
+        return route
+
+    def _resolve_exact_solver(self) -> str:
+        if self.exact_solver != "auto":
+            if self.exact_solver == "cholesky" and not is_psd_kernel(
+                self.kernel, self.degree, self.coef0
+            ):
+                raise ValueError(
+                    f"exact_solver='cholesky' needs a positive semi-definite kernel; "
+                    f"kernel={self.kernel!r} (degree={self.degree}, coef0={self.coef0}) may "
+                    "be indefinite. Use exact_solver='eigh', which keeps its positive part."
+                )
+            return self.exact_solver
+        return "cholesky" if is_psd_kernel(self.kernel, self.degree, self.coef0) else "eigh"
+
+    def _make_map(self, route: str, rng):
+        kernel_matrix = make_kernel(
+            self.kernel, self.gamma_, self.degree, self.coef0, self.kernel_params
+        )
+        if route == "exact":
+            return ExactKernelMap(kernel_matrix, self.exact_solver_, self.kernel_tol)
+        if route == "nystroem":
+            return NystroemMap(
+                kernel_matrix, self.n_landmarks, self.landmarks, self.kernel_tol, rng
+            )
+        return FourierMap(self.gamma_, self.n_landmarks, rng)
+
+    def _fit_map(self, X, y, sensitive_features) -> np.ndarray:
+        """Fit the kernel map and the linear fair PCA on it; return the training map."""
+        X, sensitive_features = self._column_splitter()._split_sensitive_columns(
+            X, sensitive_features
+        )
+        _check_numeric(X)
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
+        n_samples = X.shape[0]
+        rng = check_random_state(self.random_state)
+        self.gamma_ = resolve_gamma(self.gamma, X)
+        self.approximation_ = self._resolve_route(n_samples)
+        self.exact_solver_ = (
+            self._resolve_exact_solver() if self.approximation_ == "exact" else None
+        )
+        self.kernel_map_ = self._make_map(self.approximation_, rng)
+        Phi = self.kernel_map_.fit_transform(X)
+        self.n_kernel_features_ = Phi.shape[1]
+        self.landmark_indices_ = getattr(self.kernel_map_, "landmark_indices_", None)
+
+        self.fair_pca_ = FairPCA(
+            n_components=self.n_components,
+            constraint=self.constraint,
+            pos_label=self.pos_label,
+            eo_objective=self.eo_objective,
+            tradeoff=self.tradeoff,
+            svd_solver=self.svd_solver,
+            tol=self.tol,
+            iterated_power=self.iterated_power,
+            n_oversamples=self.n_oversamples,
+            random_state=rng,
+        )
+        try:
+            self.fair_pca_.fit(Phi, y, sensitive_features=sensitive_features)
+        except ValueError as error:
+            if "n_components" in str(error) or "No fair direction" in str(error):
+                raise ValueError(
+                    f"{error} (Here the features are the {Phi.shape[1]} dimensions of the "
+                    f"{self.approximation_} kernel map, i.e. the numerical rank of the kernel "
+                    "matrix or the approximation size.)"
+                ) from error
+            raise
+        fitted = self.fair_pca_
+        self.n_components_ = fitted.n_components_
+        self.explained_variance_ = fitted.explained_variance_
+        self.explained_variance_ratio_ = fitted.explained_variance_ratio_
+        self.constraint_rank_ = fitted.constraint_rank_
+        self.mean_gap_ = fitted.mean_gap_
+        self.groups_ = fitted.groups_
+        return Phi
+
+    def _project(self, Phi: np.ndarray) -> np.ndarray:
+        # A shallow copy takes the current tradeoff, so set_params(tradeoff=...) needs no refit.
+        linear = copy.copy(self.fair_pca_)
+        linear.tradeoff = self.tradeoff
+        return linear.transform(Phi)
+
+    # ------------------------------------------------------------------ public API
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y=None, *, sensitive_features=None):
+        """Fit fair kernel PCA.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data (numeric, finite).
+        y : array-like of shape (n_samples,), default=None
+            Labels; needed for ``constraint="equal_opportunity"``, ignored otherwise.
+        sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
+            Group labels of one attribute, or a 2-D array / DataFrame of several attributes.
+            Not needed when ``sensitive_columns`` is set.
+
+        Returns
+        -------
+        self : FairKernelPCA
+            The fitted estimator.
+        """
+        self._fit_map(X, y, sensitive_features)
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_transform(self, X, y=None, *, sensitive_features=None):
+        """Fit and return the fair representation of the training rows.
+
+        Reuses the training kernel map instead of mapping ``X`` a second time.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Training data.
+        y : array-like of shape (n_samples,), default=None
+            Labels (equal opportunity only).
+        sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
+            Group labels, unless ``sensitive_columns`` is set.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components_) or (n_samples, 2 * n_components_)
+            Fair features, followed by ``tradeoff`` times the kernel PCA features when
+            ``tradeoff > 0``.
+        """
+        return self._project(self._fit_map(X, y, sensitive_features))
+
+    def transform(self, X):
+        """Fair representation of (new) rows.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            Rows to map; sensitive columns named by ``sensitive_columns`` are dropped.
+
+        Returns
+        -------
+        X_new : ndarray of shape (n_samples, n_components_) or (n_samples, 2 * n_components_)
+            Fair features, followed by ``tradeoff`` times the kernel PCA features when
+            ``tradeoff > 0``.
+        """
+        check_is_fitted(self)
+        X = self._column_splitter()._drop_sensitive_columns(X)
+        _check_numeric(X)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self._project(self.kernel_map_.transform(X))
+
+    def get_feature_names_out(self, input_features=None):
+        """Output feature names: ``fairkernelpca0..k-1``, then ``kernelpca0..k-1``.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Ignored (the outputs are not input features).
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+        """
+        check_is_fitted(self)
+        names = [f"fairkernelpca{i}" for i in range(self.n_components_)]
+        if self.tradeoff > 0:
+            names += [f"kernelpca{i}" for i in range(self.n_components_)]
+        return np.asarray(names, dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.required = False
+        return tags

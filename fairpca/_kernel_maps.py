@@ -1,0 +1,299 @@
+"""Kernels and finite-dimensional kernel feature maps for fair kernel PCA.
+
+Every map here turns rows ``x`` into vectors ``phi(x)`` whose inner products reproduce (exactly
+or approximately) the kernel, so that fair kernel PCA becomes linear fair PCA on ``phi(X)``:
+
+- :class:`ExactKernelMap`: the empirical kernel map of the training rows. With the training
+  kernel centred in feature space, ``K_c = Phi Phi^T`` holds to machine precision; ``Phi`` is a
+  pivoted Cholesky factor (default, O(n^2 r)) or ``V S^{1/2}`` from ``K_c = V S V^T``.
+- :class:`NystroemMap`: the empirical kernel map of m landmark rows (Williams and Seeger 2000),
+  uniform or k-means++ chosen; O(n m^2) time, O(n m) memory.
+- :class:`FourierMap`: random Fourier features of the RBF kernel (Rahimi and Recht 2007),
+  scikit-learn's :class:`~sklearn.kernel_approximation.RBFSampler`.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+from scipy import linalg
+from sklearn.cluster import kmeans_plusplus
+from sklearn.kernel_approximation import RBFSampler
+from sklearn.metrics.pairwise import pairwise_kernels
+from sklearn.utils import check_random_state, gen_batches
+
+from ._linalg import matmul
+
+KERNELS = ("rbf", "poly", "sigmoid", "cosine", "linear")
+# Largest number of kernel entries materialised at once when mapping new rows.
+BATCH_ENTRIES = 1 << 23
+
+
+def resolve_gamma(gamma, X: np.ndarray) -> float:
+    """Numeric kernel coefficient: ``"scale"`` is ``1 / (d Var(X))`` (paper, App. C.1).
+
+    ``Var(X)`` is the variance of the flattened training array, as in scikit-learn's SVC; a
+    constant ``X`` gives ``1.0``. ``None`` is ``1 / d`` (scikit-learn's pairwise default).
+    """
+    n_features = X.shape[1]
+    if gamma == "scale":
+        variance = float(X.var())
+        return 1.0 / (n_features * variance) if variance > 0 else 1.0
+    if gamma is None:
+        return 1.0 / n_features
+    return float(gamma)
+
+
+def is_psd_kernel(kernel, degree, coef0) -> bool:
+    """Whether the kernel is positive semi-definite for every input (Cholesky-safe)."""
+    if kernel in ("rbf", "linear", "cosine"):
+        return True
+    if kernel == "poly":
+        return float(degree).is_integer() and coef0 >= 0
+    return False  # sigmoid is indefinite in general; a callable is unknown
+
+
+class KernelFunction:
+    """Picklable ``f(A, B) -> ndarray``: the kernel matrix between rows of A and B.
+
+    Built on :func:`sklearn.metrics.pairwise.pairwise_kernels`; checks that the values are
+    finite.
+    """
+
+    def __init__(self, kernel, gamma: float, degree, coef0, kernel_params):
+        self.kernel = kernel
+        if callable(kernel):
+            self.params = dict(kernel_params or {})
+        else:
+            self.params = {"gamma": gamma, "degree": degree, "coef0": coef0}
+
+    def __call__(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
+        K = pairwise_kernels(A, B, metric=self.kernel, filter_params=True, **self.params)
+        K = np.asarray(K, dtype=np.float64)
+        if not np.isfinite(K).all():
+            raise ValueError(
+                "the kernel produced non-finite values; check the kernel parameters (gamma, "
+                "degree, coef0) and, for a callable kernel, that it returns finite numbers."
+            )
+        return K
+
+
+def make_kernel(kernel, gamma: float, degree, coef0, kernel_params) -> KernelFunction:
+    """Return the kernel-matrix function of the given kernel and parameters."""
+    return KernelFunction(kernel, gamma, degree, coef0, kernel_params)
+
+
+def _batches(n_rows: int, n_columns: int):
+    return gen_batches(n_rows, max(1, BATCH_ENTRIES // max(n_columns, 1)))
+
+
+def center_kernel_inplace(K: np.ndarray) -> tuple[np.ndarray, float]:
+    """Centre a square training kernel in feature space, ``K <- H K H`` with ``H = I - 11^T/n``.
+
+    Returns the column means and the grand mean of the uncentred ``K`` (what
+    :class:`~sklearn.preprocessing.KernelCenterer` stores as ``K_fit_rows_`` and
+    ``K_fit_all_``), needed to centre the kernel of new rows.
+    """
+    column_means = K.mean(axis=0)
+    grand_mean = float(column_means.mean())
+    K -= column_means[np.newaxis, :]
+    K -= column_means[:, np.newaxis]
+    K += grand_mean
+    return column_means, grand_mean
+
+
+def center_new_kernel(K_new: np.ndarray, column_means: np.ndarray, grand_mean: float):
+    """Centre ``k(X_new, X_fit)`` in feature space, as ``KernelCenterer.transform`` does."""
+    K_new = K_new - column_means[np.newaxis, :]
+    K_new -= K_new.mean(axis=1, keepdims=True) + (column_means.mean() - grand_mean)
+    return K_new
+
+
+def _relative_threshold(scale: float, n: int, tol: float | None) -> float:
+    """Absolute cut-off below which a kernel eigenvalue / pivot counts as zero."""
+    relative = max(1e-12, 10 * n * np.finfo(np.float64).eps) if tol is None else tol
+    return max(relative * scale, np.finfo(np.float64).tiny)
+
+
+def _zero_strict_upper(A: np.ndarray, block: int = 512) -> None:
+    """Set the entries above the diagonal of ``A`` to zero, in place, block by block."""
+    for start in range(0, A.shape[1], block):
+        stop = min(start + block, A.shape[1])
+        A[:start, start:stop] = 0.0
+        square = A[start:stop, start:stop]
+        square[np.triu_indices(stop - start, 1)] = 0.0
+
+
+class ExactKernelMap:
+    """Empirical kernel map of the training rows, centred in feature space.
+
+    ``fit_transform(X)`` returns ``Phi`` (n x r) with ``Phi Phi^T = K_c`` (the centred training
+    kernel, rank r after dropping numerically-zero directions); ``transform(X_new)`` returns
+    ``phi(x) = Phi^+ k_c(x)``, the coordinates of the centred feature vector of ``x``
+    projected onto the span of the training feature vectors (the only part any kernel PCA
+    direction can see). ``Phi`` is determined up to an orthogonal transform of its columns.
+
+    Parameters
+    ----------
+    kernel_matrix : callable
+        ``kernel_matrix(A, B)`` as returned by :func:`make_kernel`.
+    solver : {"cholesky", "eigh"}
+        ``"cholesky"``: LAPACK's pivoted Cholesky ``P^T K_c P = L L^T`` (stops at the
+        numerical rank), ``Phi = P L``, ``phi(x) = L_11^{-1} k_c(x)[pivots]``. Needs a
+        positive semi-definite kernel. ``"eigh"``: ``K_c = V S V^T``, ``Phi = V S^{1/2}``,
+        ``phi(x) = S^{-1/2} V^T k_c(x)``; negative eigenvalues of an indefinite kernel are
+        dropped with the zero ones (the positive semi-definite part of ``K_c`` is used).
+    tol : float or None
+        Relative tolerance: eigenvalues (pivots) below ``tol * max`` are treated as zero.
+        ``None`` means ``max(1e-12, 10 n eps)``.
+    """
+
+    def __init__(self, kernel_matrix, solver: str = "cholesky", tol: float | None = None):
+        self.kernel_matrix = kernel_matrix
+        self.solver = solver
+        self.tol = tol
+
+    def fit_transform(self, X: np.ndarray) -> np.ndarray:
+        self.X_fit_ = X
+        K = self.kernel_matrix(X)
+        self.column_means_, self.grand_mean_ = center_kernel_inplace(K)
+        if self.solver == "cholesky":
+            return self._fit_cholesky(K)
+        return self._fit_eigh(K)
+
+    def _fit_cholesky(self, K: np.ndarray) -> np.ndarray:
+        n = K.shape[0]
+        threshold = _relative_threshold(float(np.max(np.diag(K), initial=0.0)), n, self.tol)
+        # K is symmetric, so K.T is the Fortran-ordered view LAPACK can overwrite in place.
+        factor, pivots, rank, info = linalg.lapack.dpstrf(
+            K.T, tol=threshold, lower=1, overwrite_a=1
+        )
+        if info < 0:  # pragma: no cover - argument error in the LAPACK call
+            raise RuntimeError(f"LAPACK dpstrf failed with info={info}")
+        del K
+        permutation = pivots - 1  # Fortran is 1-based
+        lower = factor[:, :rank]
+        _zero_strict_upper(lower)
+        self.pivots_ = permutation[:rank]
+        self.pivot_factor_ = np.array(lower[:rank], order="C")  # L_11, lower triangular
+        self.rank_ = rank
+        # Row i of L belongs to training row permutation[i]: Phi = P L.
+        return lower[np.argsort(permutation)]
+
+    def _fit_eigh(self, K: np.ndarray) -> np.ndarray:
+        n = K.shape[0]
+        values, vectors = linalg.eigh(K, overwrite_a=True, check_finite=False, driver="evd")
+        del K
+        threshold = _relative_threshold(float(max(values[-1], 0.0)), n, self.tol)
+        keep = np.flatnonzero(values > threshold)[::-1]
+        values, vectors = values[keep], vectors[:, keep]
+        self.eigenvalues_ = values
+        self.eigenvectors_ = vectors
+        self.rank_ = len(keep)
+        return vectors * np.sqrt(values)
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty((X.shape[0], self.rank_))
+        for rows in _batches(X.shape[0], self.X_fit_.shape[0]):
+            K_new = self.kernel_matrix(X[rows], self.X_fit_)
+            K_new = center_new_kernel(K_new, self.column_means_, self.grand_mean_)
+            if self.solver == "cholesky":
+                rhs = K_new[:, self.pivots_].T
+                out[rows] = linalg.solve_triangular(
+                    self.pivot_factor_, rhs, lower=True, check_finite=False
+                ).T
+            else:
+                out[rows] = matmul(K_new, self.eigenvectors_) / np.sqrt(self.eigenvalues_)
+        return out
+
+
+def choose_landmarks(X: np.ndarray, n_landmarks: int, method: str, random_state) -> np.ndarray:
+    """Indices of ``n_landmarks`` distinct rows of X, sorted; uniform or k-means++ seeding."""
+    rng = check_random_state(random_state)
+    if method == "uniform":
+        indices = rng.choice(X.shape[0], size=n_landmarks, replace=False)
+    else:
+        _, indices = kmeans_plusplus(X, n_clusters=n_landmarks, random_state=rng)
+        # k-means++ can pick a duplicate row twice; top up with unused rows.
+        indices = np.unique(indices)
+        if len(indices) < n_landmarks:
+            unused = np.setdiff1d(np.arange(X.shape[0]), indices)
+            extra = rng.choice(unused, size=n_landmarks - len(indices), replace=False)
+            indices = np.concatenate([indices, extra])
+    return np.sort(indices)
+
+
+class NystroemMap:
+    """Nystroem feature map ``phi(x) = S^{-1/2} V^T k(landmarks, x)`` (uncentred kernel).
+
+    ``K_mm = V S V^T`` is the landmark kernel; eigenvalues below ``tol * max`` are dropped
+    (scikit-learn's :class:`~sklearn.kernel_approximation.Nystroem` instead clips them to
+    1e-12, which amplifies rounding noise by up to 1e6 for the smooth kernels used here).
+    Centring in the approximate feature space is left to the linear fair PCA fitted on top
+    (it subtracts the training mean of ``phi``), which is exactly kernel centring of the
+    approximate kernel ``phi(x)^T phi(y)``. With all training rows as landmarks this is the
+    exact empirical kernel map up to an orthogonal transform.
+    """
+
+    def __init__(self, kernel_matrix, n_landmarks: int, landmarks: str, tol, random_state):
+        self.kernel_matrix = kernel_matrix
+        self.n_landmarks = n_landmarks
+        self.landmarks = landmarks
+        self.tol = tol
+        self.random_state = random_state
+
+    def fit(self, X: np.ndarray) -> NystroemMap:
+        self.landmark_indices_ = choose_landmarks(
+            X, self.n_landmarks, self.landmarks, self.random_state
+        )
+        self.landmarks_ = X[self.landmark_indices_]
+        K_mm = self.kernel_matrix(self.landmarks_)
+        K_mm = (K_mm + K_mm.T) / 2.0
+        values, vectors = linalg.eigh(K_mm, overwrite_a=True, check_finite=False, driver="evd")
+        threshold = _relative_threshold(float(max(values[-1], 0.0)), len(values), self.tol)
+        keep = np.flatnonzero(values > threshold)[::-1]
+        self.rank_ = len(keep)
+        self.normalization_ = vectors[:, keep] / np.sqrt(values[keep])
+        return self
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty((X.shape[0], self.rank_))
+        for rows in _batches(X.shape[0], len(self.landmarks_)):
+            out[rows] = matmul(self.kernel_matrix(X[rows], self.landmarks_), self.normalization_)
+        return out
+
+    def fit_transform(self, X: np.ndarray) -> np.ndarray:
+        return self.fit(X).transform(X)
+
+
+class FourierMap:
+    """Random Fourier features of the RBF kernel (scikit-learn's RBFSampler, batched)."""
+
+    def __init__(self, gamma: float, n_features: int, random_state):
+        self.gamma = gamma
+        self.n_features = n_features
+        self.random_state = random_state
+
+    def fit(self, X: np.ndarray) -> FourierMap:
+        seed = check_random_state(self.random_state).randint(np.iinfo(np.int32).max)
+        self.sampler_ = RBFSampler(
+            gamma=self.gamma, n_components=self.n_features, random_state=seed
+        ).fit(X)
+        self.rank_ = self.n_features
+        return self
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty((X.shape[0], self.n_features))
+        for rows in _batches(X.shape[0], self.n_features):
+            out[rows] = self.sampler_.transform(X[rows])
+        return out
+
+    def fit_transform(self, X: np.ndarray) -> np.ndarray:
+        return self.fit(X).transform(X)
+
+
+def check_positive_int(value, name: str) -> int:
+    if not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}.")
+    return int(value)
