@@ -1,0 +1,33 @@
+"""Re-log a kept audit output directory to MLflow (after a tracking outage)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from tasks.mlflow_logging import STATUS_FILE, log_output_dir
+
+__all__ = ["relog", "relog_output_dir"]
+
+
+@flow(name="fairness-relog")
+def relog(output_dir: str, tracking_uri: str, force: bool = False) -> dict[str, Any]:
+    """Log ``output_dir`` (written by an audit) to MLflow as a new, complete run."""
+    status_path = Path(output_dir) / STATUS_FILE
+    if status_path.is_file() and not force:
+        status = json.loads(status_path.read_text())
+        if status.get("status") == "FINISHED":
+            raise ValueError(
+                f"{output_dir} was already logged completely (run {status.get('run_id')}); "
+                "pass force=True to log it once more."
+            )
+    logged = log_output_dir(Path(output_dir), tracking_uri)
+    return {"run_id": logged.run_id, "model_version": logged.model_version}
+
+
+def relog_output_dir(output_dir: Path, tracking_uri: str, force: bool = False) -> dict[str, Any]:
+    """Run the :func:`relog` flow."""
+    return relog(str(Path(output_dir).resolve()), tracking_uri, force)

@@ -1,0 +1,456 @@
+"""MLflow logging of a kept audit output directory, with retries on transient errors.
+
+The audit writes everything to a local directory first (see :mod:`tasks.report`); this module
+logs that directory to MLflow. MLflow's active run is thread-local and Prefect runs tasks in
+worker threads, so everything goes through :class:`mlflow.MlflowClient` with an explicit
+``run_id``. Each step is a Prefect task with ``retries=3`` and exponential back-off that only
+retries transient errors (connection failures, 5xx, a locked SQLite store). If a step still
+fails, the run is marked FAILED (never FINISHED with half of its artifacts) and
+:class:`MlflowLoggingError` names the local directory, which :func:`log_output_dir` can
+re-log later (``fairpca relog DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.tasks import exponential_backoff
+
+__all__ = [
+    "AUDIT_FILE",
+    "RETRYING",
+    "STATUS_FILE",
+    "LoggedAudit",
+    "MlflowLoggingError",
+    "is_transient_mlflow_error",
+    "log_output_dir",
+    "save_model_locally",
+]
+
+AUDIT_FILE = "audit.json"
+STATUS_FILE = "mlflow_status.json"
+METRIC_BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
+
+_TRANSIENT_CODES = {
+    "TEMPORARILY_UNAVAILABLE",
+    "INTERNAL_ERROR",
+    "REQUEST_LIMIT_EXCEEDED",
+    "RESOURCE_EXHAUSTED",
+    "DEADLINE_EXCEEDED",
+    "ABORTED",
+}
+_TRANSIENT_TEXT = (
+    "max retries exceeded",
+    "connection refused",
+    "connection reset",
+    "connection aborted",
+    "remotedisconnected",
+    "read timed out",
+    "database is locked",
+    "temporarily unavailable",
+    "503",
+    "502",
+    "504",
+)
+
+
+class MlflowLoggingError(RuntimeError):
+    """Logging to MLflow failed after retries; the results are kept on local disk."""
+
+
+def is_transient_mlflow_error(exc: BaseException | None) -> bool:
+    """Whether an exception looks like a passing tracking-server problem worth retrying."""
+    if exc is None:
+        return False
+    try:
+        import requests
+
+        if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+            return True
+    except ImportError:  # pragma: no cover - requests comes with mlflow
+        pass
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    code = getattr(exc, "error_code", None)
+    if code in _TRANSIENT_CODES:
+        return True
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(fragment in text for fragment in _TRANSIENT_TEXT)
+
+
+def _retry_transient(task, task_run, state) -> bool:
+    data = getattr(state, "data", None)
+    exc = data if isinstance(data, BaseException) else None
+    if exc is None:
+        try:
+            result = state.result(raise_on_failure=False)
+        except Exception as error:
+            result = error
+        exc = result if isinstance(result, BaseException) else None
+    return is_transient_mlflow_error(exc)
+
+
+RETRYING = {
+    "retries": 3,
+    "retry_delay_seconds": exponential_backoff(backoff_factor=2),
+    "retry_jitter_factor": 0.2,
+    "retry_condition_fn": _retry_transient,
+    "cache_policy": NO_CACHE,
+}
+
+
+def _client(tracking_uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
+def default_artifact_location(tracking_uri: str) -> str | None:
+    """For a local SQLite store, keep artifacts next to the database (``mlartifacts/``)."""
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
+        return (db.parent / "mlartifacts").as_uri()
+    return None
+
+
+@task(name="mlflow-start-run", **RETRYING)
+def start_run(tracking_uri: str, audit: dict[str, Any]) -> str:
+    """Create (or, on a retry, find again) the audit's RUNNING run; return its id."""
+    client = _client(tracking_uri)
+    name = audit["experiment_name"]
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        try:
+            experiment_id = client.create_experiment(
+                name, artifact_location=default_artifact_location(tracking_uri)
+            )
+        except Exception as exc:  # another audit created it at the same time
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise exc
+            experiment_id = experiment.experiment_id
+    else:
+        experiment_id = experiment.experiment_id
+    existing = client.search_runs(
+        [experiment_id],
+        filter_string=f"tags.`fairpca.audit_id` = '{audit['audit_id']}' "
+        "and attributes.status = 'RUNNING'",
+        max_results=1,
+    )
+    if existing:
+        return existing[0].info.run_id
+    run = client.create_run(experiment_id, run_name=audit["run_name"], tags=audit["tags"])
+    return run.info.run_id
+
+
+@task(name="mlflow-log-params-metrics", **RETRYING)
+def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) -> int:
+    """Log params, tags and metrics (summary, per-lambda curves as steps, timings)."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    client = _client(tracking_uri)
+    now = int(time.time() * 1000)
+    params = [Param(key, str(value)[:6000]) for key, value in audit["params"].items()]
+    tags = [RunTag(key, str(value)[:5000]) for key, value in audit["tags"].items()]
+    metrics = [Metric(key, float(value), now, 0) for key, value in audit["metrics"].items()] + [
+        Metric(item["key"], float(item["value"]), now, int(item["step"]))
+        for item in audit["metric_steps"]
+    ]
+    existing = client.get_run(run_id).data.params
+    params = [p for p in params if p.key not in existing]
+    for start in range(0, max(len(params), 1), 100):
+        client.log_batch(run_id, params=params[start : start + 100])
+    client.log_batch(run_id, tags=tags)
+    for start in range(0, len(metrics), METRIC_BATCH):
+        client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
+    return len(metrics)
+
+
+ARTIFACT_FILES = ("report.md", "report.html", "tradeoff.png", "config.json", "metrics.csv")
+
+
+@task(name="mlflow-log-artifacts", **RETRYING)
+def log_artifacts(tracking_uri: str, run_id: str, out_dir: Path) -> list[str]:
+    """Log the report, plot, resolved config, metrics table and projection matrices."""
+    client = _client(tracking_uri)
+    out_dir = Path(out_dir)
+    logged = []
+    for name in ARTIFACT_FILES:
+        path = out_dir / name
+        if path.exists():
+            client.log_artifact(run_id, str(path), artifact_path="report")
+            logged.append(f"report/{name}")
+    if (out_dir / "projection").is_dir():
+        client.log_artifacts(run_id, str(out_dir / "projection"), artifact_path="projection")
+        logged.append("projection/")
+    table = pd.read_csv(out_dir / "metrics.csv")
+    client.log_table(run_id, data=table, artifact_file="metrics_table.json")
+    logged.append("metrics_table.json")
+    return logged
+
+
+@task(name="mlflow-log-model", **RETRYING)
+def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, Any]) -> dict:
+    """Log the kept pipeline with ``mlflow.sklearn.log_model`` and register a version."""
+    import mlflow
+    import mlflow.sklearn
+
+    client = _client(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)
+    model_dir = Path(out_dir) / "model"
+    pipeline = mlflow.sklearn.load_model(str(model_dir))
+    saved = mlflow.models.Model.load(str(model_dir))
+    example = saved.load_input_example(str(model_dir))
+    trusted = saved.flavors["sklearn"].get("skops_trusted_types")
+    experiment_id = client.get_run(run_id).info.experiment_id
+    # Create the logged model in the run's experiment (log_model would otherwise use the
+    # process-wide active experiment), then let log_model fill it.
+    logged = client.create_logged_model(
+        experiment_id, name="pipeline", source_run_id=run_id, tags=audit["model_tags"]
+    )
+    info = mlflow.sklearn.log_model(
+        pipeline,
+        name="pipeline",
+        model_id=logged.model_id,
+        run_id=run_id,
+        signature=saved.signature,
+        input_example=example,
+        pip_requirements=str(model_dir / "requirements.txt"),
+        code_paths=[str(p) for p in (model_dir / "code").iterdir()]
+        if (model_dir / "code").is_dir()
+        else None,
+        skops_trusted_types=trusted,
+    )
+    result = {"model_id": logged.model_id, "model_uri": info.model_uri, "version": None}
+    if audit["register_model"]:
+        name = audit["model_name"]
+        try:
+            client.create_registered_model(
+                name, description="Fair-representation pipelines audited by fairpca."
+            )
+        except Exception as exc:
+            if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                raise
+        version = client.create_model_version(
+            name,
+            source=info.model_uri,
+            run_id=run_id,
+            model_id=logged.model_id,
+            tags=audit["model_tags"],
+            description=audit["tags"].get("fairpca.decision_reasons", ""),
+        )
+        result["version"] = str(version.version)
+    return result
+
+
+@task(name="mlflow-set-alias", **RETRYING)
+def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> None:
+    """Point ``alias`` (e.g. ``champion``) at ``version``."""
+    _client(tracking_uri).set_registered_model_alias(model_name, alias, version)
+
+
+@task(name="mlflow-finish-run", **RETRYING)
+def finish_run(
+    tracking_uri: str,
+    run_id: str,
+    status: str,
+    tags: dict[str, str],
+    metrics: dict[str, float] | None = None,
+) -> None:
+    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)."""
+    from mlflow.entities import Metric, RunTag
+
+    client = _client(tracking_uri)
+    now = int(time.time() * 1000)
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+        tags=[RunTag(k, str(v)) for k, v in tags.items()],
+    )
+    client.set_terminated(run_id, status=status)
+
+
+@dataclass
+class LoggedAudit:
+    """Where an audit ended up in MLflow."""
+
+    run_id: str
+    experiment_id: str
+    model_version: str | None
+    champion_moved: bool
+    tracking_uri: str
+
+
+def save_model_locally(
+    pipeline, out_dir: Path, *, input_example: pd.DataFrame, pip_requirements: list[str]
+) -> Path:
+    """Save the pipeline as an MLflow model directory ``out_dir/model`` (kept first).
+
+    The ``fairpca`` package's Python sources travel with the model (``code_paths``), so the
+    model loads where only the pinned pip requirements are installed.
+    """
+    import mlflow.sklearn
+    from mlflow.models import infer_signature
+
+    signature = infer_signature(input_example, pipeline.predict(input_example))
+    trusted = trusted_types(pipeline)
+    target = Path(out_dir) / "model"
+    if target.exists():
+        shutil.rmtree(target)
+    with tempfile.TemporaryDirectory() as tmp:
+        code = _package_sources(Path(tmp))
+        mlflow.sklearn.save_model(
+            pipeline,
+            str(target),
+            signature=signature,
+            input_example=input_example,
+            pip_requirements=pip_requirements,
+            code_paths=[str(code)],
+            skops_trusted_types=trusted,
+        )
+    return target
+
+
+_TRUSTED_MODULES = ("fairpca.", "numpy", "sklearn.", "scipy.")
+
+
+def trusted_types(pipeline) -> list[str]:
+    """Types skops must be told to trust to reload the pipeline (MLflow saves with skops).
+
+    Only our own estimators and numpy/scikit-learn/scipy internals are accepted; anything
+    else is refused rather than silently trusted.
+    """
+    import skops.io
+
+    untrusted = skops.io.get_untrusted_types(data=skops.io.dumps(pipeline))
+    foreign = [name for name in untrusted if not name.startswith(_TRUSTED_MODULES)]
+    if foreign:
+        raise TypeError(
+            f"the pipeline holds types that are not from fairpca/numpy/scikit-learn: {foreign}; "
+            "they cannot be trusted for loading."
+        )
+    return sorted(untrusted)
+
+
+def _package_sources(tmp: Path) -> Path:
+    import fairpca
+
+    source = Path(fairpca.__file__).parent
+    target = tmp / "fairpca"
+    shutil.copytree(
+        source, target, ignore=shutil.ignore_patterns("data", "__pycache__", "*.pyc", "*.xz")
+    )
+    return target
+
+
+def _write_status(out_dir: Path, content: dict[str, Any]) -> None:
+    (Path(out_dir) / STATUS_FILE).write_text(json.dumps(content, indent=2))
+
+
+def read_audit(out_dir: Path) -> dict[str, Any]:
+    """The ``audit.json`` manifest of a kept output directory."""
+    path = Path(out_dir) / AUDIT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{out_dir} is not a fairpca audit output directory (no {AUDIT_FILE})."
+        )
+    return json.loads(path.read_text())
+
+
+def log_output_dir(out_dir: Path, tracking_uri: str, *, promote: bool | None = None) -> LoggedAudit:
+    """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
+
+    Parameters
+    ----------
+    out_dir : path
+        Directory written by the audit (``audit.json``, report, matrices, ``model/``).
+    tracking_uri : str
+        MLflow tracking (and registry) URI.
+    promote : bool, default=None
+        Whether the alias moves to the new version; None takes the audit's decision.
+
+    Raises
+    ------
+    MlflowLoggingError
+        If a step still fails after its retries. The run is marked FAILED first (when it
+        could be created) and the message names ``out_dir``, where the results are kept.
+    """
+    out_dir = Path(out_dir)
+    audit = read_audit(out_dir)
+    promote = audit["decision"]["promote"] if promote is None else promote
+    run_id = None
+    step = "start the run"
+    started = time.perf_counter()
+    _bounded_http_retries()
+    try:
+        run_id = start_run(tracking_uri, audit)
+        step = "log params and metrics"
+        log_params_metrics(tracking_uri, run_id, audit)
+        step = "log artifacts"
+        log_artifacts(tracking_uri, run_id, out_dir)
+        step = "log and register the model"
+        model = log_model(tracking_uri, run_id, out_dir, audit)
+        moved = False
+        if promote and model["version"] is not None:
+            step = "move the alias"
+            set_alias(tracking_uri, audit["model_name"], audit["champion_alias"], model["version"])
+            moved = True
+        step = "finish the run"
+        finish_run(
+            tracking_uri,
+            run_id,
+            "FINISHED",
+            {
+                "fairpca.model_version": str(model["version"]),
+                "fairpca.champion_moved": str(moved).lower(),
+            },
+            {"time_mlflow_logging_s": time.perf_counter() - started},
+        )
+    except Exception as exc:
+        if run_id is not None:
+            _mark_failed(tracking_uri, run_id, f"{step}: {exc}")
+        _write_status(out_dir, {"status": "FAILED", "run_id": run_id, "step": step})
+        raise MlflowLoggingError(
+            f"Logging the audit to MLflow at {tracking_uri} failed while trying to {step} "
+            f"({type(exc).__name__}: {exc}). "
+            + (f"Run {run_id} is marked FAILED. " if run_id else "")
+            + f"All results are kept in {out_dir.resolve()}; log them again with "
+            f"`fairpca relog {out_dir}` once the tracking server is reachable."
+        ) from exc
+    experiment_id = _client(tracking_uri).get_run(run_id).info.experiment_id
+    _write_status(
+        out_dir,
+        {"status": "FINISHED", "run_id": run_id, "model_version": model["version"]},
+    )
+    return LoggedAudit(run_id, experiment_id, model["version"], moved, tracking_uri)
+
+
+def _bounded_http_retries() -> None:
+    """Keep MLflow's own HTTP retries short (unless set), so the task retries govern."""
+    import os
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+def _mark_failed(tracking_uri: str, run_id: str, why: str) -> None:
+    """Best effort: the run must not stay RUNNING or look FINISHED."""
+    for attempt in range(3):
+        try:
+            client = _client(tracking_uri)
+            client.set_tag(run_id, "fairpca.logging_error", why[:5000])
+            client.set_terminated(run_id, status="FAILED")
+            return
+        except Exception:
+            time.sleep(2**attempt)

@@ -1,0 +1,126 @@
+"""Representation tasks: the preprocessor and the (fair) PCA variants, each fitted once."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from sklearn.decomposition import PCA
+
+__all__ = [
+    "FittedRepresentation",
+    "fit_preprocessor",
+    "fit_representation",
+    "make_representation",
+    "supports_tradeoff",
+]
+
+
+def make_preprocessor(X) -> Any:
+    """Unfitted ColumnTransformer (one-hot categoricals, standardized numerics)."""
+    from fairpca.datasets import make_preprocessor as make
+
+    return make(X)
+
+
+@task(name="fit-preprocessor", cache_policy=NO_CACHE)
+def fit_preprocessor(split) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Fit the preprocessor on the training rows only; return it and both encoded parts."""
+    preprocessor = make_preprocessor(split.X_train)
+    Z_train = np.asarray(preprocessor.fit_transform(split.X_train), dtype=np.float64)
+    Z_eval = np.asarray(preprocessor.transform(split.X_eval), dtype=np.float64)
+    return preprocessor, Z_train, Z_eval
+
+
+def make_representation(variant: str, k: int, *, equalize_covariance: float, seed: int) -> Any:
+    """Unfitted estimator for one representation variant (the one place that picks classes).
+
+    ``pca`` is standard PCA; ``fair_pca`` fair PCA for demographic parity (Algorithm 1),
+    ``fair_pca_eo`` the equal opportunity version fitted on the positive rows (Sec. 3.2),
+    ``fair_pca_s`` the variant that also equalizes group covariances with
+    ``l = max(k, floor(f * d))`` (Sec. 3.6), ``fair_kernel_pca`` the kernel version (Sec. 3.3).
+    """
+    if variant == "pca":
+        return PCA(n_components=k, random_state=seed)
+    from fairpca import FairPCA
+
+    if variant == "fair_pca":
+        return FairPCA(n_components=k, random_state=seed)
+    if variant == "fair_pca_eo":
+        return FairPCA(n_components=k, constraint="equal_opportunity", random_state=seed)
+    if variant == "fair_pca_s":
+        return FairPCA(n_components=k, equalize_covariance=equalize_covariance, random_state=seed)
+    if variant == "fair_kernel_pca":
+        from fairpca import FairKernelPCA
+
+        return FairKernelPCA(n_components=k, random_state=seed)
+    raise ValueError(f"unknown representation variant {variant!r}.")
+
+
+def supports_tradeoff(estimator: Any) -> bool:
+    """Whether the estimator appends ``tradeoff * PCA`` features (Sec. 3.1)."""
+    return "tradeoff" in estimator.get_params()
+
+
+def uses_sensitive_features(estimator: Any) -> bool:
+    """Whether ``fit`` takes ``sensitive_features`` (the fair variants)."""
+    return not isinstance(estimator, PCA)
+
+
+@dataclass
+class FittedRepresentation:
+    """One fitted variant with its training-time facts (no raw data)."""
+
+    variant: str
+    estimator: Any
+    fit_seconds: float
+    facts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tradeoff(self) -> bool:
+        return supports_tradeoff(self.estimator)
+
+    def matrices(self) -> dict[str, np.ndarray]:
+        """Projection matrices to keep as artifacts (components_, mean_, PCA components)."""
+        out = {}
+        for name in ("components_", "mean_", "pca_components_", "constraint_basis_"):
+            value = getattr(self.estimator, name, None)
+            if isinstance(value, np.ndarray):
+                out[name] = value
+        return out
+
+
+@task(name="fit-representation", cache_policy=NO_CACHE, task_run_name="fit-{variant}")
+def fit_representation(
+    variant: str,
+    Z_train: np.ndarray,
+    y_train: np.ndarray,
+    s_train,
+    *,
+    k: int,
+    equalize_covariance: float,
+    seed: int,
+) -> FittedRepresentation:
+    """Fit one variant on the encoded training rows (sensitive features passed at fit only)."""
+    k_eff = min(k, Z_train.shape[1] - 1)
+    estimator = make_representation(
+        variant,
+        k_eff,
+        equalize_covariance=equalize_covariance,
+        seed=seed,
+    )
+    start = time.perf_counter()
+    if uses_sensitive_features(estimator):
+        estimator.fit(Z_train, y_train, sensitive_features=s_train)
+    else:
+        estimator.fit(Z_train)
+    seconds = time.perf_counter() - start
+    facts = {"k": float(k_eff)}
+    gap = getattr(estimator, "mean_gap_", None)
+    if gap is not None:
+        facts["mean_gap_fit"] = float(gap)
+    return FittedRepresentation(variant, estimator, seconds, facts)

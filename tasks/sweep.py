@@ -1,0 +1,126 @@
+"""The lambda trade-off sweep: one fitted representation, many lambdas, all classifiers."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from prefect import task
+from prefect.artifacts import create_progress_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
+
+from fairpca import metrics as fm
+
+from .classify import fit_classifier
+from .evaluate import classifier_metrics, representation_metrics
+from .represent import FittedRepresentation
+
+__all__ = ["SweepResult", "lambda_sweep", "sweep_representation"]
+
+
+@dataclass
+class SweepResult:
+    """Rows of the metrics table for one variant and its fitted classifiers."""
+
+    variant: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    classifiers: dict[tuple[int, str], Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _features(rep: FittedRepresentation, Z: np.ndarray, lam: float | None) -> np.ndarray:
+    if lam is not None:
+        rep.estimator.set_params(tradeoff=lam)
+    return np.asarray(rep.estimator.transform(Z), dtype=np.float64)
+
+
+def sweep_representation(
+    rep: FittedRepresentation,
+    Z_train: np.ndarray,
+    Z_eval: np.ndarray,
+    split,
+    config,
+    sigma: float,
+    progress=None,
+) -> SweepResult:
+    """Evaluate ``rep`` at every lambda with every classifier (no refit of ``rep``).
+
+    Fair PCA is fitted once; changing ``tradeoff`` only changes how many PCA features are
+    appended and their weight (Sec. 3.1), so each lambda costs one transform. Variants
+    without a trade-off (standard PCA) give one row per classifier with ``lambda`` NaN.
+    """
+    start = time.perf_counter()
+    lambdas: list[float | None] = list(config.lambdas) if rep.tradeoff else [None]
+    result = SweepResult(rep.variant)
+    components = getattr(rep.estimator, "components_", None)
+    var_explained = (
+        fm.explained_variance_fraction(Z_eval, components) if components is not None else np.nan
+    )
+    k = int(rep.facts["k"])
+    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
+    constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
+    for index, lam in enumerate(lambdas):
+        F_train = _features(rep, Z_train, lam)
+        F_eval = _features(rep, Z_eval, lam)
+        shared = {
+            "variant": rep.variant,
+            "lambda_index": index,
+            "lambda": np.nan if lam is None else float(lam),
+            "n_features": F_train.shape[1],
+            "var_explained": float(var_explained),
+            **representation_metrics(
+                F_train,
+                F_eval,
+                split.s_train,
+                split.s_eval,
+                fair_columns=k,
+                constraint_rows=constraint_rows,
+                sigma=sigma,
+                max_rows=config.metric_max_rows,
+                seed=config.seed,
+            ),
+        }
+        for name in config.classifiers:
+            t0 = time.perf_counter()
+            classifier = fit_classifier(
+                name,
+                F_train,
+                split.y_train,
+                seed=config.seed,
+                max_rows=config.svc_max_train_rows if name == "rbf_svc" else None,
+            )
+            y_pred = classifier.predict(F_eval)
+            row = {**shared, "classifier": name}
+            row.update(classifier_metrics(split.y_eval, y_pred, split.s_eval))
+            row["classifier_seconds"] = time.perf_counter() - t0
+            result.rows.append(row)
+            result.classifiers[(index, name)] = classifier
+        if progress is not None:
+            progress(rep.variant, index + 1, len(lambdas))
+    if rep.tradeoff:
+        rep.estimator.set_params(tradeoff=0.0)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+@task(name="lambda-sweep", cache_policy=NO_CACHE, task_run_name="sweep-{variant}")
+def lambda_sweep(
+    variant: str,
+    rep: FittedRepresentation,
+    Z_train: np.ndarray,
+    Z_eval: np.ndarray,
+    split,
+    config,
+    sigma: float,
+) -> SweepResult:
+    """Prefect task around :func:`sweep_representation`, with a progress artifact."""
+    artifact_id = create_progress_artifact(
+        progress=0.0, description=f"lambda sweep of {variant} (% of lambdas done)"
+    )
+
+    def progress(_variant: str, done: int, total: int) -> None:
+        update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
+
+    return sweep_representation(rep, Z_train, Z_eval, split, config, sigma, progress)
