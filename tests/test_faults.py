@@ -1,0 +1,436 @@
+"""Faults that must not lose data (issue 5), against a real ``mlflow server`` subprocess.
+
+- two audits at the same time against one server each keep their own complete artifacts;
+- a short tracking-server outage while a flow logs is absorbed by the task retries;
+- a tracking server that dies while a flow logs: retries with back-off, then a clear failure
+  that names the local directory; the run is not left FINISHED; after a restart the kept
+  directory is logged again, completely;
+- a bad config fails at parameter validation, before any task and any MLflow run.
+
+The MLflow server (SQLite backend, ``--artifacts-destination``, one worker, 127.0.0.1, free
+port) and a Prefect test server start once per session. MLflow's own HTTP retries are turned
+off here so that the Prefect task retries (2, 4, 8 s back-off) are what is exercised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+prefect_testing = pytest.importorskip("prefect.testing.utilities")
+mlflow = pytest.importorskip("mlflow")
+
+VARIANTS = ["pca", "fair_pca"]
+REPORT_FILES = ["report.md", "report.html", "tradeoff.png", "config.json", "metrics.csv"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class MlflowServer:
+    """``mlflow server`` in its own process group; restartable on the same port and store."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.port = free_port()
+        self.log = root / "mlflow-server.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def launch(self) -> None:
+        command = [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{self.root / 'mlflow.db'}",
+            "--artifacts-destination",
+            str(self.root / "mlartifacts"),
+            "--workers",
+            "1",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+        ]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait_healthy(self, timeout: float = 150.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"mlflow server exited:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"mlflow server not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def start(self) -> None:
+        self.launch()
+        self.wait_healthy()
+
+    def is_up(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """Abrupt death of the server and its workers (SIGKILL to the process group)."""
+        if self.is_up():
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.is_up():
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+class OutageProxy:
+    """TCP proxy to the server that can drop every connection for a while (an outage)."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.up = threading.Event()
+        self.up.set()
+        self.open: set[socket.socket] = set()
+        self.lock = threading.Lock()
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def uri(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.up.is_set():
+                self.dropped += 1
+                client.close()
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            with self.lock:
+                self.open.update((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                with self.lock:
+                    self.open.discard(sock)
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def outage(self) -> None:
+        self.up.clear()
+        with self.lock:
+            sockets = list(self.open)
+            self.open.clear()
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+            except OSError:
+                pass
+
+    def restore(self) -> None:
+        self.up.set()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture(scope="session")
+def _servers(tmp_path_factory):
+    """MLflow server + Prefect test server, started in parallel, stopped at the end."""
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    server.launch()
+    try:
+        with prefect_testing.prefect_test_harness(server_startup_timeout=120):
+            server.wait_healthy()
+            yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def server(_servers, monkeypatch):
+    """The session's MLflow server, running; MLflow's own HTTP retries off (Prefect retries)."""
+    if not _servers.is_up():
+        _servers.start()
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+    return _servers
+
+
+def tiny_config(tracking_uri: str, output_dir: Path, **overrides):
+    from flows.config import AuditConfig
+
+    values = {
+        "dataset": "german",
+        "k": 2,
+        "variants": VARIANTS,
+        "lambdas": [0.0, 1.0],
+        "classifiers": ["logreg"],
+        "seed": 0,
+        "tracking_uri": tracking_uri,
+        "output_dir": output_dir,
+        "experiment_name": "faults",
+        "model_name": "fairpca-faults",
+        **overrides,
+    }
+    return AuditConfig(**values)
+
+
+def run_in_thread(function, *args, **kwargs) -> tuple[threading.Thread, dict]:
+    """Run ``function`` in a thread that sees this thread's Prefect settings context."""
+    box: dict = {}
+    context = contextvars.copy_context()
+
+    def target():
+        try:
+            box["result"] = context.run(function, *args, **kwargs)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
+    out: set[str] = set()
+    for info in client.list_artifacts(run_id, path):
+        out |= artifact_paths(client, run_id, info.path) if info.is_dir else {info.path}
+    return out
+
+
+def assert_complete_run(client, run_id: str, tmp_path: Path) -> None:
+    """FINISHED, with every artifact, matrices matching their SHA-256 tags, a model version."""
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED", run.info.status
+    assert run.data.metrics and run.data.params
+    paths = artifact_paths(client, run_id)
+    expected = {f"report/{name}" for name in REPORT_FILES} | {"metrics_table.json"}
+    for variant in VARIANTS:
+        expected |= {f"projection/{variant}/components_.npy", f"projection/{variant}/mean_.npy"}
+    assert expected <= paths, f"missing artifacts: {sorted(expected - paths)}"
+    for variant in VARIANTS:
+        local = client.download_artifacts(
+            run_id, f"projection/{variant}/components_.npy", str(tmp_path / run_id)
+        )
+        digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
+        tagged = {v for k, v in run.data.tags.items() if k.startswith("fairpca.sha256.")}
+        assert digest in tagged, f"{variant} components_.npy does not match its SHA-256 tag"
+        components = np.load(local)
+        np.testing.assert_allclose(components @ components.T, np.eye(len(components)), atol=1e-8)
+    versions = client.search_model_versions(f"run_id = '{run_id}'")
+    assert len(versions) == 1, versions
+
+
+def mlflow_client(uri: str):
+    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def wait_for_run(client, audit_id: str, *, with_metrics: bool, timeout: float = 120.0):
+    """Poll the server until the audit's run exists (and has metrics); return it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            runs = client.search_runs(
+                [e.experiment_id for e in client.search_experiments()],
+                filter_string=f"tags.`fairpca.audit_id` = '{audit_id}'",
+            )
+        except Exception:
+            runs = []
+        if runs and (runs[0].data.metrics or not with_metrics):
+            return runs[0]
+        time.sleep(0.05)
+    raise AssertionError(f"run of audit {audit_id} did not appear within {timeout}s")
+
+
+def task_runs_of(flow_run_id):
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async def read():
+        async with get_client() as client:
+            return await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+            )
+
+    return asyncio.run(read())
+
+
+def test_two_audits_at_once_keep_their_own_complete_artifacts(server, tmp_path):
+    from flows.audit import fairness_audit
+
+    configs = [tiny_config(server.uri, tmp_path / "out", seed=seed) for seed in (1, 2)]
+    started = [run_in_thread(fairness_audit, config) for config in configs]
+    for thread, _ in started:
+        thread.join(timeout=300)
+    results = []
+    for _, box in started:
+        assert "error" not in box, f"audit failed: {box.get('error')!r}"
+        results.append(box["result"])
+    client = mlflow_client(server.uri)
+    assert results[0].run_id != results[1].run_id
+    assert results[0].model_version != results[1].model_version
+    runs = [client.get_run(r.run_id) for r in results]
+    # Each run holds its own config and its own matrices (different seeds, different splits).
+    assert [run.data.params["seed"] for run in runs] == ["1", "2"]
+    hashes = [
+        {k: v for k, v in run.data.tags.items() if k.startswith("fairpca.sha256.")} for run in runs
+    ]
+    assert hashes[0] and hashes[0] != hashes[1]
+    for result in results:
+        assert_complete_run(client, result.run_id, tmp_path)
+    # The two flow runs really overlapped in time.
+    starts_ends = [(run.info.start_time, run.info.end_time) for run in runs]
+    (s0, e0), (s1, e1) = starts_ends
+    assert s0 < e1 and s1 < e0, f"runs did not overlap: {starts_ends}"
+
+
+def test_short_outage_while_logging_is_retried_and_the_run_completes(server, tmp_path):
+    from flows.audit import fairness_audit
+
+    proxy = OutageProxy(server.port)
+    audit_id = f"outage-{uuid.uuid4().hex[:8]}"
+    config = tiny_config(proxy.uri, tmp_path / "out", run_name=audit_id)
+    direct = mlflow_client(server.uri)
+    try:
+        thread, box = run_in_thread(fairness_audit, config, return_state=True)
+        wait_for_run(direct, audit_id, with_metrics=False)
+        proxy.outage()  # every request fails for 3 s, then the server is reachable again
+        time.sleep(3.0)
+        proxy.restore()
+        thread.join(timeout=300)
+    finally:
+        proxy.close()
+    assert "error" not in box, repr(box.get("error"))
+    state = box["result"]
+    assert state.is_completed(), state.message
+    assert proxy.dropped > 0, "the outage hit no request; the test proved nothing"
+    result = state.result()
+    assert_complete_run(direct, result.run_id, tmp_path)
+    retried = [t for t in task_runs_of(state.state_details.flow_run_id) if t.run_count > 1]
+    assert any(t.name.startswith("mlflow-") for t in retried), "no MLflow task was retried"
+
+
+def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_path):
+    from flows.audit import fairness_audit
+    from tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+
+    audit_id = f"death-{uuid.uuid4().hex[:8]}"
+    config = tiny_config(server.uri, tmp_path / "out", run_name=audit_id)
+    client = mlflow_client(server.uri)
+    thread, box = run_in_thread(fairness_audit, config, return_state=True)
+    run = wait_for_run(client, audit_id, with_metrics=True)
+    server.kill()  # half-way through logging: params and metrics are in, the rest is not
+    started = time.monotonic()
+    thread.join(timeout=300)
+    failed_after = time.monotonic() - started
+    assert "error" not in box, repr(box.get("error"))
+    state = box["result"]
+    assert state.is_failed(), f"flow did not fail: {state}"
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, MlflowLoggingError), repr(error)
+    out_dir = tmp_path / "out" / audit_id
+    message = str(error)
+    assert str(out_dir.resolve()) in message and "fairpca relog" in message, message
+    # Retries with back-off (2 + 4 + 8 s) before giving up.
+    assert failed_after >= 10, f"gave up after {failed_after:.1f}s: no back-off"
+    # Everything is kept on local disk.
+    for name in ["audit.json", *REPORT_FILES, "model/MLmodel"]:
+        assert (out_dir / name).is_file(), name
+    for variant in VARIANTS:
+        assert (out_dir / "projection" / variant / "components_.npy").is_file()
+    status = json.loads((out_dir / "mlflow_status.json").read_text())
+    assert status["status"] == "FAILED" and status["run_id"] == run.info.run_id
+
+    server.start()  # same port, same SQLite store and artifact root
+    left = client.get_run(run.info.run_id)
+    assert left.info.status != "FINISHED", "a half-logged run is marked FINISHED"
+    assert left.info.status in ("RUNNING", "FAILED"), left.info.status
+
+    logged = log_output_dir(out_dir, server.uri)  # `fairpca relog DIR`
+    assert_complete_run(client, logged.run_id, tmp_path)
+    status = json.loads((out_dir / "mlflow_status.json").read_text())
+    assert status["status"] == "FINISHED" and status["run_id"] == logged.run_id
+
+
+def test_bad_config_fails_at_validation_before_any_work(server, tmp_path):
+    from flows.audit import fairness_audit
+
+    client = mlflow_client(server.uri)
+    before = len(client.search_runs([e.experiment_id for e in client.search_experiments()]))
+    bad = {
+        "dataset": "german",
+        "data": str(tmp_path / "x.csv"),  # two data sources: a cross-field error
+        "label": "y",
+        "sensitive": ["s"],
+        "k": 2,
+        "tracking_uri": server.uri,
+        "output_dir": str(tmp_path / "out"),
+    }
+    state = fairness_audit(config=bad, return_state=True)
+    assert state.is_failed()
+    assert "exactly one data source" in state.message, state.message
+    assert task_runs_of(state.state_details.flow_run_id) == []
+    assert not (tmp_path / "out").exists()
+    after = len(client.search_runs([e.experiment_id for e in client.search_experiments()]))
+    assert after == before
+
+    state = fairness_audit(config={"dataset": "german", "k": 0}, return_state=True)
+    assert state.is_failed()
+    assert "k" in state.message and "greater than or equal to 1" in state.message, state.message
