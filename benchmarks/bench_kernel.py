@@ -1,0 +1,275 @@
+"""FairKernelPCA benchmarks: exact route vs scikit-learn KernelPCA, Nystroem at scale, quality.
+
+Usage::
+
+    python benchmarks/bench_kernel.py                 # all three tables (about 10 minutes)
+    python benchmarks/bench_kernel.py --quick         # tiny sizes (used by the test suite)
+    python benchmarks/bench_kernel.py --only exact    # one table: exact | scale | quality
+    python benchmarks/bench_kernel.py --threads 1     # BLAS threads (default: library default)
+
+Tables
+------
+1. exact fit: ``FairKernelPCA(k, approximation="exact").fit`` beside
+   ``KernelPCA(k, kernel="rbf").fit`` on the same Adult rows (same gamma), median of
+   ``--repeats`` alternating runs, and the paper's literal Algorithm 3 (null space + the
+   regularised generalised eigenproblem) where it fits in time.
+2. Nystroem at scale: n = 10k, 40k, 100k Adult-like rows (Adult rows resampled with
+   replacement), m landmarks; wall time, peak traced allocations (tracemalloc) and the
+   process's peak resident memory, each configuration in a fresh subprocess.
+3. quality: Adult, 5,000 training and 5,000 evaluation rows, k = d - 1 (paper, App. C.1),
+   an RBF SVC (C = 1 / (2 n 5e-5), paper) on each representation: accuracy and demographic
+   parity difference of the exact route and of the approximations, over several draws.
+
+All data come from the bundled Adult copy (``fairpca.datasets.load_adult``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gc
+import json
+import resource
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from fairpca._kernel import FairKernelPCA  # noqa: E402
+from fairpca._kernel_maps import make_kernel, resolve_gamma  # noqa: E402
+from fairpca.datasets import load_adult, make_preprocessor  # noqa: E402
+
+
+# --------------------------------------------------------------------------- data
+@functools.lru_cache(maxsize=1)
+def adult_matrix():
+    """All Adult rows, one-hot + standardised (preprocessor fitted on all rows), and sex."""
+    data = load_adult()
+    X = make_preprocessor(data.X).fit_transform(data.X)
+    return np.asarray(X, dtype=np.float64), data.sensitive["sex"].to_numpy(), data.y.to_numpy()
+
+
+def adult_like(n: int, seed: int = 0):
+    """n Adult rows drawn with replacement (more rows than Adult has for n = 100k)."""
+    X, sex, _ = adult_matrix()
+    rows = np.random.default_rng(seed).choice(len(X), size=n, replace=n > len(X))
+    return np.ascontiguousarray(X[rows]), sex[rows]
+
+
+def time_once(fn) -> float:
+    gc.collect()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+# --------------------------------------------------------------------------- table 1
+def paper_algorithm3(X, groups, k, gamma):
+    """Algorithm 3 as in the paper: centred K, R, and eigh(A, B + 1e-5 I)."""
+    from fairpca._kernel_maps import center_kernel_inplace
+    from fairpca._kernel_reference import PAPER_REGULARIZATION, fair_kernel_pca_reference
+
+    K = make_kernel("rbf", gamma, 3, 1, None)(X)
+    center_kernel_inplace(K)
+    Z = (groups[:, None] == np.unique(groups)[None, :]).astype(float)
+    return fair_kernel_pca_reference(K, Z - Z.mean(0), k, regularization=PAPER_REGULARIZATION)
+
+
+def bench_exact(sizes, k: int, repeats: int, paper_max: int) -> None:
+    from sklearn.decomposition import KernelPCA
+
+    print(f"\n## exact fit (rbf, gamma='scale', k={k}; median of {repeats}, seconds)")
+    header = (
+        f"{'n':>6} {'fair exact':>10} {'KernelPCA':>10} {'ratio':>6} "
+        f"{'fair eigh':>10} {'paper Alg3':>10}"
+    )
+    print(header)
+    for n in sizes:
+        X, sex = adult_like(n, seed=1)
+        gamma = resolve_gamma("scale", X)
+        fair = FairKernelPCA(k, approximation="exact", random_state=0)
+        kpca = KernelPCA(k, kernel="rbf", gamma=gamma, random_state=0)
+        fair_t, kpca_t = [], []
+        for _ in range(repeats):
+            fair_t.append(time_once(lambda: fair.fit(X, sensitive_features=sex)))  # noqa: B023
+            kpca_t.append(time_once(lambda: kpca.fit(X)))  # noqa: B023
+        fair_med, kpca_med = float(np.median(fair_t)), float(np.median(kpca_t))
+        eigh = "-"
+        paper = "-"
+        if n <= paper_max:
+            eigh_est = FairKernelPCA(k, approximation="exact", exact_solver="eigh", random_state=0)
+            eigh = f"{time_once(lambda: eigh_est.fit(X, sensitive_features=sex)):.2f}"  # noqa: B023
+            paper = f"{time_once(lambda: paper_algorithm3(X, sex, k, gamma)):.2f}"  # noqa: B023
+        print(
+            f"{n:>6} {fair_med:>10.2f} {kpca_med:>10.2f} {fair_med / kpca_med:>6.2f} "
+            f"{eigh:>10} {paper:>10}",
+            flush=True,
+        )
+
+
+# --------------------------------------------------------------------------- table 2
+def scale_worker(n: int, m: int, landmarks: str, k: int) -> dict:
+    """One Nystroem fit + transform in this (fresh) process; returns time and memory."""
+    X, sex = adult_like(n, seed=2)
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    tracemalloc.start()
+    est = FairKernelPCA(
+        k, approximation="nystroem", n_landmarks=m, landmarks=landmarks, random_state=0
+    )
+    start = time.perf_counter()
+    T = est.fit_transform(X, sensitive_features=sex)
+    elapsed = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    gap = max(abs(T[sex == g].mean(0) - T.mean(0)).max() for g in np.unique(sex))
+    return {
+        "n": n,
+        "m": m,
+        "landmarks": landmarks,
+        "seconds": elapsed,
+        "traced_peak_mb": peak / 2**20,
+        "rss_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "rss_base_mb": base_rss / 1024,
+        "group_mean_gap": float(gap / abs(T).max()),
+    }
+
+
+def bench_scale(configs, k: int, threads) -> None:
+    print(f"\n## Nystroem fit_transform at scale (k={k}; one fresh process per row)")
+    print(
+        f"{'n':>7} {'m':>5} {'landmarks':>9} {'seconds':>8} {'traced MB':>9} "
+        f"{'RSS MB':>7} {'(base)':>7} {'mean gap':>9}"
+    )
+    for n, m, landmarks in configs:
+        command = [
+            sys.executable, __file__, "--worker", json.dumps([n, m, landmarks, k]),
+            "--threads", str(threads if threads is not None else 0),
+        ]  # fmt: skip
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(
+            f"{r['n']:>7} {r['m']:>5} {r['landmarks']:>9} {r['seconds']:>8.2f} "
+            f"{r['traced_peak_mb']:>9.0f} {r['rss_peak_mb']:>7.0f} {r['rss_base_mb']:>7.0f} "
+            f"{r['group_mean_gap']:>9.1e}",
+            flush=True,
+        )
+
+
+# --------------------------------------------------------------------------- table 3
+def bench_quality(n_train: int, seeds, routes) -> None:
+    from sklearn.svm import SVC
+
+    from fairpca.metrics import demographic_parity_difference
+
+    data = load_adult()
+    print(
+        f"\n## quality on Adult: {n_train} train / {n_train} eval rows, RBF SVC on the "
+        "representation (mean over draws; diff = route - exact)"
+    )
+    results: dict[str, list] = {name: [] for name, _ in routes}
+    k_used = None
+    for seed in seeds:
+        rows = np.random.default_rng(seed).permutation(data.n_samples)[: 2 * n_train]
+        train, test = rows[:n_train], rows[n_train:]
+        prep = make_preprocessor(data.X).fit(data.X.iloc[train])
+        X_tr = np.asarray(prep.transform(data.X.iloc[train]), dtype=np.float64)
+        X_te = np.asarray(prep.transform(data.X.iloc[test]), dtype=np.float64)
+        y_tr, y_te = data.y.to_numpy()[train], data.y.to_numpy()[test]
+        s_tr, s_te = data.sensitive["sex"].to_numpy()[train], data.sensitive["sex"].to_numpy()[test]
+        k_used = X_tr.shape[1] - 1  # k = d - 1 as in the paper (Appendix C.1)
+        for name, params in routes:
+            est = FairKernelPCA(k_used, random_state=seed, **params)
+            start = time.perf_counter()
+            R_tr = est.fit_transform(X_tr, sensitive_features=s_tr)
+            R_te = est.transform(X_te)
+            seconds = time.perf_counter() - start
+            svc = SVC(kernel="rbf", C=1.0 / (2 * n_train * 5e-5)).fit(R_tr, y_tr)
+            pred = svc.predict(R_te)
+            accuracy = float(np.mean(pred == y_te))
+            dp = float(demographic_parity_difference(pred, s_te))
+            results[name].append((accuracy, dp, seconds))
+    print(f"k = {k_used}; draws = {len(list(seeds))}")
+    print(
+        f"{'route':<22} {'accuracy':>8} {'DP diff':>8} {'acc diff':>9} {'DP diff':>8} "
+        f"{'max|acc|':>8} {'max|DP|':>8} {'fit+transform s':>15}"
+    )
+    exact = np.array(results[routes[0][0]])
+    for name, _ in routes:
+        r = np.array(results[name])
+        d_acc, d_dp = r[:, 0] - exact[:, 0], r[:, 1] - exact[:, 1]
+        print(
+            f"{name:<22} {r[:, 0].mean():>8.4f} {r[:, 1].mean():>8.4f} "
+            f"{100 * d_acc.mean():>+8.2f}pt {d_dp.mean():>+8.4f} "
+            f"{100 * np.abs(d_acc).max():>6.2f}pt {np.abs(d_dp).max():>8.4f} "
+            f"{r[:, 2].mean():>15.2f}",
+            flush=True,
+        )
+
+
+# --------------------------------------------------------------------------- main
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--only", choices=["exact", "scale", "quality"], action="append")
+    parser.add_argument("--threads", type=int, default=None, help="BLAS threads (0 = default)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    threads = args.threads or None
+
+    with threadpool_limits(threads):
+        if args.worker:
+            print(json.dumps(scale_worker(*json.loads(args.worker))))
+            return
+        blas = sorted({(i["prefix"], i["num_threads"]) for i in threadpool_info()})
+        print(f"BLAS pools (prefix, threads): {blas}")
+        tables = args.only or ["exact", "scale", "quality"]
+        if args.quick:
+            if "exact" in tables:
+                bench_exact([300], k=5, repeats=1, paper_max=300)
+            if "scale" in tables:
+                bench_scale([(2_000, 100, "kmeans++")], 5, threads)
+            if "quality" in tables:
+                bench_quality(300, seeds=[0], routes=QUALITY_ROUTES_QUICK)
+            return
+        if "exact" in tables:
+            bench_exact([1_000, 2_000, 5_000], k=5, repeats=args.repeats, paper_max=2_000)
+        if "scale" in tables:
+            configs = [
+                (10_000, 1_000, "uniform"),
+                (40_000, 1_000, "uniform"),
+                (40_000, 2_000, "uniform"),
+                (40_000, 1_000, "kmeans++"),
+                (100_000, 1_000, "uniform"),
+                (100_000, 2_000, "uniform"),
+            ]
+            bench_scale(configs, 10, threads)
+        if "quality" in tables:
+            bench_quality(5_000, seeds=[0, 1, 2], routes=QUALITY_ROUTES)
+
+
+QUALITY_ROUTES = [
+    ("exact", {"approximation": "exact"}),
+    ("nystroem m=1000", {"approximation": "nystroem", "n_landmarks": 1000}),
+    ("nystroem m=2000", {"approximation": "nystroem", "n_landmarks": 2000}),
+    (
+        "nystroem m=1000 k-means++",
+        {"approximation": "nystroem", "n_landmarks": 1000, "landmarks": "kmeans++"},
+    ),
+    ("rff D=2000", {"approximation": "rff", "n_landmarks": 2000}),
+]
+QUALITY_ROUTES_QUICK = [
+    ("exact", {"approximation": "exact"}),
+    ("nystroem m=100", {"approximation": "nystroem", "n_landmarks": 100}),
+]
+
+if __name__ == "__main__":
+    main()
