@@ -178,8 +178,8 @@ if [[ -z "${FAIRPCA_DATA_DIR:-}" && -d "$REPO_DIR/../shared/datasets" ]]; then
 fi
 unset MLFLOW_REGISTRY_URI MLFLOW_EXPERIMENT_NAME MLFLOW_EXPERIMENT_ID MLFLOW_RUN_ID
 mkdir -p "$PREFECT_HOME" "$WORK/mlartifacts" "$WORK/flow-output"
-# the flows write their local copies (reports, matrices) here, not into the checkout
-export FAIRPCA_OUTPUT_DIR="$WORK/flow-output"
+# the flows keep their local results (reports, matrices, models) here, not in the checkout
+export E2E_OUTPUT_DIR="$WORK/flow-output"
 
 MLFLOW_LOG="$WORK/mlflow-server.log"
 PREFECT_LOG="$WORK/prefect-server.log"
@@ -228,11 +228,10 @@ start_bg prefect-worker "$WORKER_LOG" "$PYTHON" -m prefect worker start \
 popd >/dev/null
 step_ok
 
-AUDIT_PARAMS="$("$PYTHON" "$CHECKS" params audit)"
-RETRAIN_PARAMS="$("$PYTHON" "$CHECKS" params retrain)"
-
-step "run deployment fairness-audit/on-demand (--watch) and wait for the worker" "$WORKER_LOG $MLFLOW_LOG"
-AUDIT_RUN=$(run_deployment "fairness-audit/on-demand" "$AUDIT_PARAMS" "$WORK/run-audit.log")
+step "run deployment fairness-audit/on-demand (--watch) while the worker executes it" \
+    "$WORK/run-audit.log $WORKER_LOG $MLFLOW_LOG"
+AUDIT_RUN=$(run_deployment "fairness-audit/on-demand" "$("$PYTHON" "$CHECKS" params audit)" \
+    "$WORK/run-audit.log")
 echo "    flow run $AUDIT_RUN completed"
 step_ok
 
@@ -240,17 +239,21 @@ step "check the audit run through MlflowClient" "$WORKER_LOG $MLFLOW_LOG"
 "$PYTHON" "$CHECKS" audit "$AUDIT_RUN"
 step_ok
 
-step "run deployment retrain/scheduled, first time (no champion yet)" "$WORKER_LOG $MLFLOW_LOG"
-RETRAIN_RUN_1=$(run_deployment "retrain/scheduled" "$RETRAIN_PARAMS" "$WORK/run-retrain-1.log")
-"$PYTHON" "$CHECKS" retrain "$RETRAIN_RUN_1" --expect-first
+step "run deployment fairness-retrain/scheduled (lenient gates: becomes champion)" \
+    "$WORK/run-retrain-1.log $WORKER_LOG $MLFLOW_LOG"
+RETRAIN_RUN_1=$(run_deployment "fairness-retrain/scheduled" \
+    "$("$PYTHON" "$CHECKS" params retrain-promote)" "$WORK/run-retrain-1.log")
+"$PYTHON" "$CHECKS" retrain-promote "$RETRAIN_RUN_1"
 step_ok
 
-step "run deployment retrain/scheduled, second time (compare with champion)" "$WORKER_LOG $MLFLOW_LOG"
-RETRAIN_RUN_2=$(run_deployment "retrain/scheduled" "$RETRAIN_PARAMS" "$WORK/run-retrain-2.log")
-"$PYTHON" "$CHECKS" retrain "$RETRAIN_RUN_2"
+step "run deployment fairness-retrain/scheduled (gates fail: champion stays)" \
+    "$WORK/run-retrain-2.log $WORKER_LOG $MLFLOW_LOG"
+RETRAIN_RUN_2=$(run_deployment "fairness-retrain/scheduled" \
+    "$("$PYTHON" "$CHECKS" params retrain-keep)" "$WORK/run-retrain-2.log")
+"$PYTHON" "$CHECKS" retrain-keep "$RETRAIN_RUN_2"
 step_ok
 
-step "bad deployment parameters are rejected before any work" "$WORKER_LOG $PREFECT_LOG"
+step "bad deployment parameters fail at validation, before any work" "$WORKER_LOG $PREFECT_LOG"
 "$PYTHON" "$CHECKS" bad-params
 step_ok
 

@@ -1,12 +1,14 @@
 """Checks for deployments/ci_e2e.sh, run against the live Prefect and MLflow servers.
 
-Reads PREFECT_API_URL and MLFLOW_TRACKING_URI from the environment. Each subcommand exits
-non-zero with a message that names what is missing.
+Reads PREFECT_API_URL and MLFLOW_TRACKING_URI from the environment (E2E_OUTPUT_DIR, when set,
+is where the flows keep their local results). Each subcommand exits non-zero with a message
+that names what is wrong.
 
-    python deployments/e2e_checks.py params audit|retrain   # tiny run parameters (JSON)
+    python deployments/e2e_checks.py params audit|retrain-promote|retrain-keep
     python deployments/e2e_checks.py deployments            # schedule, pool, pull step
-    python deployments/e2e_checks.py audit FLOW_RUN_ID      # run, metrics, components_.npy
-    python deployments/e2e_checks.py retrain FLOW_RUN_ID [--expect-first]
+    python deployments/e2e_checks.py audit FLOW_RUN_ID      # run, metrics, matrices, model
+    python deployments/e2e_checks.py retrain-promote FLOW_RUN_ID   # first retrain: champion
+    python deployments/e2e_checks.py retrain-keep FLOW_RUN_ID      # gates fail: alias stays
     python deployments/e2e_checks.py bad-params             # rejected before any work
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -23,84 +26,102 @@ from pathlib import Path
 
 import numpy as np
 
+POOL = "fairpca-process"
 AUDIT_DEPLOYMENT = "fairness-audit/on-demand"
-RETRAIN_DEPLOYMENT = "retrain/scheduled"
-MODEL_ALIAS = "champion"
+RETRAIN_DEPLOYMENT = "fairness-retrain/scheduled"
+ALIAS = "champion"
+AUDIT_MODEL = "fairpca-e2e-audit"
+RETRAIN_MODEL = "fairpca-e2e"
+VARIANTS = ["pca", "fair_pca"]
 
 # Small and fast: German credit (1000 rows, bundled), k=2, three lambdas, one classifier.
 TINY_CONFIG = {
     "dataset": "german",
     "k": 2,
-    "variants": ["pca", "fair_pca"],
+    "variants": VARIANTS,
     "lambdas": [0.0, 0.1, 1.0],
     "classifiers": ["logreg"],
     "seed": 0,
+    "experiment_name": "fairpca-e2e",
 }
+LENIENT = {"max_dp_difference": 1.0, "max_eo_difference": 1.0, "min_accuracy": 0.0}
+IMPOSSIBLE = {"max_dp_difference": 1.0, "max_eo_difference": 1.0, "min_accuracy": 1.0}
 
 
 class CheckFailed(AssertionError):
     pass
 
 
-def check(condition: bool, message: str) -> None:
+def check(condition: object, message: str) -> None:
     if not condition:
         raise CheckFailed(message)
 
 
-def tiny_params(kind: str) -> dict:
+def run_params(kind: str) -> dict:
+    """Deployment run parameters: the tiny config, per run kind."""
     config = dict(TINY_CONFIG)
+    if os.environ.get("E2E_OUTPUT_DIR"):
+        config["output_dir"] = os.environ["E2E_OUTPUT_DIR"]
+    if kind == "audit":
+        config["model_name"] = AUDIT_MODEL
+    elif kind in ("retrain-promote", "retrain-keep"):
+        config["model_name"] = RETRAIN_MODEL
+        config["thresholds"] = LENIENT if kind == "retrain-promote" else IMPOSSIBLE
+        config["accuracy_tolerance"] = 0.01
+    else:
+        raise CheckFailed(f"unknown parameter set {kind!r}")
     return {"config": config}
 
 
-async def _read_deployment(client, name: str):
-    return await client.read_deployment_by_name(name)
-
-
-def check_deployments() -> None:
+def _prefect_call(coroutine_function):
     from prefect.client.orchestration import get_client
 
     async def main():
         async with get_client() as client:
-            audit = await _read_deployment(client, AUDIT_DEPLOYMENT)
-            retrain = await _read_deployment(client, RETRAIN_DEPLOYMENT)
-        return audit, retrain
+            return await coroutine_function(client)
 
-    audit, retrain = asyncio.run(main())
+    return asyncio.run(main())
+
+
+def check_deployments() -> None:
+    async def read(client):
+        return (
+            await client.read_deployment_by_name(AUDIT_DEPLOYMENT),
+            await client.read_deployment_by_name(RETRAIN_DEPLOYMENT),
+        )
+
+    audit, retrain = _prefect_call(read)
+    checkout = os.environ.get("FAIRPCA_REPO_DIR")
     for dep in (audit, retrain):
-        check(dep.work_pool_name == "fairpca-process", f"{dep.name}: pool {dep.work_pool_name}")
+        check(dep.work_pool_name == POOL, f"{dep.name}: pool {dep.work_pool_name!r}, not {POOL}")
         steps = dep.pull_steps or []
+        names = [next(iter(step)) for step in steps]
         check(
-            any("set_working_directory" in next(iter(s)) for s in steps),
-            f"{dep.name}: expected a set_working_directory pull step, got {steps}",
+            names == ["prefect.deployments.steps.set_working_directory"],
+            f"{dep.name}: expected one set_working_directory pull step (no clone), got {names}",
         )
-        check(
-            not any("git_clone" in next(iter(s)) for s in steps),
-            f"{dep.name}: pull steps must not clone: {steps}",
-        )
-        directory = next(iter(steps[0].values())).get("directory", "")
-        checkout = os.environ.get("FAIRPCA_REPO_DIR")
+        directory = steps[0][names[0]]["directory"]
         check(
             checkout is None or Path(directory).resolve() == Path(checkout).resolve(),
             f"{dep.name}: pull step directory {directory!r} is not the checkout {checkout!r}",
         )
         check(dep.enforce_parameter_schema, f"{dep.name}: parameter schema not enforced")
+        env = (dep.job_variables or {}).get("env", {})
+        check(
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES" in env,
+            f"{dep.name}: job env should bound MLflow's HTTP retries, has {env}",
+        )
     check(not audit.schedules, f"audit must be on-demand, has schedules {audit.schedules}")
-    crons = [s.schedule for s in retrain.schedules]
-    check(len(crons) == 1, f"retrain must have one schedule, has {crons}")
-    cron = crons[0]
+    check(len(retrain.schedules) == 1, f"retrain must have one schedule: {retrain.schedules}")
+    cron = retrain.schedules[0].schedule
     check(getattr(cron, "cron", None), f"retrain schedule is not a cron schedule: {cron}")
     check(cron.timezone == "UTC", f"retrain cron timezone must be UTC, is {cron.timezone}")
-    print(f"    deployments ok: retrain cron {cron.cron!r} ({cron.timezone}), audit on-demand")
+    check(retrain.schedules[0].active, "retrain schedule is not active")
+    print(f"    deployments ok: retrain cron {cron.cron!r} {cron.timezone}, audit on demand")
 
 
 def _flow_run(flow_run_id: str):
-    from prefect.client.orchestration import get_client
-
-    async def main():
-        async with get_client() as client:
-            return await client.read_flow_run(flow_run_id)
-
-    return asyncio.run(main())
+    return _prefect_call(lambda client: client.read_flow_run(flow_run_id))
 
 
 def _mlflow_client():
@@ -109,21 +130,14 @@ def _mlflow_client():
     return MlflowClient()
 
 
-def _runs_of_flow_run(client, flow_run) -> list:
-    """Top-level MLflow runs created by one Prefect flow run.
-
-    Uses the tag ``prefect.flow_run_id`` when the flow sets it, else the time window of the
-    flow run (the e2e script runs deployments one after another on a fresh server).
-    """
+def _run_of_flow_run(client, flow_run_id: str):
+    """The MLflow run the flow run logged (tag ``fairpca.prefect_flow_run_id``)."""
     experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments, max_results=1000)
-    top = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    tagged = [r for r in top if r.data.tags.get("prefect.flow_run_id") == str(flow_run.id)]
-    if tagged:
-        return tagged
-    start = flow_run.start_time.timestamp() * 1000 - 1000
-    end = flow_run.end_time.timestamp() * 1000 + 1000
-    return [r for r in top if start <= r.info.start_time <= end]
+    runs = client.search_runs(
+        experiments, filter_string=f"tags.`fairpca.prefect_flow_run_id` = '{flow_run_id}'"
+    )
+    check(len(runs) == 1, f"expected one MLflow run for flow run {flow_run_id}, got {len(runs)}")
+    return runs[0]
 
 
 def _artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
@@ -133,99 +147,172 @@ def _artifact_paths(client, run_id: str, path: str | None = None) -> list[str]:
     return out
 
 
-def check_audit(flow_run_id: str) -> str:
+def _completed_run(flow_run_id: str):
     flow_run = _flow_run(flow_run_id)
     check(flow_run.state.is_completed(), f"flow run {flow_run_id} is {flow_run.state.name}")
     client = _mlflow_client()
-    runs = _runs_of_flow_run(client, flow_run)
-    check(len(runs) == 1, f"expected one MLflow run for flow run {flow_run_id}, found {len(runs)}")
-    run = runs[0]
+    run = _run_of_flow_run(client, flow_run_id)
+    check(run.info.status == "FINISHED", f"MLflow run {run.info.run_id} is {run.info.status}")
+    return client, run
+
+
+def check_audit(flow_run_id: str) -> None:
+    client, run = _completed_run(flow_run_id)
     run_id = run.info.run_id
-    check(run.info.status == "FINISHED", f"MLflow run {run_id} is {run.info.status}")
-    check(run.data.metrics, f"MLflow run {run_id} has no metrics")
-    artifacts = _artifact_paths(client, run_id)
-    components = [p for p in artifacts if p.endswith("components_.npy")]
-    check(components, f"no components_.npy among the artifacts of {run_id}: {artifacts}")
+    for key in ("accuracy", "dp_difference", "eo_difference"):
+        check(key in run.data.metrics, f"metric {key!r} missing from run {run_id}")
+    check(run.data.params.get("dataset") == "german", f"params of {run_id}: {run.data.params}")
+    artifacts = set(_artifact_paths(client, run_id))
+    for name in ("report/report.md", "report/report.html", "report/tradeoff.png"):
+        check(name in artifacts, f"{name} missing from run {run_id}: {sorted(artifacts)}")
     with tempfile.TemporaryDirectory() as tmp:
-        local = client.download_artifacts(run_id, components[0], tmp)
-        matrix = np.load(local)
-    check(matrix.ndim == 2, f"components_.npy has shape {matrix.shape}")
+        for variant in VARIANTS:
+            path = f"projection/{variant}/components_.npy"
+            check(path in artifacts, f"{path} missing from run {run_id}: {sorted(artifacts)}")
+            local = client.download_artifacts(run_id, path, tmp)
+            digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
+            check(
+                digest in run.data.tags.values(),
+                f"{path}: SHA-256 {digest} is not among the run's tags",
+            )
+            matrix = np.load(local)
+            gram = matrix @ matrix.T
+            check(
+                matrix.shape[0] == TINY_CONFIG["k"] and np.allclose(gram, np.eye(len(gram))),
+                f"{path}: shape {matrix.shape}, rows not orthonormal",
+            )
     versions = client.search_model_versions(f"run_id = '{run_id}'")
-    check(versions, f"no registered model version comes from run {run_id}")
-    print(
-        f"    audit ok: MLflow run {run_id}, {len(run.data.metrics)} metrics, "
-        f"{len(artifacts)} artifacts, components_ {matrix.shape}, "
-        f"model {versions[0].name} v{versions[0].version}"
-    )
-    return run_id
-
-
-def check_retrain(flow_run_id: str, expect_first: bool) -> None:
-    flow_run = _flow_run(flow_run_id)
-    check(flow_run.state.is_completed(), f"flow run {flow_run_id} is {flow_run.state.name}")
-    client = _mlflow_client()
-    runs = _runs_of_flow_run(client, flow_run)
-    check(runs, f"no MLflow run for retrain flow run {flow_run_id}")
-    versions = [
-        v for r in runs for v in client.search_model_versions(f"run_id = '{r.info.run_id}'")
-    ]
-    check(len(versions) == 1, f"retrain must register one model version, found {versions}")
+    check(len(versions) == 1, f"expected one model version from run {run_id}, got {versions}")
     version = versions[0]
-    champion = client.get_model_version_by_alias(version.name, MODEL_ALIAS)
-    decision = version.tags.get("decision")
-    check(decision is not None, f"model version {version.version} has no decision tag")
-    if expect_first:
-        check(
-            champion.version == version.version,
-            f"first retrain: champion is v{champion.version}, expected v{version.version}",
-        )
-    else:
-        promoted = champion.version == version.version
-        check(
-            decision == ("promoted" if promoted else "kept"),
-            f"decision tag {decision!r} does not match alias on v{champion.version}",
-        )
+    check(version.name == AUDIT_MODEL, f"registered under {version.name!r}, not {AUDIT_MODEL}")
     print(
-        f"    retrain ok: {version.name} v{version.version} decision={decision!r}, "
-        f"champion v{champion.version}"
+        f"    audit ok: run {run_id}: {len(run.data.metrics)} metrics, {len(artifacts)} "
+        f"artifacts, components_ orthonormal with SHA-256 tags, model {version.name} "
+        f"v{version.version}"
     )
 
 
-def _prefect(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "prefect", *args], capture_output=True, text=True, timeout=120
+def _retrain_outcome(flow_run_id: str):
+    client, run = _completed_run(flow_run_id)
+    tags = run.data.tags
+    versions = client.search_model_versions(f"run_id = '{run.info.run_id}'")
+    check(len(versions) == 1, f"retrain must register one model version, got {versions}")
+    version = versions[0]
+    check(version.name == RETRAIN_MODEL, f"registered under {version.name!r}")
+    for key in ("fairpca.retrain_decision", "fairpca.decision_reasons", "fairpca.champion_moved"):
+        check(key in tags, f"tag {key!r} missing from run {run.info.run_id}")
+    champion = client.get_model_version_by_alias(RETRAIN_MODEL, ALIAS)
+    return run, version, champion
+
+
+def check_retrain_promote(flow_run_id: str) -> None:
+    run, version, champion = _retrain_outcome(flow_run_id)
+    tags = run.data.tags
+    check(
+        tags["fairpca.retrain_decision"] == "promote" and tags["fairpca.champion_moved"] == "true",
+        f"lenient first retrain was not promoted: {tags['fairpca.decision_reasons']}",
     )
+    check(
+        champion.version == version.version,
+        f"'{ALIAS}' points to v{champion.version}, not the new v{version.version}",
+    )
+    print(f"    retrain ok: v{version.version} promoted, '{ALIAS}' -> v{champion.version}")
+
+
+def check_retrain_keep(flow_run_id: str) -> None:
+    run, version, champion = _retrain_outcome(flow_run_id)
+    tags = run.data.tags
+    before = tags.get("fairpca.champion_version_before")
+    reasons = tags["fairpca.decision_reasons"]
+    check(
+        tags["fairpca.retrain_decision"] == "keep champion"
+        and tags["fairpca.champion_moved"] == "false",
+        f"retrain that fails the gates was promoted: {reasons}",
+    )
+    check(before not in (None, "none"), f"no champion was compared: {before!r}")
+    check(
+        champion.version == before and champion.version != version.version,
+        f"'{ALIAS}' moved to v{champion.version} (before: v{before}, new: v{version.version})",
+    )
+    check(f"champion v{before}" in reasons, f"reasons do not cite the champion: {reasons}")
+    print(
+        f"    retrain ok: v{version.version} kept out, '{ALIAS}' stays on v{champion.version}; "
+        f"reasons: {reasons}"
+    )
+
+
+def _prefect_cli(*args: str, timeout: float = 300) -> tuple[int, str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect", *args], capture_output=True, text=True, timeout=timeout
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def _flow_run_id(output: str) -> str:
+    for line in output.splitlines():
+        if "UUID:" in line:
+            return line.split("UUID:")[1].strip()
+    raise CheckFailed(f"no flow run id in the output:\n{output}")
 
 
 def check_bad_params() -> None:
-    # 1. A type error is refused by the server's parameter schema: no flow run is created.
-    bad = tiny_params("audit")
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId, LogFilter
+
+    # 1. A wrong type is refused by the deployment's parameter schema: no flow run at all.
+    bad = run_params("audit")
     bad["config"]["k"] = "two"
-    done = _prefect("deployment", "run", AUDIT_DEPLOYMENT, "--params", json.dumps(bad))
-    out = done.stdout + done.stderr
-    check(done.returncode != 0, f"bad type accepted:\n{out}")
-    check("config.k" in out, f"rejection does not name the parameter:\n{out}")
-    print("    schema rejection:", " ".join(out.split())[:300])
+    code, out = _prefect_cli("deployment", "run", AUDIT_DEPLOYMENT, "--params", json.dumps(bad))
+    check(code != 0, f"k='two' was accepted:\n{out}")
+    check("config.k" in out, f"the rejection does not name config.k:\n{out}")
+    print("    schema:", " ".join(out.split())[-160:])
 
+    # 2. A rule only the pydantic model knows (two data sources) fails at parameter
+    #    validation when the worker starts the run: Failed, before any task.
+    bad = run_params("audit")
+    bad["config"]["data"] = "/nonexistent/data.csv"
+    bad["config"]["label"] = "y"
+    bad["config"]["sensitive"] = ["s"]
+    code, out = _prefect_cli(
+        "deployment", "run", AUDIT_DEPLOYMENT, "--params", json.dumps(bad), "--watch"
+    )
+    check(code != 0, f"a config with two data sources completed:\n{out}")
+    flow_run_id = _flow_run_id(out)
+    flow_run = _flow_run(flow_run_id)
+    check(flow_run.state.is_failed(), f"flow run {flow_run_id} is {flow_run.state.name}")
 
-COMMANDS = {"deployments", "audit", "retrain", "bad-params", "params"}
+    async def read(client):
+        ids = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        tasks = await client.read_task_runs(flow_run_filter=ids)
+        logs = await client.read_logs(LogFilter(flow_run_id={"any_": [flow_run_id]}))
+        return tasks, logs
+
+    tasks, logs = _prefect_call(read)
+    check(not tasks, f"tasks ran before validation failed: {[t.name for t in tasks]}")
+    text = "\n".join(log.message for log in logs) + "\n" + (flow_run.state.message or "")
+    check("exactly one data source" in text, f"no readable validation message:\n{text}")
+    line = next(x for x in text.splitlines() if "exactly one data source" in x)
+    print(f"    validation: flow run {flow_run_id} Failed, no task ran: {line.strip()[:200]}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=sorted(COMMANDS))
+    parser.add_argument(
+        "command",
+        choices=["params", "deployments", "audit", "retrain-promote", "retrain-keep", "bad-params"],
+    )
     parser.add_argument("arg", nargs="?")
-    parser.add_argument("--expect-first", action="store_true")
     args = parser.parse_args(argv)
     try:
         if args.command == "params":
-            print(json.dumps(tiny_params(args.arg)))
+            print(json.dumps(run_params(args.arg)))
         elif args.command == "deployments":
             check_deployments()
         elif args.command == "audit":
             check_audit(args.arg)
-        elif args.command == "retrain":
-            check_retrain(args.arg, args.expect_first)
+        elif args.command == "retrain-promote":
+            check_retrain_promote(args.arg)
+        elif args.command == "retrain-keep":
+            check_retrain_keep(args.arg)
         elif args.command == "bad-params":
             check_bad_params()
     except CheckFailed as exc:
