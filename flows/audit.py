@@ -84,6 +84,7 @@ class AuditState:
     decision: Decision
     pipeline: Pipeline
     timings: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 @contextmanager
@@ -136,7 +137,18 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
             )
             for variant in config.variants
         }
-        representations = {variant: future.result() for variant, future in futures.items()}
+        representations, skipped = {}, {}
+        for variant, future in futures.items():
+            try:
+                representations[variant] = future.result()
+            except ValueError as error:  # e.g. a group without positive rows for EO
+                skipped[variant] = str(error)
+                logger.warning("variant %s skipped: %s", variant, error)
+    if not representations:
+        raise ValueError(
+            "no representation could be fitted: "
+            + "; ".join(f"{variant}: {why}" for variant, why in skipped.items())
+        )
     for variant, rep in representations.items():
         timings[f"time_fit_{_dashed(variant)}_s"] = rep.fit_seconds
     sigma = shared_mmd_sigma(Z_train, config.k, max_rows=config.metric_max_rows, seed=config.seed)
@@ -166,6 +178,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         decision=decision,
         pipeline=pipeline,
         timings=timings,
+        skipped=skipped,
     )
 
 
@@ -317,7 +330,8 @@ def finish_audit(
             decision=state.decision,
             facts=_dataset_facts(state),
             extra_sections=(extra_sections or [])
-            + [("Timings (seconds)", pd.DataFrame([timings]).T.reset_index())],
+            + _skipped_section(state.skipped)
+            + [("Timings (seconds)", _timings_frame(timings))],
         )
     chosen = state.chosen
     chosen_name = f"{chosen['variant']}/{chosen['classifier']}@lambda={chosen['lambda']:g}"
@@ -334,6 +348,7 @@ def finish_audit(
         "fairpca.projection": f"projection/{chosen['variant']}",
         "fairpca.components_sha256": hashes.get(f"{chosen['variant']}/components_", ""),
         "fairpca.mean_sha256": hashes.get(f"{chosen['variant']}/mean_", ""),
+        **({"fairpca.skipped_variants": "; ".join(state.skipped)} if state.skipped else {}),
         **(extra_tags or {}),
     }
     with suppress(Exception):  # outside a flow run there is no flow run id
@@ -362,6 +377,8 @@ def finish_audit(
         "model_name": config.resolved_model_name,
         "champion_alias": config.champion_alias,
         "register_model": config.register_model,
+        "mlflow_retries": config.mlflow_retries,
+        "mlflow_retry_backoff": config.mlflow_retry_backoff,
         "decision": state.decision.as_dict(),
         "chosen": {k: v for k, v in chosen.items() if not isinstance(v, float) or np.isfinite(v)},
         "params": {**config.flat_params(), "resolved_tracking_uri": tracking_uri},
@@ -391,6 +408,17 @@ def finish_audit(
         report_path=str(paths["html"].resolve()),
         summary=json.loads(summary.to_json(orient="records")),
     )
+
+
+def _skipped_section(skipped: dict[str, str]) -> list[tuple[str, Any]]:
+    if not skipped:
+        return []
+    text = "\n".join(f"- {variant}: {why}" for variant, why in skipped.items())
+    return [("Skipped variants (could not be fitted on this data)", text)]
+
+
+def _timings_frame(timings: dict[str, float]) -> pd.DataFrame:
+    return pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
 
 
 def _prefect_artifacts(config, state: AuditState, summary: pd.DataFrame, chosen: str) -> None:

@@ -118,6 +118,12 @@ class AuditConfig(BaseModel):
     )
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     register_model: bool = True
+    mlflow_retries: int = Field(
+        3, ge=0, le=10, description="Retries of each MLflow logging task on transient errors."
+    )
+    mlflow_retry_backoff: float = Field(
+        2.0, ge=0.0, le=60.0, description="Back-off factor: retry i waits factor * 2**i seconds."
+    )
     output_dir: Path = Field(Path("fairpca-output"), description="Local results, kept first.")
     run_name: str | None = Field(None, description="Unique name; default audit-<source>-<time>.")
 

@@ -367,7 +367,14 @@ def read_audit(out_dir: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def log_output_dir(out_dir: Path, tracking_uri: str, *, promote: bool | None = None) -> LoggedAudit:
+def log_output_dir(
+    out_dir: Path,
+    tracking_uri: str,
+    *,
+    promote: bool | None = None,
+    retries: int | None = None,
+    retry_backoff: float | None = None,
+) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
     Parameters
@@ -378,6 +385,9 @@ def log_output_dir(out_dir: Path, tracking_uri: str, *, promote: bool | None = N
         MLflow tracking (and registry) URI.
     promote : bool, default=None
         Whether the alias moves to the new version; None takes the audit's decision.
+    retries, retry_backoff : int and float, default=None
+        Retries per step on transient errors and the back-off factor (retry ``i`` waits
+        ``retry_backoff * 2**i`` seconds); None takes the audit's config (3 and 2 s).
 
     Raises
     ------
@@ -388,25 +398,44 @@ def log_output_dir(out_dir: Path, tracking_uri: str, *, promote: bool | None = N
     out_dir = Path(out_dir)
     audit = read_audit(out_dir)
     promote = audit["decision"]["promote"] if promote is None else promote
+    retry = {
+        "retries": audit.get("mlflow_retries", 3) if retries is None else retries,
+        "retry_delay_seconds": exponential_backoff(
+            backoff_factor=audit.get("mlflow_retry_backoff", 2.0)
+            if retry_backoff is None
+            else retry_backoff
+        ),
+    }
+    start, log_data, log_files, log_pipeline, alias, finish = (
+        step_task.with_options(**retry)
+        for step_task in (
+            start_run,
+            log_params_metrics,
+            log_artifacts,
+            log_model,
+            set_alias,
+            finish_run,
+        )
+    )
     run_id = None
     step = "start the run"
     started = time.perf_counter()
     _bounded_http_retries()
     try:
-        run_id = start_run(tracking_uri, audit)
+        run_id = start(tracking_uri, audit)
         step = "log params and metrics"
-        log_params_metrics(tracking_uri, run_id, audit)
+        log_data(tracking_uri, run_id, audit)
         step = "log artifacts"
-        log_artifacts(tracking_uri, run_id, out_dir)
+        log_files(tracking_uri, run_id, out_dir)
         step = "log and register the model"
-        model = log_model(tracking_uri, run_id, out_dir, audit)
+        model = log_pipeline(tracking_uri, run_id, out_dir, audit)
         moved = False
         if promote and model["version"] is not None:
             step = "move the alias"
-            set_alias(tracking_uri, audit["model_name"], audit["champion_alias"], model["version"])
+            alias(tracking_uri, audit["model_name"], audit["champion_alias"], model["version"])
             moved = True
         step = "finish the run"
-        finish_run(
+        finish(
             tracking_uri,
             run_id,
             "FINISHED",

@@ -1,0 +1,324 @@
+"""Real flow runs (Prefect test server) against a real MLflow SQLite store, read back through
+MlflowClient: params, metrics, projection matrices, report, registered model version."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+mlflow = pytest.importorskip("mlflow")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One MLflow SQLite store for the module (each test uses its own model name)."""
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    return uri, mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def make_config(store, tmp_path, **overrides):
+    from flows.config import AuditConfig
+
+    values = {
+        "dataset": "adult",
+        "k": 4,
+        "variants": ["pca", "fair_pca"],
+        "lambdas": [0.0, 0.125, 1.0],
+        "classifiers": ["logreg"],
+        "max_train_rows": 1500,
+        "max_eval_rows": 1000,
+        "metric_max_rows": 300,
+        "tracking_uri": store[0],
+        "output_dir": tmp_path / "out",
+        "model_name": f"fairpca-test-{tmp_path.name}",
+        **overrides,
+    }
+    return AuditConfig(**values)
+
+
+def download(client, run_id: str, path: str, dst: Path) -> Path:
+    dst.mkdir(parents=True, exist_ok=True)
+    return Path(client.download_artifacts(run_id, path, str(dst)))
+
+
+def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
+    out: set[str] = set()
+    for info in client.list_artifacts(run_id, path):
+        out |= artifact_paths(client, run_id, info.path) if info.is_dir else {info.path}
+    return out
+
+
+def training_design(config, preprocess):
+    """Rebuild the audit's training rows (same seed) and encode them with the logged step."""
+    from tasks.data import load_source, split_data
+
+    split = split_data.fn(load_source(config), config)
+    return preprocess.transform(split.X_train), split
+
+
+def assert_fair_constraint(U, mean, Z, groups: pd.DataFrame, atol=1e-8):
+    projected = (Z - mean) @ U.T
+    scale = max(1.0, float(np.abs(projected).max()))
+    for column in groups.columns:
+        labels = groups[column].to_numpy()
+        means = np.stack([projected[labels == g].mean(axis=0) for g in np.unique(labels)])
+        assert np.abs(means - means[0]).max() <= atol * scale, column
+
+
+def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
+    from flows.audit import as_model_input, fairness_audit
+
+    _uri, client = store
+    config = make_config(store, tmp_path)
+    result = fairness_audit(config)
+
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.info.run_name == result.run_name
+    params = run.data.params
+    assert params["k"] == "4" and params["variants"] == "pca,fair_pca"
+    assert params["thresholds.max_dp_difference"] == "0.05"
+    assert params["dataset"] == "adult" and params["max_train_rows"] == "1500"
+    metrics = run.data.metrics
+    for key in ("accuracy", "dp_difference", "eo_difference", "var_explained", "mmd2"):
+        assert key in metrics
+    assert {"selection_rate.sex:0", "selection_rate.sex:1", "tpr.sex:0", "tpr.sex:1"} <= set(
+        metrics
+    )
+    for key in ("time_load_data_s", "time_lambda_sweep_s", "time_mlflow_logging_s"):
+        assert metrics[key] >= 0
+    history = client.get_metric_history(result.run_id, "fair_pca/logreg/accuracy")
+    assert sorted(m.step for m in history) == [0, 1, 2]
+
+    # projection matrices: SHA-256 tags, orthonormal rows, fair constraint on training rows
+    tags = run.data.tags
+    local = tmp_path / "dl"
+    U_path = download(client, result.run_id, "projection/fair_pca/components_.npy", local)
+    mean_path = download(client, result.run_id, "projection/fair_pca/mean_.npy", local)
+    assert (
+        hashlib.sha256(U_path.read_bytes()).hexdigest()
+        == tags["fairpca.sha256.fair_pca/components_"]
+    )
+    U, mean = np.load(U_path), np.load(mean_path)
+    np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-10)
+    model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}/1")
+    Z, split = training_design(config, model.named_steps["preprocess"])
+    assert_fair_constraint(U, mean, Z, split.s_train)
+
+    # report, table, config artifacts
+    paths = artifact_paths(client, result.run_id)
+    expected = {
+        "report/report.md",
+        "report/report.html",
+        "report/tradeoff.png",
+        "report/config.json",
+        "report/metrics.csv",
+        "metrics_table.json",
+    }
+    assert expected <= paths
+    report = download(client, result.run_id, "report/report.md", local).read_text()
+    assert "## Decision" in report and "tradeoff.png" in report
+    resolved = json.loads(download(client, result.run_id, "report/config.json", local).read_text())
+    assert resolved["k"] == 4
+    assert Path(result.report_path).is_file()
+
+    # registered model version with fairness tags; champion only if thresholds met
+    version = client.get_model_version(config.resolved_model_name, result.model_version)
+    assert version.run_id == result.run_id
+    assert {"dp_difference", "eo_difference", "accuracy", "meets_thresholds"} <= set(version.tags)
+    assert result.decision == ("promote" if version.tags["meets_thresholds"] == "true" else "keep")
+    if result.champion_moved:
+        champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
+        assert str(champion.version) == result.model_version
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/{version.version}")
+    predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
+    assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
+
+
+def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path):
+    from flows.audit import fairness_audit
+
+    _uri, client = store
+    config = make_config(
+        store,
+        tmp_path,
+        sensitive=["sex", "race"],
+        variants=["fair_pca", "fair_pca_eo"],
+        lambdas=[0.0, 1.0],
+        max_train_rows=None,  # every race group needs positive rows for equal opportunity
+        thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
+    )
+    result = fairness_audit(config)
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.params["sensitive"] == "sex,race"
+    assert run.data.tags["fairpca.sensitive"] == "sex,race"
+    metrics = run.data.metrics
+    assert any(key.startswith("selection_rate.sex:") and "/race:" in key for key in metrics)
+    assert "dp_difference.race" in metrics and "eo_difference.sex" in metrics
+    # multi-attribute stacking and the EO subset: the constrained gap vanishes at lambda=0
+    for variant in ("fair_pca", "fair_pca_eo"):
+        history = client.get_metric_history(result.run_id, f"{variant}/mean_gap_train")
+        assert min(h.value for h in history if h.step == 0) < 1e-8
+    assert result.champion_moved  # thresholds of 1.0 always pass
+
+    model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}@champion")
+    Z, split = training_design(config, model.named_steps["preprocess"])
+    local = tmp_path / "dl"
+    U = np.load(download(client, result.run_id, "projection/fair_pca_eo/components_.npy", local))
+    mean = np.load(download(client, result.run_id, "projection/fair_pca_eo/mean_.npy", local))
+    positive = split.y_train == 1  # equal opportunity constrains the positive rows (Sec. 3.2)
+    assert_fair_constraint(U, mean, Z[positive], split.s_train[positive].reset_index(drop=True))
+
+
+def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store, tmp_path):
+    from flows.audit import fairness_audit
+
+    _uri, client = store
+    rng = np.random.default_rng(3)
+    n = 600
+    group = rng.choice(["a", "b"], size=n)
+    score = rng.normal(size=n) + (group == "a")
+    frame = pd.DataFrame(
+        {
+            "x1": score + rng.normal(scale=0.5, size=n),
+            "x2": rng.normal(size=n),
+            "x3": rng.normal(size=n) + 0.5 * (group == "a"),
+            "colour": rng.choice(["red", "green", "blue"], size=n),
+            "group": group,
+            "outcome": np.where(score > 0.5, "yes", "no"),
+        }
+    )
+    path = tmp_path / "people.csv"
+    frame.to_csv(path, index=False)
+    config = make_config(
+        store,
+        tmp_path,
+        dataset=None,
+        data=path,
+        label="outcome",
+        positive_label="yes",
+        sensitive=["group"],
+        k=2,
+        thresholds={"min_accuracy": 0.999},
+    )
+    result = fairness_audit(config)
+    assert result.decision == "keep" and not result.champion_moved
+    assert any("no candidate meets the thresholds" in r for r in result.reasons)
+    version = client.get_model_version(config.resolved_model_name, result.model_version)
+    assert version.tags["meets_thresholds"] == "false"
+    with pytest.raises(mlflow.exceptions.MlflowException):
+        client.get_model_version_by_alias(config.resolved_model_name, "champion")
+    model = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/1")
+    assert len(model.predict(frame.drop(columns=["group", "outcome"]).head(5))) == 5
+    # privacy: the signature and the input example carry no sensitive column
+    info = mlflow.models.get_model_info(f"models:/{config.resolved_model_name}/1")
+    assert "group" not in info.signature.inputs.input_names()
+
+
+def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, store, tmp_path):
+    from flows.config import RetrainConfig
+    from flows.retrain import retrain
+
+    _uri, client = store
+    base = make_config(store, tmp_path, lambdas=[0.0, 1.0]).model_dump()
+    first = retrain(RetrainConfig(**base))
+    assert first.champion_moved and first.model_version == "1"
+    second = retrain(RetrainConfig(**{**base, "run_name": "retrain-second-" + tmp_path.name}))
+    assert second.champion_moved and second.model_version == "2"  # same data: no regression
+    run = client.get_run(second.run_id)
+    assert run.data.tags["fairpca.retrain_decision"] == "promote"
+    assert run.data.tags["fairpca.champion_version_before"] == "1"
+    assert any("champion v1" in r for r in second.reasons)
+    strict = {**base, "thresholds": {"max_dp_difference": 0.0, "max_eo_difference": 0.0}}
+    third = retrain(RetrainConfig(**strict))
+    assert not third.champion_moved and third.model_version == "3"
+    champion = client.get_model_version_by_alias(base["model_name"], "champion")
+    assert str(champion.version) == "2"
+    report = Path(third.output_dir, "report.md").read_text()
+    assert "Retrain decision: keep champion" in report
+
+
+def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
+    prefect_harness, store, tmp_path
+):
+    """A step that fails for good leaves a FAILED run and names the kept directory."""
+    import shutil
+
+    from flows.audit import fairness_audit
+    from flows.relog import relog_output_dir
+    from tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+
+    uri, client = store
+    config = make_config(store, tmp_path, lambdas=[0.0])
+    out_dir = Path(fairness_audit(config).output_dir)
+    model_backup = tmp_path / "model-backup"
+    shutil.copytree(out_dir / "model", model_backup)
+    shutil.rmtree(out_dir / "model")  # a non-transient failure at the model step
+
+    from prefect import flow
+
+    @flow
+    def relog_broken():
+        return log_output_dir(out_dir, uri, retries=0)
+
+    with pytest.raises(MlflowLoggingError) as info:
+        relog_broken()
+    message = str(info.value)
+    assert str(out_dir.resolve()) in message and "fairpca relog" in message
+    failed = [
+        r
+        for r in client.search_runs(
+            [client.get_experiment_by_name(config.experiment_name).experiment_id],
+            filter_string=f"tags.`fairpca.audit_id` = '{out_dir.name}'",
+        )
+        if r.info.status == "FAILED"
+    ]
+    assert failed and "fairpca.logging_error" in failed[0].data.tags
+    assert json.loads((out_dir / "mlflow_status.json").read_text())["status"] == "FAILED"
+
+    shutil.copytree(model_backup, out_dir / "model")
+    logged = relog_output_dir(out_dir, uri)
+    assert client.get_run(logged["run_id"]).info.status == "FINISHED"
+    assert logged["model_version"] is not None
+
+
+def test_unreachable_tracking_server_fails_clearly_after_retries(
+    prefect_harness, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    from flows.audit import fairness_audit
+    from tasks.mlflow_logging import MlflowLoggingError
+
+    config = make_config(
+        ("http://127.0.0.1:9", None),
+        tmp_path,
+        lambdas=[0.0],
+        mlflow_retries=1,
+        mlflow_retry_backoff=0.05,
+    )
+    with pytest.raises(MlflowLoggingError, match="All results are kept in") as info:
+        fairness_audit(config)
+    out_dirs = list((tmp_path / "out").iterdir())
+    assert len(out_dirs) == 1 and str(out_dirs[0].resolve()) in str(info.value)
+    for name in ("report.md", "report.html", "tradeoff.png", "metrics.csv", "audit.json"):
+        assert (out_dirs[0] / name).is_file()
+    assert (out_dirs[0] / "projection" / "fair_pca" / "components_.npy").is_file()
+
+
+def test_bad_parameters_fail_validation_before_any_task(prefect_harness, tmp_path):
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.audit import fairness_audit
+
+    with pytest.raises(ParameterTypeError, match="lambdas"):
+        fairness_audit({"dataset": "adult", "lambdas": [-1.0], "output_dir": str(tmp_path)})
+    assert list(tmp_path.iterdir()) == []
