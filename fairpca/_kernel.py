@@ -125,9 +125,10 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         replacement, or by k-means++ seeding (better coverage, O(n m d log m) extra time).
     exact_max_samples : int, default=5000
         Largest training size for which ``approximation="auto"`` uses the exact route.
-    exact_solver : {"auto", "cholesky", "eigh"}, default="auto"
-        Factorisation of the centred kernel for the exact route: pivoted Cholesky (fast,
-        needs a positive semi-definite kernel) or a full eigendecomposition (uses the
+    factorization : {"auto", "cholesky", "eigh"}, default="auto"
+        Factorisation of the kernel matrix (exact route: the centred training kernel;
+        Nystroem: the landmark kernel): pivoted Cholesky (O(n^2 r), needs a positive
+        semi-definite kernel) or a full eigendecomposition (several times slower; uses the
         positive part of an indefinite kernel). ``"auto"`` is ``"cholesky"`` for the rbf,
         linear and cosine kernels and for poly with integer degree and ``coef0 >= 0``, else
         ``"eigh"``.
@@ -152,8 +153,8 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         Kernel coefficient used (resolved from ``gamma``).
     approximation_ : str
         Route used: ``"exact"``, ``"nystroem"`` or ``"rff"``.
-    exact_solver_ : str or None
-        Factorisation used by the exact route, else None.
+    factorization_ : str or None
+        Factorisation used by the exact and Nystroem routes (None for ``"rff"``).
     kernel_map_ : object
         The fitted feature map (``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``).
     n_kernel_features_ : int
@@ -221,7 +222,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         "n_landmarks": [Interval(Integral, 1, None, closed="left")],
         "landmarks": [StrOptions({"uniform", "kmeans++"})],
         "exact_max_samples": [Interval(Integral, 1, None, closed="left")],
-        "exact_solver": [StrOptions({"auto", "cholesky", "eigh"})],
+        "factorization": [StrOptions({"auto", "cholesky", "eigh"})],
         "kernel_tol": [Interval(Real, 0, 1, closed="neither"), None],
         "svd_solver": [StrOptions({"auto", "covariance_eigh", "full", "randomized"})],
         "tol": [Interval(Real, 0, None, closed="left"), None],
@@ -248,7 +249,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         n_landmarks=1000,
         landmarks="uniform",
         exact_max_samples=5000,
-        exact_solver="auto",
+        factorization="auto",
         kernel_tol=None,
         svd_solver="auto",
         tol=None,
@@ -271,7 +272,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         self.n_landmarks = n_landmarks
         self.landmarks = landmarks
         self.exact_max_samples = exact_max_samples
-        self.exact_solver = exact_solver
+        self.factorization = factorization
         self.kernel_tol = kernel_tol
         self.svd_solver = svd_solver
         self.tol = tol
@@ -302,17 +303,17 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             )
         return route
 
-    def _resolve_exact_solver(self) -> str:
-        if self.exact_solver != "auto":
-            if self.exact_solver == "cholesky" and not is_psd_kernel(
+    def _resolve_factorization(self) -> str:
+        if self.factorization != "auto":
+            if self.factorization == "cholesky" and not is_psd_kernel(
                 self.kernel, self.degree, self.coef0
             ):
                 raise ValueError(
-                    f"exact_solver='cholesky' needs a positive semi-definite kernel; "
+                    f"factorization='cholesky' needs a positive semi-definite kernel; "
                     f"kernel={self.kernel!r} (degree={self.degree}, coef0={self.coef0}) may "
-                    "be indefinite. Use exact_solver='eigh', which keeps its positive part."
+                    "be indefinite. Use factorization='eigh', which keeps its positive part."
                 )
-            return self.exact_solver
+            return self.factorization
         return "cholesky" if is_psd_kernel(self.kernel, self.degree, self.coef0) else "eigh"
 
     def _make_map(self, route: str, rng):
@@ -320,10 +321,15 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             self.kernel, self.gamma_, self.degree, self.coef0, self.kernel_params
         )
         if route == "exact":
-            return ExactKernelMap(kernel_matrix, self.exact_solver_, self.kernel_tol)
+            return ExactKernelMap(kernel_matrix, self.factorization_, self.kernel_tol)
         if route == "nystroem":
             return NystroemMap(
-                kernel_matrix, self.n_landmarks, self.landmarks, self.kernel_tol, rng
+                kernel_matrix,
+                self.n_landmarks,
+                self.landmarks,
+                self.factorization_,
+                self.kernel_tol,
+                rng,
             )
         return FourierMap(self.gamma_, self.n_landmarks, rng)
 
@@ -338,8 +344,8 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         rng = check_random_state(self.random_state)
         self.gamma_ = resolve_gamma(self.gamma, X)
         self.approximation_ = self._resolve_route(n_samples)
-        self.exact_solver_ = (
-            self._resolve_exact_solver() if self.approximation_ == "exact" else None
+        self.factorization_ = (
+            self._resolve_factorization() if self.approximation_ != "rff" else None
         )
         self.kernel_map_ = self._make_map(self.approximation_, rng)
         Phi = self.kernel_map_.fit_transform(X)

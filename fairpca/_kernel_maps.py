@@ -14,8 +14,6 @@ or approximately) the kernel, so that fair kernel PCA becomes linear fair PCA on
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 from scipy import linalg
 from sklearn.cluster import kmeans_plusplus
@@ -125,6 +123,75 @@ def _zero_strict_upper(A: np.ndarray, block: int = 512) -> None:
         square[np.triu_indices(stop - start, 1)] = 0.0
 
 
+class KernelFactor:
+    """Factor ``F`` (n x r) of a symmetric positive semi-definite matrix, ``A = F F^T``.
+
+    ``fit(A)`` returns ``F`` (``A`` is overwritten); ``coordinates(C)`` maps rows ``c`` of
+    ``C`` (kernel values against the n rows of ``A``) to ``F^+ c``: for ``c = F f`` in the
+    range of ``F`` this recovers ``f`` exactly.
+
+    Parameters
+    ----------
+    solver : {"cholesky", "eigh"}
+        ``"cholesky"``: LAPACK's pivoted Cholesky ``P^T A P = L L^T``, stopped at the
+        numerical rank, ``F = P L`` and ``F^+ c = L_11^{-1} c[pivots]`` (one triangular
+        solve); O(n^2 r) and needs ``A`` positive semi-definite. ``"eigh"``: ``A = V S V^T``,
+        ``F = V S^{1/2}``, ``F^+ c = S^{-1/2} V^T c``; negative eigenvalues of an indefinite
+        ``A`` are dropped with the zero ones (its positive semi-definite part is used).
+    tol : float or None
+        Relative tolerance: eigenvalues (pivots) below ``tol * max`` are treated as zero.
+        ``None`` means ``max(1e-12, 10 n eps)``.
+    """
+
+    def __init__(self, solver: str = "cholesky", tol: float | None = None):
+        self.solver = solver
+        self.tol = tol
+
+    def fit(self, A: np.ndarray) -> np.ndarray:
+        if self.solver == "cholesky":
+            return self._fit_cholesky(A)
+        return self._fit_eigh(A)
+
+    def _fit_cholesky(self, A: np.ndarray) -> np.ndarray:
+        n = A.shape[0]
+        threshold = _relative_threshold(float(np.max(np.diag(A), initial=0.0)), n, self.tol)
+        # A is symmetric, so A.T is the Fortran-ordered view LAPACK can overwrite in place.
+        factor, pivots, rank, info = linalg.lapack.dpstrf(
+            A.T, tol=threshold, lower=1, overwrite_a=1
+        )
+        if info < 0:  # pragma: no cover - argument error in the LAPACK call
+            raise RuntimeError(f"LAPACK dpstrf failed with info={info}")
+        del A
+        permutation = pivots - 1  # Fortran is 1-based
+        lower = factor[:, :rank]
+        _zero_strict_upper(lower)
+        self.pivots_ = permutation[:rank]
+        self.pivot_factor_ = np.array(lower[:rank], order="C")  # L_11, lower triangular
+        self.rank_ = rank
+        # Row i of L belongs to row permutation[i] of A: F = P L.
+        return lower[np.argsort(permutation)]
+
+    def _fit_eigh(self, A: np.ndarray) -> np.ndarray:
+        n = A.shape[0]
+        values, vectors = linalg.eigh(A, overwrite_a=True, check_finite=False, driver="evd")
+        del A
+        threshold = _relative_threshold(float(max(values[-1], 0.0)), n, self.tol)
+        keep = np.flatnonzero(values > threshold)[::-1]
+        values, vectors = values[keep], vectors[:, keep]
+        self.rank_ = len(keep)
+        self.whitening_ = vectors / np.sqrt(values)  # V S^{-1/2}
+        return vectors * np.sqrt(values)
+
+    def coordinates(self, C: np.ndarray) -> np.ndarray:
+        if self.solver == "cholesky":
+            # rows of C L_11^{-T}, computed as (L_11^{-1} C[:, pivots]^T)^T
+            solved = linalg.solve_triangular(
+                self.pivot_factor_, C[:, self.pivots_].T, lower=True, check_finite=False
+            )
+            return solved.T
+        return matmul(C, self.whitening_)
+
+
 class ExactKernelMap:
     """Empirical kernel map of the training rows, centred in feature space.
 
@@ -139,14 +206,10 @@ class ExactKernelMap:
     kernel_matrix : callable
         ``kernel_matrix(A, B)`` as returned by :func:`make_kernel`.
     solver : {"cholesky", "eigh"}
-        ``"cholesky"``: LAPACK's pivoted Cholesky ``P^T K_c P = L L^T`` (stops at the
-        numerical rank), ``Phi = P L``, ``phi(x) = L_11^{-1} k_c(x)[pivots]``. Needs a
-        positive semi-definite kernel. ``"eigh"``: ``K_c = V S V^T``, ``Phi = V S^{1/2}``,
-        ``phi(x) = S^{-1/2} V^T k_c(x)``; negative eigenvalues of an indefinite kernel are
-        dropped with the zero ones (the positive semi-definite part of ``K_c`` is used).
+        Factorisation of ``K_c``, see :class:`KernelFactor`: pivoted Cholesky ``Phi = P L``
+        or ``Phi = V S^{1/2}``.
     tol : float or None
-        Relative tolerance: eigenvalues (pivots) below ``tol * max`` are treated as zero.
-        ``None`` means ``max(1e-12, 10 n eps)``.
+        Relative rank tolerance, see :class:`KernelFactor`.
     """
 
     def __init__(self, kernel_matrix, solver: str = "cholesky", tol: float | None = None):
@@ -158,53 +221,17 @@ class ExactKernelMap:
         self.X_fit_ = X
         K = self.kernel_matrix(X)
         self.column_means_, self.grand_mean_ = center_kernel_inplace(K)
-        if self.solver == "cholesky":
-            return self._fit_cholesky(K)
-        return self._fit_eigh(K)
-
-    def _fit_cholesky(self, K: np.ndarray) -> np.ndarray:
-        n = K.shape[0]
-        threshold = _relative_threshold(float(np.max(np.diag(K), initial=0.0)), n, self.tol)
-        # K is symmetric, so K.T is the Fortran-ordered view LAPACK can overwrite in place.
-        factor, pivots, rank, info = linalg.lapack.dpstrf(
-            K.T, tol=threshold, lower=1, overwrite_a=1
-        )
-        if info < 0:  # pragma: no cover - argument error in the LAPACK call
-            raise RuntimeError(f"LAPACK dpstrf failed with info={info}")
-        del K
-        permutation = pivots - 1  # Fortran is 1-based
-        lower = factor[:, :rank]
-        _zero_strict_upper(lower)
-        self.pivots_ = permutation[:rank]
-        self.pivot_factor_ = np.array(lower[:rank], order="C")  # L_11, lower triangular
-        self.rank_ = rank
-        # Row i of L belongs to training row permutation[i]: Phi = P L.
-        return lower[np.argsort(permutation)]
-
-    def _fit_eigh(self, K: np.ndarray) -> np.ndarray:
-        n = K.shape[0]
-        values, vectors = linalg.eigh(K, overwrite_a=True, check_finite=False, driver="evd")
-        del K
-        threshold = _relative_threshold(float(max(values[-1], 0.0)), n, self.tol)
-        keep = np.flatnonzero(values > threshold)[::-1]
-        values, vectors = values[keep], vectors[:, keep]
-        self.eigenvalues_ = values
-        self.eigenvectors_ = vectors
-        self.rank_ = len(keep)
-        return vectors * np.sqrt(values)
+        self.factor_ = KernelFactor(self.solver, self.tol)
+        Phi = self.factor_.fit(K)
+        self.rank_ = self.factor_.rank_
+        return Phi
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         out = np.empty((X.shape[0], self.rank_))
         for rows in _batches(X.shape[0], self.X_fit_.shape[0]):
             K_new = self.kernel_matrix(X[rows], self.X_fit_)
             K_new = center_new_kernel(K_new, self.column_means_, self.grand_mean_)
-            if self.solver == "cholesky":
-                rhs = K_new[:, self.pivots_].T
-                out[rows] = linalg.solve_triangular(
-                    self.pivot_factor_, rhs, lower=True, check_finite=False
-                ).T
-            else:
-                out[rows] = matmul(K_new, self.eigenvectors_) / np.sqrt(self.eigenvalues_)
+            out[rows] = self.factor_.coordinates(K_new)
         return out
 
 
@@ -225,21 +252,27 @@ def choose_landmarks(X: np.ndarray, n_landmarks: int, method: str, random_state)
 
 
 class NystroemMap:
-    """Nystroem feature map ``phi(x) = S^{-1/2} V^T k(landmarks, x)`` (uncentred kernel).
+    """Nystroem feature map ``phi(x) = F^+ k(landmarks, x)`` with ``K_mm = F F^T``.
 
-    ``K_mm = V S V^T`` is the landmark kernel; eigenvalues below ``tol * max`` are dropped
-    (scikit-learn's :class:`~sklearn.kernel_approximation.Nystroem` instead clips them to
-    1e-12, which amplifies rounding noise by up to 1e6 for the smooth kernels used here).
-    Centring in the approximate feature space is left to the linear fair PCA fitted on top
-    (it subtracts the training mean of ``phi``), which is exactly kernel centring of the
-    approximate kernel ``phi(x)^T phi(y)``. With all training rows as landmarks this is the
-    exact empirical kernel map up to an orthogonal transform.
+    ``K_mm`` is the (uncentred) landmark kernel, factored by :class:`KernelFactor` (pivoted
+    Cholesky: ``phi(x) = L_11^{-1} k(pivots, x)``, one triangular solve of O(m^2) per row; or
+    ``K_mm = V S V^T``: ``phi(x) = S^{-1/2} V^T k(landmarks, x)``). Directions below
+    ``tol * max`` are dropped; scikit-learn's :class:`~sklearn.kernel_approximation.Nystroem`
+    instead clips eigenvalues to 1e-12, which amplifies rounding noise by up to 1e6 for the
+    smooth kernels used here and costs a full eigendecomposition. Centring in the
+    approximate feature space is left to the linear fair PCA fitted on top (it subtracts the
+    training mean of ``phi``), which is exactly kernel centring of the approximate kernel
+    ``phi(x)^T phi(y)``. With all training rows as landmarks this is the exact empirical
+    kernel map up to an orthogonal transform.
     """
 
-    def __init__(self, kernel_matrix, n_landmarks: int, landmarks: str, tol, random_state):
+    def __init__(
+        self, kernel_matrix, n_landmarks: int, landmarks: str, solver: str, tol, random_state
+    ):
         self.kernel_matrix = kernel_matrix
         self.n_landmarks = n_landmarks
         self.landmarks = landmarks
+        self.solver = solver
         self.tol = tol
         self.random_state = random_state
 
@@ -249,18 +282,15 @@ class NystroemMap:
         )
         self.landmarks_ = X[self.landmark_indices_]
         K_mm = self.kernel_matrix(self.landmarks_)
-        K_mm = (K_mm + K_mm.T) / 2.0
-        values, vectors = linalg.eigh(K_mm, overwrite_a=True, check_finite=False, driver="evd")
-        threshold = _relative_threshold(float(max(values[-1], 0.0)), len(values), self.tol)
-        keep = np.flatnonzero(values > threshold)[::-1]
-        self.rank_ = len(keep)
-        self.normalization_ = vectors[:, keep] / np.sqrt(values[keep])
+        self.factor_ = KernelFactor(self.solver, self.tol)
+        self.factor_.fit(K_mm)
+        self.rank_ = self.factor_.rank_
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         out = np.empty((X.shape[0], self.rank_))
         for rows in _batches(X.shape[0], len(self.landmarks_)):
-            out[rows] = matmul(self.kernel_matrix(X[rows], self.landmarks_), self.normalization_)
+            out[rows] = self.factor_.coordinates(self.kernel_matrix(X[rows], self.landmarks_))
         return out
 
     def fit_transform(self, X: np.ndarray) -> np.ndarray:
@@ -291,9 +321,3 @@ class FourierMap:
 
     def fit_transform(self, X: np.ndarray) -> np.ndarray:
         return self.fit(X).transform(X)
-
-
-def check_positive_int(value, name: str) -> int:
-    if not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be a positive integer; got {value!r}.")
-    return int(value)

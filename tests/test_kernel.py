@@ -73,15 +73,15 @@ def centred_kernel(X, X_new, estimator):
 # --------------------------------------------------------------------------- exactness
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kernel", ["rbf", "poly"])
-@pytest.mark.parametrize("exact_solver", ["cholesky", "eigh"])
-def test_exact_route_equals_direct_solve_of_algorithm3(seed, kernel, exact_solver):
+@pytest.mark.parametrize("factorization", ["cholesky", "eigh"])
+def test_exact_route_equals_direct_solve_of_algorithm3(seed, kernel, factorization):
     rng = np.random.default_rng(100 + seed)
     n_groups = int(rng.integers(2, 5))
     n = int(rng.integers(30, 70))
     k = int(rng.integers(1, 5))
     X, groups = make_data(seed, n=n, d=int(rng.integers(3, 8)), n_groups=n_groups)
     X_new = rng.normal(size=(9, X.shape[1]))
-    est = FairKernelPCA(k, kernel=kernel, approximation="exact", exact_solver=exact_solver)
+    est = FairKernelPCA(k, kernel=kernel, approximation="exact", factorization=factorization)
     T = est.fit_transform(X, sensitive_features=groups)
     K, K_new = centred_kernel(X, X_new, est)
     dual = fair_kernel_pca_reference(K, centered_onehot(groups), k)
@@ -274,7 +274,7 @@ def test_auto_route_uses_size_threshold():
     assert small.fit(X, sensitive_features=groups).approximation_ == "exact"
     assert large.fit(X, sensitive_features=groups).approximation_ == "nystroem"
     assert large.landmark_indices_.shape == (20,)
-    assert FairKernelPCA(2, kernel="sigmoid").fit(X, sensitive_features=groups).exact_solver_ == (
+    assert FairKernelPCA(2, kernel="sigmoid").fit(X, sensitive_features=groups).factorization_ == (
         "eigh"
     )
 
@@ -318,7 +318,7 @@ def test_set_output_pandas_and_unseen_rows():
         ({"gamma": -1.0}, "gamma"),
         ({"approximation": "nystroem", "n_landmarks": 31}, "n_landmarks=31 exceeds"),
         ({"approximation": "rff", "kernel": "poly"}, "only for the rbf kernel"),
-        ({"exact_solver": "cholesky", "kernel": "sigmoid"}, "positive semi-definite"),
+        ({"factorization": "cholesky", "kernel": "sigmoid"}, "positive semi-definite"),
         ({"n_components": 40}, "kernel map"),
         ({"approximation": "fast"}, "approximation"),
     ],
