@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -32,6 +33,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.svm import SVC
 
 from benchmarks import methods, peers, protocol, synthetic
+from benchmarks.make_readme import record_timing
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLORS = {
@@ -131,6 +133,9 @@ def _line_plot(ax, frame, x, y, logy=False):
                 color=COLORS[name], capsize=2,
             )  # fmt: skip
     ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xticks(sorted(frame[x].unique()))
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(x)
@@ -258,7 +263,7 @@ def _expgrad_curve(X_tr, y_tr, z_tr, X_te, y_te, z_te, constraint, kind, bounds)
     return rows
 
 
-def figure4(out, quick=False, draws=3, svc_draws=1, data_dir=None):
+def figure4(out, quick=False, draws=2, svc_draws=1, data_dir=None):
     n = 300 if quick else 5000
     datasets = ["adult"]
     if not quick and protocol.data_dir(data_dir) is not None:
@@ -385,7 +390,10 @@ def main(argv=None):
         frame = FIGURES[name](out, quick=args.quick)
         frame.to_csv(out / f"{name}{suffix}.csv", index=False, float_format="%.6g")
         frames[name] = frame
-        print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
+        seconds = time.perf_counter() - start
+        if not args.quick:
+            record_timing(out, name, seconds)
+        print(f"{name}: {seconds:.1f} s", flush=True)
     return frames
 
 

@@ -1,0 +1,233 @@
+"""Assemble benchmarks/README.md from the generated results (tables, figure CSVs, PNGs).
+
+python -m benchmarks.make_readme
+"""
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results"
+
+INTRO = """# Benchmarks: the paper's experiments, regenerated, beside the published numbers
+
+Everything here is produced by the scripts in this folder, from the repository root, with
+`FAIRPCA_DATA_DIR` pointing at the shared data (`/work/shared/datasets` here, `../shared/datasets`
+in CI; the Lee et al. splits, COMPAS and Bank Marketing are read from there and never copied into
+the repository).
+
+| what | command | wall time here |
+|---|---|---|
+| Tables 1-3 (10 splits, k = 2, 10) | `python -m benchmarks.reproduce_tables` | {tables_time} |
+| Figures 1, 2, 3, 4, 7, 9 | `python -m benchmarks.figures [--only fig1 ...]` | {figures_time} |
+| this README | `python -m benchmarks.make_readme` | seconds |
+| smoke runs (CI; every script with `--quick`) | `pytest tests/test_benchmarks.py` | {tests_time} |
+
+LEACE needs torch and `concept-erasure` (optional extra: `pip install 'fairpca[leace]'`); without
+them its rows and cross-checks are skipped with a message. Timings were measured on the shared
+2-core development machine while other jobs were running, so absolute seconds are noisy; the
+ratios between methods measured in the same process on the same rows are the meaningful part.
+
+Modules: `published.py` (the paper's numbers, transcribed and re-checked against the paper text
+by a test), `protocol.py` (the evaluation protocol of Tables 1-3), `methods.py` (the
+representations compared), `peers.py` (INLP, LEACE, CorrelationRemover, ExponentiatedGradient,
+mean-gap projection), `synthetic.py` (our generator for Lee et al.'s synthetic data and for
+Figure 1), `reproduce_tables.py`, `figures.py`, `make_readme.py`. `bench_fit.py` and
+`bench_kernel.py` are separate scaling benchmarks (see their own docstrings).
+"""
+
+
+def _minutes(seconds):
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def record_timing(results, name, seconds):
+    """Store the wall time of one generated artefact in results/timings.csv."""
+    path = Path(results) / "timings.csv"
+    table = pd.read_csv(path) if path.exists() else pd.DataFrame(columns=["name", "seconds"])
+    table = table[table["name"] != name]
+    table.loc[len(table)] = [name, round(float(seconds), 1)]
+    table.sort_values("name").to_csv(path, index=False)
+
+
+def _timings(results):
+    path = Path(results) / "timings.csv"
+    if not path.exists():
+        return {}
+    table = pd.read_csv(path).set_index("name")["seconds"]
+    out = {}
+    if "tables" in table:
+        out["tables"] = _minutes(table["tables"])
+    figs = [n for n in table.index if n.startswith("fig")]
+    if figs:
+        out["figures"] = (
+            _minutes(table[figs].sum())
+            + " ("
+            + ", ".join(f"{n}: {_minutes(table[n])}" for n in sorted(figs))
+            + ")"
+        )
+    return out
+
+
+def _ratio_lines(frame, group, method_col, seconds_col, base, peers_):
+    stats = frame.groupby([group, method_col])[seconds_col].mean().unstack(method_col)
+    lines = [f"| {group} | {base} [s] | " + " | ".join(f"{p} [s] (ratio)" for p in peers_) + " |"]
+    lines.append("|" + "---|" * (len(peers_) + 2))
+    for key, row in stats.iterrows():
+        cells = []
+        for p in peers_:
+            value = row.get(p, np.nan)
+            cells.append("—" if pd.isna(value) else f"{value:.3g} ({value / row[base]:.0f}×)")
+        lines.append(f"| {key} | {row[base]:.3g} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def figures_section(results):
+    out = ["## Figures", ""]
+    fig1 = results / "fig1.csv"
+    out += [
+        "### Figure 1: Fair PCA vs Fair PCA-S (l = 5), two Gaussians in R^10, k = 2",
+        "",
+        "![Figure 1](results/fig1_mixture.png)",
+        "",
+    ]
+    if fig1.exists():
+        f = pd.read_csv(fig1)
+        out += [
+            "Frobenius gap between the projected group covariances: "
+            + ", ".join(f"{m}: {g:.2f}" for m, g in zip(f.method, f.covariance_gap, strict=True))
+            + ". As in the paper, only the higher-order variant hides the groups.",
+            "",
+        ]
+    fig2 = results / "fig2.csv"
+    out += [
+        "### Figures 2 and 3: Lee et al.'s synthetic data (our generator), k = 5, d = 20 ... 1000",
+        "",
+        "![Figure 2](results/fig2_synthetic_metrics.png)",
+        "",
+        "![Figure 3](results/fig3_runtime_vs_d.png)",
+        "",
+    ]
+    if fig2.exists():
+        f = pd.read_csv(fig2)
+        peers_ = [p for p in ("INLP", "LEACE", "CorrelationRemover", "Fair Kernel PCA")
+                  if p in set(f.method)]  # fmt: skip
+        out += ["Mean fit time per split, and ratio to Fair PCA:", ""]
+        out += _ratio_lines(f, "d", "method", "fit_seconds", "Fair PCA", peers_)
+        summary = f.groupby(["method"])[["var", "mmd2", "linear_inseparability"]].mean()
+        out += ["", "Averages over all d (test split):", ""]
+        out += ["| method | %Var | MMD² | linear inseparability |", "|---|---|---|---|"]
+        for name, r in summary.iterrows():
+            out.append(
+                f"| {name} | {r['var']:.1f} | {r['mmd2']:.4f} | {r['linear_inseparability']:.3f} |"
+            )
+        out += [
+            "",
+            "INLP is run for d <= 200 only (d - k classifier fits per split make it the slowest "
+            "method; the paper reports ~1270 s at d = 800).",
+            "",
+        ]
+    fig7 = results / "fig7.csv"
+    out += [
+        "### Figure 7: runtime vs k at d = 100",
+        "",
+        "![Figure 7](results/fig7_runtime_vs_k.png)",
+        "",
+    ]
+    if fig7.exists():
+        f = pd.read_csv(fig7)
+        peers_ = [p for p in ("INLP", "LEACE", "CorrelationRemover", "Fair Kernel PCA")
+                  if p in set(f.method)]  # fmt: skip
+        out += _ratio_lines(f, "k", "method", "fit_seconds", "Fair PCA", peers_)
+        out.append("")
+    fig4 = results / "fig4.csv"
+    out += [
+        "### Figure 4 / App. C.7: accuracy vs fairness trade-off against the reductions approach",
+        "",
+        "![Figure 4](results/fig4_tradeoff.png)",
+        "",
+    ]
+    if fig4.exists():
+        f = pd.read_csv(fig4)
+        draws = f.groupby("classifier")["draw"].nunique().to_dict()
+        out += [
+            f"Random draws of 5,000 train / 5,000 test rows: {draws} (the paper uses ten; fewer "
+            "here to fit the 2-core budget, the kernel SVM reductions runs being the slowest). "
+            "Fair PCA uses k = d - 1 and lambda = (i/10)^3, i = 0..10; Fair PCA-S (0.5) k = d/4, "
+            "Fair PCA-S (0.85) k = d/2 (App. C.1); ExponentiatedGradient uses difference_bound "
+            "in {0.001, ..., 0.2} with logistic regression and a subset of four bounds with the "
+            "SVC. Mean seconds per curve point (fit incl. classifier):",
+            "",
+        ]
+        f["panel"] = f["dataset"] + " " + f["classifier"] + " " + f["constraint"]
+        out += _ratio_lines(f, "panel", "method", "seconds", "Fair PCA", ["ExponentiatedGradient"])
+        out.append("")
+    fig9 = results / "fig9.csv"
+    out += [
+        "### Appendix C.7 (Figure 9): runtime vs training size (Adult, DP, logistic regression)",
+        "",
+        "![Figure 9](results/fig9_runtime_vs_n.png)",
+        "",
+    ]
+    if fig9.exists():
+        f = pd.read_csv(fig9)
+        out += _ratio_lines(
+            f, "n_train", "method", "seconds", "Fair PCA", ["ExponentiatedGradient"]
+        )
+        out += [
+            "",
+            "The paper reports <= 0.5 s for our methods and > 32 s for the reductions approach "
+            "at 40,000 rows.",
+            "",
+        ]
+    return out
+
+
+def build(results=RESULTS, timings=None):
+    timings = {**_timings(results), **(timings or {})}
+    text = [
+        INTRO.format(
+            tables_time=timings.get("tables", "see results/tables.md"),
+            figures_time=timings.get("figures", "see below"),
+            tests_time=timings.get("tests", "< 60 s"),
+        )
+    ]
+    tables = results / "tables.md"
+    if tables.exists():
+        body = tables.read_text(encoding="utf-8").splitlines()
+        body[0] = "## " + body[0].lstrip("# ")
+        body = [
+            ("#" + line) if line.startswith("## ") and i else line for i, line in enumerate(body)
+        ]
+        text += ["\n".join(body), ""]
+    text += figures_section(results)
+    return "\n".join(text) + "\n"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument("--out", default=str(HERE / "README.md"))
+    parser.add_argument("--tables-time", default=None)
+    parser.add_argument("--figures-time", default=None)
+    parser.add_argument("--tests-time", default=None)
+    args = parser.parse_args(argv)
+    timings = {
+        k: v
+        for k, v in {
+            "tables": args.tables_time,
+            "figures": args.figures_time,
+            "tests": args.tests_time,
+        }.items()
+        if v
+    }
+    text = build(Path(args.results), timings)
+    Path(args.out).write_text(text, encoding="utf-8")
+    return text
+
+
+if __name__ == "__main__":
+    main()
