@@ -182,11 +182,14 @@ class KernelFactor:
         self.whitening_ = vectors / np.sqrt(values)  # V S^{-1/2}
         return vectors * np.sqrt(values)
 
-    def coordinates(self, C: np.ndarray) -> np.ndarray:
+    def coordinates(self, C: np.ndarray, *, pivoted: bool = False) -> np.ndarray:
+        """Rows ``F^+ c``; ``pivoted=True`` when ``C`` already holds only the pivot columns,
+        in pivot order (Cholesky only)."""
         if self.solver == "cholesky":
-            # rows of C L_11^{-T}, computed as (L_11^{-1} C[:, pivots]^T)^T
+            C_pivots = C if pivoted else C[:, self.pivots_]
+            # rows of C_pivots L_11^{-T}, computed as (L_11^{-1} C_pivots^T)^T
             solved = linalg.solve_triangular(
-                self.pivot_factor_, C[:, self.pivots_].T, lower=True, check_finite=False
+                self.pivot_factor_, C_pivots.T, lower=True, check_finite=False
             )
             return solved.T
         return matmul(C, self.whitening_)
@@ -218,7 +221,7 @@ class ExactKernelMap:
         self.tol = tol
 
     def fit_transform(self, X: np.ndarray) -> np.ndarray:
-        self.X_fit_ = X
+        self.X_fit_ = np.array(X, dtype=np.float64, copy=True)  # kept for new rows' kernels
         K = self.kernel_matrix(X)
         self.column_means_, self.grand_mean_ = center_kernel_inplace(K)
         self.factor_ = KernelFactor(self.solver, self.tol)
@@ -285,12 +288,18 @@ class NystroemMap:
         self.factor_ = KernelFactor(self.solver, self.tol)
         self.factor_.fit(K_mm)
         self.rank_ = self.factor_.rank_
+        self.pivoted_ = self.solver == "cholesky"
+        if self.pivoted_:
+            # Landmarks past the numerical rank lie in the span of the pivots: keep only the
+            # pivots, in pivot order, so new rows need r kernel columns and no gather.
+            self.landmarks_ = self.landmarks_[self.factor_.pivots_]
         return self
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         out = np.empty((X.shape[0], self.rank_))
         for rows in _batches(X.shape[0], len(self.landmarks_)):
-            out[rows] = self.factor_.coordinates(self.kernel_matrix(X[rows], self.landmarks_))
+            C = self.kernel_matrix(X[rows], self.landmarks_)
+            out[rows] = self.factor_.coordinates(C, pivoted=self.pivoted_)
         return out
 
     def fit_transform(self, X: np.ndarray) -> np.ndarray:
