@@ -67,6 +67,7 @@ start_bg() {  # start_bg name logfile command... ; runs in its own process group
     else
         "$@" >"$log" 2>&1 < /dev/null &
     fi
+    disown "$!"  # stopped and reaped by cleanup; keeps bash from reporting "Killed" jobs
     PIDS+=("$!")
     PID_NAMES+=("$name")
     echo "    started $name (pid $!, log $log)"
@@ -90,8 +91,7 @@ stop_pid() {  # TERM; a second TERM after 3 s (the Prefect worker then kills
         echo "    $name (pid $pid) ignored SIGTERM; sending SIGKILL"
         signal_tree KILL "$pid"
     fi
-    wait "$pid" 2>/dev/null || true
-    # children that left the process group (none expected) still die with their group id
+    # anything left in the group (e.g. a flow-run process of the worker) goes too
     signal_tree KILL "$pid"
 }
 
@@ -186,7 +186,7 @@ PREFECT_LOG="$WORK/prefect-server.log"
 WORKER_LOG="$WORK/worker.log"
 echo "e2e: repo $REPO_DIR, python $PYTHON, work dir $WORK"
 
-step "start MLflow tracking server" "$MLFLOW_LOG"
+step "start MLflow tracking server (in the background)" "$MLFLOW_LOG"
 MLFLOW_PORT=$(free_port)
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
 start_bg mlflow-server "$MLFLOW_LOG" "$PYTHON" -m mlflow server \
@@ -194,23 +194,23 @@ start_bg mlflow-server "$MLFLOW_LOG" "$PYTHON" -m mlflow server \
     --artifacts-destination "$WORK/mlartifacts" \
     --workers 1 --host 127.0.0.1 --port "$MLFLOW_PORT"
 MLFLOW_PID=${PIDS[-1]}
+step_ok
 
-step "start Prefect server" "$PREFECT_LOG"
+step "start Prefect server (in the background)" "$PREFECT_LOG"
 PREFECT_PORT=$(free_port)
 export PREFECT_API_URL="http://127.0.0.1:$PREFECT_PORT/api"
 start_bg prefect-server "$PREFECT_LOG" "$PYTHON" -m prefect server start \
     --host 127.0.0.1 --port "$PREFECT_PORT" --no-ui
-
-step "wait for MLflow health ($MLFLOW_TRACKING_URI/health)" "$MLFLOW_LOG"
-wait_healthy "MLflow server" "$MLFLOW_TRACKING_URI/health" "$MLFLOW_PID" 90
+PREFECT_PID=${PIDS[-1]}
 step_ok
 
 step "wait for Prefect health ($PREFECT_API_URL/health)" "$PREFECT_LOG"
-wait_healthy "Prefect server" "$PREFECT_API_URL/health" "${PIDS[-1]}" 120
+wait_healthy "Prefect server" "$PREFECT_API_URL/health" "$PREFECT_PID" 150
 step_ok
 
-step "create process work pool '$POOL'" "$PREFECT_LOG"
-prefect work-pool create "$POOL" --type process --overwrite
+step "create process work pool '$POOL'" "$WORK/work-pool.log $PREFECT_LOG"
+prefect work-pool create "$POOL" --type process --overwrite >"$WORK/work-pool.log" 2>&1
+grep -m1 -i "created" "$WORK/work-pool.log" | sed 's/^/    /' || true
 step_ok
 
 step "prefect deploy --all (deployments/prefect.yaml)" "$WORK/deploy.log $PREFECT_LOG"
@@ -226,6 +226,10 @@ pushd "$WORK" >/dev/null
 start_bg prefect-worker "$WORKER_LOG" "$PYTHON" -m prefect worker start \
     --pool "$POOL" --type process --limit 2
 popd >/dev/null
+step_ok
+
+step "wait for MLflow health ($MLFLOW_TRACKING_URI/health)" "$MLFLOW_LOG"
+wait_healthy "MLflow server" "$MLFLOW_TRACKING_URI/health" "$MLFLOW_PID" 150
 step_ok
 
 step "run deployment fairness-audit/on-demand (--watch) while the worker executes it" \

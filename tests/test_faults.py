@@ -29,13 +29,11 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import mlflow
 import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
-
-prefect_testing = pytest.importorskip("prefect.testing.utilities")
-mlflow = pytest.importorskip("mlflow")
 
 VARIANTS = ["pca", "fair_pca"]
 REPORT_FILES = ["report.md", "report.html", "tradeoff.png", "config.json", "metrics.csv"]
@@ -189,16 +187,19 @@ class OutageProxy:
 
 
 @pytest.fixture(scope="session")
-def _servers(tmp_path_factory):
-    """MLflow server + Prefect test server, started in parallel, stopped at the end."""
+def _mlflow_launched(tmp_path_factory):
+    """The session's MLflow server process, launched (not yet waited for)."""
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
     server.launch()
-    try:
-        with prefect_testing.prefect_test_harness(server_startup_timeout=120):
-            server.wait_healthy()
-            yield server
-    finally:
-        server.stop()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def _servers(_mlflow_launched, prefect_harness):
+    """MLflow server + the shared Prefect test server (conftest), started in parallel."""
+    _mlflow_launched.wait_healthy()
+    return _mlflow_launched
 
 
 @pytest.fixture

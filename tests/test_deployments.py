@@ -1,0 +1,141 @@
+"""deployments/prefect.yaml and the e2e script, checked without servers (fast).
+
+The deployments themselves run end to end in ``deployments/ci_e2e.sh`` (real MLflow and
+Prefect servers, a process worker), which CI calls after the tests.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PREFECT_FILE = ROOT / "deployments" / "prefect.yaml"
+E2E_SCRIPT = ROOT / "deployments" / "ci_e2e.sh"
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict:
+    return yaml.safe_load(PREFECT_FILE.read_text())
+
+
+@pytest.fixture(scope="module")
+def deployments(spec) -> dict:
+    return {d["name"]: d for d in spec["deployments"]}
+
+
+@pytest.fixture(scope="module")
+def flows(deployments):
+    from prefect.flows import load_flow_from_entrypoint
+
+    return {
+        name: load_flow_from_entrypoint(str(ROOT / d["entrypoint"]))
+        for name, d in deployments.items()
+    }
+
+
+def schema_of(flow) -> dict:
+    from prefect.utilities.callables import parameter_schema
+
+    return parameter_schema(flow).model_dump_for_openapi()
+
+
+def test_deployments_point_at_the_flows(deployments, flows):
+    assert set(deployments) == {"on-demand", "scheduled"}
+    assert deployments["on-demand"]["entrypoint"] == "flows/audit.py:fairness_audit"
+    assert deployments["scheduled"]["entrypoint"] == "flows/retrain.py:retrain"
+    assert flows["on-demand"].name == "fairness-audit"
+    assert flows["scheduled"].name == "fairness-retrain"
+    for deployment in deployments.values():
+        assert deployment["work_pool"]["name"] == "fairpca-process"
+        assert deployment["enforce_parameter_schema"] is True
+
+
+def test_retrain_is_scheduled_by_cron_in_utc_and_audit_is_on_demand(deployments):
+    from prefect.client.schemas.schedules import CronSchedule
+
+    (schedule,) = deployments["scheduled"]["schedules"]
+    assert schedule["timezone"] == "UTC" and schedule["active"] is True
+    cron = CronSchedule(cron=schedule["cron"], timezone=schedule["timezone"])
+    assert cron.cron == "0 3 * * 1"
+    assert not deployments["on-demand"].get("schedules")
+
+
+def test_pull_step_uses_the_local_checkout_without_cloning(spec):
+    (build,) = spec["build"]
+    (pull,) = spec["pull"]
+    assert build == {
+        "prefect.deployments.steps.run_shell_script": {
+            "id": "checkout",
+            "script": "pwd",
+            "stream_output": False,
+        }
+    }
+    assert pull == {
+        "prefect.deployments.steps.set_working_directory": {"directory": "{{ checkout.stdout }}"}
+    }
+
+
+def test_deployment_parameters_are_valid_configs(deployments):
+    from flows.config import AuditConfig, RetrainConfig
+
+    audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
+    retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])
+    assert audit.dataset == retrain.dataset == "adult"
+    assert retrain.champion_alias == "champion"
+    assert retrain.thresholds.max_dp_difference == 0.05
+    assert retrain.accuracy_tolerance == 0.01
+
+
+def test_job_env_bounds_mlflow_http_retries(deployments):
+    for deployment in deployments.values():
+        env = deployment["work_pool"]["job_variables"]["env"]
+        assert int(env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"]) <= 3
+        assert int(env["MLFLOW_HTTP_REQUEST_TIMEOUT"]) <= 120
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"k": "two"}, "'two' is not of type 'integer'"),
+        ({"bogus": 1}, "'bogus' was unexpected"),
+        ({"dataset": "mnist"}, "'mnist' is not one of"),
+    ],
+)
+def test_server_side_schema_rejects_bad_parameters(deployments, flows, change, message):
+    """What the Prefect server checks when a run is created (enforce_parameter_schema)."""
+    from prefect.utilities.schema_tools import ValidationError, validate
+
+    for name, deployment in deployments.items():
+        schema = schema_of(flows[name])
+        good = deployment["parameters"]
+        validate(good, schema, raise_on_error=True, preprocess=True, ignore_required=False)
+        bad = {"config": {**good["config"], **change}}
+        with pytest.raises(ValidationError, match=message):
+            validate(bad, schema, raise_on_error=True, preprocess=True, ignore_required=False)
+
+
+def test_e2e_params_are_valid_configs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("e2e_checks", ROOT / "deployments/e2e_checks.py")
+    checks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(checks)
+    from flows.config import AuditConfig, RetrainConfig
+
+    AuditConfig(**checks.run_params("audit")["config"])
+    for kind in ("retrain-promote", "retrain-keep"):
+        RetrainConfig(**json.loads(json.dumps(checks.run_params(kind)))["config"])
+
+
+def test_e2e_script_is_valid_bash():
+    done = subprocess.run(["bash", "-n", str(E2E_SCRIPT)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    if shutil.which("shellcheck"):
+        done = subprocess.run(["shellcheck", "-S", "warning", str(E2E_SCRIPT)], text=True)
+        assert done.returncode == 0
