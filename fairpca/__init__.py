@@ -5,6 +5,7 @@ Zafar, "Efficient fair PCA for fair representation learning" (AISTATS 2023).
 """
 
 from ._fair_pca import FairPCA
+from ._kernel import FairKernelPCA
 
-__all__ = ["FairPCA"]
+__all__ = ["FairKernelPCA", "FairPCA"]
 __version__ = "0.1.0"
