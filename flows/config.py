@@ -105,7 +105,7 @@ class AuditConfig(BaseModel):
         2000, ge=20, description="Rows the RBF SVC trains on (cost is quadratic); None = all."
     )
     metric_max_rows: int = Field(
-        2000, ge=50, description="Evaluation rows used for MMD^2 (quadratic cost)."
+        1000, ge=50, description="Rows per group used for MMD^2 (quadratic cost)."
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     data_dir: Path | None = Field(None, description="Data directory (FAIRPCA_DATA_DIR).")

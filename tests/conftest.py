@@ -19,10 +19,11 @@ def prefect_harness():
         yield
 
 
-@pytest.fixture
-def mlflow_store(tmp_path):
-    """A fresh, real MLflow SQLite store in a temp dir: ``(tracking_uri, MlflowClient)``."""
+@pytest.fixture(scope="session")
+def mlflow_store(tmp_path_factory):
+    """A real MLflow SQLite store in a temp dir, shared by the session (creating one costs
+    ~5 s of schema migrations): ``(tracking_uri, MlflowClient)``. Use unique model names."""
     from mlflow import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
     return uri, MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -16,12 +16,10 @@ pytestmark = [pytest.mark.flow, pytest.mark.slow]
 mlflow = pytest.importorskip("mlflow")
 
 
-@pytest.fixture(scope="module")
-def store(tmp_path_factory):
-    """One MLflow SQLite store for the module (each test uses its own model name)."""
-    root = tmp_path_factory.mktemp("mlflow")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    return uri, mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+@pytest.fixture
+def store(mlflow_store):
+    """The session's MLflow SQLite store (each test uses its own model name)."""
+    return mlflow_store
 
 
 def make_config(store, tmp_path, **overrides):

@@ -1,0 +1,281 @@
+"""Unit tests of the task bodies (no orchestration: plain functions and ``task.fn``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from flows.config import DEFAULT_LAMBDAS, AuditConfig, Thresholds
+from tasks.classify import make_classifier
+from tasks.data import split_rows
+from tasks.evaluate import classifier_metrics, group_key
+from tasks.report import Decision, check_thresholds, markdown_table, select_candidate
+
+
+def test_default_lambdas_are_the_papers():
+    assert tuple(round((i / 10) ** 3, 6) for i in range(11)) == DEFAULT_LAMBDAS
+    assert DEFAULT_LAMBDAS[0] == 0.0 and DEFAULT_LAMBDAS[-1] == 1.0
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_split_rows_is_seeded_disjoint_capped_and_stratified(seed):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    y = (rng.random(n) < 0.25).astype(int)
+    groups = pd.DataFrame({"g": rng.choice(["a", "b"], size=n, p=[0.3, 0.7])})
+    kwargs = {"eval_fraction": 0.3, "max_train_rows": 1000, "max_eval_rows": 500, "seed": seed}
+    train, test = split_rows(n, y, groups, **kwargs)
+    again = split_rows(n, y, groups, **kwargs)
+    np.testing.assert_array_equal(train, again[0])
+    np.testing.assert_array_equal(test, again[1])
+    assert len(train) == 1000 and len(test) == 500
+    assert not set(train) & set(test)
+    for part in (train, test):
+        strata = pd.Series(y[part]).astype(str) + groups["g"].to_numpy()[part]
+        full = pd.Series(y).astype(str) + groups["g"].to_numpy()
+        share = strata.value_counts(normalize=True)
+        expected = full.value_counts(normalize=True)
+        np.testing.assert_allclose(share.sort_index(), expected.sort_index(), atol=0.01)
+
+
+def test_split_rows_falls_back_to_label_strata_for_tiny_groups():
+    y = np.array([0, 1] * 50)
+    groups = pd.DataFrame({"g": ["a"] * 99 + ["rare"]})
+    train, test = split_rows(
+        100, y, groups, eval_fraction=0.3, max_train_rows=None, max_eval_rows=None, seed=0
+    )
+    assert len(train) == 70 and len(test) == 30
+
+
+def test_split_rows_rejects_too_few_rows():
+    with pytest.raises(ValueError, match="too few"):
+        split_rows(
+            3,
+            np.array([0, 1, 0]),
+            pd.DataFrame({"g": [0, 1, 0]}),
+            eval_fraction=0.3,
+            max_train_rows=None,
+            max_eval_rows=None,
+            seed=0,
+        )
+
+
+def test_classifier_metrics_match_fairlearn():
+    from fairlearn.metrics import MetricFrame, selection_rate, true_positive_rate
+
+    rng = np.random.default_rng(0)
+    n = 400
+    y = rng.integers(0, 2, n)
+    pred = rng.integers(0, 2, n)
+    sensitive = pd.DataFrame({"sex": rng.choice(["F", "M"], n), "race": rng.choice(list("xyz"), n)})
+    out = classifier_metrics(y, pred, sensitive)
+    frame = MetricFrame(
+        metrics={"sr": selection_rate, "tpr": true_positive_rate},
+        y_true=y,
+        y_pred=pred,
+        sensitive_features=sensitive,
+    )
+    assert out["accuracy"] == pytest.approx(np.mean(y == pred), abs=1e-15)
+    assert out["dp_difference"] == pytest.approx(frame.difference()["sr"], abs=1e-15)
+    assert out["eo_difference"] == pytest.approx(frame.difference()["tpr"], abs=1e-15)
+    for (sex, race), row in frame.by_group.iterrows():
+        assert out[f"selection_rate.sex:{sex}/race:{race}"] == pytest.approx(row["sr"], abs=1e-15)
+        assert out[f"tpr.sex:{sex}/race:{race}"] == pytest.approx(row["tpr"], abs=1e-15)
+    marginal = MetricFrame(
+        metrics=selection_rate, y_true=y, y_pred=pred, sensitive_features=sensitive["race"]
+    )
+    assert out["dp_difference.race"] == pytest.approx(marginal.difference(), abs=1e-15)
+
+
+def test_group_key_is_a_valid_mlflow_metric_name():
+    assert group_key(["sex"], "Female") == "sex:Female"
+    assert group_key(["a", "b"], ("x=1", "y (z)")) == "a:x_1/b:y _z_"
+
+
+def test_classifier_regularization_follows_appendix_c1():
+    assert pytest.approx(1 / (2 * 5000 * 0.01)) == make_classifier("logreg", 5000, 0).C
+    assert pytest.approx(1 / (2 * 5000 * 0.00005)) == make_classifier("rbf_svc", 5000, 0).C
+    assert make_classifier("mlp", 10, 0).hidden_layer_sizes == (10, 5)
+    with pytest.raises(ValueError, match="unknown classifier"):
+        make_classifier("tree", 10, 0)
+
+
+def _table():
+    return pd.DataFrame(
+        [
+            {"variant": "pca", "lambda": np.nan, "classifier": "logreg", "accuracy": 0.85,
+             "dp_difference": 0.20, "eo_difference": 0.20},
+            {"variant": "fair_pca", "lambda": 0.0, "classifier": "logreg", "accuracy": 0.80,
+             "dp_difference": 0.01, "eo_difference": 0.02},
+            {"variant": "fair_pca", "lambda": 1.0, "classifier": "logreg", "accuracy": 0.82,
+             "dp_difference": 0.04, "eo_difference": 0.05},
+        ]
+    )  # fmt: skip
+
+
+def test_select_candidate_prefers_the_most_accurate_passing_one():
+    chosen, decision = select_candidate(_table(), Thresholds(max_dp_difference=0.05))
+    assert decision.promote and chosen["lambda"] == 1.0 and chosen["accuracy"] == 0.82
+
+
+def test_select_candidate_without_passing_candidates_does_not_promote():
+    chosen, decision = select_candidate(_table(), Thresholds(max_dp_difference=0.001))
+    assert not decision.promote
+    assert chosen["dp_difference"] == 0.01  # least violating
+    assert any("DP difference 0.0100 > max 0.001" in r for r in decision.reasons)
+
+
+def test_check_thresholds_names_every_failure():
+    row = {"accuracy": 0.5, "dp_difference": 0.3, "eo_difference": 0.4}
+    failures = check_thresholds(row, Thresholds(min_accuracy=0.6))
+    assert len(failures) == 3 and "accuracy 0.5000 < min 0.6" in failures
+
+
+def test_compare_with_champion():
+    from flows.retrain import compare_with_champion
+
+    ok = Decision(True, ["meets thresholds"])
+    champion = {"version": "3"}
+    keep = compare_with_champion({"accuracy": 0.80}, ok, champion, {"accuracy": 0.85}, 0.01)
+    assert not keep.promote and any("regresses" in r for r in keep.reasons)
+    promote = compare_with_champion({"accuracy": 0.845}, ok, champion, {"accuracy": 0.85}, 0.01)
+    assert promote.promote
+    first = compare_with_champion({"accuracy": 0.1}, ok, None, None, 0.01)
+    assert first.promote and "no current champion" in first.reasons[-1]
+    unfair = compare_with_champion({"accuracy": 0.9}, Decision(False, ["x"]), champion,
+                                   {"accuracy": 0.85}, 0.01)  # fmt: skip
+    assert not unfair.promote
+
+
+def test_transient_errors_are_told_apart():
+    import requests
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, TEMPORARILY_UNAVAILABLE
+
+    from tasks.mlflow_logging import is_transient_mlflow_error
+
+    assert is_transient_mlflow_error(requests.exceptions.ConnectionError("refused"))
+    assert is_transient_mlflow_error(MlflowException("x", error_code=TEMPORARILY_UNAVAILABLE))
+    assert is_transient_mlflow_error(
+        MlflowException("API request to http://h failed: Max retries exceeded with url")
+    )
+    assert not is_transient_mlflow_error(MlflowException("bad", error_code=INVALID_PARAMETER_VALUE))
+    assert not is_transient_mlflow_error(ValueError("bad value"))
+    assert not is_transient_mlflow_error(None)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({}, "exactly one data source"),
+        ({"dataset": "adult", "data": "x.csv"}, "exactly one data source"),
+        ({"data": "x.csv"}, "needs label"),
+        ({"data": "x.txt", "label": "y", "sensitive": ["s"]}, ".csv or .parquet"),
+        ({"dataset": "adult", "label": "y"}, "apply to a user data file"),
+        ({"dataset": "census"}, "Input should be 'adult'"),
+        ({"dataset": "adult", "lambdas": [-0.5]}, "finite and >= 0"),
+        ({"dataset": "adult", "lambdas": []}, "at least one value"),
+        ({"dataset": "adult", "variants": ["pca", "pca"]}, "twice"),
+        ({"dataset": "adult", "variants": ["svd"]}, "Input should be"),
+        ({"dataset": "adult", "k": 0}, "greater than or equal to 1"),
+        ({"dataset": "adult", "thresholds": {"max_dp_difference": 2}}, "less than or equal"),
+        ({"dataset": "adult", "colour": "red"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_config_validation_messages(values, message):
+    with pytest.raises(ValidationError, match=message):
+        AuditConfig(**values)
+
+
+def test_config_defaults_and_flat_params():
+    config = AuditConfig(dataset="adult")
+    assert config.k == 10 and config.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
+    assert config.resolved_model_name == "fairpca-adult"
+    flat = config.flat_params()
+    assert flat["thresholds.max_dp_difference"] == "0.05"
+    assert flat["variants"] == "pca,fair_pca,fair_pca_s,fair_pca_eo"
+    assert flat["data"] == "None"
+
+
+def test_config_file_round_trip(tmp_path):
+    from flows.config import load_config_file
+
+    path = tmp_path / "audit.yaml"
+    path.write_text("dataset: german\nk: 3\nthresholds:\n  max_dp_difference: 0.1\n")
+    config = AuditConfig(**load_config_file(path))
+    assert config.k == 3 and config.thresholds.max_dp_difference == 0.1
+    bad = tmp_path / "audit.toml"
+    bad.write_text("k = 3")
+    with pytest.raises(ValueError, match=r"\.json, \.yaml or \.yml"):
+        load_config_file(bad)
+
+
+def test_input_example_is_synthetic_and_has_no_sensitive_column():
+    from flows.audit import input_example
+
+    X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
+    example = input_example(X)
+    assert list(example.columns) == ["age", "job"] and len(example) == 2
+    assert example["age"].tolist() == [35.0, 27.5]  # median and lower quartile
+    assert example["job"].tolist() == ["b", "a"]  # most frequent categories
+
+
+def test_make_representation_variants():
+    from fairpca import FairPCA
+    from tasks.represent import make_representation, supports_tradeoff
+
+    kwargs = {"equalize_covariance": 0.5, "seed": 0}
+    assert not supports_tradeoff(make_representation("pca", 3, **kwargs))
+    dp = make_representation("fair_pca", 3, **kwargs)
+    eo = make_representation("fair_pca_eo", 3, **kwargs)
+    s = make_representation("fair_pca_s", 3, **kwargs)
+    assert isinstance(dp, FairPCA) and supports_tradeoff(dp)
+    assert eo.constraint == "equal_opportunity"
+    assert s.equalize_covariance == 0.5
+    with pytest.raises(ValueError, match="unknown representation"):
+        make_representation("ica", 3, **kwargs)
+
+
+def test_sweep_fits_once_and_reuses_the_representation():
+    from tasks.data import Split
+    from tasks.evaluate import shared_mmd_sigma
+    from tasks.represent import fit_representation
+    from tasks.sweep import sweep_representation
+
+    rng = np.random.default_rng(0)
+    n, d = 400, 8
+    s = pd.DataFrame({"g": rng.integers(0, 2, n)})
+    Z = rng.normal(size=(n, d)) + 1.5 * s[["g"]].to_numpy()
+    y = (Z[:, 0] + rng.normal(size=n) > 0.7).astype(int)
+    split = Split(
+        pd.DataFrame(Z[:300]), y[:300], s.iloc[:300].reset_index(drop=True),
+        pd.DataFrame(Z[300:]), y[300:], s.iloc[300:].reset_index(drop=True),
+    )  # fmt: skip
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "linear_svm"]
+    )
+    rep = fit_representation.fn(
+        "fair_pca", Z[:300], y[:300], split.s_train, k=3, equalize_covariance=0.5, seed=0
+    )
+    components = rep.estimator.components_.copy()
+    sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
+    seen = []
+    result = sweep_representation(
+        rep, Z[:300], Z[300:], split, config, sigma, lambda v, i, t: seen.append((i, t))
+    )
+    assert seen == [(1, 2), (2, 2)]
+    np.testing.assert_array_equal(rep.estimator.components_, components)  # not refitted
+    table = pd.DataFrame(result.rows)
+    assert len(table) == 4 and set(table["n_features"]) == {3, 6}
+    assert table.loc[table["lambda"] == 0.0, "mean_gap_train"].max() < 1e-10
+    assert set(result.classifiers) == {(0, "logreg"), (0, "linear_svm"), (1, "logreg"),
+                                       (1, "linear_svm")}  # fmt: skip
+
+
+def test_markdown_table():
+    frame = pd.DataFrame({"a": [1.23456, np.nan], "b": ["x", "y"]})
+    assert markdown_table(frame).splitlines() == ["| a | b |", "|---|---|", "| 1.235 | x |",
+                                                  "| - | y |"]  # fmt: skip
