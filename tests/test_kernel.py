@@ -16,8 +16,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from sklearn.utils.validation import _num_samples
 from threadpoolctl import threadpool_limits
 
-from fairpca import FairPCA
-from fairpca._kernel import FairKernelPCA
+from fairpca import FairKernelPCA, FairPCA
 from fairpca._kernel_maps import center_kernel_inplace, center_new_kernel, make_kernel
 from fairpca._kernel_reference import PAPER_REGULARIZATION, fair_kernel_pca_reference
 
