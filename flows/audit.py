@@ -161,7 +161,13 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     for variant, sweep in sweeps.items():
         timings[f"time_sweep_{_dashed(variant)}_s"] = sweep.seconds
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
-    chosen, decision = select_candidate(table, config.thresholds)
+    candidates = registrable(table, config)
+    chosen, decision = select_candidate(candidates, config.thresholds)
+    if len(candidates) < len(table):
+        decision.reasons.append(
+            f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
+            "but not eligible for registration: their fitted state stores training rows"
+        )
     pipeline = build_pipeline(preprocessor, representations, sweeps, chosen)
     check_pipeline(pipeline, split, chosen)
     return AuditState(
@@ -180,6 +186,30 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         timings=timings,
         skipped=skipped,
     )
+
+
+ROW_STORING_VARIANTS = ("fair_kernel_pca",)  # keeps its training points (kernel map)
+ROW_STORING_CLASSIFIERS = ("rbf_svc",)  # keeps support vectors (projected training rows)
+
+
+def registrable(table: pd.DataFrame, config: AuditConfig) -> pd.DataFrame:
+    """Candidates that may become the logged model.
+
+    Unless ``allow_row_storing_models``, pipelines whose fitted state holds (projected)
+    training rows are audited but not logged, so no per-person data reaches MLflow.
+    """
+    if config.allow_row_storing_models:
+        return table
+    keep = ~table["variant"].isin(ROW_STORING_VARIANTS) & ~table["classifier"].isin(
+        ROW_STORING_CLASSIFIERS
+    )
+    if not keep.any():
+        raise ValueError(
+            "every candidate stores training rows in its fitted state (RBF SVC support "
+            "vectors, fair kernel PCA training points), so none can be logged as a model; add "
+            "logreg, linear_svm or mlp and a linear variant, or set allow_row_storing_models."
+        )
+    return table[keep]
 
 
 def build_pipeline(preprocessor, representations, sweeps, chosen) -> Pipeline:

@@ -118,6 +118,12 @@ class AuditConfig(BaseModel):
     )
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     register_model: bool = True
+    allow_row_storing_models: bool = Field(
+        False,
+        description="Let the registered pipeline be one that stores (projected) training rows: "
+        "an RBF SVC keeps support vectors, fair kernel PCA keeps its training points. Off by "
+        "default (privacy); such candidates are still audited and reported.",
+    )
     mlflow_retries: int = Field(
         3, ge=0, le=10, description="Retries of each MLflow logging task on transient errors."
     )
