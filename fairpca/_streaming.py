@@ -1,0 +1,546 @@
+"""Mergeable sufficient statistics of fair PCA (``partial_fit``, chunked and Dask fits).
+
+Fair PCA (Problem (4), Algorithms 1-2 of Kleindessner et al. 2023) depends on the data only
+through, in float64:
+
+- the count, mean and centred scatter ``Xc^T Xc`` of the rows of the variance objective;
+- the count and column sums of the constraint rows (all rows, or the rows with
+  ``y == pos_label`` for equal opportunity, Section 3.2);
+- per sensitive attribute, the group counts and column sums on the constraint rows (the
+  columns of ``X^T Z``, Sections 3.4-3.5);
+- for Fair PCA-S (Section 3.6), the centred scatter of every group on the constraint rows.
+
+All of them merge exactly: counts and sums add, and scatters merge by the pairwise rule of
+Chan, Golub and LeVeque (1979), ``M = M_a + M_b + (n_a n_b / n) delta delta^T`` with
+``delta = mean_b - mean_a``. Each block is centred on its own mean before its scatter is
+formed, so no ``sum x x^T - n mean mean^T`` cancellation occurs, and every product is
+computed in float64 even for float32 input.
+
+Groups may first appear in a later chunk. Group labels are any hashables; the final order is
+the one of :func:`fairpca._groups.encode_groups` (category order for categoricals, sorted
+when sortable, else order of first appearance).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from scipy import linalg
+from scipy.linalg.blas import get_blas_funcs
+
+from . import _linalg as la
+from ._groups import MIN_GROUP_SIZE, GroupEncoding, _as_columns, _factorize
+
+BLOCK_BYTES = 1 << 26  # a centred float64 block of at most 64 MiB
+
+
+def block_rows(n_features: int) -> int:
+    """Rows per centred float64 block: about 64 MiB, between 256 and 16384 rows."""
+    return int(np.clip(BLOCK_BYTES // (8 * max(n_features, 1)), 256, 16384))
+
+
+class InsufficientStatisticsError(ValueError):
+    """The rows seen so far do not define a fair projection yet (e.g. a single group)."""
+
+
+class Moments:
+    """Count, mean and centred scatter ``sum (x - mean)(x - mean)^T`` of rows, in float64.
+
+    Only the upper triangle of the internal scatter is maintained (BLAS ``syrk``/``syr``);
+    :meth:`scatter` returns the full symmetric matrix.
+    """
+
+    def __init__(self, n_features: int):
+        self.n_features = n_features
+        self.count = 0
+        self.mean = np.zeros(n_features)
+        self._upper: np.ndarray | None = None
+
+    def add_rows(self, X: np.ndarray) -> None:
+        """Add the rows of ``X`` (float32 or float64), block by block."""
+        step = block_rows(self.n_features)
+        for start in range(0, X.shape[0], step):
+            block = X[start : start + step]
+            block_mean = block.mean(axis=0, dtype=np.float64)
+            self.add_centred(np.subtract(block, block_mean, dtype=np.float64), block_mean)
+
+    def add_centred(self, centred: np.ndarray, block_mean: np.ndarray) -> None:
+        """Add a block given centred on its own mean (C-ordered float64, ``(rows, d)``)."""
+        rows = centred.shape[0]
+        if rows == 0:
+            return
+        upper = self._ensure_upper()
+        syrk = get_blas_funcs("syrk", (upper,))
+        # centred.T is Fortran-ordered (d, rows): syrk(trans=0) gives centred^T centred.
+        self._upper = syrk(1.0, centred.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
+        self._merge_mean(rows, block_mean)
+
+    def merge(self, other: Moments) -> None:
+        """Merge ``other`` into ``self`` (Chan et al. pairwise rule), in place."""
+        if other.count == 0:
+            return
+        upper = self._ensure_upper()
+        upper += other._upper
+        self._merge_mean(other.count, other.mean)
+
+    def _ensure_upper(self) -> np.ndarray:
+        if self._upper is None:
+            self._upper = np.zeros((self.n_features, self.n_features), order="F")
+        return self._upper
+
+    def _merge_mean(self, count: int, mean: np.ndarray) -> None:
+        total = self.count + count
+        if self.count == 0:
+            self.mean = np.array(mean, dtype=np.float64)
+        else:
+            delta = mean - self.mean
+            syr = get_blas_funcs("syr", (self._upper,))
+            self._upper = syr(self.count * count / total, delta, a=self._upper, overwrite_a=True)
+            self.mean = self.mean + delta * (count / total)
+        self.count = total
+
+    def scatter(self, *, copy: bool = True) -> np.ndarray:
+        """Full symmetric scatter matrix (d x d). ``copy=False`` symmetrises in place."""
+        if self._upper is None:
+            return np.zeros((self.n_features, self.n_features))
+        upper = self._upper.copy(order="F") if copy else self._upper
+        return la.symmetrize_upper(upper)
+
+    def __copy__(self):
+        out = Moments(self.n_features)
+        out.count = self.count
+        out.mean = self.mean.copy()
+        out._upper = None if self._upper is None else self._upper.copy(order="F")
+        return out
+
+
+@dataclass
+class GroupTable:
+    """Statistics of the groups of one sensitive attribute, in order of first appearance."""
+
+    name: str
+    n_features: int
+    group_scatter: bool
+    labels: list = field(default_factory=list)
+    categories: list | None = None
+    row_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    sums: np.ndarray | None = None
+    scatters: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self._index = {label: i for i, label in enumerate(self.labels)}
+        if self.sums is None:
+            self.sums = np.zeros((self.n_features, 0))
+
+    def positions(self, labels, categories=None) -> np.ndarray:
+        """Global positions of chunk-local ``labels``, registering new ones."""
+        if categories is not None:
+            known = self.categories or []
+            self.categories = known + [c for c in categories if c not in set(known)]
+        new = [label for label in labels if label not in self._index]
+        if new:
+            for label in new:
+                self._index[label] = len(self.labels)
+                self.labels.append(label)
+            extra = len(new)
+            self.row_counts = np.concatenate([self.row_counts, np.zeros(extra, np.int64)])
+            self.counts = np.concatenate([self.counts, np.zeros(extra, np.int64)])
+            self.sums = np.hstack([self.sums, np.zeros((self.n_features, extra))])
+            if self.group_scatter:
+                self.scatters += [Moments(self.n_features) for _ in range(extra)]
+        return np.array([self._index[label] for label in labels], dtype=np.intp)
+
+    def merge(self, other: GroupTable) -> None:
+        where = self.positions(other.labels, other.categories)
+        self.row_counts[where] += other.row_counts
+        self.counts[where] += other.counts
+        self.sums[:, where] += other.sums
+        if self.group_scatter:
+            for i, moments in zip(where, other.scatters, strict=True):
+                self.scatters[i].merge(moments)
+
+    def order(self) -> np.ndarray:
+        """Permutation giving the label order of :func:`fairpca._groups.encode_groups`."""
+        if not self.labels:
+            return np.zeros(0, dtype=np.intp)
+        if self.categories is not None:
+            rank = {c: i for i, c in enumerate(self.categories)}
+            return np.array(
+                sorted(range(len(self.labels)), key=lambda i: rank[self.labels[i]]),
+                dtype=np.intp,
+            )
+        _, uniques = _factorize(pd.Series(self.labels, dtype=object), self.name)
+        return np.array([self._index[label] for label in uniques], dtype=np.intp)
+
+    def ordered(self) -> GroupTable:
+        perm = self.order()
+        labels = [self.labels[i] for i in perm]
+        return GroupTable(
+            self.name,
+            self.n_features,
+            self.group_scatter,
+            labels,
+            self.categories,
+            self.row_counts[perm],
+            self.counts[perm],
+            self.sums[:, perm],
+            [self.scatters[i] for i in perm] if self.group_scatter else [],
+        )
+
+    def __copy__(self):
+        return GroupTable(
+            self.name,
+            self.n_features,
+            self.group_scatter,
+            list(self.labels),
+            None if self.categories is None else list(self.categories),
+            self.row_counts.copy(),
+            self.counts.copy(),
+            self.sums.copy(),
+            [copy.copy(m) for m in self.scatters],
+        )
+
+
+@dataclass(frozen=True)
+class StatisticsSpec:
+    """Which rows feed the objective and the constraint, and what is accumulated."""
+
+    n_features: int
+    objective_positive: bool = False  # equal opportunity, eo_objective="positive"
+    constraint_positive: bool = False  # equal opportunity
+    pos_label: object = None
+    group_scatter: bool = False  # Fair PCA-S
+
+    @classmethod
+    def for_estimator(cls, estimator, n_features: int) -> StatisticsSpec:
+        eo = estimator.constraint == "equal_opportunity"
+        return cls(
+            n_features=n_features,
+            objective_positive=eo and estimator.eo_objective == "positive",
+            constraint_positive=eo,
+            pos_label=estimator.pos_label if eo else None,
+            group_scatter=estimator.equalize_covariance is not None,
+        )
+
+    def satisfies(self, needed: StatisticsSpec) -> bool:
+        """Whether statistics collected under ``self`` can serve a fit that needs ``needed``."""
+        same_rows = (
+            self.n_features == needed.n_features
+            and self.objective_positive == needed.objective_positive
+            and self.constraint_positive == needed.constraint_positive
+            and self.pos_label == needed.pos_label
+        )
+        return same_rows and (self.group_scatter or not needed.group_scatter)
+
+
+class FairStatistics:
+    """All sufficient statistics of a fair PCA fit; update with chunks, merge, then solve."""
+
+    def __init__(self, spec: StatisticsSpec):
+        self.spec = spec
+        self.objective = Moments(spec.n_features)
+        self.constraint_count = 0
+        self.constraint_sum = np.zeros(spec.n_features)
+        self.tables: list[GroupTable] | None = None
+        self.dtype: np.dtype | None = None
+
+    @property
+    def n_features(self) -> int:
+        return self.spec.n_features
+
+    # ------------------------------------------------------------------ accumulating
+    def update(
+        self,
+        X: np.ndarray,
+        encoding: GroupEncoding,
+        positive: np.ndarray | None = None,
+        categories: list | None = None,
+    ) -> None:
+        """Add a validated chunk: float ``X`` (rows, d), its group encoding and, for equal
+        opportunity, the boolean mask of rows with ``y == pos_label``."""
+        self._check_attributes(encoding)
+        categories = categories or [None] * encoding.n_attributes
+        where = [
+            table.positions(list(labels), cats)
+            for table, labels, cats in zip(self.tables, encoding.groups, categories, strict=True)
+        ]
+        codes = np.column_stack(
+            [where[a][encoding.codes[:, a]] for a in range(encoding.n_attributes)]
+        ).reshape(X.shape[0], encoding.n_attributes)
+        for a, table in enumerate(self.tables):
+            table.row_counts += np.bincount(codes[:, a], minlength=len(table.labels))
+        if self.spec.constraint_positive:
+            if positive is None:
+                raise ValueError("equal opportunity statistics need the positive-row mask.")
+            objective_rows = positive if self.spec.objective_positive else None
+        else:
+            positive, objective_rows = None, None
+        X_obj = X if objective_rows is None else X[objective_rows]
+        codes_obj = codes if objective_rows is None else codes[objective_rows]
+        constraint_obj = None
+        if positive is not None and objective_rows is None:
+            constraint_obj = positive  # constraint rows among the objective rows
+        step = block_rows(self.n_features)
+        for start in range(0, X_obj.shape[0], step):
+            stop = start + step
+            self._add_block(
+                X_obj[start:stop],
+                codes_obj[start:stop],
+                None if constraint_obj is None else constraint_obj[start:stop],
+            )
+        self.dtype = X.dtype if self.dtype is None else np.result_type(self.dtype, X.dtype)
+
+    def _add_block(self, block, codes, constraint_rows) -> None:
+        block_mean = block.mean(axis=0, dtype=np.float64)
+        centred = np.subtract(block, block_mean, dtype=np.float64)
+        # One GEMM gives the constraint-row sum and every group sum of this block:
+        # sum_i w_i x_i = Xc^T w + mean * sum_i w_i.
+        weights = [np.ones(block.shape[0]) if constraint_rows is None else constraint_rows]
+        for a, table in enumerate(self.tables):
+            onehot = np.zeros((block.shape[0], len(table.labels)))
+            onehot[np.arange(block.shape[0]), codes[:, a]] = 1.0
+            weights.append(onehot if constraint_rows is None else onehot * weights[0][:, None])
+        W = np.column_stack(weights).astype(np.float64)
+        totals = W.sum(axis=0)
+        sums = np.asarray(la.matmul(centred.T, W)) + np.outer(block_mean, totals)
+        self.constraint_count += int(np.rint(totals[0]))
+        self.constraint_sum += sums[:, 0]
+        start = 1
+        for a, table in enumerate(self.tables):
+            stop = start + len(table.labels)
+            table.counts += np.rint(totals[start:stop]).astype(np.int64)
+            table.sums += sums[:, start:stop]
+            if table.group_scatter:
+                rows = np.ones(block.shape[0], bool) if constraint_rows is None else constraint_rows
+                for g in np.unique(codes[rows, a]):
+                    table.scatters[g].add_rows(block[rows & (codes[:, a] == g)])
+            start = stop
+        self.objective.add_centred(centred, block_mean)
+
+    def _check_attributes(self, encoding: GroupEncoding) -> None:
+        if self.tables is None:
+            self.tables = [
+                GroupTable(name, self.n_features, self.spec.group_scatter)
+                for name in encoding.names
+            ]
+        elif len(self.tables) != encoding.n_attributes:
+            raise ValueError(
+                f"This chunk has {encoding.n_attributes} sensitive attribute(s) but earlier "
+                f"chunks had {len(self.tables)}; pass the same attributes in every chunk."
+            )
+
+    def merge(self, other: FairStatistics) -> FairStatistics:
+        """Merge ``other`` into ``self`` in place (exact; order only affects rounding)."""
+        if not other.spec == self.spec:
+            raise ValueError(
+                "Cannot merge statistics collected with different settings: "
+                f"{self.spec} and {other.spec}."
+            )
+        if other.tables is None:
+            return self
+        if self.tables is None:
+            self.tables = [
+                GroupTable(t.name, self.n_features, self.spec.group_scatter) for t in other.tables
+            ]
+        if len(self.tables) != len(other.tables):
+            raise ValueError(
+                f"Cannot merge statistics of {len(other.tables)} sensitive attribute(s) into "
+                f"statistics of {len(self.tables)}; pass the same attributes everywhere."
+            )
+        for mine, theirs in zip(self.tables, other.tables, strict=True):
+            mine.merge(theirs)
+        self.objective.merge(other.objective)
+        self.constraint_count += other.constraint_count
+        self.constraint_sum += other.constraint_sum
+        if other.dtype is not None:
+            self.dtype = (
+                other.dtype if self.dtype is None else np.result_type(self.dtype, other.dtype)
+            )
+        return self
+
+    def __copy__(self):
+        out = FairStatistics(self.spec)
+        out.objective = copy.copy(self.objective)
+        out.constraint_count = self.constraint_count
+        out.constraint_sum = self.constraint_sum.copy()
+        out.tables = None if self.tables is None else [copy.copy(t) for t in self.tables]
+        out.dtype = self.dtype
+        return out
+
+    # ------------------------------------------------------------------ reading
+    def ordered_tables(self) -> list[GroupTable]:
+        return [table.ordered() for table in self.tables or []]
+
+    def check_fittable(self, n_components: int | None = None) -> None:
+        """Raise :class:`InsufficientStatisticsError` when the rows seen so far cannot define
+        the fit yet (too few rows, a single group, a group with fewer than 2 rows)."""
+        if self.tables is None:
+            raise InsufficientStatisticsError("No rows have been seen yet.")
+        for table in self.ordered_tables():
+            if len(table.labels) < 2:
+                raise InsufficientStatisticsError(
+                    f"sensitive attribute {table.name!r} has a single group "
+                    f"({table.labels[0]!r}) in the rows seen so far; fair PCA needs at least "
+                    "two groups to compare."
+                )
+            small = [g for g, c in zip(table.labels, table.row_counts, strict=True) if c < 2]
+            if small:
+                raise InsufficientStatisticsError(
+                    f"sensitive attribute {table.name!r}: group(s) {small!r} have fewer than "
+                    f"{MIN_GROUP_SIZE} rows so far; a group mean (and covariance) needs at "
+                    f"least {MIN_GROUP_SIZE}."
+                )
+        if self.spec.constraint_positive:
+            if self.constraint_count == 0:
+                raise InsufficientStatisticsError(
+                    f"constraint='equal_opportunity' but no row so far has y == pos_label "
+                    f"({self.spec.pos_label!r})."
+                )
+            for table in self.ordered_tables():
+                small = [g for g, c in zip(table.labels, table.counts, strict=True) if c < 2]
+                if small:
+                    raise InsufficientStatisticsError(
+                        f"constraint='equal_opportunity': group(s) {small!r} of sensitive "
+                        f"attribute {table.name!r} have fewer than 2 rows with y == pos_label "
+                        "so far, so their positive-class mean is undefined."
+                    )
+        needed = max(2, n_components or 0)
+        if self.objective.count < needed:
+            raise InsufficientStatisticsError(
+                f"Only {self.objective.count} row(s) of the variance objective so far; "
+                f"need at least {needed} (n_components={n_components})."
+            )
+
+
+def encode_chunk(sensitive_features, n_samples: int) -> tuple[GroupEncoding, list]:
+    """Encode the sensitive attributes of one chunk without the whole-data group checks.
+
+    Returns the encoding (chunk-local codes and labels) and, per attribute, the full category
+    list of a categorical column (else None), which fixes the final group order.
+    """
+    if sensitive_features is None:
+        raise ValueError(
+            "sensitive_features is required: pass partial_fit(X, sensitive_features=groups) "
+            "with one group label per row, or name the sensitive columns of a DataFrame X "
+            "with sensitive_columns=[...]."
+        )
+    columns, names = _as_columns(sensitive_features)
+    if not columns:
+        raise ValueError("sensitive_features has no columns; give at least one attribute.")
+    codes = np.empty((n_samples, len(columns)), dtype=np.intp)
+    groups, categories = [], []
+    for a, (column, name) in enumerate(zip(columns, names, strict=True)):
+        if len(column) != n_samples:
+            raise ValueError(
+                f"sensitive_features has {len(column)} rows but X has {n_samples}; pass one "
+                "group label per row of X."
+            )
+        attribute_codes, labels = _factorize(column, name)
+        codes[:, a] = attribute_codes
+        groups.append(labels)
+        dtype = getattr(column, "dtype", None)
+        categorical = isinstance(dtype, pd.CategoricalDtype)
+        categories.append(list(dtype.categories) if categorical else None)
+    return GroupEncoding(codes, groups, names), categories
+
+
+def positive_rows(y, n_samples: int, pos_label) -> np.ndarray:
+    """Boolean mask ``y == pos_label`` of one chunk, with the checks of ``fit``."""
+    if y is None:
+        raise ValueError(
+            "constraint='equal_opportunity' fits on the rows with y == pos_label, so every "
+            "chunk needs y: call partial_fit(X, y, sensitive_features=...)."
+        )
+    y = np.asarray(y)
+    if y.ndim != 1 or y.shape[0] != n_samples:
+        raise ValueError(
+            f"y must be 1-D with one label per row of X ({n_samples}); got shape {y.shape}."
+        )
+    return np.asarray(y == pos_label, dtype=bool)
+
+
+def chunk_statistics(
+    spec: StatisticsSpec, X: np.ndarray, sensitive_features, y=None
+) -> FairStatistics:
+    """Statistics of one validated, finite float chunk (used by Dask blocks and sources)."""
+    encoding, categories = encode_chunk(sensitive_features, X.shape[0])
+    positive = positive_rows(y, X.shape[0], spec.pos_label) if spec.constraint_positive else None
+    stats = FairStatistics(spec)
+    stats.update(X, encoding, positive, categories)
+    return stats
+
+
+def merge_all(parts) -> FairStatistics:
+    """Merge a non-empty sequence of statistics (the first one is updated in place)."""
+    parts = list(parts)
+    out = parts[0]
+    for part in parts[1:]:
+        out.merge(part)
+    return out
+
+
+def solve_covariance_randomized(
+    C: np.ndarray,
+    Q: np.ndarray,
+    k: int,
+    n: int,
+    *,
+    n_oversamples: int,
+    n_iter: int,
+    random_state: np.random.RandomState,
+):
+    """Randomized subspace iteration on the scatter matrix ``C`` (k << d).
+
+    The statistics counterpart of :func:`fairpca._solvers.solve_randomized` (Halko et al.
+    2011): the fair operator is ``P C P`` with ``P = I - Q Q^T``, and one product with ``C``
+    equals one pass ``Xc^T (Xc G)`` over the data, so ``n_iter`` has the same meaning. The
+    fair and the standard PCA blocks share every product (one GEMM with ``2 l`` columns),
+    then a Rayleigh-Ritz step on each ``l``-dimensional range gives the top ``k``.
+    """
+    from ._solvers import Solution
+
+    d = C.shape[0]
+    size = min(k + n_oversamples, d)
+    G = random_state.normal(size=(d, 2 * size))
+    for _ in range(n_iter + 1):
+        G[:, :size] = la.project_out(G[:, :size], Q)
+        G = la.matmul(C, np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])]))
+    fair_basis = _orthonormalize(la.project_out(G[:, :size], Q))
+    basis = np.hstack([fair_basis, _orthonormalize(G[:, size:])])
+    CB = la.matmul(C, basis)
+    fair = basis[:, :size].T @ CB[:, :size]
+    pca = basis[:, size:].T @ CB[:, size:]
+    fair_values, fair_vectors = la.top_eigh((fair + fair.T) / 2.0, k)
+    pca_values, pca_vectors = la.top_eigh((pca + pca.T) / 2.0, k)
+    return Solution(
+        la.project_out(fair_basis @ fair_vectors, Q),
+        np.maximum(fair_values, 0.0) / (n - 1),
+        basis[:, size:] @ pca_vectors,
+        np.maximum(pca_values, 0.0) / (n - 1),
+        float(np.trace(C)) / (n - 1),
+    )
+
+
+def _orthonormalize(Y: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the range of ``Y`` (d x l, l << d) by CholeskyQR2.
+
+    Two Cholesky passes (Fukaya et al. 2014) cost two SYRK-like products instead of a
+    Householder QR, and are orthogonal to rounding when ``cond(Y) < 1e7``; otherwise (or if
+    a Cholesky factorisation fails) Householder QR is used.
+    """
+    basis = Y
+    for _ in range(2):
+        gram = np.asarray(la.matmul(basis.T, basis))
+        try:
+            R = linalg.cholesky(gram, lower=False, check_finite=False)
+        except linalg.LinAlgError:
+            return la.qr_basis(Y)
+        diagonal = np.abs(np.diag(R))
+        if diagonal.min() <= 1e-7 * diagonal.max():
+            return la.qr_basis(Y)
+        basis = linalg.solve_triangular(R, basis.T, trans="T", lower=False, check_finite=False).T
+    return basis
