@@ -294,7 +294,9 @@ def figure4(out, quick=False, draws=2, svc_draws=1, data_dir=None):
         columns=["dataset", "draw", "constraint", "classifier", "method", "parameter",
                  "accuracy", "violation", "seconds"],
     )  # fmt: skip
-    fig, axes = plt.subplots(len(datasets), 4, figsize=(16, 3.6 * len(datasets)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(datasets), len(panels), figsize=(4 * len(panels), 3.6 * len(datasets)), squeeze=False
+    )
     for i, dataset in enumerate(datasets):
         for j, (constraint, kind) in enumerate(panels):
             ax = axes[i, j]

@@ -93,12 +93,44 @@ def evaluate_split(dataset, split, ks, method_names, classifiers, data_dir=None)
         return rows
 
 
-def run(datasets, splits, ks, method_names, classifiers, n_jobs=2, data_dir=None):
-    jobs = [(d, s) for d in datasets for s in splits]
-    out = Parallel(n_jobs=n_jobs)(
-        delayed(evaluate_split)(d, s, ks, method_names, classifiers, data_dir) for d, s in jobs
+def _cached_split(cache, dataset, split, ks, method_names, classifiers, data_dir):
+    """evaluate_split, reusing/writing ``cache/{dataset}_{split}.csv`` when a cache is given."""
+    path = None if cache is None else Path(cache) / f"{dataset}_{split}.csv"
+    if path is not None and path.exists():
+        frame = pd.read_csv(path)
+        wanted = {(k, m) for k in ks for m in method_names if _runs_here(m)}
+        pairs = list(zip(frame["k"], frame["method"], strict=True))
+        columns_ok = all(f"lee:{c}_acc" in frame.columns for c in classifiers)
+        if wanted <= set(pairs) and columns_ok:
+            return frame[[pair in wanted for pair in pairs]].to_dict("records")
+    rows = evaluate_split(dataset, split, ks, method_names, classifiers, data_dir)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(path, index=False)
+    return rows
+
+
+def _runs_here(name):
+    return methods.availability(name)[0]
+
+
+def run(datasets, splits, ks, method_names, classifiers, n_jobs=2, data_dir=None, cache=None):
+    """Evaluate every (dataset, split); splits first so that a partial run covers all datasets.
+
+    With ``cache`` (a folder), finished splits are stored and reused by the next run.
+    """
+    jobs = [(d, s) for s in splits for d in datasets]
+    results = Parallel(n_jobs=n_jobs, return_as="generator_unordered")(
+        delayed(_cached_split)(cache, d, s, ks, method_names, classifiers, data_dir)
+        for d, s in jobs
     )
-    return pd.DataFrame([row for rows in out for row in rows])
+    rows = []
+    for done, split_rows in enumerate(results, start=1):
+        rows += split_rows
+        if split_rows:
+            first = split_rows[0]
+            print(f"[{done}/{len(jobs)}] {first['dataset']} split {first['split']}", flush=True)
+    return pd.DataFrame(rows)
 
 
 def _fmt(value, decimals):
@@ -321,13 +353,16 @@ def main(argv=None):
     parser.add_argument("--n-jobs", type=int, default=2)
     parser.add_argument("--data-dir", default=None, help="folder holding lee2022-splits")
     parser.add_argument("--out", default=str(RESULTS), help="output folder")
+    parser.add_argument(
+        "--cache", default=None, help="folder for per-split results, reused by later runs"
+    )
     args = parser.parse_args(argv)
     splits = range(1) if args.quick else range(protocol.N_SPLITS)
     ks = (2,) if args.quick else (2, 10)
     start = time.perf_counter()
     frame = run(
         args.datasets, splits, ks, methods.ALL_METHODS, protocol.CLASSIFIERS,
-        n_jobs=args.n_jobs, data_dir=args.data_dir,
+        n_jobs=args.n_jobs, data_dir=args.data_dir, cache=args.cache,
     )  # fmt: skip
     elapsed = time.perf_counter() - start
     out = Path(args.out)
