@@ -23,20 +23,26 @@ rows have mean zero because ``1^T K 1 = 0``), with the same centred one-hot matr
 ``null(K) = null(Phi^T)``, which change neither objective nor constraints nor the
 representation below. The optimal values therefore agree and optimal solutions correspond.
 
-Representation. Training rows: ``Lambda^T R^T K = B^T K = B^T Phi Phi^T = W^T Phi^T``, the
-linear fair PCA projection of the rows of ``Phi``. New rows with centred kernel column
-``k(x)`` (n-vector, ``k(x) = Phi phi(x)`` for the coordinates ``phi(x)`` of the projection of
-the feature vector of ``x`` onto the training span): ``B^T k(x) = W^T Phi^T Phi phi(x) ...``
-written without ``phi``: ``B^T k(x) = W^T S^{-1/2} V^T k(x)``, i.e. the linear projection of
-``phi(x) = S^{-1/2} V^T k(x) = Phi^+ k(x)``. (Any other factor ``Phi' = Phi O`` with ``O``
-orthogonal gives ``W' = O^T W`` and the same representations.) Hence exact fair kernel PCA is
-:class:`~fairpca.FairPCA` on ``Phi`` and ``Phi^+ k(x)``, with no generalised eigenproblem
-and no ``+1e-5 I`` regularisation (Appendix C.1), which perturbs the paper's solution.
-Directions with zero eigenvalue of ``K`` carry no variance and no constraint, so dropping
-them (with a relative tolerance) loses nothing; with ``S`` restricted to positive
-eigenvalues the argument is exact. Group/attribute handling (Sections 3.4-3.5), equal
-opportunity (Section 3.2) and the trade-off knob (Section 3.1; its standard PCA on ``Phi`` is
-standard kernel PCA) all come from :class:`~fairpca.FairPCA` unchanged.
+Representation. Training rows: ``Lambda^T R^T K = B^T K = B^T Phi Phi^T = W^T Phi^T``, i.e.
+the rows of ``Phi W``, linear fair PCA's projection of the rows of ``Phi``. New rows: let
+``F`` (n x D) hold the centred training feature vectors, so ``K = F F^T = Phi Phi^T``; as
+``Phi`` has full column rank, ``F = Phi O^T`` for some ``O`` (D x r) with ``O^T O = I``.
+The centred kernel column of a new row, ``k(x) = F f(x)`` (``f(x)`` its centred feature
+vector), is then ``k(x) = Phi phi(x)`` with ``phi(x) = O^T f(x)``, the coordinates of the
+projection of ``f(x)`` onto the training span, and Algorithm 3's ``Lambda^T R^T k(x) =
+B^T Phi phi(x) = W^T phi(x)``: linear fair PCA's projection of ``phi(x)``. Since ``Phi`` has
+full column rank, ``phi(x) = Phi^+ k(x)``: ``S^{-1/2} V^T k(x)`` for ``Phi = V S^{1/2}``,
+``L_11^{-1} k(x)[pivots]`` for the pivoted Cholesky factor ``Phi = P L``. (Another factor
+``Phi O'`` with ``O'`` orthogonal gives ``W' = O'^T W`` and the same representations.)
+
+Hence exact fair kernel PCA is :class:`~fairpca.FairPCA` on ``Phi`` and ``Phi^+ k(x)``,
+with no generalised eigenproblem and no ``+1e-5 I`` regularisation (Appendix C.1), which
+perturbs the paper's solution. Directions with zero eigenvalue of ``K`` carry no variance
+and no constraint, so dropping them (with a relative tolerance) loses nothing; with ``S``
+restricted to positive eigenvalues the argument is exact. Group/attribute handling
+(Sections 3.4-3.5), equal opportunity (Section 3.2) and the trade-off knob (Section 3.1; its
+standard PCA on ``Phi`` is standard kernel PCA) all come from :class:`~fairpca.FairPCA`
+unchanged.
 """
 
 from __future__ import annotations
@@ -136,7 +142,10 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         Relative tolerance below which eigenvalues (pivots) of the kernel matrix are treated
         as zero and dropped. ``None`` means ``max(1e-12, 10 * n * eps)``.
     svd_solver : {"auto", "covariance_eigh", "full", "randomized"}, default="auto"
-        Solver of the linear :class:`~fairpca.FairPCA` on the kernel map.
+        Solver of the linear :class:`~fairpca.FairPCA` on the kernel map (its ``"auto"``
+        policy). For the exact route with more than 500 rows and small ``k`` that is the
+        randomized solver, whose eigenvectors are approximate when the kernel spectrum
+        decays slowly; ``"covariance_eigh"`` gives exact ones at O(n r^2 + r^3) extra cost.
     tol : float or None, default=None
         Rank tolerance of the fairness constraint, as in :class:`~fairpca.FairPCA`.
     iterated_power : int or "auto", default="auto"

@@ -393,3 +393,17 @@ def test_benchmark_quick_runs():
     assert result.returncode == 0, result.stderr[-2000:]
     for table in ("exact fit", "Nystroem fit_transform at scale", "quality on Adult"):
         assert table in result.stdout
+
+
+def test_metadata_routing_in_a_pipeline():
+    import sklearn
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    X, groups = make_data(17, n=60)
+    y = (X[:, 0] > X[:, 0].mean()).astype(int)
+    with sklearn.config_context(enable_metadata_routing=True):
+        step = FairKernelPCA(3).set_fit_request(sensitive_features=True)
+        model = make_pipeline(step, LogisticRegression()).fit(X, y, sensitive_features=groups)
+        assert model.predict(X[:5]).shape == (5,)
+        assert max_group_gap(model[0].transform(X), groups) < 1e-7
