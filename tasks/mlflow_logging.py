@@ -57,6 +57,8 @@ _TRANSIENT_TEXT = (
     "read timed out",
     "database is locked",
     "temporarily unavailable",
+    # two promotions at the same moment collide in MLflow's alias table; retrying sets it
+    "unique constraint failed: registered_model_aliases",
     "503",
     "502",
     "504",
