@@ -65,6 +65,7 @@ class AuditResult(BaseModel):
     output_dir: str
     report_path: str
     summary: list[dict[str, Any]]
+    skipped: dict[str, str] = {}
 
 
 @dataclass
@@ -437,6 +438,7 @@ def finish_audit(
         output_dir=str(out_dir.resolve()),
         report_path=str(paths["html"].resolve()),
         summary=json.loads(summary.to_json(orient="records")),
+        skipped=state.skipped,
     )
 
 

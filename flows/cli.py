@@ -7,6 +7,7 @@ Options override the values of ``--config FILE`` (YAML or JSON with the fields o
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,8 +24,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# Piped output (CI logs, files) gets 120 columns so the summary table is not truncated.
+console = Console(width=None if sys.stdout.isatty() else 120)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
 def _prefect_defaults() -> None:
@@ -110,6 +112,8 @@ def _summary_table(result) -> Table:
 
 def _report(result) -> None:
     console.print(_summary_table(result))
+    for variant, why in result.skipped.items():
+        console.print(f"[yellow]Skipped variant {variant}:[/yellow] {why}")
     chosen = result.chosen
     console.print(
         f"Chosen: [bold]{chosen['variant']} / {chosen['classifier']}[/bold] at "
@@ -312,6 +316,9 @@ def retrain(
 def relog(
     output_dir: Annotated[Path, typer.Argument(help="A kept audit output directory.")],
     tracking_uri: TrackingOpt = None,
+    force: Annotated[
+        bool, typer.Option(help="Log again even if it was logged completely before.")
+    ] = False,
 ) -> None:
     """Log a kept audit output directory to MLflow again (after a tracking outage)."""
     from .config import resolve_tracking_uri
@@ -322,8 +329,8 @@ def relog(
     from .relog import relog_output_dir
 
     try:
-        logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri))
-    except (MlflowLoggingError, FileNotFoundError) as error:
+        logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force)
+    except (MlflowLoggingError, FileNotFoundError, ValueError) as error:
         err_console.print(f"[bold red]Relog failed:[/bold red] {error}")
         raise typer.Exit(1) from error
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")

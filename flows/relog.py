@@ -22,7 +22,7 @@ def relog(output_dir: str, tracking_uri: str, force: bool = False) -> dict[str, 
         if status.get("status") == "FINISHED":
             raise ValueError(
                 f"{output_dir} was already logged completely (run {status.get('run_id')}); "
-                "pass force=True to log it once more."
+                "pass --force (force=True) to log it once more."
             )
     logged = log_output_dir(Path(output_dir), tracking_uri)
     return {"run_id": logged.run_id, "model_version": logged.model_version}

@@ -140,6 +140,21 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
 
+    # the Prefect UI shows the summary (markdown + table) and the sweep progress
+    kinds = prefect_artifact_types(tags["fairpca.prefect_flow_run_id"])
+    assert {"markdown", "table", "progress"} <= kinds
+
+
+def prefect_artifact_types(flow_run_id: str) -> set[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {artifact.type for artifact in artifacts}
+
 
 def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path):
     from flows.audit import fairness_audit
