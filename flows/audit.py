@@ -42,6 +42,7 @@ from tasks.represent import fit_preprocessor, fit_representation
 from tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, resolve_tracking_uri
+from .warmup import start_warmup, wait_for_warmup
 
 __all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
 
@@ -113,6 +114,7 @@ def unique_run_name(config: AuditConfig, kind: str = "audit") -> str:
 def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     """Compute part of an audit: load, split, fit, sweep, evaluate, choose a pipeline."""
     logger = get_run_logger()
+    start_warmup(resolve_tracking_uri(config.tracking_uri))
     timings: dict[str, float] = {}
     run_name = config.run_name or unique_run_name(config, kind)
     out_dir = Path(config.output_dir) / run_name
@@ -422,6 +424,7 @@ def finish_audit(
     write_json(out_dir / AUDIT_FILE, audit)
     summary = summary_table(state.table)
     _prefect_artifacts(config, state, summary, chosen_name)
+    wait_for_warmup(tracking_uri)
     logged = log_output_dir(out_dir, tracking_uri)
     return AuditResult(
         run_id=logged.run_id,

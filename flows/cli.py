@@ -136,9 +136,32 @@ def _report(result) -> None:
         console.print(f"Open the MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}")
 
 
+def _ephemeral_prefect_server():
+    """The temporary Prefect server a flow run would start (None if PREFECT_API_URL is set).
+
+    Starting it before the flow call lets its boot (a separate process) overlap with the
+    imports done by the warm-up thread; the flow then finds it running.
+    """
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE
+
+    if PREFECT_API_URL.value() or not PREFECT_SERVER_ALLOW_EPHEMERAL_MODE.value():
+        return None
+    from prefect.server.api.server import SubprocessASGIServer
+
+    return SubprocessASGIServer()
+
+
 def _run(flow_name: str, config) -> None:
     from tasks.mlflow_logging import MlflowLoggingError
 
+    from .config import resolve_tracking_uri
+    from .warmup import start_warmup
+
+    server = _ephemeral_prefect_server()  # imported before the warm-up thread starts importing
+    module = "flows.retrain" if flow_name == "retrain" else "flows.audit"
+    start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
+    if server is not None:
+        server.start()
     if flow_name == "retrain":
         from .retrain import retrain as flow_fn
     else:
