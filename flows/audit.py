@@ -289,6 +289,9 @@ def _dataset_facts(state: AuditState) -> dict[str, Any]:
         "RBF SVC training rows": config.svc_max_train_rows or "all",
         "thresholds": config.thresholds.model_dump(),
     }
+    encoding = getattr(state.dataset, "sensitive_encoding", None)
+    if encoding:
+        facts["group coding"] = "; ".join(f"{k}: {v}" for k, v in encoding.items())
     summary = getattr(state.dataset, "summary", None)
     if callable(summary):
         groups = summary().get("groups", {})
