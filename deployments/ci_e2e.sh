@@ -31,6 +31,7 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/fairpca-e2e.XXXXXX")"
 T0=$(date +%s.%N)
 PIDS=()
 PID_NAMES=()
+CHILD=""
 CURRENT_STEP="setup"
 STEP_LOGS=""
 STEP_T0=$T0
@@ -95,10 +96,31 @@ stop_pid() {  # TERM; a second TERM after 3 s (the Prefect worker then kills
     signal_tree KILL "$pid"
 }
 
+run_fg() {  # run_fg [--log FILE] command... : a waited-for child, so TERM/INT reach the
+    # trap at once (the redirection stays on the child, never on the trap's own output)
+    if [[ "$1" == --log ]]; then
+        local log="$2"
+        shift 2
+        "$@" >>"$log" 2>&1 &
+    else
+        "$@" &
+    fi
+    CHILD=$!
+    local rc=0
+    wait "$CHILD" || rc=$?
+    CHILD=""
+    return "$rc"
+}
+
 cleanup() {
     local rc=$? i log
     trap - EXIT INT TERM
     set +e
+    if [[ -n "${CHILD:-}" ]]; then
+        signal_tree TERM "$CHILD"
+        sleep 1
+        signal_tree KILL "$CHILD"
+    fi
     if [[ $rc -ne 0 ]]; then
         echo
         echo "E2E FAILED in step: $CURRENT_STEP (exit code $rc)" >&2
@@ -148,16 +170,21 @@ wait_healthy() {  # wait_healthy name url pid timeout_s
     done
 }
 
-run_deployment() {  # run_deployment name params_json log ; prints the flow run id
-    local name="$1" params="$2" log="$3" id
-    if ! timeout $((RUN_TIMEOUT + 30)) prefect deployment run "$name" --params "$params" \
-        --watch --watch-timeout "$RUN_TIMEOUT" >"$log" 2>&1; then
+run_deployment() {  # run_deployment name param_set log ; sets FLOW_RUN_ID
+    local name="$1" params log="$3"
+    params=$("$PYTHON" "$CHECKS" params "$2")
+    if ! run_fg --log "$log" timeout $((RUN_TIMEOUT + 30)) prefect deployment run "$name" \
+        --params "$params" --watch --watch-timeout "$RUN_TIMEOUT"; then
         cat "$log" >&2
         fail "deployment run '$name' did not complete (see the worker log below)"
     fi
-    id=$(sed -n 's/.*UUID: *\([0-9a-f-]\{36\}\).*/\1/p' "$log" | head -n 1)
-    [[ -n "$id" ]] || fail "could not read the flow run id from $log"
-    echo "$id"
+    FLOW_RUN_ID=$(sed -n 's/.*UUID: *\([0-9a-f-]\{36\}\).*/\1/p' "$log" | head -n 1)
+    [[ -n "$FLOW_RUN_ID" ]] || fail "could not read the flow run id from $log"
+    echo "    flow run $FLOW_RUN_ID completed"
+}
+
+check() {  # check subcommand [arg] : deployments/e2e_checks.py against the live servers
+    run_fg "$PYTHON" "$CHECKS" "$@"
 }
 
 command -v curl >/dev/null || fail "curl is required for the health checks"
@@ -209,15 +236,18 @@ wait_healthy "Prefect server" "$PREFECT_API_URL/health" "$PREFECT_PID" 150
 step_ok
 
 step "create process work pool '$POOL'" "$WORK/work-pool.log $PREFECT_LOG"
-prefect work-pool create "$POOL" --type process --overwrite >"$WORK/work-pool.log" 2>&1
+run_fg --log "$WORK/work-pool.log" prefect work-pool create "$POOL" --type process --overwrite
 grep -m1 -i "created" "$WORK/work-pool.log" | sed 's/^/    /' || true
 step_ok
 
 step "prefect deploy --all (deployments/prefect.yaml)" "$WORK/deploy.log $PREFECT_LOG"
-(cd "$REPO_DIR" && prefect --no-prompt deploy --all --prefect-file "$PREFECT_FILE") \
-    >"$WORK/deploy.log" 2>&1 || fail "prefect deploy failed (log: $WORK/deploy.log)"
+pushd "$REPO_DIR" >/dev/null
+run_fg --log "$WORK/deploy.log" \
+    prefect --no-prompt deploy --all --prefect-file "$PREFECT_FILE" ||
+    fail "prefect deploy failed (log: $WORK/deploy.log)"
+popd >/dev/null
 grep -o "Deployment '[^']*' successfully created[^.]*" "$WORK/deploy.log" | sed 's/^/    /' || true
-"$PYTHON" "$CHECKS" deployments
+check deployments
 step_ok
 
 step "start worker on pool '$POOL'" "$WORKER_LOG"
@@ -234,31 +264,28 @@ step_ok
 
 step "run deployment fairness-audit/on-demand (--watch) while the worker executes it" \
     "$WORK/run-audit.log $WORKER_LOG $MLFLOW_LOG"
-AUDIT_RUN=$(run_deployment "fairness-audit/on-demand" "$("$PYTHON" "$CHECKS" params audit)" \
-    "$WORK/run-audit.log")
-echo "    flow run $AUDIT_RUN completed"
+run_deployment "fairness-audit/on-demand" audit "$WORK/run-audit.log"
+AUDIT_RUN=$FLOW_RUN_ID
 step_ok
 
 step "check the audit run through MlflowClient" "$WORKER_LOG $MLFLOW_LOG"
-"$PYTHON" "$CHECKS" audit "$AUDIT_RUN"
+check audit "$AUDIT_RUN"
 step_ok
 
 step "run deployment fairness-retrain/scheduled (lenient gates: becomes champion)" \
     "$WORK/run-retrain-1.log $WORKER_LOG $MLFLOW_LOG"
-RETRAIN_RUN_1=$(run_deployment "fairness-retrain/scheduled" \
-    "$("$PYTHON" "$CHECKS" params retrain-promote)" "$WORK/run-retrain-1.log")
-"$PYTHON" "$CHECKS" retrain-promote "$RETRAIN_RUN_1"
+run_deployment "fairness-retrain/scheduled" retrain-promote "$WORK/run-retrain-1.log"
+check retrain-promote "$FLOW_RUN_ID"
 step_ok
 
 step "run deployment fairness-retrain/scheduled (gates fail: champion stays)" \
     "$WORK/run-retrain-2.log $WORKER_LOG $MLFLOW_LOG"
-RETRAIN_RUN_2=$(run_deployment "fairness-retrain/scheduled" \
-    "$("$PYTHON" "$CHECKS" params retrain-keep)" "$WORK/run-retrain-2.log")
-"$PYTHON" "$CHECKS" retrain-keep "$RETRAIN_RUN_2"
+run_deployment "fairness-retrain/scheduled" retrain-keep "$WORK/run-retrain-2.log"
+check retrain-keep "$FLOW_RUN_ID"
 step_ok
 
 step "bad deployment parameters fail at validation, before any work" "$WORKER_LOG $PREFECT_LOG"
-"$PYTHON" "$CHECKS" bad-params
+check bad-params
 step_ok
 
 echo

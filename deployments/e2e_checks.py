@@ -84,11 +84,17 @@ def _prefect_call(coroutine_function):
 
 
 def check_deployments() -> None:
+    from prefect.exceptions import ObjectNotFound
+
     async def read(client):
-        return (
-            await client.read_deployment_by_name(AUDIT_DEPLOYMENT),
-            await client.read_deployment_by_name(RETRAIN_DEPLOYMENT),
-        )
+        found = []
+        for name in (AUDIT_DEPLOYMENT, RETRAIN_DEPLOYMENT):
+            try:
+                found.append(await client.read_deployment_by_name(name))
+            except ObjectNotFound:
+                names = [f"{d.flow_id}/{d.name}" for d in await client.read_deployments()]
+                raise CheckFailed(f"deployment {name!r} not found; deployed: {names}") from None
+        return found
 
     audit, retrain = _prefect_call(read)
     checkout = os.environ.get("FAIRPCA_REPO_DIR")
