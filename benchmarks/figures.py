@@ -19,7 +19,9 @@ PNGs and the numbers behind them (``*.csv``) go to benchmarks/results/.
 """
 
 import argparse
+import functools
 import time
+import warnings
 from pathlib import Path
 
 import matplotlib
@@ -194,15 +196,22 @@ DIFFERENCE_BOUNDS = (0.001, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.07, 0.1, 0.1
 LAMBDAS = tuple((i / 10) ** 3 for i in range(11))
 
 
+@functools.lru_cache(maxsize=2)
+def _load_raw(name, data_dir=None):
+    from fairpca.datasets import load_adult, load_bank
+
+    return load_adult() if name == "adult" else load_bank(data_dir=data_dir)
+
+
 def load_tabular(name, n_train, n_test, seed, data_dir=None):
     """Adult (sex) or Bank Marketing (age > 40): random train/test rows, one-hot encoded and
     standardized on the training rows (Section 5.2 / App. C.2)."""
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from fairpca.datasets import load_adult, load_bank, make_preprocessor
+    from fairpca.datasets import make_preprocessor
 
-    data = load_adult() if name == "adult" else load_bank(data_dir=data_dir)
+    data = _load_raw(name, data_dir)
     rng = np.random.default_rng(seed)
     order = rng.permutation(data.n_samples)
     train, test = order[:n_train], order[n_train : n_train + n_test]
@@ -255,7 +264,9 @@ def _expgrad_curve(X_tr, y_tr, z_tr, X_te, y_te, z_te, constraint, kind, bounds)
     for bound in bounds:
         start = time.perf_counter()
         mitigator = peers.exponentiated_gradient(_classifier(kind, len(y_tr)), constraint, bound)
-        mitigator.fit(X_tr, y_tr, sensitive_features=z_tr)
+        with warnings.catch_warnings():  # fairlearn 0.15 vs pandas 3 deprecation noise
+            warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
+            mitigator.fit(X_tr, y_tr, sensitive_features=z_tr)
         seconds = time.perf_counter() - start
         pred = mitigator.predict(X_te, random_state=0)
         rows.append(("ExponentiatedGradient", bound, np.mean(pred == y_te),
@@ -331,9 +342,12 @@ def figure9(out, quick=False, bounds=(0.01,)):
             rows += [(n, name, s) for s in curve]
         for bound in bounds:
             start = time.perf_counter()
-            peers.exponentiated_gradient(_classifier("logreg", n), "demographic_parity", bound).fit(
-                X_tr, y_tr, sensitive_features=z_tr
+            mitigator = peers.exponentiated_gradient(
+                _classifier("logreg", n), "demographic_parity", bound
             )
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
+                mitigator.fit(X_tr, y_tr, sensitive_features=z_tr)
             rows.append((n, "ExponentiatedGradient", time.perf_counter() - start))
     frame = pd.DataFrame(rows, columns=["n_train", "method", "seconds"])
     fig, ax = plt.subplots(figsize=(5.5, 4))
