@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import warnings
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -13,8 +16,8 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from . import _chunked, _dask, _solvers, _streaming
 from . import _linalg as la
-from . import _solvers
 from ._groups import GroupEncoding, encode_groups
 
 DEFAULT_TOL = 1e-11
@@ -310,8 +313,11 @@ class FairPCA(TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data (numeric).
+        X : array-like of shape (n_samples, n_features), dask array or dask DataFrame
+            Training data (numeric). A Dask collection is fitted from statistics computed
+            blockwise in one pass and reduced on the active Dask scheduler (e.g. a
+            ``distributed.Client``); ``sensitive_features`` and ``y`` may then be Dask
+            collections too, or columns named by ``sensitive_columns``.
         y : array-like of shape (n_samples,), default=None
             Labels; required for ``constraint="equal_opportunity"``, ignored otherwise.
         sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
@@ -323,6 +329,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         self : FairPCA
             The fitted estimator.
         """
+        self.__dict__.pop("_stream", None)  # fit starts over; partial_fit accumulates anew
+        if _dask.is_dask_collection(X):
+            return self._fit_dask(X, y, sensitive_features)
         X, sensitive_features = self._split_sensitive_columns(X, sensitive_features)
         _check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2, copy=False)
@@ -341,46 +350,259 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 f"Only {n_obj} row(s) to fit the variance objective on; need at least 2."
             )
 
+        solver = self._choose_solver(n_obj, n_features)
+        if solver == "covariance_eigh" or self.equalize_covariance is not None:
+            stats = _streaming.FairStatistics(
+                _streaming.StatisticsSpec.for_estimator(self, n_features)
+            )
+            stats.update(X, encoding, constraint_rows, [list(g) for g in encoding.groups])
+            return self._fit_from_statistics(stats)
         mean, constraint_mean, group_means = self._means(
             X_obj, objective_rows, constraint_rows, constraint_encoding
         )
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
-        solver = self._choose_solver(n_obj, n_features)
-        if solver == "covariance_eigh" or self.equalize_covariance is not None:
-            C = la.gram(X_obj)
-            C -= n_obj * np.outer(mean, mean)
-            scale = np.sqrt(max(np.trace(C) / max(n_obj - 1, 1), 0.0) + mean @ mean)
-            Q, singular_values = self._constraint_basis(D, scale)
-            k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
-            if self.equalize_covariance is None:
-                solution = _solvers.solve_covariance(C, Q, k, n_obj)
-            else:
-                size = self._resolve_covariance_rank(k, n_features, Q.shape[1])
-                covariances = self._group_covariances(X, constraint_rows, constraint_encoding)
-                L = _solvers.covariance_subspace(Q, covariances, size)
-                solution = _solvers.solve_covariance_equalizing(C, Q, L, k, n_obj)
-                self.covariance_rank_ = size
+        Xc = np.subtract(X_obj, mean, dtype=np.float64)
+        total = la.sum_of_squares(Xc) / (n_obj - 1)
+        Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean))
+        k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
+        if solver == "full":
+            solution = _solvers.solve_svd(Xc, Q, k)
         else:
-            Xc = np.subtract(X_obj, mean, dtype=np.float64)
-            total = la.sum_of_squares(Xc) / (n_obj - 1)
-            Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean))
-            k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
-            if solver == "full":
-                solution = _solvers.solve_svd(Xc, Q, k)
-            else:
-                solution = _solvers.solve_randomized(
-                    Xc,
-                    Q,
-                    k,
-                    n_oversamples=self.n_oversamples,
-                    n_iter=self._n_power_iterations(k, n_obj, n_features),
-                    random_state=check_random_state(self.random_state),
-                )
-        if self.equalize_covariance is None:
-            self.covariance_rank_ = None
-
+            solution = _solvers.solve_randomized(
+                Xc,
+                Q,
+                k,
+                n_oversamples=self.n_oversamples,
+                n_iter=self._n_power_iterations(k, n_obj, n_features),
+                random_state=check_random_state(self.random_state),
+            )
+        self.covariance_rank_ = None
         self._store(solution, X.dtype, mean, Q, singular_values, D, encoding, n_obj)
         return self
+
+    def _fit_from_statistics(self, stats):
+        """Fit from sufficient statistics: Algorithms 1-2 (and Section 3.6) on d x d matrices.
+
+        ``fit``'s covariance route, ``partial_fit``, ``fit_chunks`` and Dask fits all end
+        here, so the same rows give the same projection however they were read.
+        """
+        stats.check_fittable()
+        n_obj, n_features = stats.objective.count, stats.n_features
+        mean = stats.objective.mean
+        constraint_mean = stats.constraint_sum / stats.constraint_count
+        tables = stats.ordered_tables()
+        D = np.hstack([t.sums / t.counts - constraint_mean[:, None] for t in tables])
+        C = stats.objective.scatter()
+        scale = np.sqrt(max(np.trace(C) / max(n_obj - 1, 1), 0.0) + mean @ mean)
+        Q, singular_values = self._constraint_basis(D, scale)
+        k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
+        size = None
+        if self.equalize_covariance is not None:
+            size = self._resolve_covariance_rank(k, n_features, Q.shape[1])
+            covariances = [
+                (
+                    [m.scatter() / (m.count - 1) for m in t.scatters],
+                    t.counts / stats.constraint_count,
+                )
+                for t in tables
+            ]
+            L = _solvers.covariance_subspace(Q, covariances, size)
+            solution = _solvers.solve_covariance_equalizing(C, Q, L, k, n_obj)
+        elif self._choose_solver(n_obj, n_features) == "randomized":
+            solution = _streaming.solve_covariance_randomized(
+                C,
+                Q,
+                k,
+                n_obj,
+                n_oversamples=self.n_oversamples,
+                n_iter=self._n_power_iterations(k, n_obj, n_features),
+                random_state=check_random_state(self.random_state),
+            )
+        else:
+            solution = _solvers.solve_covariance(C, Q, k, n_obj)
+        groups = GroupEncoding(
+            np.zeros((0, len(tables)), dtype=np.intp),
+            [np.asarray(t.labels, dtype=object) for t in tables],
+            [t.name for t in tables],
+        )
+        self._store(solution, stats.dtype, mean, Q, singular_values, D, groups, n_obj)
+        self.covariance_rank_ = size
+        return self
+
+    # ------------------------------------------------------------------ streaming
+    @_fit_context(prefer_skip_nested_validation=True)
+    def partial_fit(self, X, y=None, *, sensitive_features=None):
+        """Add a chunk of rows to the accumulated statistics, then refit from them.
+
+        The statistics (counts, means, scatter matrices and per-group sums, all float64)
+        merge exactly, so after the last chunk the projection equals ``fit`` on all the rows.
+        Groups may first appear in a later chunk. While the rows seen so far cannot define a
+        fit (e.g. a single group), the chunk is kept and a ``UserWarning`` says why nothing
+        was refitted. A chunk that fails validation raises and changes nothing. ``fit``
+        discards the accumulated statistics.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+            A chunk of rows (numeric).
+        y : array-like of shape (n_samples,), default=None
+            Labels of the chunk; required for ``constraint="equal_opportunity"``.
+        sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
+            Group labels of the chunk (not needed when ``sensitive_columns`` is set).
+
+        Returns
+        -------
+        self : FairPCA
+            The estimator, refitted on all the rows seen so far.
+        """
+        if _dask.is_dask_collection(X):
+            raise TypeError(
+                "partial_fit takes in-memory chunks; fit a Dask collection with fit(X, ...), "
+                "which computes the statistics on the cluster in one pass."
+            )
+        stream = getattr(self, "_stream", None)
+        with self._restore_input_attributes_on_error(reset=stream is None):
+            X, encoding, categories, positive = self._validate_chunk(
+                X, y, sensitive_features, reset=stream is None
+            )
+            spec = _streaming.StatisticsSpec.for_estimator(self, X.shape[1])
+            if stream is None:
+                candidate = _streaming.FairStatistics(spec)
+            elif stream.spec.satisfies(spec):
+                candidate = copy.copy(stream)
+            else:
+                raise ValueError(
+                    "constraint, eo_objective, pos_label or equalize_covariance changed since "
+                    "the first partial_fit call, so the accumulated statistics do not serve the "
+                    "new parameters. Restore them, or call fit to start over."
+                )
+            candidate.update(X, encoding, positive, categories)
+            try:
+                candidate.check_fittable(self.n_components)
+            except _streaming.InsufficientStatisticsError as reason:
+                self._stream = candidate
+                warnings.warn(
+                    f"FairPCA.partial_fit kept the chunk but cannot fit yet: {reason} Pass "
+                    "more chunks.",
+                    UserWarning,
+                    stacklevel=2,
+                )
+                return self
+            self._fit_from_statistics(candidate)
+        self._stream = candidate
+        return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_chunks(
+        self, source, y=None, *, sensitive_features=None, chunk_rows=None, progress=False
+    ):
+        """Fit in one pass over chunks of rows, in memory bounded by one chunk plus d x d.
+
+        Equivalent to ``partial_fit`` on every chunk, but the projection is computed once, at
+        the end. The statistics are kept, so ``partial_fit`` can add rows later.
+
+        Parameters
+        ----------
+        source : ndarray, numpy.memmap, str, path-like or iterable
+            An array or memmap (sliced into chunks); the path of a ``.npy`` file (read
+            sequentially, chunk by chunk); a Parquet file or directory (the sensitive
+            attributes are the columns named by ``sensitive_columns``); or an iterable of
+            ``(X, sensitive_features)`` or ``(X, sensitive_features, y)`` tuples.
+        y : array-like, str or None, default=None
+            Labels aligned with the rows of an array or ``.npy`` source, or the name of the
+            label column of a Parquet source (equal opportunity).
+        sensitive_features : array-like or None, default=None
+            Group labels aligned with the rows of an array or ``.npy`` source.
+        chunk_rows : int or None, default=None
+            Rows per chunk of array, ``.npy`` and Parquet sources (default: about 64 MiB).
+        progress : bool, default=False
+            Show a progress bar (rich, else tqdm when installed).
+
+        Returns
+        -------
+        self : FairPCA
+            The fitted estimator.
+        """
+        chunks = _chunked.as_chunk_source(
+            source,
+            sensitive_features,
+            y,
+            chunk_rows=chunk_rows,
+            sensitive_columns=self._sensitive_column_list(),
+        )
+        stats = None
+        with self._restore_input_attributes_on_error(reset=True):
+            rows = _chunked.progress(
+                chunks, getattr(chunks, "n_rows", None), progress, "FairPCA.fit_chunks"
+            )
+            for index, (X, sensitive, y_chunk) in enumerate(rows):
+                try:
+                    X, encoding, categories, positive = self._validate_chunk(
+                        X, y_chunk, sensitive, reset=stats is None, from_source=True
+                    )
+                except (TypeError, ValueError) as error:
+                    error.add_note(f"(in chunk {index} of the source)")
+                    raise
+                if stats is None:
+                    spec = _streaming.StatisticsSpec.for_estimator(self, X.shape[1])
+                    stats = _streaming.FairStatistics(spec)
+                stats.update(X, encoding, positive, categories)
+            if stats is None:
+                raise ValueError("The chunk source yielded no rows; nothing to fit.")
+            self._fit_from_statistics(stats)
+        self._stream = stats
+        return self
+
+    def _validate_chunk(self, X, y, sensitive_features, *, reset, from_source=False):
+        """Validate one chunk fully (before any state changes) and encode its groups.
+
+        A chunk source may deliver the sensitive attributes apart from the features (Parquet
+        sources do); they are then used as given.
+        """
+        if from_source and sensitive_features is not None:
+            X = self._drop_sensitive_columns(X)
+        else:
+            X, sensitive_features = self._split_sensitive_columns(X, sensitive_features)
+        _check_numeric(X)
+        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=reset, copy=False)
+        encoding, categories = _streaming.encode_chunk(sensitive_features, X.shape[0])
+        positive = None
+        if self.constraint == "equal_opportunity":
+            positive = _streaming.positive_rows(y, X.shape[0], self.pos_label)
+        return X, encoding, categories, positive
+
+    @contextlib.contextmanager
+    def _restore_input_attributes_on_error(self, *, reset):
+        """Undo the input attributes that ``validate_data(reset=True)`` set, on failure."""
+        names = ("n_features_in_", "feature_names_in_")
+        saved = {name: self.__dict__[name] for name in names if name in self.__dict__}
+        try:
+            yield
+        except BaseException:
+            if reset:
+                for name in names:
+                    self.__dict__.pop(name, None)
+                self.__dict__.update(saved)
+            raise
+
+    def _fit_dask(self, X, y, sensitive_features):
+        """Fit a Dask collection from statistics computed and reduced on the cluster."""
+        columns = self._sensitive_column_list()
+        if columns and sensitive_features is not None:
+            raise ValueError(
+                "Both sensitive_columns and sensitive_features were given; use one of them."
+            )
+        if not columns and sensitive_features is None:
+            _streaming.encode_chunk(None, 0)  # raises "sensitive_features is required"
+        if self.constraint == "equal_opportunity" and y is None:
+            _streaming.positive_rows(None, 0, self.pos_label)  # raises "needs y"
+        meta = _dask.feature_meta(X, columns)
+        _check_numeric(meta)
+        with self._restore_input_attributes_on_error(reset=True):
+            validate_data(self, meta, dtype=[np.float64, np.float32], ensure_min_samples=0)
+            spec = _streaming.StatisticsSpec.for_estimator(self, self.n_features_in_)
+            stats = _dask.fit_statistics(spec, X, sensitive_features, y, columns)
+            return self._fit_from_statistics(stats)
 
     def _means(self, X_obj, objective_rows, constraint_rows, encoding):
         """Objective mean, constraint-row mean and per-group means in one pass over X."""
@@ -415,21 +637,6 @@ class FairPCA(TransformerMixin, BaseEstimator):
     def _constraint_basis(self, D, scale):
         tol = DEFAULT_TOL if self.tol is None else self.tol
         return la.orthonormal_basis(D, tol * max(scale, np.finfo(float).tiny))
-
-    def _group_covariances(self, X, constraint_rows, encoding):
-        """Per attribute: group covariance matrices (ddof=1, as numpy.cov) and weights."""
-        rows = X if constraint_rows is None else X[constraint_rows]
-        out = []
-        for a in range(encoding.n_attributes):
-            covariances, weights = [], []
-            for g in range(len(encoding.groups[a])):
-                Xg = rows[encoding.codes[:, a] == g]
-                mean_g = Xg.mean(axis=0, dtype=np.float64)
-                S = la.gram(Xg) - Xg.shape[0] * np.outer(mean_g, mean_g)
-                covariances.append(S / (Xg.shape[0] - 1))
-                weights.append(Xg.shape[0] / rows.shape[0])
-            out.append((covariances, weights))
-        return out
 
     def _choose_solver(self, n, d):
         if self.svd_solver != "auto":
@@ -511,6 +718,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
         ----------
         X : array-like of shape (n_samples, n_features)
             Data to project. Sensitive columns named by ``sensitive_columns`` are dropped.
+            A Dask array or DataFrame is projected lazily, block by block (a Dask array or a
+            Dask DataFrame with the ``get_feature_names_out`` columns comes back).
 
         Returns
         -------
@@ -519,6 +728,13 @@ class FairPCA(TransformerMixin, BaseEstimator):
             ``tradeoff * (X - mean_) @ pca_components_.T`` when ``tradeoff > 0``.
         """
         check_is_fitted(self)
+        if _dask.is_dask_collection(X):
+            columns = self._sensitive_column_list() if _dask.is_dask_frame(X) else []
+            meta = _dask.feature_meta(X, [c for c in columns if c in X.columns])
+            validate_data(
+                self, meta, dtype=[np.float64, np.float32], reset=False, ensure_min_samples=0
+            )
+            return _dask.transform(self, X)
         X = self._drop_sensitive_columns(X)
         _check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
@@ -567,6 +783,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         if self.tradeoff > 0:
             names += [f"pca{i}" for i in range(self.n_components_)]
         return np.asarray(names, dtype=object)
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "components_")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -15,16 +15,21 @@ from fairpca import FairPCA
 class FairPCAAlternatingGroups(FairPCA):
     """FairPCA whose rows alternate between two groups.
 
-    scikit-learn's common checks call ``fit(X, y)`` without sensitive features, which FairPCA
-    rightly rejects. This thin test-only subclass supplies a group label per row (0, 1, 0, ...)
-    so that the checks exercise the real estimator (validation, fitted state, pickling,
-    dtypes, set_output, ...); nothing else is overridden.
+    scikit-learn's common checks call ``fit(X, y)`` and ``partial_fit(X, y)`` without
+    sensitive features, which FairPCA rightly rejects. This thin test-only subclass supplies a
+    group label per row (0, 1, 0, ...) so that the checks exercise the real estimator
+    (validation, fitted state, pickling, dtypes, set_output, ...); nothing else is overridden.
     """
 
     def fit(self, X, y=None):
         shape = X.shape if hasattr(X, "shape") else np.asarray(X).shape
         n_rows = shape[0] if len(shape) else 0
         return super().fit(X, y, sensitive_features=np.arange(n_rows) % 2)
+
+    def partial_fit(self, X, y=None):
+        shape = X.shape if hasattr(X, "shape") else np.asarray(X).shape
+        n_rows = shape[0] if len(shape) else 0
+        return super().partial_fit(X, y, sensitive_features=np.arange(n_rows) % 2)
 
 
 EXPECTED_FAILED_CHECKS = {

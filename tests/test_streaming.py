@@ -1,0 +1,404 @@
+"""Streaming fair PCA: partial_fit, fit_chunks and chunk sources equal the in-memory fit."""
+
+import copy
+import itertools
+import pickle
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from fairpca import FairPCA
+from fairpca import _streaming as st
+from fairpca._chunked import ArrayChunks, IterableChunks, ParquetChunks
+
+SEEDS = range(8)
+ATOL = 1e-10
+
+
+def problem(seed, *, n_attributes=1, late=False, eo=False):
+    """Random shapes, group-shifted means; ``late`` sorts rows so groups first appear late."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(80, 300))
+    d = int(rng.integers(5, 25))
+    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) / np.sqrt(d) + rng.normal(0, 5, d)
+    attributes = []
+    for _ in range(n_attributes):
+        m = int(rng.integers(2, 4))
+        z = rng.integers(0, m, size=n)
+        z[: 2 * m] = np.tile(np.arange(m), 2)
+        X += rng.normal(scale=2.0, size=(m, d))[z]
+        attributes.append(np.array(["a", "b", "c", "d"], dtype=object)[z])
+    y = (X[:, 0] + rng.normal(size=n) > np.median(X[:, 0])).astype(int) if eo else None
+    if eo:  # at least two positives per group, and positives for the constraint
+        for z in attributes:
+            for g in np.unique(z):
+                y[np.flatnonzero(z == g)[:2]] = 1
+    order = np.argsort(attributes[0], kind="stable") if late else rng.permutation(n)
+    X = X[order]
+    y = None if y is None else y[order]
+    S = attributes[0][order] if n_attributes == 1 else np.column_stack(attributes)[order]
+    return X, S, y, rng
+
+
+def random_chunks(rng, n):
+    """Random chunk boundaries, including single-row chunks."""
+    cuts = np.sort(rng.choice(np.arange(1, n), size=int(rng.integers(1, 8)), replace=False))
+    if rng.random() < 0.5:
+        cuts = np.unique(np.concatenate([cuts, cuts[:1] + 1]))  # a one-row chunk
+    bounds = np.concatenate([[0], cuts, [n]])
+    return list(itertools.pairwise(bounds))
+
+
+def stream(model, X, S, y, chunks):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "FairPCA.partial_fit kept the chunk", UserWarning)
+        for a, b in chunks:
+            model.partial_fit(X[a:b], None if y is None else y[a:b], sensitive_features=S[a:b])
+    return model
+
+
+def assert_same_fit(streamed, full, atol=ATOL):
+    scale = max(1.0, float(np.abs(full.components_).max()))
+    np.testing.assert_allclose(streamed.components_, full.components_, atol=atol * scale)
+    U, V = streamed.components_.T, full.components_.T
+    np.testing.assert_allclose(U @ U.T, V @ V.T, atol=atol)
+    np.testing.assert_allclose(streamed.mean_, full.mean_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        streamed.explained_variance_, full.explained_variance_, rtol=1e-10, atol=1e-12
+    )
+    np.testing.assert_allclose(streamed.pca_components_, full.pca_components_, atol=1e-9)
+    assert streamed.constraint_rank_ == full.constraint_rank_
+    assert streamed.n_samples_ == full.n_samples_
+    assert [list(g) for g in streamed.groups_] == [list(g) for g in full.groups_]
+    assert streamed.mean_gap_ < 1e-9
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("late", [False, True], ids=["shuffled", "groups-late"])
+def test_partial_fit_equals_fit_over_random_chunkings(seed, late):
+    X, S, _, rng = problem(seed, late=late)
+    k = int(rng.integers(1, X.shape[1] - 3))
+    full = FairPCA(k, svd_solver="covariance_eigh").fit(X, sensitive_features=S)
+    streamed = stream(FairPCA(k), X, S, None, random_chunks(rng, X.shape[0]))
+    assert_same_fit(streamed, full)
+    np.testing.assert_allclose(streamed.transform(X), full.transform(X), atol=1e-8)
+
+
+def test_estimator_is_usable_after_every_chunk_and_waits_for_late_groups():
+    X, S, _, _ = problem(3, late=True)  # rows sorted by group: "a" first, "c" last
+    model = FairPCA(2)
+    first = np.flatnonzero(S[0] != S)[0]
+    with pytest.warns(UserWarning, match="single group"):
+        model.partial_fit(X[:first], sensitive_features=S[:first])
+    with pytest.raises(NotFittedError):
+        model.transform(X)
+    for a, b in [(first, first + 2), (first + 2, len(X))]:
+        model.partial_fit(X[a:b], sensitive_features=S[a:b])
+        rows = slice(0, b)
+        expected = FairPCA(2, svd_solver="covariance_eigh").fit(X[rows], sensitive_features=S[rows])
+        assert_same_fit(model, expected)
+
+
+def test_new_group_with_one_row_keeps_the_previous_projection():
+    X, S, _, _ = problem(4)
+    model = FairPCA(2).partial_fit(X[:-3], sensitive_features=S[:-3])
+    before = model.components_.copy()
+    S_new = S[-3:].copy()
+    S_new[0] = "zzz"  # a new group with a single row: its mean is not defined yet
+    with pytest.warns(UserWarning, match=r"\['zzz'\] have fewer than 2 rows"):
+        model.partial_fit(X[-3:], sensitive_features=S_new)
+    np.testing.assert_array_equal(model.components_, before)
+    model.partial_fit(X[:1] + 0.5, sensitive_features=["zzz"])
+    assert list(model.groups_[0])[-1] == "zzz"
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("objective", ["positive", "all"])
+def test_equal_opportunity_streams(seed, objective):
+    X, S, y, rng = problem(seed, eo=True)
+    params = dict(constraint="equal_opportunity", eo_objective=objective)
+    full = FairPCA(2, svd_solver="covariance_eigh", **params).fit(X, y, sensitive_features=S)
+    streamed = stream(FairPCA(2, **params), X, S, y, random_chunks(rng, X.shape[0]))
+    assert_same_fit(streamed, full)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_multi_attribute_streams(seed):
+    X, S, _, rng = problem(seed, n_attributes=2)
+    full = FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=S)
+    streamed = stream(FairPCA(2), X, S, None, random_chunks(rng, X.shape[0]))
+    assert_same_fit(streamed, full)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fair_pca_s_streams(seed):
+    X, S, _, rng = problem(seed)
+    d = X.shape[1]
+    full = FairPCA(2, equalize_covariance=d // 2).fit(X, sensitive_features=S)
+    streamed = stream(
+        FairPCA(2, equalize_covariance=d // 2), X, S, None, random_chunks(rng, X.shape[0])
+    )
+    assert streamed.covariance_rank_ == full.covariance_rank_
+    assert_same_fit(streamed, full, atol=1e-9)
+
+
+def test_categorical_labels_keep_category_order_across_chunks():
+    X, S, _, _ = problem(5)
+    labels = pd.Categorical(S, categories=["c", "b", "a", "unused"])
+    full = FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=labels)
+    streamed = FairPCA(2)
+    for a in range(0, len(X), 50):
+        streamed.partial_fit(X[a : a + 50], sensitive_features=labels[a : a + 50])
+    assert list(full.groups_[0]) == [g for g in ["c", "b", "a"] if g in set(S)]
+    assert_same_fit(streamed, full)
+
+
+def test_float32_chunks_accumulate_in_float64():
+    rng = np.random.default_rng(0)
+    n, d = 3000, 12
+    z = rng.integers(0, 2, n)
+    # a large common offset: naive float32 sums of squares would lose every digit
+    X = (1e4 + rng.normal(size=(n, d)) + z[:, None]).astype(np.float32)
+    model = FairPCA(3)
+    for a in range(0, n, 700):
+        model.partial_fit(X[a : a + 700], sensitive_features=z[a : a + 700])
+    X64 = X.astype(np.float64)
+    exact = (X64 - X64.mean(0)).T @ (X64 - X64.mean(0))
+    scatter = model._stream.objective.scatter()
+    np.testing.assert_allclose(scatter, exact, rtol=1e-11, atol=1e-11 * np.abs(exact).max())
+    assert model.components_.dtype == np.float32
+    assert model.transform(X).dtype == np.float32
+    full32 = FairPCA(3, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+    np.testing.assert_allclose(model.components_, full32.components_, atol=1e-6)
+    full64 = FairPCA(3, svd_solver="covariance_eigh").fit(X64, sensitive_features=z)
+    np.testing.assert_allclose(model.components_, full64.components_, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merging_in_any_tree_order_is_exact(seed):
+    X, S, _, rng = problem(seed, n_attributes=2)
+    spec = st.StatisticsSpec(n_features=X.shape[1], group_scatter=True)
+    parts = [st.chunk_statistics(spec, X[a:b], S[a:b]) for a, b in random_chunks(rng, len(X))]
+    while len(parts) > 1:  # merge random neighbours (order of rows is kept)
+        i = int(rng.integers(0, len(parts) - 1))
+        parts[i : i + 2] = [st.merge_all([parts[i], parts[i + 1]])]
+    merged = pickle.loads(pickle.dumps(parts[0]))
+    whole = st.chunk_statistics(spec, X, S)
+    Xc = X - X.mean(0)
+    np.testing.assert_allclose(merged.objective.scatter(), Xc.T @ Xc, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(merged.objective.mean, whole.objective.mean, rtol=1e-13)
+    for mine, theirs in zip(merged.ordered_tables(), whole.ordered_tables(), strict=True):
+        assert mine.labels == theirs.labels
+        np.testing.assert_array_equal(mine.counts, theirs.counts)
+        np.testing.assert_allclose(mine.sums, theirs.sums, rtol=1e-12, atol=1e-9)
+        for a, b in zip(mine.scatters, theirs.scatters, strict=True):
+            np.testing.assert_allclose(a.scatter(), b.scatter(), rtol=1e-11, atol=1e-9)
+
+
+def fitted_state(model):
+    state = {
+        k: copy.deepcopy(v) for k, v in vars(model).items() if k.endswith("_") and k != "_stream"
+    }
+    state["count"] = model._stream.objective.count
+    state["scatter"] = model._stream.objective.scatter()
+    return state
+
+
+def assert_state_equal(a, b):
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], np.ndarray):
+            np.testing.assert_array_equal(a[key], b[key])
+        elif key == "groups_":
+            assert [list(g) for g in a[key]] == [list(g) for g in b[key]]
+        else:
+            assert a[key] == b[key]
+
+
+def test_bad_chunks_raise_and_leave_the_fitted_state_unchanged():
+    X, S, y, _ = problem(6, eo=True)
+    model = FairPCA(2).partial_fit(X[:100], sensitive_features=S[:100])
+    before = fitted_state(model)
+    bad_nan = X[100:150].copy()
+    bad_nan[3, 1] = np.nan
+    cases = [
+        (X[100:150, :-1], S[100:150], ValueError, "features"),
+        (bad_nan, S[100:150], ValueError, "NaN"),
+        (X[100:150], S[100:149], ValueError, "rows but X has"),
+        (X[100:150], np.where(np.arange(50) == 0, None, S[100:150]), ValueError, "missing"),
+        (X[100:150].astype(str), S[100:150], TypeError, "numeric"),
+        (X[100:150], None, ValueError, "sensitive_features is required"),
+        (X[100:150], np.column_stack([S[100:150]] * 2), ValueError, "attribute"),
+    ]
+    for X_bad, S_bad, error, match in cases:
+        with pytest.raises(error, match=match):
+            model.partial_fit(X_bad, sensitive_features=S_bad)
+        assert_state_equal(fitted_state(model), before)
+    model.set_params(constraint="equal_opportunity")
+    with pytest.raises(ValueError, match="changed since the first partial_fit"):
+        model.partial_fit(X[100:150], y[100:150], sensitive_features=S[100:150])
+    model.set_params(constraint="demographic_parity", n_components=X.shape[1])
+    with pytest.raises(ValueError, match="n_components"):
+        model.partial_fit(X[100:150], sensitive_features=S[100:150])
+    assert_state_equal(fitted_state(model), before)
+    model.set_params(n_components=2).partial_fit(X[100:], sensitive_features=S[100:])
+    assert_same_fit(model, FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=S))
+
+
+def test_first_chunk_failure_leaves_estimator_untouched():
+    X, S, _, _ = problem(7)
+    model = FairPCA(2)
+    with pytest.raises(ValueError, match="rows but X has"):
+        model.partial_fit(X[:50], sensitive_features=S[:49])
+    assert not hasattr(model, "n_features_in_")
+    assert not hasattr(model, "_stream")
+    with pytest.raises(ValueError, match="y == pos_label"):
+        FairPCA(2, constraint="equal_opportunity").partial_fit(X[:50], sensitive_features=S[:50])
+
+
+def test_fit_restarts_and_fit_chunks_continues_with_partial_fit():
+    X, S, _, _ = problem(8)
+    model = FairPCA(2).partial_fit(X[:60], sensitive_features=S[:60])
+    model.fit(X[60:], sensitive_features=S[60:])  # fit starts over...
+    model.partial_fit(X[:60], sensitive_features=S[:60])  # ... so this is a new stream
+    expected = FairPCA(2, svd_solver="covariance_eigh").fit(X[:60], sensitive_features=S[:60])
+    assert_same_fit(model, expected)
+    model.fit_chunks(X[:100], sensitive_features=S[:100], chunk_rows=33)
+    model.partial_fit(X[100:], sensitive_features=S[100:])
+    assert_same_fit(model, FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=S))
+
+
+def test_dataframe_chunks_with_sensitive_columns():
+    X, S, _, _ = problem(12)
+    frame = pd.DataFrame(X, columns=[f"x{i}" for i in range(X.shape[1])])
+    frame.insert(2, "group", S)
+    model = FairPCA(2, sensitive_columns="group")
+    for a in range(0, len(frame), 70):
+        model.partial_fit(frame.iloc[a : a + 70])
+    assert list(model.feature_names_in_) == [f"x{i}" for i in range(X.shape[1])]
+    expected = FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=S)
+    assert_same_fit(model, expected)
+    with pytest.raises(ValueError, match="feature names"):
+        model.partial_fit(frame.rename(columns={"x0": "other"}).iloc[:10])
+    np.testing.assert_allclose(model.transform(frame), expected.transform(X), atol=1e-8)
+
+
+def test_pickled_mid_stream_estimator_continues():
+    X, S, _, _ = problem(9)
+    model = FairPCA(2).partial_fit(X[:90], sensitive_features=S[:90])
+    clone = pickle.loads(pickle.dumps(model))
+    clone.partial_fit(X[90:], sensitive_features=S[90:])
+    model.partial_fit(X[90:], sensitive_features=S[90:])
+    np.testing.assert_array_equal(clone.components_, model.components_)
+
+
+def test_randomized_route_from_statistics_is_close_and_seeded():
+    rng = np.random.default_rng(10)
+    n, d, k = 2000, 300, 5
+    strengths = np.array([20.0, 15, 12, 10, 8, 6, 1, 0.5])
+    basis = np.linalg.qr(rng.normal(size=(d, 8)))[0]
+    z = rng.integers(0, 2, n)
+    X = (rng.normal(size=(n, 8)) * strengths) @ basis.T + rng.normal(scale=0.1, size=(n, d))
+    X += np.outer(z, rng.normal(size=d))
+    exact = FairPCA(k, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+    fast = FairPCA(k, svd_solver="randomized", random_state=0).fit_chunks(
+        X, sensitive_features=z, chunk_rows=1000
+    )
+    again = FairPCA(k, svd_solver="randomized", random_state=0).fit_chunks(
+        X, sensitive_features=z, chunk_rows=700
+    )
+    np.testing.assert_allclose(fast.components_, again.components_, atol=1e-10)
+    np.testing.assert_allclose(fast.explained_variance_, exact.explained_variance_, rtol=1e-8)
+    U, V = fast.components_.T, exact.components_.T
+    np.testing.assert_allclose(U @ U.T, V @ V.T, atol=1e-6)
+    assert fast.mean_gap_ < 1e-10 * np.abs(X).max()
+
+
+# ---------------------------------------------------------------------- chunk sources
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    X, S, y, _ = problem(11, eo=True)
+    X = X.astype(np.float32)
+    root = tmp_path_factory.mktemp("chunks")
+    np.save(root / "X.npy", X)
+    np.save(root / "S.npy", S.astype(str))
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    frame["group"] = S.astype(str)
+    frame["label"] = y
+    frame.iloc[:100].to_parquet(root / "one.parquet")
+    (root / "dataset").mkdir()
+    frame.iloc[:100].to_parquet(root / "dataset" / "part-0.parquet")
+    frame.iloc[100:].to_parquet(root / "dataset" / "part-1.parquet")
+    return root, X, S.astype(str), y, frame
+
+
+def test_npy_path_and_memmap_sources_equal_fit(data_files):
+    root, X, S, _, _ = data_files
+    full = FairPCA(3, svd_solver="covariance_eigh").fit(X, sensitive_features=S)
+    from_path = FairPCA(3).fit_chunks(root / "X.npy", sensitive_features=root / "S.npy")
+    assert_same_fit(from_path, full)
+    memmap = np.load(root / "X.npy", mmap_mode="r")
+    chunks = ArrayChunks(memmap, S, chunk_rows=37)
+    assert sum(len(c[0]) for c in chunks) == len(X)
+    from_memmap = FairPCA(3).fit_chunks(chunks, progress=True)
+    assert_same_fit(from_memmap, full)
+    assert from_memmap.components_.dtype == np.float32
+
+
+def test_parquet_sources_equal_fit(data_files):
+    root, _, _, _, frame = data_files
+    params = dict(n_components=3, sensitive_columns="group")
+    full = FairPCA(svd_solver="covariance_eigh", **params).fit(frame)  # "label" is a feature
+    streamed = FairPCA(**params).fit_chunks(root / "dataset", chunk_rows=40)
+    assert_same_fit(streamed, full)
+    assert list(streamed.feature_names_in_) == list(frame.columns.drop("group"))
+    eo = dict(constraint="equal_opportunity", eo_objective="all", **params)
+    full_eo = FairPCA(svd_solver="covariance_eigh", **eo).fit(
+        frame.drop(columns="label"), frame["label"]
+    )
+    assert_same_fit(FairPCA(**eo).fit_chunks(root / "dataset", y="label"), full_eo)
+    source = ParquetChunks(
+        root / "one.parquet", sensitive_columns=["group"], feature_columns=["f0", "f1", "f2"]
+    )
+    small = FairPCA(1).fit_chunks(source)
+    assert list(small.feature_names_in_) == ["f0", "f1", "f2"]
+
+
+def test_iterator_source_equals_fit(data_files):
+    _, X, S, y, _ = data_files
+    chunks = ((X[a : a + 64], S[a : a + 64], y[a : a + 64]) for a in range(0, len(X), 64))
+    params = dict(n_components=2, constraint="equal_opportunity")
+    streamed = FairPCA(**params).fit_chunks(chunks)
+    full = FairPCA(svd_solver="covariance_eigh", **params).fit(X, y, sensitive_features=S)
+    assert_same_fit(streamed, full)
+    pairs = IterableChunks([(X[:100], S[:100]), (X[100:], S[100:])], n_rows=len(X))
+    assert_same_fit(FairPCA(2).fit_chunks(pairs), FairPCA(2).fit(X, sensitive_features=S))
+
+
+def test_bad_sources_raise_clear_errors(data_files, tmp_path):
+    root, X, S, _, _ = data_files
+    with pytest.raises(TypeError, match="every chunk must be a tuple"):
+        FairPCA(2).fit_chunks([X[:10]])
+    with pytest.raises(ValueError, match="in chunk 1 of the source") as info:
+        FairPCA(2).fit_chunks([(X[:50], S[:50]), (X[50:60, :3], S[50:60])])
+    assert "features" in str(info.value)
+    with pytest.raises(ValueError, match="no rows"):
+        FairPCA(2).fit_chunks(iter([]))
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(X))
+    with pytest.raises(ValueError, match="C-ordered"):
+        FairPCA(2).fit_chunks(tmp_path / "fortran.npy", sensitive_features=S)
+    with pytest.raises(ValueError, match="sensitive_columns"):
+        FairPCA(2).fit_chunks(root / "dataset")
+    with pytest.raises(ValueError, match="rows but the data source has"):
+        FairPCA(2).fit_chunks(root / "X.npy", sensitive_features=S[:-1])
+    with pytest.raises(TypeError, match="Cannot stream"):
+        FairPCA(2).fit_chunks(42)
+    model = FairPCA(2).fit(X, sensitive_features=S)
+    before = model.components_.copy()
+    with pytest.raises(ValueError, match="NaN"):
+        model.fit_chunks([(X[:100], S[:100]), (np.full_like(X[:10], np.nan), S[:10])])
+    np.testing.assert_array_equal(model.components_, before)
+    assert model.n_features_in_ == X.shape[1]
