@@ -157,12 +157,21 @@ free_port() {
     "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+http_ok() {  # http_ok url : 2xx within 2 s (curl, else the Python standard library)
+    if command -v curl >/dev/null; then
+        curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null
+    else
+        "$PYTHON" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+            "$1" 2>/dev/null
+    fi
+}
+
 wait_healthy() {  # wait_healthy name url pid timeout_s
     local name="$1" url="$2" pid="$3" timeout="$4" t_end
     t_end=$(($(date +%s) + timeout))
     while true; do
         kill -0 "$pid" 2>/dev/null || fail "$name exited before it became healthy"
-        if curl -fsS -o /dev/null --max-time 2 "$url" 2>/dev/null; then
+        if http_ok "$url"; then
             return 0
         fi
         [[ $(date +%s) -lt $t_end ]] || fail "$name not healthy at $url after ${timeout}s"
@@ -187,7 +196,6 @@ check() {  # check subcommand [arg] : deployments/e2e_checks.py against the live
     run_fg "$PYTHON" "$CHECKS" "$@"
 }
 
-command -v curl >/dev/null || fail "curl is required for the health checks"
 
 # ---- isolated configuration: nothing of the caller's Prefect/MLflow state is used ----------
 export PREFECT_HOME="$WORK/prefect-home"

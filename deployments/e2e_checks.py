@@ -24,8 +24,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
 POOL = "fairpca-process"
 AUDIT_DEPLOYMENT = "fairness-audit/on-demand"
 RETRAIN_DEPLOYMENT = "fairness-retrain/scheduled"
@@ -163,6 +161,8 @@ def _completed_run(flow_run_id: str):
 
 
 def check_audit(flow_run_id: str) -> None:
+    import numpy as np
+
     client, run = _completed_run(flow_run_id)
     run_id = run.info.run_id
     for key in ("accuracy", "dp_difference", "eo_difference"):
