@@ -224,7 +224,9 @@ echo "e2e: repo $REPO_DIR, python $PYTHON, work dir $WORK"
 step "start MLflow tracking server (in the background)" "$MLFLOW_LOG"
 MLFLOW_PORT=$(free_port)
 export MLFLOW_TRACKING_URI="http://127.0.0.1:$MLFLOW_PORT"
-start_bg mlflow-server "$MLFLOW_LOG" "$PYTHON" -m mlflow server \
+# fairpca uses no MLflow server jobs: skip the job runner and its 7 huey consumer processes
+start_bg mlflow-server "$MLFLOW_LOG" env MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false \
+    "$PYTHON" -m mlflow server \
     --backend-store-uri "sqlite:///$WORK/mlflow.db" \
     --artifacts-destination "$WORK/mlartifacts" \
     --workers 1 --host 127.0.0.1 --port "$MLFLOW_PORT"

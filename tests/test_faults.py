@@ -79,7 +79,12 @@ class MlflowServer:
         ]
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # no MLflow server jobs needed: no job runner and huey consumer processes
+                env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             )
 
     def wait_healthy(self, timeout: float = 150.0) -> None:
