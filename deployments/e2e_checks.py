@@ -121,6 +121,10 @@ def check_deployments() -> None:
     check(getattr(cron, "cron", None), f"retrain schedule is not a cron schedule: {cron}")
     check(cron.timezone == "UTC", f"retrain cron timezone must be UTC, is {cron.timezone}")
     check(retrain.schedules[0].active, "retrain schedule is not active")
+    check(
+        retrain.global_concurrency_limit and retrain.global_concurrency_limit.limit == 1,
+        f"retrain must run one at a time: {retrain.global_concurrency_limit}",
+    )
     print(f"    deployments ok: retrain cron {cron.cron!r} {cron.timezone}, audit on demand")
 
 

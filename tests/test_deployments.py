@@ -64,6 +64,7 @@ def test_retrain_is_scheduled_by_cron_in_utc_and_audit_is_on_demand(deployments)
     cron = CronSchedule(cron=schedule["cron"], timezone=schedule["timezone"])
     assert cron.cron == "0 3 * * 1"
     assert not deployments["on-demand"].get("schedules")
+    assert deployments["scheduled"]["concurrency_limit"] == 1  # retrains never race the alias
 
 
 def test_pull_step_uses_the_local_checkout_without_cloning(spec):
