@@ -97,11 +97,13 @@ SYNTHETIC_METHODS = (
 )
 
 
-def _synthetic_rows(d, k, n_splits, inlp_max_dim, seed=0, latent_dim=synthetic.LATENT_DIM):
+def _synthetic_rows(
+    d, k, n_splits, inlp_max_dim, latent_dim=synthetic.LATENT_DIM, seed=0, metrics=True
+):
     rows = []
     splits = synthetic.lee_synthetic(d, n_splits, seed, latent_dim=latent_dim)
     for split, (X_tr, z_tr, X_te, z_te) in enumerate(splits):
-        sigma = protocol.lee_sigma(X_tr, k)
+        sigma = protocol.lee_sigma(X_tr, k) if metrics else None
         for name in SYNTHETIC_METHODS:
             if name == "INLP" and d > inlp_max_dim:
                 continue
@@ -109,20 +111,15 @@ def _synthetic_rows(d, k, n_splits, inlp_max_dim, seed=0, latent_dim=synthetic.L
                 fitted = methods.fit_method(name, X_tr, z_tr, z_tr, k)
             except methods.Unavailable:
                 continue
-            R_tr, R_te = fitted.transform(X_tr, z_tr), fitted.transform(X_te, z_te)
-            probe = LogisticRegression(max_iter=1000).fit(R_tr, z_tr)
-            rows.append(
-                {
-                    "d": d,
-                    "k": k,
-                    "split": split,
-                    "method": name,
-                    "fit_seconds": fitted.fit_seconds,
-                    "var": protocol.pct_variance(R_te, X_te) if fitted.linear else np.nan,
-                    "mmd2": protocol.mmd2(R_te, z_te, sigma) if fitted.linear else np.nan,
-                    "linear_inseparability": float(np.mean(probe.predict(R_te) != z_te)),
-                }
-            )
+            row = {"d": d, "k": k, "split": split, "method": name}
+            row["fit_seconds"] = fitted.fit_seconds
+            if metrics:
+                R_tr, R_te = fitted.transform(X_tr, z_tr), fitted.transform(X_te, z_te)
+                probe = LogisticRegression(max_iter=1000).fit(R_tr, z_tr)
+                row["var"] = protocol.pct_variance(R_te, X_te) if fitted.linear else np.nan
+                row["mmd2"] = protocol.mmd2(R_te, z_te, sigma) if fitted.linear else np.nan
+                row["linear_inseparability"] = float(np.mean(probe.predict(R_te) != z_te))
+            rows.append(row)
     return rows
 
 
@@ -138,20 +135,31 @@ def _line_plot(ax, frame, x, y, logy=False):
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.set_xticks(sorted(frame[x].unique()))
+    ticks = sorted(frame[x].unique())
+    if len(ticks) > 6:
+        ticks = [t for t in ticks if t in (2, 5, 10, 20, 50, 100, 200, 400, 1000)]
+    ax.set_xticks(ticks)
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(x)
 
 
-def figures2_3(out, quick=False):
-    dims = (20, 50) if quick else (20, 50, 100, 200, 400, 600, 800, 1000)
-    n_splits = 2 if quick else 10
-    rows = []
-    latent = 100 if quick else synthetic.LATENT_DIM
-    for d in dims:
-        rows += _synthetic_rows(d, 5, n_splits, 50 if quick else 200, latent_dim=latent)
-    frame = pd.DataFrame(rows)
+SYNTHETIC_DIMS = (20, 50, 100, 200, 400, 600, 800, 1000)
+
+
+def figure2(out, quick=False, reuse=False):
+    """%Var, MMD^2 and linear inseparability vs d (ten splits per d); with ``reuse`` an
+    existing ``out/fig2.csv`` is re-plotted instead of recomputed."""
+    path = Path(out) / "fig2.csv"
+    if reuse and not quick and path.exists():
+        frame = pd.read_csv(path)
+    else:
+        dims = (20, 50) if quick else SYNTHETIC_DIMS
+        latent = 100 if quick else synthetic.LATENT_DIM
+        rows = []
+        for d in dims:
+            rows += _synthetic_rows(d, 5, 2 if quick else 10, 50 if quick else 200, latent)
+        frame = pd.DataFrame(rows)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (col, title) in zip(
         axes,
@@ -164,9 +172,22 @@ def figures2_3(out, quick=False):
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     _save(fig, out, "fig2_synthetic_metrics.png")
+    return frame
+
+
+def figure3(out, quick=False):
+    """Fit time (CPU seconds) vs d, k = 5, three splits per d."""
+    dims = (20, 50) if quick else SYNTHETIC_DIMS
+    latent = 100 if quick else synthetic.LATENT_DIM
+    rows = []
+    for d in dims:
+        rows += _synthetic_rows(
+            d, 5, 1 if quick else 3, 50 if quick else 200, latent, metrics=False
+        )
+    frame = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     _line_plot(ax, frame, "d", "fit_seconds", logy=True)
-    ax.set_ylabel("fit time [s]")
+    ax.set_ylabel("fit time [CPU s]")
     ax.set_title("Runtime vs d (k = 5)")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -180,11 +201,11 @@ def figure7(out, quick=False):
     d, latent = (30, 100) if quick else (100, synthetic.LATENT_DIM)
     rows = []
     for k in ks:
-        rows += _synthetic_rows(d, k, n_splits, inlp_max_dim=1000, latent_dim=latent)
+        rows += _synthetic_rows(d, k, n_splits, 1000, latent, metrics=False)
     frame = pd.DataFrame(rows)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     _line_plot(ax, frame, "k", "fit_seconds", logy=True)
-    ax.set_ylabel("fit time [s]")
+    ax.set_ylabel("fit time [CPU s]")
     ax.set_title("Runtime vs k (d = 100)")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -417,7 +438,8 @@ def _fair_pca_curve_timing(X_tr, y_tr, z_tr, name, lambdas=LAMBDAS):
 
 FIGURES = {
     "fig1": figure1,
-    "fig2": figures2_3,
+    "fig2": figure2,
+    "fig3": figure3,
     "fig7": figure7,
     "fig4": figure4,
     "fig9": figure9,
@@ -429,6 +451,7 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke run)")
     parser.add_argument("--only", nargs="+", choices=sorted(FIGURES), default=sorted(FIGURES))
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--reuse", action="store_true", help="fig2: re-plot out/fig2.csv")
     parser.add_argument("--fig4-datasets", nargs="+", default=None, help="fig4: these only")
     parser.add_argument("--fig4-classifiers", nargs="+", default=None, choices=["logreg", "svc"])
     args = parser.parse_args(argv)
@@ -441,7 +464,7 @@ def main(argv=None):
     limits = threadpool_limits(limits=1)
     for name in args.only:
         start = time.perf_counter()
-        options = {}
+        options = {"reuse": args.reuse} if name == "fig2" else {}
         if name == "fig4":
             options = {"datasets": args.fig4_datasets, "classifiers": args.fig4_classifiers}
         frame = FIGURES[name](out, quick=args.quick, **options)
