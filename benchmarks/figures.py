@@ -471,7 +471,7 @@ def main(argv=None):
         frame.to_csv(out / f"{name}{suffix}.csv", index=False, float_format="%.6g")
         frames[name] = frame
         seconds = time.perf_counter() - start
-        if not args.quick:
+        if not args.quick and not options.get("reuse"):
             record_timing(out, name, seconds)
         print(f"{name}: {seconds:.1f} s", flush=True)
     limits.restore_original_limits()
