@@ -402,9 +402,9 @@ def main(argv=None):
         args.datasets, down_splits, ks, methods.ALL_METHODS, protocol.CLASSIFIERS,
         cache=args.cache, **common,
     )  # fmt: skip
-    if set(down_splits) == set(all_splits):
+    if set(down_splits) == set(all_splits) and not args.cached_downstream_only:
         frame = downstream
-    else:  # %Var and MMD^2 are cheap: always over all splits
+    else:  # %Var, MMD^2 and fit times are cheap: always over all splits, fitted afresh
         representation = run(args.datasets, all_splits, ks, methods.ALL_METHODS, (), **common)
         frame = combine(representation, downstream)
     elapsed = time.perf_counter() - start
