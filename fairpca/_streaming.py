@@ -167,10 +167,13 @@ class GroupTable:
         """Permutation giving the label order of :func:`fairpca._groups.encode_groups`."""
         if not self.labels:
             return np.zeros(0, dtype=np.intp)
-        if self.categories is not None:
+        if self.categories is not None:  # category order; labels of later plain chunks last
             rank = {c: i for i, c in enumerate(self.categories)}
             return np.array(
-                sorted(range(len(self.labels)), key=lambda i: rank[self.labels[i]]),
+                sorted(
+                    range(len(self.labels)),
+                    key=lambda i: rank.get(self.labels[i], len(rank) + i),
+                ),
                 dtype=np.intp,
             )
         _, uniques = _factorize(pd.Series(self.labels, dtype=object), self.name)
