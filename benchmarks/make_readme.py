@@ -26,6 +26,12 @@ the repository).
 | this README | `python -m benchmarks.make_readme` | seconds |
 | smoke runs (CI; every script with `--quick`) | `pytest tests/test_benchmarks.py` | {tests_time} |
 
+Long runs can be split: `reproduce_tables --cache DIR` stores every finished (dataset, split),
+several runners with different `--splits` can share one cache, and
+`reproduce_tables --cache DIR --cached-downstream-only` assembles the tables from it (the
+committed tables were made that way). `figures --only fig4 --fig4-datasets adult
+--fig4-classifiers svc` computes single Figure 4 panels, stored under `fig4_parts/` and reused.
+
 LEACE needs torch and `concept-erasure` (optional extra: `pip install 'fairpca[leace]'`); without
 them its rows and cross-checks are skipped with a message. Timings were measured on the shared
 2-core development machine while other jobs were running, so absolute seconds are noisy; the
@@ -104,7 +110,7 @@ def figures_section(results):
         ]
     fig2 = results / "fig2.csv"
     out += [
-        "### Figures 2 and 3: Lee et al.'s synthetic data (our generator), k = 5, d = 20 ... 1000",
+        "### Figures 2 and 3: Lee et al.'s synthetic data (our generator), k = 5, d = 20 to 1000",
         "",
         "![Figure 2](results/fig2_synthetic_metrics.png)",
         "",
@@ -113,23 +119,28 @@ def figures_section(results):
     ]
     if fig2.exists():
         f = pd.read_csv(fig2)
-        peers_ = [p for p in ("INLP", "LEACE", "CorrelationRemover", "Fair Kernel PCA")
-                  if p in set(f.method)]  # fmt: skip
-        out += ["Mean fit time per split, and ratio to Fair PCA:", ""]
-        out += _ratio_lines(f, "d", "method", "fit_seconds", "Fair PCA", peers_)
         summary = f.groupby(["method"])[["var", "mmd2", "linear_inseparability"]].mean()
-        out += ["", "Averages over all d (test split):", ""]
+        out += ["Averages over all d (test split, ten splits per d):", ""]
         out += ["| method | %Var | MMD² | linear inseparability |", "|---|---|---|---|"]
         for name, r in summary.iterrows():
-            out.append(
-                f"| {name} | {r['var']:.1f} | {r['mmd2']:.4f} | {r['linear_inseparability']:.3f} |"
-            )
+            var = "n/a" if pd.isna(r["var"]) else f"{r['var']:.1f}"
+            mmd = "n/a" if pd.isna(r["mmd2"]) else f"{r['mmd2']:.4f}"
+            out.append(f"| {name} | {var} | {mmd} | {r['linear_inseparability']:.3f} |")
         out += [
             "",
             "INLP is run for d <= 200 only (d - k classifier fits per split make it the slowest "
             "method; the paper reports ~1270 s at d = 800).",
             "",
         ]
+    fig3 = results / "fig3.csv"
+    if fig3.exists():
+        f = pd.read_csv(fig3)
+        peers_ = [p for p in ("INLP", "LEACE", "CorrelationRemover", "Fair Kernel PCA", "PCA")
+                  if p in set(f.method)]  # fmt: skip
+        out += ["Figure 3: mean fit time per split in CPU seconds (three splits per d), and "
+                "ratio to Fair PCA:", ""]  # fmt: skip
+        out += _ratio_lines(f, "d", "method", "fit_seconds", "Fair PCA", peers_)
+        out.append("")
     fig7 = results / "fig7.csv"
     out += [
         "### Figure 7: runtime vs k at d = 100",
@@ -161,7 +172,11 @@ def figures_section(results):
             "{0.001, ..., 0.2} with logistic regression (C = 1/(2 n 0.01)). Kernel SVM panels "
             "(C = 1/(2 n 0.00005)) use the first 2,000 training rows, every other lambda and "
             "difference_bound in {0.005, 0.02, 0.2} (the SVC inside the reductions loop is the "
-            "slowest part). Mean seconds per curve point (fit incl. classifier):",
+            "slowest part). Mean seconds per curve point (fit incl. classifier). Clock: wall "
+            "time under load for the logistic-regression panels and all Bank panels (computed "
+            "before the scripts switched to CPU time), CPU seconds for the Adult SVC panels; "
+            "each ratio compares two methods timed the same way in the same process. Figure 9 "
+            "below is the clean runtime comparison (CPU seconds).",
             "",
         ]
         f["panel"] = f["dataset"] + " " + f["classifier"] + " " + f["constraint"]
@@ -181,11 +196,64 @@ def figures_section(results):
         )
         out += [
             "",
-            "The paper reports <= 0.5 s for our methods and > 32 s for the reductions approach "
-            "at 40,000 rows.",
+            "CPU seconds; Fair PCA and Fair PCA-S include the logistic regression fitted on top "
+            "(as in the authors' script); ExponentiatedGradient is timed for difference_bound = "
+            "0.01. The paper reports <= 0.5 s for our methods (here 0.52 s CPU for Fair PCA at "
+            "40,000 rows) and > 32 s for the reductions approach at 40,000 rows (here 3.6 s CPU "
+            "per bound with scikit-learn 1.9 / fairlearn 0.15).",
             "",
         ]
     return out
+
+
+FINDINGS = """## Summary: reproduced vs published (run committed here)
+
+* **Deterministic cells match exactly.** %Var and MMD² of PCA, Fair PCA, Fair PCA-S (0.5) and
+  Fair PCA-S (0.85) equal the paper at its printed precision, mean and population std, in all
+  48 cells (3 datasets x k in {2, 10} x 4 methods x 2 metrics). This needs the protocol spelled
+  out in `protocol.py` (V from the train split, %Var with the test covariance, the biased MMD²
+  on the test split with sigma from the train split's top-k PCA projection) and, for Fair
+  PCA-S, per-group covariances with ddof = 1 (`numpy.cov`): with ddof = 0, German k = 2
+  Fair PCA-S (0.5) gives %Var 4.74 (0.42) instead of the published 4.73 (0.43).
+* **Downstream cells under the paper's protocol also match.** With the classifiers of Lee et
+  al.'s MATLAB evaluation (`fitcsvm`: RBF kernel with KernelScale 1, i.e. gamma = 1, box
+  constraint 1; linear kernel, box constraint 1), fitted *and* scored on the projected test
+  split, 83 of the 96 RBF / linear SVM cells of PCA, Fair PCA and Fair PCA-S are identical to
+  the paper at its printed precision and the other 13 are within its std; across all columns,
+  no PCA or Fair PCA-S cell and one Fair PCA cell differ by more than the paper's std. MLP
+  cells differ slightly (the MLP depends on the signs/rotation of the basis and on the
+  scikit-learn version): flagged only on COMPAS k = 2 (Fair PCA 58.25 vs 60.65 %Acc, fair
+  kernel PCA 55.43 vs 57.67).
+* **That protocol overstates accuracy.** Fitting and scoring on the same (test) rows lets the
+  gamma = 1 RBF SVM memorise them: German k = 10 gives 99.93 % for PCA and Fair PCA, but
+  69.7 % / 69.9 % when fitted on train and scored on test (the majority rate is 69.8 %). The
+  *proper protocol* tables next to each comparison report the latter for every method.
+* **INLP differs, and the published INLP numbers look like an arbitrary basis.** Our INLP
+  (implemented from Ravfogel et al. 2020: d - k linear SVMs, exactly k directions left) keeps
+  more variance than the published INLP rows (Adult k = 2: 3.01 vs 2.09 %Var; German k = 10:
+  26.1 vs 15.5). The published values sit close to k/d (2/97 = 2.06 vs 2.09; 10/97 = 10.3 vs
+  10.79; 10/11 = 90.9 vs 91.09), the %Var of an arbitrary k-dim basis of standardized data,
+  which is what taking the top-k eigenvectors of INLP's projection matrix gives when INLP stops
+  before d - k iterations (eigenvalue 1 is then repeated and the eigensolver picks any basis of
+  that eigenspace). We keep the principled variant; the difference is in the peer's
+  configuration, not in fair PCA.
+* **Fair kernel PCA** (exact Algorithm 3, Gaussian kernel with gamma = 1 / (d Var)) agrees
+  within the paper's std except one MLP cell; %Var and MMD² are n/a as in the paper.
+* **Peers on the same rows.** LEACE + PCA and CorrelationRemover + PCA keep slightly more
+  variance than Fair PCA (Adult k = 2: 6.76 / 6.85 vs 6.37 %Var) but leave more group
+  information (MMD² 0.012 / 0.016 vs 0.009) and are oblique maps; CorrelationRemover also
+  needs the sensitive attribute at transform time. Orthogonal
+  LEACE followed by PCA gives exactly the Fair PCA subspace (cross-check below, ~1e-14).
+* **Runtime** (CPU seconds, same process, same rows): on the Lee splits a Fair PCA fit takes
+  ~5 ms; INLP ~50x, fair kernel PCA ~28x, LEACE ~1.5x, CorrelationRemover ~1x that. On the
+  synthetic data INLP is 534x slower than Fair PCA at d = 200 and LEACE 311x at d = 1000;
+  Fair PCA-S takes 0.54 s at d = 1000 (paper: < 0.5 s at d = 800). Against the reductions
+  approach (Figure 9), Fair PCA plus logistic regression is 7x-34x faster (0.52 s vs 3.6 s per
+  difference bound at 40,000 rows).
+* **Not reproduced here:** FPCA and MbF-PCA (MATLAB/MOSEK) and RLACE (the authors' torch code)
+  are printed from the paper, marked *(published)*. Figure 4 uses one draw instead of ten and a
+  reduced kernel-SVM setting (see below).
+"""
 
 
 def build(results=RESULTS, timings=None):
@@ -197,6 +265,7 @@ def build(results=RESULTS, timings=None):
             tests_time=timings.get("tests", "< 60 s"),
         )
     ]
+    text.append(FINDINGS)
     tables = results / "tables.md"
     if tables.exists():
         body = tables.read_text(encoding="utf-8").splitlines()
