@@ -82,7 +82,9 @@ def _as_columns(sensitive_features) -> tuple[list, list]:
             "array / DataFrame with one column per attribute; got the scalar "
             f"{sensitive_features!r}."
         )
-    array = np.asarray(sensitive_features, dtype=object)
+    array = np.asarray(sensitive_features)
+    if array.dtype.kind not in "biuUS":
+        array = np.asarray(sensitive_features, dtype=object)
     if array.ndim == 1:
         return [array], ["sensitive_0"]
     if array.ndim == 2:
@@ -94,7 +96,26 @@ def _as_columns(sensitive_features) -> tuple[list, list]:
     )
 
 
+def _factorize_small_ints(array: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """O(n) factorisation of integer/bool labels spanning a small range (sorted labels)."""
+    if array.dtype.kind not in "biu" or array.size == 0:
+        return None
+    low, high = int(array.min()), int(array.max())
+    if high - low > 1_000_000:
+        return None
+    offset = array.astype(np.intp) - low
+    present = np.flatnonzero(np.bincount(offset))
+    lookup = np.empty(high - low + 1, dtype=np.intp)
+    lookup[present] = np.arange(present.size)
+    labels = (present + low).astype(array.dtype)
+    return lookup[offset], np.asarray(labels.tolist(), dtype=object)
+
+
 def _factorize(column, name: str) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(column, np.ndarray):
+        fast = _factorize_small_ints(column)
+        if fast is not None:
+            return fast
     series = column if isinstance(column, pd.Series) else pd.Series(column, dtype=object)
     if series.isna().any():
         raise ValueError(

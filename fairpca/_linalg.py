@@ -36,21 +36,25 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return gemm(1.0, a_op, b_op, trans_a=trans_a, trans_b=trans_b)
 
 
+def gram_upper(X: np.ndarray) -> np.ndarray:
+    """Upper triangle of ``X.T @ X`` (SYRK, float64 input; the strict lower part is zero)."""
+    x_op, trans = _blas_operand(X)
+    syrk = get_blas_funcs("syrk", (x_op,))
+    # syrk computes op(a) op(a)^T: with op(x_op) == X we need the transposed product.
+    return syrk(1.0, x_op, trans=1 - trans)
+
+
 def gram(X: np.ndarray) -> np.ndarray:
     """``X.T @ X`` in float64 (SYRK), accumulated over row chunks for float32 input."""
     n, d = X.shape
     if X.dtype == np.float64:
-        x_op, trans = _blas_operand(X)
-        syrk = get_blas_funcs("syrk", (x_op,))
-        # syrk computes op(a) op(a)^T: with op(x_op) == X we need the transposed product.
-        upper = syrk(1.0, x_op, trans=1 - trans)
-    else:
-        upper = np.zeros((d, d), order="F")
-        syrk = get_blas_funcs("syrk", (upper,))
-        for start in range(0, n, GRAM_CHUNK_ROWS):
-            chunk = np.asarray(X[start : start + GRAM_CHUNK_ROWS], dtype=np.float64)
-            chunk_op, trans = _blas_operand(chunk)
-            upper = syrk(1.0, chunk_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=True)
+        return symmetrize_upper(gram_upper(X))
+    upper = np.zeros((d, d), order="F")
+    syrk = get_blas_funcs("syrk", (upper,))
+    for start in range(0, n, GRAM_CHUNK_ROWS):
+        chunk = np.asarray(X[start : start + GRAM_CHUNK_ROWS], dtype=np.float64)
+        chunk_op, trans = _blas_operand(chunk)
+        upper = syrk(1.0, chunk_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=True)
     return symmetrize_upper(upper)
 
 

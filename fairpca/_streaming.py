@@ -37,6 +37,12 @@ from ._groups import MIN_GROUP_SIZE, GroupEncoding, _as_columns, _factorize
 BLOCK_BYTES = 1 << 26  # a centred float64 block of at most 64 MiB
 
 
+# Largest ratio rows * ||mean||^2 / trace(centred scatter) for which a block's scatter is taken
+# from its raw Gram matrix (at most ~4 digits lost to the subtraction); above it, blocks are
+# centred explicitly in float64.
+RAW_GRAM_MAX_MEAN_RATIO = 1e4
+
+
 def block_rows(n_features: int) -> int:
     """Rows per centred float64 block: about 64 MiB, between 256 and 16384 rows."""
     return int(np.clip(BLOCK_BYTES // (8 * max(n_features, 1)), 256, 16384))
@@ -77,6 +83,28 @@ class Moments:
         # centred.T is Fortran-ordered (d, rows): syrk(trans=0) gives centred^T centred.
         self._upper = syrk(1.0, centred.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
         self._merge_mean(rows, block_mean)
+
+    def add_uncentred(self, block: np.ndarray, block_mean: np.ndarray) -> bool:
+        """Add a float64 block through its raw Gram matrix, without a centred copy.
+
+        The scatter is ``X^T X - rows * mean mean^T`` (what scikit-learn's covariance PCA
+        computes). That subtraction loses digits when the mean dominates the spread, so when
+        ``rows * ||mean||^2 > RAW_GRAM_MAX_MEAN_RATIO * trace(scatter)`` (more than about
+        four digits would be lost) nothing is added and ``False`` is returned: the caller
+        then centres the block explicitly (:meth:`add_centred`).
+        """
+        rows = block.shape[0]
+        if rows == 0:
+            return True
+        upper = la.gram_upper(block)
+        mean_energy = rows * float(block_mean @ block_mean)
+        if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(float(np.trace(upper)) - mean_energy, 0.0):
+            return False
+        upper -= np.triu(rows * np.outer(block_mean, block_mean))
+        target = self._ensure_upper()
+        target += upper
+        self._merge_mean(rows, block_mean)
+        return True
 
     def merge(self, other: Moments) -> None:
         """Merge ``other`` into ``self`` (Chan et al. pairwise rule), in place."""
@@ -287,42 +315,65 @@ class FairStatistics:
         constraint_obj = None
         if positive is not None and objective_rows is None:
             constraint_obj = positive  # constraint rows among the objective rows
-        step = block_rows(self.n_features)
-        for start in range(0, X_obj.shape[0], step):
-            stop = start + step
-            self._add_block(
-                X_obj[start:stop],
-                codes_obj[start:stop],
-                None if constraint_obj is None else constraint_obj[start:stop],
-            )
+        # float64 rows go in one piece through the raw Gram route (no copy) when that is
+        # accurate; otherwise blocks of bounded size are centred explicitly.
+        if X_obj.dtype != np.float64 or not self._add_block(
+            X_obj, codes_obj, constraint_obj, centre=False
+        ):
+            step = block_rows(self.n_features)
+            for start in range(0, X_obj.shape[0], step):
+                stop = start + step
+                self._add_block(
+                    X_obj[start:stop],
+                    codes_obj[start:stop],
+                    None if constraint_obj is None else constraint_obj[start:stop],
+                    centre=True,
+                )
         self.dtype = X.dtype if self.dtype is None else np.result_type(self.dtype, X.dtype)
 
-    def _add_block(self, block, codes, constraint_rows) -> None:
-        block_mean = block.mean(axis=0, dtype=np.float64)
-        centred = np.subtract(block, block_mean, dtype=np.float64)
-        # One GEMM gives the constraint-row sum and every group sum of this block:
-        # sum_i w_i x_i = Xc^T w + mean * sum_i w_i.
-        weights = [np.ones(block.shape[0]) if constraint_rows is None else constraint_rows]
+    def _add_block(self, block, codes, constraint_rows, *, centre: bool) -> bool:
+        """Add objective rows (and their constraint-row and group sums).
+
+        With ``centre=False`` the scatter comes from the raw Gram matrix; if that would lose
+        accuracy (:meth:`Moments.add_uncentred`) nothing is added and ``False`` is returned.
+        """
+        rows = block.shape[0]
+        if rows == 0:
+            return True
+        # One GEMM gives the row sum, the constraint-row sum and every group sum.
+        weights = [np.ones(rows)]
+        if constraint_rows is not None:
+            weights.append(constraint_rows.astype(np.float64))
         for a, table in enumerate(self.tables):
-            onehot = np.zeros((block.shape[0], len(table.labels)))
-            onehot[np.arange(block.shape[0]), codes[:, a]] = 1.0
-            weights.append(onehot if constraint_rows is None else onehot * weights[0][:, None])
-        W = np.column_stack(weights).astype(np.float64)
+            onehot = np.zeros((rows, len(table.labels)))
+            onehot[np.arange(rows), codes[:, a]] = 1.0
+            weights.append(onehot if constraint_rows is None else onehot * weights[1][:, None])
+        W = np.column_stack(weights)
         totals = W.sum(axis=0)
-        sums = np.asarray(la.matmul(centred.T, W)) + np.outer(block_mean, totals)
-        self.constraint_count += int(np.rint(totals[0]))
-        self.constraint_sum += sums[:, 0]
-        start = 1
+        if centre:
+            # sum_i w_i x_i = Xc^T w + mean * sum_i w_i on the block centred in float64.
+            block_mean = block.mean(axis=0, dtype=np.float64)
+            centred = np.subtract(block, block_mean, dtype=np.float64)
+            sums = np.asarray(la.matmul(centred.T, W)) + np.outer(block_mean, totals)
+            self.objective.add_centred(centred, block_mean)
+        else:
+            sums = np.asarray(la.matmul(block.T, W))
+            if not self.objective.add_uncentred(block, sums[:, 0] / rows):
+                return False
+        constraint = 0 if constraint_rows is None else 1
+        self.constraint_count += int(np.rint(totals[constraint]))
+        self.constraint_sum += sums[:, constraint]
+        start = constraint + 1
         for a, table in enumerate(self.tables):
             stop = start + len(table.labels)
             table.counts += np.rint(totals[start:stop]).astype(np.int64)
             table.sums += sums[:, start:stop]
             if table.group_scatter:
-                rows = np.ones(block.shape[0], bool) if constraint_rows is None else constraint_rows
-                for g in np.unique(codes[rows, a]):
-                    table.scatters[g].add_rows(block[rows & (codes[:, a] == g)])
+                in_rows = np.ones(rows, bool) if constraint_rows is None else constraint_rows
+                for g in np.unique(codes[in_rows, a]):
+                    table.scatters[g].add_rows(block[in_rows & (codes[:, a] == g)])
             start = stop
-        self.objective.add_centred(centred, block_mean)
+        return True
 
     def _check_attributes(self, encoding: GroupEncoding) -> None:
         if self.tables is None:

@@ -338,3 +338,12 @@ def test_sensitive_columns_inside_dataframe_and_pandas_output():
     direct = FairPCA(2).fit(frame[list("abcd")], sensitive_features=frame.sex)
     np.testing.assert_allclose(direct.components_, fpca.components_)
     np.testing.assert_allclose(fpca.transform(frame[list("abcd")]), out.to_numpy())
+
+
+def test_large_offset_loses_no_accuracy():
+    """A mean that dwarfs the spread (1e6 vs 1) is centred explicitly, not by X^T X - n mu mu^T."""
+    X, z, k = random_problem(4)
+    shifted = FairPCA(k).fit(X + 1e6, sensitive_features=z)
+    base = FairPCA(k).fit(X, sensitive_features=z)
+    np.testing.assert_allclose(shifted.components_, base.components_, atol=1e-8)
+    np.testing.assert_allclose(shifted.explained_variance_, base.explained_variance_, rtol=1e-9)
