@@ -378,7 +378,7 @@ def figure4(out, quick=False, draws=FIG4_DRAWS, data_dir=None, datasets=None, cl
             ax.set_xlabel(metric)
             ax.set_ylabel("accuracy")
             ax.set_title(f"{dataset}: {kind}, {metric}", fontsize=9)
-    axes[0, 0].legend(fontsize=7)
+    next(ax for ax in axes.flat if ax.get_visible()).legend(fontsize=7)
     fig.tight_layout()
     _save(fig, out, "fig4_tradeoff.png")
     return frame
