@@ -4,8 +4,9 @@ Scikit-learn compatible estimators and metrics implementing Kleindessner, Donini
 Zafar, "Efficient fair PCA for fair representation learning" (AISTATS 2023).
 """
 
+from ._chunked import ArrayChunks, IterableChunks, ParquetChunks
 from ._fair_pca import FairPCA
 from ._kernel import FairKernelPCA
 
-__all__ = ["FairKernelPCA", "FairPCA"]
+__all__ = ["ArrayChunks", "FairKernelPCA", "FairPCA", "IterableChunks", "ParquetChunks"]
 __version__ = "0.1.0"
