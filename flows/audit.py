@@ -42,6 +42,7 @@ from tasks.represent import fit_preprocessor, fit_representation
 from tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, resolve_tracking_uri
+from .runners import check_task_runner
 from .warmup import start_warmup, wait_for_warmup
 
 __all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
@@ -495,5 +496,6 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     AuditResult
         MLflow run id, registered model version, decision and where the report is.
     """
+    check_task_runner(config.dask_address)
     state = prepare_audit(config, "audit")
     return finish_audit(state, kind="audit")

@@ -166,6 +166,10 @@ def _run(flow_name: str, config) -> None:
         from .retrain import retrain as flow_fn
     else:
         from .audit import fairness_audit as flow_fn
+    if config.dask_address is not None:
+        from .runners import task_runner_for
+
+        flow_fn = flow_fn.with_options(task_runner=task_runner_for(config.dask_address))
     try:
         result = flow_fn(config)
     except MlflowLoggingError as error:
@@ -239,6 +243,10 @@ OutputOpt = Annotated[
 ]
 ExperimentOpt = Annotated[str | None, typer.Option(help="MLflow experiment name.")]
 ModelNameOpt = Annotated[str | None, typer.Option(help="Registered model name [fairpca-<source>].")]
+DaskOpt = Annotated[
+    str | None,
+    typer.Option(help="Run tasks on Dask: 'local' or a scheduler address tcp://host:8786."),
+]
 
 
 def _options(**kwargs) -> dict[str, Any]:
@@ -276,6 +284,7 @@ def audit(
     output_dir: OutputOpt = None,
     experiment_name: ExperimentOpt = None,
     model_name: ModelNameOpt = None,
+    dask_address: DaskOpt = None,
 ) -> None:
     """Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met)."""
     params = dict(locals())
@@ -319,6 +328,7 @@ def retrain(
     output_dir: OutputOpt = None,
     experiment_name: ExperimentOpt = None,
     model_name: ModelNameOpt = None,
+    dask_address: DaskOpt = None,
 ) -> None:
     """Refit on current data, compare with the champion, promote only if fair and no worse."""
     params = dict(locals())

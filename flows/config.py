@@ -92,6 +92,13 @@ class AuditConfig(BaseModel):
         "it costs ~1 s per fit, which would take the default audit past 2 minutes on 2 cores.",
     )
     seed: int = Field(0, ge=0, description="Seed of the split, subsampling and classifiers.")
+    dask_address: str | None = Field(
+        None,
+        description="Run the flow's independent tasks (representations, lambda sweeps) on "
+        "Dask through prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a "
+        "temporary LocalCluster, or a scheduler address such as 'tcp://host:8786'. "
+        "None: a thread pool.",
+    )
     max_train_rows: int | None = Field(
         5000, ge=20, description="Training rows drawn at random (paper Sec. 5.2); None = all."
     )

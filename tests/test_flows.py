@@ -335,3 +335,34 @@ def test_bad_parameters_fail_validation_before_any_task(prefect_harness, tmp_pat
     with pytest.raises(ParameterTypeError, match="lambdas"):
         fairness_audit({"dataset": "adult", "lambdas": [-1.0], "output_dir": str(tmp_path)})
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_audit_runs_its_tasks_on_a_dask_cluster(prefect_harness, store, tmp_path):
+    """dask_address='local': the same flow on prefect-dask's DaskTaskRunner (LocalCluster)."""
+    from prefect_dask import DaskTaskRunner
+
+    from flows.audit import fairness_audit
+    from flows.runners import task_runner_for
+
+    _uri, client = store
+    config = make_config(store, tmp_path, dask_address="local", lambdas=[0.0, 1.0])
+    runner = task_runner_for(config.dask_address)
+    assert isinstance(runner, DaskTaskRunner)
+    result = fairness_audit.with_options(task_runner=runner)(config)
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert "fair_pca/logreg/accuracy" in run.data.metrics
+    assert run.data.params["dask_address"] == "local"
+
+
+def test_task_runner_for_addresses():
+    from prefect.task_runners import ThreadPoolTaskRunner
+    from prefect_dask import DaskTaskRunner
+
+    from flows.runners import task_runner_for
+
+    assert isinstance(task_runner_for(None), ThreadPoolTaskRunner)
+    remote = task_runner_for("tcp://127.0.0.1:8786")
+    assert isinstance(remote, DaskTaskRunner)
+    assert remote.address == "tcp://127.0.0.1:8786"
