@@ -27,7 +27,7 @@ POOL="fairpca-process"
 PREFECT_FILE="$REPO_DIR/deployments/prefect.yaml"
 CHECKS="$SCRIPT_DIR/e2e_checks.py"
 
-WORK="$(mktemp -d "${TMPDIR:-/tmp}/fairpca-e2e.XXXXXX")"
+WORK="$("$PYTHON" -c 'import tempfile; print(tempfile.mkdtemp(prefix="fairpca-e2e."))')"
 T0=$(date +%s.%N)
 PIDS=()
 PID_NAMES=()

@@ -8,7 +8,7 @@ parsed.
 
 from ._dataset import Dataset
 from ._files import DATA_DIR_ENV, ChecksumMismatchError, DatasetNotFoundError
-from ._lee2022 import LEE2022_DIMENSIONS, load_lee2022_split
+from ._paper_splits import LEE2022_DIMENSIONS, load_lee2022_split
 from ._preprocess import make_preprocessor, split_feature_kinds
 from ._public import (
     DATASET_NAMES,
