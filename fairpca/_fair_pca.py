@@ -270,21 +270,11 @@ class FairPCA(TransformerMixin, BaseEstimator):
         """Boolean masks of the objective rows and of the constraint rows (or None = all)."""
         if self.constraint == "demographic_parity":
             return None, None
-        if y is None:
-            raise ValueError(
-                "constraint='equal_opportunity' fits on the rows with y == pos_label, so fit "
-                "needs y: call fit(X, y, sensitive_features=...)."
-            )
-        y = np.asarray(y)
-        if y.ndim != 1 or y.shape[0] != n_samples:
-            raise ValueError(
-                f"y must be 1-D with one label per row of X ({n_samples}); got shape {y.shape}."
-            )
-        positive = y == self.pos_label
+        positive = _streaming.positive_rows(y, n_samples, self.pos_label, method="fit")
         if not positive.any():
             raise ValueError(
                 f"constraint='equal_opportunity' but no row has y == pos_label "
-                f"({self.pos_label!r}); labels seen: {np.unique(y)[:10].tolist()}. Set "
+                f"({self.pos_label!r}); labels seen: {np.unique(np.asarray(y))[:10].tolist()}. Set "
                 "pos_label to the positive class."
             )
         objective = positive if self.eo_objective == "positive" else None

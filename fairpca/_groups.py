@@ -133,6 +133,55 @@ def _factorize(column, name: str) -> tuple[np.ndarray, np.ndarray]:
     return codes.astype(np.intp), np.asarray(uniques, dtype=object)
 
 
+def encode_labels(
+    sensitive_features, n_samples: int, *, method: str = "fit"
+) -> tuple[GroupEncoding, list]:
+    """Encode sensitive attributes row by row, without checks that need all the rows.
+
+    Used directly for a chunk of ``partial_fit`` (a group may be absent from a chunk), and by
+    :func:`encode_groups`, which adds the whole-data checks.
+
+    Parameters
+    ----------
+    sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
+        Group labels of any hashable type, or a DataFrame with one column per attribute.
+    n_samples : int
+        Number of rows of ``X`` the labels must align with.
+    method : str, default="fit"
+        Name of the calling method, for the error messages.
+
+    Returns
+    -------
+    encoding : GroupEncoding
+    categories : list
+        Per attribute, the full category list of a categorical column (else None).
+    """
+    if sensitive_features is None:
+        raise ValueError(
+            f"sensitive_features is required: pass {method}(X, sensitive_features=groups) "
+            "with one group label per row, or name the sensitive columns of a DataFrame X "
+            "with sensitive_columns=[...]."
+        )
+    columns, names = _as_columns(sensitive_features)
+    if not columns:
+        raise ValueError("sensitive_features has no columns; give at least one attribute.")
+    codes = np.empty((n_samples, len(columns)), dtype=np.intp)
+    groups, categories = [], []
+    for a, (column, name) in enumerate(zip(columns, names, strict=True)):
+        if len(column) != n_samples:
+            raise ValueError(
+                f"sensitive_features has {len(column)} rows but X has {n_samples}; pass one "
+                "group label per row of X."
+            )
+        codes[:, a], labels = _factorize(column, name)
+        groups.append(labels)
+        dtype = getattr(column, "dtype", None)
+        categories.append(
+            list(dtype.categories) if isinstance(dtype, pd.CategoricalDtype) else None
+        )
+    return GroupEncoding(codes, groups, names), categories
+
+
 def encode_groups(
     sensitive_features, n_samples: int, *, min_group_size: int = MIN_GROUP_SIZE
 ) -> GroupEncoding:
@@ -157,31 +206,15 @@ def encode_groups(
         On a length mismatch, missing labels, an attribute with a single group or a group with
         fewer than ``min_group_size`` rows.
     """
-    if sensitive_features is None:
-        raise ValueError(
-            "sensitive_features is required: pass fit(X, sensitive_features=groups) with one "
-            "group label per row, or name the sensitive columns of a DataFrame X with "
-            "sensitive_columns=[...]."
-        )
-    columns, names = _as_columns(sensitive_features)
-    if not columns:
-        raise ValueError("sensitive_features has no columns; give at least one attribute.")
-    codes = np.empty((n_samples, len(columns)), dtype=np.intp)
-    groups = []
-    for a, (column, name) in enumerate(zip(columns, names, strict=True)):
-        if len(column) != n_samples:
-            raise ValueError(
-                f"sensitive_features has {len(column)} rows but X has {n_samples}; pass one "
-                "group label per row of X."
-            )
-        attribute_codes, labels = _factorize(column, name)
+    encoding, _ = encode_labels(sensitive_features, n_samples)
+    for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True)):
         if len(labels) < 2:
             raise ValueError(
                 f"sensitive attribute {name!r} has a single group ({labels[0]!r}) in the rows "
                 "used for fitting; fair PCA needs at least two groups to compare. Check the "
                 "column, or drop it from sensitive_features."
             )
-        counts = np.bincount(attribute_codes, minlength=len(labels))
+        counts = np.bincount(encoding.codes[:, a], minlength=len(labels))
         small = [labels[g] for g in np.flatnonzero(counts < min_group_size)]
         if small:
             raise ValueError(
@@ -189,6 +222,4 @@ def encode_groups(
                 f"{min_group_size} rows; a group mean (and covariance) needs at least "
                 f"{min_group_size}. Merge rare groups or collect more rows."
             )
-        codes[:, a] = attribute_codes
-        groups.append(labels)
-    return GroupEncoding(codes, groups, names)
+    return encoding

@@ -44,20 +44,6 @@ def gram_upper(X: np.ndarray) -> np.ndarray:
     return syrk(1.0, x_op, trans=1 - trans)
 
 
-def gram(X: np.ndarray) -> np.ndarray:
-    """``X.T @ X`` in float64 (SYRK), accumulated over row chunks for float32 input."""
-    n, d = X.shape
-    if X.dtype == np.float64:
-        return symmetrize_upper(gram_upper(X))
-    upper = np.zeros((d, d), order="F")
-    syrk = get_blas_funcs("syrk", (upper,))
-    for start in range(0, n, GRAM_CHUNK_ROWS):
-        chunk = np.asarray(X[start : start + GRAM_CHUNK_ROWS], dtype=np.float64)
-        chunk_op, trans = _blas_operand(chunk)
-        upper = syrk(1.0, chunk_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=True)
-    return symmetrize_upper(upper)
-
-
 def sum_of_squares(X: np.ndarray) -> float:
     """``sum(X ** 2)`` by SciPy's BLAS dot (no temporary of the size of ``X``)."""
     flat = np.ravel(X, order="K")

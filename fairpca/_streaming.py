@@ -32,7 +32,7 @@ from scipy import linalg
 from scipy.linalg.blas import get_blas_funcs
 
 from . import _linalg as la
-from ._groups import MIN_GROUP_SIZE, GroupEncoding, _as_columns, _factorize
+from ._groups import MIN_GROUP_SIZE, GroupEncoding, _factorize, encode_labels
 
 BLOCK_BYTES = 1 << 26  # a centred float64 block of at most 64 MiB
 
@@ -471,43 +471,16 @@ class FairStatistics:
 
 
 def encode_chunk(sensitive_features, n_samples: int) -> tuple[GroupEncoding, list]:
-    """Encode the sensitive attributes of one chunk without the whole-data group checks.
-
-    Returns the encoding (chunk-local codes and labels) and, per attribute, the full category
-    list of a categorical column (else None), which fixes the final group order.
-    """
-    if sensitive_features is None:
-        raise ValueError(
-            "sensitive_features is required: pass partial_fit(X, sensitive_features=groups) "
-            "with one group label per row, or name the sensitive columns of a DataFrame X "
-            "with sensitive_columns=[...]."
-        )
-    columns, names = _as_columns(sensitive_features)
-    if not columns:
-        raise ValueError("sensitive_features has no columns; give at least one attribute.")
-    codes = np.empty((n_samples, len(columns)), dtype=np.intp)
-    groups, categories = [], []
-    for a, (column, name) in enumerate(zip(columns, names, strict=True)):
-        if len(column) != n_samples:
-            raise ValueError(
-                f"sensitive_features has {len(column)} rows but X has {n_samples}; pass one "
-                "group label per row of X."
-            )
-        attribute_codes, labels = _factorize(column, name)
-        codes[:, a] = attribute_codes
-        groups.append(labels)
-        dtype = getattr(column, "dtype", None)
-        categorical = isinstance(dtype, pd.CategoricalDtype)
-        categories.append(list(dtype.categories) if categorical else None)
-    return GroupEncoding(codes, groups, names), categories
+    """Encode the sensitive attributes of one chunk without the whole-data group checks."""
+    return encode_labels(sensitive_features, n_samples, method="partial_fit")
 
 
-def positive_rows(y, n_samples: int, pos_label) -> np.ndarray:
-    """Boolean mask ``y == pos_label`` of one chunk, with the checks of ``fit``."""
+def positive_rows(y, n_samples: int, pos_label, *, method: str = "partial_fit") -> np.ndarray:
+    """Boolean mask ``y == pos_label``, with a clear error for a missing or misshaped ``y``."""
     if y is None:
         raise ValueError(
-            "constraint='equal_opportunity' fits on the rows with y == pos_label, so every "
-            "chunk needs y: call partial_fit(X, y, sensitive_features=...)."
+            "constraint='equal_opportunity' fits on the rows with y == pos_label, so "
+            f"{method} needs y: call {method}(X, y, sensitive_features=...)."
         )
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] != n_samples:
