@@ -155,6 +155,7 @@ class OutageProxy:
                 self.dropped += 1
                 client.close()
                 continue
+            self._hold_first_connection()
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
             with self.lock:
                 self.open.update((client, upstream))
@@ -174,6 +175,9 @@ class OutageProxy:
                 with contextlib.suppress(OSError):
                     sock.close()
 
+    def _hold_first_connection(self) -> None:
+        """Hook for subclasses: called before a client connection is forwarded."""
+
     def outage(self) -> None:
         self.up.clear()
         with self.lock:
@@ -191,6 +195,27 @@ class OutageProxy:
 
     def close(self) -> None:
         self.listener.close()
+
+
+class RendezvousProxy(OutageProxy):
+    """Proxy that holds its first connection until every partner proxy has one too.
+
+    Two flows logging through two such proxies are provably in flight at the same time:
+    neither gets past its first MLflow request before the other has made one.
+    """
+
+    def __init__(self, target_port: int, barrier: threading.Barrier):
+        self.barrier = barrier
+        self.met: bool | None = None
+        super().__init__(target_port)
+
+    def _hold_first_connection(self) -> None:
+        if self.met is None:
+            try:
+                self.barrier.wait(timeout=120)
+                self.met = True
+            except threading.BrokenBarrierError:
+                self.met = False
 
 
 @pytest.fixture(scope="session")
@@ -336,10 +361,20 @@ def task_runs_of(flow_run_id):
 def test_two_audits_at_once_keep_their_own_complete_artifacts(server, tmp_path):
     from flows.audit import fairness_audit
 
-    configs = [tiny_config(server.uri, tmp_path / "out", seed=seed) for seed in (1, 2)]
-    started = [run_in_thread(fairness_audit, config) for config in configs]
-    for thread, _ in started:
-        thread.join(timeout=300)
+    barrier = threading.Barrier(2)
+    proxies = [RendezvousProxy(server.port, barrier) for _ in range(2)]
+    configs = [
+        tiny_config(proxy.uri, tmp_path / "out", seed=seed)
+        for proxy, seed in zip(proxies, (1, 2), strict=True)
+    ]
+    try:
+        started = [run_in_thread(fairness_audit, config) for config in configs]
+        for thread, _ in started:
+            thread.join(timeout=300)
+    finally:
+        for proxy in proxies:
+            proxy.close()
+    assert all(proxy.met for proxy in proxies), "one audit waited 120 s for the other to start"
     results = []
     for _, box in started:
         assert "error" not in box, f"audit failed: {box.get('error')!r}"
