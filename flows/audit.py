@@ -42,7 +42,7 @@ from tasks.represent import fit_preprocessor, fit_representation
 from tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, resolve_tracking_uri
-from .runners import check_task_runner
+from .runners import current_task_runner_name, needs_dask_subflow, task_runner_for
 from .warmup import start_warmup, wait_for_warmup
 
 __all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
@@ -390,6 +390,7 @@ def finish_audit(
     }
     with suppress(Exception):  # outside a flow run there is no flow run id
         tags["fairpca.prefect_flow_run_id"] = str(get_run_context().flow_run.id)
+        tags["fairpca.task_runner"] = current_task_runner_name() or "none"
     model_tags = {
         "variant": chosen["variant"],
         "classifier": chosen["classifier"],
@@ -496,6 +497,8 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     AuditResult
         MLflow run id, registered model version, decision and where the report is.
     """
-    check_task_runner(config.dask_address)
+    if needs_dask_subflow(config.dask_address):  # a deployment run asking for Dask
+        dask_flow = fairness_audit.with_options(task_runner=task_runner_for(config.dask_address))
+        return dask_flow(config)
     state = prepare_audit(config, "audit")
     return finish_audit(state, kind="audit")

@@ -97,6 +97,7 @@ class AuditConfig(BaseModel):
         description="Run the flow's independent tasks (representations, lambda sweeps) on "
         "Dask through prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a "
         "temporary LocalCluster, or a scheduler address such as 'tcp://host:8786'. "
+        "A deployment run starts on threads and runs the flow as a subflow on Dask. "
         "None: a thread pool.",
     )
     max_train_rows: int | None = Field(

@@ -16,7 +16,7 @@ from tasks.report import Decision
 
 from .audit import AuditResult, finish_audit, prepare_audit
 from .config import RetrainConfig, resolve_tracking_uri
-from .runners import check_task_runner
+from .runners import needs_dask_subflow, task_runner_for
 from .warmup import wait_for_warmup
 
 __all__ = ["compare_with_champion", "load_champion", "retrain"]
@@ -111,7 +111,8 @@ def retrain(config: RetrainConfig) -> AuditResult:
     """
     logger = get_run_logger()
     tracking_uri = resolve_tracking_uri(config.tracking_uri)
-    check_task_runner(config.dask_address)
+    if needs_dask_subflow(config.dask_address):  # a deployment run asking for Dask
+        return retrain.with_options(task_runner=task_runner_for(config.dask_address))(config)
     state = prepare_audit(config, "retrain")
     wait_for_warmup(tracking_uri)
     champion = load_champion(tracking_uri, config.resolved_model_name, config.champion_alias)

@@ -28,27 +28,21 @@ def task_runner_for(dask_address: str | None):
     return DaskTaskRunner(address=dask_address)
 
 
-def check_task_runner(dask_address: str | None) -> None:
-    """Warn in the flow run's log when ``dask_address`` is set but tasks run on threads.
-
-    A flow's task runner is fixed when the run starts: the ``fairpca`` CLI applies
-    ``dask_address`` with ``flow.with_options(task_runner=task_runner_for(...))``; a deployment
-    or a direct call of the flow must do the same, and this says so instead of silently
-    running on threads.
-    """
-    if dask_address is None:
-        return
-    from prefect import get_run_logger
+def current_task_runner_name() -> str | None:
+    """Class name of the running flow's task runner (``None`` outside a flow run)."""
     from prefect.context import FlowRunContext
 
     context = FlowRunContext.get()
     runner = getattr(context, "task_runner", None)
-    if runner is not None and type(runner).__name__ != "DaskTaskRunner":
-        get_run_logger().warning(
-            "dask_address=%r is set but this flow run uses %s: start it with "
-            "flow.with_options(task_runner=flows.runners.task_runner_for(%r)) or through the "
-            "fairpca CLI to run the tasks on Dask.",
-            dask_address,
-            type(runner).__name__,
-            dask_address,
-        )
+    return None if runner is None else type(runner).__name__
+
+
+def needs_dask_subflow(dask_address: str | None) -> bool:
+    """Whether a flow run must hand its work to a Dask subflow to honour ``dask_address``.
+
+    A flow's task runner is fixed when its run starts. The ``fairpca`` CLI applies
+    ``dask_address`` up front (``flow.with_options(task_runner=task_runner_for(...))``); a
+    deployment run or a direct call starts on the flow's thread pool instead, and then runs
+    the same flow once more as a subflow on :func:`task_runner_for` (see the flows).
+    """
+    return dask_address is not None and current_task_runner_name() != "DaskTaskRunner"

@@ -141,6 +141,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
 
     # the Prefect UI shows the summary (markdown + table) and the sweep progress
+    assert tags["fairpca.task_runner"] == "ThreadPoolTaskRunner"
     kinds = prefect_artifact_types(tags["fairpca.prefect_flow_run_id"])
     assert {"markdown", "table", "progress"} <= kinds
 
@@ -338,8 +339,13 @@ def test_bad_parameters_fail_validation_before_any_task(prefect_harness, tmp_pat
 
 
 @pytest.mark.slow
-def test_audit_runs_its_tasks_on_a_dask_cluster(prefect_harness, store, tmp_path):
-    """dask_address='local': the same flow on prefect-dask's DaskTaskRunner (LocalCluster)."""
+@pytest.mark.parametrize("started_by", ["cli", "deployment"])
+def test_audit_runs_its_tasks_on_a_dask_cluster(prefect_harness, store, tmp_path, started_by):
+    """dask_address='local': the same flow on prefect-dask's DaskTaskRunner (LocalCluster).
+
+    The CLI sets the task runner before the run starts; a deployment run (or a direct call)
+    starts on threads and hands the work to a Dask subflow.
+    """
     from prefect_dask import DaskTaskRunner
 
     from flows.audit import fairness_audit
@@ -347,13 +353,17 @@ def test_audit_runs_its_tasks_on_a_dask_cluster(prefect_harness, store, tmp_path
 
     _uri, client = store
     config = make_config(store, tmp_path, dask_address="local", lambdas=[0.0, 1.0])
-    runner = task_runner_for(config.dask_address)
-    assert isinstance(runner, DaskTaskRunner)
-    result = fairness_audit.with_options(task_runner=runner)(config)
+    if started_by == "cli":
+        runner = task_runner_for(config.dask_address)
+        assert isinstance(runner, DaskTaskRunner)
+        result = fairness_audit.with_options(task_runner=runner)(config)
+    else:
+        result = fairness_audit(config)
     run = client.get_run(result.run_id)
     assert run.info.status == "FINISHED"
     assert "fair_pca/logreg/accuracy" in run.data.metrics
     assert run.data.params["dask_address"] == "local"
+    assert run.data.tags["fairpca.task_runner"] == "DaskTaskRunner"
 
 
 def test_task_runner_for_addresses():
@@ -366,3 +376,19 @@ def test_task_runner_for_addresses():
     remote = task_runner_for("tcp://127.0.0.1:8786")
     assert isinstance(remote, DaskTaskRunner)
     assert remote.address == "tcp://127.0.0.1:8786"
+
+
+def test_only_a_run_off_dask_with_a_dask_address_needs_the_subflow(prefect_harness):
+    from prefect import flow
+
+    from flows.runners import needs_dask_subflow, task_runner_for
+
+    assert not needs_dask_subflow(None)
+    assert needs_dask_subflow("local")  # outside any flow run
+
+    @flow(task_runner=task_runner_for(None))
+    def on_threads(address):
+        return needs_dask_subflow(address)
+
+    assert on_threads("tcp://127.0.0.1:8786") is True
+    assert on_threads(None) is False
