@@ -1,5 +1,7 @@
-"""Fair PCA on Dask collections, against a LocalCluster with 2 workers reached by address."""
+"""Fair PCA on Dask collections, against a LocalCluster with 2 workers reached by address,
+and against a cluster of separate scheduler and worker processes started by the ``dask`` CLI."""
 
+import socket
 import subprocess
 import sys
 
@@ -123,3 +125,62 @@ def test_importing_fairpca_does_not_import_dask():
     code = "import sys, fairpca; print('dask' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture
+def process_cluster():
+    """A scheduler and two single-threaded worker processes, as ``dask scheduler`` and
+    ``dask worker`` start them on other machines; yields the scheduler address."""
+    address = f"tcp://127.0.0.1:{free_port()}"
+    port = address.rsplit(":", 1)[1]
+    python, host = [sys.executable, "-m"], ["--host", "127.0.0.1", "--no-dashboard"]
+    worker_options = ["--nworkers", "2", "--nthreads", "1", "--memory-limit", "1GB"]
+    scheduler = subprocess.Popen(
+        [*python, "distributed.cli.dask_scheduler", "--port", port, *host],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    workers = subprocess.Popen(
+        [*python, "distributed.cli.dask_worker", address, *host, *worker_options],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        yield address
+    finally:
+        for process in (workers, scheduler):
+            process.terminate()
+        for process in (workers, scheduler):
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.mark.slow
+def test_fit_on_a_cluster_of_separate_processes(process_cluster):
+    """Statistics are computed in other processes and travel pickled, as on remote machines."""
+    X, z, w, y = problem(6, eo=True)
+    frame = pd.DataFrame(X, columns=[f"p{i}" for i in range(X.shape[1])])
+    frame["sex"], frame["race"] = z, w
+    params = dict(n_components=3, sensitive_columns=["sex", "race"])
+    full = FairPCA(svd_solver="covariance_eigh", **params).fit(frame)
+    eo = dict(constraint="equal_opportunity", equalize_covariance=8, **params)
+    full_eo = FairPCA(**eo).fit(frame, y)
+    with distributed.Client(process_cluster, timeout=60) as remote, remote.as_current():
+        remote.wait_for_workers(2, timeout=60)
+        pids = set(remote.run(lambda: __import__("os").getpid()).values())
+        assert len(pids) == 2 and not pids & {__import__("os").getpid()}
+        ddf = dd.from_pandas(frame, npartitions=6)
+        got = FairPCA(**params).fit(ddf)
+        assert_same_fit(got, full)
+        out = got.transform(ddf).compute().to_numpy()
+        np.testing.assert_allclose(out, full.transform(frame), atol=1e-8)
+        got_eo = FairPCA(**eo).fit(ddf, dd.from_pandas(pd.Series(y, name="y"), npartitions=4))
+        assert_same_fit(got_eo, full_eo, atol=1e-9)
