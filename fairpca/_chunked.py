@@ -1,17 +1,17 @@
 """Chunk sources for streaming fits: arrays and memmaps, ``.npy`` files, Parquet, iterators.
 
 Every source is an iterable of ``(X, sensitive_features, y)`` row chunks and knows its total
-number of rows when it can (for the progress bar). ``.npy`` files are read with plain
-sequential reads into fresh buffers, so resident memory stays at about one chunk whatever
-the file size (the operating system's page cache is not part of the process).
+number of rows when it can (for the progress bar). ``.npy`` files and memmaps are read
+through a read-only memory map whose processed pages are released from the process, so
+resident memory stays at about one chunk whatever the file size (the operating system's
+page cache is not part of the process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
-import queue
-import threading
 from collections.abc import Iterable, Iterator
 from numbers import Integral
 from pathlib import Path
@@ -61,14 +61,15 @@ class ArrayChunks:
     y : array-like, path of a ``.npy`` file, or None
         Targets (equal opportunity), sliced alongside ``X``.
     chunk_rows : int or None, default=None
-        Rows per chunk; ``None`` gives about 64 MiB of float64 features per chunk.
+        Rows per chunk; ``None`` gives about 64 MiB of features per chunk (float32 data
+        stay float32, other data are read as float64).
     """
 
     def __init__(self, X, sensitive_features=None, y=None, *, chunk_rows=None):
         self.path = Path(X) if isinstance(X, str | os.PathLike) else None
         if self.path is not None:
-            self.shape, self.dtype, self._offset = _npy_layout(self.path)
-            self.X = None
+            self.X = _map_npy(self.path)
+            self.shape, self.dtype = self.X.shape, self.X.dtype
         else:
             if not hasattr(X, "shape") or len(X.shape) != 2:
                 raise ValueError(
@@ -83,35 +84,13 @@ class ArrayChunks:
         _check_aligned(self.y, self.n_rows, "y")
         if chunk_rows is not None and (not isinstance(chunk_rows, Integral) or chunk_rows < 1):
             raise ValueError(f"chunk_rows must be a positive int; got {chunk_rows!r}.")
-        self.chunk_rows = chunk_rows or default_chunk_rows(self.shape[1])
-
-    def _row_blocks(self) -> Iterator[np.ndarray]:
-        if self.path is None:
-            for start in range(0, self.n_rows, self.chunk_rows):
-                yield np.asarray(self.X[start : start + self.chunk_rows])
-            return
-        d = self.shape[1]
-        with open(self.path, "rb", buffering=0) as handle:
-            if hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-            handle.seek(self._offset)
-            for start in range(0, self.n_rows, self.chunk_rows):
-                block = np.empty((min(self.chunk_rows, self.n_rows - start), d), self.dtype)
-                view = memoryview(block).cast("B")
-                filled = 0
-                while filled < view.nbytes:
-                    read = handle.readinto(view[filled:])
-                    if not read:
-                        raise ValueError(f"{self.path} ended early: the file is truncated.")
-                    filled += read
-                yield block
+        itemsize = np.dtype(self.dtype).itemsize if np.dtype(self.dtype).kind == "f" else 8
+        self.chunk_rows = chunk_rows or default_chunk_rows(self.shape[1], itemsize)
 
     def __iter__(self) -> Iterator[tuple]:
-        blocks = self._row_blocks()
-        if self.path is not None:
-            blocks = _prefetch(blocks)
-        for start, block in zip(range(0, self.n_rows, self.chunk_rows), blocks, strict=True):
-            stop = start + block.shape[0]
+        for start in range(0, self.n_rows, self.chunk_rows):
+            stop = min(start + self.chunk_rows, self.n_rows)
+            block = np.asarray(self.X[start:stop])
             yield (
                 block,
                 _take_rows(self.sensitive_features, start, stop),
@@ -139,6 +118,28 @@ def _release_pages(X, block: np.ndarray) -> None:
         return
 
 
+def _map_npy(path: Path) -> np.memmap:
+    """Read-only memory map of a ``.npy`` file, checked and advised for a sequential pass.
+
+    Blocks are read straight from the page cache (no copy into process buffers); each
+    processed block's pages are released from the process (:func:`_release_pages`), so
+    resident memory stays at about one chunk whatever the file size.
+    """
+    shape, dtype, offset = _npy_layout(path)
+    expected = offset + int(np.prod(shape)) * dtype.itemsize
+    if path.stat().st_size < expected:
+        raise ValueError(
+            f"{path} ended early: the file is truncated ({path.stat().st_size} bytes, the "
+            f"header announces {expected})."
+        )
+    if 0 in shape:
+        return np.zeros(shape, dtype)
+    X = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape)
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # platform without madvise
+        X._mmap.madvise(mmap.MADV_SEQUENTIAL)
+    return X
+
+
 def _npy_layout(path: Path) -> tuple[tuple, np.dtype, int]:
     """Shape, dtype and data offset of a C-ordered ``.npy`` file (header only)."""
     if not path.exists():
@@ -157,38 +158,6 @@ def _npy_layout(path: Path) -> tuple[tuple, np.dtype, int]:
             "np.save(path, np.ascontiguousarray(X)))."
         )
     return shape, dtype, offset
-
-
-def _prefetch(blocks: Iterator, depth: int = 1) -> Iterator:
-    """Read the next block in a background thread while the current one is processed."""
-    slots: queue.Queue = queue.Queue(maxsize=depth)
-    done = object()
-    stop = threading.Event()
-
-    def produce():
-        try:
-            for block in blocks:
-                if stop.is_set():
-                    return
-                slots.put(block)
-        except BaseException as error:  # re-raised in the consumer
-            slots.put(error)
-        slots.put(done)
-
-    worker = threading.Thread(target=produce, daemon=True)
-    worker.start()
-    try:
-        while (item := slots.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        while worker.is_alive():  # unblock a producer waiting on a full queue
-            try:
-                slots.get_nowait()
-            except queue.Empty:
-                worker.join(timeout=0.01)
 
 
 class ParquetChunks:

@@ -21,6 +21,9 @@ from . import _linalg as la
 from ._groups import GroupEncoding, encode_groups
 
 DEFAULT_TOL = 1e-11
+# float32 data are reduced with float32 products (Moments): their group means carry float32
+# rounding, so a direction is constrained only above this relative size.
+DEFAULT_TOL_FLOAT32 = 1e-5
 
 
 def _check_numeric(X) -> None:
@@ -109,7 +112,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
     tol : float or None, default=None
         Relative tolerance of the rank-revealing step: a direction of the group-mean
         differences is constrained when its singular value exceeds ``tol`` times the data
-        scale ``sqrt(total variance + ||mean||^2)``. ``None`` means ``1e-11``.
+        scale ``sqrt(total variance + ||mean||^2)``. ``None`` means ``1e-11`` for float64
+        data and ``1e-5`` for float32 data (computed in float32, see ``partial_fit``).
     iterated_power : int or "auto", default="auto"
         Power iterations of the randomized solver (7 if ``k < 0.1 min(n, d)`` else 4).
     n_oversamples : int, default=10
@@ -353,7 +357,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
         Xc = np.subtract(X_obj, mean, dtype=np.float64)
         total = la.sum_of_squares(Xc) / (n_obj - 1)
-        Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean))
+        Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean), X.dtype)
         k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
         if solver == "full":
             solution = _solvers.solve_svd(Xc, Q, k)
@@ -379,12 +383,16 @@ class FairPCA(TransformerMixin, BaseEstimator):
         stats.check_fittable()
         n_obj, n_features = stats.objective.count, stats.n_features
         mean = stats.objective.mean
-        constraint_mean = stats.constraint_sum / stats.constraint_count
         tables = stats.ordered_tables()
-        D = np.hstack([t.sums / t.counts - constraint_mean[:, None] for t in tables])
-        C = stats.objective.scatter()
+        # Each attribute's columns are centred on the mean its own group sums give (equal to
+        # constraint_mean in exact arithmetic), so that their one known linear dependence
+        # (sum_g n_g (mean_g - mean) = 0, Section 3.4) holds to float64 rounding.
+        D = np.hstack(
+            [t.sums / t.counts - (t.sums.sum(1) / t.counts.sum())[:, None] for t in tables]
+        )
+        C = stats.objective.scatter(copy=False)  # the moments stay valid; C is only read
         scale = np.sqrt(max(np.trace(C) / max(n_obj - 1, 1), 0.0) + mean @ mean)
-        Q, singular_values = self._constraint_basis(D, scale)
+        Q, singular_values = self._constraint_basis(D, scale, stats.dtype)
         k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
         size = None
         if self.equalize_covariance is not None:
@@ -407,6 +415,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 n_oversamples=self.n_oversamples,
                 n_iter=self._n_power_iterations(k, n_obj, n_features),
                 random_state=check_random_state(self.random_state),
+                dtype=stats.dtype,
             )
         else:
             solution = _solvers.solve_covariance(C, Q, k, n_obj)
@@ -424,8 +433,11 @@ class FairPCA(TransformerMixin, BaseEstimator):
     def partial_fit(self, X, y=None, *, sensitive_features=None):
         """Add a chunk of rows to the accumulated statistics, then refit from them.
 
-        The statistics (counts, means, scatter matrices and per-group sums, all float64)
-        merge exactly, so after the last chunk the projection equals ``fit`` on all the rows.
+        The statistics (counts, means, scatter matrices and per-group sums, in float64
+        accumulators) merge exactly, so after the last chunk the projection equals ``fit`` on
+        all the rows. float32 chunks stay float32: products of their shifted rows are formed
+        in float32 and summed in float64, so the result agrees with ``fit`` to float32
+        rounding.
         Groups may first appear in a later chunk. While the rows seen so far cannot define a
         fit (e.g. a single group), the chunk is kept and a ``UserWarning`` says why nothing
         was refitted. A chunk that fails validation raises and changes nothing. ``fit``
@@ -624,8 +636,11 @@ class FairPCA(TransformerMixin, BaseEstimator):
             start = stop
         return mean, constraint_mean, group_means
 
-    def _constraint_basis(self, D, scale):
-        tol = DEFAULT_TOL if self.tol is None else self.tol
+    def _constraint_basis(self, D, scale, dtype):
+        if self.tol is not None:
+            tol = self.tol
+        else:
+            tol = DEFAULT_TOL if dtype == np.float64 else DEFAULT_TOL_FLOAT32
         return la.orthonormal_basis(D, tol * max(scale, np.finfo(float).tiny))
 
     def _choose_solver(self, n, d):

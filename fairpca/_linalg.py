@@ -51,11 +51,25 @@ def sum_of_squares(X: np.ndarray) -> float:
     return float(dot(flat, flat))
 
 
-def symmetrize_upper(upper: np.ndarray) -> np.ndarray:
+def symmetrize_upper(upper: np.ndarray, slab: int = 256) -> np.ndarray:
     """Fill the strict lower triangle from the upper one (in place) and return the matrix."""
-    lower = np.tril_indices(upper.shape[0], -1)
-    upper[lower] = upper.T[lower]
+    d = upper.shape[0]
+    for start in range(0, d, slab):
+        stop = min(d, start + slab)
+        upper[stop:, start:stop] = upper[start:stop, stop:].T
+        block = upper[start:stop, start:stop]
+        lower = np.tril_indices(stop - start, -1)
+        block[lower] = block.T[lower]
     return upper
+
+
+def add_upper(target: np.ndarray, source: np.ndarray, slab: int = 512) -> np.ndarray:
+    """``target += source`` on the upper triangle only (column slabs; any float dtypes)."""
+    d = target.shape[0]
+    for start in range(0, d, slab):
+        stop = min(d, start + slab)
+        target[:stop, start:stop] += source[:stop, start:stop]
+    return target
 
 
 def column_sums(X: np.ndarray, indicator: np.ndarray) -> np.ndarray:

@@ -12,9 +12,10 @@ through, in float64:
 
 All of them merge exactly: counts and sums add, and scatters merge by the pairwise rule of
 Chan, Golub and LeVeque (1979), ``M = M_a + M_b + (n_a n_b / n) delta delta^T`` with
-``delta = mean_b - mean_a``. Each block is centred on its own mean before its scatter is
-formed, so no ``sum x x^T - n mean mean^T`` cancellation occurs, and every product is
-computed in float64 even for float32 input.
+``delta = mean_b - mean_a``. Within a stream, rows are added as shifted moments (rows minus
+a shift close to their mean, :class:`Moments`): one ``syrk`` per block, and the moments are
+re-centred before the final subtraction could cancel more than about two digits. Sums are
+float64; float32 rows keep float32 products, summed in float64 every few thousand rows.
 
 Groups may first appear in a later chunk. Group labels are any hashables; the final order is
 the one of :func:`fairpca._groups.encode_groups` (category order for categoricals, sorted
@@ -42,10 +43,18 @@ BLOCK_BYTES = 1 << 26  # a centred float64 block of at most 64 MiB
 # centred explicitly in float64.
 RAW_GRAM_MAX_MEAN_RATIO = 1e4
 
+# Shifted moments: largest ratio n * ||mean - shift||^2 / trace(centred scatter) accepted
+# before the moments are re-centred (at most ~2 digits lost to the final subtraction).
+SHIFT_MAX_MEAN_RATIO = 1e2
 
-def block_rows(n_features: int) -> int:
-    """Rows per centred float64 block: about 64 MiB, between 256 and 16384 rows."""
-    return int(np.clip(BLOCK_BYTES // (8 * max(n_features, 1)), 256, 16384))
+# float32 blocks: products are summed in float32 over at most this many rows, then added to
+# the float64 accumulator.
+FLOAT32_FLUSH_ROWS = 8192
+
+
+def block_rows(n_features: int, itemsize: int = 8) -> int:
+    """Rows per shifted block: about 64 MiB, between 256 and 16384 rows."""
+    return int(np.clip(BLOCK_BYTES // (itemsize * max(n_features, 1)), 256, 16384))
 
 
 class InsufficientStatisticsError(ValueError):
@@ -55,92 +64,218 @@ class InsufficientStatisticsError(ValueError):
 class Moments:
     """Count, mean and centred scatter ``sum (x - mean)(x - mean)^T`` of rows, in float64.
 
-    Only the upper triangle of the internal scatter is maintained (BLAS ``syrk``/``syr``);
-    :meth:`scatter` returns the full symmetric matrix.
+    Kept as shifted moments: a shift ``c`` (the mean of the first rows, or the mean at the
+    last re-centring), the shifted sum ``s = sum (x - c)`` and the upper triangle of
+    ``U = sum (x - c)(x - c)^T``; then ``mean = c + s / n`` and the scatter is
+    ``U - s s^T / n``. Blocks are added as ``x - c`` with one BLAS ``syrk`` (no per-block
+    mean pass or rank-1 update), which is accurate while ``n ||s / n||^2`` stays small beside
+    the trace of the scatter; a block that would break that bound is added centred on its own
+    mean with the pairwise rule of Chan, Golub and LeVeque (1979) after re-centring.
+
+    float64 blocks go straight into the float64 ``U``. float32 blocks stay float32 end to end
+    (``x - c`` in float32, ``ssyrk``) for at most ``FLOAT32_FLUSH_ROWS`` rows at a time, and
+    those partial products are summed in float64.
     """
 
     def __init__(self, n_features: int):
         self.n_features = n_features
         self.count = 0
-        self.mean = np.zeros(n_features)
+        self.shift = np.zeros(n_features)
+        self.shifted_sum = np.zeros(n_features)
         self._upper: np.ndarray | None = None
+        self._pending: np.ndarray | None = None  # float32 products not yet in _upper
+        self._pending_rows = 0
 
+    @property
+    def mean(self) -> np.ndarray:
+        if self.count == 0:
+            return np.zeros(self.n_features)
+        return self.shift + self.shifted_sum / self.count
+
+    # ------------------------------------------------------------------ adding rows
     def add_rows(self, X: np.ndarray) -> None:
         """Add the rows of ``X`` (float32 or float64), block by block."""
-        step = block_rows(self.n_features)
+        step = block_rows(self.n_features, X.dtype.itemsize)
         for start in range(0, X.shape[0], step):
             block = X[start : start + step]
-            block_mean = block.mean(axis=0, dtype=np.float64)
-            self.add_centred(np.subtract(block, block_mean, dtype=np.float64), block_mean)
+            shifted = self.shifted(block)
+            if not self.add_shifted(shifted, shifted.sum(axis=0, dtype=np.float64)):
+                block_mean = block.mean(axis=0, dtype=np.float64)
+                self.add_centred(np.subtract(block, block_mean, dtype=np.float64), block_mean)
+
+    def shifted(self, block: np.ndarray) -> np.ndarray:
+        """``block - shift`` in the block's dtype (the first block chooses the shift)."""
+        if self.count == 0:
+            self.shift = block.mean(axis=0, dtype=np.float64)
+        if block.dtype != np.float64:
+            exact = self.shift.astype(block.dtype).astype(np.float64)
+            if not np.array_equal(exact, self.shift):
+                self._set_shift(exact)  # a shift the block's dtype represents exactly
+        return np.subtract(block, self.shift.astype(block.dtype), dtype=block.dtype)
+
+    def add_shifted(self, shifted: np.ndarray, shifted_sum: np.ndarray) -> bool:
+        """Add rows given as ``block - shift`` (:meth:`shifted`), with ``shifted_sum`` their
+        float64 column sums. Returns ``False`` and adds nothing when the rows would move the
+        mean so far from the shift that the final subtraction loses more than about two
+        digits; the caller then adds them with :meth:`add_centred`."""
+        rows = shifted.shape[0]
+        if rows == 0:
+            return True
+        total = self.count + rows
+        new_sum = self.shifted_sum + shifted_sum
+        offset = float(new_sum @ new_sum) / total
+        trace = self._trace() + la.sum_of_squares(shifted)
+        if offset > SHIFT_MAX_MEAN_RATIO * max(trace - offset, 0.0):
+            return False
+        if shifted.dtype == np.float64:
+            upper = self._ensure_upper()
+            syrk = get_blas_funcs("syrk", (upper,))
+            # shifted.T is Fortran-ordered (d, rows): syrk(trans=0) gives shifted^T shifted.
+            self._upper = syrk(1.0, shifted.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
+        else:
+            self._add_float32(np.asarray(shifted, dtype=np.float32))
+        self.count = total
+        self.shifted_sum = new_sum
+        return True
 
     def add_centred(self, centred: np.ndarray, block_mean: np.ndarray) -> None:
         """Add a block given centred on its own mean (C-ordered float64, ``(rows, d)``)."""
         rows = centred.shape[0]
         if rows == 0:
             return
+        self._set_shift(self.mean)
         upper = self._ensure_upper()
         syrk = get_blas_funcs("syrk", (upper,))
-        # centred.T is Fortran-ordered (d, rows): syrk(trans=0) gives centred^T centred.
         self._upper = syrk(1.0, centred.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
-        self._merge_mean(rows, block_mean)
+        self._merge_centred(rows, block_mean)
 
     def add_uncentred(self, block: np.ndarray, block_mean: np.ndarray) -> bool:
-        """Add a float64 block through its raw Gram matrix, without a centred copy.
+        """Start the moments from a float64 block's raw Gram matrix, without a centred copy.
 
         The scatter is ``X^T X - rows * mean mean^T`` (what scikit-learn's covariance PCA
-        computes). That subtraction loses digits when the mean dominates the spread, so when
-        ``rows * ||mean||^2 > RAW_GRAM_MAX_MEAN_RATIO * trace(scatter)`` (more than about
-        four digits would be lost) nothing is added and ``False`` is returned: the caller
-        then centres the block explicitly (:meth:`add_centred`).
+        computes), i.e. shifted moments with shift 0. That subtraction loses digits when the
+        mean dominates the spread, so when ``rows * ||mean||^2 > RAW_GRAM_MAX_MEAN_RATIO *
+        trace(scatter)`` (more than about four digits would be lost), or when rows were
+        added before, nothing is added and ``False`` is returned: the caller then adds the
+        block in shifted blocks.
         """
         rows = block.shape[0]
         if rows == 0:
             return True
+        if self.count:
+            return False
         upper = la.gram_upper(block)
         mean_energy = rows * float(block_mean @ block_mean)
         if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(float(np.trace(upper)) - mean_energy, 0.0):
             return False
-        upper -= np.triu(rows * np.outer(block_mean, block_mean))
-        target = self._ensure_upper()
-        target += upper
-        self._merge_mean(rows, block_mean)
+        self._upper = upper
+        self.shift = np.zeros(self.n_features)
+        self.shifted_sum = rows * np.asarray(block_mean, dtype=np.float64)
+        self.count = rows
         return True
 
     def merge(self, other: Moments) -> None:
-        """Merge ``other`` into ``self`` (Chan et al. pairwise rule), in place."""
+        """Merge ``other`` into ``self`` in place (``other`` is re-centred, not changed)."""
         if other.count == 0:
             return
+        other._flush()
+        other._set_shift(other.mean)
+        if self.count == 0:
+            self.shift = other.shift.copy()
+            self.shifted_sum = other.shifted_sum.copy()
+            self._upper = other._upper.copy(order="F")
+            self.count = other.count
+            return
+        self._set_shift(self.mean)
         upper = self._ensure_upper()
         upper += other._upper
-        self._merge_mean(other.count, other.mean)
+        self._merge_centred(other.count, other.shift)
+
+    # ------------------------------------------------------------------ internals
+    def _merge_centred(self, count: int, mean: np.ndarray) -> None:
+        """Pairwise update for rows already in ``_upper`` centred on ``mean``; ``self`` is
+        centred (zero shifted sum)."""
+        total = self.count + count
+        if self.count == 0:
+            self.shift = np.array(mean, dtype=np.float64)
+        else:
+            delta = mean - self.shift
+            syr = get_blas_funcs("syr", (self._upper,))
+            self._upper = syr(self.count * count / total, delta, a=self._upper, overwrite_a=True)
+            self.shift = self.shift + delta * (count / total)
+        self.shifted_sum = np.zeros(self.n_features)
+        self.count = total
+
+    def _set_shift(self, shift: np.ndarray) -> None:
+        """Move the shift: ``U' = U - (d s^T + s d^T) + n d d^T`` with ``d = shift' - shift``."""
+        shift = np.array(shift, dtype=np.float64)
+        delta = shift - self.shift
+        if self.count and np.any(delta):
+            upper = self._ensure_upper()  # U is _upper + pending float32 products
+            syr2 = get_blas_funcs("syr2", (upper,))
+            upper = syr2(-1.0, delta, self.shifted_sum, a=upper, overwrite_a=True)
+            syr = get_blas_funcs("syr", (upper,))
+            self._upper = syr(float(self.count), delta, a=upper, overwrite_a=True)
+            self.shifted_sum = self.shifted_sum - self.count * delta
+        self.shift = shift
+
+    def _add_float32(self, shifted: np.ndarray) -> None:
+        first = self._pending_rows == 0
+        if self._pending is None:
+            self._pending = np.zeros((self.n_features, self.n_features), np.float32, order="F")
+        syrk = get_blas_funcs("syrk", (self._pending,))
+        self._pending = syrk(
+            1.0, shifted.T, beta=0.0 if first else 1.0, c=self._pending, trans=0, overwrite_c=True
+        )
+        self._pending_rows += shifted.shape[0]
+        if self._pending_rows >= FLOAT32_FLUSH_ROWS:
+            self._flush(release=False)
+
+    def _flush(self, *, release: bool = True) -> None:
+        """Add the pending float32 products to the float64 accumulator."""
+        if self._pending_rows:
+            la.add_upper(self._ensure_upper(), self._pending)
+            self._pending_rows = 0
+        if release:
+            self._pending = None
+
+    def _trace(self) -> float:
+        trace = 0.0 if self._upper is None else float(np.trace(self._upper))
+        if self._pending_rows:
+            trace += float(np.trace(self._pending, dtype=np.float64))
+        return trace
 
     def _ensure_upper(self) -> np.ndarray:
         if self._upper is None:
             self._upper = np.zeros((self.n_features, self.n_features), order="F")
         return self._upper
 
-    def _merge_mean(self, count: int, mean: np.ndarray) -> None:
-        total = self.count + count
-        if self.count == 0:
-            self.mean = np.array(mean, dtype=np.float64)
-        else:
-            delta = mean - self.mean
-            syr = get_blas_funcs("syr", (self._upper,))
-            self._upper = syr(self.count * count / total, delta, a=self._upper, overwrite_a=True)
-            self.mean = self.mean + delta * (count / total)
-        self.count = total
-
+    # ------------------------------------------------------------------ reading
     def scatter(self, *, copy: bool = True) -> np.ndarray:
-        """Full symmetric scatter matrix (d x d). ``copy=False`` symmetrises in place."""
+        """Full symmetric scatter matrix (d x d). ``copy=False`` re-centres and symmetrises
+        the accumulator in place (no d x d copy; the moments stay valid)."""
+        self._flush()
         if self._upper is None:
             return np.zeros((self.n_features, self.n_features))
-        upper = self._upper.copy(order="F") if copy else self._upper
+        if not copy:
+            self._set_shift(self.mean)
+            return la.symmetrize_upper(self._upper)
+        upper = self._upper.copy(order="F")
+        if self.count:
+            syr = get_blas_funcs("syr", (upper,))
+            upper = syr(-1.0 / self.count, self.shifted_sum, a=upper, overwrite_a=True)
         return la.symmetrize_upper(upper)
 
+    def __getstate__(self):
+        self._flush()  # pickled (Dask) moments carry float64 products only
+        return self.__dict__.copy()
+
     def __copy__(self):
+        self._flush()
         out = Moments(self.n_features)
         out.count = self.count
-        out.mean = self.mean.copy()
+        out.shift = self.shift.copy()
+        out.shifted_sum = self.shifted_sum.copy()
         out._upper = None if self._upper is None else self._upper.copy(order="F")
         return out
 
@@ -320,7 +455,7 @@ class FairStatistics:
         if X_obj.dtype != np.float64 or not self._add_block(
             X_obj, codes_obj, constraint_obj, centre=False
         ):
-            step = block_rows(self.n_features)
+            step = block_rows(self.n_features, X_obj.dtype.itemsize)
             for start in range(0, X_obj.shape[0], step):
                 stop = start + step
                 self._add_block(
@@ -351,11 +486,16 @@ class FairStatistics:
         W = np.column_stack(weights)
         totals = W.sum(axis=0)
         if centre:
-            # sum_i w_i x_i = Xc^T w + mean * sum_i w_i on the block centred in float64.
-            block_mean = block.mean(axis=0, dtype=np.float64)
-            centred = np.subtract(block, block_mean, dtype=np.float64)
-            sums = np.asarray(la.matmul(centred.T, W)) + np.outer(block_mean, totals)
-            self.objective.add_centred(centred, block_mean)
+            # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
+            objective = self.objective
+            shifted = objective.shifted(block)
+            shift = objective.shift
+            sums = np.asarray(la.matmul(shifted.T, W.astype(shifted.dtype)), dtype=np.float64)
+            if not objective.add_shifted(shifted, sums[:, 0]):
+                block_mean = shift + sums[:, 0] / rows
+                centred = np.subtract(block, block_mean, dtype=np.float64)
+                objective.add_centred(centred, block_mean)
+            sums += np.outer(shift, totals)
         else:
             sums = np.asarray(la.matmul(block.T, W))
             if not self.objective.add_uncentred(block, sums[:, 0] / rows):
@@ -519,6 +659,7 @@ def solve_covariance_randomized(
     n_oversamples: int,
     n_iter: int,
     random_state: np.random.RandomState,
+    dtype=np.float64,
 ):
     """Randomized subspace iteration on the scatter matrix ``C`` (k << d).
 
@@ -526,16 +667,22 @@ def solve_covariance_randomized(
     2011): the fair operator is ``P C P`` with ``P = I - Q Q^T``, and one product with ``C``
     equals one pass ``Xc^T (Xc G)`` over the data, so ``n_iter`` has the same meaning. The
     fair and the standard PCA blocks share every product (one GEMM with ``2 l`` columns),
-    then a Rayleigh-Ritz step on each ``l``-dimensional range gives the top ``k``.
+    then a Rayleigh-Ritz step on each ``l``-dimensional range gives the top ``k``. The power
+    iterations run in ``dtype`` (float32 for float32 data); the Rayleigh-Ritz step and the
+    constraint projection are float64.
     """
     from ._solvers import Solution
 
     d = C.shape[0]
     size = min(k + n_oversamples, d)
-    G = random_state.normal(size=(d, 2 * size))
+    work = C if dtype == np.float64 else C.astype(dtype, order="F")
+    Q_work = Q.astype(work.dtype)
+    G = random_state.normal(size=(d, 2 * size)).astype(work.dtype)
     for _ in range(n_iter + 1):
-        G[:, :size] = la.project_out(G[:, :size], Q)
-        G = la.matmul(C, np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])]))
+        G[:, :size] = la.project_out(G[:, :size], Q_work)
+        G = la.matmul(work, np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])]))
+    del work
+    G = G.astype(np.float64)
     fair_basis = _orthonormalize(la.project_out(G[:, :size], Q))
     basis = np.hstack([fair_basis, _orthonormalize(G[:, size:])])
     CB = la.matmul(C, basis)
