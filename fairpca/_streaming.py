@@ -107,6 +107,8 @@ class Moments:
         """``block - shift`` in the block's dtype (the first block chooses the shift)."""
         if self.count == 0:
             self.shift = block.mean(axis=0, dtype=np.float64)
+        elif block.dtype == np.float64 and block.flags.c_contiguous and not self.shift.any():
+            return block  # shift 0 (raw Gram start): the rows themselves, no copy
         if block.dtype != np.float64:
             exact = self.shift.astype(block.dtype).astype(np.float64)
             if not np.array_equal(exact, self.shift):
