@@ -99,9 +99,15 @@ class Moments:
         for start in range(0, X.shape[0], step):
             block = X[start : start + step]
             shifted = self.shifted(block)
-            if not self.add_shifted(shifted, shifted.sum(axis=0, dtype=np.float64)):
-                block_mean = block.mean(axis=0, dtype=np.float64)
-                self.add_centred(np.subtract(block, block_mean, dtype=np.float64), block_mean)
+            self.add_block(block, shifted, shifted.sum(axis=0, dtype=np.float64))
+
+    def add_block(self, block: np.ndarray, shifted: np.ndarray, shifted_sum: np.ndarray) -> None:
+        """Add ``block`` given as its shifted rows (:meth:`shifted`) and their float64 sums:
+        shifted if that keeps the bound of :meth:`add_shifted`, else centred on its mean."""
+        shift = self.shift
+        if not self.add_shifted(shifted, shifted_sum):
+            block_mean = shift + shifted_sum / block.shape[0]
+            self.add_centred(np.subtract(block, block_mean, dtype=np.float64), block_mean)
 
     def shifted(self, block: np.ndarray) -> np.ndarray:
         """``block - shift`` in the block's dtype (the first block chooses the shift)."""
@@ -493,10 +499,7 @@ class FairStatistics:
             shifted = objective.shifted(block)
             shift = objective.shift
             sums = np.asarray(la.matmul(shifted.T, W.astype(shifted.dtype)), dtype=np.float64)
-            if not objective.add_shifted(shifted, sums[:, 0]):
-                block_mean = shift + sums[:, 0] / rows
-                centred = np.subtract(block, block_mean, dtype=np.float64)
-                objective.add_centred(centred, block_mean)
+            objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
             sums = np.asarray(la.matmul(block.T, W))
