@@ -57,7 +57,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._fair_pca import FairPCA, _check_numeric
+from ._fair_pca import DEFAULT_TOL, FairPCA, _check_numeric
+from ._groups import encode_groups
+from ._kernel_gram import DeflatedGramSolver
 from ._kernel_maps import (
     KERNELS,
     ExactKernelMap,
@@ -77,10 +79,13 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     such that the projected training rows of every group have the same mean. It is computed as
     linear :class:`~fairpca.FairPCA` on a finite feature map of the rows:
 
-    - ``"exact"``: the empirical kernel map ``Phi`` with ``Phi Phi^T = K_c`` (the centred
-      training kernel). This is exactly Algorithm 3 (proof in the module docstring) but
-      avoids its generalised eigenproblem and the paper's ``+1e-5 I``. O(n^2 d + n^2 r)
-      time with the pivoted-Cholesky factor, O(n^2) memory.
+    - ``"exact"``: exactly Algorithm 3, without its generalised eigenproblem and the
+      paper's ``+1e-5 I``. By default (``factorization="gram"``) as kernel PCA of the
+      training kernel with the constraint directions deflated (a rank-q update, then a
+      Lanczos solve for ``k`` vectors, as scikit-learn's KernelPCA; derivation in
+      :mod:`fairpca._kernel_gram`): O(n^2 d + n^2 k) time, O(n^2) memory. With
+      ``factorization="cholesky"`` or ``"eigh"``, as linear fair PCA on the empirical
+      kernel map ``Phi`` with ``Phi Phi^T = K_c`` (proof in the module docstring).
     - ``"nystroem"``: the Nystroem map of ``n_landmarks`` training rows (uniform or
       k-means++ chosen); O(n m d + n m^2) time and O(n m) memory.
     - ``"rff"``: ``n_landmarks`` random Fourier features (RBF kernel only).
@@ -131,23 +136,27 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         replacement, or by k-means++ seeding (better coverage, O(n m d log m) extra time).
     exact_max_samples : int, default=5000
         Largest training size for which ``approximation="auto"`` uses the exact route.
-    factorization : {"auto", "cholesky", "eigh"}, default="auto"
-        Factorisation of the kernel matrix (exact route: the centred training kernel;
-        Nystroem: the landmark kernel): pivoted Cholesky (O(n^2 r), needs a positive
-        semi-definite kernel) or a full eigendecomposition (several times slower; uses the
-        positive part of an indefinite kernel). ``"auto"`` is ``"cholesky"`` for the rbf,
-        linear and cosine kernels and for poly with integer degree and ``coef0 >= 0``, else
-        ``"eigh"``.
+    factorization : {"auto", "gram", "cholesky", "eigh"}, default="auto"
+        How the kernel matrix is used (exact route: the centred training kernel; Nystroem:
+        the landmark kernel). ``"gram"`` (exact route only): no factor, the deflated Gram
+        matrix and a Lanczos solve; ``"cholesky"``: a pivoted Cholesky factor (O(n^2 r));
+        ``"eigh"``: a full eigendecomposition (several times slower; uses the positive part
+        of an indefinite kernel). ``"gram"`` and ``"cholesky"`` need a positive
+        semi-definite kernel. ``"auto"`` is ``"gram"`` (exact route) or ``"cholesky"``
+        (Nystroem) for the rbf, linear and cosine kernels and for poly with integer degree
+        and ``coef0 >= 0``, else ``"eigh"``.
     kernel_tol : float or None, default=None
         Relative tolerance below which eigenvalues (pivots) of the kernel matrix are treated
         as zero and dropped. ``None`` means ``max(1e-12, 10 * n * eps)``.
     svd_solver : {"auto", "covariance_eigh", "full", "randomized"}, default="auto"
         Solver of the linear :class:`~fairpca.FairPCA` on the kernel map (its ``"auto"``
-        policy). For the exact route with more than 500 rows and small ``k`` that is the
-        randomized solver, whose eigenvectors are approximate when the kernel spectrum
-        decays slowly; ``"covariance_eigh"`` gives exact ones at O(n r^2 + r^3) extra cost.
+        policy; the Gram route's Lanczos solve does not use it and is exact). On a map
+        with more than 500 rows and small ``k`` that is the randomized solver, whose
+        eigenvectors are approximate when the kernel spectrum decays slowly;
+        ``"covariance_eigh"`` gives exact ones at O(n r^2 + r^3) extra cost.
     tol : float or None, default=None
-        Rank tolerance of the fairness constraint, as in :class:`~fairpca.FairPCA`.
+        Rank tolerance of the fairness constraint, as in :class:`~fairpca.FairPCA` (the
+        Gram route resolves it down to 1e-7 relative).
     iterated_power : int or "auto", default="auto"
         Power iterations of the randomized solver.
     n_oversamples : int, default=10
@@ -165,12 +174,15 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     factorization_ : str or None
         Factorisation used by the exact and Nystroem routes (None for ``"rff"``).
     kernel_map_ : object
-        The fitted feature map (``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``).
+        The fitted feature map (``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``), or,
+        for ``factorization_ == "gram"``, the fitted ``DeflatedGramSolver`` (coefficients
+        of the centred kernel column of a row).
     n_kernel_features_ : int
         Dimension ``r`` of the kernel map (numerical rank of the kernel matrix, ``m`` or the
-        number of random features).
-    fair_pca_ : FairPCA
-        The linear fair PCA fitted on the kernel map of the training rows.
+        number of random features; the number of training rows for the Gram route).
+    fair_pca_ : FairPCA or None
+        The linear fair PCA fitted on the kernel map of the training rows (None for the
+        Gram route, which has no finite map).
     n_components_ : int
         Number of fair components.
     explained_variance_ : ndarray of shape (n_components_,)
@@ -231,7 +243,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         "n_landmarks": [Interval(Integral, 1, None, closed="left")],
         "landmarks": [StrOptions({"uniform", "kmeans++"})],
         "exact_max_samples": [Interval(Integral, 1, None, closed="left")],
-        "factorization": [StrOptions({"auto", "cholesky", "eigh"})],
+        "factorization": [StrOptions({"auto", "gram", "cholesky", "eigh"})],
         "kernel_tol": [Interval(Real, 0, 1, closed="neither"), None],
         "svd_solver": [StrOptions({"auto", "covariance_eigh", "full", "randomized"})],
         "tol": [Interval(Real, 0, None, closed="left"), None],
@@ -312,18 +324,26 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             )
         return route
 
-    def _resolve_factorization(self) -> str:
+    def _resolve_factorization(self, route: str) -> str:
+        psd = is_psd_kernel(self.kernel, self.degree, self.coef0)
+        if self.factorization == "gram" and route != "exact":
+            raise ValueError(
+                f"factorization='gram' solves the exact route without a factor; "
+                f"approximation={route!r} needs factorization='cholesky', 'eigh' or 'auto'."
+            )
         if self.factorization != "auto":
-            if self.factorization == "cholesky" and not is_psd_kernel(
+            if self.factorization in ("cholesky", "gram") and not is_psd_kernel(
                 self.kernel, self.degree, self.coef0
             ):
                 raise ValueError(
-                    f"factorization='cholesky' needs a positive semi-definite kernel; "
+                    f"factorization={self.factorization!r} needs a positive semi-definite kernel; "
                     f"kernel={self.kernel!r} (degree={self.degree}, coef0={self.coef0}) may "
                     "be indefinite. Use factorization='eigh', which keeps its positive part."
                 )
             return self.factorization
-        return "cholesky" if is_psd_kernel(self.kernel, self.degree, self.coef0) else "eigh"
+        if not psd:
+            return "eigh"
+        return "gram" if route == "exact" else "cholesky"
 
     def _make_map(self, route: str, rng):
         kernel_matrix = make_kernel(
@@ -354,8 +374,12 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         self.gamma_ = resolve_gamma(self.gamma, X)
         self.approximation_ = self._resolve_route(n_samples)
         self.factorization_ = (
-            self._resolve_factorization() if self.approximation_ != "rff" else None
+            self._resolve_factorization(self.approximation_)
+            if self.approximation_ != "rff"
+            else None
         )
+        if self.factorization_ == "gram":
+            return self._fit_gram(X, y, sensitive_features)
         self.kernel_map_ = self._make_map(self.approximation_, rng)
         Phi = self.kernel_map_.fit_transform(X)
         self.n_kernel_features_ = Phi.shape[1]
@@ -392,11 +416,54 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         self.groups_ = fitted.groups_
         return Phi
 
-    def _project(self, Phi: np.ndarray) -> np.ndarray:
+    def _fit_gram(self, X, y, sensitive_features) -> tuple[np.ndarray, np.ndarray]:
+        """Exact route without a factor (:mod:`fairpca._kernel_gram`); training features."""
+        rules = FairPCA(
+            constraint=self.constraint, pos_label=self.pos_label, eo_objective=self.eo_objective
+        )
+        encoding = encode_groups(sensitive_features, X.shape[0])
+        objective_rows, constraint_rows = rules._fit_rows(y, X.shape[0])
+        if constraint_rows is not None:
+            encoding_rows = rules._check_groups_among(encoding, constraint_rows)
+        else:
+            encoding_rows = encoding
+        kernel_matrix = make_kernel(
+            self.kernel, self.gamma_, self.degree, self.coef0, self.kernel_params
+        )
+        solver = DeflatedGramSolver(
+            kernel_matrix, DEFAULT_TOL if self.tol is None else self.tol, self.kernel_tol
+        )
+        features = solver.fit_transform(
+            X,
+            encoding_rows,
+            objective_rows,
+            constraint_rows,
+            self.n_components,
+            with_pca=self.tradeoff > 0,
+        )
+        self.kernel_map_ = solver
+        self.fair_pca_ = None
+        self.n_kernel_features_ = X.shape[0]
+        self.landmark_indices_ = None
+        self.n_components_ = solver.n_components_
+        self.explained_variance_ = solver.explained_variance_
+        total = solver.total_variance_
+        self.explained_variance_ratio_ = (
+            solver.explained_variance_ / total if total > 0 else np.zeros(solver.n_components_)
+        )
+        self.constraint_rank_ = solver.constraint_rank_
+        self.mean_gap_ = solver.mean_gap_
+        self.groups_ = list(encoding.groups)
+        return features
+
+    def _project(self, features) -> np.ndarray:
+        if self.fair_pca_ is None:  # the Gram route: (fair, kernel PCA) features
+            fair, pca = features
+            return np.hstack([fair, self.tradeoff * pca]) if self.tradeoff > 0 else fair
         # A shallow copy takes the current tradeoff, so set_params(tradeoff=...) needs no refit.
         linear = copy.copy(self.fair_pca_)
         linear.tradeoff = self.tradeoff
-        return linear.transform(Phi)
+        return linear.transform(features)
 
     # ------------------------------------------------------------------ public API
     @_fit_context(prefer_skip_nested_validation=True)
@@ -462,6 +529,8 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         X = self._column_splitter()._drop_sensitive_columns(X)
         _check_numeric(X)
         X = validate_data(self, X, dtype=np.float64, reset=False)
+        if self.fair_pca_ is None:  # the Gram route
+            return self._project(self.kernel_map_.transform(X, with_pca=self.tradeoff > 0))
         return self._project(self.kernel_map_.transform(X))
 
     def get_feature_names_out(self, input_features=None):

@@ -72,7 +72,7 @@ def centred_kernel(X, X_new, estimator):
 # --------------------------------------------------------------------------- exactness
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("kernel", ["rbf", "poly"])
-@pytest.mark.parametrize("factorization", ["cholesky", "eigh"])
+@pytest.mark.parametrize("factorization", ["gram", "cholesky", "eigh"])
 def test_exact_route_equals_direct_solve_of_algorithm3(seed, kernel, factorization):
     rng = np.random.default_rng(100 + seed)
     n_groups = int(rng.integers(2, 5))
@@ -97,6 +97,87 @@ def test_exact_route_equals_direct_solve_of_algorithm3(seed, kernel, factorizati
         K, centered_onehot(groups), k, regularization=PAPER_REGULARIZATION
     )
     assert np.max(subspace_angles(T, T_paper)) < 1e-2
+
+
+def assert_same_representation(A, B, atol):
+    """Equal up to an orthogonal transform of the output coordinates."""
+    assert np.max(subspace_angles(A, B)) < 1e-7
+    np.testing.assert_allclose(A @ align(A, B), B, atol=atol * np.abs(B).max())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"constraint": "equal_opportunity"},
+        {"constraint": "equal_opportunity", "eo_objective": "all"},
+        {"tradeoff": 0.5},
+    ],
+    ids=["dp", "eo", "eo-all", "tradeoff"],
+)
+@pytest.mark.parametrize("n", [60, 320])  # 320 rows: the Lanczos (ARPACK) path
+def test_gram_route_equals_the_kernel_map_route(seed, params, n):
+    """The factor-free Gram route and linear FairPCA on the pivoted-Cholesky map solve the
+    same problem: same representation of training and new rows, same variances and gap."""
+    rng = np.random.default_rng(200 + seed)
+    X, groups = make_data(seed, n=n, d=5, n_groups=3, shift=1.5)
+    other = rng.integers(0, 2, n)  # a second attribute
+    sensitive = np.column_stack([groups, other])
+    y = (X[:, 0] + rng.normal(size=n) > 0).astype(int)
+    X_new = rng.normal(size=(11, X.shape[1]))
+    k = 3
+    fits = {}
+    for factorization in ("gram", "cholesky"):
+        est = FairKernelPCA(
+            k,
+            approximation="exact",
+            factorization=factorization,
+            svd_solver="covariance_eigh",
+            **params,
+        )
+        fits[factorization] = (est, est.fit_transform(X, y, sensitive_features=sensitive))
+    (gram, T_gram), (chol, T_chol) = fits["gram"], fits["cholesky"]
+    assert gram.factorization_ == "gram" and gram.fair_pca_ is None
+    fair = slice(0, k)
+    assert_same_representation(T_gram[:, fair], T_chol[:, fair], 1e-7)
+    assert_same_representation(gram.transform(X_new)[:, fair], chol.transform(X_new)[:, fair], 1e-6)
+    if params.get("tradeoff"):
+        assert T_gram.shape == (n, 2 * k)
+        assert_same_representation(T_gram[:, k:], T_chol[:, k:], 1e-7)
+        # fitted without the trade-off: its kernel PCA is computed when first asked for
+        later = FairKernelPCA(k, approximation="exact").fit(X, sensitive_features=sensitive)
+        assert later.transform(X_new).shape == (11, k)
+        later.set_params(tradeoff=params["tradeoff"])
+        np.testing.assert_allclose(later.transform(X_new), gram.transform(X_new), atol=1e-12)
+    np.testing.assert_allclose(gram.explained_variance_, chol.explained_variance_, rtol=1e-8)
+    np.testing.assert_allclose(
+        gram.explained_variance_ratio_, chol.explained_variance_ratio_, rtol=1e-8
+    )
+    assert gram.constraint_rank_ == chol.constraint_rank_ == 3  # (3 - 1) + (2 - 1)
+    assert gram.mean_gap_ < 1e-9 * np.abs(T_gram).max()
+    rows = y == 1 if params.get("constraint") else np.ones(n, bool)
+    for attribute in (groups, other):
+        assert max_group_gap(T_gram[rows][:, fair], attribute[rows]) < 1e-9
+    again = FairKernelPCA(k, approximation="exact", factorization="gram", **params).fit_transform(
+        X, y, sensitive_features=sensitive
+    )
+    np.testing.assert_array_equal(again, T_gram)  # deterministic, whatever random_state
+
+
+def test_gram_route_rejects_what_it_cannot_do():
+    X, groups = make_data(5, n=40)
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        FairKernelPCA(2, kernel="sigmoid", factorization="gram").fit(X, sensitive_features=groups)
+    with pytest.raises(ValueError, match="exact route"):
+        FairKernelPCA(2, approximation="nystroem", n_landmarks=20, factorization="gram").fit(
+            X, sensitive_features=groups
+        )
+    # a linear kernel on 3 features has 3 directions; one is the constraint's
+    with pytest.raises(ValueError, match="numerical rank"):
+        FairKernelPCA(3, kernel="linear", approximation="exact").fit(
+            X[:, :3], sensitive_features=groups
+        )
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -1,0 +1,244 @@
+"""Exact fair kernel PCA on the deflated Gram matrix, with no factorisation of the kernel.
+
+Derivation (Section 3.3, Problem (6) of Kleindessner et al. 2023). Let ``F`` hold the training
+feature vectors centred on the mean of the objective rows ``O`` (all rows, or the rows with
+``y == pos_label`` for equal opportunity), so that ``Kc = F F^T`` is the centred training kernel.
+The constraint asks the projected group means of the constraint rows ``R`` to coincide, i.e.
+``U^T d_j = 0`` for the feature-space mean differences ``d_j = F^T c_j`` with
+``c_j = 1_{R, g} / n_g - 1_R / n_R`` (one column per group of every attribute, Sections 3.4-3.5).
+
+- An orthonormal basis of ``span{d_j}`` is ``Q = F^T C T`` with ``C^T Kc C = V S V^T`` and
+  ``T = V S^{-1/2}`` on the eigenvalues above the rank tolerance (the linearly dependent
+  columns of ``C``, e.g. ``sum_g n_g c_g = 0``, are dropped).
+- Fair PCA takes the top eigenvectors of ``P F_O^T F_O P`` with ``P = I - Q Q^T``. Its
+  eigenvectors of non-zero eigenvalue are ``u = P F_O^T a / sqrt(lambda)``, where
+  ``(lambda, a)`` are the top eigenpairs of the ``n_O x n_O`` matrix
+  ``F_O P F_O^T = Kc[O, O] - B_O B_O^T`` with ``B = F Q = Kc C T`` (a rank-``q`` update).
+- A row's fair feature is ``u^T f(x) = a^T (kc_O(x) - B_O T^T C^T kc(x)) / sqrt(lambda)``:
+  linear in its centred kernel column ``kc(x) = F f(x)``, with coefficients
+  ``[a / sqrt(lambda) on O] - C T B_O^T a / sqrt(lambda)`` computed once.
+
+So the exact solution costs what scikit-learn's KernelPCA costs: the kernel matrix, a rank-q
+update and a Lanczos (ARPACK) solve for ``k`` eigenvectors; standard kernel PCA (the
+trade-off features of Section 3.1) is a second Lanczos solve on ``Kc[O, O]``. Compared with
+a factor ``Phi`` of ``Kc`` (:class:`~fairpca._kernel_maps.ExactKernelMap`, O(n^2 r)), nothing
+of size ``n x r`` is formed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import linalg
+from scipy.linalg.blas import get_blas_funcs
+from scipy.sparse.linalg import LinearOperator, eigsh
+
+from . import _linalg as la
+from ._groups import GroupEncoding
+from ._kernel_maps import _batches, _relative_threshold
+
+# Lanczos (ARPACK) when the matrix is large and few eigenvectors are wanted, as in
+# scikit-learn's KernelPCA; a dense subset eigensolver otherwise.
+LANCZOS_MIN_ROWS = 200
+LANCZOS_MAX_FRACTION = 0.25
+
+# Relative size below which a constraint direction counts as dependent: the Gram route sees
+# the mean differences only through D^T D, which resolves singular values to ~sqrt(eps).
+GRAM_RANK_FLOOR = 1e-7
+
+
+def top_eigenpairs(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Largest ``k`` eigenpairs of a symmetric matrix (decreasing), deterministic start."""
+    n = M.shape[0]
+    if n > LANCZOS_MIN_ROWS and k < LANCZOS_MAX_FRACTION * n:
+        # products by BLAS symv: half the memory traffic of a general matrix-vector product
+        # (the matrix is read once per Lanczos step), on SciPy's BLAS like the rest
+        M_f = M.T if M.flags.c_contiguous else np.asfortranarray(M)  # M is symmetric
+        symv = get_blas_funcs("symv", (M_f,))
+        operator = LinearOperator(M.shape, matvec=lambda v: symv(1.0, M_f, v), dtype=M.dtype)
+        v0 = np.random.default_rng(0).uniform(-1.0, 1.0, n)
+        values, vectors = eigsh(operator, k=k, which="LA", v0=v0)
+        order = np.argsort(values)[::-1]
+        return values[order], vectors[:, order]
+    return la.top_eigh(M, k)
+
+
+def constraint_coefficients(
+    encoding: GroupEncoding, n_samples: int, constraint_rows: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``C`` (n x m): ``c = 1_{R, g} / n_g - 1_R / n_R`` for every group of every attribute,
+    and the mask of the columns that span the constraint: all but each attribute's last
+    group, whose column is fixed by the others (``sum_g n_g c_g = 0``)."""
+    rows = np.arange(n_samples) if constraint_rows is None else np.flatnonzero(constraint_rows)
+    blocks, spanning = [], []
+    for a in range(encoding.n_attributes):
+        onehot = encoding.indicator(a)
+        block = np.zeros((n_samples, onehot.shape[1]))
+        block[rows] = onehot / onehot.sum(axis=0) - 1.0 / rows.size
+        blocks.append(block)
+        spanning += [True] * (onehot.shape[1] - 1) + [False]
+    return np.hstack(blocks), np.array(spanning, dtype=bool)
+
+
+def subtract_outer(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``A - B B^T`` in place for a symmetric ``A`` (one GEMM, no n x n temporary)."""
+    if B.shape[1] == 0:
+        return A
+    gemm = get_blas_funcs("gemm", (A, B))
+    # A is symmetric, so its C-ordered buffer is also the Fortran-ordered A^T = A.
+    target = A.T if A.flags.c_contiguous else A
+    out = gemm(-1.0, B, B, beta=1.0, c=target, trans_b=1, overwrite_c=True)
+    return out.T if A.flags.c_contiguous else out
+
+
+class DeflatedGramSolver:
+    """Fitted exact fair kernel PCA in coefficients of the centred kernel column ``kc(x)``.
+
+    Parameters
+    ----------
+    kernel_matrix : callable
+        ``kernel_matrix(A, B)`` as returned by :func:`fairpca._kernel_maps.make_kernel`.
+    tol : float
+        Relative rank tolerance of the constraint (as ``FairPCA(tol=...)``).
+    kernel_tol : float or None
+        Relative tolerance below which an eigenvalue of the deflated kernel counts as zero.
+    """
+
+    def __init__(self, kernel_matrix, tol: float, kernel_tol: float | None):
+        self.kernel_matrix = kernel_matrix
+        self.tol = tol
+        self.kernel_tol = kernel_tol
+
+    def fit_transform(
+        self,
+        X: np.ndarray,
+        encoding: GroupEncoding,
+        objective_rows: np.ndarray | None,
+        constraint_rows: np.ndarray | None,
+        n_components: int | None,
+        *,
+        with_pca: bool,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Fit on the training rows; return their fair features and, if ``with_pca``, their
+        standard kernel PCA features (else None; :meth:`transform` computes those on demand)."""
+        n = X.shape[0]
+        self.X_fit_ = np.array(X, dtype=np.float64, copy=True)  # kept for new rows' kernels
+        obj = np.arange(n) if objective_rows is None else np.flatnonzero(objective_rows)
+        n_obj = obj.size
+        if n_obj < 2:
+            raise ValueError(
+                f"Only {n_obj} row(s) to fit the variance objective on; need at least 2."
+            )
+        self.objective_rows_ = None if objective_rows is None else obj
+        Kc = self._centred_training_kernel()
+        K_obj = Kc if objective_rows is None else Kc[np.ix_(obj, obj)]
+        total = max(float(np.trace(K_obj)), 0.0)
+
+        C_all, spanning = constraint_coefficients(encoding, n, constraint_rows)
+        KC_all = la.matmul(Kc, C_all)
+        C, KC = C_all[:, spanning], KC_all[:, spanning]
+        s, V = linalg.eigh((C.T @ KC + KC.T @ C) / 2.0, check_finite=False)
+        # The singular values of the mean differences D = F^T C are sqrt(s), known to about
+        # sqrt(eps) of the largest from D^T D: FairPCA's rule, floored at 1e-7 relative.
+        sigma = np.sqrt(np.maximum(s, 0.0))
+        scale = np.sqrt(total / (n_obj - 1) + max(self.grand_mean_, 0.0))
+        cut = max(self.tol * scale, GRAM_RANK_FLOOR * (sigma.max() if sigma.size else 0.0))
+        keep = sigma > max(cut, np.finfo(float).tiny)
+        T = V[:, keep] / sigma[keep]
+        B = np.asarray(la.matmul(KC, T))
+        B_obj = B if objective_rows is None else B[obj]
+        # Kc[O, O] - B_O B_O^T, in place: in Kc itself unless its kernel PCA is wanted too
+        deflate_kc = objective_rows is None and not with_pca
+        K_fair = subtract_outer(
+            K_obj if objective_rows is not None or deflate_kc else Kc.copy(), B_obj
+        )
+
+        self.threshold_ = _relative_threshold(total, n_obj, self.kernel_tol)
+        k = self._resolve_k(K_fair, n_components, self.threshold_, n_obj, int(keep.sum()))
+        values, vectors = top_eigenpairs(K_fair, k)
+        if values[-1] <= self.threshold_:
+            usable = int(np.sum(values > self.threshold_))
+            raise ValueError(
+                f"n_components={k} is too large: with the {int(keep.sum())} constraint "
+                f"direction(s) removed, the centred training kernel has only {usable} "
+                "direction(s) of positive variance among the top ones (its numerical rank). "
+                f"Use n_components <= {usable}."
+            )
+        vectors = la.flip_columns(vectors) / np.sqrt(values)
+        self.coef_ = np.zeros((n, k))
+        self.coef_[obj] = vectors
+        self.coef_ -= C @ (T @ (B_obj.T @ vectors))
+
+        self.n_components_ = k
+        self.n_samples_ = n_obj
+        self.pca_coef_ = None
+        if with_pca:  # Kc is intact
+            self._fit_pca(Kc if objective_rows is None else Kc[np.ix_(obj, obj)])
+        self.explained_variance_ = values / (n_obj - 1)
+        self.total_variance_ = total / (n_obj - 1)
+        self.constraint_rank_ = int(keep.sum())
+        self.mean_gap_ = float(np.max(np.abs(self.coef_.T @ KC_all))) if C_all.size else 0.0
+        coef = np.hstack([self.coef_, self.pca_coef_]) if with_pca else self.coef_
+        # when Kc was deflated in place, Kc = K_fair + B B^T
+        features = la.matmul(K_fair, coef) + B @ (B.T @ coef) if deflate_kc else la.matmul(Kc, coef)
+        return features[:, :k], (features[:, k:] if with_pca else None)
+
+    def _centred_training_kernel(self) -> np.ndarray:
+        """The training kernel centred on the objective rows' feature-space mean."""
+        Kc = self.kernel_matrix(self.X_fit_)
+        obj = self.objective_rows_
+        self.row_means_ = (Kc if obj is None else Kc[:, obj]).mean(axis=1)
+        self.grand_mean_ = float((self.row_means_ if obj is None else self.row_means_[obj]).mean())
+        Kc -= self.row_means_[:, None]
+        Kc -= self.row_means_[None, :]
+        Kc += self.grand_mean_
+        return Kc
+
+    def _fit_pca(self, K_obj: np.ndarray | None = None) -> None:
+        """Standard kernel PCA of the objective rows (the trade-off features, Section 3.1)."""
+        if K_obj is None:  # on demand: the same kernel again, from the stored rows
+            Kc = self._centred_training_kernel()
+            obj = self.objective_rows_
+            K_obj = Kc if obj is None else Kc[np.ix_(obj, obj)]
+        values, vectors = top_eigenpairs(K_obj, self.n_components_)
+        values = np.maximum(values, 0.0)
+        vectors = la.flip_columns(vectors)
+        scaled = np.divide(vectors, np.sqrt(values), out=np.zeros_like(vectors), where=values > 0)
+        obj = slice(None) if self.objective_rows_ is None else self.objective_rows_
+        self.pca_coef_ = np.zeros((self.X_fit_.shape[0], self.n_components_))
+        self.pca_coef_[obj] = scaled
+        self.pca_explained_variance_ = values / (self.n_samples_ - 1)
+
+    @staticmethod
+    def _resolve_k(K_fair, n_components, threshold, n_obj, rank) -> int:
+        largest = n_obj - 1 - rank
+        if largest < 1:
+            raise ValueError(
+                f"No fair direction is left: the {rank} constraint direction(s) use up the "
+                f"{n_obj} objective rows. Fair kernel PCA needs more rows than groups."
+            )
+        if n_components is None:
+            values = linalg.eigvalsh(K_fair, check_finite=False)
+            return max(1, int(np.sum(values > threshold)))
+        if n_components > largest:
+            raise ValueError(
+                f"n_components={n_components} is too large: the exact kernel map of {n_obj} "
+                f"objective rows leaves at most {largest} fair directions (rows - 1 - "
+                f"constraint rank = {n_obj} - 1 - {rank}). Use n_components <= {largest}."
+            )
+        return n_components
+
+    def transform(self, X: np.ndarray, *, with_pca: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Fair features of new rows and, if ``with_pca``, their kernel PCA features."""
+        if with_pca and self.pca_coef_ is None:
+            self._fit_pca()
+        coef = np.hstack([self.coef_, self.pca_coef_]) if with_pca else self.coef_
+        out = np.empty((X.shape[0], coef.shape[1]))
+        for rows in _batches(X.shape[0], self.X_fit_.shape[0]):
+            K_new = self.kernel_matrix(X[rows], self.X_fit_)
+            obj = self.objective_rows_
+            K_new -= (K_new if obj is None else K_new[:, obj]).mean(axis=1, keepdims=True)
+            K_new -= self.row_means_[None, :]
+            K_new += self.grand_mean_
+            out[rows] = la.matmul(K_new, coef)
+        k = self.n_components_
+        return out[:, :k], (out[:, k:] if with_pca else None)
