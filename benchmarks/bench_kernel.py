@@ -9,10 +9,12 @@ Usage::
 
 Tables
 ------
-1. exact fit: ``FairKernelPCA(k, approximation="exact").fit`` beside
-   ``KernelPCA(k, kernel="rbf").fit`` on the same Adult rows (same gamma), median of
-   ``--repeats`` alternating runs, and the paper's literal Algorithm 3 (null space + the
-   regularised generalised eigenproblem) where it fits in time.
+1. exact fit: ``FairKernelPCA(k, approximation="exact").fit`` (the factor-free Gram route)
+   beside ``KernelPCA(k, kernel="rbf").fit`` on the same Adult rows (same gamma), median of
+   ``--repeats`` alternating runs; the kernel-map routes (pivoted Cholesky factor, eigh map),
+   the angle between the default route and ``svd_solver="covariance_eigh"``, and the paper's
+   literal Algorithm 3 (null space + the regularised generalised eigenproblem) where it fits
+   in time.
 2. Nystroem at scale: n = 10k, 40k, 100k Adult-like rows (Adult rows resampled with
    replacement), m landmarks; wall time, peak traced allocations (tracemalloc) and the
    process's peak resident memory, each configuration in a fresh subprocess.

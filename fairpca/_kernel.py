@@ -1,4 +1,7 @@
-"""FairKernelPCA: fair kernel PCA (Section 3.3, Algorithm 3) as linear fair PCA on a kernel map.
+"""FairKernelPCA: fair kernel PCA (Section 3.3, Algorithm 3), exact or approximated at scale.
+
+The default exact route works on the deflated Gram matrix (:mod:`fairpca._kernel_gram`); the
+other routes solve linear fair PCA on a finite kernel map, justified as follows.
 
 Why the empirical kernel map solves Algorithm 3 exactly
 --------------------------------------------------------
