@@ -488,3 +488,19 @@ def test_metadata_routing_in_a_pipeline():
         model = make_pipeline(step, LogisticRegression()).fit(X, y, sensitive_features=groups)
         assert model.predict(X[:5]).shape == (5,)
         assert max_group_gap(model[0].transform(X), groups) < 1e-7
+
+
+def test_lanczos_without_convergence_falls_back_to_the_dense_solver(monkeypatch):
+    from scipy.sparse.linalg import ArpackNoConvergence
+
+    from fairpca import _kernel_gram
+
+    X, groups = make_data(6, n=260, n_groups=2, shift=2.0)
+    expected = FairKernelPCA(3, approximation="exact").fit_transform(X, sensitive_features=groups)
+
+    def no_convergence(*args, **kwargs):
+        raise ArpackNoConvergence("no convergence", np.zeros(0), np.zeros((0, 0)))
+
+    monkeypatch.setattr(_kernel_gram, "eigsh", no_convergence)
+    got = FairKernelPCA(3, approximation="exact").fit_transform(X, sensitive_features=groups)
+    np.testing.assert_allclose(got, expected, atol=1e-8 * np.abs(expected).max())
