@@ -165,8 +165,9 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     n_oversamples : int, default=10
         Oversampling of the randomized solver.
     random_state : int, RandomState instance or None, default=None
-        Seed for landmarks, random features and the randomized solver. The exact route with
-        a non-randomized solver is deterministic.
+        Seed for landmarks, random features and the randomized solver. The exact route is
+        deterministic (the Gram route always; a kernel-map route with a non-randomized
+        solver).
 
     Attributes
     ----------
