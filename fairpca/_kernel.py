@@ -336,9 +336,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
                 f"approximation={route!r} needs factorization='cholesky', 'eigh' or 'auto'."
             )
         if self.factorization != "auto":
-            if self.factorization in ("cholesky", "gram") and not is_psd_kernel(
-                self.kernel, self.degree, self.coef0
-            ):
+            if self.factorization in ("cholesky", "gram") and not psd:
                 raise ValueError(
                     f"factorization={self.factorization!r} needs a positive semi-definite kernel; "
                     f"kernel={self.kernel!r} (degree={self.degree}, coef0={self.coef0}) may "

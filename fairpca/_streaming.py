@@ -4,8 +4,8 @@ Fair PCA (Problem (4), Algorithms 1-2 of Kleindessner et al. 2023) depends on th
 through, in float64:
 
 - the count, mean and centred scatter ``Xc^T Xc`` of the rows of the variance objective;
-- the count and column sums of the constraint rows (all rows, or the rows with
-  ``y == pos_label`` for equal opportunity, Section 3.2);
+- the count of the constraint rows (all rows, or the rows with ``y == pos_label`` for
+  equal opportunity, Section 3.2);
 - per sensitive attribute, the group counts and column sums on the constraint rows (the
   columns of ``X^T Z``, Sections 3.4-3.5);
 - for Fair PCA-S (Section 3.6), the centred scatter of every group on the constraint rows.
@@ -418,7 +418,6 @@ class FairStatistics:
         self.spec = spec
         self.objective = Moments(spec.n_features)
         self.constraint_count = 0
-        self.constraint_sum = np.zeros(spec.n_features)
         self.tables: list[GroupTable] | None = None
         self.dtype: np.dtype | None = None
 
@@ -475,7 +474,7 @@ class FairStatistics:
         self.dtype = X.dtype if self.dtype is None else np.result_type(self.dtype, X.dtype)
 
     def _add_block(self, block, codes, constraint_rows, *, centre: bool) -> bool:
-        """Add objective rows (and their constraint-row and group sums).
+        """Add objective rows (and their constraint-row count and group sums).
 
         With ``centre=False`` the scatter comes from the raw Gram matrix; if that would lose
         accuracy (:meth:`Moments.add_uncentred`) nothing is added and ``False`` is returned.
@@ -483,14 +482,12 @@ class FairStatistics:
         rows = block.shape[0]
         if rows == 0:
             return True
-        # One GEMM gives the row sum, the constraint-row sum and every group sum.
+        # One GEMM gives the row sum and every group sum on the constraint rows.
         weights = [np.ones(rows)]
-        if constraint_rows is not None:
-            weights.append(constraint_rows.astype(np.float64))
         for a, table in enumerate(self.tables):
             onehot = np.zeros((rows, len(table.labels)))
             onehot[np.arange(rows), codes[:, a]] = 1.0
-            weights.append(onehot if constraint_rows is None else onehot * weights[1][:, None])
+            weights.append(onehot if constraint_rows is None else onehot * constraint_rows[:, None])
         W = np.column_stack(weights)
         totals = W.sum(axis=0)
         if centre:
@@ -505,10 +502,8 @@ class FairStatistics:
             sums = np.asarray(la.matmul(block.T, W))
             if not self.objective.add_uncentred(block, sums[:, 0] / rows):
                 return False
-        constraint = 0 if constraint_rows is None else 1
-        self.constraint_count += int(np.rint(totals[constraint]))
-        self.constraint_sum += sums[:, constraint]
-        start = constraint + 1
+        self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())
+        start = 1
         for a, table in enumerate(self.tables):
             stop = start + len(table.labels)
             table.counts += np.rint(totals[start:stop]).astype(np.int64)
@@ -554,7 +549,6 @@ class FairStatistics:
             mine.merge(theirs)
         self.objective.merge(other.objective)
         self.constraint_count += other.constraint_count
-        self.constraint_sum += other.constraint_sum
         if other.dtype is not None:
             self.dtype = (
                 other.dtype if self.dtype is None else np.result_type(self.dtype, other.dtype)
@@ -565,7 +559,6 @@ class FairStatistics:
         out = FairStatistics(self.spec)
         out.objective = copy.copy(self.objective)
         out.constraint_count = self.constraint_count
-        out.constraint_sum = self.constraint_sum.copy()
         out.tables = None if self.tables is None else [copy.copy(t) for t in self.tables]
         out.dtype = self.dtype
         return out
