@@ -24,7 +24,7 @@ the repository).
 | Tables 1-3 (10 splits, k = 2, 10) | `python -m benchmarks.reproduce_tables` | {tables_time} |
 | Figures 1, 2, 3, 4, 7, 9 | `python -m benchmarks.figures [--only fig1 ...]` | {figures_time} |
 | this README | `python -m benchmarks.make_readme` | seconds |
-| smoke runs (CI; every script with `--quick`) | `pytest tests/test_benchmarks.py` | {tests_time} |
+| smoke runs (CI; every script with `--quick`) | `pytest tests/library/test_benchmarks.py` | {tests_time} |
 
 Long runs can be split: `reproduce_tables --cache DIR` stores every finished (dataset, split),
 several runners with different `--splits` can share one cache, and

@@ -20,7 +20,7 @@ from fairpca import FairKernelPCA, FairPCA
 from fairpca._kernel_maps import center_kernel_inplace, center_new_kernel, make_kernel
 from fairpca._kernel_reference import PAPER_REGULARIZATION, fair_kernel_pca_reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [0, 1, 2]
 
 

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_fit.py"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_fit.py"
 
 
 def test_bench_fit_quick_runs_and_reports_ratios(capsys):

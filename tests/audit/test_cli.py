@@ -14,9 +14,9 @@ from flows.cli import app
 runner = CliRunner()
 
 
-def test_python_m_fairpca_help_runs_the_cli():
+def test_python_m_flows_help_runs_the_cli():
     done = subprocess.run(
-        [sys.executable, "-m", "fairpca", "audit", "--help"],
+        [sys.executable, "-m", "flows", "audit", "--help"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -29,7 +29,7 @@ def test_python_m_fairpca_help_runs_the_cli():
 
 def test_importing_fairpca_does_not_import_prefect_or_mlflow():
     code = (
-        "import sys, fairpca, fairpca.__main__; "
+        "import sys, fairpca, fairpca.datasets, fairpca.metrics; "
         "print('prefect' in sys.modules, 'mlflow' in sys.modules)"
     )
     done = subprocess.run(
@@ -85,3 +85,17 @@ def test_cli_audit_with_config_file_prints_summary_report_and_run_id(
     assert run.data.params["k"] == "3" and run.data.params["seed"] == "1"
     assert run.data.params["thresholds.max_dp_difference"] == "0.2"
     assert run.data.params["variants"] == "pca,fair_pca"
+
+
+def test_without_the_audit_extra_the_cli_says_what_to_install():
+    """A library-only install: ``fairpca`` exits at once with one line naming the extra."""
+    # Simulate the missing extra: no module of the audit stack can be found.
+    code = "import flows.entry as e; e.find_spec = lambda name: None; e.main()"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "pip install 'fairpca[audit]'" in lines[0]
+    assert "prefect" in lines[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PREFECT_FILE = ROOT / "deployments" / "prefect.yaml"
 E2E_SCRIPT = ROOT / "deployments" / "ci_e2e.sh"
 
