@@ -46,14 +46,6 @@ class GroupEncoding:
         onehot[np.arange(self.codes.shape[0]), self.codes[:, attribute]] = 1.0
         return onehot
 
-    def centered_onehot(self) -> np.ndarray:
-        """Stacked centred one-hot matrix ``Z_comb`` of Sections 3.4-3.5, (n, sum_r m_r)."""
-        blocks = []
-        for a in range(self.n_attributes):
-            onehot = self.indicator(a)
-            blocks.append(onehot - onehot.mean(axis=0))
-        return np.hstack(blocks)
-
     def subset(self, mask: np.ndarray) -> GroupEncoding:
         """Encoding restricted to the rows in ``mask``; groups absent there are dropped."""
         codes = self.codes[mask]
@@ -207,19 +199,52 @@ def encode_groups(
         fewer than ``min_group_size`` rows.
     """
     encoding, _ = encode_labels(sensitive_features, n_samples)
-    for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True)):
+    counts = [
+        np.bincount(encoding.codes[:, a], minlength=len(labels))
+        for a, labels in enumerate(encoding.groups)
+    ]
+    check_group_sizes(encoding.names, encoding.groups, counts, min_group_size=min_group_size)
+    return encoding
+
+
+def check_group_sizes(
+    names,
+    groups,
+    counts,
+    *,
+    rows: str = "rows",
+    min_group_size: int = MIN_GROUP_SIZE,
+    error: type[ValueError] = ValueError,
+    prefix: str = "",
+    fix: str = "Merge rare groups or collect more rows.",
+) -> None:
+    """Raise ``error`` when an attribute has a single group, or a group with fewer than
+    ``min_group_size`` of the counted rows.
+
+    Parameters
+    ----------
+    names, groups, counts : sequences, one entry per sensitive attribute
+        The attribute's name, its group labels and the number of counted rows per group.
+    rows : str
+        What was counted, for the message (``"rows"``, ``"rows so far"``, ``"rows with
+        y == pos_label"``).
+    error : ValueError subclass
+        The exception raised.
+    prefix, fix : str
+        Text before the message (the setting that applies) and after it (what to do; may be
+        empty).
+    """
+    for name, labels, count in zip(names, groups, counts, strict=True):
         if len(labels) < 2:
-            raise ValueError(
-                f"sensitive attribute {name!r} has a single group ({labels[0]!r}) in the rows "
-                "used for fitting; fair PCA needs at least two groups to compare. Check the "
+            raise error(
+                f"{prefix}sensitive attribute {name!r} has a single group ({labels[0]!r}) "
+                f"among the {rows}; fair PCA needs at least two groups to compare. Check the "
                 "column, or drop it from sensitive_features."
             )
-        counts = np.bincount(encoding.codes[:, a], minlength=len(labels))
-        small = [labels[g] for g in np.flatnonzero(counts < min_group_size)]
+        small = [labels[g] for g in np.flatnonzero(np.asarray(count) < min_group_size)]
         if small:
-            raise ValueError(
-                f"sensitive attribute {name!r}: group(s) {small!r} have fewer than "
-                f"{min_group_size} rows; a group mean (and covariance) needs at least "
-                f"{min_group_size}. Merge rare groups or collect more rows."
+            raise error(
+                f"{prefix}sensitive attribute {name!r}: group(s) {small!r} have fewer than "
+                f"{min_group_size} {rows}; a group mean (and covariance) needs at least "
+                f"{min_group_size}. {fix}".rstrip()
             )
-    return encoding
