@@ -46,11 +46,12 @@ class FairPCA(TransformerMixin, BaseEstimator):
     """Fair PCA: the best k-dimensional projection whose group-conditional means coincide.
 
     Solves Problem (4) of Kleindessner et al. (2023): maximise ``tr(U^T Xc^T Xc U)`` over
-    ``U^T U = I`` subject to ``Z^T Xc U = 0``, where ``Z`` holds the centred one-hot group
-    indicators (Algorithm 1 for two groups, Algorithm 2 for several, Section 3.5 for several
-    sensitive attributes stacked). Equivalently, the projected data of every group has the
-    same mean. The cost is that of PCA: one pass to form the scatter matrix (or a randomized
-    range finder), a rank-revealing basis of the group-mean differences, and one eigenproblem.
+    ``U^T U = I`` subject to ``G^T Xc U = 0``, where ``G`` is the centred one-hot group
+    indicator matrix, the paper's ``Z`` (Algorithm 1 for two groups, Algorithm 2 for
+    several, Section 3.5 for several sensitive attributes stacked). Equivalently, the
+    projected data of every group has the same mean. The cost is that of PCA: one pass to
+    form the scatter matrix (or a randomized range finder), a rank-revealing basis of the
+    group-mean differences, and one eigenproblem.
 
     Variants: equal opportunity (Section 3.2), the covariance-equalising "Fair PCA-S"
     (Section 3.6) and the accuracy/fairness trade-off knob (Section 3.1).
@@ -126,8 +127,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
     constraint_basis_ : ndarray of shape (constraint_rank_, n_features)
         Orthonormal rows spanning the group-mean differences that are projected out.
     constraint_rank_ : int
-        Rank of ``Z^T X`` after the rank-revealing step (``m - 1`` for one attribute with
-        ``m`` groups with distinct means; less when constraints are linearly dependent).
+        Rank of the group-mean differences ``G^T X`` after the rank-revealing step
+        (``m - 1`` for one attribute with ``m`` groups with distinct means; less when
+        constraints are linearly dependent).
     constraint_singular_values_ : ndarray
         Singular values of the matrix of group-mean differences.
     covariance_rank_ : int or None
@@ -210,6 +212,13 @@ class FairPCA(TransformerMixin, BaseEstimator):
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, sensitive_features=None):
         """Fit fair PCA.
+
+        Starts over: statistics accumulated by ``partial_fit`` are discarded, and none are
+        kept in the fitted estimator. Before any d x d (or n x d) allocation the memory it
+        needs is compared with the available memory (``FAIRPCA_MEMORY_LIMIT`` overrides
+        it): with ``svd_solver="auto"`` a route that does not fit gives way to the
+        randomized solver; otherwise the fit stops with
+        :class:`~fairpca._memory.InsufficientMemoryError` naming the width and the fix.
 
         Parameters
         ----------
@@ -351,8 +360,10 @@ class FairPCA(TransformerMixin, BaseEstimator):
         rounding.
         Groups may first appear in a later chunk. While the rows seen so far cannot define a
         fit (e.g. a single group), the chunk is kept and a ``UserWarning`` says why nothing
-        was refitted. A chunk that fails validation raises and changes nothing. ``fit``
-        discards the accumulated statistics.
+        was refitted. A chunk that fails validation raises and changes nothing. The
+        statistics (O(d^2) floats, one d x d matrix per group for Fair PCA-S) stay in the
+        estimator, and in its pickle, so that fitting can continue; ``fit`` and
+        ``fit_chunks`` discard them.
 
         Parameters
         ----------

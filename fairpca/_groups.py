@@ -3,7 +3,8 @@
 A sensitive attribute is any 1-D array-like of hashable labels (strings, ints, bools, pandas
 categoricals). Several attributes are given as a 2-D array or a DataFrame, one column each.
 Fair PCA needs, per attribute, the one-hot group indicators; Section 3.4 of the paper centres
-them (matrix Z) and Section 3.5 stacks the matrices of several attributes.
+them (the paper's matrix Z, the centred group-indicator matrix) and Section 3.5 stacks the
+matrices of several attributes.
 """
 
 from __future__ import annotations

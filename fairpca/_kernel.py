@@ -12,19 +12,20 @@ pivoted Cholesky factor. The rows of ``Phi`` are the training points expressed i
 orthonormal basis of the span of their feature vectors (the "empirical kernel map").
 
 Algorithm 3 solves Problem (6), ``max tr(B^T K K B)`` over ``B`` (n x k) subject to
-``B^T K B = I`` and ``Z^T K B = 0``, by ``B = R Lambda`` and the generalised eigenproblem
+``B^T K B = I`` and ``G^T K B = 0``, by ``B = R Lambda`` and the generalised eigenproblem
 ``R^T K K R Lambda = R^T K R Lambda W``. Substitute ``W := Phi^T B`` (r x k):
 
 - ``B^T K B = B^T Phi Phi^T B = W^T W``, so the normalisation becomes ``W^T W = I``;
-- ``Z^T K B = Z^T Phi (Phi^T B) = Z^T Phi W``, so the constraint becomes ``Z^T Phi W = 0``;
+- ``G^T K B = G^T Phi (Phi^T B) = G^T Phi W``, so the constraint becomes ``G^T Phi W = 0``;
 - ``tr(B^T K K B) = tr(B^T Phi (Phi^T Phi) Phi^T B) = tr(W^T Phi^T Phi W)``.
 
 So ``W`` solves Problem (10), linear fair PCA with data matrix ``Phi`` (rows are points; its
-rows have mean zero because ``1^T K 1 = 0``), with the same centred one-hot matrix ``Z``. The map
-``B -> Phi^T B`` is onto: every feasible ``W`` comes from ``B = Phi (Phi^T Phi)^{-1} W``
-(``= V S^{-1/2} W`` for the eigen-factor), and ``B`` changes only by elements of
-``null(K) = null(Phi^T)``, which change neither objective nor constraints nor the
-representation below. The optimal values therefore agree and optimal solutions correspond.
+rows have mean zero because ``1^T K 1 = 0``), with the same centred group-indicator matrix
+``G`` (the paper's ``Z``). The map ``B -> Phi^T B`` is onto: every feasible ``W`` comes from
+``B = Phi (Phi^T Phi)^{-1} W`` (``= V S^{-1/2} W`` for the eigen-factor), and ``B`` changes
+only by elements of ``null(K) = null(Phi^T)``, which change neither objective nor
+constraints nor the representation below. The optimal values therefore agree and optimal
+solutions correspond.
 
 Representation. Training rows: ``Lambda^T R^T K = B^T K = B^T Phi Phi^T = W^T Phi^T``, i.e.
 the rows of ``Phi W``, linear fair PCA's projection of the rows of ``Phi``. New rows: let
@@ -139,7 +140,8 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     tradeoff : float, default=0.0
         The paper's lambda (Section 3.1): when positive, ``transform`` appends
         ``tradeoff`` times the standard kernel PCA features. Can be changed with
-        ``set_params`` after fitting.
+        ``set_params`` after fitting without a refit (the Gram route then computes the
+        standard kernel PCA once, into a cache that pickling drops).
     sensitive_columns : str, list of str or None, default=None
         Columns of a DataFrame ``X`` holding the sensitive attributes; they are excluded from
         the kernel and dropped by ``transform``.
@@ -193,15 +195,19 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     factorization_ : str or None
         Factorisation used by the exact and Nystroem routes (None for ``"rff"``).
     kernel_map_ : object
-        The fitted feature map (``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``), or,
-        for ``factorization_ == "gram"``, the fitted ``DeflatedGramSolver`` (coefficients
-        of the centred kernel column of a row).
+        The fitted feature map: ``transform(X)`` returns the ``n_kernel_features_``
+        features of rows that the linear stage projects. ``CentredKernelMap`` (the Gram
+        route: the centred kernel column of a row against the training rows),
+        ``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``.
     n_kernel_features_ : int
         Dimension ``r`` of the kernel map (numerical rank of the kernel matrix, ``m`` or the
         number of random features; the number of training rows for the Gram route).
     fair_pca_ : FairPCA or None
         The linear fair PCA fitted on the kernel map of the training rows (None for the
-        Gram route, which has no finite map).
+        Gram route).
+    gram_solver_ : DeflatedGramSolver or None
+        The Gram route's solution: coefficients of the centred kernel column (None for the
+        other routes).
     n_components_ : int
         Number of fair components.
     explained_variance_ : ndarray of shape (n_components_,)
@@ -507,7 +513,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         return np.hstack([fair, self.tradeoff * pca]) if self.tradeoff > 0 else fair
 
     def __getstate__(self):
-        state = super().__getstate__()
+        state = dict(super().__getstate__())
         state.pop("_pca_coef_cache", None)
         return state
 

@@ -31,6 +31,7 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg.blas import get_blas_funcs
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+from threadpoolctl import threadpool_limits
 
 from . import _linalg as la
 from ._groups import GroupEncoding
@@ -47,22 +48,32 @@ GRAM_RANK_FLOOR = 1e-7
 
 
 def top_eigenpairs(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Largest ``k`` eigenpairs of a symmetric matrix (decreasing), deterministic start."""
+    """Largest ``k`` eigenpairs of a symmetric matrix (decreasing), deterministic start.
+
+    The result does not depend on the number of BLAS threads: the Lanczos products use
+    ``gemv``, which splits rows between threads (each entry is summed in the same order by
+    one thread; the threaded ``symv`` adds partial sums of several threads), and the dense
+    eigensolver, whose tridiagonal reduction calls ``symv``, runs on one BLAS thread.
+    """
     n = M.shape[0]
     if n > LANCZOS_MIN_ROWS and k < LANCZOS_MAX_FRACTION * n:
-        # products by BLAS symv: half the memory traffic of a general matrix-vector product
-        # (the matrix is read once per Lanczos step), on SciPy's BLAS like the rest
         M_f = M.T if M.flags.c_contiguous else np.asfortranarray(M)  # M is symmetric
-        symv = get_blas_funcs("symv", (M_f,))
-        operator = LinearOperator(M.shape, matvec=lambda v: symv(1.0, M_f, v), dtype=M.dtype)
+        gemv = get_blas_funcs("gemv", (M_f,))
+        operator = LinearOperator(M.shape, matvec=lambda v: gemv(1.0, M_f, v), dtype=M.dtype)
         v0 = np.random.default_rng(0).uniform(-1.0, 1.0, n)
         try:
             values, vectors = eigsh(operator, k=k, which="LA", v0=v0)
         except ArpackNoConvergence:  # rare (tight eigenvalue clusters): solve densely
-            return la.top_eigh(M, k)
+            return dense_top_eigenpairs(M, k)
         order = np.argsort(values)[::-1]
         return values[order], vectors[:, order]
-    return la.top_eigh(M, k)
+    return dense_top_eigenpairs(M, k)
+
+
+def dense_top_eigenpairs(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fairpca._linalg.top_eigh` on one BLAS thread (bitwise reproducible)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return la.top_eigh(M, k)
 
 
 def constraint_coefficients(
@@ -206,7 +217,8 @@ class DeflatedGramSolver:
                 f"{n_obj} objective rows. Fair kernel PCA needs more rows than groups."
             )
         if n_components is None:
-            values = linalg.eigvalsh(K_fair, check_finite=False)
+            with threadpool_limits(limits=1, user_api="blas"):
+                values = linalg.eigvalsh(K_fair, check_finite=False)
             return max(1, int(np.sum(values > threshold)))
         if n_components > largest:
             raise ValueError(

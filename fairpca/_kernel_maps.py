@@ -1,7 +1,10 @@
 """Kernels and finite-dimensional kernel feature maps for fair kernel PCA.
 
-Every map here turns rows ``x`` into vectors ``phi(x)`` whose inner products reproduce (exactly
-or approximately) the kernel, so that fair kernel PCA becomes linear fair PCA on ``phi(X)``:
+Every map here has ``fit_transform(X)``, ``transform(X)`` and ``rank_`` (the output
+dimension). :class:`CentredKernelMap` returns a row's centred kernel column against the
+training rows (the Gram route projects it with coefficients); the others turn rows ``x`` into
+vectors ``phi(x)`` whose inner products reproduce (exactly or approximately) the kernel, so
+that fair kernel PCA becomes linear fair PCA on ``phi(X)``:
 
 - :class:`ExactKernelMap`: the empirical kernel map of the training rows. With the training
   kernel centred in feature space, ``K_c = Phi Phi^T`` holds to machine precision; ``Phi`` is a
@@ -20,6 +23,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state, gen_batches
+from threadpoolctl import threadpool_limits
 
 from ._linalg import matmul
 from ._memory import BLOCK_BYTES, FLOAT_BYTES
@@ -68,7 +72,13 @@ class KernelFunction:
             self.params = {"gamma": gamma, "degree": degree, "coef0": coef0}
 
     def __call__(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
-        K = pairwise_kernels(A, B, metric=self.kernel, filter_params=True, **self.params)
+        if B is None:
+            # A A^T is a threaded syrk, whose rounding depends on the number of BLAS threads;
+            # on one thread the training kernel is the same bits on every machine setting.
+            with threadpool_limits(limits=1, user_api="blas"):
+                K = pairwise_kernels(A, None, metric=self.kernel, filter_params=True, **self.params)
+        else:
+            K = pairwise_kernels(A, B, metric=self.kernel, filter_params=True, **self.params)
         K = np.asarray(K, dtype=np.float64)
         if not np.isfinite(K).all():
             raise ValueError(

@@ -7,7 +7,7 @@ through, in float64:
 - the count of the constraint rows (all rows, or the rows with ``y == pos_label`` for
   equal opportunity, Section 3.2);
 - per sensitive attribute, the group counts and column sums on the constraint rows (the
-  columns of ``X^T Z``, Sections 3.4-3.5);
+  columns of ``X^T G`` with ``G`` the centred group indicators, Sections 3.4-3.5);
 - for Fair PCA-S (Section 3.6), the centred scatter of every group on the constraint rows.
 
 All of them merge exactly: counts and sums add, and scatters merge by the pairwise rule of

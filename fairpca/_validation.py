@@ -95,7 +95,8 @@ def check_n_components_bound(
         raise TooManyComponentsError(
             f"n_components={n_components} is too large: at most min(n_samples={n_samples}, "
             f"{features}={n_features}) = {largest} directions exist, fewer once the fairness "
-            f"constraint removes rank(Z^T X) of them. Use n_components < {largest}."
+            f"constraint removes the rank of the group-mean differences. Use "
+            f"n_components < {largest}."
         )
 
 
@@ -106,14 +107,15 @@ def resolve_n_components(n_components, n_obj: int, n_features: int, rank: int) -
         raise TooManyComponentsError(
             f"No fair direction is left: the group-mean differences span all "
             f"{n_features} feature directions (constraint rank {rank}). Fair PCA needs "
-            "n_features > rank(Z^T X); add features or use fewer sensitive groups."
+            "more features than the rank of the group-mean differences; add features or use "
+            "fewer sensitive groups."
         )
     if n_components is None:
         return largest
     if n_components > largest:
         raise TooManyComponentsError(
             f"n_components={n_components} is too large: at most {largest} fair "
-            f"directions exist (min(n_samples={n_obj}, n_features - rank(Z^T X) = "
+            f"directions exist (min(n_samples={n_obj}, n_features - constraint rank = "
             f"{n_features} - {rank} = {n_features - rank})). Use n_components <= {largest}."
         )
     return n_components
