@@ -21,7 +21,7 @@ from sklearn.utils.validation import (
 
 from . import _chunked, _dask, _memory, _solvers, _streaming
 from . import _linalg as la
-from ._groups import GroupEncoding, encode_groups
+from ._groups import GroupEncoding, encode_groups, group_sum_weights
 from ._validation import (
     FAIRNESS_CONSTRAINTS,
     check_magnitude,
@@ -536,21 +536,17 @@ class FairPCA(TransformerMixin, BaseEstimator):
     def _means(self, X_obj, objective_rows, constraint_rows, encoding):
         """Objective mean, constraint-row mean and per-group means in one pass over X."""
         n_obj = X_obj.shape[0]
+        sizes = [len(labels) for labels in encoding.groups]
         if constraint_rows is None or objective_rows is not None:
-            weights = [np.ones((n_obj, 1))] + [
-                encoding.indicator(a) for a in range(encoding.n_attributes)
-            ]
-            sums = la.column_sums(X_obj, np.hstack(weights))
+            sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes))
             mean = sums[:, 0] / n_obj
             constraint_mean = mean
         else:  # objective on all rows, constraint on the positive rows
             positive = constraint_rows.astype(np.float64)[:, None]
-            blocks = [np.ones((n_obj, 1)), positive]
-            for a in range(encoding.n_attributes):
-                onehot = np.zeros((n_obj, len(encoding.groups[a])))
-                onehot[constraint_rows] = encoding.indicator(a)
-                blocks.append(onehot)
-            sums = la.column_sums(X_obj, np.hstack(blocks))
+            codes = np.zeros((n_obj, encoding.n_attributes), dtype=np.intp)
+            codes[constraint_rows] = encoding.codes
+            weights = group_sum_weights(codes, sizes, constraint_rows)
+            sums = la.column_sums(X_obj, np.hstack([weights[:, :1], positive, weights[:, 1:]]))
             mean = sums[:, 0] / n_obj
             constraint_mean = sums[:, 1] / positive.sum()
             sums = np.hstack([sums[:, :1], sums[:, 2:]])

@@ -59,6 +59,24 @@ class GroupEncoding:
         return GroupEncoding(new_codes, groups, list(self.names))
 
 
+def group_sum_weights(codes: np.ndarray, sizes, rows: np.ndarray | None = None) -> np.ndarray:
+    """Weights ``W = [1 | one-hot of each attribute, zero outside rows]``, n x (1 + sum m_a).
+
+    One product ``X^T W`` gives the column sums of all rows and, per group of every
+    attribute, the column sums of its rows among ``rows`` (all rows when None): the columns
+    of ``X^T G`` up to the centring of the indicators (Sections 3.4-3.5).
+    """
+    n = codes.shape[0]
+    W = np.zeros((n, 1 + sum(sizes)))
+    W[:, 0] = 1.0
+    kept = np.arange(n) if rows is None else np.flatnonzero(rows)
+    start = 1
+    for a, size in enumerate(sizes):
+        W[kept, start + codes[kept, a]] = 1.0
+        start += size
+    return W
+
+
 def _as_columns(sensitive_features) -> tuple[list, list]:
     """Split 1-D or 2-D input into a list of 1-D columns with names."""
     if isinstance(sensitive_features, pd.DataFrame):

@@ -33,7 +33,13 @@ from scipy.linalg.blas import get_blas_funcs
 
 from . import _linalg as la
 from . import _memory
-from ._groups import GroupEncoding, _factorize, check_group_sizes, encode_labels
+from ._groups import (
+    GroupEncoding,
+    _factorize,
+    check_group_sizes,
+    encode_labels,
+    group_sum_weights,
+)
 from ._memory import BLOCK_BYTES, BLOCK_ROWS
 from ._validation import positive_rows
 
@@ -496,12 +502,7 @@ class FairStatistics:
         if rows == 0:
             return True
         # One GEMM gives the row sum and every group sum on the constraint rows.
-        weights = [np.ones(rows)]
-        for a, table in enumerate(self.tables):
-            onehot = np.zeros((rows, len(table.labels)))
-            onehot[np.arange(rows), codes[:, a]] = 1.0
-            weights.append(onehot if constraint_rows is None else onehot * constraint_rows[:, None])
-        W = np.column_stack(weights)
+        W = group_sum_weights(codes, [len(table.labels) for table in self.tables], constraint_rows)
         totals = W.sum(axis=0)
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
