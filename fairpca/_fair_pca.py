@@ -13,7 +13,6 @@ from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import (
-    _check_feature_names_in,
     check_array,
     check_is_fitted,
     validate_data,
@@ -30,6 +29,7 @@ from ._validation import (
     drop_sensitive_columns,
     fit_rows,
     groups_among,
+    output_feature_names,
     positive_rows,
     resolve_n_components,
     sensitive_column_list,
@@ -744,12 +744,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        check_is_fitted(self)
-        _check_feature_names_in(self, input_features)
-        names = [f"fairpca{i}" for i in range(self.n_components_)]
-        if self.tradeoff > 0:
-            names += [f"pca{i}" for i in range(self.n_components_)]
-        return np.asarray(names, dtype=object)
+        return output_feature_names(self, input_features, "fairpca", "pca")
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "components_")

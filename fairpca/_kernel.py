@@ -58,7 +58,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_feature_names_in, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from . import _linalg as la
 from . import _memory
@@ -86,6 +86,7 @@ from ._validation import (
     drop_sensitive_columns,
     fit_rows,
     groups_among,
+    output_feature_names,
     split_sensitive_columns,
 )
 
@@ -598,12 +599,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        check_is_fitted(self)
-        _check_feature_names_in(self, input_features)
-        names = [f"fairkernelpca{i}" for i in range(self.n_components_)]
-        if self.tradeoff > 0:
-            names += [f"kernelpca{i}" for i in range(self.n_components_)]
-        return np.asarray(names, dtype=object)
+        return output_feature_names(self, input_features, "fairkernelpca", "kernelpca")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

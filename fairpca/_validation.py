@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 from sklearn.utils._param_validation import Interval, StrOptions
+from sklearn.utils.validation import _check_feature_names_in, check_is_fitted
 
 from ._groups import GroupEncoding, check_group_sizes
 
@@ -25,6 +26,18 @@ FAIRNESS_CONSTRAINTS: dict = {
     "n_oversamples": [Interval(Integral, 1, None, closed="left")],
     "random_state": ["random_state"],
 }
+
+
+def output_feature_names(estimator, input_features, fair: str, pca: str) -> np.ndarray:
+    """``fair0..k-1``, then ``pca0..k-1`` when ``tradeoff > 0``; ``input_features`` must
+    match the names (or number) of the features seen during fit."""
+    check_is_fitted(estimator)
+    _check_feature_names_in(estimator, input_features)
+    k = estimator.n_components_
+    names = [f"{fair}{i}" for i in range(k)]
+    if estimator.tradeoff > 0:
+        names += [f"{pca}{i}" for i in range(k)]
+    return np.asarray(names, dtype=object)
 
 
 class TooManyComponentsError(ValueError):
@@ -74,7 +87,7 @@ def check_magnitude(X: np.ndarray) -> None:
     """
     if X.size == 0:
         return
-    largest = float(np.max(np.abs(X)))
+    largest = max(float(X.max()), -float(X.min()))  # no temporary copy of X
     bound = float(np.sqrt(np.finfo(X.dtype).max / (4.0 * X.size)))
     if largest > bound:
         raise ValueError(

@@ -7,8 +7,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fairpca import FairKernelPCA, FairPCA, InsufficientMemoryError
-from fairpca import _memory
+from fairpca import FairKernelPCA, FairPCA, InsufficientMemoryError, _memory
 
 
 def wide_data(n=100, d=400, seed=0):
@@ -75,9 +74,7 @@ def test_auto_falls_back_to_the_randomized_solver_when_only_it_fits(monkeypatch)
     X, z = wide_data()  # n < d <= 500: "auto" would take the exact SVD (about 1.3 MB)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")  # the randomized route needs 0.5 MB
     fitted = FairPCA(3, random_state=0).fit(X, sensitive_features=z)
-    randomized = FairPCA(3, svd_solver="randomized", random_state=0).fit(
-        X, sensitive_features=z
-    )
+    randomized = FairPCA(3, svd_solver="randomized", random_state=0).fit(X, sensitive_features=z)
     np.testing.assert_array_equal(fitted.components_, randomized.components_)
     assert fitted.mean_gap_ < 1e-10
     monkeypatch.delenv("FAIRPCA_MEMORY_LIMIT")
