@@ -42,6 +42,7 @@ from threadpoolctl import threadpool_limits
 from benchmarks import methods, peers, protocol, synthetic
 from benchmarks.make_readme import record_timing
 from benchmarks.reproduce_tables import replace_rows
+from fairpca import metrics
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLORS = {
@@ -271,9 +272,10 @@ def _classifier(kind, n):
 
 
 def _violation(pred, y, z, constraint):
-    rows = (y == 1) if constraint == "equal_opportunity" else np.ones(len(y), bool)
-    p = pred[rows].astype(float)
-    return abs(p[z[rows] == 1].mean() - p[z[rows] == 0].mean())
+    """Delta_EO or Delta_DP of the predictions (``fairpca.metrics``, Section 5.2)."""
+    if constraint == "equal_opportunity":
+        return metrics.equal_opportunity_difference(y, pred, z)
+    return metrics.demographic_parity_difference(pred, z)
 
 
 def _fair_pca_curve(X_tr, y_tr, z_tr, X_te, y_te, z_te, constraint, kind, name, lambdas=LAMBDAS):
