@@ -30,6 +30,7 @@ from sklearn.pipeline import Pipeline
 from tasks.data import load_data, split_data
 from tasks.evaluate import shared_mmd_sigma
 from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from tasks.model_card import provenance
 from tasks.report import (
     Decision,
     select_candidate,
@@ -425,6 +426,7 @@ def finish_audit(
         "tags": tags,
         "model_tags": model_tags,
         "hashes": hashes,
+        "provenance": provenance(config),
     }
     write_json(out_dir / AUDIT_FILE, audit)
     summary = summary_table(state.table)

@@ -151,6 +151,7 @@ def _metric_names(test: dict[str, Any]) -> list[str]:
 
 def _section_intended_use(audit: dict[str, Any], definition: dict[str, Any]) -> str:
     attributes = ", ".join(definition.get("sensitive", [])) or "(unknown)"
+    warnings = audit.get("selection", {}).get("warnings", [])
     return "\n".join(
         [
             f"- Intended use: binary prediction of `{definition.get('label', '?')}` on rows "
@@ -164,7 +165,7 @@ def _section_intended_use(audit: dict[str, Any], definition: dict[str, Any]) -> 
             "(95% intervals); they hold only while new data look like the audited data "
             "(the scheduled retrain re-checks the champion on new data).",
             "- Not for fully automated decisions about people: a human reviews the outcome.",
-            *(f"- Warning from the audit: {w}" for w in audit["selection"].get("warnings", [])),
+            *(f"- Warning from the audit: {_cell(w)}" for w in warnings),
         ]
     )
 
@@ -183,7 +184,7 @@ def _section_data(audit: dict[str, Any], definition: dict[str, Any]) -> str:
     ]
     for name, digest in source.get("sha256", {}).items():
         lines.append(f"- SHA-256 of `{_cell(name)}`: `{digest or 'no published sum'}`")
-    split = audit["selection"].get("split", {})
+    split = audit.get("selection", {}).get("split", {})
     rows = [{"part": part.removeprefix("n_"), "rows": str(n)} for part, n in split.items()]
     return "\n".join(lines) + "\n\nSplit sizes (disjoint parts):\n\n" + _table(rows)
 
@@ -191,7 +192,7 @@ def _section_data(audit: dict[str, Any], definition: dict[str, Any]) -> str:
 def _section_groups(audit: dict[str, Any]) -> str:
     min_size = _min_group_size(audit)
     rows = []
-    for attribute, sizes in audit["selection"].get("group_sizes", {}).items():
+    for attribute, sizes in audit.get("selection", {}).get("group_sizes", {}).items():
         for group, size in sizes.items():
             small = not isinstance(size, int) or (min_size is not None and size < min_size)
             shown = f"suppressed (< {min_size})" if small and min_size else str(size)
@@ -237,7 +238,7 @@ def _section_validation(selection: dict[str, Any]) -> str:
 
 
 def _section_decision(audit: dict[str, Any]) -> str:
-    selection = audit["selection"]
+    selection = audit.get("selection", {})
     decision = selection.get("decision") or audit.get("decision", {})
     params = audit.get("params", {})
     thresholds = [
@@ -292,7 +293,7 @@ def render_model_card(audit: dict[str, Any]) -> str:
     str
         Markdown whose first line is ``# Model card``.
     """
-    selection = audit["selection"]
+    selection = audit.get("selection", {})
     chosen = selection.get("chosen", {})
     definition = audit.get("provenance", {}).get("definition", {})
     code = audit.get("provenance", {}).get("code_version", {})

@@ -383,3 +383,34 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
             registry_uri=tracking_uri,
         )
         return load_skops_pipeline(Path(local), expected)
+
+
+def register_logged_model(
+    client,
+    tracking_uri: str,
+    run_id: str,
+    out_dir: Path,
+    audit: dict[str, Any],
+    *,
+    model_uri: str,
+    model_id: str | None,
+) -> str | None:
+    """Log the model card (run artifact ``model_card.md``) and, when the audit registers
+    models, register the logged pipeline with its card, tags and file SHA-256."""
+    from tasks.model_card import CARD_FILE, render_model_card
+
+    card = render_model_card(audit)
+    card_path = Path(out_dir) / CARD_FILE
+    card_path.write_text(card)
+    client.log_artifact(run_id, str(card_path))
+    if not audit["register_model"]:
+        return None
+    return register_version(
+        client,
+        audit,
+        source=model_uri,
+        run_id=run_id,
+        model_id=model_id,
+        card=card,
+        model_sha256=logged_model_sha256(model_uri, tracking_uri),
+    )
