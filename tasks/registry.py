@@ -306,17 +306,6 @@ def _skops_file(model_dir: Path) -> Path:
     return path
 
 
-def logged_model_sha256(model_uri: str, tracking_uri: str) -> str:
-    """SHA-256 of the skops file of a logged model (as stored, downloaded again)."""
-    import mlflow.artifacts
-
-    with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(
-            artifact_uri=model_uri, dst_path=tmp, tracking_uri=tracking_uri
-        )
-        return sha256_of(_skops_file(Path(local)))
-
-
 # Every type a fairpca pipeline (preprocess -> representation -> classifier) holds beyond
 # skops' defaults; fixed here, never read from the model (a crafted MLmodel file could list
 # anything). The tests rebuild every variant and classifier and check this list is complete.
@@ -387,7 +376,6 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
 
 def register_logged_model(
     client,
-    tracking_uri: str,
     run_id: str,
     out_dir: Path,
     audit: dict[str, Any],
@@ -396,7 +384,8 @@ def register_logged_model(
     model_id: str | None,
 ) -> str | None:
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
-    models, register the logged pipeline with its card, tags and file SHA-256."""
+    models, register the logged pipeline with its card, tags and the SHA-256 of its skops
+    file (the local ``out_dir/model`` the audit saved and checked, uploaded as is)."""
     from tasks.model_card import CARD_FILE, render_model_card
 
     card = render_model_card(audit)
@@ -412,5 +401,5 @@ def register_logged_model(
         run_id=run_id,
         model_id=model_id,
         card=card,
-        model_sha256=logged_model_sha256(model_uri, tracking_uri),
+        model_sha256=sha256_of(_skops_file(Path(out_dir) / "model")),
     )
