@@ -364,12 +364,10 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
             f"version {version} of {name!r} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not "
             "register it, so it is not loaded."
         )
+    location = client.get_model_version_download_uri(name, version)
     with tempfile.TemporaryDirectory() as tmp:
         local = mlflow.artifacts.download_artifacts(
-            artifact_uri=f"models:/{name}/{version}",
-            dst_path=tmp,
-            tracking_uri=tracking_uri,
-            registry_uri=tracking_uri,
+            artifact_uri=location, dst_path=tmp, tracking_uri=tracking_uri
         )
         return load_skops_pipeline(Path(local), expected)
 
@@ -394,10 +392,13 @@ def register_logged_model(
     client.log_artifact(run_id, str(card_path))
     if not audit["register_model"]:
         return None
+    # The logged model's storage location, not ``models:/<id>``: a SQL store resolves that
+    # URI through the process-wide tracking URI, which may name another store.
+    source = client.get_logged_model(model_id).artifact_location if model_id else model_uri
     return register_version(
         client,
         audit,
-        source=model_uri,
+        source=source,
         run_id=run_id,
         model_id=model_id,
         card=card,

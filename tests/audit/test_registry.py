@@ -266,3 +266,177 @@ def test_model_card_says_not_promoted(audit):
 )
 def test_mask_credentials(uri, masked):
     assert mask_credentials(uri) == masked
+
+
+# ---- registration and loading against a real MLflow store ------------------------------------
+
+
+def _pipelines_of_every_kind():
+    """A fitted pipeline for every variant x classifier the audit can register (German)."""
+    import itertools
+
+    import numpy as np
+    from sklearn.pipeline import Pipeline
+
+    from fairpca.datasets import load_dataset
+    from flows.config import CLASSIFIERS, VARIANTS
+    from tasks.classify import fit_classifier
+    from tasks.represent import make_preprocessor, make_representation, uses_sensitive_features
+
+    data = load_dataset("german")
+    y = data.y.to_numpy()
+    preprocess = make_preprocessor(data.X)
+    Z = np.asarray(preprocess.fit_transform(data.X), dtype=float)
+    for variant, classifier in itertools.product(VARIANTS, CLASSIFIERS):
+        represent = make_representation(variant, 2, equalize_covariance=0.5, seed=0)
+        if uses_sensitive_features(represent):
+            represent.fit(Z, y, sensitive_features=data.sensitive)
+        else:
+            represent.fit(Z)
+        if "tradeoff" in represent.get_params():
+            represent.set_params(tradeoff=0.5)
+        fitted = fit_classifier(classifier, represent.transform(Z), y, seed=0, max_rows=300)
+        yield Pipeline([("preprocess", preprocess), ("represent", represent), ("classify", fitted)])
+
+
+def test_trusted_types_cover_every_pipeline_the_audit_registers():
+    import skops.io
+
+    from tasks.registry import TRUSTED_TYPES
+
+    needed = set()
+    for pipeline in _pipelines_of_every_kind():
+        needed |= set(skops.io.get_untrusted_types(data=skops.io.dumps(pipeline)))
+    assert needed == TRUSTED_TYPES
+
+
+@pytest.fixture(scope="module")
+def registered(prefect_harness, mlflow_store, tmp_path_factory):
+    """A tiny German audit logged to the session's MLflow store (default model name)."""
+    from flows.audit import fairness_audit
+    from flows.config import AuditConfig
+
+    config = AuditConfig(
+        dataset="german",
+        k=2,
+        variants=["pca", "fair_pca"],
+        lambdas=[0.0, 1.0],
+        classifiers=["logreg"],
+        tracking_uri=mlflow_store[0],
+        output_dir=tmp_path_factory.mktemp("registry") / "out",
+        experiment_name="registry-tests",
+        thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
+    )
+    return config, fairness_audit(config)
+
+
+def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlflow_store):
+    import json
+    from pathlib import Path
+
+    from tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG, sha256_of
+
+    _config, result = registered
+    _uri, client = mlflow_store
+    assert result.model_name == "fairpca-german-bad_credit-age"
+    model = client.get_registered_model(result.model_name)
+    assert json.loads(model.tags[DEFINITION_TAG]) == {
+        "source": "german",
+        "label": "bad_credit",
+        "positive_label": None,
+        "sensitive": ["age"],
+    }
+    version = client.get_model_version(result.model_name, result.model_version)
+    out_dir = Path(result.output_dir)
+    card = (out_dir / "model_card.md").read_text()
+    assert card.startswith("# Model card\n")
+    assert version.description == card[: len(version.description)]
+    assert len(version.description) == len(card) or "model_card.md" in version.description
+    logged = Path(client.download_artifacts(result.run_id, "model_card.md", str(out_dir / "dl")))
+    assert logged.read_text() == card
+    assert version.tags[MODEL_FILE_SHA_TAG] == sha256_of(out_dir / "model" / "model.skops")
+    # the card carries the bundled file's published SHA-256 and the code version
+    assert "b21f3d81db8071257d5ff1deaeba1fd4303b62712e6fcc9715c7a86202cb5871" in card
+    assert "fairpca 0.1.0, git commit" in card
+
+
+def test_registering_the_same_run_again_returns_its_version(registered, mlflow_store):
+    import json
+    from pathlib import Path
+
+    from tasks.registry import register_version
+
+    _config, result = registered
+    _uri, client = mlflow_store
+    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
+    again = register_version(
+        client, audit, source="unused", run_id=result.run_id, model_id=None, card="x",
+        model_sha256="0" * 64,
+    )  # fmt: skip
+    assert again == result.model_version
+    assert len(client.search_model_versions(f"run_id = '{result.run_id}'")) == 1
+
+
+def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
+    from tasks.registry import ModelDefinitionMismatch, audit_definition, check_model_definition
+
+    _config, result = registered
+    _uri, client = mlflow_store
+    other = audit_definition(
+        dataset="german", data=None, label=None, positive_label=None, sensitive=["sex"]
+    )
+    with pytest.raises(ModelDefinitionMismatch, match="audited the same way"):
+        check_model_definition(client, result.model_name, other)
+
+
+def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, mlflow_store):
+    from pathlib import Path
+
+    from fairpca.datasets import load_dataset
+    from tasks.registry import (
+        MODEL_FILE_SHA_TAG,
+        UntrustedModelError,
+        load_registered_pipeline,
+        load_skops_pipeline,
+    )
+
+    _config, result = registered
+    uri, client = mlflow_store
+    name, version = result.model_name, result.model_version
+    pipeline = load_registered_pipeline(uri, name, version)
+    local = load_skops_pipeline(Path(result.output_dir) / "model")
+    X = load_dataset("german").X.head(50)
+    assert (pipeline.predict(X) == local.predict(X)).all()
+
+    recorded = client.get_model_version(name, version).tags[MODEL_FILE_SHA_TAG]
+    client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, "0" * 64)
+    try:
+        with pytest.raises(UntrustedModelError, match="changed after fairpca registered it"):
+            load_registered_pipeline(uri, name, version)
+        client.delete_model_version_tag(name, version, MODEL_FILE_SHA_TAG)
+        with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
+            load_registered_pipeline(uri, name, version)
+    finally:
+        client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, recorded)
+
+
+def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
+    import operator
+    import shutil
+    from pathlib import Path
+
+    import skops.io
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from tasks.registry import UntrustedModelError, load_skops_pipeline
+
+    _config, result = registered
+    model_dir = shutil.copytree(Path(result.output_dir) / "model", tmp_path / "model")
+    skops.io.dump(Pipeline([("f", FunctionTransformer(operator.add))]), model_dir / "model.skops")
+    with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
+        load_skops_pipeline(model_dir)
+    spec = (model_dir / "MLmodel").read_text().replace("skops", "pickle")
+    (model_dir / "MLmodel").write_text(spec)
+    with pytest.raises(UntrustedModelError, match="only 'skops' is loaded"):
+        load_skops_pipeline(model_dir)
