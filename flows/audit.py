@@ -30,6 +30,7 @@ from sklearn.pipeline import Pipeline
 from tasks.data import load_data, split_data
 from tasks.evaluate import shared_mmd_sigma
 from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from tasks.model_card import provenance
 from tasks.model_io import as_model_input, input_example, path_inside
 from tasks.report import (
     Decision,
@@ -397,6 +398,7 @@ def finish_audit(
         "tags": tags,
         "model_tags": model_tags,
         "hashes": hashes,
+        "provenance": provenance(config),
     }
     write_json(out_dir / AUDIT_FILE, audit)
     summary = summary_table(state.table)

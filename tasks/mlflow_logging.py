@@ -25,6 +25,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from tasks.registry import register_logged_model
+
 __all__ = [
     "AUDIT_FILE",
     "RETRYING",
@@ -272,26 +274,10 @@ def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, An
     client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
-    result = {"model_id": logged.model_id, "model_uri": model_uri, "version": None}
-    if audit["register_model"]:
-        name = audit["model_name"]
-        try:
-            client.create_registered_model(
-                name, description="Fair-representation pipelines audited by fairpca."
-            )
-        except Exception as exc:
-            if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
-                raise
-        version = client.create_model_version(
-            name,
-            source=model_uri,
-            run_id=run_id,
-            model_id=logged.model_id,
-            tags=audit["model_tags"],
-            description=audit["tags"].get("fairpca.decision_reasons", ""),
-        )
-        result["version"] = str(version.version)
-    return result
+    version = register_logged_model(
+        client, run_id, out_dir, audit, model_uri=model_uri, model_id=logged.model_id
+    )
+    return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
 
 
 @task(name="mlflow-set-alias", **RETRYING)
