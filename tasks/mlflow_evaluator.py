@@ -39,7 +39,13 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.artifact_utils import get_artifact_uri
 
-from fairpca.metrics import FairnessReport, bootstrap_intervals, ci_metrics, group_fairness
+from fairpca.metrics import (
+    FairnessReport,
+    bootstrap_intervals,
+    check_fairness_options,
+    ci_metrics,
+    group_fairness,
+)
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 
@@ -83,11 +89,21 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
             f"got sensitive_features={config['sensitive_features']!r}."
         )
     config["sensitive_features"] = list(names)
+    check_fairness_options(
+        min_group_size=config["min_group_size"],
+        n_resamples=config["n_resamples"],
+        confidence=config["confidence"],
+    )
     return config
 
 
 def sensitive_columns(features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """The sensitive columns of the evaluation data; a clear error names any that is missing."""
+    if not isinstance(features, pd.DataFrame):
+        raise _invalid(
+            f"the 'fairness' evaluator reads the sensitive columns by name, so data must be a "
+            f"pandas DataFrame; got {type(features).__name__}."
+        )
     present = [str(column) for column in features.columns]
     missing = [name for name in names if name not in present]
     if missing:

@@ -190,3 +190,14 @@ def test_missing_sensitive_column_is_a_clear_error(tracking):
         evaluate(uri, frame, sensitive_feature=["sex"])
     with pytest.raises(MlflowException, match="needs evaluator_config"):
         evaluate(uri, frame, sensitive_features=[])
+    with pytest.raises(ValueError, match="min_group_size must be at least 1"):
+        evaluate(uri, frame, sensitive_features=["sex"], min_group_size=0)
+    with pytest.raises(MlflowException, match="must be a pandas DataFrame"), mlflow.start_run():
+        mlflow.models.evaluate(
+            uri,
+            frame[["x_fair"]].to_numpy(),
+            targets=frame["label"].to_numpy(),
+            model_type="classifier",
+            evaluators=["fairness"],
+            evaluator_config={"fairness": {"sensitive_features": ["sex"]}},
+        )
