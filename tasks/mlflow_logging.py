@@ -260,9 +260,12 @@ def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, An
     they are to a logged model of the run's experiment, so loading it later goes through
     MLflow's skops loader with the trusted types the audit recorded from its own pipeline.
     """
+    import mlflow
     from mlflow.entities import LoggedModelStatus
 
     client = _client(tracking_uri)
+    mlflow.set_tracking_uri(tracking_uri)  # so models:/ URIs of this audit resolve here
+    mlflow.set_registry_uri(tracking_uri)
     model_dir = Path(out_dir) / "model"
     check_saved_model(model_dir)
     experiment_id = client.get_run(run_id).info.experiment_id
@@ -284,7 +287,9 @@ def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, An
                 raise
         version = client.create_model_version(
             name,
-            source=model_uri,
+            # the logged model's own location: a models:/ source would be resolved through
+            # MLflow's process-wide tracking URI, not this client's
+            source=logged.artifact_location,
             run_id=run_id,
             model_id=logged.model_id,
             tags=audit["model_tags"],
