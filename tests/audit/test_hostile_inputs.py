@@ -46,7 +46,7 @@ def people(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
             "person_id": rng.permutation(48_151_623_000 + 7 * np.arange(n)),
             "full_name": [f"{rng.choice(first)} Qzx{i:05d}wyn" for i in range(n)],
             "dob": [
-                f"19{rng.integers(40, 99)}-{i % 12 + 1:02d}-{i % 28 + 1:02d}" for i in range(n)
+                f"19{rng.integers(40, 70)}-{i % 12 + 1:02d}-{i % 28 + 1:02d}" for i in range(n)
             ],
             "case_number": [f"77CF{i:06d}ZQ" for i in range(n)],
             "narrative": [" ".join(rng.choice(words, 6)) + f" ref{i}" for i in range(n)],
