@@ -477,3 +477,33 @@ def test_no_unique_value_of_the_input_reaches_anything_written(
         (str(path), value) for path, data in written for value in values if value.encode() in data
     ]
     assert leaks == [], leaks[:5]
+
+
+@pytest.mark.flow
+@pytest.mark.slow
+def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
+    prefect_harness, tmp_path, monkeypatch
+):
+    from prefect.settings import get_current_settings
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "audit.yaml").write_text("mlflow_retries: 0\nmlflow_retry_backoff: 0.05\n")
+    result = CliRunner().invoke(
+        app,
+        ["audit", "--config", "audit.yaml", "--dataset", "german", "-k", "2", "--variants",
+         "pca,fair_pca", "--lambdas", "0", "--classifiers", "logreg", "--output-dir", "out",
+         "--tracking-uri", "http://auditor:Pw-7f3kQz9@127.0.0.1:9"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output  # the server is unreachable: kept locally
+    assert "http://127.0.0.1:9" in result.output and "Pw-7f3kQz9" not in result.output
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "Pw-7f3kQz9"
+    db_url = get_current_settings().server.database.connection_url.get_secret_value()
+    roots = [tmp_path, Path(db_url.split("///", 1)[1])]
+    written = _written_bytes(roots)
+    assert any(path.name == "audit.json" for path, _ in written)
+    assert [str(path) for path, data in written if b"Pw-7f3kQz9" in data] == []
