@@ -211,10 +211,10 @@ def _min_group_size(audit: dict[str, Any]) -> int | None:
 
 def _section_test_metrics(selection: dict[str, Any]) -> str:
     test = selection.get("test", {})
-    baselines = selection.get("baselines", {})
-    majority = baselines.get("majority", {}).get("test", {})
-    pca = baselines.get("pca", {})
-    pca_test = pca.get("test", {})
+    baselines = selection.get("baselines") or {}
+    majority = (baselines.get("majority") or {}).get("test") or {}
+    pca = baselines.get("pca") or {}  # None when the audit ran no unconstrained PCA
+    pca_test = pca.get("test") or {}
     pca_label = f"unconstrained PCA ({_cell(pca.get('name', 'pca'))})"
     rows = [
         {
@@ -319,7 +319,7 @@ def render_model_card(audit: dict[str, Any]) -> str:
         f"Registered model `{audit.get('model_name', '?')}`, from {audit.get('kind', 'audit')} "
         f"run `{audit.get('run_name', '?')}`: `{chosen.get('name', '?')}` (representation "
         f"`{chosen.get('variant', '?')}`, classifier `{chosen.get('classifier', '?')}`, "
-        f"lambda {'?' if lam is None else f'{lam:g}'}).",
+        f"lambda {'n/a' if lam is None else f'{lam:g}'}).",
         "",
     ]
     for heading, body in sections:

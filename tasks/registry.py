@@ -168,11 +168,11 @@ def fairness_tags(selection: dict[str, Any], sensitive: Sequence[str]) -> dict[s
         for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
             if key in test:
                 tags[f"fairness.test.{key}"] = _tag_number(test[key])
-    baselines = selection.get("baselines", {})
-    majority = baselines.get("majority", {}).get("test", {})
+    baselines = selection.get("baselines") or {}
+    majority = (baselines.get("majority") or {}).get("test") or {}
     if "accuracy" in majority:
         tags["fairness.baseline.accuracy"] = _tag_number(majority["accuracy"])
-    pca = baselines.get("pca", {}).get("test", {})
+    pca = (baselines.get("pca") or {}).get("test") or {}  # None: no unconstrained PCA run
     for metric in ("accuracy", "dp_difference"):
         if metric in pca:
             tags[f"fairness.baseline.pca.test.{metric}"] = _tag_number(pca[metric])

@@ -440,3 +440,14 @@ def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
     (model_dir / "MLmodel").write_text(spec)
     with pytest.raises(UntrustedModelError, match="only 'skops' is loaded"):
         load_skops_pipeline(model_dir)
+
+
+def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
+    audit["selection"]["baselines"]["pca"] = None
+    audit["selection"]["chosen"]["lambda"] = None
+    card = render_model_card(audit)
+    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | - |" in card
+    assert "lambda n/a)" in card
+    tags = fairness_tags(audit["selection"], ["race", "sex"])
+    assert "fairness.baseline.pca.test.accuracy" not in tags
+    assert tags["fairness.baseline.accuracy"] == "0.761100"
