@@ -316,6 +316,7 @@ def finish_audit(
     kind: str = "audit",
     extra_sections: list[tuple[str, Any]] | None = None,
     extra_tags: dict[str, str] | None = None,
+    extra_metrics: dict[str, float] | None = None,
 ) -> AuditResult:
     """Write every result to the output directory, then log it to MLflow."""
     config, out_dir, timings = state.config, state.out_dir, state.timings
@@ -376,7 +377,7 @@ def finish_audit(
         "audit_run_name": state.run_name,
         **{f"threshold.{k}": str(v) for k, v in config.thresholds.model_dump().items()},
     }
-    metrics = {**_chosen_metrics(chosen), **timings}
+    metrics = {**_chosen_metrics(chosen), **timings, **(extra_metrics or {})}
     for variant, rep in state.representations.items():
         for key, value in rep.facts.items():
             metrics[f"{variant}/{key}"] = value
