@@ -37,6 +37,12 @@ _UNITS = {
 }
 
 
+def rows_per_block(n_features: int, itemsize: int = 8, most: int | None = None) -> int:
+    """Rows of a block of about ``BLOCK_BYTES``: at least 256, at most ``most`` if given."""
+    rows = max(256, BLOCK_BYTES // (itemsize * max(n_features, 1)))
+    return int(rows if most is None else min(rows, most))
+
+
 class InsufficientMemoryError(MemoryError, ValueError):
     """A fit would allocate more memory than is available; raised before allocating."""
 
