@@ -142,9 +142,9 @@ def require(n_bytes: float, what: str, fix: str) -> None:
 # ---------------------------------------------------------------------- working-set sizes
 def covariance_bytes(n_features: int, n_group_scatters: int = 0) -> int:
     """Exact covariance route: the scatter, its deflated copy and two eigensolver
-    workspaces of d x d, plus one d x d scatter per group for Fair PCA-S (Section 3.6) and
-    the d x d null-space basis and products of its solve."""
-    matrices = 4 + (n_group_scatters + 3 if n_group_scatters else 0)
+    workspaces of d x d; for Fair PCA-S (Section 3.6) also each group's scatter and its
+    covariance, and the d x d null-space basis and products of the solve."""
+    matrices = 4 + (2 * n_group_scatters + 3 if n_group_scatters else 0)
     return FLOAT_BYTES * matrices * n_features * n_features
 
 
