@@ -30,6 +30,7 @@ from sklearn.pipeline import Pipeline
 from tasks.data import load_data, split_data
 from tasks.evaluate import shared_mmd_sigma
 from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from tasks.model_card import provenance
 from tasks.model_io import as_model_input, input_example, path_inside
 from tasks.report import (
     Decision,
@@ -315,6 +316,7 @@ def finish_audit(
     kind: str = "audit",
     extra_sections: list[tuple[str, Any]] | None = None,
     extra_tags: dict[str, str] | None = None,
+    extra_metrics: dict[str, float] | None = None,
 ) -> AuditResult:
     """Write every result to the output directory, then log it to MLflow."""
     config, out_dir, timings = state.config, state.out_dir, state.timings
@@ -375,7 +377,7 @@ def finish_audit(
         "audit_run_name": state.run_name,
         **{f"threshold.{k}": str(v) for k, v in config.thresholds.model_dump().items()},
     }
-    metrics = {**_chosen_metrics(chosen), **timings}
+    metrics = {**_chosen_metrics(chosen), **timings, **(extra_metrics or {})}
     for variant, rep in state.representations.items():
         for key, value in rep.facts.items():
             metrics[f"{variant}/{key}"] = value
@@ -397,6 +399,7 @@ def finish_audit(
         "tags": tags,
         "model_tags": model_tags,
         "hashes": hashes,
+        "provenance": provenance(config),
     }
     write_json(out_dir / AUDIT_FILE, audit)
     summary = summary_table(state.table)

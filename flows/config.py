@@ -147,7 +147,9 @@ class AuditConfig(BaseModel):
     )
     experiment_name: str = Field("fairpca-audit", min_length=1)
     model_name: str | None = Field(
-        None, description="Registered model name; default fairpca-<dataset or file stem>."
+        None,
+        description="Registered model name; default derived from the data source, label and "
+        "sensitive attributes, e.g. fairpca-adult-income_gt_50k-sex.",
     )
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     register_model: bool = True
@@ -245,8 +247,11 @@ class AuditConfig(BaseModel):
 
     @property
     def resolved_model_name(self) -> str:
-        """Registered model name used for this audit."""
-        return self.model_name or f"fairpca-{self.source_name}"
+        """Registered model name: ``model_name``, else derived from the audit's definition
+        (data source, label, sensitive attributes; see :mod:`tasks.registry`)."""
+        from tasks.registry import definition_of, registered_model_name
+
+        return self.model_name or registered_model_name(definition_of(self))
 
     def flat_params(self) -> dict[str, str]:
         """The whole config as flat ``key -> str`` pairs (MLflow params)."""
@@ -262,6 +267,21 @@ class RetrainConfig(AuditConfig):
         le=1.0,
         description="The new model may lose at most this much accuracy against the champion.",
     )
+    # -- champion watch: where a champion that fails the gate on new data goes --
+    needs_review_alias: str = Field(
+        "needs-review",
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
+        description="Alias the champion moves to when it fails the gate on new data.",
+    )
+
+    @model_validator(mode="after")
+    def _check_review_alias(self) -> RetrainConfig:
+        if self.needs_review_alias == self.champion_alias:
+            raise ValueError(
+                f"needs_review_alias and champion_alias are both {self.champion_alias!r}; "
+                "give the demoted champion its own alias, e.g. 'needs-review'."
+            )
+        return self
 
 
 def fair_kernel_pca_available() -> bool:

@@ -25,6 +25,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from tasks.registry import register_logged_model
+
 __all__ = [
     "AUDIT_FILE",
     "RETRYING",
@@ -260,12 +262,9 @@ def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, An
     they are to a logged model of the run's experiment, so loading it later goes through
     MLflow's skops loader with the trusted types the audit recorded from its own pipeline.
     """
-    import mlflow
     from mlflow.entities import LoggedModelStatus
 
     client = _client(tracking_uri)
-    mlflow.set_tracking_uri(tracking_uri)  # so models:/ URIs of this audit resolve here
-    mlflow.set_registry_uri(tracking_uri)
     model_dir = Path(out_dir) / "model"
     check_saved_model(model_dir)
     experiment_id = client.get_run(run_id).info.experiment_id
@@ -275,28 +274,10 @@ def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, An
     client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
-    result = {"model_id": logged.model_id, "model_uri": model_uri, "version": None}
-    if audit["register_model"]:
-        name = audit["model_name"]
-        try:
-            client.create_registered_model(
-                name, description="Fair-representation pipelines audited by fairpca."
-            )
-        except Exception as exc:
-            if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
-                raise
-        version = client.create_model_version(
-            name,
-            # the logged model's own location: a models:/ source would be resolved through
-            # MLflow's process-wide tracking URI, not this client's
-            source=logged.artifact_location,
-            run_id=run_id,
-            model_id=logged.model_id,
-            tags=audit["model_tags"],
-            description=audit["tags"].get("fairpca.decision_reasons", ""),
-        )
-        result["version"] = str(version.version)
-    return result
+    version = register_logged_model(
+        client, run_id, out_dir, audit, model_uri=model_uri, model_id=logged.model_id
+    )
+    return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
 
 
 @task(name="mlflow-set-alias", **RETRYING)
