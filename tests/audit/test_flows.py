@@ -18,7 +18,12 @@ mlflow = pytest.importorskip("mlflow")
 
 @pytest.fixture
 def store(mlflow_store):
-    """The session's MLflow SQLite store (each test uses its own model name)."""
+    """The session's MLflow SQLite store (each test uses its own model name), also set as
+    MLflow's process-wide URI: the tests load ``models:/`` URIs through ``mlflow.*``."""
+    import mlflow
+
+    mlflow.set_tracking_uri(mlflow_store[0])
+    mlflow.set_registry_uri(mlflow_store[0])
     return mlflow_store
 
 

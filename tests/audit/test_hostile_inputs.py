@@ -11,7 +11,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -389,13 +388,29 @@ def test_semicolon_separated_file_loads_like_the_comma_one(tmp_path):
         load_user_data(tmp_path / "semi.csv", sep=",", **kwargs)  # a wrong explicit separator
 
 
-def _port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
+def _children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (Linux ``/proc``)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_sigterm_stops_the_temporary_prefect_server(tmp_path):
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / ".prefect-home")}
     env.pop("PREFECT_API_URL", None)
@@ -405,25 +420,22 @@ def test_sigterm_stops_the_temporary_prefect_server(tmp_path):
          f"sqlite:///{tmp_path}/m.db", "--output-dir", str(tmp_path / "out")],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    port, lines = None, []
-    deadline = time.monotonic() + 120
-    while port is None and time.monotonic() < deadline:
-        line = process.stdout.readline()
-        lines.append(line)
-        found = re.search(r"Starting temporary server on http://127\.0\.0\.1:(\d+)", line)
-        if found:
-            port = int(found.group(1))
-        if not line and process.poll() is not None:
-            break
-    assert port is not None, "".join(lines)
-    while not _port_open(port) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    lines = []
+    while not any("Starting temporary server" in line for line in lines):
+        lines.append(process.stdout.readline())
+        assert lines[-1] or process.poll() is None, "".join(lines)
+    deadline = time.monotonic() + 60
+    servers = _children(process.pid)
+    while not servers and time.monotonic() < deadline:  # spawned right after the line
+        time.sleep(0.05)
+        servers = _children(process.pid)
+    assert servers, "no temporary server process"
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 128 + signal.SIGTERM
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM, "".join(lines)
     deadline = time.monotonic() + 15
-    while _port_open(port) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _port_open(port), "the temporary Prefect server outlived the command"
+    while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in servers), "the Prefect server outlived the command"
 
 
 # ----------------------------------------------------- case 1: nothing personal is written
