@@ -129,7 +129,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         split = split_data(dataset, config)
     logger.info("split: %s", split.summary())
     with timed(timings, "fit_preprocessor"):
-        preprocessor, Z_train, Z_eval = fit_preprocessor(split)
+        preprocessor, Z_train, Z_eval = fit_preprocessor(split, config.min_group_size)
     with timed(timings, "fit_representations"):
         futures = {
             variant: fit_representation.submit(

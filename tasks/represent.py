@@ -20,17 +20,22 @@ __all__ = [
 ]
 
 
-def make_preprocessor(X) -> Any:
-    """Unfitted ColumnTransformer (one-hot categoricals, standardized numerics)."""
+def make_preprocessor(X, min_category_count: int = 30) -> Any:
+    """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,
+    standardized numerics)."""
     from fairpca.datasets import make_preprocessor as make
 
-    return make(X)
+    return make(X, min_category_count=min_category_count)
 
 
 @task(name="fit-preprocessor", cache_policy=NO_CACHE)
-def fit_preprocessor(split) -> tuple[Any, np.ndarray, np.ndarray]:
-    """Fit the preprocessor on the training rows only; return it and both encoded parts."""
-    preprocessor = make_preprocessor(split.X_train)
+def fit_preprocessor(split, min_category_count: int = 30) -> tuple[Any, np.ndarray, np.ndarray]:
+    """Fit the preprocessor on the training rows only; return it and both encoded parts.
+
+    Categories with fewer than ``min_category_count`` training rows are pooled before
+    encoding, so the fitted (and logged) preprocessor stores none of them.
+    """
+    preprocessor = make_preprocessor(split.X_train, min_category_count)
     Z_train = np.asarray(preprocessor.fit_transform(split.X_train), dtype=np.float64)
     Z_eval = np.asarray(preprocessor.transform(split.X_eval), dtype=np.float64)
     return preprocessor, Z_train, Z_eval
