@@ -241,6 +241,13 @@ def make_preprocessor(
     >>> Z.shape
     (1000, 58)
     """
+    if isinstance(min_category_count, bool) or not (
+        isinstance(min_category_count, Integral) and min_category_count >= 1
+    ):
+        raise ValueError(
+            f"min_category_count must be an integer >= 1; got {min_category_count!r}. Use 1 to "
+            "keep every category, or e.g. 30 to pool categories of fewer than 30 rows."
+        )
     categorical, numeric = split_feature_kinds(X)
     numeric_steps = Pipeline(
         [
