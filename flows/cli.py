@@ -79,61 +79,119 @@ def _print_validation_error(error: ValidationError) -> None:
         err_console.print(f"  - {where}: {item['msg']}")
 
 
+SUMMARY_CAPTION = (
+    "Validation rows. Shown: the majority-class and unconstrained-PCA baselines, the chosen "
+    "candidate, and per variant and classifier lambda = 0 (fairest) and the last lambda; "
+    "[a, b] = 95% interval, ≤ = its upper bound. Every candidate: metrics.csv."
+)
+
+
+def _cell(value: Any, percent: bool = False) -> str:
+    if isinstance(value, float):
+        return f"{100 * value:.1f}" if percent else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
 def _summary_table(result) -> Table:
-    table = Table(title=f"Fairness audit {result.run_name}", show_lines=False)
-    columns = [
-        ("variant", "variant"),
-        ("lambda", "λ"),
-        ("classifier", "classifier"),
-        ("accuracy", "accuracy"),
-        ("dp_difference", "ΔDP"),
-        ("eo_difference", "ΔEO"),
-        ("var_explained", "%Var"),
-        ("mmd2", "MMD²"),
-        ("linear_inseparability", "lin. insep."),
-    ]
-    for _, title in columns:
-        table.add_column(
-            title, justify="right" if title not in ("variant", "classifier") else "left"
-        )
+    table = Table(title=f"Fairness audit {result.run_name}", caption=SUMMARY_CAPTION)
+    titles = (
+        "row",
+        "variant",
+        "λ",
+        "classifier",
+        "accuracy [95%]",
+        "ΔDP (≤)",
+        "ΔEO (≤)",
+        "%Var",
+        "MMD²",
+        "lin. insep.",
+    )
+    for title in titles:
+        table.add_column(title, justify="left" if title in titles[:4] else "right")
     for row in result.summary:
-        cells = []
-        for key, _ in columns:
-            value = row.get(key)
-            if key == "var_explained" and isinstance(value, float):
-                cells.append(f"{100 * value:.1f}")
-            elif isinstance(value, float):
-                cells.append(f"{value:.4g}")
-            else:
-                cells.append("-" if value is None else str(value))
-        table.add_row(*cells)
+        low, high = row.get("accuracy.ci95_low"), row.get("accuracy.ci95_high")
+        interval = f" [{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+        style = "bold" if row.get("role") == "chosen" else None
+        table.add_row(
+            _cell(row.get("role")),
+            _cell(row.get("variant")),
+            _cell(row.get("lambda")),
+            _cell(row.get("classifier")),
+            _cell(row.get("accuracy")) + interval,
+            *(
+                _cell(row.get(m))
+                + (
+                    f" (≤{row[f'{m}.ci95_high']:.3f})"
+                    if row.get(f"{m}.ci95_high") is not None
+                    else ""
+                )
+                for m in ("dp_difference", "eo_difference")
+            ),
+            _cell(row.get("var_explained"), percent=True),
+            _cell(row.get("mmd2")),
+            _cell(row.get("linear_inseparability")),
+            style=style,
+        )
     return table
+
+
+def _interval(metrics: dict[str, Any], name: str) -> str:
+    from tasks.record import format_interval
+
+    return f"{name} {format_interval(metrics, name)}"
+
+
+def _bullets(items: list[str], style: str = "") -> None:
+    """One bullet per item; a long item wraps under its own text, never mid-word."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for item in items:
+        grid.add_row(f"  {style}-", item)
+    console.print(grid)
 
 
 def _report(result) -> None:
     console.print(_summary_table(result))
     for variant, why in result.skipped.items():
         console.print(f"[yellow]Skipped variant {variant}:[/yellow] {why}")
-    chosen = result.chosen
-    console.print(
-        f"Chosen: [bold]{chosen['variant']} / {chosen['classifier']}[/bold] at "
-        f"λ={chosen['lambda']} — accuracy {chosen['accuracy']:.4f}, "
-        f"ΔDP {chosen['dp_difference']:.4f}, ΔEO {chosen['eo_difference']:.4f}"
+    selection = result.selection
+    names = ("accuracy", "dp_difference", "eo_difference")
+    console.print(f"Chosen on validation rows: [bold]{selection['chosen']['name']}[/bold]")
+    console.print("Test rows (never used for a choice), 95% intervals:")
+    rows = ["chosen: " + ", ".join(_interval(selection["test"], m) for m in names)]
+    pca = selection["baselines"].get("pca")
+    if pca:
+        rows.append(
+            f"unconstrained PCA ({pca['name']}): "
+            + ", ".join(_interval(pca["test"], m) for m in names)
+        )
+    rows.append(
+        "majority class: " + _interval(selection["baselines"]["majority"]["test"], "accuracy")
     )
+    _bullets(rows)
     verdict = (
         "[green]promoted[/green]" if result.champion_moved else "[yellow]not promoted[/yellow]"
     )
-    console.print(f"Decision: {verdict} ('{result.champion_alias}' alias)")
-    for reason in result.reasons:
-        console.print(f"  - {reason}")
-    console.print(f"Report: {result.report_path}")
     console.print(
-        f"MLflow run id: [bold]{result.run_id}[/bold] (tracking URI {result.tracking_uri})"
+        f"Decision: {verdict} ('{result.champion_alias}' alias; gate: {selection['gate']})"
+    )
+    _bullets(result.reasons)
+    if selection["warnings"]:
+        console.print("[yellow]Warnings:[/yellow]")
+        _bullets(selection["warnings"])
+    console.print(f"Report: {result.report_path}", soft_wrap=True)
+    console.print(
+        f"MLflow run id: [bold]{result.run_id}[/bold] (tracking URI {result.tracking_uri})",
+        soft_wrap=True,
     )
     if result.model_version is not None:
         console.print(f"Registered model: {result.model_name} version {result.model_version}")
     if result.tracking_uri.startswith("sqlite:"):
-        console.print(f"Open the MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}")
+        console.print(
+            f"Open the MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}",
+            soft_wrap=True,
+        )
 
 
 def _ephemeral_prefect_server():
@@ -222,10 +280,21 @@ MaxEoOpt = Annotated[
 ]
 MinAccOpt = Annotated[float | None, typer.Option("--min-accuracy", help="Min accuracy [0].")]
 TrainRowsOpt = Annotated[
-    int | None, typer.Option(help="Training rows drawn at random, 0 = all [default: 5000].")
+    int | None, typer.Option(help="Training rows drawn at random [default: 5000].")
 ]
-EvalRowsOpt = Annotated[
-    int | None, typer.Option(help="Evaluation rows drawn at random, 0 = all [default: 5000].")
+ValidationRowsOpt = Annotated[
+    int | None,
+    typer.Option(help="Validation rows (choice and gate) drawn at random [default: 2500]."),
+]
+TestRowsOpt = Annotated[
+    int | None, typer.Option(help="Test rows (reported only) drawn at random [default: 2500].")
+]
+GateOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Gate on the 95% interval bounds or the point estimates: "
+        "upper_bound or point [default: upper_bound]."
+    ),
 ]
 SvcRowsOpt = Annotated[
     int | None, typer.Option(help="Rows the RBF SVC trains on, 0 = all [default: 2000].")
@@ -255,7 +324,7 @@ def _options(**kwargs) -> dict[str, Any]:
     options["variants"] = _split_list(options.get("variants"))
     options["classifiers"] = _split_list(options.get("classifiers"))
     options["lambdas"] = _split_list(options.get("lambdas"), float)
-    for key in ("max_train_rows", "max_eval_rows", "svc_max_train_rows"):
+    for key in ("svc_max_train_rows",):
         options[key] = _rows_option(options.get(key))
     return options
 
@@ -275,8 +344,10 @@ def audit(
     max_dp: MaxDpOpt = None,
     max_eo: MaxEoOpt = None,
     min_accuracy: MinAccOpt = None,
-    max_train_rows: TrainRowsOpt = None,
-    max_eval_rows: EvalRowsOpt = None,
+    n_train: TrainRowsOpt = None,
+    n_validation: ValidationRowsOpt = None,
+    n_test: TestRowsOpt = None,
+    gate: GateOpt = None,
     svc_max_train_rows: SvcRowsOpt = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
@@ -316,8 +387,10 @@ def retrain(
     max_dp: MaxDpOpt = None,
     max_eo: MaxEoOpt = None,
     min_accuracy: MinAccOpt = None,
-    max_train_rows: TrainRowsOpt = None,
-    max_eval_rows: EvalRowsOpt = None,
+    n_train: TrainRowsOpt = None,
+    n_validation: ValidationRowsOpt = None,
+    n_test: TestRowsOpt = None,
+    gate: GateOpt = None,
     svc_max_train_rows: SvcRowsOpt = None,
     accuracy_tolerance: Annotated[
         float | None, typer.Option(help="Allowed accuracy loss vs champion [0.01].")

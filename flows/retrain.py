@@ -55,14 +55,14 @@ def evaluate_champion(tracking_uri: str, champion: dict[str, Any], split) -> dic
     mlflow.set_registry_uri(tracking_uri)
     try:
         model = mlflow.sklearn.load_model(champion["uri"])
-        y_pred = model.predict(split.X_eval)
+        y_pred = model.predict(split.X_validation)
     except Exception as error:
         tags = champion["tags"]
         metrics = {key: float(tags[key]) for key in COMPARED if key in tags}
         metrics["source"] = f"logged tags (reload failed: {type(error).__name__})"
         return metrics
-    metrics = classifier_metrics(split.y_eval, y_pred, split.s_eval)
-    metrics["source"] = "re-evaluated on the current evaluation split"
+    metrics = classifier_metrics(split.y_validation, y_pred, split.s_validation)
+    metrics["source"] = "re-evaluated on the current validation rows"
     return metrics
 
 
