@@ -183,9 +183,10 @@ def reported_frame(state: AuditState) -> pd.DataFrame:
     if "pca" in evaluation and state.pca_row is not None:
         rows.append(("unconstrained PCA: " + candidate_name(state.pca_row), evaluation["pca"]))
     rows.append(("majority class", evaluation["majority"]))
-    metrics = sorted(
-        {k for k in evaluation["chosen"]["test"] if k.startswith(HEADLINE) and "ci95" not in k}
-    )
+    test = evaluation["chosen"]["test"]
+    several = any(k.endswith(".intersection") for k in test)
+    metrics = [k for k in test if k.startswith(HEADLINE) and "ci95" not in k]
+    metrics = sorted(metrics) if several else list(HEADLINE)
     records = []
     for label, parts in rows:
         for part in ("validation", "test"):

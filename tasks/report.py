@@ -102,21 +102,21 @@ def summary_table(
     """Rows a reader compares, all on validation rows: the majority-class baseline, the
     unconstrained PCA baseline, the chosen candidate, then per variant and classifier the
     fairest (lambda = 0) and the last lambda. The ``role`` column says which row is which."""
-    first = table.groupby(["variant", "classifier"], sort=False).head(1).assign(role="lambda=0")
-    last = table.groupby(["variant", "classifier"], sort=False).tail(1).assign(role="last lambda")
+    first = table.groupby(["variant", "classifier"], sort=False).head(1).assign(role="λ=0")
+    last = table.groupby(["variant", "classifier"], sort=False).tail(1).assign(role="last λ")
     sweep = pd.concat([first, last]).drop_duplicates(subset=["variant", "classifier", "lambda"])
-    sweep.loc[sweep["lambda"].isna(), "role"] = "no lambda"
+    sweep.loc[sweep["lambda"].isna(), "role"] = "no λ"
     sweep = sweep.sort_values(["variant", "classifier", "lambda"], na_position="first")
     head = [
         {
-            "role": "majority class",
+            "role": "majority",
             "variant": "-",
             "classifier": "majority",
             **baselines["majority"]["validation"],
         },
     ]
     if baselines.get("pca") is not None:
-        head.append({"role": "unconstrained PCA", **baselines["pca"]["row"]})
+        head.append({"role": "PCA (best)", **baselines["pca"]["row"]})
     head.append({"role": "chosen", **chosen})
     columns = ["role", *(c for c in SUMMARY_COLUMNS if c in table.columns)]
     return pd.concat(
