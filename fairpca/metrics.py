@@ -6,8 +6,14 @@ representation learning", usable on any representation (fair PCA, PCA, INLP, LEA
 - :func:`explained_variance_fraction` -- %Var / 100 in Tables 1-3;
 - :func:`mmd_squared` -- MMD^2 between the groups with a Gaussian kernel (Lee et al., 2022);
 - :func:`linear_inseparability` -- test error of a linear classifier predicting the group;
-- :func:`demographic_parity_difference`, :func:`equal_opportunity_difference` and
-  :func:`accuracy` -- Delta_DP, Delta_EO and accuracy of a downstream classifier;
+- :func:`group_fairness` and :func:`bootstrap_intervals` -- the one definition of accuracy,
+  selection rate, true positive rate and Delta_DP / Delta_EO of a downstream classifier, per
+  attribute, over intersections and worst over attributes, with small groups suppressed and
+  bootstrap confidence intervals (:func:`ci_metrics` names them); the audit flow, the MLflow
+  ``fairness`` evaluator and the benchmarks all use it;
+- :func:`demographic_parity_difference`, :func:`equal_opportunity_difference`,
+  :func:`selection_rates`, :func:`true_positive_rates` and :func:`accuracy` -- the same
+  quantities as plain numbers and dictionaries (every group kept);
 - :func:`group_reconstruction_error` and :func:`group_mean_gap` -- per-group reconstruction error
   and the residual gap between projected group means (what the fair PCA constraint zeroes).
 
@@ -26,6 +32,7 @@ for several sensitive features. Missing labels (NaN/None) are rejected.
 from __future__ import annotations
 
 import numbers
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,12 +49,19 @@ from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
+from ._groups import _factorize, _factorize_small_ints, encode_labels
+
 __all__ = [
+    "FairnessReport",
+    "GroupFairness",
     "accuracy",
     "as_components",
+    "bootstrap_intervals",
+    "ci_metrics",
     "demographic_parity_difference",
     "equal_opportunity_difference",
     "explained_variance_fraction",
+    "group_fairness",
     "group_mean_gap",
     "group_reconstruction_error",
     "linear_inseparability",
@@ -161,73 +175,43 @@ def _as_label_array(value: Any) -> np.ndarray:
     return value if isinstance(value, np.ndarray) else np.asarray(value, dtype=object)
 
 
-def _factorize(column: np.ndarray) -> tuple[np.ndarray, list]:
-    """Integer codes and sorted unique labels (order of appearance if labels do not sort)."""
-    try:
-        codes, uniques = pd.factorize(column, sort=True)
-    except TypeError:
-        codes, uniques = pd.factorize(column, sort=False)
-    labels = [u.item() if isinstance(u, np.generic) else u for u in np.asarray(uniques)]
-    return np.asarray(codes, dtype=np.intp), labels
+def _attributes(sensitive: Any, n_samples: int, name: str) -> list[_Attribute]:
+    """Encode group labels with the library's encoder; every attribute needs two groups.
 
-
-def _encode_sensitive(sensitive: Any, n_samples: int, name: str) -> list[_Attribute]:
-    """Validate group labels (1-D: one attribute; 2-D/DataFrame: one attribute per column)."""
+    1-D labels are one attribute (keyed by the label alone in the legacy dictionaries); a 2-D
+    array or a DataFrame gives one attribute per column, keyed ``(column, label)`` with the
+    DataFrame column name or the column index.
+    """
     _reject_sparse(sensitive, name)
-    if isinstance(sensitive, pd.DataFrame):
-        names = list(sensitive.columns)
-        columns = [sensitive.iloc[:, j].to_numpy() for j in range(sensitive.shape[1])]
-        n_rows = sensitive.shape[0]
-    elif isinstance(sensitive, pd.Series):
-        names, columns, n_rows = [None], [sensitive.to_numpy()], sensitive.shape[0]
-    else:
-        array = _as_label_array(sensitive)
-        if array.ndim == 0:
-            raise TypeError(
-                f"{name} must be array-like with one group label per row, got a scalar "
-                f"{sensitive!r}."
-            )
-        if array.ndim > 2:
-            raise ValueError(
-                f"{name} must be 1-D (one attribute) or 2-D (one column per attribute), got "
-                f"{array.ndim} dimensions."
-            )
-        n_rows = array.shape[0]
-        if array.ndim == 1:
-            names, columns = [None], [array]
-        else:
-            names = list(range(array.shape[1]))
-            columns = [array[:, j] for j in range(array.shape[1])]
-    if n_rows != n_samples:
-        raise ValueError(
-            f"{name} has {n_rows} rows but the data has {n_samples} rows; pass exactly one "
-            f"group label per row."
-        )
-    if not columns:
-        raise ValueError(f"{name} has no columns; pass at least one sensitive attribute.")
+    encoding, _ = encode_labels(sensitive, n_samples)
+    names = _attribute_keys(sensitive, encoding.n_attributes)
     attributes = []
-    for attr_name, column in zip(names, columns, strict=True):
-        where = name if attr_name is None else f"{name} column {attr_name!r}"
-        missing = pd.isna(column)
-        if np.any(missing):
-            raise ValueError(
-                f"{where} contains {int(np.sum(missing))} missing labels (NaN/None); drop those "
-                f"rows or give them their own label (e.g. 'unknown')."
-            )
-        codes, labels = _factorize(column)
+    for a, attr_name in enumerate(names):
+        labels = list(encoding.groups[a])
         if len(labels) < 2:
+            where = name if attr_name is None else f"{name} column {attr_name!r}"
             raise ValueError(
                 f"{where} has a single group ({labels[0]!r}); the metric compares groups, so "
                 f"pass labels with at least two distinct values."
             )
-        attributes.append(_Attribute(attr_name, labels, codes))
+        attributes.append(_Attribute(attr_name, labels, encoding.codes[:, a]))
     return attributes
+
+
+def _attribute_keys(sensitive: Any, n_attributes: int) -> list:
+    """None for 1-D labels, else the DataFrame column names or the column indices."""
+    if isinstance(sensitive, pd.DataFrame):
+        return list(sensitive.columns)
+    if isinstance(sensitive, pd.Series | pd.Categorical) or np.ndim(sensitive) == 1:
+        return [None]
+    return list(range(n_attributes))
 
 
 def _positive_mask(y: Any, name: str, pos_label: Any) -> np.ndarray:
     """Validate binary labels/predictions and return the boolean mask of ``y == pos_label``."""
     array = _as_label_vector(y, name)
-    codes, values = _factorize(array)
+    codes, values = _factorize(array, name)
+    values = list(values)
     if len(values) > 2:
         shown = ", ".join(repr(v) for v in values[:5])
         raise ValueError(
@@ -467,7 +451,7 @@ def group_reconstruction_error(
     X = _as_float_matrix(X, "X", one_d="error")
     U = as_components(estimator_or_components, n_features=X.shape[1])
     _check_orthonormal(U, atol=_orthonormality_tolerance(estimator_or_components))
-    attributes = _encode_sensitive(sensitive_features, X.shape[0], "sensitive_features")
+    attributes = _attributes(sensitive_features, X.shape[0], "sensitive_features")
     if mean is None:
         mean = getattr(estimator_or_components, "mean_", None)
     if mean is None:
@@ -523,7 +507,7 @@ def group_mean_gap(representation: Any, sensitive_features: Any) -> float:
     3.0
     """
     R = _as_float_matrix(representation, "representation", one_d="column")
-    attributes = _encode_sensitive(sensitive_features, R.shape[0], "sensitive_features")
+    attributes = _attributes(sensitive_features, R.shape[0], "sensitive_features")
     gap = 0.0
     for attribute in attributes:
         means = np.stack([R[idx].mean(axis=0) for idx in attribute.members()])
@@ -672,7 +656,7 @@ def mmd_squared(
     0.786939
     """
     R = _as_float_matrix(representation, "representation", one_d="column")
-    attributes = _encode_sensitive(groups, R.shape[0], "groups")
+    attributes = _attributes(groups, R.shape[0], "groups")
     sigma = None if sigma is None else _check_sigma(sigma)
     max_samples = _check_max_samples(max_samples, minimum=1)
     rng = check_random_state(random_state)
@@ -755,7 +739,7 @@ def linear_inseparability(
     0.0
     """
     R = _as_float_matrix(representation, "representation", one_d="column")
-    attributes = _encode_sensitive(groups, R.shape[0], "groups")
+    attributes = _attributes(groups, R.shape[0], "groups")
     _check_test_size(test_size, R.shape[0])
     errors = []
     for attribute in attributes:
@@ -794,8 +778,506 @@ def _check_test_size(test_size: Any, n_samples: int) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# Downstream classifier fairness
+# Downstream classifier fairness: one definition of the confusion-cell counts per group, from
+# which accuracy, selection rates, true positive rates and the DP / EO differences follow.
 # --------------------------------------------------------------------------------------------
+
+# The four confusion cells of a row, indexed 2 * (y_true == pos) + (y_pred == pos).
+_TN, _FP, _FN, _TP = range(4)
+# A bootstrap block holds at most this many cell counts (64 MiB of float64).
+_BOOTSTRAP_BLOCK_ENTRIES = 1 << 23
+# Characters MLflow accepts in metric names; others become "_" in as_metrics() keys.
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_\-. :/]")
+
+
+def _cell_counts(codes: np.ndarray, n_groups: int, actual: np.ndarray, predicted: np.ndarray):
+    """Counts of the four confusion cells per group, float64 of shape (n_groups, 4)."""
+    cells = codes * 4 + 2 * actual.astype(np.intp) + predicted.astype(np.intp)
+    return np.bincount(cells, minlength=4 * n_groups).reshape(n_groups, 4).astype(np.float64)
+
+
+def _rates(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group sizes, selection rates and TPRs from counts of shape (..., n_groups, 4).
+
+    ``P(Yhat = 1 | g) = (FP + TP) / n_g`` and ``P(Yhat = 1 | Y = 1, g) = TP / (FN + TP)``
+    (Section 5.2); a group without positives has TPR NaN.
+    """
+    size = counts.sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        selection = (counts[..., _FP] + counts[..., _TP]) / size
+        tpr = counts[..., _TP] / (counts[..., _FN] + counts[..., _TP])
+    return size, selection, tpr
+
+
+def _spread(values: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """max - min over the kept groups with a defined value (last axis); NaN if fewer than 2."""
+    kept = values[..., keep]
+    defined = np.isfinite(kept)
+    high = np.where(defined, kept, -np.inf).max(axis=-1, initial=-np.inf)
+    low = np.where(defined, kept, np.inf).min(axis=-1, initial=np.inf)
+    with np.errstate(invalid="ignore"):
+        return np.where(defined.sum(axis=-1) >= 2, high - low, np.nan)
+
+
+def _worst(differences: list[np.ndarray]) -> np.ndarray:
+    """Largest difference over attributes, ignoring undefined (NaN) ones; NaN if all are."""
+    stacked = np.stack(differences)
+    defined = np.isfinite(stacked)
+    worst = np.where(defined, stacked, -np.inf).max(axis=0)
+    return np.where(defined.any(axis=0), worst, np.nan)
+
+
+@dataclass(frozen=True)
+class _Grouping:
+    """One way of grouping the rows: an attribute, or the intersection of all attributes.
+
+    ``member`` maps each intersection group (the finest partition) to a group of this grouping,
+    so counts of this grouping are sums of intersection-group counts.
+    """
+
+    name: str
+    labels: list
+    member: np.ndarray
+
+    def aggregate(self, counts: np.ndarray) -> np.ndarray:
+        """Sum counts of shape (..., n_intersections, 4) into (..., n_groups, 4)."""
+        indicator = np.zeros((self.member.size, len(self.labels)))
+        indicator[np.arange(self.member.size), self.member] = 1.0
+        return np.swapaxes(np.swapaxes(counts, -1, -2) @ indicator, -1, -2)
+
+
+@dataclass(frozen=True)
+class _FairnessProblem:
+    """Validated inputs reduced to confusion-cell counts per intersection group."""
+
+    counts: np.ndarray  # (n_intersections, 4)
+    attributes: list  # _Grouping per attribute
+    intersection: _Grouping | None  # None for one attribute
+    min_group_size: int
+    pos_label: Any
+
+    def groupings(self) -> list[_Grouping]:
+        return self.attributes + ([] if self.intersection is None else [self.intersection])
+
+
+def _check_min_group_size(min_group_size: Any) -> int:
+    if isinstance(min_group_size, bool) or not isinstance(min_group_size, numbers.Integral):
+        raise TypeError(f"min_group_size must be a positive int, got {min_group_size!r}.")
+    if min_group_size < 1:
+        raise ValueError(
+            f"min_group_size must be at least 1, got {min_group_size}; pass 1 to report every "
+            f"group."
+        )
+    return int(min_group_size)
+
+
+def _intersections(codes: np.ndarray, n_groups: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Attribute codes of each present intersection group (sorted) and each row's index."""
+    try:
+        flat = np.ravel_multi_index(tuple(codes.T), n_groups)
+    except ValueError:  # more combinations than an index can hold
+        combos, inverse = np.unique(codes, axis=0, return_inverse=True)
+        return combos, inverse.reshape(-1)
+    fast = _factorize_small_ints(flat)  # O(n) for up to a million combinations
+    inverse, present = fast if fast is not None else np.unique(flat, return_inverse=True)[::-1]
+    present = np.asarray(present, dtype=np.intp)
+    return np.stack(np.unravel_index(present, n_groups), axis=1), inverse
+
+
+def _fairness_problem(y_true, y_pred, sensitive, pos_label, min_group_size) -> _FairnessProblem:
+    """Validate the inputs and count the confusion cells of each intersection group."""
+    min_group_size = _check_min_group_size(min_group_size)
+    actual = _positive_mask(y_true, "y_true", pos_label)
+    predicted = _positive_mask(y_pred, "y_pred", pos_label)
+    _check_same_length(y_true=actual, y_pred=predicted)
+    _reject_sparse(sensitive, "sensitive_features")
+    encoding, _ = encode_labels(sensitive, actual.shape[0])
+    combos, inverse = _intersections(encoding.codes, [len(g) for g in encoding.groups])
+    attributes = [
+        _Grouping(str(name), list(labels), combos[:, a])
+        for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True))
+    ]
+    intersection = None
+    if len(attributes) > 1:
+        labels = [
+            tuple(g.labels[c] for g, c in zip(attributes, row, strict=True)) for row in combos
+        ]
+        intersection = _Grouping("intersection", labels, np.arange(len(combos)))
+    counts = _cell_counts(inverse, len(combos), actual, predicted)
+    return _FairnessProblem(counts, attributes, intersection, min_group_size, pos_label)
+
+
+@dataclass(frozen=True)
+class GroupFairness:
+    """Fairness of one grouping of the rows (one attribute, or the intersection of all).
+
+    Attributes
+    ----------
+    dp_difference : float
+        ``max_g P(Yhat = 1 | g) - min_g P(Yhat = 1 | g)`` over the reported groups; NaN with
+        fewer than two.
+    eo_difference : float
+        ``max_g P(Yhat = 1 | Y = 1, g) - min_g ...`` over the reported groups with positives.
+    selection_rate, tpr : dict
+        Per reported group (TPR NaN for a group without positives).
+    group_size : dict
+        Rows per reported group.
+    suppressed : list
+        Groups with fewer than ``min_group_size`` rows: left out of everything above.
+    """
+
+    dp_difference: float
+    eo_difference: float
+    selection_rate: dict
+    tpr: dict
+    group_size: dict
+    suppressed: list
+
+
+@dataclass(frozen=True)
+class FairnessReport:
+    """Accuracy and group fairness of binary predictions; see :func:`group_fairness`.
+
+    Attributes
+    ----------
+    accuracy : float
+    dp_difference, eo_difference : float
+        Worst (largest) over the attributes of the per-attribute differences.
+    attributes : dict of str to GroupFairness
+        Per attribute (DataFrame column name, Series name, else ``sensitive_<j>``).
+    intersection : GroupFairness or None
+        Over the intersections of all attributes (None for one attribute); group keys are
+        tuples of labels.
+    notes : list of str
+        Why a value is undefined (NaN) and which groups were suppressed.
+    """
+
+    accuracy: float
+    dp_difference: float
+    eo_difference: float
+    attributes: dict
+    intersection: GroupFairness | None
+    notes: list
+
+    def _groupings(self) -> list[tuple[str, GroupFairness]]:
+        pairs = list(self.attributes.items())
+        return pairs + ([("intersection", self.intersection)] if self.intersection else [])
+
+    def as_metrics(self) -> dict[str, float]:
+        """Flat ``{name: value}`` for a metrics logger; undefined (NaN) values are left out.
+
+        Names: ``accuracy``, ``dp_difference``, ``eo_difference``, ``dp_difference.<attr>``,
+        ``eo_difference.<attr>``, ``dp_difference.intersection`` and
+        ``eo_difference.intersection`` (several attributes), ``selection_rate.<attr>:<group>``
+        and ``tpr.<attr>:<group>`` for each reported group (an intersection group is named
+        ``<attr1>:<group1>/<attr2>:<group2>``). Characters MLflow rejects become ``_``. Leaving
+        NaN out makes a threshold gate on an undefined difference fail instead of pass.
+        """
+        values = {
+            "accuracy": self.accuracy,
+            "dp_difference": self.dp_difference,
+            "eo_difference": self.eo_difference,
+        }
+        for name, grouping in self._groupings():
+            values[f"dp_difference.{name}"] = grouping.dp_difference
+            values[f"eo_difference.{name}"] = grouping.eo_difference
+        for name, grouping in self._groupings():
+            for group in grouping.group_size:
+                key = _group_name(name, group, self.attributes)
+                values[f"selection_rate.{key}"] = grouping.selection_rate[group]
+                values[f"tpr.{key}"] = grouping.tpr[group]
+        metrics = {}
+        for key, value in values.items():
+            safe = _UNSAFE_NAME.sub("_", key)
+            if safe in metrics:
+                raise ValueError(
+                    f"two metric names become {safe!r} once characters MLflow rejects are "
+                    f"replaced; rename the groups so their labels differ in letters or digits."
+                )
+            if np.isfinite(value):
+                metrics[safe] = float(value)
+        return metrics
+
+    def group_table(self) -> pd.DataFrame:
+        """One row per reported group: attribute, group, size, selection_rate, tpr.
+
+        An intersection group (attribute ``intersection``) is written
+        ``<attr1>:<group1>/<attr2>:<group2>``. Suppressed groups are not in the table; ``tpr`` is
+        NaN for a group without positives.
+        """
+        rows = [
+            {
+                "attribute": name,
+                "group": _group_label(name, group, self.attributes),
+                "size": size,
+                "selection_rate": grouping.selection_rate[group],
+                "tpr": grouping.tpr[group],
+            }
+            for name, grouping in self._groupings()
+            for group, size in grouping.group_size.items()
+        ]
+        columns = ["attribute", "group", "size", "selection_rate", "tpr"]
+        return pd.DataFrame(rows, columns=columns).astype({"size": np.int64})
+
+
+def _group_label(name: str, group: Any, attributes: dict) -> str:
+    """The label as text; an intersection group is ``<attr1>:<group1>/<attr2>:<group2>``."""
+    if name != "intersection":
+        return str(group)
+    return "/".join(f"{a}:{g}" for a, g in zip(attributes, group, strict=True))
+
+
+def _group_name(name: str, group: Any, attributes: dict) -> str:
+    """``<attr>:<group>`` of metric names; an intersection group is named by its label."""
+    label = _group_label(name, group, attributes)
+    return label if name == "intersection" else f"{name}:{label}"
+
+
+def _describe(problem: _FairnessProblem, grouping: _Grouping, notes: list) -> GroupFairness:
+    """Rates and differences of one grouping, with notes on suppressed and undefined values."""
+    size, selection, tpr = _rates(grouping.aggregate(problem.counts))
+    keep = size >= problem.min_group_size
+    reported = np.flatnonzero(keep)
+    labels = [grouping.labels[g] for g in reported]
+    result = GroupFairness(
+        dp_difference=float(_spread(selection, keep)),
+        eo_difference=float(_spread(tpr, keep)),
+        selection_rate={k: float(selection[g]) for k, g in zip(labels, reported, strict=True)},
+        tpr={k: float(tpr[g]) for k, g in zip(labels, reported, strict=True)},
+        group_size={k: int(size[g]) for k, g in zip(labels, reported, strict=True)},
+        suppressed=[grouping.labels[g] for g in np.flatnonzero(~keep)],
+    )
+    if result.suppressed:
+        notes.append(
+            f"{grouping.name}: {len(result.suppressed)} group(s) with fewer than "
+            f"min_group_size={problem.min_group_size} rows suppressed."
+        )
+    if np.isnan(result.dp_difference):
+        notes.append(
+            f"{grouping.name}: fewer than two groups with at least "
+            f"{problem.min_group_size} rows, so dp_difference.{grouping.name} and "
+            f"eo_difference.{grouping.name} are undefined."
+        )
+    elif np.isnan(result.eo_difference):
+        notes.append(
+            f"{grouping.name}: fewer than two reported groups have rows with y_true == "
+            f"{problem.pos_label!r}, so eo_difference.{grouping.name} is undefined."
+        )
+    return result
+
+
+def group_fairness(
+    y_true: Any, y_pred: Any, sensitive: Any, *, pos_label: Any = 1, min_group_size: int = 1
+) -> FairnessReport:
+    """Accuracy, selection rates, TPRs and DP / EO differences per attribute and intersection.
+
+    ``Delta_DP = max_g P(Yhat = 1 | g) - min_g P(Yhat = 1 | g)`` and ``Delta_EO`` the same spread
+    of ``P(Yhat = 1 | Y = 1, g)`` (Section 5.2 of the paper; for two groups the absolute
+    difference). Each attribute is treated on its own (its marginal groups); with several
+    attributes the report also covers their intersections (fairlearn's groups), and the
+    top-level differences are the worst over the attributes. Groups with fewer than
+    ``min_group_size`` rows are suppressed (left out of the differences and of every reported
+    value); a difference over fewer than two groups is NaN, with the reason in ``notes``.
+
+    Parameters
+    ----------
+    y_true, y_pred : array-like of shape (n_samples,)
+        Binary true labels and predictions.
+    sensitive : array-like of shape (n_samples,), 2-D array or DataFrame
+        Group labels: one attribute, or one column per attribute.
+    pos_label : hashable, default=1
+        The value meaning "positive" in both ``y_true`` and ``y_pred``.
+    min_group_size : int, default=1
+        Smallest group that is reported.
+
+    Returns
+    -------
+    FairnessReport
+
+    Raises
+    ------
+    ValueError
+        On missing values, mismatched lengths, non-binary labels or a bad ``pos_label``.
+
+    Examples
+    --------
+    >>> report = group_fairness([1, 1, 0, 1], [1, 0, 1, 1], ["a", "a", "b", "b"])
+    >>> report.dp_difference, report.attributes["sensitive_0"].tpr
+    (0.5, {'a': 0.5, 'b': 1.0})
+    """
+    problem = _fairness_problem(y_true, y_pred, sensitive, pos_label, min_group_size)
+    notes: list = []
+    attributes = {g.name: _describe(problem, g, notes) for g in problem.attributes}
+    intersection = None
+    if problem.intersection is not None:
+        intersection = _describe(problem, problem.intersection, notes)
+    counts = problem.counts.sum(axis=0)
+    differences = list(attributes.values())
+    return FairnessReport(
+        accuracy=float((counts[_TN] + counts[_TP]) / counts.sum()),
+        dp_difference=float(_worst([np.array(a.dp_difference) for a in differences])),
+        eo_difference=float(_worst([np.array(a.eo_difference) for a in differences])),
+        attributes=attributes,
+        intersection=intersection,
+        notes=notes,
+    )
+
+
+def _resampled_metrics(problem: _FairnessProblem, counts: np.ndarray) -> dict[str, np.ndarray]:
+    """Every difference and the accuracy of a batch of resampled counts (B, n_inter, 4)."""
+    total = counts.sum(axis=1)
+    values = {"accuracy": (total[:, _TN] + total[:, _TP]) / total.sum(axis=1)}
+    per_grouping = {}
+    for grouping in problem.groupings():
+        size, selection, tpr = _rates(grouping.aggregate(counts))
+        # Group sizes are the same in every resample (stratified by intersection group).
+        keep = size[0] >= problem.min_group_size
+        per_grouping[grouping.name] = (_spread(selection, keep), _spread(tpr, keep))
+    attribute_names = [g.name for g in problem.attributes]
+    values["dp_difference"] = _worst([per_grouping[n][0] for n in attribute_names])
+    values["eo_difference"] = _worst([per_grouping[n][1] for n in attribute_names])
+    for name, (dp, eo) in per_grouping.items():
+        values[f"dp_difference.{name}"] = dp
+        values[f"eo_difference.{name}"] = eo
+    return values
+
+
+def _check_bootstrap(n_resamples: Any, confidence: Any) -> None:
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, numbers.Integral):
+        raise TypeError(f"n_resamples must be an int, got {n_resamples!r}.")
+    if n_resamples < 2:
+        raise ValueError(f"n_resamples must be at least 2, got {n_resamples}; 1000 is typical.")
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
+        raise TypeError(f"confidence must be a float in (0, 1), got {confidence!r}.")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}.")
+
+
+def bootstrap_intervals(
+    y_true: Any,
+    y_pred: Any,
+    sensitive: Any,
+    *,
+    pos_label: Any = 1,
+    min_group_size: int = 1,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: Any = 0,
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap intervals of the accuracy and of every DP / EO difference.
+
+    Rows are resampled with replacement within each intersection group (stratified, so every
+    group keeps its size and the same groups are suppressed as in :func:`group_fairness`); the
+    predictions are kept (no refit). All metrics depend on the rows only through the counts of
+    the four confusion cells per intersection group, and resampling the ``n_g`` rows of group
+    ``g`` draws those counts from ``Multinomial(n_g, observed cell fractions)``, so the
+    resamples are drawn as one count matrix shared by all metrics: milliseconds for 1,000
+    resamples, whatever the number of rows. A resample in which a difference is undefined is
+    left out of that difference's interval.
+
+    Parameters
+    ----------
+    y_true, y_pred, sensitive, pos_label, min_group_size
+        As in :func:`group_fairness`.
+    n_resamples : int, default=1000
+        Number of bootstrap resamples (>= 2).
+    confidence : float, default=0.95
+        Coverage of the intervals, in (0, 1).
+    seed : int, numpy Generator or None, default=0
+        Seed of the resampling.
+
+    Returns
+    -------
+    intervals : dict
+        ``{name: (low, high)}`` for ``accuracy``, ``dp_difference``, ``eo_difference`` and
+        the per-attribute and intersection differences, named as in
+        :meth:`FairnessReport.as_metrics`; ``(nan, nan)`` where the difference is undefined.
+
+    Examples
+    --------
+    >>> y = [1, 0] * 50
+    >>> low, high = bootstrap_intervals(y, y, ["a"] * 50 + ["b"] * 50)["accuracy"]
+    >>> low, high
+    (1.0, 1.0)
+    """
+    problem = _fairness_problem(y_true, y_pred, sensitive, pos_label, min_group_size)
+    _check_bootstrap(n_resamples, confidence)
+    rng = np.random.default_rng(seed)
+    sizes = problem.counts.sum(axis=1).astype(np.int64)
+    fractions = problem.counts / sizes[:, None]
+    block = max(1, _BOOTSTRAP_BLOCK_ENTRIES // fractions.size)
+    batches = []
+    for start in range(0, n_resamples, block):
+        n_block = min(block, n_resamples - start)
+        draws = rng.multinomial(sizes, fractions, size=(n_block, sizes.size))
+        batches.append(_resampled_metrics(problem, draws.astype(np.float64)))
+    tail = (1.0 - confidence) / 2.0
+    intervals = {}
+    for name in batches[0]:
+        values = np.concatenate([batch[name] for batch in batches])
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            intervals[name] = (np.nan, np.nan)
+        else:
+            low, high = np.quantile(values, [tail, 1.0 - tail])
+            intervals[name] = (float(low), float(high))
+    return intervals
+
+
+def ci_metrics(intervals: dict, *, confidence: float = 0.95) -> dict[str, float]:
+    """Flatten :func:`bootstrap_intervals` into ``{"<name>.ci95_low": .., "<name>.ci95_high": ..}``.
+
+    The ``95`` is ``100 * confidence``; undefined (NaN) bounds are left out, as in
+    :meth:`FairnessReport.as_metrics`.
+
+    Examples
+    --------
+    >>> ci_metrics({"accuracy": (0.75, 0.875)})
+    {'accuracy.ci95_low': 0.75, 'accuracy.ci95_high': 0.875}
+    """
+    tag = f"ci{100 * confidence:g}"
+    flat = {}
+    for name, (low, high) in intervals.items():
+        if np.isfinite(low) and np.isfinite(high):
+            flat[f"{name}.{tag}_low"] = float(low)
+            flat[f"{name}.{tag}_high"] = float(high)
+    return flat
+
+
+def _legacy_group_rates(y_true, y_pred, sensitive_features, pos_label) -> list[tuple]:
+    """Per attribute (key, labels, selection rates, TPRs), for the functions below."""
+    predicted = _positive_mask(y_pred, "y_pred", pos_label)
+    actual = (
+        np.zeros_like(predicted) if y_true is None else _positive_mask(y_true, "y_true", pos_label)
+    )
+    _check_same_length(y_true=actual, y_pred=predicted)
+    attributes = _attributes(sensitive_features, predicted.shape[0], "sensitive_features")
+    out = []
+    for attribute in attributes:
+        counts = _cell_counts(attribute.codes, len(attribute.labels), actual, predicted)
+        _, selection, tpr = _rates(counts)
+        out.append((attribute, selection, tpr))
+    return out
+
+
+def _keyed(rates: list[tuple], column: int) -> dict:
+    """``{key: rate}`` of column 0 (selection rates) or 1 (TPRs) of the rates above."""
+    return {
+        attribute.key(g): float(values[column][g])
+        for attribute, *values in rates
+        for g in range(len(attribute.labels))
+    }
+
+
+def _require_positives(rates: list[tuple], pos_label: Any) -> None:
+    for attribute, _, tpr in rates:
+        missing = np.flatnonzero(np.isnan(tpr))
+        if missing.size:
+            raise ValueError(
+                f"group {attribute.key(int(missing[0]))!r} has no rows with y_true == "
+                f"{pos_label!r}, so its true positive rate is undefined; check pos_label or "
+                f"drop that group."
+            )
 
 
 def selection_rates(y_pred: Any, sensitive_features: Any, *, pos_label: Any = 1) -> dict:
@@ -826,13 +1308,7 @@ def selection_rates(y_pred: Any, sensitive_features: Any, *, pos_label: Any = 1)
     >>> selection_rates([1, 0, 1, 1], ["a", "a", "b", "b"])
     {'a': 0.5, 'b': 1.0}
     """
-    positive = _positive_mask(y_pred, "y_pred", pos_label)
-    attributes = _encode_sensitive(sensitive_features, positive.shape[0], "sensitive_features")
-    return {
-        attribute.key(g): float(positive[idx].mean())
-        for attribute in attributes
-        for g, idx in enumerate(attribute.members())
-    }
+    return _keyed(_legacy_group_rates(None, y_pred, sensitive_features, pos_label), 0)
 
 
 def true_positive_rates(
@@ -867,40 +1343,17 @@ def true_positive_rates(
     >>> true_positive_rates([1, 1, 0, 1, 1], [1, 0, 1, 1, 1], [0, 0, 0, 1, 1])
     {0: 0.5, 1: 1.0}
     """
-    actual = _positive_mask(y_true, "y_true", pos_label)
-    predicted = _positive_mask(y_pred, "y_pred", pos_label)
-    _check_same_length(y_true=actual, y_pred=predicted)
-    attributes = _encode_sensitive(sensitive_features, actual.shape[0], "sensitive_features")
-    rates = {}
-    for attribute in attributes:
-        for g, idx in enumerate(attribute.members()):
-            positives = idx[actual[idx]]
-            if positives.size == 0:
-                raise ValueError(
-                    f"group {attribute.key(g)!r} has no rows with y_true == {pos_label!r}, so "
-                    f"its true positive rate is undefined; check pos_label or drop that group."
-                )
-            rates[attribute.key(g)] = float(predicted[positives].mean())
-    return rates
+    rates = _legacy_group_rates(y_true, y_pred, sensitive_features, pos_label)
+    _require_positives(rates, pos_label)
+    return _keyed(rates, 1)
 
 
-def _max_spread(rates: dict, attributes_are_keyed: bool) -> float:
-    """max - min of the rates, per attribute when keys are (attribute, label) pairs."""
-    if not attributes_are_keyed:
-        values = list(rates.values())
-        return float(max(values) - min(values))
-    by_attribute: dict = {}
-    for (attribute, _), rate in rates.items():
-        by_attribute.setdefault(attribute, []).append(rate)
-    return float(max(max(v) - min(v) for v in by_attribute.values()))
-
-
-def _is_multi_attribute(sensitive_features: Any) -> bool:
-    if isinstance(sensitive_features, pd.DataFrame):
-        return True
-    if isinstance(sensitive_features, pd.Series):
-        return False
-    return np.ndim(sensitive_features) == 2
+def _largest_spread(rates: list[tuple], column: int) -> float:
+    """max - min over the groups of each attribute, then the max over attributes."""
+    return max(
+        float(_spread(values[column], np.ones(len(attribute.labels), dtype=bool)))
+        for attribute, *values in rates
+    )
 
 
 def demographic_parity_difference(
@@ -936,8 +1389,7 @@ def demographic_parity_difference(
     >>> demographic_parity_difference([1, 0, 1, 1], ["a", "a", "b", "b"])
     0.5
     """
-    rates = selection_rates(y_pred, sensitive_features, pos_label=pos_label)
-    return _max_spread(rates, _is_multi_attribute(sensitive_features))
+    return _largest_spread(_legacy_group_rates(None, y_pred, sensitive_features, pos_label), 0)
 
 
 def equal_opportunity_difference(
@@ -974,8 +1426,9 @@ def equal_opportunity_difference(
     >>> equal_opportunity_difference([1, 1, 0, 1, 1], [1, 0, 1, 1, 1], [0, 0, 0, 1, 1])
     0.5
     """
-    rates = true_positive_rates(y_true, y_pred, sensitive_features, pos_label=pos_label)
-    return _max_spread(rates, _is_multi_attribute(sensitive_features))
+    rates = _legacy_group_rates(y_true, y_pred, sensitive_features, pos_label)
+    _require_positives(rates, pos_label)
+    return _largest_spread(rates, 1)
 
 
 def accuracy(y_true: Any, y_pred: Any) -> float:

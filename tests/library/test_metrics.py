@@ -348,9 +348,9 @@ BAD_INPUTS = [
     # (call, exception, message fragment)
     (lambda: mmd_squared(R_NAN, Z_OK), ValueError, "NaN or infinity"),
     (lambda: mmd_squared(R_INF, Z_OK), ValueError, "NaN or infinity"),
-    (lambda: mmd_squared(R_OK, Z_OK[:5]), ValueError, "5 rows but the data has 6"),
+    (lambda: mmd_squared(R_OK, Z_OK[:5]), ValueError, "5 rows but X has 6"),
     (lambda: mmd_squared(R_OK, np.zeros(6)), ValueError, "single group"),
-    (lambda: mmd_squared(R_OK, [0, 0, None, 1, 1, 1]), ValueError, "missing labels"),
+    (lambda: mmd_squared(R_OK, [0, 0, None, 1, 1, 1]), ValueError, "missing value"),
     (lambda: mmd_squared(R_OK, Z_OK, sigma=0.0), ValueError, "positive finite"),
     (lambda: mmd_squared(R_OK, Z_OK, sigma=-1.0), ValueError, "positive finite"),
     (lambda: mmd_squared(R_OK, Z_OK, sigma=np.inf), ValueError, "positive finite"),
@@ -360,8 +360,8 @@ BAD_INPUTS = [
     (lambda: mmd_squared([["a", "b"]] * 6, Z_OK), TypeError, "must be numeric"),
     (lambda: mmd_squared(scipy.sparse.csr_matrix(R_OK), Z_OK), TypeError, "toarray"),
     (lambda: mmd_squared(np.empty((0, 2)), []), ValueError, "is empty"),
-    (lambda: mmd_squared(R_OK, 1), TypeError, "got a scalar"),
-    (lambda: mmd_squared(R_OK, np.zeros((6, 1, 1))), ValueError, "got 3 dimensions"),
+    (lambda: mmd_squared(R_OK, 1), TypeError, "got the scalar"),
+    (lambda: mmd_squared(R_OK, np.zeros((6, 1, 1))), ValueError, "with 3 dimensions"),
     (lambda: mmd_squared(R_OK, np.zeros((6, 0))), ValueError, "no columns"),
     (lambda: mmd_squared(np.zeros((6, 2)), Z_OK), ValueError, "median pairwise"),
     (lambda: median_heuristic_sigma([[1.0, 2.0]]), ValueError, "at least two points"),
@@ -381,7 +381,7 @@ BAD_INPUTS = [
     (lambda: selection_rates([0.1, 0.9, 0.4, 0.2, 0.3, 0.6], Z_OK), ValueError, "threshold"),
     (lambda: selection_rates(["n", "y"] * 3, Z_OK), ValueError, "pos_label=1 is not one"),
     (lambda: selection_rates([0, 1, np.nan, 0, 1, 1], Z_OK), ValueError, "missing values"),
-    (lambda: selection_rates(Y_OK, Z_OK[:4]), ValueError, "4 rows but the data has 6"),
+    (lambda: selection_rates(Y_OK, Z_OK[:4]), ValueError, "4 rows but X has 6"),
     (lambda: selection_rates(np.ones((6, 2)), Z_OK), ValueError, "must be 1-D"),
     (lambda: demographic_parity_difference(Y_OK, ["a"] * 6), ValueError, "single group"),
     (lambda: demographic_parity_difference([], []), ValueError, "is empty"),
@@ -394,7 +394,7 @@ BAD_INPUTS = [
     (lambda: group_reconstruction_error(R_OK, U_OK, Z_OK, mean=[0.0]), ValueError, "shape (2,)"),
     (lambda: group_reconstruction_error(R_OK, U_OK.T, Z_OK), ValueError, "transposed"),
     (lambda: group_reconstruction_error(R_OK, PCA(), Z_OK), NotFittedError, "not fitted"),
-    (lambda: group_mean_gap(R_OK, Z_OK[::-1][:3]), ValueError, "3 rows but the data has 6"),
+    (lambda: group_mean_gap(R_OK, Z_OK[::-1][:3]), ValueError, "3 rows but X has 6"),
     (lambda: group_mean_gap(np.full((6, 2), "x"), Z_OK), TypeError, "must be numeric"),
 ]
 
@@ -449,3 +449,206 @@ def test_pca_rows_of_tables_1_to_3_reproduced(dataset):
         assert round(np.std(variance[k]), 2) == var_std  # population std, as the paper
         assert round(np.mean(mmd[k]), 3) == mmd_mean
         assert round(np.std(mmd[k]), 3) == mmd_std
+
+
+# ------------------------------------------------------------------ group_fairness / bootstrap
+
+
+def _random_audit(rng, n, n_attributes):
+    """Random binary labels/predictions and 1-3 attributes with unequal (some small) groups."""
+    columns = {}
+    for a in range(n_attributes):
+        m = int(rng.integers(2, 5))
+        weights = rng.dirichlet(np.ones(m)) + 0.02
+        columns[f"attr{a}"] = rng.choice([f"g{j}" for j in range(m)], n, p=weights / weights.sum())
+    y_true, y_pred = rng.integers(0, 2, n), rng.integers(0, 2, n)
+    return y_true, y_pred, pd.DataFrame(columns)
+
+
+def _loop_grouping(y_true, y_pred, keys, min_group_size):
+    """Independent per-group rates and differences of one grouping, by plain loops."""
+    selection, tpr, size = {}, {}, {}
+    for key in sorted(set(keys)):
+        rows = [i for i, k in enumerate(keys) if k == key]
+        if len(rows) < min_group_size:
+            continue
+        size[key] = len(rows)
+        selection[key] = sum(y_pred[i] == 1 for i in rows) / len(rows)
+        positives = [i for i in rows if y_true[i] == 1]
+        tpr[key] = sum(y_pred[i] == 1 for i in positives) / len(positives) if positives else None
+    defined = [v for v in tpr.values() if v is not None]
+    dp = max(selection.values()) - min(selection.values()) if len(selection) > 1 else math.nan
+    eo = max(defined) - min(defined) if len(defined) > 1 else math.nan
+    return selection, tpr, size, dp, eo
+
+
+def _assert_grouping(result, expected):
+    selection, tpr, size, dp, eo = expected
+    assert result.group_size == size
+    assert result.selection_rate == pytest.approx(selection, abs=1e-12)
+    assert {k: (None if math.isnan(v) else v) for k, v in result.tpr.items()} == pytest.approx(
+        tpr, abs=1e-12
+    )
+    _assert_same(result.dp_difference, dp)
+    _assert_same(result.eo_difference, eo)
+
+
+def _assert_same(value, reference):
+    """Equal to 1e-12, or both NaN (undefined)."""
+    assert (math.isnan(value) and math.isnan(reference)) or abs(value - reference) <= 1e-12
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n_attributes", [1, 2, 3])
+def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
+    from fairlearn.metrics import MetricFrame, selection_rate
+
+    rng = np.random.default_rng(seed)
+    n, min_group_size = int(rng.integers(100, 400)), int(rng.integers(1, 25))
+    y_true, y_pred, frame = _random_audit(rng, n, n_attributes)
+    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=min_group_size)
+    assert report.accuracy == pytest.approx(np.mean(y_true == y_pred), abs=1e-15)
+    worst = {"dp": [], "eo": []}
+    for column in frame.columns:
+        expected = _loop_grouping(y_true, y_pred, list(frame[column]), min_group_size)
+        _assert_grouping(report.attributes[column], expected)
+        worst["dp"].append(expected[3])
+        worst["eo"].append(expected[4])
+    for value, candidates in (
+        (report.dp_difference, worst["dp"]),
+        (report.eo_difference, worst["eo"]),
+    ):
+        defined = [v for v in candidates if not math.isnan(v)]
+        _assert_same(value, max(defined) if defined else math.nan)
+    if n_attributes == 1:
+        assert report.intersection is None
+        return
+    keys = list(zip(*(frame[c] for c in frame.columns), strict=True))
+    _assert_grouping(report.intersection, _loop_grouping(y_true, y_pred, keys, min_group_size))
+    unsuppressed = metrics.group_fairness(y_true, y_pred, frame).intersection
+    fairlearn_frame = MetricFrame(
+        metrics=selection_rate, y_true=y_true, y_pred=y_pred, sensitive_features=frame
+    )
+    assert unsuppressed.dp_difference == pytest.approx(fairlearn_frame.difference(), abs=1e-12)
+
+
+def test_group_fairness_as_metrics_names_and_suppression():
+    # sex: F 40 rows, M 40 rows, X 5 rows (suppressed at min_group_size=30).
+    sex = np.array(["F"] * 40 + ["M"] * 40 + ["X"] * 5)
+    y_true = np.tile([1, 0], 43)[:85]
+    y_pred = np.concatenate([np.ones(30), np.zeros(10), np.ones(10), np.zeros(30), np.ones(5)])
+    report = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=30)
+    sex_report = report.attributes["sex"]
+    assert sex_report.suppressed == ["X"]
+    assert sex_report.group_size == {"F": 40, "M": 40}
+    assert sex_report.selection_rate == {"F": 0.75, "M": 0.25}
+    assert report.dp_difference == 0.5
+    names = report.as_metrics()
+    assert set(names) == {
+        "accuracy", "dp_difference", "eo_difference", "dp_difference.sex", "eo_difference.sex",
+        "selection_rate.sex:F", "selection_rate.sex:M", "tpr.sex:F", "tpr.sex:M",
+    }  # fmt: skip
+    assert not any("X" in name for name in names)
+    assert list(report.group_table()["group"]) == ["F", "M"]
+    assert "1 group(s) with fewer than min_group_size=30 rows suppressed" in report.notes[0]
+    # Fewer than two groups left: NaN, the reason in notes, and the name left out.
+    tiny = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=41)
+    assert math.isnan(tiny.dp_difference) and math.isnan(tiny.attributes["sex"].eo_difference)
+    assert "dp_difference" not in tiny.as_metrics()
+    assert any("fewer than two groups with at least 41 rows" in note for note in tiny.notes)
+    # Several attributes: intersection names, characters MLflow rejects replaced by "_".
+    frame = pd.DataFrame({"sex": sex, "age": np.where(np.arange(85) % 3, "<=40", ">40")})
+    several = metrics.group_fairness(y_true, y_pred, frame).as_metrics()
+    assert {"dp_difference.intersection", "selection_rate.sex:F/age:__40"} <= set(several)
+    assert several["dp_difference.age"] == pytest.approx(
+        demographic_parity_difference(y_pred, frame["age"]), abs=1e-15
+    )
+
+
+def test_legacy_functions_agree_with_group_fairness():
+    rng = np.random.default_rng(7)
+    y_true, y_pred, frame = _random_audit(rng, 300, 2)
+    report = metrics.group_fairness(y_true, y_pred, frame)
+    assert demographic_parity_difference(y_pred, frame) == report.dp_difference
+    assert equal_opportunity_difference(y_true, y_pred, frame) == report.eo_difference
+    rates = selection_rates(y_pred, frame)
+    for column in frame.columns:
+        for group, rate in report.attributes[column].selection_rate.items():
+            assert rates[column, group] == rate
+
+
+def test_bootstrap_intervals_cover_the_true_difference():
+    # Two groups with known selection rates 0.3 / 0.45 and TPRs 0.6 / 0.7: DP 0.15, EO 0.1.
+    rng = np.random.default_rng(2026)
+    n_group, covered = 400, {"dp_difference": 0, "eo_difference": 0}
+    for _ in range(200):
+        group = np.repeat([0, 1], n_group)
+        y_true = rng.random(2 * n_group) < 0.5
+        tpr = np.where(group == 0, 0.6, 0.7)
+        fpr = np.where(group == 0, 0.0, 0.2)  # selection 0.5 * tpr + 0.5 * fpr
+        y_pred = rng.random(2 * n_group) < np.where(y_true, tpr, fpr)
+        intervals = metrics.bootstrap_intervals(y_true, y_pred, group, n_resamples=400, seed=rng)
+        for name, truth in (("dp_difference", 0.15), ("eo_difference", 0.1)):
+            low, high = intervals[name]
+            covered[name] += low <= truth <= high
+    for name, count in covered.items():
+        assert 0.90 <= count / 200 <= 0.99, (name, count)
+
+
+def test_bootstrap_intervals_match_a_row_bootstrap_and_are_deterministic():
+    rng = np.random.default_rng(3)
+    y_true, y_pred, frame = _random_audit(rng, 600, 2)
+    options = {"min_group_size": 20, "n_resamples": 4000}
+    intervals = metrics.bootstrap_intervals(y_true, y_pred, frame, seed=1, **options)
+    assert intervals == metrics.bootstrap_intervals(y_true, y_pred, frame, seed=1, **options)
+    assert intervals != metrics.bootstrap_intervals(y_true, y_pred, frame, seed=2, **options)
+    # Independent: resample rows (stratified by intersection group), recompute by numpy.
+    _, key = np.unique(frame.astype(str).agg("/".join, axis=1), return_inverse=True)
+    _, attr0 = np.unique(frame["attr0"], return_inverse=True)
+    strata = [np.flatnonzero(key == k) for k in range(key.max() + 1)]
+    row_rng = np.random.default_rng(0)
+    values = {"accuracy": [], "dp_difference.attr0": [], "eo_difference.intersection": []}
+    for _ in range(2000):
+        rows = np.concatenate([row_rng.choice(idx, idx.size) for idx in strata])
+        t, p = y_true[rows], y_pred[rows]
+        values["accuracy"].append(np.mean(t == p))
+        sizes = np.bincount(attr0[rows])
+        rates = (np.bincount(attr0[rows], weights=p) / sizes)[sizes >= 20]
+        values["dp_difference.attr0"].append(rates.max() - rates.min())
+        positives = np.bincount(key[rows], weights=t, minlength=len(strata))
+        kept = (positives > 0) & (np.bincount(key[rows], minlength=len(strata)) >= 20)
+        tprs = np.bincount(key[rows], weights=t * p, minlength=len(strata))[kept] / positives[kept]
+        values["eo_difference.intersection"].append(tprs.max() - tprs.min())
+    for name, samples in values.items():
+        reference = np.nanquantile(samples, [0.025, 0.975])
+        assert intervals[name] == pytest.approx(tuple(reference), abs=0.012), name
+    assert metrics.ci_metrics({"accuracy": intervals["accuracy"]}) == {
+        "accuracy.ci95_low": intervals["accuracy"][0],
+        "accuracy.ci95_high": intervals["accuracy"][1],
+    }
+
+
+def test_group_fairness_and_bootstrap_are_vectorised():
+    import time
+
+    rng = np.random.default_rng(0)
+    y_true, y_pred, frame = _random_audit(rng, 200_000, 3)
+    start = time.perf_counter()
+    metrics.group_fairness(y_true, y_pred, frame, min_group_size=30)
+    metrics.bootstrap_intervals(y_true, y_pred, frame, min_group_size=30, n_resamples=1000)
+    assert time.perf_counter() - start < 2.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "fragment"),
+    [
+        ({"min_group_size": 0}, ValueError, "min_group_size must be at least 1"),
+        ({"min_group_size": 2.5}, TypeError, "positive int"),
+        ({"n_resamples": 1}, ValueError, "at least 2"),
+        ({"confidence": 1.5}, ValueError, "strictly between 0 and 1"),
+        ({"pos_label": "yes"}, ValueError, "pos_label='yes' is not one"),
+    ],
+)
+def test_bootstrap_bad_input(kwargs, error, fragment):
+    with pytest.raises(error, match=re.escape(fragment)):
+        metrics.bootstrap_intervals(Y_OK, Y_OK, Z_OK, **kwargs)

@@ -1,0 +1,266 @@
+"""The ``fairness`` MLflow model evaluator: group fairness of any classifier MLflow can load.
+
+Registered through the ``mlflow.model_evaluator`` entry point of the ``fairpca[audit]`` install,
+so that, with no import of this module::
+
+    mlflow.models.evaluate(model_uri, data, targets="label", model_type="classifier",
+                           evaluators=["default", "fairness"],
+                           evaluator_config={"fairness": {"sensitive_features": ["sex", "race"],
+                                                          "pos_label": 1}})
+
+logs the metrics of :func:`fairpca.metrics.group_fairness` under the names of
+:meth:`fairpca.metrics.FairnessReport.as_metrics` (``accuracy``, ``dp_difference``,
+``eo_difference``, ``dp_difference.<attr>``, ``selection_rate.<attr>:<group>``, ...), their
+bootstrap intervals as ``<metric>.ci95_low`` / ``<metric>.ci95_high``, and three artifacts: the
+per-group table (``fairness_groups.json``, ``fairness_groups.csv``) and a plot of the per-group
+rates (``fairness_rates.png``). Groups below ``min_group_size`` rows are suppressed everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
+from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
+from mlflow.models.evaluation.artifacts import (
+    CsvEvaluationArtifact,
+    ImageEvaluationArtifact,
+    JsonEvaluationArtifact,
+)
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
+from mlflow.tracking import MlflowClient
+from mlflow.tracking.artifact_utils import get_artifact_uri
+
+from fairpca.metrics import FairnessReport, bootstrap_intervals, ci_metrics, group_fairness
+
+__all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
+
+# evaluator_config keys of the "fairness" evaluator and their defaults (None: required).
+CONFIG_DEFAULTS: dict[str, Any] = {
+    "sensitive_features": None,
+    "pos_label": 1,
+    "min_group_size": 30,
+    "n_resamples": 1000,
+    "confidence": 0.95,
+    "seed": 0,
+}
+ARTIFACT_FILES = {
+    "fairness_groups_json": "fairness_groups.json",
+    "fairness_groups_csv": "fairness_groups.csv",
+    "fairness_rates": "fairness_rates.png",
+}
+
+
+def _invalid(message: str) -> MlflowException:
+    return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
+    """The evaluator's settings: ``CONFIG_DEFAULTS`` updated by ``evaluator_config``."""
+    given = dict(evaluator_config or {})
+    unknown = sorted(set(given) - set(CONFIG_DEFAULTS))
+    if unknown:
+        raise _invalid(
+            f"unknown evaluator_config key(s) {unknown} for the 'fairness' evaluator; the keys "
+            f"are {sorted(CONFIG_DEFAULTS)}."
+        )
+    config = {**CONFIG_DEFAULTS, **given}
+    names = config["sensitive_features"]
+    if isinstance(names, str):
+        names = [names]
+    if not names or not all(isinstance(name, str) for name in names):
+        raise _invalid(
+            "the 'fairness' evaluator needs evaluator_config={'fairness': "
+            "{'sensitive_features': ['<column>', ...]}} naming the sensitive columns of data; "
+            f"got sensitive_features={config['sensitive_features']!r}."
+        )
+    config["sensitive_features"] = list(names)
+    return config
+
+
+def sensitive_columns(features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """The sensitive columns of the evaluation data; a clear error names any that is missing."""
+    present = [str(column) for column in features.columns]
+    missing = [name for name in names if name not in present]
+    if missing:
+        raise _invalid(
+            f"sensitive feature column(s) {missing} not found in the evaluation data; its "
+            f"columns are {present}. Add them to data (and keep them in feature_names if you "
+            f"pass feature_names)."
+        )
+    return features[names]
+
+
+def model_input(model: Any, features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """The features without the sensitive columns, unless the model's signature asks for them."""
+    schema = model.metadata.get_input_schema() if getattr(model, "metadata", None) else None
+    wanted = set(schema.input_names()) if schema is not None and schema.has_input_names() else set()
+    return features.drop(columns=[name for name in names if name not in wanted])
+
+
+def _prediction_vector(output: Any, column: str | None) -> np.ndarray:
+    """The predicted labels from a model output (array, Series, one-column or named frame)."""
+    if isinstance(output, pd.DataFrame):
+        if column is None and output.shape[1] != 1:
+            raise _invalid(
+                f"the model returns {output.shape[1]} columns {list(output.columns)}; name the "
+                f"predicted label column with mlflow.models.evaluate(..., predictions='<col>')."
+            )
+        output = output[column] if column is not None else output.iloc[:, 0]
+    return np.asarray(output)  # group_fairness checks it is one binary label per row
+
+
+def fairness_metrics(
+    y_true: Any, y_pred: Any, sensitive: pd.DataFrame, config: dict[str, Any]
+) -> tuple[dict[str, float], FairnessReport]:
+    """Metrics (``as_metrics()`` names plus ``.ci95_low/high``) and the report behind them."""
+    options = {"pos_label": config["pos_label"], "min_group_size": config["min_group_size"]}
+    report = group_fairness(y_true, y_pred, sensitive, **options)
+    intervals = bootstrap_intervals(
+        y_true,
+        y_pred,
+        sensitive,
+        n_resamples=config["n_resamples"],
+        confidence=config["confidence"],
+        seed=config["seed"],
+        **options,
+    )
+    metrics = report.as_metrics()
+    # Only intervals of logged metrics: an undefined point value has no interval either.
+    bounds = ci_metrics(intervals, confidence=config["confidence"])
+    metrics.update({k: v for k, v in bounds.items() if k.rsplit(".", 1)[0] in metrics})
+    return metrics, report
+
+
+def plot_group_rates(table: pd.DataFrame, path: Path) -> Path:
+    """Bar chart of the selection rate and TPR of every reported group, one panel per grouping."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    groupings = list(dict.fromkeys(table["attribute"])) or ["(no group reported)"]
+    figure = Figure(figsize=(7, 2.6 * len(groupings)), layout="constrained")
+    FigureCanvasAgg(figure)
+    for axes, name in zip(
+        figure.subplots(len(groupings), 1, squeeze=False)[:, 0], groupings, strict=True
+    ):
+        rows = table[table["attribute"] == name]
+        positions = np.arange(len(rows))
+        axes.bar(positions - 0.2, rows["selection_rate"], 0.4, label="selection rate")
+        axes.bar(positions + 0.2, rows["tpr"].fillna(0.0), 0.4, label="true positive rate")
+        axes.set_xticks(positions, [str(g) for g in rows["group"]], rotation=20, ha="right")
+        axes.set_ylim(0.0, 1.0)
+        axes.set_title(name)
+        axes.legend(loc="upper right", fontsize="small")
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def write_artifacts(report: FairnessReport, config: dict[str, Any], directory: Path) -> dict:
+    """Write the per-group table (JSON, CSV) and the rates plot; ``{artifact name: path}``."""
+    table = report.group_table()
+    paths = {name: directory / file for name, file in ARTIFACT_FILES.items()}
+    groups = [
+        {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        for row in table.to_dict(orient="records")
+    ]
+    content = {
+        "min_group_size": config["min_group_size"],
+        "pos_label": config["pos_label"],
+        "groups": groups,
+        "notes": report.notes,
+    }
+    paths["fairness_groups_json"].write_text(json.dumps(content, indent=2, default=str))
+    table.to_csv(paths["fairness_groups_csv"], index=False)
+    plot_group_rates(table, paths["fairness_rates"])
+    return paths
+
+
+class FairnessEvaluator(ModelEvaluator):
+    """MLflow evaluator ``fairness``: DP / EO differences, per-group rates and intervals.
+
+    ``evaluator_config`` keys (see ``CONFIG_DEFAULTS``): ``sensitive_features`` (required; the
+    column names in ``data``), ``pos_label`` (1), ``min_group_size`` (30), ``n_resamples``
+    (1000), ``confidence`` (0.95) and ``seed`` (0). The sensitive columns are passed to the
+    model only if its signature names them.
+    """
+
+    name = "fairness"
+
+    @classmethod
+    def can_evaluate(cls, *, model_type, evaluator_config, **kwargs) -> bool:
+        return model_type == "classifier"
+
+    def evaluate(
+        self,
+        *,
+        model_type,
+        dataset,
+        run_id,
+        evaluator_config,
+        model=None,
+        extra_metrics=None,
+        custom_artifacts=None,
+        predictions=None,
+        model_id=None,
+        **kwargs,
+    ) -> EvaluationResult:
+        config = read_config(evaluator_config)
+        if dataset.labels_data is None:
+            raise _invalid("the 'fairness' evaluator needs the true labels: pass targets=.")
+        features = dataset.features_data
+        sensitive = sensitive_columns(features, config["sensitive_features"])
+        if model is not None:
+            output = model.predict(model_input(model, features, config["sensitive_features"]))
+            y_pred = _prediction_vector(output, predictions)
+        elif dataset.predictions_data is not None:
+            y_pred = _prediction_vector(dataset.predictions_data, None)
+        else:
+            raise _invalid("the 'fairness' evaluator needs a model or a predictions column.")
+        metrics, report = fairness_metrics(dataset.labels_data, y_pred, sensitive, config)
+        client = MlflowClient()
+        self._log_metrics(client, run_id, model_id, dataset, metrics)
+        artifacts = self._log_artifacts(client, run_id, report, config)
+        return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)
+
+    @staticmethod
+    def _log_metrics(client, run_id, model_id, dataset, metrics: dict[str, float]) -> None:
+        timestamp = int(time.time() * 1000)
+        batch = [
+            Metric(
+                key=key,
+                value=value,
+                timestamp=timestamp,
+                step=0,
+                model_id=model_id,
+                dataset_name=dataset.name,
+                dataset_digest=dataset.digest,
+                run_id=run_id,
+            )
+            for key, value in metrics.items()
+        ]
+        for start in range(0, len(batch), 1000):  # MLflow's log_batch limit
+            client.log_batch(run_id, metrics=batch[start : start + 1000])
+
+    @staticmethod
+    def _log_artifacts(client, run_id, report, config) -> dict:
+        kinds = {
+            "fairness_groups_json": JsonEvaluationArtifact,
+            "fairness_groups_csv": CsvEvaluationArtifact,
+            "fairness_rates": ImageEvaluationArtifact,
+        }
+        artifacts = {}
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, path in write_artifacts(report, config, Path(tmp)).items():
+                client.log_artifact(run_id, str(path))
+                artifact = kinds[name](uri=get_artifact_uri(run_id, path.name))
+                artifact._load(str(path))
+                artifacts[name] = artifact
+        return artifacts

@@ -1,0 +1,192 @@
+"""The ``fairness`` MLflow evaluator, through its entry point, on real models logged with
+``mlflow.sklearn`` to a real MLflow SQLite store: metrics equal a direct computation, artifacts,
+MetricThreshold gates, several attributes, the sensitive-column rules and clear errors."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow.exceptions import MlflowException  # noqa: E402
+from mlflow.models import MetricThreshold, infer_signature  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+
+DP_GATE = {"dp_difference": MetricThreshold(threshold=0.05, greater_is_better=False)}
+
+
+@pytest.fixture(scope="module")
+def tracking(mlflow_store, tmp_path_factory):
+    """The session's store as the current tracking URI, with artifacts in a temp folder."""
+    uri, client = mlflow_store
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    artifacts = tmp_path_factory.mktemp("evaluator-artifacts")
+    experiment = client.create_experiment(f"evaluator-{uuid.uuid4().hex}", artifacts.as_uri())
+    mlflow.set_experiment(experiment_id=experiment)
+    yield client
+    mlflow.set_tracking_uri(previous)
+
+
+def audit_data(seed: int = 0, n: int = 2000) -> pd.DataFrame:
+    """Two features, a label, sex (F/M) and race (a/b/c; c has 10 rows).
+
+    ``x_fair`` has the same values in both sexes (each value once per sex), ``x_proxy`` is
+    sex plus noise, and the label depends on both.
+    """
+    rng = np.random.default_rng(seed)
+    half = rng.normal(size=n // 2)
+    sex = np.repeat(["F", "M"], n // 2)
+    code = (sex == "M").astype(int)
+    race = rng.choice(["a", "b"], n)
+    race[rng.choice(n, 10, replace=False)] = "c"
+    frame = pd.DataFrame(
+        {
+            "x_fair": np.concatenate([half, half]),
+            "x_proxy": code + 0.3 * rng.normal(size=n),
+            "sex": sex,
+            "race": race,
+        }
+    )
+    frame["label"] = (frame["x_fair"] + 1.5 * code + 0.5 * rng.normal(size=n) > 0.75).astype(int)
+    return frame
+
+
+def log_model(frame: pd.DataFrame, columns: list[str], *, signature: bool = True) -> str:
+    """Fit a LogisticRegression on ``columns`` and log it with mlflow.sklearn; its model URI."""
+    model = LogisticRegression().fit(frame[columns], frame["label"])
+    sig = infer_signature(frame[columns], model.predict(frame[columns])) if signature else None
+    with mlflow.start_run():
+        # Declared requirements: inferring them costs a subprocess and ~10 s per model.
+        info = mlflow.sklearn.log_model(
+            model, name="model", signature=sig, pip_requirements=["scikit-learn"]
+        )
+    return info.model_uri
+
+
+def evaluate(model_uri: str, frame: pd.DataFrame, **config):
+    config.setdefault("sensitive_features", ["sex", "race"])
+    with mlflow.start_run() as run:
+        result = mlflow.models.evaluate(
+            model_uri,
+            frame,
+            targets="label",
+            model_type="classifier",
+            evaluators=["fairness"],
+            evaluator_config={"fairness": config},
+        )
+    return result, run.info.run_id
+
+
+def direct_differences(y_true, y_pred, groups) -> tuple[float, float]:
+    """DP and EO differences by plain numpy over the given groups (no suppression)."""
+    labels = np.unique(groups)
+    selection = [np.mean(y_pred[groups == g] == 1) for g in labels]
+    tpr = [np.mean(y_pred[(groups == g) & (y_true == 1)] == 1) for g in labels]
+    return max(selection) - min(selection), max(tpr) - min(tpr)
+
+
+def test_found_through_the_installed_entry_point():
+    points = importlib.metadata.entry_points(group="mlflow.model_evaluator")
+    assert {p.name: p.value for p in points}["fairness"] == (
+        "tasks.mlflow_evaluator:FairnessEvaluator"
+    )
+    # A fresh interpreter that never imports tasks: MLflow's registry resolves "fairness".
+    code = (
+        "import sys\n"
+        "from mlflow.models.evaluation.evaluator_registry import _model_evaluation_registry as r\n"
+        "evaluator = r.get_evaluator('fairness')\n"
+        "print(type(evaluator).__module__, type(evaluator).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["tasks.mlflow_evaluator", "FairnessEvaluator"]
+
+
+def test_metrics_equal_a_direct_computation_and_artifacts_are_logged(tracking, tmp_path):
+    frame = audit_data()
+    features = ["x_fair", "x_proxy"]
+    uri = log_model(frame, features)
+    result, run_id = evaluate(uri, frame)
+    y_pred = mlflow.sklearn.load_model(uri).predict(frame[features])
+    y_true = frame["label"].to_numpy()
+    dp_sex, eo_sex = direct_differences(y_true, y_pred, frame["sex"].to_numpy())
+    kept = frame["race"].to_numpy() != "c"  # race "c" has 10 < 30 rows: suppressed
+    dp_race, eo_race = direct_differences(
+        y_true[kept], y_pred[kept], frame["race"][kept].to_numpy()
+    )
+    metrics = result.metrics
+    assert abs(metrics["dp_difference.sex"] - dp_sex) <= 1e-12
+    assert abs(metrics["eo_difference.sex"] - eo_sex) <= 1e-12
+    assert abs(metrics["dp_difference.race"] - dp_race) <= 1e-12
+    assert abs(metrics["dp_difference"] - max(dp_sex, dp_race)) <= 1e-12
+    assert abs(metrics["eo_difference"] - max(eo_sex, eo_race)) <= 1e-12
+    assert abs(metrics["accuracy"] - np.mean(y_pred == y_true)) <= 1e-12
+    assert metrics["selection_rate.sex:F"] == np.mean(y_pred[frame["sex"] == "F"])
+    assert "dp_difference.intersection" in metrics and "selection_rate.sex:F/race:a" in metrics
+    assert not any("race:c" in name for name in metrics)  # suppressed everywhere
+    for name in ("dp_difference", "eo_difference.sex", "accuracy", "dp_difference.intersection"):
+        assert metrics[f"{name}.ci95_low"] <= metrics[name] <= metrics[f"{name}.ci95_high"]
+    logged = tracking.get_run(run_id).data.metrics
+    assert logged == pytest.approx(metrics, abs=0.0)
+    names = {info.path for info in tracking.list_artifacts(run_id)}
+    assert {"fairness_groups.json", "fairness_groups.csv", "fairness_rates.png"} <= names
+    local = tracking.download_artifacts(run_id, "fairness_groups.json", str(tmp_path))
+    table = json.loads(Path(local).read_text())
+    assert table["min_group_size"] == 30
+    assert {(row["attribute"], row["group"]) for row in table["groups"]} >= {
+        ("race", "a"),
+        ("sex", "M"),
+    }
+    assert all(row["group"] != "c" and row["size"] >= 30 for row in table["groups"])
+    assert result.artifacts["fairness_groups_csv"].content.shape[0] == len(table["groups"])
+
+
+def test_metric_threshold_gate_fails_biased_and_passes_fair_model(tracking):
+    from mlflow.models.evaluation.validation import ModelValidationFailedException
+
+    frame = audit_data(seed=1)
+    biased, _ = evaluate(log_model(frame, ["x_fair", "x_proxy"]), frame, sensitive_features="sex")
+    fair, _ = evaluate(log_model(frame, ["x_fair"]), frame, sensitive_features="sex")
+    assert biased.metrics["dp_difference"] > 0.3
+    assert fair.metrics["dp_difference"] == 0.0  # x_fair takes the same values in both sexes
+    with pytest.raises(ModelValidationFailedException, match="dp_difference"):
+        mlflow.validate_evaluation_results(validation_thresholds=DP_GATE, candidate_result=biased)
+    mlflow.validate_evaluation_results(validation_thresholds=DP_GATE, candidate_result=fair)
+    # Candidate vs baseline: the candidate must lower dp_difference by at least 0.1.
+    better = {"dp_difference": MetricThreshold(min_absolute_change=0.1, greater_is_better=False)}
+    mlflow.validate_evaluation_results(better, candidate_result=fair, baseline_result=biased)
+    with pytest.raises(ModelValidationFailedException, match="dp_difference"):
+        mlflow.validate_evaluation_results(better, candidate_result=biased, baseline_result=fair)
+
+
+def test_sensitive_columns_reach_the_model_only_if_its_signature_names_them(tracking):
+    frame = audit_data(seed=2)
+    frame["sex_code"] = (frame["sex"] == "M").astype(int)
+    with_code = log_model(frame, ["x_fair", "sex_code"])
+    result, _ = evaluate(with_code, frame, sensitive_features=["sex_code"])
+    y_pred = mlflow.sklearn.load_model(with_code).predict(frame[["x_fair", "sex_code"]])
+    dp, _ = direct_differences(frame["label"].to_numpy(), y_pred, frame["sex_code"].to_numpy())
+    assert abs(result.metrics["dp_difference.sex_code"] - dp) <= 1e-12
+    # No signature: the sensitive columns are left out, so the model sees its own two columns.
+    frame = frame.drop(columns="sex_code")
+    unsigned = log_model(frame, ["x_fair", "x_proxy"], signature=False)
+    assert "dp_difference.race" in evaluate(unsigned, frame)[0].metrics
+
+
+def test_missing_sensitive_column_is_a_clear_error(tracking):
+    frame = audit_data(seed=3)
+    uri = log_model(frame, ["x_fair"])
+    with pytest.raises(MlflowException, match=r"\['religion'\] not found .* columns are \["):
+        evaluate(uri, frame, sensitive_features=["sex", "religion"])
+    with pytest.raises(MlflowException, match="unknown evaluator_config key"):
+        evaluate(uri, frame, sensitive_feature=["sex"])
+    with pytest.raises(MlflowException, match="needs evaluator_config"):
+        evaluate(uri, frame, sensitive_features=[])
