@@ -144,7 +144,9 @@ def _report(result) -> None:
     for variant, why in result.skipped.items():
         console.print(f"[yellow]Skipped variant {variant}:[/yellow] {why}")
     selection = result.selection
-    names = ("accuracy", "dp_difference", "eo_difference")
+    names = ["accuracy", "dp_difference", "eo_difference"]  # worst attribute
+    names += [n for n in ("dp_difference.intersection", "eo_difference.intersection")
+              if n in selection["test"]]  # fmt: skip
     console.print(f"Chosen on validation rows: [bold]{selection['chosen']['name']}[/bold]")
     console.print("Test rows (never used for a choice), 95% intervals:")
     rows = ["chosen: " + ", ".join(_interval(selection["test"], m) for m in names)]

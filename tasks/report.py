@@ -142,9 +142,43 @@ def write_matrices(out_dir: Path, representations: dict[str, Any]) -> dict[str, 
     return hashes
 
 
+PCA_STYLE = {"marker": "x", "ms": 9, "color": "black", "label": "unconstrained PCA"}
+CHOSEN_STYLE = {"marker": "*", "ms": 14, "color": "gold", "markeredgecolor": "black",
+                "label": "chosen"}  # fmt: skip
+
+
 def _marker(ax, row: dict[str, Any] | None, metric: str, style: dict[str, Any]) -> None:
     if row is not None and np.isfinite(row.get(metric, np.nan)):
         ax.plot(row[metric], row["accuracy"], linestyle="none", **style)
+
+
+def _panel(ax, table: pd.DataFrame, variant: str, marks: dict[str, Any], colors) -> None:
+    """One variant: a curve per classifier with an arrow in the direction of growing lambda,
+    unconstrained PCA, the chosen point, the threshold and the majority-class accuracy."""
+    metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
+    thresholds = marks["thresholds"]
+    eo = metric == "eo_difference"
+    limit = thresholds.max_eo_difference if eo else thresholds.max_dp_difference
+    part = table[table["variant"] == variant]
+    for i, name in enumerate(table["classifier"].unique()):
+        curve = part[part["classifier"] == name].sort_values("lambda")
+        color = colors[i % len(colors)]
+        ax.plot(curve[metric], curve["accuracy"], "o-", ms=3, color=color, label=name)
+        if len(curve) > 1:
+            ax.annotate(
+                "",
+                xy=(curve[metric].iloc[-1], curve["accuracy"].iloc[-1]),
+                xytext=(curve[metric].iloc[0], curve["accuracy"].iloc[0]),
+                arrowprops={"arrowstyle": "->", "color": color, "alpha": 0.4},
+            )
+    _marker(ax, marks["pca"], metric, PCA_STYLE)
+    if marks["chosen"]["variant"] in (variant, "pca"):
+        _marker(ax, marks["chosen"], metric, CHOSEN_STYLE)
+    ax.axvline(limit, color="red", ls="--", lw=1, label="threshold")
+    ax.axhline(marks["majority_accuracy"], color="grey", ls=":", lw=1, label="majority class")
+    ax.set_xlabel(f"{'EO' if eo else 'DP'} difference, validation (lower is fairer)")
+    ax.set_title(f"{variant} (arrow: lambda 0 -> {table['lambda'].max():g})", fontsize=9)
+    ax.grid(alpha=0.3)
 
 
 def plot_tradeoff(
@@ -173,53 +207,16 @@ def plot_tradeoff(
         1, len(fair), figsize=(4.2 * len(fair), 3.8), squeeze=False, sharex=True, sharey=True
     )
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    classifiers = list(table["classifier"].unique())
+    marks = {"chosen": chosen, "pca": pca, "majority_accuracy": majority_accuracy,
+             "thresholds": thresholds}  # fmt: skip
     for ax, variant in zip(axes[0], fair, strict=True):
-        metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
-        limit = (
-            thresholds.max_eo_difference
-            if metric == "eo_difference"
-            else (thresholds.max_dp_difference)
-        )
-        part = table[table["variant"] == variant]
-        for i, name in enumerate(classifiers):
-            curve = part[part["classifier"] == name].sort_values("lambda")
-            color = colors[i % len(colors)]
-            ax.plot(curve[metric], curve["accuracy"], "o-", ms=3, color=color, label=name)
-            if len(curve) > 1:
-                ax.annotate(
-                    "",
-                    xy=(curve[metric].iloc[-1], curve["accuracy"].iloc[-1]),
-                    xytext=(curve[metric].iloc[0], curve["accuracy"].iloc[0]),
-                    arrowprops={"arrowstyle": "->", "color": color, "alpha": 0.4},
-                )
-        _marker(
-            ax,
-            pca,
-            metric,
-            {"marker": "x", "ms": 9, "color": "black", "label": "unconstrained PCA"},
-        )
-        if chosen["variant"] == variant:
-            _marker(
-                ax,
-                chosen,
-                metric,
-                {
-                    "marker": "*",
-                    "ms": 14,
-                    "color": "gold",
-                    "markeredgecolor": "black",
-                    "label": "chosen",
-                },
-            )
-        ax.axvline(limit, color="red", ls="--", lw=1, label=f"max {metric.split('_')[0].upper()}")
-        ax.axhline(majority_accuracy, color="grey", ls=":", lw=1, label="majority class")
-        label = "EO" if metric == "eo_difference" else "DP"
-        ax.set_xlabel(f"{label} difference, validation (lower is fairer)")
-        ax.set_title(f"{variant} (arrow: lambda 0 -> {table['lambda'].max():g})", fontsize=9)
-        ax.grid(alpha=0.3)
+        _panel(ax, table, variant, marks, colors)
+    legend = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
     axes[0][0].set_ylabel("validation accuracy")
-    axes[0][0].legend(fontsize=7)
+    axes[0][0].legend(list(legend.values()), list(legend), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

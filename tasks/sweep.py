@@ -67,6 +67,23 @@ def _candidate_rows(rep, index, lam, F_train, F_validation, split, config, share
     return rows, classifiers
 
 
+def _representation_row(rep, F_train, F_validation, split, config, sigma) -> dict[str, Any]:
+    """Representation metrics at one lambda; the fair block is the first k columns, and
+    equal opportunity constrains the positive training rows only (Sec. 3.2)."""
+    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
+    return representation_metrics(
+        F_train,
+        F_validation,
+        split.s_train,
+        split.s_validation,
+        fair_columns=int(rep.facts["k"]),
+        constraint_rows=np.flatnonzero(split.y_train == 1) if eo else None,
+        sigma=sigma,
+        max_rows=config.metric_max_rows,
+        seed=config.seed,
+    )
+
+
 def sweep_representation(
     rep: FittedRepresentation,
     encoded_train: np.ndarray,
@@ -93,9 +110,6 @@ def sweep_representation(
         if components is not None
         else np.nan
     )
-    k = int(rep.facts["k"])
-    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
-    constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
     original = rep.estimator.get_params().get("tradeoff")
     try:
         for index, lam in enumerate(lambdas):
@@ -107,17 +121,7 @@ def sweep_representation(
                 "lambda": np.nan if lam is None else float(lam),
                 "n_features": F_train.shape[1],
                 "var_explained": float(var_explained),
-                **representation_metrics(
-                    F_train,
-                    F_validation,
-                    split.s_train,
-                    split.s_validation,
-                    fair_columns=k,
-                    constraint_rows=constraint_rows,
-                    sigma=sigma,
-                    max_rows=config.metric_max_rows,
-                    seed=config.seed,
-                ),
+                **_representation_row(rep, F_train, F_validation, split, config, sigma),
             }
             rows, classifiers = _candidate_rows(
                 rep, index, lam, F_train, F_validation, split, config, shared
