@@ -27,7 +27,7 @@ from tasks.data import load_data, split_data
 from tasks.diagnostics import diagnose
 from tasks.evaluate import shared_mmd_sigma
 from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
-from tasks.pipeline import build_pipeline, check_pipeline, evaluate_reported
+from tasks.pipeline import build_pipeline, check_pipeline, evaluate_reported, pip_requirements
 from tasks.record import (
     AuditState,
     candidate_summary,
@@ -224,13 +224,6 @@ def as_model_input(X: pd.DataFrame) -> pd.DataFrame:
         ):
             out[column] = out[column].astype(str)
     return out
-
-
-def pip_requirements() -> list[str]:
-    """Pinned runtime requirements of the logged pipeline (fairpca's sources travel along)."""
-    from importlib.metadata import version
-
-    return [f"{name}=={version(name)}" for name in ("numpy", "scipy", "scikit-learn", "pandas")]
 
 
 def _write_outputs(state: AuditState) -> dict[str, str]:

@@ -14,7 +14,13 @@ from sklearn.pipeline import Pipeline
 
 from .evaluate import majority_class, metrics_with_intervals
 
-__all__ = ["build_pipeline", "check_pipeline", "evaluate_reported", "metrics_on_test"]
+__all__ = [
+    "build_pipeline",
+    "check_pipeline",
+    "evaluate_reported",
+    "metrics_on_test",
+    "pip_requirements",
+]
 
 
 def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -> Pipeline:
@@ -95,3 +101,10 @@ def evaluate_reported(
             "test": _finite(metrics_on_test(pca_pipeline.predict(split.X_test), split, config)),
         }
     return out
+
+
+def pip_requirements() -> list[str]:
+    """Pinned runtime requirements of the logged pipeline (fairpca's sources travel along)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in ("numpy", "scipy", "scikit-learn", "pandas")]
