@@ -123,3 +123,35 @@ def test_an_audit_without_any_fitted_fair_variant_fails(prefect_harness, tmp_pat
     message = str(info.value)
     assert "fair_pca:" in message and "fair_pca_s:" in message and "smaller k" in message
     assert not list((tmp_path / "out").rglob("audit.json"))  # nothing logged or registered
+
+
+def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
+    """A direction of almost no within-group variance whose group means differ separates the
+    groups on held-out rows; the probe finds the attribute; both are named in warnings."""
+    from tasks.diagnostics import leakage_probe, mitigation_warnings, near_constant_directions
+
+    rng = np.random.default_rng(0)
+    n = 1000
+    groups = pd.Series(rng.choice(["a", "b"], size=n))
+    F = rng.normal(size=(n, 4))
+    F[:, 2] = 1e-4 * rng.normal(size=n) + 1e-3 * (groups == "a")  # the proxy direction
+    flagged = near_constant_directions(F, groups)
+    assert [d["direction"] for d in flagged] == [2]
+    probe = leakage_probe(F[:600], groups[:600], F[600:], groups[600:], seed=0)
+    assert probe["chance"] == 0.5 and probe["balanced_accuracy.ci95_low"] > 0.95
+    blind = leakage_probe(F[:600, [0, 1]], groups[:600], F[600:, [0, 1]], groups[600:], seed=0)
+    assert blind["balanced_accuracy.ci95_low"] < 0.5 < blind["balanced_accuracy.ci95_high"]
+
+    table = pd.DataFrame(
+        [
+            {"variant": "pca", "classifier": "logreg", "lambda_index": 0, "dp_difference": 0.1,
+             "eo_difference": 0.1},
+            {"variant": "fair_pca", "classifier": "logreg", "lambda_index": 0,
+             "dp_difference": 0.12, "eo_difference": 0.1},
+        ]
+    )  # fmt: skip
+    diag = {"leakage": {"g": probe}, "near_constant_directions": {"g": flagged}}
+    warnings = mitigation_warnings(table, {"fair_pca": diag})
+    assert any(w.startswith("mitigation did nothing: fair_pca") for w in warnings)
+    assert any("g is still predictable from fair_pca" in w for w in warnings)
+    assert any("direction(s) 2" in w and "smaller k" in w for w in warnings)
