@@ -29,6 +29,7 @@ from tasks.evaluate import shared_mmd_sigma
 from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
 from tasks.pipeline import build_pipeline, check_pipeline, evaluate_reported, pip_requirements
 from tasks.record import (
+    HEADLINE,
     AuditState,
     candidate_summary,
     chosen_metrics,
@@ -50,8 +51,6 @@ from .runners import current_task_runner_name, needs_dask_subflow, task_runner_f
 from .warmup import start_warmup, wait_for_warmup
 
 __all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
-
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
 
 
 class AuditResult(BaseModel):

@@ -374,3 +374,20 @@ def test_logged_pipeline_equals_a_metadata_routed_pipeline_and_predicts_from_x_a
     np.testing.assert_allclose(
         ours.decision_function(X), routed.decision_function(X), rtol=1e-6, atol=1e-8
     )
+
+
+def test_report_renders_structured_sections_as_markdown_and_html():
+    from tasks.report import Bullets, Plot, Strong, render_html, render_markdown
+
+    sections = [
+        ("Decision", [Strong("do NOT promote"), Bullets(["DP 0.06 > max 0.05", "a < b"])]),
+        ("Table", pd.DataFrame({"x": [1.0]})),
+        ("Plot", Plot("trade-off")),
+        ("Notes", "plain text"),
+    ]
+    markdown = render_markdown("T", sections, "tradeoff.png")
+    assert "**do NOT promote**" in markdown and "- DP 0.06 > max 0.05" in markdown
+    assert "![trade-off](tradeoff.png)" in markdown
+    page = render_html("T", sections, None)
+    assert "<p><strong>do NOT promote</strong></p>" in page
+    assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page
