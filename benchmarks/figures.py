@@ -5,6 +5,10 @@ Run from the repository root (``--quick`` is a seconds-long smoke run)::
     python -m benchmarks.figures                       # all figures
     python -m benchmarks.figures --only fig1 fig2 fig7 # a subset
     python -m benchmarks.figures --quick
+    python -m benchmarks.figures --only fig2 --methods "Fair Kernel PCA"   # refresh these rows
+
+With ``--methods`` Figures 2, 3 and 7 fit only the named methods and keep the other methods'
+rows from the existing ``fig2.csv`` / ``fig3.csv`` / ``fig7.csv`` in the output folder.
 
 * fig1: Figure 1, Fair PCA vs Fair PCA-S (l = 5) on two Gaussians in R^10, k = 2.
 * fig2 / fig3: Figures 2-3 on Lee et al.'s synthetic data (our generator, benchmarks/synthetic.py),
@@ -37,6 +41,8 @@ from threadpoolctl import threadpool_limits
 
 from benchmarks import methods, peers, protocol, synthetic
 from benchmarks.make_readme import record_timing
+from benchmarks.reproduce_tables import replace_rows
+from fairpca import metrics
 
 RESULTS = Path(__file__).resolve().parent / "results"
 COLORS = {
@@ -98,13 +104,14 @@ SYNTHETIC_METHODS = (
 
 
 def _synthetic_rows(
-    d, k, n_splits, inlp_max_dim, latent_dim=synthetic.LATENT_DIM, seed=0, metrics=True
-):
+    d, k, n_splits, inlp_max_dim, latent_dim=synthetic.LATENT_DIM, seed=0, metrics=True,
+    method_names=SYNTHETIC_METHODS,
+):  # fmt: skip
     rows = []
     splits = synthetic.lee_synthetic(d, n_splits, seed, latent_dim=latent_dim)
     for split, (X_tr, z_tr, X_te, z_te) in enumerate(splits):
         sigma = protocol.lee_sigma(X_tr, k) if metrics else None
-        for name in SYNTHETIC_METHODS:
+        for name in method_names:
             if name == "INLP" and d > inlp_max_dim:
                 continue
             try:
@@ -121,6 +128,15 @@ def _synthetic_rows(
                 row["linear_inseparability"] = float(np.mean(probe.predict(R_te) != z_te))
             rows.append(row)
     return rows
+
+
+def _keep_other_methods(out, name, frame, method_names, quick):
+    """``frame`` plus the rows of the methods not in ``method_names`` from ``out/{name}.csv``."""
+    path = Path(out) / f"{name}.csv"
+    if quick or set(method_names) == set(SYNTHETIC_METHODS) or not path.exists():
+        return frame
+    keys = ["d", "k", "split", "method"]
+    return replace_rows(pd.read_csv(path), frame, method_names, keys)
 
 
 def _line_plot(ax, frame, x, y, logy=False):
@@ -147,7 +163,7 @@ def _line_plot(ax, frame, x, y, logy=False):
 SYNTHETIC_DIMS = (20, 50, 100, 200, 400, 600, 800, 1000)
 
 
-def figure2(out, quick=False, reuse=False):
+def figure2(out, quick=False, reuse=False, method_names=SYNTHETIC_METHODS):
     """%Var, MMD^2 and linear inseparability vs d (ten splits per d); with ``reuse`` an
     existing ``out/fig2.csv`` is re-plotted instead of recomputed."""
     path = Path(out) / "fig2.csv"
@@ -158,8 +174,10 @@ def figure2(out, quick=False, reuse=False):
         latent = 100 if quick else synthetic.LATENT_DIM
         rows = []
         for d in dims:
-            rows += _synthetic_rows(d, 5, 2 if quick else 10, 50 if quick else 200, latent)
-        frame = pd.DataFrame(rows)
+            rows += _synthetic_rows(
+                d, 5, 2 if quick else 10, 50 if quick else 200, latent, method_names=method_names
+            )
+        frame = _keep_other_methods(out, "fig2", pd.DataFrame(rows), method_names, quick)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     for ax, (col, title) in zip(
         axes,
@@ -175,16 +193,17 @@ def figure2(out, quick=False, reuse=False):
     return frame
 
 
-def figure3(out, quick=False):
+def figure3(out, quick=False, method_names=SYNTHETIC_METHODS):
     """Fit time (CPU seconds) vs d, k = 5, three splits per d."""
     dims = (20, 50) if quick else SYNTHETIC_DIMS
     latent = 100 if quick else synthetic.LATENT_DIM
     rows = []
     for d in dims:
         rows += _synthetic_rows(
-            d, 5, 1 if quick else 3, 50 if quick else 200, latent, metrics=False
-        )
-    frame = pd.DataFrame(rows)
+            d, 5, 1 if quick else 3, 50 if quick else 200, latent, metrics=False,
+            method_names=method_names,
+        )  # fmt: skip
+    frame = _keep_other_methods(out, "fig3", pd.DataFrame(rows), method_names, quick)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     _line_plot(ax, frame, "d", "fit_seconds", logy=True)
     ax.set_ylabel("fit time [CPU s]")
@@ -195,14 +214,16 @@ def figure3(out, quick=False):
     return frame
 
 
-def figure7(out, quick=False):
+def figure7(out, quick=False, method_names=SYNTHETIC_METHODS):
     ks = (2, 5) if quick else (2, 5, 10, 20, 30, 40, 50)
     n_splits = 2 if quick else 10
     d, latent = (30, 100) if quick else (100, synthetic.LATENT_DIM)
     rows = []
     for k in ks:
-        rows += _synthetic_rows(d, k, n_splits, 1000, latent, metrics=False)
-    frame = pd.DataFrame(rows)
+        rows += _synthetic_rows(
+            d, k, n_splits, 1000, latent, metrics=False, method_names=method_names
+        )
+    frame = _keep_other_methods(out, "fig7", pd.DataFrame(rows), method_names, quick)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     _line_plot(ax, frame, "k", "fit_seconds", logy=True)
     ax.set_ylabel("fit time [CPU s]")
@@ -251,9 +272,10 @@ def _classifier(kind, n):
 
 
 def _violation(pred, y, z, constraint):
-    rows = (y == 1) if constraint == "equal_opportunity" else np.ones(len(y), bool)
-    p = pred[rows].astype(float)
-    return abs(p[z[rows] == 1].mean() - p[z[rows] == 0].mean())
+    """Delta_EO or Delta_DP of the predictions (``fairpca.metrics``, Section 5.2)."""
+    if constraint == "equal_opportunity":
+        return metrics.equal_opportunity_difference(y, pred, z)
+    return metrics.demographic_parity_difference(pred, z)
 
 
 def _fair_pca_curve(X_tr, y_tr, z_tr, X_te, y_te, z_te, constraint, kind, name, lambdas=LAMBDAS):
@@ -454,6 +476,10 @@ def main(argv=None):
     parser.add_argument("--reuse", action="store_true", help="fig2: re-plot out/fig2.csv")
     parser.add_argument("--fig4-datasets", nargs="+", default=None, help="fig4: these only")
     parser.add_argument("--fig4-classifiers", nargs="+", default=None, choices=["logreg", "svc"])
+    parser.add_argument(
+        "--methods", nargs="+", default=list(SYNTHETIC_METHODS), choices=SYNTHETIC_METHODS,
+        help="fig2, fig3, fig7: fit only these; keep the other rows from the existing CSV",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -465,13 +491,16 @@ def main(argv=None):
     for name in args.only:
         start = time.perf_counter()
         options = {"reuse": args.reuse} if name == "fig2" else {}
+        if name in ("fig2", "fig3", "fig7"):
+            options["method_names"] = tuple(args.methods)
         if name == "fig4":
             options = {"datasets": args.fig4_datasets, "classifiers": args.fig4_classifiers}
         frame = FIGURES[name](out, quick=args.quick, **options)
         frame.to_csv(out / f"{name}{suffix}.csv", index=False, float_format="%.6g")
         frames[name] = frame
         seconds = time.perf_counter() - start
-        if not args.quick and not options.get("reuse"):
+        partial = set(options.get("method_names", SYNTHETIC_METHODS)) != set(SYNTHETIC_METHODS)
+        if not args.quick and not options.get("reuse") and not partial:
             record_timing(out, name, seconds)
         print(f"{name}: {seconds:.1f} s", flush=True)
     limits.restore_original_limits()

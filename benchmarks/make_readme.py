@@ -14,23 +14,30 @@ RESULTS = HERE / "results"
 
 INTRO = """# Benchmarks: the paper's experiments, regenerated, beside the published numbers
 
-Everything here is produced by the scripts in this folder, from the repository root, with
-`FAIRPCA_DATA_DIR` pointing at the shared data (`/work/shared/datasets` here, `../shared/datasets`
-in CI; the Lee et al. splits, COMPAS and Bank Marketing are read from there and never copied into
-the repository).
+Everything here is produced by the scripts in this folder, run as modules from the repository
+root, with `FAIRPCA_DATA_DIR` pointing at the shared data (`../shared/datasets` in CI; the Lee et
+al. splits, COMPAS and Bank Marketing are read from there and never copied into the repository).
 
 | what | command | wall time here |
 |---|---|---|
 | Tables 1-3 (10 splits, k = 2, 10) | `python -m benchmarks.reproduce_tables` | {tables_time} |
 | Figures 1, 2, 3, 4, 7, 9 | `python -m benchmarks.figures [--only fig1 ...]` | {figures_time} |
 | this README | `python -m benchmarks.make_readme` | seconds |
-| smoke runs (CI; every script with `--quick`) | `pytest tests/library/test_benchmarks.py` | {tests_time} |
+| smoke runs (CI; every script with `--quick`) | `pytest tests/library/test_benchmarks.py` \
+| {tests_time} |
 
 Long runs can be split: `reproduce_tables --cache DIR` stores every finished (dataset, split),
 several runners with different `--splits` can share one cache, and
-`reproduce_tables --cache DIR --cached-downstream-only` assembles the tables from it (the
-committed tables were made that way). `figures --only fig4 --fig4-datasets adult
---fig4-classifiers svc` computes single Figure 4 panels, stored under `fig4_parts/` and reused.
+`reproduce_tables --cache DIR --cached-downstream-only` assembles the tables from it.
+`figures --only fig4 --fig4-datasets adult --fig4-classifiers svc` computes single Figure 4
+panels, stored under `fig4_parts/` and reused.
+
+The committed results are checked against the code: `tests/library/test_committed_results.py`
+recomputes one row per method of `results/tables_per_split.csv` (COMPAS split 0, k = 2) and
+fails when the file is stale. After a change of a method's defaults, regenerate only that
+method's rows, `python -m benchmarks.reproduce_tables --methods "Fair Kernel PCA"` (and
+`python -m benchmarks.figures --only fig2 fig3 fig7 --methods "Fair Kernel PCA"` for the
+figures), which keeps the other methods' rows from the CSV files, then this README.
 
 LEACE needs torch and `concept-erasure` (optional extra: `pip install 'fairpca[leace]'`); without
 them its rows and cross-checks are skipped with a message. Timings were measured on the shared
@@ -41,8 +48,9 @@ Modules: `published.py` (the paper's numbers, transcribed and re-checked against
 by a test), `protocol.py` (the evaluation protocol of Tables 1-3), `methods.py` (the
 representations compared), `peers.py` (INLP, LEACE, CorrelationRemover, ExponentiatedGradient,
 mean-gap projection), `synthetic.py` (our generator for Lee et al.'s synthetic data and for
-Figure 1), `reproduce_tables.py`, `figures.py`, `make_readme.py`. `bench_fit.py` and
-`bench_kernel.py` are separate scaling benchmarks (see their own docstrings).
+Figure 1), `reproduce_tables.py`, `figures.py`, `make_readme.py`. `bench_fit.py`,
+`bench_kernel.py` and `bench_streaming.py` are separate scaling benchmarks, run as
+`python -m benchmarks.bench_kernel` etc. (see their own docstrings).
 """
 
 

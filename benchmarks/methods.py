@@ -1,9 +1,10 @@
 """The representation learners compared in Tables 1-3, behind one small interface.
 
-``fit_method(name, X_train, y_train, z_train, k)`` returns a ``Fitted`` whose ``transform(X, z)``
-gives the k-dim representation (z is only used by CorrelationRemover) and whose ``linear`` flag
-says whether %Var and MMD^2 are meaningful (not for fair kernel PCA, whose features live in an
-RKHS).  Methods whose library piece is not importable yet are reported as pending.
+``fit_method(name, X_train, y_train, groups_train, k)`` returns a ``Fitted`` whose
+``transform(X, groups)`` gives the k-dim representation (the group labels are only used by
+CorrelationRemover) and whose ``linear`` flag says whether %Var and MMD^2 are meaningful (not for
+fair kernel PCA, whose features live in an RKHS). A method whose optional dependency is missing
+(LEACE) raises ``Unavailable`` with the reason.
 """
 
 import time
@@ -13,6 +14,7 @@ from typing import Any
 from sklearn.decomposition import PCA
 
 from benchmarks import peers
+from fairpca import FairKernelPCA, FairPCA
 
 OURS = ("PCA", "Fair PCA", "Fair Kernel PCA", "Fair PCA-S (0.5)", "Fair PCA-S (0.85)")
 PEERS = ("INLP", "LEACE", "CorrelationRemover")
@@ -24,16 +26,16 @@ class Fitted:
     model: Any
     linear: bool
     fit_seconds: float
-    needs_z: bool = False
+    needs_groups: bool = False
 
-    def transform(self, X, z):
-        if self.needs_z:
-            return self.model.transform(X, z)
+    def transform(self, X, groups):
+        if self.needs_groups:
+            return self.model.transform(X, groups)
         return self.model.transform(X)
 
 
 class Unavailable(RuntimeError):
-    """The method cannot run here (missing optional dependency or library piece)."""
+    """The method cannot run here (a missing optional dependency)."""
 
 
 def availability(name):
@@ -46,35 +48,20 @@ def availability(name):
 
 
 def _fair_kernel_pca(k):
-    try:
-        from fairpca import FairKernelPCA
-    except ImportError:
-        try:  # not yet exported from the package root
-            from fairpca._kernel import FairKernelPCA
-        except ImportError as exc:
-            raise Unavailable(f"pending: fairpca.FairKernelPCA is not importable ({exc})") from exc
     # Gaussian kernel with gamma = 1 / (d Var(train)) (App. C.1; sklearn's gamma="scale")
     return FairKernelPCA(n_components=k, kernel="rbf", gamma="scale")
 
 
-def _fair_pca(k, **params):
-    try:
-        from fairpca import FairPCA
-    except ImportError as exc:
-        raise Unavailable(f"pending: fairpca.FairPCA is not importable yet ({exc})") from exc
-    return FairPCA(n_components=k, **params)
-
-
 def _factory(name, k):
-    """(estimator, linear, fit_takes_sensitive_kwarg, needs_z) for method ``name``."""
+    """(estimator, linear, fit_takes_sensitive_kwarg, needs_groups) for method ``name``."""
     if name == "PCA":
         return PCA(n_components=k), True, False, False
     if name == "Fair PCA":
-        return _fair_pca(k), True, True, False
+        return FairPCA(n_components=k), True, True, False
     if name == "Fair PCA-S (0.5)":
-        return _fair_pca(k, equalize_covariance=0.5), True, True, False
+        return FairPCA(n_components=k, equalize_covariance=0.5), True, True, False
     if name == "Fair PCA-S (0.85)":
-        return _fair_pca(k, equalize_covariance=0.85), True, True, False
+        return FairPCA(n_components=k, equalize_covariance=0.85), True, True, False
     if name == "Fair Kernel PCA":
         return _fair_kernel_pca(k), False, True, False
     if name == "INLP":
@@ -89,18 +76,18 @@ def _factory(name, k):
     raise ValueError(f"unknown method {name!r}; use one of {ALL_METHODS}")
 
 
-def fit_method(name, X_train, y_train, z_train, k):
+def fit_method(name, X_train, y_train, groups_train, k):
     """Fit method ``name`` on the train split; raises ``Unavailable`` if it cannot run here.
 
     ``fit_seconds`` is CPU time (``time.process_time``): on a loaded machine wall time mostly
     measures waiting; callers limit BLAS to one thread so that CPU time ~ idle wall time.
     """
-    model, linear, sensitive_kwarg, needs_z = _factory(name, k)
+    model, linear, sensitive_kwarg, needs_groups = _factory(name, k)
     start = time.process_time()
     if name == "PCA":
         model.fit(X_train)
     elif sensitive_kwarg:
-        model.fit(X_train, sensitive_features=z_train)
+        model.fit(X_train, sensitive_features=groups_train)
     else:
-        model.fit(X_train, z_train)
-    return Fitted(model, linear, time.process_time() - start, needs_z)
+        model.fit(X_train, groups_train)
+    return Fitted(model, linear, time.process_time() - start, needs_groups)

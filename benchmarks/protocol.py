@@ -1,6 +1,6 @@
 """The evaluation protocol behind Tables 1-3 (Section 5.1; the setup of Lee et al. 2022).
 
-Facts taken from the authors' analysis code and restated in issue 6:
+Facts taken from the authors' analysis code:
 
 * %Var = 100 tr(V^T A V) / tr(A), A the sample covariance of the TEST split (``pct_variance``
   generalises this to any k-dim representation R of the test rows: 100 tr(cov R) / tr(A), which is
@@ -19,11 +19,13 @@ import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 from scipy.spatial.distance import pdist
 from sklearn.metrics.pairwise import euclidean_distances
 from sklearn.neural_network import MLPClassifier
 from sklearn.svm import SVC
+
+from fairpca import metrics
+from fairpca.datasets import load_lee2022_split
 
 DATASETS = ("adult", "german", "compas")
 N_SPLITS = 10
@@ -42,32 +44,16 @@ def data_dir(explicit=None):
 
 
 def load_split(dataset, index, directory=None):
-    """One of Lee et al.'s ten 70/30 splits: X_train, y_train, z_train, X_test, y_test, z_test.
-
-    Uses ``fairpca.datasets.load_lee2022_split`` when it is available, else reads the gzip CSVs
-    (no header; features, then label y, then sensitive attribute z) directly.
-    """
+    """One of Lee et al.'s ten 70/30 splits: X_train, y_train, z_train, X_test, y_test, z_test."""
     directory = data_dir(directory)
     if directory is None:
         raise FileNotFoundError(
             "lee2022-splits not found: set FAIRPCA_DATA_DIR to the folder that holds it "
-            "(here /work/shared/datasets)."
+            "(in CI ../shared/datasets)."
         )
-    try:
-        from fairpca.datasets import load_lee2022_split
-    except ImportError:
-        load_lee2022_split = None
-    if load_lee2022_split is not None:
-        return tuple(
-            np.asarray(a, dtype=float)
-            for a in load_lee2022_split(dataset, index, data_dir=directory)
-        )
-    parts = []
-    for part in ("train", "test"):
-        path = directory / "lee2022-splits" / dataset / f"{part}_{index}.csv.gz"
-        values = pd.read_csv(path, header=None).to_numpy(dtype=float)
-        parts += [values[:, :-2], values[:, -2], values[:, -1]]
-    return tuple(parts)
+    return tuple(
+        np.asarray(a, dtype=float) for a in load_lee2022_split(dataset, index, data_dir=directory)
+    )
 
 
 def top_pca_directions(X, k):
@@ -112,11 +98,9 @@ def make_classifier(name):
 
 
 def accuracy_and_dp(predictions, y, z):
-    """Accuracy in % and Delta_DP = |P(yhat=1 | z=1) - P(yhat=1 | z=0)|."""
-    predictions = np.asarray(predictions, dtype=float)
-    acc = 100.0 * float(np.mean(predictions == y))
-    dp = abs(float(predictions[z == 1].mean()) - float(predictions[z == 0].mean()))
-    return acc, dp
+    """Accuracy in % and Delta_DP = |P(yhat=1 | z=1) - P(yhat=1 | z=0)| (``fairpca.metrics``)."""
+    acc = 100.0 * metrics.accuracy(y, predictions)
+    return acc, metrics.demographic_parity_difference(predictions, z)
 
 
 def downstream(R_train, y_train, R_test, y_test, z_test, classifiers=CLASSIFIERS):

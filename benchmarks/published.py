@@ -1,6 +1,6 @@
 """Published numbers of Tables 1-3 (Kleindessner et al., AISTATS 2023, Section 5.1 / App. C.4).
 
-Transcribed from the paper text (/work/shared/paper/efficient-fair-pca.txt): for every dataset,
+Transcribed from the paper text (``shared/paper/efficient-fair-pca.txt``): for every dataset,
 target dimension k and method, eight (mean, std) cells in the column order of ``COLUMNS``.
 ``None`` marks the paper's "n/a" (%Var and MMD^2 of fair kernel PCA).  The std is the population
 std (ddof=0) over the ten splits of Lee et al. 2022.  Values are as printed, i.e. rounded to

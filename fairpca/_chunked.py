@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-DEFAULT_CHUNK_BYTES = 1 << 26  # 64 MiB of features per chunk
+from ._memory import BLOCK_BYTES
 
 
 def default_chunk_rows(n_features: int, itemsize: int = 8) -> int:
-    return int(max(256, DEFAULT_CHUNK_BYTES // (max(n_features, 1) * itemsize)))
+    return int(max(256, BLOCK_BYTES // (max(n_features, 1) * itemsize)))
 
 
 def _take_rows(values, start: int, stop: int):

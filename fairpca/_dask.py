@@ -20,6 +20,7 @@ import pandas as pd
 from sklearn.utils.validation import check_array
 
 from . import _streaming
+from ._validation import check_magnitude
 
 MERGE_FAN_IN = 8
 
@@ -112,6 +113,7 @@ def block_statistics(spec, X, sensitive, y, sensitive_columns):
     if len(X) == 0:
         return _streaming.FairStatistics(spec)
     X = check_array(X, dtype=[np.float64, np.float32], ensure_min_samples=1)
+    check_magnitude(X)
     if X.shape[1] != spec.n_features:
         raise ValueError(
             f"A block of X has {X.shape[1]} features but the collection has {spec.n_features}."

@@ -9,16 +9,32 @@ from numbers import Integral, Real
 from typing import ClassVar
 
 import numpy as np
-import pandas as pd
-from scipy import sparse
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import check_array, check_is_fitted, validate_data
+from sklearn.utils._param_validation import Interval
+from sklearn.utils.validation import (
+    check_array,
+    check_is_fitted,
+    validate_data,
+)
 
-from . import _chunked, _dask, _solvers, _streaming
+from . import _chunked, _dask, _memory, _solvers, _streaming
 from . import _linalg as la
-from ._groups import GroupEncoding, encode_groups
+from ._groups import GroupEncoding, encode_groups, group_sum_weights
+from ._validation import (
+    FAIRNESS_CONSTRAINTS,
+    check_magnitude,
+    check_n_components_bound,
+    check_numeric,
+    drop_sensitive_columns,
+    fit_rows,
+    groups_among,
+    output_feature_names,
+    positive_rows,
+    resolve_n_components,
+    sensitive_column_list,
+    split_sensitive_columns,
+)
 
 DEFAULT_TOL = 1e-11
 # float32 data are reduced with float32 products (Moments): their group means carry float32
@@ -26,49 +42,16 @@ DEFAULT_TOL = 1e-11
 DEFAULT_TOL_FLOAT32 = 1e-5
 
 
-def _check_numeric(X) -> None:
-    """Raise a TypeError naming non-numeric columns before sklearn tries to cast them."""
-    if isinstance(X, pd.DataFrame):
-        bad = [
-            str(c)
-            for c, dtype in X.dtypes.items()
-            if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype))
-        ]
-        if bad:
-            raise TypeError(
-                f"X has non-numeric column(s) {bad}; FairPCA needs numeric features. Encode "
-                "categoricals first (e.g. fairpca.datasets.make_preprocessor or a "
-                "ColumnTransformer with OneHotEncoder), or, if they are the sensitive "
-                "attributes, name them with sensitive_columns=[...]."
-            )
-        return
-    if sparse.issparse(X) or not hasattr(X, "dtype"):
-        return
-    array = np.asarray(X)
-    if array.dtype.kind not in "OUSMm":
-        return
-    reason = f"dtype {array.dtype}"
-    if array.dtype.kind == "O":
-        try:
-            array.astype(np.float64)
-            return
-        except (TypeError, ValueError) as error:
-            reason = f"values that are not numbers ({error})"
-    raise TypeError(
-        f"X has {reason}; FairPCA needs numeric features. Encode categoricals first (e.g. "
-        "with a OneHotEncoder or fairpca.datasets.make_preprocessor)."
-    )
-
-
 class FairPCA(TransformerMixin, BaseEstimator):
     """Fair PCA: the best k-dimensional projection whose group-conditional means coincide.
 
     Solves Problem (4) of Kleindessner et al. (2023): maximise ``tr(U^T Xc^T Xc U)`` over
-    ``U^T U = I`` subject to ``Z^T Xc U = 0``, where ``Z`` holds the centred one-hot group
-    indicators (Algorithm 1 for two groups, Algorithm 2 for several, Section 3.5 for several
-    sensitive attributes stacked). Equivalently, the projected data of every group has the
-    same mean. The cost is that of PCA: one pass to form the scatter matrix (or a randomized
-    range finder), a rank-revealing basis of the group-mean differences, and one eigenproblem.
+    ``U^T U = I`` subject to ``G^T Xc U = 0``, where ``G`` is the centred one-hot group
+    indicator matrix, the paper's ``Z`` (Algorithm 1 for two groups, Algorithm 2 for
+    several, Section 3.5 for several sensitive attributes stacked). Equivalently, the
+    projected data of every group has the same mean. The cost is that of PCA: one pass to
+    form the scatter matrix (or a randomized range finder), a rank-revealing basis of the
+    group-mean differences, and one eigenproblem.
 
     Variants: equal opportunity (Section 3.2), the covariance-equalising "Fair PCA-S"
     (Section 3.6) and the accuracy/fairness trade-off knob (Section 3.1).
@@ -144,8 +127,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
     constraint_basis_ : ndarray of shape (constraint_rank_, n_features)
         Orthonormal rows spanning the group-mean differences that are projected out.
     constraint_rank_ : int
-        Rank of ``Z^T X`` after the rank-revealing step (``m - 1`` for one attribute with
-        ``m`` groups with distinct means; less when constraints are linearly dependent).
+        Rank of the group-mean differences ``G^T X`` after the rank-revealing step
+        (``m - 1`` for one attribute with ``m`` groups with distinct means; less when
+        constraints are linearly dependent).
     constraint_singular_values_ : ndarray
         Singular values of the matrix of group-mean differences.
     covariance_rank_ : int or None
@@ -187,22 +171,12 @@ class FairPCA(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints: ClassVar[dict] = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
-        "constraint": [StrOptions({"demographic_parity", "equal_opportunity"})],
-        "pos_label": [Real, str, "boolean"],
-        "eo_objective": [StrOptions({"positive", "all"})],
+        **FAIRNESS_CONSTRAINTS,
         "equalize_covariance": [
             Interval(Integral, 1, None, closed="left"),
             Interval(Real, 0, 1, closed="right"),
             None,
         ],
-        "tradeoff": [Interval(Real, 0, None, closed="left")],
-        "sensitive_columns": [str, list, tuple, None],
-        "svd_solver": [StrOptions({"auto", "covariance_eigh", "full", "randomized"})],
-        "tol": [Interval(Real, 0, None, closed="left"), None],
-        "iterated_power": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
-        "n_oversamples": [Interval(Integral, 1, None, closed="left")],
-        "random_state": ["random_state"],
     }
 
     def __init__(
@@ -234,76 +208,17 @@ class FairPCA(TransformerMixin, BaseEstimator):
         self.n_oversamples = n_oversamples
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ input handling
-    def _sensitive_column_list(self) -> list:
-        if self.sensitive_columns is None:
-            return []
-        if isinstance(self.sensitive_columns, str):
-            return [self.sensitive_columns]
-        return list(self.sensitive_columns)
-
-    def _split_sensitive_columns(self, X, sensitive_features):
-        columns = self._sensitive_column_list()
-        if not columns:
-            return X, sensitive_features
-        if not isinstance(X, pd.DataFrame):
-            raise TypeError(
-                "sensitive_columns names columns of a pandas DataFrame, but X is "
-                f"{type(X).__name__}; pass a DataFrame, or pass the attributes as "
-                "fit(X, sensitive_features=...) and leave sensitive_columns=None."
-            )
-        missing = [c for c in columns if c not in X.columns]
-        if missing:
-            raise ValueError(
-                f"sensitive_columns {missing} are not columns of X; available columns: "
-                f"{[str(c) for c in X.columns]}."
-            )
-        if sensitive_features is not None:
-            raise ValueError(
-                "Both sensitive_columns and sensitive_features were given; use one of them."
-            )
-        return X.drop(columns=columns), X[columns]
-
-    def _drop_sensitive_columns(self, X):
-        columns = self._sensitive_column_list()
-        if columns and isinstance(X, pd.DataFrame):
-            return X.drop(columns=[c for c in columns if c in X.columns])
-        return X
-
-    def _fit_rows(self, y, n_samples: int):
-        """Boolean masks of the objective rows and of the constraint rows (or None = all)."""
-        if self.constraint == "demographic_parity":
-            return None, None
-        positive = _streaming.positive_rows(y, n_samples, self.pos_label, method="fit")
-        if not positive.any():
-            raise ValueError(
-                f"constraint='equal_opportunity' but no row has y == pos_label "
-                f"({self.pos_label!r}); labels seen: {np.unique(np.asarray(y))[:10].tolist()}. Set "
-                "pos_label to the positive class."
-            )
-        objective = positive if self.eo_objective == "positive" else None
-        return objective, positive
-
-    @staticmethod
-    def _check_groups_among(encoding: GroupEncoding, rows: np.ndarray) -> GroupEncoding:
-        subset = encoding.subset(rows)
-        for a, (all_labels, kept) in enumerate(zip(encoding.groups, subset.groups, strict=True)):
-            lost = [g for g in all_labels if g not in set(kept)]
-            counts = np.bincount(subset.codes[:, a], minlength=len(kept))
-            small = [kept[g] for g in np.flatnonzero(counts < 2)]
-            if lost or small:
-                raise ValueError(
-                    f"constraint='equal_opportunity': group(s) {lost + small!r} of sensitive "
-                    f"attribute {encoding.names[a]!r} have fewer than 2 rows with "
-                    "y == pos_label, so their positive-class mean is undefined. Merge rare "
-                    "groups, collect more positive rows, or use demographic parity."
-                )
-        return subset
-
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y=None, *, sensitive_features=None):
         """Fit fair PCA.
+
+        Starts over: statistics accumulated by ``partial_fit`` are discarded, and none are
+        kept in the fitted estimator. Before any d x d (or n x d) allocation the memory it
+        needs is compared with the available memory (``FAIRPCA_MEMORY_LIMIT`` overrides
+        it): with ``svd_solver="auto"`` a route that does not fit gives way to the
+        randomized solver; otherwise the fit stops with
+        :class:`~fairpca._memory.InsufficientMemoryError` naming the width and the fix.
 
         Parameters
         ----------
@@ -326,16 +241,20 @@ class FairPCA(TransformerMixin, BaseEstimator):
         self.__dict__.pop("_stream", None)  # fit starts over; partial_fit accumulates anew
         if _dask.is_dask_collection(X):
             return self._fit_dask(X, y, sensitive_features)
-        X, sensitive_features = self._split_sensitive_columns(X, sensitive_features)
-        _check_numeric(X)
+        X, sensitive_features = split_sensitive_columns(
+            X, sensitive_features, self.sensitive_columns
+        )
+        check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2, copy=False)
+        check_magnitude(X)
         n_samples, n_features = X.shape
+        check_n_components_bound(self.n_components, n_samples, n_features)
         encoding = encode_groups(sensitive_features, n_samples)
-        objective_rows, constraint_rows = self._fit_rows(y, n_samples)
+        objective_rows, constraint_rows = fit_rows(
+            y, n_samples, self.constraint, self.pos_label, self.eo_objective
+        )
         constraint_encoding = (
-            encoding
-            if constraint_rows is None
-            else self._check_groups_among(encoding, constraint_rows)
+            encoding if constraint_rows is None else groups_among(encoding, constraint_rows)
         )
         X_obj = X if objective_rows is None else X[objective_rows]
         n_obj = X_obj.shape[0]
@@ -345,6 +264,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
             )
 
         solver = self._choose_solver(n_obj, n_features)
+        solver = self._solver_within_memory(solver, n_obj, n_features, constraint_encoding)
         if solver == "covariance_eigh" or self.equalize_covariance is not None:
             stats = _streaming.FairStatistics(
                 _streaming.StatisticsSpec.for_estimator(self, n_features)
@@ -406,8 +326,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
             ]
             L = _solvers.covariance_subspace(Q, covariances, size)
             solution = _solvers.solve_covariance_equalizing(C, Q, L, k, n_obj)
-        elif self._choose_solver(n_obj, n_features) == "randomized":
-            solution = _streaming.solve_covariance_randomized(
+        elif self._statistics_solver(n_obj, n_features) == "randomized":
+            solution = _solvers.solve_covariance_randomized(
                 C,
                 Q,
                 k,
@@ -440,8 +360,10 @@ class FairPCA(TransformerMixin, BaseEstimator):
         rounding.
         Groups may first appear in a later chunk. While the rows seen so far cannot define a
         fit (e.g. a single group), the chunk is kept and a ``UserWarning`` says why nothing
-        was refitted. A chunk that fails validation raises and changes nothing. ``fit``
-        discards the accumulated statistics.
+        was refitted. A chunk that fails validation raises and changes nothing. The
+        statistics (O(d^2) floats, one d x d matrix per group for Fair PCA-S) stay in the
+        estimator, and in its pickle, so that fitting can continue; ``fit`` and
+        ``fit_chunks`` discard them.
 
         Parameters
         ----------
@@ -501,7 +423,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         """Fit in one pass over chunks of rows, in memory bounded by one chunk plus d x d.
 
         Equivalent to ``partial_fit`` on every chunk, but the projection is computed once, at
-        the end. The statistics are kept, so ``partial_fit`` can add rows later.
+        the end. Like ``fit``, it starts over and keeps no statistics in the fitted estimator
+        (it pickles as small as after ``fit``); a later ``partial_fit`` starts a new stream.
+        To add rows later, fit with ``partial_fit`` from the start.
 
         Parameters
         ----------
@@ -530,7 +454,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
             sensitive_features,
             y,
             chunk_rows=chunk_rows,
-            sensitive_columns=self._sensitive_column_list(),
+            sensitive_columns=sensitive_column_list(self.sensitive_columns),
         )
         stats = None
         with self._restore_input_attributes_on_error(reset=True):
@@ -552,7 +476,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
             if stats is None:
                 raise ValueError("The chunk source yielded no rows; nothing to fit.")
             self._fit_from_statistics(stats)
-        self._stream = stats
+        self.__dict__.pop("_stream", None)  # the fitted estimator keeps no statistics
         return self
 
     def _validate_chunk(self, X, y, sensitive_features, *, reset, from_source=False):
@@ -562,15 +486,18 @@ class FairPCA(TransformerMixin, BaseEstimator):
         sources do); they are then used as given.
         """
         if from_source and sensitive_features is not None:
-            X = self._drop_sensitive_columns(X)
+            X = drop_sensitive_columns(X, self.sensitive_columns)
         else:
-            X, sensitive_features = self._split_sensitive_columns(X, sensitive_features)
-        _check_numeric(X)
+            X, sensitive_features = split_sensitive_columns(
+                X, sensitive_features, self.sensitive_columns
+            )
+        check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=reset, copy=False)
+        check_magnitude(X)
         encoding, categories = _streaming.encode_chunk(sensitive_features, X.shape[0])
         positive = None
         if self.constraint == "equal_opportunity":
-            positive = _streaming.positive_rows(y, X.shape[0], self.pos_label)
+            positive = positive_rows(y, X.shape[0], self.pos_label)
         return X, encoding, categories, positive
 
     @contextlib.contextmanager
@@ -589,7 +516,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
 
     def _fit_dask(self, X, y, sensitive_features):
         """Fit a Dask collection from statistics computed and reduced on the cluster."""
-        columns = self._sensitive_column_list()
+        columns = sensitive_column_list(self.sensitive_columns)
         if columns and sensitive_features is not None:
             raise ValueError(
                 "Both sensitive_columns and sensitive_features were given; use one of them."
@@ -597,9 +524,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         if not columns and sensitive_features is None:
             _streaming.encode_chunk(None, 0)  # raises "sensitive_features is required"
         if self.constraint == "equal_opportunity" and y is None:
-            _streaming.positive_rows(None, 0, self.pos_label)  # raises "needs y"
+            positive_rows(None, 0, self.pos_label)  # raises "needs y"
         meta = _dask.feature_meta(X, columns)
-        _check_numeric(meta)
+        check_numeric(meta)
         with self._restore_input_attributes_on_error(reset=True):
             validate_data(self, meta, dtype=[np.float64, np.float32], ensure_min_samples=0)
             spec = _streaming.StatisticsSpec.for_estimator(self, self.n_features_in_)
@@ -609,21 +536,17 @@ class FairPCA(TransformerMixin, BaseEstimator):
     def _means(self, X_obj, objective_rows, constraint_rows, encoding):
         """Objective mean, constraint-row mean and per-group means in one pass over X."""
         n_obj = X_obj.shape[0]
+        sizes = [len(labels) for labels in encoding.groups]
         if constraint_rows is None or objective_rows is not None:
-            weights = [np.ones((n_obj, 1))] + [
-                encoding.indicator(a) for a in range(encoding.n_attributes)
-            ]
-            sums = la.column_sums(X_obj, np.hstack(weights))
+            sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes))
             mean = sums[:, 0] / n_obj
             constraint_mean = mean
         else:  # objective on all rows, constraint on the positive rows
             positive = constraint_rows.astype(np.float64)[:, None]
-            blocks = [np.ones((n_obj, 1)), positive]
-            for a in range(encoding.n_attributes):
-                onehot = np.zeros((n_obj, len(encoding.groups[a])))
-                onehot[constraint_rows] = encoding.indicator(a)
-                blocks.append(onehot)
-            sums = la.column_sums(X_obj, np.hstack(blocks))
+            codes = np.zeros((n_obj, encoding.n_attributes), dtype=np.intp)
+            codes[constraint_rows] = encoding.codes
+            weights = group_sum_weights(codes, sizes, constraint_rows)
+            sums = la.column_sums(X_obj, np.hstack([weights[:, :1], positive, weights[:, 1:]]))
             mean = sums[:, 0] / n_obj
             constraint_mean = sums[:, 1] / positive.sum()
             sums = np.hstack([sums[:, :1], sums[:, 2:]])
@@ -653,28 +576,64 @@ class FairPCA(TransformerMixin, BaseEstimator):
             return "covariance_eigh" if n >= d else "full"
         return "randomized"
 
+    def _solver_within_memory(self, solver, n, d, encoding: GroupEncoding) -> str:
+        """``solver``, or the randomized one when ``svd_solver="auto"`` and only that fits;
+        raises :class:`~fairpca._memory.InsufficientMemoryError` before allocating when the
+        matrices of the route do not fit."""
+        n_groups = sum(len(labels) for labels in encoding.groups)
+        if self.equalize_covariance is not None:
+            _memory.require(
+                _memory.covariance_bytes(d, n_groups),
+                f"the d x d matrices of Fair PCA-S (one scatter per group, {n_groups} "
+                f"groups) for n_features={d}",
+                "Reduce the number of columns (drop identifier-like columns, cap one-hot "
+                "categories), or use fair PCA (equalize_covariance=None) with "
+                "svd_solver='randomized' and a small n_components.",
+            )
+            return solver
+        size = (self.n_components or min(n, d)) + n_groups + self.n_oversamples
+        needed = {
+            "covariance_eigh": _memory.covariance_bytes(d),
+            "full": _memory.svd_bytes(n, d),
+            "randomized": _memory.randomized_bytes(n, d, size),
+        }
+        if _memory.fits(needed[solver]):
+            return solver
+        auto = self.svd_solver == "auto" and self.n_components is not None
+        if auto and _memory.fits(needed["randomized"]):
+            return "randomized"
+        _memory.require(
+            needed[solver],
+            f"the matrices of svd_solver={solver!r} for n_samples={n} and n_features={d}",
+            "Reduce the number of columns (drop identifier-like columns, cap one-hot "
+            "categories), or set a small n_components with svd_solver='randomized'.",
+        )
+        return solver
+
+    def _statistics_solver(self, n, d) -> str:
+        """The solver from the d x d scatter: the policy's, or the randomized one when the
+        exact eigensolver's matrices do not fit beside the scatter (``svd_solver="auto"``)."""
+        solver = self._choose_solver(n, d)
+        beside_scatter = _memory.covariance_bytes(d) - _memory.FLOAT_BYTES * d * d
+        if solver == "randomized" or _memory.fits(beside_scatter):
+            return solver
+        if self.svd_solver == "auto" and self.n_components is not None:
+            return "randomized"
+        _memory.require(
+            beside_scatter,
+            f"the d x d eigensolver matrices for n_features={d}",
+            "Set a small n_components with svd_solver='randomized', or reduce the number of "
+            "columns.",
+        )
+        return solver
+
     def _n_power_iterations(self, k, n, d):
         if self.iterated_power != "auto":
             return self.iterated_power
         return 7 if k < 0.1 * min(n, d) else 4
 
     def _resolve_n_components(self, n_obj, n_features, rank):
-        largest = min(n_obj, n_features - rank)
-        if largest < 1:
-            raise ValueError(
-                f"No fair direction is left: the group-mean differences span all "
-                f"{n_features} feature directions (constraint rank {rank}). Fair PCA needs "
-                "n_features > rank(Z^T X); add features or use fewer sensitive groups."
-            )
-        if self.n_components is None:
-            return largest
-        if self.n_components > largest:
-            raise ValueError(
-                f"n_components={self.n_components} is too large: at most {largest} fair "
-                f"directions exist (min(n_samples={n_obj}, n_features - rank(Z^T X) = "
-                f"{n_features} - {rank} = {n_features - rank})). Use n_components <= {largest}."
-            )
-        return self.n_components
+        return resolve_n_components(self.n_components, n_obj, n_features, rank)
 
     def _resolve_covariance_rank(self, k, n_features, rank):
         available = n_features - rank
@@ -734,14 +693,16 @@ class FairPCA(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self)
         if _dask.is_dask_collection(X):
-            columns = self._sensitive_column_list() if _dask.is_dask_frame(X) else []
+            columns = (
+                sensitive_column_list(self.sensitive_columns) if _dask.is_dask_frame(X) else []
+            )
             meta = _dask.feature_meta(X, [c for c in columns if c in X.columns])
             validate_data(
                 self, meta, dtype=[np.float64, np.float32], reset=False, ensure_min_samples=0
             )
             return _dask.transform(self, X)
-        X = self._drop_sensitive_columns(X)
-        _check_numeric(X)
+        X = drop_sensitive_columns(X, self.sensitive_columns)
+        check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
         Xc = X - self.mean_
         fair = Xc @ self.components_.T
@@ -783,11 +744,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
         -------
         feature_names_out : ndarray of str objects
         """
-        check_is_fitted(self)
-        names = [f"fairpca{i}" for i in range(self.n_components_)]
-        if self.tradeoff > 0:
-            names += [f"pca{i}" for i in range(self.n_components_)]
-        return np.asarray(names, dtype=object)
+        return output_feature_names(self, input_features, "fairpca", "pca")
 
     def __sklearn_is_fitted__(self):
         return hasattr(self, "components_")

@@ -3,7 +3,8 @@
 A sensitive attribute is any 1-D array-like of hashable labels (strings, ints, bools, pandas
 categoricals). Several attributes are given as a 2-D array or a DataFrame, one column each.
 Fair PCA needs, per attribute, the one-hot group indicators; Section 3.4 of the paper centres
-them (matrix Z) and Section 3.5 stacks the matrices of several attributes.
+them (the paper's matrix Z, the centred group-indicator matrix) and Section 3.5 stacks the
+matrices of several attributes.
 """
 
 from __future__ import annotations
@@ -46,14 +47,6 @@ class GroupEncoding:
         onehot[np.arange(self.codes.shape[0]), self.codes[:, attribute]] = 1.0
         return onehot
 
-    def centered_onehot(self) -> np.ndarray:
-        """Stacked centred one-hot matrix ``Z_comb`` of Sections 3.4-3.5, (n, sum_r m_r)."""
-        blocks = []
-        for a in range(self.n_attributes):
-            onehot = self.indicator(a)
-            blocks.append(onehot - onehot.mean(axis=0))
-        return np.hstack(blocks)
-
     def subset(self, mask: np.ndarray) -> GroupEncoding:
         """Encoding restricted to the rows in ``mask``; groups absent there are dropped."""
         codes = self.codes[mask]
@@ -64,6 +57,24 @@ class GroupEncoding:
             new_codes[:, a] = inverse
             groups.append(self.groups[a][present])
         return GroupEncoding(new_codes, groups, list(self.names))
+
+
+def group_sum_weights(codes: np.ndarray, sizes, rows: np.ndarray | None = None) -> np.ndarray:
+    """Weights ``W = [1 | one-hot of each attribute, zero outside rows]``, n x (1 + sum m_a).
+
+    One product ``X^T W`` gives the column sums of all rows and, per group of every
+    attribute, the column sums of its rows among ``rows`` (all rows when None): the columns
+    of ``X^T G`` up to the centring of the indicators (Sections 3.4-3.5).
+    """
+    n = codes.shape[0]
+    W = np.zeros((n, 1 + sum(sizes)))
+    W[:, 0] = 1.0
+    kept = np.arange(n) if rows is None else np.flatnonzero(rows)
+    start = 1
+    for a, size in enumerate(sizes):
+        W[kept, start + codes[kept, a]] = 1.0
+        start += size
+    return W
 
 
 def _as_columns(sensitive_features) -> tuple[list, list]:
@@ -207,19 +218,52 @@ def encode_groups(
         fewer than ``min_group_size`` rows.
     """
     encoding, _ = encode_labels(sensitive_features, n_samples)
-    for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True)):
+    counts = [
+        np.bincount(encoding.codes[:, a], minlength=len(labels))
+        for a, labels in enumerate(encoding.groups)
+    ]
+    check_group_sizes(encoding.names, encoding.groups, counts, min_group_size=min_group_size)
+    return encoding
+
+
+def check_group_sizes(
+    names,
+    groups,
+    counts,
+    *,
+    rows: str = "rows",
+    min_group_size: int = MIN_GROUP_SIZE,
+    error: type[ValueError] = ValueError,
+    prefix: str = "",
+    fix: str = "Merge rare groups or collect more rows.",
+) -> None:
+    """Raise ``error`` when an attribute has a single group, or a group with fewer than
+    ``min_group_size`` of the counted rows.
+
+    Parameters
+    ----------
+    names, groups, counts : sequences, one entry per sensitive attribute
+        The attribute's name, its group labels and the number of counted rows per group.
+    rows : str
+        What was counted, for the message (``"rows"``, ``"rows so far"``, ``"rows with
+        y == pos_label"``).
+    error : ValueError subclass
+        The exception raised.
+    prefix, fix : str
+        Text before the message (the setting that applies) and after it (what to do; may be
+        empty).
+    """
+    for name, labels, count in zip(names, groups, counts, strict=True):
         if len(labels) < 2:
-            raise ValueError(
-                f"sensitive attribute {name!r} has a single group ({labels[0]!r}) in the rows "
-                "used for fitting; fair PCA needs at least two groups to compare. Check the "
+            raise error(
+                f"{prefix}sensitive attribute {name!r} has a single group ({labels[0]!r}) "
+                f"among the {rows}; fair PCA needs at least two groups to compare. Check the "
                 "column, or drop it from sensitive_features."
             )
-        counts = np.bincount(encoding.codes[:, a], minlength=len(labels))
-        small = [labels[g] for g in np.flatnonzero(counts < min_group_size)]
+        small = [labels[g] for g in np.flatnonzero(np.asarray(count) < min_group_size)]
         if small:
-            raise ValueError(
-                f"sensitive attribute {name!r}: group(s) {small!r} have fewer than "
-                f"{min_group_size} rows; a group mean (and covariance) needs at least "
-                f"{min_group_size}. Merge rare groups or collect more rows."
+            raise error(
+                f"{prefix}sensitive attribute {name!r}: group(s) {small!r} have fewer than "
+                f"{min_group_size} {rows}; a group mean (and covariance) needs at least "
+                f"{min_group_size}. {fix}".rstrip()
             )
-    return encoding

@@ -12,19 +12,20 @@ pivoted Cholesky factor. The rows of ``Phi`` are the training points expressed i
 orthonormal basis of the span of their feature vectors (the "empirical kernel map").
 
 Algorithm 3 solves Problem (6), ``max tr(B^T K K B)`` over ``B`` (n x k) subject to
-``B^T K B = I`` and ``Z^T K B = 0``, by ``B = R Lambda`` and the generalised eigenproblem
+``B^T K B = I`` and ``G^T K B = 0``, by ``B = R Lambda`` and the generalised eigenproblem
 ``R^T K K R Lambda = R^T K R Lambda W``. Substitute ``W := Phi^T B`` (r x k):
 
 - ``B^T K B = B^T Phi Phi^T B = W^T W``, so the normalisation becomes ``W^T W = I``;
-- ``Z^T K B = Z^T Phi (Phi^T B) = Z^T Phi W``, so the constraint becomes ``Z^T Phi W = 0``;
+- ``G^T K B = G^T Phi (Phi^T B) = G^T Phi W``, so the constraint becomes ``G^T Phi W = 0``;
 - ``tr(B^T K K B) = tr(B^T Phi (Phi^T Phi) Phi^T B) = tr(W^T Phi^T Phi W)``.
 
 So ``W`` solves Problem (10), linear fair PCA with data matrix ``Phi`` (rows are points; its
-rows have mean zero because ``1^T K 1 = 0``), with the same centred one-hot matrix ``Z``. The map
-``B -> Phi^T B`` is onto: every feasible ``W`` comes from ``B = Phi (Phi^T Phi)^{-1} W``
-(``= V S^{-1/2} W`` for the eigen-factor), and ``B`` changes only by elements of
-``null(K) = null(Phi^T)``, which change neither objective nor constraints nor the
-representation below. The optimal values therefore agree and optimal solutions correspond.
+rows have mean zero because ``1^T K 1 = 0``), with the same centred group-indicator matrix
+``G`` (the paper's ``Z``). The map ``B -> Phi^T B`` is onto: every feasible ``W`` comes from
+``B = Phi (Phi^T Phi)^{-1} W`` (``= V S^{-1/2} W`` for the eigen-factor), and ``B`` changes
+only by elements of ``null(K) = null(Phi^T)``, which change neither objective nor
+constraints nor the representation below. The optimal values therefore agree and optimal
+solutions correspond.
 
 Representation. Training rows: ``Lambda^T R^T K = B^T K = B^T Phi Phi^T = W^T Phi^T``, i.e.
 the rows of ``Phi W``, linear fair PCA's projection of the rows of ``Phi``. New rows: let
@@ -50,7 +51,6 @@ unchanged.
 
 from __future__ import annotations
 
-import copy
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -60,17 +60,34 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._fair_pca import DEFAULT_TOL, FairPCA, _check_numeric
+from . import _linalg as la
+from . import _memory
+from ._fair_pca import DEFAULT_TOL, FairPCA
 from ._groups import encode_groups
 from ._kernel_gram import DeflatedGramSolver
 from ._kernel_maps import (
     KERNELS,
+    CentredKernelMap,
     ExactKernelMap,
     FourierMap,
     NystroemMap,
+    _batches,
+    center_kernel_inplace,
     is_psd_kernel,
     make_kernel,
     resolve_gamma,
+)
+from ._validation import (
+    FAIRNESS_CONSTRAINTS,
+    TooManyComponentsError,
+    check_magnitude,
+    check_n_components_bound,
+    check_numeric,
+    drop_sensitive_columns,
+    fit_rows,
+    groups_among,
+    output_feature_names,
+    split_sensitive_columns,
 )
 
 
@@ -124,7 +141,8 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     tradeoff : float, default=0.0
         The paper's lambda (Section 3.1): when positive, ``transform`` appends
         ``tradeoff`` times the standard kernel PCA features. Can be changed with
-        ``set_params`` after fitting.
+        ``set_params`` after fitting without a refit (the Gram route then computes the
+        standard kernel PCA once, into a cache that pickling drops).
     sensitive_columns : str, list of str or None, default=None
         Columns of a DataFrame ``X`` holding the sensitive attributes; they are excluded from
         the kernel and dropped by ``transform``.
@@ -178,15 +196,19 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     factorization_ : str or None
         Factorisation used by the exact and Nystroem routes (None for ``"rff"``).
     kernel_map_ : object
-        The fitted feature map (``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``), or,
-        for ``factorization_ == "gram"``, the fitted ``DeflatedGramSolver`` (coefficients
-        of the centred kernel column of a row).
+        The fitted feature map: ``transform(X)`` returns the ``n_kernel_features_``
+        features of rows that the linear stage projects. ``CentredKernelMap`` (the Gram
+        route: the centred kernel column of a row against the training rows),
+        ``ExactKernelMap``, ``NystroemMap`` or ``FourierMap``.
     n_kernel_features_ : int
         Dimension ``r`` of the kernel map (numerical rank of the kernel matrix, ``m`` or the
         number of random features; the number of training rows for the Gram route).
     fair_pca_ : FairPCA or None
         The linear fair PCA fitted on the kernel map of the training rows (None for the
-        Gram route, which has no finite map).
+        Gram route).
+    gram_solver_ : DeflatedGramSolver or None
+        The Gram route's solution: coefficients of the centred kernel column (None for the
+        other routes).
     n_components_ : int
         Number of fair components.
     explained_variance_ : ndarray of shape (n_components_,)
@@ -232,28 +254,18 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
     """
 
     _parameter_constraints: ClassVar[dict] = {
-        "n_components": [Interval(Integral, 1, None, closed="left"), None],
+        **FAIRNESS_CONSTRAINTS,
         "kernel": [StrOptions(set(KERNELS)), callable],
         "gamma": [Interval(Real, 0, None, closed="neither"), StrOptions({"scale"}), None],
         "degree": [Interval(Real, 0, None, closed="left")],
         "coef0": [Real],
         "kernel_params": [dict, None],
-        "constraint": [StrOptions({"demographic_parity", "equal_opportunity"})],
-        "pos_label": [Real, str, "boolean"],
-        "eo_objective": [StrOptions({"positive", "all"})],
-        "tradeoff": [Interval(Real, 0, None, closed="left")],
-        "sensitive_columns": [str, list, tuple, None],
         "approximation": [StrOptions({"auto", "exact", "nystroem", "rff"})],
         "n_landmarks": [Interval(Integral, 1, None, closed="left")],
         "landmarks": [StrOptions({"uniform", "kmeans++"})],
         "exact_max_samples": [Interval(Integral, 1, None, closed="left")],
         "factorization": [StrOptions({"auto", "gram", "cholesky", "eigh"})],
         "kernel_tol": [Interval(Real, 0, 1, closed="neither"), None],
-        "svd_solver": [StrOptions({"auto", "covariance_eigh", "full", "randomized"})],
-        "tol": [Interval(Real, 0, None, closed="left"), None],
-        "iterated_power": [Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
-        "n_oversamples": [Interval(Integral, 1, None, closed="left")],
-        "random_state": ["random_state"],
     }
 
     def __init__(
@@ -306,15 +318,13 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         self.random_state = random_state
 
     # ------------------------------------------------------------------ helpers
-    def _column_splitter(self) -> FairPCA:
-        # FairPCA owns the sensitive-column conventions; reuse them for the kernel input.
-        return FairPCA(sensitive_columns=self.sensitive_columns)
-
     def _resolve_route(self, n_samples: int) -> str:
         route = self.approximation
         if route == "auto":
             small = n_samples <= self.exact_max_samples or n_samples <= self.n_landmarks
-            return "exact" if small else "nystroem"
+            if small and _memory.fits(_memory.kernel_bytes(n_samples)):
+                return "exact"
+            return "nystroem" if n_samples > self.n_landmarks else "exact"
         if route == "nystroem" and self.n_landmarks > n_samples:
             raise ValueError(
                 f"n_landmarks={self.n_landmarks} exceeds the number of training rows "
@@ -327,6 +337,23 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
                 f"kernel, not kernel={self.kernel!r}; use approximation='nystroem'."
             )
         return route
+
+    def _require_memory(self, route: str, n_samples: int) -> None:
+        """Stop before the n x n (exact) or n x m (approximate) matrices if they do not fit."""
+        if route == "exact":
+            _memory.require(
+                _memory.kernel_bytes(n_samples),
+                f"the n x n kernel matrices of the exact route for n_samples={n_samples}",
+                "Use approximation='nystroem' with n_landmarks << n_samples (or 'rff' for the "
+                "rbf kernel), or fit on fewer rows.",
+            )
+            return
+        width = min(self.n_landmarks, n_samples)
+        _memory.require(
+            _memory.FLOAT_BYTES * (3 * n_samples * width + 3 * width * width),
+            f"the n x m kernel map for n_samples={n_samples} and n_landmarks={width}",
+            "Use a smaller n_landmarks, or fit on fewer rows.",
+        )
 
     def _resolve_factorization(self, route: str) -> str:
         psd = is_psd_kernel(self.kernel, self.degree, self.coef0)
@@ -347,10 +374,13 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             return "eigh"
         return "gram" if route == "exact" else "cholesky"
 
-    def _make_map(self, route: str, rng):
+    def _make_map(self, route: str, rng, objective_rows):
         kernel_matrix = make_kernel(
             self.kernel, self.gamma_, self.degree, self.coef0, self.kernel_params
         )
+        if self.factorization_ == "gram":
+            rows = None if objective_rows is None else np.flatnonzero(objective_rows)
+            return CentredKernelMap(kernel_matrix, rows)
         if route == "exact":
             return ExactKernelMap(kernel_matrix, self.factorization_, self.kernel_tol)
         if route == "nystroem":
@@ -364,89 +394,81 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             )
         return FourierMap(self.gamma_, self.n_landmarks, rng)
 
-    def _fit_map(self, X, y, sensitive_features) -> np.ndarray:
-        """Fit the kernel map and the linear fair PCA on it; return the training map."""
-        X, sensitive_features = self._column_splitter()._split_sensitive_columns(
-            X, sensitive_features
+    def _fit_map(self, X, y, sensitive_features) -> tuple[np.ndarray, np.ndarray | None]:
+        """Fit the kernel map and the fair solve on it; return the training rows' fair
+        features and their standard kernel PCA features (None when ``tradeoff == 0``)."""
+        X, sensitive_features = split_sensitive_columns(
+            X, sensitive_features, self.sensitive_columns
         )
-        _check_numeric(X)
+        check_numeric(X, "FairKernelPCA")
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=2)
+        check_magnitude(X)
         n_samples = X.shape[0]
+        check_n_components_bound(
+            self.n_components, n_samples, n_samples, "dimensions of the kernel map"
+        )
+        encoding = encode_groups(sensitive_features, n_samples)
+        objective_rows, constraint_rows = fit_rows(
+            y, n_samples, self.constraint, self.pos_label, self.eo_objective
+        )
+        if constraint_rows is not None:
+            groups_among(encoding, constraint_rows)
         rng = check_random_state(self.random_state)
         self.gamma_ = resolve_gamma(self.gamma, X)
         self.approximation_ = self._resolve_route(n_samples)
+        self._require_memory(self.approximation_, n_samples)
         self.factorization_ = (
             self._resolve_factorization(self.approximation_)
             if self.approximation_ != "rff"
             else None
         )
-        if self.factorization_ == "gram":
-            return self._fit_gram(X, y, sensitive_features)
-        self.kernel_map_ = self._make_map(self.approximation_, rng)
-        Phi = self.kernel_map_.fit_transform(X)
-        self.n_kernel_features_ = Phi.shape[1]
+        self.kernel_map_ = self._make_map(self.approximation_, rng, objective_rows)
+        features = self.kernel_map_.fit_transform(X)
+        self.n_kernel_features_ = self.kernel_map_.rank_
         self.landmark_indices_ = getattr(self.kernel_map_, "landmark_indices_", None)
+        self.groups_ = list(encoding.groups)
+        if self.factorization_ == "gram":
+            return self._fit_gram(features, encoding, objective_rows, constraint_rows)
+        return self._fit_linear(features, y, sensitive_features, rng)
 
-        self.fair_pca_ = FairPCA(
-            n_components=self.n_components,
-            constraint=self.constraint,
-            pos_label=self.pos_label,
-            eo_objective=self.eo_objective,
-            tradeoff=self.tradeoff,
-            svd_solver=self.svd_solver,
-            tol=self.tol,
-            iterated_power=self.iterated_power,
-            n_oversamples=self.n_oversamples,
-            random_state=rng,
-        )
+    def _fit_linear(self, Phi, y, sensitive_features, rng) -> tuple[np.ndarray, np.ndarray | None]:
+        """Linear fair PCA on the kernel map ``Phi`` (module docstring)."""
+        self.gram_solver_ = None
+        shared = {name: getattr(self, name) for name in FAIRNESS_CONSTRAINTS}
+        self.fair_pca_ = FairPCA(**{**shared, "sensitive_columns": None, "random_state": rng})
         try:
             self.fair_pca_.fit(Phi, y, sensitive_features=sensitive_features)
-        except ValueError as error:
-            if "n_components" in str(error) or "No fair direction" in str(error):
-                raise ValueError(
-                    f"{error} (Here the features are the {Phi.shape[1]} dimensions of the "
-                    f"{self.approximation_} kernel map, i.e. the numerical rank of the kernel "
-                    "matrix or the approximation size.)"
-                ) from error
-            raise
+        except TooManyComponentsError as error:
+            raise ValueError(
+                f"{error} (Here the features are the {Phi.shape[1]} dimensions of the "
+                f"{self.approximation_} kernel map, i.e. the numerical rank of the kernel "
+                "matrix or the approximation size.)"
+            ) from error
         fitted = self.fair_pca_
         self.n_components_ = fitted.n_components_
         self.explained_variance_ = fitted.explained_variance_
         self.explained_variance_ratio_ = fitted.explained_variance_ratio_
         self.constraint_rank_ = fitted.constraint_rank_
         self.mean_gap_ = fitted.mean_gap_
-        self.groups_ = fitted.groups_
-        return Phi
+        return self._linear_features(Phi)
 
-    def _fit_gram(self, X, y, sensitive_features) -> tuple[np.ndarray, np.ndarray]:
-        """Exact route without a factor (:mod:`fairpca._kernel_gram`); training features."""
-        rules = FairPCA(
-            constraint=self.constraint, pos_label=self.pos_label, eo_objective=self.eo_objective
-        )
-        encoding = encode_groups(sensitive_features, X.shape[0])
-        objective_rows, constraint_rows = rules._fit_rows(y, X.shape[0])
-        if constraint_rows is not None:
-            encoding_rows = rules._check_groups_among(encoding, constraint_rows)
-        else:
-            encoding_rows = encoding
-        kernel_matrix = make_kernel(
-            self.kernel, self.gamma_, self.degree, self.coef0, self.kernel_params
-        )
-        solver = DeflatedGramSolver(
-            kernel_matrix, DEFAULT_TOL if self.tol is None else self.tol, self.kernel_tol
-        )
+    def _fit_gram(
+        self, Kc, encoding, objective_rows, constraint_rows
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Exact route without a factor (:mod:`fairpca._kernel_gram`) on the centred kernel."""
+        encoding_rows = encoding if constraint_rows is None else encoding.subset(constraint_rows)
+        solver = DeflatedGramSolver(DEFAULT_TOL if self.tol is None else self.tol, self.kernel_tol)
         features = solver.fit_transform(
-            X,
+            Kc,
+            self.kernel_map_.grand_mean_,
             encoding_rows,
             objective_rows,
             constraint_rows,
             self.n_components,
             with_pca=self.tradeoff > 0,
         )
-        self.kernel_map_ = solver
+        self.gram_solver_ = solver
         self.fair_pca_ = None
-        self.n_kernel_features_ = X.shape[0]
-        self.landmark_indices_ = None
         self.n_components_ = solver.n_components_
         self.explained_variance_ = solver.explained_variance_
         total = solver.total_variance_
@@ -455,17 +477,46 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         )
         self.constraint_rank_ = solver.constraint_rank_
         self.mean_gap_ = solver.mean_gap_
-        self.groups_ = list(encoding.groups)
         return features
 
-    def _project(self, features) -> np.ndarray:
-        if self.fair_pca_ is None:  # the Gram route: (fair, kernel PCA) features
-            fair, pca = features
-            return np.hstack([fair, self.tradeoff * pca]) if self.tradeoff > 0 else fair
-        # A shallow copy takes the current tradeoff, so set_params(tradeoff=...) needs no refit.
-        linear = copy.copy(self.fair_pca_)
-        linear.tradeoff = self.tradeoff
-        return linear.transform(features)
+    def _gram_pca_coefficients(self) -> np.ndarray:
+        """Standard kernel PCA coefficients of the Gram route. Computed at fit when
+        ``tradeoff > 0``; otherwise on first use, into a cache that is not fitted state
+        (``__getstate__`` drops it, so pickles and ``transform`` leave the estimator as
+        fitted)."""
+        if self.gram_solver_.pca_coef_ is not None:
+            return self.gram_solver_.pca_coef_
+        cached = self.__dict__.get("_pca_coef_cache")
+        if cached is None or cached[0] is not self.gram_solver_:
+            kernel_map = self.kernel_map_
+            Kc = kernel_map.kernel_matrix(kernel_map.X_fit_)
+            center_kernel_inplace(Kc, kernel_map.rows)
+            cached = (self.gram_solver_, self.gram_solver_.pca_coefficients(Kc))
+            self.__dict__["_pca_coef_cache"] = cached
+        return cached[1]
+
+    def _linear_features(self, features) -> tuple[np.ndarray, np.ndarray | None]:
+        """``(fair, kernel PCA or None)`` features from the kernel map's output."""
+        with_pca = self.tradeoff > 0
+        if self.fair_pca_ is not None:
+            fitted = self.fair_pca_
+            centred = features - fitted.mean_
+            fair = centred @ fitted.components_.T
+            return fair, (centred @ fitted.pca_components_.T if with_pca else None)
+        coef = self.gram_solver_.coef_
+        if with_pca:
+            coef = np.hstack([coef, self._gram_pca_coefficients()])
+        out = la.matmul(features, coef)
+        k = self.n_components_
+        return out[:, :k], (out[:, k:] if with_pca else None)
+
+    def _project(self, fair, pca) -> np.ndarray:
+        return np.hstack([fair, self.tradeoff * pca]) if self.tradeoff > 0 else fair
+
+    def __getstate__(self):
+        state = dict(super().__getstate__())
+        state.pop("_pca_coef_cache", None)
+        return state
 
     # ------------------------------------------------------------------ public API
     @_fit_context(prefer_skip_nested_validation=True)
@@ -511,7 +562,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             Fair features, followed by ``tradeoff`` times the kernel PCA features when
             ``tradeoff > 0``.
         """
-        return self._project(self._fit_map(X, y, sensitive_features))
+        return self._project(*self._fit_map(X, y, sensitive_features))
 
     def transform(self, X):
         """Fair representation of (new) rows.
@@ -528,12 +579,13 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
             ``tradeoff > 0``.
         """
         check_is_fitted(self)
-        X = self._column_splitter()._drop_sensitive_columns(X)
-        _check_numeric(X)
+        X = drop_sensitive_columns(X, self.sensitive_columns)
+        check_numeric(X, "FairKernelPCA")
         X = validate_data(self, X, dtype=np.float64, reset=False)
-        if self.fair_pca_ is None:  # the Gram route
-            return self._project(self.kernel_map_.transform(X, with_pca=self.tradeoff > 0))
-        return self._project(self.kernel_map_.transform(X))
+        out = np.empty((X.shape[0], self.get_feature_names_out().shape[0]))
+        for rows in _batches(X.shape[0], self.kernel_map_.rank_):
+            out[rows] = self._project(*self._linear_features(self.kernel_map_.transform(X[rows])))
+        return out
 
     def get_feature_names_out(self, input_features=None):
         """Output feature names: ``fairkernelpca0..k-1``, then ``kernelpca0..k-1``.
@@ -541,17 +593,13 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         Parameters
         ----------
         input_features : array-like of str or None, default=None
-            Ignored (the outputs are not input features).
+            Only used to validate feature names against ``feature_names_in_``.
 
         Returns
         -------
         feature_names_out : ndarray of str objects
         """
-        check_is_fitted(self)
-        names = [f"fairkernelpca{i}" for i in range(self.n_components_)]
-        if self.tradeoff > 0:
-            names += [f"kernelpca{i}" for i in range(self.n_components_)]
-        return np.asarray(names, dtype=object)
+        return output_feature_names(self, input_features, "fairkernelpca", "kernelpca")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

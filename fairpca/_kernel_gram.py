@@ -31,10 +31,11 @@ import numpy as np
 from scipy import linalg
 from scipy.linalg.blas import get_blas_funcs
 from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
+from threadpoolctl import threadpool_limits
 
 from . import _linalg as la
 from ._groups import GroupEncoding
-from ._kernel_maps import _batches, _relative_threshold
+from ._kernel_maps import _relative_threshold
 
 # Lanczos (ARPACK) when the matrix is large and few eigenvectors are wanted, as in
 # scikit-learn's KernelPCA; a dense subset eigensolver otherwise.
@@ -47,22 +48,32 @@ GRAM_RANK_FLOOR = 1e-7
 
 
 def top_eigenpairs(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Largest ``k`` eigenpairs of a symmetric matrix (decreasing), deterministic start."""
+    """Largest ``k`` eigenpairs of a symmetric matrix (decreasing), deterministic start.
+
+    The result does not depend on the number of BLAS threads: the Lanczos products use
+    ``gemv``, which splits rows between threads (each entry is summed in the same order by
+    one thread; the threaded ``symv`` adds partial sums of several threads), and the dense
+    eigensolver, whose tridiagonal reduction calls ``symv``, runs on one BLAS thread.
+    """
     n = M.shape[0]
     if n > LANCZOS_MIN_ROWS and k < LANCZOS_MAX_FRACTION * n:
-        # products by BLAS symv: half the memory traffic of a general matrix-vector product
-        # (the matrix is read once per Lanczos step), on SciPy's BLAS like the rest
         M_f = M.T if M.flags.c_contiguous else np.asfortranarray(M)  # M is symmetric
-        symv = get_blas_funcs("symv", (M_f,))
-        operator = LinearOperator(M.shape, matvec=lambda v: symv(1.0, M_f, v), dtype=M.dtype)
+        gemv = get_blas_funcs("gemv", (M_f,))
+        operator = LinearOperator(M.shape, matvec=lambda v: gemv(1.0, M_f, v), dtype=M.dtype)
         v0 = np.random.default_rng(0).uniform(-1.0, 1.0, n)
         try:
             values, vectors = eigsh(operator, k=k, which="LA", v0=v0)
         except ArpackNoConvergence:  # rare (tight eigenvalue clusters): solve densely
-            return la.top_eigh(M, k)
+            return dense_top_eigenpairs(M, k)
         order = np.argsort(values)[::-1]
         return values[order], vectors[:, order]
-    return la.top_eigh(M, k)
+    return dense_top_eigenpairs(M, k)
+
+
+def dense_top_eigenpairs(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`fairpca._linalg.top_eigh` on one BLAS thread (bitwise reproducible)."""
+    with threadpool_limits(limits=1, user_api="blas"):
+        return la.top_eigh(M, k)
 
 
 def constraint_coefficients(
@@ -96,24 +107,26 @@ def subtract_outer(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 class DeflatedGramSolver:
     """Fitted exact fair kernel PCA in coefficients of the centred kernel column ``kc(x)``.
 
+    The fair features of a row are ``kc(x)^T coef_`` (``kc`` from
+    :class:`~fairpca._kernel_maps.CentredKernelMap` centred on the objective rows), its
+    standard kernel PCA features ``kc(x)^T pca_coefficients(Kc)``.
+
     Parameters
     ----------
-    kernel_matrix : callable
-        ``kernel_matrix(A, B)`` as returned by :func:`fairpca._kernel_maps.make_kernel`.
     tol : float
         Relative rank tolerance of the constraint (as ``FairPCA(tol=...)``).
     kernel_tol : float or None
         Relative tolerance below which an eigenvalue of the deflated kernel counts as zero.
     """
 
-    def __init__(self, kernel_matrix, tol: float, kernel_tol: float | None):
-        self.kernel_matrix = kernel_matrix
+    def __init__(self, tol: float, kernel_tol: float | None):
         self.tol = tol
         self.kernel_tol = kernel_tol
 
     def fit_transform(
         self,
-        X: np.ndarray,
+        Kc: np.ndarray,
+        grand_mean: float,
         encoding: GroupEncoding,
         objective_rows: np.ndarray | None,
         constraint_rows: np.ndarray | None,
@@ -121,10 +134,10 @@ class DeflatedGramSolver:
         *,
         with_pca: bool,
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """Fit on the training rows; return their fair features and, if ``with_pca``, their
-        standard kernel PCA features (else None; :meth:`transform` computes those on demand)."""
-        n = X.shape[0]
-        self.X_fit_ = np.array(X, dtype=np.float64, copy=True)  # kept for new rows' kernels
+        """Fit on the centred training kernel ``Kc`` (overwritten) whose uncentred objective
+        block has mean ``grand_mean``; return the training rows' fair features and, if
+        ``with_pca``, their standard kernel PCA features (else None)."""
+        n = Kc.shape[0]
         obj = np.arange(n) if objective_rows is None else np.flatnonzero(objective_rows)
         n_obj = obj.size
         if n_obj < 2:
@@ -132,7 +145,7 @@ class DeflatedGramSolver:
                 f"Only {n_obj} row(s) to fit the variance objective on; need at least 2."
             )
         self.objective_rows_ = None if objective_rows is None else obj
-        Kc = self._centred_training_kernel()
+        self.n_samples_ = n_obj
         K_obj = Kc if objective_rows is None else Kc[np.ix_(obj, obj)]
         total = max(float(np.trace(K_obj)), 0.0)
 
@@ -143,7 +156,7 @@ class DeflatedGramSolver:
         # The singular values of the mean differences D = F^T C are sqrt(s), known to about
         # sqrt(eps) of the largest from D^T D: FairPCA's rule, floored at 1e-7 relative.
         sigma = np.sqrt(np.maximum(s, 0.0))
-        scale = np.sqrt(total / (n_obj - 1) + max(self.grand_mean_, 0.0))
+        scale = np.sqrt(total / (n_obj - 1) + max(grand_mean, 0.0))
         cut = max(self.tol * scale, GRAM_RANK_FLOOR * (sigma.max() if sigma.size else 0.0))
         keep = sigma > max(cut, np.finfo(float).tiny)
         T = V[:, keep] / sigma[keep]
@@ -172,10 +185,7 @@ class DeflatedGramSolver:
         self.coef_ -= C @ (T @ (B_obj.T @ vectors))
 
         self.n_components_ = k
-        self.n_samples_ = n_obj
-        self.pca_coef_ = None
-        if with_pca:  # Kc is intact
-            self._fit_pca(Kc if objective_rows is None else Kc[np.ix_(obj, obj)])
+        self.pca_coef_ = self.pca_coefficients(Kc) if with_pca else None  # Kc is intact
         self.explained_variance_ = values / (n_obj - 1)
         self.total_variance_ = total / (n_obj - 1)
         self.constraint_rank_ = int(keep.sum())
@@ -185,31 +195,18 @@ class DeflatedGramSolver:
         features = la.matmul(K_fair, coef) + B @ (B.T @ coef) if deflate_kc else la.matmul(Kc, coef)
         return features[:, :k], (features[:, k:] if with_pca else None)
 
-    def _centred_training_kernel(self) -> np.ndarray:
-        """The training kernel centred on the objective rows' feature-space mean."""
-        Kc = self.kernel_matrix(self.X_fit_)
+    def pca_coefficients(self, Kc: np.ndarray) -> np.ndarray:
+        """Standard kernel PCA of the objective rows (the trade-off features, Section 3.1):
+        coefficients (n x k) of ``kc(x)``, from the centred training kernel ``Kc``."""
         obj = self.objective_rows_
-        self.row_means_ = (Kc if obj is None else Kc[:, obj]).mean(axis=1)
-        self.grand_mean_ = float((self.row_means_ if obj is None else self.row_means_[obj]).mean())
-        Kc -= self.row_means_[:, None]
-        Kc -= self.row_means_[None, :]
-        Kc += self.grand_mean_
-        return Kc
-
-    def _fit_pca(self, K_obj: np.ndarray | None = None) -> None:
-        """Standard kernel PCA of the objective rows (the trade-off features, Section 3.1)."""
-        if K_obj is None:  # on demand: the same kernel again, from the stored rows
-            Kc = self._centred_training_kernel()
-            obj = self.objective_rows_
-            K_obj = Kc if obj is None else Kc[np.ix_(obj, obj)]
+        K_obj = Kc if obj is None else Kc[np.ix_(obj, obj)]
         values, vectors = top_eigenpairs(K_obj, self.n_components_)
         values = np.maximum(values, 0.0)
         vectors = la.flip_columns(vectors)
         scaled = np.divide(vectors, np.sqrt(values), out=np.zeros_like(vectors), where=values > 0)
-        obj = slice(None) if self.objective_rows_ is None else self.objective_rows_
-        self.pca_coef_ = np.zeros((self.X_fit_.shape[0], self.n_components_))
-        self.pca_coef_[obj] = scaled
-        self.pca_explained_variance_ = values / (self.n_samples_ - 1)
+        coef = np.zeros((Kc.shape[0], self.n_components_))
+        coef[slice(None) if obj is None else obj] = scaled
+        return coef
 
     @staticmethod
     def _resolve_k(K_fair, n_components, threshold, n_obj, rank) -> int:
@@ -220,7 +217,8 @@ class DeflatedGramSolver:
                 f"{n_obj} objective rows. Fair kernel PCA needs more rows than groups."
             )
         if n_components is None:
-            values = linalg.eigvalsh(K_fair, check_finite=False)
+            with threadpool_limits(limits=1, user_api="blas"):
+                values = linalg.eigvalsh(K_fair, check_finite=False)
             return max(1, int(np.sum(values > threshold)))
         if n_components > largest:
             raise ValueError(
@@ -229,19 +227,3 @@ class DeflatedGramSolver:
                 f"constraint rank = {n_obj} - 1 - {rank}). Use n_components <= {largest}."
             )
         return n_components
-
-    def transform(self, X: np.ndarray, *, with_pca: bool) -> tuple[np.ndarray, np.ndarray | None]:
-        """Fair features of new rows and, if ``with_pca``, their kernel PCA features."""
-        if with_pca and self.pca_coef_ is None:
-            self._fit_pca()
-        coef = np.hstack([self.coef_, self.pca_coef_]) if with_pca else self.coef_
-        out = np.empty((X.shape[0], coef.shape[1]))
-        for rows in _batches(X.shape[0], self.X_fit_.shape[0]):
-            K_new = self.kernel_matrix(X[rows], self.X_fit_)
-            obj = self.objective_rows_
-            K_new -= (K_new if obj is None else K_new[:, obj]).mean(axis=1, keepdims=True)
-            K_new -= self.row_means_[None, :]
-            K_new += self.grand_mean_
-            out[rows] = la.matmul(K_new, coef)
-        k = self.n_components_
-        return out[:, :k], (out[:, k:] if with_pca else None)

@@ -1,7 +1,10 @@
 """Kernels and finite-dimensional kernel feature maps for fair kernel PCA.
 
-Every map here turns rows ``x`` into vectors ``phi(x)`` whose inner products reproduce (exactly
-or approximately) the kernel, so that fair kernel PCA becomes linear fair PCA on ``phi(X)``:
+Every map here has ``fit_transform(X)``, ``transform(X)`` and ``rank_`` (the output
+dimension). :class:`CentredKernelMap` returns a row's centred kernel column against the
+training rows (the Gram route projects it with coefficients); the others turn rows ``x`` into
+vectors ``phi(x)`` whose inner products reproduce (exactly or approximately) the kernel, so
+that fair kernel PCA becomes linear fair PCA on ``phi(X)``:
 
 - :class:`ExactKernelMap`: the empirical kernel map of the training rows. With the training
   kernel centred in feature space, ``K_c = Phi Phi^T`` holds to machine precision; ``Phi`` is a
@@ -20,12 +23,14 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.kernel_approximation import RBFSampler
 from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state, gen_batches
+from threadpoolctl import threadpool_limits
 
 from ._linalg import matmul
+from ._memory import BLOCK_BYTES, FLOAT_BYTES
 
 KERNELS = ("rbf", "poly", "sigmoid", "cosine", "linear")
 # Largest number of kernel entries materialised at once when mapping new rows.
-BATCH_ENTRIES = 1 << 23
+BATCH_ENTRIES = BLOCK_BYTES // FLOAT_BYTES
 
 
 def resolve_gamma(gamma, X: np.ndarray) -> float:
@@ -67,7 +72,13 @@ class KernelFunction:
             self.params = {"gamma": gamma, "degree": degree, "coef0": coef0}
 
     def __call__(self, A: np.ndarray, B: np.ndarray | None = None) -> np.ndarray:
-        K = pairwise_kernels(A, B, metric=self.kernel, filter_params=True, **self.params)
+        if B is None:
+            # A A^T is a threaded syrk, whose rounding depends on the number of BLAS threads;
+            # on one thread the training kernel is the same bits on every machine setting.
+            with threadpool_limits(limits=1, user_api="blas"):
+                K = pairwise_kernels(A, None, metric=self.kernel, filter_params=True, **self.params)
+        else:
+            K = pairwise_kernels(A, B, metric=self.kernel, filter_params=True, **self.params)
         K = np.asarray(K, dtype=np.float64)
         if not np.isfinite(K).all():
             raise ValueError(
@@ -86,26 +97,59 @@ def _batches(n_rows: int, n_columns: int):
     return gen_batches(n_rows, max(1, BATCH_ENTRIES // max(n_columns, 1)))
 
 
-def center_kernel_inplace(K: np.ndarray) -> tuple[np.ndarray, float]:
-    """Centre a square training kernel in feature space, ``K <- H K H`` with ``H = I - 11^T/n``.
+def center_kernel_inplace(K: np.ndarray, rows: np.ndarray | None = None):
+    """Centre a square training kernel in feature space on the mean of ``rows`` (all rows
+    when None): ``K <- H K H^T`` with ``H = I - 1 w^T``, ``w`` uniform on ``rows``.
 
-    Returns the column means and the grand mean of the uncentred ``K`` (what
+    Returns ``(row_means, grand_mean)``: the means of each row of the uncentred ``K`` over
+    the columns ``rows`` and their mean over ``rows`` (for all rows, what
     :class:`~sklearn.preprocessing.KernelCenterer` stores as ``K_fit_rows_`` and
     ``K_fit_all_``), needed to centre the kernel of new rows.
     """
-    column_means = K.mean(axis=0)
-    grand_mean = float(column_means.mean())
-    K -= column_means[np.newaxis, :]
-    K -= column_means[:, np.newaxis]
+    row_means = (K if rows is None else K[:, rows]).mean(axis=1)
+    grand_mean = float((row_means if rows is None else row_means[rows]).mean())
+    K -= row_means[:, np.newaxis]
+    K -= row_means[np.newaxis, :]
     K += grand_mean
-    return column_means, grand_mean
+    return row_means, grand_mean
 
 
-def center_new_kernel(K_new: np.ndarray, column_means: np.ndarray, grand_mean: float):
-    """Centre ``k(X_new, X_fit)`` in feature space, as ``KernelCenterer.transform`` does."""
-    K_new = K_new - column_means[np.newaxis, :]
-    K_new -= K_new.mean(axis=1, keepdims=True) + (column_means.mean() - grand_mean)
+def center_new_kernel(
+    K_new: np.ndarray, row_means: np.ndarray, grand_mean: float, rows: np.ndarray | None = None
+) -> np.ndarray:
+    """Centre ``k(X_new, X_fit)`` in feature space as :func:`center_kernel_inplace` centred
+    the training kernel (a new array)."""
+    K_new = K_new - (K_new if rows is None else K_new[:, rows]).mean(axis=1, keepdims=True)
+    K_new -= row_means[np.newaxis, :]
+    K_new += grand_mean
     return K_new
+
+
+class CentredKernelMap:
+    """The centred kernel column of a row against the training rows, ``kc(x) = F f(x)``.
+
+    ``F`` holds the training feature vectors centred on the feature-space mean of the
+    objective rows ``rows`` (all rows when None). ``fit_transform(X)`` returns the centred
+    training kernel ``F F^T`` (n x n); ``transform(X_new)`` the rows ``kc(x)``.
+    """
+
+    def __init__(self, kernel_matrix, rows: np.ndarray | None = None):
+        self.kernel_matrix = kernel_matrix
+        self.rows = rows
+
+    def fit_transform(self, X: np.ndarray) -> np.ndarray:
+        self.X_fit_ = np.array(X, dtype=np.float64, copy=True)  # kept for new rows' kernels
+        K = self.kernel_matrix(self.X_fit_)
+        self.row_means_, self.grand_mean_ = center_kernel_inplace(K, self.rows)
+        self.rank_ = K.shape[1]
+        return K
+
+    def transform(self, X: np.ndarray) -> np.ndarray:
+        out = np.empty((X.shape[0], self.rank_))
+        for rows in _batches(X.shape[0], self.rank_):
+            K_new = self.kernel_matrix(X[rows], self.X_fit_)
+            out[rows] = center_new_kernel(K_new, self.row_means_, self.grand_mean_, self.rows)
+        return out
 
 
 def _relative_threshold(scale: float, n: int, tol: float | None) -> float:
@@ -221,9 +265,8 @@ class ExactKernelMap:
         self.tol = tol
 
     def fit_transform(self, X: np.ndarray) -> np.ndarray:
-        self.X_fit_ = np.array(X, dtype=np.float64, copy=True)  # kept for new rows' kernels
-        K = self.kernel_matrix(X)
-        self.column_means_, self.grand_mean_ = center_kernel_inplace(K)
+        self.centred_ = CentredKernelMap(self.kernel_matrix)
+        K = self.centred_.fit_transform(X)
         self.factor_ = KernelFactor(self.solver, self.tol)
         Phi = self.factor_.fit(K)
         self.rank_ = self.factor_.rank_
@@ -231,10 +274,8 @@ class ExactKernelMap:
 
     def transform(self, X: np.ndarray) -> np.ndarray:
         out = np.empty((X.shape[0], self.rank_))
-        for rows in _batches(X.shape[0], self.X_fit_.shape[0]):
-            K_new = self.kernel_matrix(X[rows], self.X_fit_)
-            K_new = center_new_kernel(K_new, self.column_means_, self.grand_mean_)
-            out[rows] = self.factor_.coordinates(K_new)
+        for rows in _batches(X.shape[0], self.centred_.rank_):
+            out[rows] = self.factor_.coordinates(self.centred_.transform(X[rows]))
         return out
 
 

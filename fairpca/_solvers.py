@@ -180,3 +180,71 @@ def solve_covariance_equalizing(
         np.maximum(pca_values, 0.0) / (n - 1),
         trace / (n - 1),
     )
+
+
+def solve_covariance_randomized(
+    C: np.ndarray,
+    Q: np.ndarray,
+    k: int,
+    n: int,
+    *,
+    n_oversamples: int,
+    n_iter: int,
+    random_state: np.random.RandomState,
+    dtype=np.float64,
+):
+    """Randomized subspace iteration on the scatter matrix ``C`` (k << d).
+
+    The statistics counterpart of :func:`fairpca._solvers.solve_randomized` (Halko et al.
+    2011): the fair operator is ``P C P`` with ``P = I - Q Q^T``, and one product with ``C``
+    equals one pass ``Xc^T (Xc G)`` over the data, so ``n_iter`` has the same meaning. The
+    fair and the standard PCA blocks share every product (one GEMM with ``2 l`` columns),
+    then a Rayleigh-Ritz step on each ``l``-dimensional range gives the top ``k``. The power
+    iterations run in ``dtype`` (float32 for float32 data); the Rayleigh-Ritz step and the
+    constraint projection are float64.
+    """
+    d = C.shape[0]
+    size = min(k + n_oversamples, d)
+    work = C if dtype == np.float64 else C.astype(dtype, order="F")
+    Q_work = Q.astype(work.dtype)
+    G = random_state.normal(size=(d, 2 * size)).astype(work.dtype)
+    for _ in range(n_iter + 1):
+        G[:, :size] = la.project_out(G[:, :size], Q_work)
+        G = la.matmul(work, np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])]))
+    del work
+    G = G.astype(np.float64)
+    fair_basis = _orthonormalize(la.project_out(G[:, :size], Q))
+    basis = np.hstack([fair_basis, _orthonormalize(G[:, size:])])
+    CB = la.matmul(C, basis)
+    fair = basis[:, :size].T @ CB[:, :size]
+    pca = basis[:, size:].T @ CB[:, size:]
+    fair_values, fair_vectors = la.top_eigh((fair + fair.T) / 2.0, k)
+    pca_values, pca_vectors = la.top_eigh((pca + pca.T) / 2.0, k)
+    return Solution(
+        la.project_out(fair_basis @ fair_vectors, Q),
+        np.maximum(fair_values, 0.0) / (n - 1),
+        basis[:, size:] @ pca_vectors,
+        np.maximum(pca_values, 0.0) / (n - 1),
+        float(np.trace(C)) / (n - 1),
+    )
+
+
+def _orthonormalize(Y: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the range of ``Y`` (d x l, l << d) by CholeskyQR2.
+
+    Two Cholesky passes (Fukaya et al. 2014) cost two SYRK-like products instead of a
+    Householder QR, and are orthogonal to rounding when ``cond(Y) < 1e7``; otherwise (or if
+    a Cholesky factorisation fails) Householder QR is used.
+    """
+    basis = Y
+    for _ in range(2):
+        gram = np.asarray(la.matmul(basis.T, basis))
+        try:
+            R = linalg.cholesky(gram, lower=False, check_finite=False)
+        except linalg.LinAlgError:
+            return la.qr_basis(Y)
+        diagonal = np.abs(np.diag(R))
+        if diagonal.min() <= 1e-7 * diagonal.max():
+            return la.qr_basis(Y)
+        basis = linalg.solve_triangular(R, basis.T, trans="T", lower=False, check_finite=False).T
+    return basis

@@ -7,7 +7,7 @@ through, in float64:
 - the count of the constraint rows (all rows, or the rows with ``y == pos_label`` for
   equal opportunity, Section 3.2);
 - per sensitive attribute, the group counts and column sums on the constraint rows (the
-  columns of ``X^T Z``, Sections 3.4-3.5);
+  columns of ``X^T G`` with ``G`` the centred group indicators, Sections 3.4-3.5);
 - for Fair PCA-S (Section 3.6), the centred scatter of every group on the constraint rows.
 
 All of them merge exactly: counts and sums add, and scatters merge by the pairwise rule of
@@ -29,14 +29,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy import linalg
 from scipy.linalg.blas import get_blas_funcs
 
 from . import _linalg as la
-from ._groups import MIN_GROUP_SIZE, GroupEncoding, _factorize, encode_labels
-
-BLOCK_BYTES = 1 << 26  # a centred float64 block of at most 64 MiB
-
+from . import _memory
+from ._groups import (
+    GroupEncoding,
+    _factorize,
+    check_group_sizes,
+    encode_labels,
+    group_sum_weights,
+)
+from ._memory import BLOCK_BYTES, BLOCK_ROWS
+from ._validation import positive_rows
 
 # Largest ratio rows * ||mean||^2 / trace(centred scatter) for which a block's scatter is taken
 # from its raw Gram matrix (at most ~4 digits lost to the subtraction); above it, blocks are
@@ -49,7 +54,7 @@ SHIFT_MAX_MEAN_RATIO = 1e2
 
 # float32 blocks: products are summed in float32 over at most this many rows, then added to
 # the float64 accumulator.
-FLOAT32_FLUSH_ROWS = 8192
+FLOAT32_FLUSH_ROWS = BLOCK_ROWS
 
 
 def block_rows(n_features: int, itemsize: int = 8) -> int:
@@ -322,6 +327,14 @@ class GroupTable:
             self.counts = np.concatenate([self.counts, np.zeros(extra, np.int64)])
             self.sums = np.hstack([self.sums, np.zeros((self.n_features, extra))])
             if self.group_scatter:
+                d, count = self.n_features, len(self.scatters) + extra
+                _memory.require(
+                    _memory.FLOAT_BYTES * d * d * (count + 1),
+                    f"the d x d scatter matrices of Fair PCA-S ({count} groups of attribute "
+                    f"{self.name!r}) for n_features={d}",
+                    "Reduce the number of columns or groups, or use fair PCA "
+                    "(equalize_covariance=None).",
+                )
                 self.scatters += [Moments(self.n_features) for _ in range(extra)]
         return np.array([self._index[label] for label in labels], dtype=np.intp)
 
@@ -415,6 +428,12 @@ class FairStatistics:
     """All sufficient statistics of a fair PCA fit; update with chunks, merge, then solve."""
 
     def __init__(self, spec: StatisticsSpec):
+        d = spec.n_features
+        _memory.require(
+            _memory.FLOAT_BYTES * d * d,
+            f"the d x d scatter matrix of the statistics for n_features={d}",
+            "Reduce the number of columns (drop identifier-like columns, cap one-hot categories).",
+        )
         self.spec = spec
         self.objective = Moments(spec.n_features)
         self.constraint_count = 0
@@ -483,12 +502,7 @@ class FairStatistics:
         if rows == 0:
             return True
         # One GEMM gives the row sum and every group sum on the constraint rows.
-        weights = [np.ones(rows)]
-        for a, table in enumerate(self.tables):
-            onehot = np.zeros((rows, len(table.labels)))
-            onehot[np.arange(rows), codes[:, a]] = 1.0
-            weights.append(onehot if constraint_rows is None else onehot * constraint_rows[:, None])
-        W = np.column_stack(weights)
+        W = group_sum_weights(codes, [len(table.labels) for table in self.tables], constraint_rows)
         totals = W.sum(axis=0)
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
@@ -572,34 +586,30 @@ class FairStatistics:
         the fit yet (too few rows, a single group, a group with fewer than 2 rows)."""
         if self.tables is None:
             raise InsufficientStatisticsError("No rows have been seen yet.")
-        for table in self.ordered_tables():
-            if len(table.labels) < 2:
-                raise InsufficientStatisticsError(
-                    f"sensitive attribute {table.name!r} has a single group "
-                    f"({table.labels[0]!r}) in the rows seen so far; fair PCA needs at least "
-                    "two groups to compare."
-                )
-            small = [g for g, c in zip(table.labels, table.row_counts, strict=True) if c < 2]
-            if small:
-                raise InsufficientStatisticsError(
-                    f"sensitive attribute {table.name!r}: group(s) {small!r} have fewer than "
-                    f"{MIN_GROUP_SIZE} rows so far; a group mean (and covariance) needs at "
-                    f"least {MIN_GROUP_SIZE}."
-                )
+        tables = self.ordered_tables()
+        names = [table.name for table in tables]
+        labels = [table.labels for table in tables]
+        check_group_sizes(
+            names,
+            labels,
+            [table.row_counts for table in tables],
+            rows="rows so far",
+            error=InsufficientStatisticsError,
+        )
         if self.spec.constraint_positive:
             if self.constraint_count == 0:
                 raise InsufficientStatisticsError(
                     f"constraint='equal_opportunity' but no row so far has y == pos_label "
                     f"({self.spec.pos_label!r})."
                 )
-            for table in self.ordered_tables():
-                small = [g for g, c in zip(table.labels, table.counts, strict=True) if c < 2]
-                if small:
-                    raise InsufficientStatisticsError(
-                        f"constraint='equal_opportunity': group(s) {small!r} of sensitive "
-                        f"attribute {table.name!r} have fewer than 2 rows with y == pos_label "
-                        "so far, so their positive-class mean is undefined."
-                    )
+            check_group_sizes(
+                names,
+                labels,
+                [table.counts for table in tables],
+                rows="rows with y == pos_label so far",
+                error=InsufficientStatisticsError,
+                prefix="constraint='equal_opportunity': ",
+            )
         needed = max(2, n_components or 0)
         if self.objective.count < needed:
             raise InsufficientStatisticsError(
@@ -611,21 +621,6 @@ class FairStatistics:
 def encode_chunk(sensitive_features, n_samples: int) -> tuple[GroupEncoding, list]:
     """Encode the sensitive attributes of one chunk without the whole-data group checks."""
     return encode_labels(sensitive_features, n_samples, method="partial_fit")
-
-
-def positive_rows(y, n_samples: int, pos_label, *, method: str = "partial_fit") -> np.ndarray:
-    """Boolean mask ``y == pos_label``, with a clear error for a missing or misshaped ``y``."""
-    if y is None:
-        raise ValueError(
-            "constraint='equal_opportunity' fits on the rows with y == pos_label, so "
-            f"{method} needs y: call {method}(X, y, sensitive_features=...)."
-        )
-    y = np.asarray(y)
-    if y.ndim != 1 or y.shape[0] != n_samples:
-        raise ValueError(
-            f"y must be 1-D with one label per row of X ({n_samples}); got shape {y.shape}."
-        )
-    return np.asarray(y == pos_label, dtype=bool)
 
 
 def chunk_statistics(
@@ -646,73 +641,3 @@ def merge_all(parts) -> FairStatistics:
     for part in parts[1:]:
         out.merge(part)
     return out
-
-
-def solve_covariance_randomized(
-    C: np.ndarray,
-    Q: np.ndarray,
-    k: int,
-    n: int,
-    *,
-    n_oversamples: int,
-    n_iter: int,
-    random_state: np.random.RandomState,
-    dtype=np.float64,
-):
-    """Randomized subspace iteration on the scatter matrix ``C`` (k << d).
-
-    The statistics counterpart of :func:`fairpca._solvers.solve_randomized` (Halko et al.
-    2011): the fair operator is ``P C P`` with ``P = I - Q Q^T``, and one product with ``C``
-    equals one pass ``Xc^T (Xc G)`` over the data, so ``n_iter`` has the same meaning. The
-    fair and the standard PCA blocks share every product (one GEMM with ``2 l`` columns),
-    then a Rayleigh-Ritz step on each ``l``-dimensional range gives the top ``k``. The power
-    iterations run in ``dtype`` (float32 for float32 data); the Rayleigh-Ritz step and the
-    constraint projection are float64.
-    """
-    from ._solvers import Solution
-
-    d = C.shape[0]
-    size = min(k + n_oversamples, d)
-    work = C if dtype == np.float64 else C.astype(dtype, order="F")
-    Q_work = Q.astype(work.dtype)
-    G = random_state.normal(size=(d, 2 * size)).astype(work.dtype)
-    for _ in range(n_iter + 1):
-        G[:, :size] = la.project_out(G[:, :size], Q_work)
-        G = la.matmul(work, np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])]))
-    del work
-    G = G.astype(np.float64)
-    fair_basis = _orthonormalize(la.project_out(G[:, :size], Q))
-    basis = np.hstack([fair_basis, _orthonormalize(G[:, size:])])
-    CB = la.matmul(C, basis)
-    fair = basis[:, :size].T @ CB[:, :size]
-    pca = basis[:, size:].T @ CB[:, size:]
-    fair_values, fair_vectors = la.top_eigh((fair + fair.T) / 2.0, k)
-    pca_values, pca_vectors = la.top_eigh((pca + pca.T) / 2.0, k)
-    return Solution(
-        la.project_out(fair_basis @ fair_vectors, Q),
-        np.maximum(fair_values, 0.0) / (n - 1),
-        basis[:, size:] @ pca_vectors,
-        np.maximum(pca_values, 0.0) / (n - 1),
-        float(np.trace(C)) / (n - 1),
-    )
-
-
-def _orthonormalize(Y: np.ndarray) -> np.ndarray:
-    """Orthonormal basis of the range of ``Y`` (d x l, l << d) by CholeskyQR2.
-
-    Two Cholesky passes (Fukaya et al. 2014) cost two SYRK-like products instead of a
-    Householder QR, and are orthogonal to rounding when ``cond(Y) < 1e7``; otherwise (or if
-    a Cholesky factorisation fails) Householder QR is used.
-    """
-    basis = Y
-    for _ in range(2):
-        gram = np.asarray(la.matmul(basis.T, basis))
-        try:
-            R = linalg.cholesky(gram, lower=False, check_finite=False)
-        except linalg.LinAlgError:
-            return la.qr_basis(Y)
-        diagonal = np.abs(np.diag(R))
-        if diagonal.min() <= 1e-7 * diagonal.max():
-            return la.qr_basis(Y)
-        basis = linalg.solve_triangular(R, basis.T, trans="T", lower=False, check_finite=False).T
-    return basis

@@ -27,6 +27,8 @@ from tasks.data import load_data, split_data
 from tasks.diagnostics import diagnose
 from tasks.evaluate import shared_mmd_sigma
 from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from tasks.model_card import provenance
+from tasks.model_io import as_model_input, input_example, path_inside
 from tasks.pipeline import build_pipeline, check_pipeline, evaluate_reported, pip_requirements
 from tasks.record import (
     HEADLINE,
@@ -149,7 +151,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     start_warmup(resolve_tracking_uri(config.tracking_uri))
     timings: dict[str, float] = {}
     run_name = config.run_name or unique_run_name(config, kind)
-    out_dir = Path(config.output_dir) / run_name
+    out_dir = path_inside(config.output_dir, run_name)
     out_dir.mkdir(parents=True, exist_ok=False)
     with timed(timings, "load_data"):
         dataset = load_data(config)
@@ -196,35 +198,6 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     )
 
 
-def input_example(X_train: pd.DataFrame) -> pd.DataFrame:
-    """Two synthetic rows built from aggregates only (medians/quartiles, frequent categories).
-
-    No raw row and no sensitive attribute is used: sensitive columns are not features.
-    """
-    rows: list[dict[str, Any]] = [{}, {}]
-    for column in X_train.columns:
-        values = X_train[column]
-        if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
-            rows[0][column] = float(values.median())
-            rows[1][column] = float(values.quantile(0.25))
-        else:
-            counts = values.astype(str).value_counts()
-            rows[0][column] = str(counts.index[0])
-            rows[1][column] = str(counts.index[min(1, len(counts) - 1)])
-    return pd.DataFrame(rows, columns=list(X_train.columns))
-
-
-def as_model_input(X: pd.DataFrame) -> pd.DataFrame:
-    """Categorical columns as plain strings (the model's input schema)."""
-    out = X.copy()
-    for column in out.columns:
-        if not pd.api.types.is_numeric_dtype(out[column]) or pd.api.types.is_bool_dtype(
-            out[column]
-        ):
-            out[column] = out[column].astype(str)
-    return out
-
-
 def _write_outputs(state: AuditState) -> dict[str, str]:
     """Matrices, the metrics table, the resolved config and the fitted pipeline."""
     out_dir = state.out_dir
@@ -234,7 +207,9 @@ def _write_outputs(state: AuditState) -> dict[str, str]:
     save_model_locally(
         state.pipeline,
         out_dir,
-        input_example=input_example(as_model_input(state.split.X_train)),
+        input_example=input_example(
+            as_model_input(state.split.X_train), state.config.min_group_size
+        ),
         pip_requirements=pip_requirements(),
     )
     return hashes
@@ -298,6 +273,7 @@ def finish_audit(
         "tags": {**run_tags(state, hashes), **_flow_tags(kind), **(extra_tags or {})},
         "model_tags": model_tags(state),
         "hashes": hashes,
+        "provenance": provenance(config),
     }
     write_json(out_dir / AUDIT_FILE, audit)
     _prefect_artifacts(state, audit["selection"])

@@ -6,14 +6,18 @@ Options override the values of ``--config FILE`` (YAML or JSON with the fields o
 
 from __future__ import annotations
 
+import inspect
 import os
+import signal
 import sys
+from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(
@@ -76,7 +80,7 @@ def _print_validation_error(error: ValidationError) -> None:
     err_console.print("[bold red]Invalid configuration[/bold red] (nothing was run):")
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "config"
-        err_console.print(f"  - {where}: {item['msg']}")
+        err_console.print(f"  - {escape(where)}: {escape(str(item['msg']))}")
 
 
 SUMMARY_CAPTION = (
@@ -199,113 +203,200 @@ def _ephemeral_prefect_server():
     return SubprocessASGIServer()
 
 
+def _exit_on_signal(signum: int, _frame) -> None:
+    """SIGTERM/SIGHUP end the command like Ctrl-C does: through every ``finally``."""
+    raise SystemExit(128 + signum)
+
+
+@contextmanager
+def _temporary_server():
+    """Start the temporary Prefect server (if one is needed) and stop it on every exit:
+    normal end, error, Ctrl-C, SIGTERM or SIGHUP."""
+    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in _STOP_SIGNALS}
+    server = None
+    try:
+        server = _ephemeral_prefect_server()
+        yield server
+    finally:
+        with suppress(Exception):
+            if server is not None:
+                server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
 def _run(flow_name: str, config) -> None:
     from tasks.mlflow_logging import MlflowLoggingError
 
     from .config import resolve_tracking_uri
     from .warmup import start_warmup
 
-    server = _ephemeral_prefect_server()  # imported before the warm-up thread starts importing
-    module = "flows.retrain" if flow_name == "retrain" else "flows.audit"
-    start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
-    if server is not None:
-        server.start()
-    if flow_name == "retrain":
-        from .retrain import retrain as flow_fn
-    else:
-        from .audit import fairness_audit as flow_fn
-    if config.dask_address is not None:
-        from .runners import task_runner_for
+    with _temporary_server() as server:  # imported before the warm-up starts importing
+        module = "flows.retrain" if flow_name == "retrain" else "flows.audit"
+        start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
+        if server is not None:
+            server.start()
+        if flow_name == "retrain":
+            from .retrain import retrain as flow_fn
+        else:
+            from .audit import fairness_audit as flow_fn
+        if config.dask_address is not None:
+            from .runners import task_runner_for
 
-        flow_fn = flow_fn.with_options(task_runner=task_runner_for(config.dask_address))
-    try:
-        result = flow_fn(config)
-    except MlflowLoggingError as error:
-        err_console.print(f"[bold red]MLflow logging failed:[/bold red] {error}")
-        raise typer.Exit(1) from error
-    except (ValueError, TypeError, FileNotFoundError) as error:
-        err_console.print(f"[bold red]Audit failed:[/bold red] {type(error).__name__}: {error}")
-        raise typer.Exit(1) from error
-    _report(result)
+            flow_fn = flow_fn.with_options(task_runner=task_runner_for(config.dask_address))
+        try:
+            result = flow_fn(config)
+        except MlflowLoggingError as error:
+            _fail("MLflow logging failed", error, code=1)
+        except (ValueError, TypeError, OSError) as error:
+            _fail("Audit failed", error, code=1)
+        _report(result)
 
 
-DatasetOpt = Annotated[
-    str | None, typer.Option(help="Dataset: adult, german, bank or compas.", show_default=False)
-]
-DataOpt = Annotated[
-    Path | None, typer.Option(help="User CSV/Parquet file (with --label, --sensitive).")
-]
-LabelOpt = Annotated[str | None, typer.Option(help="Label column of --data.")]
-PositiveOpt = Annotated[
-    str | None, typer.Option("--positive-label", help="Label value that counts as y=1.")
-]
-SensitiveOpt = Annotated[
-    list[str] | None,
-    typer.Option(help="Sensitive column; repeat for several attributes (stacked, Sec. 3.5)."),
-]
-KOpt = Annotated[int | None, typer.Option("-k", "--k", help="Target dimension [default: 10].")]
-VariantsOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Comma-separated: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca "
-        "[default: pca,fair_pca,fair_pca_s,fair_pca_eo]."
-    ),
-]
-LambdasOpt = Annotated[
-    str | None, typer.Option(help="Comma-separated trade-off lambdas [default: (i/10)^3].")
-]
-ClassifiersOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Comma-separated: logreg, linear_svm, rbf_svc, mlp "
-        "[default: logreg,linear_svm,rbf_svc]."
-    ),
-]
-SeedOpt = Annotated[int | None, typer.Option(help="Seed [default: 0].")]
-MaxDpOpt = Annotated[
-    float | None, typer.Option("--max-dp", help="Max DP difference for champion [0.05].")
-]
-MaxEoOpt = Annotated[
-    float | None, typer.Option("--max-eo", help="Max EO difference for champion [0.10].")
-]
-MinAccOpt = Annotated[float | None, typer.Option("--min-accuracy", help="Min accuracy [0].")]
-TrainRowsOpt = Annotated[
-    int | None, typer.Option(help="Training rows drawn at random [default: 5000].")
-]
-ValidationRowsOpt = Annotated[
-    int | None,
-    typer.Option(help="Validation rows (choice and gate) drawn at random [default: 2500]."),
-]
-TestRowsOpt = Annotated[
-    int | None, typer.Option(help="Test rows (reported only) drawn at random [default: 2500].")
-]
-GateOpt = Annotated[
-    str | None,
-    typer.Option(
-        help="Gate on the 95% interval bounds or the point estimates: "
-        "upper_bound or point [default: upper_bound]."
-    ),
-]
-SvcRowsOpt = Annotated[
-    int | None, typer.Option(help="Rows the RBF SVC trains on, 0 = all [default: 2000].")
-]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="YAML/JSON config file.")]
-DataDirOpt = Annotated[
-    Path | None, typer.Option(help="Data directory for bank/compas [$FAIRPCA_DATA_DIR].")
-]
-TrackingOpt = Annotated[
-    str | None,
-    typer.Option(help="MLflow tracking URI [$MLFLOW_TRACKING_URI or sqlite:///mlflow.db]."),
-]
-OutputOpt = Annotated[
-    Path | None, typer.Option(help="Local results directory [default: fairpca-output].")
-]
-ExperimentOpt = Annotated[str | None, typer.Option(help="MLflow experiment name.")]
-ModelNameOpt = Annotated[str | None, typer.Option(help="Registered model name [fairpca-<source>].")]
-DaskOpt = Annotated[
-    str | None,
-    typer.Option(help="Run tasks on Dask: 'local' or a scheduler address tcp://host:8786."),
-]
+def _fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
+    """One clear line on stderr (no traceback), then exit with ``code``."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    err_console.print(f"[bold red]{what}:[/bold red] {escape(str(text))}")
+    raise typer.Exit(code)
+
+
+def _default(name: str) -> str:
+    """The default of an :class:`~flows.config.AuditConfig` field, for the help text."""
+    from .config import RetrainConfig, Thresholds
+
+    fields = {**RetrainConfig.model_fields, **Thresholds.model_fields}
+    info = fields[name]
+    value = info.get_default(call_default_factory=True)
+    if isinstance(value, list):
+        return ",".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+    return str(value)
+
+
+def _opt(help_text: str, *names: str, field: str | None = None, default: str = "") -> Any:
+    """A typer option whose help shows the config field's default (or ``default``)."""
+    shown = _default(field) if field is not None else default
+    return typer.Option(*names, help=help_text, show_default=shown or False)
+
+
+# Every option of ``audit`` and ``retrain``, declared once: name -> annotated type.
+SHARED_OPTIONS: dict[str, Any] = {
+    "dataset": Annotated[str | None, _opt("Dataset: adult, german, bank or compas.")],
+    "data": Annotated[Path | None, _opt("User CSV/Parquet file (with --label, --sensitive).")],
+    "label": Annotated[str | None, _opt("Label column of --data.")],
+    "positive_label": Annotated[
+        str | None, _opt("Label value that counts as y=1.", "--positive-label")
+    ],
+    "sensitive": Annotated[
+        list[str] | None,
+        _opt("Sensitive column; repeat for several attributes (stacked, Sec. 3.5)."),
+    ],
+    "keep": Annotated[
+        list[str] | None,
+        _opt("Column of --data to keep although the screening excludes it; repeatable."),
+    ],
+    "drop": Annotated[
+        list[str] | None, _opt("Column of --data to exclude from the features; repeatable.")
+    ],
+    "sep": Annotated[
+        str | None, _opt("CSV separator of --data.", default="detected from the header")
+    ],
+    "k": Annotated[int | None, _opt("Target dimension.", "-k", "--k", field="k")],
+    "variants": Annotated[
+        str | None,
+        _opt(
+            "Comma-separated: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca.",
+            field="variants",
+        ),
+    ],
+    "lambdas": Annotated[
+        str | None, _opt("Comma-separated trade-off lambdas ((i/10)^3).", field="lambdas")
+    ],
+    "classifiers": Annotated[
+        str | None,
+        _opt("Comma-separated: logreg, linear_svm, rbf_svc, mlp.", field="classifiers"),
+    ],
+    "seed": Annotated[int | None, _opt("Seed.", field="seed")],
+    "max_dp": Annotated[
+        float | None,
+        _opt("Max DP difference for champion.", "--max-dp", field="max_dp_difference"),
+    ],
+    "max_eo": Annotated[
+        float | None,
+        _opt("Max EO difference for champion.", "--max-eo", field="max_eo_difference"),
+    ],
+    "min_accuracy": Annotated[
+        float | None, _opt("Min accuracy.", "--min-accuracy", field="min_accuracy")
+    ],
+    "min_group_size": Annotated[
+        int | None,
+        _opt("Smallest group with per-group metrics logged.", field="min_group_size"),
+    ],
+    "n_train": Annotated[int | None, _opt("Training rows drawn at random.", field="n_train")],
+    "n_validation": Annotated[
+        int | None,
+        _opt("Validation rows (choice and gate) drawn at random.", field="n_validation"),
+    ],
+    "n_test": Annotated[
+        int | None, _opt("Test rows (reported only) drawn at random.", field="n_test")
+    ],
+    "gate": Annotated[
+        str | None,
+        _opt(
+            "Gate on the 95% interval bounds (upper_bound) or the point estimates (point).",
+            field="gate",
+        ),
+    ],
+    "svc_max_train_rows": Annotated[
+        int | None, _opt("Rows the RBF SVC trains on, 0 = all.", field="svc_max_train_rows")
+    ],
+    "config": Annotated[Path | None, _opt("YAML/JSON config file.", "--config")],
+    "data_dir": Annotated[
+        Path | None, _opt("Data directory for bank/compas.", default="$FAIRPCA_DATA_DIR")
+    ],
+    "tracking_uri": Annotated[
+        str | None,
+        _opt("MLflow tracking URI.", default="$MLFLOW_TRACKING_URI or sqlite:///mlflow.db"),
+    ],
+    "output_dir": Annotated[Path | None, _opt("Local results directory.", field="output_dir")],
+    "run_name": Annotated[
+        str | None, _opt("Run name (letters, digits, . _ -).", default="<kind>-<source>-<time>")
+    ],
+    "experiment_name": Annotated[
+        str | None, _opt("MLflow experiment name.", field="experiment_name")
+    ],
+    "model_name": Annotated[str | None, _opt("Registered model name.", default="fairpca-<source>")],
+    "dask_address": Annotated[
+        str | None, _opt("Run tasks on Dask: 'local' or a scheduler address tcp://host:8786.")
+    ],
+}
+
+
+TrackingOpt = SHARED_OPTIONS["tracking_uri"]
+
+
+def audit_options(command):
+    """Give ``command(**options)`` every option of :data:`SHARED_OPTIONS` (typer reads the
+    signature), followed by the command's own keyword options."""
+    own = [
+        param.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+        for param in inspect.signature(command, eval_str=True).parameters.values()
+        if param.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
+    shared = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
+        for name, kind in SHARED_OPTIONS.items()
+    ]
+    command.__signature__ = inspect.Signature([*shared, *own])
+    command.__annotations__ = {
+        **SHARED_OPTIONS,
+        **{param.name: param.annotation for param in own},
+    }
+    return command
 
 
 def _options(**kwargs) -> dict[str, Any]:
@@ -319,93 +410,49 @@ def _options(**kwargs) -> dict[str, Any]:
     return options
 
 
-@app.command()
-def audit(
-    dataset: DatasetOpt = None,
-    data: DataOpt = None,
-    label: LabelOpt = None,
-    positive_label: PositiveOpt = None,
-    sensitive: SensitiveOpt = None,
-    k: KOpt = None,
-    variants: VariantsOpt = None,
-    lambdas: LambdasOpt = None,
-    classifiers: ClassifiersOpt = None,
-    seed: SeedOpt = None,
-    max_dp: MaxDpOpt = None,
-    max_eo: MaxEoOpt = None,
-    min_accuracy: MinAccOpt = None,
-    n_train: TrainRowsOpt = None,
-    n_validation: ValidationRowsOpt = None,
-    n_test: TestRowsOpt = None,
-    gate: GateOpt = None,
-    svc_max_train_rows: SvcRowsOpt = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    tracking_uri: TrackingOpt = None,
-    output_dir: OutputOpt = None,
-    experiment_name: ExperimentOpt = None,
-    model_name: ModelNameOpt = None,
-    dask_address: DaskOpt = None,
-) -> None:
-    """Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met)."""
-    params = dict(locals())
-    params.pop("config")
-    from .config import AuditConfig
+def _start(kind: str, options: dict[str, Any]) -> None:
+    """Validate the config and the inputs (no server yet), then run the flow."""
+    from .config import AuditConfig, RetrainConfig
+    from .preflight import PreflightError, check_before_run
 
-    options = _options(**params)
+    config_file = options.pop("config", None)
     try:
-        cfg = build_config(options, config, AuditConfig)
+        cfg = build_config(
+            _options(**options), config_file, RetrainConfig if kind == "retrain" else AuditConfig
+        )
     except ValidationError as error:
         _print_validation_error(error)
         raise typer.Exit(2) from error
+    except (ValueError, OSError) as error:
+        _fail("Invalid configuration file", str(error))
+    try:
+        notes = check_before_run(cfg)
+    except PreflightError as error:
+        _fail("Invalid input (nothing was run)", str(error))
+    for note in notes:
+        err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
     _prefect_defaults()
-    _run("audit", cfg)
+    _run(kind, cfg)
 
 
 @app.command()
+@audit_options
+def audit(**options: Any) -> None:
+    """Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met)."""
+    _start("audit", options)
+
+
+@app.command()
+@audit_options
 def retrain(
-    dataset: DatasetOpt = None,
-    data: DataOpt = None,
-    label: LabelOpt = None,
-    positive_label: PositiveOpt = None,
-    sensitive: SensitiveOpt = None,
-    k: KOpt = None,
-    variants: VariantsOpt = None,
-    lambdas: LambdasOpt = None,
-    classifiers: ClassifiersOpt = None,
-    seed: SeedOpt = None,
-    max_dp: MaxDpOpt = None,
-    max_eo: MaxEoOpt = None,
-    min_accuracy: MinAccOpt = None,
-    n_train: TrainRowsOpt = None,
-    n_validation: ValidationRowsOpt = None,
-    n_test: TestRowsOpt = None,
-    gate: GateOpt = None,
-    svc_max_train_rows: SvcRowsOpt = None,
     accuracy_tolerance: Annotated[
-        float | None, typer.Option(help="Allowed accuracy loss vs champion [0.01].")
+        float | None,
+        _opt("Allowed accuracy loss vs champion.", field="accuracy_tolerance"),
     ] = None,
-    config: ConfigOpt = None,
-    data_dir: DataDirOpt = None,
-    tracking_uri: TrackingOpt = None,
-    output_dir: OutputOpt = None,
-    experiment_name: ExperimentOpt = None,
-    model_name: ModelNameOpt = None,
-    dask_address: DaskOpt = None,
+    **options: Any,
 ) -> None:
     """Refit on current data, compare with the champion, promote only if fair and no worse."""
-    params = dict(locals())
-    params.pop("config")
-    from .config import RetrainConfig
-
-    options = _options(**params)
-    try:
-        cfg = build_config(options, config, RetrainConfig)
-    except ValidationError as error:
-        _print_validation_error(error)
-        raise typer.Exit(2) from error
-    _prefect_defaults()
-    _run("retrain", cfg)
+    _start("retrain", {**options, "accuracy_tolerance": accuracy_tolerance})
 
 
 @app.command()
@@ -416,7 +463,11 @@ def relog(
         bool, typer.Option(help="Log again even if it was logged completely before.")
     ] = False,
 ) -> None:
-    """Log a kept audit output directory to MLflow again (after a tracking outage)."""
+    """Log a kept audit output directory to MLflow again (after a tracking outage).
+
+    Nothing in the directory is executed or unpickled: the saved model is logged as files,
+    each checked against the SHA-256 manifest the audit wrote.
+    """
     from .config import resolve_tracking_uri
 
     _prefect_defaults()
@@ -426,9 +477,8 @@ def relog(
 
     try:
         logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force)
-    except (MlflowLoggingError, FileNotFoundError, ValueError) as error:
-        err_console.print(f"[bold red]Relog failed:[/bold red] {error}")
-        raise typer.Exit(1) from error
+    except (MlflowLoggingError, OSError, ValueError) as error:
+        _fail("Relog failed", str(error), code=1)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")

@@ -18,17 +18,21 @@ __all__ = [
     "CLASSIFIERS",
     "DATASETS",
     "DEFAULT_LAMBDAS",
+    "RUN_NAME_PATTERN",
     "VARIANTS",
     "AuditConfig",
     "RetrainConfig",
     "Thresholds",
     "load_config_file",
     "resolve_tracking_uri",
+    "take_credentials",
 ]
 
 DATASETS = ("adult", "german", "bank", "compas")
 VARIANTS = ("pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca")
 CLASSIFIERS = ("logreg", "rbf_svc", "linear_svm", "mlp")
+
+RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
 # Section 5.2 / Appendix C.1 of the paper: lambda = (i/10)^3, i = 0..10.
 DEFAULT_LAMBDAS = tuple(round((i / 10) ** 3, 6) for i in range(11))
@@ -72,6 +76,27 @@ class AuditConfig(BaseModel):
         description="Sensitive attribute(s); several are stacked (Sec. 3.5). For a dataset, "
         "empty means the paper's default attribute.",
     )
+    keep: list[str] = Field(
+        default_factory=list,
+        description="Columns of the user file kept as features whatever the screening says "
+        "(identifier-like, free text, dates, many categories, target leakage).",
+    )
+    drop: list[str] = Field(
+        default_factory=list, description="Columns of the user file excluded from the features."
+    )
+    sep: str | None = Field(
+        None,
+        min_length=1,
+        max_length=1,
+        description="CSV separator of the user file; default: detected from the header.",
+    )
+    min_group_size: int = Field(
+        30,
+        ge=1,
+        description="Groups with fewer rows get no per-group metrics (reported as "
+        "suppressed; still constrained by fair PCA); categories rarer than this never "
+        "appear in the logged input example.",
+    )
     k: int = Field(10, ge=1, le=10_000, description="Target dimension of the representations.")
     variants: list[Variant] = Field(
         default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
@@ -113,7 +138,9 @@ class AuditConfig(BaseModel):
     )
     experiment_name: str = Field("fairpca-audit", min_length=1)
     model_name: str | None = Field(
-        None, description="Registered model name; default fairpca-<dataset or file stem>."
+        None,
+        description="Registered model name; default derived from the data source, label and "
+        "sensitive attributes, e.g. fairpca-adult-income_gt_50k-sex.",
     )
     champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     register_model: bool = True
@@ -130,7 +157,24 @@ class AuditConfig(BaseModel):
         2.0, ge=0.0, le=60.0, description="Back-off factor: retry i waits factor * 2**i seconds."
     )
     output_dir: Path = Field(Path("fairpca-output"), description="Local results, kept first.")
-    run_name: str | None = Field(None, description="Unique name; default audit-<source>-<time>.")
+    run_name: str | None = Field(
+        None,
+        pattern=RUN_NAME_PATTERN,
+        description="Unique name (letters, digits, '.', '_', '-'; no path separators); "
+        "default audit-<source>-<time>.",
+    )
+
+    @field_validator("run_name")
+    @classmethod
+    def _check_run_name(cls, value: str | None) -> str | None:
+        if value is not None and set(value) <= {"."}:
+            raise ValueError(f"run_name {value!r} is not a name; use e.g. 'audit-2024-01'.")
+        return value
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _strip_credentials(cls, value: str | None) -> str | None:
+        return None if value is None else take_credentials(value)
 
     # Split, selection gate, baselines and uncertainty of the audit's decision.
     n_train: int = Field(
@@ -161,9 +205,6 @@ class AuditConfig(BaseModel):
     n_bootstrap: int = Field(
         1000, ge=100, le=100_000, description="Bootstrap resamples of the 95% intervals."
     )
-    min_group_size: int = Field(
-        30, ge=1, description="Groups with fewer rows are suppressed in every logged number."
-    )
 
     @field_validator("lambdas")
     @classmethod
@@ -177,7 +218,7 @@ class AuditConfig(BaseModel):
             raise ValueError(f"lambdas lists a value twice: {value}.")
         return sorted(value)
 
-    @field_validator("variants", "classifiers", "sensitive")
+    @field_validator("variants", "classifiers", "sensitive", "keep", "drop")
     @classmethod
     def _check_unique(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
@@ -208,6 +249,11 @@ class AuditConfig(BaseModel):
                 raise ValueError(f"data must be a .csv or .parquet file; got {self.data}.")
         elif self.label is not None or self.positive_label is not None:
             raise ValueError("label/positive_label apply to a user data file, not to a dataset.")
+        elif self.keep or self.drop or self.sep:
+            raise ValueError("keep/drop/sep apply to a user data file, not to a dataset.")
+        both = sorted(set(self.keep) & set(self.drop))
+        if both:
+            raise ValueError(f"columns {both} are in both keep and drop; give each in one.")
         if "fair_kernel_pca" in self.variants and not fair_kernel_pca_available():
             raise ValueError(
                 "variant fair_kernel_pca needs fairpca.FairKernelPCA, which this installation "
@@ -222,8 +268,11 @@ class AuditConfig(BaseModel):
 
     @property
     def resolved_model_name(self) -> str:
-        """Registered model name used for this audit."""
-        return self.model_name or f"fairpca-{self.source_name}"
+        """Registered model name: ``model_name``, else derived from the audit's definition
+        (data source, label, sensitive attributes; see :mod:`tasks.registry`)."""
+        from tasks.registry import definition_of, registered_model_name
+
+        return self.model_name or registered_model_name(definition_of(self))
 
     def flat_params(self) -> dict[str, str]:
         """The whole config as flat ``key -> str`` pairs (MLflow params)."""
@@ -251,8 +300,34 @@ def fair_kernel_pca_available() -> bool:
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """Explicit URI, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` (cwd)."""
-    return uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db"
+    """Explicit URI, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` (cwd).
+
+    Credentials in the URI (``http://user:password@host``) are moved to MLflow's
+    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` environment variables and
+    removed from the returned URI, which is safe to write, log and print.
+    """
+    return take_credentials(uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db")
+
+
+def take_credentials(uri: str) -> str:
+    """``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
+
+    A password in the environment variable ``MLFLOW_TRACKING_URI`` is removed from there too.
+    """
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    if parts.username is None and parts.password is None:
+        return uri
+    if parts.username:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
+    if parts.password is not None:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
+    host = parts.netloc.rpartition("@")[2]
+    clean = urlunsplit(parts._replace(netloc=host))
+    if os.environ.get("MLFLOW_TRACKING_URI") == uri:
+        os.environ["MLFLOW_TRACKING_URI"] = clean
+    return clean
 
 
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -260,15 +335,31 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist.")
-    text = path.read_text()
-    if path.suffix.lower() == ".json":
-        content = json.loads(text)
-    elif path.suffix.lower() in {".yaml", ".yml"}:
-        import yaml
-
-        content = yaml.safe_load(text)
-    else:
+    suffix = path.suffix.lower()
+    if suffix not in {".json", ".yaml", ".yml"}:
         raise ValueError(f"config file must end in .json, .yaml or .yml; got {path.name}.")
+    try:
+        text = path.read_text(encoding="utf-8")
+        if suffix == ".json":
+            content = json.loads(text)
+        else:
+            import yaml
+
+            content = yaml.safe_load(text)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"config file {path} is not UTF-8 text ({error.reason}).") from error
+    except OSError as error:
+        raise ValueError(f"config file {path} cannot be read: {error.strerror}.") from error
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"config file {path} is not valid JSON: {error.msg} at line {error.lineno}, "
+            f"column {error.colno}."
+        ) from error
+    except Exception as error:  # yaml.YAMLError (the yaml module is imported lazily)
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise ValueError(f"config file {path} is not valid YAML: {problem}{where}.") from error
     if not isinstance(content, dict):
         raise ValueError(f"config file {path} must hold a mapping of option names to values.")
     return content

@@ -1,4 +1,10 @@
-"""Re-log a kept audit output directory to MLflow (after a tracking outage)."""
+"""Re-log a kept audit output directory to MLflow (after a tracking outage).
+
+Nothing in the directory is executed: the saved model is never loaded or unpickled, only
+uploaded as files after :func:`tasks.mlflow_logging.check_saved_model` (skops format, the
+SHA-256 manifest written by the audit) accepted it. Metric points already in the run are not
+logged again.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.mlflow_logging import STATUS_FILE, log_output_dir
+from tasks.mlflow_logging import STATUS_FILE, check_saved_model, log_output_dir, read_audit
 
 __all__ = ["relog", "relog_output_dir"]
 
@@ -24,6 +30,8 @@ def relog(output_dir: str, tracking_uri: str, force: bool = False) -> dict[str, 
                 f"{output_dir} was already logged completely (run {status.get('run_id')}); "
                 "pass --force (force=True) to log it once more."
             )
+    read_audit(Path(output_dir))
+    check_saved_model(Path(output_dir) / "model")  # before any run or version is created
     logged = log_output_dir(Path(output_dir), tracking_uri)
     return {"run_id": logged.run_id, "model_version": logged.model_version}
 

@@ -10,6 +10,8 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from tasks.sources import load_source
+
 __all__ = ["Split", "load_data", "load_source", "part_sizes", "split_data", "split_rows"]
 
 
@@ -43,35 +45,6 @@ class Split:
             "positive_rate_test": float(np.mean(self.y_test)),
             "sensitive": list(self.s_train.columns),
         }
-
-
-def load_source(config) -> Any:
-    """The :class:`fairpca.datasets.Dataset` named by an audit config."""
-    from fairpca import datasets
-
-    if config.dataset is not None:
-        kwargs: dict[str, Any] = {"data_dir": config.data_dir}
-        if config.sensitive:
-            kwargs["sensitive"] = tuple(config.sensitive)
-        return datasets.load_dataset(config.dataset, **kwargs)
-    return datasets.load_user_data(
-        config.data,
-        label=config.label,
-        sensitive=tuple(config.sensitive),
-        positive_label=_typed_label(config),
-    )
-
-
-def _typed_label(config) -> Any:
-    """``positive_label`` arrives as text (CLI, YAML); match it to a numeric label column."""
-    value = config.positive_label
-    if value is None:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        return value
-    return int(number) if number.is_integer() else number
 
 
 @task(name="load-data", cache_policy=NO_CACHE, retries=0)

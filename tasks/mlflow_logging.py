@@ -25,12 +25,15 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from tasks.registry import register_logged_model
+
 __all__ = [
     "AUDIT_FILE",
     "RETRYING",
     "STATUS_FILE",
     "LoggedAudit",
     "MlflowLoggingError",
+    "check_saved_model",
     "is_transient_mlflow_error",
     "log_output_dir",
     "save_model_locally",
@@ -167,14 +170,27 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) ->
         Metric(item["key"], float(item["value"]), now, int(item["step"]))
         for item in audit["metric_steps"]
     ]
-    existing = client.get_run(run_id).data.params
-    params = [p for p in params if p.key not in existing]
+    run = client.get_run(run_id)
+    params = [p for p in params if p.key not in run.data.params]
+    metrics = _not_yet_logged(client, run_id, metrics, set(run.data.metrics))
     for start in range(0, max(len(params), 1), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     client.log_batch(run_id, tags=tags)
     for start in range(0, len(metrics), METRIC_BATCH):
         client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
     return len(metrics)
+
+
+def _not_yet_logged(client, run_id: str, metrics: list, present: set[str]) -> list:
+    """The metric points the run does not hold yet (a retry or a relog of a run that was
+    interrupted while logging adds each point once, never twice)."""
+    if not present:
+        return metrics
+    logged: dict[str, set[tuple[int, float]]] = {}
+    for key in {metric.key for metric in metrics} & present:
+        history = client.get_metric_history(run_id, key)
+        logged[key] = {(point.step, point.value) for point in history}
+    return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
 
 
 ARTIFACT_FILES = ("report.md", "report.html", "tradeoff.png", "config.json", "metrics.csv")
@@ -200,59 +216,68 @@ def log_artifacts(tracking_uri: str, run_id: str, out_dir: Path) -> list[str]:
     return logged
 
 
+def check_saved_model(model_dir: Path) -> None:
+    """The saved model may be logged: written by the audit, unchanged, and skops-serialized.
+
+    Nothing in the directory is loaded or executed; the ``MLmodel`` file is read as plain
+    YAML. Refused: an ``MLmodel`` naming pickle or cloudpickle (or any loader other than
+    scikit-learn's with skops), a pickle file, and any file that differs from the SHA-256
+    manifest the audit wrote (the message names it).
+    """
+    import yaml
+
+    from tasks.model_io import verify_manifest
+
+    model_dir = Path(model_dir)
+    mlmodel = model_dir / "MLmodel"
+    if not mlmodel.is_file():
+        raise ValueError(f"{model_dir} holds no MLmodel file; it is not a saved model.")
+    try:
+        spec = yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {}
+        flavors = spec.get("flavors") or {}
+        sklearn = flavors.get("sklearn") or {}
+        pyfunc = flavors.get("python_function") or {}
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError) as error:
+        raise ValueError(f"{mlmodel} is not a readable MLmodel file ({error}).") from error
+    if (
+        sklearn.get("serialization_format") != "skops"
+        or pyfunc.get("loader_module") != "mlflow.sklearn"
+        or set(flavors) - {"sklearn", "python_function"}
+    ):
+        raise ValueError(
+            f"{mlmodel} names a serialization other than skops (pickle/cloudpickle or a "
+            "foreign flavor); fairpca never logs or loads such a model. Re-run the audit."
+        )
+    pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
+    if pickles:
+        raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not logged.")
+    verify_manifest(model_dir)
+
+
 @task(name="mlflow-log-model", **RETRYING)
 def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, Any]) -> dict:
-    """Log the kept pipeline with ``mlflow.sklearn.log_model`` and register a version."""
-    import mlflow
-    import mlflow.sklearn
+    """Log the saved model directory as files (never loaded here) and register a version.
+
+    The directory is checked first (:func:`check_saved_model`); its files are uploaded as
+    they are to a logged model of the run's experiment, so loading it later goes through
+    MLflow's skops loader with the trusted types the audit recorded from its own pipeline.
+    """
+    from mlflow.entities import LoggedModelStatus
 
     client = _client(tracking_uri)
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
     model_dir = Path(out_dir) / "model"
-    pipeline = mlflow.sklearn.load_model(str(model_dir))
-    saved = mlflow.models.Model.load(str(model_dir))
-    example = saved.load_input_example(str(model_dir))
-    trusted = saved.flavors["sklearn"].get("skops_trusted_types")
+    check_saved_model(model_dir)
     experiment_id = client.get_run(run_id).info.experiment_id
-    # Create the logged model in the run's experiment (log_model would otherwise use the
-    # process-wide active experiment), then let log_model fill it.
     logged = client.create_logged_model(
         experiment_id, name="pipeline", source_run_id=run_id, tags=audit["model_tags"]
     )
-    info = mlflow.sklearn.log_model(
-        pipeline,
-        name="pipeline",
-        model_id=logged.model_id,
-        run_id=run_id,
-        signature=saved.signature,
-        input_example=example,
-        pip_requirements=str(model_dir / "requirements.txt"),
-        code_paths=[str(p) for p in (model_dir / "code").iterdir()]
-        if (model_dir / "code").is_dir()
-        else None,
-        skops_trusted_types=trusted,
+    client.log_model_artifacts(logged.model_id, str(model_dir))
+    client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
+    model_uri = f"models:/{logged.model_id}"
+    version = register_logged_model(
+        client, run_id, out_dir, audit, model_uri=model_uri, model_id=logged.model_id
     )
-    result = {"model_id": logged.model_id, "model_uri": info.model_uri, "version": None}
-    if audit["register_model"]:
-        name = audit["model_name"]
-        try:
-            client.create_registered_model(
-                name, description="Fair-representation pipelines audited by fairpca."
-            )
-        except Exception as exc:
-            if getattr(exc, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
-                raise
-        version = client.create_model_version(
-            name,
-            source=info.model_uri,
-            run_id=run_id,
-            model_id=logged.model_id,
-            tags=audit["model_tags"],
-            description=audit["tags"].get("fairpca.decision_reasons", ""),
-        )
-        result["version"] = str(version.version)
-    return result
+    return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
 
 
 @task(name="mlflow-set-alias", **RETRYING)
@@ -299,10 +324,13 @@ def save_model_locally(
     """Save the pipeline as an MLflow model directory ``out_dir/model`` (kept first).
 
     The ``fairpca`` package's Python sources travel with the model (``code_paths``), so the
-    model loads where only the pinned pip requirements are installed.
+    model loads where only the pinned pip requirements are installed. The SHA-256 of every
+    file is recorded next to it (:func:`tasks.model_io.write_manifest`) before anything logs it.
     """
     import mlflow.sklearn
     from mlflow.models import infer_signature
+
+    from tasks.model_io import write_manifest
 
     signature = infer_signature(input_example, pipeline.predict(input_example))
     trusted = trusted_types(pipeline)
@@ -320,6 +348,7 @@ def save_model_locally(
             code_paths=[str(code)],
             skops_trusted_types=trusted,
         )
+    write_manifest(target)
     return target
 
 

@@ -18,15 +18,20 @@ from ._public import (
     load_dataset,
     load_german,
 )
-from ._user import load_user_data
+from ._screen import ColumnScreening, ScreeningWarning, balanced_accuracy_alone, screen_columns
+from ._user import detect_separator, load_user_data
 
 __all__ = [
     "DATASET_NAMES",
     "DATA_DIR_ENV",
     "LEE2022_DIMENSIONS",
     "ChecksumMismatchError",
+    "ColumnScreening",
     "Dataset",
     "DatasetNotFoundError",
+    "ScreeningWarning",
+    "balanced_accuracy_alone",
+    "detect_separator",
     "load_adult",
     "load_bank",
     "load_compas",
@@ -35,5 +40,6 @@ __all__ = [
     "load_lee2022_split",
     "load_user_data",
     "make_preprocessor",
+    "screen_columns",
     "split_feature_kinds",
 ]

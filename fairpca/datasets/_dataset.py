@@ -34,6 +34,8 @@ class Dataset:
         Meaning of ``y == 1``, e.g. ``"income >50K"``.
     sensitive_encoding : mapping of str to str
         For each sensitive column, how its values are coded.
+    screened : mapping of str to str
+        Columns of the source left out of ``X`` by the column screening, each with why.
     """
 
     X: pd.DataFrame
@@ -43,6 +45,7 @@ class Dataset:
     description: str
     positive_label: str
     sensitive_encoding: Mapping[str, str] = field(default_factory=dict)
+    screened: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.X)

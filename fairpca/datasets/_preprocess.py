@@ -53,11 +53,24 @@ def split_feature_kinds(X: pd.DataFrame) -> tuple[list[str], list[str]]:
     return categorical, numeric
 
 
-def make_preprocessor(X: pd.DataFrame) -> ColumnTransformer:
+MAX_CATEGORIES = 50  # one-hot columns per categorical at most (the rarest values are pooled)
+
+
+def make_preprocessor(
+    X: pd.DataFrame,
+    *,
+    max_categories: int | None = MAX_CATEGORIES,
+    min_frequency: int | float | None = None,
+) -> ColumnTransformer:
     """Build the (unfitted) column preprocessor for the raw features ``X``.
 
-    Categorical columns (category, object, string, bool) are one-hot encoded with
-    ``handle_unknown="ignore"`` and dense output (missing values form their own category);
+    Categorical columns (category, object, string, bool) are one-hot encoded with dense
+    output (missing values form their own category); at most ``max_categories`` columns per
+    categorical: categories rarer than ``min_frequency`` or beyond the ``max_categories - 1``
+    most frequent are pooled into one "infrequent" column, which also receives unseen
+    categories (``handle_unknown="infrequent_if_exist"``; without pooling they encode as all
+    zeros). The cap bounds the encoded width d, and with it the d x d statistics of fair PCA;
+    screen identifier-like columns out first (:func:`fairpca.datasets.screen_columns`);
     numeric columns get their missing values replaced by the training median and are then
     standardized (zero mean, unit variance; a constant column gets scale 1). Fit it on the
     training split only, e.g. as the first step of a pipeline, so that test rows are
@@ -68,6 +81,10 @@ def make_preprocessor(X: pd.DataFrame) -> ColumnTransformer:
     ----------
     X : DataFrame
         Raw features (only the column names and dtypes are used).
+    max_categories : int or None, default=50
+        Most one-hot columns per categorical (scikit-learn's ``OneHotEncoder``); None: no cap.
+    min_frequency : int, float or None, default=None
+        Categories with fewer rows (int) or a smaller share (float) are pooled.
 
     Returns
     -------
@@ -89,7 +106,13 @@ def make_preprocessor(X: pd.DataFrame) -> ColumnTransformer:
             ("scale", StandardScaler()),
         ]
     )
-    one_hot = OneHotEncoder(handle_unknown="ignore", sparse_output=False, dtype="float64")
+    one_hot = OneHotEncoder(
+        handle_unknown="infrequent_if_exist",
+        max_categories=max_categories,
+        min_frequency=min_frequency,
+        sparse_output=False,
+        dtype="float64",
+    )
     return ColumnTransformer(
         [("categorical", one_hot, categorical), ("numeric", numeric_steps, numeric)],
         remainder="drop",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import csv
+import difflib
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,28 +14,101 @@ import numpy as np
 import pandas as pd
 
 from ._dataset import Dataset, as_names
+from ._screen import screen_columns, warn_screened
 
-__all__ = ["load_user_data"]
+__all__ = ["detect_separator", "load_user_data"]
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+_SEPARATORS = ",;\t|"
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
-    name = path.name.lower()
-    if not path.is_file():
+def _check_file(path: Path) -> None:
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"Data path {path} is a directory, not a file; pass the CSV/Parquet file inside it."
+        )
+    if not path.exists():
         raise FileNotFoundError(f"Data file not found: {path}. Check the path (cwd: {Path.cwd()}).")
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"Data file {path} is not readable; check its permissions.")
     if path.stat().st_size == 0:
         raise ValueError(
             f"Data file {path} is empty (0 bytes); pass a file with a header and rows."
         )
+
+
+def _text_head(path: Path) -> tuple[str, str]:
+    """The first 64 KiB of a plain CSV as text, and the encoding that decodes it."""
+    head = _first_bytes(path)
+    if b"\x00" in head:
+        raise ValueError(
+            f"Data file {path} is binary (it contains NUL bytes), not a text CSV; export the "
+            "table as CSV (UTF-8) or Parquet."
+        )
+    try:
+        return head.decode("utf-8"), "utf-8"
+    except UnicodeDecodeError as error:
+        if error.start >= len(head) - 4:  # a multi-byte character cut at the 64 KiB boundary
+            return head[: error.start].decode("utf-8"), "utf-8"
+        return head.decode("latin-1"), "latin-1"
+
+
+def _first_bytes(path: Path) -> bytes:
+    with path.open("rb") as handle:
+        return handle.read(65536)
+
+
+def detect_separator(header: str) -> str:
+    """The delimiter of a CSV header line: ``csv.Sniffer`` first, then the most frequent
+    of ``, ; TAB |`` in the header (UCI Bank Marketing, for one, uses ``;``)."""
+    first = header.splitlines()[0] if header.strip() else ""
+    sample = "\n".join(header.splitlines()[:20])
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=_SEPARATORS).delimiter
+    except csv.Error:
+        counts = {sep: first.count(sep) for sep in _SEPARATORS}
+        best = max(counts, key=counts.get)
+        return best if counts[best] else ","
+
+
+def _read_csv(path: Path, sep: str | None) -> pd.DataFrame:
+    plain = path.name.lower().endswith(".csv")
+    encoding = "utf-8"
+    if plain:
+        text, encoding = _text_head(path)
+        if encoding != "utf-8":
+            warnings.warn(
+                f"Data file {path} is not UTF-8; read it as Latin-1. Re-save it as UTF-8 if "
+                "characters look wrong.",
+                UserWarning,
+                stacklevel=4,
+            )
+        sep = sep or detect_separator(text)
+    try:
+        return pd.read_csv(path, sep=sep or ",", encoding=encoding, low_memory=False)
+    except pd.errors.EmptyDataError as error:
+        raise ValueError(f"Data file {path} is empty: it has no header or rows.") from error
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise ValueError(
+            f"Data file {path} could not be parsed as CSV with separator {sep!r}: "
+            f"{str(error).strip()}. Pass the separator explicitly (sep=..., CLI --sep)."
+        ) from error
+
+
+def _read_frame(path: Path, sep: str | None = None) -> pd.DataFrame:
+    name = path.name.lower()
+    _check_file(path)
     if name.endswith(_CSV_SUFFIXES):
-        try:
-            frame = pd.read_csv(path)
-        except pd.errors.EmptyDataError as error:
-            raise ValueError(f"Data file {path} is empty: it has no header or rows.") from error
+        frame = _read_csv(path, sep)
     elif name.endswith(_PARQUET_SUFFIXES):
-        frame = pd.read_parquet(path)
+        try:
+            frame = pd.read_parquet(path)
+        except Exception as error:
+            raise ValueError(
+                f"Data file {path} is not a readable Parquet file ({type(error).__name__}: "
+                f"{error})."
+            ) from error
     else:
         raise ValueError(
             f"Unsupported file type for {path}; use CSV ({', '.join(_CSV_SUFFIXES)}) or Parquet "
@@ -40,7 +116,24 @@ def _read_frame(path: Path) -> pd.DataFrame:
         )
     if len(frame) == 0:
         raise ValueError(f"Data file {path} has a header but no data rows.")
+    frame.columns = [str(column).strip() for column in frame.columns]
     return frame
+
+
+def _missing_columns(frame: pd.DataFrame, needed: list[str], path: Path) -> None:
+    missing = [column for column in dict.fromkeys(needed) if column not in frame.columns]
+    if not missing:
+        return
+    hints = []
+    for column in missing:
+        close = difflib.get_close_matches(column, list(frame.columns), n=3, cutoff=0.6)
+        if close:
+            hints.append(f"{column!r} -> did you mean {close}?")
+    raise ValueError(
+        f"Column(s) {missing} not found in {path}. "
+        + (" ".join(hints) + " " if hints else "")
+        + f"Available columns: {list(frame.columns)}."
+    )
 
 
 def _binarize(label: pd.Series, positive_label: Any) -> pd.Series:
@@ -80,6 +173,10 @@ def load_user_data(
     sensitive: str | Sequence[str],
     positive_label: Any = None,
     features: Sequence[str] | None = None,
+    keep: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    sep: str | None = None,
+    screen: bool = True,
 ) -> Dataset:
     """Load a CSV or Parquet file with a binary label and sensitive column(s).
 
@@ -99,6 +196,16 @@ def load_user_data(
         or boolean.
     features : sequence of str or None, default=None
         Feature columns; ``None`` means every column except the label and the sensitive ones.
+    keep, drop : sequence of str, default=()
+        Columns to keep whatever the screening says, and columns to exclude.
+    sep : str or None, default=None
+        CSV separator; ``None`` detects it from the header (``, ; TAB |``).
+    screen : bool, default=True
+        Exclude identifier-like columns, free text, dates, categoricals with more than 100
+        values and columns that alone predict the label (balanced accuracy >= 0.95), with one
+        :class:`~fairpca.datasets.ScreeningWarning` naming each column and why (see
+        :func:`~fairpca.datasets.screen_columns`). The reasons are kept in
+        ``dataset.screened``.
 
     Returns
     -------
@@ -110,22 +217,22 @@ def load_user_data(
     ------
     FileNotFoundError
         The file does not exist.
+    IsADirectoryError
+        The path is a directory.
     ValueError
-        Empty file, unsupported file type, missing columns, a sensitive column with one
-        value or missing values, missing label values, or a label that is not binary.
+        Empty, binary or unparsable file, unsupported file type, missing columns (close
+        matches are named), a sensitive column with one value or missing values, missing
+        label values, a label that is not binary, or no feature column left.
     """
     path = Path(path).expanduser()
-    frame = _read_frame(path)
+    frame = _read_frame(path, sep)
     groups = as_names(sensitive, "sensitive")
     if not isinstance(label, str):
         raise TypeError(f"label must be a column name (str); got {label!r}.")
     chosen = None if features is None else as_names(features, "features")
-    needed = [label, *groups, *(chosen or ())]
-    missing = [column for column in dict.fromkeys(needed) if column not in frame.columns]
-    if missing:
-        raise ValueError(
-            f"Column(s) {missing} not found in {path}. Available columns: {list(frame.columns)}."
-        )
+    keep = as_names(keep, "keep") if keep else ()
+    drop = as_names(drop, "drop") if drop else ()
+    _missing_columns(frame, [label, *groups, *(chosen or ()), *keep, *drop], path)
     overlap = [column for column in (chosen or ()) if column == label or column in groups]
     if label in groups or overlap:
         raise ValueError(
@@ -152,8 +259,23 @@ def load_user_data(
                 "fair PCA needs at least two groups. Pick a column that varies across rows."
             )
     kept = list(chosen) if chosen else [c for c in frame.columns if c != label and c not in groups]
+    screened: dict[str, str] = {}
+    if screen:
+        bad = [name for name in (*keep, *drop) if name not in kept]
+        if bad:
+            raise ValueError(
+                f"keep/drop name {bad}, which are the label, a sensitive column or not among "
+                "the chosen features."
+            )
+        screening = screen_columns(frame[kept], y.to_numpy(), keep=keep, drop=drop)
+        warn_screened(screening)
+        kept, screened = screening.kept, screening.excluded
     if not kept:
-        raise ValueError(f"{path} has no feature columns besides the label and sensitive ones.")
+        raise ValueError(
+            f"{path} has no feature columns besides the label and sensitive ones"
+            + (f" after screening ({screened})" if screened else "")
+            + "; keep one with keep=[...] (CLI --keep NAME)."
+        )
     X = frame[kept].copy()
     for column in kept:
         if pd.api.types.is_numeric_dtype(X[column]) and not pd.api.types.is_bool_dtype(X[column]):
@@ -166,4 +288,5 @@ def load_user_data(
         description=f"User data from {path.name}: {len(frame)} rows, label {label!r}.",
         positive_label=f"{label} == {positive_label!r}" if positive_label is not None else label,
         sensitive_encoding={column: f"raw values of column {column!r}" for column in groups},
+        screened=screened,
     )

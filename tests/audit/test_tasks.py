@@ -241,7 +241,7 @@ def test_config_defaults_and_flat_params():
     config = AuditConfig(dataset="adult")
     assert config.k == 10 and config.lambdas == list(DEFAULT_LAMBDAS)
     assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
-    assert config.resolved_model_name == "fairpca-adult"
+    assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"  # the definition
     flat = config.flat_params()
     assert flat["thresholds.max_dp_difference"] == "0.05"
     assert flat["variants"] == "pca,fair_pca,fair_pca_s,fair_pca_eo"
@@ -265,7 +265,7 @@ def test_input_example_is_synthetic_and_has_no_sensitive_column():
     from flows.audit import input_example
 
     X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
-    example = input_example(X)
+    example = input_example(X, min_group_size=1)
     assert list(example.columns) == ["age", "job"] and len(example) == 2
     assert example["age"].tolist() == [35.0, 27.5]  # median and lower quartile
     assert example["job"].tolist() == ["b", "a"]  # most frequent categories

@@ -9,7 +9,7 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from fairpca import FairPCA
+from fairpca import FairKernelPCA, FairPCA
 
 
 class FairPCAAlternatingGroups(FairPCA):
@@ -199,3 +199,15 @@ def test_inputs_are_not_modified():
         FairPCA(2, svd_solver=solver, tradeoff=0.2).fit(X, sensitive_features=z).transform(X)
     np.testing.assert_array_equal(X, X_before)
     np.testing.assert_array_equal(z, z_before)
+
+
+def test_get_feature_names_out_checks_input_features():
+    X, _, z = data(d=4)
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    fpca = FairPCA(2).fit(frame, sensitive_features=z)
+    assert list(fpca.get_feature_names_out(["a", "b", "c", "d"])) == ["fairpca0", "fairpca1"]
+    with pytest.raises(ValueError, match="input_features is not equal to feature_names_in_"):
+        fpca.get_feature_names_out(["a", "b", "c", "x"])
+    kernel = FairKernelPCA(2).fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match="input_features should have length equal to"):
+        kernel.get_feature_names_out(["a", "b"])

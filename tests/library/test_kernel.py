@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from kernel_reference import PAPER_REGULARIZATION, fair_kernel_pca_reference
 from scipy.linalg import orthogonal_procrustes, subspace_angles
 from sklearn.decomposition import KernelPCA
 from sklearn.preprocessing import KernelCenterer
@@ -18,7 +19,6 @@ from threadpoolctl import threadpool_limits
 
 from fairpca import FairKernelPCA, FairPCA
 from fairpca._kernel_maps import center_kernel_inplace, center_new_kernel, make_kernel
-from fairpca._kernel_reference import PAPER_REGULARIZATION, fair_kernel_pca_reference
 
 ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [0, 1, 2]

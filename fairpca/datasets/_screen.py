@@ -1,0 +1,207 @@
+"""Column screening: which columns of a user's table must not become features.
+
+A table as users have it holds columns that a fairness audit must not encode: identifiers
+(a row id, a name, a case number), free text, dates and timestamps, and categoricals with so
+many values that one-hot encoding would explode the width. Encoding them would put personal
+values into the fitted encoder (and from there into a logged model) and, for wide one-hot
+blocks, make the d x d statistics of fair PCA unaffordable. A column that alone predicts the
+label almost perfectly (e.g. a later outcome recorded next to the label) is target leakage:
+an audit with it measures nothing. :func:`screen_columns` finds all of them.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["ColumnScreening", "ScreeningWarning", "balanced_accuracy_alone", "screen_columns"]
+
+UNIQUE_FRACTION = 0.5  # text columns with at least this share of distinct values are ids
+NUMERIC_UNIQUE_FRACTION = 0.95  # integer columns distinct on (almost) every row are ids
+MAX_CATEGORIES = 100  # categoricals with more distinct values would explode the one-hot width
+TEXT_MIN_WORDS = 4.0  # mean words per value from which a high-cardinality column is free text
+LEAKAGE_BALANCED_ACCURACY = 0.95  # one feature alone predicting the label this well leaks
+_DATE = re.compile(
+    r"^\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})"
+    r"([ T]\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?)?\s*(Z|[+-]\d{2}:?\d{2})?\s*$"
+)
+_SAMPLE = 500
+
+
+class ScreeningWarning(UserWarning):
+    """Columns were excluded from the features (identifiers, text, dates, leakage)."""
+
+
+@dataclass(frozen=True)
+class ColumnScreening:
+    """Outcome of :func:`screen_columns`.
+
+    Attributes
+    ----------
+    kept : list of str
+        Feature columns to use, in table order.
+    excluded : dict of str to str
+        Each excluded column and why (the reason names the rule and the measured value).
+    """
+
+    kept: list[str]
+    excluded: dict[str, str] = field(default_factory=dict)
+
+    def message(self) -> str:
+        """One line per excluded column, for the warning and the report."""
+        lines = [f"{name!r}: {why}" for name, why in self.excluded.items()]
+        return (
+            f"{len(self.excluded)} column(s) excluded from the features: "
+            + "; ".join(lines)
+            + ". Pass keep=[...] (CLI --keep NAME) to use one anyway, drop=[...] (--drop) to "
+            "exclude more."
+        )
+
+
+def _is_number(values: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+
+
+def _sample(values: pd.Series) -> pd.Series:
+    present = values.dropna()
+    return present.iloc[:: max(1, len(present) // _SAMPLE)] if len(present) else present
+
+
+def _kind_reason(values: pd.Series, max_categories: int) -> str | None:
+    """Why a column is no feature (date, identifier, text, too many categories) or None."""
+    if pd.api.types.is_datetime64_any_dtype(values) or pd.api.types.is_timedelta64_dtype(values):
+        return "date/time values"
+    present = values.dropna()
+    if len(present) == 0 or pd.api.types.is_bool_dtype(values):
+        return None
+    n_distinct = present.nunique()
+    fraction = n_distinct / len(present)
+    if _is_number(values):
+        integer = pd.api.types.is_integer_dtype(values) or bool(
+            np.all(np.mod(present.to_numpy(dtype=np.float64), 1.0) == 0.0)
+        )
+        if integer and len(present) >= 20 and fraction >= NUMERIC_UNIQUE_FRACTION:
+            return f"identifier-like: integer values distinct on {fraction:.0%} of the rows"
+        return None
+    text = _sample(values).astype(str)
+    if len(text) and text.str.match(_DATE).mean() >= 0.9:
+        return "date/time values"
+    words = float(text.str.split().str.len().mean()) if len(text) else 0.0
+    if n_distinct > max_categories and words >= TEXT_MIN_WORDS:
+        return f"free text: {n_distinct} distinct values of {words:.1f} words on average"
+    if len(present) >= 20 and fraction >= UNIQUE_FRACTION:
+        return f"identifier-like: {n_distinct} distinct values in {len(present)} rows"
+    if n_distinct > max_categories:
+        return (
+            f"{n_distinct} distinct categories (more than {max_categories}) would explode the "
+            "one-hot width"
+        )
+    return None
+
+
+def balanced_accuracy_alone(values: pd.Series, y: np.ndarray) -> float:
+    """Best balanced accuracy of a rule that sees only this column.
+
+    Numeric columns: the best threshold rule, either direction, with missing values placed
+    below or above every value (missingness itself can leak). Categorical columns: each
+    category (missing being one) predicts the class it is relatively more frequent in, which
+    maximizes ``(TPR + TNR) / 2 = (1/2) * sum_c max(P(c | y=1), P(c | y=0))``.
+    """
+    y = np.asarray(y, dtype=bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return 0.5
+    if _is_number(values):
+        raw = values.to_numpy(dtype=np.float64)
+        best = 0.5
+        for fill in (-np.inf, np.inf):
+            x = np.where(np.isnan(raw), fill, raw)
+            order = np.argsort(x, kind="stable")
+            xs, ys = x[order], y[order]
+            last = np.r_[xs[1:] != xs[:-1], True]  # thresholds between distinct values
+            tpr_below = np.cumsum(ys)[last] / n_pos
+            tnr_below = np.cumsum(~ys)[last] / n_neg
+            # "positive above the threshold": TPR = 1 - tpr_below, TNR = tnr_below
+            score = 0.5 * (1.0 - tpr_below + tnr_below)
+            best = max(best, float(score.max()), float((1.0 - score).max()))
+        return best
+    codes = values.astype(object).where(values.notna(), "<missing>").astype(str)
+    table = pd.crosstab(codes, y)
+    pos = table.get(True, pd.Series(0, index=table.index)) / n_pos
+    neg = table.get(False, pd.Series(0, index=table.index)) / n_neg
+    return float(0.5 * np.maximum(pos, neg).sum())
+
+
+def screen_columns(
+    X: pd.DataFrame,
+    y: np.ndarray | pd.Series | None = None,
+    *,
+    keep: Sequence[str] = (),
+    drop: Sequence[str] = (),
+    max_categories: int = MAX_CATEGORIES,
+    leakage_threshold: float = LEAKAGE_BALANCED_ACCURACY,
+) -> ColumnScreening:
+    """Decide which columns of ``X`` may be features.
+
+    Excluded are: the ``drop`` columns; dates and timestamps (datetime dtype, or text in
+    which at least 90% of values look like dates); identifier-like columns (text distinct on
+    at least half of the rows, or integers distinct on at least 95%); free text (more than
+    ``max_categories`` values of 4+ words on average); categoricals with more than
+    ``max_categories`` values; and, when ``y`` is given, target leakage: a column whose best
+    single-column rule reaches a balanced accuracy of ``leakage_threshold`` (see
+    :func:`balanced_accuracy_alone`). Columns in ``keep`` are never screened out.
+
+    Parameters
+    ----------
+    X : DataFrame
+        Candidate feature columns.
+    y : array-like of 0/1, default=None
+        Binary label aligned with ``X``, for the leakage rule.
+    keep, drop : sequence of str, default=()
+        Columns to keep whatever the rules say, and columns to exclude.
+    max_categories : int, default=100
+        Most distinct values a categorical column may have.
+    leakage_threshold : float, default=0.95
+        Balanced accuracy from which one column is treated as leaking the label.
+
+    Returns
+    -------
+    screening : ColumnScreening
+        ``kept`` columns and the ``excluded`` ones with their reasons.
+    """
+    unknown = [name for name in (*keep, *drop) if name not in X.columns]
+    if unknown:
+        raise ValueError(
+            f"keep/drop name column(s) {unknown} that are not feature columns; the features "
+            f"are {list(X.columns)}."
+        )
+    both = sorted(set(keep) & set(drop))
+    if both:
+        raise ValueError(f"Column(s) {both} are in both keep and drop; give each in one only.")
+    excluded: dict[str, str] = {name: "dropped on request" for name in drop}
+    for column in X.columns:
+        if column in excluded or column in keep:
+            continue
+        reason = _kind_reason(X[column], max_categories)
+        if reason is None and y is not None:
+            score = balanced_accuracy_alone(X[column], np.asarray(y))
+            if score >= leakage_threshold:
+                reason = (
+                    f"likely target leakage: alone it predicts the label with balanced "
+                    f"accuracy {score:.3f} (>= {leakage_threshold})"
+                )
+        if reason is not None:
+            excluded[column] = reason
+    kept = [column for column in X.columns if column not in excluded]
+    return ColumnScreening(kept=kept, excluded=excluded)
+
+
+def warn_screened(screening: ColumnScreening) -> None:
+    """One :class:`ScreeningWarning` naming every excluded column and why (none if none)."""
+    if screening.excluded:
+        warnings.warn(screening.message(), ScreeningWarning, stacklevel=3)

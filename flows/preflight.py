@@ -1,0 +1,102 @@
+"""Checks the command line runs before any Prefect server starts.
+
+A bad input must end within seconds with one message that names the problem, the value and
+the fix: the data source loads (file, encoding, separator, columns, label, groups), the
+target dimension fits the screened and encoded data, and the output directory is writable
+with no audit of the same name in it. Nothing here imports Prefect or MLflow.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+__all__ = ["PreflightError", "check_before_run", "max_components"]
+
+
+class PreflightError(ValueError):
+    """An input that would make the audit fail; the message says what, which value, the fix."""
+
+
+def max_components(dataset: Any, variants: list[str]) -> tuple[int, int, int]:
+    """Largest k the variants allow: ``(k_max, encoded width d, mean constraints r)``.
+
+    Fair PCA keeps ``U`` in the null space of the ``r = sum_a (g_a - 1)`` group-mean
+    constraints (Algorithm 1/2, stacked attributes as in Sec. 3.5), so ``k <= d - r``; plain
+    PCA needs ``k <= d``. ``d`` is the width of the fitted preprocessor on the screened
+    columns (one-hot categoricals capped as in :func:`fairpca.datasets.make_preprocessor`).
+    """
+    from fairpca.datasets import make_preprocessor
+
+    width = len(make_preprocessor(dataset.X).fit(dataset.X).get_feature_names_out())
+    sensitive = dataset.sensitive
+    constraints = int(sum(sensitive[column].nunique() - 1 for column in sensitive.columns))
+    fair = any(variant != "pca" for variant in variants)
+    return (width - constraints if fair else width), width, constraints
+
+
+def _check_k(config, dataset) -> None:
+    k_max, width, constraints = max_components(dataset, list(config.variants))
+    if config.k <= k_max:
+        return
+    screened = getattr(dataset, "screened", {}) or {}
+    more = f" or keep screened columns (--keep; screened: {list(screened)})" if screened else ""
+    if k_max < 1:
+        raise PreflightError(
+            f"the data encode to {width} feature column(s) and the sensitive attribute(s) "
+            f"impose {constraints} group-mean constraint(s), so fair PCA has no dimension "
+            f"left; add feature columns{more}."
+        )
+    raise PreflightError(
+        f"k={config.k} is larger than possible: the data encode to {width} feature "
+        f"column(s) and the sensitive attribute(s) impose {constraints} group-mean "
+        f"constraint(s), so at most k={k_max}; pass -k {k_max} or less{more}."
+    )
+
+
+def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
+    from tasks.model_io import path_inside
+
+    base = Path(output_dir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=base):
+            pass
+    except OSError as error:
+        raise PreflightError(
+            f"output directory {str(base)!r} is not writable ({error.strerror or error}); "
+            "pass --output-dir with a directory you can write to."
+        ) from error
+    if run_name is not None:
+        target = path_inside(base, run_name)
+        if target.exists():
+            raise PreflightError(
+                f"{target} already exists (run_name {run_name!r}); nothing is overwritten: "
+                "choose another run_name or leave it unset."
+            )
+
+
+def check_before_run(config) -> list[str]:
+    """Load the data source and check k and the output directory; return the warnings.
+
+    Raises
+    ------
+    PreflightError
+        For any input that would make the audit fail.
+    """
+    from fairpca.datasets import ScreeningWarning
+    from tasks.sources import load_source
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            dataset = load_source(config)
+        except (ValueError, TypeError, OSError, LookupError) as error:
+            raise PreflightError(str(error)) from error
+    _check_k(config, dataset)
+    _check_output_dir(config.output_dir, config.run_name)
+    # The flow loads the data again; the screening was reported here already.
+    warnings.filterwarnings("ignore", category=ScreeningWarning)
+    return [str(item.message) for item in caught if issubclass(item.category, UserWarning)]

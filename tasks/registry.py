@@ -1,0 +1,406 @@
+"""The model registry side of an audit: model identity, version tags, aliases, safe loading.
+
+* **Identity.** An audit is defined by its data source, its label and its sensitive
+  attributes; the registered model name is derived from that definition
+  (:func:`registered_model_name`), so a champion is only ever compared with challengers
+  audited the same way. The full definition is also a registered-model tag
+  (``fairpca.definition``) and registration refuses a model whose tag says otherwise.
+* **Versions.** Every audit registers its chosen candidate, promoted or not, with the
+  ``fairness.*`` tags of :func:`fairness_tags` and its model card as the description; only
+  the ``champion`` alias carries the decision.
+* **Loading.** :func:`load_registered_pipeline` reloads a version we registered: the MLflow
+  model must be skops-serialised, its file must match the SHA-256 recorded at registration,
+  and only the fixed :data:`TRUSTED_TYPES` are trusted (never pickle).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import re
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DATASET_LABELS",
+    "DEFINITION_TAG",
+    "MODEL_FILE_SHA_TAG",
+    "TRUSTED_TYPES",
+    "ModelDefinitionMismatch",
+    "audit_definition",
+    "fairness_tags",
+    "load_registered_pipeline",
+    "register_version",
+    "registered_model_name",
+]
+
+DEFINITION_TAG = "fairpca.definition"
+MODEL_FILE_SHA_TAG = "fairpca.model_sha256"
+NAME_MAX_LENGTH = 100  # well under MLflow's limit, and readable in the UI
+_NAME_TOKEN = re.compile(r"[^A-Za-z0-9_.]+")
+
+# The label column each bundled loader codes as y (checked against the loaders in the tests).
+DATASET_LABELS = {
+    "adult": "income_gt_50k",
+    "german": "bad_credit",
+    "bank": "subscribed",
+    "compas": "two_year_recid",
+}
+
+
+class ModelDefinitionMismatch(ValueError):
+    """A registered model already holds versions of an audit with another definition."""
+
+
+def _default_sensitive(dataset: str) -> list[str]:
+    """The sensitive attribute(s) a bundled loader uses when none is asked for."""
+    from fairpca import datasets
+
+    loader = getattr(datasets, f"load_{dataset}")
+    default = inspect.signature(loader).parameters["sensitive"].default
+    return [default] if isinstance(default, str) else list(default)
+
+
+def audit_definition(
+    *,
+    dataset: str | None,
+    data: str | Path | None,
+    label: str | None,
+    positive_label: Any,
+    sensitive: Sequence[str],
+) -> dict[str, Any]:
+    """What an audit measures: data source, label (and its positive value), sensitive
+    attributes (sorted: the worst-attribute and intersection metrics ignore their order).
+
+    A bundled dataset's label and default attributes are filled in, so ``--dataset adult``
+    and ``--dataset adult --sensitive sex`` define the same audit.
+    """
+    if dataset is not None:
+        attributes = list(sensitive) or _default_sensitive(dataset)
+        return {
+            "source": dataset,
+            "label": DATASET_LABELS[dataset],
+            "positive_label": None,
+            "sensitive": sorted(attributes),
+        }
+    return {
+        "source": Path(data).stem,
+        "label": label,
+        "positive_label": None if positive_label is None else str(positive_label),
+        "sensitive": sorted(sensitive),
+    }
+
+
+def definition_of(config) -> dict[str, Any]:
+    """:func:`audit_definition` of an :class:`~flows.config.AuditConfig`."""
+    return audit_definition(
+        dataset=config.dataset,
+        data=config.data,
+        label=config.label,
+        positive_label=config.positive_label,
+        sensitive=config.sensitive,
+    )
+
+
+def definition_json(definition: dict[str, Any]) -> str:
+    """Canonical text of a definition (the registered-model tag and the hash input)."""
+    return json.dumps(definition, sort_keys=True, separators=(",", ":"))
+
+
+def registered_model_name(definition: dict[str, Any]) -> str:
+    """``fairpca-<source>-<label>-<attr1_attr2...>``, e.g. ``fairpca-adult-income_gt_50k-sex``.
+
+    Only ``[A-Za-z0-9_.-]`` is kept. When that loses information (other characters, a
+    positive label, or a name longer than ``NAME_MAX_LENGTH``), the readable stem is cut and
+    an 8-hex-digit SHA-256 of the full definition is appended, so two different definitions
+    never share a name.
+    """
+    label = str(definition["label"])
+    parts = [str(definition["source"]), label, "_".join(definition["sensitive"])]
+    cleaned = [_NAME_TOKEN.sub("_", part).strip("_.") or "x" for part in parts]
+    name = "fairpca-" + "-".join(cleaned)
+    lossless = (
+        cleaned == parts
+        and definition.get("positive_label") is None
+        and len(name) <= NAME_MAX_LENGTH
+        and all("_" not in attribute for attribute in definition["sensitive"])
+    )
+    if lossless:
+        return name
+    digest = hashlib.sha256(definition_json(definition).encode()).hexdigest()[:8]
+    return f"{name[: NAME_MAX_LENGTH - 9].rstrip('-_.')}-{digest}"
+
+
+# ---- version tags ----------------------------------------------------------------------------
+
+HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+
+
+def _tag_number(value: Any) -> str:
+    return f"{float(value):.6f}"
+
+
+def fairness_tags(selection: dict[str, Any], sensitive: Sequence[str]) -> dict[str, str]:
+    """``fairness.*`` tags of a registered version, from the audit's ``selection``.
+
+    Validation numbers (what the choice saw), test numbers with their 95% intervals (what
+    a reviewer should quote), the majority-class and unconstrained-PCA test baselines.
+    """
+    validation, test = selection["validation"], selection["test"]
+    tags = {
+        "fairness.sensitive_features": ",".join(sensitive),
+        "fairness.gate": str(selection.get("gate", "point")),
+    }
+    for metric in HEADLINE:
+        if metric in validation:
+            tags[f"fairness.validation.{metric}"] = _tag_number(validation[metric])
+    for metric in HEADLINE:
+        for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
+            if key in test:
+                tags[f"fairness.test.{key}"] = _tag_number(test[key])
+    baselines = selection.get("baselines", {})
+    majority = baselines.get("majority", {}).get("test", {})
+    if "accuracy" in majority:
+        tags["fairness.baseline.accuracy"] = _tag_number(majority["accuracy"])
+    pca = baselines.get("pca", {}).get("test", {})
+    for metric in ("accuracy", "dp_difference"):
+        if metric in pca:
+            tags[f"fairness.baseline.pca.test.{metric}"] = _tag_number(pca[metric])
+    return tags
+
+
+# ---- registration ----------------------------------------------------------------------------
+
+DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
+
+
+def _is_missing(error: Exception) -> bool:
+    return getattr(error, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND")
+
+
+def check_model_definition(client, name: str, definition: dict[str, Any] | None) -> None:
+    """Create ``name`` (tagged with ``definition``) if needed; refuse one audited otherwise.
+
+    Raises
+    ------
+    ModelDefinitionMismatch
+        When the registered model's ``fairpca.definition`` tag names another definition.
+    """
+    from mlflow.exceptions import MlflowException
+
+    text = None if definition is None else definition_json(definition)
+    tags = {} if text is None else {DEFINITION_TAG: text}
+    try:
+        model = client.get_registered_model(name)
+    except MlflowException as error:
+        if not _is_missing(error):
+            raise
+        try:
+            client.create_registered_model(
+                name, tags=tags, description="Fair-representation pipelines audited by fairpca."
+            )
+            return
+        except MlflowException as race:  # another audit created it at the same moment
+            if getattr(race, "error_code", None) != "RESOURCE_ALREADY_EXISTS":
+                raise
+            model = client.get_registered_model(name)
+    recorded = model.tags.get(DEFINITION_TAG)
+    if text is None or recorded == text:
+        return
+    if recorded is None:
+        client.set_registered_model_tag(name, DEFINITION_TAG, text)
+        return
+    raise ModelDefinitionMismatch(
+        f"registered model {name!r} holds audits of {recorded}, not of {text}: a champion must "
+        "only be compared with challengers audited the same way. Leave model_name unset (the "
+        f"name is then derived from the definition, e.g. {registered_model_name(definition)!r}) "
+        "or choose another model_name."
+    )
+
+
+def _bounded_description(card: str) -> str:
+    if len(card) <= DESCRIPTION_MAX_CHARS:
+        return card
+    note = "\n\n(cut to fit the registry; the full card is the run artifact model_card.md)\n"
+    return card[: DESCRIPTION_MAX_CHARS - len(note)] + note
+
+
+def register_version(
+    client,
+    audit: dict[str, Any],
+    *,
+    source: str,
+    run_id: str,
+    model_id: str | None,
+    card: str,
+    model_sha256: str,
+) -> str:
+    """Register the audit's logged pipeline as a new version of ``audit["model_name"]``.
+
+    Tags: the audit's model tags, :func:`fairness_tags` of its ``selection`` and the model
+    file's SHA-256 (checked when it is loaded again); description: the model card. A version
+    already registered from ``run_id`` (a retried or re-logged step) is returned as is.
+    Whether it becomes ``champion`` is decided by the caller.
+    """
+    name = audit["model_name"]
+    for existing in client.search_model_versions(f"run_id = '{run_id}'"):
+        if existing.name == name:
+            return str(existing.version)
+    check_model_definition(client, name, audit.get("provenance", {}).get("definition"))
+    tags = {**audit["model_tags"], MODEL_FILE_SHA_TAG: model_sha256}
+    if "selection" in audit:
+        sensitive = audit["tags"].get("fairpca.sensitive", "").split(",")
+        tags.update(fairness_tags(audit["selection"], sensitive))
+    version = client.create_model_version(
+        name,
+        source=source,
+        run_id=run_id,
+        model_id=model_id,
+        tags=tags,
+        description=_bounded_description(card),
+    )
+    return str(version.version)
+
+
+def demote(client, name: str, version: str, *, from_alias: str, to_alias: str, why: str) -> None:
+    """Move ``version`` from ``from_alias`` (e.g. ``champion``) to ``to_alias`` (e.g.
+    ``needs-review``) and record why on the version."""
+    client.set_registered_model_alias(name, to_alias, version)
+    client.set_model_version_tag(name, version, "fairpca.needs_review_reason", why[:5000])
+    current = client.get_registered_model(name).aliases.get(from_alias)
+    if current is not None and str(current) == str(version):
+        client.delete_registered_model_alias(name, from_alias)
+
+
+# ---- loading a version we registered ---------------------------------------------------------
+
+
+class UntrustedModelError(RuntimeError):
+    """A registered version cannot be verified as one fairpca wrote; it is not loaded."""
+
+
+def sha256_of(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    from tasks.report import sha256_file
+
+    return sha256_file(path)
+
+
+def _skops_file(model_dir: Path) -> Path:
+    """The skops file of an MLflow sklearn model directory; refuse any other format."""
+    import yaml
+
+    flavor = yaml.safe_load((model_dir / "MLmodel").read_text())["flavors"].get("sklearn", {})
+    serialization = flavor.get("serialization_format")
+    if serialization != "skops":
+        raise UntrustedModelError(
+            f"the model in {model_dir} is serialised as {serialization!r}; only 'skops' is "
+            "loaded (pickle could run arbitrary code)."
+        )
+    path = (model_dir / str(flavor.get("pickled_model", ""))).resolve()
+    if model_dir.resolve() not in path.parents or not path.is_file():
+        raise UntrustedModelError(f"the model file {flavor.get('pickled_model')!r} is missing")
+    return path
+
+
+# Every type a fairpca pipeline (preprocess -> representation -> classifier) holds beyond
+# skops' defaults; fixed here, never read from the model (a crafted MLmodel file could list
+# anything). The tests rebuild every variant and classifier and check this list is complete.
+TRUSTED_TYPES = frozenset(
+    {
+        "fairpca._fair_pca.FairPCA",
+        "fairpca._kernel.FairKernelPCA",
+        "fairpca._kernel_maps.KernelFactor",
+        "fairpca._kernel_maps.KernelFunction",
+        "fairpca._kernel_maps.NystroemMap",
+        "numpy.dtype",
+        "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+    }
+)
+
+
+def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
+    """Load the pipeline of an MLflow sklearn model directory with skops and TRUSTED_TYPES.
+
+    Raises
+    ------
+    UntrustedModelError
+        Not skops, a file whose SHA-256 differs from ``expected_sha256``, or a type outside
+        :data:`TRUSTED_TYPES`; nothing is deserialised then.
+    """
+    import skops.io
+
+    path = _skops_file(Path(model_dir))
+    if expected_sha256 is not None and sha256_of(path) != expected_sha256:
+        raise UntrustedModelError(
+            f"{path.name} has SHA-256 {sha256_of(path)}, not the {expected_sha256} recorded "
+            "at registration: the file was changed after fairpca registered it."
+        )
+    untrusted = skops.io.get_untrusted_types(file=path)
+    foreign = sorted(set(untrusted) - TRUSTED_TYPES)
+    if foreign:
+        raise UntrustedModelError(
+            f"{path.name} holds types fairpca does not trust: {foreign}; it is not loaded."
+        )
+    return skops.io.load(path, trusted=list(untrusted))
+
+
+def load_registered_pipeline(tracking_uri: str, name: str, version: str):
+    """The fitted pipeline of version ``version`` of ``name``, verified before loading.
+
+    Only a version fairpca registered is loaded: its ``fairpca.model_sha256`` tag must
+    match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted.
+    """
+    import mlflow.artifacts
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    expected = client.get_model_version(name, version).tags.get(MODEL_FILE_SHA_TAG)
+    if not expected:
+        raise UntrustedModelError(
+            f"version {version} of {name!r} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not "
+            "register it, so it is not loaded."
+        )
+    location = client.get_model_version_download_uri(name, version)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=location, dst_path=tmp, tracking_uri=tracking_uri
+        )
+        return load_skops_pipeline(Path(local), expected)
+
+
+def register_logged_model(
+    client,
+    run_id: str,
+    out_dir: Path,
+    audit: dict[str, Any],
+    *,
+    model_uri: str,
+    model_id: str | None,
+) -> str | None:
+    """Log the model card (run artifact ``model_card.md``) and, when the audit registers
+    models, register the logged pipeline with its card, tags and the SHA-256 of its skops
+    file (the local ``out_dir/model`` the audit saved and checked, uploaded as is)."""
+    from tasks.model_card import CARD_FILE, render_model_card
+
+    card = render_model_card(audit)
+    card_path = Path(out_dir) / CARD_FILE
+    card_path.write_text(card)
+    client.log_artifact(run_id, str(card_path))
+    if not audit["register_model"]:
+        return None
+    # The logged model's storage location, not ``models:/<id>``: a SQL store resolves that
+    # URI through the process-wide tracking URI, which may name another store.
+    source = client.get_logged_model(model_id).artifact_location if model_id else model_uri
+    return register_version(
+        client,
+        audit,
+        source=source,
+        run_id=run_id,
+        model_id=model_id,
+        card=card,
+        model_sha256=sha256_of(_skops_file(Path(out_dir) / "model")),
+    )

@@ -1,0 +1,40 @@
+"""The audit's data source, loaded without Prefect (the command line checks it before any
+server starts; :func:`tasks.data.load_data` is the Prefect task around it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_source"]
+
+
+def load_source(config) -> Any:
+    """The :class:`fairpca.datasets.Dataset` named by an audit config."""
+    from fairpca import datasets
+
+    if config.dataset is not None:
+        kwargs: dict[str, Any] = {"data_dir": config.data_dir}
+        if config.sensitive:
+            kwargs["sensitive"] = tuple(config.sensitive)
+        return datasets.load_dataset(config.dataset, **kwargs)
+    return datasets.load_user_data(
+        config.data,
+        label=config.label,
+        sensitive=tuple(config.sensitive),
+        positive_label=_typed_label(config),
+        keep=tuple(config.keep),
+        drop=tuple(config.drop),
+        sep=config.sep,
+    )
+
+
+def _typed_label(config) -> Any:
+    """``positive_label`` arrives as text (CLI, YAML); match it to a numeric label column."""
+    value = config.positive_label
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else number

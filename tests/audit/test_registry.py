@@ -1,0 +1,442 @@
+"""Model identity, fairness tags, model cards and safe reloading of registered versions."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tasks.model_card import mask_credentials, render_model_card
+from tasks.registry import (
+    DATASET_LABELS,
+    audit_definition,
+    fairness_tags,
+    registered_model_name,
+)
+
+
+def _interval(value: float, half: float) -> dict[str, float]:
+    return {"": value, ".ci95_low": value - half, ".ci95_high": value + half}
+
+
+def _metrics(accuracy: float, dp: float, eo: float) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name, value, half in (
+        ("accuracy", accuracy, 0.01),
+        ("dp_difference", dp, 0.02),
+        ("eo_difference", eo, 0.03),
+        ("dp_difference.sex", dp, 0.02),
+        ("dp_difference.race", dp / 2, 0.02),
+        ("dp_difference.intersection", dp * 2, 0.04),
+    ):
+        for suffix, number in _interval(value, half).items():
+            out[name + suffix] = number
+    return out
+
+
+@pytest.fixture
+def audit() -> dict:
+    """An audit manifest shaped as flows/audit.py writes it (two sensitive attributes)."""
+    return {
+        "run_name": "audit-adult-20261130T150000-abc123",
+        "kind": "audit",
+        "model_name": "fairpca-adult-income_gt_50k-race_sex",
+        "decision": {"promote": True, "reasons": ["legacy reason"]},
+        "params": {
+            "dataset": "adult",
+            "k": "10",
+            "thresholds.max_dp_difference": "0.05",
+            "thresholds.max_eo_difference": "0.1",
+            "thresholds.min_accuracy": "0.0",
+            "min_group_size": "30",
+            "resolved_tracking_uri": "https://alice:s3cret@mlflow.example.org/?token=abc",
+            "api_token": "do-not-print",
+        },
+        "hashes": {
+            "fair_pca/components_": "a" * 64,
+            "fair_pca/mean_": "b" * 64,
+            "pca/components_": "c" * 64,
+        },
+        "provenance": {
+            "definition": {
+                "source": "adult",
+                "label": "income_gt_50k",
+                "positive_label": None,
+                "sensitive": ["race", "sex"],
+            },
+            "data_source": {
+                "kind": "dataset",
+                "name": "adult",
+                "sha256": {"uci-adult/adult.data": "d" * 64, "uci-adult/adult.test": "e" * 64},
+            },
+            "code_version": {"fairpca": "0.1.0", "git_commit": "0123abc"},
+        },
+        "selection": {
+            "chosen": {
+                "variant": "fair_pca",
+                "classifier": "logreg",
+                "lambda": 0.125,
+                "name": "fair_pca/logreg@lambda=0.125",
+            },
+            "gate": "upper_bound",
+            "decision": {
+                "promote": True,
+                "reasons": ["upper bound of DP 0.0400 <= 0.05", "beats majority | by 0.06"],
+            },
+            "validation": _metrics(0.83, 0.02, 0.05),
+            "test": _metrics(0.8215, 0.0231, 0.0612),
+            "baselines": {
+                "majority": {
+                    "validation": {"accuracy": 0.7608},
+                    "test": {"accuracy": 0.7611, "dp_difference": 0.0},
+                },
+                "pca": {
+                    "name": "pca/logreg@lambda=0",
+                    "validation": _metrics(0.85, 0.18, 0.1),
+                    "test": _metrics(0.8478, 0.1812, 0.0954),
+                },
+            },
+            "split": {"n_train": 5000, "n_validation": 2500, "n_test": 2500},
+            "group_sizes": {
+                "sex": {"Female": 1650, "Male": 3350},
+                "race": {"White": 4270, "Black": 480, "Other": "suppressed", "Eskimo": 12},
+            },
+            "diagnostics": {},
+            "warnings": ["fair_pca: a sensitive attribute is still predictable"],
+        },
+    }
+
+
+# ---- identity --------------------------------------------------------------------------------
+
+
+def test_model_name_names_source_label_and_attributes():
+    name = registered_model_name(
+        audit_definition(
+            dataset="adult", data=None, label=None, positive_label=None, sensitive=["sex", "race"]
+        )
+    )
+    assert name == "fairpca-adult-income_gt_50k-race_sex"
+
+
+def test_sex_only_and_sex_race_audits_get_different_names():
+    def name(sensitive):
+        return registered_model_name(
+            audit_definition(
+                dataset="adult", data=None, label=None, positive_label=None, sensitive=sensitive
+            )
+        )
+
+    assert name([]) == name(["sex"]) == "fairpca-adult-income_gt_50k-sex"  # loader default
+    assert name(["sex", "race"]) == name(["race", "sex"]) != name(["sex"])
+    assert name([]) != name(["race"])
+
+
+def test_config_resolves_the_identity_name_and_keeps_an_explicit_one(tmp_path):
+    from flows.config import AuditConfig
+
+    assert AuditConfig(dataset="german").resolved_model_name == "fairpca-german-bad_credit-age"
+    both = AuditConfig(dataset="adult", sensitive=["sex", "race"])
+    assert both.resolved_model_name == "fairpca-adult-income_gt_50k-race_sex"
+    explicit = AuditConfig(dataset="adult", model_name="my-model")
+    assert explicit.resolved_model_name == "my-model"
+    user = AuditConfig(data=tmp_path / "loans.csv", label="approved", sensitive=["gender"])
+    assert user.resolved_model_name == "fairpca-loans-approved-gender"
+
+
+def test_lossy_names_get_a_hash_of_the_full_definition():
+    def user(**changes):
+        values = {
+            "dataset": None,
+            "data": "x/loans data.csv",
+            "label": "ok?",
+            "positive_label": None,
+            "sensitive": ["sex"],
+        }
+        return registered_model_name(audit_definition(**{**values, **changes}))
+
+    plain = user()
+    assert plain.startswith("fairpca-loans_data-ok-sex-") and len(plain) == 34
+    # characters MLflow names should not hold, cleaned to the same stem: different hashes
+    assert user(label="ok!") != plain and user(label="ok!").startswith("fairpca-loans_data-ok-sex-")
+    assert user(positive_label="yes") != user(positive_label="no")
+    assert user(sensitive=["a_b"]) != user(sensitive=["a", "b"])
+    long = user(sensitive=[f"attribute{i}" for i in range(20)])
+    assert len(long) == 100 and long.rsplit("-", 1)[1].isalnum()
+    for name in (plain, long):
+        assert set(name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+@pytest.mark.parametrize("dataset", ["adult", "german"])
+def test_dataset_labels_are_the_loaders_label_columns(dataset):
+    from fairpca.datasets import load_dataset
+
+    assert load_dataset(dataset).y.name == DATASET_LABELS[dataset]
+
+
+# ---- tags ------------------------------------------------------------------------------------
+
+
+def test_fairness_tags_of_a_version(audit):
+    tags = fairness_tags(audit["selection"], ["race", "sex"])
+    assert tags == {
+        "fairness.sensitive_features": "race,sex",
+        "fairness.gate": "upper_bound",
+        "fairness.validation.accuracy": "0.830000",
+        "fairness.validation.dp_difference": "0.020000",
+        "fairness.validation.eo_difference": "0.050000",
+        "fairness.test.accuracy": "0.821500",
+        "fairness.test.accuracy.ci95_low": "0.811500",
+        "fairness.test.accuracy.ci95_high": "0.831500",
+        "fairness.test.dp_difference": "0.023100",
+        "fairness.test.dp_difference.ci95_low": "0.003100",
+        "fairness.test.dp_difference.ci95_high": "0.043100",
+        "fairness.test.eo_difference": "0.061200",
+        "fairness.test.eo_difference.ci95_low": "0.031200",
+        "fairness.test.eo_difference.ci95_high": "0.091200",
+        "fairness.baseline.accuracy": "0.761100",
+        "fairness.baseline.pca.test.accuracy": "0.847800",
+        "fairness.baseline.pca.test.dp_difference": "0.181200",
+    }
+
+
+# ---- model card ------------------------------------------------------------------------------
+
+
+def test_model_card_content(audit):
+    card = render_model_card(audit)
+    assert card.startswith("# Model card\n")
+    for heading in (
+        "Intended use and limits",
+        "Data",
+        "Sensitive attributes and group sizes",
+        "Test metrics beside the baselines",
+        "Thresholds and decision",
+        "Projection matrices (SHA-256)",
+        "Code version",
+        "Configuration (credentials masked)",
+    ):
+        assert f"\n## {heading}\n" in card
+    # data source and its SHA-256, split sizes
+    assert f"SHA-256 of `uci-adult/adult.data`: `{'d' * 64}`" in card
+    assert "| train | 5000 |" in card and "| test | 2500 |" in card
+    # group sizes: large ones shown, small ones suppressed (never the count 12)
+    assert "| sex | Female | 1650 |" in card
+    assert "| race | Eskimo | suppressed (< 30) |" in card and "| 12 |" not in card
+    assert "| race | Other | suppressed (< 30) |" in card
+    # test metrics with intervals beside the majority baseline and unconstrained PCA
+    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | 0.8478 [0.8378, 0.8578] |" in card
+    assert "| dp_difference | 0.0231 [0.0031, 0.0431] | 0.0000 | 0.1812 [0.1612, 0.2012] |" in card
+    assert "| dp_difference.intersection | 0.0462 [0.0062, 0.0862] | - |" in card
+    assert "unconstrained PCA (pca/logreg@lambda=0)" in card
+    # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
+    assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0.05" in card
+    assert "- Decision: **PROMOTE (champion)**" in card
+    assert "  - upper bound of DP 0.0400 <= 0.05" in card and "legacy reason" not in card
+    # projection hashes of the chosen variant, code version
+    assert f"| fair_pca/components_ | `{'a' * 64}` |" in card and "c" * 64 not in card
+    assert "fairpca 0.1.0, git commit `0123abc`" in card
+    assert "a sensitive attribute is still predictable" in card
+    # config without credentials
+    assert "s3cret" not in card and "alice" not in card and "do-not-print" not in card
+    assert "token=abc" not in card and "api_token" not in card
+    assert "https://***@mlflow.example.org/" in card
+
+
+def test_model_card_is_deterministic_and_does_not_change_its_input(audit):
+    before = copy.deepcopy(audit)
+    assert render_model_card(audit) == render_model_card(audit)
+    assert audit == before
+
+
+def test_model_card_says_not_promoted(audit):
+    audit["selection"]["decision"] = {"promote": False, "reasons": ["only degenerate"]}
+    card = render_model_card(audit)
+    assert "- Decision: **NOT promoted**" in card and "  - only degenerate" in card
+
+
+@pytest.mark.parametrize(
+    ("uri", "masked"),
+    [
+        ("http://u:p@host:5000/path?x=1", "http://***@host:5000/path"),
+        ("sqlite:///mlflow.db", "sqlite:///mlflow.db"),
+        ("databricks", "databricks"),
+        ("postgresql://user@db/mlflow", "postgresql://***@db/mlflow"),
+    ],
+)
+def test_mask_credentials(uri, masked):
+    assert mask_credentials(uri) == masked
+
+
+# ---- registration and loading against a real MLflow store ------------------------------------
+
+
+def _pipelines_of_every_kind():
+    """A fitted pipeline for every variant x classifier the audit can register (German)."""
+    import itertools
+
+    import numpy as np
+    from sklearn.pipeline import Pipeline
+
+    from fairpca.datasets import load_dataset
+    from flows.config import CLASSIFIERS, VARIANTS
+    from tasks.classify import fit_classifier
+    from tasks.represent import make_preprocessor, make_representation, uses_sensitive_features
+
+    data = load_dataset("german")
+    y = data.y.to_numpy()
+    preprocess = make_preprocessor(data.X)
+    Z = np.asarray(preprocess.fit_transform(data.X), dtype=float)
+    for variant, classifier in itertools.product(VARIANTS, CLASSIFIERS):
+        represent = make_representation(variant, 2, equalize_covariance=0.5, seed=0)
+        if uses_sensitive_features(represent):
+            represent.fit(Z, y, sensitive_features=data.sensitive)
+        else:
+            represent.fit(Z)
+        if "tradeoff" in represent.get_params():
+            represent.set_params(tradeoff=0.5)
+        fitted = fit_classifier(classifier, represent.transform(Z), y, seed=0, max_rows=300)
+        yield Pipeline([("preprocess", preprocess), ("represent", represent), ("classify", fitted)])
+
+
+def test_trusted_types_cover_every_pipeline_the_audit_registers():
+    import skops.io
+
+    from tasks.registry import TRUSTED_TYPES
+
+    needed = set()
+    for pipeline in _pipelines_of_every_kind():
+        needed |= set(skops.io.get_untrusted_types(data=skops.io.dumps(pipeline)))
+    assert needed == TRUSTED_TYPES
+
+
+@pytest.fixture(scope="module")
+def registered(prefect_harness, mlflow_store, tmp_path_factory):
+    """A tiny German audit logged to the session's MLflow store (default model name)."""
+    from flows.audit import fairness_audit
+    from flows.config import AuditConfig
+
+    config = AuditConfig(
+        dataset="german",
+        k=2,
+        variants=["pca", "fair_pca"],
+        lambdas=[0.0, 1.0],
+        classifiers=["logreg"],
+        tracking_uri=mlflow_store[0],
+        output_dir=tmp_path_factory.mktemp("registry") / "out",
+        experiment_name="registry-tests",
+        thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
+    )
+    return config, fairness_audit(config)
+
+
+def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlflow_store):
+    import json
+    from pathlib import Path
+
+    from tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG, sha256_of
+
+    _config, result = registered
+    _uri, client = mlflow_store
+    assert result.model_name == "fairpca-german-bad_credit-age"
+    model = client.get_registered_model(result.model_name)
+    assert json.loads(model.tags[DEFINITION_TAG]) == {
+        "source": "german",
+        "label": "bad_credit",
+        "positive_label": None,
+        "sensitive": ["age"],
+    }
+    version = client.get_model_version(result.model_name, result.model_version)
+    out_dir = Path(result.output_dir)
+    card = (out_dir / "model_card.md").read_text()
+    assert card.startswith("# Model card\n")
+    assert version.description == card[: len(version.description)]
+    assert len(version.description) == len(card) or "model_card.md" in version.description
+    logged = Path(client.download_artifacts(result.run_id, "model_card.md", str(out_dir / "dl")))
+    assert logged.read_text() == card
+    assert version.tags[MODEL_FILE_SHA_TAG] == sha256_of(out_dir / "model" / "model.skops")
+    # the card carries the bundled file's published SHA-256 and the code version
+    assert "b21f3d81db8071257d5ff1deaeba1fd4303b62712e6fcc9715c7a86202cb5871" in card
+    assert "fairpca 0.1.0, git commit" in card
+
+
+def test_registering_the_same_run_again_returns_its_version(registered, mlflow_store):
+    import json
+    from pathlib import Path
+
+    from tasks.registry import register_version
+
+    _config, result = registered
+    _uri, client = mlflow_store
+    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
+    again = register_version(
+        client, audit, source="unused", run_id=result.run_id, model_id=None, card="x",
+        model_sha256="0" * 64,
+    )  # fmt: skip
+    assert again == result.model_version
+    assert len(client.search_model_versions(f"run_id = '{result.run_id}'")) == 1
+
+
+def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
+    from tasks.registry import ModelDefinitionMismatch, audit_definition, check_model_definition
+
+    _config, result = registered
+    _uri, client = mlflow_store
+    other = audit_definition(
+        dataset="german", data=None, label=None, positive_label=None, sensitive=["sex"]
+    )
+    with pytest.raises(ModelDefinitionMismatch, match="audited the same way"):
+        check_model_definition(client, result.model_name, other)
+
+
+def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, mlflow_store):
+    from pathlib import Path
+
+    from fairpca.datasets import load_dataset
+    from tasks.registry import (
+        MODEL_FILE_SHA_TAG,
+        UntrustedModelError,
+        load_registered_pipeline,
+        load_skops_pipeline,
+    )
+
+    _config, result = registered
+    uri, client = mlflow_store
+    name, version = result.model_name, result.model_version
+    pipeline = load_registered_pipeline(uri, name, version)
+    local = load_skops_pipeline(Path(result.output_dir) / "model")
+    X = load_dataset("german").X.head(50)
+    assert (pipeline.predict(X) == local.predict(X)).all()
+
+    recorded = client.get_model_version(name, version).tags[MODEL_FILE_SHA_TAG]
+    client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, "0" * 64)
+    try:
+        with pytest.raises(UntrustedModelError, match="changed after fairpca registered it"):
+            load_registered_pipeline(uri, name, version)
+        client.delete_model_version_tag(name, version, MODEL_FILE_SHA_TAG)
+        with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
+            load_registered_pipeline(uri, name, version)
+    finally:
+        client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, recorded)
+
+
+def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
+    import operator
+    import shutil
+    from pathlib import Path
+
+    import skops.io
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from tasks.registry import UntrustedModelError, load_skops_pipeline
+
+    _config, result = registered
+    model_dir = shutil.copytree(Path(result.output_dir) / "model", tmp_path / "model")
+    skops.io.dump(Pipeline([("f", FunctionTransformer(operator.add))]), model_dir / "model.skops")
+    with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
+        load_skops_pipeline(model_dir)
+    spec = (model_dir / "MLmodel").read_text().replace("skops", "pickle")
+    (model_dir / "MLmodel").write_text(spec)
+    with pytest.raises(UntrustedModelError, match="only 'skops' is loaded"):
+        load_skops_pipeline(model_dir)

@@ -1,0 +1,100 @@
+"""Memory guard: the bytes of d x d and n x n matrices are checked before they are allocated."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from fairpca import FairKernelPCA, FairPCA, InsufficientMemoryError, _memory
+
+
+def wide_data(n=100, d=400, seed=0):
+    rng = np.random.default_rng(seed)
+    z = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, d)) + z[:, None]
+    return X, z
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4GB", 4 * 10**9),
+        ("512MiB", 512 * 2**20),
+        (" 1.5 kb ", 1500),
+        ("1e6", 10**6),
+        ("123", 123),
+    ],
+)
+def test_memory_limit_parses_bytes_and_units(text, expected):
+    assert _memory.parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "4 GBs", "-1", ""])
+def test_memory_limit_rejects_what_is_not_a_size(text):
+    with pytest.raises(ValueError, match="FAIRPCA_MEMORY_LIMIT"):
+        _memory.parse_bytes(text)
+
+
+def test_available_bytes_follows_the_environment(monkeypatch):
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "3MB")
+    assert _memory.available_bytes() == 3_000_000
+    monkeypatch.delenv("FAIRPCA_MEMORY_LIMIT")
+    assert _memory.available_bytes() > 0  # MemAvailable of this machine
+
+
+def test_fair_pca_s_too_wide_stops_before_allocating(monkeypatch):
+    X, z = wide_data(n=60, d=300)
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")
+    tracemalloc.start()
+    try:
+        with pytest.raises(InsufficientMemoryError) as caught:
+            FairPCA(2, equalize_covariance=0.5).fit(X, sensitive_features=z)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 * 300 * 300  # not even one d x d matrix was allocated
+    message = str(caught.value)
+    for part in ("n_features=300", "2 groups", "MB", "FAIRPCA_MEMORY_LIMIT", "columns"):
+        assert part in message
+    assert isinstance(caught.value, MemoryError) and isinstance(caught.value, ValueError)
+
+
+def test_explicit_exact_solver_that_does_not_fit_names_the_fix(monkeypatch):
+    X, z = wide_data()
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")
+    with pytest.raises(InsufficientMemoryError, match=r"svd_solver='full'.*n_features=400"):
+        FairPCA(3, svd_solver="full").fit(X, sensitive_features=z)
+    with pytest.raises(InsufficientMemoryError, match="svd_solver='randomized'"):
+        FairPCA(3, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+
+
+def test_auto_falls_back_to_the_randomized_solver_when_only_it_fits(monkeypatch):
+    X, z = wide_data()  # n < d <= 500: "auto" would take the exact SVD (about 1.3 MB)
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")  # the randomized route needs 0.5 MB
+    fitted = FairPCA(3, random_state=0).fit(X, sensitive_features=z)
+    randomized = FairPCA(3, svd_solver="randomized", random_state=0).fit(X, sensitive_features=z)
+    np.testing.assert_array_equal(fitted.components_, randomized.components_)
+    assert fitted.mean_gap_ < 1e-10
+    monkeypatch.delenv("FAIRPCA_MEMORY_LIMIT")
+    exact = FairPCA(3, random_state=0).fit(X, sensitive_features=z)
+    assert not np.array_equal(exact.components_, randomized.components_)
+
+
+def test_streamed_statistics_too_wide_stop_before_allocating(monkeypatch):
+    X, z = wide_data(n=60, d=300)
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "500kB")
+    with pytest.raises(InsufficientMemoryError, match="n_features=300"):
+        FairPCA(2).partial_fit(X, sensitive_features=z)
+    with pytest.raises(InsufficientMemoryError, match="n_features=300"):
+        FairPCA(2).fit_chunks(X, sensitive_features=z)
+
+
+def test_exact_kernel_route_too_large_names_nystroem(monkeypatch):
+    X, z = wide_data(n=200, d=5)
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "500kB")  # exact: 3 x 200^2 x 8 = 960 kB
+    with pytest.raises(InsufficientMemoryError, match=r"n_samples=200.*nystroem"):
+        FairKernelPCA(2, approximation="exact").fit(X, sensitive_features=z)
+    fitted = FairKernelPCA(2, n_landmarks=50, random_state=0).fit(X, sensitive_features=z)
+    assert fitted.approximation_ == "nystroem"

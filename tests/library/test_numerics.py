@@ -1,0 +1,58 @@
+"""Hostile numbers: huge finite values and impossible n_components end in clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fairpca import FairKernelPCA, FairPCA
+
+
+def data(n=120, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    z = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, d)) + z[:, None]
+    return X, z
+
+
+@pytest.mark.parametrize(
+    "fit",
+    [
+        lambda X, z: FairPCA(2).fit(X, sensitive_features=z),
+        lambda X, z: FairPCA(2, equalize_covariance=0.5).fit(X, sensitive_features=z),
+        lambda X, z: FairPCA(2).partial_fit(X, sensitive_features=z),
+        lambda X, z: FairPCA(2).fit_chunks(X, sensitive_features=z),
+        lambda X, z: FairKernelPCA(2).fit(X, sensitive_features=z),
+        lambda X, z: FairKernelPCA(2, kernel="linear").fit(X, sensitive_features=z),
+    ],
+    ids=["fit", "fair-pca-s", "partial_fit", "fit_chunks", "kernel-rbf", "kernel-linear"],
+)
+def test_values_whose_squares_overflow_are_refused_clearly(fit):
+    X, z = data()
+    with pytest.raises(ValueError, match=r"values up to 4\.07e\+160.*overflow float64.*Rescale"):
+        fit(X * 1e160, z)
+
+
+def test_float32_bound_follows_the_dtype():
+    X, z = data()
+    with pytest.raises(ValueError, match="overflow float32"):
+        FairPCA(2).fit((X * 1e18).astype(np.float32), sensitive_features=z)
+
+
+def test_large_values_below_the_bound_give_the_same_components():
+    X, z = data()
+    plain = FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+    scaled = FairPCA(2, svd_solver="covariance_eigh").fit(X * 1e100, sensitive_features=z)
+    np.testing.assert_allclose(scaled.components_, plain.components_, atol=1e-10)
+    np.testing.assert_allclose(scaled.explained_variance_ratio_, plain.explained_variance_ratio_)
+
+
+def test_n_components_above_the_maximum_is_refused_before_the_work():
+    X, z = data(n=40, d=6)
+    with pytest.raises(ValueError, match=r"n_components=7 is too large.*= 6 directions"):
+        FairPCA(7).fit(X, sensitive_features=z)
+    with pytest.raises(ValueError, match=r"n_components=41 .*n_samples=40.*kernel map"):
+        FairKernelPCA(41).fit(X, sensitive_features=z)
+    # the exact maximum also subtracts the constraint rank: d - 1 = 5 fair directions
+    with pytest.raises(ValueError, match=r"at most 5 fair directions.*6 - 1"):
+        FairPCA(6).fit(X, sensitive_features=z)
