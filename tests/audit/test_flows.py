@@ -18,7 +18,10 @@ mlflow = pytest.importorskip("mlflow")
 
 @pytest.fixture
 def store(mlflow_store):
-    """The session's MLflow SQLite store (each test uses its own model name)."""
+    """The session's MLflow SQLite store (each test uses its own model name); also the
+    global tracking and registry URI, for ``mlflow.<flavor>.load_model("models:/...")``."""
+    mlflow.set_tracking_uri(mlflow_store[0])
+    mlflow.set_registry_uri(mlflow_store[0])
     return mlflow_store
 
 
