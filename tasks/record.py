@@ -105,7 +105,10 @@ def group_sizes(split, min_group_size: int) -> dict[str, dict[str, int | str]]:
 
 
 def selection_record(state: AuditState) -> dict[str, Any]:
-    """The audit's result for the registry step (``audit.json["selection"]``)."""
+    """The audit's result for the registry step (``audit.json["selection"]``).
+
+    ``baselines["pca"]`` is present only when the audit fitted standard PCA.
+    """
     chosen, evaluation = state.chosen, state.evaluation
     lam = chosen["lambda"]
     record = {
@@ -125,7 +128,6 @@ def selection_record(state: AuditState) -> dict[str, Any]:
                 "validation": evaluation["majority"]["validation"],
                 "test": evaluation["majority"]["test"],
             },
-            "pca": None,
         },
         "split": {key: state.split.summary()[key] for key in ("n_train", "n_validation", "n_test")},
         "group_sizes": group_sizes(state.split, state.config.min_group_size),
