@@ -220,9 +220,19 @@ def _temporary_server():
     finally:
         with suppress(Exception):
             if server is not None:
+                _drain_prefect_workers()  # else they retry against the stopped server at exit
                 server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _drain_prefect_workers() -> None:
+    """Send the flow's queued logs and events while the temporary server still runs."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=5)
+    EventsWorker.drain_all(timeout=5)
 
 
 _STOP_SIGNALS = tuple(
