@@ -193,6 +193,17 @@ def figure2(out, quick=False, reuse=False, method_names=SYNTHETIC_METHODS):
     return frame
 
 
+def _runtime_plot(out, frame, x, title, filename):
+    """Fit time (CPU seconds, log scale) of every method against column ``x``."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    _line_plot(ax, frame, x, "fit_seconds", logy=True)
+    ax.set_ylabel("fit time [CPU s]")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, out, filename)
+
+
 def figure3(out, quick=False, method_names=SYNTHETIC_METHODS):
     """Fit time (CPU seconds) vs d, k = 5, three splits per d."""
     dims = (20, 50) if quick else SYNTHETIC_DIMS
@@ -204,13 +215,7 @@ def figure3(out, quick=False, method_names=SYNTHETIC_METHODS):
             method_names=method_names,
         )  # fmt: skip
     frame = _keep_other_methods(out, "fig3", pd.DataFrame(rows), method_names, quick)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    _line_plot(ax, frame, "d", "fit_seconds", logy=True)
-    ax.set_ylabel("fit time [CPU s]")
-    ax.set_title("Runtime vs d (k = 5)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    _save(fig, out, "fig3_runtime_vs_d.png")
+    _runtime_plot(out, frame, "d", "Runtime vs d (k = 5)", "fig3_runtime_vs_d.png")
     return frame
 
 
@@ -224,13 +229,7 @@ def figure7(out, quick=False, method_names=SYNTHETIC_METHODS):
             d, k, n_splits, 1000, latent, metrics=False, method_names=method_names
         )
     frame = _keep_other_methods(out, "fig7", pd.DataFrame(rows), method_names, quick)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    _line_plot(ax, frame, "k", "fit_seconds", logy=True)
-    ax.set_ylabel("fit time [CPU s]")
-    ax.set_title("Runtime vs k (d = 100)")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    _save(fig, out, "fig7_runtime_vs_k.png")
+    _runtime_plot(out, frame, "k", "Runtime vs k (d = 100)", "fig7_runtime_vs_k.png")
     return frame
 
 

@@ -3,8 +3,9 @@
 #
 # Starts a real MLflow tracking server and a real Prefect server on free 127.0.0.1 ports
 # (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
-# runs the audit deployment and the retrain deployment twice through a worker, and checks the
-# results through MlflowClient (deployments/e2e_checks.py). Every process it starts is
+# runs the audit deployment and the retrain deployment twice through a worker, checks the
+# results through MlflowClient, and runs the MLflow "fairness" evaluator plugin against the
+# server (deployments/e2e_checks.py). Every process it starts is
 # stopped by PID (process group) on exit, also when a step fails.
 #
 # Usage:  bash deployments/ci_e2e.sh
@@ -292,6 +293,10 @@ step "run deployment fairness-retrain/scheduled (gates fail: champion stays)" \
     "$WORK/run-retrain-2.log $WORKER_LOG $MLFLOW_LOG"
 run_deployment "fairness-retrain/scheduled" retrain-keep "$WORK/run-retrain-2.log"
 check retrain-keep "$FLOW_RUN_ID"
+step_ok
+
+step "MLflow evaluator 'fairness': mlflow.models.evaluate and a MetricThreshold gate" "$MLFLOW_LOG"
+check plugin
 step_ok
 
 step "bad deployment parameters fail at validation, before any work" "$WORKER_LOG $PREFECT_LOG"

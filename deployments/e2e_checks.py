@@ -10,6 +10,7 @@ that names what is wrong.
     python deployments/e2e_checks.py retrain-promote FLOW_RUN_ID   # first retrain: champion
     python deployments/e2e_checks.py retrain-keep FLOW_RUN_ID      # gates fail: alias stays
     python deployments/e2e_checks.py bad-params             # rejected before any work
+    python deployments/e2e_checks.py plugin                 # MLflow 'fairness' evaluator
 """
 
 from __future__ import annotations
@@ -306,11 +307,126 @@ def check_bad_params() -> None:
     print(f"    validation: flow run {flow_run_id} Failed, no task ran: {line.strip()[:200]}")
 
 
+def _plugin_data(n: int = 1500):
+    """Synthetic evaluation rows: features (one a proxy of sex), sex, race, label."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    sex = rng.choice(["F", "M"], n)
+    other = rng.normal(size=n)
+    frame = pd.DataFrame(
+        {
+            "x_proxy": (sex == "M") + 0.4 * rng.normal(size=n),
+            "x_other": other,
+            "sex": sex,
+            "race": rng.choice(["a", "b", "c"], n, p=[0.6, 0.39, 0.01]),
+        }
+    )
+    frame["label"] = (other + 1.2 * (sex == "M") + 0.5 * rng.normal(size=n) > 0.6).astype(int)
+    return frame
+
+
+def _log_plugin_model(frame, columns: list[str]) -> tuple[str, object]:
+    """A pipeline (select ``columns``, LogisticRegression) logged with mlflow.sklearn.
+
+    MLflow's default classifier evaluator calls a scikit-learn model on all columns of the
+    data, sensitive ones included; a pipeline that selects its columns accepts them.
+    """
+    import mlflow
+    from mlflow.models import infer_signature
+    from sklearn.compose import make_column_transformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    select = make_column_transformer(("passthrough", columns))
+    model = make_pipeline(select, LogisticRegression()).fit(frame[columns], frame["label"])
+    signature = infer_signature(frame[columns], model.predict(frame[columns]))
+    with mlflow.start_run(run_name=f"plugin-model-{'-'.join(columns)}"):
+        info = mlflow.sklearn.log_model(
+            model, name="model", signature=signature, pip_requirements=["scikit-learn"]
+        )
+    return info.model_uri, model
+
+
+def check_plugin() -> None:
+    """mlflow.models.evaluate(..., evaluators=["default", "fairness"]) on the live server."""
+    import mlflow
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import MetricThreshold
+
+    from fairpca.metrics import group_fairness
+
+    mlflow.set_experiment("fairpca-e2e-plugin")
+    frame = _plugin_data()
+    config = {
+        "fairness": {"sensitive_features": ["sex", "race"], "pos_label": 1},
+        # MLflow's SHAP step of "default" fails on pandas string columns (as sex and race)
+        "default": {"log_model_explainability": False},
+    }
+    results = {}
+    for kind, columns in (("biased", ["x_proxy", "x_other"]), ("fair", ["x_other"])):
+        model_uri, model = _log_plugin_model(frame, columns)
+        with mlflow.start_run(run_name=f"plugin-evaluate-{kind}") as run:
+            result = mlflow.models.evaluate(
+                model_uri,
+                frame,
+                targets="label",
+                model_type="classifier",
+                evaluators=["default", "fairness"],
+                evaluator_config=config,
+            )
+        direct = group_fairness(
+            frame["label"], model.predict(frame[columns]), frame[["sex", "race"]], min_group_size=30
+        )
+        _check_plugin_run(run.info.run_id, result, direct)
+        results[kind] = result
+    gate = {"dp_difference": MetricThreshold(threshold=0.05, greater_is_better=False)}
+    mlflow.validate_evaluation_results(gate, results["fair"])
+    try:
+        mlflow.validate_evaluation_results(gate, results["biased"], results["fair"])
+    except MlflowException as exc:
+        check("dp_difference" in str(exc), f"the gate failed for another reason: {exc}")
+    else:
+        raise CheckFailed("the biased model passed the dp_difference <= 0.05 gate")
+    print(
+        f"    plugin ok: dp_difference biased {results['biased'].metrics['dp_difference']:.3f} "
+        f"(gate fails), fair {results['fair'].metrics['dp_difference']:.3f} (gate passes)"
+    )
+
+
+def _check_plugin_run(run_id: str, result, direct) -> None:
+    """Metrics equal the direct computation; logged on the server with the artifacts."""
+    metrics = result.metrics
+    for name, value in direct.as_metrics().items():
+        check(
+            abs(metrics.get(name, float("nan")) - value) <= 1e-12,
+            f"{name}: {metrics.get(name)} != {value}",
+        )
+    check("accuracy_score" in metrics, "the default evaluator did not run beside 'fairness'")
+    check(not any("race:c" in name for name in metrics), "race 'c' (15 rows) was not suppressed")
+    check("dp_difference.ci95_low" in metrics, "no confidence interval metrics")
+    client = _mlflow_client()
+    logged = client.get_run(run_id).data.metrics
+    check(logged.get("dp_difference") == metrics["dp_difference"], f"run {run_id}: {logged}")
+    artifacts = set(_artifact_paths(client, run_id))
+    for name in ("fairness_groups.json", "fairness_groups.csv", "fairness_rates.png"):
+        check(name in artifacts, f"{name} missing from run {run_id}: {sorted(artifacts)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "command",
-        choices=["params", "deployments", "audit", "retrain-promote", "retrain-keep", "bad-params"],
+        choices=[
+            "params",
+            "deployments",
+            "audit",
+            "retrain-promote",
+            "retrain-keep",
+            "bad-params",
+            "plugin",
+        ],
     )
     parser.add_argument("arg", nargs="?")
     args = parser.parse_args(argv)
@@ -327,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
             check_retrain_keep(args.arg)
         elif args.command == "bad-params":
             check_bad_params()
+        elif args.command == "plugin":
+            check_plugin()
     except CheckFailed as exc:
         print(f"CHECK FAILED ({args.command}): {exc}", file=sys.stderr)
         return 1

@@ -19,11 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ._memory import BLOCK_BYTES
-
-
-def default_chunk_rows(n_features: int, itemsize: int = 8) -> int:
-    return int(max(256, BLOCK_BYTES // (max(n_features, 1) * itemsize)))
+from ._memory import rows_per_block
 
 
 def _take_rows(values, start: int, stop: int):
@@ -85,7 +81,7 @@ class ArrayChunks:
         if chunk_rows is not None and (not isinstance(chunk_rows, Integral) or chunk_rows < 1):
             raise ValueError(f"chunk_rows must be a positive int; got {chunk_rows!r}.")
         itemsize = np.dtype(self.dtype).itemsize if np.dtype(self.dtype).kind == "f" else 8
-        self.chunk_rows = chunk_rows or default_chunk_rows(self.shape[1], itemsize)
+        self.chunk_rows = chunk_rows or rows_per_block(self.shape[1], itemsize)
 
     def __iter__(self) -> Iterator[tuple]:
         for start in range(0, self.n_rows, self.chunk_rows):
@@ -207,7 +203,7 @@ class ParquetChunks:
                 f"Column(s) {missing} are not in the Parquet data at {path}; available: {names}."
             )
         self.n_rows = self.dataset.count_rows()
-        self.chunk_rows = chunk_rows or default_chunk_rows(len(self.feature_columns))
+        self.chunk_rows = chunk_rows or rows_per_block(len(self.feature_columns))
 
     def __iter__(self) -> Iterator[tuple]:
         columns = self.feature_columns + self.sensitive_columns

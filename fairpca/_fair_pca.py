@@ -218,7 +218,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
         needs is compared with the available memory (``FAIRPCA_MEMORY_LIMIT`` overrides
         it): with ``svd_solver="auto"`` a route that does not fit gives way to the
         randomized solver; otherwise the fit stops with
-        :class:`~fairpca._memory.InsufficientMemoryError` naming the width and the fix.
+        :class:`~fairpca.InsufficientMemoryError` naming the width and the fix.
 
         Parameters
         ----------
@@ -578,7 +578,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
 
     def _solver_within_memory(self, solver, n, d, encoding: GroupEncoding) -> str:
         """``solver``, or the randomized one when ``svd_solver="auto"`` and only that fits;
-        raises :class:`~fairpca._memory.InsufficientMemoryError` before allocating when the
+        raises :class:`~fairpca.InsufficientMemoryError` before allocating when the
         matrices of the route do not fit."""
         n_groups = sum(len(labels) for labels in encoding.groups)
         if self.equalize_covariance is not None:

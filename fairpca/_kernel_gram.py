@@ -152,14 +152,8 @@ class DeflatedGramSolver:
         C_all, spanning = constraint_coefficients(encoding, n, constraint_rows)
         KC_all = la.matmul(Kc, C_all)
         C, KC = C_all[:, spanning], KC_all[:, spanning]
-        s, V = linalg.eigh((C.T @ KC + KC.T @ C) / 2.0, check_finite=False)
-        # The singular values of the mean differences D = F^T C are sqrt(s), known to about
-        # sqrt(eps) of the largest from D^T D: FairPCA's rule, floored at 1e-7 relative.
-        sigma = np.sqrt(np.maximum(s, 0.0))
-        scale = np.sqrt(total / (n_obj - 1) + max(grand_mean, 0.0))
-        cut = max(self.tol * scale, GRAM_RANK_FLOOR * (sigma.max() if sigma.size else 0.0))
-        keep = sigma > max(cut, np.finfo(float).tiny)
-        T = V[:, keep] / sigma[keep]
+        T = self._constraint_whitening(C, KC, np.sqrt(total / (n_obj - 1) + max(grand_mean, 0.0)))
+        rank = T.shape[1]
         B = np.asarray(la.matmul(KC, T))
         B_obj = B if objective_rows is None else B[obj]
         # Kc[O, O] - B_O B_O^T, in place: in Kc itself unless its kernel PCA is wanted too
@@ -169,12 +163,12 @@ class DeflatedGramSolver:
         )
 
         self.threshold_ = _relative_threshold(total, n_obj, self.kernel_tol)
-        k = self._resolve_k(K_fair, n_components, self.threshold_, n_obj, int(keep.sum()))
+        k = self._resolve_k(K_fair, n_components, self.threshold_, n_obj, rank)
         values, vectors = top_eigenpairs(K_fair, k)
         if values[-1] <= self.threshold_:
             usable = int(np.sum(values > self.threshold_))
             raise ValueError(
-                f"n_components={k} is too large: with the {int(keep.sum())} constraint "
+                f"n_components={k} is too large: with the {rank} constraint "
                 f"direction(s) removed, the centred training kernel has only {usable} "
                 "direction(s) of positive variance among the top ones (its numerical rank). "
                 f"Use n_components <= {usable}."
@@ -188,12 +182,23 @@ class DeflatedGramSolver:
         self.pca_coef_ = self.pca_coefficients(Kc) if with_pca else None  # Kc is intact
         self.explained_variance_ = values / (n_obj - 1)
         self.total_variance_ = total / (n_obj - 1)
-        self.constraint_rank_ = int(keep.sum())
+        self.constraint_rank_ = rank
         self.mean_gap_ = float(np.max(np.abs(self.coef_.T @ KC_all))) if C_all.size else 0.0
         coef = np.hstack([self.coef_, self.pca_coef_]) if with_pca else self.coef_
         # when Kc was deflated in place, Kc = K_fair + B B^T
         features = la.matmul(K_fair, coef) + B @ (B.T @ coef) if deflate_kc else la.matmul(Kc, coef)
         return features[:, :k], (features[:, k:] if with_pca else None)
+
+    def _constraint_whitening(self, C, KC, scale: float) -> np.ndarray:
+        """``T = V S^{-1/2}`` from ``C^T Kc C = V S V^T``, on the directions above the rank
+        tolerance: ``Q = F^T C T`` is then an orthonormal basis of the mean differences."""
+        s, V = linalg.eigh((C.T @ KC + KC.T @ C) / 2.0, check_finite=False)
+        # The singular values of the mean differences D = F^T C are sqrt(s), known to about
+        # sqrt(eps) of the largest from D^T D: FairPCA's rule, floored at 1e-7 relative.
+        sigma = np.sqrt(np.maximum(s, 0.0))
+        cut = max(self.tol * scale, GRAM_RANK_FLOOR * (sigma.max() if sigma.size else 0.0))
+        keep = sigma > max(cut, np.finfo(float).tiny)
+        return V[:, keep] / sigma[keep]
 
     def pca_coefficients(self, Kc: np.ndarray) -> np.ndarray:
         """Standard kernel PCA of the objective rows (the trade-off features, Section 3.1):

@@ -4,8 +4,9 @@ Fair PCA's exact routes hold d x d matrices (the scatter, its deflated copy, the
 workspace; Fair PCA-S one scatter per group) and exact fair kernel PCA holds n x n kernel
 matrices. A width that does not fit must end in a clear error before anything is allocated,
 never in a crash of the BLAS library or a swap storm. The budget is the memory the operating
-system reports as available (``MemAvailable`` of ``/proc/meminfo``, else free physical pages),
-or the value of the environment variable ``FAIRPCA_MEMORY_LIMIT`` (bytes, or with a unit such
+system reports as available (``MemAvailable`` of ``/proc/meminfo``, else free physical pages;
+at most what a container's memory cgroup still allows), or the value of the environment
+variable ``FAIRPCA_MEMORY_LIMIT`` (bytes, or with a unit such
 as ``512MB`` or ``4GiB``).
 """
 
@@ -37,6 +38,12 @@ _UNITS = {
 }
 
 
+def rows_per_block(n_features: int, itemsize: int = 8, most: int | None = None) -> int:
+    """Rows of a block of about ``BLOCK_BYTES``: at least 256, at most ``most`` if given."""
+    rows = max(256, BLOCK_BYTES // (itemsize * max(n_features, 1)))
+    return int(rows if most is None else min(rows, most))
+
+
 class InsufficientMemoryError(MemoryError, ValueError):
     """A fit would allocate more memory than is available; raised before allocating."""
 
@@ -55,10 +62,16 @@ def parse_bytes(text: str) -> int:
 
 def available_bytes() -> int | None:
     """The memory budget in bytes: ``FAIRPCA_MEMORY_LIMIT``, else what the system reports
-    as available; None when neither is known."""
+    as available (the smaller of the machine's and a container's memory limit); None when
+    neither is known."""
     limit = os.environ.get(LIMIT_VARIABLE)
     if limit:
         return parse_bytes(limit)
+    known = [size for size in (_system_available(), _cgroup_available()) if size is not None]
+    return min(known) if known else None
+
+
+def _system_available() -> int | None:
     try:
         with open("/proc/meminfo", encoding="ascii") as handle:
             for line in handle:
@@ -70,6 +83,28 @@ def available_bytes() -> int | None:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, OSError, ValueError):
         return None
+
+
+def _cgroup_available() -> int | None:
+    """Limit minus usage of this process's memory cgroup (v2, else v1); None if unlimited."""
+    for limit_file, usage_file in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        (
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+            "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        ),
+    ):
+        try:
+            with open(limit_file, encoding="ascii") as handle:
+                limit = handle.read().strip()
+            with open(usage_file, encoding="ascii") as handle:
+                usage = int(handle.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or int(limit) >= 1 << 60:  # no limit
+            return None
+        return max(int(limit) - usage, 0)
+    return None
 
 
 def fits(n_bytes: float) -> bool:
@@ -107,9 +142,9 @@ def require(n_bytes: float, what: str, fix: str) -> None:
 # ---------------------------------------------------------------------- working-set sizes
 def covariance_bytes(n_features: int, n_group_scatters: int = 0) -> int:
     """Exact covariance route: the scatter, its deflated copy and two eigensolver
-    workspaces of d x d, plus one d x d scatter per group for Fair PCA-S (Section 3.6) and
-    the d x d null-space basis and products of its solve."""
-    matrices = 4 + (n_group_scatters + 3 if n_group_scatters else 0)
+    workspaces of d x d; for Fair PCA-S (Section 3.6) also each group's scatter and its
+    covariance, and the d x d null-space basis and products of the solve."""
+    matrices = 4 + (2 * n_group_scatters + 3 if n_group_scatters else 0)
     return FLOAT_BYTES * matrices * n_features * n_features
 
 

@@ -40,7 +40,7 @@ from ._groups import (
     encode_labels,
     group_sum_weights,
 )
-from ._memory import BLOCK_BYTES, BLOCK_ROWS
+from ._memory import BLOCK_ROWS, rows_per_block
 from ._validation import positive_rows
 
 # Largest ratio rows * ||mean||^2 / trace(centred scatter) for which a block's scatter is taken
@@ -59,7 +59,7 @@ FLOAT32_FLUSH_ROWS = BLOCK_ROWS
 
 def block_rows(n_features: int, itemsize: int = 8) -> int:
     """Rows per shifted block: about 64 MiB, between 256 and 16384 rows."""
-    return int(np.clip(BLOCK_BYTES // (itemsize * max(n_features, 1)), 256, 16384))
+    return rows_per_block(n_features, itemsize, most=16384)
 
 
 class InsufficientStatisticsError(ValueError):

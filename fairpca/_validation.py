@@ -10,6 +10,7 @@ from scipy import sparse
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import _check_feature_names_in, check_is_fitted
 
+from . import _linalg as la
 from ._groups import GroupEncoding, check_group_sizes
 
 # Parameters of the fairness constraint and of the linear solve, the same in both estimators.
@@ -81,21 +82,24 @@ def check_numeric(X, estimator: str = "FairPCA") -> None:
 def check_magnitude(X: np.ndarray) -> None:
     """Refuse finite values so large that sums of their squares overflow the dtype.
 
-    The scatter sums ``n`` squares per entry and its trace ``n d`` of them; values above
-    ``sqrt(max / (n d))`` (about 1e150 for float64 and a few thousand rows) would give
-    infinities and then NaN directions, never a usable projection.
+    The scatter, its trace and the squared distances of a kernel are sums of squares of the
+    entries; when ``sum(X ** 2)`` (one BLAS pass) is not safely below the largest float
+    (values above about ``sqrt(max / (16 n d))``, 1e150 for float64 and a few thousand
+    rows), they would be infinite and the directions NaN, never a usable projection.
     """
     if X.size == 0:
         return
-    largest = max(float(X.max()), -float(X.min()))  # no temporary copy of X
-    bound = float(np.sqrt(np.finfo(X.dtype).max / (4.0 * X.size)))
-    if largest > bound:
-        raise ValueError(
-            f"X has values up to {largest:.3g} in absolute value; sums of their squares "
-            f"overflow {X.dtype} (the largest safe magnitude for {X.shape[0]} x {X.shape[1]} "
-            f"data is about {bound:.3g}). Rescale X first (e.g. divide by a power of 10, or "
-            "use sklearn.preprocessing.StandardScaler); PCA of c * X has the same components."
-        )
+    limit = np.finfo(X.dtype).max / 16.0
+    if la.sum_of_squares(X) <= limit:  # inf or NaN fail the comparison too
+        return
+    largest = max(float(X.max()), -float(X.min()))
+    bound = float(np.sqrt(limit / X.size))
+    raise ValueError(
+        f"X has values up to {largest:.3g} in absolute value; sums of their squares "
+        f"overflow {X.dtype} (the largest safe magnitude for {X.shape[0]} x {X.shape[1]} "
+        f"data is about {bound:.3g}). Rescale X first (e.g. divide by a power of 10, or "
+        "use sklearn.preprocessing.StandardScaler); PCA of c * X has the same components."
+    )
 
 
 def check_n_components_bound(

@@ -57,6 +57,7 @@ __all__ = [
     "accuracy",
     "as_components",
     "bootstrap_intervals",
+    "check_fairness_options",
     "ci_metrics",
     "demographic_parity_difference",
     "equal_opportunity_difference",
@@ -1151,6 +1152,23 @@ def _check_bootstrap(n_resamples: Any, confidence: Any) -> None:
         raise TypeError(f"confidence must be a float in (0, 1), got {confidence!r}.")
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be strictly between 0 and 1, got {confidence!r}.")
+
+
+def check_fairness_options(
+    *, min_group_size: Any = 1, n_resamples: Any = 1000, confidence: Any = 0.95
+) -> None:
+    """Raise a clear error for a bad option of :func:`group_fairness` / :func:`bootstrap_intervals`.
+
+    For callers that want to reject bad settings before any expensive work (e.g. predicting).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``min_group_size`` not a positive int, ``n_resamples`` not an int >= 2, or
+        ``confidence`` not in (0, 1).
+    """
+    _check_min_group_size(min_group_size)
+    _check_bootstrap(n_resamples, confidence)
 
 
 def bootstrap_intervals(

@@ -239,6 +239,7 @@ def finish_audit(
     kind: str = "audit",
     extra_sections: list[tuple[str, Any]] | None = None,
     extra_tags: dict[str, str] | None = None,
+    extra_metrics: dict[str, float] | None = None,
 ) -> AuditResult:
     """Write every result to the output directory, then log it to MLflow."""
     config, out_dir, timings = state.config, state.out_dir, state.timings
@@ -268,7 +269,7 @@ def finish_audit(
         | {"variant": state.chosen["variant"], "classifier": state.chosen["classifier"]},
         "selection": selection_record(state),
         "params": {**config.flat_params(), "resolved_tracking_uri": tracking_uri},
-        "metrics": logged_metrics(state),
+        "metrics": {**logged_metrics(state), **(extra_metrics or {})},
         "metric_steps": metric_steps(state.table),
         "tags": {**run_tags(state, hashes), **_flow_tags(kind), **(extra_tags or {})},
         "model_tags": model_tags(state),

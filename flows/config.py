@@ -288,6 +288,21 @@ class RetrainConfig(AuditConfig):
         le=1.0,
         description="The new model may lose at most this much accuracy against the champion.",
     )
+    # -- champion watch: where a champion that fails the gate on new data goes --
+    needs_review_alias: str = Field(
+        "needs-review",
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
+        description="Alias the champion moves to when it fails the gate on new data.",
+    )
+
+    @model_validator(mode="after")
+    def _check_review_alias(self) -> RetrainConfig:
+        if self.needs_review_alias == self.champion_alias:
+            raise ValueError(
+                f"needs_review_alias and champion_alias are both {self.champion_alias!r}; "
+                "give the demoted champion its own alias, e.g. 'needs-review'."
+            )
+        return self
 
 
 def fair_kernel_pca_available() -> bool:

@@ -30,12 +30,22 @@ def relog(output_dir: str, tracking_uri: str, force: bool = False) -> dict[str, 
                 f"{output_dir} was already logged completely (run {status.get('run_id')}); "
                 "pass --force (force=True) to log it once more."
             )
-    read_audit(Path(output_dir))
     check_saved_model(Path(output_dir) / "model")  # before any run or version is created
     logged = log_output_dir(Path(output_dir), tracking_uri)
     return {"run_id": logged.run_id, "model_version": logged.model_version}
 
 
 def relog_output_dir(output_dir: Path, tracking_uri: str, force: bool = False) -> dict[str, Any]:
-    """Run the :func:`relog` flow."""
+    """Check the directory (no Prefect server yet), then run the :func:`relog` flow.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``output_dir`` holds no ``audit.json``.
+    ValueError
+        The saved model is not the skops model the audit wrote (see
+        :func:`tasks.mlflow_logging.check_saved_model`), or the directory was logged before.
+    """
+    read_audit(Path(output_dir))
+    check_saved_model(Path(output_dir) / "model")
     return relog(str(Path(output_dir).resolve()), tracking_uri, force)

@@ -1,36 +1,71 @@
-"""The ``retrain`` flow (for the schedule): refit on current data, compare with the current
-``champion`` on the same seeded evaluation split, register the new version and move the alias
-only if it meets the fairness thresholds and does not lose more accuracy than allowed."""
+"""The ``retrain`` flow (for the schedule): first re-check the current ``champion`` on the new
+data, then refit, register the new version and move the alias only if it meets the gate and
+does not lose more accuracy than allowed.
+
+Watching the champion: before a challenger is trained, the champion (loaded from the
+registry with :func:`tasks.registry.load_registered_pipeline`: skops, fixed trusted types,
+SHA-256 checked) predicts the new data's held-out rows; its test metrics are logged as
+``champion_test_<metric>``. When it now fails the gate, the ``champion`` alias moves to
+``needs_review_alias`` at once, whatever the challenger does, and the flow run's final state
+message and a Prefect Markdown artifact say so.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from tasks.data import load_data, split_data
 from tasks.evaluate import classifier_metrics
 from tasks.mlflow_logging import RETRYING
-from tasks.report import Decision
+from tasks.registry import (
+    DEFINITION_TAG,
+    ModelDefinitionMismatch,
+    UntrustedModelError,
+    definition_json,
+    definition_of,
+    demote,
+    load_registered_pipeline,
+)
+from tasks.select import Decision, gate_failures
 
 from .audit import AuditResult, finish_audit, prepare_audit
 from .config import RetrainConfig, resolve_tracking_uri
 from .runners import needs_dask_subflow, task_runner_for
-from .warmup import wait_for_warmup
+from .warmup import start_warmup, wait_for_warmup
 
-__all__ = ["compare_with_champion", "load_champion", "retrain"]
+__all__ = [
+    "ChampionWatch",
+    "compare_with_champion",
+    "evaluate_champion",
+    "load_champion",
+    "retrain",
+    "watch_champion",
+]
 
 COMPARED = ("accuracy", "dp_difference", "eo_difference")
 
 
+def _client(tracking_uri: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+
+
 @task(name="mlflow-load-champion", **RETRYING)
 def load_champion(tracking_uri: str, model_name: str, alias: str) -> dict[str, Any] | None:
-    """The version ``alias`` points to (tags and source), or None when there is none."""
-    from mlflow import MlflowClient
+    """The version ``alias`` points to (tags, and the registered model's definition tag),
+    or None when there is none."""
     from mlflow.exceptions import MlflowException
 
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    client = _client(tracking_uri)
     try:
         version = client.get_model_version_by_alias(model_name, alias)
     except MlflowException as error:
@@ -38,31 +73,39 @@ def load_champion(tracking_uri: str, model_name: str, alias: str) -> dict[str, A
             return None
         raise
     return {
+        "name": model_name,
         "version": str(version.version),
         "run_id": version.run_id,
         "tags": dict(version.tags),
-        "uri": f"models:/{model_name}/{version.version}",
+        "definition": client.get_registered_model(model_name).tags.get(DEFINITION_TAG),
     }
+
+
+def held_out_part(split, part: str) -> tuple[pd.DataFrame, Any, pd.DataFrame]:
+    """Features, labels and sensitive attributes of the split's ``validation`` or ``test``
+    rows (a two-part split's evaluation rows stand for both)."""
+    for prefix in {"validation": ("validation", "val", "eval"), "test": ("test", "eval")}[part]:
+        if hasattr(split, f"X_{prefix}"):
+            return (
+                getattr(split, f"X_{prefix}"),
+                getattr(split, f"y_{prefix}"),
+                getattr(split, f"s_{prefix}"),
+            )
+    raise AttributeError(f"the split has no {part} rows")
 
 
 @task(name="evaluate-champion", **RETRYING)
 def evaluate_champion(tracking_uri: str, champion: dict[str, Any], split) -> dict[str, Any]:
-    """Champion metrics on the current evaluation rows (its logged tags if it cannot load)."""
-    import mlflow
-    import mlflow.sklearn
+    """Champion metrics on the new data's validation and test rows (never its logged tags).
 
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)
-    try:
-        model = mlflow.sklearn.load_model(champion["uri"])
-        y_pred = model.predict(split.X_validation)
-    except Exception as error:
-        tags = champion["tags"]
-        metrics = {key: float(tags[key]) for key in COMPARED if key in tags}
-        metrics["source"] = f"logged tags (reload failed: {type(error).__name__})"
-        return metrics
-    metrics = classifier_metrics(split.y_validation, y_pred, split.s_validation)
-    metrics["source"] = "re-evaluated on the current validation rows"
+    Raises :class:`~tasks.registry.UntrustedModelError` when the version cannot be verified.
+    """
+    pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
+    metrics = {}
+    for part in ("validation", "test"):
+        X, y, sensitive = held_out_part(split, part)
+        values = classifier_metrics(y, pipeline.predict(X), sensitive)
+        metrics[part] = {key: float(values[key]) for key in COMPARED}
     return metrics
 
 
@@ -95,52 +138,177 @@ def compare_with_champion(
     return Decision(promote, reasons)
 
 
+@dataclass
+class ChampionWatch:
+    """What re-checking the champion on the new data found."""
+
+    champion: dict[str, Any] | None = None
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    demoted_to: str | None = None
+
+    @property
+    def still_champion(self) -> bool:
+        return self.champion is not None and self.demoted_to is None
+
+    def mlflow_metrics(self) -> dict[str, float]:
+        """``champion_test_<metric>`` of the champion on the new test rows."""
+        return {f"champion_test_{k}": v for k, v in self.metrics.get("test", {}).items()}
+
+    def summary(self) -> str:
+        if self.champion is None:
+            return "no champion to re-check"
+        who = f"champion v{self.champion['version']} of {self.champion['name']}"
+        if self.demoted_to is None:
+            return f"{who} still meets the gate on the new test rows"
+        return (
+            f"{who} fails the gate on the new data ({'; '.join(self.failures)}); alias "
+            f"moved to '{self.demoted_to}' for review"
+        )
+
+
+def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
+    """Re-check the champion on the new data before any challenger is trained; demote it
+    (``champion`` -> ``needs_review_alias``) when it fails the gate or cannot be verified."""
+    logger = get_run_logger()
+    start_warmup(tracking_uri)
+    wait_for_warmup(tracking_uri)
+    name = config.resolved_model_name
+    champion = load_champion(tracking_uri, name, config.champion_alias)
+    watch = ChampionWatch(champion=champion)
+    if champion is None:
+        return watch
+    expected = definition_json(definition_of(config))
+    if champion["definition"] not in (None, expected):
+        raise ModelDefinitionMismatch(
+            f"registered model {name!r} holds audits of {champion['definition']}, but this "
+            f"retrain audits {expected}; leave model_name unset or choose another one."
+        )
+    split = split_data(load_data(config), config)
+    try:
+        watch.metrics = evaluate_champion(tracking_uri, champion, split)
+        watch.failures = gate_failures(watch.metrics["test"], config.thresholds, "point")
+    except UntrustedModelError as error:
+        watch.failures = [f"cannot be verified: {error}"]
+    if watch.failures:
+        demote(
+            _client(tracking_uri),
+            name,
+            champion["version"],
+            from_alias=config.champion_alias,
+            to_alias=config.needs_review_alias,
+            why="; ".join(watch.failures),
+        )
+        watch.demoted_to = config.needs_review_alias
+        logger.warning(watch.summary())
+    else:
+        logger.info(watch.summary())
+    return watch
+
+
+def _comparison_section(state, watch: ChampionWatch) -> tuple[str, pd.DataFrame]:
+    rows = [{"model": "challenger (this run)", **{k: state.chosen[k] for k in COMPARED}}]
+    for part in ("validation", "test"):
+        if part in watch.metrics:
+            rows.append(
+                {
+                    "model": f"champion v{watch.champion['version']} ({part} rows)",
+                    **watch.metrics[part],
+                }
+            )
+    verdict = "promote" if state.decision.promote else "keep champion"
+    return f"Retrain decision: {verdict}", pd.DataFrame(rows)
+
+
+def _retrain_tags(state, watch: ChampionWatch) -> dict[str, str]:
+    champion = watch.champion
+    tags = {
+        "fairpca.retrain_decision": "promote" if state.decision.promote else "keep champion",
+        "fairpca.champion_version_before": champion["version"] if champion else "none",
+        "fairpca.champion_watch": watch.summary(),
+    }
+    if watch.demoted_to is not None:
+        tags["fairpca.champion_demoted_to"] = watch.demoted_to
+    if watch.metrics:
+        tags["fairpca.champion_metrics_source"] = "re-evaluated on the new data"
+    return tags
+
+
+def final_message(watch: ChampionWatch, result: AuditResult) -> str:
+    """The flow run's final-state message: the champion check first, then the challenger."""
+    challenger = (
+        f"challenger v{result.model_version} "
+        + ("became champion" if result.champion_moved else "was not promoted")
+        if result.model_version
+        else "challenger not registered"
+    )
+    if watch.demoted_to is not None and not result.champion_moved:
+        challenger += f"; {result.model_name} has no champion until a reviewer acts"
+    return f"{watch.summary()}; {challenger}."
+
+
+def _publish(config: RetrainConfig, watch: ChampionWatch, result: AuditResult) -> None:
+    """Prefect Markdown artifact of the champion check (aggregates only)."""
+    key = re.sub(r"[^a-z0-9-]+", "-", f"champion-watch-{config.resolved_model_name}".lower())
+    lines = [
+        f"# Champion check of {result.model_name}",
+        f"**{final_message(watch, result)}**",
+        "",
+        "| rows | " + " | ".join(COMPARED) + " |",
+        "|---|" + "---|" * len(COMPARED),
+        *(
+            f"| champion, {part} | " + " | ".join(f"{values[k]:.4f}" for k in COMPARED) + " |"
+            for part, values in watch.metrics.items()
+        ),
+        "",
+        *(f"- gate failure: {failure}" for failure in watch.failures),
+        f"- MLflow run `{result.run_id}`; decision reasons: {'; '.join(result.reasons)}",
+    ]
+    create_markdown_artifact("\n".join(lines), key=key[:100], description="champion check")
+
+
 @flow(name="fairness-retrain", task_runner=ThreadPoolTaskRunner(max_workers=2))
 def retrain(config: RetrainConfig) -> AuditResult:
-    """Scheduled retraining with champion/challenger governance.
+    """Scheduled retraining that watches its champion.
 
     Parameters
     ----------
     config : RetrainConfig
-        Audit settings plus ``accuracy_tolerance``; ``seed`` fixes the evaluation split.
+        Audit settings plus ``accuracy_tolerance`` and ``needs_review_alias``; ``seed``
+        fixes the split, so the champion and the challenger see the same held-out rows.
 
     Returns
     -------
     AuditResult
-        Its ``decision``/``reasons`` say whether the new version became the champion.
+        Its ``decision``/``reasons`` say whether the new version became the champion; the
+        flow run's final state (Completed) carries :func:`final_message`, which says when
+        the old champion was demoted.
     """
     logger = get_run_logger()
     tracking_uri = resolve_tracking_uri(config.tracking_uri)
     if needs_dask_subflow(config.dask_address):  # a deployment run asking for Dask
         return retrain.with_options(task_runner=task_runner_for(config.dask_address))(config)
+    watch = watch_champion(config, tracking_uri)
     state = prepare_audit(config, "retrain")
-    wait_for_warmup(tracking_uri)
-    champion = load_champion(tracking_uri, config.resolved_model_name, config.champion_alias)
-    champion_metrics = evaluate_champion(tracking_uri, champion, state.split) if champion else None
+    incumbent = watch.champion if watch.still_champion else None
     state.decision = compare_with_champion(
-        state.chosen, state.decision, champion, champion_metrics, config.accuracy_tolerance
+        state.chosen,
+        state.decision,
+        incumbent,
+        watch.metrics.get("validation") if incumbent else None,
+        config.accuracy_tolerance,
     )
+    if watch.champion is not None and not watch.still_champion:
+        state.decision.reasons.insert(0, watch.summary())
     logger.info("retrain decision: %s", state.decision.as_dict())
-    rows = [{"model": "challenger (this run)", **{k: state.chosen[k] for k in COMPARED}}]
-    if champion_metrics:
-        rows.append(
-            {
-                "model": f"champion v{champion['version']}",
-                **{k: champion_metrics.get(k) for k in COMPARED},
-            }
-        )
-    verdict = "promote" if state.decision.promote else "keep champion"
-    section = (
-        f"Retrain decision: {verdict}",
-        pd.DataFrame(rows),
+    result = finish_audit(
+        state,
+        kind="retrain",
+        extra_sections=[_comparison_section(state, watch)],
+        extra_tags=_retrain_tags(state, watch),
+        extra_metrics=watch.mlflow_metrics(),
     )
-    tags = {
-        "fairpca.retrain_decision": verdict,
-        "fairpca.champion_version_before": champion["version"] if champion else "none",
-    }
-    if champion_metrics:
-        tags["fairpca.champion_metrics_source"] = champion_metrics.get("source", "")
-        for key in COMPARED:
-            if champion_metrics.get(key) is not None:
-                tags[f"fairpca.champion_{key}"] = f"{champion_metrics[key]:.6f}"
-    return finish_audit(state, kind="retrain", extra_sections=[section], extra_tags=tags)
+    _publish(config, watch, result)
+    message = final_message(watch, result)
+    (logger.warning if watch.demoted_to else logger.info)(message)
+    return Completed(message=message, data=result)

@@ -39,7 +39,13 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.artifact_utils import get_artifact_uri
 
-from fairpca.metrics import FairnessReport, bootstrap_intervals, ci_metrics, group_fairness
+from fairpca.metrics import (
+    FairnessReport,
+    bootstrap_intervals,
+    check_fairness_options,
+    ci_metrics,
+    group_fairness,
+)
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 
@@ -83,11 +89,21 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
             f"got sensitive_features={config['sensitive_features']!r}."
         )
     config["sensitive_features"] = list(names)
+    check_fairness_options(
+        min_group_size=config["min_group_size"],
+        n_resamples=config["n_resamples"],
+        confidence=config["confidence"],
+    )
     return config
 
 
 def sensitive_columns(features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     """The sensitive columns of the evaluation data; a clear error names any that is missing."""
+    if not isinstance(features, pd.DataFrame):
+        raise _invalid(
+            f"the 'fairness' evaluator reads the sensitive columns by name, so data must be a "
+            f"pandas DataFrame; got {type(features).__name__}."
+        )
     present = [str(column) for column in features.columns]
     missing = [name for name in names if name not in present]
     if missing:
@@ -100,7 +116,15 @@ def sensitive_columns(features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
 
 
 def model_input(model: Any, features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    """The features without the sensitive columns, unless the model's signature asks for them."""
+    """The features without the sensitive columns the model does not ask for.
+
+    A model asks for a column by naming it in its MLflow signature or, for a scikit-learn
+    object fitted on a DataFrame, in ``feature_names_in_`` (then exactly those columns are
+    passed, in that order).
+    """
+    fitted_names = getattr(model, "feature_names_in_", None)
+    if fitted_names is not None:
+        return features[list(fitted_names)]
     schema = model.metadata.get_input_schema() if getattr(model, "metadata", None) else None
     wanted = set(schema.input_names()) if schema is not None and schema.has_input_names() else set()
     return features.drop(columns=[name for name in names if name not in wanted])
@@ -163,9 +187,13 @@ def plot_group_rates(table: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-def write_artifacts(report: FairnessReport, config: dict[str, Any], directory: Path) -> dict:
-    """Write the per-group table (JSON, CSV) and the rates plot; ``{artifact name: path}``."""
-    table = report.group_table()
+def write_artifacts(
+    table: pd.DataFrame, notes: list[str], config: dict[str, Any], directory: Path
+) -> dict[str, Path]:
+    """Write the per-group table (JSON, CSV) and the rates plot; ``{artifact name: path}``.
+
+    ``table`` is :meth:`fairpca.metrics.FairnessReport.group_table` (reported groups only).
+    """
     paths = {name: directory / file for name, file in ARTIFACT_FILES.items()}
     groups = [
         {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
@@ -175,7 +203,7 @@ def write_artifacts(report: FairnessReport, config: dict[str, Any], directory: P
         "min_group_size": config["min_group_size"],
         "pos_label": config["pos_label"],
         "groups": groups,
-        "notes": report.notes,
+        "notes": list(notes),
     }
     paths["fairness_groups_json"].write_text(json.dumps(content, indent=2, default=str))
     table.to_csv(paths["fairness_groups_csv"], index=False)
@@ -258,7 +286,8 @@ class FairnessEvaluator(ModelEvaluator):
         }
         artifacts = {}
         with tempfile.TemporaryDirectory() as tmp:
-            for name, path in write_artifacts(report, config, Path(tmp)).items():
+            files = write_artifacts(report.group_table(), report.notes, config, Path(tmp))
+            for name, path in files.items():
                 client.log_artifact(run_id, str(path))
                 artifact = kinds[name](uri=get_artifact_uri(run_id, path.name))
                 artifact._load(str(path))

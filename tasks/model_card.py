@@ -9,7 +9,6 @@ shown as suppressed, and credentials in URIs are masked.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import subprocess
@@ -19,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
-from tasks.report import markdown_table
+from tasks.report import markdown_table, sha256_file
 
 __all__ = ["CARD_FILE", "code_version", "data_source_facts", "provenance", "render_model_card"]
 
@@ -43,14 +42,6 @@ def _bundled_raw_files(dataset: str) -> tuple:
     }[dataset]
 
 
-def _sha256_of_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk_bytes):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def data_source_facts(dataset: str | None, data: str | Path | None) -> dict[str, Any]:
     """Data source and the SHA-256 of each raw file it was read from.
 
@@ -61,7 +52,7 @@ def data_source_facts(dataset: str | None, data: str | Path | None) -> dict[str,
         files = {raw.relative_path: raw.sha256 for raw in _bundled_raw_files(dataset)}
         return {"kind": "dataset", "name": dataset, "sha256": files}
     path = Path(data)
-    return {"kind": "file", "name": path.name, "sha256": {path.name: _sha256_of_file(path)}}
+    return {"kind": "file", "name": path.name, "sha256": {path.name: sha256_file(path)}}
 
 
 def code_version() -> dict[str, str]:
@@ -211,10 +202,10 @@ def _min_group_size(audit: dict[str, Any]) -> int | None:
 
 def _section_test_metrics(selection: dict[str, Any]) -> str:
     test = selection.get("test", {})
-    baselines = selection.get("baselines", {})
-    majority = baselines.get("majority", {}).get("test", {})
-    pca = baselines.get("pca", {})
-    pca_test = pca.get("test", {})
+    baselines = selection.get("baselines") or {}
+    majority = (baselines.get("majority") or {}).get("test") or {}
+    pca = baselines.get("pca") or {}  # None when the audit ran no unconstrained PCA
+    pca_test = pca.get("test") or {}
     pca_label = f"unconstrained PCA ({_cell(pca.get('name', 'pca'))})"
     rows = [
         {
@@ -319,7 +310,7 @@ def render_model_card(audit: dict[str, Any]) -> str:
         f"Registered model `{audit.get('model_name', '?')}`, from {audit.get('kind', 'audit')} "
         f"run `{audit.get('run_name', '?')}`: `{chosen.get('name', '?')}` (representation "
         f"`{chosen.get('variant', '?')}`, classifier `{chosen.get('classifier', '?')}`, "
-        f"lambda {'?' if lam is None else f'{lam:g}'}).",
+        f"lambda {'n/a' if lam is None else f'{lam:g}'}).",
         "",
     ]
     for heading, body in sections:

@@ -35,23 +35,28 @@ MANIFEST_FILE = "model.sha256.json"
 def input_example(X_train: pd.DataFrame, min_group_size: int = 30) -> pd.DataFrame:
     """Two synthetic rows built from aggregates only.
 
-    Numeric columns: the median and the lower quartile. Categorical columns: the most
-    frequent and the second most frequent category if they occur in at least
-    ``min_group_size`` rows, otherwise :data:`PLACEHOLDER_CATEGORY`. No raw row and no
+    Numeric columns: the median and the lower quartile, rounded to 3 significant digits
+    (the median of an odd number of distinct values is one row's value). Categorical
+    columns: the most frequent and the second most frequent category if they occur in at
+    least ``min_group_size`` rows, otherwise :data:`PLACEHOLDER_CATEGORY`. No raw row and no
     sensitive attribute is used (sensitive columns are not features).
     """
     rows: list[dict[str, Any]] = [{}, {}]
     for column in X_train.columns:
         values = X_train[column]
         if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
-            rows[0][column] = float(values.median())
-            rows[1][column] = float(values.quantile(0.25))
+            rows[0][column] = _rounded(values.median())
+            rows[1][column] = _rounded(values.quantile(0.25))
             continue
         counts = values.astype(str).value_counts()
         common = [str(value) for value, n in counts.items() if n >= min_group_size][:2]
         common += [PLACEHOLDER_CATEGORY] * (2 - len(common))
         rows[0][column], rows[1][column] = common
     return pd.DataFrame(rows, columns=list(X_train.columns))
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.3g}")
 
 
 def as_model_input(X: pd.DataFrame) -> pd.DataFrame:

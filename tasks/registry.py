@@ -24,15 +24,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tasks.report import sha256_file
+
 __all__ = [
     "DATASET_LABELS",
     "DEFINITION_TAG",
     "MODEL_FILE_SHA_TAG",
     "TRUSTED_TYPES",
     "ModelDefinitionMismatch",
+    "UntrustedModelError",
     "audit_definition",
+    "check_model_definition",
+    "definition_json",
+    "definition_of",
+    "demote",
     "fairness_tags",
     "load_registered_pipeline",
+    "load_skops_pipeline",
+    "register_logged_model",
     "register_version",
     "registered_model_name",
 ]
@@ -161,11 +170,11 @@ def fairness_tags(selection: dict[str, Any], sensitive: Sequence[str]) -> dict[s
         for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
             if key in test:
                 tags[f"fairness.test.{key}"] = _tag_number(test[key])
-    baselines = selection.get("baselines", {})
-    majority = baselines.get("majority", {}).get("test", {})
+    baselines = selection.get("baselines") or {}
+    majority = (baselines.get("majority") or {}).get("test") or {}
     if "accuracy" in majority:
         tags["fairness.baseline.accuracy"] = _tag_number(majority["accuracy"])
-    pca = baselines.get("pca", {}).get("test", {})
+    pca = (baselines.get("pca") or {}).get("test") or {}  # None: no unconstrained PCA run
     for metric in ("accuracy", "dp_difference"):
         if metric in pca:
             tags[f"fairness.baseline.pca.test.{metric}"] = _tag_number(pca[metric])
@@ -282,13 +291,6 @@ class UntrustedModelError(RuntimeError):
     """A registered version cannot be verified as one fairpca wrote; it is not loaded."""
 
 
-def sha256_of(path: Path) -> str:
-    """SHA-256 of a file's bytes."""
-    from tasks.report import sha256_file
-
-    return sha256_file(path)
-
-
 def _skops_file(model_dir: Path) -> Path:
     """The skops file of an MLflow sklearn model directory; refuse any other format."""
     import yaml
@@ -334,9 +336,10 @@ def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
     import skops.io
 
     path = _skops_file(Path(model_dir))
-    if expected_sha256 is not None and sha256_of(path) != expected_sha256:
+    actual = sha256_file(path)
+    if expected_sha256 is not None and actual != expected_sha256:
         raise UntrustedModelError(
-            f"{path.name} has SHA-256 {sha256_of(path)}, not the {expected_sha256} recorded "
+            f"{path.name} has SHA-256 {actual}, not the {expected_sha256} recorded "
             "at registration: the file was changed after fairpca registered it."
         )
     untrusted = skops.io.get_untrusted_types(file=path)
@@ -402,5 +405,5 @@ def register_logged_model(
         run_id=run_id,
         model_id=model_id,
         card=card,
-        model_sha256=sha256_of(_skops_file(Path(out_dir) / "model")),
+        model_sha256=sha256_file(_skops_file(Path(out_dir) / "model")),
     )

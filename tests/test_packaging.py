@@ -8,6 +8,7 @@ import ast
 import re
 import sys
 import tomllib
+from functools import cache
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
@@ -42,8 +43,13 @@ def _imports(path: Path, *, module_level_only: bool) -> set[str]:
     return {n for n in names if n not in sys.stdlib_module_names and n not in LOCAL}
 
 
+@cache
+def _installed() -> dict[str, list[str]]:
+    return packages_distributions()
+
+
 def _distributions(module: str) -> set[str]:
-    found = packages_distributions().get(module)
+    found = _installed().get(module)
     if not found:
         pytest.fail(f"{module} is imported but no installed distribution provides it")
     return {_canonical(d) for d in found}

@@ -202,7 +202,7 @@ def load_user_data(
         CSV separator; ``None`` detects it from the header (``, ; TAB |``).
     screen : bool, default=True
         Exclude identifier-like columns, free text, dates, categoricals with more than 100
-        values and columns that alone predict the label (balanced accuracy >= 0.95), with one
+        values and columns that alone predict the label (balanced accuracy >= 0.8), with one
         :class:`~fairpca.datasets.ScreeningWarning` naming each column and why (see
         :func:`~fairpca.datasets.screen_columns`). The reasons are kept in
         ``dataset.screened``.

@@ -99,3 +99,19 @@ def test_without_the_audit_extra_the_cli_says_what_to_install():
     assert len(lines) == 1
     assert "pip install 'fairpca[audit]'" in lines[0]
     assert "prefect" in lines[0]
+
+
+def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
+    from flows.cli import SHARED_OPTIONS
+
+    outputs = {}
+    for command in ("audit", "retrain"):
+        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "250"})
+        assert result.exit_code == 0
+        outputs[command] = result.output
+        for name in SHARED_OPTIONS:
+            assert f"--{name.replace('_', '-')}" in result.output, name
+    for shown in ("[default: (10)]", "[default: (30)]", "[default: (fairpca-output)]"):
+        assert shown in outputs["audit"] and shown in outputs["retrain"]
+    assert "--accuracy-tolerance" in outputs["retrain"]
+    assert "--accuracy-tolerance" not in outputs["audit"]

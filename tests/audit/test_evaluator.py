@@ -19,6 +19,9 @@ mlflow = pytest.importorskip("mlflow")
 from mlflow.exceptions import MlflowException  # noqa: E402
 from mlflow.models import MetricThreshold, infer_signature  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
+from sklearn.pipeline import make_pipeline  # noqa: E402
+
+from fairpca import FairPCA  # noqa: E402
 
 DP_GATE = {"dp_difference": MetricThreshold(threshold=0.05, greater_is_better=False)}
 
@@ -175,6 +178,23 @@ def test_sensitive_columns_reach_the_model_only_if_its_signature_names_them(trac
     y_pred = mlflow.sklearn.load_model(with_code).predict(frame[["x_fair", "sex_code"]])
     dp, _ = direct_differences(frame["label"].to_numpy(), y_pred, frame["sex_code"].to_numpy())
     assert abs(result.metrics["dp_difference.sex_code"] - dp) <= 1e-12
+    # A fairpca pipeline that takes sex from X (sensitive_columns): its signature names sex.
+    columns = ["x_fair", "x_proxy", "sex"]
+    pipeline = make_pipeline(FairPCA(1, sensitive_columns=["sex"]), LogisticRegression())
+    pipeline.fit(frame[columns], frame["label"])
+    with mlflow.start_run():
+        fair_uri = mlflow.sklearn.log_model(
+            pipeline,
+            name="model",
+            signature=infer_signature(frame[columns], pipeline.predict(frame[columns])),
+            pip_requirements=["scikit-learn"],
+            skops_trusted_types=["fairpca._fair_pca.FairPCA"],
+        ).model_uri
+    result, _ = evaluate(fair_uri, frame.drop(columns="sex_code"))
+    y_pred = pipeline.predict(frame[columns])
+    dp, eo = direct_differences(frame["label"].to_numpy(), y_pred, frame["sex"].to_numpy())
+    assert abs(result.metrics["dp_difference.sex"] - dp) <= 1e-12
+    assert abs(result.metrics["eo_difference.sex"] - eo) <= 1e-12
     # No signature: the sensitive columns are left out, so the model sees its own two columns.
     frame = frame.drop(columns="sex_code")
     unsigned = log_model(frame, ["x_fair", "x_proxy"], signature=False)
@@ -190,3 +210,14 @@ def test_missing_sensitive_column_is_a_clear_error(tracking):
         evaluate(uri, frame, sensitive_feature=["sex"])
     with pytest.raises(MlflowException, match="needs evaluator_config"):
         evaluate(uri, frame, sensitive_features=[])
+    with pytest.raises(ValueError, match="min_group_size must be at least 1"):
+        evaluate(uri, frame, sensitive_features=["sex"], min_group_size=0)
+    with pytest.raises(MlflowException, match="must be a pandas DataFrame"), mlflow.start_run():
+        mlflow.models.evaluate(
+            uri,
+            frame[["x_fair"]].to_numpy(),
+            targets=frame["label"].to_numpy(),
+            model_type="classifier",
+            evaluators=["fairness"],
+            evaluator_config={"fairness": {"sensitive_features": ["sex"]}},
+        )

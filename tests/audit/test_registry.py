@@ -272,9 +272,9 @@ def test_mask_credentials(uri, masked):
 
 
 def _pipelines_of_every_kind():
-    """A fitted pipeline for every variant x classifier the audit can register (German)."""
-    import itertools
-
+    """Fitted pipelines that hold every variant and every classifier the audit can register
+    (German): each variant with logreg, each classifier after PCA (types of the two steps
+    do not depend on each other)."""
     import numpy as np
     from sklearn.pipeline import Pipeline
 
@@ -287,7 +287,9 @@ def _pipelines_of_every_kind():
     y = data.y.to_numpy()
     preprocess = make_preprocessor(data.X)
     Z = np.asarray(preprocess.fit_transform(data.X), dtype=float)
-    for variant, classifier in itertools.product(VARIANTS, CLASSIFIERS):
+    pairs = [(variant, "logreg") for variant in VARIANTS]
+    pairs += [("pca", classifier) for classifier in CLASSIFIERS if classifier != "logreg"]
+    for variant, classifier in pairs:
         represent = make_representation(variant, 2, equalize_covariance=0.5, seed=0)
         if uses_sensitive_features(represent):
             represent.fit(Z, y, sensitive_features=data.sensitive)
@@ -334,7 +336,8 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     import json
     from pathlib import Path
 
-    from tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG, sha256_of
+    from tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
+    from tasks.report import sha256_file
 
     _config, result = registered
     _uri, client = mlflow_store
@@ -354,7 +357,7 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     assert len(version.description) == len(card) or "model_card.md" in version.description
     logged = Path(client.download_artifacts(result.run_id, "model_card.md", str(out_dir / "dl")))
     assert logged.read_text() == card
-    assert version.tags[MODEL_FILE_SHA_TAG] == sha256_of(out_dir / "model" / "model.skops")
+    assert version.tags[MODEL_FILE_SHA_TAG] == sha256_file(out_dir / "model" / "model.skops")
     # the card carries the bundled file's published SHA-256 and the code version
     assert "b21f3d81db8071257d5ff1deaeba1fd4303b62712e6fcc9715c7a86202cb5871" in card
     assert "fairpca 0.1.0, git commit" in card
@@ -440,3 +443,14 @@ def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
     (model_dir / "MLmodel").write_text(spec)
     with pytest.raises(UntrustedModelError, match="only 'skops' is loaded"):
         load_skops_pipeline(model_dir)
+
+
+def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
+    audit["selection"]["baselines"]["pca"] = None
+    audit["selection"]["chosen"]["lambda"] = None
+    card = render_model_card(audit)
+    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | - |" in card
+    assert "lambda n/a)" in card
+    tags = fairness_tags(audit["selection"], ["race", "sex"])
+    assert "fairness.baseline.pca.test.accuracy" not in tags
+    assert tags["fairness.baseline.accuracy"] == "0.761100"

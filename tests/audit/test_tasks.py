@@ -241,7 +241,7 @@ def test_config_defaults_and_flat_params():
     config = AuditConfig(dataset="adult")
     assert config.k == 10 and config.lambdas == list(DEFAULT_LAMBDAS)
     assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
-    assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"  # the definition
+    assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
     flat = config.flat_params()
     assert flat["thresholds.max_dp_difference"] == "0.05"
     assert flat["variants"] == "pca,fair_pca,fair_pca_s,fair_pca_eo"

@@ -471,6 +471,10 @@ def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_
 
     logged = log_output_dir(out_dir, server.uri)  # `fairpca relog DIR`
     assert_complete_run(client, logged.run_id, tmp_path)
+    # Points logged before the server died are not logged a second time.
+    for key in client.get_run(logged.run_id).data.metrics:
+        steps = [point.step for point in client.get_metric_history(logged.run_id, key)]
+        assert len(steps) == len(set(steps)), (key, steps)
     status = json.loads((out_dir / "mlflow_status.json").read_text())
     assert status["status"] == "FINISHED" and status["run_id"] == logged.run_id
 

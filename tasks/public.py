@@ -1,0 +1,291 @@
+"""Public Prefect tasks for a team's own flows: fair representations and fairness audits.
+
+The names and signatures below are stable; the audit's internal tasks may change underneath.
+
+- :func:`fit_fair_representation` -- fit fair PCA (or a variant) on encoded training rows;
+- :func:`sweep_lambda` -- accuracy / fairness of a downstream classifier at each trade-off
+  ``lambda`` of a fitted fair representation (one fit, one transform per lambda);
+- :func:`evaluate_model_fairness` -- group fairness of any classifier MLflow can load (or any
+  object with ``predict``), with bootstrap intervals; optionally logged to an MLflow run;
+- :func:`write_fairness_report` -- the per-group table (JSON, CSV), a plot and a Markdown report;
+- :func:`log_fairness_to_mlflow` -- the metrics and report files into an MLflow run;
+- :func:`write_audit_report` and :func:`log_audit_output` -- the report writer and MLflow logger
+  of ``fairpca audit`` (their signatures follow the audit).
+
+Every metric comes from :func:`fairpca.metrics.group_fairness` and
+:func:`fairpca.metrics.bootstrap_intervals`, under the names of the MLflow ``fairness``
+evaluator (``dp_difference``, ``eo_difference``, ``dp_difference.<attr>``,
+``selection_rate.<attr>:<group>``, ``<metric>.ci95_low`` / ``.ci95_high``, ...).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
+
+from .mlflow_evaluator import (
+    CONFIG_DEFAULTS,
+    fairness_metrics,
+    model_input,
+    read_config,
+    sensitive_columns,
+    write_artifacts,
+)
+from .mlflow_logging import default_artifact_location
+from .mlflow_logging import log_output_dir as log_audit_output
+from .report import markdown_table
+from .report import write_report as write_audit_report
+from .represent import FittedRepresentation, fit_representation
+
+__all__ = [
+    "FairnessEvaluation",
+    "FittedRepresentation",
+    "evaluate_model_fairness",
+    "fit_fair_representation",
+    "log_audit_output",
+    "log_fairness_to_mlflow",
+    "sweep_lambda",
+    "write_audit_report",
+    "write_fairness_report",
+]
+
+
+@dataclass(frozen=True)
+class FairnessEvaluation:
+    """What :func:`evaluate_model_fairness` found: aggregates only, no rows.
+
+    ``metrics`` uses the evaluator's names; ``groups`` has one row per reported group
+    (attribute, group, size, selection_rate, tpr); ``notes`` says what is undefined or
+    suppressed; ``config`` holds the settings (``sensitive_features``, ``min_group_size``, ...).
+    """
+
+    metrics: dict[str, float]
+    groups: pd.DataFrame
+    notes: list[str]
+    config: dict[str, Any]
+
+
+@task(name="fit-fair-representation", cache_policy=NO_CACHE)
+def fit_fair_representation(
+    X: np.ndarray,
+    y: np.ndarray,
+    sensitive_features: Any,
+    *,
+    variant: str = "fair_pca",
+    n_components: int = 10,
+    equalize_covariance: float = 0.5,
+    seed: int = 0,
+) -> FittedRepresentation:
+    """Fit one representation on encoded (numeric) training rows.
+
+    ``variant``: ``fair_pca`` (demographic parity, Algorithm 1), ``fair_pca_eo`` (equal
+    opportunity, Sec. 3.2), ``fair_pca_s`` (also equalises covariances, Sec. 3.6),
+    ``fair_kernel_pca`` (Sec. 3.3) or ``pca``. ``n_components`` is capped at ``d - 1``. The
+    fitted estimator is ``result.estimator``.
+    """
+    return fit_representation.fn(
+        variant,
+        X,
+        y,
+        sensitive_features,
+        k=n_components,
+        equalize_covariance=equalize_covariance,
+        seed=seed,
+    )
+
+
+@task(name="sweep-lambda", cache_policy=NO_CACHE)
+def sweep_lambda(
+    representation: Any,
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_eval: np.ndarray,
+    y_eval: np.ndarray,
+    sensitive_eval: Any,
+    *,
+    lambdas: list[float],
+    classifier: Any = None,
+    pos_label: Any = 1,
+    min_group_size: int = 30,
+    n_resamples: int = 1000,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """One row per ``lambda``: the evaluator's metrics of a classifier on ``X_eval``.
+
+    ``representation`` is a fitted estimator with a ``tradeoff`` parameter (``FairPCA``) or a
+    :class:`FittedRepresentation`. At each lambda the fair features get ``lambda`` times the
+    standard PCA features appended (Sec. 3.1: no refit), ``classifier`` (cloned; default
+    ``LogisticRegression(max_iter=1000)``) is fitted on the training rows and evaluated on the
+    evaluation rows. The estimator's ``tradeoff`` is restored afterwards, also on error.
+    """
+    estimator = getattr(representation, "estimator", representation)
+    if "tradeoff" not in estimator.get_params():
+        raise ValueError(
+            f"{type(estimator).__name__} has no tradeoff parameter; sweep_lambda needs a fair "
+            f"representation such as FairPCA (variant 'fair_pca')."
+        )
+    template = LogisticRegression(max_iter=1000) if classifier is None else classifier
+    config = {
+        **CONFIG_DEFAULTS,
+        "pos_label": pos_label,
+        "min_group_size": min_group_size,
+        "n_resamples": n_resamples,
+        "seed": seed,
+    }
+    original = estimator.get_params()["tradeoff"]
+    rows = []
+    try:
+        for lam in lambdas:
+            estimator.set_params(tradeoff=lam)
+            model = clone(template).fit(estimator.transform(X_train), y_train)
+            y_pred = model.predict(estimator.transform(X_eval))
+            metrics, _ = fairness_metrics(y_eval, y_pred, sensitive_eval, config)
+            rows.append({"lambda": float(lam), **metrics})
+    finally:
+        estimator.set_params(tradeoff=original)
+    return pd.DataFrame(rows)
+
+
+@task(name="evaluate-model-fairness", cache_policy=NO_CACHE)
+def evaluate_model_fairness(
+    model: Any,
+    data: pd.DataFrame,
+    *,
+    target: str,
+    sensitive_features: list[str],
+    pos_label: Any = 1,
+    min_group_size: int = CONFIG_DEFAULTS["min_group_size"],
+    n_resamples: int = CONFIG_DEFAULTS["n_resamples"],
+    seed: int = 0,
+    tracking_uri: str | None = None,
+    run_id: str | None = None,
+) -> FairnessEvaluation:
+    """Group fairness of a classifier on ``data`` (features, ``target`` and sensitive columns).
+
+    ``model`` is an MLflow model URI (``models:/...``, ``runs:/...``, a path; loaded with
+    ``mlflow.pyfunc.load_model``, which runs the model's own code: audit only models you
+    trust) or any object with ``predict``. The sensitive columns reach the model only if its
+    MLflow signature names them. ``tracking_uri`` (made MLflow's current tracking URI) resolves
+    ``models:/`` URIs; with ``run_id`` the metrics are also logged to that run.
+    """
+    config = read_config(
+        {
+            "sensitive_features": sensitive_features,
+            "pos_label": pos_label,
+            "min_group_size": min_group_size,
+            "n_resamples": n_resamples,
+            "seed": seed,
+        }
+    )
+    if target not in data.columns:
+        raise ValueError(
+            f"target column {target!r} not in data; its columns are {list(data.columns)}."
+        )
+    features = data.drop(columns=[target])
+    sensitive = sensitive_columns(features, config["sensitive_features"])
+    if isinstance(model, str):
+        import mlflow
+
+        if tracking_uri is not None:
+            mlflow.set_tracking_uri(tracking_uri)
+        model = mlflow.pyfunc.load_model(model)
+    y_pred = np.asarray(model.predict(model_input(model, features, config["sensitive_features"])))
+    metrics, report = fairness_metrics(data[target].to_numpy(), y_pred, sensitive, config)
+    evaluation = FairnessEvaluation(metrics, report.group_table(), list(report.notes), config)
+    if run_id is not None:
+        log_fairness_to_mlflow.fn(evaluation, tracking_uri=tracking_uri, run_id=run_id)
+    return evaluation
+
+
+@task(name="write-fairness-report", cache_policy=NO_CACHE)
+def write_fairness_report(
+    evaluation: FairnessEvaluation, out_dir: Path, *, title: str = "Fairness audit"
+) -> dict[str, Path]:
+    """Write ``fairness_groups.json``/``.csv``, ``fairness_rates.png`` and ``fairness_report.md``.
+
+    ``out_dir`` is created if needed; existing files of these names are replaced, nothing else
+    is touched. Returns ``{name: path}``.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = write_artifacts(evaluation.groups, evaluation.notes, evaluation.config, out_dir)
+    headline = pd.DataFrame(
+        [{"metric": name, "value": value} for name, value in evaluation.metrics.items()]
+    )
+    lines = [
+        f"# {title}",
+        "",
+        f"Sensitive attributes: {', '.join(evaluation.config['sensitive_features'])}; groups "
+        f"with fewer than {evaluation.config['min_group_size']} rows are suppressed.",
+        "",
+        "## Metrics (with 95% bootstrap intervals)",
+        "",
+        markdown_table(headline),
+        "",
+        "## Per-group rates",
+        "",
+        markdown_table(evaluation.groups),
+        "",
+        f"![per-group rates]({files['fairness_rates'].name})",
+        "",
+        "## Notes",
+        "",
+        *[f"- {note}" for note in evaluation.notes or ["none"]],
+    ]
+    files["fairness_report"] = out_dir / "fairness_report.md"
+    files["fairness_report"].write_text("\n".join(lines) + "\n")
+    return files
+
+
+@task(name="log-fairness-to-mlflow", cache_policy=NO_CACHE)
+def log_fairness_to_mlflow(
+    evaluation: FairnessEvaluation,
+    files: dict[str, Path] | None = None,
+    *,
+    tracking_uri: str | None = None,
+    run_id: str | None = None,
+    experiment_name: str = "fairness-audits",
+) -> str:
+    """Log the metrics, and the report ``files`` under ``fairness/``, to ``run_id``.
+
+    ``files`` is what :func:`write_fairness_report` returned (None: metrics only). Without
+    ``run_id`` a new run goes to ``experiment_name`` (created if missing; for a local SQLite
+    store its artifacts are kept next to the database) and is ended. Returns the run id.
+    """
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    new_run = run_id is None
+    if new_run:
+        experiment = client.get_experiment_by_name(experiment_name)
+        experiment_id = (
+            experiment.experiment_id
+            if experiment is not None
+            else client.create_experiment(
+                experiment_name, artifact_location=_artifact_location(tracking_uri)
+            )
+        )
+        run_id = client.create_run(experiment_id, run_name="fairness-audit").info.run_id
+    now = int(time.time() * 1000)
+    batch = [Metric(key, float(value), now, 0) for key, value in evaluation.metrics.items()]
+    for start in range(0, len(batch), 1000):  # MLflow's log_batch limit
+        client.log_batch(run_id, metrics=batch[start : start + 1000])
+    for path in (files or {}).values():
+        client.log_artifact(run_id, str(path), artifact_path="fairness")
+    if new_run:
+        client.set_terminated(run_id)
+    return run_id
+
+
+def _artifact_location(tracking_uri: str | None) -> str | None:
+    return None if tracking_uri is None else default_artifact_location(tracking_uri)

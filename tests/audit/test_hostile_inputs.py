@@ -1,0 +1,521 @@
+"""Hostile and ordinary-but-messy inputs: real user files, crafted directories, bad options.
+
+Each test pins the exact behaviour for one case: the error type / exit code and that the
+message names the problem and the value, or the successful result. Command-line cases run
+the real ``fairpca`` console script in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairpca.datasets import (
+    ScreeningWarning,
+    balanced_accuracy_alone,
+    load_user_data,
+    make_preprocessor,
+    screen_columns,
+)
+
+FAIRPCA = [sys.executable, "-c", "from flows.entry import main; main()"]
+N_ROWS = 240
+
+
+def people(n: int = N_ROWS, seed: int = 0) -> pd.DataFrame:
+    """A table as users have it: ids, names, dates of birth, case numbers, free text."""
+    rng = np.random.default_rng(seed)
+    first = np.array(["Amaru", "Bexley", "Corisande", "Dagny", "Eulalie", "Fenwick"])
+    words = np.array(["struck", "vehicle", "near", "store", "with", "unknown", "object", "late"])
+    label = rng.integers(0, 2, n)
+    return pd.DataFrame(
+        {
+            "person_id": rng.permutation(48_151_623_000 + 7 * np.arange(n)),
+            "full_name": [f"{rng.choice(first)} Qzx{i:05d}wyn" for i in range(n)],
+            "dob": [
+                f"19{rng.integers(40, 70)}-{i % 12 + 1:02d}-{i % 28 + 1:02d}" for i in range(n)
+            ],
+            "case_number": [f"77CF{i:06d}ZQ" for i in range(n)],
+            "narrative": [" ".join(rng.choice(words, 6)) + f" ref{i}" for i in range(n)],
+            "age": rng.integers(18, 70, n).astype(float) + rng.random(n),
+            "priors": rng.poisson(2.0, n),
+            "degree": rng.choice(["F", "M"], n),
+            "group": rng.choice(["a", "b", "c"], n, p=[0.5, 0.3, 0.2]),
+            "outcome": label,
+        }
+    )
+
+
+UNIQUE_COLUMNS = ("person_id", "full_name", "dob", "case_number", "narrative")
+
+
+# ----------------------------------------------------- case 1: personal data, screening
+
+
+def test_screening_excludes_ids_names_dates_case_numbers_and_text_with_one_warning(tmp_path):
+    path = tmp_path / "people.csv"
+    people().to_csv(path, index=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_user_data(path, label="outcome", sensitive="group")
+    screening = [w for w in caught if issubclass(w.category, ScreeningWarning)]
+    assert len(screening) == 1
+    message = str(screening[0].message)
+    for column in UNIQUE_COLUMNS:
+        assert repr(column) in message
+    assert list(data.X.columns) == ["age", "priors", "degree"]
+    assert data.screened["dob"] == "date/time values"
+    assert data.screened["person_id"].startswith("identifier-like: integer values")
+    assert data.screened["full_name"].startswith("identifier-like")
+    assert data.screened["case_number"].startswith("identifier-like")
+    assert data.screened["narrative"].startswith(("free text", "identifier-like"))
+    with pytest.warns(ScreeningWarning, match="'priors': dropped on request"):
+        kept = load_user_data(
+            path, label="outcome", sensitive="group", keep=["dob"], drop=["priors"]
+        )
+    assert list(kept.X.columns) == ["dob", "age", "degree"]
+    assert kept.screened["priors"] == "dropped on request"
+
+
+def test_screening_keep_and_drop_must_name_feature_columns(tmp_path):
+    path = tmp_path / "people.csv"
+    people().to_csv(path, index=False)
+    with pytest.raises(ValueError, match=r"'dobb'.*did you mean \['dob'\]"):
+        load_user_data(path, label="outcome", sensitive="group", keep=["dobb"])
+    with pytest.raises(ValueError, match=r"keep/drop name \['group'\]"):
+        load_user_data(path, label="outcome", sensitive="group", drop=["group"])
+    with pytest.raises(ValueError, match=r"\['age'\] are in both keep and drop"):
+        screen_columns(people(), keep=["age"], drop=["age"])
+
+
+def test_wide_categoricals_are_screened_and_one_hot_width_is_capped():
+    rng = np.random.default_rng(3)
+    codes = pd.Series(rng.integers(0, 400, 2000)).map(lambda i: f"code{i}")
+    frame = pd.DataFrame({"code": codes, "x": rng.normal(size=2000)})
+    screening = screen_columns(frame)
+    assert screening.kept == ["x"]
+    assert re.fullmatch(
+        r"\d+ distinct categories \(more than 100\) would explode .*", screening.excluded["code"]
+    )
+    encoded = make_preprocessor(frame[["code"]]).fit(frame[["code"]])
+    assert len(encoded.get_feature_names_out()) == 50  # 49 frequent + 1 pooled column
+    unseen = encoded.transform(pd.DataFrame({"code": ["never-seen"]}))
+    assert unseen.sum() == 1.0  # unseen values land in the pooled column
+
+
+def test_target_leakage_is_excluded_with_its_score_and_keep_overrides():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 500)
+    frame = pd.DataFrame(
+        {
+            "is_recid": np.where(rng.random(500) < 0.97, y, 1 - y),  # the label, 3% noise
+            "days_to_event": np.where(y == 1, rng.integers(0, 700, 500), np.nan),
+            "priors": rng.poisson(2.0, 500) + y,  # a genuine, weaker predictor
+        }
+    )
+    assert balanced_accuracy_alone(frame["is_recid"], y) == pytest.approx(
+        0.5 * (np.mean(frame["is_recid"][y == 1] == 1) + np.mean(frame["is_recid"][y == 0] == 0))
+    )
+    screening = screen_columns(frame, y)
+    assert screening.kept == ["priors"]
+    assert screening.excluded["is_recid"].startswith("likely target leakage: alone it predicts")
+    assert "balanced accuracy 1.000" in screening.excluded["days_to_event"]  # missingness
+    assert screen_columns(frame, y, keep=["is_recid"]).kept == ["is_recid", "priors"]
+
+
+@pytest.mark.data
+def test_compas_file_is_screened_to_a_narrow_design():
+    data_dir = os.environ.get("FAIRPCA_DATA_DIR")
+    if not data_dir:
+        pytest.skip("FAIRPCA_DATA_DIR is not set (COMPAS file)")
+    path = Path(data_dir) / "propublica-compas" / "compas-scores-two-years.csv"
+    with pytest.warns(ScreeningWarning, match="'is_recid': likely target leakage"):
+        data = load_user_data(path, label="two_year_recid", positive_label=1, sensitive="race")
+    for column in ("id", "name", "dob", "c_case_number", "is_recid", "end", "c_charge_desc"):
+        assert column in data.screened
+    width = len(make_preprocessor(data.X).fit(data.X).get_feature_names_out())
+    assert width < 150  # was ~41,000 one-hot columns
+
+
+# ----------------------------------------------------- case 1: synthetic input example
+
+
+def test_input_example_holds_no_value_of_a_person():
+    from tasks.model_io import PLACEHOLDER_CATEGORY, as_model_input, input_example
+
+    frame = people().drop(columns=["group", "outcome"])
+    example = input_example(as_model_input(frame), min_group_size=30)
+    for column in ("full_name", "case_number", "dob", "narrative"):
+        assert set(example[column]) == {PLACEHOLDER_CATEGORY}
+    assert set(example["degree"]) == {"F", "M"}  # each occurs in >= 30 rows
+    median, quartile = frame["age"].median(), frame["age"].quantile(0.25)
+    assert example["age"].tolist() == [float(f"{median:.3g}"), float(f"{quartile:.3g}")]
+
+
+# ----------------------------------------------------- case 4: path traversal
+
+
+@pytest.mark.parametrize("name", ["../../x", "/tmp/x", "..", ".", "a/b", "a\\b", ""])
+def test_run_name_with_a_path_is_refused(name):
+    from pydantic import ValidationError
+
+    from flows.config import AuditConfig
+
+    with pytest.raises(ValidationError, match="run_name"):
+        AuditConfig(dataset="german", run_name=name)
+
+
+def test_paths_are_kept_inside_the_output_directory(tmp_path):
+    from tasks.model_io import path_inside
+
+    assert path_inside(tmp_path, "audit-1") == (tmp_path / "audit-1").resolve()
+    (tmp_path / "link").symlink_to("/tmp")
+    for name in ("../x", "/etc/passwd", "link/x", "."):
+        with pytest.raises(ValueError, match="outside"):
+            path_inside(tmp_path, name)
+
+
+# ----------------------------------------------------- case 5: credentials
+
+
+def test_credentials_are_taken_out_of_tracking_uris(monkeypatch):
+    from flows.config import AuditConfig, resolve_tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    config = AuditConfig(dataset="german", tracking_uri="http://alice:s3cr%40t@mlflow:5000/x")
+    assert config.tracking_uri == "http://mlflow:5000/x"
+    assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice"
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cr@t"
+    dumped = json.dumps(config.flat_params()) + config.model_dump_json()
+    assert "s3cr" not in dumped and "alice" not in dumped
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://bob:hunter2@host")
+    assert resolve_tracking_uri(None) == "https://host"
+    assert os.environ["MLFLOW_TRACKING_URI"] == "https://host"
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "hunter2"
+
+
+# ----------------------------------------------------- case 3: relog executes nothing
+
+
+def _saved_audit_dir(tmp_path: Path) -> Path:
+    """A kept output directory with a real saved model (as an audit writes it)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    from tasks.mlflow_logging import AUDIT_FILE, save_model_locally
+    from tasks.model_io import as_model_input, input_example
+
+    frame = people()
+    X = frame[["age", "degree"]]
+    pipeline = make_pipeline(make_preprocessor(X), LogisticRegression()).fit(X, frame["outcome"])
+    out_dir = tmp_path / "audit-kept"
+    out_dir.mkdir()
+    save_model_locally(
+        pipeline,
+        out_dir,
+        input_example=input_example(as_model_input(X)),
+        pip_requirements=["scikit-learn"],
+    )
+    (out_dir / AUDIT_FILE).write_text(json.dumps({"audit_id": "audit-kept"}))
+    return out_dir
+
+
+def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
+    import pickle
+
+    out_dir = _saved_audit_dir(tmp_path)
+    model = out_dir / "model"
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    (model / "model.pkl").write_bytes(pickle.dumps(Payload()))
+    mlmodel = (model / "MLmodel").read_text()
+    (model / "MLmodel").write_text(
+        mlmodel.replace("serialization_format: skops", "serialization_format: cloudpickle")
+    )
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*FAIRPCA, "relog", str(out_dir), "--tracking-uri", f"sqlite:///{tmp_path}/m.db"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert "serialization other than skops" in done.stderr and "Traceback" not in done.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "m.db").exists()  # failed before any MLflow store was touched
+    assert time.perf_counter() - started < 60
+
+
+def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
+    from tasks.mlflow_logging import check_saved_model
+
+    out_dir = _saved_audit_dir(tmp_path)
+    check_saved_model(out_dir / "model")  # as written: accepted
+    with (out_dir / "model" / "requirements.txt").open("a") as handle:
+        handle.write("evil-package\n")
+    with pytest.raises(ValueError, match=r"file 'requirements.txt' changed since the audit"):
+        check_saved_model(out_dir / "model")
+    (out_dir / "model" / "extra.py").write_text("import os\n")
+    with pytest.raises(ValueError, match=r"\['extra.py'\] are not in model.sha256.json"):
+        check_saved_model(out_dir / "model")
+    (out_dir / "model.sha256.json").unlink()
+    with pytest.raises(ValueError, match="not written by a fairpca audit"):
+        check_saved_model(out_dir / "model")
+
+
+# ----------------------------------------------------- case 8: relog duplicates history
+
+
+def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store):
+    from tasks.mlflow_logging import log_params_metrics
+
+    uri, client = mlflow_store
+    experiment = client.create_experiment(f"hostile-{time.time_ns()}")
+    run_id = client.create_run(experiment).info.run_id
+    audit = {
+        "params": {"k": 3},
+        "tags": {"fairpca.audit_id": "x"},
+        "metrics": {"accuracy": 0.7},
+        "metric_steps": [
+            {"key": "fair_pca/logreg/accuracy", "value": 0.6 + 0.1 * step, "step": step}
+            for step in range(3)
+        ],
+    }
+    for _ in range(2):  # an interrupted logging, then `fairpca relog`
+        log_params_metrics.fn(uri, run_id, audit)
+    history = client.get_metric_history(run_id, "fair_pca/logreg/accuracy")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.6), (1, 0.7), (2, 0.8)]
+    assert len(client.get_metric_history(run_id, "accuracy")) == 1
+
+
+# ----------------------------------------------------- cases 6 and 7: fail fast, quietly
+
+
+def _cli(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
+    env = {**os.environ, "PREFECT_HOME": str(cwd / ".prefect-home"), "COLUMNS": "200"}
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*FAIRPCA, *args], capture_output=True, text=True, timeout=120, check=False, cwd=cwd,
+        env=env,
+    )  # fmt: skip
+    return done, time.perf_counter() - started
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    (tmp_path / "dir.csv").mkdir()
+    (tmp_path / "binary.csv").write_bytes(bytes(range(256)) * 4)
+    people().to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    people()[["age", "group", "outcome"]].to_csv(tmp_path / "narrow.csv", index=False)
+    (tmp_path / "bad.yaml").write_text("dataset: german\nk: [3\n")
+    (tmp_path / "bad.json").write_text('{"dataset": "german",}')
+    user = ["--label", "outcome", "--sensitive", "group"]
+    return {
+        "directory": (["--data", "dir.csv", *user], "is a directory, not a file"),
+        "binary": (["--data", "binary.csv", *user], "binary (it contains NUL bytes)"),
+        "missing file": (["--data", "nope.csv", *user], "Data file not found: nope.csv"),
+        "typo": (
+            ["--data", "semi.csv", "--label", "outcom", "--sensitive", "group"],
+            "'outcom' -> did you mean ['outcome']",
+        ),
+        "nan lambda": (["--dataset", "german", "--lambdas", "nan"], "got [nan]"),
+        "k too large": (
+            ["--data", "semi.csv", *user, "-k", "9"],
+            "k=9 is larger than possible: the data encode to 4 feature column(s) and the "
+            "sensitive attribute(s) impose 2 group-mean constraint(s), so at most k=2",
+        ),
+        "no dimension left": (
+            ["--data", "narrow.csv", *user, "--variants", "fair_pca"],
+            "the data encode to 1 feature column(s)",
+        ),
+        "output dir": (
+            ["--data", "semi.csv", *user, "-k", "2", "--output-dir", "/proc/x"],
+            "output directory '/proc/x' is not writable",
+        ),
+        "run name": (["--dataset", "german", "--run-name", "../../x"], "run_name"),
+        "yaml": (["--config", "bad.yaml"], "is not valid YAML"),
+        "json": (["--config", "bad.json"], "is not valid JSON"),
+    }
+
+
+CASES = [
+    "directory", "binary", "missing file", "typo", "nan lambda", "k too large",
+    "no dimension left", "output dir", "run name", "yaml", "json",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_ends_fast_with_one_clear_message_and_exit_2(case, tmp_path):
+    args, message = _bad_inputs(tmp_path)[case]
+    done, seconds = _cli(["audit", *args], tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    flat = " ".join(done.stderr.split())
+    assert message in flat, flat
+    assert "Traceback" not in done.stderr and "temporary server" not in done.stderr
+    assert not (tmp_path / "fairpca-output").exists()
+    # No Prefect server is started: a few seconds of imports and loading on an idle core.
+    assert seconds < 30, seconds
+
+
+def test_semicolon_separated_file_loads_like_the_comma_one(tmp_path):
+    frame = people()
+    frame.to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    frame.to_csv(tmp_path / "comma.csv", index=False)
+    frame.to_csv(tmp_path / "tab.csv", sep="\t", index=False)
+    kwargs = {"label": "outcome", "sensitive": "group"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScreeningWarning)
+        reference = load_user_data(tmp_path / "comma.csv", **kwargs)
+        for name in ("semi.csv", "tab.csv"):
+            data = load_user_data(tmp_path / name, **kwargs)
+            pd.testing.assert_frame_equal(data.X, reference.X)
+    with pytest.raises(ValueError, match=r"\['outcome', 'group'\] not found"):
+        load_user_data(tmp_path / "semi.csv", sep=",", **kwargs)  # a wrong explicit separator
+
+
+def _children(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (Linux ``/proc``)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return children
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_sigterm_stops_the_temporary_prefect_server(tmp_path):
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / ".prefect-home")}
+    env.pop("PREFECT_API_URL", None)
+    process = subprocess.Popen(
+        [*FAIRPCA, "audit", "--dataset", "german", "-k", "2", "--variants", "pca,fair_pca",
+         "--lambdas", "0", "--classifiers", "logreg", "--tracking-uri",
+         f"sqlite:///{tmp_path}/m.db", "--output-dir", str(tmp_path / "out")],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines = []
+    while not any("Starting temporary server" in line for line in lines):
+        lines.append(process.stdout.readline())
+        assert lines[-1] or process.poll() is None, "".join(lines)
+    deadline = time.monotonic() + 60
+    servers = _children(process.pid)
+    while not servers and time.monotonic() < deadline:  # spawned right after the line
+        time.sleep(0.05)
+        servers = _children(process.pid)
+    assert servers, "no temporary server process"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 128 + signal.SIGTERM, "".join(lines)
+    deadline = time.monotonic() + 15
+    while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in servers), "the Prefect server outlived the command"
+
+
+# ----------------------------------------------------- case 1: nothing personal is written
+
+
+def _written_bytes(roots: list[Path]) -> list[tuple[Path, bytes]]:
+    """Every file under ``roots``, zip archives (model.skops) also member by member."""
+    out = []
+    for root in roots:
+        for path in [root] if root.is_file() else root.rglob("*"):
+            if not path.is_file():
+                continue
+            data = path.read_bytes()
+            out.append((path, data))
+            if zipfile.is_zipfile(path):
+                with zipfile.ZipFile(path) as archive:
+                    out += [(path / name, archive.read(name)) for name in archive.namelist()]
+    return out
+
+
+@pytest.mark.flow
+@pytest.mark.slow
+def test_no_unique_value_of_the_input_reaches_anything_written(
+    prefect_harness, mlflow_store, tmp_path, monkeypatch
+):
+    from prefect.settings import get_current_settings
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    uri, _ = mlflow_store
+    frame = people(n=400, seed=11)
+    frame.to_csv(tmp_path / "people.csv", index=False)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        app,
+        ["audit", "--data", "people.csv", "--label", "outcome", "--sensitive", "group",
+         "-k", "2", "--variants", "pca,fair_pca", "--lambdas", "0,1", "--classifiers",
+         "logreg", "--tracking-uri", uri, "--output-dir", "out",
+         "--model-name", f"hostile-{time.time_ns()}"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    db_url = get_current_settings().server.database.connection_url.get_secret_value()
+    roots = [tmp_path / "out", Path(uri.removeprefix("sqlite:///")).parent]
+    roots.append(Path(db_url.split("///", 1)[1]))
+    roots.append(Path(os.environ.get("PREFECT_HOME", tmp_path)))
+    written = _written_bytes([root for root in roots if root.exists()])
+    assert any(path.name == "model.skops" for path, _ in written)
+    values = {str(v) for column in UNIQUE_COLUMNS for v in frame[column]}
+    leaks = [
+        (str(path), value) for path, data in written for value in values if value.encode() in data
+    ]
+    assert leaks == [], leaks[:5]
+
+
+@pytest.mark.flow
+@pytest.mark.slow
+def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
+    prefect_harness, tmp_path, monkeypatch
+):
+    from prefect.settings import get_current_settings
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "audit.yaml").write_text("mlflow_retries: 0\nmlflow_retry_backoff: 0.05\n")
+    result = CliRunner().invoke(
+        app,
+        ["audit", "--config", "audit.yaml", "--dataset", "german", "-k", "2", "--variants",
+         "pca,fair_pca", "--lambdas", "0", "--classifiers", "logreg", "--output-dir", "out",
+         "--tracking-uri", "http://auditor:Pw-7f3kQz9@127.0.0.1:9"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output  # the server is unreachable: kept locally
+    assert "http://127.0.0.1:9" in result.output and "Pw-7f3kQz9" not in result.output
+    assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "Pw-7f3kQz9"
+    db_url = get_current_settings().server.database.connection_url.get_secret_value()
+    roots = [tmp_path, Path(db_url.split("///", 1)[1])]
+    written = _written_bytes(roots)
+    assert any(path.name == "audit.json" for path, _ in written)
+    assert [str(path) for path, data in written if b"Pw-7f3kQz9" in data] == []

@@ -1,0 +1,161 @@
+"""The public tasks (``tasks.public``): the README's example flow on a real Prefect test server
+and a real MLflow store, and each task's numbers against a direct computation."""
+
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import pandas as pd
+import pytest
+
+mlflow = pytest.importorskip("mlflow")
+from mlflow.models import infer_signature  # noqa: E402
+from sklearn.base import clone  # noqa: E402
+from sklearn.linear_model import LogisticRegression  # noqa: E402
+
+from fairpca.metrics import group_fairness  # noqa: E402
+from tasks.public import (  # noqa: E402
+    evaluate_model_fairness,
+    fit_fair_representation,
+    log_fairness_to_mlflow,
+    sweep_lambda,
+    write_fairness_report,
+)
+
+
+# The example flow of docs/plugin-notes.md (README "Audit your own MLflow model"), verbatim.
+def make_example_flow():
+    import pandas as pd
+    from prefect import flow
+
+    from tasks.public import evaluate_model_fairness, log_fairness_to_mlflow, write_fairness_report
+
+    @flow(name="audit-my-model")
+    def audit_my_model(model_uri: str, data_path: str, tracking_uri: str, out_dir: str) -> str:
+        data = pd.read_csv(data_path)  # features, the label and the sensitive columns
+        evaluation = evaluate_model_fairness(
+            model_uri,
+            data,
+            target="label",
+            sensitive_features=["sex", "race"],
+            tracking_uri=tracking_uri,
+        )
+        files = write_fairness_report(evaluation, out_dir)
+        return log_fairness_to_mlflow(evaluation, files, tracking_uri=tracking_uri)
+
+    return audit_my_model
+
+
+def user_data(seed: int = 0, n: int = 1200) -> pd.DataFrame:
+    """Two numeric features (one a proxy of sex), sex, race and a label."""
+    rng = np.random.default_rng(seed)
+    sex = rng.choice(["F", "M"], n)
+    proxy = (sex == "M") + 0.4 * rng.normal(size=n)
+    other = rng.normal(size=n)
+    frame = pd.DataFrame(
+        {"x_proxy": proxy, "x_other": other, "sex": sex, "race": rng.choice(["a", "b"], n)}
+    )
+    frame["label"] = (other + 1.2 * (sex == "M") + 0.5 * rng.normal(size=n) > 0.6).astype(int)
+    return frame
+
+
+@pytest.fixture
+def logged_user_model(mlflow_store, tmp_path):
+    """A user's LogisticRegression logged with mlflow.sklearn; (model URI, model, frame)."""
+    uri, client = mlflow_store
+    frame = user_data()
+    columns = ["x_proxy", "x_other"]
+    model = LogisticRegression().fit(frame[columns], frame["label"])
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    experiment = client.create_experiment(f"user-{uuid.uuid4().hex}", tmp_path.as_uri())
+    try:
+        with mlflow.start_run(experiment_id=experiment):
+            info = mlflow.sklearn.log_model(
+                model,
+                name="model",
+                signature=infer_signature(frame[columns], model.predict(frame[columns])),
+                pip_requirements=["scikit-learn"],
+            )
+    finally:
+        mlflow.set_tracking_uri(previous)
+    return info.model_uri, model, frame
+
+
+@pytest.mark.flow
+def test_example_flow_audits_a_users_mlflow_model(
+    prefect_harness, mlflow_store, tmp_path, logged_user_model
+):
+    uri, client = mlflow_store
+    model_uri, model, frame = logged_user_model
+    data_path = tmp_path / "evaluation.csv"
+    frame.to_csv(data_path, index=False)
+    run_id = make_example_flow()(model_uri, str(data_path), uri, str(tmp_path / "report"))
+    y_pred = model.predict(frame[["x_proxy", "x_other"]])
+    direct = group_fairness(frame["label"], y_pred, frame[["sex", "race"]], min_group_size=30)
+    logged = client.get_run(run_id).data.metrics
+    assert abs(logged["dp_difference"] - direct.dp_difference) <= 1e-12
+    assert abs(logged["eo_difference.sex"] - direct.attributes["sex"].eo_difference) <= 1e-12
+    assert logged["dp_difference.ci95_low"] <= logged["dp_difference"]
+    names = {info.path for info in client.list_artifacts(run_id, "fairness")}
+    assert names == {
+        f"fairness/{name}"
+        for name in (
+            "fairness_groups.json",
+            "fairness_groups.csv",
+            "fairness_rates.png",
+            "fairness_report.md",
+        )
+    }
+    report = (tmp_path / "report" / "fairness_report.md").read_text()
+    assert "dp_difference.sex" in report and "selection_rate.race:a" in report
+
+
+def test_fit_and_sweep_lambda_match_a_direct_computation():
+    frame = user_data(seed=1)
+    X = frame[["x_proxy", "x_other"]].to_numpy()
+    X = np.hstack([X, np.random.default_rng(1).normal(size=(len(X), 3))])
+    y, sex = frame["label"].to_numpy(), frame["sex"].to_numpy()
+    rep = fit_fair_representation.fn(X, y, sex, n_components=2)
+    estimator = rep.estimator
+    table = sweep_lambda.fn(rep, X, y, X, y, sex, lambdas=[0.0, 1.0], n_resamples=200)
+    assert list(table["lambda"]) == [0.0, 1.0]
+    assert estimator.get_params()["tradeoff"] == 0.0  # left as it was
+    features = estimator.set_params(tradeoff=1.0).transform(X)
+    y_pred = clone(LogisticRegression(max_iter=1000)).fit(features, y).predict(features)
+    estimator.set_params(tradeoff=0.0)
+    direct = group_fairness(y, y_pred, sex, min_group_size=30)
+    assert abs(table.loc[1, "dp_difference"] - direct.dp_difference) <= 1e-12
+    assert table.loc[0, "dp_difference"] < table.loc[1, "dp_difference"]  # fair features
+    assert {"dp_difference.ci95_low", "accuracy.ci95_high"} <= set(table.columns)
+    with pytest.raises(ValueError, match="no tradeoff parameter"):
+        sweep_lambda.fn(
+            fit_fair_representation.fn(X, y, sex, variant="pca"), X, y, X, y, sex, lambdas=[0.0]
+        )
+
+
+def test_evaluate_model_fairness_on_an_object_logs_to_a_given_run(mlflow_store, tmp_path):
+    uri, client = mlflow_store
+    frame = user_data(seed=2)
+    model = LogisticRegression().fit(frame[["x_proxy", "x_other"]], frame["label"])
+    experiment = client.create_experiment(f"object-{uuid.uuid4().hex}", tmp_path.as_uri())
+    run_id = client.create_run(experiment).info.run_id
+    evaluation = evaluate_model_fairness.fn(
+        model, frame, target="label", sensitive_features=["sex"], tracking_uri=uri, run_id=run_id
+    )
+    direct = group_fairness(
+        frame["label"], model.predict(frame[["x_proxy", "x_other"]]), frame["sex"]
+    )
+    assert evaluation.metrics["dp_difference"] == direct.dp_difference
+    assert client.get_run(run_id).data.metrics == pytest.approx(evaluation.metrics, abs=0.0)
+    assert list(evaluation.groups["group"]) == ["F", "M"]
+    files = write_fairness_report.fn(evaluation, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(
+        p.name for p in files.values()
+    )
+    assert log_fairness_to_mlflow.fn(evaluation, tracking_uri=uri, run_id=run_id) == run_id
+    with pytest.raises(ValueError, match="target column 'y' not in data"):
+        evaluate_model_fairness.fn(model, frame, target="y", sensitive_features=["sex"])
+    with pytest.raises(mlflow.exceptions.MlflowException, match=r"\['age'\] not found"):
+        evaluate_model_fairness.fn(model, frame, target="label", sensitive_features=["age"])

@@ -1,0 +1,140 @@
+"""The retrain flow watches its champion: re-checked on new data before any challenger is
+trained, demoted to ``needs-review`` when its fairness broke (real Prefect + MLflow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+
+def people(n: int, *, shift_b: float, seed: int) -> pd.DataFrame:
+    """Two equal groups; the label follows x1 + x2/2 the same way in both.
+
+    ``shift_b`` moves group b's ``x1`` up and its label threshold with it: the label rate
+    per group stays, but a model fitted on unshifted rows now says "yes" to b far more
+    often (its demographic parity and equal opportunity gaps break).
+    """
+    rng = np.random.default_rng(seed)
+    group = np.where(np.arange(n) % 2 == 0, "a", "b")
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    score = x1 + 0.5 * x2 + rng.normal(scale=0.3, size=n)
+    b = group == "b"
+    x1 = x1 + shift_b * b
+    return pd.DataFrame(
+        {
+            "x1": x1,
+            "x2": x2,
+            "x3": rng.normal(size=n),
+            "group": group,
+            "outcome": np.where(score > 0, "yes", "no"),
+        }
+    )
+
+
+def config_for(path: Path, store, tmp_path, **overrides):
+    from flows.config import RetrainConfig
+
+    values = {
+        "data": path,
+        "label": "outcome",
+        "positive_label": "yes",
+        "sensitive": ["group"],
+        "k": 2,
+        "variants": ["pca", "fair_pca"],
+        "lambdas": [0.0, 1.0],
+        "classifiers": ["logreg"],
+        "tracking_uri": store[0],
+        "output_dir": tmp_path / "out",
+        "experiment_name": "retrain-tests",
+        # 600 held-out rows: a DP difference has a standard error of ~0.04 here
+        "thresholds": {"max_dp_difference": 0.15, "max_eo_difference": 0.2},
+        **overrides,
+    }
+    return RetrainConfig(**values)
+
+
+def week(tmp_path: Path, name: str, frame: pd.DataFrame, file: str = "loans.csv") -> Path:
+    """The same file name each week (the audit's definition stays the same)."""
+    folder = tmp_path / name
+    folder.mkdir()
+    frame.to_csv(folder / file, index=False)
+    return folder / file
+
+
+def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow_store, tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.retrain import retrain
+
+    _uri, client = mlflow_store
+    steady = week(tmp_path, "week1", people(2000, shift_b=0.0, seed=1))
+    first = retrain(config_for(steady, mlflow_store, tmp_path))
+    name = first.model_name
+    assert name.startswith("fairpca-loans-outcome-group-")  # positive label: hashed
+    assert first.champion_moved and first.model_version == "1"
+
+    # group b's features shift: the champion's fairness breaks on the new rows
+    broken = week(tmp_path, "week3", people(2000, shift_b=1.5, seed=3))
+    before = client.get_model_version_by_alias(name, "champion").version
+    state = retrain(config_for(broken, mlflow_store, tmp_path), return_state=True)
+    result = state.result()
+    assert state.is_completed()
+    assert f"champion v{before} of {name} fails the gate on the new data" in state.message
+    assert "moved to 'needs-review'" in state.message
+
+    run = client.get_run(result.run_id)
+    metrics = run.data.metrics
+    assert metrics["champion_test_dp_difference"] > 0.15  # measured, not read from tags
+    assert {"champion_test_accuracy", "champion_test_eo_difference"} <= set(metrics)
+    assert run.data.tags["fairpca.champion_demoted_to"] == "needs-review"
+    demoted = client.get_model_version_by_alias(name, "needs-review")
+    assert demoted.version == before
+    assert "DP difference" in demoted.tags["fairpca.needs_review_reason"]
+    assert result.reasons[0].startswith(f"champion v{before} of {name} fails the gate")
+    # the old champion is not the yardstick any more: the thresholds alone decide
+    assert "no current champion: the thresholds alone decide" in result.reasons
+    aliases = client.get_registered_model(name).aliases
+    assert str(aliases.get("champion")) != before
+    assert (str(aliases.get("champion")) == result.model_version) == result.champion_moved
+
+    key = f"champion-watch-{name}".lower()
+    with get_client(sync_client=True) as prefect:
+        artifacts = prefect.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+        )
+    latest = max(artifacts, key=lambda artifact: artifact.created)
+    assert "fails the gate on the new data" in latest.data and "needs-review" in latest.data
+
+
+def test_final_message_says_when_the_model_has_no_champion():
+    from flows.audit import AuditResult
+    from flows.retrain import ChampionWatch, final_message
+
+    champion = {"name": "fairpca-x", "version": "3"}
+    watch = ChampionWatch(champion=champion, failures=["DP difference 0.2 > max 0.05"])
+    watch.demoted_to = "needs-review"
+    fields = {"run_id": "r", "run_name": "n", "experiment_id": "1", "tracking_uri": "sqlite://"}
+    result = AuditResult(
+        **fields, model_name="fairpca-x", model_version="4", champion_alias="champion",
+        champion_moved=False, decision="keep", reasons=[], chosen={}, output_dir=".",
+        report_path=".", summary=[],
+    )  # fmt: skip
+    assert final_message(watch, result) == (
+        "champion v3 of fairpca-x fails the gate on the new data (DP difference 0.2 > max "
+        "0.05); alias moved to 'needs-review' for review; challenger v4 was not promoted; "
+        "fairpca-x has no champion until a reviewer acts."
+    )
+    kept = ChampionWatch(champion=champion)
+    assert final_message(kept, result) == (
+        "champion v3 of fairpca-x still meets the gate on the new test rows; challenger v4 was "
+        "not promoted."
+    )
+    assert final_message(ChampionWatch(), result.model_copy(update={"champion_moved": True})) == (
+        "no champion to re-check; challenger v4 became champion."
+    )
