@@ -83,61 +83,109 @@ def _print_validation_error(error: ValidationError) -> None:
         err_console.print(f"  - {escape(where)}: {escape(str(item['msg']))}")
 
 
+SUMMARY_CAPTION = (
+    "Validation rows. Shown: the majority-class and unconstrained-PCA baselines, the chosen "
+    "candidate, and per variant and classifier lambda = 0 (fairest) and the last lambda. "
+    "accuracy with its 95% interval; ≤ the 95% upper bound of ΔDP/ΔEO. All: metrics.csv."
+)
+
+
+def _cell(value: Any, percent: bool = False) -> str:
+    if isinstance(value, float):
+        return f"{100 * value:.1f}" if percent else f"{value:.3g}"
+    return "-" if value is None else str(value)
+
+
+def _with_bound(row: dict[str, Any], metric: str) -> str:
+    high = row.get(f"{metric}.ci95_high")
+    value = row.get(metric)
+    if value is None:
+        return "-"
+    return f"{value:.3f}" + ("" if high is None else f" ≤{high:.3f}")
+
+
 def _summary_table(result) -> Table:
-    table = Table(title=f"Fairness audit {result.run_name}", show_lines=False)
-    columns = [
-        ("variant", "variant"),
-        ("lambda", "λ"),
-        ("classifier", "classifier"),
-        ("accuracy", "accuracy"),
-        ("dp_difference", "ΔDP"),
-        ("eo_difference", "ΔEO"),
-        ("var_explained", "%Var"),
-        ("mmd2", "MMD²"),
-        ("linear_inseparability", "lin. insep."),
-    ]
-    for _, title in columns:
-        table.add_column(
-            title, justify="right" if title not in ("variant", "classifier") else "left"
-        )
+    table = Table(title=f"Fairness audit {result.run_name}", caption=SUMMARY_CAPTION)
+    titles = ("row", "variant", "λ", "classifier", "accuracy (95%)", "ΔDP", "ΔEO", "%Var")
+    for title in titles:
+        table.add_column(title, justify="left" if title in titles[:4] else "right", no_wrap=True)
     for row in result.summary:
-        cells = []
-        for key, _ in columns:
-            value = row.get(key)
-            if key == "var_explained" and isinstance(value, float):
-                cells.append(f"{100 * value:.1f}")
-            elif isinstance(value, float):
-                cells.append(f"{value:.4g}")
-            else:
-                cells.append("-" if value is None else str(value))
-        table.add_row(*cells)
+        low, high = row.get("accuracy.ci95_low"), row.get("accuracy.ci95_high")
+        interval = f" ({low:.3f}-{high:.3f})" if low is not None and high is not None else ""
+        accuracy = row.get("accuracy")
+        table.add_row(
+            _cell(row.get("role")),
+            _cell(row.get("variant")),
+            _cell(row.get("lambda")),
+            _cell(row.get("classifier")),
+            ("-" if accuracy is None else f"{accuracy:.3f}") + interval,
+            _with_bound(row, "dp_difference"),
+            _with_bound(row, "eo_difference"),
+            _cell(row.get("var_explained"), percent=True),
+            style="bold" if row.get("role") == "chosen" else None,
+        )
     return table
+
+
+def _interval(metrics: dict[str, Any], name: str) -> str:
+    from tasks.record import format_interval
+
+    return f"{name} {format_interval(metrics, name)}"
+
+
+def _bullets(items: list[str], style: str = "") -> None:
+    """One bullet per item; a long item wraps under its own text, never mid-word."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for item in items:
+        grid.add_row(f"  {style}-", item)
+    console.print(grid)
 
 
 def _report(result) -> None:
     console.print(_summary_table(result))
     for variant, why in result.skipped.items():
         console.print(f"[yellow]Skipped variant {variant}:[/yellow] {why}")
-    chosen = result.chosen
-    console.print(
-        f"Chosen: [bold]{chosen['variant']} / {chosen['classifier']}[/bold] at "
-        f"λ={chosen['lambda']} — accuracy {chosen['accuracy']:.4f}, "
-        f"ΔDP {chosen['dp_difference']:.4f}, ΔEO {chosen['eo_difference']:.4f}"
+    selection = result.selection
+    names = ["accuracy", "dp_difference", "eo_difference"]  # worst attribute
+    names += [n for n in ("dp_difference.intersection", "eo_difference.intersection")
+              if n in selection["test"]]  # fmt: skip
+    console.print(f"Chosen on validation rows: [bold]{selection['chosen']['name']}[/bold]")
+    console.print("Test rows (never used for a choice), 95% intervals:")
+    rows = ["chosen: " + ", ".join(_interval(selection["test"], m) for m in names)]
+    pca = selection["baselines"].get("pca")
+    if pca:
+        rows.append(
+            f"unconstrained PCA ({pca['name']}): "
+            + ", ".join(_interval(pca["test"], m) for m in names)
+        )
+    rows.append(
+        "majority class: " + _interval(selection["baselines"]["majority"]["test"], "accuracy")
     )
+    _bullets(rows)
     verdict = (
         "[green]promoted[/green]" if result.champion_moved else "[yellow]not promoted[/yellow]"
     )
-    console.print(f"Decision: {verdict} ('{result.champion_alias}' alias)")
-    for reason in result.reasons:
-        console.print(f"  - {reason}")
-    console.print(f"Report: {result.report_path}")
     console.print(
-        f"MLflow run id: [bold]{result.run_id}[/bold] (tracking URI {result.tracking_uri})"
+        f"Decision: {verdict} ('{result.champion_alias}' alias; gate: {selection['gate']})"
+    )
+    _bullets(result.reasons)
+    if selection["warnings"]:
+        console.print("[yellow]Warnings:[/yellow]")
+        _bullets(selection["warnings"])
+    console.print(f"Report: {result.report_path}", soft_wrap=True)
+    console.print(
+        f"MLflow run id: [bold]{result.run_id}[/bold] (tracking URI {result.tracking_uri})",
+        soft_wrap=True,
     )
     if result.model_version is not None:
         console.print(f"Registered model: {result.model_name} version {result.model_version}")
     if result.tracking_uri.startswith("sqlite:"):
-        console.print(f"Open the MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}")
+        console.print(
+            f"Open the MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}",
+            soft_wrap=True,
+        )
 
 
 def _ephemeral_prefect_server():
@@ -172,9 +220,19 @@ def _temporary_server():
     finally:
         with suppress(Exception):
             if server is not None:
+                _drain_prefect_workers()  # else they retry against the stopped server at exit
                 server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _drain_prefect_workers() -> None:
+    """Send the flow's queued logs and events while the temporary server still runs."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    APILogWorker.drain_all(timeout=5)
+    EventsWorker.drain_all(timeout=5)
 
 
 _STOP_SIGNALS = tuple(
@@ -288,11 +346,20 @@ SHARED_OPTIONS: dict[str, Any] = {
         int | None,
         _opt("Smallest group with per-group metrics logged.", field="min_group_size"),
     ],
-    "max_train_rows": Annotated[
-        int | None, _opt("Training rows drawn at random, 0 = all.", field="max_train_rows")
+    "n_train": Annotated[int | None, _opt("Training rows drawn at random.", field="n_train")],
+    "n_validation": Annotated[
+        int | None,
+        _opt("Validation rows (choice and gate) drawn at random.", field="n_validation"),
     ],
-    "max_eval_rows": Annotated[
-        int | None, _opt("Evaluation rows drawn at random, 0 = all.", field="max_eval_rows")
+    "n_test": Annotated[
+        int | None, _opt("Test rows (reported only) drawn at random.", field="n_test")
+    ],
+    "gate": Annotated[
+        str | None,
+        _opt(
+            "Gate on the 95% interval bounds (upper_bound) or the point estimates (point).",
+            field="gate",
+        ),
     ],
     "svc_max_train_rows": Annotated[
         int | None, _opt("Rows the RBF SVC trains on, 0 = all.", field="svc_max_train_rows")
@@ -348,7 +415,7 @@ def _options(**kwargs) -> dict[str, Any]:
     options["variants"] = _split_list(options.get("variants"))
     options["classifiers"] = _split_list(options.get("classifiers"))
     options["lambdas"] = _split_list(options.get("lambdas"), float)
-    for key in ("max_train_rows", "max_eval_rows", "svc_max_train_rows"):
+    for key in ("svc_max_train_rows",):
         options[key] = _rows_option(options.get(key))
     return options
 

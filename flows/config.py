@@ -125,15 +125,6 @@ class AuditConfig(BaseModel):
         "A deployment run starts on threads and runs the flow as a subflow on Dask. "
         "None: a thread pool.",
     )
-    max_train_rows: int | None = Field(
-        5000, ge=20, description="Training rows drawn at random (paper Sec. 5.2); None = all."
-    )
-    max_eval_rows: int | None = Field(
-        5000, ge=20, description="Evaluation rows drawn at random (paper Sec. 5.2); None = all."
-    )
-    eval_fraction: float = Field(
-        0.3, gt=0.0, lt=1.0, description="Share of rows held out for evaluation."
-    )
     svc_max_train_rows: int | None = Field(
         2000, ge=20, description="Rows the RBF SVC trains on (cost is quadratic); None = all."
     )
@@ -184,6 +175,36 @@ class AuditConfig(BaseModel):
     @classmethod
     def _strip_credentials(cls, value: str | None) -> str | None:
         return None if value is None else take_credentials(value)
+
+    # Split, selection gate, baselines and uncertainty of the audit's decision.
+    n_train: int = Field(
+        5000, ge=20, description="Training rows (fit representations and classifiers)."
+    )
+    n_validation: int = Field(
+        2500, ge=20, description="Validation rows (choose the candidate, apply the gate)."
+    )
+    n_test: int = Field(2500, ge=20, description="Test rows (reported only, never for a choice).")
+    gate: Literal["upper_bound", "point"] = Field(
+        "upper_bound",
+        description="upper_bound: the 95% interval's upper bound of DP/EO and lower bound of "
+        "accuracy must meet the thresholds; point: the point estimates.",
+    )
+    min_accuracy_gain: float = Field(
+        0.01,
+        ge=0.0,
+        le=1.0,
+        description="A candidate must beat the majority-class validation accuracy by this much.",
+    )
+    max_one_class_share: float = Field(
+        0.99,
+        gt=0.5,
+        le=1.0,
+        description="A candidate predicting one class for at least this share of the "
+        "validation rows is degenerate (not eligible).",
+    )
+    n_bootstrap: int = Field(
+        1000, ge=100, le=100_000, description="Bootstrap resamples of the 95% intervals."
+    )
 
     @field_validator("lambdas")
     @classmethod

@@ -34,7 +34,7 @@ from tasks.registry import (
     demote,
     load_registered_pipeline,
 )
-from tasks.report import Decision, check_thresholds
+from tasks.select import Decision, gate_failures
 
 from .audit import AuditResult, finish_audit, prepare_audit
 from .config import RetrainConfig, resolve_tracking_uri
@@ -187,7 +187,7 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
     split = split_data(load_data(config), config)
     try:
         watch.metrics = evaluate_champion(tracking_uri, champion, split)
-        watch.failures = check_thresholds(watch.metrics["test"], config.thresholds)
+        watch.failures = gate_failures(watch.metrics["test"], config.thresholds, "point")
     except UntrustedModelError as error:
         watch.failures = [f"cannot be verified: {error}"]
     if watch.failures:

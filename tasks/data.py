@@ -1,4 +1,4 @@
-"""Data tasks: load a dataset or a user file, and split it (seeded, stratified)."""
+"""Data tasks: load a dataset or a user file, and split it in three (seeded, stratified)."""
 
 from __future__ import annotations
 
@@ -9,32 +9,40 @@ import numpy as np
 import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from sklearn.model_selection import train_test_split
 
 from tasks.sources import load_source
 
-__all__ = ["Split", "load_data", "load_source", "split_data", "split_rows"]
+__all__ = ["Split", "load_data", "load_source", "part_sizes", "split_data", "split_rows"]
 
 
 @dataclass(frozen=True)
 class Split:
-    """Training and evaluation rows: raw features, 0/1 labels, sensitive attribute frame."""
+    """Three disjoint parts: raw features, 0/1 labels and the sensitive attribute frame.
+
+    ``train`` fits representations and classifiers, ``validation`` chooses the candidate and
+    applies the gate, ``test`` is only reported (never read by any choice).
+    """
 
     X_train: pd.DataFrame
     y_train: np.ndarray
     s_train: pd.DataFrame
-    X_eval: pd.DataFrame
-    y_eval: np.ndarray
-    s_eval: pd.DataFrame
+    X_validation: pd.DataFrame
+    y_validation: np.ndarray
+    s_validation: pd.DataFrame
+    X_test: pd.DataFrame
+    y_test: np.ndarray
+    s_test: pd.DataFrame
 
     def summary(self) -> dict[str, Any]:
         """Aggregated sizes and rates only (safe to log)."""
         return {
             "n_train": len(self.X_train),
-            "n_eval": len(self.X_eval),
+            "n_validation": len(self.X_validation),
+            "n_test": len(self.X_test),
             "n_features_raw": self.X_train.shape[1],
             "positive_rate_train": float(np.mean(self.y_train)),
-            "positive_rate_eval": float(np.mean(self.y_eval)),
+            "positive_rate_validation": float(np.mean(self.y_validation)),
+            "positive_rate_test": float(np.mean(self.y_test)),
             "sensitive": list(self.s_train.columns),
         }
 
@@ -46,74 +54,106 @@ def load_data(config) -> Any:
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
-    """Label x group strata; falls back to label only when a stratum has < 2 rows."""
-    keys = pd.Series(y.astype(str))
+    """Integer code of each row's label x (intersectional) group stratum."""
+    keys = pd.Series(np.asarray(y).astype(str))
     for column in sensitive.columns:
         keys = keys + "|" + sensitive[column].astype(str).to_numpy()
-    counts = keys.value_counts()
-    if counts.min() >= 2:
-        return keys.to_numpy()
-    return y
+    return pd.factorize(keys, sort=True)[0]
+
+
+def _allocate(total: int, counts: np.ndarray) -> np.ndarray:
+    """Split ``total <= counts.sum()`` rows over strata in proportion to ``counts``.
+
+    Largest-remainder rounding (ties to the lower stratum index): the result sums to
+    ``total`` and never exceeds ``counts``.
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    if total <= 0 or counts.sum() == 0:
+        return np.zeros_like(counts)
+    exact = total * counts / counts.sum()
+    quota = np.floor(exact).astype(np.int64)
+    order = np.argsort(-(exact - quota), kind="stable")
+    quota[order[: total - quota.sum()]] += 1
+    return quota
+
+
+def part_sizes(n_samples: int, n_train: int, n_validation: int, n_test: int) -> tuple[int, ...]:
+    """The three sizes, scaled down in proportion when the data hold fewer rows."""
+    wanted = np.array([n_train, n_validation, n_test], dtype=np.int64)
+    if wanted.sum() > n_samples:
+        wanted = _allocate(n_samples, wanted)
+    if wanted.min() < 2:
+        raise ValueError(
+            f"{n_samples} rows are too few for training, validation and test parts "
+            f"(would be {wanted.tolist()} rows); each part needs at least 2 rows: pass more data."
+        )
+    return tuple(int(size) for size in wanted)
+
+
+MIN_SPLITTABLE_STRATUM = 3  # one row for each of the three parts
 
 
 def split_rows(
-    n_samples: int,
     y: np.ndarray,
     sensitive: pd.DataFrame,
     *,
-    eval_fraction: float,
-    max_train_rows: int | None,
-    max_eval_rows: int | None,
+    n_train: int,
+    n_validation: int,
+    n_test: int,
     seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices of the training and evaluation parts.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices of the training, validation and test parts (sorted, disjoint).
 
-    Stratified by label and group, seeded; each part is capped at its maximum size by
-    drawing rows at random (the 5,000 + 5,000 rows of Section 5.2 of the paper).
+    Stratified by label x group and seeded: each part takes each stratum's rows in proportion
+    to the stratum's size (largest remainder). A stratum with fewer than 3 rows cannot be
+    represented in every part, so all its rows go to training (a group of any size never
+    aborts the split); every other stratum keeps at least one training row.
     """
-    n_eval = round(eval_fraction * n_samples)
-    if max_eval_rows is not None:
-        n_eval = min(n_eval, max_eval_rows)
-    n_train = n_samples - n_eval
-    if max_train_rows is not None:
-        n_train = min(n_train, max_train_rows)
-    if n_eval < 2 or n_train < 2:
-        raise ValueError(
-            f"{n_samples} rows are too few to split into training and evaluation parts; "
-            "pass more data or a larger eval_fraction."
-        )
-    train_idx, eval_idx = train_test_split(
-        np.arange(n_samples),
-        train_size=n_train,
-        test_size=n_eval,
-        stratify=_strata(np.asarray(y), sensitive),
-        random_state=seed,
+    y = np.asarray(y)
+    sizes = part_sizes(len(y), n_train, n_validation, n_test)
+    strata = _strata(y, sensitive)
+    rng = np.random.default_rng(seed)
+    members = [rng.permutation(np.flatnonzero(strata == code)) for code in range(strata.max() + 1)]
+    counts = np.array([len(rows) for rows in members])
+    splittable = np.where(counts >= MIN_SPLITTABLE_STRATUM, counts - 1, 0)
+    held_out = _allocate(min(sizes[1] + sizes[2], int(splittable.sum())), splittable)
+    n_validation_of = _allocate(min(sizes[1], int(held_out.sum())), held_out)
+    validation, test, rest = [], [], []
+    for rows, h, v in zip(members, held_out, n_validation_of, strict=True):
+        validation.append(rows[:v])
+        test.append(rows[v:h])
+        rest.append(rows[h:])
+    tiny = [rows for rows, c in zip(rest, counts, strict=True) if c < MIN_SPLITTABLE_STRATUM]
+    rest_counts = np.array(
+        [0 if c < MIN_SPLITTABLE_STRATUM else len(r) for r, c in zip(rest, counts, strict=True)]
     )
-    return np.sort(train_idx), np.sort(eval_idx)
+    n_tiny = sum(len(rows) for rows in tiny)
+    take = _allocate(min(max(sizes[0] - n_tiny, 0), int(rest_counts.sum())), rest_counts)
+    train = tiny + [rows[:t] for rows, t in zip(rest, take, strict=True)]
+    return tuple(
+        np.sort(np.concatenate(part)).astype(np.int64) for part in (train, validation, test)
+    )
 
 
 @task(name="split-data", cache_policy=NO_CACHE)
 def split_data(dataset, config) -> Split:
-    """Seeded split stratified by label and sensitive group, capped as the config says."""
+    """Seeded three-way split stratified by label and sensitive group, sized by the config."""
     y = np.asarray(dataset.y, dtype=np.int64)
-    train_idx, eval_idx = split_rows(
-        len(dataset.X),
+    parts = split_rows(
         y,
         dataset.sensitive,
-        eval_fraction=config.eval_fraction,
-        max_train_rows=config.max_train_rows,
-        max_eval_rows=config.max_eval_rows,
+        n_train=config.n_train,
+        n_validation=config.n_validation,
+        n_test=config.n_test,
         seed=config.seed,
     )
 
     def rows(frame: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
         return frame.iloc[idx].reset_index(drop=True)
 
-    return Split(
-        X_train=rows(dataset.X, train_idx),
-        y_train=y[train_idx],
-        s_train=rows(dataset.sensitive, train_idx),
-        X_eval=rows(dataset.X, eval_idx),
-        y_eval=y[eval_idx],
-        s_eval=rows(dataset.sensitive, eval_idx),
-    )
+    values = {}
+    for name, idx in zip(("train", "validation", "test"), parts, strict=True):
+        values[f"X_{name}"] = rows(dataset.X, idx)
+        values[f"y_{name}"] = y[idx]
+        values[f"s_{name}"] = rows(dataset.sensitive, idx)
+    return Split(**values)

@@ -1,84 +1,74 @@
-"""Evaluation: classifier fairness (fairlearn MetricFrame) and representation metrics."""
+"""Evaluation: classifier fairness with intervals (``fairpca.metrics``), baselines, and the
+representation metrics."""
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
-from fairlearn.metrics import MetricFrame
 
 from fairpca import metrics as fm
 
 __all__ = [
     "classifier_metrics",
-    "group_key",
+    "majority_class",
+    "metrics_with_intervals",
+    "one_class_share",
     "representation_metrics",
     "shared_mmd_sigma",
 ]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. :/]")
-
-
-def group_key(columns: list[str], label) -> str:
-    """Metric-name-safe key of one (possibly intersectional) group, e.g. ``sex:Female``."""
-    values = label if isinstance(label, tuple) else (label,)
-    text = "/".join(f"{column}:{value}" for column, value in zip(columns, values, strict=True))
-    return _UNSAFE.sub("_", text)
-
-
-def _selection_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """P(Yhat = 1); fairlearn's ``selection_rate`` for 0/1 predictions, without its checks."""
-    return float(np.mean(np.asarray(y_pred) == 1)) if len(y_pred) else np.nan
-
-
-def _true_positive_rate(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """P(Yhat = 1 | Y = 1); fairlearn's ``true_positive_rate`` for 0/1 labels (NaN if no Y=1)."""
-    positive = np.asarray(y_true) == 1
-    return float(np.mean(np.asarray(y_pred)[positive] == 1)) if positive.any() else np.nan
-
-
-def _frame(y_true: np.ndarray, y_pred: np.ndarray, sensitive: pd.DataFrame) -> MetricFrame:
-    # Plain numpy metric functions: fairlearn's own (sklearn-validated) ones cost ~20 ms per
-    # group and call, which dominated the lambda sweep; the values are identical for 0/1 data.
-    return MetricFrame(
-        metrics={"selection_rate": _selection_rate, "tpr": _true_positive_rate},
-        y_true=y_true,
-        y_pred=y_pred,
-        sensitive_features=sensitive,
-    )
-
 
 def classifier_metrics(
-    y_true: np.ndarray, y_pred: np.ndarray, sensitive: pd.DataFrame
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive: pd.DataFrame, *, min_group_size: int = 1
 ) -> dict[str, float]:
-    """Accuracy, DP and EO differences and per-group selection rate / TPR.
+    """Accuracy, DP and EO differences (worst attribute; per attribute; intersection) and
+    per-group selection rate / TPR, as defined once in :func:`fairpca.metrics.group_fairness`.
 
-    Groups are the intersections of all sensitive columns (fairlearn's convention);
-    ``dp_difference`` is ``max_g P(Yhat=1 | g) - min_g P(Yhat=1 | g)`` and ``eo_difference``
-    the same spread of ``P(Yhat=1 | g, Y=1)`` (Delta_DP and Delta_EO of Sec. 5). With several
-    attributes, the per-attribute (marginal) differences are added as
-    ``dp_difference.<attr>`` and ``eo_difference.<attr>``.
+    Groups with fewer than ``min_group_size`` rows are suppressed (not in any number).
     """
-    columns = [str(column) for column in sensitive.columns]
-    frame = _frame(y_true, y_pred, sensitive)
-    spread = frame.difference(method="between_groups")
-    out = {
-        "accuracy": float(np.mean(np.asarray(y_true) == np.asarray(y_pred))),
-        "dp_difference": float(spread["selection_rate"]),
-        "eo_difference": float(np.nan_to_num(spread["tpr"])),
-    }
-    for label, row in frame.by_group.iterrows():
-        key = group_key(columns, label)
-        out[f"selection_rate.{key}"] = float(row["selection_rate"])
-        out[f"tpr.{key}"] = float(np.nan_to_num(row["tpr"]))
-    if len(columns) > 1:
-        for column in sensitive.columns:
-            marginal = _frame(y_true, y_pred, sensitive[[column]])
-            gaps = marginal.difference(method="between_groups")
-            out[f"dp_difference.{column}"] = float(gaps["selection_rate"])
-            out[f"eo_difference.{column}"] = float(np.nan_to_num(gaps["tpr"]))
-    return out
+    report = fm.group_fairness(y_true, y_pred, sensitive, min_group_size=min_group_size)
+    return {key: float(value) for key, value in report.as_metrics().items()}
+
+
+def metrics_with_intervals(
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    sensitive: pd.DataFrame,
+    *,
+    min_group_size: int,
+    n_resamples: int,
+    seed: int,
+) -> dict[str, float]:
+    """:func:`classifier_metrics` plus 95% percentile-bootstrap intervals
+    (``<metric>.ci95_low`` / ``<metric>.ci95_high``) of every difference and the accuracy.
+
+    The bootstrap resamples rows within each (intersectional) group and re-evaluates the
+    fixed predictions (no refit), so it measures the sampling error of the evaluation rows.
+    """
+    point = classifier_metrics(y_true, y_pred, sensitive, min_group_size=min_group_size)
+    intervals = fm.bootstrap_intervals(
+        y_true,
+        y_pred,
+        sensitive,
+        min_group_size=min_group_size,
+        n_resamples=n_resamples,
+        confidence=0.95,
+        seed=seed,
+    )
+    return {**point, **{key: float(v) for key, v in fm.ci_metrics(intervals).items()}}
+
+
+def majority_class(y_train: np.ndarray) -> int:
+    """The more frequent training label (ties: 0): the majority-class baseline's prediction."""
+    return int(np.mean(np.asarray(y_train) == 1) > 0.5)
+
+
+def one_class_share(y_pred: np.ndarray) -> float:
+    """Share of rows given the more frequent predicted class (1.0: a constant classifier)."""
+    positive = float(np.mean(np.asarray(y_pred) == 1)) if len(y_pred) else 0.0
+    return max(positive, 1.0 - positive)
 
 
 def shared_mmd_sigma(Z_train: np.ndarray, k: int, *, max_rows: int, seed: int) -> float:
@@ -91,30 +81,36 @@ def shared_mmd_sigma(Z_train: np.ndarray, k: int, *, max_rows: int, seed: int) -
 
 def representation_metrics(
     features_train: np.ndarray,
-    features_eval: np.ndarray,
+    features_validation: np.ndarray,
     s_train: pd.DataFrame,
-    s_eval: pd.DataFrame,
+    s_validation: pd.DataFrame,
     *,
     fair_columns: int,
     constraint_rows: np.ndarray | None,
     sigma: float,
     max_rows: int,
     seed: int,
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """MMD^2, linear inseparability and residual group-mean gaps of one representation.
 
     ``fair_columns`` is the number of leading columns that fair PCA constrains (the fair
     block ``X U``; with a trade-off the appended PCA block is not constrained).
     ``constraint_rows`` selects the training rows the constraint was fitted on (the positive
-    rows for equal opportunity, Sec. 3.2); None means all.
+    rows for equal opportunity, Sec. 3.2); None means all. The group-mean gap is given on the
+    training rows (where the constraint holds by construction) and on the held-out
+    validation rows (whether it carries over).
     """
     rows = slice(None) if constraint_rows is None else constraint_rows
     s_fit = s_train.iloc[rows] if constraint_rows is not None else s_train
     return {
         "mmd2": fm.mmd_squared(
-            features_eval, s_eval, sigma=sigma, max_samples=max_rows, random_state=seed
+            features_validation, s_validation, sigma=sigma, max_samples=max_rows, random_state=seed
         ),
-        "linear_inseparability": fm.linear_inseparability(features_eval, s_eval, random_state=seed),
+        "linear_inseparability": fm.linear_inseparability(
+            features_validation, s_validation, random_state=seed
+        ),
         "mean_gap_train": fm.group_mean_gap(features_train[rows, :fair_columns], s_fit),
-        "mean_gap_eval": fm.group_mean_gap(features_eval[:, :fair_columns], s_eval),
+        "mean_gap_validation": fm.group_mean_gap(
+            features_validation[:, :fair_columns], s_validation
+        ),
     }

@@ -30,15 +30,16 @@ def make_preprocessor(X, min_category_count: int = 30) -> Any:
 
 @task(name="fit-preprocessor", cache_policy=NO_CACHE)
 def fit_preprocessor(split, min_category_count: int = 30) -> tuple[Any, np.ndarray, np.ndarray]:
-    """Fit the preprocessor on the training rows only; return it and both encoded parts.
+    """Fit the preprocessor on the training rows only; return it and the encoded training
+    and validation features (the test rows are encoded by the final pipeline only).
 
     Categories with fewer than ``min_category_count`` training rows are pooled before
     encoding, so the fitted (and logged) preprocessor stores none of them.
     """
     preprocessor = make_preprocessor(split.X_train, min_category_count)
-    Z_train = np.asarray(preprocessor.fit_transform(split.X_train), dtype=np.float64)
-    Z_eval = np.asarray(preprocessor.transform(split.X_eval), dtype=np.float64)
-    return preprocessor, Z_train, Z_eval
+    encoded_train = np.asarray(preprocessor.fit_transform(split.X_train), dtype=np.float64)
+    encoded_validation = np.asarray(preprocessor.transform(split.X_validation), dtype=np.float64)
+    return preprocessor, encoded_train, encoded_validation
 
 
 def make_representation(variant: str, k: int, *, equalize_covariance: float, seed: int) -> Any:
@@ -89,7 +90,8 @@ class FittedRepresentation:
     facts: dict[str, float] = field(default_factory=dict)
 
     @property
-    def tradeoff(self) -> bool:
+    def supports_tradeoff(self) -> bool:
+        """Whether the estimator appends ``tradeoff * PCA`` features (a lambda sweep)."""
         return supports_tradeoff(self.estimator)
 
     def matrices(self) -> dict[str, np.ndarray]:
@@ -105,7 +107,7 @@ class FittedRepresentation:
 @task(name="fit-representation", cache_policy=NO_CACHE, task_run_name="fit-{variant}")
 def fit_representation(
     variant: str,
-    Z_train: np.ndarray,
+    encoded_train: np.ndarray,
     y_train: np.ndarray,
     s_train,
     *,
@@ -114,7 +116,7 @@ def fit_representation(
     seed: int,
 ) -> FittedRepresentation:
     """Fit one variant on the encoded training rows (sensitive features passed at fit only)."""
-    k_eff = min(k, Z_train.shape[1] - 1)
+    k_eff = min(k, encoded_train.shape[1] - 1)
     estimator = make_representation(
         variant,
         k_eff,
@@ -123,9 +125,9 @@ def fit_representation(
     )
     start = time.perf_counter()
     if uses_sensitive_features(estimator):
-        estimator.fit(Z_train, y_train, sensitive_features=s_train)
+        estimator.fit(encoded_train, y_train, sensitive_features=s_train)
     else:
-        estimator.fit(Z_train)
+        estimator.fit(encoded_train)
     seconds = time.perf_counter() - start
     facts = {"k": float(k_eff)}
     gap = getattr(estimator, "mean_gap_", None)

@@ -15,7 +15,7 @@ from threadpoolctl import threadpool_limits
 from fairpca import metrics as fm
 
 from .classify import fit_classifier
-from .evaluate import classifier_metrics, representation_metrics
+from .evaluate import metrics_with_intervals, one_class_share, representation_metrics
 from .represent import FittedRepresentation
 
 __all__ = ["SweepResult", "lambda_sweep", "sweep_representation"]
@@ -31,77 +31,108 @@ class SweepResult:
     seconds: float = 0.0
 
 
-def _features(rep: FittedRepresentation, Z: np.ndarray, lam: float | None) -> np.ndarray:
+def _features(rep: FittedRepresentation, encoded: np.ndarray, lam: float | None) -> np.ndarray:
     if lam is not None:
         rep.estimator.set_params(tradeoff=lam)
-    return np.asarray(rep.estimator.transform(Z), dtype=np.float64)
+    return np.asarray(rep.estimator.transform(encoded), dtype=np.float64)
+
+
+def _candidate_rows(rep, index, lam, F_train, F_validation, split, config, shared) -> tuple:
+    """Fit every classifier on one lambda's features; metrics with intervals on validation."""
+    rows, classifiers = [], {}
+    for name in config.classifiers:
+        t0 = time.perf_counter()
+        classifier = fit_classifier(
+            name,
+            F_train,
+            split.y_train,
+            seed=config.seed,
+            max_rows=config.svc_max_train_rows if name == "rbf_svc" else None,
+        )
+        y_pred = classifier.predict(F_validation)
+        row = {**shared, "classifier": name, "one_class_share": one_class_share(y_pred)}
+        row.update(
+            metrics_with_intervals(
+                split.y_validation,
+                y_pred,
+                split.s_validation,
+                min_group_size=config.min_group_size,
+                n_resamples=config.n_bootstrap,
+                seed=config.seed,
+            )
+        )
+        row["classifier_seconds"] = time.perf_counter() - t0
+        rows.append(row)
+        classifiers[(index, name)] = classifier
+    return rows, classifiers
+
+
+def _representation_row(rep, F_train, F_validation, split, config, sigma) -> dict[str, Any]:
+    """Representation metrics at one lambda; the fair block is the first k columns, and
+    equal opportunity constrains the positive training rows only (Sec. 3.2)."""
+    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
+    return representation_metrics(
+        F_train,
+        F_validation,
+        split.s_train,
+        split.s_validation,
+        fair_columns=int(rep.facts["k"]),
+        constraint_rows=np.flatnonzero(split.y_train == 1) if eo else None,
+        sigma=sigma,
+        max_rows=config.metric_max_rows,
+        seed=config.seed,
+    )
 
 
 def sweep_representation(
     rep: FittedRepresentation,
-    Z_train: np.ndarray,
-    Z_eval: np.ndarray,
+    encoded_train: np.ndarray,
+    encoded_validation: np.ndarray,
     split,
     config,
     sigma: float,
     progress=None,
 ) -> SweepResult:
-    """Evaluate ``rep`` at every lambda with every classifier (no refit of ``rep``).
+    """Evaluate ``rep`` at every lambda with every classifier on the validation rows.
 
     Fair PCA is fitted once; changing ``tradeoff`` only changes how many PCA features are
     appended and their weight (Sec. 3.1), so each lambda costs one transform. Variants
     without a trade-off (standard PCA) give one row per classifier with ``lambda`` NaN.
+    The estimator's ``tradeoff`` is restored afterwards, also on error. Only the training
+    and validation rows of ``split`` are read.
     """
     start = time.perf_counter()
-    lambdas: list[float | None] = list(config.lambdas) if rep.tradeoff else [None]
+    lambdas: list[float | None] = list(config.lambdas) if rep.supports_tradeoff else [None]
     result = SweepResult(rep.variant)
     components = getattr(rep.estimator, "components_", None)
     var_explained = (
-        fm.explained_variance_fraction(Z_eval, components) if components is not None else np.nan
+        fm.explained_variance_fraction(encoded_validation, components)
+        if components is not None
+        else np.nan
     )
-    k = int(rep.facts["k"])
-    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
-    constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
-    for index, lam in enumerate(lambdas):
-        F_train = _features(rep, Z_train, lam)
-        F_eval = _features(rep, Z_eval, lam)
-        shared = {
-            "variant": rep.variant,
-            "lambda_index": index,
-            "lambda": np.nan if lam is None else float(lam),
-            "n_features": F_train.shape[1],
-            "var_explained": float(var_explained),
-            **representation_metrics(
-                F_train,
-                F_eval,
-                split.s_train,
-                split.s_eval,
-                fair_columns=k,
-                constraint_rows=constraint_rows,
-                sigma=sigma,
-                max_rows=config.metric_max_rows,
-                seed=config.seed,
-            ),
-        }
-        for name in config.classifiers:
-            t0 = time.perf_counter()
-            classifier = fit_classifier(
-                name,
-                F_train,
-                split.y_train,
-                seed=config.seed,
-                max_rows=config.svc_max_train_rows if name == "rbf_svc" else None,
+    original = rep.estimator.get_params().get("tradeoff")
+    try:
+        for index, lam in enumerate(lambdas):
+            F_train = _features(rep, encoded_train, lam)
+            F_validation = _features(rep, encoded_validation, lam)
+            shared = {
+                "variant": rep.variant,
+                "lambda_index": index,
+                "lambda": np.nan if lam is None else float(lam),
+                "n_features": F_train.shape[1],
+                "var_explained": float(var_explained),
+                **_representation_row(rep, F_train, F_validation, split, config, sigma),
+            }
+            rows, classifiers = _candidate_rows(
+                rep, index, lam, F_train, F_validation, split, config, shared
             )
-            y_pred = classifier.predict(F_eval)
-            row = {**shared, "classifier": name}
-            row.update(classifier_metrics(split.y_eval, y_pred, split.s_eval))
-            row["classifier_seconds"] = time.perf_counter() - t0
-            result.rows.append(row)
-            result.classifiers[(index, name)] = classifier
-        if progress is not None:
-            progress(rep.variant, index + 1, len(lambdas))
-    if rep.tradeoff:
-        rep.estimator.set_params(tradeoff=0.0)
+            result.rows += rows
+            result.classifiers.update(classifiers)
+            if progress is not None:
+                progress(rep.variant, index + 1, len(lambdas))
+    finally:
+        if rep.supports_tradeoff:
+            rep.estimator.set_params(tradeoff=original)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -110,8 +141,8 @@ def sweep_representation(
 def lambda_sweep(
     variant: str,
     rep: FittedRepresentation,
-    Z_train: np.ndarray,
-    Z_eval: np.ndarray,
+    encoded_train: np.ndarray,
+    encoded_validation: np.ndarray,
     split,
     config,
     sigma: float,
@@ -127,4 +158,6 @@ def lambda_sweep(
     # Two sweeps run side by side on the task runner's threads: one BLAS thread each avoids
     # oversubscribing the cores (3x faster fits on 2 busy cores).
     with threadpool_limits(limits=1):
-        return sweep_representation(rep, Z_train, Z_eval, split, config, sigma, progress)
+        return sweep_representation(
+            rep, encoded_train, encoded_validation, split, config, sigma, progress
+        )

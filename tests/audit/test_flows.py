@@ -18,10 +18,8 @@ mlflow = pytest.importorskip("mlflow")
 
 @pytest.fixture
 def store(mlflow_store):
-    """The session's MLflow SQLite store (each test uses its own model name), also set as
-    MLflow's process-wide URI: the tests load ``models:/`` URIs through ``mlflow.*``."""
-    import mlflow
-
+    """The session's MLflow SQLite store (each test uses its own model name); also the
+    global tracking and registry URI, for ``mlflow.<flavor>.load_model("models:/...")``."""
     mlflow.set_tracking_uri(mlflow_store[0])
     mlflow.set_registry_uri(mlflow_store[0])
     return mlflow_store
@@ -36,8 +34,9 @@ def make_config(store, tmp_path, **overrides):
         "variants": ["pca", "fair_pca"],
         "lambdas": [0.0, 0.125, 1.0],
         "classifiers": ["logreg"],
-        "max_train_rows": 1500,
-        "max_eval_rows": 1000,
+        "n_train": 1500,
+        "n_validation": 1000,
+        "n_test": 1000,
         "metric_max_rows": 300,
         "tracking_uri": store[0],
         "output_dir": tmp_path / "out",
@@ -89,7 +88,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     params = run.data.params
     assert params["k"] == "4" and params["variants"] == "pca,fair_pca"
     assert params["thresholds.max_dp_difference"] == "0.05"
-    assert params["dataset"] == "adult" and params["max_train_rows"] == "1500"
+    assert params["dataset"] == "adult" and params["n_train"] == "1500"
     metrics = run.data.metrics
     for key in ("accuracy", "dp_difference", "eo_difference", "var_explained", "mmd2"):
         assert key in metrics
@@ -131,6 +130,23 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert "## Decision" in report and "tradeoff.png" in report
     resolved = json.loads(download(client, result.run_id, "report/config.json", local).read_text())
     assert resolved["k"] == 4
+    assert resolved["sensitive"] == ["sex"]  # the attribute actually used (default: sex)
+    page = download(client, result.run_id, "report/report.html", local).read_text()
+    assert "**" not in page and "\n- " not in page and "<li>" in page and "<strong>" in page
+
+    # the selection handed to the registry: chosen on validation, reported on test, baselines
+    selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]
+    assert selection["split"] == {"n_train": 1500, "n_validation": 1000, "n_test": 1000}
+    assert selection["gate"] == "upper_bound"
+    for part in ("validation", "test"):
+        for name in ("accuracy", "dp_difference", "eo_difference"):
+            low, high = selection[part][f"{name}.ci95_low"], selection[part][f"{name}.ci95_high"]
+            assert low <= selection[part][name] <= high
+    assert selection["baselines"]["majority"]["test"]["accuracy"] > 0.7
+    assert selection["baselines"]["pca"]["name"].startswith("pca/")
+    assert set(selection["group_sizes"]["sex"]) == {"0", "1"}
+    assert metrics["test.accuracy"] == selection["test"]["accuracy"]
+    assert {"majority", "PCA (best)", "chosen"} <= {row["role"] for row in result.summary}
     assert Path(result.report_path).is_file()
 
     # registered model version with fairness tags; champion only if thresholds met
@@ -172,7 +188,7 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
         sensitive=["sex", "race"],
         variants=["fair_pca", "fair_pca_eo"],
         lambdas=[0.0, 1.0],
-        max_train_rows=None,  # every race group needs positive rows for equal opportunity
+        n_train=30000,  # every race group needs positive rows for equal opportunity
         thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
     )
     result = fairness_audit(config)
@@ -231,7 +247,7 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     )
     result = fairness_audit(config)
     assert result.decision == "keep" and not result.champion_moved
-    assert any("no candidate meets the thresholds" in r for r in result.reasons)
+    assert any("no eligible candidate meets the thresholds" in r for r in result.reasons)
     version = client.get_model_version(config.resolved_model_name, result.model_version)
     assert version.tags["meets_thresholds"] == "false"
     with pytest.raises(mlflow.exceptions.MlflowException):
@@ -248,7 +264,9 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     from flows.retrain import retrain
 
     _uri, client = store
-    base = make_config(store, tmp_path, lambdas=[0.0, 1.0]).model_dump()
+    # loose enough that the 95% upper bounds on 1,000 validation rows pass
+    loose = {"max_dp_difference": 0.15, "max_eo_difference": 0.4}
+    base = make_config(store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose).model_dump()
     first = retrain(RetrainConfig(**base))
     assert first.champion_moved and first.model_version == "1"
     second = retrain(RetrainConfig(**{**base, "run_name": "retrain-second-" + tmp_path.name}))

@@ -7,11 +7,12 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from flows.config import DEFAULT_LAMBDAS, AuditConfig, Thresholds
+from flows.config import DEFAULT_LAMBDAS, AuditConfig
 from tasks.classify import make_classifier
 from tasks.data import split_rows
-from tasks.evaluate import classifier_metrics, group_key
-from tasks.report import Decision, check_thresholds, markdown_table, select_candidate
+from tasks.evaluate import classifier_metrics
+from tasks.report import markdown_table
+from tasks.select import Decision, gate_failures, select_candidate
 
 
 def test_default_lambdas_are_the_papers():
@@ -20,44 +21,50 @@ def test_default_lambdas_are_the_papers():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7])
-def test_split_rows_is_seeded_disjoint_capped_and_stratified(seed):
+def test_split_rows_is_seeded_disjoint_sized_and_stratified(seed):
     rng = np.random.default_rng(seed)
     n = 3000
     y = (rng.random(n) < 0.25).astype(int)
     groups = pd.DataFrame({"g": rng.choice(["a", "b"], size=n, p=[0.3, 0.7])})
-    kwargs = {"eval_fraction": 0.3, "max_train_rows": 1000, "max_eval_rows": 500, "seed": seed}
-    train, test = split_rows(n, y, groups, **kwargs)
-    again = split_rows(n, y, groups, **kwargs)
-    np.testing.assert_array_equal(train, again[0])
-    np.testing.assert_array_equal(test, again[1])
-    assert len(train) == 1000 and len(test) == 500
-    assert not set(train) & set(test)
-    for part in (train, test):
-        strata = pd.Series(y[part]).astype(str) + groups["g"].to_numpy()[part]
-        full = pd.Series(y).astype(str) + groups["g"].to_numpy()
-        share = strata.value_counts(normalize=True)
-        expected = full.value_counts(normalize=True)
-        np.testing.assert_allclose(share.sort_index(), expected.sort_index(), atol=0.01)
+    kwargs = {"n_train": 1000, "n_validation": 500, "n_test": 400, "seed": seed}
+    parts = split_rows(y, groups, **kwargs)
+    again = split_rows(y, groups, **kwargs)
+    for part, same in zip(parts, again, strict=True):
+        np.testing.assert_array_equal(part, same)
+    assert [len(part) for part in parts] == [1000, 500, 400]
+    assert len(set(np.concatenate(parts))) == 1900  # disjoint
+    full = pd.Series(y).astype(str) + groups["g"].to_numpy()
+    expected = full.value_counts(normalize=True).sort_index()
+    for part in parts:
+        share = full.iloc[part].value_counts(normalize=True).sort_index()
+        np.testing.assert_allclose(share, expected, atol=0.005)
 
 
-def test_split_rows_falls_back_to_label_strata_for_tiny_groups():
+@pytest.mark.parametrize("rare", [1, 2, 3])
+def test_split_rows_keeps_a_tiny_group_without_aborting(rare):
     y = np.array([0, 1] * 50)
-    groups = pd.DataFrame({"g": ["a"] * 99 + ["rare"]})
-    train, test = split_rows(
-        100, y, groups, eval_fraction=0.3, max_train_rows=None, max_eval_rows=None, seed=0
-    )
-    assert len(train) == 70 and len(test) == 30
+    groups = pd.DataFrame({"g": ["a"] * (100 - rare) + ["rare"] * rare})
+    train, validation, test = split_rows(y, groups, n_train=60, n_validation=20, n_test=20, seed=0)
+    assert (len(train), len(validation), len(test)) == (60, 20, 20)
+    rare_rows = np.flatnonzero(groups["g"] == "rare")
+    assert set(rare_rows) <= set(train)  # strata of < 3 rows cannot reach all three parts
+
+
+def test_split_rows_scales_sizes_down_to_the_data():
+    y = np.array([0, 1] * 500)
+    groups = pd.DataFrame({"g": ["a", "b"] * 500})
+    parts = split_rows(y, groups, n_train=5000, n_validation=2500, n_test=2500, seed=0)
+    assert [len(part) for part in parts] == [500, 250, 250]
 
 
 def test_split_rows_rejects_too_few_rows():
     with pytest.raises(ValueError, match="too few"):
         split_rows(
-            3,
             np.array([0, 1, 0]),
             pd.DataFrame({"g": [0, 1, 0]}),
-            eval_fraction=0.3,
-            max_train_rows=None,
-            max_eval_rows=None,
+            n_train=20,
+            n_validation=20,
+            n_test=20,
             seed=0,
         )
 
@@ -78,8 +85,8 @@ def test_classifier_metrics_match_fairlearn():
         sensitive_features=sensitive,
     )
     assert out["accuracy"] == pytest.approx(np.mean(y == pred), abs=1e-15)
-    assert out["dp_difference"] == pytest.approx(frame.difference()["sr"], abs=1e-15)
-    assert out["eo_difference"] == pytest.approx(frame.difference()["tpr"], abs=1e-15)
+    assert out["dp_difference.intersection"] == pytest.approx(frame.difference()["sr"], abs=1e-15)
+    assert out["eo_difference.intersection"] == pytest.approx(frame.difference()["tpr"], abs=1e-15)
     for (sex, race), row in frame.by_group.iterrows():
         assert out[f"selection_rate.sex:{sex}/race:{race}"] == pytest.approx(row["sr"], abs=1e-15)
         assert out[f"tpr.sex:{sex}/race:{race}"] == pytest.approx(row["tpr"], abs=1e-15)
@@ -87,11 +94,8 @@ def test_classifier_metrics_match_fairlearn():
         metrics=selection_rate, y_true=y, y_pred=pred, sensitive_features=sensitive["race"]
     )
     assert out["dp_difference.race"] == pytest.approx(marginal.difference(), abs=1e-15)
-
-
-def test_group_key_is_a_valid_mlflow_metric_name():
-    assert group_key(["sex"], "Female") == "sex:Female"
-    assert group_key(["a", "b"], ("x=1", "y (z)")) == "a:x_1/b:y _z_"
+    # the headline is the worst attribute (each attribute separately, the worst reported)
+    assert out["dp_difference"] == max(out["dp_difference.sex"], out["dp_difference.race"])
 
 
 def test_classifier_regularization_follows_appendix_c1():
@@ -102,34 +106,78 @@ def test_classifier_regularization_follows_appendix_c1():
         make_classifier("tree", 10, 0)
 
 
+def _row(variant, lam, accuracy, dp, eo, *, share=0.8, width=0.02):
+    return {"variant": variant, "lambda": lam, "classifier": "logreg", "accuracy": accuracy,
+            "accuracy.ci95_low": accuracy - width, "accuracy.ci95_high": accuracy + width,
+            "dp_difference": dp, "dp_difference.ci95_low": max(0, dp - width),
+            "dp_difference.ci95_high": dp + width, "eo_difference": eo,
+            "eo_difference.ci95_low": max(0, eo - width), "eo_difference.ci95_high": eo + width,
+            "one_class_share": share}  # fmt: skip
+
+
 def _table():
     return pd.DataFrame(
         [
-            {"variant": "pca", "lambda": np.nan, "classifier": "logreg", "accuracy": 0.85,
-             "dp_difference": 0.20, "eo_difference": 0.20},
-            {"variant": "fair_pca", "lambda": 0.0, "classifier": "logreg", "accuracy": 0.80,
-             "dp_difference": 0.01, "eo_difference": 0.02},
-            {"variant": "fair_pca", "lambda": 1.0, "classifier": "logreg", "accuracy": 0.82,
-             "dp_difference": 0.04, "eo_difference": 0.05},
+            _row("pca", np.nan, 0.85, 0.20, 0.20),
+            _row("fair_pca", 0.0, 0.80, 0.01, 0.02),
+            _row("fair_pca", 1.0, 0.82, 0.04, 0.05),
         ]
-    )  # fmt: skip
+    )
+
+
+def _config(**values):
+    return AuditConfig(dataset="adult", **values)
 
 
 def test_select_candidate_prefers_the_most_accurate_passing_one():
-    chosen, decision = select_candidate(_table(), Thresholds(max_dp_difference=0.05))
+    config = _config(thresholds={"max_dp_difference": 0.07}, gate="upper_bound")
+    chosen, decision = select_candidate(_table(), 0.76, config)
     assert decision.promote and chosen["lambda"] == 1.0 and chosen["accuracy"] == 0.82
 
 
 def test_select_candidate_without_passing_candidates_does_not_promote():
-    chosen, decision = select_candidate(_table(), Thresholds(max_dp_difference=0.001))
+    config = _config(thresholds={"max_dp_difference": 0.001}, gate="point")
+    chosen, decision = select_candidate(_table(), 0.76, config)
     assert not decision.promote
     assert chosen["dp_difference"] == 0.01  # least violating
     assert any("DP difference 0.0100 > max 0.001" in r for r in decision.reasons)
 
 
-def test_check_thresholds_names_every_failure():
-    row = {"accuracy": 0.5, "dp_difference": 0.3, "eo_difference": 0.4}
-    failures = check_thresholds(row, Thresholds(min_accuracy=0.6))
+def test_gate_on_the_upper_bound_rejects_what_the_point_estimate_passes():
+    """DP 0.04 passes max 0.05 as a point, its 95% upper bound 0.06 does not."""
+    table = pd.DataFrame([_row("fair_pca", 0.125, 0.82, 0.04, 0.05)])
+    thresholds = {"max_dp_difference": 0.05, "max_eo_difference": 0.10}
+    point = _config(thresholds=thresholds, gate="point")
+    upper = _config(thresholds=thresholds, gate="upper_bound")
+    _, promoted = select_candidate(table, 0.76, point)
+    _, kept = select_candidate(table, 0.76, upper)
+    assert promoted.promote and not kept.promote
+    assert "DP difference (95% upper bound) 0.0600 > max 0.05" in kept.reasons
+
+
+def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
+    """A constant classifier (DP = EO = 0) passes every fairness threshold; it is rejected."""
+    constant = _row("fair_pca_s", 0.125, 0.7636, 0.0, 0.0, share=1.0)
+    near_majority = _row("fair_pca_s", 1.0, 0.7650, 0.001, 0.0, share=0.97)
+    unfair = _row("pca", np.nan, 0.85, 0.20, 0.20)
+    config = _config()
+    chosen, decision = select_candidate(pd.DataFrame([constant, near_majority, unfair]),
+                                        0.7608, config)  # fmt: skip
+    assert not decision.promote
+    assert chosen["variant"] == "pca"  # the only eligible candidate, for review
+    assert any("are degenerate" in r and "nothing is promoted" in r for r in decision.reasons)
+    from tasks.select import ineligibility
+
+    assert any(
+        "predicts one class for 100.0%" in r for r in ineligibility(constant, 0.7608, config)
+    )
+    assert any("does not beat the majority" in r for r in ineligibility(near_majority, 0.7608,
+                                                                        config))  # fmt: skip
+
+
+def test_gate_failures_name_every_failure():
+    row = _row("fair_pca", 0.0, 0.5, 0.3, 0.4)
+    failures = gate_failures(row, _config(thresholds={"min_accuracy": 0.6}).thresholds, "point")
     assert len(failures) == 3 and "accuracy 0.5000 < min 0.6" in failures
 
 
@@ -253,6 +301,7 @@ def test_sweep_fits_once_and_reuses_the_representation():
     split = Split(
         pd.DataFrame(Z[:300]), y[:300], s.iloc[:300].reset_index(drop=True),
         pd.DataFrame(Z[300:]), y[300:], s.iloc[300:].reset_index(drop=True),
+        pd.DataFrame(Z[:0]), y[:0], s.iloc[:0],  # the sweep never reads test rows
     )  # fmt: skip
     config = AuditConfig(
         dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "linear_svm"]
@@ -268,6 +317,7 @@ def test_sweep_fits_once_and_reuses_the_representation():
     )
     assert seen == [(1, 2), (2, 2)]
     np.testing.assert_array_equal(rep.estimator.components_, components)  # not refitted
+    assert rep.estimator.tradeoff == 0.0  # restored
     table = pd.DataFrame(result.rows)
     assert len(table) == 4 and set(table["n_features"]) == {3, 6}
     assert table.loc[table["lambda"] == 0.0, "mean_gap_train"].max() < 1e-10
@@ -290,15 +340,15 @@ def test_logged_pipeline_equals_a_metadata_routed_pipeline_and_predicts_from_x_a
 
     from fairpca import FairPCA
     from fairpca.datasets import load_german, make_preprocessor
-    from flows.audit import build_pipeline
     from tasks.classify import fit_classifier
     from tasks.data import Split
+    from tasks.pipeline import build_pipeline
     from tasks.represent import fit_preprocessor, fit_representation
     from tasks.sweep import SweepResult
 
     data = load_german()
     X, y, s = data.X, data.y.to_numpy(), data.sensitive
-    split = Split(X, y, s, X.head(50), y[:50], s.head(50))
+    split = Split(X, y, s, X.head(50), y[:50], s.head(50), X.head(50), y[:50], s.head(50))
     preprocessor, Z, _ = fit_preprocessor.fn(split)
     rep = fit_representation.fn("fair_pca", Z, y, s, k=4, equalize_covariance=0.5, seed=0)
     rep.estimator.set_params(tradeoff=0.5)
@@ -324,3 +374,20 @@ def test_logged_pipeline_equals_a_metadata_routed_pipeline_and_predicts_from_x_a
     np.testing.assert_allclose(
         ours.decision_function(X), routed.decision_function(X), rtol=1e-6, atol=1e-8
     )
+
+
+def test_report_renders_structured_sections_as_markdown_and_html():
+    from tasks.report import Bullets, Plot, Strong, render_html, render_markdown
+
+    sections = [
+        ("Decision", [Strong("do NOT promote"), Bullets(["DP 0.06 > max 0.05", "a < b"])]),
+        ("Table", pd.DataFrame({"x": [1.0]})),
+        ("Plot", Plot("trade-off")),
+        ("Notes", "plain text"),
+    ]
+    markdown = render_markdown("T", sections, "tradeoff.png")
+    assert "**do NOT promote**" in markdown and "- DP 0.06 > max 0.05" in markdown
+    assert "![trade-off](tradeoff.png)" in markdown
+    page = render_html("T", sections, None)
+    assert "<p><strong>do NOT promote</strong></p>" in page
+    assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page

@@ -1,0 +1,340 @@
+"""What an audit records: its in-memory state, the report's sections, the flat MLflow
+metrics/tags and the ``selection`` summary that the model registry step reads."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.pipeline import Pipeline
+
+from .report import Bullets, Plot, Strong, summary_table
+from .select import Decision, candidate_name
+
+__all__ = [
+    "AuditState",
+    "audit_facts",
+    "candidate_summary",
+    "chosen_metrics",
+    "diagnostics_frame",
+    "format_interval",
+    "group_sizes",
+    "logged_metrics",
+    "metric_steps",
+    "model_tags",
+    "report_sections",
+    "reported_frame",
+    "run_tags",
+    "selection_record",
+]
+
+HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+
+
+@dataclass
+class AuditState:
+    """In-memory results of the compute part of an audit (no MLflow yet)."""
+
+    config: Any
+    run_name: str
+    out_dir: Path
+    dataset: Any
+    split: Any
+    preprocessor: Any
+    representations: dict[str, Any]
+    sweeps: dict[str, Any]
+    table: pd.DataFrame
+    chosen: dict[str, Any]
+    decision: Decision
+    pipeline: Pipeline
+    pca_row: dict[str, Any] | None = None
+    majority_accuracy: float = math.nan
+    evaluation: dict[str, Any] = field(default_factory=dict)
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+
+
+def chosen_metrics(chosen: dict[str, Any]) -> dict[str, float]:
+    """The chosen row's numeric, finite values (validation metrics and representation facts)."""
+    skip = ("variant", "classifier", "lambda_index")
+    return {k: float(v) for k, v in chosen.items() if k not in skip and _finite(v)}
+
+
+def metric_steps(table: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per-lambda validation curves as MLflow metric histories (step = lambda index)."""
+    steps = []
+    for row in table.to_dict("records"):
+        prefix = f"{row['variant']}/{row['classifier']}"
+        for column in HEADLINE:
+            steps.append(
+                {"key": f"{prefix}/{column}", "value": row[column], "step": row["lambda_index"]}
+            )
+    reps = table.drop_duplicates(subset=["variant", "lambda_index"])
+    for row in reps.to_dict("records"):
+        for column in ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation"):
+            steps.append(
+                {
+                    "key": f"{row['variant']}/{column}",
+                    "value": row[column],
+                    "step": row["lambda_index"],
+                }
+            )
+    return [s for s in steps if _finite(s["value"]) and np.isfinite(s["value"])]
+
+
+def group_sizes(split, min_group_size: int) -> dict[str, dict[str, int | str]]:
+    """Rows per group over the three parts; groups below ``min_group_size`` suppressed."""
+    frame = pd.concat([split.s_train, split.s_validation, split.s_test], ignore_index=True)
+    out: dict[str, dict[str, int | str]] = {}
+    for column in frame.columns:
+        counts = frame[column].astype(str).value_counts().sort_index()
+        out[str(column)] = {
+            group: int(n) if n >= min_group_size else "suppressed" for group, n in counts.items()
+        }
+    return out
+
+
+def selection_record(state: AuditState) -> dict[str, Any]:
+    """The audit's result for the registry step (``audit.json["selection"]``).
+
+    ``baselines["pca"]`` is present only when the audit fitted standard PCA.
+    """
+    chosen, evaluation = state.chosen, state.evaluation
+    lam = chosen["lambda"]
+    record = {
+        "chosen": {
+            "variant": chosen["variant"],
+            "classifier": chosen["classifier"],
+            "lambda": None if not _finite(lam) else float(lam),
+            "name": candidate_name(chosen),
+        },
+        "gate": state.config.gate,
+        "decision": state.decision.as_dict(),
+        "validation": evaluation["chosen"]["validation"],
+        "test": evaluation["chosen"]["test"],
+        "baselines": {
+            "majority": {
+                "class": evaluation["majority"]["class"],
+                "validation": evaluation["majority"]["validation"],
+                "test": evaluation["majority"]["test"],
+            },
+        },
+        "split": {key: state.split.summary()[key] for key in ("n_train", "n_validation", "n_test")},
+        "group_sizes": group_sizes(state.split, state.config.min_group_size),
+        "diagnostics": state.diagnostics.get("representations", {}),
+        "warnings": list(state.diagnostics.get("warnings", [])),
+    }
+    if state.pca_row is not None and "pca" in evaluation:
+        record["baselines"]["pca"] = {
+            "name": candidate_name(state.pca_row),
+            "validation": evaluation["pca"]["validation"],
+            "test": evaluation["pca"]["test"],
+        }
+    return json.loads(json.dumps(record, default=float))
+
+
+def audit_facts(state: AuditState) -> dict[str, Any]:
+    """Data and setup facts for the report (aggregates only)."""
+    config = state.config
+    facts: dict[str, Any] = {
+        "source": config.source_name,
+        "sensitive attribute(s)": ", ".join(state.split.s_train.columns),
+        **state.split.summary(),
+        "k": config.k,
+        "variants": ", ".join(config.variants),
+        "lambdas": ", ".join(f"{lam:g}" for lam in config.lambdas),
+        "classifiers": ", ".join(config.classifiers),
+        "seed": config.seed,
+        "RBF SVC training rows": config.svc_max_train_rows or "all",
+        "thresholds": config.thresholds.model_dump(),
+        "gate": config.gate,
+        "eligibility": f"beat the majority class by {config.min_accuracy_gain} on validation, "
+        f"predict one class for < {100 * config.max_one_class_share:g}% of the rows",
+    }
+    encoding = getattr(state.dataset, "sensitive_encoding", None)
+    if encoding:
+        facts["group coding"] = "; ".join(f"{k}: {v}" for k, v in encoding.items())
+    facts["group sizes"] = json.dumps(group_sizes(state.split, config.min_group_size))
+    return facts
+
+
+def format_interval(metrics: dict[str, float], name: str) -> str:
+    """``0.8175 [0.7888, 0.8438]``: a metric with its 95% interval ("-" when undefined)."""
+    if name not in metrics:
+        return "-"
+    low, high = metrics.get(f"{name}.ci95_low"), metrics.get(f"{name}.ci95_high")
+    if low is None or high is None:
+        return f"{metrics[name]:.4f}"
+    return f"{metrics[name]:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def reported_frame(state: AuditState) -> pd.DataFrame:
+    """Chosen candidate beside the baselines, validation and test, with 95% intervals."""
+    evaluation = state.evaluation
+    rows = [("chosen: " + candidate_name(state.chosen), evaluation["chosen"])]
+    if "pca" in evaluation and state.pca_row is not None:
+        rows.append(("unconstrained PCA: " + candidate_name(state.pca_row), evaluation["pca"]))
+    rows.append(("majority class", evaluation["majority"]))
+    test = evaluation["chosen"]["test"]
+    several = any(k.endswith(".intersection") for k in test)
+    metrics = [k for k in test if k.startswith(HEADLINE) and "ci95" not in k]
+    metrics = sorted(metrics) if several else list(HEADLINE)
+    records = []
+    for label, parts in rows:
+        for part in ("validation", "test"):
+            entry = {"model": label, "rows": part}
+            for metric in metrics:
+                entry[metric] = format_interval(parts[part], metric)
+            records.append(entry)
+    return pd.DataFrame(records)
+
+
+def candidate_summary(state: AuditState) -> pd.DataFrame:
+    """The summary table (validation rows): baselines, chosen, lambda ends per variant."""
+    baselines = {
+        "majority": {"validation": {"accuracy": state.majority_accuracy}},
+        "pca": None if state.pca_row is None else {"row": state.pca_row},
+    }
+    return summary_table(state.table, state.chosen, baselines)
+
+
+def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """The report's sections, in order (rendered to Markdown and HTML by the report task)."""
+    verdict = "PROMOTE to champion" if state.decision.promote else "do NOT promote"
+    diag = state.diagnostics
+    sections: list[tuple[str, Any]] = [
+        ("Data and setup", Bullets([f"{k}: {v}" for k, v in audit_facts(state).items()])),
+        ("Decision", [Strong(verdict), Bullets(state.decision.reasons)]),
+        (
+            "Chosen pipeline beside the baselines (95% intervals; test rows never used for a "
+            "choice)",
+            reported_frame(state),
+        ),
+        (
+            "Trade-off on validation rows",
+            Plot("validation accuracy vs fairness violation per lambda"),
+        ),
+        (
+            "Candidates on validation rows (baselines, chosen, lambda=0 and last lambda per "
+            "variant and classifier; full table: metrics.csv)",
+            candidate_summary(state),
+        ),
+        ("Warnings", Bullets(diag.get("warnings") or ["none"])),
+        (
+            "Diagnostics: does fairness carry over to held-out rows?",
+            diagnostics_frame(diag.get("representations", {})),
+        ),
+    ]
+    sections += extra
+    sections.append(
+        (
+            "Notes",
+            "All numbers are aggregates; groups with fewer than "
+            f"{state.config.min_group_size} rows are suppressed. No raw rows or per-person "
+            "sensitive attributes are stored.",
+        )
+    )
+    return sections
+
+
+def diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
+    """One row per representation and attribute: probe, chance, mean gaps, reconstruction."""
+    records = []
+    for variant, diag in per_variant.items():
+        errors = diag.get("reconstruction_error") or {}
+        for attribute, probe in diag["leakage"].items():
+            records.append(
+                {
+                    "representation": variant,
+                    "attribute": attribute,
+                    "probe balanced accuracy": f"{probe['balanced_accuracy']:.3f} "
+                    f"[{probe['balanced_accuracy.ci95_low']:.3f}, "
+                    f"{probe['balanced_accuracy.ci95_high']:.3f}]",
+                    "chance": probe["chance"],
+                    "mean gap (train)": diag["mean_gap_train"],
+                    "mean gap (validation)": diag["mean_gap_validation"],
+                    "reconstruction error per group": ", ".join(
+                        f"{g}: {e:.3g}" for g, e in errors.items()
+                    )
+                    or "-",
+                    "near-constant directions": ", ".join(
+                        str(d["direction"])
+                        for d in diag["near_constant_directions"].get(attribute, [])
+                    )
+                    or "-",
+                }
+            )
+    return pd.DataFrame(records)
+
+
+def run_tags(state: AuditState, hashes: dict[str, str]) -> dict[str, str]:
+    """MLflow run tags: identity of the audit, the choice, the decision, matrix hashes."""
+    chosen = state.chosen
+    return {
+        "fairpca.audit_id": state.run_name,
+        "fairpca.source": state.config.source_name,
+        "fairpca.sensitive": ",".join(state.split.s_train.columns),
+        "fairpca.chosen": candidate_name(chosen),
+        "fairpca.decision": "promote" if state.decision.promote else "keep",
+        "fairpca.decision_reasons": "; ".join(state.decision.reasons),
+        "fairpca.gate": state.config.gate,
+        "fairpca.local_output_dir": str(state.out_dir.resolve()),
+        **{f"fairpca.sha256.{key}": value for key, value in hashes.items()},
+        "fairpca.projection": f"projection/{chosen['variant']}",
+        "fairpca.components_sha256": hashes.get(f"{chosen['variant']}/components_", ""),
+        "fairpca.mean_sha256": hashes.get(f"{chosen['variant']}/mean_", ""),
+        **({"fairpca.skipped_variants": "; ".join(state.skipped)} if state.skipped else {}),
+        **(
+            {"fairpca.warnings": " | ".join(state.diagnostics["warnings"])}
+            if state.diagnostics.get("warnings")
+            else {}
+        ),
+    }
+
+
+def model_tags(state: AuditState) -> dict[str, str]:
+    """Tags of the registered model version (validation metrics of the chosen candidate)."""
+    chosen, config = state.chosen, state.config
+    return {
+        "variant": chosen["variant"],
+        "classifier": chosen["classifier"],
+        "lambda": f"{chosen['lambda']:g}",
+        **{metric: f"{chosen[metric]:.6f}" for metric in HEADLINE},
+        "meets_thresholds": str(state.decision.promote).lower(),
+        "sensitive": ",".join(state.split.s_train.columns),
+        "audit_run_name": state.run_name,
+        **{f"threshold.{k}": str(v) for k, v in config.thresholds.model_dump().items()},
+    }
+
+
+def logged_metrics(state: AuditState) -> dict[str, float]:
+    """Flat run metrics: the chosen candidate's validation metrics (unprefixed, as the sweep's
+    curves), its test metrics and the baselines' (``test.``, ``baseline.<name>.<part>.``),
+    representation facts and timings."""
+    metrics = {**chosen_metrics(state.chosen), **state.timings}
+    evaluation = state.evaluation
+    metrics.update({f"test.{k}": v for k, v in evaluation["chosen"]["test"].items()})
+    for name in ("majority", "pca"):
+        for part in ("validation", "test"):
+            values = evaluation.get(name, {}).get(part, {})
+            metrics.update(
+                {
+                    f"baseline.{name}.{part}.{k}": v
+                    for k, v in values.items()
+                    if k.startswith(HEADLINE)
+                }
+            )
+    for variant, rep in state.representations.items():
+        for key, value in rep.facts.items():
+            metrics[f"{variant}/{key}"] = value
+    return {k: float(v) for k, v in metrics.items() if _finite(v)}

@@ -1,0 +1,187 @@
+"""The audit's choice is one a reviewer can defend: chosen on validation rows only, never on
+the test rows; and an audit in which no fair variant could be fitted fails."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows.config import AuditConfig
+
+
+def _config(**values):
+    base = {
+        "dataset": "german",
+        "k": 3,
+        "variants": ["pca", "fair_pca"],
+        "lambdas": [0.0, 0.125, 1.0],
+        "classifiers": ["logreg"],
+        "n_bootstrap": 200,
+        "metric_max_rows": 100,
+        "thresholds": {"max_dp_difference": 0.2, "max_eo_difference": 0.3},
+    }
+    return AuditConfig(**{**base, **values})
+
+
+def _choose_then_report(split, config):
+    """The compute path of the audit flow, task bodies called directly."""
+    from tasks.pipeline import build_pipeline, evaluate_reported
+    from tasks.represent import fit_preprocessor, fit_representation
+    from tasks.select import choose
+    from tasks.sweep import sweep_representation
+
+    preprocessor, encoded_train, encoded_validation = fit_preprocessor.fn(split)
+    reps = {
+        v: fit_representation.fn(
+            v, encoded_train, split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
+        )
+        for v in config.variants
+    }
+    sweeps = {
+        v: sweep_representation(rep, encoded_train, encoded_validation, split, config, 1.0)
+        for v, rep in reps.items()
+    }
+    table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
+    choice = choose(table, split.y_train, split.y_validation, config)
+    pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
+    pca = build_pipeline(preprocessor, reps, sweeps, choice["pca_row"])
+    reported = evaluate_reported.fn(split, config, pipeline, pca, choice["chosen"],
+                                    choice["pca_row"])  # fmt: skip
+    return table, choice, reported
+
+
+def test_changing_the_test_labels_cannot_change_the_chosen_candidate():
+    from fairpca.datasets import load_german
+    from tasks.data import split_data
+
+    config = _config()
+    split = split_data.fn(load_german(), config)
+    flipped = dataclasses.replace(split, y_test=1 - split.y_test)
+    table, choice, reported = _choose_then_report(split, config)
+    table_flipped, choice_flipped, reported_flipped = _choose_then_report(flipped, config)
+
+    timing = ["classifier_seconds"]
+    pd.testing.assert_frame_equal(table.drop(columns=timing), table_flipped.drop(columns=timing))
+    assert choice["decision"] == choice_flipped["decision"]
+    for key in ("variant", "classifier", "lambda_index"):
+        assert choice["chosen"][key] == choice_flipped["chosen"][key]
+    # ... while the test-part numbers, reported afterwards, do see the flipped labels
+    accuracy = reported["chosen"]["test"]["accuracy"]
+    assert reported_flipped["chosen"]["test"]["accuracy"] == pytest.approx(1 - accuracy)
+    assert reported["chosen"]["validation"] == reported_flipped["chosen"]["validation"]
+
+
+def test_baselines_and_intervals_are_reported_on_validation_and_test():
+    from fairpca.datasets import load_german
+    from tasks.data import split_data
+
+    config = _config()
+    split = split_data.fn(load_german(), config)
+    _, choice, reported = _choose_then_report(split, config)
+    assert {"chosen", "majority", "pca"} <= set(reported)
+    majority = reported["majority"]
+    assert majority["validation"]["accuracy"] == choice["majority_accuracy"]
+    majority_class = int(np.mean(split.y_train) > 0.5)  # German: 0 (70% good credit)
+    assert majority["class"] == majority_class == 0
+    assert majority["test"]["accuracy"] == pytest.approx(np.mean(split.y_test == 0))
+    assert majority["test"]["dp_difference"] == 0.0  # a constant predictor is trivially "fair"
+    for part in ("validation", "test"):
+        metrics = reported["chosen"][part]
+        for name in ("accuracy", "dp_difference", "eo_difference"):
+            assert metrics[f"{name}.ci95_low"] <= metrics[name] <= metrics[f"{name}.ci95_high"]
+    assert choice["pca_row"]["variant"] == "pca"
+
+
+def test_an_audit_without_any_fitted_fair_variant_fails(prefect_harness, tmp_path):
+    """7 features and a 3-group attribute: the default k leaves no room for the fairness
+    constraints, so every fair variant is skipped; the audit must fail, naming why and
+    the fix, instead of registering plain PCA."""
+    from flows.audit import fairness_audit
+
+    rng = np.random.default_rng(0)
+    n = 400
+    frame = pd.DataFrame(rng.normal(size=(n, 7)), columns=[f"x{i}" for i in range(7)])
+    frame["group"] = rng.choice(["a", "b", "c"], size=n)
+    frame["label"] = (frame["x0"] + rng.normal(size=n) > 0).astype(int)
+    path = tmp_path / "small.csv"
+    frame.to_csv(path, index=False)
+    config = AuditConfig(
+        data=path,
+        label="label",
+        sensitive=["group"],
+        variants=["pca", "fair_pca", "fair_pca_s"],
+        classifiers=["logreg"],
+        lambdas=[0.0],
+        output_dir=tmp_path / "out",
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
+    with pytest.raises(ValueError, match="no fair variant could be fitted") as info:
+        fairness_audit(config)
+    message = str(info.value)
+    assert "fair_pca:" in message and "fair_pca_s:" in message and "smaller k" in message
+    assert not list((tmp_path / "out").rglob("audit.json"))  # nothing logged or registered
+
+
+def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
+    """A direction of almost no within-group variance whose group means differ separates the
+    groups on held-out rows; the probe finds the attribute; both are named in warnings."""
+    from tasks.diagnostics import leakage_probe, mitigation_warnings, near_constant_directions
+
+    rng = np.random.default_rng(0)
+    n = 1000
+    groups = pd.Series(rng.choice(["a", "b"], size=n))
+    F = rng.normal(size=(n, 4))
+    F[:, 2] = 1e-4 * rng.normal(size=n) + 1e-3 * (groups == "a")  # the proxy direction
+    flagged = near_constant_directions(F, groups)
+    assert [d["direction"] for d in flagged] == [2]
+    probe = leakage_probe(F[:600], groups[:600], F[600:], groups[600:], seed=0)
+    assert probe["chance"] == 0.5 and probe["balanced_accuracy.ci95_low"] > 0.95
+    blind = leakage_probe(F[:600, [0, 1]], groups[:600], F[600:, [0, 1]], groups[600:], seed=0)
+    assert blind["balanced_accuracy.ci95_low"] < 0.5 < blind["balanced_accuracy.ci95_high"]
+
+    table = pd.DataFrame(
+        [
+            {"variant": "pca", "classifier": "logreg", "lambda_index": 0, "dp_difference": 0.1,
+             "eo_difference": 0.1},
+            {"variant": "fair_pca", "classifier": "logreg", "lambda_index": 0,
+             "dp_difference": 0.12, "eo_difference": 0.1},
+        ]
+    )  # fmt: skip
+    diag = {"leakage": {"g": probe}, "near_constant_directions": {"g": flagged}}
+    warnings = mitigation_warnings(table, {"fair_pca": diag})
+    assert any(w.startswith("mitigation did nothing: fair_pca") for w in warnings)
+    assert any("g is still predictable from fair_pca" in w for w in warnings)
+    assert any("direction(s) 2" in w and "smaller k" in w for w in warnings)
+
+
+def test_a_three_row_group_does_not_abort_the_audit(prefect_harness, tmp_path):
+    """Its rows go to training (a stratum of < 3 rows cannot reach all three parts); the
+    audit completes and the group is suppressed in what is logged."""
+    from flows.audit import fairness_audit
+
+    rng = np.random.default_rng(1)
+    n = 600
+    frame = pd.DataFrame(rng.normal(size=(n, 6)), columns=[f"x{i}" for i in range(6)])
+    frame["group"] = np.where(np.arange(n) < 3, "tiny", rng.choice(["a", "b"], size=n))
+    frame["label"] = (frame["x0"] + frame["x1"] + rng.normal(size=n) > 0).astype(int)
+    path = tmp_path / "tiny_group.csv"
+    frame.to_csv(path, index=False)
+    config = AuditConfig(
+        data=path,
+        label="label",
+        sensitive=["group"],
+        k=2,
+        variants=["pca", "fair_pca"],
+        classifiers=["logreg"],
+        lambdas=[0.0, 1.0],
+        n_bootstrap=200,
+        output_dir=tmp_path / "out",
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
+    result = fairness_audit(config)
+    assert result.selection["split"] == {"n_train": 300, "n_validation": 150, "n_test": 150}
+    assert result.selection["group_sizes"]["group"]["tiny"] == "suppressed"
+    assert not any("tiny" in key for key in result.selection["test"])
