@@ -218,12 +218,28 @@ def _temporary_server():
         server = _ephemeral_prefect_server()
         yield server
     finally:
-        with suppress(Exception):
-            if server is not None:
+        if server is not None:
+            with suppress(Exception):
                 _drain_prefect_workers()  # else they retry against the stopped server at exit
+            with suppress(Exception):
                 server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _start_server(server) -> None:
+    """Boot the temporary server with the stop signals held back.
+
+    A signal that arrived while ``subprocess.Popen`` was spawning the server would unwind the
+    stack before the server object knows its process, leaving an orphan; held back, it is
+    delivered as soon as the server is up (or has failed), and the ``finally`` above stops it.
+    """
+    held = {*_STOP_SIGNALS, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        server.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
 
 
 def _drain_prefect_workers() -> None:
@@ -250,7 +266,7 @@ def _run(flow_name: str, config) -> None:
         module = "flows.retrain" if flow_name == "retrain" else "flows.audit"
         start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
         if server is not None:
-            server.start()
+            _start_server(server)
         if flow_name == "retrain":
             from .retrain import retrain as flow_fn
         else:
