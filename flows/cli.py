@@ -395,7 +395,10 @@ SHARED_OPTIONS: dict[str, Any] = {
     "experiment_name": Annotated[
         str | None, _opt("MLflow experiment name.", field="experiment_name")
     ],
-    "model_name": Annotated[str | None, _opt("Registered model name.", default="fairpca-<source>")],
+    "model_name": Annotated[
+        str | None,
+        _opt("Registered model name.", default="fairpca-<source>-<label>-<sensitive attributes>"),
+    ],
     "dask_address": Annotated[
         str | None, _opt("Run tasks on Dask: 'local' or a scheduler address tcp://host:8786.")
     ],
