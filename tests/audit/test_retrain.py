@@ -22,7 +22,7 @@ def people(n: int, *, shift_b: float, seed: int) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     group = np.where(np.arange(n) % 2 == 0, "a", "b")
     x1, x2 = rng.normal(size=n), rng.normal(size=n)
-    score = x1 + 0.5 * x2 + rng.normal(scale=0.3, size=n)
+    score = x1 + 0.5 * x2 + rng.normal(size=n)  # no single column predicts it too well
     b = group == "b"
     x1 = x1 + shift_b * b
     return pd.DataFrame(
