@@ -158,7 +158,11 @@ def _section_data(audit: dict[str, Any], definition: dict[str, Any]) -> str:
     for name, digest in source.get("sha256", {}).items():
         lines.append(f"- SHA-256 of `{_cell(name)}`: `{digest or 'no published sum'}`")
     split = audit.get("selection", {}).get("split", {})
-    rows = [{"part": part.removeprefix("n_"), "rows": str(n)} for part, n in split.items()]
+    rows = [
+        {"part": part, "rows": str(split[f"n_{part}"])}
+        for part in ("train", "validation", "test")
+        if f"n_{part}" in split
+    ]
     return "\n".join(lines) + "\n\nSplit sizes (disjoint parts):\n\n" + _table(rows)
 
 
