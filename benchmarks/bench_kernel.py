@@ -60,7 +60,7 @@ KERNEL_REFERENCE = ROOT / "tests" / "library" / "kernel_reference.py"
 def adult_matrix():
     """All Adult rows, one-hot + standardised (preprocessor fitted on all rows), and sex."""
     data = load_adult()
-    X = make_preprocessor(data.X).fit_transform(data.X)
+    X = make_preprocessor(data.X, min_category_count=1).fit_transform(data.X)
     return np.asarray(X, dtype=np.float64), data.sensitive["sex"].to_numpy(), data.y.to_numpy()
 
 
@@ -260,7 +260,7 @@ def bench_quality(n_train: int, seeds, routes) -> None:
     for seed in seeds:
         rows = np.random.default_rng(seed).permutation(data.n_samples)[: 2 * n_train]
         train, test = rows[:n_train], rows[n_train:]
-        prep = make_preprocessor(data.X).fit(data.X.iloc[train])
+        prep = make_preprocessor(data.X, min_category_count=1).fit(data.X.iloc[train])
         X_tr = np.asarray(prep.transform(data.X.iloc[train]), dtype=np.float64)
         X_te = np.asarray(prep.transform(data.X.iloc[test]), dtype=np.float64)
         y_tr, y_te = data.y.to_numpy()[train], data.y.to_numpy()[test]

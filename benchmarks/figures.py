@@ -257,7 +257,7 @@ def load_tabular(name, n_train, n_test, seed, data_dir=None):
     rng = np.random.default_rng(seed)
     order = rng.permutation(data.n_samples)
     train, test = order[:n_train], order[n_train : n_train + n_test]
-    prep = make_pipeline(make_preprocessor(data.X), StandardScaler())
+    prep = make_pipeline(make_preprocessor(data.X, min_category_count=1), StandardScaler())
     X_tr = prep.fit_transform(data.X.iloc[train])
     X_te = prep.transform(data.X.iloc[test]) if len(test) else np.zeros((0, X_tr.shape[1]))
     y, z = data.y.to_numpy(), data.sensitive.iloc[:, 0].to_numpy()

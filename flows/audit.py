@@ -159,7 +159,9 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         split = split_data(dataset, config)
     get_run_logger().info("split: %s", split.summary())
     with timed(timings, "fit_preprocessor"):
-        preprocessor, encoded_train, encoded_validation = fit_preprocessor(split)
+        preprocessor, encoded_train, encoded_validation = fit_preprocessor(
+            split, config.min_group_size
+        )
     with timed(timings, "fit_representations"):
         reps, skipped = _fit_representations(config, split, encoded_train, timings)
     with timed(timings, "lambda_sweep"):

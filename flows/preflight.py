@@ -20,7 +20,9 @@ class PreflightError(ValueError):
     """An input that would make the audit fail; the message says what, which value, the fix."""
 
 
-def max_components(dataset: Any, variants: list[str]) -> tuple[int, int, int]:
+def max_components(
+    dataset: Any, variants: list[str], min_category_count: int = 30
+) -> tuple[int, int, int]:
     """Largest k the variants allow: ``(k_max, encoded width d, mean constraints r)``.
 
     Fair PCA keeps ``U`` in the null space of the ``r = sum_a (g_a - 1)`` group-mean
@@ -30,7 +32,8 @@ def max_components(dataset: Any, variants: list[str]) -> tuple[int, int, int]:
     """
     from fairpca.datasets import make_preprocessor
 
-    width = len(make_preprocessor(dataset.X).fit(dataset.X).get_feature_names_out())
+    preprocessor = make_preprocessor(dataset.X, min_category_count=min_category_count)
+    width = len(preprocessor.fit(dataset.X).get_feature_names_out())
     sensitive = dataset.sensitive
     constraints = int(sum(sensitive[column].nunique() - 1 for column in sensitive.columns))
     fair = any(variant != "pca" for variant in variants)
@@ -38,7 +41,9 @@ def max_components(dataset: Any, variants: list[str]) -> tuple[int, int, int]:
 
 
 def _check_k(config, dataset) -> None:
-    k_max, width, constraints = max_components(dataset, list(config.variants))
+    k_max, width, constraints = max_components(
+        dataset, list(config.variants), config.min_group_size
+    )
     if config.k <= k_max:
         return
     screened = getattr(dataset, "screened", {}) or {}

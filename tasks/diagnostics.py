@@ -79,7 +79,7 @@ def leakage_probe(
         "balanced_accuracy": float(balanced_accuracy_score(truth, predicted)),
         "balanced_accuracy.ci95_low": low,
         "balanced_accuracy.ci95_high": high,
-        "chance": 1.0 / len(np.unique(truth_train)),
+        "chance": 1.0 / len(np.unique(truth)),
     }
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import pandas as pd
 
+from fairpca.datasets import RARE_CATEGORY
+
 __all__ = [
     "MANIFEST_FILE",
     "PLACEHOLDER_CATEGORY",
@@ -28,7 +30,7 @@ __all__ = [
     "write_manifest",
 ]
 
-PLACEHOLDER_CATEGORY = "<rare>"  # not a training category: encoded as unseen/infrequent
+PLACEHOLDER_CATEGORY = RARE_CATEGORY  # the pooled bucket of rare categories
 MANIFEST_FILE = "model.sha256.json"
 
 

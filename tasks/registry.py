@@ -314,6 +314,7 @@ def _skops_file(model_dir: Path) -> Path:
 TRUSTED_TYPES = frozenset(
     {
         "fairpca._fair_pca.FairPCA",
+        "fairpca.datasets._preprocess.RareCategoryPooler",
         "fairpca._kernel.FairKernelPCA",
         "fairpca._kernel_maps.KernelFactor",
         "fairpca._kernel_maps.KernelFunction",

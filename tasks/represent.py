@@ -20,18 +20,23 @@ __all__ = [
 ]
 
 
-def make_preprocessor(X) -> Any:
-    """Unfitted ColumnTransformer (one-hot categoricals, standardized numerics)."""
+def make_preprocessor(X, min_category_count: int = 30) -> Any:
+    """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,
+    standardized numerics)."""
     from fairpca.datasets import make_preprocessor as make
 
-    return make(X)
+    return make(X, min_category_count=min_category_count)
 
 
 @task(name="fit-preprocessor", cache_policy=NO_CACHE)
-def fit_preprocessor(split) -> tuple[Any, np.ndarray, np.ndarray]:
+def fit_preprocessor(split, min_category_count: int = 30) -> tuple[Any, np.ndarray, np.ndarray]:
     """Fit the preprocessor on the training rows only; return it and the encoded training
-    and validation features (the test rows are encoded by the final pipeline only)."""
-    preprocessor = make_preprocessor(split.X_train)
+    and validation features (the test rows are encoded by the final pipeline only).
+
+    Categories with fewer than ``min_category_count`` training rows are pooled before
+    encoding, so the fitted (and logged) preprocessor stores none of them.
+    """
+    preprocessor = make_preprocessor(split.X_train, min_category_count)
     encoded_train = np.asarray(preprocessor.fit_transform(split.X_train), dtype=np.float64)
     encoded_validation = np.asarray(preprocessor.transform(split.X_validation), dtype=np.float64)
     return preprocessor, encoded_train, encoded_validation

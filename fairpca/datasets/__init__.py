@@ -9,7 +9,13 @@ parsed.
 from ._dataset import Dataset
 from ._files import DATA_DIR_ENV, ChecksumMismatchError, DatasetNotFoundError
 from ._paper_splits import LEE2022_DIMENSIONS, load_lee2022_split
-from ._preprocess import make_preprocessor, split_feature_kinds
+from ._preprocess import (
+    MIN_CATEGORY_COUNT,
+    RARE_CATEGORY,
+    RareCategoryPooler,
+    make_preprocessor,
+    split_feature_kinds,
+)
 from ._public import (
     DATASET_NAMES,
     load_adult,
@@ -25,10 +31,13 @@ __all__ = [
     "DATASET_NAMES",
     "DATA_DIR_ENV",
     "LEE2022_DIMENSIONS",
+    "MIN_CATEGORY_COUNT",
+    "RARE_CATEGORY",
     "ChecksumMismatchError",
     "ColumnScreening",
     "Dataset",
     "DatasetNotFoundError",
+    "RareCategoryPooler",
     "ScreeningWarning",
     "balanced_accuracy_alone",
     "detect_separator",

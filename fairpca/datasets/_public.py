@@ -232,7 +232,8 @@ def load_german(
         ``X``. Any other raw column is used as is and removed from ``X``.
     drop : str or sequence of str, default=()
         Further feature columns to remove; ``("personal_status",)`` with ``sensitive="age"``
-        is the setup of Lee et al. 2022 (57 one-hot/scaled features).
+        is the setup of Lee et al. 2022 (57 one-hot/scaled features with
+        ``make_preprocessor(X, min_category_count=1)``, which keeps every category).
     data_dir : str, path-like or None, default=None
         Read ``<data_dir>/uci-german/german.data`` instead of the bundled copy.
 

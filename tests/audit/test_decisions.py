@@ -155,3 +155,33 @@ def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
     assert any(w.startswith("mitigation did nothing: fair_pca") for w in warnings)
     assert any("g is still predictable from fair_pca" in w for w in warnings)
     assert any("direction(s) 2" in w and "smaller k" in w for w in warnings)
+
+
+def test_a_three_row_group_does_not_abort_the_audit(prefect_harness, tmp_path):
+    """Its rows go to training (a stratum of < 3 rows cannot reach all three parts); the
+    audit completes and the group is suppressed in what is logged."""
+    from flows.audit import fairness_audit
+
+    rng = np.random.default_rng(1)
+    n = 600
+    frame = pd.DataFrame(rng.normal(size=(n, 6)), columns=[f"x{i}" for i in range(6)])
+    frame["group"] = np.where(np.arange(n) < 3, "tiny", rng.choice(["a", "b"], size=n))
+    frame["label"] = (frame["x0"] + frame["x1"] + rng.normal(size=n) > 0).astype(int)
+    path = tmp_path / "tiny_group.csv"
+    frame.to_csv(path, index=False)
+    config = AuditConfig(
+        data=path,
+        label="label",
+        sensitive=["group"],
+        k=2,
+        variants=["pca", "fair_pca"],
+        classifiers=["logreg"],
+        lambdas=[0.0, 1.0],
+        n_bootstrap=200,
+        output_dir=tmp_path / "out",
+        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )
+    result = fairness_audit(config)
+    assert result.selection["split"] == {"n_train": 300, "n_validation": 150, "n_test": 150}
+    assert result.selection["group_sizes"]["group"]["tiny"] == "suppressed"
+    assert not any("tiny" in key for key in result.selection["test"])

@@ -109,7 +109,7 @@ def test_wide_categoricals_are_screened_and_one_hot_width_is_capped():
     assert re.fullmatch(
         r"\d+ distinct categories \(more than 100\) would explode .*", screening.excluded["code"]
     )
-    encoded = make_preprocessor(frame[["code"]]).fit(frame[["code"]])
+    encoded = make_preprocessor(frame[["code"]], min_category_count=1).fit(frame[["code"]])
     assert len(encoded.get_feature_names_out()) == 50  # 49 frequent + 1 pooled column
     unseen = encoded.transform(pd.DataFrame({"code": ["never-seen"]}))
     assert unseen.sum() == 1.0  # unseen values land in the pooled column

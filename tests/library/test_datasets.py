@@ -155,7 +155,9 @@ def test_german_sex_and_lee_setup_dimension():
     assert "personal_status" not in data.X.columns
     assert data.sensitive["sex"].value_counts().to_dict() == {1: 690, 0: 310}
     lee = load_german(drop="personal_status")
-    assert make_preprocessor(lee.X).fit_transform(lee.X).shape == (1_000, 57)
+    paper = make_preprocessor(lee.X, min_category_count=1)  # every category, as in the paper
+    assert paper.fit_transform(lee.X).shape == (1_000, 57)
+    assert make_preprocessor(lee.X).fit_transform(lee.X).shape == (1_000, 54)  # rare pooled
 
 
 def test_cached_parse_returns_copies():
@@ -420,7 +422,7 @@ def test_preprocessor_uses_training_statistics_only():
 
 def test_preprocessor_imputes_numeric_nan_with_training_median():
     train = pd.DataFrame({"x": [1.0, 2.0, 10.0, np.nan], "c": ["a", None, "b", "a"]})
-    prep = make_preprocessor(train).fit(train)
+    prep = make_preprocessor(train, min_category_count=1).fit(train)
     out = prep.transform(pd.DataFrame({"x": [np.nan], "c": ["a"]}))
     filled = np.array([1.0, 2.0, 10.0, 2.0])
     expected = (2.0 - filled.mean()) / filled.std()
@@ -439,4 +441,4 @@ def test_preprocessor_rejects_bad_input():
 def test_adult_pipeline_shapes():
     data = load_adult(sensitive=("sex", "race"))
     Z = make_preprocessor(data.X).fit_transform(data.X)
-    assert Z.shape == (48_842, 101) and np.isfinite(Z).all()
+    assert Z.shape == (48_842, 92) and np.isfinite(Z).all()  # 101 with min_category_count=1
