@@ -44,7 +44,6 @@ def config_for(path: Path, store, tmp_path, **overrides):
         "label": "outcome",
         "positive_label": "yes",
         "sensitive": ["group"],
-        "keep": ["x1"],  # the screening would drop it as target leakage
         "k": 2,
         "variants": ["pca", "fair_pca"],
         "lambdas": [0.0, 1.0],
