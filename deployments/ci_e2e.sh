@@ -3,10 +3,10 @@
 #
 # Starts a real MLflow tracking server and a real Prefect server on free 127.0.0.1 ports
 # (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
-# runs the audit deployment and the retrain deployment twice through a worker, checks the
-# results through MlflowClient, and runs the MLflow "fairness" evaluator plugin against the
-# server (deployments/e2e_checks.py). Every process it starts is
-# stopped by PID (process group) on exit, also when a step fails.
+# runs the audit deployment and the retrain deployment three times (promote, keep, demote)
+# through a worker, checks the results through MlflowClient, and runs the MLflow "fairness"
+# evaluator plugin against the server (deployments/e2e_checks.py). Every process it starts
+# is stopped by PID (process group) on exit, also when a step fails.
 #
 # Usage:  bash deployments/ci_e2e.sh
 # Env:    PYTHON            interpreter (default: <repo>/.venv/bin/python if present, else python)
@@ -289,10 +289,16 @@ run_deployment "fairness-retrain/scheduled" retrain-promote "$WORK/run-retrain-1
 check retrain-promote "$FLOW_RUN_ID"
 step_ok
 
-step "run deployment fairness-retrain/scheduled (gates fail: champion stays)" \
+step "run deployment fairness-retrain/scheduled (no eligible challenger: champion stays)" \
     "$WORK/run-retrain-2.log $WORKER_LOG $MLFLOW_LOG"
 run_deployment "fairness-retrain/scheduled" retrain-keep "$WORK/run-retrain-2.log"
 check retrain-keep "$FLOW_RUN_ID"
+step_ok
+
+step "run deployment fairness-retrain/scheduled (champion fails the gate: needs-review)" \
+    "$WORK/run-retrain-3.log $WORKER_LOG $MLFLOW_LOG"
+run_deployment "fairness-retrain/scheduled" retrain-demote "$WORK/run-retrain-3.log"
+check retrain-demote "$FLOW_RUN_ID"
 step_ok
 
 step "MLflow evaluator 'fairness': mlflow.models.evaluate and a MetricThreshold gate" "$MLFLOW_LOG"

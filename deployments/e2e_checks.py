@@ -4,11 +4,14 @@ Reads PREFECT_API_URL and MLFLOW_TRACKING_URI from the environment (E2E_OUTPUT_D
 is where the flows keep their local results). Each subcommand exits non-zero with a message
 that names what is wrong.
 
-    python deployments/e2e_checks.py params audit|retrain-promote|retrain-keep
+    python deployments/e2e_checks.py params audit|retrain-promote|retrain-keep|retrain-demote
     python deployments/e2e_checks.py deployments            # schedule, pool, pull step
     python deployments/e2e_checks.py audit FLOW_RUN_ID      # run, metrics, matrices, model
     python deployments/e2e_checks.py retrain-promote FLOW_RUN_ID   # first retrain: champion
-    python deployments/e2e_checks.py retrain-keep FLOW_RUN_ID      # gates fail: alias stays
+    python deployments/e2e_checks.py retrain-keep FLOW_RUN_ID      # champion holds, no
+                                                                   # eligible challenger
+    python deployments/e2e_checks.py retrain-demote FLOW_RUN_ID    # champion fails the gate
+                                                                   # on new rows: needs-review
     python deployments/e2e_checks.py bad-params             # rejected before any work
     python deployments/e2e_checks.py plugin                 # MLflow 'fairness' evaluator
 """
@@ -29,6 +32,7 @@ POOL = "fairpca-process"
 AUDIT_DEPLOYMENT = "fairness-audit/on-demand"
 RETRAIN_DEPLOYMENT = "fairness-retrain/scheduled"
 ALIAS = "champion"
+REVIEW_ALIAS = "needs-review"
 AUDIT_MODEL = "fairpca-e2e-audit"
 RETRAIN_MODEL = "fairpca-e2e"
 VARIANTS = ["pca", "fair_pca"]
@@ -45,6 +49,16 @@ TINY_CONFIG = {
 }
 LENIENT = {"max_dp_difference": 1.0, "max_eo_difference": 1.0, "min_accuracy": 0.0}
 IMPOSSIBLE = {"max_dp_difference": 1.0, "max_eo_difference": 1.0, "min_accuracy": 1.0}
+# Per retrain run: the champion is re-checked against the thresholds on the new test rows,
+# the challenger must also be eligible (beat the majority class by min_accuracy_gain).
+RETRAIN_RULES = {
+    # German at k=2 beats the majority class by < 0.01
+    "retrain-promote": {"thresholds": LENIENT, "min_accuracy_gain": 0.0},
+    # the champion still passes; no challenger can beat the majority class by 0.5
+    "retrain-keep": {"thresholds": LENIENT, "min_accuracy_gain": 0.5},
+    # no model is 100% accurate: the champion fails the gate and goes to needs-review
+    "retrain-demote": {"thresholds": IMPOSSIBLE, "min_accuracy_gain": 0.0},
+}
 
 
 class CheckFailed(AssertionError):
@@ -63,11 +77,9 @@ def run_params(kind: str) -> dict:
         config["output_dir"] = os.environ["E2E_OUTPUT_DIR"]
     if kind == "audit":
         config["model_name"] = AUDIT_MODEL
-    elif kind in ("retrain-promote", "retrain-keep"):
+    elif kind in RETRAIN_RULES:
         config["model_name"] = RETRAIN_MODEL
-        config["thresholds"] = LENIENT if kind == "retrain-promote" else IMPOSSIBLE
-        if kind == "retrain-promote":  # German at k=2 beats the majority class by < 0.01
-            config["min_accuracy_gain"] = 0.0
+        config.update(RETRAIN_RULES[kind])
         config["accuracy_tolerance"] = 0.01
     else:
         raise CheckFailed(f"unknown parameter set {kind!r}")
@@ -206,52 +218,104 @@ def check_audit(flow_run_id: str) -> None:
 
 
 def _retrain_outcome(flow_run_id: str):
+    """The retrain's MLflow run, its registered version and the model's aliases."""
     client, run = _completed_run(flow_run_id)
     tags = run.data.tags
     versions = client.search_model_versions(f"run_id = '{run.info.run_id}'")
     check(len(versions) == 1, f"retrain must register one model version, got {versions}")
     version = versions[0]
     check(version.name == RETRAIN_MODEL, f"registered under {version.name!r}")
-    for key in ("fairpca.retrain_decision", "fairpca.decision_reasons", "fairpca.champion_moved"):
+    for key in (
+        "fairpca.retrain_decision",
+        "fairpca.decision_reasons",
+        "fairpca.champion_moved",
+        "fairpca.champion_watch",
+    ):
         check(key in tags, f"tag {key!r} missing from run {run.info.run_id}")
-    champion = client.get_model_version_by_alias(RETRAIN_MODEL, ALIAS)
-    return run, version, champion
+    check(
+        version.description.startswith("# Model card"),
+        f"v{version.version} has no model card as its description: {version.description[:80]!r}",
+    )
+    aliases = {k: str(v) for k, v in client.get_registered_model(RETRAIN_MODEL).aliases.items()}
+    return run, version, aliases
+
+
+def _key_filter(key: str):
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    return ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+
+
+def _champion_was_rechecked(run, before: str | None) -> None:
+    """The champion was evaluated on the new rows before training: metrics logged."""
+    check(before not in (None, "none"), f"no champion was compared: {before!r}")
+    metrics = run.data.metrics
+    for key in ("champion_test_accuracy", "champion_test_dp_difference"):
+        check(key in metrics, f"metric {key!r} missing: the champion was not re-checked")
 
 
 def check_retrain_promote(flow_run_id: str) -> None:
-    run, version, champion = _retrain_outcome(flow_run_id)
+    run, version, aliases = _retrain_outcome(flow_run_id)
     tags = run.data.tags
     check(
         tags["fairpca.retrain_decision"] == "promote" and tags["fairpca.champion_moved"] == "true",
         f"lenient first retrain was not promoted: {tags['fairpca.decision_reasons']}",
     )
     check(
-        champion.version == version.version,
-        f"'{ALIAS}' points to v{champion.version}, not the new v{version.version}",
+        aliases.get(ALIAS) == version.version,
+        f"'{ALIAS}' points to v{aliases.get(ALIAS)}, not the new v{version.version}",
     )
-    print(f"    retrain ok: v{version.version} promoted, '{ALIAS}' -> v{champion.version}")
+    print(f"    retrain ok: v{version.version} promoted, '{ALIAS}' -> v{aliases[ALIAS]}")
 
 
 def check_retrain_keep(flow_run_id: str) -> None:
-    run, version, champion = _retrain_outcome(flow_run_id)
+    run, version, aliases = _retrain_outcome(flow_run_id)
     tags = run.data.tags
     before = tags.get("fairpca.champion_version_before")
     reasons = tags["fairpca.decision_reasons"]
+    _champion_was_rechecked(run, before)
     check(
         tags["fairpca.retrain_decision"] == "keep champion"
         and tags["fairpca.champion_moved"] == "false",
-        f"retrain that fails the gates was promoted: {reasons}",
+        f"retrain without an eligible challenger was promoted: {reasons}",
     )
-    check(before not in (None, "none"), f"no champion was compared: {before!r}")
     check(
-        champion.version == before and champion.version != version.version,
-        f"'{ALIAS}' moved to v{champion.version} (before: v{before}, new: v{version.version})",
+        aliases.get(ALIAS) == before and before != version.version,
+        f"'{ALIAS}' moved to v{aliases.get(ALIAS)} (before: v{before}, new: v{version.version})",
     )
+    check(REVIEW_ALIAS not in aliases, f"a passing champion was sent to review: {aliases}")
     check(f"champion v{before}" in reasons, f"reasons do not cite the champion: {reasons}")
     print(
-        f"    retrain ok: v{version.version} kept out, '{ALIAS}' stays on v{champion.version}; "
+        f"    retrain ok: v{version.version} kept out, '{ALIAS}' stays on v{before}; "
         f"reasons: {reasons}"
     )
+
+
+def check_retrain_demote(flow_run_id: str) -> None:
+    run, _version, aliases = _retrain_outcome(flow_run_id)
+    tags = run.data.tags
+    before = tags.get("fairpca.champion_version_before")
+    _champion_was_rechecked(run, before)
+    check(
+        tags.get("fairpca.champion_demoted_to") == REVIEW_ALIAS,
+        f"the champion failing the gate was not demoted: {tags.get('fairpca.champion_watch')}",
+    )
+    check(
+        aliases.get(REVIEW_ALIAS) == before and ALIAS not in aliases,
+        f"aliases after the demotion: {aliases} (champion before: v{before})",
+    )
+    message = _flow_run(flow_run_id).state.message or ""
+    check(
+        f"champion v{before}" in message and REVIEW_ALIAS in message,
+        f"the flow run's final state does not say the champion was demoted: {message!r}",
+    )
+    key = f"champion-watch-{RETRAIN_MODEL}"
+    notes = _prefect_call(lambda client: client.read_artifacts(artifact_filter=_key_filter(key)))
+    check(
+        any(REVIEW_ALIAS in str(note.data) for note in notes),
+        f"no Prefect artifact {key!r} names the demotion",
+    )
+    print(f"    retrain ok: v{before} -> '{REVIEW_ALIAS}', no '{ALIAS}'; state: {message}")
 
 
 def _prefect_cli(*args: str, timeout: float = 300) -> tuple[int, str]:
@@ -424,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
             "audit",
             "retrain-promote",
             "retrain-keep",
+            "retrain-demote",
             "bad-params",
             "plugin",
         ],
@@ -441,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
             check_retrain_promote(args.arg)
         elif args.command == "retrain-keep":
             check_retrain_keep(args.arg)
+        elif args.command == "retrain-demote":
+            check_retrain_demote(args.arg)
         elif args.command == "bad-params":
             check_bad_params()
         elif args.command == "plugin":

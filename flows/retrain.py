@@ -23,8 +23,9 @@ from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from tasks.data import load_data, split_data
-from tasks.evaluate import classifier_metrics
+from tasks.evaluate import classifier_metrics, metrics_with_intervals
 from tasks.mlflow_logging import RETRYING
+from tasks.record import format_interval
 from tasks.registry import (
     DEFINITION_TAG,
     ModelDefinitionMismatch,
@@ -81,32 +82,35 @@ def load_champion(tracking_uri: str, model_name: str, alias: str) -> dict[str, A
     }
 
 
-def held_out_part(split, part: str) -> tuple[pd.DataFrame, Any, pd.DataFrame]:
-    """Features, labels and sensitive attributes of the split's ``validation`` or ``test``
-    rows (a two-part split's evaluation rows stand for both)."""
-    for prefix in {"validation": ("validation", "val", "eval"), "test": ("test", "eval")}[part]:
-        if hasattr(split, f"X_{prefix}"):
-            return (
-                getattr(split, f"X_{prefix}"),
-                getattr(split, f"y_{prefix}"),
-                getattr(split, f"s_{prefix}"),
-            )
-    raise AttributeError(f"the split has no {part} rows")
-
-
 @task(name="evaluate-champion", **RETRYING)
-def evaluate_champion(tracking_uri: str, champion: dict[str, Any], split) -> dict[str, Any]:
-    """Champion metrics on the new data's validation and test rows (never its logged tags).
+def evaluate_champion(
+    tracking_uri: str, champion: dict[str, Any], split, config: RetrainConfig
+) -> dict[str, dict[str, float]]:
+    """Champion metrics on the new data's validation rows (point estimates, compared with
+    the challenger's) and test rows (with 95% intervals, for the gate); never its tags.
 
     Raises :class:`~tasks.registry.UntrustedModelError` when the version cannot be verified.
     """
     pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
-    metrics = {}
-    for part in ("validation", "test"):
-        X, y, sensitive = held_out_part(split, part)
-        values = classifier_metrics(y, pipeline.predict(X), sensitive)
-        metrics[part] = {key: float(values[key]) for key in COMPARED}
-    return metrics
+    validation = classifier_metrics(
+        split.y_validation,
+        pipeline.predict(split.X_validation),
+        split.s_validation,
+        min_group_size=config.min_group_size,
+    )
+    test = metrics_with_intervals(
+        split.y_test,
+        pipeline.predict(split.X_test),
+        split.s_test,
+        min_group_size=config.min_group_size,
+        n_resamples=config.n_bootstrap,
+        seed=config.seed,
+    )
+    keep = [f"{m}{suffix}" for m in COMPARED for suffix in ("", ".ci95_low", ".ci95_high")]
+    return {
+        "validation": {key: validation[key] for key in COMPARED},
+        "test": {key: test[key] for key in keep if key in test},
+    }
 
 
 def compare_with_champion(
@@ -152,7 +156,8 @@ class ChampionWatch:
         return self.champion is not None and self.demoted_to is None
 
     def mlflow_metrics(self) -> dict[str, float]:
-        """``champion_test_<metric>`` of the champion on the new test rows."""
+        """``champion_test_<metric>`` (and its ``.ci95_low``/``.ci95_high``) of the champion
+        on the new test rows."""
         return {f"champion_test_{k}": v for k, v in self.metrics.get("test", {}).items()}
 
     def summary(self) -> str:
@@ -186,8 +191,8 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
         )
     split = split_data(load_data(config), config)
     try:
-        watch.metrics = evaluate_champion(tracking_uri, champion, split)
-        watch.failures = gate_failures(watch.metrics["test"], config.thresholds, "point")
+        watch.metrics = evaluate_champion(tracking_uri, champion, split, config)
+        watch.failures = gate_failures(watch.metrics["test"], config.thresholds, config.gate)
     except UntrustedModelError as error:
         watch.failures = [f"cannot be verified: {error}"]
     if watch.failures:
@@ -207,15 +212,16 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
 
 
 def _comparison_section(state, watch: ChampionWatch) -> tuple[str, pd.DataFrame]:
-    rows = [{"model": "challenger (this run)", **{k: state.chosen[k] for k in COMPARED}}]
-    for part in ("validation", "test"):
-        if part in watch.metrics:
-            rows.append(
-                {
-                    "model": f"champion v{watch.champion['version']} ({part} rows)",
-                    **watch.metrics[part],
-                }
-            )
+    """Challenger (validation rows) beside the champion on the new validation and test rows."""
+    rows = [
+        {"model": "challenger (this run), validation rows"}
+        | {k: format_interval(state.chosen, k) for k in COMPARED}
+    ]
+    for part, values in watch.metrics.items():
+        rows.append(
+            {"model": f"champion v{watch.champion['version']}, {part} rows"}
+            | {k: format_interval(values, k) for k in COMPARED}
+        )
     verdict = "promote" if state.decision.promote else "keep champion"
     return f"Retrain decision: {verdict}", pd.DataFrame(rows)
 
@@ -257,7 +263,9 @@ def _publish(config: RetrainConfig, watch: ChampionWatch, result: AuditResult) -
         "| rows | " + " | ".join(COMPARED) + " |",
         "|---|" + "---|" * len(COMPARED),
         *(
-            f"| champion, {part} | " + " | ".join(f"{values[k]:.4f}" for k in COMPARED) + " |"
+            f"| champion, {part} | "
+            + " | ".join(format_interval(values, k) for k in COMPARED)
+            + " |"
             for part, values in watch.metrics.items()
         ),
         "",

@@ -9,7 +9,6 @@ shown as suppressed, and credentials in URIs are masked.
 
 from __future__ import annotations
 
-import math
 import re
 import subprocess
 from pathlib import Path
@@ -18,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
+from tasks.record import format_interval
 from tasks.report import markdown_table, sha256_file
 
 __all__ = ["CARD_FILE", "code_version", "data_source_facts", "provenance", "render_model_card"]
@@ -103,27 +103,9 @@ def mask_credentials(value: str) -> str:
     return urlunsplit(parts._replace(netloc=f"***@{host}", query=""))
 
 
-def _number(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return "-" if value is None else _cell(value)
-    if isinstance(value, float) and math.isnan(value):
-        return "n/a"
-    return f"{value:.4f}"
-
-
 def _cell(value: Any) -> str:
     """Table-cell text: one line, pipes escaped."""
     return str(value).replace("|", "\\|").replace("\n", " ")
-
-
-def _with_interval(metrics: dict[str, Any], name: str) -> str:
-    if name not in metrics:
-        return "-"
-    low, high = metrics.get(f"{name}.ci95_low"), metrics.get(f"{name}.ci95_high")
-    text = _number(metrics[name])
-    if low is not None and high is not None:
-        text += f" [{_number(low)}, {_number(high)}]"
-    return text
 
 
 def _table(rows: list[dict[str, str]]) -> str:
@@ -176,7 +158,11 @@ def _section_data(audit: dict[str, Any], definition: dict[str, Any]) -> str:
     for name, digest in source.get("sha256", {}).items():
         lines.append(f"- SHA-256 of `{_cell(name)}`: `{digest or 'no published sum'}`")
     split = audit.get("selection", {}).get("split", {})
-    rows = [{"part": part.removeprefix("n_"), "rows": str(n)} for part, n in split.items()]
+    rows = [
+        {"part": part, "rows": str(split[f"n_{part}"])}
+        for part in ("train", "validation", "test")
+        if f"n_{part}" in split
+    ]
     return "\n".join(lines) + "\n\nSplit sizes (disjoint parts):\n\n" + _table(rows)
 
 
@@ -210,9 +196,9 @@ def _section_test_metrics(selection: dict[str, Any]) -> str:
     rows = [
         {
             "metric": name,
-            "chosen [95% CI]": _with_interval(test, name),
-            "majority class": _with_interval(majority, name),
-            pca_label: _with_interval(pca_test, name),
+            "chosen [95% CI]": format_interval(test, name),
+            "majority class": format_interval(majority, name),
+            pca_label: format_interval(pca_test, name),
         }
         for name in _metric_names(test)
     ]
@@ -224,7 +210,7 @@ def _section_test_metrics(selection: dict[str, Any]) -> str:
 
 def _section_validation(selection: dict[str, Any]) -> str:
     validation = selection.get("validation", {})
-    rows = [{"metric": n, "chosen [95% CI]": _with_interval(validation, n)} for n in HEADLINE]
+    rows = [{"metric": n, "chosen [95% CI]": format_interval(validation, n)} for n in HEADLINE]
     return "The candidate and the gate were decided on these validation rows.\n\n" + _table(rows)
 
 

@@ -219,7 +219,7 @@ def test_model_card_content(audit):
         assert f"\n## {heading}\n" in card
     # data source and its SHA-256, split sizes
     assert f"SHA-256 of `uci-adult/adult.data`: `{'d' * 64}`" in card
-    assert "| train | 5000 |" in card and "| test | 2500 |" in card
+    assert "| train | 5000 |\n| validation | 2500 |\n| test | 2500 |" in card
     # group sizes: large ones shown, small ones suppressed (never the count 12)
     assert "| sex | Female | 1650 |" in card
     assert "| race | Eskimo | suppressed (< 30) |" in card and "| 12 |" not in card

@@ -130,8 +130,37 @@ def test_e2e_params_are_valid_configs():
     from flows.config import AuditConfig, RetrainConfig
 
     AuditConfig(**checks.run_params("audit")["config"])
-    for kind in ("retrain-promote", "retrain-keep"):
-        RetrainConfig(**json.loads(json.dumps(checks.run_params(kind)))["config"])
+    configs = {
+        kind: RetrainConfig(**json.loads(json.dumps(checks.run_params(kind)))["config"])
+        for kind in ("retrain-promote", "retrain-keep", "retrain-demote")
+    }
+    # one registered model: the champion of the first run is re-checked by the next ones
+    assert {c.resolved_model_name for c in configs.values()} == {checks.RETRAIN_MODEL}
+    assert configs["retrain-keep"].thresholds == configs["retrain-promote"].thresholds
+    assert configs["retrain-keep"].min_accuracy_gain == 0.5  # no challenger is eligible
+    assert configs["retrain-demote"].thresholds.min_accuracy == 1.0  # the champion fails
+
+
+def test_e2e_script_runs_and_checks_every_retrain_scenario():
+    script = E2E_SCRIPT.read_text()
+    for kind in ("retrain-promote", "retrain-keep", "retrain-demote"):
+        assert f'run_deployment "fairness-retrain/scheduled" {kind} ' in script
+        assert f'check {kind} "$FLOW_RUN_ID"' in script
+    order = [
+        script.index(f"check {kind} ")
+        for kind in ("audit", "retrain-promote", "retrain-keep", "retrain-demote")
+    ]
+    assert order == sorted(order)
+
+
+def test_audit_and_retrain_deployments_share_the_identity_model_name(deployments):
+    from flows.config import AuditConfig, RetrainConfig
+
+    audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
+    retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])
+    assert audit.model_name is None and retrain.model_name is None
+    assert audit.resolved_model_name == retrain.resolved_model_name
+    assert retrain.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
 
 
 def test_e2e_script_is_valid_bash():
