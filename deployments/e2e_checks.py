@@ -210,11 +210,34 @@ def check_audit(flow_run_id: str) -> None:
     check(len(versions) == 1, f"expected one model version from run {run_id}, got {versions}")
     version = versions[0]
     check(version.name == AUDIT_MODEL, f"registered under {version.name!r}, not {AUDIT_MODEL}")
+    _registered_with_card(version, artifacts)
     print(
         f"    audit ok: run {run_id}: {len(run.data.metrics)} metrics, {len(artifacts)} "
         f"artifacts, components_ orthonormal with SHA-256 tags, model {version.name} "
         f"v{version.version}"
     )
+
+
+FAIRNESS_TAGS = (
+    "fairness.sensitive_features",
+    "fairness.validation.dp_difference",
+    "fairness.test.accuracy",
+    "fairness.test.dp_difference.ci95_high",
+    "fairness.test.eo_difference.ci95_low",
+    "fairness.baseline.accuracy",
+    "fairpca.model_sha256",
+)
+
+
+def _registered_with_card(version, artifacts: set[str]) -> None:
+    """The version carries the fairness tags and its model card (description and artifact)."""
+    missing = [key for key in FAIRNESS_TAGS if key not in version.tags]
+    check(not missing, f"v{version.version} lacks tags {missing}")
+    check(
+        (version.description or "").startswith("# Model card"),
+        f"v{version.version}'s description is not its model card: {version.description!r:.80}",
+    )
+    check("model_card.md" in artifacts, f"model_card.md missing from the run: {sorted(artifacts)}")
 
 
 def _retrain_outcome(flow_run_id: str):
@@ -232,10 +255,7 @@ def _retrain_outcome(flow_run_id: str):
         "fairpca.champion_watch",
     ):
         check(key in tags, f"tag {key!r} missing from run {run.info.run_id}")
-    check(
-        version.description.startswith("# Model card"),
-        f"v{version.version} has no model card as its description: {version.description[:80]!r}",
-    )
+    _registered_with_card(version, set(_artifact_paths(client, run.info.run_id)))
     aliases = {k: str(v) for k, v in client.get_registered_model(RETRAIN_MODEL).aliases.items()}
     return run, version, aliases
 

@@ -85,13 +85,17 @@ def load_champion(tracking_uri: str, model_name: str, alias: str) -> dict[str, A
 @task(name="evaluate-champion", **RETRYING)
 def evaluate_champion(
     tracking_uri: str, champion: dict[str, Any], split, config: RetrainConfig
-) -> dict[str, dict[str, float]]:
+) -> dict[str, Any]:
     """Champion metrics on the new data's validation rows (point estimates, compared with
     the challenger's) and test rows (with 95% intervals, for the gate); never its tags.
 
-    Raises :class:`~tasks.registry.UntrustedModelError` when the version cannot be verified.
+    A version that cannot be verified (:class:`~tasks.registry.UntrustedModelError`) gives
+    ``{"unverified": why}``: a finding, not a transient error to retry.
     """
-    pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
+    try:
+        pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
+    except UntrustedModelError as error:
+        return {"unverified": str(error)}
     validation = classifier_metrics(
         split.y_validation,
         pipeline.predict(split.X_validation),
@@ -190,11 +194,12 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
             f"retrain audits {expected}; leave model_name unset or choose another one."
         )
     split = split_data(load_data(config), config)
-    try:
-        watch.metrics = evaluate_champion(tracking_uri, champion, split, config)
-        watch.failures = gate_failures(watch.metrics["test"], config.thresholds, config.gate)
-    except UntrustedModelError as error:
-        watch.failures = [f"cannot be verified: {error}"]
+    metrics = evaluate_champion(tracking_uri, champion, split, config)
+    if "unverified" in metrics:
+        watch.failures = [f"cannot be verified: {metrics['unverified']}"]
+    else:
+        watch.metrics = metrics
+        watch.failures = gate_failures(metrics["test"], config.thresholds, config.gate)
     if watch.failures:
         demote(
             _client(tracking_uri),

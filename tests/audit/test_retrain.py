@@ -103,6 +103,19 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     assert str(aliases.get("champion")) != before
     assert (str(aliases.get("champion")) == result.model_version) == result.champion_moved
 
+    # a champion whose registered file no longer matches its SHA-256 is not loaded: demoted
+    from tasks.registry import MODEL_FILE_SHA_TAG
+
+    steady_again = week(tmp_path, "week4", people(2000, shift_b=0.0, seed=4))
+    assert retrain(config_for(steady_again, mlflow_store, tmp_path)).champion_moved
+    champion = client.get_model_version_by_alias(name, "champion").version
+    client.set_model_version_tag(name, champion, MODEL_FILE_SHA_TAG, "0" * 64)
+    state = retrain(config_for(steady_again, mlflow_store, tmp_path), return_state=True)
+    assert f"champion v{champion} of {name} fails the gate" in state.message
+    assert "cannot be verified" in state.message and "changed after fairpca" in state.message
+    assert client.get_model_version_by_alias(name, "needs-review").version == champion
+    assert "champion_test_accuracy" not in client.get_run(state.result().run_id).data.metrics
+
     key = f"champion-watch-{name}".lower()
     with get_client(sync_client=True) as prefect:
         artifacts = prefect.read_artifacts(
