@@ -13,6 +13,7 @@ re-log later (``fairpca relog DIR``).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -62,10 +63,11 @@ _TRANSIENT_TEXT = (
     "temporarily unavailable",
     # two promotions at the same moment collide in MLflow's alias table; retrying sets it
     "unique constraint failed: registered_model_aliases",
-    "503",
-    "502",
-    "504",
 )
+
+
+# 502/503/504 as a status code, not as digits inside a hash or an id
+_GATEWAY_STATUS = re.compile(r"(?<![0-9a-z])50[234](?![0-9a-z])")
 
 
 class MlflowLoggingError(RuntimeError):
@@ -89,7 +91,9 @@ def is_transient_mlflow_error(exc: BaseException | None) -> bool:
     if code in _TRANSIENT_CODES:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
-    return any(fragment in text for fragment in _TRANSIENT_TEXT)
+    return any(fragment in text for fragment in _TRANSIENT_TEXT) or bool(
+        _GATEWAY_STATUS.search(text)
+    )
 
 
 def _retry_transient(task, task_run, state) -> bool:
