@@ -212,6 +212,8 @@ def test_transient_errors_are_told_apart():
     assert not is_transient_mlflow_error(MlflowException("bad", error_code=INVALID_PARAMETER_VALUE))
     assert not is_transient_mlflow_error(ValueError("bad value"))
     assert not is_transient_mlflow_error(None)
+    assert is_transient_mlflow_error(RuntimeError("503 Server Error: Service Unavailable"))
+    assert not is_transient_mlflow_error(ValueError("model sha256 9a5031c0 does not match"))
 
 
 @pytest.mark.parametrize(
