@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
 from scipy.linalg.blas import get_blas_funcs
 
 GRAM_CHUNK_ROWS = 8192
@@ -117,6 +118,75 @@ def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         M, subset_by_index=[d - k, d - 1], driver="evr", overwrite_a=False, check_finite=False
     )
     return values[::-1], vectors[:, ::-1]
+
+
+def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int):
+    """Largest ``k`` eigenpairs of a symmetric tridiagonal matrix (LAPACK MRRR, ``dstemr``),
+    eigenvalues in decreasing order; the same kernel ``eigh(driver="evr")`` uses."""
+    n = diagonal.size
+    if n == 1:
+        return diagonal.copy(), np.ones((1, 1))
+    padded = np.zeros(n)  # dstemr takes the off-diagonal in an array of length n
+    padded[:-1] = offdiagonal
+    lwork, liwork, info = lapack.dstemr_lwork(diagonal, padded, 3, 0.0, 0.0, n - k + 1, n)
+    if info == 0:
+        found, values, vectors, info = lapack.dstemr(
+            diagonal, padded, 3, 0.0, 0.0, n - k + 1, n, lwork=int(lwork), liwork=int(liwork)
+        )
+    if info != 0 or found != k:
+        raise linalg.LinAlgError(f"dstemr did not converge (info={info}).")
+    return values[:k][::-1], vectors[:, :k][:, ::-1]
+
+
+def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
+    """Top ``k`` eigenpairs of ``C`` and of ``C`` restricted to ``q^T x = 0``, from one
+    tridiagonal reduction.
+
+    A Householder reflector ``H`` maps the unit vector ``q`` to the first coordinate axis, so
+    that the constrained problem (Golub 1973; Problem (4) with one constraint, Algorithm 1 of
+    Kleindessner et al. 2023) is the trailing ``(d - 1) x (d - 1)`` block ``A`` of
+    ``C' = H C H``. LAPACK's lower tridiagonal reduction ``C' = V T V^T`` eliminates the
+    first column with a reflector acting on rows ``2..d`` and then works only on that block,
+    so ``V = diag(1, V_A)`` and ``T[1:, 1:] = V_A^T A V_A``: the trailing block of ``T`` is
+    the tridiagonal form of the constrained problem. Both eigenproblems are then tridiagonal
+    (MRRR), and one blocked back-transformation serves both. The cost is about that of one
+    ``eigh``, where two subset ``eigh`` calls would reduce two d x d matrices.
+
+    Returns ``(values, vectors, constrained_values, constrained_vectors)``, each set in
+    decreasing order; the constrained vectors are orthogonal to ``q`` up to rounding.
+    """
+    d = C.shape[0]
+    q = np.asarray(q, dtype=np.float64).ravel()
+    # H = I - beta v v^T with H q = -sign(q_0) e_0 (v_0 = q_0 + sign(q_0), no cancellation).
+    v = q.copy()
+    v[0] += np.copysign(1.0, q[0])
+    beta = 2.0 / float(v @ v)
+    symv = get_blas_funcs("symv", (C,))
+    p = beta * symv(1.0, C, v)
+    w = p - (0.5 * beta * float(v @ p)) * v
+    reflected = np.array(C, order="F")  # H C H = C - v w^T - w v^T (lower triangle suffices)
+    syr2 = get_blas_funcs("syr2", (reflected,))
+    reflected = syr2(-1.0, v, w, a=reflected, lower=1, overwrite_a=1)
+    lwork, info = lapack.dsytrd_lwork(d, lower=1)
+    reflectors, diagonal, offdiagonal, tau, info = lapack.dsytrd(
+        reflected, lower=1, lwork=int(lwork), overwrite_a=1
+    )
+    if info != 0:
+        raise linalg.LinAlgError(f"dsytrd failed (info={info}).")
+    values, vectors = _top_tridiagonal_eigh(diagonal, offdiagonal, k)
+    fair_values, fair_vectors = _top_tridiagonal_eigh(diagonal[1:], offdiagonal[1:], k)
+    both = np.zeros((d, 2 * k), order="F")
+    both[:, :k] = vectors
+    both[1:, k:] = fair_vectors
+    if d > 1:  # V_A is the product of the QR-type reflectors stored below the subdiagonal
+        block = reflectors[1:, :-1]
+        _, work, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], -1)
+        rotated, _, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], int(work[0]))
+        if info != 0:
+            raise linalg.LinAlgError(f"dormqr failed (info={info}).")
+        both[1:] = rotated
+    both -= np.outer(beta * v, matmul(v[None, :], both))
+    return values, both[:, :k], fair_values, both[:, k:]
 
 
 def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
