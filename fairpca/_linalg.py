@@ -45,6 +45,36 @@ def gram_upper(X: np.ndarray) -> np.ndarray:
     return syrk(1.0, x_op, trans=1 - trans)
 
 
+FUSED_BLOCK_BYTES = 1 << 20  # rows of X read once for both products, while in cache
+
+
+def gram_upper_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Upper triangle of ``X.T @ X`` (as :func:`gram_upper`) and ``X.T @ W`` (float64 ``X``).
+
+    For narrow ``X`` both products are memory-bound passes, so they are accumulated over
+    blocks of about 1 MiB of rows: each block is read from memory once, by the SYRK, and
+    the GEMM finds it in cache. Wide ``X`` (compute-bound, and a d x d accumulator that
+    would be rewritten per block) takes one SYRK and one GEMM.
+    """
+    n, d = X.shape
+    rows = max(256, FUSED_BLOCK_BYTES // (X.itemsize * max(d, 1)))
+    if rows >= n or d > 1024:
+        return gram_upper(X), np.asarray(matmul(X.T, W))
+    syrk = get_blas_funcs("syrk", (X,))
+    gemm = get_blas_funcs("gemm", (X,))
+    upper = np.zeros((d, d), order="F")
+    sums = np.zeros((d, W.shape[1]), order="F")
+    for start in range(0, n, rows):
+        block, weights = X[start : start + rows], W[start : start + rows]
+        x_op, trans = _blas_operand(block)
+        upper = syrk(1.0, x_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=1)
+        w_op, trans_w = _blas_operand(weights)
+        sums = gemm(
+            1.0, x_op, w_op, beta=1.0, c=sums, trans_a=1 - trans, trans_b=trans_w, overwrite_c=1
+        )
+    return upper, sums
+
+
 def sum_of_squares(X: np.ndarray) -> float:
     """``sum(X ** 2)`` by SciPy's BLAS dot (no temporary of the size of ``X``)."""
     flat = np.ravel(X, order="K")
