@@ -486,12 +486,14 @@ class FairStatistics:
         if rows == 0:
             return True
         # One GEMM gives the row sum and every group sum on the constraint rows.
-        weights = [np.ones(rows)]
+        # Columns: ones, then each attribute's indicators (weighted by the constraint rows);
+        # Fortran order makes the column totals contiguous reductions.
+        W = np.zeros((rows, 1 + sum(len(t.labels) for t in self.tables)), order="F")
+        W[:, 0] = 1.0
+        start, every_row = 1, np.arange(rows)
         for a, table in enumerate(self.tables):
-            onehot = np.zeros((rows, len(table.labels)))
-            onehot[np.arange(rows), codes[:, a]] = 1.0
-            weights.append(onehot if constraint_rows is None else onehot * constraint_rows[:, None])
-        W = np.column_stack(weights)
+            W[every_row, start + codes[:, a]] = 1.0 if constraint_rows is None else constraint_rows
+            start += len(table.labels)
         totals = W.sum(axis=0)
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
