@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/bench_fit.py            # the grid: n in 1e4, 1e5; d in 100, 800, 3000
     python benchmarks/bench_fit.py --quick    # a small grid (used by the test suite)
+    python benchmarks/bench_fit.py --n 10000 --d 100 800   # the cells of the grid with these sizes
 
 Each cell times both fits ``--repeats`` times, alternating them, and reports the medians of
 wall-clock and process CPU seconds and the ratios FairPCA / PCA. On a shared machine the CPU
@@ -91,8 +92,19 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--quick", action="store_true", help="small grid for smoke tests")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="BLAS threads (default: all)")
+    for size in ("n", "d", "k"):
+        parser.add_argument(f"--{size}", type=int, nargs="+", help=f"keep only these {size}")
     args = parser.parse_args(argv)
-    grid = QUICK_GRID if args.quick else FULL_GRID
+    grid = [
+        (n, d, k)
+        for n, d, k in (QUICK_GRID if args.quick else FULL_GRID)
+        if all(
+            wanted is None or size in wanted
+            for size, wanted in ((n, args.n), (d, args.d), (k, args.k))
+        )
+    ]
+    if not grid:
+        parser.error("no cell of the grid has the requested --n/--d/--k")
     pools = {(p["internal_api"], p["num_threads"]) for p in threadpool_info()}
     print(f"BLAS pools: {sorted(pools)}; threads limited to {args.threads or 'default'}")
     print(
