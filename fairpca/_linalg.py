@@ -158,10 +158,12 @@ def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int)
         return diagonal.copy(), np.ones((1, 1))
     padded = np.zeros(n)  # dstemr takes the off-diagonal in an array of length n
     padded[:-1] = offdiagonal
-    lwork, liwork, info = lapack.dstemr_lwork(diagonal, padded, 3, 0.0, 0.0, n - k + 1, n)
+    by_index = 2  # SciPy's code for RANGE = "I": eigenvalues il..iu (1-based, ascending)
+    lwork, liwork, info = lapack.dstemr_lwork(diagonal, padded, by_index, 0.0, 0.0, n - k + 1, n)
+    found = 0
     if info == 0:
         found, values, vectors, info = lapack.dstemr(
-            diagonal, padded, 3, 0.0, 0.0, n - k + 1, n, lwork=int(lwork), liwork=int(liwork)
+            diagonal, padded, by_index, 0.0, 0.0, n - k + 1, n, lwork=int(lwork), liwork=int(liwork)
         )
     if info != 0 or found != k:
         raise linalg.LinAlgError(f"dstemr did not converge (info={info}).")
