@@ -17,7 +17,7 @@ def load_bench():
 
 def test_bench_fit_quick_runs_and_reports_ratios(capsys):
     module = load_bench()
-    rows = module.main(["--quick", "--repeats", "1"])
+    rows = module.main(["--quick", "--repeats", "1", "--min-seconds", "0"])
     assert len(rows) == len(module.QUICK_GRID)
     assert all(r["ratio"] > 0 and r["mean_gap"] < 1e-9 for r in rows)
     assert "worst ratio" in capsys.readouterr().out
@@ -25,7 +25,9 @@ def test_bench_fit_quick_runs_and_reports_ratios(capsys):
 
 def test_bench_fit_size_filters_select_cells():
     module = load_bench()
-    rows = module.main(["--quick", "--repeats", "1", "--d", "50", "--k", "10"])
+    rows = module.main(
+        ["--quick", "--repeats", "1", "--min-seconds", "0.2", "--d", "50", "--k", "10"]
+    )
     assert [(r["n"], r["d"], r["k"]) for r in rows] == [(2_000, 50, 10)]
     with pytest.raises(SystemExit):
         module.main(["--quick", "--n", "7"])
