@@ -151,11 +151,26 @@ def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int):
-    """Largest ``k`` eigenpairs of a symmetric tridiagonal matrix (LAPACK MRRR, ``dstemr``),
-    eigenvalues in decreasing order; the same kernel ``eigh(driver="evr")`` uses."""
+    """Largest ``k`` eigenpairs of a symmetric tridiagonal matrix, eigenvalues decreasing.
+
+    Few pairs (``16 k < n``): MRRR by index (``dstemr``, the kernel of ``eigh(driver="evr")``),
+    whose bisection costs O(n) per eigenvalue. Many pairs: all eigenvalues by the
+    Pal-Walker-Kahan QR iteration (``dsterf``, O(n^2) in all) and the top ``k`` vectors by
+    inverse iteration (``dstein``, the kernel of ``eigh(driver="evx")``, re-orthogonalised
+    within clusters); ``dstemr`` remains the fallback if inverse iteration fails.
+    """
     n = diagonal.size
     if n == 1:
         return diagonal.copy(), np.ones((1, 1))
+    if 16 * k >= n:
+        values, info = lapack.dsterf(diagonal, offdiagonal)
+        if info == 0:
+            top = np.ascontiguousarray(values[n - k :])
+            one_block = np.ones(n, dtype=np.int32)  # the whole matrix is block 1 ...
+            block_ends = np.full(n, n, dtype=np.int32)  # ... which ends at row n
+            vectors, info = lapack.dstein(diagonal, offdiagonal, top, one_block, block_ends)
+            if info == 0:
+                return top[::-1], vectors[:, ::-1]
     padded = np.zeros(n)  # dstemr takes the off-diagonal in an array of length n
     padded[:-1] = offdiagonal
     by_index = 2  # SciPy's code for RANGE = "I": eigenvalues il..iu (1-based, ascending)

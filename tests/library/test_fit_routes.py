@@ -45,7 +45,8 @@ def assert_same_subspace(U, V, atol):
 @pytest.mark.parametrize(
     ("d", "k", "direction"),
     [
-        (30, 3, "random"),
+        (100, 3, "random"),  # few pairs: MRRR by index
+        (30, 3, "random"),  # many pairs: QR eigenvalues and inverse iteration
         (30, 29, "random"),  # every fair direction
         (2, 1, "random"),  # the smallest problem
         (12, 4, "axis"),  # q = e_0: the reflector is 2 e_0
