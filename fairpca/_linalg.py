@@ -196,8 +196,9 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     first column with a reflector acting on rows ``2..d`` and then works only on that block,
     so ``V = diag(1, V_A)`` and ``T[1:, 1:] = V_A^T A V_A``: the trailing block of ``T`` is
     the tridiagonal form of the constrained problem. Both eigenproblems are then tridiagonal
-    (MRRR), and one blocked back-transformation serves both. The cost is about that of one
-    ``eigh``, where two subset ``eigh`` calls would reduce two d x d matrices.
+    (:func:`_top_tridiagonal_eigh`), and one blocked back-transformation serves both. The
+    cost is about that of one ``eigh``, where two subset ``eigh`` calls would reduce two
+    d x d matrices.
 
     Returns ``(values, vectors, constrained_values, constrained_vectors)``, each set in
     decreasing order; the constrained vectors are orthogonal to ``q`` up to rounding.
