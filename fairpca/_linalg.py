@@ -51,14 +51,15 @@ FUSED_BLOCK_BYTES = 1 << 20  # rows of X read once for both products, while in c
 def gram_upper_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Upper triangle of ``X.T @ X`` (as :func:`gram_upper`) and ``X.T @ W`` (float64 ``X``).
 
-    For narrow ``X`` both products are memory-bound passes, so they are accumulated over
-    blocks of about 1 MiB of rows: each block is read from memory once, by the SYRK, and
-    the GEMM finds it in cache. Wide ``X`` (compute-bound, and a d x d accumulator that
-    would be rewritten per block) takes one SYRK and one GEMM.
+    For narrow ``X`` (``d <= 256``) both products are memory-bound passes, so they are
+    accumulated over blocks of about 1 MiB of rows: each block is read from memory once, by
+    the SYRK, and the GEMM finds it in cache. Wider ``X`` is compute-bound and takes one
+    SYRK and one GEMM (blocks would only add BLAS calls, each a fork and join of its
+    threads).
     """
     n, d = X.shape
-    rows = max(256, FUSED_BLOCK_BYTES // (X.itemsize * max(d, 1)))
-    if rows >= n or d > 1024:
+    rows = FUSED_BLOCK_BYTES // (X.itemsize * max(d, 1))
+    if rows >= n or d > 256:
         return gram_upper(X), np.asarray(matmul(X.T, W))
     syrk = get_blas_funcs("syrk", (X,))
     gemm = get_blas_funcs("gemm", (X,))

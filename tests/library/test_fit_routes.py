@@ -127,7 +127,7 @@ def test_standard_pca_attributes_equal_scikit_learn_on_every_constraint_rank(
         np.testing.assert_array_equal(fpca.components_, fpca.pca_components_)
 
 
-@pytest.mark.parametrize(("n", "d"), [(5000, 40), (3001, 300), (700, 7), (20, 1100)])
+@pytest.mark.parametrize(("n", "d"), [(5000, 40), (3001, 200), (700, 7), (400, 300)])
 def test_gram_and_sums_in_one_pass(n, d):
     rng = np.random.default_rng(n)
     X = rng.normal(size=(n, d)) + 3.0
