@@ -90,8 +90,7 @@ def symmetrize_upper(upper: np.ndarray, slab: int = 256) -> np.ndarray:
         stop = min(d, start + slab)
         upper[stop:, start:stop] = upper[start:stop, stop:].T
         block = upper[start:stop, start:stop]
-        lower = np.tril_indices(stop - start, -1)
-        block[lower] = block.T[lower]
+        block[...] = np.triu(block) + np.tril(block.T, -1)
     return upper
 
 
