@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import linalg
+from scipy.linalg import lapack
 from scipy.linalg.blas import get_blas_funcs
 
-GRAM_CHUNK_ROWS = 8192
+from ._memory import BLOCK_ROWS as GRAM_CHUNK_ROWS
 
 
 def _blas_operand(a: np.ndarray) -> tuple[np.ndarray, int]:
@@ -44,6 +45,37 @@ def gram_upper(X: np.ndarray) -> np.ndarray:
     return syrk(1.0, x_op, trans=1 - trans)
 
 
+FUSED_BLOCK_BYTES = 1 << 20  # rows of X read once for both products, while in cache
+
+
+def gram_upper_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Upper triangle of ``X.T @ X`` (as :func:`gram_upper`) and ``X.T @ W`` (float64 ``X``).
+
+    For narrow ``X`` (``d <= 256``) both products are memory-bound passes, so they are
+    accumulated over blocks of about 1 MiB of rows: each block is read from memory once, by
+    the SYRK, and the GEMM finds it in cache. Wider ``X`` is compute-bound and takes one
+    SYRK and one GEMM (blocks would only add BLAS calls, each a fork and join of its
+    threads).
+    """
+    n, d = X.shape
+    rows = FUSED_BLOCK_BYTES // (X.itemsize * max(d, 1))
+    if rows >= n or d > 256:
+        return gram_upper(X), np.asarray(matmul(X.T, W))
+    syrk = get_blas_funcs("syrk", (X,))
+    gemm = get_blas_funcs("gemm", (X,))
+    upper = np.zeros((d, d), order="F")
+    sums = np.zeros((d, W.shape[1]), order="F")
+    for start in range(0, n, rows):
+        block, weights = X[start : start + rows], W[start : start + rows]
+        x_op, trans = _blas_operand(block)
+        upper = syrk(1.0, x_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=1)
+        w_op, trans_w = _blas_operand(weights)
+        sums = gemm(
+            1.0, x_op, w_op, beta=1.0, c=sums, trans_a=1 - trans, trans_b=trans_w, overwrite_c=1
+        )
+    return upper, sums
+
+
 def sum_of_squares(X: np.ndarray) -> float:
     """``sum(X ** 2)`` by SciPy's BLAS dot (no temporary of the size of ``X``)."""
     flat = np.ravel(X, order="K")
@@ -58,8 +90,7 @@ def symmetrize_upper(upper: np.ndarray, slab: int = 256) -> np.ndarray:
         stop = min(d, start + slab)
         upper[stop:, start:stop] = upper[start:stop, stop:].T
         block = upper[start:stop, start:stop]
-        lower = np.tril_indices(stop - start, -1)
-        block[lower] = block.T[lower]
+        block[...] = np.triu(block) + np.tril(block.T, -1)
     return upper
 
 
@@ -117,6 +148,93 @@ def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         M, subset_by_index=[d - k, d - 1], driver="evr", overwrite_a=False, check_finite=False
     )
     return values[::-1], vectors[:, ::-1]
+
+
+def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int):
+    """Largest ``k`` eigenpairs of a symmetric tridiagonal matrix, eigenvalues decreasing.
+
+    Few pairs (``16 k < n``): MRRR by index (``dstemr``, the kernel of ``eigh(driver="evr")``),
+    whose bisection costs O(n) per eigenvalue. Many pairs: all eigenvalues by the
+    Pal-Walker-Kahan QR iteration (``dsterf``, O(n^2) in all) and the top ``k`` vectors by
+    inverse iteration (``dstein``, the kernel of ``eigh(driver="evx")``, re-orthogonalised
+    within clusters); ``dstemr`` remains the fallback if inverse iteration fails.
+    """
+    n = diagonal.size
+    if n == 1:
+        return diagonal.copy(), np.ones((1, 1))
+    if 16 * k >= n:
+        values, info = lapack.dsterf(diagonal, offdiagonal)
+        if info == 0:
+            top = np.ascontiguousarray(values[n - k :])
+            one_block = np.ones(n, dtype=np.int32)  # the whole matrix is block 1 ...
+            block_ends = np.full(n, n, dtype=np.int32)  # ... which ends at row n
+            vectors, info = lapack.dstein(diagonal, offdiagonal, top, one_block, block_ends)
+            if info == 0:
+                return top[::-1], vectors[:, ::-1]
+    padded = np.zeros(n)  # dstemr takes the off-diagonal in an array of length n
+    padded[:-1] = offdiagonal
+    by_index = 2  # SciPy's code for RANGE = "I": eigenvalues il..iu (1-based, ascending)
+    lwork, liwork, info = lapack.dstemr_lwork(diagonal, padded, by_index, 0.0, 0.0, n - k + 1, n)
+    found = 0
+    if info == 0:
+        found, values, vectors, info = lapack.dstemr(
+            diagonal, padded, by_index, 0.0, 0.0, n - k + 1, n, lwork=int(lwork), liwork=int(liwork)
+        )
+    if info != 0 or found != k:
+        raise linalg.LinAlgError(f"dstemr did not converge (info={info}).")
+    return values[:k][::-1], vectors[:, :k][:, ::-1]
+
+
+def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
+    """Top ``k`` eigenpairs of ``C`` and of ``C`` restricted to ``q^T x = 0``, from one
+    tridiagonal reduction.
+
+    A Householder reflector ``H`` maps the unit vector ``q`` to the first coordinate axis, so
+    that the constrained problem (Golub 1973; Problem (4) with one constraint, Algorithm 1 of
+    Kleindessner et al. 2023) is the trailing ``(d - 1) x (d - 1)`` block ``A`` of
+    ``C' = H C H``. LAPACK's lower tridiagonal reduction ``C' = V T V^T`` eliminates the
+    first column with a reflector acting on rows ``2..d`` and then works only on that block,
+    so ``V = diag(1, V_A)`` and ``T[1:, 1:] = V_A^T A V_A``: the trailing block of ``T`` is
+    the tridiagonal form of the constrained problem. Both eigenproblems are then tridiagonal
+    (:func:`_top_tridiagonal_eigh`), and one blocked back-transformation serves both. The
+    cost is about that of one ``eigh``, where two subset ``eigh`` calls would reduce two
+    d x d matrices.
+
+    Returns ``(values, vectors, constrained_values, constrained_vectors)``, each set in
+    decreasing order; the constrained vectors are orthogonal to ``q`` up to rounding.
+    """
+    d = C.shape[0]
+    q = np.asarray(q, dtype=np.float64).ravel()
+    # H = I - beta v v^T with H q = -sign(q_0) e_0 (v_0 = q_0 + sign(q_0), no cancellation).
+    v = q.copy()
+    v[0] += np.copysign(1.0, q[0])
+    beta = 2.0 / float(v @ v)
+    symv = get_blas_funcs("symv", (C,))
+    p = beta * symv(1.0, C, v)
+    w = p - (0.5 * beta * float(v @ p)) * v
+    reflected = np.array(C, order="F")  # H C H = C - v w^T - w v^T (lower triangle suffices)
+    syr2 = get_blas_funcs("syr2", (reflected,))
+    reflected = syr2(-1.0, v, w, a=reflected, lower=1, overwrite_a=1)
+    lwork, info = lapack.dsytrd_lwork(d, lower=1)
+    reflectors, diagonal, offdiagonal, tau, info = lapack.dsytrd(
+        reflected, lower=1, lwork=int(lwork), overwrite_a=1
+    )
+    if info != 0:
+        raise linalg.LinAlgError(f"dsytrd failed (info={info}).")
+    values, vectors = _top_tridiagonal_eigh(diagonal, offdiagonal, k)
+    fair_values, fair_vectors = _top_tridiagonal_eigh(diagonal[1:], offdiagonal[1:], k)
+    both = np.zeros((d, 2 * k), order="F")
+    both[:, :k] = vectors
+    both[1:, k:] = fair_vectors
+    if d > 1:  # V_A is the product of the QR-type reflectors stored below the subdiagonal
+        block = reflectors[1:, :-1]
+        _, work, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], -1)
+        rotated, _, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], int(work[0]))
+        if info != 0:
+            raise linalg.LinAlgError(f"dormqr failed (info={info}).")
+        both[1:] = rotated
+    both -= np.outer(beta * v, matmul(v[None, :], both))
+    return values, both[:, :k], fair_values, both[:, k:]
 
 
 def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -31,14 +31,25 @@ class Solution:
 def solve_covariance(C: np.ndarray, Q: np.ndarray, k: int, n: int) -> Solution:
     """Exact solve from the scatter matrix ``C = Xc^T Xc`` (d x d).
 
-    Algorithm 1/2 take eigenvectors of ``R^T C R``; equivalently (and cheaper, no d x (d - r)
-    basis and no d^3 products) the top eigenvectors of ``P C P - s Q Q^T`` with
-    ``P = I - Q Q^T``, see :func:`fairpca._linalg.deflated_covariance`.
+    Algorithm 1/2 take eigenvectors of ``R^T C R``. Without constraint (``r = 0``) that is
+    standard PCA, one eigenproblem. With one constraint direction (two groups, Algorithm 1)
+    both problems come from one tridiagonal reduction, see
+    :func:`fairpca._linalg.top_eigh_with_constraint`. With more, the fair directions are the
+    top eigenvectors of ``P C P - s Q Q^T`` with ``P = I - Q Q^T`` (no d x (d - r) basis and
+    no d^3 products), see :func:`fairpca._linalg.deflated_covariance`.
     """
     trace = float(np.trace(C))
-    pca_values, pca_vectors = la.top_eigh(C, k)
-    M = la.deflated_covariance(C, Q, shift=trace + 1.0)
-    fair_values, fair_vectors = la.top_eigh(M, k)
+    if Q.shape[1] == 0:
+        pca_values, pca_vectors = la.top_eigh(C, k)
+        fair_values, fair_vectors = pca_values, pca_vectors.copy()
+    elif Q.shape[1] == 1:
+        pca_values, pca_vectors, fair_values, fair_vectors = la.top_eigh_with_constraint(
+            C, Q[:, 0], k
+        )
+    else:
+        pca_values, pca_vectors = la.top_eigh(C, k)
+        M = la.deflated_covariance(C, Q, shift=trace + 1.0)
+        fair_values, fair_vectors = la.top_eigh(M, k)
     fair_vectors = la.project_out(fair_vectors, Q)
     return Solution(
         fair_vectors,

@@ -162,7 +162,9 @@ class Moments:
         self._upper = syrk(1.0, centred.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
         self._merge_centred(rows, block_mean)
 
-    def add_uncentred(self, block: np.ndarray, block_mean: np.ndarray) -> bool:
+    def add_uncentred(
+        self, block: np.ndarray, block_mean: np.ndarray, gram: np.ndarray | None = None
+    ) -> bool:
         """Start the moments from a float64 block's raw Gram matrix, without a centred copy.
 
         The scatter is ``X^T X - rows * mean mean^T`` (what scikit-learn's covariance PCA
@@ -170,14 +172,15 @@ class Moments:
         mean dominates the spread, so when ``rows * ||mean||^2 > RAW_GRAM_MAX_MEAN_RATIO *
         trace(scatter)`` (more than about four digits would be lost), or when rows were
         added before, nothing is added and ``False`` is returned: the caller then adds the
-        block in shifted blocks.
+        block in shifted blocks. ``gram`` is the upper triangle of ``block.T @ block`` when
+        the caller computed it already (:func:`fairpca._linalg.gram_upper_and_sums`).
         """
         rows = block.shape[0]
         if rows == 0:
             return True
         if self.count:
             return False
-        upper = la.gram_upper(block)
+        upper = la.gram_upper(block) if gram is None else gram
         mean_energy = rows * float(block_mean @ block_mean)
         if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(float(np.trace(upper)) - mean_energy, 0.0):
             return False
@@ -513,8 +516,10 @@ class FairStatistics:
             objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
-            sums = np.asarray(la.matmul(block.T, W))
-            if not self.objective.add_uncentred(block, sums[:, 0] / rows):
+            if self.objective.count:
+                return False  # the raw Gram route starts the moments only
+            gram, sums = la.gram_upper_and_sums(block, W)
+            if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
                 return False
         self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())
         start = 1

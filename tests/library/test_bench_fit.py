@@ -3,14 +3,31 @@
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_fit.py"
 
 
-def test_bench_fit_quick_runs_and_reports_ratios(capsys):
+def load_bench():
     spec = importlib.util.spec_from_file_location("bench_fit", BENCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    rows = module.main(["--quick", "--repeats", "1"])
+    return module
+
+
+def test_bench_fit_quick_runs_and_reports_ratios(capsys):
+    module = load_bench()
+    rows = module.main(["--quick", "--repeats", "1", "--min-seconds", "0"])
     assert len(rows) == len(module.QUICK_GRID)
     assert all(r["ratio"] > 0 and r["mean_gap"] < 1e-9 for r in rows)
     assert "worst ratio" in capsys.readouterr().out
+
+
+def test_bench_fit_size_filters_select_cells():
+    module = load_bench()
+    rows = module.main(
+        ["--quick", "--repeats", "1", "--min-seconds", "0.2", "--d", "50", "--k", "10"]
+    )
+    assert [(r["n"], r["d"], r["k"]) for r in rows] == [(2_000, 50, 10)]
+    with pytest.raises(SystemExit):
+        module.main(["--quick", "--n", "7"])

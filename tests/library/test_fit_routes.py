@@ -1,0 +1,141 @@
+"""The fast routes of the exact solver against independent dense computations.
+
+Two groups give one constraint direction ``q``; fair and standard PCA then come from one
+tridiagonal reduction (``top_eigh_with_constraint``). The Gram matrix and the group sums of
+narrow data come from one blocked pass (``gram_upper_and_sums``).
+"""
+
+import numpy as np
+import pytest
+from scipy import linalg
+from sklearn.decomposition import PCA
+
+from fairpca import FairPCA
+from fairpca import _linalg as la
+
+
+def scatter_matrix(rng, n, d, rank=None):
+    """A scatter matrix with a decaying spectrum (rank-deficient when ``rank < d``)."""
+    rank = d if rank is None else rank
+    X = rng.normal(size=(n, rank)) * np.linspace(3.0, 0.5, rank) @ rng.normal(size=(rank, d))
+    return X.T @ X
+
+
+def dense_reference(C, q, k):
+    """Top-k eigenpairs of C and of R^T C R (R: orthonormal basis of q's complement)."""
+    values, vectors = linalg.eigh(C)
+    R = linalg.null_space(q[None, :])
+    fair_values, fair_vectors = linalg.eigh(R.T @ C @ R)
+    return (
+        values[::-1][:k],
+        vectors[:, ::-1][:, :k],
+        fair_values[::-1][:k],
+        R @ fair_vectors[:, ::-1][:, :k],
+    )
+
+
+def unit(v):
+    return v / np.linalg.norm(v)
+
+
+def assert_same_subspace(U, V, atol):
+    np.testing.assert_allclose(U @ U.T, V @ V.T, atol=atol)
+
+
+@pytest.mark.parametrize(
+    ("d", "k", "direction"),
+    [
+        (100, 3, "random"),  # few pairs: MRRR by index
+        (30, 3, "random"),  # many pairs: QR eigenvalues and inverse iteration
+        (30, 29, "random"),  # every fair direction
+        (2, 1, "random"),  # the smallest problem
+        (12, 4, "axis"),  # q = e_0: the reflector is 2 e_0
+        (12, 4, "minus_axis"),
+        (12, 4, "zero_first"),  # q_0 = 0
+    ],
+)
+def test_one_reduction_equals_two_dense_eigenproblems(d, k, direction):
+    rng = np.random.default_rng(d + k)
+    C = scatter_matrix(rng, 3 * d, d)
+    q = {
+        "random": unit(rng.normal(size=d)),
+        "axis": np.eye(d)[0],
+        "minus_axis": -np.eye(d)[0],
+        "zero_first": unit(np.r_[0.0, rng.normal(size=d - 1)]),
+    }[direction]
+    values, vectors, fair_values, fair_vectors = la.top_eigh_with_constraint(C, q, k)
+    ref_values, ref_vectors, ref_fair_values, ref_fair_vectors = dense_reference(C, q, k)
+    scale = ref_values[0]
+    np.testing.assert_allclose(values, ref_values, rtol=1e-12, atol=1e-13 * scale)
+    np.testing.assert_allclose(fair_values, ref_fair_values, rtol=1e-12, atol=1e-13 * scale)
+    assert_same_subspace(vectors, ref_vectors, atol=1e-10)
+    assert_same_subspace(fair_vectors, ref_fair_vectors, atol=1e-10)
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(k), atol=1e-13)
+    np.testing.assert_allclose(fair_vectors.T @ fair_vectors, np.eye(k), atol=1e-13)
+    assert np.abs(fair_vectors.T @ q).max() < 1e-14
+    np.testing.assert_allclose(
+        C @ fair_vectors - fair_vectors * fair_values,
+        np.outer(q, q @ C @ fair_vectors),  # C x = mu x + q c: the constrained eigenvector
+        atol=1e-12 * scale,
+    )
+
+
+def test_rank_deficient_scatter_keeps_the_constraint():
+    """Eigenvalues that tie at zero leave the vectors free, but never along q."""
+    rng = np.random.default_rng(5)
+    d, k = 20, 12
+    C = scatter_matrix(rng, 60, d, rank=8)
+    q = unit(rng.normal(size=d))
+    _, vectors, fair_values, fair_vectors = la.top_eigh_with_constraint(C, q, k)
+    _, _, ref_fair_values, _ = dense_reference(C, q, k)
+    np.testing.assert_allclose(fair_values, ref_fair_values, atol=1e-12 * fair_values[0])
+    np.testing.assert_allclose(fair_vectors.T @ fair_vectors, np.eye(k), atol=1e-13)
+    np.testing.assert_allclose(vectors.T @ vectors, np.eye(k), atol=1e-13)
+    assert np.abs(fair_vectors.T @ q).max() < 1e-14
+
+
+def grouped_data(n_groups, *, equal_means=False, seed=0):
+    rng = np.random.default_rng(seed)
+    n, d = 400, 9
+    z = np.arange(n) % n_groups
+    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=(n_groups, d))[z]
+    if equal_means:
+        for g in range(n_groups):
+            X[z == g] -= X[z == g].mean(0)
+    return X + 7.0, z
+
+
+@pytest.mark.parametrize(
+    ("n_groups", "equal_means", "rank"), [(2, False, 1), (4, False, 3), (3, True, 0)]
+)
+def test_standard_pca_attributes_equal_scikit_learn_on_every_constraint_rank(
+    n_groups, equal_means, rank
+):
+    X, z = grouped_data(n_groups, equal_means=equal_means)
+    k = 4
+    fpca = FairPCA(k, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+    pca = PCA(k, svd_solver="full").fit(X)
+    assert fpca.constraint_rank_ == rank
+    np.testing.assert_allclose(fpca.pca_components_, pca.components_, atol=1e-10)
+    np.testing.assert_allclose(fpca.pca_explained_variance_, pca.explained_variance_, rtol=1e-10)
+    Xc = X - X.mean(0)
+    gaps = [np.abs(Xc[z == g].mean(0) @ pca.components_.T).max() for g in range(n_groups)]
+    np.testing.assert_allclose(
+        fpca.pca_mean_gap_, max(gaps), rtol=1e-9, atol=1e-12 * np.abs(Xc).max()
+    )
+    if rank == 0:
+        np.testing.assert_array_equal(fpca.components_, fpca.pca_components_)
+
+
+@pytest.mark.parametrize(("n", "d"), [(5000, 40), (3001, 200), (700, 7), (400, 300)])
+def test_gram_and_sums_in_one_pass(n, d):
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, d)) + 3.0
+    W = np.zeros((n, 3), order="F")
+    W[:, 0] = 1.0
+    W[np.arange(n), 1 + rng.integers(0, 2, n)] = 1.0
+    upper, sums = la.gram_upper_and_sums(X, W)
+    exact = X.T @ X
+    np.testing.assert_allclose(np.triu(upper), np.triu(exact), rtol=1e-12, atol=1e-12 * n)
+    assert not np.tril(upper, -1).any()
+    np.testing.assert_allclose(sums, X.T @ W, rtol=1e-12, atol=1e-12 * n)
