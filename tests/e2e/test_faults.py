@@ -1,4 +1,4 @@
-"""Faults that must not lose data (issue 5), against a real ``mlflow server`` subprocess.
+"""Faults that must not lose data, against a real ``mlflow server`` subprocess.
 
 - two audits at the same time against one server each keep their own complete artifacts;
 - a short tracking-server outage while a flow logs is absorbed by the task retries;

@@ -431,7 +431,7 @@ def _lee_splits_dir():
 @pytest.mark.data
 @pytest.mark.parametrize("dataset", ["adult", "german", "compas"])
 def test_pca_rows_of_tables_1_to_3_reproduced(dataset):
-    """%Var and MMD^2 of plain PCA with the protocol of the paper (issue 6), to printed digits."""
+    """%Var and MMD^2 of plain PCA with the protocol of the paper, to printed digits."""
     folder = _lee_splits_dir() / dataset
     variance, mmd = {2: [], 10: []}, {2: [], 10: []}
     for split in range(10):
