@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end check of the Prefect deployments on real servers (issue 5).
+# End-to-end check of the Prefect deployments on real servers.
 #
 # Starts a real MLflow tracking server and a real Prefect server on free 127.0.0.1 ports
 # (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
