@@ -235,7 +235,7 @@ FINDINGS = """## Summary: reproduced vs published (run committed here)
   no PCA or Fair PCA-S cell and one Fair PCA cell differ by more than the paper's std. MLP
   cells differ slightly (the MLP depends on the signs/rotation of the basis, on the
   scikit-learn version, and even on changes of the representation at the 1e-12 level):
-  flagged only on COMPAS k = 2 (Fair PCA 58.19 vs 60.65 %Acc).
+  flagged only on COMPAS k = 2 (Fair PCA 57.49 vs 60.65 %Acc).
 * **That protocol overstates accuracy.** Fitting and scoring on the same (test) rows lets the
   gamma = 1 RBF SVM memorise them: German k = 10 gives 99.93 % for PCA and Fair PCA, but
   69.7 % / 69.9 % when fitted on train and scored on test (the majority rate is 69.8 %). The
