@@ -205,6 +205,14 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     """
     d = C.shape[0]
     q = np.asarray(q, dtype=np.float64).ravel()
+    # The tridiagonal eigensolver squares off-diagonal entries: bring a scatter matrix of huge
+    # (or tiny) magnitude near 1 by an even power of two (exact; eigenvectors are unchanged,
+    # eigenvalues scale back exactly). Ordinary magnitudes are left untouched.
+    largest = float(np.max(np.abs(np.diagonal(C)))) if d else 0.0
+    scale = 1.0
+    if largest > 2.0**400 or 0.0 < largest < 2.0**-400:
+        scale = 2.0 ** (2 * round(np.log2(largest) / 2))
+        C = C / scale
     # H = I - beta v v^T with H q = -sign(q_0) e_0 (v_0 = q_0 + sign(q_0), no cancellation).
     v = q.copy()
     v[0] += np.copysign(1.0, q[0])
@@ -234,7 +242,7 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
             raise linalg.LinAlgError(f"dormqr failed (info={info}).")
         both[1:] = rotated
     both -= np.outer(beta * v, matmul(v[None, :], both))
-    return values, both[:, :k], fair_values, both[:, k:]
+    return values * scale, both[:, :k], fair_values * scale, both[:, k:]
 
 
 def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -468,20 +468,22 @@ def test_no_unique_value_of_the_input_reaches_anything_written(
 
     uri, _ = mlflow_store
     frame = people(n=400, seed=11)
-    frame.to_csv(tmp_path / "people.csv", index=False)
-    monkeypatch.chdir(tmp_path)
+    (tmp_path / "input").mkdir()
+    (tmp_path / "work").mkdir()
+    frame.to_csv(tmp_path / "input" / "people.csv", index=False)
+    monkeypatch.chdir(tmp_path / "work")  # everything the audit writes locally lands here
     result = CliRunner().invoke(
         app,
-        ["audit", "--data", "people.csv", "--label", "outcome", "--sensitive", "group",
+        ["audit", "--data", "../input/people.csv", "--label", "outcome", "--sensitive", "group",
          "-k", "2", "--variants", "pca,fair_pca", "--lambdas", "0,1", "--classifiers",
          "logreg", "--tracking-uri", uri, "--output-dir", "out",
          "--model-name", f"hostile-{time.time_ns()}"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     db_url = get_current_settings().server.database.connection_url.get_secret_value()
-    roots = [tmp_path / "out", Path(uri.removeprefix("sqlite:///")).parent]
+    roots = [tmp_path / "work", Path(uri.removeprefix("sqlite:///")).parent]
     roots.append(Path(db_url.split("///", 1)[1]))
-    roots.append(Path(os.environ.get("PREFECT_HOME", tmp_path)))
+    roots.append(Path(get_current_settings().home))  # Prefect's local storage and logs
     written = _written_bytes([root for root in roots if root.exists()])
     assert any(path.name == "model.skops" for path, _ in written)
     values = {str(v) for column in UNIQUE_COLUMNS for v in frame[column]}
