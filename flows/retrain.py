@@ -112,7 +112,7 @@ def evaluate_champion(
     )
     keep = [f"{m}{suffix}" for m in COMPARED for suffix in ("", ".ci95_low", ".ci95_high")]
     return {
-        "validation": {key: validation[key] for key in COMPARED},
+        "validation": {key: validation.get(key, float("nan")) for key in COMPARED},
         "test": {key: test[key] for key in keep if key in test},
     }
 

@@ -156,11 +156,13 @@ def mitigation_warnings(table: pd.DataFrame, per_variant: dict[str, dict]) -> li
             continue
         metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
         fair, pca = _lambda_zero(table, variant, classifier), _lambda_zero(table, "pca", classifier)
-        if fair and pca and not fair[metric] < pca[metric]:
+        fair_value = (fair or {}).get(metric, float("nan"))
+        pca_value = (pca or {}).get(metric, float("nan"))
+        if np.isfinite(fair_value) and np.isfinite(pca_value) and not fair_value < pca_value:
             warnings.append(
                 f"mitigation did nothing: {variant} (lambda=0, {classifier}) has {metric} "
-                f"{fair[metric]:.4f} on validation rows, not below unconstrained PCA's "
-                f"{pca[metric]:.4f}."
+                f"{fair_value:.4f} on validation rows, not below unconstrained PCA's "
+                f"{pca_value:.4f}."
             )
         for attribute, probe in diag["leakage"].items():
             if probe["balanced_accuracy.ci95_low"] > probe["chance"] + 0.05:

@@ -20,6 +20,7 @@ evaluator (``dp_difference``, ``eo_difference``, ``dp_difference.<attr>``,
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,9 +126,10 @@ def sweep_lambda(
     :class:`FittedRepresentation`. At each lambda the fair features get ``lambda`` times the
     standard PCA features appended (Sec. 3.1: no refit), ``classifier`` (cloned; default
     ``LogisticRegression(max_iter=1000)``) is fitted on the training rows and evaluated on the
-    evaluation rows. The estimator's ``tradeoff`` is restored afterwards, also on error.
+    evaluation rows. The caller's estimator is not changed (the sweep works on a copy).
     """
-    estimator = getattr(representation, "estimator", representation)
+    # a copy: concurrent sweeps of one fitted estimator must not set each other's lambda
+    estimator = copy.deepcopy(getattr(representation, "estimator", representation))
     if "tradeoff" not in estimator.get_params():
         raise ValueError(
             f"{type(estimator).__name__} has no tradeoff parameter; sweep_lambda needs a fair "
@@ -141,17 +143,13 @@ def sweep_lambda(
         "n_resamples": n_resamples,
         "seed": seed,
     }
-    original = estimator.get_params()["tradeoff"]
     rows = []
-    try:
-        for lam in lambdas:
-            estimator.set_params(tradeoff=lam)
-            model = clone(template).fit(estimator.transform(X_train), y_train)
-            y_pred = model.predict(estimator.transform(X_eval))
-            metrics, _ = fairness_metrics(y_eval, y_pred, sensitive_eval, config)
-            rows.append({"lambda": float(lam), **metrics})
-    finally:
-        estimator.set_params(tradeoff=original)
+    for lam in lambdas:
+        estimator.set_params(tradeoff=lam)
+        model = clone(template).fit(estimator.transform(X_train), y_train)
+        y_pred = model.predict(estimator.transform(X_eval))
+        metrics, _ = fairness_metrics(y_eval, y_pred, sensitive_eval, config)
+        rows.append({"lambda": float(lam), **metrics})
     return pd.DataFrame(rows)
 
 

@@ -95,9 +95,13 @@ class FittedRepresentation:
         return supports_tradeoff(self.estimator)
 
     def matrices(self) -> dict[str, np.ndarray]:
-        """Projection matrices to keep as artifacts (components_, mean_, PCA components)."""
+        """Projection matrices to keep as artifacts (components_, mean_, PCA components).
+
+        Not the constraint basis: it spans the group-mean differences, so for a small group
+        it points at those few people's average row.
+        """
         out = {}
-        for name in ("components_", "mean_", "pca_components_", "constraint_basis_"):
+        for name in ("components_", "mean_", "pca_components_"):
             value = getattr(self.estimator, name, None)
             if isinstance(value, np.ndarray):
                 out[name] = value

@@ -185,3 +185,21 @@ def test_a_three_row_group_does_not_abort_the_audit(prefect_harness, tmp_path):
     assert result.selection["split"] == {"n_train": 300, "n_validation": 150, "n_test": 150}
     assert result.selection["group_sizes"]["group"]["tiny"] == "suppressed"
     assert not any("tiny" in key for key in result.selection["test"])
+
+
+def test_mitigation_warning_skips_undefined_differences():
+    """With every group but one suppressed the table has no dp_difference: no crash and no
+    "mitigation did nothing" built from NaN; a defined, unreduced disparity still warns."""
+    from tasks.diagnostics import mitigation_warnings
+
+    rows = [
+        {"variant": v, "classifier": "logreg", "lambda_index": 0, "accuracy": 0.8}
+        for v in ("pca", "fair_pca")
+    ]
+    quiet = {v: {"leakage": {}, "near_constant_directions": {}} for v in ("pca", "fair_pca")}
+    assert mitigation_warnings(pd.DataFrame(rows), quiet) == []
+    undefined = [{**row, "dp_difference": float("nan")} for row in rows]
+    assert mitigation_warnings(pd.DataFrame(undefined), quiet) == []
+    unreduced = [{**row, "dp_difference": 0.2} for row in rows]
+    warnings = mitigation_warnings(pd.DataFrame(unreduced), quiet)
+    assert any("mitigation did nothing" in w for w in warnings)
