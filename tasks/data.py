@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextlib import suppress
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from tasks.sources import load_source
@@ -32,6 +33,7 @@ class Split:
     X_test: pd.DataFrame
     y_test: np.ndarray
     s_test: pd.DataFrame
+    leaking: dict[str, str] = field(default_factory=dict)  # excluded on the training rows
 
     def summary(self) -> dict[str, Any]:
         """Aggregated sizes and rates only (safe to log)."""
@@ -44,6 +46,7 @@ class Split:
             "positive_rate_validation": float(np.mean(self.y_validation)),
             "positive_rate_test": float(np.mean(self.y_test)),
             "sensitive": list(self.s_train.columns),
+            "excluded_as_leakage": sorted(self.leaking),
         }
 
 
@@ -151,9 +154,32 @@ def split_data(dataset, config) -> Split:
     def rows(frame: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
         return frame.iloc[idx].reset_index(drop=True)
 
+    leaking = _leaking_on_training_rows(dataset.X, y, parts[0], config)
+    features = dataset.X.drop(columns=list(leaking))
     values = {}
     for name, idx in zip(("train", "validation", "test"), parts, strict=True):
-        values[f"X_{name}"] = rows(dataset.X, idx)
+        values[f"X_{name}"] = rows(features, idx)
         values[f"y_{name}"] = y[idx]
         values[f"s_{name}"] = rows(dataset.sensitive, idx)
-    return Split(**values)
+    return Split(**values, leaking=leaking)
+
+
+def _leaking_on_training_rows(X: pd.DataFrame, y: np.ndarray, train: np.ndarray, config):
+    """A user file's target-leakage rule, on the training rows only (one warning naming the
+    columns); bundled datasets are curated and keep every feature."""
+    if config.data is None:
+        return {}
+    from fairpca.datasets import ColumnScreening, leaking_columns, warn_screened
+
+    leaking = leaking_columns(X.iloc[train], y[train], keep=tuple(config.keep))
+    if len(leaking) == X.shape[1]:
+        raise ValueError(
+            f"every feature column alone predicts the label on the training rows ({leaking}); "
+            "keep one deliberately with --keep NAME if that is intended."
+        )
+    kept = [column for column in X.columns if column not in leaking]
+    warn_screened(ColumnScreening(kept=kept, excluded=leaking))
+    if leaking:
+        with suppress(Exception):  # outside a flow run there is no run logger
+            get_run_logger().warning("excluded on the training rows: %s", leaking)
+    return leaking

@@ -25,6 +25,7 @@ def load_source(config) -> Any:
         keep=tuple(config.keep),
         drop=tuple(config.drop),
         sep=config.sep,
+        leakage=False,  # decided on the training rows (tasks.data.split_data)
     )
 
 

@@ -24,7 +24,14 @@ from ._public import (
     load_dataset,
     load_german,
 )
-from ._screen import ColumnScreening, ScreeningWarning, balanced_accuracy_alone, screen_columns
+from ._screen import (
+    ColumnScreening,
+    ScreeningWarning,
+    balanced_accuracy_alone,
+    leaking_columns,
+    screen_columns,
+    warn_screened,
+)
 from ._user import detect_separator, load_user_data
 
 __all__ = [
@@ -41,6 +48,7 @@ __all__ = [
     "ScreeningWarning",
     "balanced_accuracy_alone",
     "detect_separator",
+    "leaking_columns",
     "load_adult",
     "load_bank",
     "load_compas",
@@ -51,4 +59,5 @@ __all__ = [
     "make_preprocessor",
     "screen_columns",
     "split_feature_kinds",
+    "warn_screened",
 ]

@@ -19,7 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-__all__ = ["ColumnScreening", "ScreeningWarning", "balanced_accuracy_alone", "screen_columns"]
+__all__ = [
+    "ColumnScreening",
+    "ScreeningWarning",
+    "balanced_accuracy_alone",
+    "leaking_columns",
+    "screen_columns",
+    "warn_screened",
+]
 
 UNIQUE_FRACTION = 0.5  # text columns with at least this share of distinct values are ids
 NUMERIC_UNIQUE_FRACTION = 0.95  # integer columns distinct on (almost) every row are ids
@@ -195,17 +202,39 @@ def screen_columns(
         if column in excluded or column in keep:
             continue
         reason = _kind_reason(X[column], max_categories)
-        if reason is None and y is not None:
-            score = balanced_accuracy_alone(X[column], np.asarray(y))
-            if score >= leakage_threshold:
-                reason = (
-                    f"likely target leakage: alone it predicts the label with balanced "
-                    f"accuracy {score:.3f} (>= {leakage_threshold})"
-                )
         if reason is not None:
             excluded[column] = reason
+    if y is not None:
+        candidates = X[[column for column in X.columns if column not in excluded]]
+        excluded |= leaking_columns(candidates, y, keep=keep, threshold=leakage_threshold)
     kept = [column for column in X.columns if column not in excluded]
     return ColumnScreening(kept=kept, excluded=excluded)
+
+
+def leaking_columns(
+    X: pd.DataFrame,
+    y: np.ndarray | pd.Series,
+    *,
+    keep: Sequence[str] = (),
+    threshold: float = LEAKAGE_BALANCED_ACCURACY,
+) -> dict[str, str]:
+    """Columns of ``X`` (except ``keep``) that alone predict ``y`` with a balanced accuracy of
+    at least ``threshold`` (:func:`balanced_accuracy_alone`), with the reason.
+
+    An audit applies this rule to its training rows only, so that no label of its validation
+    or test rows influences which features exist.
+    """
+    found = {}
+    for column in X.columns:
+        if column in keep:
+            continue
+        score = balanced_accuracy_alone(X[column], np.asarray(y))
+        if score >= threshold:
+            found[column] = (
+                f"likely target leakage: alone it predicts the label with balanced "
+                f"accuracy {score:.3f} (>= {threshold})"
+            )
+    return found
 
 
 def warn_screened(screening: ColumnScreening) -> None:

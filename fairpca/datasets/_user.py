@@ -177,6 +177,7 @@ def load_user_data(
     drop: Sequence[str] = (),
     sep: str | None = None,
     screen: bool = True,
+    leakage: bool = True,
 ) -> Dataset:
     """Load a CSV or Parquet file with a binary label and sensitive column(s).
 
@@ -206,6 +207,10 @@ def load_user_data(
         :class:`~fairpca.datasets.ScreeningWarning` naming each column and why (see
         :func:`~fairpca.datasets.screen_columns`). The reasons are kept in
         ``dataset.screened``.
+    leakage : bool, default=True
+        Apply the target-leakage rule of the screening here, on all rows. An audit passes
+        ``False`` and applies :func:`~fairpca.datasets.leaking_columns` to its training rows
+        only, so that no held-out label decides which features exist.
 
     Returns
     -------
@@ -267,7 +272,8 @@ def load_user_data(
                 f"keep/drop name {bad}, which are the label, a sensitive column or not among "
                 "the chosen features."
             )
-        screening = screen_columns(frame[kept], y.to_numpy(), keep=keep, drop=drop)
+        labels = y.to_numpy() if leakage else None
+        screening = screen_columns(frame[kept], labels, keep=keep, drop=drop)
         warn_screened(screening)
         kept, screened = screening.kept, screening.excluded
     if not kept:

@@ -393,3 +393,33 @@ def test_report_renders_structured_sections_as_markdown_and_html():
     page = render_html("T", sections, None)
     assert "<p><strong>do NOT promote</strong></p>" in page
     assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page
+
+
+def test_target_leakage_rule_reads_only_the_training_labels():
+    """A column that predicts the label only on held-out rows is not excluded, and held-out
+    labels cannot change which columns are excluded."""
+    import warnings as _warnings
+    from types import SimpleNamespace
+
+    from fairpca.datasets import screen_columns
+    from tasks.data import _leaking_on_training_rows
+
+    rng = np.random.default_rng(3)
+    n = 600
+    X = pd.DataFrame({"proxy": rng.normal(size=n), "noise": rng.normal(size=n)})
+    y = rng.integers(0, 2, size=n)
+    train = np.arange(150)
+    config = SimpleNamespace(data="file.csv", keep=[])
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        before = _leaking_on_training_rows(X, y, train, config)
+        y_held_out_leaks = y.copy()
+        y_held_out_leaks[150:] = (X["proxy"].to_numpy()[150:] > 0).astype(int)
+        after = _leaking_on_training_rows(X, y_held_out_leaks, train, config)
+        on_all_rows = screen_columns(X, y_held_out_leaks).excluded
+    assert before == after == {}
+    assert "proxy" in on_all_rows  # the rule on every row would have read held-out labels
+    y_train_leaks = y.copy()
+    y_train_leaks[:150] = (X["proxy"].to_numpy()[:150] > 0).astype(int)
+    with pytest.warns(UserWarning, match="proxy"):
+        assert list(_leaking_on_training_rows(X, y_train_leaks, train, config)) == ["proxy"]
