@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from sklearn.decomposition import PCA
+
+from fairpca._groups import MIN_GROUP_SIZE
 
 __all__ = [
     "FittedRepresentation",
@@ -108,6 +111,24 @@ class FittedRepresentation:
         return out
 
 
+def merge_single_row_groups(sensitive: pd.DataFrame) -> pd.DataFrame:
+    """The training attributes with every group of fewer than two rows merged into the
+    attribute's largest group.
+
+    A group mean over one row is that person's row, and the estimators need two rows per
+    group; such a group keeps no constraint of its own (its row still counts in the largest
+    group's mean), so a one-person group never stops the audit. Its metrics are suppressed
+    anyway (``min_group_size``).
+    """
+    frame = pd.DataFrame(sensitive).copy()
+    for column in frame.columns:
+        counts = frame[column].value_counts()
+        tiny = counts.index[counts < MIN_GROUP_SIZE]
+        if len(tiny) and len(counts) > len(tiny):
+            frame.loc[frame[column].isin(tiny), column] = counts.index[0]
+    return frame
+
+
 @task(name="fit-representation", cache_policy=NO_CACHE, task_run_name="fit-{variant}")
 def fit_representation(
     variant: str,
@@ -129,6 +150,7 @@ def fit_representation(
     )
     start = time.perf_counter()
     if uses_sensitive_features(estimator):
+        s_train = merge_single_row_groups(s_train)
         estimator.fit(encoded_train, y_train, sensitive_features=s_train)
     else:
         estimator.fit(encoded_train)

@@ -157,15 +157,17 @@ def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
     assert any("direction(s) 2" in w and "smaller k" in w for w in warnings)
 
 
-def test_a_three_row_group_does_not_abort_the_audit(prefect_harness, tmp_path):
-    """Its rows go to training (a stratum of < 3 rows cannot reach all three parts); the
-    audit completes and the group is suppressed in what is logged."""
+@pytest.mark.parametrize("tiny_rows", [1, 3])
+def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, tiny_rows):
+    """Its rows go to training (a stratum of < 3 rows cannot reach all three parts; a
+    one-row group is merged into the largest group for fitting); the audit completes and
+    the group is suppressed in what is logged."""
     from flows.audit import fairness_audit
 
     rng = np.random.default_rng(1)
     n = 600
     frame = pd.DataFrame(rng.normal(size=(n, 6)), columns=[f"x{i}" for i in range(6)])
-    frame["group"] = np.where(np.arange(n) < 3, "tiny", rng.choice(["a", "b"], size=n))
+    frame["group"] = np.where(np.arange(n) < tiny_rows, "tiny", rng.choice(["a", "b"], size=n))
     frame["label"] = (frame["x0"] + frame["x1"] + rng.normal(size=n) > 0).astype(int)
     path = tmp_path / "tiny_group.csv"
     frame.to_csv(path, index=False)

@@ -423,3 +423,13 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     y_train_leaks[:150] = (X["proxy"].to_numpy()[:150] > 0).astype(int)
     with pytest.warns(UserWarning, match="proxy"):
         assert list(_leaking_on_training_rows(X, y_train_leaks, train, config)) == ["proxy"]
+
+
+def test_single_row_groups_are_merged_into_the_largest_group_for_fitting():
+    from tasks.represent import merge_single_row_groups
+
+    frame = pd.DataFrame({"race": ["a"] * 5 + ["b"] * 3 + ["c"], "sex": ["F", "M"] * 4 + ["F"]})
+    merged = merge_single_row_groups(frame)
+    assert merged["race"].value_counts().to_dict() == {"a": 6, "b": 3}
+    assert merged["sex"].equals(frame["sex"])  # nothing to merge
+    assert frame["race"].iloc[-1] == "c"  # the caller's frame is unchanged
