@@ -671,4 +671,4 @@ def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp
     assert "--promote" in result.output
     logged = relog_output_dir(out_dir, uri, force=True, promote=True)
     assert logged["champion_moved"]
-    assert client.get_registered_model(victim).aliases == {"champion": logged["model_version"]}
+    assert client.get_registered_model(victim).aliases == {"champion": int(logged["model_version"])}
