@@ -264,7 +264,7 @@ class AuditConfig(BaseModel):
             if not name.endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
                 allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
                 raise ValueError(
-                    f"data must be a file ending in one of {allowed}; got {self.data}."
+                    f"data must be a .csv or .parquet file ({allowed}); got {self.data}."
                 )
         elif self.label is not None or self.positive_label is not None:
             raise ValueError("label/positive_label apply to a user data file, not to a dataset.")
