@@ -52,7 +52,6 @@ def relog(
         "model_version": logged.model_version,
         "model_name": audit.get("model_name"),
         "champion_alias": audit.get("champion_alias"),
-        "audit_promotes": bool((audit.get("decision") or {}).get("promote")),
         "champion_moved": logged.champion_moved,
     }
 
