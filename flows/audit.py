@@ -48,7 +48,7 @@ from tasks.represent import fit_preprocessor, fit_representation
 from tasks.select import choose, require_fair_variant
 from tasks.sweep import lambda_sweep
 
-from .config import AuditConfig, resolve_tracking_uri
+from .config import AuditConfig, mask_credentials, resolve_tracking_uri
 from .runners import current_task_runner_name, needs_dask_subflow, task_runner_for
 from .warmup import start_warmup, wait_for_warmup
 
@@ -270,7 +270,7 @@ def finish_audit(
         "chosen": chosen_metrics(state.chosen)
         | {"variant": state.chosen["variant"], "classifier": state.chosen["classifier"]},
         "selection": selection_record(state),
-        "params": {**config.flat_params(), "resolved_tracking_uri": tracking_uri},
+        "params": {**config.flat_params(), "resolved_tracking_uri": mask_credentials(tracking_uri)},
         "metrics": {**logged_metrics(state), **(extra_metrics or {})},
         "metric_steps": metric_steps(state.table),
         "tags": {**run_tags(state, hashes), **_flow_tags(kind), **(extra_tags or {})},
@@ -292,7 +292,7 @@ def _result(state: AuditState, logged, tracking_uri: str, report: Path, selectio
         run_id=logged.run_id,
         run_name=state.run_name,
         experiment_id=logged.experiment_id,
-        tracking_uri=tracking_uri,
+        tracking_uri=mask_credentials(tracking_uri),
         model_name=config.resolved_model_name if config.register_model else None,
         model_version=logged.model_version,
         champion_alias=config.champion_alias,

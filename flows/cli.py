@@ -491,6 +491,13 @@ def relog(
     force: Annotated[
         bool, typer.Option(help="Log again even if it was logged completely before.")
     ] = False,
+    promote: Annotated[
+        bool,
+        typer.Option(
+            help="Move the champion alias to the new version if the audit decided to promote "
+            "(off by default: the directory's own audit.json is not trusted for that)."
+        ),
+    ] = False,
 ) -> None:
     """Log a kept audit output directory to MLflow again (after a tracking outage).
 
@@ -505,12 +512,27 @@ def relog(
     from .relog import relog_output_dir
 
     try:
-        logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force)
+        logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
     except (MlflowLoggingError, OSError, ValueError) as error:
         _fail("Relog failed", str(error), code=1)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
+        if not logged["champion_moved"]:
+            console.print(_relog_alias_note(logged, promote))
+
+
+def _relog_alias_note(logged: dict[str, Any], promote: bool) -> str:
+    """Why relog left the alias alone, and how to move it."""
+    alias, name, version = logged["champion_alias"], logged["model_name"], logged["model_version"]
+    why = (
+        "the audit decided not to promote" if promote else "relog never moves it without --promote"
+    )
+    return (
+        f"Alias {alias!r} of {name!r} was left alone ({why}). To promote version {version}: "
+        f"MlflowClient().set_registered_model_alias({name!r}, {alias!r}, {version!r}), or relog "
+        "with --promote --force."
+    )
 
 
 def main() -> None:

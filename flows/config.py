@@ -12,7 +12,14 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "CLASSIFIERS",
@@ -24,6 +31,7 @@ __all__ = [
     "RetrainConfig",
     "Thresholds",
     "load_config_file",
+    "mask_credentials",
     "resolve_tracking_uri",
     "take_credentials",
 ]
@@ -176,6 +184,11 @@ class AuditConfig(BaseModel):
     def _strip_credentials(cls, value: str | None) -> str | None:
         return None if value is None else take_credentials(value)
 
+    @field_serializer("tracking_uri", when_used="json")
+    def _mask_tracking_uri(self, value: str | None) -> str | None:
+        # Everything written (config.json, MLflow params, Prefect parameters) goes through JSON.
+        return None if value is None else mask_credentials(value)
+
     # Split, selection gate, baselines and uncertainty of the audit's decision.
     n_train: int = Field(
         5000, ge=20, description="Training rows (fit representations and classifiers)."
@@ -245,8 +258,14 @@ class AuditConfig(BaseModel):
                     "a user data file needs label (the label column) and at least one "
                     "sensitive column, e.g. --label income --sensitive sex."
                 )
-            if self.data.suffix.lower() not in {".csv", ".parquet", ".pq"}:
-                raise ValueError(f"data must be a .csv or .parquet file; got {self.data}.")
+            from fairpca.datasets._user import _CSV_SUFFIXES, _PARQUET_SUFFIXES
+
+            name = self.data.name.lower()
+            if not name.endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
+                allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
+                raise ValueError(
+                    f"data must be a .csv or .parquet file ({allowed}); got {self.data}."
+                )
         elif self.label is not None or self.positive_label is not None:
             raise ValueError("label/positive_label apply to a user data file, not to a dataset.")
         elif self.keep or self.drop or self.sep:
@@ -317,21 +336,32 @@ def fair_kernel_pca_available() -> bool:
 def resolve_tracking_uri(uri: str | None) -> str:
     """Explicit URI, else ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db`` (cwd).
 
-    Credentials in the URI (``http://user:password@host``) are moved to MLflow's
-    ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD`` environment variables and
-    removed from the returned URI, which is safe to write, log and print.
+    The returned URI is for connecting only and may hold credentials (a database URI);
+    write, log or print it only through :func:`mask_credentials`.
     """
     return take_credentials(uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db")
 
 
-def take_credentials(uri: str) -> str:
-    """``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
+def mask_credentials(uri: str) -> str:
+    """``uri`` with any ``user:password@`` shown as ``***@``: safe to write, log and print."""
+    from tasks.model_card import mask_credentials as mask
 
-    A password in the environment variable ``MLFLOW_TRACKING_URI`` is removed from there too.
+    return mask(uri)
+
+
+def take_credentials(uri: str) -> str:
+    """An http(s) ``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
+
+    Only MLflow's REST client reads ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``
+    (HTTP basic auth), so for any other scheme (``postgresql://user:pw@db/mlflow``) the URI is
+    returned as given: the database driver needs its credentials in the URI. A password in the
+    environment variable ``MLFLOW_TRACKING_URI`` is removed from there for http(s).
     """
     from urllib.parse import unquote, urlsplit, urlunsplit
 
     parts = urlsplit(uri)
+    if parts.scheme.lower() not in {"http", "https"}:
+        return uri
     if parts.username is None and parts.password is None:
         return uri
     if parts.username:

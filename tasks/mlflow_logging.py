@@ -13,6 +13,7 @@ re-log later (``fairpca relog DIR``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import tempfile
@@ -26,6 +27,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
+from tasks.model_card import mask_credentials
 from tasks.registry import register_logged_model
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "STATUS_FILE",
     "LoggedAudit",
     "MlflowLoggingError",
+    "check_relog_dir",
     "check_saved_model",
     "is_transient_mlflow_error",
     "log_output_dir",
@@ -256,6 +259,56 @@ def check_saved_model(model_dir: Path) -> None:
     if pickles:
         raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not logged.")
     verify_manifest(model_dir)
+
+
+def check_relog_dir(out_dir: Path) -> None:
+    """Checks that a kept directory must pass before ``fairpca relog`` uploads anything.
+
+    The SHA-256 manifest lives in the same directory, so it cannot vouch for it. Refused,
+    naming the file: a symbolic link anywhere (or any path resolving outside ``out_dir``),
+    and a model whose ``MLmodel`` ``skops_trusted_types`` or whose skops file's untrusted
+    types (read by :func:`skops.io.get_untrusted_types`, which executes nothing) fall outside
+    the project's fixed :data:`tasks.registry.TRUSTED_TYPES`.
+    """
+    out_dir = Path(out_dir)
+    root = out_dir.resolve()
+    for folder, dirs, files in os.walk(out_dir, followlinks=False):
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            if path.is_symlink() or root not in path.resolve().parents:
+                raise ValueError(
+                    f"{path} is a symbolic link or points outside {out_dir}; relog uploads "
+                    "only plain files of the directory. Remove it or re-run the audit."
+                )
+    check_saved_model(out_dir / "model")
+    _check_trusted_types(out_dir / "model")
+
+
+def _check_trusted_types(model_dir: Path) -> None:
+    """The types the saved model asks to trust are all in the project's fixed list."""
+    import skops.io
+    import yaml
+
+    from tasks.registry import TRUSTED_TYPES, UntrustedModelError, _skops_file
+
+    spec = yaml.safe_load((model_dir / "MLmodel").read_text(encoding="utf-8"))
+    listed = spec["flavors"]["sklearn"].get("skops_trusted_types") or []
+    foreign = sorted({str(name) for name in listed} - TRUSTED_TYPES)
+    if foreign:
+        raise ValueError(
+            f"{model_dir / 'MLmodel'} lists skops_trusted_types {foreign} that fairpca does "
+            "not trust; it is not logged. Re-run the audit."
+        )
+    try:
+        path = _skops_file(model_dir)
+        untrusted = skops.io.get_untrusted_types(file=path)
+    except (UntrustedModelError, OSError, ValueError, KeyError) as error:
+        raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
+    foreign = sorted(set(untrusted) - TRUSTED_TYPES)
+    if foreign:
+        raise ValueError(
+            f"{path} holds types {foreign} that fairpca does not trust; it is not logged."
+        )
 
 
 @task(name="mlflow-log-model", **RETRYING)
@@ -485,8 +538,8 @@ def log_output_dir(
             _mark_failed(tracking_uri, run_id, f"{step}: {exc}")
         _write_status(out_dir, {"status": "FAILED", "run_id": run_id, "step": step})
         raise MlflowLoggingError(
-            f"Logging the audit to MLflow at {tracking_uri} failed while trying to {step} "
-            f"({type(exc).__name__}: {exc}). "
+            f"Logging the audit to MLflow at {mask_credentials(tracking_uri)} failed while "
+            f"trying to {step} ({type(exc).__name__}: {exc}). "
             + (f"Run {run_id} is marked FAILED. " if run_id else "")
             + f"All results are kept in {out_dir.resolve()}; log them again with "
             f"`fairpca relog {out_dir}` once the tracking server is reachable."
@@ -496,7 +549,9 @@ def log_output_dir(
         out_dir,
         {"status": "FINISHED", "run_id": run_id, "model_version": model["version"]},
     )
-    return LoggedAudit(run_id, experiment_id, model["version"], moved, tracking_uri)
+    return LoggedAudit(
+        run_id, experiment_id, model["version"], moved, mask_credentials(tracking_uri)
+    )
 
 
 def _bounded_http_retries() -> None:

@@ -521,3 +521,154 @@ def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
     written = _written_bytes(roots)
     assert any(path.name == "audit.json" for path, _ in written)
     assert [str(path) for path, data in written if b"Pw-7f3kQz9" in data] == []
+
+
+# ----------------------------------------------------- database URIs keep their password
+
+
+def test_a_database_uri_keeps_its_password_for_connecting_but_nothing_written_shows_it(
+    monkeypatch,
+):
+    from flows.config import AuditConfig, mask_credentials, resolve_tracking_uri
+
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
+    uri = "postgresql://mlflow:s3cret@db:5432/mlflow"
+    config = AuditConfig(dataset="german", tracking_uri=uri)
+    assert config.tracking_uri == uri  # the SQL store authenticates with it
+    assert resolve_tracking_uri(config.tracking_uri) == uri
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # basic auth is for http(s) only
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert resolve_tracking_uri(None) == uri and os.environ["MLFLOW_TRACKING_URI"] == uri
+    # what flows/audit.py logs as MLflow params and writes to config.json / audit.json
+    params = {**config.flat_params(), "resolved_tracking_uri": mask_credentials(uri)}
+    assert (
+        params["tracking_uri"]
+        == params["resolved_tracking_uri"]
+        == "postgresql://***@db:5432/mlflow"
+    )
+    written = [
+        json.dumps(params),
+        config.model_dump_json(),
+        json.dumps(config.model_dump(mode="json")),
+    ]
+    assert [text for text in written if "s3cret" in text] == []
+    assert AuditConfig.model_validate_json(config.model_dump_json()).tracking_uri != uri
+
+
+# ----------------------------------------------------- compressed CSV files are data files
+
+
+@pytest.mark.parametrize(
+    "name", ["loans.csv.gz", "loans.CSV.bz2", "loans.csv.xz", "loans.csv.zip", "l.pq"]
+)
+def test_compressed_csv_and_parquet_data_files_are_accepted(name):
+    from flows.config import AuditConfig
+
+    config = AuditConfig(data=Path(name), label="y", sensitive=["sex"])
+    assert config.data == Path(name)
+
+
+@pytest.mark.parametrize("name", ["loans.txt", "loans.gz", "loans.csv.7z"])
+def test_other_data_suffixes_are_refused_naming_the_allowed_ones(name):
+    from pydantic import ValidationError
+
+    from flows.config import AuditConfig
+
+    with pytest.raises(ValidationError, match=rf"\.csv\.gz.*\.parquet.*got {re.escape(name)}"):
+        AuditConfig(data=Path(name), label="y", sensitive=["sex"])
+
+
+# ----------------------------------------------------- relog: the directory vouches for nothing
+
+
+class Foreign:
+    """A type outside the project's trusted list, for a crafted skops file."""
+
+
+def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
+    import yaml
+
+    from tasks.model_io import write_manifest
+
+    spec = yaml.safe_load((model / "MLmodel").read_text())
+    spec["flavors"]["sklearn"]["skops_trusted_types"] = [
+        *(spec["flavors"]["sklearn"].get("skops_trusted_types") or []),
+        *extra_types,
+    ]
+    (model / "MLmodel").write_text(yaml.safe_dump(spec))
+    write_manifest(model)  # the manifest is in the directory: an attacker rewrites it too
+
+
+def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
+    import skops.io
+    import yaml
+
+    from flows.relog import relog_output_dir
+    from tasks.mlflow_logging import check_relog_dir
+    from tasks.model_io import write_manifest
+
+    out_dir = _saved_audit_dir(tmp_path)
+    check_relog_dir(out_dir)  # as the audit wrote it: accepted
+    _craft_mlmodel(out_dir / "model", ["builtins.eval"])
+    with pytest.raises(ValueError, match=r"skops_trusted_types \['builtins.eval'\]"):
+        relog_output_dir(out_dir, f"sqlite:///{tmp_path}/m.db")
+    assert not (tmp_path / "m.db").exists()
+
+    (tmp_path / "second").mkdir()
+    out_dir = _saved_audit_dir(tmp_path / "second")
+    model = out_dir / "model"
+    flavor = yaml.safe_load((model / "MLmodel").read_text())["flavors"]["sklearn"]
+    skops.io.dump({"payload": Foreign()}, model / flavor["pickled_model"])
+    write_manifest(model)
+    with pytest.raises(ValueError, match=r"holds types \['test_hostile_inputs.Foreign'\]"):
+        check_relog_dir(out_dir)
+
+
+def test_relog_refuses_symlinks_naming_the_file(tmp_path):
+    from flows.relog import relog_output_dir
+    from tasks.mlflow_logging import check_relog_dir
+
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = hunter2\n")
+    out_dir = _saved_audit_dir(tmp_path)
+    (out_dir / "report.md").symlink_to(secret)
+    with pytest.raises(ValueError, match=r"report.md is a symbolic link"):
+        relog_output_dir(out_dir, f"sqlite:///{tmp_path}/m.db")
+    assert not (tmp_path / "m.db").exists()
+    (out_dir / "report.md").unlink()
+    (out_dir / "projection").symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(ValueError, match=r"projection is a symbolic link"):
+        check_relog_dir(out_dir)
+
+
+@pytest.mark.flow
+@pytest.mark.slow
+def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp_path):
+    from typer.testing import CliRunner
+
+    from flows.audit import fairness_audit
+    from flows.cli import app
+    from flows.config import AuditConfig
+    from flows.relog import relog_output_dir
+
+    uri, client = mlflow_store
+    config = AuditConfig(
+        dataset="german", k=2, variants=["pca", "fair_pca"], lambdas=[0.0],
+        classifiers=["logreg"], tracking_uri=uri, output_dir=tmp_path / "out",
+        model_name=f"own-{tmp_path.name}",
+    )  # fmt: skip
+    out_dir = Path(fairness_audit(config).output_dir)
+    victim = f"victim-{tmp_path.name}"
+    audit = json.loads((out_dir / "audit.json").read_text())
+    audit["decision"]["promote"] = True
+    audit["model_name"], audit["champion_alias"] = victim, "champion"
+    (out_dir / "audit.json").write_text(json.dumps(audit))
+    result = CliRunner().invoke(app, ["relog", str(out_dir), "--tracking-uri", uri, "--force"])
+    assert result.exit_code == 0, result.output
+    assert client.get_registered_model(victim).aliases == {}
+    assert "'champion' of" in result.output and "left alone" in result.output
+    assert "--promote" in result.output
+    logged = relog_output_dir(out_dir, uri, force=True, promote=True)
+    assert logged["champion_moved"]
+    assert client.get_registered_model(victim).aliases == {"champion": int(logged["model_version"])}
