@@ -182,6 +182,12 @@ class AuditConfig(BaseModel):
     @field_validator("tracking_uri")
     @classmethod
     def _strip_credentials(cls, value: str | None) -> str | None:
+        if value is not None and "//***@" in value:
+            raise ValueError(
+                "tracking_uri holds masked credentials ('***@'): written configs never carry "
+                "credentials. Give the real URI in the environment variable MLFLOW_TRACKING_URI "
+                "of the process or worker that runs the flow, and leave tracking_uri unset."
+            )
         return None if value is None else take_credentials(value)
 
     @field_serializer("tracking_uri", when_used="json")

@@ -553,7 +553,8 @@ def test_a_database_uri_keeps_its_password_for_connecting_but_nothing_written_sh
         json.dumps(config.model_dump(mode="json")),
     ]
     assert [text for text in written if "s3cret" in text] == []
-    assert AuditConfig.model_validate_json(config.model_dump_json()).tracking_uri != uri
+    with pytest.raises(ValueError, match="MLFLOW_TRACKING_URI"):  # masked: refused, with the fix
+        AuditConfig.model_validate_json(config.model_dump_json())
 
 
 # ----------------------------------------------------- compressed CSV files are data files
@@ -672,3 +673,18 @@ def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp
     logged = relog_output_dir(out_dir, uri, force=True, promote=True)
     assert logged["champion_moved"]
     assert client.get_registered_model(victim).aliases == {"champion": int(logged["model_version"])}
+
+
+def test_a_masked_database_uri_read_back_is_refused_with_the_fix():
+    """A config written to JSON (a deployment parameter) carries ``user:***@``; reading it
+    back gives a clear error naming the fix instead of a failed database login later."""
+    from pydantic import ValidationError
+
+    from flows.config import AuditConfig
+
+    written = AuditConfig(
+        dataset="german", tracking_uri="postgresql://mlflow:s3cret@db:5432/mlflow"
+    ).model_dump_json()
+    assert "s3cret" not in written
+    with pytest.raises(ValidationError, match="MLFLOW_TRACKING_URI"):
+        AuditConfig.model_validate_json(written)
