@@ -791,6 +791,24 @@ _BOOTSTRAP_BLOCK_ENTRIES = 1 << 23
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 
+def _metric_names(values: dict) -> dict:
+    """``values`` with every name made MLflow-safe (rejected characters become ``_``).
+
+    The one place metric names are built, so the names of :meth:`FairnessReport.as_metrics`,
+    :func:`bootstrap_intervals` and :func:`ci_metrics` always agree. Raises if two names collide.
+    """
+    safe_values = {}
+    for name, value in values.items():
+        safe = _UNSAFE_NAME.sub("_", name)
+        if safe in safe_values:
+            raise ValueError(
+                f"two metric names become {safe!r} once characters MLflow rejects are "
+                f"replaced; rename the groups so their labels differ in letters or digits."
+            )
+        safe_values[safe] = value
+    return safe_values
+
+
 def _cell_counts(codes: np.ndarray, n_groups: int, actual: np.ndarray, predicted: np.ndarray):
     """Counts of the four confusion cells per group, float64 of shape (n_groups, 4)."""
     cells = codes * 4 + 2 * actual.astype(np.intp) + predicted.astype(np.intp)
@@ -920,9 +938,10 @@ class GroupFairness:
     eo_difference : float
         ``max_g P(Yhat = 1 | Y = 1, g) - min_g ...`` over the reported groups with positives.
     selection_rate, tpr : dict
-        Per reported group (TPR NaN for a group without positives).
+        Per reported group (TPR NaN for a group without positives); empty for the
+        intersection when any intersection group is suppressed (see :func:`group_fairness`).
     group_size : dict
-        Rows per reported group.
+        Rows per reported group; empty where the rates are.
     suppressed : list
         Groups with fewer than ``min_group_size`` rows: left out of everything above.
     """
@@ -987,17 +1006,7 @@ class FairnessReport:
                 key = _group_name(name, group, self.attributes)
                 values[f"selection_rate.{key}"] = grouping.selection_rate[group]
                 values[f"tpr.{key}"] = grouping.tpr[group]
-        metrics = {}
-        for key, value in values.items():
-            safe = _UNSAFE_NAME.sub("_", key)
-            if safe in metrics:
-                raise ValueError(
-                    f"two metric names become {safe!r} once characters MLflow rejects are "
-                    f"replaced; rename the groups so their labels differ in letters or digits."
-                )
-            if np.isfinite(value):
-                metrics[safe] = float(value)
-        return metrics
+        return {k: float(v) for k, v in _metric_names(values).items() if np.isfinite(v)}
 
     def group_table(self) -> pd.DataFrame:
         """One row per reported group: attribute, group, size, selection_rate, tpr.
@@ -1067,6 +1076,33 @@ def _describe(problem: _FairnessProblem, grouping: _Grouping, notes: list) -> Gr
     return result
 
 
+def _withhold_cells(intersection: GroupFairness, notes: list) -> GroupFairness:
+    """The intersection without per-group values when any intersection group is suppressed.
+
+    Every attribute group is a union of intersection groups, so its size times its rate minus
+    those of its reported intersection groups would give the count of a suppressed one exactly
+    (complementary disclosure). Publishing only the intersection differences, with the
+    attribute groups, leaves that count undetermined: two attributes with two groups each give
+    four cells but only three independent marginal sums.
+    """
+    if not intersection.suppressed:
+        return intersection
+    notes.append(
+        "intersection: per-group sizes and rates are withheld because some intersection groups "
+        "are suppressed (they could be recovered by subtracting reported intersection groups "
+        "from attribute groups); only dp_difference.intersection and "
+        "eo_difference.intersection (over the reported intersection groups) are published."
+    )
+    return GroupFairness(
+        dp_difference=intersection.dp_difference,
+        eo_difference=intersection.eo_difference,
+        selection_rate={},
+        tpr={},
+        group_size={},
+        suppressed=intersection.suppressed,
+    )
+
+
 def group_fairness(
     y_true: Any, y_pred: Any, sensitive: Any, *, pos_label: Any = 1, min_group_size: int = 1
 ) -> FairnessReport:
@@ -1078,7 +1114,10 @@ def group_fairness(
     attributes the report also covers their intersections (fairlearn's groups), and the
     top-level differences are the worst over the attributes. Groups with fewer than
     ``min_group_size`` rows are suppressed (left out of the differences and of every reported
-    value); a difference over fewer than two groups is NaN, with the reason in ``notes``.
+    value); a difference over fewer than two groups is NaN, with the reason in ``notes``. When
+    any intersection group is suppressed, the intersection's per-group sizes and rates are
+    withheld too (only its differences are reported), so a suppressed group cannot be
+    recovered by subtracting reported intersection groups from an attribute group.
 
     Parameters
     ----------
@@ -1111,7 +1150,7 @@ def group_fairness(
     attributes = {g.name: _describe(problem, g, notes) for g in problem.attributes}
     intersection = None
     if problem.intersection is not None:
-        intersection = _describe(problem, problem.intersection, notes)
+        intersection = _withhold_cells(_describe(problem, problem.intersection, notes), notes)
     counts = problem.counts.sum(axis=0)
     differences = list(attributes.values())
     return FairnessReport(
@@ -1131,6 +1170,10 @@ def _resampled_metrics(problem: _FairnessProblem, counts: np.ndarray) -> dict[st
     per_grouping = {}
     for grouping in problem.groupings():
         size, selection, tpr = _rates(grouping.aggregate(counts))
+        # A resample without positives in a group whose observed TPR is defined keeps the
+        # observed TPR: dropping the group would shrink that resample's spread.
+        observed_tpr = _rates(grouping.aggregate(problem.counts))[2]
+        tpr = np.where(np.isnan(tpr), observed_tpr, tpr)
         # Group sizes are the same in every resample (stratified by intersection group).
         keep = size[0] >= problem.min_group_size
         per_grouping[grouping.name] = (_spread(selection, keep), _spread(tpr, keep))
@@ -1140,7 +1183,7 @@ def _resampled_metrics(problem: _FairnessProblem, counts: np.ndarray) -> dict[st
     for name, (dp, eo) in per_grouping.items():
         values[f"dp_difference.{name}"] = dp
         values[f"eo_difference.{name}"] = eo
-    return values
+    return _metric_names(values)
 
 
 def _check_bootstrap(n_resamples: Any, confidence: Any) -> None:
@@ -1193,6 +1236,12 @@ def bootstrap_intervals(
     resamples, whatever the number of rows. A resample in which a difference is undefined is
     left out of that difference's interval.
 
+    A resample in which a reported group with positives (observed TPR defined) draws no
+    positive row keeps the group's observed TPR in that resample's EO difference, instead of
+    dropping the group: dropping it can only shrink the spread (and so the upper bound a
+    fairness gate checks), while keeping it gives, resample by resample, a spread at least as
+    large as the spread over the groups left.
+
     Parameters
     ----------
     y_true, y_pred, sensitive, pos_label, min_group_size
@@ -1208,8 +1257,9 @@ def bootstrap_intervals(
     -------
     intervals : dict
         ``{name: (low, high)}`` for ``accuracy``, ``dp_difference``, ``eo_difference`` and
-        the per-attribute and intersection differences, named as in
-        :meth:`FairnessReport.as_metrics`; ``(nan, nan)`` where the difference is undefined.
+        the per-attribute and intersection differences, named exactly as in
+        :meth:`FairnessReport.as_metrics` (characters MLflow rejects become ``_``);
+        ``(nan, nan)`` where the difference is undefined.
 
     Examples
     --------
@@ -1255,7 +1305,7 @@ def ci_metrics(intervals: dict, *, confidence: float = 0.95) -> dict[str, float]
     """
     tag = f"ci{100 * confidence:g}"
     flat = {}
-    for name, (low, high) in intervals.items():
+    for name, (low, high) in _metric_names(intervals).items():
         if np.isfinite(low) and np.isfinite(high):
             flat[f"{name}.{tag}_low"] = float(low)
             flat[f"{name}.{tag}_high"] = float(high)
