@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -938,8 +938,8 @@ class GroupFairness:
     eo_difference : float
         ``max_g P(Yhat = 1 | Y = 1, g) - min_g ...`` over the reported groups with positives.
     selection_rate, tpr : dict
-        Per reported group (TPR NaN for a group without positives); empty for the
-        intersection when any intersection group is suppressed (see :func:`group_fairness`).
+        Per reported group (TPR NaN for a group without positives); empty when withheld so that
+        a suppressed group cannot be recovered by differencing (see :func:`group_fairness`).
     group_size : dict
         Rows per reported group; empty where the rates are.
     suppressed : list
@@ -1076,31 +1076,62 @@ def _describe(problem: _FairnessProblem, grouping: _Grouping, notes: list) -> Gr
     return result
 
 
-def _withhold_cells(intersection: GroupFairness, notes: list) -> GroupFairness:
-    """The intersection without per-group values when any intersection group is suppressed.
+# Largest cell-indicator matrices (entries) the differencing check solves; beyond, it assumes
+# recovery is possible and withholds every per-group value.
+_DIFFERENCING_CHECK_ENTRIES = 1 << 22
 
-    Every attribute group is a union of intersection groups, so its size times its rate minus
-    those of its reported intersection groups would give the count of a suppressed one exactly
-    (complementary disclosure). Publishing only the intersection differences, with the
-    attribute groups, leaves that count undetermined: two attributes with two groups each give
-    four cells but only three independent marginal sums.
+
+def _indicators(problem: _FairnessProblem, grouping: _Grouping, reported: bool) -> np.ndarray:
+    """0/1 matrix (groups, intersection cells): the cells each reported (or suppressed) group is."""
+    size = grouping.aggregate(problem.counts).sum(axis=-1)
+    keep = size >= problem.min_group_size
+    chosen = np.flatnonzero(keep if reported else ~keep)
+    return (grouping.member[None, :] == chosen[:, None]).astype(np.float64)
+
+
+def _recoverable(problem: _FairnessProblem, published: list) -> bool:
+    """Whether a suppressed group's counts follow linearly from the published groups' counts.
+
+    A group's size and its numbers of selected rows, positives, ... are sums over its cells, so
+    the published groups reveal exactly the combinations of cell counts in the row space of
+    their cell indicators; a suppressed group is recoverable iff its indicator lies in it.
     """
-    if not intersection.suppressed:
-        return intersection
-    notes.append(
-        "intersection: per-group sizes and rates are withheld because some intersection groups "
-        "are suppressed (they could be recovered by subtracting reported intersection groups "
-        "from attribute groups); only dp_difference.intersection and "
-        "eo_difference.intersection (over the reported intersection groups) are published."
-    )
-    return GroupFairness(
-        dp_difference=intersection.dp_difference,
-        eo_difference=intersection.eo_difference,
-        selection_rate={},
-        tpr={},
-        group_size={},
-        suppressed=intersection.suppressed,
-    )
+    secret = np.vstack([_indicators(problem, g, False) for g in problem.groupings()])
+    if not published or secret.shape[0] == 0:
+        return False
+    known = np.vstack([_indicators(problem, g, True) for g in published])
+    if known.size + secret.size > _DIFFERENCING_CHECK_ENTRIES:
+        return True
+    coefficients = np.linalg.lstsq(known.T, secret.T, rcond=None)[0]
+    residual = np.abs(known.T @ coefficients - secret.T).max(axis=0)
+    return bool(np.any(residual < 1e-8))
+
+
+def _prevent_differencing(problem: _FairnessProblem, results: dict, notes: list) -> dict:
+    """``results`` (GroupFairness per grouping name) with per-group values withheld as needed.
+
+    Complementary disclosure: an attribute group is a union of intersection groups and every
+    attribute partitions the same rows, so size x rate of published groups can add up to the
+    counts of a suppressed group (F minus F x white = F x black). If so, the per-group values of
+    every grouping with a suppressed group are withheld (only its differences are published);
+    if a suppressed group is still recoverable, those of every grouping are.
+    """
+    groupings = problem.groupings()
+    if not _recoverable(problem, groupings):
+        return results
+    published = [g for g in groupings if not results[g.name].suppressed]
+    if _recoverable(problem, published):
+        published = []
+    names = {g.name for g in published}
+    for name, result in results.items():
+        if name not in names and result.group_size:
+            notes.append(
+                f"{name}: per-group sizes and rates are withheld because a suppressed group "
+                f"could be recovered from them by differencing; dp_difference.{name} and "
+                f"eo_difference.{name} (over the reported groups) are published."
+            )
+            results[name] = replace(result, selection_rate={}, tpr={}, group_size={})
+    return results
 
 
 def group_fairness(
@@ -1115,9 +1146,10 @@ def group_fairness(
     top-level differences are the worst over the attributes. Groups with fewer than
     ``min_group_size`` rows are suppressed (left out of the differences and of every reported
     value); a difference over fewer than two groups is NaN, with the reason in ``notes``. When
-    any intersection group is suppressed, the intersection's per-group sizes and rates are
-    withheld too (only its differences are reported), so a suppressed group cannot be
-    recovered by subtracting reported intersection groups from an attribute group.
+    the counts of a suppressed group follow from published group sizes and rates by
+    differencing (e.g. an attribute group minus its reported intersection groups), the
+    per-group values of the groupings with suppressed groups, or if need be of all groupings,
+    are withheld too (their differences are still reported).
 
     Parameters
     ----------
@@ -1147,10 +1179,10 @@ def group_fairness(
     """
     problem = _fairness_problem(y_true, y_pred, sensitive, pos_label, min_group_size)
     notes: list = []
-    attributes = {g.name: _describe(problem, g, notes) for g in problem.attributes}
-    intersection = None
-    if problem.intersection is not None:
-        intersection = _withhold_cells(_describe(problem, problem.intersection, notes), notes)
+    results = {g.name: _describe(problem, g, notes) for g in problem.groupings()}
+    results = _prevent_differencing(problem, results, notes)
+    attributes = {g.name: results[g.name] for g in problem.attributes}
+    intersection = None if problem.intersection is None else results["intersection"]
     counts = problem.counts.sum(axis=0)
     differences = list(attributes.values())
     return FairnessReport(

@@ -498,6 +498,15 @@ def _assert_same(value, reference):
     assert (math.isnan(value) and math.isnan(reference)) or abs(value - reference) <= 1e-12
 
 
+def _unless_withheld(report, name, expected):
+    """The loop's values, or none per group where the report withholds them (differences kept)."""
+    if any(
+        note.startswith(f"{name}: per-group sizes and rates are withheld") for note in report.notes
+    ):
+        return ({}, {}, {}, *expected[3:])
+    return expected
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n_attributes", [1, 2, 3])
 def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
@@ -511,7 +520,7 @@ def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
     worst = {"dp": [], "eo": []}
     for column in frame.columns:
         expected = _loop_grouping(y_true, y_pred, list(frame[column]), min_group_size)
-        _assert_grouping(report.attributes[column], expected)
+        _assert_grouping(report.attributes[column], _unless_withheld(report, column, expected))
         worst["dp"].append(expected[3])
         worst["eo"].append(expected[4])
     for value, candidates in (
@@ -525,9 +534,7 @@ def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
         return
     keys = list(zip(*(frame[c] for c in frame.columns), strict=True))
     expected = _loop_grouping(y_true, y_pred, keys, min_group_size)
-    if report.intersection.suppressed:  # per-group values withheld, differences kept
-        expected = ({}, {}, {}, *expected[3:])
-    _assert_grouping(report.intersection, expected)
+    _assert_grouping(report.intersection, _unless_withheld(report, "intersection", expected))
     unsuppressed = metrics.group_fairness(y_true, y_pred, frame).intersection
     fairlearn_frame = MetricFrame(
         metrics=selection_rate, y_true=y_true, y_pred=y_pred, sensitive_features=frame
@@ -752,3 +759,24 @@ def test_suppressed_intersection_cell_cannot_be_recovered_by_subtraction():
     columns = ["attribute", "group", "size", "selection_rate"]
     pd.testing.assert_frame_equal(other.group_table()[columns], table[columns])
     assert swapped[95:100].sum() != y_pred[95:100].sum()
+
+
+def test_suppressed_attribute_group_cannot_be_recovered_from_another_attribute():
+    # sex X (5 rows) is suppressed; race covers all 205 rows, so race sizes x rates minus sex
+    # F and M would give X's selected count exactly: sex's per-group values are withheld.
+    rng = np.random.default_rng(8)
+    sex = np.repeat(["F", "M", "X"], [100, 100, 5])
+    race = rng.choice(["white", "black"], 205)
+    y_true, y_pred = rng.integers(0, 2, 205), rng.integers(0, 2, 205)
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=10)
+    assert report.attributes["sex"].suppressed == ["X"]
+    assert report.attributes["sex"].group_size == {}
+    race_sizes = {"black": int(np.sum(race == "black")), "white": int(np.sum(race == "white"))}
+    assert report.attributes["race"].group_size == race_sizes
+    assert report.intersection.group_size == {}
+    assert set(report.group_table()["attribute"]) == {"race"}
+    assert {"dp_difference.sex", "dp_difference.intersection"} <= set(report.as_metrics())
+    # One attribute: the reported groups never add up to a suppressed one; nothing withheld.
+    alone = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=10)
+    assert alone.attributes["sex"].group_size == {"F": 100, "M": 100}
