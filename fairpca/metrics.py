@@ -1083,10 +1083,15 @@ _DIFFERENCING_CHECK_ENTRIES = 1 << 22
 
 def _indicators(problem: _FairnessProblem, grouping: _Grouping, reported: bool) -> np.ndarray:
     """0/1 matrix (groups, intersection cells): the cells each reported (or suppressed) group is."""
-    size = grouping.aggregate(problem.counts).sum(axis=-1)
-    keep = size >= problem.min_group_size
-    chosen = np.flatnonzero(keep if reported else ~keep)
+    chosen = np.flatnonzero(_reported(problem, grouping) == reported)
     return (grouping.member[None, :] == chosen[:, None]).astype(np.float64)
+
+
+def _reported(problem: _FairnessProblem, grouping: _Grouping) -> np.ndarray:
+    """Whether each group of ``grouping`` has at least ``min_group_size`` rows."""
+    rows = problem.counts.sum(axis=1)
+    size = np.bincount(grouping.member, weights=rows, minlength=len(grouping.labels))
+    return size >= problem.min_group_size
 
 
 def _recoverable(problem: _FairnessProblem, published: list) -> bool:
@@ -1096,12 +1101,15 @@ def _recoverable(problem: _FairnessProblem, published: list) -> bool:
     the published groups reveal exactly the combinations of cell counts in the row space of
     their cell indicators; a suppressed group is recoverable iff its indicator lies in it.
     """
-    secret = np.vstack([_indicators(problem, g, False) for g in problem.groupings()])
-    if not published or secret.shape[0] == 0:
+    n_cells = problem.counts.shape[0]
+    n_suppressed = sum(int(np.sum(~_reported(problem, g))) for g in problem.groupings())
+    if not published or n_suppressed == 0:
         return False
-    known = np.vstack([_indicators(problem, g, True) for g in published])
-    if known.size + secret.size > _DIFFERENCING_CHECK_ENTRIES:
+    n_groups = n_suppressed + sum(len(g.labels) for g in published)
+    if n_cells * n_groups > _DIFFERENCING_CHECK_ENTRIES:  # checked before building the matrices
         return True
+    secret = np.vstack([_indicators(problem, g, False) for g in problem.groupings()])
+    known = np.vstack([_indicators(problem, g, True) for g in published])
     coefficients = np.linalg.lstsq(known.T, secret.T, rcond=None)[0]
     residual = np.abs(known.T @ coefficients - secret.T).max(axis=0)
     return bool(np.any(residual < 1e-8))

@@ -780,3 +780,18 @@ def test_suppressed_attribute_group_cannot_be_recovered_from_another_attribute()
     # One attribute: the reported groups never add up to a suppressed one; nothing withheld.
     alone = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=10)
     assert alone.attributes["sex"].group_size == {"F": 100, "M": 100}
+
+
+def test_differencing_check_too_large_withholds_every_group(monkeypatch):
+    sex = np.repeat(["F", "F", "M", "M"], [95, 5, 60, 40])
+    race = np.repeat(["white", "black", "white", "black"], [95, 5, 60, 40])
+    y = np.tile([0, 1], 100)
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    monkeypatch.setattr(metrics, "_DIFFERENCING_CHECK_ENTRIES", 1)  # any problem is too large
+    report = metrics.group_fairness(y, y, frame, min_group_size=10)
+    assert report.group_table().empty
+    assert set(report.as_metrics()) == {
+        "accuracy", "dp_difference", "eo_difference", "dp_difference.sex", "eo_difference.sex",
+        "dp_difference.race", "eo_difference.race", "dp_difference.intersection",
+        "eo_difference.intersection",
+    }  # fmt: skip
