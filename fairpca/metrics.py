@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import numbers
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -791,6 +791,24 @@ _BOOTSTRAP_BLOCK_ENTRIES = 1 << 23
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_\-. :/]")
 
 
+def _metric_names(values: dict) -> dict:
+    """``values`` with every name made MLflow-safe (rejected characters become ``_``).
+
+    The one place metric names are built, so the names of :meth:`FairnessReport.as_metrics`,
+    :func:`bootstrap_intervals` and :func:`ci_metrics` always agree. Raises if two names collide.
+    """
+    safe_values = {}
+    for name, value in values.items():
+        safe = _UNSAFE_NAME.sub("_", name)
+        if safe in safe_values:
+            raise ValueError(
+                f"two metric names become {safe!r} once characters MLflow rejects are "
+                f"replaced; rename the groups so their labels differ in letters or digits."
+            )
+        safe_values[safe] = value
+    return safe_values
+
+
 def _cell_counts(codes: np.ndarray, n_groups: int, actual: np.ndarray, predicted: np.ndarray):
     """Counts of the four confusion cells per group, float64 of shape (n_groups, 4)."""
     cells = codes * 4 + 2 * actual.astype(np.intp) + predicted.astype(np.intp)
@@ -920,9 +938,10 @@ class GroupFairness:
     eo_difference : float
         ``max_g P(Yhat = 1 | Y = 1, g) - min_g ...`` over the reported groups with positives.
     selection_rate, tpr : dict
-        Per reported group (TPR NaN for a group without positives).
+        Per reported group (TPR NaN for a group without positives); empty when withheld so that
+        a suppressed group cannot be recovered by differencing (see :func:`group_fairness`).
     group_size : dict
-        Rows per reported group.
+        Rows per reported group; empty where the rates are.
     suppressed : list
         Groups with fewer than ``min_group_size`` rows: left out of everything above.
     """
@@ -987,17 +1006,7 @@ class FairnessReport:
                 key = _group_name(name, group, self.attributes)
                 values[f"selection_rate.{key}"] = grouping.selection_rate[group]
                 values[f"tpr.{key}"] = grouping.tpr[group]
-        metrics = {}
-        for key, value in values.items():
-            safe = _UNSAFE_NAME.sub("_", key)
-            if safe in metrics:
-                raise ValueError(
-                    f"two metric names become {safe!r} once characters MLflow rejects are "
-                    f"replaced; rename the groups so their labels differ in letters or digits."
-                )
-            if np.isfinite(value):
-                metrics[safe] = float(value)
-        return metrics
+        return {k: float(v) for k, v in _metric_names(values).items() if np.isfinite(v)}
 
     def group_table(self) -> pd.DataFrame:
         """One row per reported group: attribute, group, size, selection_rate, tpr.
@@ -1067,6 +1076,72 @@ def _describe(problem: _FairnessProblem, grouping: _Grouping, notes: list) -> Gr
     return result
 
 
+# Largest cell-indicator matrices (entries) the differencing check solves; beyond, it assumes
+# recovery is possible and withholds every per-group value.
+_DIFFERENCING_CHECK_ENTRIES = 1 << 22
+
+
+def _indicators(problem: _FairnessProblem, grouping: _Grouping, reported: bool) -> np.ndarray:
+    """0/1 matrix (groups, intersection cells): the cells each reported (or suppressed) group is."""
+    chosen = np.flatnonzero(_reported(problem, grouping) == reported)
+    return (grouping.member[None, :] == chosen[:, None]).astype(np.float64)
+
+
+def _reported(problem: _FairnessProblem, grouping: _Grouping) -> np.ndarray:
+    """Whether each group of ``grouping`` has at least ``min_group_size`` rows."""
+    rows = problem.counts.sum(axis=1)
+    size = np.bincount(grouping.member, weights=rows, minlength=len(grouping.labels))
+    return size >= problem.min_group_size
+
+
+def _recoverable(problem: _FairnessProblem, published: list) -> bool:
+    """Whether a suppressed group's counts follow linearly from the published groups' counts.
+
+    A group's size and its numbers of selected rows, positives, ... are sums over its cells, so
+    the published groups reveal exactly the combinations of cell counts in the row space of
+    their cell indicators; a suppressed group is recoverable iff its indicator lies in it.
+    """
+    n_cells = problem.counts.shape[0]
+    n_suppressed = sum(int(np.sum(~_reported(problem, g))) for g in problem.groupings())
+    if not published or n_suppressed == 0:
+        return False
+    n_groups = n_suppressed + sum(len(g.labels) for g in published)
+    if n_cells * n_groups > _DIFFERENCING_CHECK_ENTRIES:  # checked before building the matrices
+        return True
+    secret = np.vstack([_indicators(problem, g, False) for g in problem.groupings()])
+    known = np.vstack([_indicators(problem, g, True) for g in published])
+    coefficients = np.linalg.lstsq(known.T, secret.T, rcond=None)[0]
+    residual = np.abs(known.T @ coefficients - secret.T).max(axis=0)
+    return bool(np.any(residual < 1e-8))
+
+
+def _prevent_differencing(problem: _FairnessProblem, results: dict, notes: list) -> dict:
+    """``results`` (GroupFairness per grouping name) with per-group values withheld as needed.
+
+    Complementary disclosure: an attribute group is a union of intersection groups and every
+    attribute partitions the same rows, so size x rate of published groups can add up to the
+    counts of a suppressed group (F minus F x white = F x black). If so, the per-group values of
+    every grouping with a suppressed group are withheld (only its differences are published);
+    if a suppressed group is still recoverable, those of every grouping are.
+    """
+    groupings = problem.groupings()
+    if not _recoverable(problem, groupings):
+        return results
+    published = [g for g in groupings if not results[g.name].suppressed]
+    if _recoverable(problem, published):
+        published = []
+    names = {g.name for g in published}
+    for name, result in results.items():
+        if name not in names and result.group_size:
+            notes.append(
+                f"{name}: per-group sizes and rates are withheld because a suppressed group "
+                f"could be recovered from them by differencing; dp_difference.{name} and "
+                f"eo_difference.{name} (over the reported groups) are published."
+            )
+            results[name] = replace(result, selection_rate={}, tpr={}, group_size={})
+    return results
+
+
 def group_fairness(
     y_true: Any, y_pred: Any, sensitive: Any, *, pos_label: Any = 1, min_group_size: int = 1
 ) -> FairnessReport:
@@ -1078,7 +1153,11 @@ def group_fairness(
     attributes the report also covers their intersections (fairlearn's groups), and the
     top-level differences are the worst over the attributes. Groups with fewer than
     ``min_group_size`` rows are suppressed (left out of the differences and of every reported
-    value); a difference over fewer than two groups is NaN, with the reason in ``notes``.
+    value); a difference over fewer than two groups is NaN, with the reason in ``notes``. When
+    the counts of a suppressed group follow from published group sizes and rates by
+    differencing (e.g. an attribute group minus its reported intersection groups), the
+    per-group values of the groupings with suppressed groups, or if need be of all groupings,
+    are withheld too (their differences are still reported).
 
     Parameters
     ----------
@@ -1108,10 +1187,10 @@ def group_fairness(
     """
     problem = _fairness_problem(y_true, y_pred, sensitive, pos_label, min_group_size)
     notes: list = []
-    attributes = {g.name: _describe(problem, g, notes) for g in problem.attributes}
-    intersection = None
-    if problem.intersection is not None:
-        intersection = _describe(problem, problem.intersection, notes)
+    results = {g.name: _describe(problem, g, notes) for g in problem.groupings()}
+    results = _prevent_differencing(problem, results, notes)
+    attributes = {g.name: results[g.name] for g in problem.attributes}
+    intersection = None if problem.intersection is None else results["intersection"]
     counts = problem.counts.sum(axis=0)
     differences = list(attributes.values())
     return FairnessReport(
@@ -1131,6 +1210,10 @@ def _resampled_metrics(problem: _FairnessProblem, counts: np.ndarray) -> dict[st
     per_grouping = {}
     for grouping in problem.groupings():
         size, selection, tpr = _rates(grouping.aggregate(counts))
+        # A resample without positives in a group whose observed TPR is defined keeps the
+        # observed TPR: dropping the group would shrink that resample's spread.
+        observed_tpr = _rates(grouping.aggregate(problem.counts))[2]
+        tpr = np.where(np.isnan(tpr), observed_tpr, tpr)
         # Group sizes are the same in every resample (stratified by intersection group).
         keep = size[0] >= problem.min_group_size
         per_grouping[grouping.name] = (_spread(selection, keep), _spread(tpr, keep))
@@ -1140,7 +1223,7 @@ def _resampled_metrics(problem: _FairnessProblem, counts: np.ndarray) -> dict[st
     for name, (dp, eo) in per_grouping.items():
         values[f"dp_difference.{name}"] = dp
         values[f"eo_difference.{name}"] = eo
-    return values
+    return _metric_names(values)
 
 
 def _check_bootstrap(n_resamples: Any, confidence: Any) -> None:
@@ -1193,6 +1276,12 @@ def bootstrap_intervals(
     resamples, whatever the number of rows. A resample in which a difference is undefined is
     left out of that difference's interval.
 
+    A resample in which a reported group with positives (observed TPR defined) draws no
+    positive row keeps the group's observed TPR in that resample's EO difference, instead of
+    dropping the group: dropping it can only shrink the spread (and so the upper bound a
+    fairness gate checks), while keeping it gives, resample by resample, a spread at least as
+    large as the spread over the groups left.
+
     Parameters
     ----------
     y_true, y_pred, sensitive, pos_label, min_group_size
@@ -1208,8 +1297,9 @@ def bootstrap_intervals(
     -------
     intervals : dict
         ``{name: (low, high)}`` for ``accuracy``, ``dp_difference``, ``eo_difference`` and
-        the per-attribute and intersection differences, named as in
-        :meth:`FairnessReport.as_metrics`; ``(nan, nan)`` where the difference is undefined.
+        the per-attribute and intersection differences, named exactly as in
+        :meth:`FairnessReport.as_metrics` (characters MLflow rejects become ``_``);
+        ``(nan, nan)`` where the difference is undefined.
 
     Examples
     --------
@@ -1255,7 +1345,7 @@ def ci_metrics(intervals: dict, *, confidence: float = 0.95) -> dict[str, float]
     """
     tag = f"ci{100 * confidence:g}"
     flat = {}
-    for name, (low, high) in intervals.items():
+    for name, (low, high) in _metric_names(intervals).items():
         if np.isfinite(low) and np.isfinite(high):
             flat[f"{name}.{tag}_low"] = float(low)
             flat[f"{name}.{tag}_high"] = float(high)

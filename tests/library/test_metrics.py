@@ -498,6 +498,15 @@ def _assert_same(value, reference):
     assert (math.isnan(value) and math.isnan(reference)) or abs(value - reference) <= 1e-12
 
 
+def _unless_withheld(report, name, expected):
+    """The loop's values, or none per group where the report withholds them (differences kept)."""
+    if any(
+        note.startswith(f"{name}: per-group sizes and rates are withheld") for note in report.notes
+    ):
+        return ({}, {}, {}, *expected[3:])
+    return expected
+
+
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n_attributes", [1, 2, 3])
 def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
@@ -511,7 +520,7 @@ def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
     worst = {"dp": [], "eo": []}
     for column in frame.columns:
         expected = _loop_grouping(y_true, y_pred, list(frame[column]), min_group_size)
-        _assert_grouping(report.attributes[column], expected)
+        _assert_grouping(report.attributes[column], _unless_withheld(report, column, expected))
         worst["dp"].append(expected[3])
         worst["eo"].append(expected[4])
     for value, candidates in (
@@ -524,7 +533,8 @@ def test_group_fairness_matches_loops_and_fairlearn(seed, n_attributes):
         assert report.intersection is None
         return
     keys = list(zip(*(frame[c] for c in frame.columns), strict=True))
-    _assert_grouping(report.intersection, _loop_grouping(y_true, y_pred, keys, min_group_size))
+    expected = _loop_grouping(y_true, y_pred, keys, min_group_size)
+    _assert_grouping(report.intersection, _unless_withheld(report, "intersection", expected))
     unsuppressed = metrics.group_fairness(y_true, y_pred, frame).intersection
     fairlearn_frame = MetricFrame(
         metrics=selection_rate, y_true=y_true, y_pred=y_pred, sensitive_features=frame
@@ -606,6 +616,8 @@ def test_bootstrap_intervals_match_a_row_bootstrap_and_are_deterministic():
     _, key = np.unique(frame.astype(str).agg("/".join, axis=1), return_inverse=True)
     _, attr0 = np.unique(frame["attr0"], return_inverse=True)
     strata = [np.flatnonzero(key == k) for k in range(key.max() + 1)]
+    with np.errstate(invalid="ignore"):
+        observed_tpr = np.bincount(key, weights=y_true * y_pred) / np.bincount(key, y_true)
     row_rng = np.random.default_rng(0)
     values = {"accuracy": [], "dp_difference.attr0": [], "eo_difference.intersection": []}
     for _ in range(2000):
@@ -616,8 +628,11 @@ def test_bootstrap_intervals_match_a_row_bootstrap_and_are_deterministic():
         rates = (np.bincount(attr0[rows], weights=p) / sizes)[sizes >= 20]
         values["dp_difference.attr0"].append(rates.max() - rates.min())
         positives = np.bincount(key[rows], weights=t, minlength=len(strata))
-        kept = (positives > 0) & (np.bincount(key[rows], minlength=len(strata)) >= 20)
-        tprs = np.bincount(key[rows], weights=t * p, minlength=len(strata))[kept] / positives[kept]
+        hits = np.bincount(key[rows], weights=t * p, minlength=len(strata))
+        with np.errstate(invalid="ignore"):  # no positive drawn: the observed TPR is kept
+            tprs = np.where(positives > 0, hits / positives, observed_tpr)
+        kept = np.isfinite(tprs) & (np.bincount(key[rows], minlength=len(strata)) >= 20)
+        tprs = tprs[kept]
         values["eo_difference.intersection"].append(tprs.max() - tprs.min())
     for name, samples in values.items():
         reference = np.nanquantile(samples, [0.025, 0.975])
@@ -652,3 +667,131 @@ def test_group_fairness_and_bootstrap_are_vectorised():
 def test_bootstrap_bad_input(kwargs, error, fragment):
     with pytest.raises(error, match=re.escape(fragment)):
         metrics.bootstrap_intervals(Y_OK, Y_OK, Z_OK, **kwargs)
+
+
+def test_metric_names_of_points_and_intervals_agree_and_pass_mlflow_rule():
+    rng = np.random.default_rng(11)
+    y_true, y_pred, frame = _random_audit(rng, 300, 2)
+    frame = frame.rename(columns={"attr0": "sex (self-reported)", "attr1": "age [years]"})
+    report = metrics.group_fairness(y_true, y_pred, frame)
+    points = report.as_metrics()
+    intervals = metrics.bootstrap_intervals(y_true, y_pred, frame, n_resamples=50)
+    bounds = metrics.ci_metrics(intervals)
+    rule = re.compile(r"^[/\w.\- :]*$")  # mlflow.utils.validation's metric name rule
+    assert all(rule.match(name) for name in [*points, *bounds])
+    assert "dp_difference.sex _self-reported_" in points
+    assert set(intervals) <= set(points)
+    assert {name.rsplit(".", 1)[0] for name in bounds} == set(intervals)
+    assert {f"{name}.ci95_{side}" for name in intervals for side in ("low", "high")} == set(bounds)
+
+
+def _eo_reference(draws, point_tpr, keep_observed):
+    """EO spread of each resample of counts (B, n_groups, 4) by a plain loop."""
+    spreads = []
+    for resample in draws:
+        tprs = []
+        for group, (_, _, fn, tp) in enumerate(resample):
+            if fn + tp > 0:
+                tprs.append(tp / (fn + tp))
+            elif keep_observed:
+                tprs.append(point_tpr[group])
+        spreads.append(max(tprs) - min(tprs) if len(tprs) > 1 else math.nan)
+    return np.array(spreads)
+
+
+def test_bootstrap_eo_keeps_a_group_that_draws_no_positives():
+    # a, b: 200 rows, TPR 0.5 / 0.6; c: 30 rows with 2 positives (TPR 0.5), no positive in
+    # about (28/30)^30 = 13% of the resamples.
+    group = np.repeat(["a", "b", "c"], [200, 200, 30])
+    y_true = np.concatenate([np.tile([1, 0], 100), np.tile([1, 0], 100), [1, 1] + [0] * 28])
+    y_pred = np.concatenate(
+        [np.tile([1, 0, 0, 0], 50), np.tile([1, 0], 60), np.zeros(80), [1, 0] + [0] * 28]
+    )
+    report = metrics.group_fairness(y_true, y_pred, group)
+    point_tpr = [report.attributes["sensitive_0"].tpr[g] for g in "abc"]
+    assert point_tpr == [0.5, 0.6, 0.5]
+    intervals = metrics.bootstrap_intervals(y_true, y_pred, group, n_resamples=2000, seed=5)
+    # The same multinomial draws as bootstrap_intervals (one block), recomputed by a loop.
+    counts = np.array(
+        [[np.sum((group == g) & (2 * y_true + y_pred == c)) for c in range(4)] for g in "abc"]
+    )
+    sizes = counts.sum(axis=1)
+    draws = np.random.default_rng(5).multinomial(sizes, counts / sizes[:, None], (2000, 3))
+    assert (draws[:, 2, 2:].sum(axis=1) == 0).mean() > 0.1
+    kept = _eo_reference(draws, point_tpr, keep_observed=True)
+    dropped = _eo_reference(draws, point_tpr, keep_observed=False)
+    expected = tuple(np.quantile(kept, [0.025, 0.975]))
+    assert intervals["eo_difference"] == pytest.approx(expected, abs=1e-12)
+    silent = tuple(np.quantile(dropped[np.isfinite(dropped)], [0.025, 0.975]))
+    assert intervals["eo_difference"] != pytest.approx(silent, abs=1e-12)
+    assert intervals["eo_difference"][1] >= silent[1]
+    assert np.all(kept >= dropped[np.isfinite(dropped)].min() - 1e-15)
+
+
+def test_suppressed_intersection_cell_cannot_be_recovered_by_subtraction():
+    # F: 100 rows = 95 white + 5 black (the 5 suppressed at min_group_size=10); M: 100 rows.
+    sex = np.repeat(["F", "F", "M", "M"], [95, 5, 60, 40])
+    race = np.repeat(["white", "black", "white", "black"], [95, 5, 60, 40])
+    rng = np.random.default_rng(4)
+    y_true = rng.integers(0, 2, 200)
+    y_pred = rng.integers(0, 2, 200)
+    y_pred[95:100] = 1  # the 5 suppressed people are all selected
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=10)
+    assert report.intersection.suppressed == [("F", "black")]
+    assert report.intersection.group_size == report.intersection.selection_rate == {}
+    assert not np.isnan(report.intersection.dp_difference)
+    table = report.group_table()
+    assert set(table["attribute"]) == {"sex", "race"}
+    published = report.as_metrics()
+    assert not any("/" in name for name in published)  # no intersection group is named
+    assert "dp_difference.intersection" in published
+    assert any("per-group sizes and rates are withheld" in note for note in report.notes)
+    # What the published attribute groups give: F and M, white and black (size x rate).
+    # Another split of the 200 people with the same marginals but a different count for the
+    # suppressed cell gives exactly the same group table, so that count is not determined.
+    swapped = y_pred.copy()
+    cells = {"Fw": range(0, 95), "Fb": range(95, 100), "Mw": range(100, 160), "Mb": range(160, 200)}
+    for cell, value in (("Fb", 0), ("Fw", 1), ("Mb", 1), ("Mw", 0)):  # keeps every marginal
+        row = next(i for i in cells[cell] if swapped[i] != value)
+        swapped[row] = value
+    other = metrics.group_fairness(y_true, swapped, frame, min_group_size=10)
+    columns = ["attribute", "group", "size", "selection_rate"]
+    pd.testing.assert_frame_equal(other.group_table()[columns], table[columns])
+    assert swapped[95:100].sum() != y_pred[95:100].sum()
+
+
+def test_suppressed_attribute_group_cannot_be_recovered_from_another_attribute():
+    # sex X (5 rows) is suppressed; race covers all 205 rows, so race sizes x rates minus sex
+    # F and M would give X's selected count exactly: sex's per-group values are withheld.
+    rng = np.random.default_rng(8)
+    sex = np.repeat(["F", "M", "X"], [100, 100, 5])
+    race = rng.choice(["white", "black"], 205)
+    y_true, y_pred = rng.integers(0, 2, 205), rng.integers(0, 2, 205)
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=10)
+    assert report.attributes["sex"].suppressed == ["X"]
+    assert report.attributes["sex"].group_size == {}
+    race_sizes = {"black": int(np.sum(race == "black")), "white": int(np.sum(race == "white"))}
+    assert report.attributes["race"].group_size == race_sizes
+    assert report.intersection.group_size == {}
+    assert set(report.group_table()["attribute"]) == {"race"}
+    assert {"dp_difference.sex", "dp_difference.intersection"} <= set(report.as_metrics())
+    # One attribute: the reported groups never add up to a suppressed one; nothing withheld.
+    alone = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=10)
+    assert alone.attributes["sex"].group_size == {"F": 100, "M": 100}
+
+
+def test_differencing_check_too_large_withholds_every_group(monkeypatch):
+    sex = np.repeat(["F", "F", "M", "M"], [95, 5, 60, 40])
+    race = np.repeat(["white", "black", "white", "black"], [95, 5, 60, 40])
+    y = np.tile([0, 1], 100)
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    monkeypatch.setattr(metrics, "_DIFFERENCING_CHECK_ENTRIES", 1)  # any problem is too large
+    report = metrics.group_fairness(y, y, frame, min_group_size=10)
+    assert report.group_table().empty
+    assert set(report.as_metrics()) == {
+        "accuracy", "dp_difference", "eo_difference", "dp_difference.sex", "eo_difference.sex",
+        "dp_difference.race", "eo_difference.race", "dp_difference.intersection",
+        "eo_difference.intersection",
+    }  # fmt: skip
