@@ -1,6 +1,6 @@
-"""``python -m flows ...`` runs the ``fairpca`` command line."""
+"""``python -m fairpca.flows ...`` runs the ``fairpca`` command line."""
 
-from flows.entry import main
+from fairpca.flows.entry import main
 
 if __name__ == "__main__":
     main()

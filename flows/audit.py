@@ -2,7 +2,7 @@
 -> report -> MLflow (run, artifacts, registered model, ``champion`` alias).
 
 Results are written to ``<output_dir>/<run_name>/`` first and logged to MLflow afterwards,
-so a tracking outage never loses an audit (see :mod:`tasks.mlflow_logging`).
+so a tracking outage never loses an audit (see :mod:`fairpca.tasks.mlflow_logging`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,18 @@ from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
-from tasks.data import load_data, split_data
-from tasks.diagnostics import diagnose
-from tasks.evaluate import shared_mmd_sigma
-from tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
-from tasks.model_card import provenance
-from tasks.model_io import as_model_input, input_example, path_inside
-from tasks.pipeline import build_pipeline, check_pipeline, evaluate_reported, pip_requirements
-from tasks.record import (
+from fairpca.tasks.data import load_data, split_data
+from fairpca.tasks.diagnostics import diagnose
+from fairpca.tasks.evaluate import shared_mmd_sigma
+from fairpca.tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from fairpca.tasks.model_io import as_model_input, input_example, path_inside
+from fairpca.tasks.pipeline import (
+    build_pipeline,
+    check_pipeline,
+    evaluate_reported,
+    pip_requirements,
+)
+from fairpca.tasks.record import (
     HEADLINE,
     AuditState,
     candidate_summary,
@@ -43,10 +47,11 @@ from tasks.record import (
     run_tags,
     selection_record,
 )
-from tasks.report import Bullets, write_json, write_matrices, write_report
-from tasks.represent import fit_preprocessor, fit_representation
-from tasks.select import choose, require_fair_variant
-from tasks.sweep import lambda_sweep
+from fairpca.tasks.registry import provenance
+from fairpca.tasks.report import Bullets, write_json, write_matrices, write_report
+from fairpca.tasks.represent import fit_preprocessor, fit_representation
+from fairpca.tasks.select import choose, require_fair_variant
+from fairpca.tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, mask_credentials, resolve_tracking_uri
 from .runners import current_task_runner_name, needs_dask_subflow, task_runner_for

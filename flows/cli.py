@@ -1,7 +1,7 @@
 """The ``fairpca`` command line: ``fairpca audit``, ``fairpca retrain``, ``fairpca relog``.
 
 Options override the values of ``--config FILE`` (YAML or JSON with the fields of
-:class:`flows.config.AuditConfig`); the config is validated before any work starts.
+:class:`fairpca.flows.config.AuditConfig`); the config is validated before any work starts.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def _summary_table(result) -> Table:
 
 
 def _interval(metrics: dict[str, Any], name: str) -> str:
-    from tasks.record import format_interval
+    from fairpca.tasks.record import format_interval
 
     return f"{name} {format_interval(metrics, name)}"
 
@@ -257,13 +257,13 @@ _STOP_SIGNALS = tuple(
 
 
 def _run(flow_name: str, config) -> None:
-    from tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from .config import resolve_tracking_uri
     from .warmup import start_warmup
 
     with _temporary_server() as server:  # imported before the warm-up starts importing
-        module = "flows.retrain" if flow_name == "retrain" else "flows.audit"
+        module = "fairpca.flows.retrain" if flow_name == "retrain" else "fairpca.flows.audit"
         start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
         if server is not None:
             _start_server(server)
@@ -292,7 +292,7 @@ def _fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
 
 
 def _default(name: str) -> str:
-    """The default of an :class:`~flows.config.AuditConfig` field, for the help text."""
+    """The default of an :class:`~fairpca.flows.config.AuditConfig` field, for the help text."""
     from .config import RetrainConfig, Thresholds
 
     fields = {**RetrainConfig.model_fields, **Thresholds.model_fields}
@@ -507,7 +507,7 @@ def relog(
     from .config import resolve_tracking_uri
 
     _prefect_defaults()
-    from tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from .relog import relog_output_dir
 

@@ -294,8 +294,8 @@ class AuditConfig(BaseModel):
     @property
     def resolved_model_name(self) -> str:
         """Registered model name: ``model_name``, else derived from the audit's definition
-        (data source, label, sensitive attributes; see :mod:`tasks.registry`)."""
-        from tasks.registry import definition_of, registered_model_name
+        (data source, label, sensitive attributes; see :mod:`fairpca.tasks.registry`)."""
+        from fairpca.tasks.registry import definition_of, registered_model_name
 
         return self.model_name or registered_model_name(definition_of(self))
 
@@ -350,7 +350,7 @@ def resolve_tracking_uri(uri: str | None) -> str:
 
 def mask_credentials(uri: str) -> str:
     """``uri`` with any ``user:password@`` shown as ``***@``: safe to write, log and print."""
-    from tasks.model_card import mask_credentials as mask
+    from fairpca.tasks.model_card import mask_credentials as mask
 
     return mask(uri)
 

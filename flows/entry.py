@@ -36,6 +36,6 @@ def main() -> None:
             file=sys.stderr,
         )
         raise SystemExit(1)
-    from flows.cli import main as cli_main
+    from fairpca.flows.cli import main as cli_main
 
     cli_main()

@@ -62,7 +62,7 @@ def _check_k(config, dataset) -> None:
 
 
 def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
-    from tasks.model_io import path_inside
+    from fairpca.tasks.model_io import path_inside
 
     base = Path(output_dir)
     try:
@@ -92,7 +92,7 @@ def check_before_run(config) -> list[str]:
         For any input that would make the audit fail.
     """
     from fairpca.datasets import ScreeningWarning
-    from tasks.sources import load_source
+    from fairpca.tasks.sources import load_source
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -1,8 +1,8 @@
 """Re-log a kept audit output directory to MLflow (after a tracking outage).
 
 Nothing in the directory is executed: the saved model is never loaded or unpickled, only
-uploaded as files after :func:`tasks.mlflow_logging.check_saved_model` (skops format, the
-SHA-256 manifest written by the audit) and :func:`tasks.mlflow_logging.check_relog_dir` (no
+uploaded as files after :func:`fairpca.tasks.mlflow_logging.check_saved_model` (skops format, the
+SHA-256 manifest written by the audit) and :func:`fairpca.tasks.mlflow_logging.check_relog_dir` (no
 symbolic links, only the project's fixed trusted types) accepted it. The directory's own
 ``audit.json`` cannot be trusted, so no alias moves unless the user asks (``promote``). Metric
 points already in the run are not logged again.
@@ -17,7 +17,7 @@ from typing import Any
 
 from prefect import flow
 
-from tasks.mlflow_logging import STATUS_FILE, check_relog_dir, log_output_dir, read_audit
+from fairpca.tasks.mlflow_logging import STATUS_FILE, check_relog_dir, log_output_dir, read_audit
 
 from .config import mask_credentials, resolve_tracking_uri
 
@@ -67,7 +67,7 @@ def relog_output_dir(
         ``output_dir`` holds no ``audit.json``.
     ValueError
         The saved model is not the skops model the audit wrote (see
-        :func:`tasks.mlflow_logging.check_relog_dir`), or the directory was logged before.
+        :func:`fairpca.tasks.mlflow_logging.check_relog_dir`), or the directory was logged before.
     """
     read_audit(Path(output_dir))
     check_relog_dir(Path(output_dir))

@@ -3,7 +3,7 @@ data, then refit, register the new version and move the alias only if it meets t
 does not lose more accuracy than allowed.
 
 Watching the champion: before a challenger is trained, the champion (loaded from the
-registry with :func:`tasks.registry.load_registered_pipeline`: skops, fixed trusted types,
+registry with :func:`fairpca.tasks.registry.load_registered_pipeline`: skops, fixed trusted types,
 SHA-256 checked) predicts the new data's held-out rows; its test metrics are logged as
 ``champion_test_<metric>``. When it now fails the gate, the ``champion`` alias moves to
 ``needs_review_alias`` at once, whatever the challenger does, and the flow run's final state
@@ -22,11 +22,11 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from tasks.data import load_data, split_data
-from tasks.evaluate import classifier_metrics, metrics_with_intervals
-from tasks.mlflow_logging import RETRYING
-from tasks.record import format_interval
-from tasks.registry import (
+from fairpca.tasks.data import load_data, split_data
+from fairpca.tasks.evaluate import classifier_metrics, metrics_with_intervals
+from fairpca.tasks.mlflow_logging import RETRYING
+from fairpca.tasks.record import format_interval
+from fairpca.tasks.registry import (
     DEFINITION_TAG,
     ModelDefinitionMismatch,
     UntrustedModelError,
@@ -35,7 +35,7 @@ from tasks.registry import (
     demote,
     load_registered_pipeline,
 )
-from tasks.select import Decision, gate_failures
+from fairpca.tasks.select import Decision, gate_failures
 
 from .audit import AuditResult, finish_audit, prepare_audit
 from .config import RetrainConfig, resolve_tracking_uri
@@ -89,7 +89,7 @@ def evaluate_champion(
     """Champion metrics on the new data's validation rows (point estimates, compared with
     the challenger's) and test rows (with 95% intervals, for the gate); never its tags.
 
-    A version that cannot be verified (:class:`~tasks.registry.UntrustedModelError`) gives
+    A version that cannot be verified (:class:`~fairpca.tasks.registry.UntrustedModelError`) gives
     ``{"unverified": why}``: a finding, not a transient error to retry.
     """
     try:

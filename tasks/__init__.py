@@ -1,5 +1,6 @@
 """Prefect tasks of the fairness audit: data, representations, sweep, evaluation, report and
-MLflow logging. Import the submodules (``tasks.data``, ``tasks.sweep``, ...) directly.
+MLflow logging. The repository folder ``tasks/`` installs as ``fairpca.tasks``; import the
+submodules (``fairpca.tasks.data``, ``fairpca.tasks.sweep``, ...) directly.
 
-For your own flows use :mod:`tasks.public` (stable names and signatures); the MLflow evaluator
-``fairness`` is :mod:`tasks.mlflow_evaluator`."""
+For your own flows use :mod:`fairpca.tasks.public` (stable names and signatures); the MLflow
+evaluator ``fairness`` is :mod:`fairpca.tasks.mlflow_evaluator`."""

@@ -11,7 +11,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from tasks.sources import load_source
+from fairpca.tasks.sources import load_source
 
 __all__ = ["Split", "load_data", "load_source", "part_sizes", "split_data", "split_rows"]
 

@@ -1,11 +1,11 @@
 """MLflow logging of a kept audit output directory, with retries on transient errors.
 
-The audit writes everything to a local directory first (see :mod:`tasks.report`); this module
-logs that directory to MLflow. MLflow's active run is thread-local and Prefect runs tasks in
-worker threads, so everything goes through :class:`mlflow.MlflowClient` with an explicit
-``run_id``. Each step is a Prefect task with ``retries=3`` and exponential back-off that only
-retries transient errors (connection failures, 5xx, a locked SQLite store). If a step still
-fails, the run is marked FAILED (never FINISHED with half of its artifacts) and
+The audit writes everything to a local directory first (see :mod:`fairpca.tasks.report`);
+this module logs that directory to MLflow. MLflow's active run is thread-local and Prefect
+runs tasks in worker threads, so everything goes through :class:`mlflow.MlflowClient` with an
+explicit ``run_id``. Each step is a Prefect task with ``retries=3`` and exponential back-off
+that only retries transient errors (connection failures, 5xx, a locked SQLite store). If a step
+still fails, the run is marked FAILED (never FINISHED with half of its artifacts) and
 :class:`MlflowLoggingError` names the local directory, which :func:`log_output_dir` can
 re-log later (``fairpca relog DIR``).
 """
@@ -27,8 +27,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from tasks.model_card import mask_credentials
-from tasks.registry import register_logged_model
+from fairpca.tasks.model_card import mask_credentials
+from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
     "AUDIT_FILE",
@@ -233,7 +233,7 @@ def check_saved_model(model_dir: Path) -> None:
     """
     import yaml
 
-    from tasks.model_io import verify_manifest
+    from fairpca.tasks.model_io import verify_manifest
 
     model_dir = Path(model_dir)
     mlmodel = model_dir / "MLmodel"
@@ -268,7 +268,7 @@ def check_relog_dir(out_dir: Path) -> None:
     naming the file: a symbolic link anywhere (or any path resolving outside ``out_dir``),
     and a model whose ``MLmodel`` ``skops_trusted_types`` or whose skops file's untrusted
     types (read by :func:`skops.io.get_untrusted_types`, which executes nothing) fall outside
-    the project's fixed :data:`tasks.registry.TRUSTED_TYPES`.
+    the project's fixed :data:`fairpca.tasks.registry.TRUSTED_TYPES`.
     """
     out_dir = Path(out_dir)
     root = out_dir.resolve()
@@ -289,7 +289,7 @@ def _check_trusted_types(model_dir: Path) -> None:
     import skops.io
     import yaml
 
-    from tasks.registry import TRUSTED_TYPES, UntrustedModelError, _skops_file
+    from fairpca.tasks.registry import TRUSTED_TYPES, UntrustedModelError, _skops_file
 
     spec = yaml.safe_load((model_dir / "MLmodel").read_text(encoding="utf-8"))
     listed = spec["flavors"]["sklearn"].get("skops_trusted_types") or []
@@ -382,12 +382,13 @@ def save_model_locally(
 
     The ``fairpca`` package's Python sources travel with the model (``code_paths``), so the
     model loads where only the pinned pip requirements are installed. The SHA-256 of every
-    file is recorded next to it (:func:`tasks.model_io.write_manifest`) before anything logs it.
+    file is recorded next to it (:func:`fairpca.tasks.model_io.write_manifest`) before anything
+    logs it.
     """
     import mlflow.sklearn
     from mlflow.models import infer_signature
 
-    from tasks.model_io import write_manifest
+    from fairpca.tasks.model_io import write_manifest
 
     signature = infer_signature(input_example, pipeline.predict(input_example))
     trusted = trusted_types(pipeline)

@@ -3,8 +3,8 @@
 :func:`render_model_card` is a pure function of the audit manifest (``audit.json``): the same
 manifest always gives the same card, so a re-logged audit gets the card it had. The facts the
 manifest cannot derive later (the data file's SHA-256, the code version) are recorded at audit
-time by :func:`provenance`. Only aggregates appear: group sizes below the audit's minimum are
-shown as suppressed, and credentials in URIs are masked.
+time by :func:`fairpca.tasks.registry.provenance`. Only aggregates appear: group sizes below
+the audit's minimum are shown as suppressed, and credentials in URIs are masked.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
-from tasks.record import format_interval
-from tasks.report import markdown_table, sha256_file
+from fairpca.tasks.record import format_interval
+from fairpca.tasks.report import markdown_table, sha256_file
 
-__all__ = ["CARD_FILE", "code_version", "data_source_facts", "provenance", "render_model_card"]
+__all__ = ["CARD_FILE", "code_version", "data_source_facts", "render_model_card"]
 
 CARD_FILE = "model_card.md"
 HEADLINE = ("accuracy", "dp_difference", "eo_difference")
@@ -75,17 +75,6 @@ def code_version() -> dict[str, str]:
         return version
     version["git_commit"] = commit + ("+dirty" if dirty else "")
     return version
-
-
-def provenance(config) -> dict[str, Any]:
-    """What the manifest records for the card: definition, data source, code version."""
-    from tasks.registry import definition_of
-
-    return {
-        "definition": definition_of(config),
-        "data_source": data_source_facts(config.dataset, config.data),
-        "code_version": code_version(),
-    }
 
 
 # ---- rendering -------------------------------------------------------------------------------

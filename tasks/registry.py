@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tasks.report import sha256_file
+from fairpca.tasks.model_card import CARD_FILE, code_version, data_source_facts, render_model_card
+from fairpca.tasks.report import sha256_file
 
 __all__ = [
     "DATASET_LABELS",
@@ -104,7 +105,7 @@ def audit_definition(
 
 
 def definition_of(config) -> dict[str, Any]:
-    """:func:`audit_definition` of an :class:`~flows.config.AuditConfig`."""
+    """:func:`audit_definition` of an :class:`~fairpca.flows.config.AuditConfig`."""
     return audit_definition(
         dataset=config.dataset,
         data=config.data,
@@ -112,6 +113,15 @@ def definition_of(config) -> dict[str, Any]:
         positive_label=config.positive_label,
         sensitive=config.sensitive,
     )
+
+
+def provenance(config) -> dict[str, Any]:
+    """What the manifest records for the card: definition, data source, code version."""
+    return {
+        "definition": definition_of(config),
+        "data_source": data_source_facts(config.dataset, config.data),
+        "code_version": code_version(),
+    }
 
 
 def definition_json(definition: dict[str, Any]) -> str:
@@ -388,8 +398,6 @@ def register_logged_model(
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
     models, register the logged pipeline with its card, tags and the SHA-256 of its skops
     file (the local ``out_dir/model`` the audit saved and checked, uploaded as is)."""
-    from tasks.model_card import CARD_FILE, render_model_card
-
     card = render_model_card(audit)
     card_path = Path(out_dir) / CARD_FILE
     card_path.write_text(card)

@@ -1,7 +1,7 @@
 """Audit report: summary table, trade-off plot, Markdown + HTML report, local outputs.
 
 Everything is written to the audit's local output directory first; MLflow logging reads it
-back from there (see :mod:`tasks.mlflow_logging`), so results survive a tracking outage.
+back from there (see :mod:`fairpca.tasks.mlflow_logging`), so results survive a tracking outage.
 Only aggregated numbers are written: no raw rows, no per-person sensitive attributes.
 The report is built from structured sections (paragraphs, emphasised verdicts, bullet lists,
 tables, the plot); Markdown and HTML are two renderings of the same sections.

@@ -1,5 +1,5 @@
 """The audit's data source, loaded without Prefect (the command line checks it before any
-server starts; :func:`tasks.data.load_data` is the Prefect task around it)."""
+server starts; :func:`fairpca.tasks.data.load_data` is the Prefect task around it)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def load_source(config) -> Any:
         keep=tuple(config.keep),
         drop=tuple(config.drop),
         sep=config.sep,
-        leakage=False,  # decided on the training rows (tasks.data.split_data)
+        leakage=False,  # decided on the training rows (fairpca.tasks.data.split_data)
     )
 
 

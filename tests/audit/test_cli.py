@@ -9,14 +9,14 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app
+from fairpca.flows.cli import app
 
 runner = CliRunner()
 
 
 def test_python_m_flows_help_runs_the_cli():
     done = subprocess.run(
-        [sys.executable, "-m", "flows", "audit", "--help"],
+        [sys.executable, "-m", "fairpca.flows", "audit", "--help"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -90,7 +90,7 @@ def test_cli_audit_with_config_file_prints_summary_report_and_run_id(
 def test_without_the_audit_extra_the_cli_says_what_to_install():
     """A library-only install: ``fairpca`` exits at once with one line naming the extra."""
     # Simulate the missing extra: no module of the audit stack can be found.
-    code = "import flows.entry as e; e.find_spec = lambda name: None; e.main()"
+    code = "import fairpca.flows.entry as e; e.find_spec = lambda name: None; e.main()"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
@@ -102,7 +102,7 @@ def test_without_the_audit_extra_the_cli_says_what_to_install():
 
 
 def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
-    from flows.cli import SHARED_OPTIONS
+    from fairpca.flows.cli import SHARED_OPTIONS
 
     outputs = {}
     for command in ("audit", "retrain"):

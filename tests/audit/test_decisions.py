@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.config import AuditConfig
+from fairpca.flows.config import AuditConfig
 
 
 def _config(**values):
@@ -28,10 +28,10 @@ def _config(**values):
 
 def _choose_then_report(split, config):
     """The compute path of the audit flow, task bodies called directly."""
-    from tasks.pipeline import build_pipeline, evaluate_reported
-    from tasks.represent import fit_preprocessor, fit_representation
-    from tasks.select import choose
-    from tasks.sweep import sweep_representation
+    from fairpca.tasks.pipeline import build_pipeline, evaluate_reported
+    from fairpca.tasks.represent import fit_preprocessor, fit_representation
+    from fairpca.tasks.select import choose
+    from fairpca.tasks.sweep import sweep_representation
 
     preprocessor, encoded_train, encoded_validation = fit_preprocessor.fn(split)
     reps = {
@@ -55,7 +55,7 @@ def _choose_then_report(split, config):
 
 def test_changing_the_test_labels_cannot_change_the_chosen_candidate():
     from fairpca.datasets import load_german
-    from tasks.data import split_data
+    from fairpca.tasks.data import split_data
 
     config = _config()
     split = split_data.fn(load_german(), config)
@@ -76,7 +76,7 @@ def test_changing_the_test_labels_cannot_change_the_chosen_candidate():
 
 def test_baselines_and_intervals_are_reported_on_validation_and_test():
     from fairpca.datasets import load_german
-    from tasks.data import split_data
+    from fairpca.tasks.data import split_data
 
     config = _config()
     split = split_data.fn(load_german(), config)
@@ -99,7 +99,7 @@ def test_an_audit_without_any_fitted_fair_variant_fails(prefect_harness, tmp_pat
     """7 features and a 3-group attribute: the default k leaves no room for the fairness
     constraints, so every fair variant is skipped; the audit must fail, naming why and
     the fix, instead of registering plain PCA."""
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     rng = np.random.default_rng(0)
     n = 400
@@ -128,7 +128,11 @@ def test_an_audit_without_any_fitted_fair_variant_fails(prefect_harness, tmp_pat
 def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
     """A direction of almost no within-group variance whose group means differ separates the
     groups on held-out rows; the probe finds the attribute; both are named in warnings."""
-    from tasks.diagnostics import leakage_probe, mitigation_warnings, near_constant_directions
+    from fairpca.tasks.diagnostics import (
+        leakage_probe,
+        mitigation_warnings,
+        near_constant_directions,
+    )
 
     rng = np.random.default_rng(0)
     n = 1000
@@ -162,7 +166,7 @@ def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, tiny_r
     """Its rows go to training (a stratum of < 3 rows cannot reach all three parts; a
     one-row group is merged into the largest group for fitting); the audit completes and
     the group is suppressed in what is logged."""
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     rng = np.random.default_rng(1)
     n = 600
@@ -192,7 +196,7 @@ def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, tiny_r
 def test_mitigation_warning_skips_undefined_differences():
     """With every group but one suppressed the table has no dp_difference: no crash and no
     "mitigation did nothing" built from NaN; a defined, unreduced disparity still warns."""
-    from tasks.diagnostics import mitigation_warnings
+    from fairpca.tasks.diagnostics import mitigation_warnings
 
     rows = [
         {"variant": v, "classifier": "logreg", "lambda_index": 0, "accuracy": 0.8}

@@ -100,7 +100,7 @@ def direct_differences(y_true, y_pred, groups) -> tuple[float, float]:
 def test_found_through_the_installed_entry_point():
     points = importlib.metadata.entry_points(group="mlflow.model_evaluator")
     assert {p.name: p.value for p in points}["fairness"] == (
-        "tasks.mlflow_evaluator:FairnessEvaluator"
+        "fairpca.tasks.mlflow_evaluator:FairnessEvaluator"
     )
     # A fresh interpreter that never imports tasks: MLflow's registry resolves "fairness".
     code = (
@@ -110,7 +110,7 @@ def test_found_through_the_installed_entry_point():
         "print(type(evaluator).__module__, type(evaluator).__name__)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["tasks.mlflow_evaluator", "FairnessEvaluator"]
+    assert out.stdout.split() == ["fairpca.tasks.mlflow_evaluator", "FairnessEvaluator"]
 
 
 def test_metrics_equal_a_direct_computation_and_artifacts_are_logged(tracking, tmp_path):

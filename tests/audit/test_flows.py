@@ -26,7 +26,7 @@ def store(mlflow_store):
 
 
 def make_config(store, tmp_path, **overrides):
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     values = {
         "dataset": "adult",
@@ -60,7 +60,7 @@ def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
 
 def training_design(config, preprocess):
     """Rebuild the audit's training rows (same seed) and encode them with the logged step."""
-    from tasks.data import load_source, split_data
+    from fairpca.tasks.data import load_source, split_data
 
     split = split_data.fn(load_source(config), config)
     return preprocess.transform(split.X_train), split
@@ -76,7 +76,7 @@ def assert_fair_constraint(U, mean, Z, groups: pd.DataFrame, atol=1e-8):
 
 
 def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
-    from flows.audit import as_model_input, fairness_audit
+    from fairpca.flows.audit import as_model_input, fairness_audit
 
     _uri, client = store
     config = make_config(store, tmp_path)
@@ -179,7 +179,7 @@ def prefect_artifact_types(flow_run_id: str) -> set[str]:
 
 
 def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path):
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     _uri, client = store
     config = make_config(
@@ -215,7 +215,7 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
 
 
 def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store, tmp_path):
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     _uri, client = store
     rng = np.random.default_rng(3)
@@ -260,8 +260,8 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
 
 
 def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, store, tmp_path):
-    from flows.config import RetrainConfig
-    from flows.retrain import retrain
+    from fairpca.flows.config import RetrainConfig
+    from fairpca.flows.retrain import retrain
 
     _uri, client = store
     # loose enough that the 95% upper bounds on 1,000 validation rows pass
@@ -292,9 +292,9 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     """A step that fails for good leaves a FAILED run and names the kept directory."""
     import shutil
 
-    from flows.audit import fairness_audit
-    from flows.relog import relog_output_dir
-    from tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
 
     uri, client = store
     config = make_config(store, tmp_path, lambdas=[0.0])
@@ -334,8 +334,8 @@ def test_unreachable_tracking_server_fails_clearly_after_retries(
     prefect_harness, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    from flows.audit import fairness_audit
-    from tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     config = make_config(
         ("http://127.0.0.1:9", None),
@@ -356,7 +356,7 @@ def test_unreachable_tracking_server_fails_clearly_after_retries(
 def test_bad_parameters_fail_validation_before_any_task(prefect_harness, tmp_path):
     from prefect.exceptions import ParameterTypeError
 
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     with pytest.raises(ParameterTypeError, match="lambdas"):
         fairness_audit({"dataset": "adult", "lambdas": [-1.0], "output_dir": str(tmp_path)})
@@ -373,8 +373,8 @@ def test_audit_runs_its_tasks_on_a_dask_cluster(prefect_harness, store, tmp_path
     """
     from prefect_dask import DaskTaskRunner
 
-    from flows.audit import fairness_audit
-    from flows.runners import task_runner_for
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.runners import task_runner_for
 
     _uri, client = store
     config = make_config(store, tmp_path, dask_address="local", lambdas=[0.0, 1.0])
@@ -395,7 +395,7 @@ def test_task_runner_for_addresses():
     from prefect.task_runners import ThreadPoolTaskRunner
     from prefect_dask import DaskTaskRunner
 
-    from flows.runners import task_runner_for
+    from fairpca.flows.runners import task_runner_for
 
     assert isinstance(task_runner_for(None), ThreadPoolTaskRunner)
     remote = task_runner_for("tcp://127.0.0.1:8786")
@@ -406,7 +406,7 @@ def test_task_runner_for_addresses():
 def test_only_a_run_off_dask_with_a_dask_address_needs_the_subflow(prefect_harness):
     from prefect import flow
 
-    from flows.runners import needs_dask_subflow, task_runner_for
+    from fairpca.flows.runners import needs_dask_subflow, task_runner_for
 
     assert not needs_dask_subflow(None)
     assert needs_dask_subflow("local")  # outside any flow run

@@ -30,7 +30,7 @@ from fairpca.datasets import (
     screen_columns,
 )
 
-FAIRPCA = [sys.executable, "-c", "from flows.entry import main; main()"]
+FAIRPCA = [sys.executable, "-c", "from fairpca.flows.entry import main; main()"]
 N_ROWS = 240
 
 
@@ -153,7 +153,7 @@ def test_compas_file_is_screened_to_a_narrow_design():
 
 
 def test_input_example_holds_no_value_of_a_person():
-    from tasks.model_io import PLACEHOLDER_CATEGORY, as_model_input, input_example
+    from fairpca.tasks.model_io import PLACEHOLDER_CATEGORY, as_model_input, input_example
 
     frame = people().drop(columns=["group", "outcome"])
     example = input_example(as_model_input(frame), min_group_size=30)
@@ -171,14 +171,14 @@ def test_input_example_holds_no_value_of_a_person():
 def test_run_name_with_a_path_is_refused(name):
     from pydantic import ValidationError
 
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     with pytest.raises(ValidationError, match="run_name"):
         AuditConfig(dataset="german", run_name=name)
 
 
 def test_paths_are_kept_inside_the_output_directory(tmp_path):
-    from tasks.model_io import path_inside
+    from fairpca.tasks.model_io import path_inside
 
     assert path_inside(tmp_path, "audit-1") == (tmp_path / "audit-1").resolve()
     (tmp_path / "link").symlink_to("/tmp")
@@ -191,7 +191,7 @@ def test_paths_are_kept_inside_the_output_directory(tmp_path):
 
 
 def test_credentials_are_taken_out_of_tracking_uris(monkeypatch):
-    from flows.config import AuditConfig, resolve_tracking_uri
+    from fairpca.flows.config import AuditConfig, resolve_tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
@@ -215,8 +215,8 @@ def _saved_audit_dir(tmp_path: Path) -> Path:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from tasks.mlflow_logging import AUDIT_FILE, save_model_locally
-    from tasks.model_io import as_model_input, input_example
+    from fairpca.tasks.mlflow_logging import AUDIT_FILE, save_model_locally
+    from fairpca.tasks.model_io import as_model_input, input_example
 
     frame = people()
     X = frame[["age", "degree"]]
@@ -262,7 +262,7 @@ def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
 
 
 def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
-    from tasks.mlflow_logging import check_saved_model
+    from fairpca.tasks.mlflow_logging import check_saved_model
 
     out_dir = _saved_audit_dir(tmp_path)
     check_saved_model(out_dir / "model")  # as written: accepted
@@ -282,7 +282,7 @@ def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
 
 
 def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store):
-    from tasks.mlflow_logging import log_params_metrics
+    from fairpca.tasks.mlflow_logging import log_params_metrics
 
     uri, client = mlflow_store
     experiment = client.create_experiment(f"hostile-{time.time_ns()}")
@@ -464,7 +464,7 @@ def test_no_unique_value_of_the_input_reaches_anything_written(
     from prefect.settings import get_current_settings
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from fairpca.flows.cli import app
 
     uri, _ = mlflow_store
     frame = people(n=400, seed=11)
@@ -501,7 +501,7 @@ def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
     from prefect.settings import get_current_settings
     from typer.testing import CliRunner
 
-    from flows.cli import app
+    from fairpca.flows.cli import app
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
@@ -529,7 +529,7 @@ def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
 def test_a_database_uri_keeps_its_password_for_connecting_but_nothing_written_shows_it(
     monkeypatch,
 ):
-    from flows.config import AuditConfig, mask_credentials, resolve_tracking_uri
+    from fairpca.flows.config import AuditConfig, mask_credentials, resolve_tracking_uri
 
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
@@ -564,7 +564,7 @@ def test_a_database_uri_keeps_its_password_for_connecting_but_nothing_written_sh
     "name", ["loans.csv.gz", "loans.CSV.bz2", "loans.csv.xz", "loans.csv.zip", "l.pq"]
 )
 def test_compressed_csv_and_parquet_data_files_are_accepted(name):
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     config = AuditConfig(data=Path(name), label="y", sensitive=["sex"])
     assert config.data == Path(name)
@@ -574,7 +574,7 @@ def test_compressed_csv_and_parquet_data_files_are_accepted(name):
 def test_other_data_suffixes_are_refused_naming_the_allowed_ones(name):
     from pydantic import ValidationError
 
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     with pytest.raises(ValidationError, match=rf"\.csv\.gz.*\.parquet.*got {re.escape(name)}"):
         AuditConfig(data=Path(name), label="y", sensitive=["sex"])
@@ -590,7 +590,7 @@ class Foreign:
 def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
     import yaml
 
-    from tasks.model_io import write_manifest
+    from fairpca.tasks.model_io import write_manifest
 
     spec = yaml.safe_load((model / "MLmodel").read_text())
     spec["flavors"]["sklearn"]["skops_trusted_types"] = [
@@ -605,9 +605,9 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
     import skops.io
     import yaml
 
-    from flows.relog import relog_output_dir
-    from tasks.mlflow_logging import check_relog_dir
-    from tasks.model_io import write_manifest
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import check_relog_dir
+    from fairpca.tasks.model_io import write_manifest
 
     out_dir = _saved_audit_dir(tmp_path)
     check_relog_dir(out_dir)  # as the audit wrote it: accepted
@@ -627,8 +627,8 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
 
 
 def test_relog_refuses_symlinks_naming_the_file(tmp_path):
-    from flows.relog import relog_output_dir
-    from tasks.mlflow_logging import check_relog_dir
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import check_relog_dir
 
     secret = tmp_path / "credentials"
     secret.write_text("aws_secret_access_key = hunter2\n")
@@ -648,10 +648,10 @@ def test_relog_refuses_symlinks_naming_the_file(tmp_path):
 def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp_path):
     from typer.testing import CliRunner
 
-    from flows.audit import fairness_audit
-    from flows.cli import app
-    from flows.config import AuditConfig
-    from flows.relog import relog_output_dir
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.cli import app
+    from fairpca.flows.config import AuditConfig
+    from fairpca.flows.relog import relog_output_dir
 
     uri, client = mlflow_store
     config = AuditConfig(
@@ -680,7 +680,7 @@ def test_a_masked_database_uri_read_back_is_refused_with_the_fix():
     back gives a clear error naming the fix instead of a failed database login later."""
     from pydantic import ValidationError
 
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     written = AuditConfig(
         dataset="german", tracking_uri="postgresql://mlflow:s3cret@db:5432/mlflow"

@@ -1,5 +1,5 @@
-"""The public tasks (``tasks.public``): the README's example flow on a real Prefect test server
-and a real MLflow store, and each task's numbers against a direct computation."""
+"""The public tasks (``fairpca.tasks.public``): the README's example flow on a real Prefect test
+server and a real MLflow store, and each task's numbers against a direct computation."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sklearn.base import clone  # noqa: E402
 from sklearn.linear_model import LogisticRegression  # noqa: E402
 
 from fairpca.metrics import group_fairness  # noqa: E402
-from tasks.public import (  # noqa: E402
+from fairpca.tasks.public import (  # noqa: E402
     evaluate_model_fairness,
     fit_fair_representation,
     log_fairness_to_mlflow,
@@ -29,7 +29,11 @@ def make_example_flow():
     import pandas as pd
     from prefect import flow
 
-    from tasks.public import evaluate_model_fairness, log_fairness_to_mlflow, write_fairness_report
+    from fairpca.tasks.public import (
+        evaluate_model_fairness,
+        log_fairness_to_mlflow,
+        write_fairness_report,
+    )
 
     @flow(name="audit-my-model")
     def audit_my_model(model_uri: str, data_path: str, tracking_uri: str, out_dir: str) -> str:

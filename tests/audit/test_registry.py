@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from tasks.model_card import mask_credentials, render_model_card
-from tasks.registry import (
+from fairpca.tasks.model_card import mask_credentials, render_model_card
+from fairpca.tasks.registry import (
     DATASET_LABELS,
     audit_definition,
     fairness_tags,
@@ -133,7 +133,7 @@ def test_sex_only_and_sex_race_audits_get_different_names():
 
 
 def test_config_resolves_the_identity_name_and_keeps_an_explicit_one(tmp_path):
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     assert AuditConfig(dataset="german").resolved_model_name == "fairpca-german-bad_credit-age"
     both = AuditConfig(dataset="adult", sensitive=["sex", "race"])
@@ -279,9 +279,13 @@ def _pipelines_of_every_kind():
     from sklearn.pipeline import Pipeline
 
     from fairpca.datasets import load_dataset
-    from flows.config import CLASSIFIERS, VARIANTS
-    from tasks.classify import fit_classifier
-    from tasks.represent import make_preprocessor, make_representation, uses_sensitive_features
+    from fairpca.flows.config import CLASSIFIERS, VARIANTS
+    from fairpca.tasks.classify import fit_classifier
+    from fairpca.tasks.represent import (
+        make_preprocessor,
+        make_representation,
+        uses_sensitive_features,
+    )
 
     data = load_dataset("german")
     y = data.y.to_numpy()
@@ -304,7 +308,7 @@ def _pipelines_of_every_kind():
 def test_trusted_types_cover_every_pipeline_the_audit_registers():
     import skops.io
 
-    from tasks.registry import TRUSTED_TYPES
+    from fairpca.tasks.registry import TRUSTED_TYPES
 
     needed = set()
     for pipeline in _pipelines_of_every_kind():
@@ -315,8 +319,8 @@ def test_trusted_types_cover_every_pipeline_the_audit_registers():
 @pytest.fixture(scope="module")
 def registered(prefect_harness, mlflow_store, tmp_path_factory):
     """A tiny German audit logged to the session's MLflow store (default model name)."""
-    from flows.audit import fairness_audit
-    from flows.config import AuditConfig
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.config import AuditConfig
 
     config = AuditConfig(
         dataset="german",
@@ -336,8 +340,8 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     import json
     from pathlib import Path
 
-    from tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
-    from tasks.report import sha256_file
+    from fairpca.tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
+    from fairpca.tasks.report import sha256_file
 
     _config, result = registered
     _uri, client = mlflow_store
@@ -367,7 +371,7 @@ def test_registering_the_same_run_again_returns_its_version(registered, mlflow_s
     import json
     from pathlib import Path
 
-    from tasks.registry import register_version
+    from fairpca.tasks.registry import register_version
 
     _config, result = registered
     _uri, client = mlflow_store
@@ -381,7 +385,11 @@ def test_registering_the_same_run_again_returns_its_version(registered, mlflow_s
 
 
 def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
-    from tasks.registry import ModelDefinitionMismatch, audit_definition, check_model_definition
+    from fairpca.tasks.registry import (
+        ModelDefinitionMismatch,
+        audit_definition,
+        check_model_definition,
+    )
 
     _config, result = registered
     _uri, client = mlflow_store
@@ -396,7 +404,7 @@ def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, ml
     from pathlib import Path
 
     from fairpca.datasets import load_dataset
-    from tasks.registry import (
+    from fairpca.tasks.registry import (
         MODEL_FILE_SHA_TAG,
         UntrustedModelError,
         load_registered_pipeline,
@@ -432,7 +440,7 @@ def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import FunctionTransformer
 
-    from tasks.registry import UntrustedModelError, load_skops_pipeline
+    from fairpca.tasks.registry import UntrustedModelError, load_skops_pipeline
 
     _config, result = registered
     model_dir = shutil.copytree(Path(result.output_dir) / "model", tmp_path / "model")

@@ -37,7 +37,7 @@ def people(n: int, *, shift_b: float, seed: int) -> pd.DataFrame:
 
 
 def config_for(path: Path, store, tmp_path, **overrides):
-    from flows.config import RetrainConfig
+    from fairpca.flows.config import RetrainConfig
 
     values = {
         "data": path,
@@ -70,7 +70,7 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.retrain import retrain
+    from fairpca.flows.retrain import retrain
 
     _uri, client = mlflow_store
     steady = week(tmp_path, "week1", people(2000, shift_b=0.0, seed=1))
@@ -104,7 +104,7 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     assert (str(aliases.get("champion")) == result.model_version) == result.champion_moved
 
     # a champion whose registered file no longer matches its SHA-256 is not loaded: demoted
-    from tasks.registry import MODEL_FILE_SHA_TAG
+    from fairpca.tasks.registry import MODEL_FILE_SHA_TAG
 
     steady_again = week(tmp_path, "week4", people(2000, shift_b=0.0, seed=4))
     assert retrain(config_for(steady_again, mlflow_store, tmp_path)).champion_moved
@@ -126,8 +126,8 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
 
 
 def test_final_message_says_when_the_model_has_no_champion():
-    from flows.audit import AuditResult
-    from flows.retrain import ChampionWatch, final_message
+    from fairpca.flows.audit import AuditResult
+    from fairpca.flows.retrain import ChampionWatch, final_message
 
     champion = {"name": "fairpca-x", "version": "3"}
     watch = ChampionWatch(champion=champion, failures=["DP difference 0.2 > max 0.05"])

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from flows.config import DEFAULT_LAMBDAS, AuditConfig
-from tasks.classify import make_classifier
-from tasks.data import split_rows
-from tasks.evaluate import classifier_metrics
-from tasks.report import markdown_table
-from tasks.select import Decision, gate_failures, select_candidate
+from fairpca.flows.config import DEFAULT_LAMBDAS, AuditConfig
+from fairpca.tasks.classify import make_classifier
+from fairpca.tasks.data import split_rows
+from fairpca.tasks.evaluate import classifier_metrics
+from fairpca.tasks.report import markdown_table
+from fairpca.tasks.select import Decision, gate_failures, select_candidate
 
 
 def test_default_lambdas_are_the_papers():
@@ -166,7 +166,7 @@ def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
     assert not decision.promote
     assert chosen["variant"] == "pca"  # the only eligible candidate, for review
     assert any("are degenerate" in r and "nothing is promoted" in r for r in decision.reasons)
-    from tasks.select import ineligibility
+    from fairpca.tasks.select import ineligibility
 
     assert any(
         "predicts one class for 100.0%" in r for r in ineligibility(constant, 0.7608, config)
@@ -182,7 +182,7 @@ def test_gate_failures_name_every_failure():
 
 
 def test_compare_with_champion():
-    from flows.retrain import compare_with_champion
+    from fairpca.flows.retrain import compare_with_champion
 
     ok = Decision(True, ["meets thresholds"])
     champion = {"version": "3"}
@@ -202,7 +202,7 @@ def test_transient_errors_are_told_apart():
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, TEMPORARILY_UNAVAILABLE
 
-    from tasks.mlflow_logging import is_transient_mlflow_error
+    from fairpca.tasks.mlflow_logging import is_transient_mlflow_error
 
     assert is_transient_mlflow_error(requests.exceptions.ConnectionError("refused"))
     assert is_transient_mlflow_error(MlflowException("x", error_code=TEMPORARILY_UNAVAILABLE))
@@ -251,7 +251,7 @@ def test_config_defaults_and_flat_params():
 
 
 def test_config_file_round_trip(tmp_path):
-    from flows.config import load_config_file
+    from fairpca.flows.config import load_config_file
 
     path = tmp_path / "audit.yaml"
     path.write_text("dataset: german\nk: 3\nthresholds:\n  max_dp_difference: 0.1\n")
@@ -264,7 +264,7 @@ def test_config_file_round_trip(tmp_path):
 
 
 def test_input_example_is_synthetic_and_has_no_sensitive_column():
-    from flows.audit import input_example
+    from fairpca.flows.audit import input_example
 
     X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
     example = input_example(X, min_group_size=1)
@@ -275,7 +275,7 @@ def test_input_example_is_synthetic_and_has_no_sensitive_column():
 
 def test_make_representation_variants():
     from fairpca import FairPCA
-    from tasks.represent import make_representation, supports_tradeoff
+    from fairpca.tasks.represent import make_representation, supports_tradeoff
 
     kwargs = {"equalize_covariance": 0.5, "seed": 0}
     assert not supports_tradeoff(make_representation("pca", 3, **kwargs))
@@ -290,10 +290,10 @@ def test_make_representation_variants():
 
 
 def test_sweep_fits_once_and_reuses_the_representation():
-    from tasks.data import Split
-    from tasks.evaluate import shared_mmd_sigma
-    from tasks.represent import fit_representation
-    from tasks.sweep import sweep_representation
+    from fairpca.tasks.data import Split
+    from fairpca.tasks.evaluate import shared_mmd_sigma
+    from fairpca.tasks.represent import fit_representation
+    from fairpca.tasks.sweep import sweep_representation
 
     rng = np.random.default_rng(0)
     n, d = 400, 8
@@ -342,11 +342,11 @@ def test_logged_pipeline_equals_a_metadata_routed_pipeline_and_predicts_from_x_a
 
     from fairpca import FairPCA
     from fairpca.datasets import load_german, make_preprocessor
-    from tasks.classify import fit_classifier
-    from tasks.data import Split
-    from tasks.pipeline import build_pipeline
-    from tasks.represent import fit_preprocessor, fit_representation
-    from tasks.sweep import SweepResult
+    from fairpca.tasks.classify import fit_classifier
+    from fairpca.tasks.data import Split
+    from fairpca.tasks.pipeline import build_pipeline
+    from fairpca.tasks.represent import fit_preprocessor, fit_representation
+    from fairpca.tasks.sweep import SweepResult
 
     data = load_german()
     X, y, s = data.X, data.y.to_numpy(), data.sensitive
@@ -379,7 +379,7 @@ def test_logged_pipeline_equals_a_metadata_routed_pipeline_and_predicts_from_x_a
 
 
 def test_report_renders_structured_sections_as_markdown_and_html():
-    from tasks.report import Bullets, Plot, Strong, render_html, render_markdown
+    from fairpca.tasks.report import Bullets, Plot, Strong, render_html, render_markdown
 
     sections = [
         ("Decision", [Strong("do NOT promote"), Bullets(["DP 0.06 > max 0.05", "a < b"])]),
@@ -402,7 +402,7 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     from types import SimpleNamespace
 
     from fairpca.datasets import screen_columns
-    from tasks.data import _leaking_on_training_rows
+    from fairpca.tasks.data import _leaking_on_training_rows
 
     rng = np.random.default_rng(3)
     n = 600
@@ -426,7 +426,7 @@ def test_target_leakage_rule_reads_only_the_training_labels():
 
 
 def test_single_row_groups_are_merged_into_the_largest_group_for_fitting():
-    from tasks.represent import merge_single_row_groups
+    from fairpca.tasks.represent import merge_single_row_groups
 
     frame = pd.DataFrame({"race": ["a"] * 5 + ["b"] * 3 + ["c"], "sex": ["F", "M"] * 4 + ["F"]})
     merged = merge_single_row_groups(frame)

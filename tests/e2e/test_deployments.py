@@ -83,7 +83,7 @@ def test_pull_step_uses_the_local_checkout_without_cloning(spec):
 
 
 def test_deployment_parameters_are_valid_configs(deployments):
-    from flows.config import AuditConfig, RetrainConfig
+    from fairpca.flows.config import AuditConfig, RetrainConfig
 
     audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
     retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])
@@ -127,7 +127,7 @@ def test_e2e_params_are_valid_configs():
     spec = importlib.util.spec_from_file_location("e2e_checks", ROOT / "deployments/e2e_checks.py")
     checks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(checks)
-    from flows.config import AuditConfig, RetrainConfig
+    from fairpca.flows.config import AuditConfig, RetrainConfig
 
     AuditConfig(**checks.run_params("audit")["config"])
     configs = {
@@ -154,7 +154,7 @@ def test_e2e_script_runs_and_checks_every_retrain_scenario():
 
 
 def test_audit_and_retrain_deployments_share_the_identity_model_name(deployments):
-    from flows.config import AuditConfig, RetrainConfig
+    from fairpca.flows.config import AuditConfig, RetrainConfig
 
     audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
     retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])

@@ -245,7 +245,7 @@ def server(_servers, monkeypatch):
 
 
 def tiny_config(tracking_uri: str, output_dir: Path, **overrides):
-    from flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig
 
     values = {
         "dataset": "german",
@@ -359,7 +359,7 @@ def task_runs_of(flow_run_id):
 
 
 def test_two_audits_at_once_keep_their_own_complete_artifacts(server, tmp_path):
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     barrier = threading.Barrier(2)
     proxies = [RendezvousProxy(server.port, barrier) for _ in range(2)]
@@ -398,7 +398,7 @@ def test_two_audits_at_once_keep_their_own_complete_artifacts(server, tmp_path):
 
 
 def test_short_outage_while_logging_is_retried_and_the_run_completes(server, tmp_path):
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     proxy = OutageProxy(server.port)
     audit_id = f"outage-{uuid.uuid4().hex[:8]}"
@@ -424,8 +424,8 @@ def test_short_outage_while_logging_is_retried_and_the_run_completes(server, tmp
 
 
 def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_path):
-    from flows.audit import fairness_audit
-    from tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
 
     audit_id = f"death-{uuid.uuid4().hex[:8]}"
     config = tiny_config(server.uri, tmp_path / "out", run_name=audit_id)
@@ -480,7 +480,7 @@ def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_
 
 
 def test_bad_config_fails_at_validation_before_any_work(server, tmp_path):
-    from flows.audit import fairness_audit
+    from fairpca.flows.audit import fairness_audit
 
     client = mlflow_client(server.uri)
     before = len(client.search_runs([e.experiment_id for e in client.search_experiments()]))
