@@ -1,0 +1,46 @@
+"""User-supplied strings are escaped where rendered (``fairpca.tasks.escape``)."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import pandas as pd
+import pytest
+
+from fairpca.tasks.escape import FORMULA_START, csv_cell, html_text, markdown_text, write_safe_csv
+
+PAYLOADS = [
+    "<img src=x onerror=alert(1)>",
+    "<script>alert(1)</script>",
+    "[x](javascript:alert(1))",
+    "![x](http://evil/x.png)",
+    "a`b` **c** _d_ | e",
+    "line1\nline2\r\n| x |",
+]
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_markdown_text_leaves_no_markup(payload):
+    out = markdown_text(payload)
+    assert "<" not in out and ">" not in out and "\n" not in out and "\r" not in out
+    for special in "`*_[]()|!":
+        # every special character is preceded by a backslash
+        positions = [i for i, c in enumerate(out) if c == special]
+        assert all(i > 0 and out[i - 1] == "\\" for i in positions), (special, out)
+
+
+def test_html_text_escapes_tags_and_quotes():
+    assert html_text("<a href='x'>\"") == "&lt;a href=&#x27;x&#x27;&gt;&quot;"
+
+
+@pytest.mark.parametrize("start", FORMULA_START)
+def test_csv_cells_cannot_start_a_formula(start):
+    frame = pd.DataFrame({f"{start}col": [f"{start}HYPERLINK(1)", "plain"], "n": [-1.5, 2.0]})
+    buffer = io.StringIO()
+    write_safe_csv(frame, buffer, index=False)
+    text = buffer.getvalue()
+    rows = list(csv.reader(io.StringIO(text, newline="")))
+    assert not any(cell.startswith(FORMULA_START) for row in rows for cell in row[:1])
+    assert [row[1] for row in rows] == ["n", "-1.5", "2.0"]  # numbers stay numbers
+    assert csv_cell(3) == 3 and csv_cell("ok") == "ok"
