@@ -51,6 +51,7 @@ from fairpca.tasks.registry import provenance
 from fairpca.tasks.report import Bullets, write_json, write_matrices, write_report
 from fairpca.tasks.represent import fit_preprocessor, fit_representation
 from fairpca.tasks.select import choose, require_fair_variant
+from fairpca.tasks.signing import seal_output_dir
 from fairpca.tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, mask_credentials, resolve_tracking_uri
@@ -284,6 +285,7 @@ def finish_audit(
         "provenance": provenance(config),
     }
     write_json(out_dir / AUDIT_FILE, audit)
+    seal_output_dir(out_dir)  # the last file is written: sign the directory
     _prefect_artifacts(state, audit["selection"])
     wait_for_warmup(tracking_uri)
     logged = log_output_dir(out_dir, tracking_uri)
