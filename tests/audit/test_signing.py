@@ -124,3 +124,17 @@ def test_one_file_hash(tmp_path):
     path = tmp_path / "blob"
     path.write_bytes(os.urandom(3 * 2**20 + 5))
     assert sha256_file(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_preflight_refuses_an_unusable_key_before_any_work(own_key, tmp_path, monkeypatch):
+    from fairpca.flows.config import AuditConfig
+    from fairpca.flows.preflight import PreflightError, check_before_run
+
+    config = AuditConfig(dataset="german", k=2, output_dir=tmp_path / "out")
+    check_before_run(config)  # creates the key
+    own_key.chmod(0o640)
+    with pytest.raises(PreflightError, match=r"cannot sign its output directory.*chmod 600"):
+        check_before_run(config)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "out" / "cfg"))
+    with pytest.raises(PreflightError, match="lies inside --output-dir"):
+        check_before_run(config)
