@@ -44,9 +44,8 @@ def relog(
                 f"{output_dir} was already logged completely (run {status.get('run_id')}); "
                 "pass --force (force=True) to log it once more."
             )
-    check_relog_dir(Path(output_dir))  # before any run or version is created
     audit = read_audit(Path(output_dir))
-    logged = log_output_dir(
+    logged = log_output_dir(  # verifies the seal before any run or version is created
         Path(output_dir), resolve_tracking_uri(tracking_uri), promote=None if promote else False
     )
     return {
