@@ -239,7 +239,6 @@ def log_artifacts(
 
 # What a saved model's requirements may name: the pinned runtime of the pipeline and MLflow.
 _REQUIREMENT = re.compile(r"(fairpca|mlflow|numpy|scipy|scikit-learn|pandas)==[0-9][\w.+!-]*")
-_ENV_FILES = ("requirements.txt", "conda.yaml", "python_env.yaml")
 
 
 def check_saved_model(model_dir: Path) -> None:
