@@ -51,6 +51,7 @@ from fairpca.tasks.registry import provenance
 from fairpca.tasks.report import Bullets, write_json, write_matrices, write_report
 from fairpca.tasks.represent import fit_preprocessor, fit_representation
 from fairpca.tasks.select import choose, require_fair_variant
+from fairpca.tasks.signing import seal_output_dir, signing_key
 from fairpca.tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, mask_credentials, resolve_tracking_uri
@@ -154,6 +155,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
     diagnostics; then (only then) evaluate what is reported on the test rows."""
     start_warmup(resolve_tracking_uri(config.tracking_uri))
+    signing_key(create=True)  # the key that seals the output, before any work
     timings: dict[str, float] = {}
     run_name = config.run_name or unique_run_name(config, kind)
     out_dir = path_inside(config.output_dir, run_name)
@@ -284,6 +286,7 @@ def finish_audit(
         "provenance": provenance(config),
     }
     write_json(out_dir / AUDIT_FILE, audit)
+    seal_output_dir(out_dir)  # the last file is written: sign the directory
     _prefect_artifacts(state, audit["selection"])
     wait_for_warmup(tracking_uri)
     logged = log_output_dir(out_dir, tracking_uri)

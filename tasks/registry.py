@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpca.tasks.model_card import CARD_FILE, code_version, data_source_facts, render_model_card
-from fairpca.tasks.report import sha256_file
+from fairpca.tasks.signing import sha256_file
 
 __all__ = [
     "DATASET_LABELS",
@@ -229,9 +229,15 @@ def check_model_definition(client, name: str, definition: dict[str, Any] | None)
     recorded = model.tags.get(DEFINITION_TAG)
     if text is None or recorded == text:
         return
-    if recorded is None:
-        client.set_registered_model_tag(name, DEFINITION_TAG, text)
+    if recorded is None and not client.search_model_versions(f"name = '{name}'", max_results=1):
+        client.set_registered_model_tag(name, DEFINITION_TAG, text)  # an empty model: adopt
         return
+    if recorded is None:
+        raise ModelDefinitionMismatch(
+            f"registered model {name!r} was not created by a fairpca audit (it has versions "
+            f"but no {DEFINITION_TAG} tag); fairpca registers nothing under it. Leave "
+            "model_name unset or choose another model_name."
+        )
     raise ModelDefinitionMismatch(
         f"registered model {name!r} holds audits of {recorded}, not of {text}: a champion must "
         "only be compared with challengers audited the same way. Leave model_name unset (the "

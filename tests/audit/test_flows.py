@@ -289,28 +289,21 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
 def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     prefect_harness, store, tmp_path
 ):
-    """A step that fails for good leaves a FAILED run and names the kept directory."""
-    import shutil
-
+    """A step that fails for good leaves a FAILED run and names the kept directory; relog
+    completes that same run once the cause is gone."""
     from fairpca.flows.audit import fairness_audit
     from fairpca.flows.relog import relog_output_dir
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.registry import DEFINITION_TAG
 
     uri, client = store
-    config = make_config(store, tmp_path, lambdas=[0.0])
-    out_dir = Path(fairness_audit(config).output_dir)
-    model_backup = tmp_path / "model-backup"
-    shutil.copytree(out_dir / "model", model_backup)
-    shutil.rmtree(out_dir / "model")  # a non-transient failure at the model step
-
-    from prefect import flow
-
-    @flow
-    def relog_broken():
-        return log_output_dir(out_dir, uri, retries=0)
-
+    config = make_config(store, tmp_path, lambdas=[0.0], mlflow_retries=0)
+    # a registered model of another definition holds the name: a non-transient failure at
+    # the model step
+    client.create_registered_model(config.model_name, tags={DEFINITION_TAG: '{"other":1}'})
     with pytest.raises(MlflowLoggingError) as info:
-        relog_broken()
+        fairness_audit(config)
+    out_dir = next((tmp_path / "out").iterdir())
     message = str(info.value)
     assert str(out_dir.resolve()) in message and "fairpca relog" in message
     failed = [
@@ -324,8 +317,9 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     assert failed and "fairpca.logging_error" in failed[0].data.tags
     assert json.loads((out_dir / "mlflow_status.json").read_text())["status"] == "FAILED"
 
-    shutil.copytree(model_backup, out_dir / "model")
+    client.delete_registered_model(config.model_name)
     logged = relog_output_dir(out_dir, uri)
+    assert logged["run_id"] == failed[0].info.run_id
     assert client.get_run(logged["run_id"]).info.status == "FINISHED"
     assert logged["model_version"] is not None
 

@@ -217,6 +217,8 @@ def _saved_audit_dir(tmp_path: Path) -> Path:
 
     from fairpca.tasks.mlflow_logging import AUDIT_FILE, save_model_locally
     from fairpca.tasks.model_io import as_model_input, input_example
+    from fairpca.tasks.pipeline import pip_requirements
+    from fairpca.tasks.signing import seal_output_dir
 
     frame = people()
     X = frame[["age", "degree"]]
@@ -227,9 +229,10 @@ def _saved_audit_dir(tmp_path: Path) -> Path:
         pipeline,
         out_dir,
         input_example=input_example(as_model_input(X)),
-        pip_requirements=["scikit-learn"],
+        pip_requirements=pip_requirements(),
     )
     (out_dir / AUDIT_FILE).write_text(json.dumps({"audit_id": "audit-kept"}))
+    seal_output_dir(out_dir)  # signed as the audit signs it
     return out_dir
 
 
@@ -255,27 +258,30 @@ def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
-    assert "serialization other than skops" in done.stderr and "Traceback" not in done.stderr
+    said = "".join(done.stderr.split())
+    assert "['model/model.pkl']wereaddedaftertheaudit" in said and "Traceback" not in said
     assert not marker.exists()
     assert not (tmp_path / "m.db").exists()  # failed before any MLflow store was touched
     assert time.perf_counter() - started < 60
 
 
 def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
-    from fairpca.tasks.mlflow_logging import check_saved_model
+    from fairpca.tasks.mlflow_logging import check_relog_dir, check_saved_model
 
     out_dir = _saved_audit_dir(tmp_path)
-    check_saved_model(out_dir / "model")  # as written: accepted
+    check_relog_dir(out_dir)  # as written: accepted
     with (out_dir / "model" / "requirements.txt").open("a") as handle:
-        handle.write("evil-package\n")
-    with pytest.raises(ValueError, match=r"file 'requirements.txt' changed since the audit"):
-        check_saved_model(out_dir / "model")
+        handle.write("\nevil-package\n")
+    with pytest.raises(ValueError, match=r"file 'model/requirements.txt' has \d+ bytes"):
+        check_relog_dir(out_dir)
+    with pytest.raises(ValueError, match=r"requirements \['evil-package'\] are not"):
+        check_saved_model(out_dir / "model")  # the model check alone refuses it too
     (out_dir / "model" / "extra.py").write_text("import os\n")
-    with pytest.raises(ValueError, match=r"\['extra.py'\] are not in model.sha256.json"):
-        check_saved_model(out_dir / "model")
-    (out_dir / "model.sha256.json").unlink()
-    with pytest.raises(ValueError, match="not written by a fairpca audit"):
-        check_saved_model(out_dir / "model")
+    with pytest.raises(ValueError, match=r"\['model/extra.py'\] were added after the audit"):
+        check_relog_dir(out_dir)
+    (out_dir / "audit.seal.json").unlink()
+    with pytest.raises(ValueError, match="not written and signed by a fairpca audit"):
+        check_relog_dir(out_dir)
 
 
 # ----------------------------------------------------- case 8: relog duplicates history
@@ -590,7 +596,7 @@ class Foreign:
 def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
     import yaml
 
-    from fairpca.tasks.model_io import write_manifest
+    from fairpca.tasks.signing import seal_output_dir
 
     spec = yaml.safe_load((model / "MLmodel").read_text())
     spec["flavors"]["sklearn"]["skops_trusted_types"] = [
@@ -598,7 +604,7 @@ def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
         *extra_types,
     ]
     (model / "MLmodel").write_text(yaml.safe_dump(spec))
-    write_manifest(model)  # the manifest is in the directory: an attacker rewrites it too
+    seal_output_dir(model.parent)  # even signed with the key, the fixed list still rules
 
 
 def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
@@ -607,7 +613,7 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
 
     from fairpca.flows.relog import relog_output_dir
     from fairpca.tasks.mlflow_logging import check_relog_dir
-    from fairpca.tasks.model_io import write_manifest
+    from fairpca.tasks.signing import seal_output_dir
 
     out_dir = _saved_audit_dir(tmp_path)
     check_relog_dir(out_dir)  # as the audit wrote it: accepted
@@ -621,7 +627,7 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
     model = out_dir / "model"
     flavor = yaml.safe_load((model / "MLmodel").read_text())["flavors"]["sklearn"]
     skops.io.dump({"payload": Foreign()}, model / flavor["pickled_model"])
-    write_manifest(model)
+    seal_output_dir(out_dir)
     with pytest.raises(ValueError, match=r"holds types \['test_hostile_inputs.Foreign'\]"):
         check_relog_dir(out_dir)
 
@@ -654,25 +660,24 @@ def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp
     from fairpca.flows.relog import relog_output_dir
 
     uri, client = mlflow_store
+    name = f"own-{tmp_path.name}"
     config = AuditConfig(
         dataset="german", k=2, variants=["pca", "fair_pca"], lambdas=[0.0],
         classifiers=["logreg"], tracking_uri=uri, output_dir=tmp_path / "out",
-        model_name=f"own-{tmp_path.name}",
+        model_name=name, thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
+        min_accuracy_gain=0.0, max_one_class_share=1.0,
     )  # fmt: skip
-    out_dir = Path(fairness_audit(config).output_dir)
-    victim = f"victim-{tmp_path.name}"
-    audit = json.loads((out_dir / "audit.json").read_text())
-    audit["decision"]["promote"] = True
-    audit["model_name"], audit["champion_alias"] = victim, "champion"
-    (out_dir / "audit.json").write_text(json.dumps(audit))
+    first = fairness_audit(config)
+    assert first.decision == "promote" and first.champion_moved, first.reasons
+    out_dir = Path(first.output_dir)
     result = CliRunner().invoke(app, ["relog", str(out_dir), "--tracking-uri", uri, "--force"])
     assert result.exit_code == 0, result.output
-    assert client.get_registered_model(victim).aliases == {}
+    assert client.get_registered_model(name).aliases == {"champion": int(first.model_version)}
     assert "'champion' of" in result.output and "left alone" in result.output
     assert "--promote" in result.output
     logged = relog_output_dir(out_dir, uri, force=True, promote=True)
-    assert logged["champion_moved"]
-    assert client.get_registered_model(victim).aliases == {"champion": int(logged["model_version"])}
+    assert logged["champion_moved"]  # the signed record decided to promote
+    assert client.get_registered_model(name).aliases == {"champion": int(logged["model_version"])}
 
 
 def test_a_masked_database_uri_read_back_is_refused_with_the_fix():
