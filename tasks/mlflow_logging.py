@@ -19,6 +19,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from fairpca.tasks.model_card import mask_credentials
+from fairpca.tasks.audit_record import AuditRecord, read_audit_record
+from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched
+from fairpca.tasks.model_card import mask_credentials, run_description
 from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
     "AUDIT_FILE",
+    "HASHES_FILE",
     "RETRYING",
     "STATUS_FILE",
     "LoggedAudit",
@@ -44,8 +48,8 @@ __all__ = [
 ]
 
 AUDIT_FILE = "audit.json"
+HASHES_FILE = "hashes.json"
 STATUS_FILE = "mlflow_status.json"
-METRIC_BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 
 _TRANSIENT_CODES = {
     "TEMPORARILY_UNAVAILABLE",
@@ -126,56 +130,49 @@ def _client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def default_artifact_location(tracking_uri: str) -> str | None:
-    """For a local SQLite store, keep artifacts next to the database (``mlartifacts/``)."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-        return (db.parent / "mlartifacts").as_uri()
-    return None
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
 
 
 @task(name="mlflow-start-run", **RETRYING)
-def start_run(tracking_uri: str, audit: dict[str, Any]) -> str:
-    """Create (or, on a retry, find again) the audit's RUNNING run; return its id."""
+def start_run(tracking_uri: str, audit: AuditRecord) -> str:
+    """Create (or, on a retry, find again) the audit's RUNNING run; return its id.
+
+    The run starts when the audit started (not when it is logged), carries the record's
+    curated tags and, as its description, the verdict in a few lines.
+    """
     client = _client(tracking_uri)
-    name = audit["experiment_name"]
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        try:
-            experiment_id = client.create_experiment(
-                name, artifact_location=default_artifact_location(tracking_uri)
-            )
-        except Exception as exc:  # another audit created it at the same time
-            experiment = client.get_experiment_by_name(name)
-            if experiment is None:
-                raise exc
-            experiment_id = experiment.experiment_id
-    else:
-        experiment_id = experiment.experiment_id
+    experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`fairpca.audit_id` = '{audit['audit_id']}' "
+        filter_string=f"tags.`fairpca.audit_id` = '{audit.audit_id}' "
         "and attributes.status = 'RUNNING'",
         max_results=1,
     )
     if existing:
         return existing[0].info.run_id
-    run = client.create_run(experiment_id, run_name=audit["run_name"], tags=audit["tags"])
+    tags = {**audit.tags, "mlflow.note.content": run_description(audit)}
+    run = client.create_run(
+        experiment_id,
+        start_time=_millis(audit.started_at),
+        run_name=audit.run_name,
+        tags=tags,
+    )
     return run.info.run_id
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
-def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) -> int:
-    """Log params, tags and metrics (summary, per-lambda curves as steps, timings)."""
+def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> int:
+    """Log params, tags, metrics (summary, per-lambda curves as steps, timings) and the
+    matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = _client(tracking_uri)
-    now = int(time.time() * 1000)
-    params = [Param(key, str(value)[:6000]) for key, value in audit["params"].items()]
-    tags = [RunTag(key, str(value)[:5000]) for key, value in audit["tags"].items()]
-    metrics = [Metric(key, float(value), now, 0) for key, value in audit["metrics"].items()] + [
-        Metric(item["key"], float(item["value"]), now, int(item["step"]))
-        for item in audit["metric_steps"]
+    stamp = _millis(audit.ended_at)
+    params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
+    tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
+    metrics = [Metric(key, float(value), stamp, 0) for key, value in audit.metrics.items()] + [
+        Metric(item.key, item.value, stamp, item.step) for item in audit.metric_steps
     ]
     run = client.get_run(run_id)
     params = [p for p in params if p.key not in run.data.params]
@@ -183,8 +180,8 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) ->
     for start in range(0, max(len(params), 1), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     client.log_batch(run_id, tags=tags)
-    for start in range(0, len(metrics), METRIC_BATCH):
-        client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
+    log_metrics_batched(client, run_id, metrics)
+    client.log_dict(run_id, audit.hashes, HASHES_FILE)
     return len(metrics)
 
 
@@ -312,7 +309,7 @@ def _check_trusted_types(model_dir: Path) -> None:
 
 
 @task(name="mlflow-log-model", **RETRYING)
-def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, Any]) -> dict:
+def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: AuditRecord) -> dict:
     """Log the saved model directory as files (never loaded here) and register a version.
 
     The directory is checked first (:func:`check_saved_model`); its files are uploaded as
@@ -326,13 +323,19 @@ def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, An
     check_saved_model(model_dir)
     experiment_id = client.get_run(run_id).info.experiment_id
     logged = client.create_logged_model(
-        experiment_id, name="pipeline", source_run_id=run_id, tags=audit["model_tags"]
+        experiment_id, name="pipeline", source_run_id=run_id, tags=audit.model_tags
     )
     client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
     version = register_logged_model(
-        client, run_id, out_dir, audit, model_uri=model_uri, model_id=logged.model_id
+        client,
+        run_id,
+        out_dir,
+        audit,
+        model_uri=model_uri,
+        model_id=logged.model_id,
+        tracking_uri=tracking_uri,
     )
     return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
 
@@ -350,18 +353,20 @@ def finish_run(
     status: str,
     tags: dict[str, str],
     metrics: dict[str, float] | None = None,
+    end_time: int | None = None,
 ) -> None:
-    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)."""
+    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)
+    at ``end_time`` (milliseconds since the epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
     client = _client(tracking_uri)
-    now = int(time.time() * 1000)
+    stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
-        metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+        metrics=[Metric(k, float(v), stamp, 0) for k, v in (metrics or {}).items()],
         tags=[RunTag(k, str(v)) for k, v in tags.items()],
     )
-    client.set_terminated(run_id, status=status)
+    client.set_terminated(run_id, status=status, end_time=end_time)
 
 
 @dataclass
@@ -446,14 +451,14 @@ def _write_status(out_dir: Path, content: dict[str, Any]) -> None:
     (Path(out_dir) / STATUS_FILE).write_text(json.dumps(content, indent=2))
 
 
-def read_audit(out_dir: Path) -> dict[str, Any]:
-    """The ``audit.json`` manifest of a kept output directory."""
+def read_audit(out_dir: Path) -> AuditRecord:
+    """The typed audit record (``audit.json``) of a kept output directory."""
     path = Path(out_dir) / AUDIT_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"{out_dir} is not a fairpca audit output directory (no {AUDIT_FILE})."
         )
-    return json.loads(path.read_text())
+    return read_audit_record(path)
 
 
 def log_output_dir(
@@ -486,13 +491,11 @@ def log_output_dir(
     """
     out_dir = Path(out_dir)
     audit = read_audit(out_dir)
-    promote = audit["decision"]["promote"] if promote is None else promote
+    promote = audit.decision.promote if promote is None else promote
     retry = {
-        "retries": audit.get("mlflow_retries", 3) if retries is None else retries,
+        "retries": audit.mlflow_retries if retries is None else retries,
         "retry_delay_seconds": exponential_backoff(
-            backoff_factor=audit.get("mlflow_retry_backoff", 2.0)
-            if retry_backoff is None
-            else retry_backoff
+            backoff_factor=audit.mlflow_retry_backoff if retry_backoff is None else retry_backoff
         ),
     }
     start, log_data, log_files, log_pipeline, alias, finish = (
@@ -521,7 +524,7 @@ def log_output_dir(
         moved = False
         if promote and model["version"] is not None:
             step = "move the alias"
-            alias(tracking_uri, audit["model_name"], audit["champion_alias"], model["version"])
+            alias(tracking_uri, audit.model_name, audit.champion_alias, model["version"])
             moved = True
         step = "finish the run"
         finish(
@@ -533,6 +536,7 @@ def log_output_dir(
                 "fairpca.champion_moved": str(moved).lower(),
             },
             {"time_mlflow_logging_s": time.perf_counter() - started},
+            end_time=_millis(audit.ended_at),
         )
     except Exception as exc:
         if run_id is not None:
