@@ -293,7 +293,7 @@ def finish_audit(
     write_audit_record(out_dir / AUDIT_FILE, audit)
     _prefect_artifacts(state, audit)
     wait_for_warmup(tracking_uri)
-    logged = log_output_dir(out_dir, tracking_uri)
+    logged = log_output_dir(out_dir, tracking_uri, ends_now=True)
     return _result(state, logged, tracking_uri, paths["html"], selection.model_dump())
 
 

@@ -220,8 +220,9 @@ class AuditRecord(_Record):
     """Everything an audit recorded, as written to ``audit.json``.
 
     ``started_at`` / ``ended_at`` are the audit's own wall-clock span (from the start of the
-    computation until every result was written locally); the MLflow run spans the same
-    interval, also when it is logged later by ``fairpca relog``.
+    computation until every result was written locally). The MLflow run starts at
+    ``started_at`` and ends when the audit's own logging ends, or at ``ended_at`` when
+    ``fairpca relog`` logs it later.
     """
 
     audit_id: str

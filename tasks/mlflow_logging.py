@@ -468,6 +468,7 @@ def log_output_dir(
     promote: bool | None = None,
     retries: int | None = None,
     retry_backoff: float | None = None,
+    ends_now: bool = False,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -482,6 +483,10 @@ def log_output_dir(
     retries, retry_backoff : int and float, default=None
         Retries per step on transient errors and the back-off factor (retry ``i`` waits
         ``retry_backoff * 2**i`` seconds); None takes the audit's config (3 and 2 s).
+    ends_now : bool, default=False
+        The run starts when the audit started; it ends now (the audit itself logs it: the
+        run spans the audit's whole wall time) or, by default (a later relog), when the audit
+        ended.
 
     Raises
     ------
@@ -536,7 +541,7 @@ def log_output_dir(
                 "fairpca.champion_moved": str(moved).lower(),
             },
             {"time_mlflow_logging_s": time.perf_counter() - started},
-            end_time=_millis(audit.ended_at),
+            end_time=None if ends_now else _millis(audit.ended_at),
         )
     except Exception as exc:
         if run_id is not None:
