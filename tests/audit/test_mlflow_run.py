@@ -16,9 +16,14 @@ pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def audited(prefect_harness, mlflow_store, tmp_path_factory):
-    """A tiny German audit, its result and its wall time in seconds."""
+    """A tiny German audit, its result and its wall time in seconds (after a first flow run
+    has started Prefect's client, which the audit's own span does not include)."""
+    from prefect import flow
+
     from fairpca.flows.audit import fairness_audit
     from fairpca.flows.config import AuditConfig
+
+    flow(lambda: None, name="warm-up")()
 
     out = tmp_path_factory.mktemp("mlflow-run")
     config = AuditConfig(
@@ -76,7 +81,7 @@ def test_run_description_states_the_verdict(audited, mlflow_store):
 def test_run_spans_the_audit(audited, mlflow_store):
     """The run starts when the audit started and ends when its logging ended (not the moment
     the run was created): its duration is the audit's wall time, less the Prefect client's
-    start-up before the flow body runs (about 4 s on a loaded test machine)."""
+    engine's start of the flow run (about a second)."""
     from fairpca.tasks.mlflow_logging import read_audit
 
     _, result, wall = audited
@@ -85,7 +90,7 @@ def test_run_spans_the_audit(audited, mlflow_store):
     assert run.info.start_time == int(record.started_at.timestamp() * 1000)
     assert run.info.end_time > int(record.ended_at.timestamp() * 1000)
     duration = (run.info.end_time - run.info.start_time) / 1000
-    assert wall - 6.0 < duration <= wall, (duration, wall)
+    assert wall - 4.0 < duration <= wall, (duration, wall)
 
 
 def test_run_tags_are_curated_and_hashes_are_one_artifact(audited, mlflow_store, tmp_path):
