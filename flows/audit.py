@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from fairpca.tasks.audit_record import AuditRecord, write_audit_record
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.diagnostics import diagnose
+from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.evaluate import shared_mmd_sigma
 from fairpca.tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
 from fairpca.tasks.model_card import verdict_markdown
@@ -335,8 +336,10 @@ def _prefect_artifacts(state: AuditState, record: AuditRecord) -> None:
     """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, from
     the typed record (aggregated numbers only; user strings escaped)."""
     key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{state.config.source_name}".lower()).strip("-")
+    verdict = verdict_markdown(record, heading=f"Fairness {record.kind} {record.run_name}")
+    local = markdown_text(state.out_dir.resolve())
     create_markdown_artifact(
-        verdict_markdown(record, heading=f"Fairness {record.kind} {record.run_name}"),
+        f"{verdict}\n\nLocal results: {local}",
         key=f"{key}-summary"[:100],
         description="audit verdict",
     )
