@@ -51,8 +51,8 @@ def relog(
     return {
         "run_id": logged.run_id,
         "model_version": logged.model_version,
-        "model_name": audit.get("model_name"),
-        "champion_alias": audit.get("champion_alias"),
+        "model_name": audit.model_name,
+        "champion_alias": audit.champion_alias,
         "champion_moved": logged.champion_moved,
     }
 

@@ -18,6 +18,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +27,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from fairpca.tasks.model_card import mask_credentials
+from fairpca.tasks.audit_record import AuditRecord, read_audit_record
+from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched
+from fairpca.tasks.model_card import mask_credentials, run_description
 from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
     "AUDIT_FILE",
+    "HASHES_FILE",
     "RETRYING",
     "STATUS_FILE",
     "LoggedAudit",
@@ -45,8 +49,8 @@ __all__ = [
 ]
 
 AUDIT_FILE = "audit.json"
+HASHES_FILE = "hashes.json"
 STATUS_FILE = "mlflow_status.json"
-METRIC_BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 
 _TRANSIENT_CODES = {
     "TEMPORARILY_UNAVAILABLE",
@@ -127,61 +131,52 @@ def _client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def default_artifact_location(tracking_uri: str) -> str | None:
-    """For a local SQLite store, keep artifacts next to the database (``mlartifacts/``)."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-        return (db.parent / "mlartifacts").as_uri()
-    return None
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
 
 
 @task(name="mlflow-start-run", **RETRYING)
-def start_run(tracking_uri: str, audit: dict[str, Any], not_before_ms: int = 0) -> str:
+def start_run(tracking_uri: str, audit: AuditRecord, not_before_ms: int = 0) -> str:
     """Create (or, on a retry, find again) the audit's RUNNING run; return its id.
 
-    Only a run started at or after ``not_before_ms`` (when this logging began) is found
-    again, so an older run of another audit with the same id is never taken over.
+    The run starts when the audit started (not when it is logged), carries the record's
+    curated tags and, as its description, the verdict in a few lines. Only a run started at
+    or after ``not_before_ms`` (when this logging began) is found again, so an older run of
+    another audit with the same id is never taken over.
     """
     client = _client(tracking_uri)
-    name = audit["experiment_name"]
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        try:
-            experiment_id = client.create_experiment(
-                name, artifact_location=default_artifact_location(tracking_uri)
-            )
-        except Exception as exc:  # another audit created it at the same time
-            experiment = client.get_experiment_by_name(name)
-            if experiment is None:
-                raise exc
-            experiment_id = experiment.experiment_id
-    else:
-        experiment_id = experiment.experiment_id
+    experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`fairpca.audit_id` = '{audit['audit_id']}' "
+        filter_string=f"tags.`fairpca.audit_id` = '{audit.audit_id}' "
         "and attributes.status = 'RUNNING' "
         f"and attributes.start_time >= {int(not_before_ms)}",
         max_results=1,
     )
     if existing:
         return existing[0].info.run_id
-    run = client.create_run(experiment_id, run_name=audit["run_name"], tags=audit["tags"])
+    tags = {**audit.tags, "mlflow.note.content": run_description(audit)}
+    run = client.create_run(
+        experiment_id,
+        start_time=_millis(audit.started_at),
+        run_name=audit.run_name,
+        tags=tags,
+    )
     return run.info.run_id
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
-def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) -> int:
-    """Log params, tags and metrics (summary, per-lambda curves as steps, timings)."""
+def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> int:
+    """Log params, tags, metrics (summary, per-lambda curves as steps, timings) and the
+    matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = _client(tracking_uri)
-    now = int(time.time() * 1000)
-    params = [Param(key, str(value)[:6000]) for key, value in audit["params"].items()]
-    tags = [RunTag(key, str(value)[:5000]) for key, value in audit["tags"].items()]
-    metrics = [Metric(key, float(value), now, 0) for key, value in audit["metrics"].items()] + [
-        Metric(item["key"], float(item["value"]), now, int(item["step"]))
-        for item in audit["metric_steps"]
+    stamp = _millis(audit.ended_at)
+    params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
+    tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
+    metrics = [Metric(key, float(value), stamp, 0) for key, value in audit.metrics.items()] + [
+        Metric(item.key, item.value, stamp, item.step) for item in audit.metric_steps
     ]
     run = client.get_run(run_id)
     params = [p for p in params if p.key not in run.data.params]
@@ -189,8 +184,8 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) ->
     for start in range(0, max(len(params), 1), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     client.log_batch(run_id, tags=tags)
-    for start in range(0, len(metrics), METRIC_BATCH):
-        client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
+    log_metrics_batched(client, run_id, metrics)
+    client.log_dict(run_id, audit.hashes, HASHES_FILE)
     return len(metrics)
 
 
@@ -377,7 +372,7 @@ def log_model(
     tracking_uri: str,
     run_id: str,
     out_dir: Path,
-    audit: dict[str, Any],
+    audit: AuditRecord,
     files: dict[str, Any] | None = None,
 ) -> dict:
     """Log the saved model's files (never loaded here) and register a version.
@@ -396,13 +391,19 @@ def log_model(
     with tempfile.TemporaryDirectory() as tmp:
         staged = _stage_model_files(model_dir, sealed, Path(tmp) / "model")
         logged = client.create_logged_model(
-            experiment_id, name="pipeline", source_run_id=run_id, tags=audit["model_tags"]
+            experiment_id, name="pipeline", source_run_id=run_id, tags=audit.model_tags
         )
         client.log_model_artifacts(logged.model_id, str(staged))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
     version = register_logged_model(
-        client, run_id, out_dir, audit, model_uri=model_uri, model_id=logged.model_id
+        client,
+        run_id,
+        out_dir,
+        audit,
+        model_uri=model_uri,
+        model_id=logged.model_id,
+        tracking_uri=tracking_uri,
     )
     return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
 
@@ -436,18 +437,20 @@ def finish_run(
     status: str,
     tags: dict[str, str],
     metrics: dict[str, float] | None = None,
+    end_time: int | None = None,
 ) -> None:
-    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)."""
+    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)
+    at ``end_time`` (milliseconds since the epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
     client = _client(tracking_uri)
-    now = int(time.time() * 1000)
+    stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
-        metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+        metrics=[Metric(k, float(v), stamp, 0) for k, v in (metrics or {}).items()],
         tags=[RunTag(k, str(v)) for k, v in tags.items()],
     )
-    client.set_terminated(run_id, status=status)
+    client.set_terminated(run_id, status=status, end_time=end_time)
 
 
 @dataclass
@@ -523,8 +526,9 @@ _OWN_TAG_PREFIXES = ("fairpca.", "fairness.")
 _ALLOWED_MLFLOW_TAGS = frozenset({"mlflow.note.content"})
 
 
-def read_audit(out_dir: Path) -> dict[str, Any]:
-    """The ``audit.json`` record of a kept output directory (verify the seal first).
+def read_audit(out_dir: Path) -> AuditRecord:
+    """The typed audit record (``audit.json``) of a kept output directory (verify the seal
+    first).
 
     Raises
     ------
@@ -540,16 +544,16 @@ def read_audit(out_dir: Path) -> dict[str, Any]:
             f"{out_dir} is not a fairpca audit output directory (no {AUDIT_FILE})."
         )
     try:
-        audit = json.loads(path.read_text())
-    except (ValueError, UnicodeDecodeError) as error:
+        audit = read_audit_record(path)
+    except UnicodeDecodeError as error:
         raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from error
-    run_tags = audit.get("tags") or {}
+    run_tags = audit.tags
     foreign = sorted(
         key
         for key in run_tags
         if not key.startswith(_OWN_TAG_PREFIXES) and key not in _ALLOWED_MLFLOW_TAGS
     )
-    foreign += sorted(k for k in audit.get("model_tags") or {} if k.lower().startswith("mlflow."))
+    foreign += sorted(k for k in audit.model_tags if k.lower().startswith("mlflow."))
     if foreign:
         raise ValueError(
             f"{path} sets tag(s) {foreign} that fairpca never writes (MLflow's reserved "
@@ -558,15 +562,13 @@ def read_audit(out_dir: Path) -> dict[str, Any]:
     return audit
 
 
-def sealed_decision(audit: dict[str, Any]) -> bool:
-    """Whether the verified record's own decision is to promote (a real boolean, equal in
-    the decision and in the selection summary; anything else is not a promotion)."""
-    decision = (audit.get("decision") or {}).get("promote")
-    selection = ((audit.get("selection") or {}).get("decision") or {}).get("promote", decision)
-    return decision is True and selection is True
+def sealed_decision(audit: AuditRecord) -> bool:
+    """Whether the verified record's own decision is to promote (equal in the decision and
+    in the selection summary; anything else is not a promotion)."""
+    return audit.decision.promote is True and audit.selection.decision.promote is True
 
 
-def _resumable_run(client, record: dict[str, Any], audit: dict[str, Any]) -> str | None:
+def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | None:
     """The run the signed record names, if it is this audit's unfinished run on this server.
 
     None: no run recorded, or it is gone, deleted or FINISHED (a new run is created).
@@ -593,8 +595,8 @@ def _resumable_run(client, record: dict[str, Any], audit: dict[str, Any]) -> str
         return None
     if (
         run.info.experiment_id != bound["experiment_id"]
-        or run.data.tags.get("fairpca.audit_id") != audit["audit_id"]
-        or run.info.run_name != audit["run_name"]
+        or run.data.tags.get("fairpca.audit_id") != audit.audit_id
+        or run.info.run_name != audit.run_name
     ):
         raise ValueError(
             f"run {bound['run_id']} recorded by the audit is not its run on this tracking "
@@ -614,6 +616,7 @@ def log_output_dir(
     promote: bool | None = None,
     retries: int | None = None,
     retry_backoff: float | None = None,
+    ends_now: bool = False,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -628,6 +631,10 @@ def log_output_dir(
     retries, retry_backoff : int and float, default=None
         Retries per step on transient errors and the back-off factor (retry ``i`` waits
         ``retry_backoff * 2**i`` seconds); None takes the audit's config (3 and 2 s).
+    ends_now : bool, default=False
+        The run starts when the audit started; it ends now (the audit itself logs it: the
+        run spans the audit's whole wall time) or, by default (a later relog), when the audit
+        ended.
 
     Raises
     ------
@@ -642,11 +649,9 @@ def log_output_dir(
     audit = read_audit(out_dir)
     promote = sealed_decision(audit) if promote is None else promote
     retry = {
-        "retries": audit.get("mlflow_retries", 3) if retries is None else retries,
+        "retries": audit.mlflow_retries if retries is None else retries,
         "retry_delay_seconds": exponential_backoff(
-            backoff_factor=audit.get("mlflow_retry_backoff", 2.0)
-            if retry_backoff is None
-            else retry_backoff
+            backoff_factor=audit.mlflow_retry_backoff if retry_backoff is None else retry_backoff
         ),
     }
     start, log_data, log_files, log_pipeline, alias, finish = (
@@ -680,7 +685,7 @@ def log_output_dir(
         moved = False
         if promote and model["version"] is not None:
             step = "move the alias"
-            alias(tracking_uri, audit["model_name"], audit["champion_alias"], model["version"])
+            alias(tracking_uri, audit.model_name, audit.champion_alias, model["version"])
             moved = True
         step = "finish the run"
         finish(
@@ -692,6 +697,7 @@ def log_output_dir(
                 "fairpca.champion_moved": str(moved).lower(),
             },
             {"time_mlflow_logging_s": time.perf_counter() - started},
+            end_time=None if ends_now else _millis(audit.ended_at),
         )
     except Exception as exc:
         if run_id is not None:

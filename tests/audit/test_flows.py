@@ -92,23 +92,29 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     metrics = run.data.metrics
     for key in ("accuracy", "dp_difference", "eo_difference", "var_explained", "mmd2"):
         assert key in metrics
-    assert {"selection_rate.sex:0", "selection_rate.sex:1", "tpr.sex:0", "tpr.sex:1"} <= set(
-        metrics
-    )
+    # groups under the data's own names (the loader codes sex as 0 / 1)
+    assert {
+        "selection_rate.sex:Female",
+        "selection_rate.sex:Male",
+        "tpr.sex:Female",
+        "tpr.sex:Male",
+    } <= set(metrics)
+    assert not any(key.endswith(("sex:0", "sex:1")) for key in metrics)
     for key in ("time_load_data_s", "time_lambda_sweep_s", "time_mlflow_logging_s"):
         assert metrics[key] >= 0
     history = client.get_metric_history(result.run_id, "fair_pca/logreg/accuracy")
     assert sorted(m.step for m in history) == [0, 1, 2]
+    lambdas = client.get_metric_history(result.run_id, "fair_pca/lambda")
+    assert sorted((m.step, m.value) for m in lambdas) == [(0, 0.0), (1, 0.125), (2, 1.0)]
 
-    # projection matrices: SHA-256 tags, orthonormal rows, fair constraint on training rows
+    # projection matrices: SHA-256 (hashes.json), orthonormal rows, fair constraint
     tags = run.data.tags
+    assert not any(key.startswith("fairpca.sha256") for key in tags)
     local = tmp_path / "dl"
+    hashes = json.loads(download(client, result.run_id, "hashes.json", local).read_text())
     U_path = download(client, result.run_id, "projection/fair_pca/components_.npy", local)
     mean_path = download(client, result.run_id, "projection/fair_pca/mean_.npy", local)
-    assert (
-        hashlib.sha256(U_path.read_bytes()).hexdigest()
-        == tags["fairpca.sha256.fair_pca/components_"]
-    )
+    assert hashlib.sha256(U_path.read_bytes()).hexdigest() == hashes["fair_pca/components_"]
     U, mean = np.load(U_path), np.load(mean_path)
     np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-10)
     model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}/1")
@@ -144,7 +150,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
             assert low <= selection[part][name] <= high
     assert selection["baselines"]["majority"]["test"]["accuracy"] > 0.7
     assert selection["baselines"]["pca"]["name"].startswith("pca/")
-    assert set(selection["group_sizes"]["sex"]) == {"0", "1"}
+    assert set(selection["group_sizes"]["sex"]) == {"Female", "Male"}
     assert metrics["test.accuracy"] == selection["test"]["accuracy"]
     assert {"majority", "PCA (best)", "chosen"} <= {row["role"] for row in result.summary}
     assert Path(result.report_path).is_file()
@@ -152,8 +158,8 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     # registered model version with fairness tags; champion only if thresholds met
     version = client.get_model_version(config.resolved_model_name, result.model_version)
     assert version.run_id == result.run_id
-    assert {"dp_difference", "eo_difference", "accuracy", "meets_thresholds"} <= set(version.tags)
-    assert result.decision == ("promote" if version.tags["meets_thresholds"] == "true" else "keep")
+    assert {"fairness.test.accuracy", "fairness.test.dp_difference.ci95_high"} <= set(version.tags)
+    assert result.decision == version.tags["fairness.decision"]
     if result.champion_moved:
         champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
         assert str(champion.version) == result.model_version
@@ -249,7 +255,7 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     assert result.decision == "keep" and not result.champion_moved
     assert any("no eligible candidate meets the thresholds" in r for r in result.reasons)
     version = client.get_model_version(config.resolved_model_name, result.model_version)
-    assert version.tags["meets_thresholds"] == "false"
+    assert version.tags["fairness.decision"] == "keep"
     with pytest.raises(mlflow.exceptions.MlflowException):
         client.get_model_version_by_alias(config.resolved_model_name, "champion")
     model = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/1")

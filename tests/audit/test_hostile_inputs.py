@@ -210,8 +210,9 @@ def test_credentials_are_taken_out_of_tracking_uris(monkeypatch):
 # ----------------------------------------------------- case 3: relog executes nothing
 
 
-def _saved_audit_dir(tmp_path: Path) -> Path:
-    """A kept output directory with a real saved model (as an audit writes it)."""
+def _saved_audit_dir(tmp_path: Path, record) -> Path:
+    """A kept output directory with a real saved model and audit record (as an audit writes
+    them); ``record`` is the shared typed record fixture."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
@@ -231,15 +232,15 @@ def _saved_audit_dir(tmp_path: Path) -> Path:
         input_example=input_example(as_model_input(X)),
         pip_requirements=pip_requirements(),
     )
-    (out_dir / AUDIT_FILE).write_text(json.dumps({"audit_id": "audit-kept"}))
+    (out_dir / AUDIT_FILE).write_text(record.model_dump_json())
     seal_output_dir(out_dir)  # signed as the audit signs it
     return out_dir
 
 
-def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
+def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path, audit_record):
     import pickle
 
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     model = out_dir / "model"
     marker = tmp_path / "pwned"
 
@@ -265,10 +266,10 @@ def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
     assert time.perf_counter() - started < 60
 
 
-def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
+def test_relog_names_the_file_that_changed_since_the_audit(tmp_path, audit_record):
     from fairpca.tasks.mlflow_logging import check_relog_dir, check_saved_model
 
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     check_relog_dir(out_dir)  # as written: accepted
     with (out_dir / "model" / "requirements.txt").open("a") as handle:
         handle.write("\nevil-package\n")
@@ -287,21 +288,24 @@ def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
 # ----------------------------------------------------- case 8: relog duplicates history
 
 
-def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store):
+def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store, audit_record, tmp_path):
+    from fairpca.tasks.audit_record import MetricStep
     from fairpca.tasks.mlflow_logging import log_params_metrics
 
     uri, client = mlflow_store
-    experiment = client.create_experiment(f"hostile-{time.time_ns()}")
+    experiment = client.create_experiment(f"hostile-{time.time_ns()}", tmp_path.as_uri())
     run_id = client.create_run(experiment).info.run_id
-    audit = {
-        "params": {"k": 3},
-        "tags": {"fairpca.audit_id": "x"},
-        "metrics": {"accuracy": 0.7},
-        "metric_steps": [
-            {"key": "fair_pca/logreg/accuracy", "value": 0.6 + 0.1 * step, "step": step}
-            for step in range(3)
-        ],
-    }
+    audit = audit_record.model_copy(
+        update={
+            "params": {"k": "3"},
+            "tags": {"fairpca.audit_id": "x"},
+            "metrics": {"accuracy": 0.7},
+            "metric_steps": [
+                MetricStep(key="fair_pca/logreg/accuracy", value=0.6 + 0.1 * step, step=step)
+                for step in range(3)
+            ],
+        }
+    )
     for _ in range(2):  # an interrupted logging, then `fairpca relog`
         log_params_metrics.fn(uri, run_id, audit)
     history = client.get_metric_history(run_id, "fair_pca/logreg/accuracy")
@@ -607,7 +611,7 @@ def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
     seal_output_dir(model.parent)  # even signed with the key, the fixed list still rules
 
 
-def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
+def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path, audit_record):
     import skops.io
     import yaml
 
@@ -615,7 +619,7 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
     from fairpca.tasks.mlflow_logging import check_relog_dir
     from fairpca.tasks.signing import seal_output_dir
 
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     check_relog_dir(out_dir)  # as the audit wrote it: accepted
     _craft_mlmodel(out_dir / "model", ["builtins.eval"])
     with pytest.raises(ValueError, match=r"skops_trusted_types \['builtins.eval'\]"):
@@ -623,7 +627,7 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
     assert not (tmp_path / "m.db").exists()
 
     (tmp_path / "second").mkdir()
-    out_dir = _saved_audit_dir(tmp_path / "second")
+    out_dir = _saved_audit_dir(tmp_path / "second", audit_record)
     model = out_dir / "model"
     flavor = yaml.safe_load((model / "MLmodel").read_text())["flavors"]["sklearn"]
     skops.io.dump({"payload": Foreign()}, model / flavor["pickled_model"])
@@ -632,13 +636,13 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
         check_relog_dir(out_dir)
 
 
-def test_relog_refuses_symlinks_naming_the_file(tmp_path):
+def test_relog_refuses_symlinks_naming_the_file(tmp_path, audit_record):
     from fairpca.flows.relog import relog_output_dir
     from fairpca.tasks.mlflow_logging import check_relog_dir
 
     secret = tmp_path / "credentials"
     secret.write_text("aws_secret_access_key = hunter2\n")
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     (out_dir / "report.md").symlink_to(secret)
     with pytest.raises(ValueError, match=r"report.md is a symbolic link"):
         relog_output_dir(out_dir, f"sqlite:///{tmp_path}/m.db")
