@@ -61,9 +61,9 @@ class GroupFairness:
         a suppressed group cannot be recovered by differencing (see :func:`group_fairness`).
     group_size : dict
         Rows per reported group; empty where the rates are.
-    suppressed : list
-        Groups with fewer than ``min_group_size`` rows: left out of everything above. Kept in
-        memory only; no output of this module names them.
+    suppressed : int
+        Number of groups with fewer than ``min_group_size`` rows: left out of everything above
+        (their labels are not kept, so no output can name them).
     fpr_difference : float
         The same spread of ``P(Yhat = 1 | Y = 0, g)`` over the groups with negatives.
     equalized_odds_difference : float
@@ -81,7 +81,7 @@ class GroupFairness:
     selection_rate: dict
     tpr: dict
     group_size: dict
-    suppressed: list
+    suppressed: int
     fpr_difference: float = np.nan
     equalized_odds_difference: float = np.nan
     selection_rate_ratio: float = np.nan
@@ -182,16 +182,17 @@ class FairnessReport:
         return pd.DataFrame(rows, columns=columns).astype({"size": np.int64})
 
 
-def _describe(problem: FairnessProblem, grouping: Grouping, notes: list) -> GroupFairness:
-    """Rates and differences of one grouping, with notes on suppressed and undefined values."""
+def _describe(problem: FairnessProblem, grouping: Grouping, published: np.ndarray, notes: list):
+    """Measures over the groups with at least ``min_group_size`` rows, and per-group values of
+    the ``published`` groups; notes on suppressed and undefined values."""
     counts = grouping.aggregate(problem.counts)
     size, values = counts.sum(axis=-1), rates(counts)
     keep = size >= problem.min_group_size
-    reported = np.flatnonzero(keep)
-    labels = [grouping.labels[g] for g in reported]
+    shown = np.flatnonzero(published & keep)
+    labels = [grouping.labels[g] for g in shown]
     differences = {m: float(spread(values[rate], keep)) for m, rate in DIFFERENCES.items()}
     per_group = {
-        rate: {k: float(values[rate][g]) for k, g in zip(labels, reported, strict=True)}
+        rate: {k: float(values[rate][g]) for k, g in zip(labels, shown, strict=True)}
         for rate in GROUP_RATES
     }
     result = GroupFairness(
@@ -201,8 +202,8 @@ def _describe(problem: FairnessProblem, grouping: Grouping, notes: list) -> Grou
         ),
         selection_rate_ratio=float(ratio(values["selection_rate"], keep)),
         **per_group,
-        group_size={k: int(size[g]) for k, g in zip(labels, reported, strict=True)},
-        suppressed=[grouping.labels[g] for g in np.flatnonzero(~keep)],
+        group_size={k: int(size[g]) for k, g in zip(labels, shown, strict=True)},
+        suppressed=int((~keep).sum()),
     )
     _note_undefined(problem, grouping, result, notes)
     return result
@@ -213,7 +214,7 @@ def _note_undefined(problem, grouping, result: GroupFairness, notes: list) -> No
     name, size = grouping.name, problem.min_group_size
     if result.suppressed:
         notes.append(
-            f"{name}: {len(result.suppressed)} group(s) with fewer than "
+            f"{name}: {result.suppressed} group(s) with fewer than "
             f"min_group_size={size} rows suppressed."
         )
     if np.isnan(result.dp_difference):
@@ -242,11 +243,12 @@ def _note_undefined(problem, grouping, result: GroupFairness, notes: list) -> No
         )
 
 
-def _report(problem: FairnessProblem) -> FairnessReport:
+def _report(problem: FairnessProblem, confidence: float) -> FairnessReport:
     """The report of a validated problem (see :func:`group_fairness`)."""
     notes: list = []
-    results = {g.name: _describe(problem, g, notes) for g in problem.groupings()}
-    results = _disclosure.prevent_differencing(problem, results, notes)
+    published, disclosure_notes = _disclosure.published_groups(problem, 1.0 - confidence)
+    results = {g.name: _describe(problem, g, published[g.name], notes) for g in problem.groupings()}
+    notes.extend(disclosure_notes)
     attributes = {g.name: results[g.name] for g in problem.attributes}
     whole = {k: float(v) for k, v in overall(problem.counts.sum(axis=0)).items()}
     if not np.isfinite(whole["balanced_accuracy"]):
@@ -277,6 +279,7 @@ def group_fairness(
     min_group_size: int = MIN_GROUP_SIZE_FLOOR,
     allow_small_groups: bool = False,
     y_score: Any = None,
+    confidence: float = 0.95,
     sensitive: Any = None,
 ) -> FairnessReport:
     """Accuracy, balanced accuracy, group rates, differences and ratios per attribute and
@@ -291,11 +294,12 @@ def group_fairness(
     their intersections (fairlearn's groups), and the top-level values are the worst over the
     attributes (largest difference, smallest ratio). Groups with fewer than
     ``min_group_size`` rows are suppressed (left out of the differences and of every reported
-    value); a measure over fewer than two groups is NaN, with the reason in ``notes``. When
-    the counts of a suppressed group follow from published group sizes and rates by
-    differencing (e.g. an attribute group minus its reported intersection groups), the
-    per-group values of the groupings with suppressed groups, or if need be of all groupings,
-    are withheld too (their differences are still reported).
+    value); a measure over fewer than two groups is NaN, with the reason in ``notes``.
+    Per-group values are also withheld wherever a suppressed group would follow from what is
+    published, the overall counts included (complementary suppression, then a rank check
+    across groupings; see :mod:`fairpca.metrics._disclosure`); the differences and ratios
+    still cover every group with at least ``min_group_size`` rows. Labels of suppressed and
+    withheld groups appear in no output.
 
     Parameters
     ----------
@@ -312,6 +316,9 @@ def group_fairness(
         Opt in to a ``min_group_size`` below the floor (1 reports every group).
     y_score : array-like of shape (n_samples,), default=None
         Scores of the positive class (``predict_proba(X)[:, 1]``); gives ``roc_auc``.
+    confidence : float, default=0.95
+        Level of the intervals published beside the report (:func:`bootstrap_intervals`); the
+        disclosure check reads their bounds, so pass the same value to both.
     sensitive : deprecated
         Former name of ``sensitive_features``.
 
@@ -342,7 +349,8 @@ def group_fairness(
         y_score=y_score,
         allow_small_groups=allow_small_groups,
     )
-    return _report(problem)
+    check_bootstrap(2, confidence)
+    return _report(problem, confidence)
 
 
 def _renamed(sensitive_features: Any, sensitive: Any) -> Any:
@@ -496,7 +504,7 @@ def bootstrap_intervals(
     )
     check_bootstrap(n_resamples, confidence)
     alpha = 1.0 - confidence
-    report = _report(problem)
+    report = _report(problem, confidence)
     values = overall_intervals(problem, alpha)
     values["balanced_accuracy"] = balanced_accuracy_interval(problem, n_resamples, confidence, seed)
     if problem.score is not None:
