@@ -34,7 +34,7 @@ from ._intervals import (
     roc_auc_interval,
     worst_interval,
 )
-from ._names import group_label, group_name, metric_names
+from ._names import INTERSECTION, group_label, metric_names
 
 # Per-grouping measures: the differences (largest is worst) and the ratio (smallest is worst).
 MEASURES = (*DIFFERENCES, "equalized_odds_difference", "selection_rate_ratio")
@@ -129,10 +129,18 @@ class FairnessReport:
     fpr_difference: float = np.nan
     equalized_odds_difference: float = np.nan
     selection_rate_ratio: float = np.nan
+    attribute_names: dict = field(default_factory=dict, repr=False)
+    group_names: dict = field(default_factory=dict, repr=False)
 
     def _groupings(self) -> list[tuple[str, GroupFairness]]:
-        pairs = list(self.attributes.items())
-        return pairs + ([("intersection", self.intersection)] if self.intersection else [])
+        """(metric name of the grouping, its result): attributes, then the intersection."""
+        pairs = [(self.attribute_names[key], value) for key, value in self.attributes.items()]
+        return pairs + ([(INTERSECTION, self.intersection)] if self.intersection else [])
+
+    def _group_name(self, name: str, group: Any) -> str:
+        """``<attr>:<group>`` of metric names; an intersection group's tokens joined by ``/``."""
+        token = self.group_names[name][group]
+        return token if name == INTERSECTION else f"{name}:{token}"
 
     def as_metrics(self) -> dict[str, float]:
         """Flat ``{name: value}`` for a metrics logger; undefined (NaN) values are left out.
@@ -154,14 +162,14 @@ class FairnessReport:
                 values[f"{measure}.{name}"] = getattr(grouping, measure)
         for name, grouping in self._groupings():
             for group in grouping.group_size:
-                key = group_name(name, group, self.attributes)
+                key = self._group_name(name, group)
                 for rate in GROUP_RATES:
                     values[f"{rate}.{key}"] = getattr(grouping, rate)[group]
         return {k: float(v) for k, v in metric_names(values).items() if np.isfinite(v)}
 
     def group_table(self) -> pd.DataFrame:
         """One row per reported group: attribute, group, size, selection_rate, tpr, fpr,
-        base_rate.
+        base_rate, and ``key`` (the ``<attr>:<group>`` of its metric names).
 
         An intersection group (attribute ``intersection``) is written
         ``<attr1>:<group1>/<attr2>:<group2>``. Suppressed and withheld groups are not in the
@@ -174,11 +182,12 @@ class FairnessReport:
                 "group": group_label(name, group, self.attributes),
                 "size": size,
                 **{rate: getattr(grouping, rate)[group] for rate in GROUP_RATES},
+                "key": self._group_name(name, group),
             }
             for name, grouping in self._groupings()
             for group, size in grouping.group_size.items()
         ]
-        columns = ["attribute", "group", "size", *GROUP_RATES]
+        columns = ["attribute", "group", "size", *GROUP_RATES, "key"]
         return pd.DataFrame(rows, columns=columns).astype({"size": np.int64})
 
 
@@ -249,7 +258,8 @@ def _report(problem: FairnessProblem, confidence: float) -> FairnessReport:
     published, disclosure_notes = _disclosure.published_groups(problem, 1.0 - confidence)
     results = {g.name: _describe(problem, g, published[g.name], notes) for g in problem.groupings()}
     notes.extend(disclosure_notes)
-    attributes = {g.name: results[g.name] for g in problem.attributes}
+    attributes = {g.key: results[g.name] for g in problem.attributes}
+    group_names = {g.name: dict(zip(g.labels, g.tokens, strict=True)) for g in problem.groupings()}
     whole = {k: float(v) for k, v in overall(problem.counts.sum(axis=0)).items()}
     if not np.isfinite(whole["balanced_accuracy"]):
         notes.append("y_true has a single class, so balanced_accuracy is undefined.")
@@ -262,8 +272,10 @@ def _report(problem: FairnessProblem, confidence: float) -> FairnessReport:
     }
     return FairnessReport(
         attributes=attributes,
-        intersection=None if problem.intersection is None else results["intersection"],
+        intersection=None if problem.intersection is None else results[INTERSECTION],
         notes=notes,
+        attribute_names={g.key: g.name for g in problem.attributes},
+        group_names=group_names,
         roc_auc=float(auc),
         **whole,
         **measures,
@@ -420,12 +432,12 @@ def _measure_intervals(problem: FairnessProblem, alpha: float) -> dict:
 def _group_intervals(problem, report: FairnessReport, groups: dict) -> dict:
     """Intervals of the published per-group rates, named as in ``as_metrics``."""
     values = {}
-    for grouping in problem.groupings():
-        result = report.intersection if grouping.name == "intersection" else None
-        result = result or report.attributes.get(grouping.name)
+    results = [report.attributes[g.key] for g in problem.attributes]
+    results += [report.intersection] if problem.intersection is not None else []
+    for grouping, result in zip(problem.groupings(), results, strict=True):
         index = {label: g for g, label in enumerate(grouping.labels)}
         for group in result.group_size:
-            key = group_name(grouping.name, group, report.attributes)
+            key = report._group_name(grouping.name, group)
             for rate in GROUP_RATES:
                 low, high = groups[grouping.name, rate]
                 values[f"{rate}.{key}"] = (float(low[index[group]]), float(high[index[group]]))
