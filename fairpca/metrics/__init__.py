@@ -14,7 +14,8 @@ job per module:
   positive rate, base rate, one-class share, per-group selection rate / TPR / FPR / base rate,
   and the DP, EO and FPR differences, the equalized-odds difference and the selection-rate
   ratio, per attribute, over intersections and worst over attributes, with intervals that
-  contain their estimate (``_intervals``; :func:`ci_metrics` names them); the audit flow, the
+  contain their estimate (``_intervals``; :func:`ci_metrics` names them;
+  :func:`evaluate_fairness` gives both as one dictionary); the audit flow, the
   MLflow ``fairness`` evaluator and the benchmarks all use it;
 - disclosure control (``_disclosure``): small groups suppressed, per-group values withheld
   where a suppressed group would follow by differencing;
@@ -43,6 +44,7 @@ from ._fairness import (
     bootstrap_intervals,
     check_fairness_options,
     ci_metrics,
+    evaluate_fairness,
     group_fairness,
 )
 from ._plain import (
@@ -73,6 +75,7 @@ __all__ = [
     "ci_metrics",
     "demographic_parity_difference",
     "equal_opportunity_difference",
+    "evaluate_fairness",
     "explained_variance_fraction",
     "group_fairness",
     "group_mean_gap",

@@ -545,3 +545,66 @@ def ci_metrics(intervals: dict, *, confidence: float = 0.95) -> dict[str, float]
             flat[f"{name}.{tag}_low"] = float(low)
             flat[f"{name}.{tag}_high"] = float(high)
     return flat
+
+
+def evaluate_fairness(
+    y_true: Any,
+    y_pred: Any,
+    sensitive_features: Any,
+    *,
+    pos_label: Any = 1,
+    min_group_size: int = MIN_GROUP_SIZE_FLOOR,
+    allow_small_groups: bool = False,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: Any = 0,
+    y_score: Any = None,
+) -> tuple[dict[str, float], FairnessReport]:
+    """Every metric of :func:`group_fairness` with its interval, as one flat dictionary.
+
+    The one definition of "metrics with intervals" that the audit, the MLflow ``fairness``
+    evaluator and the public tasks log: the names of :meth:`FairnessReport.as_metrics`, and
+    for each the bounds of :func:`bootstrap_intervals` as ``<name>.ci95_low`` /
+    ``<name>.ci95_high`` (``95`` is ``100 * confidence``). An undefined value (NaN) is left
+    out, and so is its interval.
+
+    Parameters
+    ----------
+    y_true, y_pred, sensitive_features, pos_label, min_group_size, allow_small_groups, y_score
+        As in :func:`group_fairness`.
+    n_resamples, confidence, seed
+        As in :func:`bootstrap_intervals`.
+
+    Returns
+    -------
+    metrics : dict of str to float
+    report : FairnessReport
+        The report behind the point values (per-group table, notes).
+
+    Examples
+    --------
+    >>> y = [1, 0] * 50
+    >>> metrics, _ = evaluate_fairness(y, y, ["a"] * 50 + ["b"] * 50)
+    >>> metrics["accuracy"], metrics["dp_difference.ci95_low"]
+    (1.0, 0.0)
+    """
+    options = {
+        "pos_label": pos_label,
+        "min_group_size": min_group_size,
+        "allow_small_groups": allow_small_groups,
+        "y_score": y_score,
+    }
+    report = group_fairness(y_true, y_pred, sensitive_features, confidence=confidence, **options)
+    intervals = bootstrap_intervals(
+        y_true,
+        y_pred,
+        sensitive_features,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        seed=seed,
+        **options,
+    )
+    metrics = report.as_metrics()
+    bounds = ci_metrics(intervals, confidence=confidence)
+    metrics.update({k: v for k, v in bounds.items() if k.rsplit(".", 1)[0] in metrics})
+    return metrics, report
