@@ -184,14 +184,14 @@ def _prediction_vector(output: Any, column: str | None) -> np.ndarray:
 
 
 def fairness_metrics(
-    y_true: Any, y_pred: Any, sensitive: pd.DataFrame, config: dict[str, Any]
+    y_true: Any, y_pred: Any, sensitive_features: pd.DataFrame, config: dict[str, Any]
 ) -> tuple[dict[str, float], FairnessReport]:
     """Metrics with intervals and the report behind them: :func:`fairpca.metrics.
     evaluate_fairness` with the evaluator's settings."""
     return evaluate_fairness(
         y_true,
         y_pred,
-        sensitive,
+        sensitive_features,
         pos_label=config["pos_label"],
         min_group_size=config["min_group_size"],
         allow_small_groups=config["allow_small_groups"],

@@ -35,6 +35,7 @@ from ._intervals import (
     worst_interval,
 )
 from ._names import INTERSECTION, group_label, metric_names
+from ._validation import renamed_sensitive
 
 # Per-grouping measures: the differences (largest is worst) and the ratio (smallest is worst).
 MEASURES = (*DIFFERENCES, "equalized_odds_difference", "selection_rate_ratio")
@@ -351,7 +352,7 @@ def group_fairness(
     >>> report.dp_difference, report.attributes["sensitive_0"].tpr
     (0.5, {'a': 0.5, 'b': 1.0})
     """
-    sensitive_features = _renamed(sensitive_features, sensitive)
+    sensitive_features = renamed_sensitive(sensitive_features, sensitive, "sensitive")
     problem = fairness_problem(
         y_true,
         y_pred,
@@ -363,24 +364,6 @@ def group_fairness(
     )
     check_bootstrap(2, confidence)
     return _report(problem, confidence)
-
-
-def _renamed(sensitive_features: Any, sensitive: Any) -> Any:
-    """``sensitive_features``, or the value passed under its deprecated name ``sensitive``."""
-    if sensitive is None:
-        if sensitive_features is None:
-            raise TypeError("sensitive_features is required: pass one group label per row.")
-        return sensitive_features
-    if sensitive_features is not None:
-        raise TypeError("pass sensitive_features only (sensitive is its deprecated name).")
-    import warnings
-
-    warnings.warn(
-        "the keyword 'sensitive' is deprecated; pass sensitive_features= instead.",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return sensitive
 
 
 def check_fairness_options(
@@ -504,7 +487,7 @@ def bootstrap_intervals(
     >>> round(low, 4), high
     (0.9638, 1.0)
     """
-    sensitive_features = _renamed(sensitive_features, sensitive)
+    sensitive_features = renamed_sensitive(sensitive_features, sensitive, "sensitive")
     problem = fairness_problem(
         y_true,
         y_pred,
