@@ -146,29 +146,19 @@ def model_input(model: Any, features: pd.DataFrame, names: list[str] | pd.DataFr
     """The features without the sensitive columns the model does not ask for.
 
     A model asks for a column by naming it in its MLflow signature or, for a scikit-learn
-    object fitted on a DataFrame (also inside an MLflow pyfunc), in ``feature_names_in_`` (then
-    exactly those columns are passed, in that order). Labels given apart from ``data`` (a
-    DataFrame in ``sensitive_features``) leave ``data`` as it is.
+    object fitted on a DataFrame, in ``feature_names_in_`` (then exactly those columns are
+    passed, in that order); a model with neither gets every column but the sensitive ones.
+    Labels given apart from ``data`` (a DataFrame in ``sensitive_features``) leave ``data`` as
+    it is.
     """
-    fitted_names = _fitted_feature_names(model)
-    if fitted_names is not None and set(fitted_names) <= set(features.columns):
+    fitted_names = getattr(model, "feature_names_in_", None)
+    if fitted_names is not None:
         return features[list(fitted_names)]
     if isinstance(names, pd.DataFrame):  # labels given apart from data: data is the features
         return features
     schema = model.metadata.get_input_schema() if getattr(model, "metadata", None) else None
     wanted = set(schema.input_names()) if schema is not None and schema.has_input_names() else set()
     return features.drop(columns=[name for name in names if name not in wanted])
-
-
-def _fitted_feature_names(model: Any) -> list | None:
-    """``feature_names_in_`` of a scikit-learn model, or of the one an MLflow pyfunc wraps."""
-    names = getattr(model, "feature_names_in_", None)
-    if names is None and hasattr(model, "get_raw_model"):
-        try:
-            names = getattr(model.get_raw_model(), "feature_names_in_", None)
-        except Exception:  # a pyfunc flavour without a raw model: fall back to the signature
-            names = None
-    return None if names is None else [str(name) for name in names]
 
 
 def _prediction_vector(output: Any, column: str | None) -> np.ndarray:

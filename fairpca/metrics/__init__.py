@@ -18,7 +18,8 @@ job per module:
   :func:`evaluate_fairness` gives both as one dictionary); the audit flow, the
   MLflow ``fairness`` evaluator and the benchmarks all use it;
 - disclosure control (``_disclosure``): small groups suppressed, per-group values withheld
-  where a suppressed group would follow by differencing;
+  where a suppressed group would follow by differencing (:func:`published_group_sizes` for
+  group sizes published on their own);
 - metric names (``_names``): the one builder of MLflow-valid names;
 - :func:`demographic_parity_difference`, :func:`equal_opportunity_difference`,
   :func:`selection_rates`, :func:`true_positive_rates` and :func:`accuracy` (``_plain``) -- the
@@ -38,6 +39,7 @@ Missing labels (NaN/None) are rejected.
 """
 
 from ._counts import MIN_GROUP_SIZE_FLOOR
+from ._disclosure import published_group_sizes
 from ._fairness import (
     FairnessReport,
     GroupFairness,
@@ -83,6 +85,7 @@ __all__ = [
     "linear_inseparability",
     "median_heuristic_sigma",
     "mmd_squared",
+    "published_group_sizes",
     "selection_rates",
     "true_positive_rates",
 ]

@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._counts import FairnessProblem, Grouping, fraction
+from .._groups import encode_labels
+from ._counts import FairnessProblem, Grouping, check_min_group_size, fraction
 from ._intervals import group_rate_intervals
 
 # Largest cell-indicator matrices (entries) the differencing check solves; beyond, it assumes
@@ -174,3 +175,45 @@ def published_groups(problem: FairnessProblem, alpha: float) -> tuple[dict, list
                 "reported groups are published."
             )
     return narrowed, notes
+
+
+def published_group_sizes(
+    sensitive_features, *, min_group_size: int = 10, allow_small_groups: bool = False
+) -> tuple[dict, dict]:
+    """Rows per group that may be published beside the total, attribute by attribute.
+
+    A group with fewer than ``min_group_size`` rows is withheld, and (complementary
+    suppression) so are the next smallest groups until the withheld rows of the attribute
+    number at least ``min_group_size``, so that the total minus the published sizes gives no
+    small group's size.
+
+    Parameters
+    ----------
+    sensitive_features : array-like of shape (n_samples,), 2-D array or DataFrame
+        Group labels: one attribute, or one column per attribute.
+    min_group_size : int, default=10
+    allow_small_groups : bool, default=False
+        As in :func:`fairpca.metrics.group_fairness`.
+
+    Returns
+    -------
+    sizes : dict
+        ``{attribute: {label as str: rows}}`` of the published groups.
+    withheld : dict
+        ``{attribute: number of groups withheld}`` (their labels are not returned).
+
+    Examples
+    --------
+    >>> sizes, withheld = published_group_sizes(["a"] * 40 + ["b"] * 30 + ["c"] * 3)
+    >>> sizes, withheld
+    ({'sensitive_0': {'a': 40}}, {'sensitive_0': 2})
+    """
+    min_group_size = check_min_group_size(min_group_size, allow_small_groups)
+    encoding, _ = encode_labels(sensitive_features, len(sensitive_features))
+    sizes, withheld = {}, {}
+    for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True)):
+        counts = np.bincount(encoding.codes[:, a], minlength=len(labels))
+        hidden = complementary_suppression(counts, min_group_size)
+        sizes[name] = {str(labels[g]): int(counts[g]) for g in np.flatnonzero(~hidden)}
+        withheld[name] = int(hidden.sum())
+    return sizes, withheld

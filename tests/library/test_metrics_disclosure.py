@@ -223,3 +223,19 @@ def test_min_group_size_has_a_floor_lowered_only_by_opt_in():
     with pytest.raises(ValueError, match="below the floor"):
         AuditConfig(dataset="german", min_group_size=5)
     assert AuditConfig(dataset="german", min_group_size=5, allow_small_groups=True)
+
+
+def test_published_group_sizes_leave_no_small_group_to_subtraction():
+    frame = pd.DataFrame(
+        {
+            "sex": np.repeat(["F", "M", SECRET], [200, 200, 11]),
+            "race": np.repeat(["a", "b", "c", "d"], [300, 50, 30, 31]),
+        }
+    )
+    sizes, withheld = metrics.published_group_sizes(frame, min_group_size=30)
+    assert sizes == {"sex": {"M": 200}, "race": {"a": 300, "b": 50, "c": 30, "d": 31}}
+    assert withheld == {"sex": 2, "race": 0}
+    assert 411 - sum(sizes["sex"].values()) == 211  # the total minus the published: a pool
+    assert SECRET not in repr((sizes, withheld))
+    with pytest.raises(ValueError, match="below the floor"):
+        metrics.published_group_sizes(frame, min_group_size=3)
