@@ -260,7 +260,13 @@ def _report(problem: FairnessProblem, confidence: float) -> FairnessReport:
     results = {g.name: _describe(problem, g, published[g.name], notes) for g in problem.groupings()}
     notes.extend(disclosure_notes)
     attributes = {g.key: results[g.name] for g in problem.attributes}
-    group_names = {g.name: dict(zip(g.labels, g.tokens, strict=True)) for g in problem.groupings()}
+    # Metric-name tokens of the published groups only: the report holds no other label.
+    group_names = {
+        g.name: {
+            k: t for k, t in zip(g.labels, g.tokens, strict=True) if k in results[g.name].group_size
+        }
+        for g in problem.groupings()
+    }
     whole = {k: float(v) for k, v in overall(problem.counts.sum(axis=0)).items()}
     if not np.isfinite(whole["balanced_accuracy"]):
         notes.append("y_true has a single class, so balanced_accuracy is undefined.")

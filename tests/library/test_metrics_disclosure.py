@@ -1,6 +1,8 @@
 """Disclosure control of fairpca.metrics: suppressed groups cannot be recovered by differencing
 what is published, and their labels are never published."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -206,7 +208,7 @@ def test_labels_of_suppressed_groups_appear_in_no_output():
     y = rng.integers(0, 2, 304)
     report = metrics.group_fairness(y, 1 - y, frame, min_group_size=10)
     intervals = metrics.bootstrap_intervals(y, 1 - y, frame, min_group_size=10, n_resamples=20)
-    assert SECRET not in _published_text(report, intervals) + repr(report)
+    assert SECRET not in _published_text(report, intervals) + str(dataclasses.asdict(report))
     assert any("1 group(s) with fewer than" in note for note in report.notes)
 
 
