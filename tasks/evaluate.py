@@ -67,20 +67,18 @@ def metrics_with_intervals(
     The predictions are fixed (no refit), so the intervals measure the sampling error of the
     evaluation rows. Only metrics with a defined point value get an interval.
     """
-    options = {"min_group_size": min_group_size, "allow_small_groups": allow_small_groups}
-    point = classifier_metrics(y_true, y_pred, sensitive_features, y_score=y_score, **options)
-    intervals = fm.bootstrap_intervals(
+    metrics, _ = fm.evaluate_fairness(
         y_true,
         y_pred,
         sensitive_features,
-        **options,
+        min_group_size=min_group_size,
+        allow_small_groups=allow_small_groups,
         n_resamples=n_resamples,
         confidence=0.95,
         seed=seed,
         y_score=y_score,
     )
-    bounds = fm.ci_metrics(intervals)
-    return {**point, **{k: float(v) for k, v in bounds.items() if k.rsplit(".", 1)[0] in point}}
+    return metrics
 
 
 def majority_class(y_train: np.ndarray) -> int:

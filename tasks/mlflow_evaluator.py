@@ -8,12 +8,22 @@ so that, with no import of this module::
                            evaluator_config={"fairness": {"sensitive_features": ["sex", "race"],
                                                           "pos_label": 1}})
 
-logs the metrics of :func:`fairpca.metrics.group_fairness` under the names of
-:meth:`fairpca.metrics.FairnessReport.as_metrics` (``accuracy``, ``dp_difference``,
-``eo_difference``, ``dp_difference.<attr>``, ``selection_rate.<attr>:<group>``, ...), their
-bootstrap intervals as ``<metric>.ci95_low`` / ``<metric>.ci95_high``, and three artifacts: the
-per-group table (``fairness_groups.json``, ``fairness_groups.csv``) and a plot of the per-group
-rates (``fairness_rates.png``). Groups below ``min_group_size`` rows are suppressed everywhere.
+logs the metrics of :func:`fairpca.metrics.evaluate_fairness` (the one definition of metrics
+with intervals, also used by the audit) under the names of
+:meth:`fairpca.metrics.FairnessReport.as_metrics` (``accuracy``, ``balanced_accuracy``,
+``dp_difference``, ``selection_rate_ratio``, ``equalized_odds_difference``,
+``dp_difference.<attr>``, ``selection_rate.<attr>:<group>``, ``fpr.<attr>:<group>``, ...) with
+their intervals as ``<metric>.ci95_low`` / ``<metric>.ci95_high``, and three artifacts: the
+per-group table (``fairness_groups.json``, ``fairness_groups.csv``, formula-safe) and a plot of
+the per-group rates (``fairness_rates.png``). Groups below ``min_group_size`` rows are
+suppressed everywhere, with complementary suppression against MLflow's default evaluator's
+overall counts (see :mod:`fairpca.metrics._disclosure`).
+
+A model trained without the sensitive columns is given the feature columns only. MLflow's
+``default`` evaluator, which runs first, passes it every column of ``data``; to run both, give
+``feature_names=[...]`` (the model's columns) to ``mlflow.models.evaluate`` and the sensitive
+labels themselves as ``evaluator_config={"fairness": {"sensitive_features": frame[["sex"]]}}``
+(a DataFrame or Series with one row per row of ``data``).
 """
 
 from __future__ import annotations
@@ -39,14 +49,10 @@ from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.tracking import MlflowClient
 from mlflow.tracking.artifact_utils import get_artifact_uri
 
-from fairpca.metrics import (
-    FairnessReport,
-    bootstrap_intervals,
-    check_fairness_options,
-    ci_metrics,
-    group_fairness,
-)
+from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fairness
 from fairpca.tasks.mlflow_store import log_metrics_batched
+
+from .escape import write_safe_csv
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 
@@ -55,6 +61,7 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "sensitive_features": None,
     "pos_label": 1,
     "min_group_size": 30,
+    "allow_small_groups": False,
     "n_resamples": 1000,
     "confidence": 0.95,
     "seed": 0,
@@ -80,26 +87,46 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
             f"are {sorted(CONFIG_DEFAULTS)}."
         )
     config = {**CONFIG_DEFAULTS, **given}
-    names = config["sensitive_features"]
-    if isinstance(names, str):
-        names = [names]
-    if not names or not all(isinstance(name, str) for name in names):
-        raise _invalid(
-            "the 'fairness' evaluator needs evaluator_config={'fairness': "
-            "{'sensitive_features': ['<column>', ...]}} naming the sensitive columns of data; "
-            f"got sensitive_features={config['sensitive_features']!r}."
-        )
-    config["sensitive_features"] = list(names)
+    config["sensitive_features"] = _sensitive_setting(config["sensitive_features"])
     check_fairness_options(
         min_group_size=config["min_group_size"],
         n_resamples=config["n_resamples"],
         confidence=config["confidence"],
+        allow_small_groups=config["allow_small_groups"],
     )
     return config
 
 
-def sensitive_columns(features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
-    """The sensitive columns of the evaluation data; a clear error names any that is missing."""
+def _sensitive_setting(value: Any) -> list[str] | pd.DataFrame:
+    """Column names of ``data`` (a list), or the labels themselves (a one-column-per-attribute
+    DataFrame; a Series becomes one column)."""
+    if isinstance(value, pd.Series):
+        value = value.to_frame()
+    if isinstance(value, pd.DataFrame):
+        if value.shape[1] == 0:
+            raise _invalid("sensitive_features is a DataFrame without columns; give one or more.")
+        return value
+    names = [value] if isinstance(value, str) else value
+    if not names or not all(isinstance(name, str) for name in names):
+        raise _invalid(
+            "the 'fairness' evaluator needs evaluator_config={'fairness': "
+            "{'sensitive_features': ['<column>', ...]}} naming the sensitive columns of data "
+            "(or a DataFrame of their labels, one row per row of data); got "
+            f"sensitive_features={value!r}."
+        )
+    return list(names)
+
+
+def sensitive_columns(features: pd.DataFrame, names: list[str] | pd.DataFrame) -> pd.DataFrame:
+    """The sensitive columns of the evaluation data (or the given labels, checked for length);
+    a clear error names any column that is missing."""
+    if isinstance(names, pd.DataFrame):
+        if len(names) != len(features):
+            raise _invalid(
+                f"sensitive_features has {len(names)} rows but data has {len(features)}; give "
+                "one row of labels per row of data, in the same order."
+            )
+        return names.reset_index(drop=True)
     if not isinstance(features, pd.DataFrame):
         raise _invalid(
             f"the 'fairness' evaluator reads the sensitive columns by name, so data must be a "
@@ -116,16 +143,20 @@ def sensitive_columns(features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return features[names]
 
 
-def model_input(model: Any, features: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+def model_input(model: Any, features: pd.DataFrame, names: list[str] | pd.DataFrame):
     """The features without the sensitive columns the model does not ask for.
 
     A model asks for a column by naming it in its MLflow signature or, for a scikit-learn
     object fitted on a DataFrame, in ``feature_names_in_`` (then exactly those columns are
-    passed, in that order).
+    passed, in that order); a model with neither gets every column but the sensitive ones.
+    Labels given apart from ``data`` (a DataFrame in ``sensitive_features``) leave ``data`` as
+    it is.
     """
     fitted_names = getattr(model, "feature_names_in_", None)
     if fitted_names is not None:
         return features[list(fitted_names)]
+    if isinstance(names, pd.DataFrame):  # labels given apart from data: data is the features
+        return features
     schema = model.metadata.get_input_schema() if getattr(model, "metadata", None) else None
     wanted = set(schema.input_names()) if schema is not None and schema.has_input_names() else set()
     return features.drop(columns=[name for name in names if name not in wanted])
@@ -144,25 +175,21 @@ def _prediction_vector(output: Any, column: str | None) -> np.ndarray:
 
 
 def fairness_metrics(
-    y_true: Any, y_pred: Any, sensitive: pd.DataFrame, config: dict[str, Any]
+    y_true: Any, y_pred: Any, sensitive_features: pd.DataFrame, config: dict[str, Any]
 ) -> tuple[dict[str, float], FairnessReport]:
-    """Metrics (``as_metrics()`` names plus ``.ci95_low/high``) and the report behind them."""
-    options = {"pos_label": config["pos_label"], "min_group_size": config["min_group_size"]}
-    report = group_fairness(y_true, y_pred, sensitive, **options)
-    intervals = bootstrap_intervals(
+    """Metrics with intervals and the report behind them: :func:`fairpca.metrics.
+    evaluate_fairness` with the evaluator's settings."""
+    return evaluate_fairness(
         y_true,
         y_pred,
-        sensitive,
+        sensitive_features,
+        pos_label=config["pos_label"],
+        min_group_size=config["min_group_size"],
+        allow_small_groups=config["allow_small_groups"],
         n_resamples=config["n_resamples"],
         confidence=config["confidence"],
         seed=config["seed"],
-        **options,
     )
-    metrics = report.as_metrics()
-    # Only intervals of logged metrics: an undefined point value has no interval either.
-    bounds = ci_metrics(intervals, confidence=config["confidence"])
-    metrics.update({k: v for k, v in bounds.items() if k.rsplit(".", 1)[0] in metrics})
-    return metrics, report
 
 
 def plot_group_rates(table: pd.DataFrame, path: Path) -> Path:
@@ -207,7 +234,7 @@ def write_artifacts(
         "notes": list(notes),
     }
     paths["fairness_groups_json"].write_text(json.dumps(content, indent=2, default=str))
-    table.to_csv(paths["fairness_groups_csv"], index=False)
+    write_safe_csv(table, paths["fairness_groups_csv"], index=False)
     plot_group_rates(table, paths["fairness_rates"])
     return paths
 
@@ -216,9 +243,11 @@ class FairnessEvaluator(ModelEvaluator):
     """MLflow evaluator ``fairness``: DP / EO differences, per-group rates and intervals.
 
     ``evaluator_config`` keys (see ``CONFIG_DEFAULTS``): ``sensitive_features`` (required; the
-    column names in ``data``), ``pos_label`` (1), ``min_group_size`` (30), ``n_resamples``
-    (1000), ``confidence`` (0.95) and ``seed`` (0). The sensitive columns are passed to the
-    model only if its signature names them.
+    column names in ``data``, or a DataFrame of labels with one row per row of ``data``),
+    ``pos_label`` (1), ``min_group_size`` (30), ``allow_small_groups`` (False; needed for a
+    ``min_group_size`` below 10), ``n_resamples`` (1000), ``confidence`` (0.95) and ``seed``
+    (0). The sensitive columns are passed to the model only if its signature (or, for a
+    scikit-learn model, ``feature_names_in_``) names them.
     """
 
     name = "fairness"

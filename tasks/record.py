@@ -15,6 +15,8 @@ import numpy as np
 import pandas as pd
 from sklearn.pipeline import Pipeline
 
+from fairpca import metrics as fm
+
 from .audit_record import MetricStep, Selection
 from .report import Bullets, Plot, Strong, summary_table
 from .select import Decision, candidate_name
@@ -37,6 +39,8 @@ __all__ = [
 ]
 
 HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+# The one entry of an attribute's group sizes that stands for its withheld groups (unnamed).
+WITHHELD = "(withheld)"
 
 
 @dataclass
@@ -99,15 +103,20 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
 REPRESENTATION_CURVES = ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation")
 
 
-def group_sizes(split, min_group_size: int) -> dict[str, dict[str, int | str]]:
-    """Rows per group over the three parts; groups below ``min_group_size`` suppressed."""
+def group_sizes(
+    split, min_group_size: int, allow_small_groups: bool = False
+) -> dict[str, dict[str, int | str]]:
+    """Rows per group over the three parts, as :func:`fairpca.metrics.published_group_sizes`
+    allows (complementary suppression); withheld groups are one unnamed entry."""
     frame = pd.concat([split.s_train, split.s_validation, split.s_test], ignore_index=True)
+    sizes, withheld = fm.published_group_sizes(
+        frame.astype(str), min_group_size=min_group_size, allow_small_groups=allow_small_groups
+    )
     out: dict[str, dict[str, int | str]] = {}
-    for column in frame.columns:
-        counts = frame[column].astype(str).value_counts().sort_index()
-        out[str(column)] = {
-            group: int(n) if n >= min_group_size else "suppressed" for group, n in counts.items()
-        }
+    for column, published in sizes.items():
+        out[column] = dict(published)
+        if withheld[column]:
+            out[column][WITHHELD] = f"{withheld[column]} group(s), suppressed"
     return out
 
 
@@ -137,7 +146,9 @@ def selection_record(state: AuditState) -> Selection:
             },
         },
         "split": {key: state.split.summary()[key] for key in ("n_train", "n_validation", "n_test")},
-        "group_sizes": group_sizes(state.split, state.config.min_group_size),
+        "group_sizes": group_sizes(
+            state.split, state.config.min_group_size, state.config.allow_small_groups
+        ),
         "diagnostics": state.diagnostics.get("representations", {}),
         "warnings": list(state.diagnostics.get("warnings", [])),
     }
@@ -171,7 +182,9 @@ def audit_facts(state: AuditState) -> dict[str, Any]:
     encoding = getattr(state.dataset, "sensitive_encoding", None)
     if encoding:
         facts["group coding"] = "; ".join(f"{k}: {v}" for k, v in encoding.items())
-    facts["group sizes"] = json.dumps(group_sizes(state.split, config.min_group_size))
+    facts["group sizes"] = json.dumps(
+        group_sizes(state.split, config.min_group_size, config.allow_small_groups)
+    )
     return facts
 
 

@@ -14,10 +14,12 @@ job per module:
   positive rate, base rate, one-class share, per-group selection rate / TPR / FPR / base rate,
   and the DP, EO and FPR differences, the equalized-odds difference and the selection-rate
   ratio, per attribute, over intersections and worst over attributes, with intervals that
-  contain their estimate (``_intervals``; :func:`ci_metrics` names them); the audit flow, the
+  contain their estimate (``_intervals``; :func:`ci_metrics` names them;
+  :func:`evaluate_fairness` gives both as one dictionary); the audit flow, the
   MLflow ``fairness`` evaluator and the benchmarks all use it;
 - disclosure control (``_disclosure``): small groups suppressed, per-group values withheld
-  where a suppressed group would follow by differencing;
+  where a suppressed group would follow by differencing (:func:`published_group_sizes` for
+  group sizes published on their own);
 - metric names (``_names``): the one builder of MLflow-valid names;
 - :func:`demographic_parity_difference`, :func:`equal_opportunity_difference`,
   :func:`selection_rates`, :func:`true_positive_rates` and :func:`accuracy` (``_plain``) -- the
@@ -37,12 +39,14 @@ Missing labels (NaN/None) are rejected.
 """
 
 from ._counts import MIN_GROUP_SIZE_FLOOR
+from ._disclosure import published_group_sizes
 from ._fairness import (
     FairnessReport,
     GroupFairness,
     bootstrap_intervals,
     check_fairness_options,
     ci_metrics,
+    evaluate_fairness,
     group_fairness,
 )
 from ._plain import (
@@ -73,6 +77,7 @@ __all__ = [
     "ci_metrics",
     "demographic_parity_difference",
     "equal_opportunity_difference",
+    "evaluate_fairness",
     "explained_variance_fraction",
     "group_fairness",
     "group_mean_gap",
@@ -80,6 +85,7 @@ __all__ = [
     "linear_inseparability",
     "median_heuristic_sigma",
     "mmd_squared",
+    "published_group_sizes",
     "selection_rates",
     "true_positive_rates",
 ]

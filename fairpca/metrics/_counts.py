@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .._groups import _factorize_small_ints, encode_labels
+from ._names import INTERSECTION, attribute_tokens, unique_tokens
 from ._validation import _as_float_matrix, _check_same_length, _positive_mask, _reject_sparse
 
 # The four confusion cells of a row, indexed 2 * (y_true == pos) + (y_pred == pos).
@@ -108,12 +109,17 @@ class Grouping:
     """One way of grouping the rows: an attribute, or the intersection of all attributes.
 
     ``member`` maps each intersection group (the finest partition) to a group of this grouping,
-    so counts of this grouping are sums of intersection-group counts.
+    so counts of this grouping are sums of intersection-group counts. ``name`` and ``tokens``
+    are the grouping's and its groups' parts of metric names (unique, MLflow-safe; see
+    :mod:`fairpca.metrics._names`); ``key`` is the attribute's own name (None for the
+    intersection).
     """
 
     name: str
     labels: list
     member: np.ndarray
+    tokens: list
+    key: str | None
 
     def aggregate(self, counts: np.ndarray) -> np.ndarray:
         """Sum counts of shape (..., n_intersections, 4) into (..., n_groups, 4)."""
@@ -204,16 +210,23 @@ def fairness_problem(
     _reject_sparse(sensitive, "sensitive_features")
     encoding, _ = encode_labels(sensitive, actual.shape[0])
     combos, inverse = intersections(encoding.codes, [len(g) for g in encoding.groups])
+    keys = [str(name) for name in encoding.names]
     attributes = [
-        Grouping(str(name), list(labels), combos[:, a])
-        for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True))
+        Grouping(token, list(labels), combos[:, a], unique_tokens(list(labels)), key)
+        for a, (token, key, labels) in enumerate(
+            zip(attribute_tokens(keys), keys, encoding.groups, strict=True)
+        )
     ]
     intersection = None
     if len(attributes) > 1:
         labels = [
             tuple(g.labels[c] for g, c in zip(attributes, row, strict=True)) for row in combos
         ]
-        intersection = Grouping("intersection", labels, np.arange(len(combos)))
+        tokens = [
+            "/".join(f"{g.name}:{g.tokens[c]}" for g, c in zip(attributes, row, strict=True))
+            for row in combos
+        ]
+        intersection = Grouping(INTERSECTION, labels, np.arange(len(combos)), tokens, None)
     counts = cell_counts(inverse, len(combos), actual, predicted)
     return FairnessProblem(
         counts, attributes, intersection, min_group_size, pos_label, actual, score

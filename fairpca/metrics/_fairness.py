@@ -34,7 +34,8 @@ from ._intervals import (
     roc_auc_interval,
     worst_interval,
 )
-from ._names import group_label, group_name, metric_names
+from ._names import INTERSECTION, group_label, metric_names
+from ._validation import renamed_sensitive
 
 # Per-grouping measures: the differences (largest is worst) and the ratio (smallest is worst).
 MEASURES = (*DIFFERENCES, "equalized_odds_difference", "selection_rate_ratio")
@@ -61,9 +62,9 @@ class GroupFairness:
         a suppressed group cannot be recovered by differencing (see :func:`group_fairness`).
     group_size : dict
         Rows per reported group; empty where the rates are.
-    suppressed : list
-        Groups with fewer than ``min_group_size`` rows: left out of everything above. Kept in
-        memory only; no output of this module names them.
+    suppressed : int
+        Number of groups with fewer than ``min_group_size`` rows: left out of everything above
+        (their labels are not kept, so no output can name them).
     fpr_difference : float
         The same spread of ``P(Yhat = 1 | Y = 0, g)`` over the groups with negatives.
     equalized_odds_difference : float
@@ -81,7 +82,7 @@ class GroupFairness:
     selection_rate: dict
     tpr: dict
     group_size: dict
-    suppressed: list
+    suppressed: int
     fpr_difference: float = np.nan
     equalized_odds_difference: float = np.nan
     selection_rate_ratio: float = np.nan
@@ -129,10 +130,18 @@ class FairnessReport:
     fpr_difference: float = np.nan
     equalized_odds_difference: float = np.nan
     selection_rate_ratio: float = np.nan
+    attribute_names: dict = field(default_factory=dict, repr=False)
+    group_names: dict = field(default_factory=dict, repr=False)
 
     def _groupings(self) -> list[tuple[str, GroupFairness]]:
-        pairs = list(self.attributes.items())
-        return pairs + ([("intersection", self.intersection)] if self.intersection else [])
+        """(metric name of the grouping, its result): attributes, then the intersection."""
+        pairs = [(self.attribute_names[key], value) for key, value in self.attributes.items()]
+        return pairs + ([(INTERSECTION, self.intersection)] if self.intersection else [])
+
+    def _group_name(self, name: str, group: Any) -> str:
+        """``<attr>:<group>`` of metric names; an intersection group's tokens joined by ``/``."""
+        token = self.group_names[name][group]
+        return token if name == INTERSECTION else f"{name}:{token}"
 
     def as_metrics(self) -> dict[str, float]:
         """Flat ``{name: value}`` for a metrics logger; undefined (NaN) values are left out.
@@ -154,14 +163,14 @@ class FairnessReport:
                 values[f"{measure}.{name}"] = getattr(grouping, measure)
         for name, grouping in self._groupings():
             for group in grouping.group_size:
-                key = group_name(name, group, self.attributes)
+                key = self._group_name(name, group)
                 for rate in GROUP_RATES:
                     values[f"{rate}.{key}"] = getattr(grouping, rate)[group]
         return {k: float(v) for k, v in metric_names(values).items() if np.isfinite(v)}
 
     def group_table(self) -> pd.DataFrame:
         """One row per reported group: attribute, group, size, selection_rate, tpr, fpr,
-        base_rate.
+        base_rate, and ``key`` (the ``<attr>:<group>`` of its metric names).
 
         An intersection group (attribute ``intersection``) is written
         ``<attr1>:<group1>/<attr2>:<group2>``. Suppressed and withheld groups are not in the
@@ -174,24 +183,26 @@ class FairnessReport:
                 "group": group_label(name, group, self.attributes),
                 "size": size,
                 **{rate: getattr(grouping, rate)[group] for rate in GROUP_RATES},
+                "key": self._group_name(name, group),
             }
             for name, grouping in self._groupings()
             for group, size in grouping.group_size.items()
         ]
-        columns = ["attribute", "group", "size", *GROUP_RATES]
+        columns = ["attribute", "group", "size", *GROUP_RATES, "key"]
         return pd.DataFrame(rows, columns=columns).astype({"size": np.int64})
 
 
-def _describe(problem: FairnessProblem, grouping: Grouping, notes: list) -> GroupFairness:
-    """Rates and differences of one grouping, with notes on suppressed and undefined values."""
+def _describe(problem: FairnessProblem, grouping: Grouping, published: np.ndarray, notes: list):
+    """Measures over the groups with at least ``min_group_size`` rows, and per-group values of
+    the ``published`` groups; notes on suppressed and undefined values."""
     counts = grouping.aggregate(problem.counts)
     size, values = counts.sum(axis=-1), rates(counts)
     keep = size >= problem.min_group_size
-    reported = np.flatnonzero(keep)
-    labels = [grouping.labels[g] for g in reported]
+    shown = np.flatnonzero(published & keep)
+    labels = [grouping.labels[g] for g in shown]
     differences = {m: float(spread(values[rate], keep)) for m, rate in DIFFERENCES.items()}
     per_group = {
-        rate: {k: float(values[rate][g]) for k, g in zip(labels, reported, strict=True)}
+        rate: {k: float(values[rate][g]) for k, g in zip(labels, shown, strict=True)}
         for rate in GROUP_RATES
     }
     result = GroupFairness(
@@ -201,8 +212,8 @@ def _describe(problem: FairnessProblem, grouping: Grouping, notes: list) -> Grou
         ),
         selection_rate_ratio=float(ratio(values["selection_rate"], keep)),
         **per_group,
-        group_size={k: int(size[g]) for k, g in zip(labels, reported, strict=True)},
-        suppressed=[grouping.labels[g] for g in np.flatnonzero(~keep)],
+        group_size={k: int(size[g]) for k, g in zip(labels, shown, strict=True)},
+        suppressed=int((~keep).sum()),
     )
     _note_undefined(problem, grouping, result, notes)
     return result
@@ -213,7 +224,7 @@ def _note_undefined(problem, grouping, result: GroupFairness, notes: list) -> No
     name, size = grouping.name, problem.min_group_size
     if result.suppressed:
         notes.append(
-            f"{name}: {len(result.suppressed)} group(s) with fewer than "
+            f"{name}: {result.suppressed} group(s) with fewer than "
             f"min_group_size={size} rows suppressed."
         )
     if np.isnan(result.dp_difference):
@@ -242,12 +253,20 @@ def _note_undefined(problem, grouping, result: GroupFairness, notes: list) -> No
         )
 
 
-def _report(problem: FairnessProblem) -> FairnessReport:
+def _report(problem: FairnessProblem, confidence: float) -> FairnessReport:
     """The report of a validated problem (see :func:`group_fairness`)."""
     notes: list = []
-    results = {g.name: _describe(problem, g, notes) for g in problem.groupings()}
-    results = _disclosure.prevent_differencing(problem, results, notes)
-    attributes = {g.name: results[g.name] for g in problem.attributes}
+    published, disclosure_notes = _disclosure.published_groups(problem, 1.0 - confidence)
+    results = {g.name: _describe(problem, g, published[g.name], notes) for g in problem.groupings()}
+    notes.extend(disclosure_notes)
+    attributes = {g.key: results[g.name] for g in problem.attributes}
+    # Metric-name tokens of the published groups only: the report holds no other label.
+    group_names = {
+        g.name: {
+            k: t for k, t in zip(g.labels, g.tokens, strict=True) if k in results[g.name].group_size
+        }
+        for g in problem.groupings()
+    }
     whole = {k: float(v) for k, v in overall(problem.counts.sum(axis=0)).items()}
     if not np.isfinite(whole["balanced_accuracy"]):
         notes.append("y_true has a single class, so balanced_accuracy is undefined.")
@@ -260,8 +279,10 @@ def _report(problem: FairnessProblem) -> FairnessReport:
     }
     return FairnessReport(
         attributes=attributes,
-        intersection=None if problem.intersection is None else results["intersection"],
+        intersection=None if problem.intersection is None else results[INTERSECTION],
         notes=notes,
+        attribute_names={g.key: g.name for g in problem.attributes},
+        group_names=group_names,
         roc_auc=float(auc),
         **whole,
         **measures,
@@ -277,6 +298,7 @@ def group_fairness(
     min_group_size: int = MIN_GROUP_SIZE_FLOOR,
     allow_small_groups: bool = False,
     y_score: Any = None,
+    confidence: float = 0.95,
     sensitive: Any = None,
 ) -> FairnessReport:
     """Accuracy, balanced accuracy, group rates, differences and ratios per attribute and
@@ -291,11 +313,12 @@ def group_fairness(
     their intersections (fairlearn's groups), and the top-level values are the worst over the
     attributes (largest difference, smallest ratio). Groups with fewer than
     ``min_group_size`` rows are suppressed (left out of the differences and of every reported
-    value); a measure over fewer than two groups is NaN, with the reason in ``notes``. When
-    the counts of a suppressed group follow from published group sizes and rates by
-    differencing (e.g. an attribute group minus its reported intersection groups), the
-    per-group values of the groupings with suppressed groups, or if need be of all groupings,
-    are withheld too (their differences are still reported).
+    value); a measure over fewer than two groups is NaN, with the reason in ``notes``.
+    Per-group values are also withheld wherever a suppressed group would follow from what is
+    published, the overall counts included (complementary suppression, then a rank check
+    across groupings; see :mod:`fairpca.metrics._disclosure`); the differences and ratios
+    still cover every group with at least ``min_group_size`` rows. Labels of suppressed and
+    withheld groups appear in no output.
 
     Parameters
     ----------
@@ -312,6 +335,9 @@ def group_fairness(
         Opt in to a ``min_group_size`` below the floor (1 reports every group).
     y_score : array-like of shape (n_samples,), default=None
         Scores of the positive class (``predict_proba(X)[:, 1]``); gives ``roc_auc``.
+    confidence : float, default=0.95
+        Level of the intervals published beside the report (:func:`bootstrap_intervals`); the
+        disclosure check reads their bounds, so pass the same value to both.
     sensitive : deprecated
         Former name of ``sensitive_features``.
 
@@ -332,7 +358,7 @@ def group_fairness(
     >>> report.dp_difference, report.attributes["sensitive_0"].tpr
     (0.5, {'a': 0.5, 'b': 1.0})
     """
-    sensitive_features = _renamed(sensitive_features, sensitive)
+    sensitive_features = renamed_sensitive(sensitive_features, sensitive, "sensitive")
     problem = fairness_problem(
         y_true,
         y_pred,
@@ -342,25 +368,8 @@ def group_fairness(
         y_score=y_score,
         allow_small_groups=allow_small_groups,
     )
-    return _report(problem)
-
-
-def _renamed(sensitive_features: Any, sensitive: Any) -> Any:
-    """``sensitive_features``, or the value passed under its deprecated name ``sensitive``."""
-    if sensitive is None:
-        if sensitive_features is None:
-            raise TypeError("sensitive_features is required: pass one group label per row.")
-        return sensitive_features
-    if sensitive_features is not None:
-        raise TypeError("pass sensitive_features only (sensitive is its deprecated name).")
-    import warnings
-
-    warnings.warn(
-        "the keyword 'sensitive' is deprecated; pass sensitive_features= instead.",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return sensitive
+    check_bootstrap(2, confidence)
+    return _report(problem, confidence)
 
 
 def check_fairness_options(
@@ -412,12 +421,12 @@ def _measure_intervals(problem: FairnessProblem, alpha: float) -> dict:
 def _group_intervals(problem, report: FairnessReport, groups: dict) -> dict:
     """Intervals of the published per-group rates, named as in ``as_metrics``."""
     values = {}
-    for grouping in problem.groupings():
-        result = report.intersection if grouping.name == "intersection" else None
-        result = result or report.attributes.get(grouping.name)
+    results = [report.attributes[g.key] for g in problem.attributes]
+    results += [report.intersection] if problem.intersection is not None else []
+    for grouping, result in zip(problem.groupings(), results, strict=True):
         index = {label: g for g, label in enumerate(grouping.labels)}
         for group in result.group_size:
-            key = group_name(grouping.name, group, report.attributes)
+            key = report._group_name(grouping.name, group)
             for rate in GROUP_RATES:
                 low, high = groups[grouping.name, rate]
                 values[f"{rate}.{key}"] = (float(low[index[group]]), float(high[index[group]]))
@@ -484,7 +493,7 @@ def bootstrap_intervals(
     >>> round(low, 4), high
     (0.9638, 1.0)
     """
-    sensitive_features = _renamed(sensitive_features, sensitive)
+    sensitive_features = renamed_sensitive(sensitive_features, sensitive, "sensitive")
     problem = fairness_problem(
         y_true,
         y_pred,
@@ -496,7 +505,7 @@ def bootstrap_intervals(
     )
     check_bootstrap(n_resamples, confidence)
     alpha = 1.0 - confidence
-    report = _report(problem)
+    report = _report(problem, confidence)
     values = overall_intervals(problem, alpha)
     values["balanced_accuracy"] = balanced_accuracy_interval(problem, n_resamples, confidence, seed)
     if problem.score is not None:
@@ -525,3 +534,66 @@ def ci_metrics(intervals: dict, *, confidence: float = 0.95) -> dict[str, float]
             flat[f"{name}.{tag}_low"] = float(low)
             flat[f"{name}.{tag}_high"] = float(high)
     return flat
+
+
+def evaluate_fairness(
+    y_true: Any,
+    y_pred: Any,
+    sensitive_features: Any,
+    *,
+    pos_label: Any = 1,
+    min_group_size: int = MIN_GROUP_SIZE_FLOOR,
+    allow_small_groups: bool = False,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: Any = 0,
+    y_score: Any = None,
+) -> tuple[dict[str, float], FairnessReport]:
+    """Every metric of :func:`group_fairness` with its interval, as one flat dictionary.
+
+    The one definition of "metrics with intervals" that the audit, the MLflow ``fairness``
+    evaluator and the public tasks log: the names of :meth:`FairnessReport.as_metrics`, and
+    for each the bounds of :func:`bootstrap_intervals` as ``<name>.ci95_low`` /
+    ``<name>.ci95_high`` (``95`` is ``100 * confidence``). An undefined value (NaN) is left
+    out, and so is its interval.
+
+    Parameters
+    ----------
+    y_true, y_pred, sensitive_features, pos_label, min_group_size, allow_small_groups, y_score
+        As in :func:`group_fairness`.
+    n_resamples, confidence, seed
+        As in :func:`bootstrap_intervals`.
+
+    Returns
+    -------
+    metrics : dict of str to float
+    report : FairnessReport
+        The report behind the point values (per-group table, notes).
+
+    Examples
+    --------
+    >>> y = [1, 0] * 50
+    >>> metrics, _ = evaluate_fairness(y, y, ["a"] * 50 + ["b"] * 50)
+    >>> metrics["accuracy"], metrics["dp_difference.ci95_low"]
+    (1.0, 0.0)
+    """
+    options = {
+        "pos_label": pos_label,
+        "min_group_size": min_group_size,
+        "allow_small_groups": allow_small_groups,
+        "y_score": y_score,
+    }
+    report = group_fairness(y_true, y_pred, sensitive_features, confidence=confidence, **options)
+    intervals = bootstrap_intervals(
+        y_true,
+        y_pred,
+        sensitive_features,
+        n_resamples=n_resamples,
+        confidence=confidence,
+        seed=seed,
+        **options,
+    )
+    metrics = report.as_metrics()
+    bounds = ci_metrics(intervals, confidence=confidence)
+    metrics.update({k: v for k, v in bounds.items() if k.rsplit(".", 1)[0] in metrics})
+    return metrics, report

@@ -23,6 +23,7 @@ from ._validation import (
     _attributes,
     _check_max_samples,
     _check_sigma,
+    renamed_sensitive,
 )
 
 # Kernel matrices are summed block by block; one block holds at most this many entries (32 MiB).
@@ -362,11 +363,12 @@ def _mean_gaussian_kernel(A: np.ndarray, B: np.ndarray, gamma: float) -> float:
 
 def mmd_squared(
     representation: Any,
-    groups: Any,
+    sensitive_features: Any = None,
     *,
     sigma: float | None = None,
     max_samples: int | None = None,
     random_state: Any = None,
+    groups: Any = None,
 ) -> float:
     """Squared maximum mean discrepancy between groups with a Gaussian kernel.
 
@@ -391,7 +393,7 @@ def mmd_squared(
     ----------
     representation : array-like of shape (n_samples, n_components)
         Projected data (a 1-D array is one column).
-    groups : array-like of shape (n_samples,) or (n_samples, n_attributes)
+    sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
         Group labels (see the module docstring for several attributes).
     sigma : float, default=None
         Kernel bandwidth (> 0). None: median heuristic as above.
@@ -402,6 +404,8 @@ def mmd_squared(
         the median heuristic, which holds all pairwise distances of the rows it uses).
     random_state : int, RandomState instance or None, default=None
         Seed for the subsets (only used with ``max_samples``).
+    groups : deprecated
+        Former name of ``sensitive_features``.
 
     Returns
     -------
@@ -424,7 +428,8 @@ def mmd_squared(
     0.786939
     """
     R = _as_float_matrix(representation, "representation", one_d="column")
-    attributes = _attributes(groups, R.shape[0], "groups")
+    groups = renamed_sensitive(sensitive_features, groups, "groups")
+    attributes = _attributes(groups, R.shape[0], "sensitive_features")
     sigma = None if sigma is None else _check_sigma(sigma)
     max_samples = _check_max_samples(max_samples, minimum=1)
     rng = check_random_state(random_state)
@@ -456,11 +461,12 @@ def mmd_squared(
 
 def linear_inseparability(
     representation: Any,
-    groups: Any,
+    sensitive_features: Any = None,
     *,
     test_size: float | int = 0.3,
     random_state: Any = 0,
     classifier: Any = None,
+    groups: Any = None,
 ) -> float:
     """Test error of a linear classifier that predicts the group from the representation.
 
@@ -475,7 +481,7 @@ def linear_inseparability(
     ----------
     representation : array-like of shape (n_samples, n_components)
         Projected data (a 1-D array is one column).
-    groups : array-like of shape (n_samples,) or (n_samples, n_attributes)
+    sensitive_features : array-like of shape (n_samples,) or (n_samples, n_attributes)
         Group labels; every group needs at least two rows (stratified split).
     test_size : float or int, default=0.3
         Fraction (0 < test_size < 1) or number of rows held out for testing.
@@ -483,6 +489,8 @@ def linear_inseparability(
         Seed of the split (and of the classifier, if it has a ``random_state`` parameter).
     classifier : scikit-learn classifier, default=None
         Replaces the default logistic regression (it is cloned, e.g. a ``LinearSVC``).
+    groups : deprecated
+        Former name of ``sensitive_features``.
 
     Returns
     -------
@@ -507,7 +515,8 @@ def linear_inseparability(
     0.0
     """
     R = _as_float_matrix(representation, "representation", one_d="column")
-    attributes = _attributes(groups, R.shape[0], "groups")
+    groups = renamed_sensitive(sensitive_features, groups, "groups")
+    attributes = _attributes(groups, R.shape[0], "sensitive_features")
     _check_test_size(test_size, R.shape[0])
     errors = []
     for attribute in attributes:

@@ -4,6 +4,7 @@ the encoded sensitive attributes."""
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,3 +193,20 @@ def _check_max_samples(max_samples: Any, minimum: int) -> int | None:
             f"max_samples must be at least {minimum}, got {max_samples}; pass None to use all rows."
         )
     return int(max_samples)
+
+
+def renamed_sensitive(sensitive_features: Any, old_value: Any, old_name: str) -> Any:
+    """``sensitive_features``, or the value passed under a deprecated keyword ``old_name``
+    (with a FutureWarning); the group labels are called ``sensitive_features`` everywhere."""
+    if old_value is None:
+        if sensitive_features is None:
+            raise TypeError("sensitive_features is required: pass one group label per row.")
+        return sensitive_features
+    if sensitive_features is not None:
+        raise TypeError(f"pass sensitive_features only ({old_name} is its deprecated name).")
+    warnings.warn(
+        f"the keyword {old_name!r} is deprecated; pass sensitive_features= instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return old_value

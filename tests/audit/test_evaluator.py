@@ -1,9 +1,12 @@
 """The ``fairness`` MLflow evaluator, through its entry point, on real models logged with
-``mlflow.sklearn`` to a real MLflow SQLite store: metrics equal a direct computation, artifacts,
-MetricThreshold gates, several attributes, the sensitive-column rules and clear errors."""
+``mlflow.sklearn`` to a real MLflow SQLite store: metrics equal a direct computation and the
+library's one definition, artifacts (formula-safe CSV), MetricThreshold gates, several
+attributes, models trained without the sensitive columns, disclosure control against the
+default evaluator's counts, the sensitive-column rules and clear errors."""
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
 import json
 import subprocess
@@ -224,3 +227,121 @@ def test_missing_sensitive_column_is_a_clear_error(tracking):
             evaluators=["fairness"],
             evaluator_config={"fairness": {"sensitive_features": ["sex"]}},
         )
+
+
+NEW_NAMES = (
+    "balanced_accuracy",
+    "selection_rate_ratio",
+    "selection_rate_ratio.sex",
+    "equalized_odds_difference",
+    "fpr.sex:F",
+    "fpr_difference.sex",
+    "one_class_share",
+)
+
+
+def test_logs_the_library_definition_with_the_new_names(tracking):
+    from fairpca.metrics import evaluate_fairness
+
+    frame = audit_data(seed=4)
+    features = ["x_fair", "x_proxy"]
+    uri = log_model(frame, features)
+    result, run_id = evaluate(uri, frame, sensitive_features="sex")
+    y_pred = mlflow.sklearn.load_model(uri).predict(frame[features])
+    expected, _ = evaluate_fairness(frame["label"], y_pred, frame[["sex"]], min_group_size=30)
+    assert result.metrics == expected  # one definition: the evaluator adds nothing of its own
+    logged = tracking.get_run(run_id).data.metrics
+    for name in NEW_NAMES:
+        low, high = logged[f"{name}.ci95_low"], logged[f"{name}.ci95_high"]
+        assert low <= logged[name] <= high, name
+    sex = frame["sex"].to_numpy()
+    negatives = frame["label"].to_numpy() == 0
+    assert logged["fpr.sex:F"] == pytest.approx(
+        np.mean(y_pred[(sex == "F") & negatives]), abs=1e-12
+    )
+
+
+def test_model_trained_without_the_sensitive_columns(tracking):
+    frame = audit_data(seed=5)
+    features = ["x_fair", "x_proxy"]
+    for signature in (True, False):
+        uri = log_model(frame, features, signature=signature)
+        result, _ = evaluate(uri, frame)  # data holds sex and race; the model never saw them
+        assert "dp_difference.sex" in result.metrics
+    # Beside MLflow's default evaluator: the model's columns as feature_names, the sensitive
+    # labels in evaluator_config.
+    with mlflow.start_run():
+        result = mlflow.models.evaluate(
+            uri,
+            frame,
+            targets="label",
+            model_type="classifier",
+            feature_names=features,
+            evaluators=["default", "fairness"],
+            evaluator_config={
+                "default": {"log_model_explainability": False},
+                "fairness": {"sensitive_features": frame[["sex", "race"]]},
+            },
+        )
+    assert {"true_positives", "dp_difference.sex", "balanced_accuracy"} <= set(result.metrics)
+    with pytest.raises(MlflowException, match="has 10 rows but data has 2000"):
+        evaluate(uri, frame, sensitive_features=frame[["sex"]].head(10))
+
+
+SECRET = "region-secret"
+
+
+def test_default_evaluators_overall_counts_do_not_reveal_a_suppressed_group(tracking, tmp_path):
+    # A 29-row group (min_group_size=30) beside 1000, 600 and 371 rows. MLflow's default
+    # evaluator logs the overall TP / FP / TN / FN; with every other group's size and rates the
+    # 29 rows followed exactly before complementary suppression.
+    frame = audit_data(seed=6)
+    sizes = [1000, 600, 29, 371]
+    frame["region"] = np.repeat(["north", "south", SECRET, "west"], sizes)
+    features = ["x_fair", "x_proxy"]
+    uri = log_model(frame, features)
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(
+            uri,
+            frame,
+            targets="label",
+            model_type="classifier",
+            feature_names=features,
+            evaluators=["default", "fairness"],
+            evaluator_config={
+                "default": {"log_model_explainability": False},
+                "fairness": {"sensitive_features": frame[["region"]]},
+            },
+        )
+    logged = tracking.get_run(run.info.run_id).data.metrics
+    total = np.array([logged[k] for k in ("true_negatives", "false_positives")]
+                     + [logged[k] for k in ("false_negatives", "true_positives")])  # fmt: skip
+    local = tracking.download_artifacts(run.info.run_id, "fairness_groups.json", str(tmp_path))
+    content = Path(local).read_text()
+    groups = json.loads(content)["groups"]
+    derived = total.astype(float)
+    for row in groups:
+        positives = row["size"] * row["base_rate"]
+        tp, fp = row["tpr"] * positives, row["fpr"] * (row["size"] - positives)
+        derived -= [row["size"] - positives - fp, fp, positives - tp, tp]
+    y_pred = mlflow.sklearn.load_model(uri).predict(frame[features])
+    rows = (frame["region"] == SECRET).to_numpy()
+    cells = 2 * frame["label"].to_numpy()[rows] + y_pred[rows]
+    truth = np.bincount(cells, minlength=4)
+    assert derived.sum() >= 30 and not np.allclose(derived, truth)
+    assert {row["group"] for row in groups} < {"north", "south", "west"}
+    csv = Path(tracking.download_artifacts(run.info.run_id, "fairness_groups.csv", str(tmp_path)))
+    assert SECRET not in content + csv.read_text() + " ".join(logged)
+
+
+def test_fairness_groups_csv_neutralises_formulas(tracking, tmp_path):
+    frame = audit_data(seed=7)
+    payloads = ['=HYPERLINK("http://x")', "+cmd|' /C calc'!A0", "@SUM(1)", "-2+3"]
+    frame["team"] = np.resize(payloads, len(frame))
+    _, run_id = evaluate(log_model(frame, ["x_fair"]), frame, sensitive_features="team")
+    local = tracking.download_artifacts(run_id, "fairness_groups.csv", str(tmp_path))
+
+    with open(local, newline="") as handle:
+        cells = [cell for row in csv.reader(handle) for cell in row]
+    assert {f"'{p}" for p in payloads} <= set(cells)
+    assert not any(cell[:1] in ("=", "+", "-", "@", "\t", "\r") for cell in cells)

@@ -456,3 +456,13 @@ def test_pca_rows_of_tables_1_to_3_reproduced(dataset):
         assert round(np.std(variance[k]), 2) == var_std  # population std, as the paper
         assert round(np.mean(mmd[k]), 3) == mmd_mean
         assert round(np.std(mmd[k]), 3) == mmd_std
+
+
+def test_group_labels_are_called_sensitive_features_and_old_names_warn():
+    R, z = np.arange(20.0).reshape(10, 2), np.repeat([0, 1], 5)
+    for function in (mmd_squared, linear_inseparability):
+        expected = function(R, sensitive_features=z)
+        with pytest.warns(FutureWarning, match="'groups' is deprecated; pass sensitive_features="):
+            assert function(R, groups=z) == expected
+        with pytest.raises(TypeError, match="pass sensitive_features only"):
+            function(R, z, groups=z)
