@@ -48,16 +48,26 @@ class InsufficientMemoryError(MemoryError, ValueError):
     """A fit would allocate more memory than is available; raised before allocating."""
 
 
-def parse_bytes(text: str) -> int:
-    """``"4GB"`` -> 4e9, ``"512 MiB"`` -> 512 * 2**20, ``"1e9"`` -> 10**9."""
+def parse_bytes(text: str, variable: str = LIMIT_VARIABLE) -> int:
+    """``"4GB"`` -> 4e9, ``"512 MiB"`` -> 512 * 2**20, ``"1e9"`` -> 10**9.
+
+    ``variable`` names the setting the text came from, for the error message.
+    """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
         raise ValueError(
-            f"{LIMIT_VARIABLE}={text!r} is not a size; give bytes (e.g. 4000000000) or a "
+            f"{variable}={text!r} is not a size; give bytes (e.g. 4000000000) or a "
             "number with a unit (e.g. 4GB, 512MiB)."
         )
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def size_setting(variable: str, default: int) -> int:
+    """The size in the environment variable ``variable`` (see :func:`parse_bytes`), else
+    ``default``."""
+    text = os.environ.get(variable, "").strip()
+    return parse_bytes(text, variable) if text else default
 
 
 def available_bytes() -> int | None:

@@ -18,27 +18,42 @@ it is parsed.
 
 from __future__ import annotations
 
+import bz2
 import functools
+import gzip
 import hashlib
 import lzma
 import os
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
+from .._memory import format_bytes, size_setting
+
 __all__ = [
     "DATA_DIR_ENV",
+    "LINE_LIMIT_ENV",
+    "READ_BUDGET_ENV",
     "ChecksumMismatchError",
+    "DataTooLargeError",
     "DatasetNotFoundError",
     "RawFile",
+    "check_text_bounds",
     "read_table",
     "resolve_data_dir",
 ]
 
 DATA_DIR_ENV = "FAIRPCA_DATA_DIR"
+READ_BUDGET_ENV = "FAIRPCA_MAX_READ_BYTES"
+LINE_LIMIT_ENV = "FAIRPCA_MAX_LINE_BYTES"
+DEFAULT_READ_BUDGET = 2 * 2**30  # decompressed bytes of one data file
+DEFAULT_LINE_LIMIT = 16 * 2**20  # bytes of one CSV line (a header of 10^5 long names fits)
+_SCAN_CHUNK = 1 << 20
 
 _UCI_ADULT = "https://archive.ics.uci.edu/dataset/2/adult"
 _UCI_GERMAN = "https://archive.ics.uci.edu/dataset/144/statlog+german+credit+data"
@@ -51,6 +66,13 @@ class DatasetNotFoundError(FileNotFoundError):
     """A raw dataset file is not where the loader looks for it.
 
     The message names the file, the path that was searched and where to download it.
+    """
+
+
+class DataTooLargeError(ValueError):
+    """A data file is larger than the reading budget, or has a line over the line limit.
+
+    Raised while streaming the file, before it is parsed.
     """
 
 
@@ -240,3 +262,69 @@ def read_table(
     """
     path, mtime_ns, size = _locate(raw, data_dir)
     return _parse_cached(raw, path, mtime_ns, size, parse).copy(deep=True)
+
+
+def _open_decompressed(path: Path) -> BinaryIO:
+    """A binary stream of the file's content, decompressed by its suffix (one zip member)."""
+    name = path.name.lower()
+    if name.endswith(".gz"):
+        return gzip.open(path, "rb")
+    if name.endswith(".bz2"):
+        return bz2.open(path, "rb")
+    if name.endswith(".xz"):
+        return lzma.open(path, "rb")
+    if name.endswith(".zip"):
+        archive = zipfile.ZipFile(path)
+        members = [info for info in archive.infolist() if not info.is_dir()]
+        if len(members) != 1:
+            archive.close()
+            raise ValueError(
+                f"Data file {path} is a zip archive with {len(members)} files; it must hold "
+                "exactly one CSV file."
+            )
+        return archive.open(members[0])
+    return path.open("rb")
+
+
+def check_text_bounds(path: str | os.PathLike[str]) -> int:
+    """Stream a (possibly compressed) text file once, within the reading bounds.
+
+    The decompressed size may not exceed ``$FAIRPCA_MAX_READ_BYTES`` (default 2 GiB) and no
+    line may be longer than ``$FAIRPCA_MAX_LINE_BYTES`` (default 16 MiB); both are checked
+    while streaming in 1 MiB chunks, so memory stays bounded whatever the file expands to.
+
+    Returns
+    -------
+    n_bytes : int
+        Decompressed size in bytes.
+
+    Raises
+    ------
+    DataTooLargeError
+        At the first chunk that crosses a bound.
+    """
+    path = Path(path)
+    budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
+    line_limit = size_setting(LINE_LIMIT_ENV, DEFAULT_LINE_LIMIT)
+    chunk_size = max(1, min(_SCAN_CHUNK, line_limit))  # a line inside one chunk is short
+    total = run = 0  # bytes read; bytes since the last newline
+    with _open_decompressed(path) as handle:
+        while chunk := handle.read(chunk_size):
+            total += len(chunk)
+            if total > budget:
+                raise _too_large(path, f"it holds more than {format_bytes(budget)} of text", (
+                    f"raise {READ_BUDGET_ENV} (e.g. {READ_BUDGET_ENV}=8GiB) if it is meant "
+                    "to be this large"))  # fmt: skip
+            first = chunk.find(b"\n")
+            run = run + (len(chunk) if first < 0 else first)
+            if run > line_limit:
+                raise _too_large(path, f"a line is longer than {format_bytes(line_limit)}", (
+                    "check the separator and the line endings, or raise "
+                    f"{LINE_LIMIT_ENV} if the lines are meant to be this long"))  # fmt: skip
+            if first >= 0:
+                run = len(chunk) - chunk.rfind(b"\n") - 1
+    return total
+
+
+def _too_large(path: Path, what: str, fix: str) -> DataTooLargeError:
+    return DataTooLargeError(f"Data file {path} is refused before parsing: {what}; {fix}.")
