@@ -19,6 +19,7 @@ BLOCK_BYTES = 1 << 26  # 64 MiB: a chunk of rows, a centred block, a kernel batc
 BLOCK_ROWS = 8192  # rows summed at once in a bounded-size product
 LIMIT_VARIABLE = "FAIRPCA_MEMORY_LIMIT"
 FLOAT_BYTES = 8
+PARALLEL_FITS = 2  # representations an audit fits at once (its task runner's workers)
 
 _UNITS = {
     "": 1,
@@ -147,6 +148,15 @@ def require(n_bytes: float, what: str, fix: str) -> None:
         f"{format_bytes(budget)} are available (MemAvailable, or {LIMIT_VARIABLE} when set). "
         f"{fix}"
     )
+
+
+def require_parallel(sizes: dict[str, float], fix: str, parallel: int = PARALLEL_FITS) -> None:
+    """:func:`require` for fits that run ``parallel`` at a time: the ``parallel`` largest
+    working sets of ``sizes`` (name -> bytes) must fit together."""
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:parallel]
+    names = " and ".join(largest)
+    together = " together, as they run at the same time," if len(largest) > 1 else ""
+    require(sum(sizes[name] for name in largest), f"the fits of {names}{together}", fix)
 
 
 # ---------------------------------------------------------------------- working-set sizes

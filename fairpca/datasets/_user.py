@@ -334,10 +334,8 @@ def load_user_data(
             + (f" after screening ({screened})" if screened else "")
             + "; keep one with keep=[...] (CLI --keep NAME)."
         )
-    X = frame[kept].copy()
-    for column in kept:
-        if pd.api.types.is_numeric_dtype(X[column]) and not pd.api.types.is_bool_dtype(X[column]):
-            X[column] = X[column].astype(np.float64)
+    numeric = frame[kept].select_dtypes(include="number").columns  # bool is not "number"
+    X = frame[kept].astype(dict.fromkeys(numeric, np.float64))
     return Dataset(
         X=X.reset_index(drop=True),
         y=y.reset_index(drop=True).rename(label),
