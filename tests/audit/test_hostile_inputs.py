@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -386,56 +385,6 @@ def test_semicolon_separated_file_loads_like_the_comma_one(tmp_path):
             pd.testing.assert_frame_equal(data.X, reference.X)
     with pytest.raises(ValueError, match=r"\['outcome', 'group'\] not found"):
         load_user_data(tmp_path / "semi.csv", sep=",", **kwargs)  # a wrong explicit separator
-
-
-def _children(pid: int) -> list[int]:
-    """Direct child processes of ``pid`` (Linux ``/proc``)."""
-    children = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            children.append(int(stat.parent.name))
-    return children
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
-def test_sigterm_stops_the_temporary_prefect_server(tmp_path):
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / ".prefect-home")}
-    env.pop("PREFECT_API_URL", None)
-    process = subprocess.Popen(
-        [*FAIRPCA, "audit", "--dataset", "german", "-k", "2", "--variants", "pca,fair_pca",
-         "--lambdas", "0", "--classifiers", "logreg", "--tracking-uri",
-         f"sqlite:///{tmp_path}/m.db", "--output-dir", str(tmp_path / "out")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
-    lines = []
-    while not any("Starting temporary server" in line for line in lines):
-        lines.append(process.stdout.readline())
-        assert lines[-1] or process.poll() is None, "".join(lines)
-    deadline = time.monotonic() + 60
-    servers = _children(process.pid)
-    while not servers and time.monotonic() < deadline:  # spawned right after the line
-        time.sleep(0.05)
-        servers = _children(process.pid)
-    assert servers, "no temporary server process"
-    process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=60) == 128 + signal.SIGTERM, "".join(lines)
-    deadline = time.monotonic() + 15
-    while any(_alive(pid) for pid in servers) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(pid) for pid in servers), "the Prefect server outlived the command"
 
 
 # ----------------------------------------------------- case 1: nothing personal is written
