@@ -371,6 +371,133 @@ def test_bad_input_ends_fast_with_one_clear_message_and_exit_2(case, tmp_path):
     assert seconds < 30, seconds
 
 
+def table(n: int, minority: int, seed: int = 0) -> pd.DataFrame:
+    """Numeric and categorical features, a 0/1 label ``y`` and a group column ``g`` whose
+    last ``minority`` rows are the minority group."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 4))
+    return pd.DataFrame(
+        {
+            **{f"x{i}": x[:, i] for i in range(4)},
+            "c": rng.choice(["p", "q", "r"], n),
+            "g": ["major"] * (n - minority) + ["minor"] * minority,
+            "y": (x[:, 0] + rng.normal(size=n) > 0).astype(int),
+        }
+    )
+
+
+def _crafted_tables(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
+    """Real-looking tables that used to fail after the work (or with a traceback)."""
+    table(300, 30).to_csv(tmp_path / "minority.csv", index=False)
+    copy = table(600, 300).assign(s=lambda frame: frame["y"])
+    copy.to_csv(tmp_path / "copy.csv", index=False)
+    infinite = table(600, 300)
+    infinite.loc[3, "x1"], infinite.loc[5, "x2"] = np.inf, -np.inf
+    infinite.to_csv(tmp_path / "inf.csv", index=False)
+    table(6, 3).assign(y=[0, 1] * 3).to_csv(tmp_path / "six.csv", index=False)
+    twice = table(600, 300).assign(g2=lambda frame: frame["g"]).to_csv(index=False)
+    (tmp_path / "twice.csv").write_text(twice.replace(",g2\n", ",g\n", 1))
+    rng = np.random.default_rng(1)
+    encoded = table(600, 300).assign(
+        a_b=rng.choice(["c", "d"], 600), a=rng.choice(["b_c", "e"], 600)
+    )
+    encoded.to_csv(tmp_path / "encoded.csv", index=False)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "away").symlink_to(tmp_path)
+    (tmp_path / "out" / "dangling").symlink_to(tmp_path / "nothing")
+    user = ["--label", "y", "--sensitive", "g"]
+    groups = "only 1 of its 2 groups have at least --min-group-size {} rows, so its DP and EO "
+    return {
+        "minority": (
+            ["--data", "minority.csv", *user],
+            "in the validation part (75 rows) sensitive column 'g': " + groups.format(30),
+        ),
+        "minority, --min-group-size 10": (
+            ["--data", "minority.csv", *user, "--min-group-size", "10"],
+            "in the validation part (75 rows) sensitive column 'g': " + groups.format(10),
+        ),
+        "sensitive copies the label": (
+            ["--data", "copy.csv", "--label", "y", "--sensitive", "s"],
+            "sensitive column 's' determines the label: each of its groups holds rows of one "
+            "label value only, so in the validation part fewer than two of its groups large "
+            "enough to report have rows of label 1, so its EO difference",
+        ),
+        "inf": (
+            ["--data", "inf.csv", *user],
+            "Column(s) hold infinite values (inf or -inf; count per column): {'x1': 1, 'x2': 1}",
+        ),
+        "six rows": (
+            ["--data", "six.csv", *user],
+            "6 rows are too few for training, validation and test parts (would be [3, 2, 1] "
+            "rows); each part needs at least 2 rows",
+        ),
+        "duplicate column names": (
+            ["--data", "twice.csv", *user],
+            "The header names column(s) ['g'] more than once (after trimming spaces)",
+        ),
+        "one-hot names collide": (
+            ["--data", "encoded.csv", *user, "-k", "2"],
+            "column 'a_b' = 'c' and column 'a' = 'b_c' would both be encoded as the feature "
+            "'a_b_c'; rename one of the two columns in the file, or exclude one with --drop a",
+        ),
+        "run directory links out": (
+            ["--data", "copy.csv", *user, "-k", "2", "--output-dir", "out", "--run-name", "away"],
+            "out/away is a symbolic link (run_name 'away'); an audit writes only into a new "
+            "directory of its own",
+        ),
+        "run directory is a dangling link": (
+            [
+                "--data",
+                "copy.csv",
+                *user,
+                "-k",
+                "2",
+                "--output-dir",
+                "out",
+                "--run-name",
+                "dangling",
+            ],
+            "out/dangling is a symbolic link (run_name 'dangling')",
+        ),
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    [
+        "minority", "minority, --min-group-size 10", "sensitive copies the label", "inf",
+        "six rows", "duplicate column names", "one-hot names collide",
+        "run directory links out", "run directory is a dangling link",
+    ],
+)  # fmt: skip
+def test_crafted_table_ends_before_any_server_with_one_message(case, tmp_path):
+    args, message = _crafted_tables(tmp_path)[case]
+    done, seconds = _cli(["audit", *args], tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    flat = " ".join(done.stderr.split())
+    assert flat.startswith("Invalid input (nothing was run): ") and message in flat, flat
+    assert flat.count("Invalid input") == 1
+    assert "Traceback" not in done.stderr and "temporary server" not in done.stderr
+    assert seconds < 30, seconds
+
+
+def test_a_plot_of_undefined_differences_is_drawn_and_says_so(tmp_path):
+    from fairpca.flows.config import Thresholds
+    from fairpca.tasks.report import plot_tradeoff
+
+    rows = [
+        {"variant": "pca", "classifier": "logreg", "lambda": np.nan, "accuracy": 0.7},
+        {"variant": "fair_pca", "classifier": "logreg", "lambda": 0.0, "accuracy": 0.6},
+        {"variant": "fair_pca", "classifier": "logreg", "lambda": 1.0, "accuracy": 0.65},
+    ]  # no dp_difference column: every value undefined
+    path = plot_tradeoff(
+        pd.DataFrame(rows), tmp_path / "tradeoff.png", chosen=rows[1], pca=rows[0],
+        majority_accuracy=0.55, thresholds=Thresholds(),
+    )  # fmt: skip
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_semicolon_separated_file_loads_like_the_comma_one(tmp_path):
     frame = people()
     frame.to_csv(tmp_path / "semi.csv", sep=";", index=False)
