@@ -54,6 +54,11 @@ LINE_LIMIT_ENV = "FAIRPCA_MAX_LINE_BYTES"
 DEFAULT_READ_BUDGET = 2 * 2**30  # decompressed bytes of one data file
 DEFAULT_LINE_LIMIT = 16 * 2**20  # bytes of one CSV line (a header of 10^5 long names fits)
 _SCAN_CHUNK = 1 << 20
+# A compressed file is refused as soon as its size, projected from the expansion so far
+# (at least 64 MiB of text), exceeds the budget by this factor: a 10 MB gzip bomb of
+# 10 GiB stops after a few hundred MiB instead of the whole budget.
+_PROJECTION_SLACK = 3
+_PROJECT_AFTER = 1 << 26
 
 _UCI_ADULT = "https://archive.ics.uci.edu/dataset/2/adult"
 _UCI_GERMAN = "https://archive.ics.uci.edu/dataset/144/statlog+german+credit+data"
@@ -264,26 +269,26 @@ def read_table(
     return _parse_cached(raw, path, mtime_ns, size, parse).copy(deep=True)
 
 
-def _open_decompressed(path: Path) -> BinaryIO:
-    """A binary stream of the file's content, decompressed by its suffix (one zip member)."""
+def _open_decompressed(path: Path) -> tuple[BinaryIO, BinaryIO]:
+    """A binary stream of the file's content, decompressed by its suffix (one zip member),
+    and the raw file it reads (whose position is the compressed bytes consumed)."""
     name = path.name.lower()
-    if name.endswith(".gz"):
-        return gzip.open(path, "rb")
-    if name.endswith(".bz2"):
-        return bz2.open(path, "rb")
-    if name.endswith(".xz"):
-        return lzma.open(path, "rb")
-    if name.endswith(".zip"):
-        archive = zipfile.ZipFile(path)
-        members = [info for info in archive.infolist() if not info.is_dir()]
-        if len(members) != 1:
-            archive.close()
-            raise ValueError(
-                f"Data file {path} is a zip archive with {len(members)} files; it must hold "
-                "exactly one CSV file."
-            )
-        return archive.open(members[0])
-    return path.open("rb")
+    raw = path.open("rb")
+    opener = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+    for suffix, stream in opener.items():
+        if name.endswith(suffix):
+            return stream(fileobj=raw, mode="rb") if suffix == ".gz" else stream(raw), raw
+    if not name.endswith(".zip"):
+        return raw, raw
+    archive = zipfile.ZipFile(raw)
+    members = [info for info in archive.infolist() if not info.is_dir()]
+    if len(members) != 1:
+        raw.close()
+        raise ValueError(
+            f"Data file {path} is a zip archive with {len(members)} files; it must hold "
+            "exactly one CSV file."
+        )
+    return archive.open(members[0]), raw
 
 
 def check_text_bounds(path: str | os.PathLike[str]) -> int:
@@ -292,6 +297,8 @@ def check_text_bounds(path: str | os.PathLike[str]) -> int:
     The decompressed size may not exceed ``$FAIRPCA_MAX_READ_BYTES`` (default 2 GiB) and no
     line may be longer than ``$FAIRPCA_MAX_LINE_BYTES`` (default 16 MiB); both are checked
     while streaming in 1 MiB chunks, so memory stays bounded whatever the file expands to.
+    A compressed file whose size projected from its expansion so far is more than three
+    times the budget stops early.
 
     Returns
     -------
@@ -308,11 +315,17 @@ def check_text_bounds(path: str | os.PathLike[str]) -> int:
     line_limit = size_setting(LINE_LIMIT_ENV, DEFAULT_LINE_LIMIT)
     chunk_size = max(1, min(_SCAN_CHUNK, line_limit))  # a line inside one chunk is short
     total = run = 0  # bytes read; bytes since the last newline
-    with _open_decompressed(path) as handle:
-        while chunk := handle.read(chunk_size):
+    stream, raw = _open_decompressed(path)
+    compressed = path.stat().st_size if stream is not raw else 0
+    with raw, stream:
+        while chunk := stream.read(chunk_size):
             total += len(chunk)
-            if total > budget:
-                raise _too_large(path, f"it holds more than {format_bytes(budget)} of text", (
+            projected = total * compressed / max(raw.tell(), 1) if total > _PROJECT_AFTER else 0
+            if total > budget or projected > _PROJECTION_SLACK * budget:
+                what = f"more than {format_bytes(budget)}" if total > budget else (
+                    f"about {format_bytes(projected)} (projected from the first "
+                    f"{format_bytes(total)})")  # fmt: skip
+                raise _too_large(path, f"it expands to {what} of text", (
                     f"raise {READ_BUDGET_ENV} (e.g. {READ_BUDGET_ENV}=8GiB) if it is meant "
                     "to be this large"))  # fmt: skip
             first = chunk.find(b"\n")
