@@ -482,6 +482,27 @@ def test_crafted_table_ends_before_any_server_with_one_message(case, tmp_path):
     assert seconds < 30, seconds
 
 
+@pytest.mark.slow
+def test_a_10000_column_file_fails_in_seconds_naming_the_width_and_the_fix(tmp_path):
+    rng = np.random.default_rng(0)
+    wide = pd.DataFrame(rng.normal(size=(300, 10_000)).round(3)).add_prefix("f")
+    wide.assign(g=rng.choice(["a", "b"], 300), y=rng.integers(0, 2, 300)).to_csv(
+        tmp_path / "wide.csv", index=False
+    )
+    done, seconds = _cli(["audit", "--data", "wide.csv", "--label", "y", "--sensitive", "g",
+                          "-k", "2"], tmp_path)  # fmt: skip
+    flat = " ".join(done.stderr.split())
+    assert done.returncode == 2 and "Traceback" not in done.stderr, flat
+    assert (
+        "Invalid input (nothing was run): the data encode to 10000 feature columns; Fair PCA-S "
+        "solves exact 10000 x 10000 eigenproblems, estimated at 50 minutes, over the limit of "
+        "600 s (FAIRPCA_MAX_FIT_SECONDS): pass --variants without fair_pca_s" in flat
+    ), flat
+    assert "temporary server" not in done.stderr
+    print(f"10,000 columns refused after {seconds:.1f} s")
+    assert seconds < 90, seconds  # loading and screening 10,000 columns (~15 s idle), no fit
+
+
 def test_a_plot_of_undefined_differences_is_drawn_and_says_so(tmp_path):
     from fairpca.flows.config import Thresholds
     from fairpca.tasks.report import plot_tradeoff
