@@ -318,8 +318,9 @@ def _cli(args: list[str], cwd: Path) -> tuple[subprocess.CompletedProcess, float
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     (tmp_path / "dir.csv").mkdir()
     (tmp_path / "binary.csv").write_bytes(bytes(range(256)) * 4)
-    people().to_csv(tmp_path / "semi.csv", sep=";", index=False)
-    people()[["age", "group", "outcome"]].to_csv(tmp_path / "narrow.csv", index=False)
+    # 600 rows: every group of `group` keeps --min-group-size rows in the validation part.
+    people(600).to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    people(600)[["age", "group", "outcome"]].to_csv(tmp_path / "narrow.csv", index=False)
     (tmp_path / "bad.yaml").write_text("dataset: german\nk: [3\n")
     (tmp_path / "bad.json").write_text('{"dataset": "german",}')
     user = ["--label", "outcome", "--sensitive", "group"]
