@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -67,9 +68,11 @@ def _libc_with_prctl() -> str | None:
 
 def dying_with_parent(command: list[str]) -> list[str]:
     """``command`` wrapped so that its process is killed when this process dies (Linux);
-    unchanged elsewhere."""
+    unchanged elsewhere, and outside the main thread (the kernel sends the parent-death
+    signal when the spawning *thread* ends)."""
     libc = _libc_with_prctl()
-    if libc is None or command[:1] != [sys.executable]:
+    main = threading.current_thread() is threading.main_thread()
+    if libc is None or not main or command[:1] != [sys.executable]:
         return command
     return [sys.executable, "-c", _DIE_WITH_PARENT, libc, str(os.getpid()), *command[1:]]
 

@@ -134,3 +134,13 @@ def test_other_commands_and_platforms_are_left_unwrapped(monkeypatch):
     assert dying_with_parent(["/bin/true"]) == ["/bin/true"]
     monkeypatch.setattr(sys, "platform", "darwin")
     assert dying_with_parent([sys.executable, "-V"]) == [sys.executable, "-V"]
+
+
+def test_a_command_spawned_outside_the_main_thread_is_left_unwrapped():
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(cmd=dying_with_parent([sys.executable])))
+    thread.start()
+    thread.join()
+    assert box["cmd"] == [sys.executable]
