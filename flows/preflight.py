@@ -181,7 +181,13 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
     from fairpca import _memory
 
     width = _encoded_width(dataset.X, config.min_group_size)
-    limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
+    try:
+        limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
+    except ValueError as error:
+        raise PreflightError(
+            f"{MAX_FIT_SECONDS_ENV}={os.environ[MAX_FIT_SECONDS_ENV]!r} is not a number of "
+            "seconds; set it to e.g. 600, or unset it."
+        ) from error
     fewer_columns = "fewer columns (--drop NAME, or drop them from the file)"
     fix = (
         "pass --variants without fair_pca_s (pca, fair_pca and fair_pca_eo take a randomized "
