@@ -77,7 +77,7 @@ def metric_steps(table: pd.DataFrame) -> list[dict[str, Any]]:
         prefix = f"{row['variant']}/{row['classifier']}"
         for column in HEADLINE:
             steps.append(
-                {"key": f"{prefix}/{column}", "value": row[column], "step": row["lambda_index"]}
+                {"key": f"{prefix}/{column}", "value": row.get(column), "step": row["lambda_index"]}
             )
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])
     for row in reps.to_dict("records"):
