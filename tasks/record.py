@@ -309,7 +309,10 @@ def model_tags(state: AuditState) -> dict[str, str]:
         "variant": chosen["variant"],
         "classifier": chosen["classifier"],
         "lambda": f"{chosen['lambda']:g}",
-        **{metric: f"{chosen[metric]:.6f}" for metric in HEADLINE},
+        **{
+            metric: f"{chosen[metric]:.6f}" if _finite(chosen.get(metric)) else "undefined"
+            for metric in HEADLINE
+        },
         "meets_thresholds": str(state.decision.promote).lower(),
         "sensitive": ",".join(state.split.s_train.columns),
         "audit_run_name": state.run_name,
