@@ -786,3 +786,24 @@ def test_a_masked_database_uri_read_back_is_refused_with_the_fix():
     assert "s3cret" not in written
     with pytest.raises(ValidationError, match="MLFLOW_TRACKING_URI"):
         AuditConfig.model_validate_json(written)
+
+
+def test_a_choice_with_undefined_differences_says_which_and_why():
+    from fairpca.flows.config import AuditConfig
+    from fairpca.tasks.select import choose
+
+    table = pd.DataFrame(
+        [
+            {"variant": v, "classifier": "logreg", "lambda": lam, "accuracy": 0.8,
+             "one_class_share": 0.6, "eo_difference": 0.01}
+            for v, lam in (("pca", np.nan), ("fair_pca", 0.0))
+        ]
+    )  # fmt: skip
+    y = np.array([0, 1] * 10)
+    choice = choose(table, y, y, AuditConfig(dataset="german"))
+    assert not choice["decision"].promote
+    assert choice["decision"].reasons[-1] == (
+        "dp_difference undefined on the validation rows for every candidate: fewer than two "
+        "groups of a sensitive attribute have min_group_size rows (for eo_difference: rows "
+        "with label 1), so no candidate can meet the thresholds"
+    )
