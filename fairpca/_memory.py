@@ -19,6 +19,7 @@ BLOCK_BYTES = 1 << 26  # 64 MiB: a chunk of rows, a centred block, a kernel batc
 BLOCK_ROWS = 8192  # rows summed at once in a bounded-size product
 LIMIT_VARIABLE = "FAIRPCA_MEMORY_LIMIT"
 FLOAT_BYTES = 8
+PARALLEL_FITS = 2  # representations an audit fits at once (its task runner's workers)
 
 _UNITS = {
     "": 1,
@@ -48,16 +49,26 @@ class InsufficientMemoryError(MemoryError, ValueError):
     """A fit would allocate more memory than is available; raised before allocating."""
 
 
-def parse_bytes(text: str) -> int:
-    """``"4GB"`` -> 4e9, ``"512 MiB"`` -> 512 * 2**20, ``"1e9"`` -> 10**9."""
+def parse_bytes(text: str, variable: str = LIMIT_VARIABLE) -> int:
+    """``"4GB"`` -> 4e9, ``"512 MiB"`` -> 512 * 2**20, ``"1e9"`` -> 10**9.
+
+    ``variable`` names the setting the text came from, for the error message.
+    """
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match.group(2).lower() if match else None
     if match is None or unit not in _UNITS:
         raise ValueError(
-            f"{LIMIT_VARIABLE}={text!r} is not a size; give bytes (e.g. 4000000000) or a "
+            f"{variable}={text!r} is not a size; give bytes (e.g. 4000000000) or a "
             "number with a unit (e.g. 4GB, 512MiB)."
         )
     return int(float(match.group(1)) * _UNITS[unit])
+
+
+def size_setting(variable: str, default: int) -> int:
+    """The size in the environment variable ``variable`` (see :func:`parse_bytes`), else
+    ``default``."""
+    text = os.environ.get(variable, "").strip()
+    return parse_bytes(text, variable) if text else default
 
 
 def available_bytes() -> int | None:
@@ -137,6 +148,15 @@ def require(n_bytes: float, what: str, fix: str) -> None:
         f"{format_bytes(budget)} are available (MemAvailable, or {LIMIT_VARIABLE} when set). "
         f"{fix}"
     )
+
+
+def require_parallel(sizes: dict[str, float], fix: str, parallel: int = PARALLEL_FITS) -> None:
+    """:func:`require` for fits that run ``parallel`` at a time: the ``parallel`` largest
+    working sets of ``sizes`` (name -> bytes) must fit together."""
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:parallel]
+    names = " and ".join(largest)
+    together = " together, as they run at the same time," if len(largest) > 1 else ""
+    require(sum(sizes[name] for name in largest), f"the fits of {names}{together}", fix)
 
 
 # ---------------------------------------------------------------------- working-set sizes

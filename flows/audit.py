@@ -315,7 +315,7 @@ def _result(state: AuditState, logged, tracking_uri: str, report: Path, selectio
         champion_moved=logged.champion_moved,
         decision="promote" if state.decision.promote else "keep",
         reasons=state.decision.reasons,
-        chosen={k: chosen[k] for k in ("variant", "classifier", "lambda", *HEADLINE)},
+        chosen={k: chosen.get(k) for k in ("variant", "classifier", "lambda", *HEADLINE)},
         selection=selection,
         output_dir=str(state.out_dir.resolve()),
         report_path=str(report.resolve()),

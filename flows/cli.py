@@ -7,10 +7,7 @@ Options override the values of ``--config FILE`` (YAML or JSON with the fields o
 from __future__ import annotations
 
 import inspect
-import os
-import signal
 import sys
-from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -19,6 +16,8 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from .server import prefect_defaults
 
 app = typer.Typer(
     name="fairpca",
@@ -31,12 +30,6 @@ app = typer.Typer(
 # Piped output (CI logs, files) gets 120 columns so the summary table is not truncated.
 console = Console(width=None if sys.stdout.isatty() else 120)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
-
-
-def _prefect_defaults() -> None:
-    """A fresh machine runs a temporary Prefect server; give it time to start, no analytics."""
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 
 def _split_list(value: str | None, cast=str) -> list[Any] | None:
@@ -188,85 +181,18 @@ def _report(result) -> None:
         )
 
 
-def _ephemeral_prefect_server():
-    """The temporary Prefect server a flow run would start (None if PREFECT_API_URL is set).
-
-    Starting it before the flow call lets its boot (a separate process) overlap with the
-    imports done by the warm-up thread; the flow then finds it running.
-    """
-    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_ALLOW_EPHEMERAL_MODE
-
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_ALLOW_EPHEMERAL_MODE.value():
-        return None
-    from prefect.server.api.server import SubprocessASGIServer
-
-    return SubprocessASGIServer()
-
-
-def _exit_on_signal(signum: int, _frame) -> None:
-    """SIGTERM/SIGHUP end the command like Ctrl-C does: through every ``finally``."""
-    raise SystemExit(128 + signum)
-
-
-@contextmanager
-def _temporary_server():
-    """Start the temporary Prefect server (if one is needed) and stop it on every exit:
-    normal end, error, Ctrl-C, SIGTERM or SIGHUP."""
-    previous = {sig: signal.signal(sig, _exit_on_signal) for sig in _STOP_SIGNALS}
-    server = None
-    try:
-        server = _ephemeral_prefect_server()
-        yield server
-    finally:
-        if server is not None:
-            with suppress(Exception):
-                _drain_prefect_workers()  # else they retry against the stopped server at exit
-            with suppress(Exception):
-                server.stop()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _start_server(server) -> None:
-    """Boot the temporary server with the stop signals held back.
-
-    A signal that arrived while ``subprocess.Popen`` was spawning the server would unwind the
-    stack before the server object knows its process, leaving an orphan; held back, it is
-    delivered as soon as the server is up (or has failed), and the ``finally`` above stops it.
-    """
-    held = {*_STOP_SIGNALS, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        server.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)
-
-
-def _drain_prefect_workers() -> None:
-    """Send the flow's queued logs and events while the temporary server still runs."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all(timeout=5)
-    EventsWorker.drain_all(timeout=5)
-
-
-_STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)
-)
-
-
 def _run(flow_name: str, config) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from .config import resolve_tracking_uri
+    from .server import start_server, temporary_server
     from .warmup import start_warmup
 
-    with _temporary_server() as server:  # imported before the warm-up starts importing
+    with temporary_server() as server:  # imported before the warm-up starts importing
         module = "fairpca.flows.retrain" if flow_name == "retrain" else "fairpca.flows.audit"
         start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
         if server is not None:
-            _start_server(server)
+            start_server(server)
         if flow_name == "retrain":
             from .retrain import retrain as flow_fn
         else:
@@ -460,7 +386,7 @@ def _start(kind: str, options: dict[str, Any]) -> None:
         _fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
-    _prefect_defaults()
+    prefect_defaults()
     _run(kind, cfg)
 
 
@@ -506,7 +432,7 @@ def relog(
     """
     from .config import resolve_tracking_uri
 
-    _prefect_defaults()
+    prefect_defaults()
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from .relog import relog_output_dir

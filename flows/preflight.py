@@ -2,16 +2,22 @@
 
 A bad input must end within seconds with one message that names the problem, the value and
 the fix: the data source loads (file, encoding, separator, columns, label, groups), the
-target dimension fits the screened and encoded data, and the output directory is writable
-with no audit of the same name in it. Nothing here imports Prefect or MLflow.
+target dimension fits the screened and encoded data, the split leaves every part rows and
+every sensitive attribute two comparable groups in the validation and test parts, one-hot
+names are unique, the chosen variants fit in time and memory (two run at once), and the
+output directory is writable with no audit or link of the same name in it. Nothing here
+starts a Prefect server or touches MLflow.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 __all__ = ["PreflightError", "check_before_run", "max_components"]
 
@@ -61,6 +67,150 @@ def _check_k(config, dataset) -> None:
     )
 
 
+MAX_FIT_SECONDS_ENV = "FAIRPCA_MAX_FIT_SECONDS"
+DEFAULT_MAX_FIT_SECONDS = 600.0
+# Exact Fair PCA-S (Sec. 3.6, always the covariance route): its d x d eigendecompositions and
+# products take about 3e-9 * d**3 seconds on one core of a 2-core reference machine
+# (d = 800: 1.6 s; d = 10,000: about 50 minutes). The other linear variants take the
+# randomized route on wide data (k much smaller than d), which is linear in d.
+SECONDS_PER_CUBED_WIDTH = 3e-9
+
+
+def _check_parts(config, dataset) -> tuple[np.ndarray, ...]:
+    """The split's row indices; refuses data too small for three parts."""
+    from fairpca.tasks.data import part_sizes, split_rows
+
+    sizes = (config.n_train, config.n_validation, config.n_test)
+    try:
+        part_sizes(dataset.n_samples, *sizes)
+    except ValueError as error:
+        raise PreflightError(str(error)) from error
+    y = np.asarray(dataset.y, dtype=np.int64)
+    return split_rows(
+        y, dataset.sensitive, n_train=sizes[0], n_validation=sizes[1], n_test=sizes[2],
+        seed=config.seed,
+    )  # fmt: skip
+
+
+def _undefined_difference(y: np.ndarray, groups: np.ndarray, min_size: int) -> str | None:
+    """Why the DP or EO difference of one attribute would be undefined on these rows."""
+    labels, codes, sizes = np.unique(groups.astype(str), return_inverse=True, return_counts=True)
+    large = sizes >= min_size
+    if large.sum() < 2:
+        return (
+            f"only {int(large.sum())} of its {len(labels)} groups have at least "
+            f"--min-group-size {min_size} rows, so its DP and EO differences are undefined"
+        )
+    positives = np.bincount(codes, weights=y == 1, minlength=len(labels))
+    if (large & (positives > 0)).sum() < 2:
+        return (
+            "fewer than two of its groups large enough to report have rows of label 1, so "
+            "its EO difference (difference of true positive rates) is undefined"
+        )
+    return None
+
+
+def _check_groups(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
+    """Each sensitive attribute keeps two reportable groups in the validation and test parts."""
+    y = np.asarray(dataset.y, dtype=np.int64)
+    for name, rows in zip(("validation", "test"), parts[1:], strict=True):
+        for column in dataset.sensitive.columns:
+            values = dataset.sensitive[column].to_numpy()
+            why = _undefined_difference(y[rows], values[rows], config.min_group_size)
+            if why is None:
+                continue
+            if _one_class_per_group(y, values):
+                raise PreflightError(
+                    f"sensitive column {column!r} determines the label: each of its groups "
+                    f"holds rows of one label value only, so in the {name} part {why}. "
+                    "Pass a --sensitive column that is not a copy of the label."
+                )
+            raise PreflightError(
+                f"in the {name} part ({len(rows)} rows) sensitive column {column!r}: {why}. "
+                "Pass more rows (more data, --n-validation, --n-test), a smaller "
+                "--min-group-size, or another --sensitive column."
+            )
+
+
+def _one_class_per_group(y: np.ndarray, groups: np.ndarray) -> bool:
+    """Whether every group holds rows of one label value only."""
+    _, codes = np.unique(groups.astype(str), return_inverse=True)
+    positives = np.bincount(codes, weights=y == 1)
+    return bool(np.all((positives == 0) | (positives == np.bincount(codes))))
+
+
+def _check_encoded_names(config, dataset) -> None:
+    """One-hot names ``<column>_<value>`` must not collide across columns (``a_b`` = ``c``
+    and ``a`` = ``b_c`` are both ``a_b_c``)."""
+    from fairpca.datasets import split_feature_kinds
+
+    categorical, _ = split_feature_kinds(dataset.X)
+    owner: dict[str, tuple[str, str]] = {}
+    for column in categorical:
+        counts = dataset.X[column].astype(str).value_counts()
+        for value in counts.index[counts >= config.min_group_size]:
+            name = f"{column}_{value}"
+            first = owner.setdefault(name, (column, value))
+            if first[0] != column:
+                raise PreflightError(
+                    f"column {first[0]!r} = {first[1]!r} and column {column!r} = {value!r} "
+                    f"would both be encoded as the feature {name!r}; rename one of the two "
+                    f"columns in the file, or exclude one with --drop {column}."
+                )
+
+
+def _encoded_width(X, min_count: int) -> int:
+    """Estimated encoded width without fitting: one column per numeric feature, and per
+    categorical its values of at least ``min_count`` rows plus a pooled one, at most the
+    one-hot cap."""
+    from fairpca.datasets import split_feature_kinds
+    from fairpca.datasets._preprocess import MAX_CATEGORIES
+
+    categorical, numeric = split_feature_kinds(X)
+    width = len(numeric)
+    for column in categorical:
+        counts = X[column].astype(str).value_counts()
+        frequent = int((counts >= min_count).sum())
+        width += min(frequent + int(frequent < len(counts)), MAX_CATEGORIES)
+    return width
+
+
+def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
+    """The chosen variants must fit in time (Fair PCA-S is cubic in the width) and in memory,
+    counting the fits that run at once."""
+    from fairpca import _memory
+
+    width = _encoded_width(dataset.X, config.min_group_size)
+    try:
+        limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
+    except ValueError as error:
+        raise PreflightError(
+            f"{MAX_FIT_SECONDS_ENV}={os.environ[MAX_FIT_SECONDS_ENV]!r} is not a number of "
+            "seconds; set it to e.g. 600, or unset it."
+        ) from error
+    fewer_columns = "fewer columns (--drop NAME, or drop them from the file)"
+    fix = (
+        "pass --variants without fair_pca_s (pca, fair_pca and fair_pca_eo take a randomized "
+        f"route on wide data), or {fewer_columns}"
+    )
+    seconds = SECONDS_PER_CUBED_WIDTH * width**3
+    if "fair_pca_s" in config.variants and seconds > limit:
+        raise PreflightError(
+            f"the data encode to {width} feature columns; Fair PCA-S solves exact "
+            f"{width} x {width} eigenproblems, estimated at {seconds / 60:.0f} minutes, over "
+            f"the limit of {limit:g} s ({MAX_FIT_SECONDS_ENV}): {fix}."
+        )
+    n_train, n_groups = len(parts[0]), int(dataset.sensitive.nunique().sum())
+    size = config.k + n_groups + 10  # the randomized route's range (10 oversamples)
+    sizes = {v: _memory.randomized_bytes(n_train, width, size) for v in config.variants}
+    if "fair_pca_s" in sizes:
+        sizes["fair_pca_s"] = _memory.covariance_bytes(width, n_groups)
+    try:
+        _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}.")
+    except _memory.InsufficientMemoryError as error:
+        raise PreflightError(str(error)) from error
+
+
 def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
     from fairpca.tasks.model_io import path_inside
 
@@ -75,7 +225,15 @@ def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
             "pass --output-dir with a directory you can write to."
         ) from error
     if run_name is not None:
-        target = path_inside(base, run_name)
+        if (base / run_name).is_symlink():
+            raise PreflightError(
+                f"{base / run_name} is a symbolic link (run_name {run_name!r}); an audit "
+                "writes only into a new directory of its own: choose another run_name."
+            )
+        try:
+            target = path_inside(base, run_name)
+        except ValueError as error:
+            raise PreflightError(str(error)) from error
         if target.exists():
             raise PreflightError(
                 f"{target} already exists (run_name {run_name!r}); nothing is overwritten: "
@@ -115,7 +273,11 @@ def check_before_run(config) -> list[str]:
             dataset = load_source(config)
         except (ValueError, TypeError, OSError, LookupError) as error:
             raise PreflightError(str(error)) from error
+    parts = _check_parts(config, dataset)
+    _check_groups(config, dataset, parts)
+    _check_cost(config, dataset, parts)
     _check_k(config, dataset)
+    _check_encoded_names(config, dataset)
     _check_output_dir(config.output_dir, config.run_name)
     _check_signing_key(config.output_dir)
     # The flow loads the data again; the screening was reported here already.

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 __all__ = [
     "AuditRecord",
@@ -64,7 +64,7 @@ class _Record(BaseModel):
 class DecisionRecord(_Record):
     """Whether the chosen candidate may become champion, and why."""
 
-    promote: bool
+    promote: StrictBool  # "true" or 1 in a crafted record is not a promotion
     reasons: list[str] = []
 
 

@@ -700,13 +700,18 @@ def log_output_dir(
             end_time=None if ends_now else _millis(audit.ended_at),
         )
     except Exception as exc:
-        if run_id is not None:
-            _mark_failed(tracking_uri, run_id, f"{step}: {exc}")
+        marked = run_id is not None and _mark_failed(tracking_uri, run_id, f"{step}: {exc}")
         _write_status(out_dir, {"status": "FAILED", "run_id": run_id, "step": step})
+        run_state = (
+            f"Run {run_id} is marked FAILED. "
+            if marked
+            else f"Run {run_id} could not be marked FAILED (the tracking server did not "
+            "answer) and shows as RUNNING until relogged. "
+        )
         raise MlflowLoggingError(
             f"Logging the audit to MLflow at {mask_credentials(tracking_uri)} failed while "
             f"trying to {step} ({type(exc).__name__}: {exc}). "
-            + (f"Run {run_id} is marked FAILED. " if run_id else "")
+            + (run_state if run_id else "")
             + f"All results are kept in {out_dir.resolve()}; log them again with "
             f"`fairpca relog {out_dir}` once the tracking server is reachable."
         ) from exc
@@ -729,13 +734,14 @@ def _bounded_http_retries() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 
-def _mark_failed(tracking_uri: str, run_id: str, why: str) -> None:
-    """Best effort: the run must not stay RUNNING or look FINISHED."""
+def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
+    """Best effort: the run must not stay RUNNING or look FINISHED. Whether it is FAILED."""
     for attempt in range(3):
         try:
             client = _client(tracking_uri)
             client.set_tag(run_id, "fairpca.logging_error", why[:5000])
             client.set_terminated(run_id, status="FAILED")
-            return
+            return True
         except Exception:
             time.sleep(2**attempt)
+    return False

@@ -88,11 +88,11 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
     for row in table.to_dict("records"):
         prefix = f"{row['variant']}/{row['classifier']}"
         for column in HEADLINE:
-            steps.append((f"{prefix}/{column}", row[column], row["lambda_index"]))
+            steps.append((f"{prefix}/{column}", row.get(column), row["lambda_index"]))
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])
     for row in reps.to_dict("records"):
         for column in ("lambda", *REPRESENTATION_CURVES):
-            steps.append((f"{row['variant']}/{column}", row[column], row["lambda_index"]))
+            steps.append((f"{row['variant']}/{column}", row.get(column), row["lambda_index"]))
     return [
         MetricStep(key=key, value=float(value), step=int(step))
         for key, value, step in steps

@@ -155,7 +155,12 @@ def _panel(ax, table: pd.DataFrame, variant: str, marks: dict[str, Any], colors)
     thresholds = marks["thresholds"]
     eo = metric == "eo_difference"
     limit = thresholds.max_eo_difference if eo else thresholds.max_dp_difference
-    part = table[table["variant"] == variant]
+    part = table[table["variant"] == variant].reindex(
+        columns=[*table.columns.drop(metric, errors="ignore"), metric]
+    )
+    if part[metric].isna().all():  # e.g. fewer than two groups of --min-group-size rows
+        ax.text(0.5, 0.5, f"{metric} undefined\non the validation rows", ha="center",
+                transform=ax.transAxes)  # fmt: skip
     for i, name in enumerate(table["classifier"].unique()):
         curve = part[part["classifier"] == name].sort_values("lambda")
         color = colors[i % len(colors)]

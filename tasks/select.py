@@ -203,6 +203,10 @@ def require_fair_variant(requested: list[str], skipped: dict[str, str], n_featur
         )
 
 
+def _undefined(table: pd.DataFrame, metric: str) -> bool:
+    return metric not in table or bool(table[metric].isna().all())
+
+
 def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]:
     """The choice on validation rows: majority-class accuracy, the chosen candidate with its
     decision, and the unconstrained PCA baseline. Never reads test rows."""
@@ -213,6 +217,13 @@ def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]
         decision.reasons.append(
             f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
             "but not eligible for registration: their fitted state stores training rows"
+        )
+    undefined = [m for m in ("dp_difference", "eo_difference") if _undefined(table, m)]
+    if undefined:
+        decision.reasons.append(
+            f"{' and '.join(undefined)} undefined on the validation rows for every candidate: "
+            "fewer than two groups of a sensitive attribute have min_group_size rows (for "
+            "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
     return {
         "chosen": chosen,

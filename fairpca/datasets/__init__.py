@@ -7,7 +7,7 @@ parsed.
 """
 
 from ._dataset import Dataset
-from ._files import DATA_DIR_ENV, ChecksumMismatchError, DatasetNotFoundError
+from ._files import DATA_DIR_ENV, ChecksumMismatchError, DatasetNotFoundError, DataTooLargeError
 from ._paper_splits import LEE2022_DIMENSIONS, load_lee2022_split
 from ._preprocess import (
     MIN_CATEGORY_COUNT,
@@ -42,6 +42,7 @@ __all__ = [
     "RARE_CATEGORY",
     "ChecksumMismatchError",
     "ColumnScreening",
+    "DataTooLargeError",
     "Dataset",
     "DatasetNotFoundError",
     "RareCategoryPooler",

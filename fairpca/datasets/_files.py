@@ -18,27 +18,47 @@ it is parsed.
 
 from __future__ import annotations
 
+import bz2
 import functools
+import gzip
 import hashlib
 import lzma
 import os
+import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 
 import pandas as pd
 
+from .._memory import format_bytes, size_setting
+
 __all__ = [
     "DATA_DIR_ENV",
+    "LINE_LIMIT_ENV",
+    "READ_BUDGET_ENV",
     "ChecksumMismatchError",
+    "DataTooLargeError",
     "DatasetNotFoundError",
     "RawFile",
+    "check_text_bounds",
     "read_table",
     "resolve_data_dir",
 ]
 
 DATA_DIR_ENV = "FAIRPCA_DATA_DIR"
+READ_BUDGET_ENV = "FAIRPCA_MAX_READ_BYTES"
+LINE_LIMIT_ENV = "FAIRPCA_MAX_LINE_BYTES"
+DEFAULT_READ_BUDGET = 2 * 2**30  # decompressed bytes of one data file
+DEFAULT_LINE_LIMIT = 16 * 2**20  # bytes of one CSV line (a header of 10^5 long names fits)
+_SCAN_CHUNK = 1 << 20
+# A compressed file is refused as soon as its size, projected from the expansion so far
+# (at least 64 MiB of text), exceeds the budget by this factor: a 10 MB gzip bomb of
+# 10 GiB stops after a few hundred MiB instead of the whole budget.
+_PROJECTION_SLACK = 3
+_PROJECT_AFTER = 1 << 26
 
 _UCI_ADULT = "https://archive.ics.uci.edu/dataset/2/adult"
 _UCI_GERMAN = "https://archive.ics.uci.edu/dataset/144/statlog+german+credit+data"
@@ -51,6 +71,13 @@ class DatasetNotFoundError(FileNotFoundError):
     """A raw dataset file is not where the loader looks for it.
 
     The message names the file, the path that was searched and where to download it.
+    """
+
+
+class DataTooLargeError(ValueError):
+    """A data file is larger than the reading budget, or has a line over the line limit.
+
+    Raised while streaming the file, before it is parsed.
     """
 
 
@@ -240,3 +267,77 @@ def read_table(
     """
     path, mtime_ns, size = _locate(raw, data_dir)
     return _parse_cached(raw, path, mtime_ns, size, parse).copy(deep=True)
+
+
+def _open_decompressed(path: Path) -> tuple[BinaryIO, BinaryIO]:
+    """A binary stream of the file's content, decompressed by its suffix (one zip member),
+    and the raw file it reads (whose position is the compressed bytes consumed)."""
+    name = path.name.lower()
+    raw = path.open("rb")
+    opener = {".gz": gzip.GzipFile, ".bz2": bz2.BZ2File, ".xz": lzma.LZMAFile}
+    for suffix, stream in opener.items():
+        if name.endswith(suffix):
+            return stream(fileobj=raw, mode="rb") if suffix == ".gz" else stream(raw), raw
+    if not name.endswith(".zip"):
+        return raw, raw
+    archive = zipfile.ZipFile(raw)
+    members = [info for info in archive.infolist() if not info.is_dir()]
+    if len(members) != 1:
+        raw.close()
+        raise ValueError(
+            f"Data file {path} is a zip archive with {len(members)} files; it must hold "
+            "exactly one CSV file."
+        )
+    return archive.open(members[0]), raw
+
+
+def check_text_bounds(path: str | os.PathLike[str]) -> int:
+    """Stream a (possibly compressed) text file once, within the reading bounds.
+
+    The decompressed size may not exceed ``$FAIRPCA_MAX_READ_BYTES`` (default 2 GiB) and no
+    line may be longer than ``$FAIRPCA_MAX_LINE_BYTES`` (default 16 MiB); both are checked
+    while streaming in 1 MiB chunks, so memory stays bounded whatever the file expands to.
+    A compressed file whose size projected from its expansion so far is more than three
+    times the budget stops early.
+
+    Returns
+    -------
+    n_bytes : int
+        Decompressed size in bytes.
+
+    Raises
+    ------
+    DataTooLargeError
+        At the first chunk that crosses a bound.
+    """
+    path = Path(path)
+    budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
+    line_limit = size_setting(LINE_LIMIT_ENV, DEFAULT_LINE_LIMIT)
+    chunk_size = max(1, min(_SCAN_CHUNK, line_limit))  # a line inside one chunk is short
+    total = run = 0  # bytes read; bytes since the last newline
+    stream, raw = _open_decompressed(path)
+    compressed = path.stat().st_size if stream is not raw else 0
+    with raw, stream:
+        while chunk := stream.read(chunk_size):
+            total += len(chunk)
+            projected = total * compressed / max(raw.tell(), 1) if total > _PROJECT_AFTER else 0
+            if total > budget or projected > _PROJECTION_SLACK * budget:
+                what = f"more than {format_bytes(budget)}" if total > budget else (
+                    f"about {format_bytes(projected)} (projected from the first "
+                    f"{format_bytes(total)})")  # fmt: skip
+                raise _too_large(path, f"it expands to {what} of text", (
+                    f"raise {READ_BUDGET_ENV} (e.g. {READ_BUDGET_ENV}=8GiB) if it is meant "
+                    "to be this large"))  # fmt: skip
+            first = chunk.find(b"\n")
+            run = run + (len(chunk) if first < 0 else first)
+            if run > line_limit:
+                raise _too_large(path, f"a line is longer than {format_bytes(line_limit)}", (
+                    "check the separator and the line endings, or raise "
+                    f"{LINE_LIMIT_ENV} if the lines are meant to be this long"))  # fmt: skip
+            if first >= 0:
+                run = len(chunk) - chunk.rfind(b"\n") - 1
+    return total
+
+
+def _too_large(path: Path, what: str, fix: str) -> DataTooLargeError:
+    return DataTooLargeError(f"Data file {path} is refused before parsing: {what}; {fix}.")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ._dataset import Dataset, as_names
+from ._files import READ_BUDGET_ENV, DataTooLargeError, check_text_bounds
 from ._screen import screen_columns, warn_screened
 
 __all__ = ["detect_separator", "load_user_data"]
@@ -85,7 +86,9 @@ def _read_csv(path: Path, sep: str | None) -> pd.DataFrame:
                 stacklevel=4,
             )
         sep = sep or detect_separator(text)
+    check_text_bounds(path)
     try:
+        _unique_header(pd.read_csv(path, sep=sep or ",", encoding=encoding, header=None, nrows=1))
         return pd.read_csv(path, sep=sep or ",", encoding=encoding, low_memory=False)
     except pd.errors.EmptyDataError as error:
         raise ValueError(f"Data file {path} is empty: it has no header or rows.") from error
@@ -96,19 +99,51 @@ def _read_csv(path: Path, sep: str | None) -> pd.DataFrame:
         ) from error
 
 
+def _unique_header(header: pd.DataFrame) -> None:
+    """Refuse a header naming a column twice (pandas would rename the copy ``name.1``)."""
+    names = pd.Series([str(name).strip() for name in header.iloc[0]] if len(header) else [])
+    twice = sorted(set(names[names.duplicated()]))
+    if twice:
+        raise ValueError(
+            f"The header names column(s) {twice} more than once (after trimming spaces); "
+            "every column needs its own name: rename or remove the copies in the file."
+        )
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    from .._memory import format_bytes, size_setting
+    from ._files import DEFAULT_READ_BUDGET
+
+    try:
+        meta = pq.ParquetFile(path).metadata
+        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+        budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
+        if size > budget:
+            raise DataTooLargeError(
+                f"Data file {path} is refused before reading: it holds {format_bytes(size)} "
+                f"uncompressed, more than {format_bytes(budget)}; raise {READ_BUDGET_ENV} "
+                "if it is meant to be this large."
+            )
+        frame = pd.read_parquet(path)
+    except DataTooLargeError:
+        raise
+    except Exception as error:
+        raise ValueError(
+            f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
+        ) from error
+    _unique_header(pd.DataFrame([list(frame.columns)]))
+    return frame
+
+
 def _read_frame(path: Path, sep: str | None = None) -> pd.DataFrame:
     name = path.name.lower()
     _check_file(path)
     if name.endswith(_CSV_SUFFIXES):
         frame = _read_csv(path, sep)
     elif name.endswith(_PARQUET_SUFFIXES):
-        try:
-            frame = pd.read_parquet(path)
-        except Exception as error:
-            raise ValueError(
-                f"Data file {path} is not a readable Parquet file ({type(error).__name__}: "
-                f"{error})."
-            ) from error
+        frame = _read_parquet(path)
     else:
         raise ValueError(
             f"Unsupported file type for {path}; use CSV ({', '.join(_CSV_SUFFIXES)}) or Parquet "
@@ -134,6 +169,19 @@ def _missing_columns(frame: pd.DataFrame, needed: list[str], path: Path) -> None
         + (" ".join(hints) + " " if hints else "")
         + f"Available columns: {list(frame.columns)}."
     )
+
+
+def _refuse_infinite(frame: pd.DataFrame) -> None:
+    """Refuse ``inf`` / ``-inf`` in the numeric columns used (no scaler or fit handles them)."""
+    numeric = frame.select_dtypes(include="number")
+    counts = np.isinf(numeric.to_numpy(dtype=np.float64)).sum(axis=0) if numeric.size else []
+    infinite = {name: int(n) for name, n in zip(numeric.columns, counts, strict=True) if n}
+    if infinite:
+        raise ValueError(
+            f"Column(s) hold infinite values (inf or -inf; count per column): {infinite}. "
+            "Replace them by numbers or leave those cells empty (missing values are imputed), "
+            "or exclude the column with drop=[...] (CLI --drop NAME)."
+        )
 
 
 def _binarize(label: pd.Series, positive_label: Any) -> pd.Series:
@@ -227,7 +275,10 @@ def load_user_data(
     ValueError
         Empty, binary or unparsable file, unsupported file type, missing columns (close
         matches are named), a sensitive column with one value or missing values, missing
-        label values, a label that is not binary, or no feature column left.
+        label values, a label that is not binary, or no feature column left; a header
+        naming a column twice; ``inf`` in a used numeric column;
+        :class:`~fairpca.datasets.DataTooLargeError` for a file over the reading budget or
+        with an over-long line (``$FAIRPCA_MAX_READ_BYTES``, ``$FAIRPCA_MAX_LINE_BYTES``).
     """
     path = Path(path).expanduser()
     frame = _read_frame(path, sep)
@@ -264,6 +315,7 @@ def load_user_data(
                 "fair PCA needs at least two groups. Pick a column that varies across rows."
             )
     kept = list(chosen) if chosen else [c for c in frame.columns if c != label and c not in groups]
+    _refuse_infinite(frame[[*(c for c in kept if c not in drop), label]])
     screened: dict[str, str] = {}
     if screen:
         bad = [name for name in (*keep, *drop) if name not in kept]
@@ -282,10 +334,8 @@ def load_user_data(
             + (f" after screening ({screened})" if screened else "")
             + "; keep one with keep=[...] (CLI --keep NAME)."
         )
-    X = frame[kept].copy()
-    for column in kept:
-        if pd.api.types.is_numeric_dtype(X[column]) and not pd.api.types.is_bool_dtype(X[column]):
-            X[column] = X[column].astype(np.float64)
+    numeric = frame[kept].select_dtypes(include="number").columns  # bool is not "number"
+    X = frame[kept].astype(dict.fromkeys(numeric, np.float64))
     return Dataset(
         X=X.reset_index(drop=True),
         y=y.reset_index(drop=True).rename(label),

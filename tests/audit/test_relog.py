@@ -280,14 +280,20 @@ def test_sealed_files_over_the_size_caps_are_refused(kept):
 
 
 def test_promote_follows_the_verified_decision_only(kept, audited, mlflow_store):
-    from fairpca.tasks.mlflow_logging import sealed_decision
+    from pydantic import ValidationError
 
-    audit = json.loads((kept / "audit.json").read_text())
-    assert sealed_decision(audit) is audit["decision"]["promote"]
-    assert sealed_decision({"decision": {"promote": "true"}}) is False
-    assert sealed_decision({"decision": {"promote": True}, "selection": {"decision": {
-        "promote": False}}}) is False  # fmt: skip
-    assert sealed_decision({"decision": {"promote": True}}) is True
+    from fairpca.tasks.audit_record import DecisionRecord
+    from fairpca.tasks.mlflow_logging import read_audit, sealed_decision
+
+    audit = read_audit(kept)
+    assert sealed_decision(audit) is audit.decision.promote
+    promoted = audit.model_copy(deep=True)
+    promoted.decision.promote = promoted.selection.decision.promote = True
+    assert sealed_decision(promoted) is True
+    promoted.selection.decision.promote = False  # the two halves disagree: no promotion
+    assert sealed_decision(promoted) is False
+    with pytest.raises(ValidationError):
+        DecisionRecord.model_validate({"promote": "true"})
 
 
 def test_reserved_tags_in_a_record_are_refused_even_when_signed(kept):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import lzma
 import os
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -455,3 +456,125 @@ def test_adult_pipeline_shapes():
     data = load_adult(sensitive=("sex", "race"))
     Z = make_preprocessor(data.X).fit_transform(data.X)
     assert Z.shape == (48_842, 92) and np.isfinite(Z).all()  # 101 with min_category_count=1
+
+
+# ------------------------------------------------------------- reading within bounds
+
+
+def _write_gzip_bomb(path: Path, gib: int = 10) -> None:
+    """A ~10 MB ``.csv.gz`` that expands to ``gib`` GiB, written member by member: one
+    compressed 64 MiB block of ``0,0`` rows, repeated (concatenated gzip members decompress
+    to the concatenation), so neither the bomb nor its text is ever held in memory."""
+    block = gzip.compress(b"0,0\n" * 2**24, compresslevel=9)
+    with path.open("wb") as out:
+        out.write(gzip.compress(b"a,b\n"))
+        for _ in range(16 * gib):
+            out.write(block)
+
+
+@pytest.mark.slow
+def test_gzip_bomb_stops_while_streaming_fast_and_small(tmp_path):
+    import resource
+    import subprocess
+    import sys
+    import time
+
+    bomb = tmp_path / "bomb.csv.gz"
+    _write_gzip_bomb(bomb)
+    assert bomb.stat().st_size < 12 * 10**6
+    # A fresh parent process so that RUSAGE_CHILDREN holds only the loader's peak RSS.
+    load = (  # prints the seconds from the call to the error (imports excluded), the error
+        "import sys, time\n"
+        "from fairpca.datasets import DataTooLargeError, load_user_data\n"
+        "started = time.perf_counter()\n"
+        "try:\n"
+        "    load_user_data(sys.argv[1], label='a', sensitive='b')\n"
+        "except DataTooLargeError as error:\n"
+        "    print(time.perf_counter() - started)\n"
+        "    print(error)\n"
+    )
+    measure = (
+        "import resource, subprocess, sys\n"
+        "done = subprocess.run([sys.executable, '-c', *sys.argv[1:]], capture_output=True,"
+        " text=True)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+        "print(done.returncode, done.stdout.strip(), done.stderr.strip()[-2000:])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRPCA_MAX_")}
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", measure, load, str(bomb)], capture_output=True, text=True,
+        env=env, check=True, timeout=120,
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    peak_kib, result = out.stdout.split("\n", 1)
+    seconds, result = result.split("\n", 1)
+    assert seconds.startswith("0 "), out.stdout
+    seconds = seconds[2:]
+    refused = f"Data file {bomb} is refused before parsing: it expands to about "
+    assert result.startswith(refused) and "raise FAIRPCA_MAX_READ_BYTES" in result, result
+    peak = int(peak_kib) * 1024  # ru_maxrss is in KiB on Linux
+    print(f"bomb refused {float(seconds):.2f} s into reading ({wall:.1f} s with the imports), "
+          f"peak RSS {peak / 1e6:.0f} MB")  # fmt: skip
+    assert float(seconds) < 10 and peak < 10**9, (seconds, peak)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < 2 * 10**9
+
+
+def test_read_budget_and_line_limit_are_settings(tmp_path, monkeypatch):
+    from fairpca.datasets import DataTooLargeError
+
+    path = tmp_path / "rows.csv.gz"
+    with gzip.open(path, "wb") as out:
+        out.write(b"x,s,y\n" + b"1.5,a,0\n2.5,b,1\n" * 50_000)  # 800,006 bytes of text
+    monkeypatch.setenv("FAIRPCA_MAX_READ_BYTES", "800kB")
+    with pytest.raises(
+        DataTooLargeError,
+        match=r"rows.csv.gz is refused before parsing: it expands to more than 800.0 kB of "
+        r"text; raise FAIRPCA_MAX_READ_BYTES",
+    ):
+        load_user_data(path, label="y", sensitive="s", screen=False)
+    monkeypatch.setenv("FAIRPCA_MAX_READ_BYTES", "801kB")
+    assert load_user_data(path, label="y", sensitive="s", screen=False).n_samples == 100_000
+    monkeypatch.setenv("FAIRPCA_MAX_LINE_BYTES", "6")  # the header has 5 bytes, rows 7
+    with pytest.raises(DataTooLargeError, match="a line is longer than 6 bytes"):
+        load_user_data(path, label="y", sensitive="s", screen=False)
+    monkeypatch.setenv("FAIRPCA_MAX_LINE_BYTES", "7")
+    assert load_user_data(path, label="y", sensitive="s", screen=False).n_samples == 100_000
+    monkeypatch.setenv("FAIRPCA_MAX_READ_BYTES", "lots")
+    with pytest.raises(ValueError, match="FAIRPCA_MAX_READ_BYTES='lots' is not a size"):
+        load_user_data(path, label="y", sensitive="s", screen=False)
+
+
+@pytest.mark.slow
+def test_one_500_mb_line_is_refused_at_the_line_limit(tmp_path):
+    import resource
+    import time
+
+    path = tmp_path / "one-line.csv"
+    with path.open("wb") as out:
+        out.write(b"a,b,y\n")
+        for _ in range(500):
+            out.write(b"1" * 10**6)
+        out.write(b",x,1\n")
+    started = time.perf_counter()
+    with pytest.raises(
+        ValueError,
+        match=r"one-line.csv is refused before parsing: a line is longer than 16.8 MB; "
+        r"check the separator",
+    ):
+        load_user_data(path, label="y", sensitive="b")
+    seconds = time.perf_counter() - started
+    assert seconds < 5, seconds  # the first 16 MiB of the line, not 500 MB
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < 2 * 10**9
+
+
+def test_duplicate_and_infinite_columns_are_refused_with_the_fix(tmp_path):
+    path = tmp_path / "messy.csv"
+    path.write_text("x,s, s,y\n1,a,a,0\n2,b,b,1\n3,a,a,0\n4,b,b,1\n")
+    with pytest.raises(ValueError, match=r"The header names column\(s\) \['s'\] more than once"):
+        load_user_data(path, label="y", sensitive="s", screen=False)
+    path.write_text("x,z,w,s,y\n1,inf,5,a,0\n-inf,2,6,b,1\n3,1,7,a,0\n4,1,8,b,1\n")
+    with pytest.raises(ValueError, match=re.escape("count per column): {'x': 1, 'z': 1}")):
+        load_user_data(path, label="y", sensitive="s", screen=False)
+    data = load_user_data(path, label="y", sensitive="s", drop=["x", "z"])  # the fix named
+    assert data.X.columns.tolist() == ["w"]

@@ -98,3 +98,16 @@ def test_exact_kernel_route_too_large_names_nystroem(monkeypatch):
         FairKernelPCA(2, approximation="exact").fit(X, sensitive_features=z)
     fitted = FairKernelPCA(2, n_landmarks=50, random_state=0).fit(X, sensitive_features=z)
     assert fitted.approximation_ == "nystroem"
+
+
+def test_fits_that_run_at_once_must_fit_together(monkeypatch):
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1GB")
+    sizes = {"fair_pca_s": 6e8, "fair_pca": 5e8, "pca": 1e8}
+    _memory.require_parallel(sizes, "fix", parallel=1)  # each alone fits
+    with pytest.raises(
+        InsufficientMemoryError,
+        match=r"the fits of fair_pca_s and fair_pca together, as they run at the same time, "
+        r"need about 1.1 GB, but only 1.0 GB are available",
+    ):
+        _memory.require_parallel(sizes, "fix")  # two at once, as the audit runs them
+    _memory.require_parallel({"fair_pca_s": 6e8, "pca": 3e8}, "fix")
