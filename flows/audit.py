@@ -229,6 +229,8 @@ def _plot_arguments(state: AuditState) -> dict[str, Any]:
         "pca": state.pca_row,
         "majority_accuracy": state.majority_accuracy,
         "thresholds": state.config.thresholds,
+        "gate": state.config.gate,
+        "references": getattr(state, "references", None),
     }
 
 
