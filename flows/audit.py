@@ -79,6 +79,7 @@ class AuditResult(BaseModel):
     summary: list[dict[str, Any]]
     selection: dict[str, Any] = {}
     skipped: dict[str, str] = {}
+    outcome: str | None = None  # retrain: the champion check and the challenger, one sentence
 
 
 @contextmanager

@@ -221,3 +221,33 @@ def test_the_probe_finds_an_overflowing_page(tmp_path):
     page.write_text("<!doctype html><html><body><div style='width:1500px'>x</div></body></html>")
     seen = layout(page, 1280, 800, tmp_path)
     assert seen["bad"] == ["div"] and seen["scroll"] > seen["client"]
+
+
+def _audit_report(store_uri: str, out: Path, **overrides) -> Path:
+    """report.html of a real audit: default variants, classifiers and gate; fewer rows and
+    lambdas (the page's width depends on names and columns, not on row counts)."""
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.config import AuditConfig
+
+    config = AuditConfig(
+        dataset="adult", lambdas=[0.0, 0.125, 1.0], n_train=1500, n_validation=1000,
+        n_test=1000, metric_max_rows=300, n_bootstrap=200, tracking_uri=store_uri,
+        output_dir=out, model_name=f"fairpca-report-{out.parent.name}", **overrides,
+    )  # fmt: skip
+    return Path(fairness_audit(config).report_path)
+
+
+@pytest.mark.flow
+@pytest.mark.slow
+@pytest.mark.parametrize("sensitive", [[], ["sex", "race"]], ids=["default", "two-attributes"])
+def test_audit_report_fits_every_viewport_in_chromium(
+    prefect_harness, mlflow_store, tmp_path, sensitive
+):
+    chromium()
+    page = _audit_report(mlflow_store[0], tmp_path / "out", sensitive=sensitive)
+    text = page.read_text()
+    assert text.index("Verdict") < text.index("Per-group rates") < text.index("Trade-off")
+    for repr_like in ("['", "{'", "None"):
+        assert repr_like not in text
+    assert "RBF SVC training rows: 1500" in text  # min(svc_max_train_rows 2000, n_train 1500)
+    assert_fits(page, tmp_path)
