@@ -347,11 +347,11 @@ def _start(kind: str, options: dict[str, Any]) -> None:
         raise typer.Exit(2) from error
     except (ValueError, OSError) as error:
         _fail("Invalid configuration file", str(error))
+    _check_tracking(cfg.tracking_uri)
     try:
         notes = check_before_run(cfg)
     except PreflightError as error:
         _fail("Invalid input (nothing was run)", str(error))
-    _check_tracking(cfg.tracking_uri)
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
     _prefect_defaults()
