@@ -265,3 +265,18 @@ def test_relog_hint_never_suggests_a_second_registration():
     for promote in (False, True):
         note = relog_alias_note(logged, promote)
         assert "--force" not in note and "set_registered_model_alias('m', 'champion', '3')" in note
+
+
+def test_cli_turns_mlflow_telemetry_off(monkeypatch):
+    """Offline runs print no "Failed to send telemetry records": the CLI disables MLflow's
+    telemetry before MLflow is used (DO_NOT_TRACK=1 alone does not: MLflow wants "true")."""
+    from mlflow.telemetry.utils import is_telemetry_disabled
+
+    from fairpca.flows.cli import _prefect_defaults
+
+    monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    monkeypatch.setattr("mlflow.telemetry.utils._IS_IN_CI_ENV_OR_TESTING", False)
+    assert not is_telemetry_disabled()
+    _prefect_defaults()
+    assert is_telemetry_disabled()
