@@ -192,7 +192,8 @@ def _default(name: str) -> str:
     info = fields[name]
     value = info.get_default(call_default_factory=True)
     if isinstance(value, list):
-        return ",".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+        # ", " lets a long default wrap in an 80-column help instead of being cut
+        return ", ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
     return str(value)
 
 
@@ -290,7 +291,10 @@ SHARED_OPTIONS: dict[str, Any] = {
     ],
     "model_name": Annotated[
         str | None,
-        _opt("Registered model name.", default="fairpca-<source>-<label>-<sensitive attributes>"),
+        _opt(
+            "Registered model name, e.g. fairpca-adult-income_gt_50k-sex.",
+            default="derived from source, label and sensitive attributes",
+        ),
     ],
     "dask_address": Annotated[
         str | None, _opt("Run tasks on Dask: 'local' or a scheduler address tcp://host:8786.")

@@ -111,6 +111,9 @@ def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
         outputs[command] = result.output
         for name in SHARED_OPTIONS:
             assert f"--{name.replace('_', '-')}" in result.output, name
+    for command in ("audit", "retrain", "relog"):
+        narrow = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+        assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
     for shown in ("[default: (10)]", "[default: (30)]", "[default: (fairpca-output)]"):
         assert shown in outputs["audit"] and shown in outputs["retrain"]
     assert "--accuracy-tolerance" in outputs["retrain"]
