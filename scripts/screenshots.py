@@ -4,9 +4,10 @@ registered model version's page in the MLflow UI, taken with headless Chromium.
 Run from the repository root (needs ``chromium`` and the ``audit`` extra)::
 
     .venv/bin/python scripts/screenshots.py            # runs `fairpca audit --dataset adult`
-    .venv/bin/python scripts/screenshots.py --out docs/img
+    .venv/bin/python scripts/screenshots.py --out docs/img --work /tmp/shots
 
-It runs the default audit in a temporary folder, starts ``mlflow ui`` on a free port of
+It runs the default audit in ``--work`` (default: a temporary folder; an audit already there
+is reused), starts ``mlflow ui`` on a free port of
 127.0.0.1, writes ``report.png`` and ``mlflow-version.png`` (palette PNGs, small), and stops
 the server. Nothing outside the temporary folder and ``--out`` is written.
 """
@@ -42,7 +43,8 @@ def run_audit(work: Path) -> dict:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "COLUMNS": "120"}
     fairpca = Path(sys.executable).parent / "fairpca"
     command = [str(fairpca), "audit", "--dataset", "adult"]
-    subprocess.run(command, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+    if not (work / "mlflow.db").exists():
+        subprocess.run(command, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
     (out_dir,) = (work / "fairpca-output").iterdir()
     audit = json.loads((out_dir / "audit.json").read_text())
     status = json.loads((out_dir / "mlflow_status.json").read_text())
@@ -55,7 +57,7 @@ def start_mlflow_ui(store: str, port: int) -> subprocess.Popen:
     env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"}
     server = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
@@ -63,7 +65,7 @@ def start_mlflow_ui(store: str, port: int) -> subprocess.Popen:
         except OSError:
             time.sleep(1)
     server.terminate()
-    raise RuntimeError(f"mlflow ui did not answer on port {port} within 120 s")
+    raise RuntimeError(f"mlflow ui did not answer on port {port} within 300 s")
 
 
 def screenshot(url: str, path: Path, size: tuple[int, int], profile: Path) -> Path:
@@ -87,10 +89,12 @@ def shrink(path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
+    parser.add_argument("--work", type=Path, default=None, help="folder of the audit")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fairpca-shots-") as tmp:
-        work = Path(tmp)
+        work = (args.work or Path(tmp)).absolute()
+        work.mkdir(parents=True, exist_ok=True)
         audit = run_audit(work)
         shots = [(audit["report"].as_uri(), "report.png", (1280, 1500))]
         port = free_port()
