@@ -242,6 +242,12 @@ def option_names(text: str) -> str:
         return "--" + OPTION_RENAMES.get(name, name.replace("_", "-"))
 
     text = re.sub(rf"\b({fields})=None\b", lambda m: f"no {option(m.group(1))}", text)
+    # "label/positive_label apply to ...": a slash-joined list of field names
+    text = re.sub(
+        rf"\b(?:{fields})(?:/(?:{fields}))+\b",
+        lambda m: "/".join(option(name) for name in m.group(0).split("/")),
+        text,
+    )
     return re.sub(rf"\b({fields})=", lambda m: f"{option(m.group(1))} ", text)
 
 

@@ -58,6 +58,8 @@ def champion_version(uri: str, model_name: str | None, alias: str) -> str | None
     the store cannot say)."""
     if model_name is None:
         return None
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
+        return None  # a new store: no champion, and the warm-up thread creates its schema
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 

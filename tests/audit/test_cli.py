@@ -228,6 +228,9 @@ def test_messages_name_the_cli_options(tmp_path):
     assert option_names("pass positive_label=<value> or data_dir=None") == (
         "pass --positive-label <value> or no --data-dir"
     )
+    assert option_names("keep/drop/sep apply to a user data file") == (
+        "--keep/--drop/--sep apply to a user data file"
+    )
     data = tmp_path / "people.csv"
     data.write_text("x,s,y\n" + "".join(f"{i},{'ab'[i % 2]},{'ny'[i % 3 == 0]}\n"
                                         for i in range(60)))  # fmt: skip
