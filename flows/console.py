@@ -9,6 +9,7 @@ cell is ever cut with an ellipsis.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import sys
 from pathlib import Path
@@ -33,9 +34,14 @@ __all__ = [
     "summary_table",
 ]
 
-# Piped output (CI logs, files) gets 120 columns; a terminal its own width.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+
+def _width(stream) -> int | None:
+    """A terminal's own width (or ``$COLUMNS``); piped output (CI logs, files) 120 columns."""
+    return None if stream.isatty() or os.environ.get("COLUMNS") else 120
+
+
+console = Console(width=_width(sys.stdout))
+err_console = Console(stderr=True, width=_width(sys.stderr))
 
 SUMMARY_CAPTION = (
     "Validation rows. Shown: the majority-class and unconstrained-PCA baselines, the chosen "

@@ -304,3 +304,13 @@ def test_tracking_check_answers_in_seconds_and_names_the_fix(tmp_path):
     with pytest.raises(TrackingUnreachable, match="does not exist"):
         check_tracking_uri(f"sqlite:///{missing}", f"sqlite:///{missing}")
     check_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}", "local")  # a new store is fine
+
+
+def test_piped_output_follows_columns():
+    code = "from fairpca.flows.console import console; print(console.width)"
+    for columns, width in (("80", "80"), ("", "120")):
+        env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
+        env.update({"COLUMNS": columns} if columns else {})
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=120, check=True)  # fmt: skip
+        assert done.stdout.strip() == width

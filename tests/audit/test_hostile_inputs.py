@@ -513,7 +513,7 @@ def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
          "pca,fair_pca", "--lambdas", "0", "--classifiers", "logreg", "--output-dir", "out",
          "--tracking-uri", "http://auditor:Pw-7f3kQz9@127.0.0.1:9"],
     )  # fmt: skip
-    assert result.exit_code == 1, result.output  # the server is unreachable: kept locally
+    assert result.exit_code == 2, result.output  # unreachable: refused before any work
     assert "http://127.0.0.1:9" in result.output and "Pw-7f3kQz9" not in result.output
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "Pw-7f3kQz9"
     db_url = get_current_settings().server.database.connection_url.get_secret_value()
