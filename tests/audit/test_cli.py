@@ -307,9 +307,11 @@ def test_tracking_check_answers_in_seconds_and_names_the_fix(tmp_path):
 
 
 def test_piped_output_follows_columns():
+    import os
+
     code = "from fairpca.flows.console import console; print(console.width)"
     for columns, width in (("80", "80"), ("", "120")):
-        env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
         env.update({"COLUMNS": columns} if columns else {})
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env=env, timeout=120, check=True)  # fmt: skip
