@@ -66,5 +66,5 @@ def champion_version(uri: str, model_name: str | None, alias: str) -> str | None
     try:
         client = MlflowClient(tracking_uri=uri, registry_uri=uri)
         return str(client.get_model_version_by_alias(model_name, alias).version)
-    except MlflowException:
+    except (MlflowException, OSError):  # requests' errors are OSErrors; only informational
         return None
