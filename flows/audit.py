@@ -82,6 +82,7 @@ class AuditResult(BaseModel):
     summary: list[dict[str, Any]]
     selection: dict[str, Any] = {}
     skipped: dict[str, str] = {}
+    outcome: str | None = None  # retrain: the champion check and the challenger, one sentence
 
 
 @contextmanager
@@ -235,6 +236,8 @@ def _plot_arguments(state: AuditState) -> dict[str, Any]:
         "pca": state.pca_row,
         "majority_accuracy": state.majority_accuracy,
         "thresholds": state.config.thresholds,
+        "gate": state.config.gate,
+        "references": getattr(state, "references", None),
     }
 
 

@@ -7,16 +7,21 @@ Options override the values of ``--config FILE`` (YAML or JSON with the fields o
 from __future__ import annotations
 
 import inspect
-import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
+from .console import (
+    console,
+    err_console,
+    fail,
+    print_report,
+    print_validation_error,
+    relog_alias_note,
+)
 from .server import prefect_defaults
 
 app = typer.Typer(
@@ -27,9 +32,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-# Piped output (CI logs, files) gets 120 columns so the summary table is not truncated.
-console = Console(width=None if sys.stdout.isatty() else 120)
-err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
 
 
 def _split_list(value: str | None, cast=str) -> list[Any] | None:
@@ -69,128 +71,19 @@ def build_config(options: dict[str, Any], config_file: Path | None, model_class)
     return model_class.model_validate(values)
 
 
-def _print_validation_error(error: ValidationError) -> None:
-    err_console.print("[bold red]Invalid configuration[/bold red] (nothing was run):")
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "config"
-        err_console.print(f"  - {escape(where)}: {escape(str(item['msg']))}")
-
-
-SUMMARY_CAPTION = (
-    "Validation rows. Shown: the majority-class and unconstrained-PCA baselines, the chosen "
-    "candidate, and per variant and classifier lambda = 0 (fairest) and the last lambda. "
-    "accuracy with its 95% interval; ≤ the 95% upper bound of ΔDP/ΔEO. All: metrics.csv."
-)
-
-
-def _cell(value: Any, percent: bool = False) -> str:
-    if isinstance(value, float):
-        return f"{100 * value:.1f}" if percent else f"{value:.3g}"
-    return "-" if value is None else str(value)
-
-
-def _with_bound(row: dict[str, Any], metric: str) -> str:
-    high = row.get(f"{metric}.ci95_high")
-    value = row.get(metric)
-    if value is None:
-        return "-"
-    return f"{value:.3f}" + ("" if high is None else f" ≤{high:.3f}")
-
-
-def _summary_table(result) -> Table:
-    table = Table(title=f"Fairness audit {result.run_name}", caption=SUMMARY_CAPTION)
-    titles = ("row", "variant", "λ", "classifier", "accuracy (95%)", "ΔDP", "ΔEO", "%Var")
-    for title in titles:
-        table.add_column(title, justify="left" if title in titles[:4] else "right", no_wrap=True)
-    for row in result.summary:
-        low, high = row.get("accuracy.ci95_low"), row.get("accuracy.ci95_high")
-        interval = f" ({low:.3f}-{high:.3f})" if low is not None and high is not None else ""
-        accuracy = row.get("accuracy")
-        table.add_row(
-            _cell(row.get("role")),
-            _cell(row.get("variant")),
-            _cell(row.get("lambda")),
-            _cell(row.get("classifier")),
-            ("-" if accuracy is None else f"{accuracy:.3f}") + interval,
-            _with_bound(row, "dp_difference"),
-            _with_bound(row, "eo_difference"),
-            _cell(row.get("var_explained"), percent=True),
-            style="bold" if row.get("role") == "chosen" else None,
-        )
-    return table
-
-
-def _interval(metrics: dict[str, Any], name: str) -> str:
-    from fairpca.tasks.record import format_interval
-
-    return f"{name} {format_interval(metrics, name)}"
-
-
-def _bullets(items: list[str], style: str = "") -> None:
-    """One bullet per item; a long item wraps under its own text, never mid-word."""
-    grid = Table.grid(padding=(0, 1))
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
-    for item in items:
-        grid.add_row(f"  {style}-", item)
-    console.print(grid)
-
-
-def _report(result) -> None:
-    console.print(_summary_table(result))
-    for variant, why in result.skipped.items():
-        console.print(f"[yellow]Skipped variant {variant}:[/yellow] {why}")
-    selection = result.selection
-    names = ["accuracy", "dp_difference", "eo_difference"]  # worst attribute
-    names += [n for n in ("dp_difference.intersection", "eo_difference.intersection")
-              if n in selection["test"]]  # fmt: skip
-    console.print(f"Chosen on validation rows: [bold]{selection['chosen']['name']}[/bold]")
-    console.print("Test rows (never used for a choice), 95% intervals:")
-    rows = ["chosen: " + ", ".join(_interval(selection["test"], m) for m in names)]
-    pca = selection["baselines"].get("pca")
-    if pca:
-        rows.append(
-            f"unconstrained PCA ({pca['name']}): "
-            + ", ".join(_interval(pca["test"], m) for m in names)
-        )
-    rows.append(
-        "majority class: " + _interval(selection["baselines"]["majority"]["test"], "accuracy")
-    )
-    _bullets(rows)
-    verdict = (
-        "[green]promoted[/green]" if result.champion_moved else "[yellow]not promoted[/yellow]"
-    )
-    console.print(
-        f"Decision: {verdict} ('{result.champion_alias}' alias; gate: {selection['gate']})"
-    )
-    _bullets(result.reasons)
-    if selection["warnings"]:
-        console.print("[yellow]Warnings:[/yellow]")
-        _bullets(selection["warnings"])
-    console.print(f"Report: {result.report_path}", soft_wrap=True)
-    console.print(
-        f"MLflow run id: [bold]{result.run_id}[/bold] (tracking URI {result.tracking_uri})",
-        soft_wrap=True,
-    )
-    if result.model_version is not None:
-        console.print(f"Registered model: {result.model_name} version {result.model_version}")
-    if result.tracking_uri.startswith("sqlite:"):
-        console.print(
-            f"Open the MLflow UI: mlflow ui --backend-store-uri {result.tracking_uri}",
-            soft_wrap=True,
-        )
-
-
 def _run(flow_name: str, config) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from .config import resolve_tracking_uri
     from .server import start_server, temporary_server
+    from .tracking import champion_version
     from .warmup import start_warmup
 
+    tracking_uri = resolve_tracking_uri(config.tracking_uri)
+    model_name = config.resolved_model_name if config.register_model else None
     with temporary_server() as server:  # imported before the warm-up starts importing
         module = "fairpca.flows.retrain" if flow_name == "retrain" else "fairpca.flows.audit"
-        start_warmup(resolve_tracking_uri(config.tracking_uri), modules=(module,))
+        start_warmup(tracking_uri, modules=(module,))
         if server is not None:
             start_server(server)
         if flow_name == "retrain":
@@ -201,20 +94,17 @@ def _run(flow_name: str, config) -> None:
             from .runners import task_runner_for
 
             flow_fn = flow_fn.with_options(task_runner=task_runner_for(config.dask_address))
+        before = champion_version(tracking_uri, model_name, config.champion_alias)
         try:
             result = flow_fn(config)
         except MlflowLoggingError as error:
             _fail("MLflow logging failed", error, code=1)
         except (ValueError, TypeError, OSError) as error:
             _fail("Audit failed", error, code=1)
-        _report(result)
+        print_report(result, before)
 
 
-def _fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
-    """One clear line on stderr (no traceback), then exit with ``code``."""
-    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    err_console.print(f"[bold red]{what}:[/bold red] {escape(str(text))}")
-    raise typer.Exit(code)
+_fail = fail
 
 
 def _default(name: str) -> str:
@@ -225,7 +115,8 @@ def _default(name: str) -> str:
     info = fields[name]
     value = info.get_default(call_default_factory=True)
     if isinstance(value, list):
-        return ",".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+        # ", " lets a long default wrap in an 80-column help instead of being cut
+        return ", ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
     return str(value)
 
 
@@ -323,7 +214,10 @@ SHARED_OPTIONS: dict[str, Any] = {
     ],
     "model_name": Annotated[
         str | None,
-        _opt("Registered model name.", default="fairpca-<source>-<label>-<sensitive attributes>"),
+        _opt(
+            "Registered model name, e.g. fairpca-adult-income_gt_50k-sex.",
+            default="derived from source, label and sensitive attributes",
+        ),
     ],
     "dask_address": Annotated[
         str | None, _opt("Run tasks on Dask: 'local' or a scheduler address tcp://host:8786.")
@@ -376,10 +270,11 @@ def _start(kind: str, options: dict[str, Any]) -> None:
             _options(**options), config_file, RetrainConfig if kind == "retrain" else AuditConfig
         )
     except ValidationError as error:
-        _print_validation_error(error)
+        print_validation_error(error, RetrainConfig if kind == "retrain" else AuditConfig)
         raise typer.Exit(2) from error
     except (ValueError, OSError) as error:
         _fail("Invalid configuration file", str(error))
+    _check_tracking(cfg.tracking_uri)
     try:
         notes = check_before_run(cfg)
     except PreflightError as error:
@@ -388,6 +283,18 @@ def _start(kind: str, options: dict[str, Any]) -> None:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
     prefect_defaults()
     _run(kind, cfg)
+
+
+def _check_tracking(uri: str | None) -> None:
+    """The tracking URI takes an audit (seconds), before any server starts."""
+    from .config import mask_credentials, resolve_tracking_uri
+    from .tracking import TrackingUnreachable, check_tracking_uri
+
+    resolved = resolve_tracking_uri(uri)
+    try:
+        check_tracking_uri(resolved, mask_credentials(resolved))
+    except TrackingUnreachable as error:
+        _fail("MLflow is not reachable (nothing was run)", str(error))
 
 
 @app.command()
@@ -437,6 +344,7 @@ def relog(
 
     from .relog import relog_output_dir
 
+    _check_tracking(tracking_uri)
     try:
         logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
     except (MlflowLoggingError, OSError, ValueError) as error:
@@ -445,20 +353,7 @@ def relog(
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
         if not logged["champion_moved"]:
-            console.print(_relog_alias_note(logged, promote))
-
-
-def _relog_alias_note(logged: dict[str, Any], promote: bool) -> str:
-    """Why relog left the alias alone, and how to move it."""
-    alias, name, version = logged["champion_alias"], logged["model_name"], logged["model_version"]
-    why = (
-        "the audit decided not to promote" if promote else "relog never moves it without --promote"
-    )
-    return (
-        f"Alias {alias!r} of {name!r} was left alone ({why}). To promote version {version}: "
-        f"MlflowClient().set_registered_model_alias({name!r}, {alias!r}, {version!r}), or relog "
-        "with --promote --force."
-    )
+            console.print(escape(relog_alias_note(logged, promote)))
 
 
 def main() -> None:

@@ -325,5 +325,6 @@ def retrain(config: RetrainConfig) -> AuditResult:
     )
     _publish(config, watch, result)
     message = final_message(watch, result)
+    result.outcome = message
     (logger.warning if watch.demoted_to else logger.info)(message)
     return Completed(message=message, data=result)

@@ -53,6 +53,8 @@ def prefect_defaults() -> None:
     """A fresh machine runs a temporary Prefect server; give it time to start, no analytics."""
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    # offline runs would log "Failed to send telemetry records" from MLflow's telemetry thread
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 def _libc_with_prctl() -> str | None:

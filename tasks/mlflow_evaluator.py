@@ -210,7 +210,9 @@ def plot_group_rates(table: pd.DataFrame, path: Path) -> Path:
         axes.set_xticks(positions, [str(g) for g in rows["group"]], rotation=20, ha="right")
         axes.set_ylim(0.0, 1.0)
         axes.set_title(name)
-        axes.legend(loc="upper right", fontsize="small")
+    # one legend above the panels, outside every axes: it never covers a bar
+    handles, labels = figure.axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="outside upper center", ncol=2, fontsize="small")
     figure.savefig(path, dpi=100)
     return path
 

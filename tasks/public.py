@@ -21,8 +21,9 @@ evaluator (``dp_difference``, ``eo_difference``, ``dp_difference.<attr>``,
 from __future__ import annotations
 
 import copy
+import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +67,16 @@ class FairnessEvaluation:
 
     ``metrics`` uses the evaluator's names; ``groups`` has one row per reported group
     (attribute, group, size, selection_rate, tpr); ``notes`` says what is undefined or
-    suppressed; ``config`` holds the settings (``sensitive_features``, ``min_group_size``, ...).
+    suppressed; ``config`` holds the settings (``sensitive_features``, ``min_group_size``, ...);
+    ``params`` says which model ran on which data with which settings (logged as MLflow params
+    of a new run by :func:`log_fairness_to_mlflow`).
     """
 
     metrics: dict[str, float]
     groups: pd.DataFrame
     notes: list[str]
     config: dict[str, Any]
+    params: dict[str, str] = field(default_factory=dict)
 
 
 @task(name="fit-fair-representation", cache_policy=NO_CACHE)
@@ -190,6 +194,7 @@ def evaluate_model_fairness(
         )
     features = data.drop(columns=[target])
     sensitive = sensitive_columns(features, config["sensitive_features"])
+    model_name = model if isinstance(model, str) else type(model).__name__
     if isinstance(model, str):
         import mlflow
 
@@ -198,10 +203,32 @@ def evaluate_model_fairness(
         model = mlflow.pyfunc.load_model(model)
     y_pred = np.asarray(model.predict(model_input(model, features, config["sensitive_features"])))
     metrics, report = fairness_metrics(data[target].to_numpy(), y_pred, sensitive, config)
-    evaluation = FairnessEvaluation(metrics, report.group_table(), list(report.notes), config)
+    params = evaluation_params(model_name, data, target, config)
+    evaluation = FairnessEvaluation(
+        metrics, report.group_table(), list(report.notes), config, params
+    )
     if run_id is not None:
         log_fairness_to_mlflow.fn(evaluation, tracking_uri=tracking_uri, run_id=run_id)
     return evaluation
+
+
+def evaluation_params(
+    model: str, data: pd.DataFrame, target: str, config: dict[str, Any]
+) -> dict[str, str]:
+    """What an evaluation ran on, as MLflow params: the model (URI or class), the data (rows,
+    columns and a SHA-256 of its contents, never a value) and every setting."""
+    digest = hashlib.sha256(pd.util.hash_pandas_object(data, index=False).to_numpy().tobytes())
+    params = {
+        "model": model,
+        "target": target,
+        "data.rows": str(len(data)),
+        "data.columns": ",".join(str(c) for c in data.columns),
+        "data.sha256": digest.hexdigest(),
+    }
+    for key, value in config.items():
+        text = ",".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+        params[f"fairness.{key}"] = text
+    return {key: value[:6000] for key, value in params.items()}  # MLflow's param value limit
 
 
 @task(name="write-fairness-report", cache_policy=NO_CACHE)
@@ -260,7 +287,7 @@ def log_fairness_to_mlflow(
     store its artifacts are kept next to the database) and is ended. Returns the run id.
     """
     from mlflow import MlflowClient
-    from mlflow.entities import Metric
+    from mlflow.entities import Metric, Param
 
     client = MlflowClient(tracking_uri=tracking_uri)
     new_run = run_id is None
@@ -270,6 +297,10 @@ def log_fairness_to_mlflow(
     now = int(time.time() * 1000)
     batch = [Metric(key, float(value), now, 0) for key, value in evaluation.metrics.items()]
     log_metrics_batched(client, run_id, batch)
+    if new_run and evaluation.params:
+        client.log_batch(
+            run_id, params=[Param(key, value) for key, value in evaluation.params.items()]
+        )
     for path in (files or {}).values():
         client.log_artifact(run_id, str(path), artifact_path="fairness")
     if new_run:

@@ -18,7 +18,7 @@ from sklearn.pipeline import Pipeline
 from fairpca import metrics as fm
 
 from .audit_record import MetricStep, Selection
-from .report import Bullets, Plot, Strong, summary_table
+from .report import Bullets, Plot, format_interval, gate_sentence, summary_table, verdict_sections
 from .select import Decision, candidate_name
 
 __all__ = [
@@ -162,40 +162,40 @@ def selection_record(state: AuditState) -> Selection:
 
 
 def audit_facts(state: AuditState) -> dict[str, Any]:
-    """Data and setup facts for the report (aggregates only)."""
+    """Data and setup facts for the report (aggregates only), each a readable string."""
     config = state.config
+    split = state.split.summary()
     facts: dict[str, Any] = {
         "source": config.source_name,
-        "sensitive attribute(s)": ", ".join(state.split.s_train.columns),
-        **state.split.summary(),
+        "sensitive attribute(s)": ", ".join(str(c) for c in state.split.s_train.columns),
+        "rows (train / validation / test)": (
+            f"{split['n_train']} / {split['n_validation']} / {split['n_test']}"
+        ),
+        **{k: v for k, v in split.items() if k not in ("n_train", "n_validation", "n_test")},
         "k": config.k,
         "variants": ", ".join(config.variants),
         "lambdas": ", ".join(f"{lam:g}" for lam in config.lambdas),
         "classifiers": ", ".join(config.classifiers),
         "seed": config.seed,
-        "RBF SVC training rows": config.svc_max_train_rows or "all",
-        "thresholds": config.thresholds.model_dump(),
-        "gate": config.gate,
+        "gate": gate_sentence(config.thresholds, config.gate),
         "eligibility": f"beat the majority class by {config.min_accuracy_gain} on validation, "
         f"predict one class for < {100 * config.max_one_class_share:g}% of the rows",
     }
+    if "rbf_svc" in config.classifiers:
+        cap = config.svc_max_train_rows
+        facts["RBF SVC training rows"] = (
+            split["n_train"] if cap is None else min(cap, split["n_train"])
+        )
     encoding = getattr(state.dataset, "sensitive_encoding", None)
     if encoding:
         facts["group coding"] = "; ".join(f"{k}: {v}" for k, v in encoding.items())
-    facts["group sizes"] = json.dumps(
-        group_sizes(state.split, config.min_group_size, config.allow_small_groups)
+    facts["group sizes (all parts)"] = "; ".join(
+        f"{attribute}: " + ", ".join(f"{group} {n}" for group, n in groups.items())
+        for attribute, groups in group_sizes(
+            state.split, config.min_group_size, config.allow_small_groups
+        ).items()
     )
     return facts
-
-
-def format_interval(metrics: dict[str, float], name: str) -> str:
-    """``0.8175 [0.7888, 0.8438]``: a metric with its 95% interval ("-" when undefined)."""
-    if name not in metrics:
-        return "-"
-    low, high = metrics.get(f"{name}.ci95_low"), metrics.get(f"{name}.ci95_high")
-    if low is None or high is None:
-        return f"{metrics[name]:.4f}"
-    return f"{metrics[name]:.4f} [{low:.4f}, {high:.4f}]"
 
 
 def reported_frame(state: AuditState) -> pd.DataFrame:
@@ -230,26 +230,29 @@ def candidate_summary(state: AuditState) -> pd.DataFrame:
 
 def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """The report's sections, in order (rendered to Markdown and HTML by the report task)."""
-    verdict = "PROMOTE to champion" if state.decision.promote else "do NOT promote"
     diag = state.diagnostics
+    selection = selection_record(state)
     sections: list[tuple[str, Any]] = [
-        ("Data and setup", Bullets([f"{k}: {v}" for k, v in audit_facts(state).items()])),
-        ("Decision", [Strong(verdict), Bullets(state.decision.reasons)]),
-        (
-            "Chosen pipeline beside the baselines (95% intervals; test rows never used for a "
-            "choice)",
-            reported_frame(state),
+        *verdict_sections(
+            selection,
+            thresholds=state.config.thresholds,
+            references=getattr(state, "references", None),
+            policy=getattr(state, "policy", None),
         ),
         (
             "Trade-off on validation rows",
-            Plot("validation accuracy vs fairness violation per lambda"),
+            Plot("validation accuracy against each gated measure, with 95% intervals"),
         ),
         (
             "Candidates on validation rows (baselines, chosen, lambda=0 and last lambda per "
             "variant and classifier; full table: metrics.csv)",
             candidate_summary(state),
         ),
-        ("Warnings", Bullets(diag.get("warnings") or ["none"])),
+        (
+            "Validation and test rows of the chosen candidate and the baselines",
+            reported_frame(state),
+        ),
+        ("Data and setup", Bullets([f"{k}: {v}" for k, v in audit_facts(state).items()])),
         (
             "Diagnostics: does fairness carry over to held-out rows?",
             diagnostics_frame(diag.get("representations", {})),

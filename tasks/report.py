@@ -10,7 +10,6 @@ tables, the plot); Markdown and HTML are two renderings of the same sections.
 from __future__ import annotations
 
 import base64
-import html
 import json
 import math
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from .escape import html_text, markdown_text
 from .select import Decision
 from .signing import sha256_file
 
@@ -30,12 +30,20 @@ __all__ = [
     "Decision",
     "Plot",
     "Strong",
+    "Verdict",
+    "format_interval",
+    "gate_limits",
+    "gate_sentence",
+    "group_rates_frame",
+    "html_table",
     "markdown_table",
     "plot_tradeoff",
     "render_html",
     "render_markdown",
     "sha256_file",
     "summary_table",
+    "verdict_frame",
+    "verdict_sections",
     "write_matrices",
     "write_report",
 ]
@@ -80,22 +88,6 @@ class Plot:
     caption: str
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "-"
-        return f"{value:.4g}"
-    return str(value)
-
-
-def markdown_table(frame: pd.DataFrame) -> str:
-    """GitHub-flavoured Markdown table of a small frame."""
-    header = "| " + " | ".join(str(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in frame.itertuples(False)]
-    return "\n".join([header, rule, *body])
-
-
 def summary_table(
     table: pd.DataFrame, chosen: dict[str, Any], baselines: dict[str, Any]
 ) -> pd.DataFrame:
@@ -138,48 +130,352 @@ def write_matrices(out_dir: Path, representations: dict[str, Any]) -> dict[str, 
     return hashes
 
 
-PCA_STYLE = {"marker": "x", "ms": 9, "color": "black", "label": "unconstrained PCA"}
-CHOSEN_STYLE = {"marker": "*", "ms": 14, "color": "gold", "markeredgecolor": "black",
-                "label": "chosen"}  # fmt: skip
+def format_interval(metrics: dict[str, float], name: str) -> str:
+    """``0.8175 [0.7888, 0.8438]``: a metric with its 95% interval ("-" when undefined)."""
+    value = metrics.get(name)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    low, high = metrics.get(f"{name}.ci95_low"), metrics.get(f"{name}.ci95_high")
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return f"{value:.4f}"
+    return f"{value:.4f} [{low:.4f}, {high:.4f}]"
 
 
-def _marker(ax, row: dict[str, Any] | None, metric: str, style: dict[str, Any]) -> None:
-    if row is not None and np.isfinite(row.get(metric, np.nan)):
-        ax.plot(row[metric], row["accuracy"], linestyle="none", **style)
+# -- the verdict and the per-group rates, read from the audit record --------------------------
+
+VERDICT_METRICS = (
+    "accuracy",
+    "balanced_accuracy",
+    "dp_difference",
+    "eo_difference",
+    "equalized_odds_difference",
+    "selection_rate_ratio",
+)
+GROUP_RATES = ("selection_rate", "tpr", "fpr", "base_rate")
 
 
-def _panel(ax, table: pd.DataFrame, variant: str, marks: dict[str, Any], colors) -> None:
-    """One variant: a curve per classifier with an arrow in the direction of growing lambda,
-    unconstrained PCA, the chosen point, the threshold and the majority-class accuracy."""
-    metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
-    thresholds = marks["thresholds"]
-    eo = metric == "eo_difference"
-    limit = thresholds.max_eo_difference if eo else thresholds.max_dp_difference
-    part = table[table["variant"] == variant].reindex(
-        columns=[*table.columns.drop(metric, errors="ignore"), metric]
+def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """``({metric: largest allowed}, {metric: smallest allowed})`` of a gate policy.
+
+    ``thresholds`` is a mapping (or a pydantic model) of ``max_<metric>`` / ``min_<metric>``
+    names; a bare metric name is an upper limit. The short names ``max_dp`` / ``max_eo`` are
+    not used: ``max_dp_difference`` limits ``dp_difference``.
+    """
+    values = thresholds.model_dump() if hasattr(thresholds, "model_dump") else dict(thresholds)
+    upper, lower = {}, {}
+    for key, limit in values.items():
+        if limit is None:
+            continue
+        if key.startswith("min_"):
+            lower[key[4:]] = float(limit)
+        else:
+            upper[key.removeprefix("max_")] = float(limit)
+    return upper, lower
+
+
+def gate_sentence(thresholds: Any, gate: str) -> str:
+    """The gate in words, e.g. ``upper 95% bound of dp_difference <= 0.05, ...``."""
+    upper, lower = gate_limits(thresholds)
+    bound = gate == "upper_bound"
+    parts = [
+        f"{'upper 95% bound of ' if bound else ''}{metric} ≤ {limit:g}"
+        for metric, limit in upper.items()
+    ]
+    parts += [
+        f"{'lower 95% bound of ' if bound else ''}{metric} ≥ {limit:g}"
+        for metric, limit in lower.items()
+    ]
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The decision, shown first and framed (green: promote, amber: keep)."""
+
+    text: str
+    promote: bool
+
+
+def _verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
+    """(model, kind, test metrics) of the chosen candidate, the baselines, the references."""
+    rows = [(selection["chosen"]["name"], "chosen", selection["test"])]
+    pca = selection["baselines"].get("pca")
+    if pca:
+        rows.append((pca["name"], "baseline: unconstrained PCA", pca["test"]))
+    majority = selection["baselines"]["majority"]
+    rows.append((f"majority class ({majority['class']})", "baseline", majority["test"]))
+    for reference in references or []:
+        sensitive = (
+            " (needs the sensitive attribute at prediction)"
+            if reference.get("needs_sensitive_at_prediction")
+            else ""
+        )
+        kind = f"reference: {reference.get('approach', 'mitigation')}{sensitive}"
+        rows.append((reference["name"], kind, reference.get("test", {})))
+    return rows
+
+
+def verdict_frame(selection: dict[str, Any], references: list[dict[str, Any]]) -> pd.DataFrame:
+    """Test-row metrics with 95% intervals: chosen, baselines, reference mitigations."""
+    test = selection["test"]
+    several = any(k.endswith(".intersection") for k in test)
+    metrics = [m for m in VERDICT_METRICS if m in test]
+    if several:
+        metrics += [
+            f"{m}.intersection"
+            for m in ("dp_difference", "eo_difference")
+            if f"{m}.intersection" in test
+        ]
+    records = []
+    for name, kind, values in _verdict_rows(selection, references):
+        records.append(
+            {"model": name, "role": kind, **{m: format_interval(values, m) for m in metrics}}
+        )
+    return pd.DataFrame(records)
+
+
+def _split_group_metric(name: str) -> tuple[str, str, str] | None:
+    """``tpr.sex:Female`` -> ``("tpr", "sex", "Female")``; intersections keep the whole
+    ``sex:Female/race:White`` as the group of attribute ``intersection``."""
+    rate, _, rest = name.partition(".")
+    if rate not in GROUP_RATES or ":" not in rest or ".ci95_" in rest:
+        return None
+    if "/" in rest:
+        return rate, "intersection", rest
+    attribute, _, group = rest.partition(":")
+    return rate, attribute, group
+
+
+def group_rates_frame(
+    test: dict[str, float], group_sizes: dict[str, dict[str, Any]]
+) -> pd.DataFrame:
+    """One row per reported group: its rows (all parts), selection rate, TPR, FPR, base rate
+    on test rows. Suppressed groups have no rates and do not appear."""
+    rates: dict[tuple[str, str], dict[str, float]] = {}
+    for name, value in test.items():
+        parts = _split_group_metric(name)
+        if parts is not None:
+            rates.setdefault((parts[1], parts[2]), {})[parts[0]] = value
+    records = []
+    for (attribute, group), values in rates.items():
+        size = (group_sizes or {}).get(attribute, {}).get(group, "-")
+        records.append(
+            {
+                "attribute": attribute,
+                "group": group,
+                "rows": size,
+                **{rate: values.get(rate, math.nan) for rate in GROUP_RATES},
+            }
+        )
+    frame = pd.DataFrame(records, columns=["attribute", "group", "rows", *GROUP_RATES])
+    return frame.rename(
+        columns={
+            "selection_rate": "selection rate",
+            "tpr": "TPR",
+            "fpr": "FPR",
+            "base_rate": "base rate",
+            "rows": "rows (all parts)",
+        }
     )
-    if part[metric].isna().all():  # e.g. fewer than two groups of --min-group-size rows
-        ax.text(0.5, 0.5, f"{metric} undefined\non the validation rows", ha="center",
-                transform=ax.transAxes)  # fmt: skip
-    for i, name in enumerate(table["classifier"].unique()):
-        curve = part[part["classifier"] == name].sort_values("lambda")
-        color = colors[i % len(colors)]
-        ax.plot(curve[metric], curve["accuracy"], "o-", ms=3, color=color, label=name)
-        if len(curve) > 1:
-            ax.annotate(
-                "",
-                xy=(curve[metric].iloc[-1], curve["accuracy"].iloc[-1]),
-                xytext=(curve[metric].iloc[0], curve["accuracy"].iloc[0]),
-                arrowprops={"arrowstyle": "->", "color": color, "alpha": 0.4},
-            )
-    _marker(ax, marks["pca"], metric, PCA_STYLE)
-    if marks["chosen"]["variant"] in (variant, "pca"):
-        _marker(ax, marks["chosen"], metric, CHOSEN_STYLE)
-    ax.axvline(limit, color="red", ls="--", lw=1, label="threshold")
-    ax.axhline(marks["majority_accuracy"], color="grey", ls=":", lw=1, label="majority class")
-    ax.set_xlabel(f"{'EO' if eo else 'DP'} difference, validation (lower is fairer)")
-    ax.set_title(f"{variant} (arrow: lambda 0 -> {table['lambda'].max():g})", fontsize=9)
+
+
+def verdict_sections(
+    selection: dict[str, Any],
+    *,
+    thresholds: Any,
+    references: list[dict[str, Any]] | None = None,
+    policy: dict[str, Any] | None = None,
+) -> list[tuple[str, Any]]:
+    """The report's first sections: the decision, the chosen candidate and its test metrics
+    beside the baselines (and the reference mitigations), then the per-group rates."""
+    decision = selection["decision"]
+    verb = "Promote to champion" if decision["promote"] else "Do not promote"
+    chosen = selection["chosen"]["name"]
+    gate = gate_sentence(
+        (policy or {}).get("thresholds") or thresholds, selection.get("gate", "upper_bound")
+    )
+    lines = [f"Chosen on validation rows: {chosen}.", f"Gate: {gate}."]
+    if policy and policy.get("description"):
+        lines.insert(1, f"Policy {policy.get('name', '')}: {policy['description']}")
+    blocks: list[Any] = [
+        Verdict(f"{verb}: {chosen}", decision["promote"]),
+        Bullets([*lines, *decision["reasons"]]),
+        verdict_frame(selection, references or []),
+    ]
+    if selection.get("warnings"):
+        blocks.append(Bullets([f"Warning: {w}" for w in selection["warnings"]]))
+    rates = group_rates_frame(selection["test"], selection.get("group_sizes", {}))
+    return [
+        ("Verdict (test rows, never used for a choice; 95% intervals)", blocks),
+        ("Per-group rates of the chosen candidate (test rows)", rates),
+    ]
+
+
+# -- the trade-off plot ----------------------------------------------------------------------
+
+CHOSEN_STYLE = {
+    "marker": "*",
+    "ms": 16,
+    "color": "gold",
+    "markeredgecolor": "black",
+    "zorder": 5,
+    "label": "chosen",
+}
+PCA_STYLE = {
+    "marker": "X",
+    "ms": 9,
+    "color": "black",
+    "zorder": 4,
+    "label": "unconstrained PCA (chosen classifier)",
+}
+REFERENCE_STYLE = {"marker": "D", "ms": 7, "markeredgecolor": "black", "zorder": 4}
+CLASSIFIER_MARKERS = ("o", "s", "^", "v", "P", "<", ">")
+
+
+def _errors(frame: pd.DataFrame, metric: str) -> np.ndarray:
+    """Asymmetric error bars (2, n) from the 95% interval columns; 0 where undefined."""
+    value = frame[metric].to_numpy(float)
+    low = frame.get(f"{metric}.ci95_low", pd.Series(value, index=frame.index)).to_numpy(float)
+    high = frame.get(f"{metric}.ci95_high", pd.Series(value, index=frame.index)).to_numpy(float)
+    bars = np.vstack([value - low, high - value])
+    return np.where(np.isfinite(bars), np.clip(bars, 0.0, None), 0.0)
+
+
+def _point(ax, values: dict[str, Any] | None, metric: str, style: dict[str, Any]) -> None:
+    """One candidate with its 95% intervals, skipped when a coordinate is undefined."""
+    if not values:
+        return
+    frame = pd.DataFrame([values]).reindex(
+        columns=[
+            metric,
+            "accuracy",
+            *(f"{m}.ci95_{e}" for m in (metric, "accuracy") for e in ("low", "high")),
+        ]
+    )
+    if not np.isfinite(frame[[metric, "accuracy"]].to_numpy(float)).all():
+        return
+    ax.errorbar(
+        frame[metric],
+        frame["accuracy"],
+        xerr=_errors(frame, metric),
+        yerr=_errors(frame, "accuracy"),
+        linestyle="none",
+        capsize=2,
+        elinewidth=1,
+        **style,
+    )
+
+
+def _candidates(ax, table: pd.DataFrame, metric: str, colors: dict[str, str]) -> None:
+    """Every candidate: colour = variant, marker = classifier, a thin line along lambda."""
+    classifiers = list(dict.fromkeys(table["classifier"]))
+    for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
+        curve = curve.sort_values("lambda")
+        curve = curve[np.isfinite(curve[[metric, "accuracy"]].to_numpy(float)).all(axis=1)]
+        if curve.empty:
+            continue
+        marker = CLASSIFIER_MARKERS[classifiers.index(classifier) % len(CLASSIFIER_MARKERS)]
+        ax.errorbar(
+            curve[metric],
+            curve["accuracy"],
+            xerr=_errors(curve, metric),
+            yerr=_errors(curve, "accuracy"),
+            color=colors[variant],
+            marker=marker,
+            ms=4,
+            lw=0.6,
+            elinewidth=0.5,
+            alpha=0.55,
+            capsize=0,
+        )
+
+
+def _accepted_region(ax, metric: str, limits: tuple[dict, dict]) -> None:
+    """Shade the part of the panel the gate accepts (for this measure and accuracy)."""
+    upper, lower = limits
+    ax.autoscale_view()
+    x0, x1 = ax.get_xlim()
+    y0, y1 = ax.get_ylim()
+    if metric in upper:
+        x0, x1 = min(x0, upper[metric] - 0.02), max(x1, upper[metric] + 0.02)
+    if metric in lower:
+        x0, x1 = min(x0, lower[metric] - 0.02), max(x1, lower[metric] + 0.02)
+    floor = lower.get("accuracy", -np.inf)
+    left, right = lower.get(metric, x0), upper.get(metric, x1)
+    if left < right and max(floor, y0) < y1:
+        ax.fill_between(
+            [left, right],
+            max(floor, y0),
+            y1,
+            color="tab:green",
+            alpha=0.12,
+            lw=0,
+            label="accepted by the gate",
+        )
+    for limit in (upper.get(metric), lower.get(metric)):
+        if limit is not None:
+            ax.axvline(limit, color="tab:green", ls="--", lw=1)
+    if np.isfinite(floor) and floor > y0:
+        ax.axhline(floor, color="tab:green", ls="--", lw=1)
+    ax.set_xlim(x0, x1)
+    ax.set_ylim(y0, y1)
+
+
+def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
+    _candidates(ax, table, metric, marks["colors"])
+    chosen = marks["chosen"]
+    pca = marks["pca"]
+    if pca is not None:
+        pca_rows = table[
+            (table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))
+        ]
+        _point(ax, pca_rows.iloc[0].to_dict() if len(pca_rows) else pca, metric, PCA_STYLE)
+    for i, reference in enumerate(marks["references"]):
+        style = {**REFERENCE_STYLE, "color": f"C{(i + 4) % 10}", "label": reference["name"]}
+        _point(ax, reference.get("validation"), metric, style)
+    _point(ax, chosen, metric, CHOSEN_STYLE)
+    if np.isfinite(marks["majority_accuracy"]):
+        ax.axhline(
+            marks["majority_accuracy"], color="grey", ls=":", lw=1, label="majority-class accuracy"
+        )
+    if not np.isfinite(table[[metric, "accuracy"]].to_numpy(float)).any():
+        ax.text(
+            0.5,
+            0.5,
+            f"{metric} undefined for every candidate",
+            transform=ax.transAxes,
+            ha="center",
+            va="center",
+            color="grey",
+        )
+    _accepted_region(ax, metric, marks["limits"])
+    better = "higher" if metric in marks["limits"][1] else "lower"
+    ax.set_xlabel(f"{metric}, validation rows ({better} is fairer)")
+    ax.set_ylabel("validation accuracy")
     ax.grid(alpha=0.3)
+
+
+def gated_measures(table: pd.DataFrame, thresholds: Any) -> list[str]:
+    """The gate's measures other than accuracy that the candidates table holds."""
+    upper, lower = gate_limits(thresholds)
+    return [m for m in dict.fromkeys([*upper, *lower]) if m != "accuracy" and m in table.columns]
+
+
+def _legend_handles(table: pd.DataFrame, colors: dict[str, str], axes) -> tuple[list, list]:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, marker="o", lw=1) for c in colors.values()]
+    labels = [f"variant {v}" for v in colors]
+    for i, classifier in enumerate(dict.fromkeys(table["classifier"])):
+        marker = CLASSIFIER_MARKERS[i % len(CLASSIFIER_MARKERS)]
+        handles.append(Line2D([], [], color="grey", marker=marker, ls="none"))
+        labels.append(f"classifier {classifier}")
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(handle)
+                labels.append(label)
+    return handles, labels
 
 
 def plot_tradeoff(
@@ -190,74 +486,146 @@ def plot_tradeoff(
     pca: dict[str, Any] | None,
     majority_accuracy: float,
     thresholds,
+    gate: str = "upper_bound",
+    references: list[dict[str, Any]] | None = None,
 ) -> Path:
-    """Validation accuracy vs fairness violation per lambda: one panel per fair variant (DP;
-    EO for the equal opportunity variant), one curve per classifier, on shared axes.
+    """Validation accuracy against each gated fairness measure, one panel per measure
+    (stacked, 7.2 inches = 790 px wide), every candidate with its 95% intervals.
 
-    Marks the threshold (vertical), the majority-class accuracy (horizontal), unconstrained
-    PCA (x), the chosen candidate (star) and the lambda direction (an arrow from lambda = 0,
-    the fairest point, to the last lambda).
+    The region the gate accepts is shaded (with ``gate="upper_bound"`` a candidate passes
+    when its whole error bar lies inside it; with ``"point"`` when its point does). Marks the
+    chosen candidate (star), unconstrained PCA (X), the reference mitigations (diamonds) and
+    the majority-class accuracy (dotted). Undefined (NaN) values are left out.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fair = [v for v in table["variant"].unique() if v != "pca"] or ["pca"]
+    measures = gated_measures(table, thresholds) or [
+        m for m in ("dp_difference", "eo_difference") if m in table.columns
+    ]
+    variants = list(dict.fromkeys(table["variant"]))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    marks = {
+        "chosen": chosen,
+        "pca": pca,
+        "majority_accuracy": float("nan") if majority_accuracy is None else majority_accuracy,
+        "limits": gate_limits(thresholds),
+        "references": list(references or []),
+        "colors": {v: palette[i % len(palette)] for i, v in enumerate(variants)},
+    }
     fig, axes = plt.subplots(
-        1, len(fair), figsize=(4.2 * len(fair), 3.8), squeeze=False, sharex=True, sharey=True
+        len(measures),
+        1,
+        figsize=(7.2, 3.2 * len(measures) + 1.3),
+        squeeze=False,
+        layout="constrained",
     )
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    marks = {"chosen": chosen, "pca": pca, "majority_accuracy": majority_accuracy,
-             "thresholds": thresholds}  # fmt: skip
-    for ax, variant in zip(axes[0], fair, strict=True):
-        _panel(ax, table, variant, marks, colors)
-    legend = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            legend.setdefault(label, handle)
-    axes[0][0].set_ylabel("validation accuracy")
-    axes[0][0].legend(list(legend.values()), list(legend), fontsize=7)
-    fig.tight_layout()
+    for ax, metric in zip(axes[:, 0], measures, strict=True):
+        _panel(ax, table, metric, marks)
+    rule = "whole 95% interval inside" if gate == "upper_bound" else "point estimate inside"
+    fig.suptitle(f"Gate accepts a candidate with its {rule} the shaded region", fontsize=10)
+    handles, labels = _legend_handles(table, marks["colors"], axes[:, 0])
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
 
+# -- rendering --------------------------------------------------------------------------------
+
+STYLE = (
+    "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1d1d1f;"
+    "max-width:62em;margin:0 auto;padding:1em 1.2em}"
+    "h1{font-size:1.45em;margin:.2em 0 .6em}h2{font-size:1.15em;margin:1.6em 0 .5em;"
+    "border-bottom:1px solid #ddd;padding-bottom:.2em}"
+    "h1,h2,p,li,figcaption{overflow-wrap:anywhere}"
+    ".verdict{font-size:1.2em;font-weight:600;padding:.5em .8em;border-left:6px solid;"
+    "border-radius:4px}.promote{border-color:#1f883d;background:#e9f6ec}"
+    ".keep{border-color:#bf8700;background:#fff4d6}"
+    ".scroll{overflow-x:auto;max-width:100%;margin:.4em 0}"
+    "table{border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}"
+    "th,td{border:1px solid #d8d8d8;padding:3px 8px;text-align:right;white-space:nowrap}"
+    "th{background:#f4f4f6}td:first-child,th:first-child{text-align:left}"
+    "tbody tr:nth-child(even){background:#fafafa}"
+    "img{max-width:100%;height:auto}figure{margin:.5em 0}"
+    "figcaption{font-size:.9em;color:#555}"
+)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float | np.floating):
+        return "-" if math.isnan(value) else f"{value:.4g}"
+    return "-" if value is None else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | np.number) and not isinstance(value, bool)
+
+
+def markdown_table(frame: pd.DataFrame, escape=None) -> str:
+    """GitHub-flavoured Markdown table of a small frame; ``escape`` (e.g.
+    :func:`fairpca.tasks.escape.markdown_text`) is applied to every header and cell."""
+    escape = escape or str
+    header = "| " + " | ".join(escape(c) for c in frame.columns) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = [
+        "| " + " | ".join(_cell(v) if _is_number(v) else escape(_cell(v)) for v in row) + " |"
+        for row in frame.itertuples(False)
+    ]
+    return "\n".join([header, rule, *body])
+
+
+def html_table(frame: pd.DataFrame) -> str:
+    """An HTML table (every header and cell escaped) in a box that scrolls on its own."""
+    head = "".join(f"<th>{html_text(c)}</th>" for c in frame.columns)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{html_text(_cell(v))}</td>" for v in row) + "</tr>"
+        for row in frame.itertuples(False)
+    )
+    return (
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+    )
+
+
 def _html_block(content: Any, image: Path | None) -> str:
     if isinstance(content, pd.DataFrame):
-        return content.to_html(index=False, na_rep="-", float_format=lambda v: f"{v:.4g}")
+        return html_table(content)
     if isinstance(content, Plot):
         if image is None:
             return ""
         data = base64.b64encode(image.read_bytes()).decode()
+        caption = html_text(content.caption)
         return (
-            f"<figure><img alt='{html.escape(content.caption)}' "
-            f"src='data:image/png;base64,{data}'><figcaption>"
-            f"{html.escape(content.caption)}</figcaption></figure>"
+            f"<figure><img alt='{caption}' src='data:image/png;base64,{data}'>"
+            f"<figcaption>{caption}</figcaption></figure>"
         )
+    if isinstance(content, Verdict):
+        kind = "promote" if content.promote else "keep"
+        return f"<p class='verdict {kind}'>{html_text(content.text)}</p>"
     if isinstance(content, Strong):
-        return f"<p><strong>{html.escape(content.text)}</strong></p>"
+        return f"<p><strong>{html_text(content.text)}</strong></p>"
     if isinstance(content, Bullets):
-        items = "".join(f"<li>{html.escape(str(item))}</li>" for item in content.items)
+        items = "".join(f"<li>{html_text(item)}</li>" for item in content.items)
         return f"<ul>{items}</ul>"
     if isinstance(content, list):
         return "".join(_html_block(item, image) for item in content)
-    return "".join(f"<p>{html.escape(line)}</p>" for line in str(content).split("\n\n"))
+    return "".join(f"<p>{html_text(line)}</p>" for line in str(content).split("\n\n"))
 
 
 def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None) -> str:
-    """The report as one self-contained HTML page (the plot inlined)."""
+    """The report as one self-contained, responsive HTML page (the plot inlined)."""
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'>",
-        f"<title>{html.escape(title)}</title>",
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-        "table{border-collapse:collapse;font-size:12px}td,th{border:1px solid #ccc;"
-        "padding:2px 6px;text-align:right}</style></head><body>",
-        f"<h1>{html.escape(title)}</h1>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>{html_text(title)}</title>",
+        f"<style>{STYLE}</style></head><body>",
+        f"<h1>{html_text(title)}</h1>",
     ]
     for heading, content in sections:
-        parts.append(f"<h2>{html.escape(heading)}</h2>")
+        parts.append(f"<h2>{html_text(heading)}</h2>")
         parts.append(_html_block(content, image))
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -265,23 +633,23 @@ def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None)
 
 def _markdown_block(content: Any, image_name: str) -> str:
     if isinstance(content, pd.DataFrame):
-        return markdown_table(content)
+        return markdown_table(content, escape=markdown_text)
     if isinstance(content, Plot):
-        return f"![{content.caption}]({image_name})"
-    if isinstance(content, Strong):
-        return f"**{content.text}**"
+        return f"![{markdown_text(content.caption)}]({image_name})"
+    if isinstance(content, Verdict | Strong):
+        return f"**{markdown_text(content.text)}**"
     if isinstance(content, Bullets):
-        return "\n".join(f"- {item}" for item in content.items)
+        return "\n".join(f"- {markdown_text(item)}" for item in content.items)
     if isinstance(content, list):
         return "\n\n".join(_markdown_block(item, image_name) for item in content)
-    return str(content)
+    return "\n\n".join(markdown_text(line) for line in str(content).split("\n\n"))
 
 
 def render_markdown(title: str, sections: list[tuple[str, Any]], image_name: str) -> str:
     """The report as Markdown (the plot linked as ``image_name``)."""
-    lines = [f"# {title}", ""]
+    lines = [f"# {markdown_text(title)}", ""]
     for heading, content in sections:
-        lines += [f"## {heading}", "", _markdown_block(content, image_name), ""]
+        lines += [f"## {markdown_text(heading)}", "", _markdown_block(content, image_name), ""]
     return "\n".join(lines)
 
 

@@ -111,7 +111,208 @@ def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
         outputs[command] = result.output
         for name in SHARED_OPTIONS:
             assert f"--{name.replace('_', '-')}" in result.output, name
+    for command in ("audit", "retrain", "relog"):
+        narrow = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+        assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
     for shown in ("[default: (10)]", "[default: (30)]", "[default: (fairpca-output)]"):
         assert shown in outputs["audit"] and shown in outputs["retrain"]
     assert "--accuracy-tolerance" in outputs["retrain"]
     assert "--accuracy-tolerance" not in outputs["audit"]
+
+
+def _result(**overrides):
+    """A finished audit's result with the widest names the summary can hold."""
+    from fairpca.flows.audit import AuditResult
+
+    row = {
+        "variant": "fair_pca_eo",
+        "lambda": 0.125,
+        "classifier": "linear_svm",
+        "accuracy": 0.8491,
+        "accuracy.ci95_low": 0.8351,
+        "accuracy.ci95_high": 0.8632,
+        "dp_difference": 0.1651,
+        "dp_difference.ci95_high": 0.1921,
+        "eo_difference": 0.0551,
+        "eo_difference.ci95_high": 0.1721,
+        "var_explained": 0.671,
+    }
+    summary = [{**row, "role": role} for role in ("majority", "PCA (best)", "chosen", "last λ")]
+    summary[0].update(variant="-", classifier="majority", **{"lambda": None})
+    test = {"accuracy": 0.81, "accuracy.ci95_low": 0.79, "accuracy.ci95_high": 0.83}
+    values = dict(
+        run_id="f79fe6b6ef204cf6bc432b7163157ac2", run_name="audit-adult-20261201T083632-883dd2",
+        experiment_id="1", tracking_uri="sqlite:///mlflow.db", model_name="fairpca-adult-x-sex",
+        model_version="2", champion_alias="champion", champion_moved=True, decision="promote",
+        reasons=["fair_pca_eo/linear_svm@lambda=0.125 meets the thresholds"], chosen={},
+        output_dir="/tmp/out", report_path="/tmp/out/report.html", summary=summary,
+        selection={"chosen": {"name": "fair_pca_eo/linear_svm@lambda=0.125"}, "gate": "upper_bound",
+                   "test": test, "warnings": [],
+                   "baselines": {"majority": {"test": test}}},
+    )  # fmt: skip
+    return AuditResult(**{**values, **overrides})
+
+
+def _printed(result, before=None, width=80) -> str:
+    import io
+
+    from rich.console import Console
+
+    from fairpca.flows import console as shown
+
+    out = Console(width=width, file=io.StringIO(), record=True)
+    original = shown.console
+    shown.console = out
+    try:
+        shown.print_report(result, before)
+    finally:
+        shown.console = original
+    return out.export_text()
+
+
+def test_summary_at_80_columns_cuts_no_cell():
+    from fairpca.flows.console import SUMMARY_COLUMNS, _summary_cells
+
+    text = _printed(_result())
+    assert "…" not in text
+    table = text.split("Chosen on validation rows")[0]
+    assert max(len(line) for line in table.splitlines()) <= 80
+    words = text.split()
+    assert "the chosen candidate" in " ".join(words)  # the caption wraps, never cut
+    cells = _summary_cells(_result().summary[2])
+    kept = [title for title, _ in SUMMARY_COLUMNS if title.split()[0] in words]
+    assert kept[:7] == ["row", "variant", "λ", "classifier", "accuracy (95%)", "ΔDP", "ΔEO"]
+    for title in kept:
+        for word in cells[title].split():
+            assert word in words, (title, word)  # whole, never cut
+
+
+def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():
+    from pathlib import Path
+
+    text = _printed(_result(), before="1", width=200)
+    assert "Decision: promoted: fairpca-adult-x-sex v1 -> v2 now holds the 'champion' alias." in (
+        text
+    )
+    from fairpca.flows.console import mlflow_bin
+
+    mlflow = Path(sys.executable).parent / "mlflow"
+    mlflow = mlflow if mlflow.exists() else f"{sys.executable} -m mlflow"
+    assert mlflow_bin() == str(mlflow) and Path(mlflow_bin().split()[0]).is_absolute()
+    store = f"sqlite:///{Path('mlflow.db').absolute()}"
+    assert f"Open the MLflow UI: {mlflow} ui --backend-store-uri {store} --port 5000" in text
+    assert "Run: http://127.0.0.1:5000/#/experiments/1/runs/f79fe6b6ef204cf6bc432b7163157ac2" in (
+        text
+    )
+    assert "Model version: http://127.0.0.1:5000/#/models/fairpca-adult-x-sex/versions/2" in text
+    kept = _printed(_result(champion_moved=False, outcome="champion v1 still meets the gate; "
+                            "challenger v2 was not promoted."), before="1", width=200)  # fmt: skip
+    assert "Decision: not promoted: v2 was registered, the 'champion' alias stays on v1." in kept
+    assert "Retrain: champion v1 still meets the gate; challenger v2 was not promoted." in kept
+
+
+def test_config_file_typo_gets_did_you_mean(tmp_path):
+    config = tmp_path / "audit.yaml"
+    config.write_text("dataset: adult\nlamdas: [0, 1]\nthresholds:\n  max_dp_diference: 0.1\n")
+    result = runner.invoke(app, ["audit", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "lamdas: unknown option; did you mean 'lambdas'?" in result.output
+    assert "thresholds.max_dp_diference: unknown option; did you mean 'max_dp_difference'?" in (
+        result.output
+    )
+
+
+def test_messages_name_the_cli_options(tmp_path):
+    from fairpca.flows.console import option_names
+
+    assert option_names("pass positive_label=<value> or data_dir=None") == (
+        "pass --positive-label <value> or no --data-dir"
+    )
+    assert option_names("keep/drop/sep apply to a user data file") == (
+        "--keep/--drop/--sep apply to a user data file"
+    )
+    data = tmp_path / "people.csv"
+    data.write_text("x,s,y\n" + "".join(f"{i},{'ab'[i % 2]},{'ny'[i % 3 == 0]}\n"
+                                        for i in range(60)))  # fmt: skip
+    result = runner.invoke(app, ["audit", "--data", str(data), "--label", "y", "--sensitive", "s",
+                                 "--positive-label", "maybe", "--output-dir",
+                                 str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "--positive-label" in result.output and "positive_label=" not in result.output
+
+
+def test_unreachable_tracking_uri_is_one_message_before_any_work(tmp_path):
+    """The command ends with one message and no traceback (the check's own 5 s bound is
+    timed in the next test, without the start-up of a Python process)."""
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "fairpca.flows", "audit", "--dataset", "german",
+         "--tracking-uri", f"http://127.0.0.1:{port}", "--output-dir", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr + done.stdout
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("MLflow is not reachable (nothing was run): the MLflow tracking "
+                               f"server http://127.0.0.1:{port} is not reachable")  # fmt: skip
+    assert "--tracking-uri sqlite:///mlflow.db" in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_relog_hint_never_suggests_a_second_registration():
+    from fairpca.flows.console import relog_alias_note
+
+    logged = {"champion_alias": "champion", "model_name": "m", "model_version": "3"}
+    for promote in (False, True):
+        note = relog_alias_note(logged, promote)
+        assert "--force" not in note and "set_registered_model_alias('m', 'champion', '3')" in note
+
+
+def test_cli_turns_mlflow_telemetry_off(monkeypatch):
+    """Offline runs print no "Failed to send telemetry records": the CLI disables MLflow's
+    telemetry before MLflow is used (DO_NOT_TRACK=1 alone does not: MLflow wants "true")."""
+    from mlflow.telemetry.utils import is_telemetry_disabled
+
+    from fairpca.flows.server import prefect_defaults
+
+    monkeypatch.delenv("MLFLOW_DISABLE_TELEMETRY", raising=False)
+    monkeypatch.setenv("DO_NOT_TRACK", "1")
+    monkeypatch.setattr("mlflow.telemetry.utils._IS_IN_CI_ENV_OR_TESTING", False)
+    assert not is_telemetry_disabled()
+    prefect_defaults()
+    assert is_telemetry_disabled()
+
+
+def test_tracking_check_answers_in_seconds_and_names_the_fix(tmp_path):
+    import socket
+    import time
+
+    from fairpca.flows.tracking import TrackingUnreachable, check_tracking_uri
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.perf_counter()
+    with pytest.raises(TrackingUnreachable, match=r"--tracking-uri sqlite:///mlflow\.db"):
+        check_tracking_uri(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{port}")
+    assert time.perf_counter() - started < 5
+    missing = tmp_path / "no-such-folder" / "mlflow.db"
+    with pytest.raises(TrackingUnreachable, match="does not exist"):
+        check_tracking_uri(f"sqlite:///{missing}", f"sqlite:///{missing}")
+    check_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}", "local")  # a new store is fine
+
+
+def test_piped_output_follows_columns():
+    import os
+
+    code = "from fairpca.flows.console import console; print(console.width)"
+    for columns, width in (("80", "80"), ("", "120")):
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        env.update({"COLUMNS": columns} if columns else {})
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=120, check=True)  # fmt: skip
+        assert done.stdout.strip() == width

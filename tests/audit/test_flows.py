@@ -133,12 +133,13 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     }
     assert expected <= paths
     report = download(client, result.run_id, "report/report.md", local).read_text()
-    assert "## Decision" in report and "tradeoff.png" in report
+    assert report.startswith("# ") and "## Verdict" in report and "tradeoff.png" in report
     resolved = json.loads(download(client, result.run_id, "report/config.json", local).read_text())
     assert resolved["k"] == 4
     assert resolved["sensitive"] == ["sex"]  # the attribute actually used (default: sex)
     page = download(client, result.run_id, "report/report.html", local).read_text()
-    assert "**" not in page and "\n- " not in page and "<li>" in page and "<strong>" in page
+    assert "**" not in page and "\n- " not in page and "<li>" in page
+    assert page.index("class='verdict") < page.index("Per-group rates") < page.index("<img")
 
     # the selection handed to the registry: chosen on validation, reported on test, baselines
     selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]

@@ -614,21 +614,44 @@ def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
     monkeypatch.chdir(tmp_path)
+    port = _health_only_server()  # passes the CLI's reachability check, fails every logging call
     (tmp_path / "audit.yaml").write_text("mlflow_retries: 0\nmlflow_retry_backoff: 0.05\n")
     result = CliRunner().invoke(
         app,
         ["audit", "--config", "audit.yaml", "--dataset", "german", "-k", "2", "--variants",
          "pca,fair_pca", "--lambdas", "0", "--classifiers", "logreg", "--output-dir", "out",
-         "--tracking-uri", "http://auditor:Pw-7f3kQz9@127.0.0.1:9"],
+         "--tracking-uri", f"http://auditor:Pw-7f3kQz9@127.0.0.1:{port}"],
     )  # fmt: skip
-    assert result.exit_code == 1, result.output  # the server is unreachable: kept locally
-    assert "http://127.0.0.1:9" in result.output and "Pw-7f3kQz9" not in result.output
+    assert result.exit_code == 1, result.output  # logging failed: results kept locally
+    assert f"http://127.0.0.1:{port}" in result.output and "Pw-7f3kQz9" not in result.output
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "Pw-7f3kQz9"
     db_url = get_current_settings().server.database.connection_url.get_secret_value()
     roots = [tmp_path, Path(db_url.split("///", 1)[1])]
     written = _written_bytes(roots)
     assert any(path.name == "audit.json" for path, _ in written)
     assert [str(path) for path, data in written if b"Pw-7f3kQz9" in data] == []
+
+
+def _health_only_server() -> int:
+    """A server on 127.0.0.1 that answers MLflow's ``/health`` and nothing else (HTTP 503)."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self):
+            healthy = self.path == "/health"
+            self.send_response(200 if healthy else 503)
+            self.end_headers()
+            self.wfile.write(b"OK" if healthy else b"unavailable")
+
+        do_GET = do_POST = do_PATCH = do_DELETE = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
 
 
 # ----------------------------------------------------- database URIs keep their password

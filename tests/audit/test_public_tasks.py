@@ -114,6 +114,44 @@ def test_example_flow_audits_a_users_mlflow_model(
     }
     report = (tmp_path / "report" / "fairness_report.md").read_text()
     assert "dp_difference.sex" in report and "selection_rate.race:a" in report
+    params = client.get_run(run_id).data.params  # which model, which data, which settings
+    assert params["model"] == model_uri and params["target"] == "label"
+    assert params["data.rows"] == str(len(frame))
+    assert params["data.columns"] == ",".join(frame.columns)
+    assert len(params["data.sha256"]) == 64
+    assert params["fairness.sensitive_features"] == "sex,race"
+    assert params["fairness.min_group_size"] == "30" and params["fairness.seed"] == "0"
+
+
+def test_rates_plot_legend_covers_no_bar(tmp_path):
+    """Every group's bars stay clear of the legend, even with rates near 1."""
+    from matplotlib.figure import Figure
+
+    from fairpca.tasks.mlflow_evaluator import plot_group_rates
+
+    groups = pd.DataFrame({"attribute": ["sex"] * 4 + ["race"] * 2,
+                           "group": ["a", "b", "c", "d", "x", "y"],
+                           "selection_rate": [0.99, 0.98, 0.97, 0.96, 1.0, 0.9],
+                           "tpr": [1.0, 0.99, 1.0, 0.98, 1.0, 1.0]})  # fmt: skip
+    captured = {}
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        captured["figure"] = self
+        return original(self, *args, **kwargs)
+
+    Figure.savefig = keep
+    try:
+        plot_group_rates(groups, tmp_path / "rates.png")
+    finally:
+        Figure.savefig = original
+    figure = captured["figure"]
+    renderer = figure.canvas.get_renderer()
+    (legend,) = figure.legends
+    box = legend.get_window_extent(renderer)
+    bars = [patch for axes in figure.axes for patch in axes.patches]
+    assert len(bars) == 12
+    assert not any(box.overlaps(bar.get_window_extent(renderer)) for bar in bars)
 
 
 def test_fit_and_sweep_lambda_match_a_direct_computation():

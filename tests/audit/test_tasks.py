@@ -388,8 +388,8 @@ def test_report_renders_structured_sections_as_markdown_and_html():
         ("Notes", "plain text"),
     ]
     markdown = render_markdown("T", sections, "tradeoff.png")
-    assert "**do NOT promote**" in markdown and "- DP 0.06 > max 0.05" in markdown
-    assert "![trade-off](tradeoff.png)" in markdown
+    assert "**do NOT promote**" in markdown and "- DP 0\\.06 &gt; max 0\\.05" in markdown
+    assert "![trade\\-off](tradeoff.png)" in markdown  # user text escaped (markdown_text)
     page = render_html("T", sections, None)
     assert "<p><strong>do NOT promote</strong></p>" in page
     assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page
