@@ -137,8 +137,9 @@ def _read_policy(path: Path, root: Path) -> GatePolicy:
         ) from None
     if not resolved.is_file():
         raise PolicyError(f"policy file {path.name}: reference data {resolved} does not exist.")
-    return policy.model_copy(update={"reference": policy.reference.model_copy(
-        update={"path": resolved})})  # fmt: skip
+    return policy.model_copy(
+        update={"reference": policy.reference.model_copy(update={"path": resolved})}
+    )
 
 
 def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePolicy]:
@@ -213,9 +214,13 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
         reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
         tags = gate_tasks.gate_tags(gate_tasks.ERROR, reasons, {})
         card = gate_tasks.gate_card(
-            name=name, version=version, status=gate_tasks.ERROR, reasons=reasons, metrics={},
+            name=name,
+            version=version,
+            status=gate_tasks.ERROR,
+            reasons=reasons,
+            metrics={},
             facts=facts,
-        )  # fmt: skip
+        )
         gate_tasks.record_verdict(client, name, version, tags, card)
         _artifact(name, version, card)
         logger.error("gate error for %s version %s: %s", name, version, reasons[0])

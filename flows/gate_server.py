@@ -243,12 +243,17 @@ def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
         try:
             flow_run_id = starter(parameters, delivery_id)
         except Exception as error:
-            wait = queue.retry_later(delivery_id, attempts, f"{type(error).__name__}: {error}",
-                                     time.time())  # fmt: skip
+            wait = queue.retry_later(
+                delivery_id, attempts, f"{type(error).__name__}: {error}", time.time()
+            )
             logger.warning(
                 "could not start %s for delivery %s (attempt %d: %s); retrying in %.0f s",
-                DEPLOYMENT, delivery_id, attempts + 1, type(error).__name__, wait,
-            )  # fmt: skip
+                DEPLOYMENT,
+                delivery_id,
+                attempts + 1,
+                type(error).__name__,
+                wait,
+            )
             continue
         queue.started(delivery_id, flow_run_id)
         logger.info("delivery %s: started flow run %s %s", delivery_id, flow_run_id, parameters)
@@ -285,15 +290,17 @@ def create_app(
         client = request.client.host if request.client else "?"
         now = time.time()
         try:
-            delivery_id = check_signature(secret, dict(request.headers), body, now=now,
-                                          max_age=max_age)  # fmt: skip
+            delivery_id = check_signature(
+                secret, dict(request.headers), body, now=now, max_age=max_age
+            )
             event = parse_event(body)
             if event is not None and event.name not in watched:
                 event = None
             queue.accept(delivery_id, event, now)
         except Refused as refusal:
-            logger.warning("refused delivery from %s: %d %s", client, refusal.status,
-                           refusal.reason)  # fmt: skip
+            logger.warning(
+                "refused delivery from %s: %d %s", client, refusal.status, refusal.reason
+            )
             return JSONResponse({"refused": refusal.reason}, status_code=refusal.status)
         except sqlite3.Error as error:  # not recorded: MLflow retries on 503
             logger.error("could not queue delivery %s: %s", delivery_id, error)
@@ -344,8 +351,9 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logger.info("watching %s; queue %s", sorted(watched), queue_path)
     app = create_app(secret, DeliveryQueue(queue_path), watched)
-    uvicorn.run(app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile,
-                log_level="info")  # fmt: skip
+    uvicorn.run(
+        app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level="info"
+    )
 
 
 # ---- the MLflow side: the webhook that points at the receiver ------------------------------
@@ -371,8 +379,9 @@ def _find_webhook(client, name: str):
             return None
 
 
-def register_webhook(client, *, url: str, models: list[str], secret: str,
-                     name: str = WEBHOOK_NAME) -> tuple[str, str]:  # fmt: skip
+def register_webhook(
+    client, *, url: str, models: list[str], secret: str, name: str = WEBHOOK_NAME
+) -> tuple[str, str]:
     """Create or update the webhook ``name``; ``(action, webhook id)`` with action
     ``created``, ``updated`` or ``unchanged`` (a second run with the same values changes
     nothing). MLflow delivers a webhook's events for every registered model; ``models`` is

@@ -33,8 +33,9 @@ BODY = json.dumps(
 )
 
 
-def headers_for(body: str, *, secret: str = SECRET, timestamp: int | None = None,
-                delivery_id: str | None = None) -> dict[str, str]:  # fmt: skip
+def headers_for(
+    body: str, *, secret: str = SECRET, timestamp: int | None = None, delivery_id: str | None = None
+) -> dict[str, str]:
     delivery_id = delivery_id or str(uuid.uuid4())
     stamp = str(int(time.time()) if timestamp is None else timestamp)
     return {
@@ -120,9 +121,11 @@ def test_other_events_and_non_events():
         }
     )
     assert parse_event(alias.encode()).parameters() == {
-        "model_name": "m", "version": "2", "event": "model_version_alias.created",
+        "model_name": "m",
+        "version": "2",
+        "event": "model_version_alias.created",
         "alias": "champion",
-    }  # fmt: skip
+    }
     with pytest.raises(Refused) as refused:
         parse_event(b"not json")
     assert refused.value.status == 400
