@@ -46,6 +46,7 @@ def fit(kind: str, seed: int = 1):
 
 def register(name: str, kind: str) -> str:
     import mlflow
+    import sklearn
 
     model, columns = fit(kind)
     mlflow.set_experiment("registrant")
@@ -55,6 +56,8 @@ def register(name: str, kind: str) -> str:
             name="model",
             input_example=make_data(n=5, seed=9)[columns],
             registered_model_name=name,
+            # given, not inferred: inference imports the model in a subprocess (seconds)
+            pip_requirements=[f"scikit-learn=={sklearn.__version__}"],
         )
     return str(info.registered_model_version)
 
