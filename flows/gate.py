@@ -195,11 +195,12 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
     client.set_model_version_tag(name, version, gate_tasks.STATUS_TAG, gate_tasks.PENDING)
     reference = policy.reference
     facts = {
-        "reference data": f"{reference.path.name} (SHA-256 {sha256_file(reference.path)})",
+        "reference data": reference.path.name,
         "policy": f"gate {policy.gate}, {policy.thresholds.model_dump()}",
         "Prefect flow run": _flow_run_id(),
     }
     try:
+        facts["reference data"] += f" (SHA-256 {sha256_file(reference.path)})"
         frame = gate_tasks.read_reference(reference.path, reference.label, reference.sensitive)
         metrics, run_id = gate_tasks.evaluate_version(
             f"models:/{name}/{version}",

@@ -235,3 +235,33 @@ def test_register_webhook_is_idempotent(mlflow_store, monkeypatch):
     rotated = register_webhook(client, url=url, models=["a", "b"], secret="n" * 40, name=name)
     assert rotated == ("updated", first[1])
     assert len([w for w in client.list_webhooks() if w.name == name]) == 1
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+
+def test_cli_refuses_a_missing_or_short_secret_before_starting(policy_dir, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fairpca.flows.cli import app
+
+    monkeypatch.setenv("FAIRPCA_WEBHOOK_SECRET", "short")
+    runner = CliRunner()
+    serve = runner.invoke(app, ["gate", "serve", "--policy-dir", str(policy_dir)])
+    register = runner.invoke(app, ["gate", "register", "--model", "m", "--url", "https://x/w"])
+    for result in (serve, register):
+        assert result.exit_code == 2
+        text = " ".join(result.output.split())  # rich wraps long lines
+        assert "FAIRPCA_WEBHOOK_SECRET" in text and "short" not in text
+    half = runner.invoke(app, ["gate", "serve", "--certfile", "gate.crt"])
+    assert half.exit_code == 2 and "--keyfile" in half.output
+
+
+def test_cli_refuses_a_bad_policy_dir_before_serving(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fairpca.flows.cli import app
+
+    monkeypatch.setenv("FAIRPCA_WEBHOOK_SECRET", SECRET)
+    result = CliRunner().invoke(app, ["gate", "serve", "--policy-dir", str(tmp_path / "none")])
+    assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())

@@ -255,7 +255,6 @@ class Gate:
             async with get_client() as prefect:
                 return [r.parameters for r in await prefect.read_flow_runs()]
 
-        os.environ["PREFECT_API_URL"] = self.env["PREFECT_API_URL"]
         return asyncio.run(read())
 
 
@@ -292,6 +291,7 @@ def check_refusals(gate: Gate) -> None:
 def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="fairpca-gate-e2e."))
     gate = Gate(work)
+    os.environ.update(gate.env)  # before prefect is imported here: it reads settings once
     ok = False
     try:
         gate.setup()
