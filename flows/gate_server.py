@@ -44,6 +44,7 @@ __all__ = [
     "parse_event",
     "secret_from_env",
     "serve",
+    "server_config",
     "sign",
 ]
 
@@ -332,7 +333,7 @@ def create_app(
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def serve(
+def server_config(
     *,
     host: str,
     port: int,
@@ -340,20 +341,29 @@ def serve(
     queue_path: str,
     certfile: str | None = None,
     keyfile: str | None = None,
-) -> None:
-    """Run the receiver with uvicorn (HTTPS when given a certificate and key)."""
+    drain_interval: float | None = 1.0,
+):
+    """The uvicorn configuration of the receiver (HTTPS when given a certificate and key);
+    the secret and the policies are checked here, before anything listens."""
     import uvicorn
 
     from fairpca.flows.gate import load_policies
 
     secret = secret_from_env()
     watched = set(load_policies(policy_dir))
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    app = create_app(secret, DeliveryQueue(queue_path), watched, drain_interval=drain_interval)
     logger.info("watching %s; queue %s", sorted(watched), queue_path)
-    app = create_app(secret, DeliveryQueue(queue_path), watched)
-    uvicorn.run(
+    return uvicorn.Config(
         app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level="info"
     )
+
+
+def serve(**options) -> None:
+    """Run the receiver until stopped (options of :func:`server_config`)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.Server(server_config(**options)).run()
 
 
 # ---- the MLflow side: the webhook that points at the receiver ------------------------------

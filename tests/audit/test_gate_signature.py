@@ -184,3 +184,78 @@ def test_queue_keeps_an_event_until_a_flow_run_starts(tmp_path):
     reopened._connect().execute("UPDATE deliveries SET next_try = 0")
     assert drain_once(reopened, lambda parameters, delivery_id: "run-7") == 1
     assert reopened.flow_runs() == {"id-1": "run-7"}
+
+
+def _self_signed(directory):
+    """A certificate and key for 127.0.0.1 (the test's own CA)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(
+            ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    certfile, keyfile = directory / "gate.crt", directory / "gate.key"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return certfile, keyfile
+
+
+def test_receiver_serves_https_with_a_certificate(tmp_path, monkeypatch):
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from fairpca.flows.gate_server import server_config
+
+    (tmp_path / "reference.csv").write_text("x1,group,approved\n1,0,1\n")
+    (tmp_path / "credit.yaml").write_text(
+        "model: credit\nreference: {path: reference.csv, label: approved, sensitive: [group]}\n"
+    )
+    certfile, keyfile = _self_signed(tmp_path)
+    monkeypatch.setenv("FAIRPCA_WEBHOOK_SECRET", SECRET)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = server_config(
+        host="127.0.0.1", port=port, policy_dir=str(tmp_path), queue_path=str(tmp_path / "q.db"),
+        certfile=str(certfile), keyfile=str(keyfile), drain_interval=None,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        url = f"https://127.0.0.1:{port}/webhook"
+        with httpx.Client(verify=str(certfile)) as https:
+            response = https.post(url, content=BODY, headers=headers_for(BODY))
+        assert response.status_code == 202 and response.json()["state"] == "queued"
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust the CA
+            httpx.post(url, content=BODY, headers=headers_for(BODY))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
