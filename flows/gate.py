@@ -212,20 +212,7 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
             run_tags={"fairness.gate.model": name, "fairness.gate.version": str(version)},
         )
     except Exception as error:  # any loader or data failure is the version's verdict: error
-        reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
-        tags = gate_tasks.gate_tags(gate_tasks.ERROR, reasons, {})
-        card = gate_tasks.gate_card(
-            name=name,
-            version=version,
-            status=gate_tasks.ERROR,
-            reasons=reasons,
-            metrics={},
-            facts=facts,
-        )
-        gate_tasks.record_verdict(client, name, version, tags, card)
-        _artifact(name, version, card)
-        logger.error("gate error for %s version %s: %s", name, version, reasons[0])
-        return Failed(message=f"{name} version {version}: error: {reasons[0]}")
+        return _record_error(client, name, version, facts, error)
     majority = gate_tasks.majority_accuracy(frame[reference.label], reference.positive_label)
     status, reasons = gate_tasks.verdict(metrics, policy, majority)
     facts["evaluation run"] = run_id
@@ -241,6 +228,24 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
     message = f"{name} version {version}: {status}" + (f" ({'; '.join(reasons)})" * bool(reasons))
     logger.info(message)
     return Completed(message=message)
+
+
+def _record_error(client, name: str, version: str, facts: dict, error: Exception):
+    """Status ``error`` with the reason on the version; a Failed state for the flow run."""
+    reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
+    tags = gate_tasks.gate_tags(gate_tasks.ERROR, reasons, {})
+    card = gate_tasks.gate_card(
+        name=name,
+        version=version,
+        status=gate_tasks.ERROR,
+        reasons=reasons,
+        metrics={},
+        facts=facts,
+    )
+    gate_tasks.record_verdict(client, name, version, tags, card)
+    _artifact(name, version, card)
+    get_run_logger().error("gate error for %s version %s: %s", name, version, reasons[0])
+    return Failed(message=f"{name} version {version}: error: {reasons[0]}")
 
 
 def _artifact(name: str, version: str, card: str) -> None:

@@ -271,6 +271,28 @@ def _drain_forever(queue: DeliveryQueue, stop: threading.Event, interval: float)
         stop.wait(interval)
 
 
+def _draining(queue: DeliveryQueue, interval: float | None):
+    """A lifespan that drains ``queue`` in a thread every ``interval`` s (None: no thread)."""
+
+    @asynccontextmanager
+    async def lifespan(app):
+        stop = threading.Event()
+        thread = None
+        if interval is not None:
+            thread = threading.Thread(
+                target=_drain_forever, args=(queue, stop, interval), daemon=True
+            )
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=10)
+
+    return lifespan
+
+
 def create_app(
     secret: str,
     queue: DeliveryQueue,
@@ -313,24 +335,8 @@ def create_app(
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "queue": queue.counts()})
 
-    @asynccontextmanager
-    async def lifespan(app):
-        stop = threading.Event()
-        thread = None
-        if drain_interval is not None:
-            thread = threading.Thread(
-                target=_drain_forever, args=(queue, stop, drain_interval), daemon=True
-            )
-            thread.start()
-        try:
-            yield
-        finally:
-            stop.set()
-            if thread is not None:
-                thread.join(timeout=10)
-
     routes = [Route("/webhook", webhook, methods=["POST"]), Route("/health", health)]
-    return Starlette(routes=routes, lifespan=lifespan)
+    return Starlette(routes=routes, lifespan=_draining(queue, drain_interval))
 
 
 def server_config(

@@ -45,6 +45,7 @@ __all__ = [
     "last_passed_tag",
     "majority_accuracy",
     "read_reference",
+    "record_verdict",
     "verdict",
 ]
 
