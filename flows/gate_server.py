@@ -369,6 +369,7 @@ def serve(**options) -> None:
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logger.setLevel(logging.INFO)  # accepted deliveries and started runs too, not only refusals
     uvicorn.Server(server_config(**options)).run()
 
 

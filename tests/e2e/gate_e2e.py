@@ -357,8 +357,17 @@ def check_prefect_outage(gate: Gate) -> None:
             return json.load(response)["queue"].get("pending", 0) >= 1
 
     wait_for("the event to wait in the receiver's queue", queued_and_retrying)
-    time.sleep(3)  # at least one failed start, then retries with back-off
-    assert "could not start" in (gate.work / "gate-receiver.log").read_text()
+    log = gate.work / "gate-receiver.log"
+
+    def delivery_id():
+        for line in log.read_text().splitlines():
+            if " queued: " in line and f"version='{version}'" in line:
+                return line.split("delivery ", 1)[1].split()[0]
+        return None
+
+    queued = wait_for(f"the receiver to queue version {version}", delivery_id)
+    wait_for("a failed start while Prefect is down (then retries with back-off)",
+             lambda: f"for delivery {queued} (attempt 1" in log.read_text())  # fmt: skip
     gate.start_prefect()
     gate.wait_prefect()
     say("Prefect server back")
