@@ -5,7 +5,8 @@
 # (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
 # runs the audit deployment and the retrain deployment three times (promote, keep, demote)
 # through a worker, checks the results through MlflowClient, and runs the MLflow "fairness"
-# evaluator plugin against the server (deployments/e2e_checks.py). Every process it starts
+# evaluator plugin against the server (deployments/e2e_checks.py), then the fairness gate
+# (tests/e2e/gate_e2e.py, with servers of its own). Every process it starts
 # is stopped by PID (process group) on exit, also when a step fails.
 #
 # Usage:  bash deployments/ci_e2e.sh
@@ -307,6 +308,12 @@ step_ok
 
 step "bad deployment parameters fail at validation, before any work" "$WORKER_LOG $PREFECT_LOG"
 check bad-params
+step_ok
+
+step "fairness gate on the model registry (its own servers: tests/e2e/gate_e2e.py)"
+# MLflow webhooks -> signed receiver -> fairness-gate/on-registration on a worker; refusals,
+# champion undone, a Prefect outage; prints the time from registration to the status tag
+run_fg "$PYTHON" "$REPO_DIR/tests/e2e/gate_e2e.py"
 step_ok
 
 echo

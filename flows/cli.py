@@ -356,6 +356,69 @@ def relog(
             console.print(escape(relog_alias_note(logged, promote)))
 
 
+gate_app = typer.Typer(
+    help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook).",
+    no_args_is_help=True,
+)
+app.add_typer(gate_app, name="gate")
+
+
+@gate_app.command("serve")
+def gate_serve(
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    policy_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder of policy files.", show_default="$FAIRPCA_GATE_POLICY_DIR"),
+    ] = None,
+    queue: Annotated[Path, typer.Option(help="SQLite file of the event queue.")] = Path(
+        "fairpca-gate-queue.db"
+    ),
+    certfile: Annotated[Path | None, typer.Option(help="TLS certificate (serves HTTPS).")] = None,
+    keyfile: Annotated[Path | None, typer.Option(help="TLS private key.")] = None,
+) -> None:
+    """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs."""
+    from .gate import PolicyError
+    from .gate_server import serve
+
+    if (certfile is None) != (keyfile is None):
+        _fail("Invalid options", "give both --certfile and --keyfile, or neither")
+    try:
+        serve(
+            host=host,
+            port=port,
+            policy_dir=policy_dir and str(policy_dir),
+            queue_path=str(queue),
+            certfile=certfile and str(certfile),
+            keyfile=keyfile and str(keyfile),
+        )
+    except (PolicyError, ValueError) as error:
+        _fail("Cannot start the gate receiver", str(error))
+
+
+@gate_app.command("register")
+def gate_register(
+    model: Annotated[list[str], typer.Option(help="Watched registered model; repeatable.")],
+    url: Annotated[str, typer.Option(help="Receiver URL, e.g. https://gate.example:8765/webhook.")],
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Create or update the MLflow webhook of the gate (idempotent)."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from .config import mask_credentials, resolve_tracking_uri
+    from .gate_server import register_webhook, secret_from_env
+
+    try:
+        secret = secret_from_env()
+        uri = resolve_tracking_uri(tracking_uri)
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        action, webhook_id = register_webhook(client, url=url, models=model, secret=secret)
+    except (ValueError, MlflowException) as error:
+        _fail("Webhook not registered", str(error))
+    console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
+
+
 def main() -> None:
     """Console script entry point (``fairpca``)."""
     app()

@@ -46,7 +46,9 @@ def schema_of(flow) -> dict:
 
 
 def test_deployments_point_at_the_flows(deployments, flows):
-    assert set(deployments) == {"on-demand", "scheduled"}
+    assert set(deployments) == {"on-demand", "scheduled", "on-registration"}
+    assert deployments["on-registration"]["entrypoint"] == "flows/gate.py:fairness_gate"
+    assert flows["on-registration"].name == "fairness-gate"
     assert deployments["on-demand"]["entrypoint"] == "flows/audit.py:fairness_audit"
     assert deployments["scheduled"]["entrypoint"] == "flows/retrain.py:retrain"
     assert flows["on-demand"].name == "fairness-audit"
@@ -112,12 +114,25 @@ def test_server_side_schema_rejects_bad_parameters(deployments, flows, change, m
     """What the Prefect server checks when a run is created (enforce_parameter_schema)."""
     from prefect.utilities.schema_tools import ValidationError, validate
 
-    for name, deployment in deployments.items():
+    for name in ("on-demand", "scheduled"):
         schema = schema_of(flows[name])
-        good = deployment["parameters"]
+        good = deployments[name]["parameters"]
         validate(good, schema, raise_on_error=True, preprocess=True, ignore_required=False)
         bad = {"config": {**good["config"], **change}}
         with pytest.raises(ValidationError, match=message):
+            validate(bad, schema, raise_on_error=True, preprocess=True, ignore_required=False)
+
+
+def test_gate_deployment_takes_the_event_and_refuses_others(deployments, flows):
+    from prefect.utilities.schema_tools import ValidationError, validate
+
+    assert deployments["on-registration"]["enforce_parameter_schema"] is True
+    assert not deployments["on-registration"].get("schedules")
+    schema = schema_of(flows["on-registration"])
+    good = {"model_name": "credit", "version": "3", "event": "model_version.created"}
+    validate(good, schema, raise_on_error=True, preprocess=True, ignore_required=False)
+    for bad in ({**good, "event": "model_version_tag.set"}, {"model_name": "credit"}):
+        with pytest.raises(ValidationError):
             validate(bad, schema, raise_on_error=True, preprocess=True, ignore_required=False)
 
 

@@ -1,0 +1,424 @@
+"""The webhook receiver of the fairness gate: MLflow registry events in, Prefect runs out.
+
+``POST /webhook`` checks each delivery the way MLflow signs it
+(:mod:`mlflow.webhooks.delivery`): ``X-MLflow-Signature: v1,<base64 HMAC-SHA256>`` over
+``<X-MLflow-Delivery-Id>.<X-MLflow-Timestamp>.<body>`` with the shared secret
+(``FAIRPCA_WEBHOOK_SECRET``), compared in constant time. Refused, logged, and nothing started:
+
+* 401: a missing header, a wrong signature, or a timestamp more than ``max_age`` seconds
+  (5 minutes) from the receiver's clock;
+* 409: a delivery id already accepted (a replay);
+* 400: a signed body that is not an MLflow event.
+
+An accepted event of a watched model is written to a SQLite queue and answered ``202`` at
+once; a background thread drains the queue into runs of the Prefect deployment
+``fairness-gate/on-registration`` (``run_deployment(..., timeout=0)``, idempotency key = the
+delivery id), retrying with back-off while the Prefect server is down. The queue, not
+MLflow's three retries (about 7 s), is what keeps events through an outage: an event is
+lost only if the receiver cannot write its queue, and then it answers 503 so MLflow retries.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from contextlib import asynccontextmanager, closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEPLOYMENT",
+    "SECRET_ENV",
+    "DeliveryQueue",
+    "Refused",
+    "check_signature",
+    "create_app",
+    "parse_event",
+    "secret_from_env",
+    "serve",
+    "server_config",
+    "sign",
+]
+
+logger = logging.getLogger("fairpca.gate")
+
+SECRET_ENV = "FAIRPCA_WEBHOOK_SECRET"
+MIN_SECRET_CHARS = 32
+DEPLOYMENT = "fairness-gate/on-registration"
+MAX_AGE_S = 300
+SIGNATURE_HEADER = "X-MLflow-Signature"
+DELIVERY_HEADER = "X-MLflow-Delivery-Id"
+TIMESTAMP_HEADER = "X-MLflow-Timestamp"
+GATED_EVENTS = ("model_version.created", "model_version_alias.created")
+
+
+class Refused(Exception):
+    """A delivery that is not accepted: the HTTP status and the reason (logged)."""
+
+    def __init__(self, status: int, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def secret_from_env() -> str:
+    """The webhook secret from ``FAIRPCA_WEBHOOK_SECRET``; a clear error when unusable."""
+    secret = os.environ.get(SECRET_ENV, "")
+    if len(secret) < MIN_SECRET_CHARS:
+        raise ValueError(
+            f"set {SECRET_ENV} to a secret of at least {MIN_SECRET_CHARS} characters (the same "
+            "for `fairpca gate register` and `fairpca gate serve`), e.g. the output of "
+            "python -c 'import secrets; print(secrets.token_urlsafe(32))'."
+        )
+    return secret
+
+
+def sign(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
+    """MLflow's signature header value: ``v1,`` + base64 HMAC-SHA256 of ``id.timestamp.body``."""
+    content = f"{delivery_id}.{timestamp}.".encode() + body
+    digest = hmac.new(secret.encode("utf-8"), content, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+def check_signature(
+    secret: str, headers: dict[str, str], body: bytes, *, now: float, max_age: float = MAX_AGE_S
+) -> str:
+    """The delivery id of an authentic, fresh delivery; raises :class:`Refused` (401) else.
+
+    ``headers`` keys are matched case-insensitively. The signature is checked before the
+    timestamp, so an unsigned caller learns nothing about the clock. Several space-separated
+    ``v1,<sig>`` values (Standard Webhooks key rotation) are accepted if any one matches.
+    """
+    lower = {key.lower(): value for key, value in headers.items()}
+    values = [lower.get(h.lower(), "") for h in (DELIVERY_HEADER, TIMESTAMP_HEADER)]
+    delivery_id, timestamp = values
+    given = lower.get(SIGNATURE_HEADER.lower(), "")
+    if not (delivery_id and timestamp and given):
+        raise Refused(401, "missing signature, delivery id or timestamp header")
+    expected = sign(secret, delivery_id, timestamp, body).encode()
+    if not any(hmac.compare_digest(expected, part.encode()) for part in given.split()):
+        raise Refused(401, "signature does not match (wrong secret or altered request)")
+    try:
+        sent = int(timestamp)
+    except ValueError:
+        raise Refused(401, f"timestamp {timestamp[:20]!r} is not a Unix time") from None
+    if abs(now - sent) > max_age:
+        raise Refused(401, f"stale timestamp: {now - sent:.0f} s from now (max {max_age:.0f} s)")
+    return delivery_id
+
+
+@dataclass(frozen=True)
+class GateEvent:
+    """One registry event the gate acts on."""
+
+    event: str
+    name: str
+    version: str
+    alias: str | None = None
+
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "model_name": self.name,
+            "version": self.version,
+            "event": self.event,
+            "alias": self.alias,
+        }
+
+
+def parse_event(body: bytes) -> GateEvent | None:
+    """The gated event in an MLflow payload, None for another event; :class:`Refused` (400)
+    for a body that is not an MLflow event."""
+    try:
+        payload = json.loads(body)
+        event = f"{payload['entity']}.{payload['action']}"
+        data = payload["data"]
+        if event not in GATED_EVENTS:
+            return None
+        return GateEvent(event, str(data["name"]), str(data["version"]), data.get("alias"))
+    except (ValueError, KeyError, TypeError) as error:
+        raise Refused(400, f"not an MLflow webhook payload ({type(error).__name__})") from None
+
+
+class DeliveryQueue:
+    """Accepted delivery ids and the events still to start, in one SQLite file.
+
+    An id is recorded once (a replay is refused); an event stays ``pending`` until a Prefect
+    flow run exists for it, across receiver restarts.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        with self._connect() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, "
+                "received_at REAL, event TEXT, parameters TEXT, state TEXT, attempts INTEGER "
+                "DEFAULT 0, next_try REAL DEFAULT 0, flow_run_id TEXT, last_error TEXT)"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+
+    def accept(self, delivery_id: str, event: GateEvent | None, now: float) -> None:
+        """Record the id (and the event to start); :class:`Refused` (409) if seen before."""
+        state = "ignored" if event is None else "pending"
+        params = None if event is None else json.dumps(event.parameters())
+        with self._lock, closing(self._connect()) as db:
+            try:
+                db.execute(
+                    "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (delivery_id, now, event and event.event, params, state),
+                )
+            except sqlite3.IntegrityError:
+                raise Refused(409, "delivery id already received (replay)") from None
+
+    def due(self, now: float) -> list[tuple[str, dict[str, Any], int]]:
+        with closing(self._connect()) as db:
+            rows = db.execute(
+                "SELECT delivery_id, parameters, attempts FROM deliveries WHERE state = "
+                "'pending' AND next_try <= ? ORDER BY received_at",
+                (now,),
+            ).fetchall()
+        return [(d, json.loads(p), a) for d, p, a in rows]
+
+    def started(self, delivery_id: str, flow_run_id: str) -> None:
+        with self._lock, closing(self._connect()) as db:
+            db.execute(
+                "UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE delivery_id = ?",
+                (flow_run_id, delivery_id),
+            )
+
+    def retry_later(self, delivery_id: str, attempts: int, error: str, now: float) -> float:
+        wait = min(60.0, 2.0**attempts)
+        with self._lock, closing(self._connect()) as db:
+            db.execute(
+                "UPDATE deliveries SET attempts = ?, next_try = ?, last_error = ? "
+                "WHERE delivery_id = ?",
+                (attempts + 1, now + wait, error[:500], delivery_id),
+            )
+        return wait
+
+    def counts(self) -> dict[str, int]:
+        with closing(self._connect()) as db:
+            rows = db.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state").fetchall()
+        return dict(rows)
+
+    def flow_runs(self) -> dict[str, str]:
+        """``{delivery id: flow run id}`` of the events started so far."""
+        with closing(self._connect()) as db:
+            rows = db.execute(
+                "SELECT delivery_id, flow_run_id FROM deliveries WHERE state = 'started'"
+            ).fetchall()
+        return dict(rows)
+
+
+def start_flow_run(parameters: dict[str, Any], delivery_id: str) -> str:
+    """Create a run of :data:`DEPLOYMENT` and return at once (the worker runs it)."""
+    from prefect.deployments import run_deployment
+
+    params = {k: v for k, v in parameters.items() if v is not None}
+    flow_run = run_deployment(
+        DEPLOYMENT,
+        parameters=params,
+        timeout=0,
+        idempotency_key=f"mlflow-delivery-{delivery_id}",
+        flow_run_name=f"gate-{params['model_name']}-v{params['version']}"[:100],
+        as_subflow=False,
+    )
+    return str(flow_run.id)
+
+
+def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
+    """Start a flow run for every due event; failures wait (2, 4, ... 60 s) and retry."""
+    started = 0
+    for delivery_id, parameters, attempts in queue.due(time.time()):
+        try:
+            flow_run_id = starter(parameters, delivery_id)
+        except Exception as error:
+            wait = queue.retry_later(
+                delivery_id, attempts, f"{type(error).__name__}: {error}", time.time()
+            )
+            logger.warning(
+                "could not start %s for delivery %s (attempt %d: %s); retrying in %.0f s",
+                DEPLOYMENT,
+                delivery_id,
+                attempts + 1,
+                type(error).__name__,
+                wait,
+            )
+            continue
+        queue.started(delivery_id, flow_run_id)
+        logger.info("delivery %s: started flow run %s %s", delivery_id, flow_run_id, parameters)
+        started += 1
+    return started
+
+
+def _drain_forever(queue: DeliveryQueue, stop: threading.Event, interval: float) -> None:
+    while not stop.is_set():
+        try:
+            drain_once(queue)
+        except Exception:  # the queue file itself failed: log and keep the thread alive
+            logger.exception("draining the gate queue failed")
+        stop.wait(interval)
+
+
+def _draining(queue: DeliveryQueue, interval: float | None):
+    """A lifespan that drains ``queue`` in a thread every ``interval`` s (None: no thread)."""
+
+    @asynccontextmanager
+    async def lifespan(app):
+        stop = threading.Event()
+        thread = None
+        if interval is not None:
+            thread = threading.Thread(
+                target=_drain_forever, args=(queue, stop, interval), daemon=True
+            )
+            thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            if thread is not None:
+                thread.join(timeout=10)
+
+    return lifespan
+
+
+def create_app(
+    secret: str,
+    queue: DeliveryQueue,
+    watched: set[str],
+    *,
+    max_age: float = MAX_AGE_S,
+    drain_interval: float | None = 1.0,
+):
+    """The Starlette app: ``POST /webhook`` and ``GET /health``. With ``drain_interval`` a
+    background thread drains the queue while the app runs (None: no thread, for tests)."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def webhook(request: Request) -> JSONResponse:
+        body = await request.body()
+        client = request.client.host if request.client else "?"
+        now = time.time()
+        try:
+            delivery_id = check_signature(
+                secret, dict(request.headers), body, now=now, max_age=max_age
+            )
+            event = parse_event(body)
+            if event is not None and event.name not in watched:
+                event = None
+            queue.accept(delivery_id, event, now)
+        except Refused as refusal:
+            logger.warning(
+                "refused delivery from %s: %d %s", client, refusal.status, refusal.reason
+            )
+            return JSONResponse({"refused": refusal.reason}, status_code=refusal.status)
+        except sqlite3.Error as error:  # not recorded: MLflow retries on 503
+            logger.error("could not queue delivery %s: %s", delivery_id, error)
+            return JSONResponse({"error": "queue unavailable"}, status_code=503)
+        state = "ignored" if event is None else "queued"
+        logger.info("delivery %s %s: %s", delivery_id, state, event)
+        return JSONResponse({"delivery_id": delivery_id, "state": state}, status_code=202)
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "queue": queue.counts()})
+
+    routes = [Route("/webhook", webhook, methods=["POST"]), Route("/health", health)]
+    return Starlette(routes=routes, lifespan=_draining(queue, drain_interval))
+
+
+def server_config(
+    *,
+    host: str,
+    port: int,
+    policy_dir: str | None,
+    queue_path: str,
+    certfile: str | None = None,
+    keyfile: str | None = None,
+    drain_interval: float | None = 1.0,
+):
+    """The uvicorn configuration of the receiver (HTTPS when given a certificate and key);
+    the secret and the policies are checked here, before anything listens."""
+    import uvicorn
+
+    from fairpca.flows.gate import load_policies
+
+    secret = secret_from_env()
+    watched = set(load_policies(policy_dir))
+    app = create_app(secret, DeliveryQueue(queue_path), watched, drain_interval=drain_interval)
+    logger.info("watching %s; queue %s", sorted(watched), queue_path)
+    return uvicorn.Config(
+        app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level="info"
+    )
+
+
+def serve(**options) -> None:
+    """Run the receiver until stopped (options of :func:`server_config`)."""
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logger.setLevel(logging.INFO)  # accepted deliveries and started runs too, not only refusals
+    uvicorn.Server(server_config(**options)).run()
+
+
+# ---- the MLflow side: the webhook that points at the receiver ------------------------------
+
+WEBHOOK_NAME = "fairpca-fairness-gate"
+
+
+def secret_fingerprint(secret: str) -> str:
+    """A keyed digest that tells whether the webhook holds this secret (MLflow never returns
+    a webhook's secret), without revealing it: 12 hex digits of an HMAC of a fixed text."""
+    return hmac.new(secret.encode(), b"fairpca-gate-fingerprint", hashlib.sha256).hexdigest()[:12]
+
+
+def _find_webhook(client, name: str):
+    token = None
+    while True:
+        page = client.list_webhooks(max_results=100, page_token=token)
+        for webhook in page:
+            if webhook.name == name:
+                return webhook
+        token = page.token
+        if not token:
+            return None
+
+
+def register_webhook(
+    client, *, url: str, models: list[str], secret: str, name: str = WEBHOOK_NAME
+) -> tuple[str, str]:
+    """Create or update the webhook ``name``; ``(action, webhook id)`` with action
+    ``created``, ``updated`` or ``unchanged`` (a second run with the same values changes
+    nothing). MLflow delivers a webhook's events for every registered model; ``models`` is
+    recorded in its description and the receiver acts only on models with a policy file."""
+    description = (
+        f"fairpca fairness gate for models: {', '.join(sorted(set(models)))}; "
+        f"secret fingerprint {secret_fingerprint(secret)}"
+    )
+    wanted = {"url": url, "events": list(GATED_EVENTS), "description": description}
+    existing = _find_webhook(client, name)
+    if existing is None:
+        webhook = client.create_webhook(name=name, secret=secret, status="ACTIVE", **wanted)
+        return "created", webhook.webhook_id
+    same = (
+        existing.url == url
+        and sorted(str(e) for e in existing.events) == sorted(GATED_EVENTS)
+        and existing.description == description
+        and existing.status.is_active()
+    )
+    if same:
+        return "unchanged", existing.webhook_id
+    client.update_webhook(existing.webhook_id, secret=secret, status="ACTIVE", **wanted)
+    return "updated", existing.webhook_id

@@ -1,0 +1,261 @@
+"""The receiver's delivery check against MLflow's own signing code, and over HTTP.
+
+Signatures are made by ``mlflow.webhooks.delivery._generate_hmac_signature`` (what the
+tracking server sends), so a change of MLflow's scheme fails these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from mlflow.webhooks.delivery import _generate_hmac_signature
+
+from fairpca.flows.gate_server import (
+    DeliveryQueue,
+    Refused,
+    check_signature,
+    create_app,
+    parse_event,
+    sign,
+)
+
+SECRET = "s" * 16 + "e" * 16 + "cret"
+BODY = json.dumps(
+    {
+        "entity": "model_version",
+        "action": "created",
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "data": {"name": "credit", "version": "3", "source": "models:/m-1", "tags": {}},
+    }
+)
+
+
+def headers_for(
+    body: str, *, secret: str = SECRET, timestamp: int | None = None, delivery_id: str | None = None
+) -> dict[str, str]:
+    delivery_id = delivery_id or str(uuid.uuid4())
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    return {
+        "X-MLflow-Delivery-Id": delivery_id,
+        "X-MLflow-Timestamp": stamp,
+        "X-MLflow-Signature": _generate_hmac_signature(secret, delivery_id, stamp, body),
+    }
+
+
+def test_our_signature_is_mlflows():
+    assert sign(SECRET, "id-1", "1700000000", BODY.encode()) == _generate_hmac_signature(
+        SECRET, "id-1", "1700000000", BODY
+    )
+
+
+def test_valid_delivery_is_accepted():
+    headers = headers_for(BODY)
+    delivery = check_signature(SECRET, headers, BODY.encode(), now=time.time())
+    assert delivery == headers["X-MLflow-Delivery-Id"]
+
+
+def test_header_names_are_case_insensitive():
+    headers = {k.lower(): v for k, v in headers_for(BODY).items()}
+    assert check_signature(SECRET, headers, BODY.encode(), now=time.time())
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["wrong secret", "tampered body", "tampered id", "tampered timestamp", "no signature"],
+)
+def test_forged_or_altered_deliveries_are_refused_401(change):
+    headers = headers_for(BODY, secret="x" * 40 if change == "wrong secret" else SECRET)
+    body = BODY.encode()
+    if change == "tampered body":
+        body = BODY.replace('"3"', '"4"').encode()
+    elif change == "tampered id":
+        headers["X-MLflow-Delivery-Id"] = str(uuid.uuid4())
+    elif change == "tampered timestamp":
+        headers["X-MLflow-Timestamp"] = str(int(headers["X-MLflow-Timestamp"]) + 1)
+    elif change == "no signature":
+        del headers["X-MLflow-Signature"]
+    with pytest.raises(Refused) as refused:
+        check_signature(SECRET, headers, body, now=time.time())
+    assert refused.value.status == 401
+
+
+@pytest.mark.parametrize("offset", [-301, 301, -3600])
+def test_stale_or_future_timestamps_are_refused_401(offset):
+    now = time.time()
+    headers = headers_for(BODY, timestamp=int(now) + offset)
+    with pytest.raises(Refused, match="stale timestamp") as refused:
+        check_signature(SECRET, headers, BODY.encode(), now=now, max_age=300)
+    assert refused.value.status == 401
+
+
+def test_fresh_timestamp_within_max_age_is_accepted():
+    now = time.time()
+    headers = headers_for(BODY, timestamp=int(now) - 299)
+    assert check_signature(SECRET, headers, BODY.encode(), now=now, max_age=300)
+
+
+def test_replayed_delivery_id_is_refused_409(tmp_path):
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    event = parse_event(BODY.encode())
+    queue.accept("id-1", event, time.time())
+    with pytest.raises(Refused) as refused:
+        queue.accept("id-1", event, time.time())
+    assert refused.value.status == 409
+    # the replay left one queued event, and a new queue on the same file still knows the id
+    assert queue.counts() == {"pending": 1}
+    with pytest.raises(Refused):
+        DeliveryQueue(tmp_path / "queue.db").accept("id-1", event, time.time())
+
+
+def test_other_events_and_non_events():
+    other = json.dumps({"entity": "registered_model", "action": "created", "data": {}})
+    assert parse_event(other.encode()) is None
+    alias = json.dumps(
+        {
+            "entity": "model_version_alias",
+            "action": "created",
+            "data": {"name": "m", "alias": "champion", "version": "2"},
+        }
+    )
+    assert parse_event(alias.encode()).parameters() == {
+        "model_name": "m",
+        "version": "2",
+        "event": "model_version_alias.created",
+        "alias": "champion",
+    }
+    with pytest.raises(Refused) as refused:
+        parse_event(b"not json")
+    assert refused.value.status == 400
+
+
+def test_http_refusals_start_nothing_and_are_logged(tmp_path, caplog):
+    from starlette.testclient import TestClient
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    app = create_app(SECRET, queue, {"credit"}, drain_interval=None)
+    good = headers_for(BODY)
+    stale = headers_for(BODY, timestamp=int(time.time()) - 3600)
+    wrong = headers_for(BODY, secret="w" * 40)
+    with TestClient(app) as http, caplog.at_level("WARNING", logger="fairpca.gate"):
+        assert http.post("/webhook", content=BODY, headers=wrong).status_code == 401
+        assert http.post("/webhook", content=BODY, headers=stale).status_code == 401
+        assert http.post("/webhook", content=BODY, headers=good).status_code == 202
+        assert http.post("/webhook", content=BODY, headers=good).status_code == 409
+        health = http.get("/health").json()
+    assert health["queue"] == {"pending": 1}
+    refusals = [r.getMessage() for r in caplog.records if "refused delivery" in r.getMessage()]
+    assert len(refusals) == 3
+    assert any("signature does not match" in m for m in refusals)
+    assert any("stale timestamp" in m for m in refusals)
+    assert any("replay" in m for m in refusals)
+    assert all(SECRET not in m for m in caplog.messages)
+
+
+def test_unwatched_models_are_acknowledged_but_not_queued(tmp_path):
+    from starlette.testclient import TestClient
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    app = create_app(SECRET, queue, {"another-model"}, drain_interval=None)
+    with TestClient(app) as http:
+        response = http.post("/webhook", content=BODY, headers=headers_for(BODY))
+    assert (response.status_code, response.json()["state"]) == (202, "ignored")
+    assert queue.due(time.time()) == []
+
+
+def test_queue_keeps_an_event_until_a_flow_run_starts(tmp_path):
+    from fairpca.flows.gate_server import drain_once
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    queue.accept("id-1", parse_event(BODY.encode()), time.time())
+    calls = []
+
+    def prefect_down(parameters, delivery_id):
+        calls.append(delivery_id)
+        raise ConnectionError("Prefect API unreachable")
+
+    assert drain_once(queue, prefect_down) == 0
+    assert queue.counts() == {"pending": 1}
+    assert drain_once(queue, prefect_down) == 0  # not due yet: waits 1 s after attempt 1
+    assert calls == ["id-1"]
+    reopened = DeliveryQueue(tmp_path / "queue.db")  # survives a receiver restart
+    reopened._connect().execute("UPDATE deliveries SET next_try = 0")
+    assert drain_once(reopened, lambda parameters, delivery_id: "run-7") == 1
+    assert reopened.flow_runs() == {"id-1": "run-7"}
+
+
+def _self_signed(directory):
+    """A certificate and key for 127.0.0.1 (the test's own CA)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(
+            ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    certfile, keyfile = directory / "gate.crt", directory / "gate.key"
+    certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return certfile, keyfile
+
+
+def test_receiver_serves_https_with_a_certificate(tmp_path, monkeypatch):
+    import socket
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from fairpca.flows.gate_server import server_config
+
+    (tmp_path / "reference.csv").write_text("x1,group,approved\n1,0,1\n")
+    (tmp_path / "credit.yaml").write_text(
+        "model: credit\nreference: {path: reference.csv, label: approved, sensitive: [group]}\n"
+    )
+    certfile, keyfile = _self_signed(tmp_path)
+    monkeypatch.setenv("FAIRPCA_WEBHOOK_SECRET", SECRET)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    config = server_config(
+        host="127.0.0.1", port=port, policy_dir=str(tmp_path), queue_path=str(tmp_path / "q.db"),
+        certfile=str(certfile), keyfile=str(keyfile), drain_interval=None,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        url = f"https://127.0.0.1:{port}/webhook"
+        with httpx.Client(verify=str(certfile)) as https:
+            response = https.post(url, content=BODY, headers=headers_for(BODY))
+        assert response.status_code == 202 and response.json()["state"] == "queued"
+        with pytest.raises(httpx.ConnectError):  # a client that does not trust the CA
+            httpx.post(url, content=BODY, headers=headers_for(BODY))
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)

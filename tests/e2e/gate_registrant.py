@@ -1,0 +1,80 @@
+"""A registrant that knows nothing of fairpca: scikit-learn and MLflow only.
+
+Makes a synthetic credit table (features ``x1``, ``x2``, sensitive ``group`` in {0, 1}, label
+``approved``; the label does not depend on the group), and registers two classifiers:
+
+* ``fair``: logistic regression on ``x1``, ``x2`` (the group is not an input);
+* ``biased``: logistic regression on ``x1``, ``x2``, ``group`` trained on labels in which
+  group 1 is rarely approved (historical bias): its approval rates differ by group.
+
+    python tests/e2e/gate_registrant.py reference OUT.csv        # the reference table
+    python tests/e2e/gate_registrant.py register NAME fair|biased  # prints the version
+    python tests/e2e/gate_registrant.py alias NAME ALIAS VERSION
+
+Reads ``MLFLOW_TRACKING_URI``. Deterministic (seeded).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pandas as pd
+
+FEATURES = ["x1", "x2"]
+
+
+def make_data(n: int = 2000, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    group = rng.integers(0, 2, size=n)
+    approved = (x1 + 0.5 * x2 + 0.5 * rng.normal(size=n) > 0).astype(int)
+    return pd.DataFrame({"x1": x1, "x2": x2, "group": group, "approved": approved})
+
+
+def fit(kind: str, seed: int = 1):
+    from sklearn.linear_model import LogisticRegression
+
+    train = make_data(seed=seed)
+    if kind == "fair":
+        return LogisticRegression().fit(train[FEATURES], train["approved"]), FEATURES
+    # historical bias: group 1 approved only when x1 is far above the threshold
+    labels = np.where(train["group"] == 1, (train["x1"] > 1.2).astype(int), train["approved"])
+    columns = [*FEATURES, "group"]
+    return LogisticRegression(C=10.0).fit(train[columns], labels), columns
+
+
+def register(name: str, kind: str) -> str:
+    import mlflow
+    import sklearn
+
+    model, columns = fit(kind)
+    mlflow.set_experiment("registrant")
+    with mlflow.start_run(run_name=f"{kind}-model"):
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            input_example=make_data(n=5, seed=9)[columns],
+            registered_model_name=name,
+            # given, not inferred: inference imports the model in a subprocess (seconds)
+            pip_requirements=[f"scikit-learn=={sklearn.__version__}"],
+        )
+    return str(info.registered_model_version)
+
+
+def main(argv: list[str]) -> None:
+    command, *args = argv
+    if command == "reference":
+        make_data(seed=2).to_csv(args[0], index=False)
+    elif command == "register":
+        print(register(*args))
+    elif command == "alias":
+        from mlflow import MlflowClient
+
+        MlflowClient().set_registered_model_alias(*args)
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
