@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from fairpca.metrics import check_fairness_options
+
 __all__ = [
     "CLASSIFIERS",
     "DATASETS",
@@ -104,6 +106,11 @@ class AuditConfig(BaseModel):
         description="Groups with fewer rows get no per-group metrics (reported as "
         "suppressed; still constrained by fair PCA); categories rarer than this never "
         "appear in the logged input example.",
+    )
+    allow_small_groups: bool = Field(
+        False,
+        description="Allow min_group_size below fairpca.metrics.MIN_GROUP_SIZE_FLOOR (10): "
+        "rates of groups that small come close to describing single people.",
     )
     k: int = Field(10, ge=1, le=10_000, description="Target dimension of the representations.")
     variants: list[Variant] = Field(
@@ -250,6 +257,13 @@ class AuditConfig(BaseModel):
         if not value:
             raise ValueError("give at least one value.")
         return value
+
+    @model_validator(mode="after")
+    def _check_group_floor(self) -> AuditConfig:
+        check_fairness_options(
+            min_group_size=self.min_group_size, allow_small_groups=self.allow_small_groups
+        )
+        return self
 
     @model_validator(mode="after")
     def _check_source(self) -> AuditConfig:

@@ -101,12 +101,14 @@ def evaluate_champion(
         pipeline.predict(split.X_validation),
         split.s_validation,
         min_group_size=config.min_group_size,
+        allow_small_groups=config.allow_small_groups,
     )
     test = metrics_with_intervals(
         split.y_test,
         pipeline.predict(split.X_test),
         split.s_test,
         min_group_size=config.min_group_size,
+        allow_small_groups=config.allow_small_groups,
         n_resamples=config.n_bootstrap,
         seed=config.seed,
     )
