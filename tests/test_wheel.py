@@ -72,24 +72,20 @@ def _checkout_after_an_audit(tmp_path: Path) -> Path:
     return checkout
 
 
-def _source_dir(package: str, package_dir: dict[str, str]) -> Path:
-    """The folder of ``package`` under setuptools' package-dir rule (longest mapped prefix)."""
-    parts = package.split(".")
-    for cut in range(len(parts), 0, -1):
-        prefix = ".".join(parts[:cut])
-        if prefix in package_dir:
-            return Path(package_dir[prefix], *parts[cut:])
-    return Path(*parts)
-
-
 def _expected_files(checkout: Path) -> set[str]:
-    """Installed paths of the packages (pyproject's package-dir mapping) and bundled data."""
-    setuptools = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"]
+    """Installed paths of every Python file under the mapped folders (fairpca/, tasks/,
+    flows/, subpackages included, so a package missing from ``packages`` is caught) and of
+    the bundled data."""
+    package_dir = tomllib.loads((checkout / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"
+    ]
     files = set()
-    for package in setuptools["packages"]:
-        source = checkout / _source_dir(package, setuptools["package-dir"])
-        target = package.replace(".", "/")
-        files |= {f"{target}/{path.name}" for path in source.glob("*.py")}
+    for package, folder in package_dir.items():
+        source = checkout / folder
+        for path in source.rglob("*.py"):
+            inner = path.relative_to(source)
+            if "__pycache__" not in inner.parts:
+                files.add(f"{package.replace('.', '/')}/{inner.as_posix()}")
     data = checkout / "fairpca" / "data"
     files |= {f"fairpca/data/{p.relative_to(data)}" for p in data.rglob("*") if p.is_file()}
     return files
