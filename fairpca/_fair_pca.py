@@ -246,7 +246,6 @@ class FairPCA(TransformerMixin, BaseEstimator):
         )
         check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2, copy=False)
-        check_magnitude(X)
         n_samples, n_features = X.shape
         check_n_components_bound(self.n_components, n_samples, n_features)
         encoding = encode_groups(sensitive_features, n_samples)
@@ -265,7 +264,12 @@ class FairPCA(TransformerMixin, BaseEstimator):
 
         solver = self._choose_solver(n_obj, n_features)
         solver = self._solver_within_memory(solver, n_obj, n_features, constraint_encoding)
-        if solver == "covariance_eigh" or self.equalize_covariance is not None:
+        from_statistics = solver == "covariance_eigh" or self.equalize_covariance is not None
+        if not (from_statistics and X.dtype == np.float64 and objective_rows is None):
+            # Otherwise the statistics start from the Gram matrix of all of X, whose trace
+            # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass.
+            check_magnitude(X)
+        if from_statistics:
             stats = _streaming.FairStatistics(
                 _streaming.StatisticsSpec.for_estimator(self, n_features)
             )

@@ -1,8 +1,9 @@
 """Dense linear algebra for the fair PCA solvers.
 
-Every product on the hot path goes through SciPy's BLAS/LAPACK, so one OpenBLAS thread pool
-does the work: NumPy and SciPy wheels each ship their own OpenBLAS, and alternating calls
-between the two lets one pool's spinning threads starve the other on small machines.
+Products go through SciPy's BLAS/LAPACK, so one OpenBLAS thread pool does the work: NumPy
+and SciPy wheels each ship their own OpenBLAS, and alternating calls between the two lets one
+pool's spinning threads starve the other on small machines. The exception is the one pass
+over the rows of a covariance fit (:func:`gram_and_sums`), where NumPy's build is faster.
 """
 
 from __future__ import annotations
@@ -45,35 +46,20 @@ def gram_upper(X: np.ndarray) -> np.ndarray:
     return syrk(1.0, x_op, trans=1 - trans)
 
 
-FUSED_BLOCK_BYTES = 1 << 20  # rows of X read once for both products, while in cache
+def gram_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``X.T @ X`` (full, exactly symmetric, Fortran-ordered) and ``X.T @ W`` for float64 ``X``.
 
-
-def gram_upper_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Upper triangle of ``X.T @ X`` (as :func:`gram_upper`) and ``X.T @ W`` (float64 ``X``).
-
-    For narrow ``X`` (``d <= 256``) both products are memory-bound passes, so they are
-    accumulated over blocks of about 1 MiB of rows: each block is read from memory once, by
-    the SYRK, and the GEMM finds it in cache. Wider ``X`` is compute-bound and takes one
-    SYRK and one GEMM (blocks would only add BLAS calls, each a fork and join of its
-    threads).
+    This pass over the rows is the cost of a covariance fit, so it takes NumPy's matmul, as
+    scikit-learn's PCA does: NumPy evaluates ``X.T @ X`` by one SYRK and mirrors the triangle,
+    and its OpenBLAS build runs both products faster than SciPy's on narrow and wide data
+    alike (the one exception to SciPy's BLAS in this module; the products that follow are on
+    d x d matrices). The Gram comes back as the transposed view of NumPy's C-ordered result,
+    the same symmetric matrix in Fortran order, so SciPy's BLAS updates it in place.
     """
-    n, d = X.shape
-    rows = FUSED_BLOCK_BYTES // (X.itemsize * max(d, 1))
-    if rows >= n or d > 256:
-        return gram_upper(X), np.asarray(matmul(X.T, W))
-    syrk = get_blas_funcs("syrk", (X,))
-    gemm = get_blas_funcs("gemm", (X,))
-    upper = np.zeros((d, d), order="F")
-    sums = np.zeros((d, W.shape[1]), order="F")
-    for start in range(0, n, rows):
-        block, weights = X[start : start + rows], W[start : start + rows]
-        x_op, trans = _blas_operand(block)
-        upper = syrk(1.0, x_op, beta=1.0, c=upper, trans=1 - trans, overwrite_c=1)
-        w_op, trans_w = _blas_operand(weights)
-        sums = gemm(
-            1.0, x_op, w_op, beta=1.0, c=sums, trans_a=1 - trans, trans_b=trans_w, overwrite_c=1
-        )
-    return upper, sums
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: see check_magnitude
+        gram = X.T @ X
+        sums = W.T @ X
+    return gram.T, np.asarray(sums).T
 
 
 def sum_of_squares(X: np.ndarray) -> float:

@@ -41,7 +41,7 @@ from ._groups import (
     group_sum_weights,
 )
 from ._memory import BLOCK_ROWS, rows_per_block
-from ._validation import positive_rows
+from ._validation import check_magnitude, positive_rows
 
 # Largest ratio rows * ||mean||^2 / trace(centred scatter) for which a block's scatter is taken
 # from its raw Gram matrix (at most ~4 digits lost to the subtraction); above it, blocks are
@@ -173,7 +173,9 @@ class Moments:
         trace(scatter)`` (more than about four digits would be lost), or when rows were
         added before, nothing is added and ``False`` is returned: the caller then adds the
         block in shifted blocks. ``gram`` is the upper triangle of ``block.T @ block`` when
-        the caller computed it already (:func:`fairpca._linalg.gram_upper_and_sums`).
+        the caller computed it already (:func:`fairpca._linalg.gram_and_sums`). Its trace,
+        ``sum(block ** 2)``, is the overflow check of
+        :func:`fairpca._validation.check_magnitude`, which raises ``ValueError``.
         """
         rows = block.shape[0]
         if rows == 0:
@@ -181,8 +183,10 @@ class Moments:
         if self.count:
             return False
         upper = la.gram_upper(block) if gram is None else gram
+        trace = float(np.trace(upper))
+        check_magnitude(block, sum_of_squares=trace)  # the trace is sum(block ** 2)
         mean_energy = rows * float(block_mean @ block_mean)
-        if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(float(np.trace(upper)) - mean_energy, 0.0):
+        if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(trace - mean_energy, 0.0):
             return False
         self._upper = upper
         self.shift = np.zeros(self.n_features)
@@ -518,7 +522,7 @@ class FairStatistics:
         else:
             if self.objective.count:
                 return False  # the raw Gram route starts the moments only
-            gram, sums = la.gram_upper_and_sums(block, W)
+            gram, sums = la.gram_and_sums(block, W)
             if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
                 return False
         self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())

@@ -79,18 +79,21 @@ def check_numeric(X, estimator: str = "FairPCA") -> None:
     )
 
 
-def check_magnitude(X: np.ndarray) -> None:
+def check_magnitude(X: np.ndarray, sum_of_squares: float | None = None) -> None:
     """Refuse finite values so large that sums of their squares overflow the dtype.
 
     The scatter, its trace and the squared distances of a kernel are sums of squares of the
-    entries; when ``sum(X ** 2)`` (one BLAS pass) is not safely below the largest float
+    entries; when ``sum(X ** 2)`` (one BLAS pass, or ``sum_of_squares`` when the caller has
+    it already, e.g. as the trace of ``X.T @ X``) is not safely below the largest float
     (values above about ``sqrt(max / (16 n d))``, 1e150 for float64 and a few thousand
     rows), they would be infinite and the directions NaN, never a usable projection.
     """
     if X.size == 0:
         return
     limit = np.finfo(X.dtype).max / 16.0
-    if la.sum_of_squares(X) <= limit:  # inf or NaN fail the comparison too
+    if sum_of_squares is None:
+        sum_of_squares = la.sum_of_squares(X)
+    if sum_of_squares <= limit:  # inf or NaN fail the comparison too
         return
     largest = max(float(X.max()), -float(X.min()))
     bound = float(np.sqrt(limit / X.size))

@@ -57,7 +57,7 @@ from fairpca.tasks.signing import seal_output_dir, signing_key
 from fairpca.tasks.sweep import lambda_sweep
 
 from .config import AuditConfig, mask_credentials, resolve_tracking_uri
-from .runners import current_task_runner_name, needs_dask_subflow, task_runner_for
+from .runners import current_task_runner_name, dask_subflow
 from .warmup import start_warmup, wait_for_warmup
 
 __all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
@@ -377,8 +377,7 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     AuditResult
         MLflow run id, registered model version, decision and where the report is.
     """
-    if needs_dask_subflow(config.dask_address):  # a deployment run asking for Dask
-        dask_flow = fairness_audit.with_options(task_runner=task_runner_for(config.dask_address))
-        return dask_flow(config)
+    if (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
+        return on_dask(config)
     state = prepare_audit(config, "audit")
     return finish_audit(state, kind="audit")

@@ -90,10 +90,6 @@ def _run(flow_name: str, config) -> None:
             from .retrain import retrain as flow_fn
         else:
             from .audit import fairness_audit as flow_fn
-        if config.dask_address is not None:
-            from .runners import task_runner_for
-
-            flow_fn = flow_fn.with_options(task_runner=task_runner_for(config.dask_address))
         before = champion_version(tracking_uri, model_name, config.champion_alias)
         try:
             result = flow_fn(config)

@@ -39,7 +39,7 @@ from fairpca.tasks.select import Decision, gate_failures
 
 from .audit import AuditResult, finish_audit, prepare_audit
 from .config import RetrainConfig, resolve_tracking_uri
-from .runners import needs_dask_subflow, task_runner_for
+from .runners import dask_subflow
 from .warmup import start_warmup, wait_for_warmup
 
 __all__ = [
@@ -301,8 +301,8 @@ def retrain(config: RetrainConfig) -> AuditResult:
     """
     logger = get_run_logger()
     tracking_uri = resolve_tracking_uri(config.tracking_uri)
-    if needs_dask_subflow(config.dask_address):  # a deployment run asking for Dask
-        return retrain.with_options(task_runner=task_runner_for(config.dask_address))(config)
+    if (on_dask := dask_subflow(retrain, config.dask_address)) is not None:
+        return on_dask(config)
     watch = watch_champion(config, tracking_uri)
     state = prepare_audit(config, "retrain")
     incumbent = watch.champion if watch.still_champion else None

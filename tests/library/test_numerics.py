@@ -33,6 +33,16 @@ def test_values_whose_squares_overflow_are_refused_clearly(fit):
         fit(X * 1e160, z)
 
 
+@pytest.mark.parametrize("offset", [0.0, 1e6], ids=["spread", "mean-dominated"])
+def test_overflow_is_found_from_the_gram_trace_of_the_covariance_route(offset):
+    # The covariance route checks sum(X ** 2) as the trace of X's Gram matrix; data whose
+    # mean dominates leave that route afterwards, and must have been refused first.
+    X, z = data()
+    X = (X + offset) * (1e155 / (1.0 + offset))  # sum(X ** 2) above 1e310
+    with pytest.raises(ValueError, match=r"overflow float64.*Rescale"):
+        FairPCA(2, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+
+
 def test_float32_bound_follows_the_dtype():
     X, z = data()
     with pytest.raises(ValueError, match="overflow float32"):
