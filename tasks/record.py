@@ -58,6 +58,8 @@ class AuditState:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    # Top-level audit record additions (policy, eligibility, references, screening, k, ...)
+    additions: dict[str, Any] = field(default_factory=dict)
 
 
 def _finite(value: Any) -> bool:
