@@ -182,5 +182,5 @@ def sensitive_at_prediction_note(references: list[dict[str, Any]]) -> str:
     free = [r["name"] for r in references if not r["needs_sensitive_at_prediction"]]
     return (
         f"{' and '.join(need) or 'none'} need the sensitive attribute at prediction time; "
-        f"Fair PCA{''.join(', ' + name for name in free)} need it only for training"
+        f"{' and '.join(['Fair PCA', *free])} need it only for training"
     )

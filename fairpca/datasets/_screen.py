@@ -253,8 +253,13 @@ def _proxy_of(values: pd.Series, attribute: pd.Series) -> tuple[str, float]:
     pairs = pd.DataFrame({"value": text, "group": groups}).drop_duplicates()
     if pairs["value"].is_unique and pairs["group"].is_unique:
         return "recoding", 1.0
+    labels = np.unique(groups)
+    # one group versus the rest; with two groups both directions give the same score
     score = max(
-        (balanced_accuracy_alone(values, groups == group) for group in np.unique(groups)),
+        (
+            balanced_accuracy_alone(values, groups == group)
+            for group in (labels[:1] if len(labels) == 2 else labels)
+        ),
         default=0.5,
     )
     return "predicts", float(score)
