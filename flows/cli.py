@@ -377,6 +377,14 @@ SHARED_OPTIONS: dict[str, Any] = {
             field="gate",
         ),
     ],
+    "policy": Annotated[
+        str | None,
+        _opt(
+            "Gate policy: demographic_parity, equal_opportunity, equalized_odds, four_fifths, "
+            "or several joined by '+'.",
+            field="policy",
+        ),
+    ],
     "svc_max_train_rows": Annotated[
         int | None, _opt("Rows the RBF SVC trains on, 0 = all.", field="svc_max_train_rows")
     ],

@@ -108,8 +108,9 @@ class AuditConfig(BaseModel):
     )
     keep: list[str] = Field(
         default_factory=list,
-        description="Columns of the user file kept as features whatever the screening says "
-        "(identifier-like, free text, dates, many categories, target leakage).",
+        description="Columns kept as features whatever the screening says (a user file: "
+        "identifier-like, free text, dates, many categories, target leakage; any source: "
+        "proxies of a sensitive attribute).",
     )
     drop: list[str] = Field(
         default_factory=list, description="Columns of the user file excluded from the features."

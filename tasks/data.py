@@ -194,6 +194,12 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
         warn_screened,
     )
 
+    unknown = [name for name in config.keep if name not in dataset.X.columns]
+    if unknown:
+        raise ValueError(
+            f"keep names column(s) {unknown} that are not feature columns; the features are "
+            f"{list(dataset.X.columns)}."
+        )
     X = dataset.X.iloc[train].reset_index(drop=True)
     s_train = dataset.sensitive.iloc[train].reset_index(drop=True)
     entries = [_entry(name, why, None) for name, why in (dataset.screened or {}).items()]

@@ -189,13 +189,14 @@ class GatePolicy:
             criterion = CRITERIA[key]
             limit = self.thresholds[criterion.threshold]
             bounded = self.bound == "upper_bound" and not criterion.point_rule
-            label = " (95% bound)" if bounded else ""
+            label = f" (95% {'lower' if criterion.larger_is_fairer else 'upper'} bound)"
+            label = label if bounded else ""
             for scope in self._scopes(metrics):
                 value = criterion.bound(metrics, scope, self.bound)
                 if scope and math.isnan(value):
                     continue  # too few large intersection groups: reported as ungated
                 if not criterion.meets(value, limit):
-                    sign = "<" if criterion.larger_is_fairer else ">"
+                    sign = "< min" if criterion.larger_is_fairer else "> max"
                     where = " of the intersection" if scope else ""
                     failures.append(
                         f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}"
@@ -208,7 +209,8 @@ class GatePolicy:
         floor = self.thresholds.get("min_accuracy", 0.0)
         if accuracy is None or not float(accuracy) >= floor:
             low = " (95% lower bound)" if bounded else ""
-            failures.append(f"accuracy{low} {accuracy} < min {floor:g}")
+            shown = "undefined" if accuracy is None else f"{float(accuracy):.4f}"
+            failures.append(f"accuracy{low} {shown} < min {floor:g}")
         return failures
 
     def violation(self, metrics: Mapping[str, Any]) -> float:

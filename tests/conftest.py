@@ -55,8 +55,10 @@ def assert_useful_registration():
 def _every_registered_version_is_useful(request):
     """After each test, every audit under its ``tmp_path`` that registered a version must
     have registered a useful one (no constant or near-constant champion, ever)."""
-    yield
     if "tmp_path" not in request.fixturenames:
+        yield
         return
-    for audit in request.getfixturevalue("tmp_path").rglob("audit.json"):
+    tmp_path = request.getfixturevalue("tmp_path")
+    yield
+    for audit in tmp_path.rglob("audit.json"):
         _check_useful_registration(audit.parent)
