@@ -216,7 +216,7 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
                     )
     candidates = X[[column for column in X.columns if column not in excluded]]
     for column, (rule, score, why) in proxy_columns(
-        candidates, s_train, threshold=config.proxy_threshold
+        candidates, s_train, threshold=config.proxy_threshold, min_rows=config.min_group_size
     ).items():
         action = "kept" if column in config.keep else "excluded"
         entries.append(_entry(column, rule, score, action))

@@ -108,6 +108,8 @@ def fit_references(encoded: dict[str, np.ndarray], split, config) -> list[dict[s
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConvergenceWarning)
+                # fairlearn's own pandas idiom, deprecated in pandas; harmless here
+                warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
                 predict = _predictor(
                     name, encoded["train"], split.y_train, split.s_train, config.seed
                 )

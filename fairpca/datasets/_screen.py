@@ -243,22 +243,25 @@ def leaking_columns(
     }
 
 
-def _proxy_of(values: pd.Series, attribute: pd.Series) -> tuple[str, float]:
+def _proxy_of(values: pd.Series, attribute: pd.Series, min_rows: int) -> tuple[str, float]:
     """``(rule, score)`` of one column against one sensitive attribute: ``duplicate`` or
     ``recoding`` (score 1), else ``predicts`` with the best one-group-versus-rest balanced
-    accuracy of a rule that sees only the column."""
+    accuracy of a rule that sees only the column, over groups of at least ``min_rows`` rows
+    (a threshold can isolate a group of one row by chance)."""
     text, groups = values.astype(str).to_numpy(), attribute.astype(str).to_numpy()
     if np.array_equal(text, groups):
         return "duplicate", 1.0
     pairs = pd.DataFrame({"value": text, "group": groups}).drop_duplicates()
     if pairs["value"].is_unique and pairs["group"].is_unique:
         return "recoding", 1.0
-    labels = np.unique(groups)
+    labels, counts = np.unique(groups, return_counts=True)
+    two = len(labels) == 2
+    labels = labels[counts >= min_rows]
     # one group versus the rest; with two groups both directions give the same score
     score = max(
         (
             balanced_accuracy_alone(values, groups == group)
-            for group in (labels[:1] if len(labels) == 2 else labels)
+            for group in (labels[:1] if two else labels)
         ),
         default=0.5,
     )
@@ -270,10 +273,12 @@ def proxy_columns(
     sensitive: pd.DataFrame,
     *,
     threshold: float = PROXY_BALANCED_ACCURACY,
+    min_rows: int = 30,
 ) -> dict[str, tuple[str, float, str]]:
     """Columns of ``X`` that stand in for a sensitive attribute: a duplicate of it, an exact
     recoding (a one-to-one relabelling of its groups), or a column that alone identifies one
-    of its groups with a balanced accuracy of at least ``threshold``.
+    of its groups (of at least ``min_rows`` rows) with a balanced accuracy of at least
+    ``threshold``.
 
     Returns ``{column: (rule, score, reason)}`` with the attribute named in the rule, e.g.
     ``("recoding of sex", 1.0, "...")``. Fair PCA constrains group means linearly, so such a
@@ -282,7 +287,8 @@ def proxy_columns(
     found: dict[str, tuple[str, float, str]] = {}
     for column in X.columns:
         for attribute in sensitive.columns:
-            rule, score = _proxy_of(X[column].reset_index(drop=True), sensitive[attribute])
+            values = X[column].reset_index(drop=True)
+            rule, score = _proxy_of(values, sensitive[attribute].reset_index(drop=True), min_rows)
             if rule == "predicts" and score < threshold:
                 continue
             words = {
