@@ -297,7 +297,8 @@ def proxy_columns(
                 "predicts": f"alone it predicts the sensitive attribute {attribute!r} with "
                 f"balanced accuracy {score:.3f} (>= {threshold})",
             }
-            found[column] = (f"{rule} of {attribute}", score, f"proxy: {words[rule]}")
+            name = f"predicts {attribute}" if rule == "predicts" else f"{rule} of {attribute}"
+            found[column] = (name, score, f"proxy: {words[rule]}")
             break
     return found
 

@@ -51,8 +51,9 @@ def config_for(path: Path, store, tmp_path, **overrides):
         "tracking_uri": store[0],
         "output_dir": tmp_path / "out",
         "experiment_name": "retrain-tests",
-        # 600 held-out rows: a DP difference has a standard error of ~0.04 here
-        "thresholds": {"max_dp_difference": 0.15, "max_eo_difference": 0.2},
+        # 500 validation rows, 250 per group: the upper 95% bound of a DP difference lies
+        # ~0.14 above its estimate here (simultaneous per-group intervals)
+        "thresholds": {"max_dp_difference": 0.25, "max_eo_difference": 0.3},
         **overrides,
     }
     return RetrainConfig(**values)
