@@ -180,7 +180,7 @@ def select_candidate(
             f"meet {gate_text} on the validation rows"
         )
         return best, Decision(True, [reason]), True
-    reasons = [f"no eligible candidate meets {gate_text} on the validation rows"]
+    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the validation rows"]
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
     if degenerate:
         reasons.append(

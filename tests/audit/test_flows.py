@@ -189,7 +189,11 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
         variants=["fair_pca", "fair_pca_eo"],
         lambdas=[0.0, 1.0],
         n_train=30000,  # every race group needs positive rows for equal opportunity
-        thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
+        thresholds={
+            "max_dp_difference": 1.0,
+            "max_eo_difference": 1.0,
+            "min_selection_rate_ratio": 0.0,
+        },
     )
     result = fairness_audit(config)
     run = client.get_run(result.run_id)
