@@ -233,7 +233,9 @@ def test_config_validation_messages(values, message):
 
 def test_config_defaults_and_flat_params():
     config = AuditConfig(dataset="adult")
-    assert config.k == 10 and config.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.k is None  # the audit fits min(10, the largest k the data allow)
+    assert config.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.policy == "demographic_parity+four_fifths"
     assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
     assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
     flat = config.flat_params()
@@ -394,27 +396,40 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     from types import SimpleNamespace
 
     from fairpca.datasets import screen_columns
-    from fairpca.tasks.data import _leaking_on_training_rows
+    from fairpca.tasks.data import screen_training_rows
 
     rng = np.random.default_rng(3)
     n = 600
     X = pd.DataFrame({"proxy": rng.normal(size=n), "noise": rng.normal(size=n)})
     y = rng.integers(0, 2, size=n)
     train = np.arange(150)
-    config = SimpleNamespace(data="file.csv", keep=[])
+    config = SimpleNamespace(
+        data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95, min_group_size=30
+    )
+
+    def excluded(labels):
+        data = SimpleNamespace(
+            X=X, sensitive=pd.DataFrame({"g": rng.choice(["a", "b"], size=n)}), screened={}
+        )
+        return screen_training_rows(data, labels, train, config)
+
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
-        before = _leaking_on_training_rows(X, y, train, config)
+        before, _ = excluded(y)
         y_held_out_leaks = y.copy()
         y_held_out_leaks[150:] = (X["proxy"].to_numpy()[150:] > 0).astype(int)
-        after = _leaking_on_training_rows(X, y_held_out_leaks, train, config)
+        after, _ = excluded(y_held_out_leaks)
         on_all_rows = screen_columns(X, y_held_out_leaks).excluded
     assert before == after == {}
     assert "proxy" in on_all_rows  # the rule on every row would have read held-out labels
     y_train_leaks = y.copy()
     y_train_leaks[:150] = (X["proxy"].to_numpy()[:150] > 0).astype(int)
     with pytest.warns(UserWarning, match="proxy"):
-        assert list(_leaking_on_training_rows(X, y_train_leaks, train, config)) == ["proxy"]
+        found, record = excluded(y_train_leaks)
+    assert list(found) == ["proxy"]
+    assert record == [
+        {"column": "proxy", "rule": "target leakage", "score": 1.0, "action": "excluded"}
+    ]
 
 
 def test_single_row_groups_are_merged_into_the_largest_group_for_fitting():
