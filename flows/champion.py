@@ -77,6 +77,7 @@ def champion_test_metrics(tracking_uri: str, champion: dict[str, Any], split, co
         pipeline.predict(split.X_test),
         split.s_test,
         min_group_size=config.min_group_size,
+        allow_small_groups=config.allow_small_groups,
         n_resamples=config.n_bootstrap,
         seed=config.seed,
     )

@@ -22,6 +22,7 @@ from pydantic import (
 )
 
 from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
+from fairpca.metrics import check_fairness_options
 from fairpca.tasks.policy import DEFAULT_POLICY, parse_policy
 from fairpca.tasks.select import (
     MAX_ONE_CLASS_SHARE,
@@ -127,6 +128,11 @@ class AuditConfig(BaseModel):
         description="Groups with fewer rows get no per-group metrics (reported as "
         "suppressed; still constrained by fair PCA); categories rarer than this never "
         "appear in the logged input example.",
+    )
+    allow_small_groups: bool = Field(
+        False,
+        description="Allow min_group_size below fairpca.metrics.MIN_GROUP_SIZE_FLOOR (10): "
+        "rates of groups that small come close to describing single people.",
     )
     k: int | None = Field(
         None,
@@ -322,6 +328,13 @@ class AuditConfig(BaseModel):
         if not value:
             raise ValueError("give at least one value.")
         return value
+
+    @model_validator(mode="after")
+    def _check_group_floor(self) -> AuditConfig:
+        check_fairness_options(
+            min_group_size=self.min_group_size, allow_small_groups=self.allow_small_groups
+        )
+        return self
 
     @model_validator(mode="after")
     def _check_source(self) -> AuditConfig:

@@ -23,22 +23,25 @@ from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from fairpca.tasks.data import load_data, split_data
-from fairpca.tasks.evaluate import metrics_with_intervals
 from fairpca.tasks.mlflow_logging import RETRYING
 from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.registry import (
     ModelDefinitionMismatch,
-    UntrustedModelError,
     definition_json,
     definition_of,
     demote,
-    load_registered_pipeline,
 )
 from fairpca.tasks.select import candidate_name, gate_failures
 
 from .audit import AuditResult, finish_audit, prepare_audit
-from .champion import COMPARED, decide_promotion, load_champion, mlflow_client
+from .champion import (
+    COMPARED,
+    champion_test_metrics,
+    decide_promotion,
+    load_champion,
+    mlflow_client,
+)
 from .config import RetrainConfig, resolve_tracking_uri
 from .runners import needs_dask_subflow, task_runner_for
 from .warmup import start_warmup, wait_for_warmup
@@ -63,19 +66,8 @@ def evaluate_champion(
     A version that cannot be verified (:class:`~fairpca.tasks.registry.UntrustedModelError`) gives
     ``{"unverified": why}``: a finding, not a transient error to retry.
     """
-    try:
-        pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
-    except UntrustedModelError as error:
-        return {"unverified": str(error)}
-    test = metrics_with_intervals(
-        split.y_test,
-        pipeline.predict(split.X_test),
-        split.s_test,
-        min_group_size=config.min_group_size,
-        n_resamples=config.n_bootstrap,
-        seed=config.seed,
-    )
-    return {"test": test}
+    metrics = champion_test_metrics(tracking_uri, champion, split, config)
+    return metrics if "unverified" in metrics else {"test": metrics}
 
 
 def compare_with_champion(state, watch: ChampionWatch, config: RetrainConfig) -> None:

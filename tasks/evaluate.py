@@ -21,43 +21,66 @@ __all__ = [
 
 
 def classifier_metrics(
-    y_true: np.ndarray, y_pred: np.ndarray, sensitive: pd.DataFrame, *, min_group_size: int = 1
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    sensitive_features: pd.DataFrame,
+    *,
+    min_group_size: int = fm.MIN_GROUP_SIZE_FLOOR,
+    allow_small_groups: bool = False,
+    y_score: np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Accuracy, DP and EO differences (worst attribute; per attribute; intersection) and
-    per-group selection rate / TPR, as defined once in :func:`fairpca.metrics.group_fairness`.
+    """Every metric of :meth:`fairpca.metrics.FairnessReport.as_metrics`, as defined once in
+    :func:`fairpca.metrics.group_fairness`: accuracy, balanced accuracy, ROC AUC (with
+    ``y_score``), positive rate, base rate, one-class share, the differences and the
+    selection-rate ratio (worst attribute; per attribute; intersection) and per-group rates.
 
-    Groups with fewer than ``min_group_size`` rows are suppressed (not in any number).
+    Groups with fewer than ``min_group_size`` rows are suppressed (not in any number);
+    ``min_group_size`` below ``fairpca.metrics.MIN_GROUP_SIZE_FLOOR`` needs
+    ``allow_small_groups=True``.
     """
-    report = fm.group_fairness(y_true, y_pred, sensitive, min_group_size=min_group_size)
+    report = fm.group_fairness(
+        y_true,
+        y_pred,
+        sensitive_features,
+        min_group_size=min_group_size,
+        allow_small_groups=allow_small_groups,
+        y_score=y_score,
+    )
     return {key: float(value) for key, value in report.as_metrics().items()}
 
 
 def metrics_with_intervals(
     y_true: np.ndarray,
     y_pred: np.ndarray,
-    sensitive: pd.DataFrame,
+    sensitive_features: pd.DataFrame,
     *,
     min_group_size: int,
     n_resamples: int,
     seed: int,
+    y_score: np.ndarray | None = None,
+    allow_small_groups: bool = False,
 ) -> dict[str, float]:
-    """:func:`classifier_metrics` plus 95% percentile-bootstrap intervals
-    (``<metric>.ci95_low`` / ``<metric>.ci95_high``) of every difference and the accuracy.
+    """:func:`classifier_metrics` plus 95% intervals (``<metric>.ci95_low`` /
+    ``<metric>.ci95_high``) of every metric, each containing its estimate (methods in
+    :func:`fairpca.metrics.bootstrap_intervals`).
 
-    The bootstrap resamples rows within each (intersectional) group and re-evaluates the
-    fixed predictions (no refit), so it measures the sampling error of the evaluation rows.
+    The predictions are fixed (no refit), so the intervals measure the sampling error of the
+    evaluation rows. Only metrics with a defined point value get an interval.
     """
-    point = classifier_metrics(y_true, y_pred, sensitive, min_group_size=min_group_size)
+    options = {"min_group_size": min_group_size, "allow_small_groups": allow_small_groups}
+    point = classifier_metrics(y_true, y_pred, sensitive_features, y_score=y_score, **options)
     intervals = fm.bootstrap_intervals(
         y_true,
         y_pred,
-        sensitive,
-        min_group_size=min_group_size,
+        sensitive_features,
+        **options,
         n_resamples=n_resamples,
         confidence=0.95,
         seed=seed,
+        y_score=y_score,
     )
-    return {**point, **{key: float(v) for key, v in fm.ci_metrics(intervals).items()}}
+    bounds = fm.ci_metrics(intervals)
+    return {**point, **{k: float(v) for k, v in bounds.items() if k.rsplit(".", 1)[0] in point}}
 
 
 def majority_class(y_train: np.ndarray) -> int:

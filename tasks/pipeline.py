@@ -55,6 +55,7 @@ def metrics_on_test(y_pred: np.ndarray, split, config) -> dict[str, float]:
         y_pred,
         split.s_test,
         min_group_size=config.min_group_size,
+        allow_small_groups=config.allow_small_groups,
         n_resamples=config.n_bootstrap,
         seed=config.seed,
     )

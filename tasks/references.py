@@ -129,6 +129,7 @@ def _evaluate(y_pred: np.ndarray, part: str, split, config) -> dict[str, float]:
         y_pred.astype(np.int64),
         getattr(split, f"s_{part}"),
         min_group_size=config.min_group_size,
+        allow_small_groups=config.allow_small_groups,
         n_resamples=config.n_bootstrap,
         seed=config.seed,
     )

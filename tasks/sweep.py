@@ -57,6 +57,7 @@ def _candidate_rows(rep, index, lam, F_train, F_validation, split, config, share
                 y_pred,
                 split.s_validation,
                 min_group_size=config.min_group_size,
+                allow_small_groups=config.allow_small_groups,
                 n_resamples=config.n_bootstrap,
                 seed=config.seed,
             )
