@@ -331,7 +331,10 @@ SHARED_OPTIONS: dict[str, Any] = {
     "sep": Annotated[
         str | None, _opt("CSV separator of --data.", default="detected from the header")
     ],
-    "k": Annotated[int | None, _opt("Target dimension.", "-k", "--k", field="k")],
+    "k": Annotated[
+        int | None,
+        _opt("Target dimension.", "-k", "--k", default="min(10, the largest the data allow)"),
+    ],
     "variants": Annotated[
         str | None,
         _opt(

@@ -111,7 +111,11 @@ def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
         outputs[command] = result.output
         for name in SHARED_OPTIONS:
             assert f"--{name.replace('_', '-')}" in result.output, name
-    for shown in ("[default: (10)]", "[default: (30)]", "[default: (fairpca-output)]"):
+    for shown in (
+        "[default: (min(10, the largest the data allow))]",
+        "[default: (30)]",
+        "[default: (fairpca-output)]",
+    ):
         assert shown in outputs["audit"] and shown in outputs["retrain"]
     assert "--accuracy-tolerance" in outputs["retrain"]
     assert "--accuracy-tolerance" not in outputs["audit"]
