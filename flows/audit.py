@@ -172,15 +172,8 @@ def _resolved(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, d
     return config.model_copy(update=update), k
 
 
-def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
-    """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
-    diagnostics; then (only then) evaluate what is reported on the test rows, beside the
-    reference mitigations (trained meanwhile on the training rows)."""
-    start_warmup(resolve_tracking_uri(config.tracking_uri))
-    timings: dict[str, float] = {}
-    run_name = config.run_name or unique_run_name(config, kind)
-    out_dir = path_inside(config.output_dir, run_name)
-    out_dir.mkdir(parents=True, exist_ok=False)
+def _load_and_encode(config: AuditConfig, timings: dict[str, float]) -> tuple:
+    """Load, split (screening on the training rows) and fit the preprocessor."""
     with timed(timings, "load_data"):
         dataset = load_data(config)
     with timed(timings, "split_data"):
@@ -190,6 +183,21 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         preprocessor, encoded_train, encoded_validation = fit_preprocessor(
             split, config.min_group_size
         )
+    return dataset, split, preprocessor, encoded_train, encoded_validation
+
+
+def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
+    """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
+    diagnostics; then (only then) evaluate what is reported on the test rows, beside the
+    reference mitigations (trained meanwhile on the training rows)."""
+    start_warmup(resolve_tracking_uri(config.tracking_uri))
+    timings: dict[str, float] = {}
+    run_name = config.run_name or unique_run_name(config, kind)
+    out_dir = path_inside(config.output_dir, run_name)
+    out_dir.mkdir(parents=True, exist_ok=False)
+    dataset, split, preprocessor, encoded_train, encoded_validation = _load_and_encode(
+        config, timings
+    )
     config, k_record = _resolved(config, split, encoded_train)
     references = reference_mitigations.submit(preprocessor, split, config)
     with timed(timings, "fit_representations"):
@@ -233,18 +241,23 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         diagnostics=diagnostics,
         timings=timings,
         skipped=skipped,
-        additions={
-            "policy": choice["policy"].record(),
-            "eligibility": choice["eligibility"],
-            "references": reference_rows,
-            "screening": split.screening,
-            "champion_comparison": None,
-            "k": k_record,
-            "split_sizes": {
-                part: len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
-            },
-        },
+        additions=_additions(choice, reference_rows, split, k_record),
     )
+
+
+def _additions(choice, references, split, k_record) -> dict[str, Any]:
+    """The audit record's top-level additions (see the contract of ``audit.json``)."""
+    return {
+        "policy": choice["policy"].record(),
+        "eligibility": choice["eligibility"],
+        "references": references,
+        "screening": split.screening,
+        "champion_comparison": None,
+        "k": k_record,
+        "split_sizes": {
+            part: len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
+        },
+    }
 
 
 def reference_notes(references, chosen_test, policy) -> list[str]:

@@ -177,6 +177,23 @@ def _entry(column: str, rule: str, score: float | None, action: str = "excluded"
     return {"column": column, "rule": rule, "score": score, "action": action}
 
 
+def _leakage(X: pd.DataFrame, y: np.ndarray, config, entries: list) -> dict[str, str]:
+    """The target-leakage rule (``leakage_threshold``); appends to ``entries``."""
+    from fairpca.datasets._screen import leakage_scores
+
+    excluded = {}
+    for column, score in leakage_scores(X, y).items():
+        if score >= config.leakage_threshold:
+            action = "kept" if column in config.keep else "excluded"
+            entries.append(_entry(column, "target leakage", score, action))
+            if action == "excluded":
+                excluded[column] = (
+                    f"likely target leakage: alone it predicts the label with balanced "
+                    f"accuracy {score:.3f} (>= {config.leakage_threshold})"
+                )
+    return excluded
+
+
 def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
     """The screening decided on the training rows: a user file's target-leakage rule
     (``leakage_threshold``) and, for every source, proxies of a sensitive attribute
@@ -187,12 +204,7 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
     ``keep`` kept although a rule flagged it, with its rule and score. One warning names
     the excluded columns.
     """
-    from fairpca.datasets._screen import (
-        ColumnScreening,
-        leakage_scores,
-        proxy_columns,
-        warn_screened,
-    )
+    from fairpca.datasets._screen import ColumnScreening, proxy_columns, warn_screened
 
     unknown = [name for name in config.keep if name not in dataset.X.columns]
     if unknown:
@@ -205,15 +217,7 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
     entries = [_entry(name, why, None) for name, why in (dataset.screened or {}).items()]
     excluded: dict[str, str] = {}
     if config.data is not None:
-        for column, score in leakage_scores(X, y[train]).items():
-            if score >= config.leakage_threshold:
-                action = "kept" if column in config.keep else "excluded"
-                entries.append(_entry(column, "target leakage", score, action))
-                if action == "excluded":
-                    excluded[column] = (
-                        f"likely target leakage: alone it predicts the label with balanced "
-                        f"accuracy {score:.3f} (>= {config.leakage_threshold})"
-                    )
+        excluded = _leakage(X, y[train], config, entries)
     candidates = X[[column for column in X.columns if column not in excluded]]
     for column, (rule, score, why) in proxy_columns(
         candidates, s_train, threshold=config.proxy_threshold, min_rows=config.min_group_size
