@@ -190,15 +190,17 @@ def check_audit(flow_run_id: str) -> None:
     artifacts = set(_artifact_paths(client, run_id))
     for name in ("report/report.md", "report/report.html", "report/tradeoff.png"):
         check(name in artifacts, f"{name} missing from run {run_id}: {sorted(artifacts)}")
+    check("hashes.json" in artifacts, f"hashes.json missing from run {run_id}")
     with tempfile.TemporaryDirectory() as tmp:
+        hashes = json.loads(Path(client.download_artifacts(run_id, "hashes.json", tmp)).read_text())
         for variant in VARIANTS:
             path = f"projection/{variant}/components_.npy"
             check(path in artifacts, f"{path} missing from run {run_id}: {sorted(artifacts)}")
             local = client.download_artifacts(run_id, path, tmp)
             digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
             check(
-                digest in run.data.tags.values(),
-                f"{path}: SHA-256 {digest} is not among the run's tags",
+                hashes.get(f"{variant}/components_") == digest,
+                f"{path}: SHA-256 {digest} is not the one in hashes.json",
             )
             matrix = np.load(local)
             gram = matrix @ matrix.T
@@ -220,7 +222,6 @@ def check_audit(flow_run_id: str) -> None:
 
 FAIRNESS_TAGS = (
     "fairness.sensitive_features",
-    "fairness.validation.dp_difference",
     "fairness.test.accuracy",
     "fairness.test.dp_difference.ci95_high",
     "fairness.test.eo_difference.ci95_low",
@@ -234,8 +235,10 @@ def _registered_with_card(version, artifacts: set[str]) -> None:
     missing = [key for key in FAIRNESS_TAGS if key not in version.tags]
     check(not missing, f"v{version.version} lacks tags {missing}")
     check(
-        (version.description or "").startswith("# Model card"),
-        f"v{version.version}'s description is not its model card: {version.description!r:.80}",
+        (version.description or "").startswith("**Decision: ")
+        and f"runs:/{version.run_id}/model_card.md" in version.description,
+        f"v{version.version}'s description is not the verdict with the card's link: "
+        f"{version.description!r:.80}",
     )
     check("model_card.md" in artifacts, f"model_card.md missing from the run: {sorted(artifacts)}")
 

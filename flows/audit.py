@@ -23,10 +23,13 @@ from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
+from fairpca.tasks.audit_record import AuditRecord, write_audit_record
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.diagnostics import diagnose
+from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.evaluate import shared_mmd_sigma
 from fairpca.tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from fairpca.tasks.model_card import verdict_markdown
 from fairpca.tasks.model_io import as_model_input, input_example, path_inside
 from fairpca.tasks.pipeline import (
     build_pipeline,
@@ -40,7 +43,6 @@ from fairpca.tasks.record import (
     AuditState,
     candidate_summary,
     chosen_metrics,
-    format_interval,
     logged_metrics,
     metric_steps,
     model_tags,
@@ -49,14 +51,16 @@ from fairpca.tasks.record import (
     selection_record,
 )
 from fairpca.tasks.references import (
+    REFERENCE_KEYS,
     dominating_references,
     reference_mitigations,
     sensitive_at_prediction_note,
 )
 from fairpca.tasks.registry import provenance
-from fairpca.tasks.report import Bullets, write_json, write_matrices, write_report
+from fairpca.tasks.report import Bullets, write_matrices, write_report
 from fairpca.tasks.represent import fit_preprocessor, fit_representation, resolve_k
 from fairpca.tasks.select import candidate_name, choose, require_fair_variant
+from fairpca.tasks.signing import seal_output_dir, signing_key
 from fairpca.tasks.sweep import lambda_sweep
 
 from .champion import DEFAULT_TOLERANCE, champion_test_metrics, decide_promotion, load_champion
@@ -190,7 +194,9 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
     diagnostics; then (only then) evaluate what is reported on the test rows, beside the
     reference mitigations (trained meanwhile on the training rows)."""
+    started_at = datetime.now(UTC)
     start_warmup(resolve_tracking_uri(config.tracking_uri))
+    signing_key(create=True)  # the key that seals the output, before any work
     timings: dict[str, float] = {}
     run_name = config.run_name or unique_run_name(config, kind)
     out_dir = path_inside(config.output_dir, run_name)
@@ -242,6 +248,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         timings=timings,
         skipped=skipped,
         additions=_additions(choice, reference_rows, split, k_record),
+        started_at=started_at,
     )
 
 
@@ -250,7 +257,9 @@ def _additions(choice, references, split, k_record) -> dict[str, Any]:
     return {
         "policy": choice["policy"].record(),
         "eligibility": choice["eligibility"],
-        "references": references,
+        "references": [
+            {key: r[key] for key in REFERENCE_KEYS} for r in references if "skipped" not in r
+        ],
         "screening": split.screening,
         "champion_comparison": None,
         "k": k_record,
@@ -263,12 +272,15 @@ def _additions(choice, references, split, k_record) -> dict[str, Any]:
 def reference_notes(references, chosen_test, policy) -> list[str]:
     """Decision lines: references that dominate the chosen candidate on the test rows, and
     which approaches need the sensitive attribute at prediction time."""
+    skipped = [f"reference {r['name']} could not be fitted: {r['skipped']}" for r in references
+               if "skipped" in r]  # fmt: skip
     fitted = [r for r in references if r.get("test")]
     if not fitted:
-        return []
+        return skipped
     return [
         *dominating_references(fitted, chosen_test, policy),
         sensitive_at_prediction_note(fitted),
+        *skipped,
     ]
 
 
@@ -352,34 +364,39 @@ def finish_audit(
             sections=report_sections(state, [*extra, ("Timings (seconds)", _timings(timings))]),
             plot=_plot_arguments(state),
         )
-    audit = {
-        "audit_id": state.run_name,
-        "run_name": state.run_name,
-        "kind": kind,
-        "experiment_name": config.experiment_name,
-        "model_name": config.resolved_model_name,
-        "champion_alias": config.champion_alias,
-        "register_model": config.register_model and eligible(state),
-        "mlflow_retries": config.mlflow_retries,
-        "mlflow_retry_backoff": config.mlflow_retry_backoff,
-        "decision": state.decision.as_dict(),
-        "chosen": chosen_metrics(state.chosen)
+    selection = selection_record(state)
+    audit = AuditRecord(
+        audit_id=state.run_name,
+        run_name=state.run_name,
+        kind=kind,
+        experiment_name=config.experiment_name,
+        model_name=config.resolved_model_name,
+        champion_alias=config.champion_alias,
+        register_model=config.register_model and eligible(state),
+        mlflow_retries=config.mlflow_retries,
+        mlflow_retry_backoff=config.mlflow_retry_backoff,
+        started_at=state.started_at,
+        ended_at=datetime.now(UTC),
+        sensitive=list(state.split.s_train.columns),
+        decision=state.decision.as_dict(),
+        chosen=chosen_metrics(state.chosen)
         | {"variant": state.chosen["variant"], "classifier": state.chosen["classifier"]},
-        "selection": selection_record(state),
-        "params": {**config.flat_params(), "resolved_tracking_uri": mask_credentials(tracking_uri)},
-        "metrics": {**logged_metrics(state), **(extra_metrics or {})},
-        "metric_steps": metric_steps(state.table),
-        "tags": {**run_tags(state, hashes), **_flow_tags(kind), **(extra_tags or {})},
-        "model_tags": model_tags(state) | GatePolicy.from_config(config).tags(),
-        "hashes": hashes,
-        "provenance": provenance(config),
+        selection=selection,
+        params={**config.flat_params(), "resolved_tracking_uri": mask_credentials(tracking_uri)},
+        metrics={**logged_metrics(state), **(extra_metrics or {})},
+        metric_steps=metric_steps(state.table),
+        tags={**run_tags(state), **_flow_tags(kind), **(extra_tags or {})},
+        model_tags=model_tags(state) | GatePolicy.from_config(config).tags(),
+        hashes=hashes,
+        provenance=provenance(config),
         **state.additions,
-    }
-    write_json(out_dir / AUDIT_FILE, audit)
-    _prefect_artifacts(state, audit["selection"])
+    )
+    write_audit_record(out_dir / AUDIT_FILE, audit)
+    seal_output_dir(out_dir)  # the last file is written: sign the directory
+    _prefect_artifacts(state, audit)
     wait_for_warmup(tracking_uri)
-    logged = log_output_dir(out_dir, tracking_uri)
-    return _result(state, logged, tracking_uri, paths["html"], audit["selection"])
+    logged = log_output_dir(out_dir, tracking_uri, ends_now=True)
+    return _result(state, logged, tracking_uri, paths["html"], selection.model_dump())
 
 
 def _result(state: AuditState, logged, tracking_uri: str, report: Path, selection) -> AuditResult:
@@ -418,23 +435,24 @@ def _timings(timings: dict[str, float]) -> pd.DataFrame:
     return pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
 
 
-def _prefect_artifacts(state: AuditState, selection: dict[str, Any]) -> None:
-    """Markdown + table artifacts in the Prefect UI (aggregated numbers only)."""
-    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{state.config.source_name}".lower())
-    verdict = "promote to champion" if state.decision.promote else "keep the current champion"
-    test = selection["test"]
-    lines = [
-        f"# Fairness audit {state.run_name}",
-        f"- chosen: `{selection['chosen']['name']}` - decision: **{verdict}**",
-        *(f"- {reason}" for reason in state.decision.reasons),
-        *(f"- warning: {warning}" for warning in selection["warnings"]),
-        "- test rows: " + ", ".join(f"{m} {format_interval(test, m)}" for m in HEADLINE),
-        f"- local results: `{state.out_dir.resolve()}`",
-    ]
-    create_markdown_artifact("\n".join(lines), key=f"{key}-summary", description="audit summary")
+def _prefect_artifacts(state: AuditState, record: AuditRecord) -> None:
+    """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, from
+    the typed record (aggregated numbers only; user strings escaped)."""
+    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{state.config.source_name}".lower()).strip("-")
+    verdict = verdict_markdown(record, heading=f"Fairness {record.kind} {record.run_name}")
+    local = markdown_text(state.out_dir.resolve())
+    create_markdown_artifact(
+        f"{verdict}\n\nLocal results: {local}",
+        key=f"{key}-summary"[:100],
+        description="audit verdict",
+    )
     summary = candidate_summary(state)
     records = json.loads(summary.round(4).to_json(orient="records"))
-    create_table_artifact(records, key=f"{key}-table", description="validation rows")
+    create_table_artifact(
+        records,  # our own variant/classifier names and numbers: no user string
+        key=f"{key}-candidates"[:100],
+        description="candidates on validation rows",
+    )
 
 
 @flow(

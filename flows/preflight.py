@@ -91,6 +91,21 @@ def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
             )
 
 
+def _check_signing_key(output_dir: Path) -> None:
+    """The key that will seal the output directory can be read (or created) outside it."""
+    from fairpca.tasks.signing import SealError, key_path, signing_key
+
+    try:
+        signing_key(create=True)
+    except (SealError, OSError) as error:
+        raise PreflightError(f"the audit cannot sign its output directory: {error}") from error
+    if key_path().resolve().is_relative_to(Path(output_dir).resolve()):
+        raise PreflightError(
+            f"the signing key {key_path()} lies inside --output-dir {output_dir}; set "
+            "XDG_CONFIG_HOME (or FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
+        )
+
+
 def check_before_run(config) -> list[str]:
     """Load the data source and check k and the output directory; return the warnings.
 
@@ -110,6 +125,7 @@ def check_before_run(config) -> list[str]:
             raise PreflightError(str(error)) from error
     k_note = _check_k(config, dataset)
     _check_output_dir(config.output_dir, config.run_name)
+    _check_signing_key(config.output_dir)
     # The flow loads the data again; the screening was reported here already.
     warnings.filterwarnings("ignore", category=ScreeningWarning)
     found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]

@@ -1,11 +1,13 @@
 """Re-log a kept audit output directory to MLflow (after a tracking outage).
 
-Nothing in the directory is executed: the saved model is never loaded or unpickled, only
-uploaded as files after :func:`fairpca.tasks.mlflow_logging.check_saved_model` (skops format, the
-SHA-256 manifest written by the audit) and :func:`fairpca.tasks.mlflow_logging.check_relog_dir` (no
-symbolic links, only the project's fixed trusted types) accepted it. The directory's own
-``audit.json`` cannot be trusted, so no alias moves unless the user asks (``promote``). Metric
-points already in the run are not logged again.
+Only what the audit wrote and signed is logged: the directory must verify against its seal
+(:mod:`fairpca.tasks.signing`: every file's size and SHA-256 in a manifest authenticated by
+an HMAC with this user's key, which the directory does not hold), and the model must pass
+:func:`fairpca.tasks.mlflow_logging.check_relog_dir` (skops only, no code, pinned
+requirements, only the project's fixed trusted types). Nothing in the directory is executed
+or unpickled. Relog completes the run the audit created (recorded in the seal and checked on
+the server) or creates a new one; the alias moves only with ``promote`` and only when the
+verified record decided to promote. Metric points already in the run are not logged again.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ __all__ = ["relog", "relog_output_dir"]
 def relog(
     output_dir: str, tracking_uri: str | None, force: bool = False, promote: bool = False
 ) -> dict[str, Any]:
-    """Log ``output_dir`` (written by an audit) to MLflow as a new, complete run.
+    """Log ``output_dir`` (written and sealed by an audit) to MLflow, completing its run.
 
     ``tracking_uri`` None reads ``$MLFLOW_TRACKING_URI`` (so credentials never become a flow
-    parameter). The alias moves only with ``promote=True`` and only if the audit decided to
-    promote; otherwise it is left where it is.
+    parameter). The alias moves only with ``promote=True`` and only if the verified audit
+    record decided to promote; otherwise it is left where it is.
     """
     status_path = Path(output_dir) / STATUS_FILE
     if status_path.is_file() and not force:
@@ -42,16 +44,15 @@ def relog(
                 f"{output_dir} was already logged completely (run {status.get('run_id')}); "
                 "pass --force (force=True) to log it once more."
             )
-    check_relog_dir(Path(output_dir))  # before any run or version is created
     audit = read_audit(Path(output_dir))
-    logged = log_output_dir(
+    logged = log_output_dir(  # verifies the seal before any run or version is created
         Path(output_dir), resolve_tracking_uri(tracking_uri), promote=None if promote else False
     )
     return {
         "run_id": logged.run_id,
         "model_version": logged.model_version,
-        "model_name": audit.get("model_name"),
-        "champion_alias": audit.get("champion_alias"),
+        "model_name": audit.model_name,
+        "champion_alias": audit.champion_alias,
         "champion_moved": logged.champion_moved,
     }
 
@@ -66,12 +67,16 @@ def relog_output_dir(
     FileNotFoundError
         ``output_dir`` holds no ``audit.json``.
     ValueError
-        The saved model is not the skops model the audit wrote (see
-        :func:`fairpca.tasks.mlflow_logging.check_relog_dir`), or the directory was logged before.
+        The directory is not the one the audit wrote and signed, its model is not the skops
+        model the audit saved (see :func:`fairpca.tasks.mlflow_logging.check_relog_dir`), its
+        record sets reserved tags, or it was logged before.
     """
-    read_audit(Path(output_dir))
-    check_relog_dir(Path(output_dir))
+    directory = Path(output_dir)
+    if not (directory / "audit.json").is_file():
+        read_audit(directory)  # the message for a directory that is no audit's
+    check_relog_dir(directory)
+    read_audit(directory)
     if mask_credentials(tracking_uri) != tracking_uri:  # credentials stay out of parameters
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
         tracking_uri = None
-    return relog(str(Path(output_dir).resolve()), tracking_uri, force, promote)
+    return relog(str(directory.resolve()), tracking_uri, force, promote)

@@ -46,6 +46,7 @@ from fairpca.metrics import (
     ci_metrics,
     group_fairness,
 )
+from fairpca.tasks.mlflow_store import log_metrics_batched
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 
@@ -274,8 +275,7 @@ class FairnessEvaluator(ModelEvaluator):
             )
             for key, value in metrics.items()
         ]
-        for start in range(0, len(batch), 1000):  # MLflow's log_batch limit
-            client.log_batch(run_id, metrics=batch[start : start + 1000])
+        log_metrics_batched(client, run_id, batch)
 
     @staticmethod
     def _log_artifacts(client, run_id, report, config) -> dict:

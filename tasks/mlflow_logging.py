@@ -13,12 +13,12 @@ re-log later (``fairpca relog DIR``).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from fairpca.tasks.model_card import mask_credentials
+from fairpca.tasks.audit_record import AuditRecord, read_audit_record
+from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched
+from fairpca.tasks.model_card import mask_credentials, run_description
 from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
     "AUDIT_FILE",
+    "HASHES_FILE",
     "RETRYING",
     "STATUS_FILE",
     "LoggedAudit",
@@ -40,12 +43,14 @@ __all__ = [
     "check_saved_model",
     "is_transient_mlflow_error",
     "log_output_dir",
+    "read_audit",
     "save_model_locally",
+    "sealed_decision",
 ]
 
 AUDIT_FILE = "audit.json"
+HASHES_FILE = "hashes.json"
 STATUS_FILE = "mlflow_status.json"
-METRIC_BATCH = 900  # MLflow accepts at most 1000 metrics per log_batch call
 
 _TRANSIENT_CODES = {
     "TEMPORARILY_UNAVAILABLE",
@@ -126,56 +131,52 @@ def _client(tracking_uri: str):
     return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
-def default_artifact_location(tracking_uri: str) -> str | None:
-    """For a local SQLite store, keep artifacts next to the database (``mlartifacts/``)."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-        return (db.parent / "mlartifacts").as_uri()
-    return None
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
 
 
 @task(name="mlflow-start-run", **RETRYING)
-def start_run(tracking_uri: str, audit: dict[str, Any]) -> str:
-    """Create (or, on a retry, find again) the audit's RUNNING run; return its id."""
+def start_run(tracking_uri: str, audit: AuditRecord, not_before_ms: int = 0) -> str:
+    """Create (or, on a retry, find again) the audit's RUNNING run; return its id.
+
+    The run starts when the audit started (not when it is logged), carries the record's
+    curated tags and, as its description, the verdict in a few lines. Only a run started at
+    or after ``not_before_ms`` (when this logging began) is found again, so an older run of
+    another audit with the same id is never taken over.
+    """
     client = _client(tracking_uri)
-    name = audit["experiment_name"]
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        try:
-            experiment_id = client.create_experiment(
-                name, artifact_location=default_artifact_location(tracking_uri)
-            )
-        except Exception as exc:  # another audit created it at the same time
-            experiment = client.get_experiment_by_name(name)
-            if experiment is None:
-                raise exc
-            experiment_id = experiment.experiment_id
-    else:
-        experiment_id = experiment.experiment_id
+    experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`fairpca.audit_id` = '{audit['audit_id']}' "
-        "and attributes.status = 'RUNNING'",
+        filter_string=f"tags.`fairpca.audit_id` = '{audit.audit_id}' "
+        "and attributes.status = 'RUNNING' "
+        f"and attributes.start_time >= {int(not_before_ms)}",
         max_results=1,
     )
     if existing:
         return existing[0].info.run_id
-    run = client.create_run(experiment_id, run_name=audit["run_name"], tags=audit["tags"])
+    tags = {**audit.tags, "mlflow.note.content": run_description(audit)}
+    run = client.create_run(
+        experiment_id,
+        start_time=_millis(audit.started_at),
+        run_name=audit.run_name,
+        tags=tags,
+    )
     return run.info.run_id
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
-def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) -> int:
-    """Log params, tags and metrics (summary, per-lambda curves as steps, timings)."""
+def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> int:
+    """Log params, tags, metrics (summary, per-lambda curves as steps, timings) and the
+    matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = _client(tracking_uri)
-    now = int(time.time() * 1000)
-    params = [Param(key, str(value)[:6000]) for key, value in audit["params"].items()]
-    tags = [RunTag(key, str(value)[:5000]) for key, value in audit["tags"].items()]
-    metrics = [Metric(key, float(value), now, 0) for key, value in audit["metrics"].items()] + [
-        Metric(item["key"], float(item["value"]), now, int(item["step"]))
-        for item in audit["metric_steps"]
+    stamp = _millis(audit.ended_at)
+    params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
+    tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
+    metrics = [Metric(key, float(value), stamp, 0) for key, value in audit.metrics.items()] + [
+        Metric(item.key, item.value, stamp, item.step) for item in audit.metric_steps
     ]
     run = client.get_run(run_id)
     params = [p for p in params if p.key not in run.data.params]
@@ -183,8 +184,8 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: dict[str, Any]) ->
     for start in range(0, max(len(params), 1), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     client.log_batch(run_id, tags=tags)
-    for start in range(0, len(metrics), METRIC_BATCH):
-        client.log_batch(run_id, metrics=metrics[start : start + METRIC_BATCH])
+    log_metrics_batched(client, run_id, metrics)
+    client.log_dict(run_id, audit.hashes, HASHES_FILE)
     return len(metrics)
 
 
@@ -204,36 +205,48 @@ ARTIFACT_FILES = ("report.md", "report.html", "tradeoff.png", "config.json", "me
 
 
 @task(name="mlflow-log-artifacts", **RETRYING)
-def log_artifacts(tracking_uri: str, run_id: str, out_dir: Path) -> list[str]:
-    """Log the report, plot, resolved config, metrics table and projection matrices."""
+def log_artifacts(
+    tracking_uri: str, run_id: str, out_dir: Path, files: list[str] | None = None
+) -> list[str]:
+    """Log the report, plot, resolved config, metrics table and projection matrices.
+
+    ``files`` are the paths of the signed manifest (:func:`check_relog_dir`); a file
+    outside it is never uploaded. Each file is uploaded on its own (never a whole folder).
+    """
     client = _client(tracking_uri)
     out_dir = Path(out_dir)
+    sealed = set(files if files is not None else check_relog_dir(out_dir)["files"])
     logged = []
     for name in ARTIFACT_FILES:
-        path = out_dir / name
-        if path.exists():
-            client.log_artifact(run_id, str(path), artifact_path="report")
+        if name in sealed:
+            client.log_artifact(run_id, str(out_dir / name), artifact_path="report")
             logged.append(f"report/{name}")
-    if (out_dir / "projection").is_dir():
-        client.log_artifacts(run_id, str(out_dir / "projection"), artifact_path="projection")
-        logged.append("projection/")
-    table = pd.read_csv(out_dir / "metrics.csv")
-    client.log_table(run_id, data=table, artifact_file="metrics_table.json")
-    logged.append("metrics_table.json")
+    for name in sorted(n for n in sealed if n.startswith("projection/")):
+        folder = Path(name).parent.as_posix()
+        client.log_artifact(run_id, str(out_dir / name), artifact_path=folder)
+        logged.append(name)
+    if "metrics.csv" in sealed:
+        table = pd.read_csv(out_dir / "metrics.csv")
+        client.log_table(run_id, data=table, artifact_file="metrics_table.json")
+        logged.append("metrics_table.json")
     return logged
 
 
-def check_saved_model(model_dir: Path) -> None:
-    """The saved model may be logged: written by the audit, unchanged, and skops-serialized.
+# What a saved model's requirements may name: the pinned runtime of the pipeline and MLflow.
+_REQUIREMENT = re.compile(r"(fairpca|mlflow|numpy|scipy|scikit-learn|pandas)==[0-9][\w.+!-]*")
 
-    Nothing in the directory is loaded or executed; the ``MLmodel`` file is read as plain
-    YAML. Refused: an ``MLmodel`` naming pickle or cloudpickle (or any loader other than
-    scikit-learn's with skops), a pickle file, and any file that differs from the SHA-256
-    manifest the audit wrote (the message names it).
+
+def check_saved_model(model_dir: Path) -> None:
+    """The saved model may be logged: skops-serialized, no source code, pinned requirements.
+
+    Nothing in the directory is loaded or executed; ``MLmodel`` and the environment files
+    are read as plain text/YAML. Refused: an ``MLmodel`` naming pickle or cloudpickle (or
+    any loader other than scikit-learn's with skops), a pickle file, any code in the model
+    (``code_paths``, a ``.py`` file), and requirements other than ``name==version`` pins of
+    fairpca and its runtime (an extra line, a URL, an option). That the files are the ones the
+    audit wrote is checked by :func:`check_relog_dir` (the signed manifest).
     """
     import yaml
-
-    from fairpca.tasks.model_io import verify_manifest
 
     model_dir = Path(model_dir)
     mlmodel = model_dir / "MLmodel"
@@ -258,30 +271,73 @@ def check_saved_model(model_dir: Path) -> None:
     pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
     if pickles:
         raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not logged.")
-    verify_manifest(model_dir)
+    code = sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*.py*"))
+    if sklearn.get("code") or pyfunc.get("code") or (model_dir / "code").exists() or code:
+        raise ValueError(
+            f"{model_dir} carries source code ({code or 'code_paths'}); a fairpca model "
+            "depends on the installed fairpca through a pinned requirement and carries none. "
+            "Re-run the audit."
+        )
+    _check_requirements(model_dir)
 
 
-def check_relog_dir(out_dir: Path) -> None:
-    """Checks that a kept directory must pass before ``fairpca relog`` uploads anything.
+def _check_requirements(model_dir: Path) -> None:
+    """requirements.txt: only pins of fairpca and its runtime, fairpca among them; the
+    conda and virtualenv files name exactly those pins (or refer to requirements.txt)."""
+    import yaml
 
-    The SHA-256 manifest lives in the same directory, so it cannot vouch for it. Refused,
-    naming the file: a symbolic link anywhere (or any path resolving outside ``out_dir``),
-    and a model whose ``MLmodel`` ``skops_trusted_types`` or whose skops file's untrusted
-    types (read by :func:`skops.io.get_untrusted_types`, which executes nothing) fall outside
-    the project's fixed :data:`fairpca.tasks.registry.TRUSTED_TYPES`.
+    path = model_dir / "requirements.txt"
+    lines = path.read_text(encoding="utf-8").split() if path.is_file() else []
+    names = [line.split("==")[0] for line in lines]
+    bad = [line for line in lines if not _REQUIREMENT.fullmatch(line)]
+    if bad or "fairpca" not in names or len(set(names)) != len(names):
+        raise ValueError(
+            f"{path}: requirements {bad or lines} are not the pinned fairpca runtime the audit "
+            "writes (name==version of fairpca, mlflow, numpy, scipy, scikit-learn, pandas, "
+            "each once); the model is not logged. Re-run the audit."
+        )
+    try:
+        conda = yaml.safe_load((model_dir / "conda.yaml").read_text(encoding="utf-8"))
+        env = yaml.safe_load((model_dir / "python_env.yaml").read_text(encoding="utf-8"))
+        pips = [d["pip"] for d in conda["dependencies"] if isinstance(d, dict)]
+        same = pips == [lines] and env["dependencies"] == ["-r requirements.txt"]
+    except (OSError, yaml.YAMLError, TypeError, KeyError) as error:
+        raise ValueError(f"{model_dir}: unreadable environment files ({error}).") from error
+    if not same:
+        raise ValueError(
+            f"{model_dir}: conda.yaml or python_env.yaml name other requirements than "
+            "requirements.txt; the model is not logged. Re-run the audit."
+        )
+
+
+def check_relog_dir(out_dir: Path) -> dict[str, Any]:
+    """Checks that a kept directory must pass before anything of it is logged.
+
+    Returns the verified seal record (:func:`fairpca.tasks.signing.verify_output_dir`):
+    every file is the one the audit wrote and signed with this user's key (a manifest
+    edited to match does not verify), no symbolic link, no file added, every file and the
+    total under relog's size caps. Then the model must pass :func:`check_saved_model` and
+    its ``MLmodel`` ``skops_trusted_types`` and its skops file's untrusted types (read by
+    :func:`skops.io.get_untrusted_types`, which executes nothing) must lie in the project's
+    fixed :data:`fairpca.tasks.registry.TRUSTED_TYPES`.
+
+    Raises
+    ------
+    ValueError
+        Naming the file and the fix (:class:`fairpca.tasks.signing.SealError` for the seal).
     """
+    from fairpca.tasks.signing import verify_output_dir
+
     out_dir = Path(out_dir)
-    root = out_dir.resolve()
-    for folder, dirs, files in os.walk(out_dir, followlinks=False):
-        for name in [*dirs, *files]:
-            path = Path(folder) / name
-            if path.is_symlink() or root not in path.resolve().parents:
-                raise ValueError(
-                    f"{path} is a symbolic link or points outside {out_dir}; relog uploads "
-                    "only plain files of the directory. Remove it or re-run the audit."
-                )
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise ValueError(
+            f"{out_dir} is not a plain directory (a symbolic link or missing); pass the "
+            "audit's output directory itself."
+        )
+    record = verify_output_dir(out_dir)
     check_saved_model(out_dir / "model")
     _check_trusted_types(out_dir / "model")
+    return record
 
 
 def _check_trusted_types(model_dir: Path) -> None:
@@ -312,29 +368,60 @@ def _check_trusted_types(model_dir: Path) -> None:
 
 
 @task(name="mlflow-log-model", **RETRYING)
-def log_model(tracking_uri: str, run_id: str, out_dir: Path, audit: dict[str, Any]) -> dict:
-    """Log the saved model directory as files (never loaded here) and register a version.
+def log_model(
+    tracking_uri: str,
+    run_id: str,
+    out_dir: Path,
+    audit: AuditRecord,
+    files: dict[str, Any] | None = None,
+) -> dict:
+    """Log the saved model's files (never loaded here) and register a version.
 
-    The directory is checked first (:func:`check_saved_model`); its files are uploaded as
-    they are to a logged model of the run's experiment, so loading it later goes through
-    MLflow's skops loader with the trusted types the audit recorded from its own pipeline.
+    Only the model files of the signed manifest ``files`` are uploaded: they are copied to
+    a temporary folder and their SHA-256 checked again there, so nothing added or changed
+    after the check reaches MLflow. Loading the model later goes through MLflow's skops
+    loader with the trusted types the audit recorded from its own pipeline.
     """
     from mlflow.entities import LoggedModelStatus
 
     client = _client(tracking_uri)
     model_dir = Path(out_dir) / "model"
-    check_saved_model(model_dir)
+    sealed = files if files is not None else check_relog_dir(Path(out_dir))["files"]
     experiment_id = client.get_run(run_id).info.experiment_id
-    logged = client.create_logged_model(
-        experiment_id, name="pipeline", source_run_id=run_id, tags=audit["model_tags"]
-    )
-    client.log_model_artifacts(logged.model_id, str(model_dir))
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = _stage_model_files(model_dir, sealed, Path(tmp) / "model")
+        logged = client.create_logged_model(
+            experiment_id, name="pipeline", source_run_id=run_id, tags=audit.model_tags
+        )
+        client.log_model_artifacts(logged.model_id, str(staged))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
     version = register_logged_model(
-        client, run_id, out_dir, audit, model_uri=model_uri, model_id=logged.model_id
+        client,
+        run_id,
+        out_dir,
+        audit,
+        model_uri=model_uri,
+        model_id=logged.model_id,
+        tracking_uri=tracking_uri,
     )
     return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
+
+
+def _stage_model_files(model_dir: Path, sealed: dict[str, Any], target: Path) -> Path:
+    """Copies of the sealed ``model/`` files, each checked against its signed SHA-256."""
+    from fairpca.tasks.signing import SealError, sha256_file
+
+    for name, entry in sealed.items():
+        if not name.startswith("model/"):
+            continue
+        relative = name.removeprefix("model/")
+        destination = target / relative
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(model_dir / relative, destination)
+        if sha256_file(destination) != entry["sha256"]:
+            raise SealError(f"{model_dir / relative} changed while it was being logged.")
+    return target
 
 
 @task(name="mlflow-set-alias", **RETRYING)
@@ -350,18 +437,20 @@ def finish_run(
     status: str,
     tags: dict[str, str],
     metrics: dict[str, float] | None = None,
+    end_time: int | None = None,
 ) -> None:
-    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)."""
+    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)
+    at ``end_time`` (milliseconds since the epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
     client = _client(tracking_uri)
-    now = int(time.time() * 1000)
+    stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
-        metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items()],
+        metrics=[Metric(k, float(v), stamp, 0) for k, v in (metrics or {}).items()],
         tags=[RunTag(k, str(v)) for k, v in tags.items()],
     )
-    client.set_terminated(run_id, status=status)
+    client.set_terminated(run_id, status=status, end_time=end_time)
 
 
 @dataclass
@@ -380,33 +469,29 @@ def save_model_locally(
 ) -> Path:
     """Save the pipeline as an MLflow model directory ``out_dir/model`` (kept first).
 
-    The ``fairpca`` package's Python sources travel with the model (``code_paths``), so the
-    model loads where only the pinned pip requirements are installed. The SHA-256 of every
-    file is recorded next to it (:func:`fairpca.tasks.model_io.write_manifest`) before anything
-    logs it.
+    The model carries no source code: it depends on the installed fairpca through the
+    pinned ``fairpca==<version>`` of ``pip_requirements``, so loading it never changes what
+    ``import fairpca`` gives. Its signature accepts what the project's loaders return
+    (:func:`fairpca.tasks.model_io.model_signature`). The audit seals the whole output
+    directory afterwards (:func:`fairpca.tasks.signing.seal_output_dir`).
     """
     import mlflow.sklearn
-    from mlflow.models import infer_signature
 
-    from fairpca.tasks.model_io import write_manifest
+    from fairpca.tasks.model_io import model_signature
 
-    signature = infer_signature(input_example, pipeline.predict(input_example))
+    signature = model_signature(input_example, pipeline.predict(input_example))
     trusted = trusted_types(pipeline)
     target = Path(out_dir) / "model"
     if target.exists():
         shutil.rmtree(target)
-    with tempfile.TemporaryDirectory() as tmp:
-        code = _package_sources(Path(tmp))
-        mlflow.sklearn.save_model(
-            pipeline,
-            str(target),
-            signature=signature,
-            input_example=input_example,
-            pip_requirements=pip_requirements,
-            code_paths=[str(code)],
-            skops_trusted_types=trusted,
-        )
-    write_manifest(target)
+    mlflow.sklearn.save_model(
+        pipeline,
+        str(target),
+        signature=signature,
+        input_example=input_example,
+        pip_requirements=pip_requirements,
+        skops_trusted_types=trusted,
+    )
     return target
 
 
@@ -431,29 +516,97 @@ def trusted_types(pipeline) -> list[str]:
     return sorted(untrusted)
 
 
-def _package_sources(tmp: Path) -> Path:
-    import fairpca
-
-    source = Path(fairpca.__file__).parent
-    target = tmp / "fairpca"
-    shutil.copytree(
-        source, target, ignore=shutil.ignore_patterns("data", "__pycache__", "*.pyc", "*.xz")
-    )
-    return target
-
-
 def _write_status(out_dir: Path, content: dict[str, Any]) -> None:
     (Path(out_dir) / STATUS_FILE).write_text(json.dumps(content, indent=2))
 
 
-def read_audit(out_dir: Path) -> dict[str, Any]:
-    """The ``audit.json`` manifest of a kept output directory."""
+# Run tags fairpca writes: its own namespace and MLflow's run description, nothing else
+# (``mlflow.user``, ``mlflow.source.*``, ... are MLflow's to set).
+_OWN_TAG_PREFIXES = ("fairpca.", "fairness.")
+_ALLOWED_MLFLOW_TAGS = frozenset({"mlflow.note.content"})
+
+
+def read_audit(out_dir: Path) -> AuditRecord:
+    """The typed audit record (``audit.json``) of a kept output directory (verify the seal
+    first).
+
+    Raises
+    ------
+    FileNotFoundError
+        No ``audit.json``.
+    ValueError
+        Unreadable, or tags outside the keys fairpca writes (``mlflow.*`` and other
+        reserved keys; version tags must not start with ``mlflow.``).
+    """
     path = Path(out_dir) / AUDIT_FILE
     if not path.is_file():
         raise FileNotFoundError(
             f"{out_dir} is not a fairpca audit output directory (no {AUDIT_FILE})."
         )
-    return json.loads(path.read_text())
+    try:
+        audit = read_audit_record(path)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from error
+    run_tags = audit.tags
+    foreign = sorted(
+        key
+        for key in run_tags
+        if not key.startswith(_OWN_TAG_PREFIXES) and key not in _ALLOWED_MLFLOW_TAGS
+    )
+    foreign += sorted(k for k in audit.model_tags if k.lower().startswith("mlflow."))
+    if foreign:
+        raise ValueError(
+            f"{path} sets tag(s) {foreign} that fairpca never writes (MLflow's reserved "
+            "mlflow.* keys or keys outside fairpca.*); nothing is logged. Re-run the audit."
+        )
+    return audit
+
+
+def sealed_decision(audit: AuditRecord) -> bool:
+    """Whether the verified record's own decision is to promote (equal in the decision and
+    in the selection summary; anything else is not a promotion)."""
+    return audit.decision.promote is True and audit.selection.decision.promote is True
+
+
+def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | None:
+    """The run the signed record names, if it is this audit's unfinished run on this server.
+
+    None: no run recorded, or it is gone, deleted or FINISHED (a new run is created).
+
+    Raises
+    ------
+    ValueError
+        The recorded run exists but belongs to another experiment or audit.
+    """
+    from mlflow.exceptions import MlflowException
+
+    from fairpca.tasks.signing import bound_run
+
+    bound = bound_run(record)
+    if bound is None:
+        return None
+    try:
+        run = client.get_run(bound["run_id"])
+    except MlflowException as error:
+        if getattr(error, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
+            return None
+        raise
+    if run.info.lifecycle_stage != "active" or run.info.status == "FINISHED":
+        return None
+    if (
+        run.info.experiment_id != bound["experiment_id"]
+        or run.data.tags.get("fairpca.audit_id") != audit.audit_id
+        or run.info.run_name != audit.run_name
+    ):
+        raise ValueError(
+            f"run {bound['run_id']} recorded by the audit is not its run on this tracking "
+            f"server (experiment, audit id or run name differ); nothing was logged."
+        )
+    if run.info.status != "RUNNING":  # marked FAILED by the interrupted logging: complete it
+        client.update_run(run.info.run_id, status="RUNNING")
+        if "fairpca.logging_error" in run.data.tags:
+            client.delete_tag(run.info.run_id, "fairpca.logging_error")
+    return bound["run_id"]
 
 
 def log_output_dir(
@@ -463,6 +616,7 @@ def log_output_dir(
     promote: bool | None = None,
     retries: int | None = None,
     retry_backoff: float | None = None,
+    ends_now: bool = False,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -477,6 +631,10 @@ def log_output_dir(
     retries, retry_backoff : int and float, default=None
         Retries per step on transient errors and the back-off factor (retry ``i`` waits
         ``retry_backoff * 2**i`` seconds); None takes the audit's config (3 and 2 s).
+    ends_now : bool, default=False
+        The run starts when the audit started; it ends now (the audit itself logs it: the
+        run spans the audit's whole wall time) or, by default (a later relog), when the audit
+        ended.
 
     Raises
     ------
@@ -484,15 +642,16 @@ def log_output_dir(
         If a step still fails after its retries. The run is marked FAILED first (when it
         could be created) and the message names ``out_dir``, where the results are kept.
     """
+    from fairpca.tasks.signing import bind_run
+
     out_dir = Path(out_dir)
+    record = check_relog_dir(out_dir)  # what is logged is what the audit sealed
     audit = read_audit(out_dir)
-    promote = audit["decision"]["promote"] if promote is None else promote
+    promote = sealed_decision(audit) if promote is None else promote
     retry = {
-        "retries": audit.get("mlflow_retries", 3) if retries is None else retries,
+        "retries": audit.mlflow_retries if retries is None else retries,
         "retry_delay_seconds": exponential_backoff(
-            backoff_factor=audit.get("mlflow_retry_backoff", 2.0)
-            if retry_backoff is None
-            else retry_backoff
+            backoff_factor=audit.mlflow_retry_backoff if retry_backoff is None else retry_backoff
         ),
     }
     start, log_data, log_files, log_pipeline, alias, finish = (
@@ -510,18 +669,23 @@ def log_output_dir(
     step = "start the run"
     started = time.perf_counter()
     _bounded_http_retries()
+    not_before_ms = int(time.time() * 1000) - 1000  # the server's clock may run behind
     try:
-        run_id = start(tracking_uri, audit)
+        run_id = _resumable_run(_client(tracking_uri), record, audit)
+        if run_id is None:
+            run_id = start(tracking_uri, audit, not_before_ms)
+            experiment = _client(tracking_uri).get_run(run_id).info.experiment_id
+            bind_run(out_dir, run_id=run_id, experiment_id=experiment)
         step = "log params and metrics"
         log_data(tracking_uri, run_id, audit)
         step = "log artifacts"
-        log_files(tracking_uri, run_id, out_dir)
+        log_files(tracking_uri, run_id, out_dir, sorted(record["files"]))
         step = "log and register the model"
-        model = log_pipeline(tracking_uri, run_id, out_dir, audit)
+        model = log_pipeline(tracking_uri, run_id, out_dir, audit, record["files"])
         moved = False
         if promote and model["version"] is not None:
             step = "move the alias"
-            alias(tracking_uri, audit["model_name"], audit["champion_alias"], model["version"])
+            alias(tracking_uri, audit.model_name, audit.champion_alias, model["version"])
             moved = True
         step = "finish the run"
         finish(
@@ -533,6 +697,7 @@ def log_output_dir(
                 "fairpca.champion_moved": str(moved).lower(),
             },
             {"time_mlflow_logging_s": time.perf_counter() - started},
+            end_time=None if ends_now else _millis(audit.ended_at),
         )
     except Exception as exc:
         if run_id is not None:

@@ -1,7 +1,7 @@
 """Model card of a registered pipeline: one Markdown page a reviewer can read in the MLflow UI.
 
-:func:`render_model_card` is a pure function of the audit manifest (``audit.json``): the same
-manifest always gives the same card, so a re-logged audit gets the card it had. The facts the
+:func:`render_model_card` is a pure function of the typed audit record (``audit.json``): the same
+record always gives the same card, so a re-logged audit gets the card it had. The facts the
 manifest cannot derive later (the data file's SHA-256, the code version) are recorded at audit
 time by :func:`fairpca.tasks.registry.provenance`. Only aggregates appear: group sizes below
 the audit's minimum are shown as suppressed, and credentials in URIs are masked.
@@ -17,10 +17,21 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
+from fairpca.tasks.audit_record import AuditRecord, Selection
+from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.report import markdown_table, sha256_file
 
-__all__ = ["CARD_FILE", "code_version", "data_source_facts", "render_model_card"]
+__all__ = [
+    "CARD_FILE",
+    "DESCRIPTION_MAX_CHARS",
+    "code_version",
+    "data_source_facts",
+    "render_model_card",
+    "run_description",
+    "verdict_markdown",
+    "version_description",
+]
 
 CARD_FILE = "model_card.md"
 HEADLINE = ("accuracy", "dp_difference", "eo_difference")
@@ -92,16 +103,17 @@ def mask_credentials(value: str) -> str:
     return urlunsplit(parts._replace(netloc=f"***@{host}", query=""))
 
 
-def _cell(value: Any) -> str:
-    """Table-cell text: one line, pipes escaped."""
-    return str(value).replace("|", "\\|").replace("\n", " ")
+def _text(value: Any) -> str:
+    """A user-supplied string (column name, group label, file name, reason) as literal
+    Markdown text; never put inside a code span, where escapes would show."""
+    return markdown_text(value)
 
 
 def _table(rows: list[dict[str, str]]) -> str:
     return markdown_table(pd.DataFrame(rows)) if rows else "(none)"
 
 
-def _metric_names(test: dict[str, Any]) -> list[str]:
+def _metric_names(test: dict[str, float]) -> list[str]:
     """Headline metrics, then the per-attribute and intersection differences present."""
     extra = sorted(
         key
@@ -111,14 +123,14 @@ def _metric_names(test: dict[str, Any]) -> list[str]:
     return [name for name in HEADLINE if name in test] + extra
 
 
-def _section_intended_use(audit: dict[str, Any], definition: dict[str, Any]) -> str:
-    attributes = ", ".join(definition.get("sensitive", [])) or "(unknown)"
-    warnings = audit.get("selection", {}).get("warnings", [])
+def _section_intended_use(record: AuditRecord) -> str:
+    definition = record.provenance.definition
+    attributes = ", ".join(_text(a) for a in definition.sensitive) or "(unknown)"
     return "\n".join(
         [
-            f"- Intended use: binary prediction of `{definition.get('label', '?')}` on rows "
-            f"like those of `{definition.get('source', '?')}`, as audited here for group "
-            f"fairness with respect to: {attributes}.",
+            f"- Intended use: binary prediction of {_text(definition.label)} on rows like those "
+            f"of {_text(definition.source)}, as audited here for group fairness with respect "
+            f"to: {attributes}.",
             "- Fairness is measured as demographic parity and equal opportunity differences "
             "between groups of these attributes only: it says nothing about other "
             "attributes, about individual fairness, or about data from another population "
@@ -127,69 +139,53 @@ def _section_intended_use(audit: dict[str, Any], definition: dict[str, Any]) -> 
             "(95% intervals); they hold only while new data look like the audited data "
             "(the scheduled retrain re-checks the champion on new data).",
             "- Not for fully automated decisions about people: a human reviews the outcome.",
-            *(f"- Warning from the audit: {_cell(w)}" for w in warnings),
+            *(f"- Warning from the audit: {_text(w)}" for w in record.selection.warnings),
         ]
     )
 
 
-def _section_data(audit: dict[str, Any], definition: dict[str, Any]) -> str:
-    source = audit.get("provenance", {}).get("data_source", {})
+def _section_data(record: AuditRecord) -> str:
+    definition, source = record.provenance.definition, record.provenance.data_source
+    positive = definition.positive_label
     lines = [
-        f"- Source: {_cell(definition.get('source', source.get('name', '?')))} "
-        f"({source.get('kind', 'unknown kind')})",
-        f"- Label: `{_cell(definition.get('label', '?'))}`"
-        + (
-            f" (positive: `{_cell(definition['positive_label'])}`)"
-            if definition.get("positive_label") is not None
-            else ""
-        ),
+        f"- Source: {_text(definition.source)} ({source.kind})",
+        f"- Label: {_text(definition.label)}"
+        + (f" (positive: {_text(positive)})" if positive is not None else ""),
     ]
-    for name, digest in source.get("sha256", {}).items():
-        lines.append(f"- SHA-256 of `{_cell(name)}`: `{digest or 'no published sum'}`")
-    split = audit.get("selection", {}).get("split", {})
+    for name, digest in source.sha256.items():
+        lines.append(f"- SHA-256 of {_text(name)}: `{digest or 'no published sum'}`")
+    split = record.selection.split
     rows = [
-        {"part": part, "rows": str(split[f"n_{part}"])}
+        {"part": part, "rows": str(getattr(split, f"n_{part}"))}
         for part in ("train", "validation", "test")
-        if f"n_{part}" in split
     ]
     return "\n".join(lines) + "\n\nSplit sizes (disjoint parts):\n\n" + _table(rows)
 
 
-def _section_groups(audit: dict[str, Any]) -> str:
-    min_size = _min_group_size(audit)
+def _section_groups(record: AuditRecord) -> str:
+    min_size = record.min_group_size
     rows = []
-    for attribute, sizes in audit.get("selection", {}).get("group_sizes", {}).items():
+    for attribute, sizes in record.selection.group_sizes.items():
         for group, size in sizes.items():
             small = not isinstance(size, int) or (min_size is not None and size < min_size)
             shown = f"suppressed (< {min_size})" if small and min_size else str(size)
-            rows.append({"attribute": _cell(attribute), "group": _cell(group), "rows": shown})
+            rows.append({"attribute": _text(attribute), "group": _text(group), "rows": shown})
     note = "Groups smaller than the audit's minimum group size are suppressed."
     return note + "\n\n" + _table(rows)
 
 
-def _min_group_size(audit: dict[str, Any]) -> int | None:
-    value = audit.get("params", {}).get("min_group_size")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _section_test_metrics(selection: dict[str, Any]) -> str:
-    test = selection.get("test", {})
-    baselines = selection.get("baselines") or {}
-    majority = (baselines.get("majority") or {}).get("test") or {}
-    pca = baselines.get("pca") or {}  # None when the audit ran no unconstrained PCA
-    pca_test = pca.get("test") or {}
-    pca_label = f"unconstrained PCA ({_cell(pca.get('name', 'pca'))})"
+def _section_test_metrics(selection: Selection) -> str:
+    majority = selection.baselines.majority.test
+    pca = selection.baselines.pca  # None when the audit ran no unconstrained PCA
+    pca_label = f"unconstrained PCA ({pca.name if pca else 'pca'})"
     rows = [
         {
-            "metric": name,
-            "chosen [95% CI]": format_interval(test, name),
+            "metric": _text(name),
+            "chosen [95% CI]": format_interval(selection.test, name),
             "majority class": format_interval(majority, name),
-            pca_label: format_interval(pca_test, name),
+            pca_label: format_interval(pca.test if pca else {}, name),
         }
-        for name in _metric_names(test)
+        for name in _metric_names(selection.test)
     ]
     return (
         "Untouched test rows, never used for any choice; 95% percentile-bootstrap intervals "
@@ -197,97 +193,177 @@ def _section_test_metrics(selection: dict[str, Any]) -> str:
     )
 
 
-def _section_validation(selection: dict[str, Any]) -> str:
-    validation = selection.get("validation", {})
-    rows = [{"metric": n, "chosen [95% CI]": format_interval(validation, n)} for n in HEADLINE]
+def _section_validation(selection: Selection) -> str:
+    rows = [
+        {"metric": n, "chosen [95% CI]": format_interval(selection.validation, n)} for n in HEADLINE
+    ]
     return "The candidate and the gate were decided on these validation rows.\n\n" + _table(rows)
 
 
-def _section_decision(audit: dict[str, Any]) -> str:
-    selection = audit.get("selection", {})
-    decision = selection.get("decision") or audit.get("decision", {})
-    params = audit.get("params", {})
+def _section_decision(record: AuditRecord) -> str:
+    selection = record.selection
     thresholds = [
-        f"- `{key.removeprefix('thresholds.')}` = {_cell(value)}"
-        for key, value in sorted(params.items())
+        f"- `{key.removeprefix('thresholds.')}` = {_text(value)}"
+        for key, value in sorted(record.params.items())
         if key.startswith("thresholds.")
     ]
-    verdict = "PROMOTE (champion)" if decision.get("promote") else "NOT promoted"
+    verdict = "PROMOTE (champion)" if selection.decision.promote else "NOT promoted"
     return "\n".join(
         [
-            f"- Gate: `{selection.get('gate', 'point')}` (upper_bound: the interval's "
+            f"- Gate: `{selection.gate}` (upper_bound: the interval's "
             "upper end of DP/EO and lower end of accuracy must pass)",
             *thresholds,
             f"- Decision: **{verdict}**",
-            *(f"  - {_cell(reason)}" for reason in decision.get("reasons", [])),
+            *(f"  - {_text(reason)}" for reason in selection.decision.reasons),
         ]
     )
 
 
-def _section_hashes(audit: dict[str, Any], variant: str | None) -> str:
-    hashes = audit.get("hashes", {})
+def _section_hashes(record: AuditRecord) -> str:
+    variant = record.selection.chosen.variant
     rows = [
-        {"matrix": _cell(key), "SHA-256": f"`{digest}`"}
-        for key, digest in sorted(hashes.items())
-        if variant is None or key.startswith(f"{variant}/")
+        {"matrix": key, "SHA-256": f"`{digest}`"}
+        for key, digest in sorted(record.hashes.items())
+        if key.startswith(f"{variant}/")
     ]
     return "Artifacts `projection/<variant>/<matrix>.npy` of the audit run.\n\n" + _table(rows)
 
 
-def _section_config(audit: dict[str, Any]) -> str:
+def _section_config(record: AuditRecord) -> str:
     rows = [
-        {"key": _cell(key), "value": _cell(mask_credentials(str(value)))}
-        for key, value in sorted(audit.get("params", {}).items())
+        {"key": _text(key), "value": _text(mask_credentials(str(value)))}
+        for key, value in sorted(record.params.items())
         if not _SECRET_KEY.search(key)
     ]
     return _table(rows)
 
 
-def render_model_card(audit: dict[str, Any]) -> str:
+def render_model_card(record: AuditRecord) -> str:
     """The Markdown model card of the version an audit registers.
 
     Parameters
     ----------
-    audit : dict
-        The audit manifest (``audit.json``): ``selection`` (chosen candidate, gate,
-        decision, validation/test metrics with intervals, baselines, split and group
-        sizes), ``params`` (the flat config), ``hashes``, ``provenance``, ``model_name``,
-        ``run_name``.
+    record : AuditRecord
+        The audit record (``audit.json``).
 
     Returns
     -------
     str
-        Markdown whose first line is ``# Model card``.
+        Markdown whose first line is ``# Model card``. Every user-supplied string (column
+        names, group labels, file names, reasons) is escaped with
+        :func:`fairpca.tasks.escape.markdown_text`.
     """
-    selection = audit.get("selection", {})
-    chosen = selection.get("chosen", {})
-    definition = audit.get("provenance", {}).get("definition", {})
-    code = audit.get("provenance", {}).get("code_version", {})
-    lam = chosen.get("lambda")
+    chosen = record.selection.chosen
+    code = record.provenance.code_version
+    lam = "n/a" if chosen.lambda_ is None else f"{chosen.lambda_:g}"
     sections = [
-        ("Intended use and limits", _section_intended_use(audit, definition)),
-        ("Data", _section_data(audit, definition)),
-        ("Sensitive attributes and group sizes", _section_groups(audit)),
-        ("Test metrics beside the baselines", _section_test_metrics(selection)),
-        ("Validation metrics", _section_validation(selection)),
-        ("Thresholds and decision", _section_decision(audit)),
-        ("Projection matrices (SHA-256)", _section_hashes(audit, chosen.get("variant"))),
+        ("Intended use and limits", _section_intended_use(record)),
+        ("Data", _section_data(record)),
+        ("Sensitive attributes and group sizes", _section_groups(record)),
+        ("Test metrics beside the baselines", _section_test_metrics(record.selection)),
+        ("Validation metrics", _section_validation(record.selection)),
+        ("Thresholds and decision", _section_decision(record)),
+        ("Projection matrices (SHA-256)", _section_hashes(record)),
         (
             "Code version",
-            f"- fairpca {code.get('fairpca', 'unknown')}, git commit "
-            f"`{code.get('git_commit', 'unknown')}`",
+            f"- fairpca {code.fairpca}, git commit `{code.git_commit}`",
         ),
-        ("Configuration (credentials masked)", _section_config(audit)),
+        ("Configuration (credentials masked)", _section_config(record)),
     ]
     lines = [
         "# Model card",
         "",
-        f"Registered model `{audit.get('model_name', '?')}`, from {audit.get('kind', 'audit')} "
-        f"run `{audit.get('run_name', '?')}`: `{chosen.get('name', '?')}` (representation "
-        f"`{chosen.get('variant', '?')}`, classifier `{chosen.get('classifier', '?')}`, "
-        f"lambda {'n/a' if lam is None else f'{lam:g}'}).",
+        f"Registered model {_text(record.model_name)}, from {record.kind} run "
+        f"{_text(record.run_name)}: `{chosen.name}` (representation `{chosen.variant}`, "
+        f"classifier `{chosen.classifier}`, lambda {lam}).",
         "",
     ]
     for heading, body in sections:
         lines += [f"## {heading}", "", body, ""]
     return "\n".join(lines)
+
+
+# ---- the verdict in a few lines (run description, version description, Prefect) -------------
+
+DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
+VERDICT_METRICS = (*HEADLINE, "balanced_accuracy", "selection_rate_ratio")
+_ITEM_MAX_CHARS = 300
+
+
+def _verdict_rows(record: AuditRecord) -> list[dict[str, str]]:
+    """Test rows of the chosen candidate, the baselines and the reference mitigations."""
+    selection = record.selection
+    names = [name for name in VERDICT_METRICS if name in selection.test]
+    models = [(f"chosen: {selection.chosen.name}", selection.test)]
+    if selection.baselines.pca is not None:
+        pca = selection.baselines.pca
+        models.append((f"unconstrained PCA: {pca.name}", pca.test))
+    models.append(("majority class", selection.baselines.majority.test))
+    for reference in record.references or []:
+        models.append((f"reference: {reference.name} ({reference.approach})", reference.test))
+    return [
+        {"test rows": _text(label), **{name: format_interval(test, name) for name in names}}
+        for label, test in models
+    ]
+
+
+def _items(title: str, items: list[str], limit: int) -> list[str]:
+    """A bullet list of at most ``limit`` items, each cut to a few hundred characters."""
+    if not items:
+        return []
+    shown = [
+        "- " + _text(item if len(item) <= _ITEM_MAX_CHARS else item[:_ITEM_MAX_CHARS] + "...")
+        for item in items[:limit]
+    ]
+    if len(items) > limit:
+        shown.append(f"- ... and {len(items) - limit} more (see the model card)")
+    return ["", f"{title}:", "", *shown]
+
+
+def verdict_markdown(record: AuditRecord, *, heading: str | None = None, limit: int = 10) -> str:
+    """The verdict in a few lines: decision, chosen candidate, test metrics with intervals
+    beside the baselines and the reference mitigations, reasons and warnings (at most
+    ``limit`` of each)."""
+    selection = record.selection
+    verdict = "PROMOTE to champion" if selection.decision.promote else "NOT promoted"
+    lines = [f"# {_text(heading)}", ""] if heading else []
+    lines += [
+        f"**Decision: {verdict}** (gate `{selection.gate}`). Chosen on validation rows: "
+        f"`{selection.chosen.name}`.",
+        "",
+        "Test rows, never used for any choice (95% intervals in brackets):",
+        "",
+        markdown_table(pd.DataFrame(_verdict_rows(record))),
+        *_items("Reasons", selection.decision.reasons, limit),
+        *_items("Warnings", selection.warnings, limit),
+    ]
+    return "\n".join(lines)
+
+
+def run_description(record: AuditRecord) -> str:
+    """The MLflow run's description (``mlflow.note.content``)."""
+    return _bounded(
+        record,
+        "Full model card: artifact `model_card.md`; report: `report/report.html`; "
+        "matrix SHA-256: `hashes.json`.",
+    )
+
+
+def version_description(record: AuditRecord, run_id: str, ui_url: str | None = None) -> str:
+    """The registered version's description: the verdict and a link to the run's full
+    ``model_card.md`` (``runs:/<run_id>/model_card.md``, and ``ui_url`` when the tracking
+    server has a web UI); always within :data:`DESCRIPTION_MAX_CHARS`."""
+    link = f"Full model card: `runs:/{run_id}/model_card.md`"
+    if ui_url:
+        link += f" ([open in the MLflow UI]({ui_url}))"
+    return _bounded(record, link + ".")
+
+
+def _bounded(record: AuditRecord, footer: str) -> str:
+    """The verdict and ``footer``, with fewer reasons and warnings until it fits."""
+    for limit in (10, 5, 2, 0):
+        text = verdict_markdown(record, limit=limit) + "\n\n" + footer
+        if len(text) <= DESCRIPTION_MAX_CHARS:
+            return text
+    room = DESCRIPTION_MAX_CHARS - len(footer) - len("\n\n...\n\n")
+    return verdict_markdown(record, limit=0)[:room] + "\n\n...\n\n" + footer

@@ -4,15 +4,15 @@
   and quartiles of numeric columns, and for categoricals only categories that occur in at
   least ``min_group_size`` rows (else a placeholder the encoder treats as unseen), so no
   single person's value is ever logged.
+- :func:`model_signature`: the input schema, which accepts what the project's loaders return
+  (pandas categoricals) and the same columns read from a CSV (plain strings).
 - :func:`path_inside`: every written path resolves inside its base directory.
-- :func:`write_manifest` / :func:`verify_manifest`: SHA-256 of every file of a saved model,
-  written when the audit saves it and checked before anything logs it again.
+
+That a saved model is the one the audit wrote is the seal's job (:mod:`fairpca.tasks.signing`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,14 @@ import pandas as pd
 from fairpca.datasets import RARE_CATEGORY
 
 __all__ = [
-    "MANIFEST_FILE",
     "PLACEHOLDER_CATEGORY",
     "as_model_input",
     "input_example",
+    "model_signature",
     "path_inside",
-    "verify_manifest",
-    "write_manifest",
 ]
 
 PLACEHOLDER_CATEGORY = RARE_CATEGORY  # the pooled bucket of rare categories
-MANIFEST_FILE = "model.sha256.json"
 
 
 def input_example(X_train: pd.DataFrame, min_group_size: int = 30) -> pd.DataFrame:
@@ -85,51 +82,25 @@ def path_inside(base: str | Path, *parts: str) -> Path:
     return target
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def _is_numeric(values: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
 
 
-def write_manifest(model_dir: Path) -> Path:
-    """Record the SHA-256 of every file under ``model_dir`` in ``<parent>/model.sha256.json``."""
-    model_dir = Path(model_dir)
-    files = sorted(p for p in model_dir.rglob("*") if p.is_file())
-    hashes = {p.relative_to(model_dir).as_posix(): _sha256(p) for p in files}
-    manifest = model_dir.parent / MANIFEST_FILE
-    manifest.write_text(json.dumps(hashes, indent=2, sort_keys=True))
-    return manifest
+def model_signature(example: pd.DataFrame, predictions):
+    """The model signature: numeric columns as ``double``, the others as ``Any``.
 
-
-def verify_manifest(model_dir: Path) -> None:
-    """Every file of ``model_dir`` must be the one the audit wrote.
-
-    Raises
-    ------
-    ValueError
-        No manifest, a file missing, added or changed (named), or a manifest entry that
-        points outside ``model_dir``.
+    A categorical column is typed ``Any`` rather than ``string``: MLflow's schema check
+    refuses a pandas ``category`` column for ``string`` ("Can not safely convert category
+    to <U0"), while the project's loaders return categoricals and a CSV gives strings; the
+    fitted encoder accepts both. Built from the synthetic ``example`` only.
     """
-    model_dir = Path(model_dir)
-    manifest = model_dir.parent / MANIFEST_FILE
-    if not manifest.is_file():
-        raise ValueError(
-            f"{model_dir.parent} has no {MANIFEST_FILE}: it was not written by a fairpca "
-            "audit (or predates the manifest), so its model is not logged."
-        )
-    expected = json.loads(manifest.read_text())
-    present = {p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*") if p.is_file()}
-    added = sorted(present - set(expected))
-    if added:
-        raise ValueError(f"{model_dir}: file(s) {added} are not in {MANIFEST_FILE}.")
-    for name, digest in expected.items():
-        path = path_inside(model_dir, name)
-        if not path.is_file():
-            raise ValueError(f"{model_dir}: file {name!r} of {MANIFEST_FILE} is missing.")
-        if _sha256(path) != digest:
-            raise ValueError(
-                f"{model_dir}: file {name!r} changed since the audit wrote it (SHA-256 "
-                f"differs from {MANIFEST_FILE}); re-run the audit instead of logging it."
-            )
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import AnyType
+
+    columns = [
+        ColSpec(DataType.double if _is_numeric(example[name]) else AnyType(), name)
+        for name in example.columns
+    ]
+    outputs = infer_signature(example, predictions).outputs
+    return ModelSignature(inputs=Schema(columns), outputs=outputs)

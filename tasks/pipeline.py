@@ -105,7 +105,9 @@ def evaluate_reported(
 
 
 def pip_requirements() -> list[str]:
-    """Pinned runtime requirements of the logged pipeline (fairpca's sources travel along)."""
+    """Pinned runtime requirements of the logged pipeline: the installed fairpca (the model
+    carries no copy of its code) and the libraries its estimators are built on."""
     from importlib.metadata import version
 
-    return [f"{name}=={version(name)}" for name in ("numpy", "scipy", "scikit-learn", "pandas")]
+    names = ("fairpca", "numpy", "scipy", "scikit-learn", "pandas")
+    return [f"{name}=={version(name)}" for name in names]

@@ -41,8 +41,8 @@ from .mlflow_evaluator import (
     sensitive_columns,
     write_artifacts,
 )
-from .mlflow_logging import default_artifact_location
 from .mlflow_logging import log_output_dir as log_audit_output
+from .mlflow_store import get_or_create_experiment, log_metrics_batched
 from .report import markdown_table
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
@@ -265,25 +265,13 @@ def log_fairness_to_mlflow(
     client = MlflowClient(tracking_uri=tracking_uri)
     new_run = run_id is None
     if new_run:
-        experiment = client.get_experiment_by_name(experiment_name)
-        experiment_id = (
-            experiment.experiment_id
-            if experiment is not None
-            else client.create_experiment(
-                experiment_name, artifact_location=_artifact_location(tracking_uri)
-            )
-        )
+        experiment_id = get_or_create_experiment(client, experiment_name, tracking_uri)
         run_id = client.create_run(experiment_id, run_name="fairness-audit").info.run_id
     now = int(time.time() * 1000)
     batch = [Metric(key, float(value), now, 0) for key, value in evaluation.metrics.items()]
-    for start in range(0, len(batch), 1000):  # MLflow's log_batch limit
-        client.log_batch(run_id, metrics=batch[start : start + 1000])
+    log_metrics_batched(client, run_id, batch)
     for path in (files or {}).values():
         client.log_artifact(run_id, str(path), artifact_path="fairness")
     if new_run:
         client.set_terminated(run_id)
     return run_id
-
-
-def _artifact_location(tracking_uri: str | None) -> str | None:
-    return None if tracking_uri is None else default_artifact_location(tracking_uri)

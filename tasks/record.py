@@ -1,11 +1,13 @@
 """What an audit records: its in-memory state, the report's sections, the flat MLflow
-metrics/tags and the ``selection`` summary that the model registry step reads."""
+metrics/tags and the ``selection`` summary of the typed audit record
+(:mod:`fairpca.tasks.audit_record`) that the registry, the card and the summaries read."""
 
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import numpy as np
 import pandas as pd
 from sklearn.pipeline import Pipeline
 
+from .audit_record import MetricStep, Selection
 from .report import Bullets, Plot, Strong, summary_table
 from .select import Decision, candidate_name
 
@@ -60,6 +63,7 @@ class AuditState:
     skipped: dict[str, str] = field(default_factory=dict)
     # Top-level audit record additions (policy, eligibility, references, screening, k, ...)
     additions: dict[str, Any] = field(default_factory=dict)
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 def _finite(value: Any) -> bool:
@@ -72,26 +76,29 @@ def chosen_metrics(chosen: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in chosen.items() if k not in skip and _finite(v)}
 
 
-def metric_steps(table: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per-lambda validation curves as MLflow metric histories (step = lambda index)."""
+def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
+    """Per-lambda validation curves as MLflow metric histories.
+
+    The step is the lambda's index in the sweep; ``<variant>/lambda`` holds the lambda itself
+    at the same steps, so a chart can plot any curve against lambda (MLflow's x-axis "metric").
+    """
     steps = []
     for row in table.to_dict("records"):
         prefix = f"{row['variant']}/{row['classifier']}"
         for column in HEADLINE:
-            steps.append(
-                {"key": f"{prefix}/{column}", "value": row[column], "step": row["lambda_index"]}
-            )
+            steps.append((f"{prefix}/{column}", row[column], row["lambda_index"]))
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])
     for row in reps.to_dict("records"):
-        for column in ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation"):
-            steps.append(
-                {
-                    "key": f"{row['variant']}/{column}",
-                    "value": row[column],
-                    "step": row["lambda_index"],
-                }
-            )
-    return [s for s in steps if _finite(s["value"]) and np.isfinite(s["value"])]
+        for column in ("lambda", *REPRESENTATION_CURVES):
+            steps.append((f"{row['variant']}/{column}", row[column], row["lambda_index"]))
+    return [
+        MetricStep(key=key, value=float(value), step=int(step))
+        for key, value, step in steps
+        if _finite(value) and np.isfinite(value)
+    ]
+
+
+REPRESENTATION_CURVES = ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation")
 
 
 def group_sizes(split, min_group_size: int) -> dict[str, dict[str, int | str]]:
@@ -106,8 +113,8 @@ def group_sizes(split, min_group_size: int) -> dict[str, dict[str, int | str]]:
     return out
 
 
-def selection_record(state: AuditState) -> dict[str, Any]:
-    """The audit's result for the registry step (``audit.json["selection"]``).
+def selection_record(state: AuditState) -> Selection:
+    """The audit's result (``audit.json["selection"]``).
 
     ``baselines["pca"]`` is present only when the audit fitted standard PCA.
     """
@@ -142,7 +149,7 @@ def selection_record(state: AuditState) -> dict[str, Any]:
             "validation": evaluation["pca"]["validation"],
             "test": evaluation["pca"]["test"],
         }
-    return json.loads(json.dumps(record, default=float))
+    return Selection.model_validate(json.loads(json.dumps(record, default=float)))
 
 
 def audit_facts(state: AuditState) -> dict[str, Any]:
@@ -279,43 +286,30 @@ def diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def run_tags(state: AuditState, hashes: dict[str, str]) -> dict[str, str]:
-    """MLflow run tags: identity of the audit, the choice, the decision, matrix hashes."""
-    chosen = state.chosen
+def run_tags(state: AuditState) -> dict[str, str]:
+    """MLflow run tags, a short curated set: identity of the audit, the choice and the
+    decision. The verdict in full is the run's description; the matrices' SHA-256 are the
+    artifact ``hashes.json``."""
     return {
         "fairpca.audit_id": state.run_name,
         "fairpca.source": state.config.source_name,
         "fairpca.sensitive": ",".join(state.split.s_train.columns),
-        "fairpca.chosen": candidate_name(chosen),
+        "fairpca.chosen": candidate_name(state.chosen),
         "fairpca.decision": "promote" if state.decision.promote else "keep",
         "fairpca.decision_reasons": "; ".join(state.decision.reasons),
         "fairpca.gate": state.config.gate,
         "fairpca.local_output_dir": str(state.out_dir.resolve()),
-        **{f"fairpca.sha256.{key}": value for key, value in hashes.items()},
-        "fairpca.projection": f"projection/{chosen['variant']}",
-        "fairpca.components_sha256": hashes.get(f"{chosen['variant']}/components_", ""),
-        "fairpca.mean_sha256": hashes.get(f"{chosen['variant']}/mean_", ""),
         **({"fairpca.skipped_variants": "; ".join(state.skipped)} if state.skipped else {}),
-        **(
-            {"fairpca.warnings": " | ".join(state.diagnostics["warnings"])}
-            if state.diagnostics.get("warnings")
-            else {}
-        ),
     }
 
 
 def model_tags(state: AuditState) -> dict[str, str]:
-    """Tags of the registered model version (validation metrics of the chosen candidate)."""
-    chosen, config = state.chosen, state.config
+    """Identity tags of the logged and registered model (the registry adds the test
+    metrics, :func:`fairpca.tasks.registry.fairness_tags`)."""
     return {
-        "variant": chosen["variant"],
-        "classifier": chosen["classifier"],
-        "lambda": f"{chosen['lambda']:g}",
-        **{metric: f"{chosen[metric]:.6f}" for metric in HEADLINE},
-        "meets_thresholds": str(state.decision.promote).lower(),
-        "sensitive": ",".join(state.split.s_train.columns),
-        "audit_run_name": state.run_name,
-        **{f"threshold.{k}": str(v) for k, v in config.thresholds.model_dump().items()},
+        "fairness.chosen": candidate_name(state.chosen),
+        "fairness.decision": "promote" if state.decision.promote else "keep",
+        "fairpca.audit_id": state.run_name,
     }
 
 

@@ -33,6 +33,7 @@ from .evaluate import metrics_with_intervals
 
 __all__ = [
     "REFERENCES",
+    "REFERENCE_KEYS",
     "dominating_references",
     "fit_references",
     "reference_mitigations",
@@ -44,6 +45,7 @@ __all__ = [
 EG_DIFFERENCE_BOUND = 0.02
 EG_MAX_ITER = 50
 
+REFERENCE_KEYS = ("name", "approach", "needs_sensitive_at_prediction", "validation", "test")
 REFERENCES = {
     "threshold_optimizer": ("post-processing", True),
     "exponentiated_gradient": ("reductions", False),

@@ -6,8 +6,9 @@
   audited the same way. The full definition is also a registered-model tag
   (``fairpca.definition``) and registration refuses a model whose tag says otherwise.
 * **Versions.** Every audit registers its chosen candidate, promoted or not, with the
-  ``fairness.*`` tags of :func:`fairness_tags` and its model card as the description; only
-  the ``champion`` alias carries the decision.
+  curated ``fairness.*`` tags of :func:`fairness_tags` and a concise description (the verdict
+  and a link to the run's full ``model_card.md``); only the ``champion`` alias carries the
+  decision.
 * **Loading.** :func:`load_registered_pipeline` reloads a version we registered: the MLflow
   model must be skops-serialised, its file must match the SHA-256 recorded at registration,
   and only the fixed :data:`TRUSTED_TYPES` are trusted (never pickle).
@@ -24,8 +25,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fairpca.tasks.model_card import CARD_FILE, code_version, data_source_facts, render_model_card
-from fairpca.tasks.report import sha256_file
+from fairpca.tasks.audit_record import AuditRecord
+from fairpca.tasks.model_card import (
+    CARD_FILE,
+    code_version,
+    data_source_facts,
+    mask_credentials,
+    render_model_card,
+    version_description,
+)
+from fairpca.tasks.signing import sha256_file
 
 __all__ = [
     "DATASET_LABELS",
@@ -45,6 +54,7 @@ __all__ = [
     "register_logged_model",
     "register_version",
     "registered_model_name",
+    "run_ui_url",
 ]
 
 DEFINITION_TAG = "fairpca.definition"
@@ -156,44 +166,40 @@ def registered_model_name(definition: dict[str, Any]) -> str:
 # ---- version tags ----------------------------------------------------------------------------
 
 HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+EXTRA_TEST_TAGS = ("balanced_accuracy", "selection_rate_ratio")  # point values, when present
 
 
 def _tag_number(value: Any) -> str:
     return f"{float(value):.6f}"
 
 
-def fairness_tags(selection: dict[str, Any], sensitive: Sequence[str]) -> dict[str, str]:
-    """``fairness.*`` tags of a registered version, from the audit's ``selection``.
+def fairness_tags(record: AuditRecord) -> dict[str, str]:
+    """``fairness.*`` tags of a registered version, a short curated set from the record.
 
-    Validation numbers (what the choice saw), test numbers with their 95% intervals (what
-    a reviewer should quote), the majority-class and unconstrained-PCA test baselines.
+    The attributes and the gate; the test numbers a reviewer should quote (headline metrics
+    with their 95% intervals, balanced accuracy and the selection-rate ratio when the audit
+    measured them); the majority-class test accuracy. Everything else is in the card.
     """
-    validation, test = selection["validation"], selection["test"]
+    selection = record.selection
+    test = selection.test
     tags = {
-        "fairness.sensitive_features": ",".join(sensitive),
-        "fairness.gate": str(selection.get("gate", "point")),
+        "fairness.sensitive_features": ",".join(record.sensitive),
+        "fairness.gate": selection.gate,
     }
-    for metric in HEADLINE:
-        if metric in validation:
-            tags[f"fairness.validation.{metric}"] = _tag_number(validation[metric])
     for metric in HEADLINE:
         for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
             if key in test:
                 tags[f"fairness.test.{key}"] = _tag_number(test[key])
-    baselines = selection.get("baselines") or {}
-    majority = (baselines.get("majority") or {}).get("test") or {}
+    for metric in EXTRA_TEST_TAGS:
+        if metric in test:
+            tags[f"fairness.test.{metric}"] = _tag_number(test[metric])
+    majority = selection.baselines.majority.test
     if "accuracy" in majority:
         tags["fairness.baseline.accuracy"] = _tag_number(majority["accuracy"])
-    pca = (baselines.get("pca") or {}).get("test") or {}  # None: no unconstrained PCA run
-    for metric in ("accuracy", "dp_difference"):
-        if metric in pca:
-            tags[f"fairness.baseline.pca.test.{metric}"] = _tag_number(pca[metric])
     return tags
 
 
 # ---- registration ----------------------------------------------------------------------------
-
-DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
 
 
 def _is_missing(error: Exception) -> bool:
@@ -229,9 +235,15 @@ def check_model_definition(client, name: str, definition: dict[str, Any] | None)
     recorded = model.tags.get(DEFINITION_TAG)
     if text is None or recorded == text:
         return
-    if recorded is None:
-        client.set_registered_model_tag(name, DEFINITION_TAG, text)
+    if recorded is None and not client.search_model_versions(f"name = '{name}'", max_results=1):
+        client.set_registered_model_tag(name, DEFINITION_TAG, text)  # an empty model: adopt
         return
+    if recorded is None:
+        raise ModelDefinitionMismatch(
+            f"registered model {name!r} was not created by a fairpca audit (it has versions "
+            f"but no {DEFINITION_TAG} tag); fairpca registers nothing under it. Leave "
+            "model_name unset or choose another model_name."
+        )
     raise ModelDefinitionMismatch(
         f"registered model {name!r} holds audits of {recorded}, not of {text}: a champion must "
         "only be compared with challengers audited the same way. Leave model_name unset (the "
@@ -240,46 +252,32 @@ def check_model_definition(client, name: str, definition: dict[str, Any] | None)
     )
 
 
-def _bounded_description(card: str) -> str:
-    if len(card) <= DESCRIPTION_MAX_CHARS:
-        return card
-    note = "\n\n(cut to fit the registry; the full card is the run artifact model_card.md)\n"
-    return card[: DESCRIPTION_MAX_CHARS - len(note)] + note
-
-
 def register_version(
     client,
-    audit: dict[str, Any],
+    record: AuditRecord,
     *,
     source: str,
     run_id: str,
     model_id: str | None,
-    card: str,
+    description: str,
     model_sha256: str,
 ) -> str:
-    """Register the audit's logged pipeline as a new version of ``audit["model_name"]``.
+    """Register the audit's logged pipeline as a new version of ``record.model_name``.
 
-    Tags: the audit's model tags, :func:`fairness_tags` of its ``selection`` and the model
-    file's SHA-256 (checked when it is loaded again); description: the model card. A version
-    already registered from ``run_id`` (a retried or re-logged step) is returned as is.
-    Whether it becomes ``champion`` is decided by the caller.
+    Tags: the record's model tags, :func:`fairness_tags` and the model file's SHA-256
+    (checked when it is loaded again); ``description``: the verdict and a link to the card
+    (:func:`fairpca.tasks.model_card.version_description`). A version already registered from
+    ``run_id`` (a retried or re-logged step) is returned as is. Whether it becomes
+    ``champion`` is decided by the caller.
     """
-    name = audit["model_name"]
+    name = record.model_name
     for existing in client.search_model_versions(f"run_id = '{run_id}'"):
         if existing.name == name:
             return str(existing.version)
-    check_model_definition(client, name, audit.get("provenance", {}).get("definition"))
-    tags = {**audit["model_tags"], MODEL_FILE_SHA_TAG: model_sha256}
-    if "selection" in audit:
-        sensitive = audit["tags"].get("fairpca.sensitive", "").split(",")
-        tags.update(fairness_tags(audit["selection"], sensitive))
+    check_model_definition(client, name, record.provenance.definition.model_dump())
+    tags = {**record.model_tags, **fairness_tags(record), MODEL_FILE_SHA_TAG: model_sha256}
     version = client.create_model_version(
-        name,
-        source=source,
-        run_id=run_id,
-        model_id=model_id,
-        tags=tags,
-        description=_bounded_description(card),
+        name, source=source, run_id=run_id, model_id=model_id, tags=tags, description=description
     )
     return str(version.version)
 
@@ -386,33 +384,45 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
         return load_skops_pipeline(Path(local), expected)
 
 
+def run_ui_url(tracking_uri: str | None, experiment_id: str, run_id: str, path: str) -> str | None:
+    """The MLflow UI address of a run artifact, when the tracking server is a web server
+    (credentials masked); None for a database or file store."""
+    if not tracking_uri or not tracking_uri.startswith(("http://", "https://")):
+        return None
+    base = mask_credentials(tracking_uri).rstrip("/")
+    return f"{base}/#/experiments/{experiment_id}/runs/{run_id}/artifactPath/{path}"
+
+
 def register_logged_model(
     client,
     run_id: str,
     out_dir: Path,
-    audit: dict[str, Any],
+    record: AuditRecord,
     *,
     model_uri: str,
     model_id: str | None,
+    tracking_uri: str | None = None,
 ) -> str | None:
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
-    models, register the logged pipeline with its card, tags and the SHA-256 of its skops
-    file (the local ``out_dir/model`` the audit saved and checked, uploaded as is)."""
-    card = render_model_card(audit)
+    models, register the logged pipeline with its tags, a concise description linking the
+    card, and the SHA-256 of its skops file (the local ``out_dir/model`` the audit saved and
+    checked, uploaded as is)."""
     card_path = Path(out_dir) / CARD_FILE
-    card_path.write_text(card)
+    card_path.write_text(render_model_card(record))
     client.log_artifact(run_id, str(card_path))
-    if not audit["register_model"]:
+    if not record.register_model:
         return None
     # The logged model's storage location, not ``models:/<id>``: a SQL store resolves that
     # URI through the process-wide tracking URI, which may name another store.
     source = client.get_logged_model(model_id).artifact_location if model_id else model_uri
+    experiment_id = client.get_run(run_id).info.experiment_id
+    ui_url = run_ui_url(tracking_uri, experiment_id, run_id, CARD_FILE)
     return register_version(
         client,
-        audit,
+        record,
         source=source,
         run_id=run_id,
         model_id=model_id,
-        card=card,
+        description=version_description(record, run_id, ui_url),
         model_sha256=sha256_file(_skops_file(Path(out_dir) / "model")),
     )

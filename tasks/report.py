@@ -10,7 +10,6 @@ tables, the plot); Markdown and HTML are two renderings of the same sections.
 from __future__ import annotations
 
 import base64
-import hashlib
 import html
 import json
 import math
@@ -24,6 +23,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from .select import Decision
+from .signing import sha256_file
 
 __all__ = [
     "Bullets",
@@ -123,10 +123,6 @@ def summary_table(
         [pd.DataFrame(head).reindex(columns=columns), sweep.reindex(columns=columns)],
         ignore_index=True,
     )
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def write_matrices(out_dir: Path, representations: dict[str, Any]) -> dict[str, str]:

@@ -9,14 +9,15 @@ __all__ = ["load_source"]
 
 
 def load_source(config) -> Any:
-    """The :class:`fairpca.datasets.Dataset` named by an audit config."""
+    """The :class:`fairpca.datasets.Dataset` named by an audit config; a bundled dataset's
+    coded groups carry their names (``Female`` / ``Male``, not 0 / 1) into the audit."""
     from fairpca import datasets
 
     if config.dataset is not None:
         kwargs: dict[str, Any] = {"data_dir": config.data_dir}
         if config.sensitive:
             kwargs["sensitive"] = tuple(config.sensitive)
-        return datasets.load_dataset(config.dataset, **kwargs)
+        return datasets.load_dataset(config.dataset, **kwargs).with_named_groups()
     return datasets.load_user_data(
         config.data,
         label=config.label,

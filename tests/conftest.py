@@ -10,6 +10,15 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_signing_key(tmp_path_factory):
+    """Audits sign their output directory with a per-user key: the tests' own key lives in a
+    temporary XDG_CONFIG_HOME (inherited by the CLI subprocesses), never in the user's."""
+    os.environ.pop("FAIRPCA_SIGNING_KEY", None)
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    return os.environ["XDG_CONFIG_HOME"]
+
+
 @pytest.fixture(scope="session")
 def prefect_harness():
     """One temporary Prefect API (SQLite) for the whole session (~15 s to start)."""

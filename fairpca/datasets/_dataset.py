@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,10 @@ class Dataset:
         Meaning of ``y == 1``, e.g. ``"income >50K"``.
     sensitive_encoding : mapping of str to str
         For each sensitive column, how its values are coded.
+    sensitive_labels : mapping of str to mapping
+        For each sensitive column coded as numbers, the name of each code (e.g. ``{"sex":
+        {0: "Female", 1: "Male"}}``); empty for columns that hold their own labels. See
+        :meth:`with_named_groups`.
     screened : mapping of str to str
         Columns of the source left out of ``X`` by the column screening, each with why.
     """
@@ -46,6 +50,7 @@ class Dataset:
     positive_label: str
     sensitive_encoding: Mapping[str, str] = field(default_factory=dict)
     screened: Mapping[str, str] = field(default_factory=dict)
+    sensitive_labels: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         n = len(self.X)
@@ -56,6 +61,16 @@ class Dataset:
             )
         if not set(np.unique(self.y.to_numpy())) <= {0, 1}:
             raise ValueError("y must be coded 0/1; binarize the label before building a Dataset.")
+
+    def with_named_groups(self) -> Dataset:
+        """A copy whose coded sensitive columns hold the names of their groups (``Female`` /
+        ``Male`` rather than 0 / 1), as reports and metric names show them."""
+        if not self.sensitive_labels:
+            return self
+        named = self.sensitive.copy()
+        for column, labels in self.sensitive_labels.items():
+            named[column] = named[column].map(dict(labels)).astype(object)
+        return replace(self, sensitive=named, sensitive_labels={})
 
     @property
     def n_samples(self) -> int:
@@ -115,12 +130,15 @@ class SensitiveSpec:
         Human-readable coding, e.g. ``"1 = Male (privileged), 0 = Female"``.
     drop_source : bool, default=True
         Whether ``source`` is removed from the features when this attribute is selected.
+    labels : mapping, default={}
+        The name of each code, e.g. ``{0: "Female", 1: "Male"}``.
     """
 
     source: str
     encode: Callable[[pd.Series], pd.Series]
     encoding: str
     drop_source: bool = True
+    labels: Mapping[Any, str] = field(default_factory=dict)
 
 
 def binary(condition: Callable[[pd.Series], pd.Series]) -> Callable[[pd.Series], pd.Series]:
@@ -180,12 +198,14 @@ def assemble(
     """
     names = as_names(sensitive, "sensitive")
     extra = as_names(drop, "drop") if drop else ()
-    columns, encodings, removed = {}, {}, set()
+    columns, encodings, labels, removed = {}, {}, {}, set()
     for attribute in names:
         if attribute in specs:
             spec = specs[attribute]
             columns[attribute] = spec.encode(table[spec.source])
             encodings[attribute] = spec.encoding
+            if spec.labels:
+                labels[attribute] = dict(spec.labels)
             if spec.drop_source:
                 removed.add(spec.source)
         elif attribute in features:
@@ -213,4 +233,5 @@ def assemble(
         description=description,
         positive_label=positive_label,
         sensitive_encoding=encodings,
+        sensitive_labels=labels,
     )

@@ -50,7 +50,10 @@ ADULT_COLUMNS = (
 ADULT_NUMERIC = ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week")
 ADULT_SPECS = {
     "sex": SensitiveSpec(
-        "sex", binary(lambda s: s.astype(str) == "Male"), "1 = Male (privileged), 0 = Female"
+        "sex",
+        binary(lambda s: s.astype(str) == "Male"),
+        "1 = Male (privileged), 0 = Female",
+        labels={0: "Female", 1: "Male"},
     ),
 }
 
@@ -192,11 +195,13 @@ GERMAN_SPECS = {
         binary(lambda s: s >= 25),
         "1 = age >= 25 (privileged), 0 = age < 25",
         drop_source=False,
+        labels={0: "under 25", 1: "25 or older"},
     ),
     "sex": SensitiveSpec(
         "personal_status",
         binary(lambda s: s.astype(str).isin(GERMAN_MALE_CODES)),
         "1 = male (personal_status A91, A93, A94), 0 = female (A92, A95)",
+        labels={0: "Female", 1: "Male"},
     ),
 }
 
@@ -282,7 +287,11 @@ BANK_NUMERIC = (
 )
 BANK_SPECS = {
     "age": SensitiveSpec(
-        "age", binary(lambda s: s > 40), "1 = age > 40, 0 = age <= 40", drop_source=False
+        "age",
+        binary(lambda s: s > 40),
+        "1 = age > 40, 0 = age <= 40",
+        drop_source=False,
+        labels={0: "40 or under", 1: "over 40"},
     ),
 }
 
@@ -366,8 +375,14 @@ COMPAS_SPECS = {
         "race",
         binary(lambda s: s.astype(str) == "Caucasian"),
         "1 = Caucasian (privileged), 0 = any other race",
+        labels={0: "other race", 1: "Caucasian"},
     ),
-    "sex": SensitiveSpec("sex", binary(lambda s: s.astype(str) == "Male"), "1 = Male, 0 = Female"),
+    "sex": SensitiveSpec(
+        "sex",
+        binary(lambda s: s.astype(str) == "Male"),
+        "1 = Male, 0 = Female",
+        labels={0: "Female", 1: "Male"},
+    ),
 }
 
 

@@ -4,6 +4,7 @@ the test rows; and an audit in which no fair variant could be fitted fails."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -157,10 +158,9 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     duplicated sensitive column are excluded and recorded; params hold the split sizes used
     on a 1,000-row file; the reference mitigations are recorded and never registered."""
     from fairpca.flows.audit import fairness_audit
-    from fairpca.tasks.mlflow_logging import read_audit
 
     result = fairness_audit(_audit_config(_six_column_table(tmp_path), tmp_path))
-    audit = read_audit(Path(result.output_dir))
+    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
     assert "k not given: using k=5" in audit["k"]["note"]
     assert audit["params"]["k"] == "5"
@@ -188,11 +188,10 @@ def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path):
     """Labels independent of the features: every classifier is near chance or constant, so
     nothing is registered and the decision says why."""
     from fairpca.flows.audit import fairness_audit
-    from fairpca.tasks.mlflow_logging import read_audit
 
     path = _six_column_table(tmp_path, noise_label=True)
     result = fairness_audit(_audit_config(path, tmp_path, k=3))
-    audit = read_audit(Path(result.output_dir))
+    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert result.model_version is None and result.model_name is None
     assert audit["register_model"] is False
     assert audit["eligibility"]["chosen_passes"] is False

@@ -92,23 +92,29 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     metrics = run.data.metrics
     for key in ("accuracy", "dp_difference", "eo_difference", "var_explained", "mmd2"):
         assert key in metrics
-    assert {"selection_rate.sex:0", "selection_rate.sex:1", "tpr.sex:0", "tpr.sex:1"} <= set(
-        metrics
-    )
+    # groups under the data's own names (the loader codes sex as 0 / 1)
+    assert {
+        "selection_rate.sex:Female",
+        "selection_rate.sex:Male",
+        "tpr.sex:Female",
+        "tpr.sex:Male",
+    } <= set(metrics)
+    assert not any(key.endswith(("sex:0", "sex:1")) for key in metrics)
     for key in ("time_load_data_s", "time_lambda_sweep_s", "time_mlflow_logging_s"):
         assert metrics[key] >= 0
     history = client.get_metric_history(result.run_id, "fair_pca/logreg/accuracy")
     assert sorted(m.step for m in history) == [0, 1, 2]
+    lambdas = client.get_metric_history(result.run_id, "fair_pca/lambda")
+    assert sorted((m.step, m.value) for m in lambdas) == [(0, 0.0), (1, 0.125), (2, 1.0)]
 
-    # projection matrices: SHA-256 tags, orthonormal rows, fair constraint on training rows
+    # projection matrices: SHA-256 (hashes.json), orthonormal rows, fair constraint
     tags = run.data.tags
+    assert not any(key.startswith("fairpca.sha256") for key in tags)
     local = tmp_path / "dl"
+    hashes = json.loads(download(client, result.run_id, "hashes.json", local).read_text())
     U_path = download(client, result.run_id, "projection/fair_pca/components_.npy", local)
     mean_path = download(client, result.run_id, "projection/fair_pca/mean_.npy", local)
-    assert (
-        hashlib.sha256(U_path.read_bytes()).hexdigest()
-        == tags["fairpca.sha256.fair_pca/components_"]
-    )
+    assert hashlib.sha256(U_path.read_bytes()).hexdigest() == hashes["fair_pca/components_"]
     U, mean = np.load(U_path), np.load(mean_path)
     np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-10)
     model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}/1")
@@ -144,7 +150,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
             assert low <= selection[part][name] <= high
     assert selection["baselines"]["majority"]["test"]["accuracy"] > 0.7
     assert selection["baselines"]["pca"]["name"].startswith("pca/")
-    assert set(selection["group_sizes"]["sex"]) == {"0", "1"}
+    assert set(selection["group_sizes"]["sex"]) == {"Female", "Male"}
     assert metrics["test.accuracy"] == selection["test"]["accuracy"]
     assert {"majority", "PCA (best)", "chosen"} <= {row["role"] for row in result.summary}
     assert Path(result.report_path).is_file()
@@ -152,8 +158,8 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     # registered model version with fairness tags; champion only if thresholds met
     version = client.get_model_version(config.resolved_model_name, result.model_version)
     assert version.run_id == result.run_id
-    assert {"dp_difference", "eo_difference", "accuracy", "meets_thresholds"} <= set(version.tags)
-    assert result.decision == ("promote" if version.tags["meets_thresholds"] == "true" else "keep")
+    assert {"fairness.test.accuracy", "fairness.test.dp_difference.ci95_high"} <= set(version.tags)
+    assert result.decision == version.tags["fairness.decision"]
     if result.champion_moved:
         champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
         assert str(champion.version) == result.model_version
@@ -254,7 +260,7 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     assert result.decision == "keep" and not result.champion_moved
     assert any("no eligible candidate meets the thresholds" in r for r in result.reasons)
     version = client.get_model_version(config.resolved_model_name, result.model_version)
-    assert version.tags["meets_thresholds"] == "false"
+    assert version.tags["fairness.decision"] == "keep"
     with pytest.raises(mlflow.exceptions.MlflowException):
         client.get_model_version_by_alias(config.resolved_model_name, "champion")
     model = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/1")
@@ -294,28 +300,21 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
 def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     prefect_harness, store, tmp_path
 ):
-    """A step that fails for good leaves a FAILED run and names the kept directory."""
-    import shutil
-
+    """A step that fails for good leaves a FAILED run and names the kept directory; relog
+    completes that same run once the cause is gone."""
     from fairpca.flows.audit import fairness_audit
     from fairpca.flows.relog import relog_output_dir
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.registry import DEFINITION_TAG
 
     uri, client = store
-    config = make_config(store, tmp_path, lambdas=[0.0])
-    out_dir = Path(fairness_audit(config).output_dir)
-    model_backup = tmp_path / "model-backup"
-    shutil.copytree(out_dir / "model", model_backup)
-    shutil.rmtree(out_dir / "model")  # a non-transient failure at the model step
-
-    from prefect import flow
-
-    @flow
-    def relog_broken():
-        return log_output_dir(out_dir, uri, retries=0)
-
+    config = make_config(store, tmp_path, lambdas=[0.0], mlflow_retries=0)
+    # a registered model of another definition holds the name: a non-transient failure at
+    # the model step
+    client.create_registered_model(config.model_name, tags={DEFINITION_TAG: '{"other":1}'})
     with pytest.raises(MlflowLoggingError) as info:
-        relog_broken()
+        fairness_audit(config)
+    out_dir = next((tmp_path / "out").iterdir())
     message = str(info.value)
     assert str(out_dir.resolve()) in message and "fairpca relog" in message
     failed = [
@@ -329,8 +328,9 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     assert failed and "fairpca.logging_error" in failed[0].data.tags
     assert json.loads((out_dir / "mlflow_status.json").read_text())["status"] == "FAILED"
 
-    shutil.copytree(model_backup, out_dir / "model")
+    client.delete_registered_model(config.model_name)
     logged = relog_output_dir(out_dir, uri)
+    assert logged["run_id"] == failed[0].info.run_id
     assert client.get_run(logged["run_id"]).info.status == "FINISHED"
     assert logged["model_version"] is not None
 

@@ -210,13 +210,16 @@ def test_credentials_are_taken_out_of_tracking_uris(monkeypatch):
 # ----------------------------------------------------- case 3: relog executes nothing
 
 
-def _saved_audit_dir(tmp_path: Path) -> Path:
-    """A kept output directory with a real saved model (as an audit writes it)."""
+def _saved_audit_dir(tmp_path: Path, record) -> Path:
+    """A kept output directory with a real saved model and audit record (as an audit writes
+    them); ``record`` is the shared typed record fixture."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
     from fairpca.tasks.mlflow_logging import AUDIT_FILE, save_model_locally
     from fairpca.tasks.model_io import as_model_input, input_example
+    from fairpca.tasks.pipeline import pip_requirements
+    from fairpca.tasks.signing import seal_output_dir
 
     frame = people()
     X = frame[["age", "degree"]]
@@ -227,16 +230,17 @@ def _saved_audit_dir(tmp_path: Path) -> Path:
         pipeline,
         out_dir,
         input_example=input_example(as_model_input(X)),
-        pip_requirements=["scikit-learn"],
+        pip_requirements=pip_requirements(),
     )
-    (out_dir / AUDIT_FILE).write_text(json.dumps({"audit_id": "audit-kept"}))
+    (out_dir / AUDIT_FILE).write_text(record.model_dump_json())
+    seal_output_dir(out_dir)  # signed as the audit signs it
     return out_dir
 
 
-def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
+def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path, audit_record):
     import pickle
 
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     model = out_dir / "model"
     marker = tmp_path / "pwned"
 
@@ -255,47 +259,53 @@ def test_relog_refuses_a_crafted_pickle_model_and_runs_none_of_it(tmp_path):
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
-    assert "serialization other than skops" in done.stderr and "Traceback" not in done.stderr
+    said = "".join(done.stderr.split())
+    assert "['model/model.pkl']wereaddedaftertheaudit" in said and "Traceback" not in said
     assert not marker.exists()
     assert not (tmp_path / "m.db").exists()  # failed before any MLflow store was touched
     assert time.perf_counter() - started < 60
 
 
-def test_relog_names_the_file_that_changed_since_the_audit(tmp_path):
-    from fairpca.tasks.mlflow_logging import check_saved_model
+def test_relog_names_the_file_that_changed_since_the_audit(tmp_path, audit_record):
+    from fairpca.tasks.mlflow_logging import check_relog_dir, check_saved_model
 
-    out_dir = _saved_audit_dir(tmp_path)
-    check_saved_model(out_dir / "model")  # as written: accepted
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
+    check_relog_dir(out_dir)  # as written: accepted
     with (out_dir / "model" / "requirements.txt").open("a") as handle:
-        handle.write("evil-package\n")
-    with pytest.raises(ValueError, match=r"file 'requirements.txt' changed since the audit"):
-        check_saved_model(out_dir / "model")
+        handle.write("\nevil-package\n")
+    with pytest.raises(ValueError, match=r"file 'model/requirements.txt' has \d+ bytes"):
+        check_relog_dir(out_dir)
+    with pytest.raises(ValueError, match=r"requirements \['evil-package'\] are not"):
+        check_saved_model(out_dir / "model")  # the model check alone refuses it too
     (out_dir / "model" / "extra.py").write_text("import os\n")
-    with pytest.raises(ValueError, match=r"\['extra.py'\] are not in model.sha256.json"):
-        check_saved_model(out_dir / "model")
-    (out_dir / "model.sha256.json").unlink()
-    with pytest.raises(ValueError, match="not written by a fairpca audit"):
-        check_saved_model(out_dir / "model")
+    with pytest.raises(ValueError, match=r"\['model/extra.py'\] were added after the audit"):
+        check_relog_dir(out_dir)
+    (out_dir / "audit.seal.json").unlink()
+    with pytest.raises(ValueError, match="not written and signed by a fairpca audit"):
+        check_relog_dir(out_dir)
 
 
 # ----------------------------------------------------- case 8: relog duplicates history
 
 
-def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store):
+def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store, audit_record, tmp_path):
+    from fairpca.tasks.audit_record import MetricStep
     from fairpca.tasks.mlflow_logging import log_params_metrics
 
     uri, client = mlflow_store
-    experiment = client.create_experiment(f"hostile-{time.time_ns()}")
+    experiment = client.create_experiment(f"hostile-{time.time_ns()}", tmp_path.as_uri())
     run_id = client.create_run(experiment).info.run_id
-    audit = {
-        "params": {"k": 3},
-        "tags": {"fairpca.audit_id": "x"},
-        "metrics": {"accuracy": 0.7},
-        "metric_steps": [
-            {"key": "fair_pca/logreg/accuracy", "value": 0.6 + 0.1 * step, "step": step}
-            for step in range(3)
-        ],
-    }
+    audit = audit_record.model_copy(
+        update={
+            "params": {"k": "3"},
+            "tags": {"fairpca.audit_id": "x"},
+            "metrics": {"accuracy": 0.7},
+            "metric_steps": [
+                MetricStep(key="fair_pca/logreg/accuracy", value=0.6 + 0.1 * step, step=step)
+                for step in range(3)
+            ],
+        }
+    )
     for _ in range(2):  # an interrupted logging, then `fairpca relog`
         log_params_metrics.fn(uri, run_id, audit)
     history = client.get_metric_history(run_id, "fair_pca/logreg/accuracy")
@@ -590,7 +600,7 @@ class Foreign:
 def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
     import yaml
 
-    from fairpca.tasks.model_io import write_manifest
+    from fairpca.tasks.signing import seal_output_dir
 
     spec = yaml.safe_load((model / "MLmodel").read_text())
     spec["flavors"]["sklearn"]["skops_trusted_types"] = [
@@ -598,18 +608,18 @@ def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
         *extra_types,
     ]
     (model / "MLmodel").write_text(yaml.safe_dump(spec))
-    write_manifest(model)  # the manifest is in the directory: an attacker rewrites it too
+    seal_output_dir(model.parent)  # even signed with the key, the fixed list still rules
 
 
-def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
+def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path, audit_record):
     import skops.io
     import yaml
 
     from fairpca.flows.relog import relog_output_dir
     from fairpca.tasks.mlflow_logging import check_relog_dir
-    from fairpca.tasks.model_io import write_manifest
+    from fairpca.tasks.signing import seal_output_dir
 
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     check_relog_dir(out_dir)  # as the audit wrote it: accepted
     _craft_mlmodel(out_dir / "model", ["builtins.eval"])
     with pytest.raises(ValueError, match=r"skops_trusted_types \['builtins.eval'\]"):
@@ -617,22 +627,22 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path):
     assert not (tmp_path / "m.db").exists()
 
     (tmp_path / "second").mkdir()
-    out_dir = _saved_audit_dir(tmp_path / "second")
+    out_dir = _saved_audit_dir(tmp_path / "second", audit_record)
     model = out_dir / "model"
     flavor = yaml.safe_load((model / "MLmodel").read_text())["flavors"]["sklearn"]
     skops.io.dump({"payload": Foreign()}, model / flavor["pickled_model"])
-    write_manifest(model)
+    seal_output_dir(out_dir)
     with pytest.raises(ValueError, match=r"holds types \['test_hostile_inputs.Foreign'\]"):
         check_relog_dir(out_dir)
 
 
-def test_relog_refuses_symlinks_naming_the_file(tmp_path):
+def test_relog_refuses_symlinks_naming_the_file(tmp_path, audit_record):
     from fairpca.flows.relog import relog_output_dir
     from fairpca.tasks.mlflow_logging import check_relog_dir
 
     secret = tmp_path / "credentials"
     secret.write_text("aws_secret_access_key = hunter2\n")
-    out_dir = _saved_audit_dir(tmp_path)
+    out_dir = _saved_audit_dir(tmp_path, audit_record)
     (out_dir / "report.md").symlink_to(secret)
     with pytest.raises(ValueError, match=r"report.md is a symbolic link"):
         relog_output_dir(out_dir, f"sqlite:///{tmp_path}/m.db")
@@ -654,26 +664,26 @@ def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp
     from fairpca.flows.relog import relog_output_dir
 
     uri, client = mlflow_store
+    name = f"own-{tmp_path.name}"
     config = AuditConfig(
         dataset="german", k=10, variants=["pca", "fair_pca"], lambdas=[0.0],
         classifiers=["linear_svm"], tracking_uri=uri, output_dir=tmp_path / "out",
-        model_name=f"own-{tmp_path.name}",
+        model_name=name, thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0,
+                    "min_selection_rate_ratio": 0.0},
+        min_accuracy_gain=0.0, max_one_class_share=1.0,
     )  # fmt: skip
     # (k=2 with logreg leaves German no useful classifier: nothing would be registered)
-    out_dir = Path(fairness_audit(config).output_dir)
-    victim = f"victim-{tmp_path.name}"
-    audit = json.loads((out_dir / "audit.json").read_text())
-    audit["decision"]["promote"] = True
-    audit["model_name"], audit["champion_alias"] = victim, "champion"
-    (out_dir / "audit.json").write_text(json.dumps(audit))
+    first = fairness_audit(config)
+    assert first.decision == "promote" and first.champion_moved, first.reasons
+    out_dir = Path(first.output_dir)
     result = CliRunner().invoke(app, ["relog", str(out_dir), "--tracking-uri", uri, "--force"])
     assert result.exit_code == 0, result.output
-    assert client.get_registered_model(victim).aliases == {}
+    assert client.get_registered_model(name).aliases == {"champion": int(first.model_version)}
     assert "'champion' of" in result.output and "left alone" in result.output
     assert "--promote" in result.output
     logged = relog_output_dir(out_dir, uri, force=True, promote=True)
-    assert logged["champion_moved"]
-    assert client.get_registered_model(victim).aliases == {"champion": int(logged["model_version"])}
+    assert logged["champion_moved"]  # the signed record decided to promote
+    assert client.get_registered_model(name).aliases == {"champion": int(logged["model_version"])}
 
 
 def test_a_masked_database_uri_read_back_is_refused_with_the_fix():

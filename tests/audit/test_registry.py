@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
+from fairpca.tasks.audit_record import DecisionRecord
 from fairpca.tasks.model_card import mask_credentials, render_model_card
 from fairpca.tasks.registry import (
     DATASET_LABELS,
@@ -15,96 +14,10 @@ from fairpca.tasks.registry import (
 )
 
 
-def _interval(value: float, half: float) -> dict[str, float]:
-    return {"": value, ".ci95_low": value - half, ".ci95_high": value + half}
-
-
-def _metrics(accuracy: float, dp: float, eo: float) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name, value, half in (
-        ("accuracy", accuracy, 0.01),
-        ("dp_difference", dp, 0.02),
-        ("eo_difference", eo, 0.03),
-        ("dp_difference.sex", dp, 0.02),
-        ("dp_difference.race", dp / 2, 0.02),
-        ("dp_difference.intersection", dp * 2, 0.04),
-    ):
-        for suffix, number in _interval(value, half).items():
-            out[name + suffix] = number
-    return out
-
-
 @pytest.fixture
-def audit() -> dict:
-    """An audit manifest shaped as flows/audit.py writes it (two sensitive attributes)."""
-    return {
-        "run_name": "audit-adult-20261130T150000-abc123",
-        "kind": "audit",
-        "model_name": "fairpca-adult-income_gt_50k-race_sex",
-        "decision": {"promote": True, "reasons": ["legacy reason"]},
-        "params": {
-            "dataset": "adult",
-            "k": "10",
-            "thresholds.max_dp_difference": "0.05",
-            "thresholds.max_eo_difference": "0.1",
-            "thresholds.min_accuracy": "0.0",
-            "min_group_size": "30",
-            "resolved_tracking_uri": "https://alice:s3cret@mlflow.example.org/?token=abc",
-            "api_token": "do-not-print",
-        },
-        "hashes": {
-            "fair_pca/components_": "a" * 64,
-            "fair_pca/mean_": "b" * 64,
-            "pca/components_": "c" * 64,
-        },
-        "provenance": {
-            "definition": {
-                "source": "adult",
-                "label": "income_gt_50k",
-                "positive_label": None,
-                "sensitive": ["race", "sex"],
-            },
-            "data_source": {
-                "kind": "dataset",
-                "name": "adult",
-                "sha256": {"uci-adult/adult.data": "d" * 64, "uci-adult/adult.test": "e" * 64},
-            },
-            "code_version": {"fairpca": "0.1.0", "git_commit": "0123abc"},
-        },
-        "selection": {
-            "chosen": {
-                "variant": "fair_pca",
-                "classifier": "logreg",
-                "lambda": 0.125,
-                "name": "fair_pca/logreg@lambda=0.125",
-            },
-            "gate": "upper_bound",
-            "decision": {
-                "promote": True,
-                "reasons": ["upper bound of DP 0.0400 <= 0.05", "beats majority | by 0.06"],
-            },
-            "validation": _metrics(0.83, 0.02, 0.05),
-            "test": _metrics(0.8215, 0.0231, 0.0612),
-            "baselines": {
-                "majority": {
-                    "validation": {"accuracy": 0.7608},
-                    "test": {"accuracy": 0.7611, "dp_difference": 0.0},
-                },
-                "pca": {
-                    "name": "pca/logreg@lambda=0",
-                    "validation": _metrics(0.85, 0.18, 0.1),
-                    "test": _metrics(0.8478, 0.1812, 0.0954),
-                },
-            },
-            "split": {"n_train": 5000, "n_validation": 2500, "n_test": 2500},
-            "group_sizes": {
-                "sex": {"Female": 1650, "Male": 3350},
-                "race": {"White": 4270, "Black": 480, "Other": "suppressed", "Eskimo": 12},
-            },
-            "diagnostics": {},
-            "warnings": ["fair_pca: a sensitive attribute is still predictable"],
-        },
-    }
+def audit(audit_record):
+    """The shared typed audit record (tests/audit/conftest.py)."""
+    return audit_record
 
 
 # ---- identity --------------------------------------------------------------------------------
@@ -178,13 +91,11 @@ def test_dataset_labels_are_the_loaders_label_columns(dataset):
 
 
 def test_fairness_tags_of_a_version(audit):
-    tags = fairness_tags(audit["selection"], ["race", "sex"])
+    audit.selection.test.update({"balanced_accuracy": 0.75, "selection_rate_ratio": 0.8})
+    tags = fairness_tags(audit)
     assert tags == {
         "fairness.sensitive_features": "race,sex",
         "fairness.gate": "upper_bound",
-        "fairness.validation.accuracy": "0.830000",
-        "fairness.validation.dp_difference": "0.020000",
-        "fairness.validation.eo_difference": "0.050000",
         "fairness.test.accuracy": "0.821500",
         "fairness.test.accuracy.ci95_low": "0.811500",
         "fairness.test.accuracy.ci95_high": "0.831500",
@@ -194,10 +105,12 @@ def test_fairness_tags_of_a_version(audit):
         "fairness.test.eo_difference": "0.061200",
         "fairness.test.eo_difference.ci95_low": "0.031200",
         "fairness.test.eo_difference.ci95_high": "0.091200",
+        "fairness.test.balanced_accuracy": "0.750000",
+        "fairness.test.selection_rate_ratio": "0.800000",
         "fairness.baseline.accuracy": "0.761100",
-        "fairness.baseline.pca.test.accuracy": "0.847800",
-        "fairness.baseline.pca.test.dp_difference": "0.181200",
     }
+    del audit.selection.test["balanced_accuracy"]
+    assert "fairness.test.balanced_accuracy" not in fairness_tags(audit)
 
 
 # ---- model card ------------------------------------------------------------------------------
@@ -218,7 +131,7 @@ def test_model_card_content(audit):
     ):
         assert f"\n## {heading}\n" in card
     # data source and its SHA-256, split sizes
-    assert f"SHA-256 of `uci-adult/adult.data`: `{'d' * 64}`" in card
+    assert f"SHA-256 of uci\\-adult/adult\\.data: `{'d' * 64}`" in card
     assert "| train | 5000 |\n| validation | 2500 |\n| test | 2500 |" in card
     # group sizes: large ones shown, small ones suppressed (never the count 12)
     assert "| sex | Female | 1650 |" in card
@@ -226,31 +139,34 @@ def test_model_card_content(audit):
     assert "| race | Other | suppressed (< 30) |" in card
     # test metrics with intervals beside the majority baseline and unconstrained PCA
     assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | 0.8478 [0.8378, 0.8578] |" in card
-    assert "| dp_difference | 0.0231 [0.0031, 0.0431] | 0.0000 | 0.1812 [0.1612, 0.2012] |" in card
-    assert "| dp_difference.intersection | 0.0462 [0.0062, 0.0862] | - |" in card
+    assert (
+        "| dp\\_difference | 0.0231 [0.0031, 0.0431] | 0.0000 | 0.1812 [0.1612, 0.2012] |" in card
+    )
+    assert "| dp\\_difference\\.intersection | 0.0462 [0.0062, 0.0862] | - |" in card
     assert "unconstrained PCA (pca/logreg@lambda=0)" in card
     # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
-    assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0.05" in card
+    assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0\\.05" in card
     assert "- Decision: **PROMOTE (champion)**" in card
-    assert "  - upper bound of DP 0.0400 <= 0.05" in card and "legacy reason" not in card
+    assert "  - upper bound of DP 0\\.0400 &lt;= 0\\.05" in card and "legacy reason" not in card
+    assert "beats majority \\| by 0\\.06" in card
     # projection hashes of the chosen variant, code version
     assert f"| fair_pca/components_ | `{'a' * 64}` |" in card and "c" * 64 not in card
     assert "fairpca 0.1.0, git commit `0123abc`" in card
-    assert "a sensitive attribute is still predictable" in card
+    assert "fair\\_pca: a sensitive attribute is still predictable" in card
     # config without credentials
     assert "s3cret" not in card and "alice" not in card and "do-not-print" not in card
     assert "token=abc" not in card and "api_token" not in card
-    assert "https://***@mlflow.example.org/" in card
+    assert "https://\\*\\*\\*@mlflow\\.example\\.org/" in card
 
 
 def test_model_card_is_deterministic_and_does_not_change_its_input(audit):
-    before = copy.deepcopy(audit)
+    before = audit.model_copy(deep=True)
     assert render_model_card(audit) == render_model_card(audit)
     assert audit == before
 
 
 def test_model_card_says_not_promoted(audit):
-    audit["selection"]["decision"] = {"promote": False, "reasons": ["only degenerate"]}
+    audit.selection.decision = DecisionRecord(promote=False, reasons=["only degenerate"])
     card = render_model_card(audit)
     assert "- Decision: **NOT promoted**" in card and "  - only degenerate" in card
 
@@ -340,6 +256,7 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     import json
     from pathlib import Path
 
+    from fairpca.tasks.model_card import DESCRIPTION_MAX_CHARS
     from fairpca.tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
     from fairpca.tasks.report import sha256_file
 
@@ -357,8 +274,11 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     out_dir = Path(result.output_dir)
     card = (out_dir / "model_card.md").read_text()
     assert card.startswith("# Model card\n")
-    kept, cut, _ = version.description.partition("\n\n(cut to fit the registry")
-    assert card.startswith(kept) and (version.description == card or cut)
+    # a concise description (the verdict), the full card one link away
+    assert len(version.description) < DESCRIPTION_MAX_CHARS < len(card) + DESCRIPTION_MAX_CHARS
+    assert version.description.startswith("**Decision: ")
+    assert f"`runs:/{result.run_id}/model_card.md`" in version.description
+    assert "| chosen: " in version.description and "| majority class |" in version.description
     logged = Path(client.download_artifacts(result.run_id, "model_card.md", str(out_dir / "dl")))
     assert logged.read_text() == card
     assert version.tags[MODEL_FILE_SHA_TAG] == sha256_file(out_dir / "model" / "model.skops")
@@ -368,16 +288,16 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
 
 
 def test_registering_the_same_run_again_returns_its_version(registered, mlflow_store):
-    import json
     from pathlib import Path
 
+    from fairpca.tasks.mlflow_logging import read_audit
     from fairpca.tasks.registry import register_version
 
     _config, result = registered
     _uri, client = mlflow_store
-    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
+    audit = read_audit(Path(result.output_dir))
     again = register_version(
-        client, audit, source="unused", run_id=result.run_id, model_id=None, card="x",
+        client, audit, source="unused", run_id=result.run_id, model_id=None, description="x",
         model_sha256="0" * 64,
     )  # fmt: skip
     assert again == result.model_version
@@ -454,11 +374,9 @@ def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
 
 
 def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
-    audit["selection"]["baselines"]["pca"] = None
-    audit["selection"]["chosen"]["lambda"] = None
+    audit.selection.baselines.pca = None
+    audit.selection.chosen.lambda_ = None
     card = render_model_card(audit)
     assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | - |" in card
     assert "lambda n/a)" in card
-    tags = fairness_tags(audit["selection"], ["race", "sex"])
-    assert "fairness.baseline.pca.test.accuracy" not in tags
-    assert tags["fairness.baseline.accuracy"] == "0.761100"
+    assert fairness_tags(audit)["fairness.baseline.accuracy"] == "0.761100"

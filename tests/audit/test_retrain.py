@@ -3,6 +3,7 @@ trained, demoted to ``needs-review`` when its fairness broke (real Prefect + MLf
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -136,7 +137,6 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
     from fairpca.flows.retrain import retrain
     from fairpca.tasks.data import load_source, split_data
     from fairpca.tasks.evaluate import classifier_metrics
-    from fairpca.tasks.mlflow_logging import read_audit
     from fairpca.tasks.registry import load_registered_pipeline
 
     uri, client = mlflow_store
@@ -151,7 +151,9 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         model_name=model_name,
     )  # fmt: skip
     second = retrain(second_config)
-    comparison = read_audit(Path(second.output_dir))["champion_comparison"]
+    comparison = json.loads(Path(second.output_dir, "audit.json").read_text())[
+        "champion_comparison"
+    ]
     assert comparison["champion_version"] == first.model_version
     assert comparison["rows"].startswith("the test part of this audit")
     champion_side = comparison["metrics"]["champion"]
@@ -165,7 +167,7 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         split.y_test, pipeline.predict(split.X_test), split.s_test, min_group_size=30
     )
     assert champion_side["accuracy"] == pytest.approx(recomputed["accuracy"])
-    challenger = read_audit(Path(second.output_dir))["selection"]["test"]
+    challenger = json.loads(Path(second.output_dir, "audit.json").read_text())["selection"]["test"]
     assert comparison["metrics"]["challenger"]["accuracy"] == challenger["accuracy"]
     assert second.champion_moved == (comparison["outcome"] == "champion replaced")
 
@@ -175,7 +177,7 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         model_name=model_name, gate="point",
     )  # fmt: skip
     third = retrain(lax)
-    record = read_audit(Path(third.output_dir))["champion_comparison"]
+    record = json.loads(Path(third.output_dir, "audit.json").read_text())["champion_comparison"]
     assert record["outcome"] == "refused: laxer gate"
     assert "laxer than the one champion" in record["reason"]
     assert "point estimates" in record["reason"]

@@ -287,23 +287,30 @@ def artifact_paths(client, run_id: str, path: str | None = None) -> set[str]:
     return out
 
 
+def run_hashes(client, run_id: str, tmp_path: Path) -> dict[str, str]:
+    """The run's artifact ``hashes.json``: matrix name -> SHA-256."""
+    local = client.download_artifacts(run_id, "hashes.json", str(tmp_path / run_id))
+    return json.loads(Path(local).read_text())
+
+
 def assert_complete_run(client, run_id: str, tmp_path: Path) -> None:
-    """FINISHED, with every artifact, matrices matching their SHA-256 tags, a model version."""
+    """FINISHED, with every artifact, matrices matching their SHA-256 (``hashes.json``), a
+    model version."""
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED", run.info.status
     assert run.data.metrics and run.data.params
     paths = artifact_paths(client, run_id)
-    expected = {f"report/{name}" for name in REPORT_FILES} | {"metrics_table.json"}
+    expected = {f"report/{name}" for name in REPORT_FILES} | {"metrics_table.json", "hashes.json"}
     for variant in VARIANTS:
         expected |= {f"projection/{variant}/components_.npy", f"projection/{variant}/mean_.npy"}
     assert expected <= paths, f"missing artifacts: {sorted(expected - paths)}"
+    hashes = run_hashes(client, run_id, tmp_path)
     for variant in VARIANTS:
         local = client.download_artifacts(
             run_id, f"projection/{variant}/components_.npy", str(tmp_path / run_id)
         )
         digest = hashlib.sha256(Path(local).read_bytes()).hexdigest()
-        tagged = {v for k, v in run.data.tags.items() if k.startswith("fairpca.sha256.")}
-        assert digest in tagged, f"{variant} components_.npy does not match its SHA-256 tag"
+        assert digest == hashes[f"{variant}/components_"], f"{variant}: not its SHA-256"
         components = np.load(local)
         np.testing.assert_allclose(components @ components.T, np.eye(len(components)), atol=1e-8)
     versions = client.search_model_versions(f"run_id = '{run_id}'")
@@ -385,9 +392,7 @@ def test_two_audits_at_once_keep_their_own_complete_artifacts(server, tmp_path):
     runs = [client.get_run(r.run_id) for r in results]
     # Each run holds its own config and its own matrices (different seeds, different splits).
     assert [run.data.params["seed"] for run in runs] == ["1", "2"]
-    hashes = [
-        {k: v for k, v in run.data.tags.items() if k.startswith("fairpca.sha256.")} for run in runs
-    ]
+    hashes = [run_hashes(client, run.info.run_id, tmp_path) for run in runs]
     assert hashes[0] and hashes[0] != hashes[1]
     for result in results:
         assert_complete_run(client, result.run_id, tmp_path)

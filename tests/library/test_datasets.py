@@ -139,6 +139,19 @@ def test_adult_multi_attribute_and_drop():
         load_adult(sensitive=[])
 
 
+def test_coded_groups_get_their_names_and_raw_columns_keep_theirs():
+    data = load_adult(sensitive=("sex", "race"))
+    assert data.sensitive_labels == {"sex": {0: "Female", 1: "Male"}}
+    named = data.with_named_groups()
+    assert named.sensitive["sex"].value_counts().to_dict() == {
+        "Male": int((data.sensitive["sex"] == 1).sum()),
+        "Female": int((data.sensitive["sex"] == 0).sum()),
+    }
+    assert named.sensitive["race"].equals(data.sensitive["race"])  # already the data's names
+    assert named.sensitive_labels == {} and named.with_named_groups() is named
+    assert named.X.equals(data.X) and named.y.equals(data.y)
+
+
 def test_german_counts_rates_and_columns():
     data = load_german()
     assert data.n_samples == 1_000

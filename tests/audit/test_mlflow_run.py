@@ -1,0 +1,180 @@
+"""What a reviewer sees of one audit in MLflow and Prefect: the experiment's kind, the run's
+description, span, curated tags, lambda-readable histories and hashes, the registered
+version's description, and the flow run's verdict and candidate artifacts (a real German
+audit against a real MLflow SQLite store and the Prefect test server)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def audited(prefect_harness, mlflow_store, tmp_path_factory):
+    """A tiny German audit, its result and its wall time in seconds (after a first flow run
+    has started Prefect's client, which the audit's own span does not include)."""
+    from prefect import flow
+
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.config import AuditConfig
+
+    flow(lambda: None, name="warm-up")()
+
+    out = tmp_path_factory.mktemp("mlflow-run")
+    config = AuditConfig(
+        dataset="german",
+        k=2,
+        variants=["pca", "fair_pca"],
+        lambdas=[0.0, 0.5, 1.0],
+        classifiers=["logreg"],
+        tracking_uri=mlflow_store[0],
+        output_dir=out / "out",
+        experiment_name=f"reviewer-view-{out.name}",
+        model_name=f"reviewer-view-{out.name}",
+        thresholds={"max_dp_difference": 1.0, "max_eo_difference": 1.0},
+    )
+    started = time.time()
+    result = fairness_audit(config)
+    return config, result, time.time() - started
+
+
+def test_experiment_opens_as_model_development(audited, mlflow_store):
+    from fairpca.tasks.mlflow_store import EXPERIMENT_KIND_TAG
+
+    config, result, _ = audited
+    experiment = mlflow_store[1].get_experiment(result.experiment_id)
+    assert experiment.name == config.experiment_name
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+
+
+def test_existing_experiment_gets_the_kind_tag_once(mlflow_store, tmp_path):
+    from fairpca.tasks.mlflow_store import EXPERIMENT_KIND_TAG, get_or_create_experiment
+
+    uri, client = mlflow_store
+    name = f"older-{tmp_path.name}"
+    created = client.create_experiment(name, tmp_path.as_uri())  # as an older fairpca did
+    assert EXPERIMENT_KIND_TAG not in client.get_experiment(created).tags
+    assert get_or_create_experiment(client, name, uri) == created
+    assert get_or_create_experiment(client, name, uri) == created
+    assert client.get_experiment(created).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+
+
+def test_run_description_states_the_verdict(audited, mlflow_store):
+    _, result, _ = audited
+    run = mlflow_store[1].get_run(result.run_id)
+    note = run.data.tags["mlflow.note.content"]
+    verdict = "PROMOTE to champion" if result.decision == "promote" else "NOT promoted"
+    assert note.startswith(f"**Decision: {verdict}** (gate `upper_bound`)")
+    assert f"Chosen on validation rows: `{result.selection['chosen']['name']}`" in note
+    test = result.selection["test"]
+    chosen_row = next(line for line in note.splitlines() if line.startswith("| chosen: "))
+    assert f"{test['accuracy']:.4f} [{test['accuracy.ci95_low']:.4f}, " in chosen_row
+    assert "| majority class |" in note and "| unconstrained PCA: pca/logreg |" in note
+    assert "Reasons:" in note and "model_card.md" in note
+
+
+def test_run_spans_the_audit(audited, mlflow_store):
+    """The run starts when the audit started and ends when its logging ended (not the moment
+    the run was created): its duration is the audit's wall time, less the Prefect client's
+    engine's start of the flow run (about a second)."""
+    from fairpca.tasks.mlflow_logging import read_audit
+
+    _, result, wall = audited
+    run = mlflow_store[1].get_run(result.run_id)
+    record = read_audit(Path(result.output_dir))
+    assert run.info.start_time == int(record.started_at.timestamp() * 1000)
+    assert run.info.end_time > int(record.ended_at.timestamp() * 1000)
+    duration = (run.info.end_time - run.info.start_time) / 1000
+    assert wall - 4.0 < duration <= wall, (duration, wall)
+
+
+def test_run_tags_are_curated_and_hashes_are_one_artifact(audited, mlflow_store, tmp_path):
+    _, result, _ = audited
+    client = mlflow_store[1]
+    run = client.get_run(result.run_id)
+    ours = {key for key in run.data.tags if not key.startswith("mlflow.")}
+    assert len(ours) <= 15, sorted(ours)
+    assert not any("sha256" in key for key in ours)
+    assert run.data.tags["fairpca.chosen"] == result.selection["chosen"]["name"]
+    local = Path(client.download_artifacts(result.run_id, "hashes.json", str(tmp_path)))
+    hashes = json.loads(local.read_text())
+    assert set(hashes) >= {"fair_pca/components_", "fair_pca/mean_", "pca/components_"}
+    record = json.loads((Path(result.output_dir) / "audit.json").read_text())
+    assert hashes == record["hashes"]
+
+
+def test_sweep_histories_show_lambda(audited, mlflow_store):
+    _, result, _ = audited
+    client = mlflow_store[1]
+    lambdas = client.get_metric_history(result.run_id, "fair_pca/lambda")
+    assert sorted((m.step, m.value) for m in lambdas) == [(0, 0.0), (1, 0.5), (2, 1.0)]
+    accuracy = client.get_metric_history(result.run_id, "fair_pca/logreg/accuracy")
+    assert sorted(m.step for m in accuracy) == [0, 1, 2]
+    assert client.get_metric_history(result.run_id, "pca/lambda") == []  # PCA has no lambda
+
+
+def test_group_names_are_the_datas_own(audited, mlflow_store):
+    """German's loader codes age as 0 / 1; the audit shows "under 25" / "25 or older"."""
+    _, result, _ = audited
+    metrics = mlflow_store[1].get_run(result.run_id).data.metrics
+    assert {"test.selection_rate.age:under 25", "test.selection_rate.age:25 or older"} <= set(
+        metrics
+    )
+    assert not any(key.endswith(("age:0", "age:1")) for key in metrics)
+    assert set(result.selection["group_sizes"]["age"]) == {"under 25", "25 or older"}
+    card = (Path(result.output_dir) / "model_card.md").read_text()
+    assert "| age | under 25 |" in card and "| age | 25 or older |" in card
+
+
+def test_version_description_fits_and_links_the_card(audited, mlflow_store):
+    from fairpca.tasks.model_card import DESCRIPTION_MAX_CHARS
+
+    config, result, _ = audited
+    version = mlflow_store[1].get_model_version(config.resolved_model_name, result.model_version)
+    assert len(version.description) <= DESCRIPTION_MAX_CHARS
+    assert version.description.startswith("**Decision: ")
+    assert f"Full model card: `runs:/{result.run_id}/model_card.md`" in version.description
+    assert "open in the MLflow UI" not in version.description  # a SQLite store has no UI URL
+    assert version.tags["fairness.decision"] == result.decision
+    assert len(version.tags) <= 20, sorted(version.tags)
+
+
+def test_prefect_flow_run_shows_verdict_and_candidates(audited, mlflow_store):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    _, result, _ = audited
+    flow_run_id = mlflow_store[1].get_run(result.run_id).data.tags["fairpca.prefect_flow_run_id"]
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    by_type = {artifact.type: artifact for artifact in artifacts}
+    markdown = by_type["markdown"].data
+    assert markdown.startswith(f"# Fairness audit {result.run_name}".replace("-", "\\-"))
+    assert "**Decision: " in markdown and "| majority class |" in markdown
+    table = by_type["table"].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert {"majority", "chosen"} <= {row["role"] for row in rows}
+
+
+def test_relog_keeps_the_audits_span(audited, mlflow_store):
+    """A later relog's run spans the audit as recorded, not the relog."""
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import read_audit
+
+    config, result, _ = audited
+    client = mlflow_store[1]
+    first = client.get_run(result.run_id)
+    record = read_audit(Path(result.output_dir))
+    again = relog_output_dir(Path(result.output_dir), config.tracking_uri, force=True)
+    second = client.get_run(again["run_id"])
+    assert second.info.run_id != first.info.run_id
+    assert second.info.start_time == first.info.start_time
+    assert second.info.end_time == int(record.ended_at.timestamp() * 1000)
+    assert second.data.tags["mlflow.note.content"] == first.data.tags["mlflow.note.content"]

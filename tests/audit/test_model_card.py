@@ -1,0 +1,138 @@
+"""The card, the run and version descriptions and the Prefect verdict: what they say, that
+the registry's 5,000-character limit always holds, and that no markup from the user's data
+survives in them."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairpca.tasks.audit_record import ReferenceMitigation
+from fairpca.tasks.model_card import (
+    DESCRIPTION_MAX_CHARS,
+    render_model_card,
+    run_description,
+    verdict_markdown,
+    version_description,
+)
+from fairpca.tasks.registry import run_ui_url
+
+IMG = "<img src=x onerror=alert(1)>"
+SCRIPT = "<script>alert(2)</script>"
+LINK = "[x](javascript:alert(3))"
+TICK = "a` <b onmouseover=alert(4)>b</b> `c"
+
+
+def _hostile(record):
+    """``record`` with every user-supplied string (column names, group labels, file name,
+    label) set to an injection payload, as a crafted CSV would produce them."""
+    definition = record.provenance.definition
+    definition.label, definition.source, definition.sensitive = LINK, IMG, [SCRIPT]
+    source = record.provenance.data_source
+    source.kind, source.name, source.sha256 = "file", f"{TICK}.csv", {f"{TICK}.csv": "f" * 64}
+    record.sensitive = [SCRIPT]
+    selection = record.selection
+    selection.group_sizes = {SCRIPT: {IMG: 300, TICK: 200, LINK: "suppressed"}}
+    selection.test[f"dp_difference.{SCRIPT}"] = 0.01
+    selection.warnings = [f"column {IMG} predicts {SCRIPT}"]
+    selection.decision.reasons = [f"group {LINK} of {TICK} is small"]
+    record.params.update({"label": LINK, "data": f"/data/{TICK}.csv", "sensitive": SCRIPT})
+    return record
+
+
+def _rendered(markdown: str) -> str:
+    """HTML as a CommonMark + tables renderer makes it (the MLflow UI's kind)."""
+    markdown_it = pytest.importorskip("markdown_it")
+    return markdown_it.MarkdownIt("commonmark").enable("table").render(markdown)
+
+
+def _texts(record) -> dict[str, str]:
+    return {
+        "card": render_model_card(record),
+        "run description": run_description(record),
+        "version description": version_description(
+            record, "0123abcd", run_ui_url("http://mlflow:5000", "7", "0123abcd", "model_card.md")
+        ),
+        "prefect verdict": verdict_markdown(record, heading=f"Fairness audit {TICK}"),
+    }
+
+
+def test_no_payload_survives_in_card_and_descriptions(audit_record):
+    for where, text in _texts(_hostile(audit_record)).items():
+        for payload in (IMG, SCRIPT, LINK, TICK):
+            assert payload not in text, (where, payload)
+        html = _rendered(text)
+        assert "<img" not in html and "<script" not in html and "<b " not in html, where
+        assert "javascript:" not in html.replace("javascript:alert(3))", ""), where
+        assert 'href="javascript' not in html, where
+        codes = html.split("<code>")[1:]
+        assert not any("alert" in code.split("</code>")[0] for code in codes), where
+    # the payloads are shown as the literal text they are
+    card_html = _rendered(_texts(audit_record)["card"])
+    assert "&lt;img src=x onerror=alert(1)&gt;" in card_html
+    assert "[x](javascript:alert(3))" in card_html
+    assert "a` &lt;b onmouseover=alert(4)&gt;b&lt;/b&gt; `c" in card_html
+
+
+def test_run_description_is_the_verdict_in_a_few_lines(audit_record):
+    audit_record.references = [
+        ReferenceMitigation(
+            name="threshold_optimizer",
+            approach="post-processing",
+            needs_sensitive_at_prediction=True,
+            validation={"accuracy": 0.8},
+            test={"accuracy": 0.79, "accuracy.ci95_low": 0.77, "accuracy.ci95_high": 0.81},
+        )
+    ]
+    text = run_description(audit_record)
+    lines = text.splitlines()
+    assert lines[0] == (
+        "**Decision: PROMOTE to champion** (gate `upper_bound`). Chosen on validation rows: "
+        "`fair_pca/logreg@lambda=0.125`."
+    )
+    table = [line for line in lines if line.startswith("| ")]
+    assert table[0] == "| test rows | accuracy | dp_difference | eo_difference |"
+    assert table[1].startswith("| chosen: fair\\_pca/logreg@lambda=0\\.125 | 0.8215 [0.8115, ")
+    assert table[2].startswith("| unconstrained PCA: pca/logreg@lambda=0 | 0.8478 [0.8378, ")
+    assert table[3] == "| majority class | 0.7611 | 0.0000 | - |"
+    assert table[4] == (
+        "| reference: threshold\\_optimizer \\(post\\-processing\\) | 0.7900 [0.7700, 0.8100] "
+        "| - | - |"
+    )
+    assert "- upper bound of DP 0\\.0400 &lt;= 0\\.05" in lines
+    assert "- fair\\_pca: a sensitive attribute is still predictable" in lines
+    assert lines[-1].startswith("Full model card: artifact `model_card.md`")
+    assert len(lines) < 30
+
+
+def test_new_headline_metrics_join_the_verdict_when_measured(audit_record):
+    audit_record.selection.test.update(
+        {"balanced_accuracy": 0.7, "balanced_accuracy.ci95_low": 0.6,
+         "balanced_accuracy.ci95_high": 0.8, "selection_rate_ratio": 0.9}
+    )  # fmt: skip
+    text = verdict_markdown(audit_record)
+    assert "| balanced_accuracy | selection_rate_ratio |" in text
+    assert "| 0.7000 [0.6000, 0.8000] | 0.9000 |" in text
+
+
+def test_version_description_always_fits_and_links_the_card(audit_record):
+    url = run_ui_url("https://u:pw@mlflow.example.org/", "3", "abc123", "model_card.md")
+    assert url == (
+        "https://***@mlflow.example.org/#/experiments/3/runs/abc123/artifactPath/model_card.md"
+    )
+    assert run_ui_url("sqlite:///m.db", "3", "abc123", "model_card.md") is None
+    short = version_description(audit_record, "abc123", url)
+    link = f"Full model card: `runs:/abc123/model_card.md` ([open in the MLflow UI]({url}))."
+    assert short.endswith(link)
+    audit_record.selection.decision.reasons = [f"reason {i}: " + "x" * 2000 for i in range(50)]
+    audit_record.selection.warnings = ["warning " + "y" * 2000] * 50
+    long = version_description(audit_record, "abc123", url)
+    assert len(long) <= DESCRIPTION_MAX_CHARS < len(render_model_card(audit_record))
+    assert long.endswith(link)
+    assert "**Decision: PROMOTE to champion**" in long and "| majority class |" in long
+    assert "more (see the model card)" in long
+
+
+def test_card_shows_decoded_group_names_and_suppression(audit_record):
+    card = render_model_card(audit_record)
+    assert "| sex | Female | 1650 |" in card and "| sex | Male | 3350 |" in card
+    assert "| race | Other | suppressed (< 30) |" in card

@@ -1,0 +1,108 @@
+"""The typed audit record: one model, written as ``audit.json`` and read back unchanged;
+unknown or renamed keys are validation errors."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from pydantic import ValidationError
+
+from fairpca.tasks.audit_record import AuditRecord, read_audit_record, write_audit_record
+from fairpca.tasks.record import metric_steps
+
+CONTRACT_ADDITIONS = {
+    "policy": {
+        "name": "balanced",
+        "thresholds": {"max_dp_difference": 0.05},
+        "description": "DP and EO upper bounds",
+    },
+    "eligibility": {"rules": {"min_accuracy_gain": 0.01}, "chosen_passes": True, "reasons": []},
+    "references": [
+        {
+            "name": "threshold_optimizer",
+            "approach": "post-processing",
+            "needs_sensitive_at_prediction": True,
+            "validation": {"accuracy": 0.8},
+            "test": {"accuracy": 0.79, "accuracy.ci95_low": 0.77, "accuracy.ci95_high": 0.81},
+        }
+    ],
+    "screening": [{"column": "relationship", "rule": "proxy", "score": 0.9, "action": "excluded"}],
+    "champion_comparison": None,
+    "k": {"requested": None, "fitted": 10, "note": "default"},
+    "split_sizes": {"train": 5000, "validation": 2500, "test": 2500},
+}
+
+
+def test_record_round_trips_audit_json(audit_record, tmp_path):
+    audit_record.selection.test["roc_auc"] = math.nan  # undefined metrics stay NaN
+    path = write_audit_record(tmp_path / "audit.json", audit_record)
+    raw = json.loads(path.read_text())
+    assert raw["selection"]["chosen"]["lambda"] == 0.125  # the names written are the keys
+    assert raw["selection"]["baselines"]["majority"]["class"] == 0
+    assert raw["started_at"] == "2026-11-30T15:00:00Z"
+    back = read_audit_record(path)
+    assert math.isnan(back.selection.test.pop("roc_auc"))
+    audit_record.selection.test.pop("roc_auc")
+    assert back == audit_record
+    assert back.selection.chosen.lambda_ == 0.125 and back.min_group_size == 30
+
+
+def test_contract_additions_are_typed(audit_record):
+    data = json.loads(audit_record.model_dump_json())
+    record = AuditRecord.model_validate({**data, **CONTRACT_ADDITIONS})
+    assert record.references[0].approach == "post-processing"
+    assert record.k.fitted == 10 and record.split_sizes.test == 2500
+    assert record.screening[0].action == "excluded"
+    wrong = {**CONTRACT_ADDITIONS["references"][0], "approach": "magic"}
+    with pytest.raises(ValidationError, match=r"references\.0\.approach"):
+        AuditRecord.model_validate({**data, "references": [wrong]})
+
+
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [((), "extra_key"), (("selection",), "gates"), (("selection", "chosen"), "lamda")],
+)
+def test_unknown_keys_are_refused(audit_record, path, key):
+    data = json.loads(audit_record.model_dump_json())
+    target = data
+    for part in path:
+        target = target[part]
+    target[key] = 1
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
+        AuditRecord.model_validate(data)
+
+
+def test_a_renamed_key_is_one_clear_error_naming_it(audit_record, tmp_path):
+    data = json.loads(audit_record.model_dump_json())
+    data["selection"]["group_size"] = data["selection"].pop("group_sizes")
+    path = tmp_path / "audit.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"not an audit record.*selection\.group_sizes") as info:
+        read_audit_record(path)
+    assert info.value.__cause__ is None and "Re-run the audit" in str(info.value)
+
+
+def test_metric_steps_carry_lambda_at_the_same_steps():
+    table = pd.DataFrame(
+        {
+            "variant": ["pca", "fair_pca", "fair_pca"],
+            "classifier": ["logreg"] * 3,
+            "lambda_index": [0, 0, 1],
+            "lambda": [math.nan, 0.0, 0.25],
+            "accuracy": [0.8, 0.7, 0.75],
+            "dp_difference": [0.2, 0.01, 0.05],
+            "eo_difference": [0.1, 0.02, 0.04],
+            "mmd2": [0.3, 0.0, 0.1],
+            "linear_inseparability": [0.6, 0.5, 0.55],
+            "mean_gap_train": [1.0, 0.0, 0.5],
+            "mean_gap_validation": [1.0, 0.1, 0.5],
+        }
+    )
+    steps = {(s.key, s.step): s.value for s in metric_steps(table)}
+    assert steps[("fair_pca/lambda", 0)] == 0.0 and steps[("fair_pca/lambda", 1)] == 0.25
+    assert steps[("fair_pca/logreg/accuracy", 1)] == 0.75
+    assert ("pca/lambda", 0) not in steps  # standard PCA has no lambda
+    assert steps[("pca/logreg/accuracy", 0)] == 0.8

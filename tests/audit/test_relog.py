@@ -1,0 +1,308 @@
+"""Relog accepts only what the audit wrote and signed, and touches only its own run and model.
+
+One real audit (Prefect test server, real MLflow SQLite store) gives a sealed output
+directory; each test copies it, attacks the copy as a reviewer did (forged verdict, another
+audit's run, an unrelated model, planted files) and checks the refusal names the problem and
+leaves the other run or model as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+FAIRPCA = [sys.executable, "-c", "from fairpca.flows.entry import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def audited(prefect_harness, mlflow_store, tmp_path_factory):
+    """A real audit of german, logged (and its directory sealed) by the flow."""
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.config import AuditConfig
+
+    uri = mlflow_store[0]
+    base = tmp_path_factory.mktemp("relog")
+    config = AuditConfig(
+        dataset="german", k=2, variants=["pca", "fair_pca"], lambdas=[0.0],
+        classifiers=["logreg"], tracking_uri=uri, output_dir=base / "out",
+        model_name=f"relog-own-{base.name}", experiment_name=f"relog-{base.name}",
+    )  # fmt: skip
+    result = fairness_audit(config)
+    return Path(result.output_dir), result
+
+
+@pytest.fixture
+def kept(audited, tmp_path):
+    """A copy of the audit's sealed directory (the seal holds relative paths only)."""
+    out_dir = tmp_path / audited[0].name
+    shutil.copytree(audited[0], out_dir)
+    return out_dir
+
+
+def relog_cli(out_dir: Path, uri: str, *flags: str) -> tuple[int, str]:
+    """``fairpca relog`` in a subprocess: exit code and stderr with the wrapping undone."""
+    done = subprocess.run(
+        [*FAIRPCA, "relog", str(out_dir), "--tracking-uri", uri, *flags],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    return done.returncode, " ".join(done.stderr.split())
+
+
+def runs_of(client, experiment_name: str):
+    experiment = client.get_experiment_by_name(experiment_name)
+    return client.search_runs([experiment.experiment_id])
+
+
+def edit_json(path: Path, change) -> None:
+    record = json.loads(path.read_text())
+    change(record)
+    path.write_text(json.dumps(record))
+
+
+def forge_seal(out_dir: Path) -> None:
+    """Rewrite the seal's manifest to match the directory as it is now (what an attacker
+    without the key can do); the MAC is left as it was."""
+    from fairpca.tasks.signing import SEAL_FILE, UNSEALED_FILES, sha256_file
+
+    def match(seal):
+        seal["files"] = {
+            p.relative_to(out_dir).as_posix(): {"size": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in sorted(out_dir.rglob("*"))
+            if p.is_file() and p.relative_to(out_dir).as_posix() not in UNSEALED_FILES
+        }
+
+    edit_json(out_dir / SEAL_FILE, match)
+
+
+def test_the_audit_seals_its_directory_and_binds_its_run(audited, mlflow_store):
+    from fairpca.tasks.mlflow_logging import check_relog_dir
+    from fairpca.tasks.signing import bound_run, key_path
+
+    out_dir, result = audited
+    record = check_relog_dir(out_dir)
+    assert {"audit.json", "metrics.csv", "report.md", "model/MLmodel"} <= set(record["files"])
+    assert any(name.startswith("projection/") for name in record["files"])
+    assert bound_run(record) == {"run_id": result.run_id, "experiment_id": result.experiment_id}
+    assert oct(key_path().stat().st_mode & 0o777) == "0o600"
+    assert not key_path().resolve().is_relative_to(out_dir.resolve())
+
+
+def test_swapped_model_with_forged_verdict_is_refused_and_no_champion_moves(
+    kept, audited, mlflow_store, tmp_path
+):
+    """The audit's own preprocessor + a constant classifier, audit.json rewritten to promote
+    with dp 0, the manifest rewritten to match: refused; the champion stays."""
+    import skops.io
+    from sklearn.dummy import DummyClassifier
+    from sklearn.pipeline import Pipeline
+
+    uri, client = mlflow_store
+    result = audited[1]
+    model_file = kept / "model" / "model.skops"
+    pipeline = skops.io.load(model_file, trusted=skops.io.get_untrusted_types(file=model_file))
+    X = pipeline.named_steps["preprocess"]
+    forged = Pipeline([("preprocess", X), ("classify", DummyClassifier(strategy="constant",
+                                                                        constant=0))])  # fmt: skip
+    forged.named_steps["classify"].fit([[0]], [0])
+    skops.io.dump(forged, model_file)
+
+    def promote(audit):
+        audit["decision"] = {"promote": True, "reasons": ["forged"]}
+        audit["selection"]["test"]["dp_difference"] = 0.0
+        audit["tags"]["mlflow.user"] = "someone-else"
+
+    edit_json(kept / "audit.json", promote)
+    forge_seal(kept)
+    champion_before = client.get_registered_model(result.model_name).aliases
+    versions_before = len(client.search_model_versions(f"name = '{result.model_name}'"))
+    code, said = relog_cli(kept, uri, "--promote", "--force")
+    assert code == 1, said
+    assert "does not verify with this user's signing key" in said
+    assert "Traceback" not in said
+    assert client.get_registered_model(result.model_name).aliases == champion_before
+    assert len(client.search_model_versions(f"name = '{result.model_name}'")) == versions_before
+
+
+def test_a_changed_file_is_named_even_when_only_the_model_was_swapped(kept, audited):
+    from fairpca.tasks.mlflow_logging import check_relog_dir
+    from fairpca.tasks.signing import SealError
+
+    original = (audited[0] / "metrics.csv").read_bytes()
+    (kept / "metrics.csv").write_bytes(original + b"x\n")
+    with pytest.raises(SealError, match=r"file 'metrics.csv' has \d+ bytes, the signed"):
+        check_relog_dir(kept)
+    flipped = original[:-2] + (b"7" if original[-2:-1] != b"7" else b"8") + original[-1:]
+    (kept / "metrics.csv").write_bytes(flipped)  # same size, other content
+    with pytest.raises(SealError, match=r"file 'metrics.csv' changed after the audit"):
+        check_relog_dir(kept)
+
+
+def test_audit_json_naming_another_running_run_is_refused_and_that_run_is_untouched(
+    kept, audited, mlflow_store
+):
+    uri, client = mlflow_store
+    result = audited[1]
+    victim = client.create_run(
+        result.experiment_id, run_name="audit-victim", tags={"fairpca.audit_id": "audit-victim"}
+    )
+    client.log_metric(victim.info.run_id, "accuracy", 0.5)
+
+    def hijack(audit):
+        audit["audit_id"] = audit["run_name"] = "audit-victim"
+        audit["tags"]["fairpca.audit_id"] = "audit-victim"
+
+    edit_json(kept / "audit.json", hijack)
+    code, said = relog_cli(kept, uri, "--force")
+    assert code == 1
+    assert "changed after the audit" in said and "'audit.json'" in said.replace(" ", "")
+    forge_seal(kept)
+    code, said = relog_cli(kept, uri, "--force")
+    assert code == 1 and "does not verify" in said
+    after = client.get_run(victim.info.run_id)
+    assert after.info.status == "RUNNING"
+    assert after.data.tags == victim.data.tags
+    assert after.data.metrics == {"accuracy": 0.5}
+    assert len(client.get_metric_history(victim.info.run_id, "accuracy")) == 1
+
+
+def test_a_signed_binding_to_another_audits_run_is_refused(kept, audited, mlflow_store):
+    """Even a record signed with the key (a bug, a copied directory) only resumes a run whose
+    audit id and run name are its own on the server."""
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.tasks.signing import bind_run
+
+    uri, client = mlflow_store
+    result = audited[1]
+    victim = client.create_run(
+        result.experiment_id, run_name="audit-other", tags={"fairpca.audit_id": "audit-other"}
+    )
+    bind_run(kept, run_id=victim.info.run_id, experiment_id=result.experiment_id)
+    with pytest.raises(MlflowLoggingError, match="is not its run on this tracking server"):
+        log_output_dir(kept, uri, retries=0)
+    after = client.get_run(victim.info.run_id)
+    assert after.info.status == "RUNNING" and after.data.tags == victim.data.tags
+    assert after.data.metrics == {}
+
+
+def test_relog_completes_the_run_its_audit_created(prefect_harness, mlflow_store, tmp_path):
+    """A logging that failed for good at the registry step (a model of another definition
+    holds the name); once that is resolved, relog completes the same run."""
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.config import AuditConfig
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.registry import DEFINITION_TAG
+
+    uri, client = mlflow_store
+    name = f"relog-resume-{tmp_path.name}"
+    client.create_registered_model(name, tags={DEFINITION_TAG: '{"source":"other"}'})
+    config = AuditConfig(
+        dataset="german", k=2, variants=["pca", "fair_pca"], lambdas=[0.0],
+        classifiers=["logreg"], tracking_uri=uri, output_dir=tmp_path / "out",
+        model_name=name, mlflow_retries=0,
+    )  # fmt: skip
+    with pytest.raises(MlflowLoggingError, match="holds audits of"):
+        fairness_audit(config)
+    out_dir = next((tmp_path / "out").iterdir())
+    status = json.loads((out_dir / "mlflow_status.json").read_text())
+    assert client.get_run(status["run_id"]).info.status == "FAILED"
+    client.delete_registered_model(name)
+    logged = relog_output_dir(out_dir, uri)
+    assert logged["run_id"] == status["run_id"]
+    run = client.get_run(status["run_id"])
+    assert run.info.status == "FINISHED" and "fairpca.logging_error" not in run.data.tags
+    again = relog_output_dir(out_dir, uri, force=True)  # FINISHED: a new run, the old kept
+    assert again["run_id"] != status["run_id"]
+    assert client.get_run(status["run_id"]).info.status == "FINISHED"
+
+
+def test_a_version_under_an_unrelated_existing_model_is_refused(kept, audited, mlflow_store):
+    from fairpca.tasks.registry import ModelDefinitionMismatch, check_model_definition
+
+    uri, client = mlflow_store
+    unrelated = f"unrelated-{kept.parent.name}"
+    client.create_registered_model(unrelated)
+    run = client.create_run(audited[1].experiment_id)
+    client.create_model_version(unrelated, source="s3://nowhere/model", run_id=run.info.run_id)
+    client.set_registered_model_alias(unrelated, "champion", "1")
+    edit_json(kept / "audit.json", lambda audit: audit.update(model_name=unrelated))
+    forge_seal(kept)
+    code, said = relog_cli(kept, uri, "--promote", "--force")
+    assert code == 1 and "does not verify" in said
+    definition = json.loads((audited[0] / "audit.json").read_text())["provenance"]["definition"]
+    with pytest.raises(ModelDefinitionMismatch, match="was not created by a fairpca audit"):
+        check_model_definition(client, unrelated, definition)
+    model = client.get_registered_model(unrelated)
+    assert model.aliases == {"champion": 1} and model.tags == {}
+    assert len(client.search_model_versions(f"name = '{unrelated}'")) == 1
+
+
+def test_planted_files_are_refused_before_anything_is_uploaded(kept, audited, mlflow_store):
+    """A 1 GiB .npy (sparse) among the matrices and a pickle: refused in seconds, named."""
+    import pickle
+
+    uri, client = mlflow_store
+    variant = next((kept / "projection").iterdir())
+    with (variant / "big.npy").open("wb") as handle:
+        handle.truncate(2**30)
+    (kept / "extra.pkl").write_bytes(pickle.dumps({"x": 1}))
+    experiment = json.loads((kept / "audit.json").read_text())["experiment_name"]
+    runs_before = len(runs_of(client, experiment))
+    started = time.perf_counter()
+    code, said = relog_cli(kept, uri, "--force")
+    assert code == 1, said
+    compact = said.replace(" ", "")  # a long path may wrap anywhere
+    assert "extra.pkl" in compact and f"projection/{variant.name}/big.npy" in compact
+    assert "were added after the audit" in said
+    assert time.perf_counter() - started < 60
+    assert len(runs_of(client, experiment)) == runs_before
+
+
+def test_sealed_files_over_the_size_caps_are_refused(kept):
+    from fairpca.tasks.signing import SealError, verify_output_dir
+
+    size = (kept / "model" / "model.skops").stat().st_size
+    with pytest.raises(SealError, match=r"file 'model/model.skops' has \d+ MiB, over relog's"):
+        verify_output_dir(kept, max_file_bytes=size - 1)
+    with pytest.raises(SealError, match="the files add up to"):
+        verify_output_dir(kept, max_total_bytes=size)
+    verify_output_dir(kept)  # under the default caps
+
+
+def test_promote_follows_the_verified_decision_only(kept, audited, mlflow_store):
+    from fairpca.tasks.mlflow_logging import sealed_decision
+
+    audit = json.loads((kept / "audit.json").read_text())
+    assert sealed_decision(audit) is audit["decision"]["promote"]
+    assert sealed_decision({"decision": {"promote": "true"}}) is False
+    assert sealed_decision({"decision": {"promote": True}, "selection": {"decision": {
+        "promote": False}}}) is False  # fmt: skip
+    assert sealed_decision({"decision": {"promote": True}}) is True
+
+
+def test_reserved_tags_in_a_record_are_refused_even_when_signed(kept):
+    from fairpca.tasks.mlflow_logging import read_audit
+    from fairpca.tasks.signing import seal_output_dir
+
+    edit_json(kept / "audit.json", lambda a: a["tags"].update({"mlflow.user": "x"}))
+    seal_output_dir(kept)
+    with pytest.raises(ValueError, match=r"sets tag\(s\) \['mlflow.user'\]"):
+        read_audit(kept)
+
+    def reserved_version_tag(audit):
+        audit["tags"].pop("mlflow.user")
+        audit["model_tags"]["mlflow.source"] = "x"
+
+    edit_json(kept / "audit.json", reserved_version_tag)
+    with pytest.raises(ValueError, match=r"\['mlflow.source'\]"):
+        read_audit(kept)
