@@ -37,6 +37,7 @@ from fairpca.tasks.pipeline import (
     evaluate_reported,
     pip_requirements,
 )
+from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.record import (
     HEADLINE,
     AuditState,
@@ -49,13 +50,20 @@ from fairpca.tasks.record import (
     run_tags,
     selection_record,
 )
+from fairpca.tasks.references import (
+    REFERENCE_KEYS,
+    dominating_references,
+    reference_mitigations,
+    sensitive_at_prediction_note,
+)
 from fairpca.tasks.registry import provenance
 from fairpca.tasks.report import Bullets, write_matrices, write_report
-from fairpca.tasks.represent import fit_preprocessor, fit_representation
-from fairpca.tasks.select import choose, require_fair_variant
+from fairpca.tasks.represent import fit_preprocessor, fit_representation, resolve_k
+from fairpca.tasks.select import candidate_name, choose, require_fair_variant
 from fairpca.tasks.signing import seal_output_dir, signing_key
 from fairpca.tasks.sweep import lambda_sweep
 
+from .champion import DEFAULT_TOLERANCE, champion_test_metrics, decide_promotion, load_champion
 from .config import AuditConfig, mask_credentials, resolve_tracking_uri
 from .runners import current_task_runner_name, dask_subflow
 from .warmup import start_warmup, wait_for_warmup
@@ -154,16 +162,23 @@ def _sweep_all(config, split, representations, encoded_train, encoded_validation
     return sweeps
 
 
-def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
-    """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
-    diagnostics; then (only then) evaluate what is reported on the test rows."""
-    started_at = datetime.now(UTC)
-    start_warmup(resolve_tracking_uri(config.tracking_uri))
-    signing_key(create=True)  # the key that seals the output, before any work
-    timings: dict[str, float] = {}
-    run_name = config.run_name or unique_run_name(config, kind)
-    out_dir = path_inside(config.output_dir, run_name)
-    out_dir.mkdir(parents=True, exist_ok=False)
+def _resolved(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, dict]:
+    """The config as fitted: the split sizes used and the k fitted (see
+    :func:`fairpca.tasks.represent.resolve_k`), so params and record report what ran."""
+    k = resolve_k(config.k, encoded_train.shape[1], split.s_train, list(config.variants))
+    if k["requested"] is None:
+        get_run_logger().warning(k["note"])
+    sizes = {
+        "n_train": len(split.y_train),
+        "n_validation": len(split.y_validation),
+        "n_test": len(split.y_test),
+    }
+    update = {"sensitive": list(split.s_train.columns), "k": k["fitted"], **sizes}
+    return config.model_copy(update=update), k
+
+
+def _load_and_encode(config: AuditConfig, timings: dict[str, float]) -> tuple:
+    """Load, split (screening on the training rows) and fit the preprocessor."""
     with timed(timings, "load_data"):
         dataset = load_data(config)
     with timed(timings, "split_data"):
@@ -173,6 +188,25 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         preprocessor, encoded_train, encoded_validation = fit_preprocessor(
             split, config.min_group_size
         )
+    return dataset, split, preprocessor, encoded_train, encoded_validation
+
+
+def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
+    """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
+    diagnostics; then (only then) evaluate what is reported on the test rows, beside the
+    reference mitigations (trained meanwhile on the training rows)."""
+    started_at = datetime.now(UTC)
+    start_warmup(resolve_tracking_uri(config.tracking_uri))
+    signing_key(create=True)  # the key that seals the output, before any work
+    timings: dict[str, float] = {}
+    run_name = config.run_name or unique_run_name(config, kind)
+    out_dir = path_inside(config.output_dir, run_name)
+    out_dir.mkdir(parents=True, exist_ok=False)
+    dataset, split, preprocessor, encoded_train, encoded_validation = _load_and_encode(
+        config, timings
+    )
+    config, k_record = _resolved(config, split, encoded_train)
+    references = reference_mitigations.submit(preprocessor, split, config)
     with timed(timings, "fit_representations"):
         reps, skipped = _fit_representations(config, split, encoded_train, timings)
     with timed(timings, "lambda_sweep"):
@@ -189,8 +223,14 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         evaluation = evaluate_reported(
             split, config, pipeline, pca_pipeline, choice["chosen"], pca_row
         )
+    with timed(timings, "reference_mitigations"):
+        reference_rows = references.result()
+    decision = choice["decision"]
+    decision.reasons += reference_notes(
+        reference_rows, evaluation["chosen"]["test"], choice["policy"]
+    )
     return AuditState(
-        config=config.model_copy(update={"sensitive": list(split.s_train.columns)}),
+        config=config,
         run_name=run_name,
         out_dir=out_dir,
         dataset=dataset,
@@ -200,7 +240,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         sweeps=sweeps,
         table=table,
         chosen=choice["chosen"],
-        decision=choice["decision"],
+        decision=decision,
         pipeline=pipeline,
         pca_row=pca_row,
         majority_accuracy=choice["majority_accuracy"],
@@ -208,8 +248,65 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
         diagnostics=diagnostics,
         timings=timings,
         skipped=skipped,
+        additions=_additions(choice, reference_rows, split, k_record),
         started_at=started_at,
     )
+
+
+def _additions(choice, references, split, k_record) -> dict[str, Any]:
+    """The audit record's top-level additions (see the contract of ``audit.json``)."""
+    return {
+        "policy": choice["policy"].record(),
+        "eligibility": choice["eligibility"],
+        "references": [
+            {key: r[key] for key in REFERENCE_KEYS} for r in references if "skipped" not in r
+        ],
+        "screening": split.screening,
+        "champion_comparison": None,
+        "k": k_record,
+        "split_sizes": {
+            part: len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
+        },
+    }
+
+
+def reference_notes(references, chosen_test, policy) -> list[str]:
+    """Decision lines: references that dominate the chosen candidate on the test rows, and
+    which approaches need the sensitive attribute at prediction time."""
+    skipped = [f"reference {r['name']} could not be fitted: {r['skipped']}" for r in references
+               if "skipped" in r]  # fmt: skip
+    fitted = [r for r in references if r.get("test")]
+    if not fitted:
+        return skipped
+    return [
+        *dominating_references(fitted, chosen_test, policy),
+        sensitive_at_prediction_note(fitted),
+        *skipped,
+    ]
+
+
+def promotion_check(state: AuditState, tracking_uri: str, tolerance: float) -> None:
+    """Compare a promotable challenger with the current champion on this audit's test rows
+    (:func:`fairpca.flows.champion.decide_promotion`); updates the decision and the record."""
+    config = state.config
+    if not (state.decision.promote and config.register_model and eligible(state)):
+        return
+    wait_for_warmup(tracking_uri)
+    champion = load_champion(tracking_uri, config.resolved_model_name, config.champion_alias)
+    if champion is None:
+        return
+    champion_test = champion_test_metrics(tracking_uri, champion, state.split, config)
+    challenger = {**state.evaluation["chosen"]["test"], "name": candidate_name(state.chosen)}
+    policy = GatePolicy.from_config(config)
+    state.decision, record = decide_promotion(
+        state.decision, challenger, champion, champion_test, policy, tolerance
+    )
+    state.additions["champion_comparison"] = record
+
+
+def eligible(state: AuditState) -> bool:
+    """Whether the chosen candidate passed the eligibility rules (only then registered)."""
+    return bool(state.additions.get("eligibility", {}).get("chosen_passes", True))
 
 
 def _write_outputs(state: AuditState) -> dict[str, str]:
@@ -278,7 +375,7 @@ def finish_audit(
         experiment_name=config.experiment_name,
         model_name=config.resolved_model_name,
         champion_alias=config.champion_alias,
-        register_model=config.register_model,
+        register_model=config.register_model and eligible(state),
         mlflow_retries=config.mlflow_retries,
         mlflow_retry_backoff=config.mlflow_retry_backoff,
         started_at=state.started_at,
@@ -292,9 +389,10 @@ def finish_audit(
         metrics={**logged_metrics(state), **(extra_metrics or {})},
         metric_steps=metric_steps(state.table),
         tags={**run_tags(state), **_flow_tags(kind), **(extra_tags or {})},
-        model_tags=model_tags(state),
+        model_tags=model_tags(state) | GatePolicy.from_config(config).tags(),
         hashes=hashes,
         provenance=provenance(config),
+        **state.additions,
     )
     write_audit_record(out_dir / AUDIT_FILE, audit)
     seal_output_dir(out_dir)  # the last file is written: sign the directory
@@ -312,7 +410,9 @@ def _result(state: AuditState, logged, tracking_uri: str, report: Path, selectio
         run_name=state.run_name,
         experiment_id=logged.experiment_id,
         tracking_uri=mask_credentials(tracking_uri),
-        model_name=config.resolved_model_name if config.register_model else None,
+        model_name=config.resolved_model_name
+        if config.register_model and eligible(state)
+        else None,
         model_version=logged.model_version,
         champion_alias=config.champion_alias,
         champion_moved=logged.champion_moved,
@@ -380,4 +480,5 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     if (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
         return on_dask(config)
     state = prepare_audit(config, "audit")
+    promotion_check(state, resolve_tracking_uri(config.tracking_uri), DEFAULT_TOLERANCE)
     return finish_audit(state, kind="audit")

@@ -144,7 +144,10 @@ SHARED_OPTIONS: dict[str, Any] = {
     "sep": Annotated[
         str | None, _opt("CSV separator of --data.", default="detected from the header")
     ],
-    "k": Annotated[int | None, _opt("Target dimension.", "-k", "--k", field="k")],
+    "k": Annotated[
+        int | None,
+        _opt("Target dimension.", "-k", "--k", default="min(10, the largest the data allow)"),
+    ],
     "variants": Annotated[
         str | None,
         _opt(
@@ -188,6 +191,14 @@ SHARED_OPTIONS: dict[str, Any] = {
         _opt(
             "Gate on the 95% interval bounds (upper_bound) or the point estimates (point).",
             field="gate",
+        ),
+    ],
+    "policy": Annotated[
+        str | None,
+        _opt(
+            "Gate policy: demographic_parity, equal_opportunity, equalized_odds, four_fifths, "
+            "or several joined by '+'.",
+            field="policy",
         ),
     ],
     "svc_max_train_rows": Annotated[

@@ -21,7 +21,15 @@ from pydantic import (
     model_validator,
 )
 
+from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
 from fairpca.metrics import check_fairness_options
+from fairpca.tasks.policy import DEFAULT_POLICY, parse_policy
+from fairpca.tasks.select import (
+    MAX_ONE_CLASS_SHARE,
+    MIN_ACCURACY_GAIN,
+    MIN_BALANCED_ACCURACY_MARGIN,
+    MIN_POSITIVE_RATE_RATIO,
+)
 
 __all__ = [
     "CLASSIFIERS",
@@ -53,7 +61,7 @@ Classifier = Literal["logreg", "rbf_svc", "linear_svm", "mlp"]
 
 
 class Thresholds(BaseModel):
-    """Fairness gates a model must meet before the ``champion`` alias points to it."""
+    """Thresholds of the gate policy (``AuditConfig.policy`` says which ones apply)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -62,6 +70,19 @@ class Thresholds(BaseModel):
     )
     max_eo_difference: float = Field(
         0.10, ge=0.0, le=1.0, description="Largest allowed equal opportunity (TPR) difference."
+    )
+    max_equalized_odds_difference: float = Field(
+        0.10,
+        ge=0.0,
+        le=1.0,
+        description="Largest allowed equalized odds difference (max of TPR and FPR differences).",
+    )
+    min_selection_rate_ratio: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="Smallest allowed selection-rate ratio (lowest over highest group "
+        "selection rate; the four-fifths rule asks for 0.8).",
     )
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="Smallest allowed accuracy.")
 
@@ -88,8 +109,9 @@ class AuditConfig(BaseModel):
     )
     keep: list[str] = Field(
         default_factory=list,
-        description="Columns of the user file kept as features whatever the screening says "
-        "(identifier-like, free text, dates, many categories, target leakage).",
+        description="Columns kept as features whatever the screening says (a user file: "
+        "identifier-like, free text, dates, many categories, target leakage; any source: "
+        "proxies of a sensitive attribute).",
     )
     drop: list[str] = Field(
         default_factory=list, description="Columns of the user file excluded from the features."
@@ -112,15 +134,39 @@ class AuditConfig(BaseModel):
         description="Allow min_group_size below fairpca.metrics.MIN_GROUP_SIZE_FLOOR (10): "
         "rates of groups that small come close to describing single people.",
     )
-    k: int = Field(10, ge=1, le=10_000, description="Target dimension of the representations.")
+    k: int | None = Field(
+        None,
+        ge=1,
+        le=10_000,
+        description="Target dimension of the representations; default: min(10, the largest k "
+        "the encoded training data allow).",
+    )
     variants: list[Variant] = Field(
         default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
     )
-    equalize_covariance: float = Field(
-        0.5,
+    equalize_covariance: float | None = Field(
+        None,
         gt=0.0,
         le=1.0,
-        description="Fair PCA-S keeps l = max(k, floor(f * d)) directions (Sec. 3.6), f = this.",
+        description="Fair PCA-S keeps l = max(k, floor(f * d)) directions (Sec. 3.6), f = this; "
+        "default: the smallest f of a short grid whose k directions keep at least half the "
+        "variance plain fair PCA keeps (smaller l erases the signal on real data).",
+    )
+    leakage_threshold: float = Field(
+        LEAKAGE_BALANCED_ACCURACY,
+        gt=0.5,
+        le=1.0,
+        description="A user file's column that alone predicts the label with at least this "
+        "balanced accuracy on the training rows is excluded as target leakage (--keep NAME "
+        "overrides).",
+    )
+    proxy_threshold: float = Field(
+        PROXY_BALANCED_ACCURACY,
+        gt=0.5,
+        le=1.0,
+        description="A feature column that alone predicts a sensitive attribute with at least "
+        "this balanced accuracy (or recodes or duplicates it) is excluded as its proxy "
+        "(--keep NAME overrides).",
     )
     lambdas: list[float] = Field(
         default_factory=lambda: list(DEFAULT_LAMBDAS),
@@ -145,6 +191,12 @@ class AuditConfig(BaseModel):
     )
     metric_max_rows: int = Field(
         1000, ge=50, description="Rows per group used for MMD^2 (quadratic cost)."
+    )
+    policy: str = Field(
+        DEFAULT_POLICY,
+        description="Gate policy: demographic_parity, equal_opportunity, equalized_odds, "
+        "four_fifths, or several joined by '+' (all must hold), with the thresholds of "
+        "'thresholds'.",
     )
     thresholds: Thresholds = Field(default_factory=Thresholds)
     data_dir: Path | None = Field(None, description="Data directory (FAIRPCA_DATA_DIR).")
@@ -216,16 +268,30 @@ class AuditConfig(BaseModel):
         "accuracy must meet the thresholds; point: the point estimates.",
     )
     min_accuracy_gain: float = Field(
-        0.01,
+        MIN_ACCURACY_GAIN,
         ge=0.0,
         le=1.0,
         description="A candidate must beat the majority-class validation accuracy by this much.",
     )
+    min_balanced_accuracy_margin: float = Field(
+        MIN_BALANCED_ACCURACY_MARGIN,
+        ge=0.0,
+        lt=0.5,
+        description="The lower 95% bound of a candidate's validation balanced accuracy must "
+        "exceed chance (0.5) by this much.",
+    )
+    min_positive_rate_ratio: float = Field(
+        MIN_POSITIVE_RATE_RATIO,
+        ge=0.0,
+        le=1.0,
+        description="A candidate's predicted-positive rate must reach this share of the base "
+        "rate, and its predicted-negative rate this share of the negative rate.",
+    )
     max_one_class_share: float = Field(
-        0.99,
+        MAX_ONE_CLASS_SHARE,
         gt=0.5,
         le=1.0,
-        description="A candidate predicting one class for at least this share of the "
+        description="A candidate predicting one class for more than this share of the "
         "validation rows is degenerate (not eligible).",
     )
     n_bootstrap: int = Field(
@@ -243,6 +309,11 @@ class AuditConfig(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError(f"lambdas lists a value twice: {value}.")
         return sorted(value)
+
+    @field_validator("policy")
+    @classmethod
+    def _check_policy(cls, value: str) -> str:
+        return "+".join(parse_policy(value))
 
     @field_validator("variants", "classifiers", "sensitive", "keep", "drop")
     @classmethod
@@ -288,8 +359,8 @@ class AuditConfig(BaseModel):
                 )
         elif self.label is not None or self.positive_label is not None:
             raise ValueError("label/positive_label apply to a user data file, not to a dataset.")
-        elif self.keep or self.drop or self.sep:
-            raise ValueError("keep/drop/sep apply to a user data file, not to a dataset.")
+        elif self.drop or self.sep:
+            raise ValueError("drop/sep apply to a user data file, not to a dataset.")
         both = sorted(set(self.keep) & set(self.drop))
         if both:
             raise ValueError(f"columns {both} are in both keep and drop; give each in one.")

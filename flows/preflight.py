@@ -46,12 +46,13 @@ def max_components(
     return (width - constraints if fair else width), width, constraints
 
 
-def _check_k(config, dataset) -> None:
+def _check_k(config, dataset) -> str | None:
+    """A clear error for a given k that cannot fit; the note when k is chosen by default."""
+    from fairpca.tasks.represent import DEFAULT_MAX_K
+
     k_max, width, constraints = max_components(
         dataset, list(config.variants), config.min_group_size
     )
-    if config.k <= k_max:
-        return
     screened = getattr(dataset, "screened", {}) or {}
     more = f" or keep screened columns (--keep; screened: {list(screened)})" if screened else ""
     if k_max < 1:
@@ -60,6 +61,13 @@ def _check_k(config, dataset) -> None:
             f"impose {constraints} group-mean constraint(s), so fair PCA has no dimension "
             f"left; add feature columns{more}."
         )
+    if config.k is None:
+        return (
+            f"-k not given: k = min({DEFAULT_MAX_K}, the largest k these data allow, {k_max}) "
+            f"= {min(DEFAULT_MAX_K, k_max)} (decided again on the encoded training rows)"
+        )
+    if config.k <= k_max:
+        return None
     raise PreflightError(
         f"k={config.k} is larger than possible: the data encode to {width} feature "
         f"column(s) and the sensitive attribute(s) impose {constraints} group-mean "
@@ -276,10 +284,11 @@ def check_before_run(config) -> list[str]:
     parts = _check_parts(config, dataset)
     _check_groups(config, dataset, parts)
     _check_cost(config, dataset, parts)
-    _check_k(config, dataset)
+    k_note = _check_k(config, dataset)
     _check_encoded_names(config, dataset)
     _check_output_dir(config.output_dir, config.run_name)
     _check_signing_key(config.output_dir)
     # The flow loads the data again; the screening was reported here already.
     warnings.filterwarnings("ignore", category=ScreeningWarning)
-    return [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
+    found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
+    return found + ([k_note] if k_note else [])

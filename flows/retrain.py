@@ -23,21 +23,25 @@ from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from fairpca.tasks.data import load_data, split_data
-from fairpca.tasks.evaluate import classifier_metrics, metrics_with_intervals
 from fairpca.tasks.mlflow_logging import RETRYING
+from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.registry import (
-    DEFINITION_TAG,
     ModelDefinitionMismatch,
-    UntrustedModelError,
     definition_json,
     definition_of,
     demote,
-    load_registered_pipeline,
 )
-from fairpca.tasks.select import Decision, gate_failures
+from fairpca.tasks.select import candidate_name, gate_failures
 
 from .audit import AuditResult, finish_audit, prepare_audit
+from .champion import (
+    COMPARED,
+    champion_test_metrics,
+    decide_promotion,
+    load_champion,
+    mlflow_client,
+)
 from .config import RetrainConfig, resolve_tracking_uri
 from .runners import dask_subflow
 from .warmup import start_warmup, wait_for_warmup
@@ -51,101 +55,38 @@ __all__ = [
     "watch_champion",
 ]
 
-COMPARED = ("accuracy", "dp_difference", "eo_difference")
-
-
-def _client(tracking_uri: str):
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-
-
-@task(name="mlflow-load-champion", **RETRYING)
-def load_champion(tracking_uri: str, model_name: str, alias: str) -> dict[str, Any] | None:
-    """The version ``alias`` points to (tags, and the registered model's definition tag),
-    or None when there is none."""
-    from mlflow.exceptions import MlflowException
-
-    client = _client(tracking_uri)
-    try:
-        version = client.get_model_version_by_alias(model_name, alias)
-    except MlflowException as error:
-        if error.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
-            return None
-        raise
-    return {
-        "name": model_name,
-        "version": str(version.version),
-        "run_id": version.run_id,
-        "tags": dict(version.tags),
-        "definition": client.get_registered_model(model_name).tags.get(DEFINITION_TAG),
-    }
-
 
 @task(name="evaluate-champion", **RETRYING)
 def evaluate_champion(
     tracking_uri: str, champion: dict[str, Any], split, config: RetrainConfig
 ) -> dict[str, Any]:
-    """Champion metrics on the new data's validation rows (point estimates, compared with
-    the challenger's) and test rows (with 95% intervals, for the gate); never its tags.
+    """Champion metrics with 95% intervals on the new data's test rows (for the gate and the
+    comparison with the challenger on the same rows); never its tags.
 
     A version that cannot be verified (:class:`~fairpca.tasks.registry.UntrustedModelError`) gives
     ``{"unverified": why}``: a finding, not a transient error to retry.
     """
-    try:
-        pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
-    except UntrustedModelError as error:
-        return {"unverified": str(error)}
-    validation = classifier_metrics(
-        split.y_validation,
-        pipeline.predict(split.X_validation),
-        split.s_validation,
-        min_group_size=config.min_group_size,
-        allow_small_groups=config.allow_small_groups,
-    )
-    test = metrics_with_intervals(
-        split.y_test,
-        pipeline.predict(split.X_test),
-        split.s_test,
-        min_group_size=config.min_group_size,
-        allow_small_groups=config.allow_small_groups,
-        n_resamples=config.n_bootstrap,
-        seed=config.seed,
-    )
-    keep = [f"{m}{suffix}" for m in COMPARED for suffix in ("", ".ci95_low", ".ci95_high")]
-    return {
-        "validation": {key: validation.get(key, float("nan")) for key in COMPARED},
-        "test": {key: test[key] for key in keep if key in test},
-    }
+    metrics = champion_test_metrics(tracking_uri, champion, split, config)
+    return metrics if "unverified" in metrics else {"test": metrics}
 
 
-def compare_with_champion(
-    challenger: dict[str, Any],
-    thresholds_decision: Decision,
-    champion: dict[str, Any] | None,
-    champion_metrics: dict[str, Any] | None,
-    tolerance: float,
-) -> Decision:
-    """Promote iff the challenger meets the thresholds and its accuracy is at least the
-    champion's minus ``tolerance`` (first model: thresholds only)."""
-    reasons = list(thresholds_decision.reasons)
-    promote = thresholds_decision.promote
-    if champion is None or champion_metrics is None or "accuracy" not in champion_metrics:
-        reasons.append("no current champion: the thresholds alone decide")
-        return Decision(promote, reasons)
-    floor = champion_metrics["accuracy"] - tolerance
-    if challenger["accuracy"] < floor:
-        promote = False
-        reasons.append(
-            f"accuracy {challenger['accuracy']:.4f} regresses beyond the tolerance: champion "
-            f"v{champion['version']} has {champion_metrics['accuracy']:.4f} (- {tolerance})"
-        )
-    else:
-        reasons.append(
-            f"accuracy {challenger['accuracy']:.4f} >= champion v{champion['version']} "
-            f"{champion_metrics['accuracy']:.4f} - tolerance {tolerance}"
-        )
-    return Decision(promote, reasons)
+def compare_with_champion(state, watch: ChampionWatch, config: RetrainConfig) -> None:
+    """The challenger against the champion on the same new test rows, with intervals
+    (:func:`fairpca.flows.champion.decide_promotion`): updates the decision and records
+    ``champion_comparison``. A champion demoted by the watch is not compared."""
+    incumbent = watch.champion if watch.still_champion else None
+    challenger = {**state.evaluation["chosen"]["test"], "name": candidate_name(state.chosen)}
+    state.decision, record = decide_promotion(
+        state.decision,
+        challenger,
+        incumbent,
+        watch.metrics.get("test") if incumbent else None,
+        GatePolicy.from_config(config),
+        config.accuracy_tolerance,
+    )
+    if incumbent is None:
+        state.decision.reasons.append("no current champion: the gate alone decides")
+    state.additions["champion_comparison"] = record
 
 
 @dataclass
@@ -201,10 +142,10 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
         watch.failures = [f"cannot be verified: {metrics['unverified']}"]
     else:
         watch.metrics = metrics
-        watch.failures = gate_failures(metrics["test"], config.thresholds, config.gate)
+        watch.failures = gate_failures(metrics["test"], GatePolicy.from_config(config))
     if watch.failures:
         demote(
-            _client(tracking_uri),
+            mlflow_client(tracking_uri),
             name,
             champion["version"],
             from_alias=config.champion_alias,
@@ -219,10 +160,10 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
 
 
 def _comparison_section(state, watch: ChampionWatch) -> tuple[str, pd.DataFrame]:
-    """Challenger (validation rows) beside the champion on the new validation and test rows."""
+    """Challenger beside the champion on the same new test rows."""
     rows = [
-        {"model": "challenger (this run), validation rows"}
-        | {k: format_interval(state.chosen, k) for k in COMPARED}
+        {"model": "challenger (this run), test rows"}
+        | {k: format_interval(state.evaluation["chosen"]["test"], k) for k in COMPARED}
     ]
     for part, values in watch.metrics.items():
         rows.append(
@@ -305,14 +246,7 @@ def retrain(config: RetrainConfig) -> AuditResult:
         return on_dask(config)
     watch = watch_champion(config, tracking_uri)
     state = prepare_audit(config, "retrain")
-    incumbent = watch.champion if watch.still_champion else None
-    state.decision = compare_with_champion(
-        state.chosen,
-        state.decision,
-        incumbent,
-        watch.metrics.get("validation") if incumbent else None,
-        config.accuracy_tolerance,
-    )
+    compare_with_champion(state, watch, config)
     if watch.champion is not None and not watch.still_champion:
         state.decision.reasons.insert(0, watch.summary())
     logger.info("retrain decision: %s", state.decision.as_dict())

@@ -13,7 +13,15 @@ from prefect.cache_policies import NO_CACHE
 
 from fairpca.tasks.sources import load_source
 
-__all__ = ["Split", "load_data", "load_source", "part_sizes", "split_data", "split_rows"]
+__all__ = [
+    "Split",
+    "load_data",
+    "load_source",
+    "part_sizes",
+    "screen_training_rows",
+    "split_data",
+    "split_rows",
+]
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,7 @@ class Split:
     y_test: np.ndarray
     s_test: pd.DataFrame
     leaking: dict[str, str] = field(default_factory=dict)  # excluded on the training rows
+    screening: list[dict[str, Any]] = field(default_factory=list)  # the audit's record
 
     def summary(self) -> dict[str, Any]:
         """Aggregated sizes and rates only (safe to log)."""
@@ -46,7 +55,7 @@ class Split:
             "positive_rate_validation": float(np.mean(self.y_validation)),
             "positive_rate_test": float(np.mean(self.y_test)),
             "sensitive": list(self.s_train.columns),
-            "excluded_as_leakage": sorted(self.leaking),
+            "excluded_on_training_rows": sorted(self.leaking),
         }
 
 
@@ -154,32 +163,76 @@ def split_data(dataset, config) -> Split:
     def rows(frame: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
         return frame.iloc[idx].reset_index(drop=True)
 
-    leaking = _leaking_on_training_rows(dataset.X, y, parts[0], config)
-    features = dataset.X.drop(columns=list(leaking))
+    excluded, screening = screen_training_rows(dataset, y, parts[0], config)
+    features = dataset.X.drop(columns=list(excluded))
     values = {}
     for name, idx in zip(("train", "validation", "test"), parts, strict=True):
         values[f"X_{name}"] = rows(features, idx)
         values[f"y_{name}"] = y[idx]
         values[f"s_{name}"] = rows(dataset.sensitive, idx)
-    return Split(**values, leaking=leaking)
+    return Split(**values, leaking=excluded, screening=screening)
 
 
-def _leaking_on_training_rows(X: pd.DataFrame, y: np.ndarray, train: np.ndarray, config):
-    """A user file's target-leakage rule, on the training rows only (one warning naming the
-    columns); bundled datasets are curated and keep every feature."""
-    if config.data is None:
-        return {}
-    from fairpca.datasets import ColumnScreening, leaking_columns, warn_screened
+def _entry(column: str, rule: str, score: float | None, action: str = "excluded") -> dict:
+    return {"column": column, "rule": rule, "score": score, "action": action}
 
-    leaking = leaking_columns(X.iloc[train], y[train], keep=tuple(config.keep))
-    if len(leaking) == X.shape[1]:
+
+def _leakage(X: pd.DataFrame, y: np.ndarray, config, entries: list) -> dict[str, str]:
+    """The target-leakage rule (``leakage_threshold``); appends to ``entries``."""
+    from fairpca.datasets._screen import leakage_scores
+
+    excluded = {}
+    for column, score in leakage_scores(X, y).items():
+        if score >= config.leakage_threshold:
+            action = "kept" if column in config.keep else "excluded"
+            entries.append(_entry(column, "target leakage", score, action))
+            if action == "excluded":
+                excluded[column] = (
+                    f"likely target leakage: alone it predicts the label with balanced "
+                    f"accuracy {score:.3f} (>= {config.leakage_threshold})"
+                )
+    return excluded
+
+
+def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
+    """The screening decided on the training rows: a user file's target-leakage rule
+    (``leakage_threshold``) and, for every source, proxies of a sensitive attribute
+    (``proxy_threshold``: a duplicate, an exact recoding or a near-perfect predictor).
+
+    Returns the excluded columns with their reasons and the ``screening`` record: every
+    column a rule excluded (including the load-time rules of a user file), or that
+    ``keep`` kept although a rule flagged it, with its rule and score. One warning names
+    the excluded columns.
+    """
+    from fairpca.datasets._screen import ColumnScreening, proxy_columns, warn_screened
+
+    unknown = [name for name in config.keep if name not in dataset.X.columns]
+    if unknown:
         raise ValueError(
-            f"every feature column alone predicts the label on the training rows ({leaking}); "
-            "keep one deliberately with --keep NAME if that is intended."
+            f"keep names column(s) {unknown} that are not feature columns; the features are "
+            f"{list(dataset.X.columns)}."
         )
-    kept = [column for column in X.columns if column not in leaking]
-    warn_screened(ColumnScreening(kept=kept, excluded=leaking))
-    if leaking:
+    X = dataset.X.iloc[train].reset_index(drop=True)
+    s_train = dataset.sensitive.iloc[train].reset_index(drop=True)
+    entries = [_entry(name, why, None) for name, why in (dataset.screened or {}).items()]
+    excluded: dict[str, str] = {}
+    if config.data is not None:
+        excluded = _leakage(X, y[train], config, entries)
+    candidates = X[[column for column in X.columns if column not in excluded]]
+    for column, (rule, score, why) in proxy_columns(
+        candidates, s_train, threshold=config.proxy_threshold, min_rows=config.min_group_size
+    ).items():
+        action = "kept" if column in config.keep else "excluded"
+        entries.append(_entry(column, rule, score, action))
+        if action == "excluded":
+            excluded[column] = why
+    if len(excluded) == X.shape[1]:
+        raise ValueError(
+            f"every feature column is excluded on the training rows ({excluded}); keep one "
+            "deliberately with --keep NAME if that is intended."
+        )
+    warn_screened(ColumnScreening([c for c in X.columns if c not in excluded], excluded))
+    if excluded:
         with suppress(Exception):  # outside a flow run there is no run logger
-            get_run_logger().warning("excluded on the training rows: %s", leaking)
-    return leaking
+            get_run_logger().warning("excluded on the training rows: %s", excluded)
+    return excluded, entries

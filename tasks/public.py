@@ -102,7 +102,7 @@ def fit_fair_representation(
         X,
         y,
         sensitive_features,
-        k=n_components,
+        k=min(n_components, np.shape(X)[1] - 1),
         equalize_covariance=equalize_covariance,
         seed=seed,
     )

@@ -65,6 +65,8 @@ class AuditState:
     diagnostics: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
+    # Top-level audit record additions (policy, eligibility, references, screening, k, ...)
+    additions: dict[str, Any] = field(default_factory=dict)
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 

@@ -18,7 +18,9 @@ __all__ = [
     "FittedRepresentation",
     "fit_preprocessor",
     "fit_representation",
+    "largest_k",
     "make_representation",
+    "resolve_k",
     "supports_tradeoff",
 ]
 
@@ -129,6 +131,77 @@ def merge_single_row_groups(sensitive: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+DEFAULT_MAX_K = 10  # the default k: min(10, the largest k the encoded training data allow)
+
+
+def largest_k(n_features: int, sensitive: pd.DataFrame, variants: list[str]) -> tuple[int, int]:
+    """``(k_max, r)``: fair PCA keeps ``U`` in the null space of the ``r = sum_a (g_a - 1)``
+    group-mean constraints (Algorithm 1, stacked attributes as in Sec. 3.5), so
+    ``k <= d - r``; with standard PCA alone ``k <= d``. Groups of one row are merged first,
+    as for fitting (:func:`merge_single_row_groups`)."""
+    merged = merge_single_row_groups(sensitive)
+    constraints = int(sum(merged[column].nunique() - 1 for column in merged.columns))
+    fair = any(variant != "pca" for variant in variants)
+    return (n_features - constraints if fair else n_features), constraints
+
+
+def resolve_k(
+    requested: int | None, n_features: int, sensitive: pd.DataFrame, variants: list[str]
+) -> dict[str, Any]:
+    """The k every variant is fitted with, as the audit records it (``k``): ``requested``
+    when it fits, else a :class:`ValueError` naming the largest; when None,
+    ``min(DEFAULT_MAX_K, k_max)`` with a note saying so."""
+    k_max, constraints = largest_k(n_features, sensitive, variants)
+    if k_max < 1:
+        raise ValueError(
+            f"the training rows encode to {n_features} feature column(s) and the sensitive "
+            f"attribute(s) impose {constraints} group-mean constraint(s), so fair PCA has no "
+            "dimension left; add feature columns."
+        )
+    if requested is not None and requested > k_max:
+        raise ValueError(
+            f"k={requested} is larger than possible: the training rows encode to {n_features} "
+            f"feature column(s) and the sensitive attribute(s) impose {constraints} group-mean "
+            f"constraint(s), so at most k={k_max}; pass -k {k_max} or less."
+        )
+    if requested is not None:
+        return {"requested": requested, "fitted": requested, "note": f"k={requested} as given"}
+    fitted = min(DEFAULT_MAX_K, k_max)
+    return {
+        "requested": None,
+        "fitted": fitted,
+        "note": f"k not given: using k={fitted} = min({DEFAULT_MAX_K}, the largest k the "
+        f"encoded training data allow, {k_max} = {n_features} columns - {constraints} "
+        "constraints)",
+    }
+
+
+# Fair PCA-S: the fractions f (l = floor(f d)) tried when none is given, most equalizing
+# first; the first whose k directions keep at least KEPT_VARIANCE_SHARE of the variance that
+# plain fair PCA keeps is used. l = floor(0.5 d) keeps 7% of Adult's variance (fair PCA: 67%).
+EQUALIZE_COVARIANCE_GRID = (0.5, 0.75, 0.9, 0.95, 0.98)
+KEPT_VARIANCE_SHARE = 0.5
+
+
+def _kept_variance(estimator: Any) -> float:
+    return float(np.sum(estimator.explained_variance_ratio_))
+
+
+def _fit_fair_pca_s(encoded_train, s_train, k: int, seed: int) -> tuple[Any, dict[str, float]]:
+    """Fair PCA-S at the smallest grid fraction that keeps the signal (see the grid)."""
+    from fairpca import FairPCA
+
+    plain = _kept_variance(FairPCA(n_components=k).fit(encoded_train, sensitive_features=s_train))
+    for fraction in EQUALIZE_COVARIANCE_GRID:
+        estimator = FairPCA(n_components=k, equalize_covariance=fraction, random_state=seed)
+        estimator.fit(encoded_train, sensitive_features=s_train)
+        kept = _kept_variance(estimator)
+        if kept >= KEPT_VARIANCE_SHARE * plain:
+            break
+    facts = {"equalize_covariance": fraction, "kept_variance": kept, "kept_variance_fair": plain}
+    return estimator, facts
+
+
 @task(name="fit-representation", cache_policy=NO_CACHE, task_run_name="fit-{variant}")
 def fit_representation(
     variant: str,
@@ -137,25 +210,29 @@ def fit_representation(
     s_train,
     *,
     k: int,
-    equalize_covariance: float,
+    equalize_covariance: float | None,
     seed: int,
 ) -> FittedRepresentation:
-    """Fit one variant on the encoded training rows (sensitive features passed at fit only)."""
-    k_eff = min(k, encoded_train.shape[1] - 1)
-    estimator = make_representation(
-        variant,
-        k_eff,
-        equalize_covariance=equalize_covariance,
-        seed=seed,
-    )
+    """Fit one variant with ``k`` components on the encoded training rows (sensitive
+    features passed at fit only). Fair PCA-S without ``equalize_covariance`` picks its ``l``
+    from :data:`EQUALIZE_COVARIANCE_GRID`."""
     start = time.perf_counter()
-    if uses_sensitive_features(estimator):
-        s_train = merge_single_row_groups(s_train)
-        estimator.fit(encoded_train, y_train, sensitive_features=s_train)
+    facts: dict[str, float] = {"k": float(k)}
+    if variant == "fair_pca_s" and equalize_covariance is None:
+        estimator, chosen = _fit_fair_pca_s(
+            encoded_train, merge_single_row_groups(s_train), k, seed
+        )
+        facts |= chosen
     else:
-        estimator.fit(encoded_train)
+        estimator = make_representation(
+            variant, k, equalize_covariance=equalize_covariance or 0.5, seed=seed
+        )
+        if uses_sensitive_features(estimator):
+            s_train = merge_single_row_groups(s_train)
+            estimator.fit(encoded_train, y_train, sensitive_features=s_train)
+        else:
+            estimator.fit(encoded_train)
     seconds = time.perf_counter() - start
-    facts = {"k": float(k_eff)}
     gap = getattr(estimator, "mean_gap_", None)
     if gap is not None:
         facts["mean_gap_fit"] = float(gap)

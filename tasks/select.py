@@ -1,5 +1,6 @@
-"""Choosing the audited candidate on validation rows: eligibility against the majority-class
-baseline, the fairness gate (interval bounds or point estimates) and the decision."""
+"""Choosing the audited candidate on validation rows: eligibility (useful beyond the
+majority class and chance, not near-constant), the gate policy (:mod:`fairpca.tasks.policy`)
+and the decision."""
 
 from __future__ import annotations
 
@@ -11,14 +12,20 @@ import numpy as np
 import pandas as pd
 
 from .evaluate import majority_class
+from .policy import GatePolicy
 
 __all__ = [
+    "MAX_ONE_CLASS_SHARE",
+    "MIN_ACCURACY_GAIN",
+    "MIN_BALANCED_ACCURACY_MARGIN",
+    "MIN_POSITIVE_RATE_RATIO",
     "ROW_STORING_CLASSIFIERS",
     "ROW_STORING_VARIANTS",
     "Decision",
     "best_pca",
     "candidate_name",
     "choose",
+    "eligibility_rules",
     "gate_failures",
     "ineligibility",
     "registrable",
@@ -50,114 +57,143 @@ def candidate_name(row: dict[str, Any]) -> str:
     return f"{row['variant']}/{row['classifier']}{suffix}"
 
 
-def ineligibility(row: dict[str, Any], majority_accuracy: float, config) -> list[str]:
-    """Why a candidate may not be chosen at all (empty: eligible).
+# Eligibility: what a candidate must show on the validation rows before it can be chosen,
+# registered or shown "for review". One place for the defaults (the config fields use them).
+MIN_ACCURACY_GAIN = 0.01  # accuracy over the majority-class baseline
+# Lower 95% bound of balanced accuracy (mean of TPR and TNR) over chance (0.5) by this much.
+# A classifier saying "yes" for 2% of Adult rows (TPR ~0.05, TNR ~0.995) reaches ~0.52.
+MIN_BALANCED_ACCURACY_MARGIN = 0.05
+# The predicted-positive rate must be at least this share of the base rate, and the
+# predicted-negative rate this share of the negative base rate (no collapse onto one class).
+MIN_POSITIVE_RATE_RATIO = 0.25
+MAX_ONE_CLASS_SHARE = 0.98  # more of one predicted class than this is degenerate
 
-    It must beat the majority-class validation accuracy by ``min_accuracy_gain`` and must not
-    predict one class for ``max_one_class_share`` of the rows or more (a constant classifier
-    trivially has DP = EO = 0).
-    """
+
+def eligibility_rules(config) -> dict[str, float]:
+    """The eligibility rules of an audit config (the ``eligibility["rules"]`` record)."""
+    return {
+        "min_accuracy_gain": float(config.min_accuracy_gain),
+        "min_balanced_accuracy_margin": float(config.min_balanced_accuracy_margin),
+        "min_positive_rate_ratio": float(config.min_positive_rate_ratio),
+        "max_one_class_share": float(config.max_one_class_share),
+    }
+
+
+def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:
+    value = row.get(key, row.get(fallback) if fallback else None)
+    return math.nan if value is None else float(value)
+
+
+def _rate_collapse(row: dict[str, Any], ratio: float) -> list[str]:
+    """Reasons when the predicted-positive rate collapsed against the base rate: the interval
+    of the positive rate must reach ``ratio * base`` and that of the negative rate
+    ``ratio * (1 - base)``."""
+    base = _value(row, "base_rate")
+    high = _value(row, "positive_rate.ci95_high", "positive_rate")
+    low = _value(row, "positive_rate.ci95_low", "positive_rate")
+    rate = _value(row, "positive_rate")
+    if math.isnan(base) or math.isnan(rate):
+        return ["positive rate or base rate unavailable"]
     reasons = []
-    floor = majority_accuracy + config.min_accuracy_gain
-    if not row["accuracy"] >= floor:
+    if not high >= ratio * base:
         reasons.append(
-            f"accuracy {row['accuracy']:.4f} does not beat the majority class "
-            f"({majority_accuracy:.4f}) by {config.min_accuracy_gain}"
+            f"says yes for {100 * rate:.1f}% of the rows against a base rate of "
+            f"{100 * base:.1f}% (needs at least {ratio:g} x the base rate)"
         )
-    if row["one_class_share"] >= config.max_one_class_share:
+    if not 1.0 - low >= ratio * (1.0 - base):
         reasons.append(
-            f"predicts one class for {100 * row['one_class_share']:.1f}% of the rows "
-            f"(degenerate at >= {100 * config.max_one_class_share:g}%)"
+            f"says no for only {100 * (1 - rate):.1f}% of the rows against "
+            f"{100 * (1 - base):.1f}% negatives (needs at least {ratio:g} x)"
         )
     return reasons
 
 
-def _bound(row: dict[str, Any], metric: str, side: str, gate: str) -> float:
-    """The value the gate compares: the point estimate or one end of the 95% interval."""
-    if gate == "point":
-        return row.get(metric, math.nan)
-    return row.get(f"{metric}.ci95_{side}", math.nan)
+def ineligibility(row: dict[str, Any], majority_accuracy: float, config) -> list[str]:
+    """Why a candidate may not be chosen at all (empty: eligible), in plain words.
 
-
-def gate_failures(row: dict[str, Any], thresholds, gate: str) -> list[str]:
-    """Reasons why ``row`` fails the thresholds under ``gate`` (empty: it passes).
-
-    ``upper_bound`` compares the upper ends of the DP and EO intervals and the lower end of
-    the accuracy interval; ``point`` the point estimates. A NaN (e.g. fewer than two groups
-    large enough to compare) fails.
+    On the validation rows it must beat the majority-class accuracy by
+    ``min_accuracy_gain``; the lower 95% bound of its balanced accuracy must exceed chance
+    (0.5) by ``min_balanced_accuracy_margin``; its predicted-positive rate must not collapse
+    against the base rate (``min_positive_rate_ratio``); and it must not predict one class
+    for more than ``max_one_class_share`` of the rows. A constant or near-constant
+    classifier fails: its DP and EO differences are trivially near 0.
     """
-    label = "" if gate == "point" else " (95% upper bound)"
-    failures = []
-    for metric, name, limit in (
-        ("dp_difference", "DP difference", thresholds.max_dp_difference),
-        ("eo_difference", "EO difference", thresholds.max_eo_difference),
-    ):
-        value = _bound(row, metric, "high", gate)
-        if not value <= limit:
-            failures.append(f"{name}{label} {value:.4f} > max {limit}")
-    accuracy = _bound(row, "accuracy", "low", gate)
-    if not accuracy >= thresholds.min_accuracy:
-        low = "" if gate == "point" else " (95% lower bound)"
-        failures.append(f"accuracy{low} {accuracy:.4f} < min {thresholds.min_accuracy}")
-    return failures
+    rules = eligibility_rules(config)
+    reasons = []
+    floor = majority_accuracy + rules["min_accuracy_gain"]
+    if not row["accuracy"] >= floor:
+        reasons.append(
+            f"accuracy {row['accuracy']:.4f} does not beat the majority class "
+            f"({majority_accuracy:.4f}) by {rules['min_accuracy_gain']:g}"
+        )
+    chance = 0.5 + rules["min_balanced_accuracy_margin"]
+    low = _value(row, "balanced_accuracy.ci95_low")
+    if not low >= chance:
+        reasons.append(
+            f"balanced accuracy {_value(row, 'balanced_accuracy'):.4f} (95% lower bound "
+            f"{low:.4f}) is not above chance 0.5 by {rules['min_balanced_accuracy_margin']:g}"
+        )
+    reasons += _rate_collapse(row, rules["min_positive_rate_ratio"])
+    if not row["one_class_share"] <= rules["max_one_class_share"]:
+        reasons.append(
+            f"predicts one class for {100 * row['one_class_share']:.1f}% of the rows "
+            f"(degenerate above {100 * rules['max_one_class_share']:g}%)"
+        )
+    return reasons
 
 
-def _violation(row: dict[str, Any], thresholds, gate: str) -> float:
-    values = (
-        _bound(row, "dp_difference", "high", gate) - thresholds.max_dp_difference,
-        _bound(row, "eo_difference", "high", gate) - thresholds.max_eo_difference,
-        thresholds.min_accuracy - _bound(row, "accuracy", "low", gate),
+def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
+    """Reasons why ``row`` fails the gate ``policy`` (empty: it passes)."""
+    return policy.failures(row)
+
+
+def _no_eligible(records, majority_accuracy, config, reasons) -> tuple[dict[str, Any], Decision]:
+    """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
+    best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), r["accuracy"]))
+    reasons.append(
+        f"no candidate is eligible, so nothing is registered or promoted; the best by "
+        f"balanced accuracy, {candidate_name(best)}, is shown for information only because"
     )
-    return sum(max(0.0, v) if not math.isnan(v) else 1.0 for v in values)
+    reasons += ineligibility(best, majority_accuracy, config)
+    return best, Decision(False, reasons)
 
 
 def select_candidate(
     table: pd.DataFrame, majority_accuracy: float, config
-) -> tuple[dict[str, Any], Decision]:
-    """Most accurate eligible candidate passing the gate on validation rows.
+) -> tuple[dict[str, Any], Decision, bool]:
+    """Most accurate eligible candidate passing the gate policy on validation rows.
 
+    Returns the row, the decision and whether the row is eligible (may be registered).
     When none passes, the eligible candidate with the smallest gate violation is chosen (for
-    review, not promoted); when no candidate is eligible, the most accurate one. A run whose
-    only gate-passing candidates are degenerate says so and promotes nothing.
+    review, not promoted); when no candidate is eligible, none may be registered.
     """
+    policy = GatePolicy.from_config(config)
     records = table.to_dict("records")
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, config)]
-    passing = [r for r in eligible if not gate_failures(r, config.thresholds, config.gate)]
-    gate_text = "interval bounds" if config.gate == "upper_bound" else "point estimates"
+    passing = [r for r in eligible if not policy.failures(r)]
+    gate_text = f"the gate policy {policy.name} ({policy.bound})"
     if passing:
         best = max(passing, key=lambda r: (r["accuracy"], -r.get("dp_difference", 0.0)))
         reason = (
             f"{candidate_name(best)} is the most accurate of {len(passing)} of {len(records)} "
-            f"candidates that beat the majority class and meet the thresholds ({gate_text}) "
-            "on the validation rows"
+            f"candidates that are eligible (useful beyond the majority class and chance) and "
+            f"meet {gate_text} on the validation rows"
         )
-        return best, Decision(True, [reason])
-    reasons = [f"no eligible candidate meets the thresholds ({gate_text}) on the validation rows"]
-    degenerate_passing = [
-        r
-        for r in records
-        if r not in eligible and not gate_failures(r, config.thresholds, config.gate)
-    ]
-    if degenerate_passing:
+        return best, Decision(True, [reason]), True
+    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the validation rows"]
+    degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
+    if degenerate:
         reasons.append(
-            f"the {len(degenerate_passing)} candidate(s) meeting the thresholds are degenerate "
-            "(no better than the majority class, or predicting one class): nothing is promoted"
+            f"the {len(degenerate)} candidate(s) meeting the gate are not eligible (no better "
+            "than the majority class or chance, or near-constant): nothing is promoted"
         )
-    if eligible:
-        best = min(
-            eligible, key=lambda r: (_violation(r, config.thresholds, config.gate), -r["accuracy"])
-        )
-        reasons.append(
-            f"least violating eligible candidate chosen for review: {candidate_name(best)}"
-        )
-        reasons += gate_failures(best, config.thresholds, config.gate)
-    else:
-        best = max(records, key=lambda r: r["accuracy"])
-        reasons.append(
-            f"no candidate is eligible; the most accurate chosen for review: {candidate_name(best)}"
-        )
-        reasons += ineligibility(best, majority_accuracy, config)
-    return best, Decision(False, reasons)
+    if not eligible:
+        best, decision = _no_eligible(records, majority_accuracy, config, reasons)
+        return best, decision, False
+    best = min(eligible, key=lambda r: (policy.violation(r), -r["accuracy"]))
+    reasons.append(f"least violating eligible candidate chosen for review: {candidate_name(best)}")
+    reasons += policy.failures(best)
+    return best, Decision(False, reasons), True
 
 
 def best_pca(table: pd.DataFrame) -> dict[str, Any] | None:
@@ -209,10 +245,10 @@ def _undefined(table: pd.DataFrame, metric: str) -> bool:
 
 def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]:
     """The choice on validation rows: majority-class accuracy, the chosen candidate with its
-    decision, and the unconstrained PCA baseline. Never reads test rows."""
+    decision and eligibility, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = float(np.mean(np.asarray(y_validation) == majority_class(y_train)))
     candidates = registrable(table, config.allow_row_storing_models)
-    chosen, decision = select_candidate(candidates, majority_accuracy, config)
+    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, config)
     if len(candidates) < len(table):
         decision.reasons.append(
             f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
@@ -225,9 +261,20 @@ def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]
             "fewer than two groups of a sensitive attribute have min_group_size rows (for "
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
+    policy = GatePolicy.from_config(config)
+    note = policy.ungated_note(chosen)
+    if note:
+        decision.reasons.append(note)
     return {
         "chosen": chosen,
         "decision": decision,
+        "eligible": eligible,
+        "eligibility": {
+            "rules": eligibility_rules(config),
+            "chosen_passes": eligible,
+            "reasons": ineligibility(chosen, majority_accuracy, config),
+        },
+        "policy": policy,
         "majority_accuracy": majority_accuracy,
         "pca_row": best_pca(table),
     }

@@ -23,7 +23,9 @@ __all__ = [
     "ColumnScreening",
     "ScreeningWarning",
     "balanced_accuracy_alone",
+    "leakage_scores",
     "leaking_columns",
+    "proxy_columns",
     "screen_columns",
     "warn_screened",
 ]
@@ -36,6 +38,9 @@ TEXT_MIN_WORDS = 4.0  # mean words per value from which a high-cardinality colum
 # bundled Adult, German and Bank data reach 0.68-0.76; COMPAS's outcome columns (is_recid,
 # the survival time `end`, `event`, `r_days_from_arrest`) reach 0.82-0.97.
 LEAKAGE_BALANCED_ACCURACY = 0.80
+# One feature alone predicting a sensitive attribute this well is its proxy: a linear
+# constraint on the group means cannot remove what a non-linear model reads back from it.
+PROXY_BALANCED_ACCURACY = 0.95
 RARE_CATEGORY_ROWS = 10  # rarer categories are pooled in the leakage rule (no overfitting)
 _DATE = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})"
@@ -211,6 +216,11 @@ def screen_columns(
     return ColumnScreening(kept=kept, excluded=excluded)
 
 
+def leakage_scores(X: pd.DataFrame, y: np.ndarray | pd.Series) -> dict[str, float]:
+    """Each column's :func:`balanced_accuracy_alone` for the label ``y``."""
+    return {column: balanced_accuracy_alone(X[column], np.asarray(y)) for column in X.columns}
+
+
 def leaking_columns(
     X: pd.DataFrame,
     y: np.ndarray | pd.Series,
@@ -224,16 +234,72 @@ def leaking_columns(
     An audit applies this rule to its training rows only, so that no label of its validation
     or test rows influences which features exist.
     """
-    found = {}
+    candidates = X[[column for column in X.columns if column not in keep]]
+    return {
+        column: f"likely target leakage: alone it predicts the label with balanced "
+        f"accuracy {score:.3f} (>= {threshold})"
+        for column, score in leakage_scores(candidates, y).items()
+        if score >= threshold
+    }
+
+
+def _proxy_of(values: pd.Series, attribute: pd.Series, min_rows: int) -> tuple[str, float]:
+    """``(rule, score)`` of one column against one sensitive attribute: ``duplicate`` or
+    ``recoding`` (score 1), else ``predicts`` with the best one-group-versus-rest balanced
+    accuracy of a rule that sees only the column, over groups of at least ``min_rows`` rows
+    (a threshold can isolate a group of one row by chance)."""
+    text, groups = values.astype(str).to_numpy(), attribute.astype(str).to_numpy()
+    if np.array_equal(text, groups):
+        return "duplicate", 1.0
+    pairs = pd.DataFrame({"value": text, "group": groups}).drop_duplicates()
+    if pairs["value"].is_unique and pairs["group"].is_unique:
+        return "recoding", 1.0
+    labels, counts = np.unique(groups, return_counts=True)
+    two = len(labels) == 2
+    labels = labels[counts >= min_rows]
+    # one group versus the rest; with two groups both directions give the same score
+    score = max(
+        (
+            balanced_accuracy_alone(values, groups == group)
+            for group in (labels[:1] if two else labels)
+        ),
+        default=0.5,
+    )
+    return "predicts", float(score)
+
+
+def proxy_columns(
+    X: pd.DataFrame,
+    sensitive: pd.DataFrame,
+    *,
+    threshold: float = PROXY_BALANCED_ACCURACY,
+    min_rows: int = 30,
+) -> dict[str, tuple[str, float, str]]:
+    """Columns of ``X`` that stand in for a sensitive attribute: a duplicate of it, an exact
+    recoding (a one-to-one relabelling of its groups), or a column that alone identifies one
+    of its groups (of at least ``min_rows`` rows) with a balanced accuracy of at least
+    ``threshold``.
+
+    Returns ``{column: (rule, score, reason)}`` with the attribute named in the rule, e.g.
+    ``("recoding of sex", 1.0, "...")``. Fair PCA constrains group means linearly, so such a
+    column lets a non-linear model read the attribute back from the representation.
+    """
+    found: dict[str, tuple[str, float, str]] = {}
     for column in X.columns:
-        if column in keep:
-            continue
-        score = balanced_accuracy_alone(X[column], np.asarray(y))
-        if score >= threshold:
-            found[column] = (
-                f"likely target leakage: alone it predicts the label with balanced "
-                f"accuracy {score:.3f} (>= {threshold})"
-            )
+        for attribute in sensitive.columns:
+            values = X[column].reset_index(drop=True)
+            rule, score = _proxy_of(values, sensitive[attribute].reset_index(drop=True), min_rows)
+            if rule == "predicts" and score < threshold:
+                continue
+            words = {
+                "duplicate": f"a duplicate of the sensitive attribute {attribute!r}",
+                "recoding": f"an exact recoding of the sensitive attribute {attribute!r}",
+                "predicts": f"alone it predicts the sensitive attribute {attribute!r} with "
+                f"balanced accuracy {score:.3f} (>= {threshold})",
+            }
+            name = f"predicts {attribute}" if rule == "predicts" else f"{rule} of {attribute}"
+            found[column] = (name, score, f"proxy: {words[rule]}")
+            break
     return found
 
 

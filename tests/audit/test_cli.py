@@ -122,7 +122,11 @@ def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
     for command in ("audit", "retrain", "relog"):
         narrow = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
         assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
-    for shown in ("[default: (10)]", "[default: (30)]", "[default: (fairpca-output)]"):
+    for shown in (
+        "[default: (min(10, the largest the data allow))]",
+        "[default: (30)]",
+        "[default: (fairpca-output)]",
+    ):
         assert shown in outputs["audit"] and shown in outputs["retrain"]
     assert "--accuracy-tolerance" in outputs["retrain"]
     assert "--accuracy-tolerance" not in outputs["audit"]

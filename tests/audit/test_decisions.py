@@ -4,6 +4,8 @@ the test rows; and an audit in which no fair variant could be fitted fails."""
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -95,11 +97,11 @@ def test_baselines_and_intervals_are_reported_on_validation_and_test():
     assert choice["pca_row"]["variant"] == "pca"
 
 
-def test_an_audit_without_any_fitted_fair_variant_fails(prefect_harness, tmp_path):
-    """7 features and a 3-group attribute: the default k leaves no room for the fairness
-    constraints, so every fair variant is skipped; the audit must fail, naming why and
-    the fix, instead of registering plain PCA."""
-    from fairpca.flows.audit import fairness_audit
+def test_a_given_k_too_large_fails_before_anything_runs_naming_the_largest(tmp_path):
+    """7 features and a 3-group attribute leave 7 - 2 = 5 fair directions: k=10 is refused
+    by the preflight (no Prefect server started) and by the flow's own check, naming 5."""
+    from fairpca.flows.preflight import PreflightError, check_before_run
+    from fairpca.tasks.represent import resolve_k
 
     rng = np.random.default_rng(0)
     n = 400
@@ -109,20 +111,92 @@ def test_an_audit_without_any_fitted_fair_variant_fails(prefect_harness, tmp_pat
     path = tmp_path / "small.csv"
     frame.to_csv(path, index=False)
     config = AuditConfig(
+        data=path, label="label", sensitive=["group"], k=10, output_dir=tmp_path / "out"
+    )
+    with pytest.raises(PreflightError, match="at most k=5; pass -k 5"):
+        check_before_run(config)
+    with pytest.raises(ValueError, match="at most k=5; pass -k 5"):
+        resolve_k(10, 7, frame[["group"]], ["pca", "fair_pca"])
+    assert resolve_k(None, 7, frame[["group"]], ["pca", "fair_pca"])["fitted"] == 5
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def _six_column_table(tmp_path, n=1000, *, noise_label=False):
+    """Six numeric features, a binary group, an exact 0/1 recoding and a copy of the group."""
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame(rng.normal(size=(n, 6)), columns=[f"x{i}" for i in range(6)])
+    frame["group"] = rng.choice(["f", "m"], size=n)
+    frame["group_code"] = (frame["group"] == "m").astype(int)
+    frame["group_copy"] = frame["group"]
+    signal = 0.0 if noise_label else 1.5 * frame["x0"] + frame["x1"]
+    frame["label"] = (signal + rng.normal(size=n) > 0.3).astype(int)
+    path = tmp_path / "six.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+def _audit_config(path, tmp_path, **values):
+    return AuditConfig(
         data=path,
         label="label",
         sensitive=["group"],
-        variants=["pca", "fair_pca", "fair_pca_s"],
+        variants=["pca", "fair_pca"],
         classifiers=["logreg"],
-        lambdas=[0.0],
+        lambdas=[0.0, 1.0],
+        n_bootstrap=200,
+        metric_max_rows=200,
         output_dir=tmp_path / "out",
         tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        **values,
     )
-    with pytest.raises(ValueError, match="no fair variant could be fitted") as info:
-        fairness_audit(config)
-    message = str(info.value)
-    assert "fair_pca:" in message and "fair_pca_s:" in message and "smaller k" in message
-    assert not list((tmp_path / "out").rglob("audit.json"))  # nothing logged or registered
+
+
+def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
+    prefect_harness, tmp_path, assert_useful_registration
+):
+    """No k given: k = min(10, 6 - 1) = 5, fitted and reported as 5; the recoded and the
+    duplicated sensitive column are excluded and recorded; params hold the split sizes used
+    on a 1,000-row file; the reference mitigations are recorded and never registered."""
+    from fairpca.flows.audit import fairness_audit
+
+    result = fairness_audit(_audit_config(_six_column_table(tmp_path), tmp_path))
+    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
+    assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
+    assert "k not given: using k=5" in audit["k"]["note"]
+    assert audit["params"]["k"] == "5"
+    assert audit["metrics"]["fair_pca/k"] == 5.0
+    screened = {entry["column"]: entry for entry in audit["screening"]}
+    assert screened["group_code"]["rule"] == "recoding of group"
+    assert screened["group_copy"]["rule"] == "duplicate of group"
+    assert {screened[c]["action"] for c in ("group_code", "group_copy")} == {"excluded"}
+    sizes = {"train": 500, "validation": 250, "test": 250}
+    assert audit["split_sizes"] == sizes
+    assert [audit["params"][f"n_{part}"] for part in sizes] == [str(v) for v in sizes.values()]
+    names = {r["name"]: r for r in audit["references"]}
+    assert set(names) == {"threshold_optimizer", "exponentiated_gradient", "correlation_remover"}
+    assert names["threshold_optimizer"]["needs_sensitive_at_prediction"] is True
+    assert names["exponentiated_gradient"]["needs_sensitive_at_prediction"] is False
+    for reference in names.values():
+        test = reference["test"]
+        assert test["accuracy.ci95_low"] <= test["accuracy"] <= test["accuracy.ci95_high"]
+    assert audit["policy"]["name"] == "demographic_parity+four_fifths"
+    assert result.model_version == "1"  # one version: the chosen candidate, no reference
+    assert_useful_registration(Path(result.output_dir))
+
+
+def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path):
+    """Labels independent of the features: every classifier is near chance or constant, so
+    nothing is registered and the decision says why."""
+    from fairpca.flows.audit import fairness_audit
+
+    path = _six_column_table(tmp_path, noise_label=True)
+    result = fairness_audit(_audit_config(path, tmp_path, k=3))
+    audit = json.loads(Path(result.output_dir, "audit.json").read_text())
+    assert result.model_version is None and result.model_name is None
+    assert audit["register_model"] is False
+    assert audit["eligibility"]["chosen_passes"] is False
+    assert result.decision == "keep"
+    assert any("nothing is registered" in reason for reason in result.reasons)
 
 
 def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():

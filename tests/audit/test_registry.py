@@ -242,10 +242,10 @@ def registered(prefect_harness, mlflow_store, tmp_path_factory):
 
     config = AuditConfig(
         dataset="german",
-        k=2,
+        k=10,  # k=2 leaves German no useful classifier: nothing would be registered
         variants=["pca", "fair_pca"],
         lambdas=[0.0, 1.0],
-        classifiers=["logreg"],
+        classifiers=["linear_svm"],
         tracking_uri=mlflow_store[0],
         output_dir=tmp_path_factory.mktemp("registry") / "out",
         experiment_name="registry-tests",

@@ -11,8 +11,9 @@ from fairpca.flows.config import DEFAULT_LAMBDAS, AuditConfig
 from fairpca.tasks.classify import make_classifier
 from fairpca.tasks.data import split_rows
 from fairpca.tasks.evaluate import classifier_metrics
+from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.report import markdown_table
-from fairpca.tasks.select import Decision, gate_failures, select_candidate
+from fairpca.tasks.select import gate_failures, select_candidate
 
 
 def test_default_lambdas_are_the_papers():
@@ -112,7 +113,10 @@ def _row(variant, lam, accuracy, dp, eo, *, share=0.8, width=0.02):
             "dp_difference": dp, "dp_difference.ci95_low": max(0, dp - width),
             "dp_difference.ci95_high": dp + width, "eo_difference": eo,
             "eo_difference.ci95_low": max(0, eo - width), "eo_difference.ci95_high": eo + width,
-            "one_class_share": share}  # fmt: skip
+            "one_class_share": share, "balanced_accuracy": accuracy - 0.05,
+            "balanced_accuracy.ci95_low": accuracy - 0.05 - width,
+            "balanced_accuracy.ci95_high": accuracy - 0.05 + width,
+            "positive_rate": 1 - share, "base_rate": 0.24, "selection_rate_ratio": 0.9}  # fmt: skip
 
 
 def _table():
@@ -126,18 +130,20 @@ def _table():
 
 
 def _config(**values):
-    return AuditConfig(dataset="adult", **values)
+    """The DP and EO pair these tests were written for (the former fixed gate)."""
+    return AuditConfig(dataset="adult", **{"policy": "demographic_parity+equal_opportunity",
+                                           **values})  # fmt: skip
 
 
 def test_select_candidate_prefers_the_most_accurate_passing_one():
     config = _config(thresholds={"max_dp_difference": 0.07}, gate="upper_bound")
-    chosen, decision = select_candidate(_table(), 0.76, config)
+    chosen, decision, _ = select_candidate(_table(), 0.76, config)
     assert decision.promote and chosen["lambda"] == 1.0 and chosen["accuracy"] == 0.82
 
 
 def test_select_candidate_without_passing_candidates_does_not_promote():
     config = _config(thresholds={"max_dp_difference": 0.001}, gate="point")
-    chosen, decision = select_candidate(_table(), 0.76, config)
+    chosen, decision, _ = select_candidate(_table(), 0.76, config)
     assert not decision.promote
     assert chosen["dp_difference"] == 0.01  # least violating
     assert any("DP difference 0.0100 > max 0.001" in r for r in decision.reasons)
@@ -149,8 +155,8 @@ def test_gate_on_the_upper_bound_rejects_what_the_point_estimate_passes():
     thresholds = {"max_dp_difference": 0.05, "max_eo_difference": 0.10}
     point = _config(thresholds=thresholds, gate="point")
     upper = _config(thresholds=thresholds, gate="upper_bound")
-    _, promoted = select_candidate(table, 0.76, point)
-    _, kept = select_candidate(table, 0.76, upper)
+    _, promoted, _ = select_candidate(table, 0.76, point)
+    _, kept, _ = select_candidate(table, 0.76, upper)
     assert promoted.promote and not kept.promote
     assert "DP difference (95% upper bound) 0.0600 > max 0.05" in kept.reasons
 
@@ -161,11 +167,12 @@ def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
     near_majority = _row("fair_pca_s", 1.0, 0.7650, 0.001, 0.0, share=0.97)
     unfair = _row("pca", np.nan, 0.85, 0.20, 0.20)
     config = _config()
-    chosen, decision = select_candidate(pd.DataFrame([constant, near_majority, unfair]),
-                                        0.7608, config)  # fmt: skip
-    assert not decision.promote
+    chosen, decision, eligible = select_candidate(
+        pd.DataFrame([constant, near_majority, unfair]), 0.7608, config
+    )
+    assert not decision.promote and eligible
     assert chosen["variant"] == "pca"  # the only eligible candidate, for review
-    assert any("are degenerate" in r and "nothing is promoted" in r for r in decision.reasons)
+    assert any("are not eligible" in r and "nothing is promoted" in r for r in decision.reasons)
     from fairpca.tasks.select import ineligibility
 
     assert any(
@@ -177,24 +184,9 @@ def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
 
 def test_gate_failures_name_every_failure():
     row = _row("fair_pca", 0.0, 0.5, 0.3, 0.4)
-    failures = gate_failures(row, _config(thresholds={"min_accuracy": 0.6}).thresholds, "point")
+    policy = GatePolicy.from_config(_config(thresholds={"min_accuracy": 0.6}, gate="point"))
+    failures = gate_failures(row, policy)
     assert len(failures) == 3 and "accuracy 0.5000 < min 0.6" in failures
-
-
-def test_compare_with_champion():
-    from fairpca.flows.retrain import compare_with_champion
-
-    ok = Decision(True, ["meets thresholds"])
-    champion = {"version": "3"}
-    keep = compare_with_champion({"accuracy": 0.80}, ok, champion, {"accuracy": 0.85}, 0.01)
-    assert not keep.promote and any("regresses" in r for r in keep.reasons)
-    promote = compare_with_champion({"accuracy": 0.845}, ok, champion, {"accuracy": 0.85}, 0.01)
-    assert promote.promote
-    first = compare_with_champion({"accuracy": 0.1}, ok, None, None, 0.01)
-    assert first.promote and "no current champion" in first.reasons[-1]
-    unfair = compare_with_champion({"accuracy": 0.9}, Decision(False, ["x"]), champion,
-                                   {"accuracy": 0.85}, 0.01)  # fmt: skip
-    assert not unfair.promote
 
 
 def test_transient_errors_are_told_apart():
@@ -241,7 +233,9 @@ def test_config_validation_messages(values, message):
 
 def test_config_defaults_and_flat_params():
     config = AuditConfig(dataset="adult")
-    assert config.k == 10 and config.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.k is None  # the audit fits min(10, the largest k the data allow)
+    assert config.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.policy == "demographic_parity+four_fifths"
     assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
     assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
     flat = config.flat_params()
@@ -402,27 +396,40 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     from types import SimpleNamespace
 
     from fairpca.datasets import screen_columns
-    from fairpca.tasks.data import _leaking_on_training_rows
+    from fairpca.tasks.data import screen_training_rows
 
     rng = np.random.default_rng(3)
     n = 600
     X = pd.DataFrame({"proxy": rng.normal(size=n), "noise": rng.normal(size=n)})
     y = rng.integers(0, 2, size=n)
     train = np.arange(150)
-    config = SimpleNamespace(data="file.csv", keep=[])
+    config = SimpleNamespace(
+        data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95, min_group_size=30
+    )
+
+    def excluded(labels):
+        data = SimpleNamespace(
+            X=X, sensitive=pd.DataFrame({"g": rng.choice(["a", "b"], size=n)}), screened={}
+        )
+        return screen_training_rows(data, labels, train, config)
+
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
-        before = _leaking_on_training_rows(X, y, train, config)
+        before, _ = excluded(y)
         y_held_out_leaks = y.copy()
         y_held_out_leaks[150:] = (X["proxy"].to_numpy()[150:] > 0).astype(int)
-        after = _leaking_on_training_rows(X, y_held_out_leaks, train, config)
+        after, _ = excluded(y_held_out_leaks)
         on_all_rows = screen_columns(X, y_held_out_leaks).excluded
     assert before == after == {}
     assert "proxy" in on_all_rows  # the rule on every row would have read held-out labels
     y_train_leaks = y.copy()
     y_train_leaks[:150] = (X["proxy"].to_numpy()[:150] > 0).astype(int)
     with pytest.warns(UserWarning, match="proxy"):
-        assert list(_leaking_on_training_rows(X, y_train_leaks, train, config)) == ["proxy"]
+        found, record = excluded(y_train_leaks)
+    assert list(found) == ["proxy"]
+    assert record == [
+        {"column": "proxy", "rule": "target leakage", "score": 1.0, "action": "excluded"}
+    ]
 
 
 def test_single_row_groups_are_merged_into_the_largest_group_for_fitting():

@@ -1,0 +1,167 @@
+"""Eligibility and the gate policy: a constant or near-constant classifier is never eligible,
+the gate is a named policy, intersections are gated where their groups are large enough."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairpca.flows.config import AuditConfig
+from fairpca.tasks.evaluate import metrics_with_intervals
+from fairpca.tasks.policy import GatePolicy, parse_policy
+from fairpca.tasks.select import choose, ineligibility, select_candidate
+
+
+def _config(**values):
+    return AuditConfig(dataset="adult", **values)
+
+
+def _row(y, y_pred, groups, **extra):
+    """A validation-table row as the sweep builds it (metrics with intervals)."""
+    metrics = metrics_with_intervals(y, y_pred, groups, min_group_size=30, n_resamples=300, seed=0)
+    share = float(np.mean(y_pred == 1))
+    return {"one_class_share": max(share, 1 - share), **metrics, **extra}
+
+
+def _adult_like(n=2500, seed=0):
+    """24% positives, two groups of 1/3 and 2/3 of the rows."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.24).astype(int)
+    groups = pd.DataFrame({"sex": np.where(rng.random(n) < 1 / 3, "Female", "Male")})
+    return rng, y, groups
+
+
+def test_a_classifier_saying_yes_for_two_percent_of_rows_is_not_eligible():
+    """Case of the near-constant champion: yes for ~2% of rows (mostly right), base rate 24%:
+    accuracy beats the majority class, yet balanced accuracy is ~0.54 and the rate collapsed."""
+    rng, y, groups = _adult_like()
+    y_pred = np.zeros_like(y)
+    positives = np.flatnonzero(y == 1)
+    y_pred[rng.choice(positives, size=45, replace=False)] = 1  # 45 right
+    y_pred[rng.choice(np.flatnonzero(y == 0), size=5, replace=False)] = 1  # 5 wrong
+    row = _row(y, y_pred, groups)
+    majority = float(np.mean(y == 0))
+    assert row["accuracy"] >= majority + 0.01  # the old rule let it through
+    reasons = ineligibility(row, majority, _config())
+    assert any("balanced accuracy" in reason for reason in reasons)
+    assert any("base rate" in reason for reason in reasons)
+
+
+def test_constant_and_98_7_percent_one_class_classifiers_are_not_eligible():
+    rng, y, groups = _adult_like()
+    majority = float(np.mean(y == 0))
+    constant = _row(y, np.zeros_like(y), groups)
+    assert constant["dp_difference"] == 0.0  # trivially "fair"
+    assert ineligibility(constant, majority, _config())
+    y_pred = np.zeros_like(y)
+    y_pred[rng.choice(np.flatnonzero(y == 1), size=int(0.013 * len(y)), replace=False)] = 1
+    nearly = _row(y, y_pred, groups)
+    assert nearly["one_class_share"] == pytest.approx(0.987, abs=1e-3)
+    reasons = ineligibility(nearly, majority, _config())
+    assert any("one class for 98.7%" in reason for reason in reasons)
+
+
+def test_a_useful_classifier_is_eligible():
+    rng, y, groups = _adult_like()
+    y_pred = np.where(rng.random(len(y)) < 0.8, y, 1 - y)  # 80% right, both classes
+    row = _row(y, y_pred, groups)
+    assert ineligibility(row, 0.5, _config()) == []
+
+
+def _table(rows):
+    frame = pd.DataFrame(rows)
+    frame["variant"] = [r.get("variant", "fair_pca") for r in rows]
+    frame["classifier"] = "logreg"
+    frame["lambda"] = np.nan
+    frame["lambda_index"] = range(len(rows))
+    return frame
+
+
+def test_when_no_candidate_is_eligible_nothing_may_be_registered():
+    _, y, groups = _adult_like()
+    constant = _row(y, np.zeros_like(y), groups)
+    table = _table([constant])
+    choice = choose(table, np.zeros(10, dtype=int), y, _config())
+    assert choice["eligible"] is False
+    assert choice["eligibility"]["chosen_passes"] is False
+    assert not choice["decision"].promote
+    text = " ".join(choice["decision"].reasons)
+    assert "no candidate is eligible, so nothing is registered" in text
+
+
+def test_policy_names_parse_and_refuse_unknown_parts():
+    assert parse_policy("four_fifths+demographic_parity") == ("demographic_parity", "four_fifths")
+    with pytest.raises(ValueError, match="unknown gate policy part"):
+        parse_policy("demographic_parity+fairness")
+    with pytest.raises(ValueError, match="policy"):
+        AuditConfig(dataset="adult", policy="equal_chance")
+    assert AuditConfig(dataset="adult").policy == "demographic_parity+four_fifths"
+
+
+def test_four_fifths_gates_the_observed_selection_rate_ratio():
+    rng, y, groups = _adult_like()
+    female = groups["sex"].to_numpy() == "Female"
+    # selection rates ~0.15 (Female) vs ~0.25 (Male): ratio ~0.6, DP ~0.10
+    y_pred = (rng.random(len(y)) < np.where(female, 0.15, 0.25)).astype(int)
+    row = _row(y, y_pred, groups)
+    policy = GatePolicy.from_config(_config(policy="four_fifths"))
+    failures = policy.failures(row)
+    # the four-fifths rule is defined on the observed rates: the estimate is compared
+    assert len(failures) == 1 and failures[0].startswith("selection-rate ratio 0.")
+    assert row["selection_rate_ratio"] < 0.8 < row["selection_rate_ratio.ci95_high"]
+    lax = GatePolicy.from_config(
+        _config(policy="four_fifths", thresholds={"min_selection_rate_ratio": 0.3})
+    )
+    assert lax.failures(row) == []
+
+
+def test_intersections_are_gated_where_their_groups_are_large_enough():
+    """Each attribute alone is balanced, their intersection is not: the gate sees it."""
+    rng = np.random.default_rng(1)
+    n = 4000
+    a = rng.choice(["a0", "a1"], size=n)
+    b = rng.choice(["b0", "b1"], size=n)
+    y = (rng.random(n) < 0.3).astype(int)
+    same = (a == "a0") == (b == "b0")
+    y_pred = (rng.random(n) < np.where(same, 0.45, 0.15)).astype(int)  # XOR pattern
+    groups = pd.DataFrame({"a": a, "b": b})
+    row = _row(y, y_pred, groups)
+    assert row["dp_difference"] < 0.05 and row["dp_difference.intersection"] > 0.2
+    policy = GatePolicy.from_config(
+        _config(policy="demographic_parity", thresholds={"max_dp_difference": 0.1})
+    )
+    failures = policy.failures(row)
+    assert any("of the intersection" in failure for failure in failures)
+    assert not any("of the intersection" not in failure for failure in failures)
+    # a too-small intersection (no two groups of min_group_size rows) is said to be ungated
+    small = {key: value for key, value in row.items() if ".intersection" not in key}
+    small |= {"dp_difference.intersection": float("nan")}
+    assert policy.failures(small) == []
+    assert "not gated" in policy.ungated_note(small)
+
+
+def test_a_laxer_policy_is_recognised():
+    strict = GatePolicy.from_config(_config(policy="demographic_parity+four_fifths"))
+    point = GatePolicy.from_config(_config(policy="demographic_parity+four_fifths", gate="point"))
+    fewer = GatePolicy.from_config(_config(policy="demographic_parity"))
+    wider = GatePolicy.from_config(
+        _config(policy="demographic_parity+four_fifths", thresholds={"max_dp_difference": 0.2})
+    )
+    assert strict.laxer_than(strict) == []
+    assert point.laxer_than(strict) == ["it judges point estimates, not the 95% interval bounds"]
+    assert fewer.laxer_than(strict) == ["it does not gate four_fifths"]
+    assert wider.laxer_than(strict) == ["max_dp_difference 0.2 is laxer than 0.05"]
+    assert strict.laxer_than(wider) == []
+    assert GatePolicy.from_tags(strict.tags()) == strict
+
+
+def test_select_candidate_picks_the_most_accurate_eligible_passing_candidate():
+    rng, y, groups = _adult_like()
+    good = _row(y, np.where(rng.random(len(y)) < 0.8, y, 1 - y), groups, variant="fair_pca")
+    better = _row(y, np.where(rng.random(len(y)) < 0.9, y, 1 - y), groups, variant="pca")
+    constant = _row(y, np.zeros_like(y), groups, variant="fair_pca_s")
+    table = _table([good, better, constant])
+    config = _config(policy="demographic_parity", thresholds={"max_dp_difference": 0.1})
+    chosen, decision, eligible = select_candidate(table, float(np.mean(y == 0)), config)
+    assert eligible and decision.promote and chosen["variant"] == "pca"
