@@ -178,6 +178,15 @@ SHARED_OPTIONS: dict[str, Any] = {
         int | None,
         _opt("Smallest group with per-group metrics logged.", field="min_group_size"),
     ],
+    "allow_small_groups": Annotated[
+        bool | None,
+        _opt(
+            "Allow a --min-group-size below the floor of 10 (small groups' rates are then "
+            "published: do so only for data that may be disclosed).",
+            "--allow-small-groups/--no-allow-small-groups",
+            default="off",
+        ),
+    ],
     "n_train": Annotated[int | None, _opt("Training rows drawn at random.", field="n_train")],
     "n_validation": Annotated[
         int | None,

@@ -238,8 +238,9 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[str]:
 
 
 def option_names(text: str) -> str:
-    """``text`` with Python argument names (``positive_label=...``, ``data_dir=None``) written
-    as the command line's options (``--positive-label ...``, no ``--data-dir``)."""
+    """``text`` with Python argument names (``positive_label=...``, ``data_dir=None``,
+    ``allow_small_groups=True``) written as the command line's options (``--positive-label
+    ...``, no ``--data-dir``, ``--allow-small-groups``)."""
     from .config import RetrainConfig
 
     fields = "|".join(sorted(RetrainConfig.model_fields, key=len, reverse=True))
@@ -248,6 +249,7 @@ def option_names(text: str) -> str:
         return "--" + OPTION_RENAMES.get(name, name.replace("_", "-"))
 
     text = re.sub(rf"\b({fields})=None\b", lambda m: f"no {option(m.group(1))}", text)
+    text = re.sub(rf"\b({fields})=True\b", lambda m: option(m.group(1)), text)  # a flag
     # "label/positive_label apply to ...": a slash-joined list of field names
     text = re.sub(
         rf"\b(?:{fields})(?:/(?:{fields}))+\b",

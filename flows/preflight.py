@@ -209,7 +209,10 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
             f"the limit of {limit:g} s ({MAX_FIT_SECONDS_ENV}): {fix}."
         )
     n_train, n_groups = len(parts[0]), int(dataset.sensitive.nunique().sum())
-    size = config.k + n_groups + 10  # the randomized route's range (10 oversamples)
+    from fairpca.tasks.represent import DEFAULT_MAX_K
+
+    k = DEFAULT_MAX_K if config.k is None else config.k  # the default k is at most this
+    size = k + n_groups + 10  # the randomized route's range (10 oversamples)
     sizes = {v: _memory.randomized_bytes(n_train, width, size) for v in config.variants}
     if "fair_pca_s" in sizes:
         sizes["fair_pca_s"] = _memory.covariance_bytes(width, n_groups)

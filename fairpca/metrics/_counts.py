@@ -165,7 +165,7 @@ def check_min_group_size(min_group_size: Any, allow_small_groups: Any = False) -
         raise ValueError(
             f"min_group_size={min_group_size} is below the floor of {MIN_GROUP_SIZE_FLOOR}: "
             f"the rates of groups that small come close to describing single people. Use "
-            f"min_group_size >= {MIN_GROUP_SIZE_FLOOR}, or pass allow_small_groups=True if "
+            f"min_group_size={MIN_GROUP_SIZE_FLOOR} or more, or pass allow_small_groups=True if "
             f"publishing them is intended."
         )
     return int(min_group_size)
