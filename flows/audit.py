@@ -332,9 +332,11 @@ def _plot_arguments(state: AuditState) -> dict[str, Any]:
         "chosen": state.chosen,
         "pca": state.pca_row,
         "majority_accuracy": state.majority_accuracy,
-        "thresholds": state.config.thresholds,
+        # the panels are the measures the policy gates
+        "thresholds": (state.additions.get("policy") or {}).get("thresholds")
+        or state.config.thresholds,
         "gate": state.config.gate,
-        "references": getattr(state, "references", None),
+        "references": state.additions.get("references"),
     }
 
 

@@ -179,11 +179,11 @@ SHARED_OPTIONS: dict[str, Any] = {
         _opt("Smallest group with per-group metrics logged.", field="min_group_size"),
     ],
     "allow_small_groups": Annotated[
-        bool | None,
+        bool,
         _opt(
             "Allow a --min-group-size below the floor of 10 (small groups' rates are then "
             "published: do so only for data that may be disclosed).",
-            "--allow-small-groups/--no-allow-small-groups",
+            "--allow-small-groups",
             default="off",
         ),
     ],

@@ -118,7 +118,8 @@ class Selection(_Record):
     test: Metrics
     baselines: Baselines
     split: SplitCounts
-    group_sizes: dict[str, dict[str, int | Literal["suppressed"]]]
+    # rows per published group; withheld groups are one unnamed entry ("2 group(s), suppressed")
+    group_sizes: dict[str, dict[str, int | str]]
     diagnostics: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
 

@@ -233,13 +233,13 @@ def candidate_summary(state: AuditState) -> pd.DataFrame:
 def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """The report's sections, in order (rendered to Markdown and HTML by the report task)."""
     diag = state.diagnostics
-    selection = selection_record(state)
+    selection = selection_record(state).model_dump(by_alias=True)  # the renderers read plain data
     sections: list[tuple[str, Any]] = [
         *verdict_sections(
             selection,
             thresholds=state.config.thresholds,
-            references=getattr(state, "references", None),
-            policy=getattr(state, "policy", None),
+            references=state.additions.get("references"),
+            policy=state.additions.get("policy"),
         ),
         (
             "Trade-off on validation rows",
