@@ -30,10 +30,19 @@ from prefect.states import Completed, Failed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fairpca.flows.config import Thresholds, load_config_file, resolve_tracking_uri
+from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import gate as gate_tasks
 from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.model_io import path_inside
+from fairpca.tasks.policy import DEFAULT_POLICY, parse_policy
+from fairpca.tasks.policy import GatePolicy as NamedPolicy
 from fairpca.tasks.report import sha256_file
+from fairpca.tasks.select import (
+    MAX_ONE_CLASS_SHARE,
+    MIN_ACCURACY_GAIN,
+    MIN_BALANCED_ACCURACY_MARGIN,
+    MIN_POSITIVE_RATE_RATIO,
+)
 
 __all__ = [
     "EVENTS",
@@ -86,15 +95,31 @@ class GatePolicy(BaseModel):
         description="upper_bound: the 95% interval bounds must meet the thresholds; point: "
         "the point estimates.",
     )
-    min_accuracy_gain: float = Field(
-        0.01, ge=0.0, le=1.0, description="Accuracy must beat the majority class by this."
+    policy: str = Field(
+        DEFAULT_POLICY,
+        description="The audit's gate policy: demographic_parity, equal_opportunity, "
+        "equalized_odds, four_fifths, or several joined by '+', with 'thresholds'.",
     )
-    max_one_class_share: float = Field(0.99, gt=0.5, le=1.0)
+    # the audit's eligibility rules, with the audit's defaults (fairpca.tasks.select)
+    min_accuracy_gain: float = Field(
+        MIN_ACCURACY_GAIN, ge=0.0, le=1.0, description="Accuracy must beat the majority class."
+    )
+    min_balanced_accuracy_margin: float = Field(MIN_BALANCED_ACCURACY_MARGIN, ge=0.0, le=0.5)
+    min_positive_rate_ratio: float = Field(MIN_POSITIVE_RATE_RATIO, ge=0.0, le=1.0)
+    max_one_class_share: float = Field(MAX_ONE_CLASS_SHARE, gt=0.5, le=1.0)
     protected_aliases: list[str] = Field(default_factory=lambda: ["champion"])
-    min_group_size: int = Field(30, ge=1, description="Smaller groups are suppressed.")
+    min_group_size: int = Field(
+        30, ge=MIN_GROUP_SIZE_FLOOR, description="Smaller groups are suppressed."
+    )
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)
     experiment_name: str = Field("fairpca-gate", min_length=1)
+
+    @field_validator("policy")
+    @classmethod
+    def _check_policy(cls, value: str) -> str:
+        parse_policy(value)  # a clear error naming the known criteria
+        return value
 
     @field_validator("protected_aliases")
     @classmethod
@@ -196,7 +221,7 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
     reference = policy.reference
     facts = {
         "reference data": reference.path.name,
-        "policy": f"gate {policy.gate}, {policy.thresholds.model_dump()}",
+        "policy": NamedPolicy.from_config(policy).description(),
         "Prefect flow run": _flow_run_id(),
     }
     try:

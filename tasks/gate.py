@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from fairpca.tasks.escape import markdown_text
+from fairpca.tasks.policy import GatePolicy as NamedPolicy
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.select import gate_failures, ineligibility
 
@@ -142,7 +143,7 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
         **metrics,
     }
     reasons = ineligibility(row, majority, policy) + gate_failures(
-        row, policy.thresholds, policy.gate
+        row, NamedPolicy.from_config(policy)
     )
     return (FAILED, reasons) if reasons else (PASSED, [])
 

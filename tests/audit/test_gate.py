@@ -122,7 +122,24 @@ def test_constant_classifier_never_passes(policy_dir):
     status, reasons = gate_tasks.verdict(constant, policy, majority=0.52)
     assert status == gate_tasks.FAILED
     assert any("does not beat the majority class" in r for r in reasons)
-    assert gate_tasks.verdict({**constant, "accuracy": 0.8}, policy, 0.52)[0] == "passed"
+    # the same differences from a classifier that is useful (audit's eligibility rules)
+    useful = {
+        **constant,
+        "accuracy": 0.8,
+        "balanced_accuracy": 0.78,
+        "balanced_accuracy.ci95_low": 0.74,
+        "balanced_accuracy.ci95_high": 0.82,
+        "positive_rate": 0.45,
+        "base_rate": 0.48,
+        "one_class_share": 0.55,
+        "selection_rate_ratio": 0.95,
+        "selection_rate_ratio.ci95_low": 0.85,
+        "selection_rate_ratio.ci95_high": 1.0,
+    }
+    assert gate_tasks.verdict(useful, policy, 0.52) == (gate_tasks.PASSED, [])
+    assert gate_tasks.verdict({**useful, "balanced_accuracy.ci95_low": 0.5}, policy, 0.52)[0] == (
+        gate_tasks.FAILED
+    )
 
 
 @pytest.mark.flow
