@@ -246,7 +246,8 @@ def option_names(text: str) -> str:
     fields = "|".join(sorted(RetrainConfig.model_fields, key=len, reverse=True))
 
     def option(name: str) -> str:
-        return "--" + OPTION_RENAMES.get(name, name.replace("_", "-"))
+        dashes = "-" if len(name) == 1 else "--"  # -k
+        return dashes + OPTION_RENAMES.get(name, name.replace("_", "-"))
 
     text = re.sub(rf"\b({fields})=None\b", lambda m: f"no {option(m.group(1))}", text)
     text = re.sub(rf"\b({fields})=True\b", lambda m: option(m.group(1)), text)  # a flag

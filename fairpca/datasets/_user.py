@@ -88,8 +88,9 @@ def _read_csv(path: Path, sep: str | None) -> pd.DataFrame:
         sep = sep or detect_separator(text)
     check_text_bounds(path)
     try:
-        _unique_header(pd.read_csv(path, sep=sep or ",", encoding=encoding, header=None, nrows=1))
-        return pd.read_csv(path, sep=sep or ",", encoding=encoding, low_memory=False)
+        header = pd.read_csv(path, sep=sep or ",", encoding=encoding, header=None, nrows=1)
+        frame = pd.read_csv(path, sep=sep or ",", encoding=encoding, low_memory=False)
+        return _without_repeated_columns(frame, header, path)
     except pd.errors.EmptyDataError as error:
         raise ValueError(f"Data file {path} is empty: it has no header or rows.") from error
     except (pd.errors.ParserError, UnicodeDecodeError) as error:
@@ -99,15 +100,40 @@ def _read_csv(path: Path, sep: str | None) -> pd.DataFrame:
         ) from error
 
 
-def _unique_header(header: pd.DataFrame) -> None:
-    """Refuse a header naming a column twice (pandas would rename the copy ``name.1``)."""
-    names = pd.Series([str(name).strip() for name in header.iloc[0]] if len(header) else [])
-    twice = sorted(set(names[names.duplicated()]))
-    if twice:
+def _without_repeated_columns(frame: pd.DataFrame, header: pd.DataFrame, path: Path):
+    """``frame`` with each column the header names more than once kept once.
+
+    pandas renames a repeated name's copies (``name.1``), which would keep a copy of, say, the
+    sensitive column as a feature. Copies with the same values as the first (COMPAS repeats
+    ``decile_score`` and ``priors_count``) are dropped with a warning; copies that differ are
+    refused, since no name says which one is meant.
+    """
+    names = [str(name).strip() for name in header.iloc[0]] if len(header) else []
+    positions: dict[str, list[int]] = {}
+    for position, name in enumerate(names):
+        positions.setdefault(name, []).append(position)
+    repeated = {name: where for name, where in positions.items() if len(where) > 1}
+    if not repeated or len(names) != frame.shape[1]:
+        return frame
+    differing = sorted(
+        name
+        for name, (first, *copies) in repeated.items()
+        if not all(frame.iloc[:, first].equals(frame.iloc[:, copy]) for copy in copies)
+    )
+    if differing:
         raise ValueError(
-            f"The header names column(s) {twice} more than once (after trimming spaces); "
-            "every column needs its own name: rename or remove the copies in the file."
+            f"The header of {path.name} names column(s) {differing} more than once (after "
+            "trimming spaces) with different values; every column needs its own name: rename "
+            "or remove the copies in the file."
         )
+    warnings.warn(
+        f"Data file {path.name} repeats column(s) {sorted(repeated)} with identical values; "
+        "each is kept once.",
+        UserWarning,
+        stacklevel=5,
+    )
+    dropped = [copy for where in repeated.values() for copy in where[1:]]
+    return frame.iloc[:, [i for i in range(frame.shape[1]) if i not in set(dropped)]]
 
 
 def _read_parquet(path: Path) -> pd.DataFrame:
@@ -133,8 +159,7 @@ def _read_parquet(path: Path) -> pd.DataFrame:
         raise ValueError(
             f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
         ) from error
-    _unique_header(pd.DataFrame([list(frame.columns)]))
-    return frame
+    return _without_repeated_columns(frame, pd.DataFrame([list(frame.columns)]), path)
 
 
 def _read_frame(path: Path, sep: str | None = None) -> pd.DataFrame:

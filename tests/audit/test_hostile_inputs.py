@@ -345,8 +345,8 @@ def _bad_inputs(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "nan lambda": (["--dataset", "german", "--lambdas", "nan"], "got [nan]"),
         "k too large": (
             ["--data", "semi.csv", *user, "-k", "9"],
-            "k=9 is larger than possible: the data encode to 4 feature column(s) and the "
-            "sensitive attribute(s) impose 2 group-mean constraint(s), so at most k=2",
+            "-k 9 is larger than possible: the data encode to 4 feature column(s) and the "
+            "sensitive attribute(s) impose 2 group-mean constraint(s), so at most -k 2",
         ),
         "no dimension left": (
             ["--data", "narrow.csv", *user, "--variants", "fair_pca"],
@@ -406,7 +406,7 @@ def _crafted_tables(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     infinite.loc[3, "x1"], infinite.loc[5, "x2"] = np.inf, -np.inf
     infinite.to_csv(tmp_path / "inf.csv", index=False)
     table(6, 3).assign(y=[0, 1] * 3).to_csv(tmp_path / "six.csv", index=False)
-    twice = table(600, 300).assign(g2=lambda frame: frame["g"]).to_csv(index=False)
+    twice = table(600, 300).assign(g2=lambda frame: frame["g"][::-1].to_numpy()).to_csv(index=False)
     (tmp_path / "twice.csv").write_text(twice.replace(",g2\n", ",g\n", 1))
     rng = np.random.default_rng(1)
     encoded = table(600, 300).assign(
@@ -444,7 +444,8 @@ def _crafted_tables(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         ),
         "duplicate column names": (
             ["--data", "twice.csv", *user],
-            "The header names column(s) ['g'] more than once (after trimming spaces)",
+            "The header of twice.csv names column(s) ['g'] more than once (after trimming "
+            "spaces) with different values",
         ),
         "one-hot names collide": (
             ["--data", "encoded.csv", *user, "-k", "2"],

@@ -570,9 +570,13 @@ def test_one_500_mb_line_is_refused_at_the_line_limit(tmp_path):
 
 def test_duplicate_and_infinite_columns_are_refused_with_the_fix(tmp_path):
     path = tmp_path / "messy.csv"
-    path.write_text("x,s, s,y\n1,a,a,0\n2,b,b,1\n3,a,a,0\n4,b,b,1\n")
-    with pytest.raises(ValueError, match=r"The header names column\(s\) \['s'\] more than once"):
+    path.write_text("x,s, s,y\n1,a,b,0\n2,b,a,1\n3,a,a,0\n4,b,b,1\n")
+    with pytest.raises(ValueError, match=r"names column\(s\) \['s'\] more than once .* with diff"):
         load_user_data(path, label="y", sensitive="s", screen=False)
+    path.write_text("x,s, s,y\n1,a,a,0\n2,b,b,1\n3,a,a,0\n4,b,b,1\n")  # a repeated copy
+    with pytest.warns(UserWarning, match=r"repeats column\(s\) \['s'\] with identical values"):
+        data = load_user_data(path, label="y", sensitive="s", screen=False)
+    assert data.X.columns.tolist() == ["x"]  # the copy is not kept as a feature
     path.write_text("x,z,w,s,y\n1,inf,5,a,0\n-inf,2,6,b,1\n3,1,7,a,0\n4,1,8,b,1\n")
     with pytest.raises(ValueError, match=re.escape("count per column): {'x': 1, 'z': 1}")):
         load_user_data(path, label="y", sensitive="s", screen=False)
