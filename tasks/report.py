@@ -502,9 +502,13 @@ def plot_tradeoff(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measures = gated_measures(table, thresholds) or [
-        m for m in ("dp_difference", "eo_difference") if m in table.columns
-    ]
+    measures = (
+        gated_measures(table, thresholds)
+        or [m for m in ("dp_difference", "eo_difference") if m in table.columns]
+        or ["dp_difference"]
+    )
+    # a measure undefined for every candidate (no column) is drawn as an empty panel
+    table = table.reindex(columns=[*table.columns, *(m for m in measures if m not in table)])
     variants = list(dict.fromkeys(table["variant"]))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     marks = {
