@@ -23,6 +23,7 @@ The accuracy floor ``min_accuracy`` applies under every policy.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -90,6 +91,7 @@ CRITERIA: dict[str, Criterion] = {
 DEFAULT_POLICY = "demographic_parity+four_fifths"
 # The fixed pair every audit used before gates were named (versions without a policy tag).
 LEGACY_POLICY = "demographic_parity+equal_opportunity"
+POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
 BOUNDS = ("upper_bound", "point")
 INTERSECTION = ".intersection"
 
@@ -132,8 +134,13 @@ class GatePolicy:
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> GatePolicy:
-        """The policy a registered version was chosen under (its ``policy``, ``gate`` and
-        ``threshold.*`` tags); a version from before named policies had the legacy pair."""
+        """The policy a registered version was chosen under (its ``fairness.policy`` tag, or
+        the ``policy``, ``gate`` and ``threshold.*`` tags of earlier versions); a version from
+        before named policies had the legacy pair."""
+        if POLICY_TAG in tags:
+            value = json.loads(tags[POLICY_TAG])
+            thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
+            return cls(parse_policy(value["name"]), thresholds, value["bound"])
         criteria = parse_policy(tags.get("policy", LEGACY_POLICY))
         thresholds = {
             key.removeprefix("threshold."): float(value)
@@ -172,10 +179,9 @@ class GatePolicy:
         }
 
     def tags(self) -> dict[str, str]:
-        """Tags of a registered version, read back by :meth:`from_tags`."""
-        return {"policy": self.name, "policy.bound": self.bound} | {
-            f"threshold.{key}": str(value) for key, value in self.thresholds.items()
-        }
+        """The one tag of a registered version that :meth:`from_tags` reads back."""
+        value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds)}
+        return {POLICY_TAG: json.dumps(value, sort_keys=True)}
 
     def _scopes(self, metrics: Mapping[str, Any]) -> list[str]:
         several = any(str(key).endswith(INTERSECTION) for key in metrics)

@@ -32,8 +32,8 @@ def audited(prefect_harness, mlflow_store, tmp_path_factory):
     uri = mlflow_store[0]
     base = tmp_path_factory.mktemp("relog")
     config = AuditConfig(
-        dataset="german", k=2, variants=["pca", "fair_pca"], lambdas=[0.0],
-        classifiers=["logreg"], tracking_uri=uri, output_dir=base / "out",
+        dataset="german", k=10, variants=["pca", "fair_pca"], lambdas=[0.0],
+        classifiers=["linear_svm"], tracking_uri=uri, output_dir=base / "out",
         model_name=f"relog-own-{base.name}", experiment_name=f"relog-{base.name}",
     )  # fmt: skip
     result = fairness_audit(config)
@@ -207,8 +207,8 @@ def test_relog_completes_the_run_its_audit_created(prefect_harness, mlflow_store
     name = f"relog-resume-{tmp_path.name}"
     client.create_registered_model(name, tags={DEFINITION_TAG: '{"source":"other"}'})
     config = AuditConfig(
-        dataset="german", k=2, variants=["pca", "fair_pca"], lambdas=[0.0],
-        classifiers=["logreg"], tracking_uri=uri, output_dir=tmp_path / "out",
+        dataset="german", k=10, variants=["pca", "fair_pca"], lambdas=[0.0],
+        classifiers=["linear_svm"], tracking_uri=uri, output_dir=tmp_path / "out",
         model_name=name, mlflow_retries=0,
     )  # fmt: skip
     with pytest.raises(MlflowLoggingError, match="holds audits of"):
