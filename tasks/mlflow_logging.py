@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -135,34 +136,36 @@ def _millis(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
+ATTEMPT_TAG = "fairpca.logging_attempt"
+
+
 @task(name="mlflow-start-run", **RETRYING)
-def start_run(tracking_uri: str, audit: AuditRecord, not_before_ms: int = 0) -> str:
-    """Create (or, on a retry, find again) the audit's RUNNING run; return its id.
+def start_run(tracking_uri: str, audit: AuditRecord, attempt: str) -> tuple[str, str]:
+    """Create (or, on a retry, find again) the audit's RUNNING run; return its id and its
+    experiment's id.
 
     The run starts when the audit started (not when it is logged), carries the record's
-    curated tags and, as its description, the verdict in a few lines. Only a run started at
-    or after ``not_before_ms`` (when this logging began) is found again, so an older run of
-    another audit with the same id is never taken over.
+    curated tags and, as its description, the verdict in a few lines. A retry finds again
+    only the run this logging call created (tagged with ``attempt``), so another run with the
+    same audit id is never taken over.
     """
     client = _client(tracking_uri)
     experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
-        filter_string=f"tags.`fairpca.audit_id` = '{audit.audit_id}' "
-        "and attributes.status = 'RUNNING' "
-        f"and attributes.start_time >= {int(not_before_ms)}",
+        filter_string=f"tags.`{ATTEMPT_TAG}` = '{attempt}' and attributes.status = 'RUNNING'",
         max_results=1,
     )
     if existing:
-        return existing[0].info.run_id
-    tags = {**audit.tags, "mlflow.note.content": run_description(audit)}
+        return existing[0].info.run_id, experiment_id
+    tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": run_description(audit)}
     run = client.create_run(
         experiment_id,
         start_time=_millis(audit.started_at),
         run_name=audit.run_name,
         tags=tags,
     )
-    return run.info.run_id
+    return run.info.run_id, experiment_id
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
@@ -669,12 +672,11 @@ def log_output_dir(
     step = "start the run"
     started = time.perf_counter()
     _bounded_http_retries()
-    not_before_ms = int(time.time() * 1000) - 1000  # the server's clock may run behind
+    attempt = uuid.uuid4().hex  # this logging call's runs (a retry finds its own again)
     try:
         run_id = _resumable_run(_client(tracking_uri), record, audit)
         if run_id is None:
-            run_id = start(tracking_uri, audit, not_before_ms)
-            experiment = _client(tracking_uri).get_run(run_id).info.experiment_id
+            run_id, experiment = start(tracking_uri, audit, attempt)
             bind_run(out_dir, run_id=run_id, experiment_id=experiment)
         step = "log params and metrics"
         log_data(tracking_uri, run_id, audit)

@@ -105,7 +105,7 @@ def test_job_env_bounds_mlflow_http_retries(deployments):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"k": "two"}, "'two' is not of type 'integer'"),
+        ({"k": "two"}, "'two' is not valid under any of the given schemas"),
         ({"bogus": 1}, "'bogus' was unexpected"),
         ({"dataset": "mnist"}, "'mnist' is not one of"),
     ],

@@ -249,10 +249,10 @@ def tiny_config(tracking_uri: str, output_dir: Path, **overrides):
 
     values = {
         "dataset": "german",
-        "k": 2,
+        "k": 10,  # k=2 leaves German no useful classifier: nothing would be registered
         "variants": VARIANTS,
         "lambdas": [0.0, 1.0],
-        "classifiers": ["logreg"],
+        "classifiers": ["linear_svm"],
         "seed": 0,
         "tracking_uri": tracking_uri,
         "output_dir": output_dir,
