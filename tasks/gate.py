@@ -114,8 +114,13 @@ def evaluate_version(
     """
     import mlflow
 
-    mlflow.set_experiment(experiment_name)
-    with mlflow.start_run(run_name=run_name, tags=run_tags) as run:
+    from fairpca.tasks.mlflow_store import get_or_create_experiment
+
+    # the experiment by id, not mlflow.set_experiment (which also sets MLFLOW_EXPERIMENT_ID
+    # for the whole process and every child it starts)
+    client = mlflow.MlflowClient()
+    experiment_id = get_or_create_experiment(client, experiment_name, mlflow.get_tracking_uri())
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags) as run:
         result = mlflow.models.evaluate(
             model_uri,
             frame,
