@@ -294,9 +294,11 @@ def verdict_sections(
     gate = gate_sentence(
         (policy or {}).get("thresholds") or thresholds, selection.get("gate", "upper_bound")
     )
-    lines = [f"Chosen on validation rows: {chosen}.", f"Gate: {gate}."]
+    # the policy's own sentence says which measures are judged on a bound and which on the
+    # point estimate (the four-fifths rule); without a policy, the thresholds in words
     if policy and policy.get("description"):
-        lines.insert(1, f"Policy {policy.get('name', '')}: {policy['description']}")
+        gate = f"policy {policy['description']}"
+    lines = [f"Chosen on validation rows: {chosen}.", f"Gate: {gate}."]
     blocks: list[Any] = [
         Verdict(f"{verb}: {chosen}", decision["promote"]),
         Bullets([*lines, *decision["reasons"]]),

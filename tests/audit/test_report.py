@@ -251,3 +251,16 @@ def test_audit_report_fits_every_viewport_in_chromium(
         assert repr_like not in text
     assert "RBF SVC training rows: 1500" in text  # min(svc_max_train_rows 2000, n_train 1500)
     assert_fits(page, tmp_path)
+
+
+def test_verdict_states_the_gate_in_the_policys_own_words():
+    policy = {
+        "name": "demographic_parity+four_fifths",
+        "description": "demographic_parity+four_fifths: DP difference <= 0.05; selection-rate "
+        "ratio >= 0.8 (point estimate, as the rule is defined)",
+        "thresholds": {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8},
+    }
+    sections = verdict_sections(SELECTION, thresholds={}, policy=policy)
+    items = sections[0][1][1].items
+    assert f"Gate: policy {policy['description']}." in items
+    assert not any("lower 95% bound of selection_rate_ratio" in item for item in items)
