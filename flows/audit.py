@@ -339,6 +339,7 @@ def _plot_arguments(state: AuditState) -> dict[str, Any]:
         or state.config.thresholds,
         "gate": state.config.gate,
         "references": state.additions.get("references"),
+        "utility": state.config.select_by,
     }
 
 
