@@ -234,7 +234,7 @@ def print_report(result, before: str | None = None) -> None:
     console.print("Chosen candidate per group (test rows):")
     bullets(_group_rows(selection))
     screening = getattr(result, "screening", [])
-    console.print("Column screening: " + ("" if screening else "no column excluded"))
+    console.print("Column screening:" + ("" if screening else " no column excluded"))
     bullets(_screening_rows(screening))
     console.print(decision_line(result, before))
     bullets([f"gate: {selection['gate']}", *result.reasons])
