@@ -429,3 +429,13 @@ def test_only_a_run_off_dask_with_a_dask_address_needs_the_subflow(prefect_harne
 
     assert on_threads("tcp://127.0.0.1:8786") is True
     assert on_threads(None) is False
+
+
+def test_input_example_is_synthetic_and_has_no_sensitive_column():
+    from fairpca.flows.audit import input_example
+
+    X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
+    example = input_example(X, min_group_size=1)
+    assert list(example.columns) == ["age", "job"] and len(example) == 2
+    assert example["age"].tolist() == [35.0, 27.5]  # median and lower quartile
+    assert example["job"].tolist() == ["b", "a"]  # most frequent categories
