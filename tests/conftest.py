@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -41,6 +42,19 @@ def mlflow_store(tmp_path_factory):
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
     return uri, MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def free_port():
+    """``free_port() -> int``: a TCP port of 127.0.0.1 that no process holds right now (the
+    system's choice for port 0), for a server a test starts."""
+    return _free_port
 
 
 def _check_useful_registration(out_dir) -> None:

@@ -1,12 +1,6 @@
 """The paper's figures (``benchmarks/figures.py``): a tiny run writes every figure."""
 
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import figures  # noqa: E402
+from benchmarks import figures
 
 
 def test_figures_quick_run(tmp_path):

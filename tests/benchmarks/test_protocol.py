@@ -1,28 +1,15 @@
 """The evaluation protocol of Lee et al. (``benchmarks/protocol.py``) against fairpca.metrics."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import protocol  # noqa: E402
-from fairpca import metrics as fp_metrics  # noqa: E402
-
-
-def _two_group_data(seed, n=120, d=7):
-    rng = np.random.default_rng(seed)
-    z = (rng.random(n) < 0.4).astype(int)
-    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + 1.5 * z[:, None] * rng.normal(size=d)
-    return X, z
+from benchmarks import protocol
+from fairpca import metrics as fp_metrics
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_protocol_metrics_agree_with_fairpca_metrics(seed):
-    X, z = _two_group_data(seed)
+def test_protocol_metrics_agree_with_fairpca_metrics(seed, two_group_data):
+    X, z = two_group_data(seed)
     k = 3
     V = protocol.top_pca_directions(X, k)
     sigma = protocol.lee_sigma(X, k)

@@ -1,16 +1,13 @@
 """The published numbers (``benchmarks/published.py``): every row and cell, as in the paper."""
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks import published
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import published  # noqa: E402
-
 PAPER = ROOT.parent / "shared" / "paper" / "efficient-fair-pca.txt"
 
 

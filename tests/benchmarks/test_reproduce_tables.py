@@ -1,23 +1,11 @@
 """The paper's tables reproduced (``benchmarks/reproduce_tables.py``): cell statuses,
 the deterministic cells on all ten splits, a tiny run and the row replacement of ``--methods``."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import protocol, published, reproduce_tables  # noqa: E402
-
-DATA_DIR = protocol.data_dir()
-needs_splits = pytest.mark.skipif(
-    DATA_DIR is None,
-    reason="lee2022-splits not found: set FAIRPCA_DATA_DIR (CI: ../shared/datasets)",
-)
+from benchmarks import published, reproduce_tables
 
 
 def test_compare_cell_statuses():
@@ -28,7 +16,7 @@ def test_compare_cell_statuses():
     assert reproduce_tables.compare_cell(np.nan, 0.0, None, 2) is None
 
 
-@needs_splits
+@pytest.mark.usefixtures("lee_splits")
 def test_deterministic_cells_match_the_paper():
     """PCA / Fair PCA / Fair PCA-S %Var and MMD^2 on German and COMPAS, all ten splits."""
     frame = reproduce_tables.run(
@@ -45,7 +33,7 @@ def test_deterministic_cells_match_the_paper():
             assert status == "match", (dataset, k, name, column, row[column], cell)
 
 
-@needs_splits
+@pytest.mark.usefixtures("lee_splits")
 def test_reproduce_tables_quick_run(tmp_path):
     reproduce_tables.main(
         ["--quick", "--datasets", "german", "--n-jobs", "1", "--out", str(tmp_path)]

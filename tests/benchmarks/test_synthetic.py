@@ -1,14 +1,8 @@
 """Synthetic data of the benchmarks (``benchmarks/synthetic.py``): seeded and sized."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import synthetic  # noqa: E402
+from benchmarks import synthetic
 
 
 def test_lee_synthetic_splits_are_seeded_and_sized():
