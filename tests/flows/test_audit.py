@@ -150,7 +150,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     # the selection handed to the registry: chosen on validation, reported on test, baselines
     selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]
     assert selection["split"] == {"n_train": 1500, "n_validation": 1000, "n_test": 1000}
-    assert selection["gate"] == "upper_bound"
+    assert selection["gate"] == "point"  # the default gate: validation estimates
     for part in ("validation", "test"):
         for name in ("accuracy", "dp_difference", "eo_difference"):
             low, high = selection[part][f"{name}.ci95_low"], selection[part][f"{name}.ci95_high"]
@@ -162,14 +162,15 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert {"majority", "PCA (best)", "chosen"} <= {row["role"] for row in result.summary}
     assert Path(result.report_path).is_file()
 
-    # registered model version with fairness tags; this small audit does not pass the default
-    # gate, so the version is kept for review and no champion alias is set
+    # registered model version with fairness tags; it passes the default gate (the validation
+    # estimates), so it is the champion
     version = client.get_model_version(config.resolved_model_name, result.model_version)
     assert version.run_id == result.run_id
     assert {"fairness.test.accuracy", "fairness.test.dp_difference.ci95_high"} <= set(version.tags)
-    assert result.decision == version.tags["fairness.decision"] == "keep"
-    assert not result.champion_moved
-    assert client.get_registered_model(config.resolved_model_name).aliases == {}
+    assert result.decision == version.tags["fairness.decision"] == "promote"
+    assert result.champion_moved
+    champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
+    assert str(champion.version) == result.model_version
     pyfunc = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/{version.version}")
     predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}

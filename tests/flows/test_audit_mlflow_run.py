@@ -69,7 +69,7 @@ def test_run_description_states_the_verdict(audited, mlflow_store):
     run = mlflow_store[1].get_run(result.run_id)
     note = run.data.tags["mlflow.note.content"]
     assert result.decision == "promote"  # the fixture's thresholds are lax: a useful fit passes
-    assert note.startswith("**Decision: PROMOTE to champion** (gate `upper_bound`)")
+    assert note.startswith("**Decision: PROMOTE to champion** (gate `point`)")
     assert f"Chosen on validation rows: `{result.selection['chosen']['name']}`" in note
     test = result.selection["test"]
     chosen_row = next(line for line in note.splitlines() if line.startswith("| chosen: "))
