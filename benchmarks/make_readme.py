@@ -23,7 +23,7 @@ al. splits, COMPAS and Bank Marketing are read from there and never copied into 
 | Tables 1-3 (10 splits, k = 2, 10) | `python -m benchmarks.reproduce_tables` | {tables_time} |
 | Figures 1, 2, 3, 4, 7, 9 | `python -m benchmarks.figures [--only fig1 ...]` | {figures_time} |
 | this README | `python -m benchmarks.make_readme` | seconds |
-| smoke runs (CI; every script with `--quick`) | `pytest tests/library/test_benchmarks.py` \
+| smoke runs (CI; every script with `--quick`) | `pytest tests/benchmarks` \
 | {tests_time} |
 
 Long runs can be split: `reproduce_tables --cache DIR` stores every finished (dataset, split),
@@ -32,7 +32,7 @@ several runners with different `--splits` can share one cache, and
 `figures --only fig4 --fig4-datasets adult --fig4-classifiers svc` computes single Figure 4
 panels, stored under `fig4_parts/` and reused.
 
-The committed results are checked against the code: `tests/library/test_committed_results.py`
+The committed results are checked against the code: `tests/benchmarks/test_committed_results.py`
 recomputes one row per method of `results/tables_per_split.csv` (COMPAS split 0, k = 2) and
 fails when the file is stale. After a change of a method's defaults, regenerate only that
 method's rows, `python -m benchmarks.reproduce_tables --methods "Fair Kernel PCA"` (and

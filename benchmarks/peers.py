@@ -7,7 +7,7 @@
   d - k iterations, so exactly k directions remain).
 * ``MeanGapProjection`` — orthogonal LEACE-style erasure: project out the span of the group-mean
   differences, then plain PCA.  ``FairPCA_k`` equals ``PCA_k`` after this projection (the basis of
-  the cross-check in tests/library/test_benchmarks.py).
+  the cross-check in tests/benchmarks/test_peers.py).
 * ``LeacePCA`` — LEACE (Belrose et al. 2023, the ``concept-erasure`` package, which needs torch;
   optional extra ``leace``) followed by PCA to k dimensions.  ``leace_available()`` says whether
   it can run here.

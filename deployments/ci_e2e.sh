@@ -5,7 +5,7 @@
 # (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
 # runs the audit deployment and the retrain deployment three times (promote, keep, demote)
 # through a worker, checks the results through MlflowClient, and runs the MLflow "fairness"
-# evaluator plugin against the server (deployments/e2e_checks.py), then the fairness gate
+# evaluator plugin against the server (tests/e2e/e2e_checks.py), then the fairness gate
 # (tests/e2e/gate_e2e.py, with servers of its own). Every process it starts
 # is stopped by PID (process group) on exit, also when a step fails.
 #
@@ -27,7 +27,7 @@ export PATH="$(dirname "$PYTHON"):$PATH"
 RUN_TIMEOUT="${E2E_RUN_TIMEOUT:-240}"
 POOL="fairpca-process"
 PREFECT_FILE="$REPO_DIR/deployments/prefect.yaml"
-CHECKS="$SCRIPT_DIR/e2e_checks.py"
+CHECKS="$REPO_DIR/tests/e2e/e2e_checks.py"
 
 WORK="$("$PYTHON" -c 'import tempfile; print(tempfile.mkdtemp(prefix="fairpca-e2e."))')"
 T0=$(date +%s.%N)
@@ -194,7 +194,7 @@ run_deployment() {  # run_deployment name param_set log ; sets FLOW_RUN_ID
     echo "    flow run $FLOW_RUN_ID completed"
 }
 
-check() {  # check subcommand [arg] : deployments/e2e_checks.py against the live servers
+check() {  # check subcommand [arg] : tests/e2e/e2e_checks.py against the live servers
     run_fg "$PYTHON" "$CHECKS" "$@"
 }
 

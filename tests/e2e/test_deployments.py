@@ -139,7 +139,7 @@ def test_gate_deployment_takes_the_event_and_refuses_others(deployments, flows):
 def test_e2e_params_are_valid_configs():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("e2e_checks", ROOT / "deployments/e2e_checks.py")
+    spec = importlib.util.spec_from_file_location("e2e_checks", ROOT / "tests/e2e/e2e_checks.py")
     checks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(checks)
     from fairpca.flows.config import AuditConfig, RetrainConfig

@@ -41,18 +41,12 @@ BACKOFF = 1.0  # retry i of an MLflow task waits BACKOFF * 2**i s (3 retries: 1,
 REPORT_FILES = ["report.md", "report.html", "tradeoff.png", "config.json", "metrics.csv"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class MlflowServer:
     """``mlflow server`` in its own process group; restartable on the same store."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, port: int):
         self.root = root
-        self.port = free_port()
+        self.port = port
         self.log = root / "mlflow-server.log"
         self.process: subprocess.Popen | None = None
 
@@ -219,9 +213,9 @@ class RendezvousProxy(OutageProxy):
 
 
 @pytest.fixture(scope="session")
-def _mlflow_launched(tmp_path_factory):
+def _mlflow_launched(tmp_path_factory, free_port):
     """The session's MLflow server process, launched (not yet waited for)."""
-    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"))
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"), free_port())
     server.launch()
     yield server
     server.stop()
@@ -428,7 +422,7 @@ def test_short_outage_while_logging_is_retried_and_the_run_completes(server, tmp
     assert any(t.name.startswith("mlflow-") for t in retried), "no MLflow task was retried"
 
 
-def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_path):
+def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_path, free_port):
     from fairpca.flows.audit import fairness_audit
     from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
 

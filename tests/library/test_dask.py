@@ -1,7 +1,6 @@
 """Fair PCA on Dask collections, against a LocalCluster with 2 workers reached by address,
 and against a cluster of separate scheduler and worker processes started by the ``dask`` CLI."""
 
-import socket
 import subprocess
 import sys
 
@@ -127,14 +126,8 @@ def test_importing_fairpca_does_not_import_dask():
     assert result.stdout.strip() == "False", result.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
-def process_cluster():
+def process_cluster(free_port):
     """A scheduler and two single-threaded worker processes, as ``dask scheduler`` and
     ``dask worker`` start them on other machines; yields the scheduler address."""
     address = f"tcp://127.0.0.1:{free_port()}"

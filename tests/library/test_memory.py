@@ -10,13 +10,6 @@ import pytest
 from fairpca import FairKernelPCA, FairPCA, InsufficientMemoryError, _memory
 
 
-def wide_data(n=100, d=400, seed=0):
-    rng = np.random.default_rng(seed)
-    z = rng.integers(0, 2, n)
-    X = rng.normal(size=(n, d)) + z[:, None]
-    return X, z
-
-
 @pytest.mark.parametrize(
     "text, expected",
     [
@@ -44,8 +37,8 @@ def test_available_bytes_follows_the_environment(monkeypatch):
     assert _memory.available_bytes() > 0  # MemAvailable of this machine
 
 
-def test_fair_pca_s_too_wide_stops_before_allocating(monkeypatch):
-    X, z = wide_data(n=60, d=300)
+def test_fair_pca_s_too_wide_stops_before_allocating(monkeypatch, shifted_groups):
+    X, z = shifted_groups(n=60, d=300)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")
     tracemalloc.start()
     try:
@@ -61,8 +54,8 @@ def test_fair_pca_s_too_wide_stops_before_allocating(monkeypatch):
     assert isinstance(caught.value, MemoryError) and isinstance(caught.value, ValueError)
 
 
-def test_explicit_exact_solver_that_does_not_fit_names_the_fix(monkeypatch):
-    X, z = wide_data()
+def test_explicit_exact_solver_that_does_not_fit_names_the_fix(monkeypatch, shifted_groups):
+    X, z = shifted_groups(n=100, d=400)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")
     with pytest.raises(InsufficientMemoryError, match=r"svd_solver='full'.*n_features=400"):
         FairPCA(3, svd_solver="full").fit(X, sensitive_features=z)
@@ -70,8 +63,9 @@ def test_explicit_exact_solver_that_does_not_fit_names_the_fix(monkeypatch):
         FairPCA(3, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
 
 
-def test_auto_falls_back_to_the_randomized_solver_when_only_it_fits(monkeypatch):
-    X, z = wide_data()  # n < d <= 500: "auto" would take the exact SVD (about 1.3 MB)
+def test_auto_falls_back_to_the_randomized_solver_when_only_it_fits(monkeypatch, shifted_groups):
+    # n < d <= 500: "auto" would take the exact SVD (about 1.3 MB)
+    X, z = shifted_groups(n=100, d=400)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")  # the randomized route needs 0.5 MB
     fitted = FairPCA(3, random_state=0).fit(X, sensitive_features=z)
     randomized = FairPCA(3, svd_solver="randomized", random_state=0).fit(X, sensitive_features=z)
@@ -82,8 +76,8 @@ def test_auto_falls_back_to_the_randomized_solver_when_only_it_fits(monkeypatch)
     assert not np.array_equal(exact.components_, randomized.components_)
 
 
-def test_streamed_statistics_too_wide_stop_before_allocating(monkeypatch):
-    X, z = wide_data(n=60, d=300)
+def test_streamed_statistics_too_wide_stop_before_allocating(monkeypatch, shifted_groups):
+    X, z = shifted_groups(n=60, d=300)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "500kB")
     with pytest.raises(InsufficientMemoryError, match="n_features=300"):
         FairPCA(2).partial_fit(X, sensitive_features=z)
@@ -91,8 +85,8 @@ def test_streamed_statistics_too_wide_stop_before_allocating(monkeypatch):
         FairPCA(2).fit_chunks(X, sensitive_features=z)
 
 
-def test_exact_kernel_route_too_large_names_nystroem(monkeypatch):
-    X, z = wide_data(n=200, d=5)
+def test_exact_kernel_route_too_large_names_nystroem(monkeypatch, shifted_groups):
+    X, z = shifted_groups(n=200, d=5)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "500kB")  # exact: 3 x 200^2 x 8 = 960 kB
     with pytest.raises(InsufficientMemoryError, match=r"n_samples=200.*nystroem"):
         FairKernelPCA(2, approximation="exact").fit(X, sensitive_features=z)

@@ -21,6 +21,7 @@ from fairpca.tasks.report import (
     Verdict,
     gate_limits,
     group_rates_frame,
+    markdown_table,
     plot_tradeoff,
     render_html,
     render_markdown,
@@ -264,3 +265,26 @@ def test_verdict_states_the_gate_in_the_policys_own_words():
     items = sections[0][1][1].items
     assert f"Gate: policy {policy['description']}." in items
     assert not any("lower 95% bound of selection_rate_ratio" in item for item in items)
+
+
+def test_markdown_table():
+    frame = pd.DataFrame({"a": [1.23456, np.nan], "b": ["x", "y"]})
+    assert markdown_table(frame).splitlines() == ["| a | b |", "|---|---|", "| 1.235 | x |",
+                                                  "| - | y |"]  # fmt: skip
+
+
+def test_report_renders_structured_sections_as_markdown_and_html():
+    from fairpca.tasks.report import Bullets, Plot, Strong, render_html, render_markdown
+
+    sections = [
+        ("Decision", [Strong("do NOT promote"), Bullets(["DP 0.06 > max 0.05", "a < b"])]),
+        ("Table", pd.DataFrame({"x": [1.0]})),
+        ("Plot", Plot("trade-off")),
+        ("Notes", "plain text"),
+    ]
+    markdown = render_markdown("T", sections, "tradeoff.png")
+    assert "**do NOT promote**" in markdown and "- DP 0\\.06 &gt; max 0\\.05" in markdown
+    assert "![trade\\-off](tradeoff.png)" in markdown  # user text escaped (markdown_text)
+    page = render_html("T", sections, None)
+    assert "<p><strong>do NOT promote</strong></p>" in page
+    assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -86,12 +85,6 @@ def test_sklearn_flavor_scores_loader_rows_and_csv_rows(registered, rows, from_c
     np.testing.assert_array_equal(model.predict(from_csv), expected)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def post(port: int, body: str) -> tuple[int, dict]:
     import httpx
 
@@ -105,7 +98,7 @@ def post(port: int, body: str) -> tuple[int, dict]:
 
 
 @pytest.fixture(scope="module")
-def served(registered, tmp_path_factory):
+def served(registered, tmp_path_factory, free_port):
     """``mlflow models serve`` of the registered version on a free port of 127.0.0.1."""
     import httpx
 

@@ -23,11 +23,6 @@ DATASET, SPLIT, K = "compas", 0, 2
 NOISE_COLUMNS = ("gap_to_mean_gap_projection", "gap_to_orth_leace_pca")  # ~1e-14 cross-checks
 TIMING_COLUMNS = ("fit_seconds",)
 
-needs_splits = pytest.mark.skipif(
-    protocol.data_dir() is None,
-    reason="lee2022-splits not found: set FAIRPCA_DATA_DIR to the folder that holds it",
-)
-
 
 def committed_row(name):
     table = pd.read_csv(COMMITTED)
@@ -46,7 +41,7 @@ def printed(value):
     return "nan" if math.isnan(value) else f"{value:.6g}"
 
 
-@needs_splits
+@pytest.mark.usefixtures("lee_splits")
 @pytest.mark.parametrize("name", methods.ALL_METHODS)
 def test_committed_row_is_reproduced(name):
     available, reason = methods.availability(name)

@@ -150,7 +150,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     # the selection handed to the registry: chosen on validation, reported on test, baselines
     selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]
     assert selection["split"] == {"n_train": 1500, "n_validation": 1000, "n_test": 1000}
-    assert selection["gate"] == "upper_bound"
+    assert selection["gate"] == "point"  # the default gate: validation estimates
     for part in ("validation", "test"):
         for name in ("accuracy", "dp_difference", "eo_difference"):
             low, high = selection[part][f"{name}.ci95_low"], selection[part][f"{name}.ci95_high"]
@@ -162,14 +162,15 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert {"majority", "PCA (best)", "chosen"} <= {row["role"] for row in result.summary}
     assert Path(result.report_path).is_file()
 
-    # registered model version with fairness tags; champion only if thresholds met
+    # registered model version with fairness tags; it passes the default gate (the validation
+    # estimates), so it is the champion
     version = client.get_model_version(config.resolved_model_name, result.model_version)
     assert version.run_id == result.run_id
     assert {"fairness.test.accuracy", "fairness.test.dp_difference.ci95_high"} <= set(version.tags)
-    assert result.decision == version.tags["fairness.decision"]
-    if result.champion_moved:
-        champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
-        assert str(champion.version) == result.model_version
+    assert result.decision == version.tags["fairness.decision"] == "promote"
+    assert result.champion_moved
+    champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
+    assert str(champion.version) == result.model_version
     pyfunc = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/{version.version}")
     predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
@@ -429,3 +430,13 @@ def test_only_a_run_off_dask_with_a_dask_address_needs_the_subflow(prefect_harne
 
     assert on_threads("tcp://127.0.0.1:8786") is True
     assert on_threads(None) is False
+
+
+def test_input_example_is_synthetic_and_has_no_sensitive_column():
+    from fairpca.flows.audit import input_example
+
+    X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
+    example = input_example(X, min_group_size=1)
+    assert list(example.columns) == ["age", "job"] and len(example) == 2
+    assert example["age"].tolist() == [35.0, 27.5]  # median and lower quartile
+    assert example["job"].tolist() == ["b", "a"]  # most frequent categories

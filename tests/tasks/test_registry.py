@@ -16,7 +16,7 @@ from fairpca.tasks.registry import (
 
 @pytest.fixture
 def audit(audit_record):
-    """The shared typed audit record (tests/audit/conftest.py)."""
+    """The shared typed audit record (tests/conftest.py)."""
     return audit_record
 
 

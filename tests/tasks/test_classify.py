@@ -68,3 +68,11 @@ def test_every_classifier_saves_with_skops_holding_only_trusted_types(name):
 def test_unknown_classifier_names_the_choices():
     with pytest.raises(ValueError, match="logreg_tuned"):
         make_classifier("xgboost", 100, 0)
+
+
+def test_classifier_regularization_follows_appendix_c1():
+    assert pytest.approx(1 / (2 * 5000 * 0.01)) == make_classifier("logreg", 5000, 0).C
+    assert pytest.approx(1 / (2 * 5000 * 0.00005)) == make_classifier("rbf_svc", 5000, 0).C
+    assert make_classifier("mlp", 10, 0).hidden_layer_sizes == (10, 5)
+    with pytest.raises(ValueError, match="unknown classifier"):
+        make_classifier("tree", 10, 0)

@@ -4,16 +4,16 @@ Reads PREFECT_API_URL and MLFLOW_TRACKING_URI from the environment (E2E_OUTPUT_D
 is where the flows keep their local results). Each subcommand exits non-zero with a message
 that names what is wrong.
 
-    python deployments/e2e_checks.py params audit|retrain-promote|retrain-keep|retrain-demote
-    python deployments/e2e_checks.py deployments            # schedule, pool, pull step
-    python deployments/e2e_checks.py audit FLOW_RUN_ID      # run, metrics, matrices, model
-    python deployments/e2e_checks.py retrain-promote FLOW_RUN_ID   # first retrain: champion
-    python deployments/e2e_checks.py retrain-keep FLOW_RUN_ID      # champion holds, no
+    python tests/e2e/e2e_checks.py params audit|retrain-promote|retrain-keep|retrain-demote
+    python tests/e2e/e2e_checks.py deployments              # schedule, pool, pull step
+    python tests/e2e/e2e_checks.py audit FLOW_RUN_ID        # run, metrics, matrices, model
+    python tests/e2e/e2e_checks.py retrain-promote FLOW_RUN_ID     # first retrain: champion
+    python tests/e2e/e2e_checks.py retrain-keep FLOW_RUN_ID        # champion holds, no
                                                                    # eligible challenger
-    python deployments/e2e_checks.py retrain-demote FLOW_RUN_ID    # champion fails the gate
+    python tests/e2e/e2e_checks.py retrain-demote FLOW_RUN_ID      # champion fails the gate
                                                                    # on new rows: needs-review
-    python deployments/e2e_checks.py bad-params             # rejected before any work
-    python deployments/e2e_checks.py plugin                 # MLflow 'fairness' evaluator
+    python tests/e2e/e2e_checks.py bad-params               # rejected before any work
+    python tests/e2e/e2e_checks.py plugin                   # MLflow 'fairness' evaluator
 """
 
 from __future__ import annotations

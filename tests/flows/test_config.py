@@ -1,0 +1,62 @@
+"""The audit's configuration (``fairpca.flows.config``): defaults, validation messages, files."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from fairpca.flows.config import DEFAULT_LAMBDAS, AuditConfig
+
+
+def test_default_lambdas_are_the_papers():
+    assert tuple(round((i / 10) ** 3, 6) for i in range(11)) == DEFAULT_LAMBDAS
+    assert DEFAULT_LAMBDAS[0] == 0.0 and DEFAULT_LAMBDAS[-1] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({}, "exactly one data source"),
+        ({"dataset": "adult", "data": "x.csv"}, "exactly one data source"),
+        ({"data": "x.csv"}, "needs label"),
+        ({"data": "x.txt", "label": "y", "sensitive": ["s"]}, ".csv or .parquet"),
+        ({"dataset": "adult", "label": "y"}, "apply to a user data file"),
+        ({"dataset": "census"}, "Input should be 'adult'"),
+        ({"dataset": "adult", "lambdas": [-0.5]}, "finite and >= 0"),
+        ({"dataset": "adult", "lambdas": []}, "at least one value"),
+        ({"dataset": "adult", "variants": ["pca", "pca"]}, "twice"),
+        ({"dataset": "adult", "variants": ["svd"]}, "Input should be"),
+        ({"dataset": "adult", "k": 0}, "greater than or equal to 1"),
+        ({"dataset": "adult", "thresholds": {"max_dp_difference": 2}}, "less than or equal"),
+        ({"dataset": "adult", "colour": "red"}, "Extra inputs are not permitted"),
+    ],
+)
+def test_config_validation_messages(values, message):
+    with pytest.raises(ValidationError, match=message):
+        AuditConfig(**values)
+
+
+def test_config_defaults_and_flat_params():
+    config = AuditConfig(dataset="adult")
+    assert config.k is None  # the audit fits min(10, the largest k the data allow)
+    assert config.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.policy == "demographic_parity+four_fifths"
+    assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
+    assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
+    flat = config.flat_params()
+    assert flat["thresholds.max_dp_difference"] == "0.05"
+    assert flat["variants"] == "pca,fair_pca,fair_pca_s,fair_pca_eo"
+    assert flat["data"] == "None"
+
+
+def test_config_file_round_trip(tmp_path):
+    from fairpca.flows.config import load_config_file
+
+    path = tmp_path / "audit.yaml"
+    path.write_text("dataset: german\nk: 3\nthresholds:\n  max_dp_difference: 0.1\n")
+    config = AuditConfig(**load_config_file(path))
+    assert config.k == 3 and config.thresholds.max_dp_difference == 0.1
+    bad = tmp_path / "audit.toml"
+    bad.write_text("k = 3")
+    with pytest.raises(ValueError, match=r"\.json, \.yaml or \.yml"):
+        load_config_file(bad)

@@ -1,0 +1,102 @@
+"""Rows of the audit (``fairpca.tasks.data``): the seeded stratified split and the
+training-rows-only screening of columns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fairpca.tasks.data import split_rows
+
+
+@pytest.mark.parametrize("seed", [0, 1, 7])
+def test_split_rows_is_seeded_disjoint_sized_and_stratified(seed):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    y = (rng.random(n) < 0.25).astype(int)
+    groups = pd.DataFrame({"g": rng.choice(["a", "b"], size=n, p=[0.3, 0.7])})
+    kwargs = {"n_train": 1000, "n_validation": 500, "n_test": 400, "seed": seed}
+    parts = split_rows(y, groups, **kwargs)
+    again = split_rows(y, groups, **kwargs)
+    for part, same in zip(parts, again, strict=True):
+        np.testing.assert_array_equal(part, same)
+    assert [len(part) for part in parts] == [1000, 500, 400]
+    assert len(set(np.concatenate(parts))) == 1900  # disjoint
+    full = pd.Series(y).astype(str) + groups["g"].to_numpy()
+    expected = full.value_counts(normalize=True).sort_index()
+    for part in parts:
+        share = full.iloc[part].value_counts(normalize=True).sort_index()
+        np.testing.assert_allclose(share, expected, atol=0.005)
+
+
+@pytest.mark.parametrize("rare", [1, 2, 3])
+def test_split_rows_keeps_a_tiny_group_without_aborting(rare):
+    y = np.array([0, 1] * 50)
+    groups = pd.DataFrame({"g": ["a"] * (100 - rare) + ["rare"] * rare})
+    train, validation, test = split_rows(y, groups, n_train=60, n_validation=20, n_test=20, seed=0)
+    assert (len(train), len(validation), len(test)) == (60, 20, 20)
+    rare_rows = np.flatnonzero(groups["g"] == "rare")
+    assert set(rare_rows) <= set(train)  # strata of < 3 rows cannot reach all three parts
+
+
+def test_split_rows_scales_sizes_down_to_the_data():
+    y = np.array([0, 1] * 500)
+    groups = pd.DataFrame({"g": ["a", "b"] * 500})
+    parts = split_rows(y, groups, n_train=5000, n_validation=2500, n_test=2500, seed=0)
+    assert [len(part) for part in parts] == [500, 250, 250]
+
+
+def test_split_rows_rejects_too_few_rows():
+    with pytest.raises(ValueError, match="too few"):
+        split_rows(
+            np.array([0, 1, 0]),
+            pd.DataFrame({"g": [0, 1, 0]}),
+            n_train=20,
+            n_validation=20,
+            n_test=20,
+            seed=0,
+        )
+
+
+def test_target_leakage_rule_reads_only_the_training_labels():
+    """A column that predicts the label only on held-out rows is not excluded, and held-out
+    labels cannot change which columns are excluded."""
+    import warnings as _warnings
+    from types import SimpleNamespace
+
+    from fairpca.datasets import screen_columns
+    from fairpca.tasks.data import screen_training_rows
+
+    rng = np.random.default_rng(3)
+    n = 600
+    X = pd.DataFrame({"proxy": rng.normal(size=n), "noise": rng.normal(size=n)})
+    y = rng.integers(0, 2, size=n)
+    train = np.arange(150)
+    config = SimpleNamespace(
+        data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95, min_group_size=30
+    )
+
+    def excluded(labels):
+        data = SimpleNamespace(
+            X=X, sensitive=pd.DataFrame({"g": rng.choice(["a", "b"], size=n)}), screened={}
+        )
+        return screen_training_rows(data, labels, train, config)
+
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("ignore")
+        before, _ = excluded(y)
+        y_held_out_leaks = y.copy()
+        y_held_out_leaks[150:] = (X["proxy"].to_numpy()[150:] > 0).astype(int)
+        after, _ = excluded(y_held_out_leaks)
+        on_all_rows = screen_columns(X, y_held_out_leaks).excluded
+    assert before == after == {}
+    assert "proxy" in on_all_rows  # the rule on every row would have read held-out labels
+    y_train_leaks = y.copy()
+    y_train_leaks[:150] = (X["proxy"].to_numpy()[:150] > 0).astype(int)
+    with pytest.warns(UserWarning, match="proxy"):
+        found, record = excluded(y_train_leaks)
+    assert list(found) == ["proxy"]
+    assert record == [
+        {"column": "proxy", "rule": "target leakage", "score": 1.0, "action": "excluded"}
+    ]

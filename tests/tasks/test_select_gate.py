@@ -1,0 +1,93 @@
+"""Selection of the candidate (``fairpca.tasks.select``) on hand-written validation rows:
+the most accurate passing one, the point and upper-bound gates, degenerate candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fairpca.flows.config import AuditConfig
+from fairpca.tasks.policy import GatePolicy
+from fairpca.tasks.select import gate_failures, select_candidate
+
+
+def _row(variant, lam, accuracy, dp, eo, *, share=0.8, width=0.02):
+    return {"variant": variant, "lambda": lam, "classifier": "logreg", "accuracy": accuracy,
+            "accuracy.ci95_low": accuracy - width, "accuracy.ci95_high": accuracy + width,
+            "dp_difference": dp, "dp_difference.ci95_low": max(0, dp - width),
+            "dp_difference.ci95_high": dp + width, "eo_difference": eo,
+            "eo_difference.ci95_low": max(0, eo - width), "eo_difference.ci95_high": eo + width,
+            "one_class_share": share, "balanced_accuracy": accuracy - 0.05,
+            "balanced_accuracy.ci95_low": accuracy - 0.05 - width,
+            "balanced_accuracy.ci95_high": accuracy - 0.05 + width,
+            "positive_rate": 1 - share, "base_rate": 0.24, "selection_rate_ratio": 0.9}  # fmt: skip
+
+
+def _table():
+    return pd.DataFrame(
+        [
+            _row("pca", np.nan, 0.85, 0.20, 0.20),
+            _row("fair_pca", 0.0, 0.80, 0.01, 0.02),
+            _row("fair_pca", 1.0, 0.82, 0.04, 0.05),
+        ]
+    )
+
+
+def _config(**values):
+    """The DP and EO pair these tests were written for (the former fixed gate)."""
+    return AuditConfig(dataset="adult", **{"policy": "demographic_parity+equal_opportunity",
+                                           **values})  # fmt: skip
+
+
+def test_select_candidate_prefers_the_most_accurate_passing_one():
+    config = _config(thresholds={"max_dp_difference": 0.07}, gate="upper_bound")
+    chosen, decision, _ = select_candidate(_table(), 0.76, config)
+    assert decision.promote and chosen["lambda"] == 1.0 and chosen["accuracy"] == 0.82
+
+
+def test_select_candidate_without_passing_candidates_does_not_promote():
+    config = _config(thresholds={"max_dp_difference": 0.001}, gate="point")
+    chosen, decision, _ = select_candidate(_table(), 0.76, config)
+    assert not decision.promote
+    assert chosen["dp_difference"] == 0.01  # least violating
+    assert any("DP difference 0.0100 > max 0.001" in r for r in decision.reasons)
+
+
+def test_gate_on_the_upper_bound_rejects_what_the_point_estimate_passes():
+    """DP 0.04 passes max 0.05 as a point, its 95% upper bound 0.06 does not."""
+    table = pd.DataFrame([_row("fair_pca", 0.125, 0.82, 0.04, 0.05)])
+    thresholds = {"max_dp_difference": 0.05, "max_eo_difference": 0.10}
+    point = _config(thresholds=thresholds, gate="point")
+    upper = _config(thresholds=thresholds, gate="upper_bound")
+    _, promoted, _ = select_candidate(table, 0.76, point)
+    _, kept, _ = select_candidate(table, 0.76, upper)
+    assert promoted.promote and not kept.promote
+    assert "DP difference (95% upper bound) 0.0600 > max 0.05" in kept.reasons
+
+
+def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
+    """A constant classifier (DP = EO = 0) passes every fairness threshold; it is rejected."""
+    constant = _row("fair_pca_s", 0.125, 0.7636, 0.0, 0.0, share=1.0)
+    near_majority = _row("fair_pca_s", 1.0, 0.7650, 0.001, 0.0, share=0.97)
+    unfair = _row("pca", np.nan, 0.85, 0.20, 0.20)
+    config = _config()
+    chosen, decision, eligible = select_candidate(
+        pd.DataFrame([constant, near_majority, unfair]), 0.7608, config
+    )
+    assert not decision.promote and eligible
+    assert chosen["variant"] == "pca"  # the only eligible candidate, for review
+    assert any("are not eligible" in r and "nothing is promoted" in r for r in decision.reasons)
+    from fairpca.tasks.select import ineligibility
+
+    assert any(
+        "predicts one class for 100.0%" in r for r in ineligibility(constant, 0.7608, config)
+    )
+    assert any("does not beat the majority" in r for r in ineligibility(near_majority, 0.7608,
+                                                                        config))  # fmt: skip
+
+
+def test_gate_failures_name_every_failure():
+    row = _row("fair_pca", 0.0, 0.5, 0.3, 0.4)
+    policy = GatePolicy.from_config(_config(thresholds={"min_accuracy": 0.6}, gate="point"))
+    failures = gate_failures(row, policy)
+    assert len(failures) == 3 and "accuracy 0.5000 < min 0.6" in failures

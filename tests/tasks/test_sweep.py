@@ -1,0 +1,46 @@
+"""The lambda sweep (``fairpca.tasks.sweep``): one fit per representation, reused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from fairpca.flows.config import AuditConfig
+
+
+def test_sweep_fits_once_and_reuses_the_representation():
+    from fairpca.tasks.data import Split
+    from fairpca.tasks.evaluate import shared_mmd_sigma
+    from fairpca.tasks.represent import fit_representation
+    from fairpca.tasks.sweep import sweep_representation
+
+    rng = np.random.default_rng(0)
+    n, d = 400, 8
+    s = pd.DataFrame({"g": rng.integers(0, 2, n)})
+    Z = rng.normal(size=(n, d)) + 1.5 * s[["g"]].to_numpy()
+    y = (Z[:, 0] + rng.normal(size=n) > 0.7).astype(int)
+    split = Split(
+        pd.DataFrame(Z[:300]), y[:300], s.iloc[:300].reset_index(drop=True),
+        pd.DataFrame(Z[300:]), y[300:], s.iloc[300:].reset_index(drop=True),
+        pd.DataFrame(Z[:0]), y[:0], s.iloc[:0],  # the sweep never reads test rows
+    )  # fmt: skip
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "linear_svm"]
+    )
+    rep = fit_representation.fn(
+        "fair_pca", Z[:300], y[:300], split.s_train, k=3, equalize_covariance=0.5, seed=0
+    )
+    components = rep.estimator.components_.copy()
+    sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
+    seen = []
+    result = sweep_representation(
+        rep, Z[:300], Z[300:], split, config, sigma, lambda v, i, t: seen.append((i, t))
+    )
+    assert seen == [(1, 2), (2, 2)]
+    np.testing.assert_array_equal(rep.estimator.components_, components)  # not refitted
+    assert rep.estimator.tradeoff == 0.0  # restored
+    table = pd.DataFrame(result.rows)
+    assert len(table) == 4 and set(table["n_features"]) == {3, 6}
+    assert table.loc[table["lambda"] == 0.0, "mean_gap_train"].max() < 1e-10
+    assert set(result.classifiers) == {(0, "logreg"), (0, "linear_svm"), (1, "logreg"),
+                                       (1, "linear_svm")}  # fmt: skip
