@@ -47,20 +47,22 @@ def test_challenger_replaces_the_champion_only_when_not_worse_on_the_shared_rows
 
 
 def test_a_laxer_gate_policy_may_not_move_the_champion():
-    strict = _policy()
+    strict = _policy(gate="upper_bound")
     champion = {"version": "2", "tags": strict.tags()}
     passed = Decision(True, ["passes its gate"])
     better = _metrics(0.9, 0.8)
     for lax in (
         _policy(gate="point"),
-        _policy(policy="demographic_parity"),
-        _policy(thresholds={"max_dp_difference": 0.1}),
+        _policy(policy="demographic_parity", gate="upper_bound"),
+        _policy(thresholds={"max_dp_difference": 0.1}, gate="upper_bound"),
     ):
         decision, record = decide_promotion(passed, better, champion, _metrics(0.8, 0.7), lax)
         assert not decision.promote
         assert record["outcome"] == "refused: laxer gate"
         assert "laxer than the one champion v2 was chosen under" in record["reason"]
-    stricter = _policy(policy="demographic_parity+four_fifths+equal_opportunity")
+    stricter = _policy(
+        policy="demographic_parity+four_fifths+equal_opportunity", gate="upper_bound"
+    )
     decision, record = decide_promotion(passed, better, champion, _metrics(0.8, 0.7), stricter)
     assert decision.promote and record["outcome"] == "champion replaced"
 
@@ -71,4 +73,8 @@ def test_a_version_without_policy_tags_was_chosen_under_the_legacy_pair():
          "threshold.min_accuracy": "0.0", "fairness.gate": "upper_bound"}
     )  # fmt: skip
     assert legacy.name == "demographic_parity+equal_opportunity"
-    assert _policy().laxer_than(legacy) == ["it does not gate equal_opportunity"]
+    assert _policy(gate="upper_bound").laxer_than(legacy) == ["it does not gate equal_opportunity"]
+    assert _policy().laxer_than(legacy) == [
+        "it does not gate equal_opportunity",
+        "it judges point estimates, not the 95% interval bounds",
+    ]

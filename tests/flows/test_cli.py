@@ -151,7 +151,25 @@ def _result(**overrides):
     }
     summary = [{**row, "role": role} for role in ("majority", "PCA (best)", "chosen", "last λ")]
     summary[0].update(variant="-", classifier="majority", **{"lambda": None})
-    test = {"accuracy": 0.81, "accuracy.ci95_low": 0.79, "accuracy.ci95_high": 0.83}
+    test = {
+        "accuracy": 0.81,
+        "accuracy.ci95_low": 0.79,
+        "accuracy.ci95_high": 0.83,
+        "balanced_accuracy": 0.65,
+        "balanced_accuracy.ci95_low": 0.63,
+        "balanced_accuracy.ci95_high": 0.67,
+        "selection_rate.sex:Female": 0.174,
+        "tpr.sex:Female": 0.462,
+        "fpr.sex:Female": 0.138,
+        "base_rate.sex:Female": 0.11,
+    }
+    reference = {
+        "name": "threshold_optimizer",
+        "approach": "post-processing",
+        "needs_sensitive_at_prediction": True,
+        "validation": test,
+        "test": test,
+    }
     values = dict(
         run_id="f79fe6b6ef204cf6bc432b7163157ac2", run_name="audit-adult-20261201T083632-883dd2",
         experiment_id="1", tracking_uri="sqlite:///mlflow.db", model_name="fairpca-adult-x-sex",
@@ -159,8 +177,11 @@ def _result(**overrides):
         reasons=["fair_pca_eo/linear_svm@lambda=0.125 meets the thresholds"], chosen={},
         output_dir="/tmp/out", report_path="/tmp/out/report.html", summary=summary,
         selection={"chosen": {"name": "fair_pca_eo/linear_svm@lambda=0.125"}, "gate": "upper_bound",
-                   "test": test, "warnings": [],
-                   "baselines": {"majority": {"test": test}}},
+                   "test": test, "warnings": [], "group_sizes": {"sex": {"Female": 3316}},
+                   "baselines": {"majority": {"class": 0, "test": test}}},
+        references=[reference],
+        screening=[{"column": "rank", "rule": "target leakage", "score": 0.83,
+                    "action": "excluded"}],
     )  # fmt: skip
     return AuditResult(**{**values, **overrides})
 
@@ -197,6 +218,19 @@ def test_summary_at_80_columns_cuts_no_cell():
     for title in kept:
         for word in cells[title].split():
             assert word in words, (title, word)  # whole, never cut
+
+
+def test_summary_shows_balanced_accuracy_references_group_rates_and_screening():
+    text = " ".join(_printed(_result(), width=80).split())
+    assert "fair_pca_eo/linear_svm@lambda=0.125 (chosen): acc 0.810 [0.790, 0.830], bal. acc " in (
+        text
+    )
+    assert (
+        "threshold_optimizer (reference: post-processing, needs the sensitive attribute at "
+        "prediction): acc 0.810" in text
+    )
+    assert "sex:Female (3316 rows): selection rate 0.174, TPR 0.462, FPR 0.138, base rate" in text
+    assert "Column screening: - excluded 'rank': target leakage (score 0.830)" in text
 
 
 def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():

@@ -123,7 +123,9 @@ def test_model_card_content(audit):
         "Intended use and limits",
         "Data",
         "Sensitive attributes and group sizes",
-        "Test metrics beside the baselines",
+        "Test metrics beside the baselines and references",
+        "Per-group rates on the test rows",
+        "Column screening",
         "Thresholds and decision",
         "Projection matrices (SHA-256)",
         "Code version",
@@ -379,6 +381,7 @@ def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
     audit.selection.baselines.pca = None
     audit.selection.chosen.lambda_ = None
     card = render_model_card(audit)
-    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | - |" in card
+    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 |\n" in card
+    assert "unconstrained PCA" not in card.split("## Test metrics")[1].split("## ")[0]
     assert "lambda n/a)" in card
     assert fairness_tags(audit)["fairness.baseline.accuracy"] == "0.761100"
