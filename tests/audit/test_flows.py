@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fairpca.tasks.registry import resolved_model_name
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 mlflow = pytest.importorskip("mlflow")
@@ -63,7 +65,13 @@ def training_design(config, preprocess):
     """Rebuild the audit's training rows (same seed) and encode them with the logged step."""
     from fairpca.tasks.data import load_source, split_data
 
-    split = split_data.fn(load_source(config), config)
+    split = split_data.fn(
+        load_source(config),
+        config.split,
+        config.source,
+        seed=config.seed,
+        min_group_size=config.evaluation.min_group_size,
+    )
     return preprocess.transform(split.X_train), split
 
 
@@ -123,7 +131,9 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert hashlib.sha256(U_path.read_bytes()).hexdigest() == hashes["fair_pca/components_"]
     U, mean = np.load(U_path), np.load(mean_path)
     np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-10)
-    model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}/1")
+    model = mlflow.sklearn.load_model(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}/1"
+    )
     Z, split = training_design(config, model.named_steps["preprocess"])
     assert_fair_constraint(U, mean, Z, split.s_train)
 
@@ -163,14 +173,19 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert Path(result.report_path).is_file()
 
     # registered model version with fairness tags; champion only if thresholds met
-    version = client.get_model_version(config.resolved_model_name, result.model_version)
+    version = client.get_model_version(
+        resolved_model_name(config.source, config.tracking.model_name), result.model_version
+    )
     assert version.run_id == result.run_id
     assert {"fairness.test.accuracy", "fairness.test.dp_difference.ci95_high"} <= set(version.tags)
     assert result.decision == version.tags["fairness.decision"]
     if result.champion_moved:
-        champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
+        champion = client.get_model_version_by_alias(
+            resolved_model_name(config.source, config.tracking.model_name), "champion"
+        )
         assert str(champion.version) == result.model_version
-    pyfunc = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/{version.version}")
+    name = resolved_model_name(config.source, config.tracking.model_name)
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{version.version}")
     predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
 
@@ -222,7 +237,9 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
         assert min(h.value for h in history if h.step == 0) < 1e-8
     assert result.champion_moved  # thresholds of 1.0 always pass
 
-    model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}@champion")
+    model = mlflow.sklearn.load_model(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}@champion"
+    )
     Z, split = training_design(config, model.named_steps["preprocess"])
     local = tmp_path / "dl"
     U = np.load(download(client, result.run_id, "projection/fair_pca_eo/components_.npy", local))
@@ -266,14 +283,22 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     result = fairness_audit(config)
     assert result.decision == "keep" and not result.champion_moved
     assert any("no eligible candidate meets the thresholds" in r for r in result.reasons)
-    version = client.get_model_version(config.resolved_model_name, result.model_version)
+    version = client.get_model_version(
+        resolved_model_name(config.source, config.tracking.model_name), result.model_version
+    )
     assert version.tags["fairness.decision"] == "keep"
     with pytest.raises(mlflow.exceptions.MlflowException):
-        client.get_model_version_by_alias(config.resolved_model_name, "champion")
-    model = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/1")
+        client.get_model_version_by_alias(
+            resolved_model_name(config.source, config.tracking.model_name), "champion"
+        )
+    model = mlflow.pyfunc.load_model(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}/1"
+    )
     assert len(model.predict(frame.drop(columns=["group", "outcome"]).head(5))) == 5
     # privacy: the signature and the input example carry no sensitive column
-    info = mlflow.models.get_model_info(f"models:/{config.resolved_model_name}/1")
+    info = mlflow.models.get_model_info(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}/1"
+    )
     assert "group" not in info.signature.inputs.input_names()
 
 
@@ -318,7 +343,7 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     config = make_config(store, tmp_path, lambdas=[0.0], mlflow_retries=0)
     # a registered model of another definition holds the name: a non-transient failure at
     # the model step
-    client.create_registered_model(config.model_name, tags={DEFINITION_TAG: '{"other":1}'})
+    client.create_registered_model(config.tracking.model_name, tags={DEFINITION_TAG: '{"other":1}'})
     with pytest.raises(MlflowLoggingError) as info:
         fairness_audit(config)
     out_dir = next((tmp_path / "out").iterdir())
@@ -327,7 +352,7 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     failed = [
         r
         for r in client.search_runs(
-            [client.get_experiment_by_name(config.experiment_name).experiment_id],
+            [client.get_experiment_by_name(config.tracking.experiment_name).experiment_id],
             filter_string=f"tags.`fairpca.audit_id` = '{out_dir.name}'",
         )
         if r.info.status == "FAILED"
@@ -335,7 +360,7 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     assert failed and "fairpca.logging_error" in failed[0].data.tags
     assert json.loads((out_dir / "mlflow_status.json").read_text())["status"] == "FAILED"
 
-    client.delete_registered_model(config.model_name)
+    client.delete_registered_model(config.tracking.model_name)
     logged = relog_output_dir(out_dir, uri)
     assert logged["run_id"] == failed[0].info.run_id
     assert client.get_run(logged["run_id"]).info.status == "FINISHED"

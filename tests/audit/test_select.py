@@ -14,7 +14,7 @@ from fairpca.tasks.select import choose, ineligibility, select_candidate
 
 
 def _config(**values):
-    return AuditConfig(dataset="adult", **values)
+    return AuditConfig(dataset="adult", **values).selection
 
 
 def _row(y, y_pred, groups, **extra):
@@ -96,7 +96,7 @@ def test_policy_names_parse_and_refuse_unknown_parts():
         parse_policy("demographic_parity+fairness")
     with pytest.raises(ValueError, match="policy"):
         AuditConfig(dataset="adult", policy="equal_chance")
-    assert AuditConfig(dataset="adult").policy == "demographic_parity+four_fifths"
+    assert AuditConfig(dataset="adult").selection.policy == "demographic_parity+four_fifths"
 
 
 def test_four_fifths_gates_the_observed_selection_rate_ratio():

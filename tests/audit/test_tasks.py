@@ -12,6 +12,7 @@ from fairpca.tasks.classify import make_classifier
 from fairpca.tasks.data import split_rows
 from fairpca.tasks.evaluate import classifier_metrics
 from fairpca.tasks.policy import GatePolicy
+from fairpca.tasks.registry import resolved_model_name
 from fairpca.tasks.report import markdown_table
 from fairpca.tasks.select import gate_failures, select_candidate
 
@@ -132,7 +133,7 @@ def _table():
 def _config(**values):
     """The DP and EO pair these tests were written for (the former fixed gate)."""
     return AuditConfig(dataset="adult", **{"policy": "demographic_parity+equal_opportunity",
-                                           **values})  # fmt: skip
+                                           **values}).selection  # fmt: skip
 
 
 def test_select_candidate_prefers_the_most_accurate_passing_one():
@@ -233,11 +234,14 @@ def test_config_validation_messages(values, message):
 
 def test_config_defaults_and_flat_params():
     config = AuditConfig(dataset="adult")
-    assert config.k is None  # the audit fits min(10, the largest k the data allow)
-    assert config.lambdas == list(DEFAULT_LAMBDAS)
-    assert config.policy == "demographic_parity+four_fifths"
-    assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
-    assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
+    assert config.representation.k is None  # the audit fits min(10, the largest k the data allow)
+    assert config.representation.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.selection.policy == "demographic_parity+four_fifths"
+    assert config.representation.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
+    assert (
+        resolved_model_name(config.source, config.tracking.model_name)
+        == "fairpca-adult-income_gt_50k-sex"
+    )
     flat = config.flat_params()
     assert flat["thresholds.max_dp_difference"] == "0.05"
     assert flat["variants"] == "pca,fair_pca,fair_pca_s,fair_pca_eo"
@@ -250,7 +254,8 @@ def test_config_file_round_trip(tmp_path):
     path = tmp_path / "audit.yaml"
     path.write_text("dataset: german\nk: 3\nthresholds:\n  max_dp_difference: 0.1\n")
     config = AuditConfig(**load_config_file(path))
-    assert config.k == 3 and config.thresholds.max_dp_difference == 0.1
+    assert config.representation.k == 3
+    assert config.selection.thresholds.max_dp_difference == 0.1
     bad = tmp_path / "audit.toml"
     bad.write_text("k = 3")
     with pytest.raises(ValueError, match=r"\.json, \.yaml or \.yml"):
@@ -261,7 +266,7 @@ def test_input_example_is_synthetic_and_has_no_sensitive_column():
     from fairpca.flows.audit import input_example
 
     X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
-    example = input_example(X, min_group_size=1)
+    example = input_example(X, min_category_count=1)
     assert list(example.columns) == ["age", "job"] and len(example) == 2
     assert example["age"].tolist() == [35.0, 27.5]  # median and lower quartile
     assert example["job"].tolist() == ["b", "a"]  # most frequent categories
@@ -309,8 +314,9 @@ def test_sweep_fits_once_and_reuses_the_representation():
     sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
     seen = []
     result = sweep_representation(
-        rep, Z[:300], Z[300:], split, config, sigma, lambda v, i, t: seen.append((i, t))
-    )
+        rep, Z[:300], Z[300:], split, config.representation, config.evaluation, config.seed,
+        sigma, lambda v, i, t: seen.append((i, t)),
+    )  # fmt: skip
     assert seen == [(1, 2), (2, 2)]
     np.testing.assert_array_equal(rep.estimator.components_, components)  # not refitted
     assert rep.estimator.tradeoff == 0.0  # restored
@@ -403,15 +409,13 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     X = pd.DataFrame({"proxy": rng.normal(size=n), "noise": rng.normal(size=n)})
     y = rng.integers(0, 2, size=n)
     train = np.arange(150)
-    config = SimpleNamespace(
-        data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95, min_group_size=30
-    )
+    source = SimpleNamespace(data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95)
 
     def excluded(labels):
         data = SimpleNamespace(
             X=X, sensitive=pd.DataFrame({"g": rng.choice(["a", "b"], size=n)}), screened={}
         )
-        return screen_training_rows(data, labels, train, config)
+        return screen_training_rows(data, labels, train, source, 30)
 
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")
