@@ -208,7 +208,8 @@ def check_audit(flow_run_id: str) -> None:
             matrix = np.load(local)
             gram = matrix @ matrix.T
             check(
-                matrix.shape[0] == TINY_CONFIG["representation"]["k"] and np.allclose(gram, np.eye(len(gram))),
+                matrix.shape[0] == TINY_CONFIG["representation"]["k"]
+                and np.allclose(gram, np.eye(len(gram))),
                 f"{path}: shape {matrix.shape}, rows not orthonormal",
             )
     versions = client.search_model_versions(f"run_id = '{run_id}'")

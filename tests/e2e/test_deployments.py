@@ -157,7 +157,8 @@ def test_e2e_params_are_valid_configs():
     assert {resolved_model_name(c.source, c.tracking.model_name) for c in configs.values()} == {
         checks.RETRAIN_MODEL
     }
-    assert configs["retrain-keep"].selection.thresholds == configs["retrain-promote"].selection.thresholds
+    keep, promote = configs["retrain-keep"].selection, configs["retrain-promote"].selection
+    assert keep.thresholds == promote.thresholds
     assert configs["retrain-keep"].selection.min_accuracy_gain == 0.5  # no challenger is eligible
     assert configs["retrain-demote"].selection.thresholds.min_accuracy == 1.0  # the champion fails
 
