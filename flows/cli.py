@@ -20,7 +20,16 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from rich.markup import escape
 
-from .config import AuditConfig, RetrainConfig, TrackingConfig, leaf_fields
+from .config import (
+    AuditConfig,
+    RetrainConfig,
+    TrackingConfig,
+    leaf_fields,
+    load_config_file,
+    mask_credentials,
+    nest_flat_keys,
+    resolve_tracking_uri,
+)
 from .console import (
     console,
     err_console,
@@ -39,7 +48,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode=None,  # click's help wraps long option names; rich's tables cut them
 )
 
 
@@ -83,13 +92,7 @@ def _option(info: FieldInfo, path: tuple[str, ...]) -> ConfigOption:
     elif kind == list[str]:
         help_text += " Repeat the option for several."
     shown = False if default is None or default == [] else _shown(default)
-    option = typer.Option(
-        *flags,
-        help=help_text,
-        show_default=shown,
-        rich_help_panel=path[0].capitalize() if len(path) > 1 else "Run",
-        metavar="" if kind is bool else None,  # a flag takes no value: no <bool> in the help
-    )
+    option = typer.Option(*flags, help=help_text, show_default=shown)
     return ConfigOption(path, Annotated[kind | None, option], comma)
 
 
@@ -131,8 +134,6 @@ def _comma_list(value: str, cast: type, flag: str) -> list[Any]:
 
 def build_config(options: dict[str, Any], config_file: Path | None, model_class):
     """Merge ``--config FILE`` with the options given (name -> value) and validate."""
-    from .config import load_config_file, nest_flat_keys
-
     values = nest_flat_keys(model_class, load_config_file(config_file) if config_file else {})
     for option in config_options(model_class):
         value = options.get(option.name)
@@ -179,7 +180,6 @@ def _run(flow_name: str, config) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
     from fairpca.tasks.registry import resolved_model_name
 
-    from .config import resolve_tracking_uri
     from .server import start_server, temporary_server
     from .tracking import champion_version
     from .warmup import start_warmup
@@ -237,7 +237,6 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
 
 def _check_tracking(uri: str | None) -> None:
     """The tracking URI takes an audit (seconds), before any server starts."""
-    from .config import mask_credentials, resolve_tracking_uri
     from .tracking import TrackingUnreachable, check_tracking_uri
 
     resolved = resolve_tracking_uri(uri)
@@ -282,8 +281,6 @@ def relog(
     Nothing in the directory is executed or unpickled: the saved model is logged as files,
     each checked against the SHA-256 manifest the audit wrote.
     """
-    from .config import resolve_tracking_uri
-
     prefect_defaults()
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
@@ -351,7 +348,6 @@ def gate_register(
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from .config import mask_credentials, resolve_tracking_uri
     from .gate_server import register_webhook, secret_from_env
 
     try:

@@ -509,8 +509,8 @@ class AuditConfig(BaseModel):
         """The whole config as flat ``key -> str`` pairs (MLflow params), named by their key
         within the section (``min_group_size``, ``thresholds.max_dp_difference``)."""
         dumped = json.loads(self.model_dump_json())
-        for section in section_of_key(type(self)).values():
-            dumped.update(dumped.pop(section, None) or {})
+        for section in sections(type(self)):
+            dumped.update(dumped.pop(section))
         return _flatten(dumped)
 
 

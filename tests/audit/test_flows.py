@@ -151,8 +151,8 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     report = download(client, result.run_id, "report/report.md", local).read_text()
     assert report.startswith("# ") and "## Verdict" in report and "tradeoff.png" in report
     resolved = json.loads(download(client, result.run_id, "report/config.json", local).read_text())
-    assert resolved["k"] == 4
-    assert resolved["sensitive"] == ["sex"]  # the attribute actually used (default: sex)
+    assert resolved["representation"]["k"] == 4  # config.json: the config, in sections
+    assert resolved["source"]["sensitive"] == ["sex"]  # the attribute actually used (default)
     page = download(client, result.run_id, "report/report.html", local).read_text()
     assert "**" not in page and "\n- " not in page and "<li>" in page
     assert page.index("class='verdict") < page.index("Per-group rates") < page.index("<img")
