@@ -66,7 +66,7 @@ def training_design(config, preprocess):
     from fairpca.tasks.data import load_source, split_data
 
     split = split_data.fn(
-        load_source(config),
+        load_source(config.source),
         config.split,
         config.source,
         seed=config.seed,
@@ -312,19 +312,22 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     base = make_config(store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose).model_dump()
     first = retrain(RetrainConfig(**base))
     assert first.champion_moved and first.model_version == "1"
-    second = retrain(RetrainConfig(**{**base, "run_name": "retrain-second-" + tmp_path.name}))
+    output = {**base["output"], "run_name": "retrain-second-" + tmp_path.name}
+    second = retrain(RetrainConfig(**{**base, "output": output}))
     assert second.champion_moved and second.model_version == "2"  # same data: no regression
     run = client.get_run(second.run_id)
     assert run.data.tags["fairpca.retrain_decision"] == "promote"
     assert run.data.tags["fairpca.champion_version_before"] == "1"
     assert any("champion v1" in r for r in second.reasons)
-    strict = {**base, "thresholds": {"max_dp_difference": 0.0, "max_eo_difference": 0.0}}
+    zero = {"max_dp_difference": 0.0, "max_eo_difference": 0.0}
+    strict = {**base, "selection": {**base["selection"], "thresholds": zero}}
     third = retrain(RetrainConfig(**strict))
     assert not third.champion_moved and third.model_version == "3"
     # the champion fails the strict gate on the new rows as well: moved to needs-review
-    review = client.get_model_version_by_alias(base["model_name"], "needs-review")
+    name = base["tracking"]["model_name"]
+    review = client.get_model_version_by_alias(name, "needs-review")
     assert str(review.version) == "2"
-    assert "champion" not in client.get_registered_model(base["model_name"]).aliases
+    assert "champion" not in client.get_registered_model(name).aliases
     report = Path(third.output_dir, "report.md").read_text()
     assert "Retrain decision: keep champion" in report
 

@@ -162,7 +162,7 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         assert metrics["accuracy.ci95_low"] <= metrics["accuracy"] <= metrics["accuracy.ci95_high"]
         assert "balanced_accuracy" in metrics
     split = split_data.fn(
-        load_source(second_config),
+        load_source(second_config.source),
         second_config.split,
         second_config.source,
         seed=second_config.seed,
