@@ -119,7 +119,7 @@ AUDIT_OPTIONS = (
     # selection
     "--policy", "--max-dp-difference", "--max-dp", "--max-eo-difference", "--max-eo",
     "--max-equalized-odds-difference", "--min-selection-rate-ratio", "--min-accuracy",
-    "--gate", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
+    "--gate", "--select-by", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
     "--min-positive-rate-ratio", "--max-one-class-share", "--allow-row-storing-models",
     # tracking
     "--tracking-uri", "--experiment-name", "--model-name", "--champion-alias",
@@ -170,7 +170,7 @@ def test_help_shows_the_defaults_and_wraps_at_80_columns():
         "suppressed; still constrained by fair PCA). [default: (30)]",
         "never appear in the logged input example. [default: (30)]",
         "[default: (fairpca-output)]",
-        "[default: (logreg, linear_svm, rbf_svc)]",
+        "[default: (logreg, logreg_tuned, linear_svm, rbf_svc)]",
         "default: min(10, the largest k the encoded training data allow)",
     ):
         assert shown in text, shown
@@ -252,7 +252,7 @@ def _result(**overrides):
         output_dir="/tmp/out", report_path="/tmp/out/report.html", summary=summary,
         selection={"chosen": {"name": "fair_pca_eo/linear_svm@lambda=0.125"}, "gate": "upper_bound",
                    "test": test, "warnings": [],
-                   "baselines": {"majority": {"test": test}}},
+                   "baselines": {"majority": {"class": 0, "test": test}}},
     )  # fmt: skip
     return AuditResult(**{**values, **overrides})
 

@@ -21,7 +21,7 @@ SECTIONS = {
                        "metric_max_rows"},
     "evaluation": {"classifiers", "svc_max_train_rows", "min_group_size", "allow_small_groups",
                    "n_bootstrap"},
-    "selection": {"policy", "thresholds", "gate", "min_accuracy_gain",
+    "selection": {"policy", "thresholds", "gate", "select_by", "min_accuracy_gain",
                   "min_balanced_accuracy_margin", "min_positive_rate_ratio",
                   "max_one_class_share", "allow_row_storing_models"},
     "tracking": {"tracking_uri", "experiment_name", "model_name", "champion_alias",
