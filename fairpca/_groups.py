@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-MIN_GROUP_SIZE = 2
+MIN_ROWS_PER_GROUP = 2
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ def encode_labels(
 
 
 def encode_groups(
-    sensitive_features, n_samples: int, *, min_group_size: int = MIN_GROUP_SIZE
+    sensitive_features, n_samples: int, *, min_rows: int = MIN_ROWS_PER_GROUP
 ) -> GroupEncoding:
     """Validate sensitive attributes and encode their groups as integer codes.
 
@@ -204,7 +204,7 @@ def encode_groups(
         Group labels of any hashable type, or a DataFrame with one column per attribute.
     n_samples : int
         Number of rows of ``X`` the labels must align with.
-    min_group_size : int, default=2
+    min_rows : int, default=2
         Smallest number of rows a group may have.
 
     Returns
@@ -215,14 +215,14 @@ def encode_groups(
     ------
     ValueError
         On a length mismatch, missing labels, an attribute with a single group or a group with
-        fewer than ``min_group_size`` rows.
+        fewer than ``min_rows`` rows.
     """
     encoding, _ = encode_labels(sensitive_features, n_samples)
     counts = [
         np.bincount(encoding.codes[:, a], minlength=len(labels))
         for a, labels in enumerate(encoding.groups)
     ]
-    check_group_sizes(encoding.names, encoding.groups, counts, min_group_size=min_group_size)
+    check_group_sizes(encoding.names, encoding.groups, counts, min_rows=min_rows)
     return encoding
 
 
@@ -232,13 +232,13 @@ def check_group_sizes(
     counts,
     *,
     rows: str = "rows",
-    min_group_size: int = MIN_GROUP_SIZE,
+    min_rows: int = MIN_ROWS_PER_GROUP,
     error: type[ValueError] = ValueError,
     prefix: str = "",
     fix: str = "Merge rare groups or collect more rows.",
 ) -> None:
     """Raise ``error`` when an attribute has a single group, or a group with fewer than
-    ``min_group_size`` of the counted rows.
+    ``min_rows`` of the counted rows.
 
     Parameters
     ----------
@@ -260,10 +260,10 @@ def check_group_sizes(
                 f"among the {rows}; fair PCA needs at least two groups to compare. Check the "
                 "column, or drop it from sensitive_features."
             )
-        small = [labels[g] for g in np.flatnonzero(np.asarray(count) < min_group_size)]
+        small = [labels[g] for g in np.flatnonzero(np.asarray(count) < min_rows)]
         if small:
             raise error(
                 f"{prefix}sensitive attribute {name!r}: group(s) {small!r} have fewer than "
-                f"{min_group_size} {rows}; a group mean (and covariance) needs at least "
-                f"{min_group_size}. {fix}".rstrip()
+                f"{min_rows} {rows}; a group mean (and covariance) needs at least "
+                f"{min_rows}. {fix}".rstrip()
             )

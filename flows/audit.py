@@ -61,7 +61,7 @@ from fairpca.tasks.references import (
     reference_mitigations,
     sensitive_at_prediction_note,
 )
-from fairpca.tasks.registry import provenance
+from fairpca.tasks.registry import provenance, resolved_model_name
 from fairpca.tasks.report import Bullets, write_matrices, write_report
 from fairpca.tasks.represent import fit_preprocessor, fit_representation, resolve_k
 from fairpca.tasks.select import candidate_name, choose, require_fair_variant
@@ -118,7 +118,7 @@ def _dashed(variant: str) -> str:
 def unique_run_name(config: AuditConfig, kind: str = "audit") -> str:
     """``<kind>-<source>-<UTC time>-<random>``: unique across concurrent audits."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    source = re.sub(r"[^a-z0-9-]+", "-", config.source_name.lower()).strip("-") or "data"
+    source = re.sub(r"[^a-z0-9-]+", "-", config.source.name.lower()).strip("-") or "data"
     return f"{kind}-{source}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
@@ -131,11 +131,11 @@ def _fit_representations(config, split, encoded_train, timings):
             encoded_train,
             split.y_train,
             split.s_train,
-            k=config.k,
-            equalize_covariance=config.equalize_covariance,
+            k=config.representation.k,
+            equalize_covariance=config.representation.equalize_covariance,
             seed=config.seed,
         )
-        for variant in config.variants
+        for variant in config.representation.variants
     }
     representations, skipped = {}, {}
     for variant, future in futures.items():
@@ -144,7 +144,7 @@ def _fit_representations(config, split, encoded_train, timings):
         except ValueError as error:  # e.g. k too large, a group without positive rows (EO)
             skipped[variant] = str(error)
             logger.warning("variant %s skipped: %s", variant, error)
-    require_fair_variant(config.variants, skipped, encoded_train.shape[1])
+    require_fair_variant(config.representation.variants, skipped, encoded_train.shape[1])
     if not representations:
         raise ValueError("no representation could be fitted: " + "; ".join(skipped.values()))
     for variant, rep in representations.items():
@@ -155,11 +155,22 @@ def _fit_representations(config, split, encoded_train, timings):
 def _sweep_all(config, split, representations, encoded_train, encoded_validation, timings):
     """One lambda sweep per representation (in parallel), on training and validation rows."""
     sigma = shared_mmd_sigma(
-        encoded_train, config.k, max_rows=config.metric_max_rows, seed=config.seed
+        encoded_train,
+        config.representation.k,
+        max_rows=config.representation.metric_max_rows,
+        seed=config.seed,
     )
     futures = {
         variant: lambda_sweep.submit(
-            variant, rep, encoded_train, encoded_validation, split, config, sigma
+            variant,
+            rep,
+            encoded_train,
+            encoded_validation,
+            split,
+            config.representation,
+            config.evaluation,
+            config.seed,
+            sigma,
         )
         for variant, rep in representations.items()
     }
@@ -172,7 +183,12 @@ def _sweep_all(config, split, representations, encoded_train, encoded_validation
 def _resolved(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, dict]:
     """The config as fitted: the split sizes used and the k fitted (see
     :func:`fairpca.tasks.represent.resolve_k`), so params and record report what ran."""
-    k = resolve_k(config.k, encoded_train.shape[1], split.s_train, list(config.variants))
+    k = resolve_k(
+        config.representation.k,
+        encoded_train.shape[1],
+        split.s_train,
+        list(config.representation.variants),
+    )
     if k["requested"] is None:
         get_run_logger().warning(k["note"])
     sizes = {
@@ -180,20 +196,32 @@ def _resolved(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, d
         "n_validation": len(split.y_validation),
         "n_test": len(split.y_test),
     }
-    update = {"sensitive": list(split.s_train.columns), "k": k["fitted"], **sizes}
+    source = config.source.model_copy(update={"sensitive": list(split.s_train.columns)})
+    representation = config.representation.model_copy(update={"k": k["fitted"]})
+    update = {
+        "source": source,
+        "representation": representation,
+        "split": config.split.model_copy(update=sizes),
+    }
     return config.model_copy(update=update), k
 
 
 def _load_and_encode(config: AuditConfig, timings: dict[str, float]) -> tuple:
     """Load, split (screening on the training rows) and fit the preprocessor."""
     with timed(timings, "load_data"):
-        dataset = load_data(config)
+        dataset = load_data(config.source)
     with timed(timings, "split_data"):
-        split = split_data(dataset, config)
+        split = split_data(
+            dataset,
+            config.split,
+            config.source,
+            seed=config.seed,
+            min_group_size=config.evaluation.min_group_size,
+        )
     get_run_logger().info("split: %s", split.summary())
     with timed(timings, "fit_preprocessor"):
         preprocessor, encoded_train, encoded_validation = fit_preprocessor(
-            split, config.min_group_size
+            split, config.representation.min_category_count
         )
     return dataset, split, preprocessor, encoded_train, encoded_validation
 
@@ -203,32 +231,46 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     diagnostics; then (only then) evaluate what is reported on the test rows, beside the
     reference mitigations (trained meanwhile on the training rows)."""
     started_at = datetime.now(UTC)
-    start_warmup(resolve_tracking_uri(config.tracking_uri))
+    start_warmup(resolve_tracking_uri(config.tracking.tracking_uri))
     signing_key(create=True)  # the key that seals the output, before any work
     timings: dict[str, float] = {}
-    run_name = config.run_name or unique_run_name(config, kind)
-    out_dir = path_inside(config.output_dir, run_name)
+    run_name = config.output.run_name or unique_run_name(config, kind)
+    out_dir = path_inside(config.output.output_dir, run_name)
     out_dir.mkdir(parents=True, exist_ok=False)
     dataset, split, preprocessor, encoded_train, encoded_validation = _load_and_encode(
         config, timings
     )
     config, k_record = _resolved(config, split, encoded_train)
-    references = reference_mitigations.submit(preprocessor, split, config)
+    references = reference_mitigations.submit(preprocessor, split, config.evaluation, config.seed)
     with timed(timings, "fit_representations"):
         reps, skipped = _fit_representations(config, split, encoded_train, timings)
     with timed(timings, "lambda_sweep"):
         sweeps = _sweep_all(config, split, reps, encoded_train, encoded_validation, timings)
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
-    choice = choose(table, split.y_train, split.y_validation, config)
+    choice = choose(table, split.y_train, split.y_validation, config.selection)
     pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
     check_pipeline(pipeline, split, choice["chosen"])
     with timed(timings, "diagnostics"):
-        diagnostics = diagnose(reps, encoded_train, encoded_validation, split, config, table)
+        diagnostics = diagnose(
+            reps,
+            encoded_train,
+            encoded_validation,
+            split,
+            table,
+            seed=config.seed,
+            min_group_size=config.evaluation.min_group_size,
+        )
     pca_row = choice["pca_row"]
     pca_pipeline = build_pipeline(preprocessor, reps, sweeps, pca_row) if pca_row else None
     with timed(timings, "evaluate_test"):
         evaluation = evaluate_reported(
-            split, config, pipeline, pca_pipeline, choice["chosen"], pca_row
+            split,
+            config.evaluation,
+            config.seed,
+            pipeline,
+            pca_pipeline,
+            choice["chosen"],
+            pca_row,
         )
     with timed(timings, "reference_mitigations"):
         reference_rows = references.result()
@@ -296,26 +338,31 @@ def promotion_check(state: AuditState, tracking_uri: str, tolerance: float) -> N
     """Compare a promotable challenger with the current champion on this audit's test rows
     (:func:`fairpca.flows.champion.decide_promotion`); updates the decision and the record."""
     config = state.config
-    if not (state.decision.promote and config.register_model and eligible(state)):
+    if not (state.decision.promote and config.tracking.register_model and eligible(state)):
         return
     wait_for_warmup(tracking_uri)
+    alias = config.tracking.champion_alias
     try:
-        champion = load_champion(tracking_uri, config.resolved_model_name, config.champion_alias)
+        champion = load_champion(
+            tracking_uri, resolved_model_name(config.source, config.tracking.model_name), alias
+        )
         if champion is None:
             return
-        champion_test = champion_test_metrics(tracking_uri, champion, state.split, config)
+        champion_test = champion_test_metrics(
+            tracking_uri, champion, state.split, config.evaluation, config.seed
+        )
     except Exception as error:  # the results are still written; logging reports the outage
         if not is_transient_mlflow_error(error):
             raise
         state.decision.promote = False
         state.decision.reasons.append(
-            f"the current {config.champion_alias!r} version could not be read from MLflow "
+            f"the current {alias!r} version could not be read from MLflow "
             f"({type(error).__name__}), so the challenger was not compared with it and is not "
             "promoted; audit again once the tracking server is reachable"
         )
         return
     challenger = {**state.evaluation["chosen"]["test"], "name": candidate_name(state.chosen)}
-    policy = GatePolicy.from_config(config)
+    policy = GatePolicy.from_config(config.selection)
     state.decision, record = decide_promotion(
         state.decision, challenger, champion, champion_test, policy, tolerance
     )
@@ -337,7 +384,7 @@ def _write_outputs(state: AuditState) -> dict[str, str]:
         state.pipeline,
         out_dir,
         input_example=input_example(
-            as_model_input(state.split.X_train), state.config.min_group_size
+            as_model_input(state.split.X_train), state.config.representation.min_category_count
         ),
         pip_requirements=pip_requirements(),
     )
@@ -352,10 +399,10 @@ def _plot_arguments(state: AuditState) -> dict[str, Any]:
         "majority_accuracy": state.majority_accuracy,
         # the panels are the measures the policy gates
         "thresholds": (state.additions.get("policy") or {}).get("thresholds")
-        or state.config.thresholds,
-        "gate": state.config.gate,
+        or state.config.selection.thresholds,
+        "gate": state.config.selection.gate,
         "references": state.additions.get("references"),
-        "utility": state.config.select_by,
+        "utility": state.config.selection.select_by,
     }
 
 
@@ -377,14 +424,14 @@ def finish_audit(
 ) -> AuditResult:
     """Write every result to the output directory, then log it to MLflow."""
     config, out_dir, timings = state.config, state.out_dir, state.timings
-    tracking_uri = resolve_tracking_uri(config.tracking_uri)
+    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     with timed(timings, "write_outputs"):
         hashes = _write_outputs(state)
     extra = (extra_sections or []) + _skipped_section(state.skipped)
     with timed(timings, "write_report"):
         paths = write_report(
             out_dir,
-            title=f"Fairness {kind}: {config.source_name} ({state.run_name})",
+            title=f"Fairness {kind}: {config.source.name} ({state.run_name})",
             sections=report_sections(state, [*extra, ("Timings (seconds)", _timings(timings))]),
             plot=_plot_arguments(state),
         )
@@ -393,12 +440,12 @@ def finish_audit(
         audit_id=state.run_name,
         run_name=state.run_name,
         kind=kind,
-        experiment_name=config.experiment_name,
-        model_name=config.resolved_model_name,
-        champion_alias=config.champion_alias,
-        register_model=config.register_model and eligible(state),
-        mlflow_retries=config.mlflow_retries,
-        mlflow_retry_backoff=config.mlflow_retry_backoff,
+        experiment_name=config.tracking.experiment_name,
+        model_name=resolved_model_name(config.source, config.tracking.model_name),
+        champion_alias=config.tracking.champion_alias,
+        register_model=config.tracking.register_model and eligible(state),
+        mlflow_retries=config.tracking.mlflow_retries,
+        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
         started_at=state.started_at,
         ended_at=datetime.now(UTC),
         sensitive=list(state.split.s_train.columns),
@@ -410,9 +457,9 @@ def finish_audit(
         metrics={**logged_metrics(state), **(extra_metrics or {})},
         metric_steps=metric_steps(state.table),
         tags={**run_tags(state), **_flow_tags(kind), **(extra_tags or {})},
-        model_tags=model_tags(state) | GatePolicy.from_config(config).tags(),
+        model_tags=model_tags(state) | GatePolicy.from_config(config.selection).tags(),
         hashes=hashes,
-        provenance=provenance(config),
+        provenance=provenance(config.source),
         **state.additions,
     )
     write_audit_record(out_dir / AUDIT_FILE, audit)
@@ -432,11 +479,11 @@ def _result(state: AuditState, logged, tracking_uri: str, report: Path, audit) -
         run_name=state.run_name,
         experiment_id=logged.experiment_id,
         tracking_uri=mask_credentials(tracking_uri),
-        model_name=config.resolved_model_name
-        if config.register_model and eligible(state)
+        model_name=resolved_model_name(config.source, config.tracking.model_name)
+        if config.tracking.register_model and eligible(state)
         else None,
         model_version=logged.model_version,
-        champion_alias=config.champion_alias,
+        champion_alias=config.tracking.champion_alias,
         champion_moved=logged.champion_moved,
         decision="promote" if state.decision.promote else "keep",
         reasons=state.decision.reasons,
@@ -465,7 +512,7 @@ def _timings(timings: dict[str, float]) -> pd.DataFrame:
 def _prefect_artifacts(state: AuditState, record: AuditRecord) -> None:
     """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, from
     the typed record (aggregated numbers only; user strings escaped)."""
-    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{state.config.source_name}".lower()).strip("-")
+    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{state.config.source.name}".lower()).strip("-")
     verdict = verdict_markdown(record, heading=f"Fairness {record.kind} {record.run_name}")
     local = markdown_text(state.out_dir.resolve())
     create_markdown_artifact(
@@ -504,5 +551,5 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     if (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
         return on_dask(config)
     state = prepare_audit(config, "audit")
-    promotion_check(state, resolve_tracking_uri(config.tracking_uri), DEFAULT_TOLERANCE)
+    promotion_check(state, resolve_tracking_uri(config.tracking.tracking_uri), DEFAULT_TOLERANCE)
     return finish_audit(state, kind="audit")

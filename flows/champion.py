@@ -65,9 +65,11 @@ def load_champion(tracking_uri: str, model_name: str, alias: str) -> dict[str, A
     }
 
 
-def champion_test_metrics(tracking_uri: str, champion: dict[str, Any], split, config) -> dict:
-    """The champion's metrics with 95% intervals on ``split``'s test rows, or
-    ``{"unverified": why}`` when the version cannot be verified."""
+def champion_test_metrics(
+    tracking_uri: str, champion: dict[str, Any], split, evaluation, seed: int
+) -> dict:
+    """The champion's metrics with 95% intervals (as ``evaluation`` says) on ``split``'s
+    test rows, or ``{"unverified": why}`` when the version cannot be verified."""
     try:
         pipeline = load_registered_pipeline(tracking_uri, champion["name"], champion["version"])
     except UntrustedModelError as error:
@@ -76,10 +78,10 @@ def champion_test_metrics(tracking_uri: str, champion: dict[str, Any], split, co
         split.y_test,
         pipeline.predict(split.X_test),
         split.s_test,
-        min_group_size=config.min_group_size,
-        allow_small_groups=config.allow_small_groups,
-        n_resamples=config.n_bootstrap,
-        seed=config.seed,
+        min_group_size=evaluation.min_group_size,
+        allow_small_groups=evaluation.allow_small_groups,
+        n_resamples=evaluation.n_bootstrap,
+        seed=seed,
     )
 
 

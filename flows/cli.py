@@ -1,23 +1,40 @@
 """The ``fairpca`` command line: ``fairpca audit``, ``fairpca retrain``, ``fairpca relog``.
 
-Options override the values of ``--config FILE`` (YAML or JSON with the fields of
-:class:`fairpca.flows.config.AuditConfig`); the config is validated before any work starts.
+The options of ``audit`` and ``retrain`` are generated from the config models
+(:class:`fairpca.flows.config.AuditConfig`, :class:`~fairpca.flows.config.RetrainConfig`):
+one ``--<field-name>`` per field, with the field's type, its description as help and its
+default. They override the values of ``--config FILE`` (YAML or JSON, sections as in
+``audit.yaml``); the config is validated before any work starts.
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from rich.markup import escape
 
+from .config import (
+    AuditConfig,
+    RetrainConfig,
+    TrackingConfig,
+    leaf_fields,
+    load_config_file,
+    mask_credentials,
+    nest_flat_keys,
+    resolve_tracking_uri,
+)
 from .console import (
     console,
     err_console,
     fail,
+    flag_name,
     print_report,
     print_validation_error,
     relog_alias_note,
@@ -31,56 +48,148 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # click's help wraps long option names; rich's tables cut them
 )
 
 
-def _split_list(value: str | None, cast=str) -> list[Any] | None:
-    if value is None:
-        return None
+# Flag names kept beside the generated ``--<field-name>`` (the README and scripts use them).
+FLAG_ALIASES: dict[str, tuple[str, ...]] = {
+    "k": ("-k",),
+    "max_dp_difference": ("--max-dp",),
+    "max_eo_difference": ("--max-eo",),
+}
+
+
+@dataclass(frozen=True)
+class ConfigOption:
+    """One command-line option generated from a config field: where the value goes in the
+    config (``path``), the typer annotation, and how the text given is read (``comma``)."""
+
+    path: tuple[str, ...]
+    annotation: Any
+    comma: type | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path[-1]
+
+
+def config_options(model: type[BaseModel]) -> list[ConfigOption]:
+    """An option for every leaf field of ``model`` (its sections' fields included), with
+    the field's type, its description as help and its default shown."""
+    return [_option(info, path) for path, info in leaf_fields(model).items()]
+
+
+def _option(info: FieldInfo, path: tuple[str, ...]) -> ConfigOption:
+    kind, comma = _cli_type(info.annotation)
+    flags = (flag_name(path[-1]), *FLAG_ALIASES.get(path[-1], ()))
+    if kind is bool and info.default:  # a flag that turns the default off
+        flags = (f"{flags[0]}/--no-{flags[0][2:]}",)
+    default = info.get_default(call_default_factory=True)
+    help_text = info.description
+    if comma is not None:
+        help_text += " Comma-separated."
+    elif kind == list[str]:
+        help_text += " Repeat the option for several."
+    shown = False if default is None or default == [] else _shown(default)
+    option = typer.Option(*flags, help=help_text, show_default=shown)
+    return ConfigOption(path, Annotated[kind | None, option], comma)
+
+
+def _cli_type(annotation: Any) -> tuple[Any, type | None]:
+    """The command-line type of a field type, and the item type of a comma-separated list
+    (lists of choices or numbers; lists of column names repeat the option instead)."""
+    args = [arg for arg in get_args(annotation) if arg is not type(None)]
+    if get_origin(annotation) in (Union, UnionType):
+        annotation = args[0]
+        args = list(get_args(annotation))
+    if get_origin(annotation) is Literal:
+        return str, None
+    if get_origin(annotation) is list:
+        item = args[0]
+        if get_origin(item) is Literal:
+            return str, str
+        return (list[str], None) if item is str else (str, item)
+    return annotation, None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        # ", " lets a long default wrap in an 80-column help instead of being cut
+        return ", ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
+    return str(value)
+
+
+def _comma_list(value: str, cast: type, flag: str) -> list[Any]:
     items = [item.strip() for item in value.split(",") if item.strip()]
     try:
         return [cast(item) for item in items]
     except ValueError as error:
-        raise typer.BadParameter(f"cannot read {value!r} as a comma-separated list") from error
-
-
-def _rows_option(value: int | None) -> int | str | None:
-    """0 means "all rows" on the command line."""
-    if value is None:
-        return "unset"
-    return None if value == 0 else value
+        raise typer.BadParameter(
+            f"cannot read {value!r} as a comma-separated list", param_hint=flag
+        ) from error
 
 
 def build_config(options: dict[str, Any], config_file: Path | None, model_class):
-    """Merge ``--config FILE`` with the given options and validate (pydantic)."""
-    from .config import load_config_file
-
-    values: dict[str, Any] = load_config_file(config_file) if config_file else {}
-    thresholds = dict(values.get("thresholds") or {})
-    for key in ("max_dp_difference", "max_eo_difference", "min_accuracy"):
-        if options.get(key) is not None:
-            thresholds[key] = options.pop(key)
-        else:
-            options.pop(key, None)
-    if thresholds:
-        values["thresholds"] = thresholds
-    for key, value in options.items():
-        if value is None or value == "unset" or value == []:
+    """Merge ``--config FILE`` with the options given (name -> value) and validate."""
+    values = nest_flat_keys(model_class, load_config_file(config_file) if config_file else {})
+    for option in config_options(model_class):
+        value = options.get(option.name)
+        if value is None or value == []:
             continue
-        values[key] = value
+        if option.comma is not None:
+            value = _comma_list(value, option.comma, flag_name(option.name))
+        *sections, key = option.path
+        target = values
+        for section in sections:
+            nested = target.get(section)
+            target[section] = target = dict(nested) if isinstance(nested, dict) else {}
+        target[key] = value
     return model_class.model_validate(values)
+
+
+CONFIG_FILE_OPTION = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        help="YAML/JSON config file (sections as in audit.yaml); the options given override it.",
+    ),
+]
+
+
+def config_command(model: type[BaseModel], kind: str):
+    """A command taking ``--config`` and one option per field of ``model`` (typer reads the
+    generated signature), which validates them and runs the ``kind`` flow."""
+
+    def command(**options: Any) -> None:
+        _start(kind, model, options)
+
+    params = [
+        inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                          annotation=option.annotation)
+        for option in [ConfigOption(("config",), CONFIG_FILE_OPTION), *config_options(model)]
+    ]  # fmt: skip
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {param.name: param.annotation for param in params}
+    return command
 
 
 def _run(flow_name: str, config) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.registry import resolved_model_name
 
-    from .config import resolve_tracking_uri
     from .server import start_server, temporary_server
     from .tracking import champion_version
     from .warmup import start_warmup
 
-    tracking_uri = resolve_tracking_uri(config.tracking_uri)
-    model_name = config.resolved_model_name if config.register_model else None
+    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
+    model_name = (
+        resolved_model_name(config.source, config.tracking.model_name)
+        if config.tracking.register_model
+        else None
+    )
     with temporary_server() as server:  # imported before the warm-up starts importing
         module = "fairpca.flows.retrain" if flow_name == "retrain" else "fairpca.flows.audit"
         start_warmup(tracking_uri, modules=(module,))
@@ -90,7 +199,7 @@ def _run(flow_name: str, config) -> None:
             from .retrain import retrain as flow_fn
         else:
             from .audit import fairness_audit as flow_fn
-        before = champion_version(tracking_uri, model_name, config.champion_alias)
+        before = champion_version(tracking_uri, model_name, config.tracking.champion_alias)
         try:
             result = flow_fn(config)
         except MlflowLoggingError as error:
@@ -103,194 +212,19 @@ def _run(flow_name: str, config) -> None:
 _fail = fail
 
 
-def _default(name: str) -> str:
-    """The default of an :class:`~fairpca.flows.config.AuditConfig` field, for the help text."""
-    from .config import RetrainConfig, Thresholds
-
-    fields = {**RetrainConfig.model_fields, **Thresholds.model_fields}
-    info = fields[name]
-    value = info.get_default(call_default_factory=True)
-    if isinstance(value, list):
-        # ", " lets a long default wrap in an 80-column help instead of being cut
-        return ", ".join(f"{item:g}" if isinstance(item, float) else str(item) for item in value)
-    return str(value)
-
-
-def _opt(help_text: str, *names: str, field: str | None = None, default: str = "") -> Any:
-    """A typer option whose help shows the config field's default (or ``default``)."""
-    shown = _default(field) if field is not None else default
-    return typer.Option(*names, help=help_text, show_default=shown or False)
-
-
-# Every option of ``audit`` and ``retrain``, declared once: name -> annotated type.
-SHARED_OPTIONS: dict[str, Any] = {
-    "dataset": Annotated[str | None, _opt("Dataset: adult, german, bank or compas.")],
-    "data": Annotated[Path | None, _opt("User CSV/Parquet file (with --label, --sensitive).")],
-    "label": Annotated[str | None, _opt("Label column of --data.")],
-    "positive_label": Annotated[
-        str | None, _opt("Label value that counts as y=1.", "--positive-label")
-    ],
-    "sensitive": Annotated[
-        list[str] | None,
-        _opt("Sensitive column; repeat for several attributes (stacked, Sec. 3.5)."),
-    ],
-    "keep": Annotated[
-        list[str] | None,
-        _opt("Column of --data to keep although the screening excludes it; repeatable."),
-    ],
-    "drop": Annotated[
-        list[str] | None, _opt("Column of --data to exclude from the features; repeatable.")
-    ],
-    "sep": Annotated[
-        str | None, _opt("CSV separator of --data.", default="detected from the header")
-    ],
-    "k": Annotated[
-        int | None,
-        _opt("Target dimension.", "-k", "--k", default="min(10, the largest the data allow)"),
-    ],
-    "variants": Annotated[
-        str | None,
-        _opt(
-            "Comma-separated: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca.",
-            field="variants",
-        ),
-    ],
-    "lambdas": Annotated[
-        str | None, _opt("Comma-separated trade-off lambdas ((i/10)^3).", field="lambdas")
-    ],
-    "classifiers": Annotated[
-        str | None,
-        _opt("Comma-separated: logreg, linear_svm, rbf_svc, mlp.", field="classifiers"),
-    ],
-    "seed": Annotated[int | None, _opt("Seed.", field="seed")],
-    "max_dp": Annotated[
-        float | None,
-        _opt("Max DP difference for champion.", "--max-dp", field="max_dp_difference"),
-    ],
-    "max_eo": Annotated[
-        float | None,
-        _opt("Max EO difference for champion.", "--max-eo", field="max_eo_difference"),
-    ],
-    "min_accuracy": Annotated[
-        float | None, _opt("Min accuracy.", "--min-accuracy", field="min_accuracy")
-    ],
-    "min_group_size": Annotated[
-        int | None,
-        _opt("Smallest group with per-group metrics logged.", field="min_group_size"),
-    ],
-    "allow_small_groups": Annotated[
-        bool,
-        _opt(
-            "Allow a --min-group-size below the floor of 10 (small groups' rates are then "
-            "published: do so only for data that may be disclosed).",
-            "--allow-small-groups",
-            default="off",
-        ),
-    ],
-    "n_train": Annotated[int | None, _opt("Training rows drawn at random.", field="n_train")],
-    "n_validation": Annotated[
-        int | None,
-        _opt("Validation rows (choice and gate) drawn at random.", field="n_validation"),
-    ],
-    "n_test": Annotated[
-        int | None, _opt("Test rows (reported only) drawn at random.", field="n_test")
-    ],
-    "gate": Annotated[
-        str | None,
-        _opt(
-            "Gate on the 95% interval bounds (upper_bound) or the point estimates (point).",
-            field="gate",
-        ),
-    ],
-    "policy": Annotated[
-        str | None,
-        _opt(
-            "Gate policy: demographic_parity, equal_opportunity, equalized_odds, four_fifths, "
-            "or several joined by '+'.",
-            field="policy",
-        ),
-    ],
-    "svc_max_train_rows": Annotated[
-        int | None, _opt("Rows the RBF SVC trains on, 0 = all.", field="svc_max_train_rows")
-    ],
-    "config": Annotated[Path | None, _opt("YAML/JSON config file.", "--config")],
-    "data_dir": Annotated[
-        Path | None, _opt("Data directory for bank/compas.", default="$FAIRPCA_DATA_DIR")
-    ],
-    "tracking_uri": Annotated[
-        str | None,
-        _opt("MLflow tracking URI.", default="$MLFLOW_TRACKING_URI or sqlite:///mlflow.db"),
-    ],
-    "output_dir": Annotated[Path | None, _opt("Local results directory.", field="output_dir")],
-    "run_name": Annotated[
-        str | None, _opt("Run name (letters, digits, . _ -).", default="<kind>-<source>-<time>")
-    ],
-    "experiment_name": Annotated[
-        str | None, _opt("MLflow experiment name.", field="experiment_name")
-    ],
-    "model_name": Annotated[
-        str | None,
-        _opt(
-            "Registered model name, e.g. fairpca-adult-income_gt_50k-sex.",
-            default="derived from source, label and sensitive attributes",
-        ),
-    ],
-    "dask_address": Annotated[
-        str | None, _opt("Run tasks on Dask: 'local' or a scheduler address tcp://host:8786.")
-    ],
-}
-
-
-TrackingOpt = SHARED_OPTIONS["tracking_uri"]
-
-
-def audit_options(command):
-    """Give ``command(**options)`` every option of :data:`SHARED_OPTIONS` (typer reads the
-    signature), followed by the command's own keyword options."""
-    own = [
-        param.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-        for param in inspect.signature(command, eval_str=True).parameters.values()
-        if param.kind is not inspect.Parameter.VAR_KEYWORD
-    ]
-    shared = [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=kind)
-        for name, kind in SHARED_OPTIONS.items()
-    ]
-    command.__signature__ = inspect.Signature([*shared, *own])
-    command.__annotations__ = {
-        **SHARED_OPTIONS,
-        **{param.name: param.annotation for param in own},
-    }
-    return command
-
-
-def _options(**kwargs) -> dict[str, Any]:
-    rename = {"max_dp": "max_dp_difference", "max_eo": "max_eo_difference"}
-    options = {rename.get(k, k): v for k, v in kwargs.items()}
-    options["variants"] = _split_list(options.get("variants"))
-    options["classifiers"] = _split_list(options.get("classifiers"))
-    options["lambdas"] = _split_list(options.get("lambdas"), float)
-    for key in ("svc_max_train_rows",):
-        options[key] = _rows_option(options.get(key))
-    return options
-
-
-def _start(kind: str, options: dict[str, Any]) -> None:
+def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
     """Validate the config and the inputs (no server yet), then run the flow."""
-    from .config import AuditConfig, RetrainConfig
     from .preflight import PreflightError, check_before_run
 
     config_file = options.pop("config", None)
     try:
-        cfg = build_config(
-            _options(**options), config_file, RetrainConfig if kind == "retrain" else AuditConfig
-        )
+        cfg = build_config(options, config_file, model)
     except ValidationError as error:
-        print_validation_error(error, RetrainConfig if kind == "retrain" else AuditConfig)
+        print_validation_error(error, model)
         raise typer.Exit(2) from error
     except (ValueError, OSError) as error:
         _fail("Invalid configuration file", str(error))
-    _check_tracking(cfg.tracking_uri)
+    _check_tracking(cfg.tracking.tracking_uri)
     try:
         notes = check_before_run(cfg)
     except PreflightError as error:
@@ -303,7 +237,6 @@ def _start(kind: str, options: dict[str, Any]) -> None:
 
 def _check_tracking(uri: str | None) -> None:
     """The tracking URI takes an audit (seconds), before any server starts."""
-    from .config import mask_credentials, resolve_tracking_uri
     from .tracking import TrackingUnreachable, check_tracking_uri
 
     resolved = resolve_tracking_uri(uri)
@@ -313,24 +246,19 @@ def _check_tracking(uri: str | None) -> None:
         _fail("MLflow is not reachable (nothing was run)", str(error))
 
 
-@app.command()
-@audit_options
-def audit(**options: Any) -> None:
-    """Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met)."""
-    _start("audit", options)
+app.command(
+    "audit",
+    help="Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met).",
+)(config_command(AuditConfig, "audit"))
+app.command(
+    "retrain",
+    help="Refit on current data, compare with the champion, promote only if fair and no worse.",
+)(config_command(RetrainConfig, "retrain"))
 
-
-@app.command()
-@audit_options
-def retrain(
-    accuracy_tolerance: Annotated[
-        float | None,
-        _opt("Allowed accuracy loss vs champion.", field="accuracy_tolerance"),
-    ] = None,
-    **options: Any,
-) -> None:
-    """Refit on current data, compare with the champion, promote only if fair and no worse."""
-    _start("retrain", {**options, "accuracy_tolerance": accuracy_tolerance})
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option(help=TrackingConfig.model_fields["tracking_uri"].description),
+]
 
 
 @app.command()
@@ -353,8 +281,6 @@ def relog(
     Nothing in the directory is executed or unpickled: the saved model is logged as files,
     each checked against the SHA-256 manifest the audit wrote.
     """
-    from .config import resolve_tracking_uri
-
     prefect_defaults()
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
@@ -422,7 +348,6 @@ def gate_register(
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
-    from .config import mask_credentials, resolve_tracking_uri
     from .gate_server import register_webhook, secret_from_env
 
     try:

@@ -1,8 +1,9 @@
-"""Typed, validated configuration of the audit and retrain flows.
+"""Typed, validated configuration of the audit and retrain flows, in sections.
 
 Both flows take one pydantic model, so Prefect can serialize it as a deployment parameter and
-validates it before the flow body runs; the CLI builds the same model before anything starts.
-A bad value raises :class:`pydantic.ValidationError` whose message names the field and the fix.
+validates it before the flow body runs; the CLI (generated from these models) builds the same
+model before anything starts. A bad value raises :class:`pydantic.ValidationError` whose
+message names the field and the fix. Every field has a description: it is the CLI's help.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.fields import FieldInfo
 
+from fairpca.datasets import MIN_CATEGORY_COUNT
 from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
 from fairpca.metrics import check_fairness_options
+from fairpca.tasks.credentials import mask_credentials, take_credentials
+from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
 from fairpca.tasks.select import (
     MAX_ONE_CLASS_SHARE,
@@ -38,11 +43,23 @@ __all__ = [
     "RUN_NAME_PATTERN",
     "VARIANTS",
     "AuditConfig",
+    "EvaluationConfig",
+    "OutputConfig",
+    "PromotionConfig",
+    "RepresentationConfig",
     "RetrainConfig",
+    "SelectionConfig",
+    "SourceConfig",
+    "SplitConfig",
     "Thresholds",
+    "TrackingConfig",
+    "leaf_fields",
     "load_config_file",
     "mask_credentials",
+    "nest_flat_keys",
     "resolve_tracking_uri",
+    "section_of_key",
+    "sections",
     "take_credentials",
 ]
 
@@ -51,6 +68,7 @@ VARIANTS = ("pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca")
 CLASSIFIERS = ("logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp")
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
 # Section 5.2 / Appendix C.1 of the paper: lambda = (i/10)^3, i = 0..10.
 DEFAULT_LAMBDAS = tuple(round((i / 10) ** 3, 6) for i in range(11))
@@ -60,44 +78,23 @@ Variant = Literal["pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_p
 Classifier = Literal["logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp"]
 
 
-class Thresholds(BaseModel):
-    """Thresholds of the gate policy (``AuditConfig.policy`` says which ones apply)."""
+class Section(BaseModel):
+    """A part of the audit config: unknown keys are errors, assignments are validated."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    max_dp_difference: float = Field(
-        0.05, ge=0.0, le=1.0, description="Largest allowed demographic parity difference."
-    )
-    max_eo_difference: float = Field(
-        0.10, ge=0.0, le=1.0, description="Largest allowed equal opportunity (TPR) difference."
-    )
-    max_equalized_odds_difference: float = Field(
-        0.10,
-        ge=0.0,
-        le=1.0,
-        description="Largest allowed equalized odds difference (max of TPR and FPR differences).",
-    )
-    min_selection_rate_ratio: float = Field(
-        0.8,
-        ge=0.0,
-        le=1.0,
-        description="Smallest allowed selection-rate ratio (lowest over highest group "
-        "selection rate; the four-fifths rule asks for 0.8).",
-    )
-    min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="Smallest allowed accuracy.")
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
-class AuditConfig(BaseModel):
-    """Everything one fairness audit needs; validated before any work starts.
+class SourceConfig(Section):
+    """Where the rows come from and which columns are features.
 
     Exactly one of ``dataset`` (a bundled or data-directory dataset) and ``data`` (a user CSV
     or Parquet file, with ``label`` and ``sensitive`` naming its columns) is given.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-    dataset: DatasetName | None = Field(None, description="adult, german, bank or compas.")
-    data: Path | None = Field(None, description="User CSV/Parquet file.")
+    dataset: DatasetName | None = Field(None, description="Dataset: adult, german, bank or compas.")
+    data: Path | None = Field(
+        None, description="User CSV/Parquet file (with label and sensitive columns)."
+    )
     label: str | None = Field(None, description="Label column of the user file.")
     positive_label: str | None = Field(
         None, description="Value of the user label that counts as positive (y = 1)."
@@ -122,18 +119,82 @@ class AuditConfig(BaseModel):
         max_length=1,
         description="CSV separator of the user file; default: detected from the header.",
     )
-    min_group_size: int = Field(
-        30,
-        ge=1,
-        description="Groups with fewer rows get no per-group metrics (reported as "
-        "suppressed; still constrained by fair PCA); categories rarer than this never "
-        "appear in the logged input example.",
+    data_dir: Path | None = Field(
+        None, description="Data directory of bank and compas; default: $FAIRPCA_DATA_DIR."
     )
-    allow_small_groups: bool = Field(
-        False,
-        description="Allow min_group_size below fairpca.metrics.MIN_GROUP_SIZE_FLOOR (10): "
-        "rates of groups that small come close to describing single people.",
+    leakage_threshold: float = Field(
+        LEAKAGE_BALANCED_ACCURACY,
+        gt=0.5,
+        le=1.0,
+        description="A user file's column that alone predicts the label with at least this "
+        "balanced accuracy on the training rows is excluded as target leakage (keep "
+        "overrides).",
     )
+    proxy_threshold: float = Field(
+        PROXY_BALANCED_ACCURACY,
+        gt=0.5,
+        le=1.0,
+        description="A feature column that alone predicts a sensitive attribute with at least "
+        "this balanced accuracy (or recodes or duplicates it) is excluded as its proxy "
+        "(keep overrides).",
+    )
+
+    @field_validator("sensitive", "keep", "drop")
+    @classmethod
+    def _check_unique(cls, value: list[str]) -> list[str]:
+        return _unique(value)
+
+    @model_validator(mode="after")
+    def _check_source(self) -> SourceConfig:
+        if (self.dataset is None) == (self.data is None):
+            raise ValueError(
+                "give exactly one data source: dataset (adult, german, bank, compas) or data "
+                "(a CSV/Parquet file with label and sensitive columns)."
+            )
+        if self.data is not None:
+            self._check_user_file()
+        elif self.label is not None or self.positive_label is not None:
+            raise ValueError("label/positive_label apply to a user data file, not to a dataset.")
+        elif self.drop or self.sep:
+            raise ValueError("drop/sep apply to a user data file, not to a dataset.")
+        both = sorted(set(self.keep) & set(self.drop))
+        if both:
+            raise ValueError(f"columns {both} are in both keep and drop; give each in one.")
+        return self
+
+    def _check_user_file(self) -> None:
+        if self.label is None or not self.sensitive:
+            raise ValueError(
+                "a user data file needs label (the label column) and at least one "
+                "sensitive column, e.g. --label income --sensitive sex."
+            )
+        from fairpca.datasets._user import _CSV_SUFFIXES, _PARQUET_SUFFIXES
+
+        if not self.data.name.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
+            allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
+            raise ValueError(f"data must be a .csv or .parquet file ({allowed}); got {self.data}.")
+
+    @property
+    def name(self) -> str:
+        """Short name of the data source (dataset name or file stem)."""
+        return self.dataset if self.dataset is not None else Path(self.data).stem
+
+
+class SplitConfig(Section):
+    """Rows drawn at random: fit on train, choose and gate on validation, report on test."""
+
+    n_train: int = Field(
+        5000, ge=20, description="Training rows (fit representations and classifiers)."
+    )
+    n_validation: int = Field(
+        2500, ge=20, description="Validation rows (choose the candidate, apply the gate)."
+    )
+    n_test: int = Field(2500, ge=20, description="Test rows (reported only, never for a choice).")
+
+
+class RepresentationConfig(Section):
+    """The encoded features and the representations fitted on them."""
+
     k: int | None = Field(
         None,
         ge=1,
@@ -142,7 +203,8 @@ class AuditConfig(BaseModel):
         "the encoded training data allow).",
     )
     variants: list[Variant] = Field(
-        default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
+        default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"],
+        description="Representations: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca.",
     )
     equalize_covariance: float | None = Field(
         None,
@@ -152,26 +214,48 @@ class AuditConfig(BaseModel):
         "default: the smallest f of a short grid whose k directions keep at least half the "
         "variance plain fair PCA keeps (smaller l erases the signal on real data).",
     )
-    leakage_threshold: float = Field(
-        LEAKAGE_BALANCED_ACCURACY,
-        gt=0.5,
-        le=1.0,
-        description="A user file's column that alone predicts the label with at least this "
-        "balanced accuracy on the training rows is excluded as target leakage (--keep NAME "
-        "overrides).",
-    )
-    proxy_threshold: float = Field(
-        PROXY_BALANCED_ACCURACY,
-        gt=0.5,
-        le=1.0,
-        description="A feature column that alone predicts a sensitive attribute with at least "
-        "this balanced accuracy (or recodes or duplicates it) is excluded as its proxy "
-        "(--keep NAME overrides).",
-    )
     lambdas: list[float] = Field(
         default_factory=lambda: list(DEFAULT_LAMBDAS),
-        description="Trade-off weights of the PCA block appended to the fair features (Sec. 3.1).",
+        description="Trade-off weights of the PCA block appended to the fair features "
+        "(Sec. 3.1; default (i/10)^3, i = 0..10).",
     )
+    min_category_count: int = Field(
+        MIN_CATEGORY_COUNT,
+        ge=1,
+        description="Categories of fewer training rows are pooled into one '<rare>' column by "
+        "the encoder and never appear in the logged input example.",
+    )
+    metric_max_rows: int = Field(
+        1000, ge=50, description="Rows per group used for MMD^2 (quadratic cost)."
+    )
+
+    @field_validator("variants")
+    @classmethod
+    def _check_variants(cls, value: list[str]) -> list[str]:
+        value = _non_empty(_unique(value))
+        if "fair_kernel_pca" in value and not fair_kernel_pca_available():
+            raise ValueError(
+                "variant fair_kernel_pca needs fairpca.FairKernelPCA, which this installation "
+                "lacks; drop it from variants."
+            )
+        return value
+
+    @field_validator("lambdas")
+    @classmethod
+    def _check_lambdas(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("lambdas must list at least one value, e.g. [0.0].")
+        bad = [lam for lam in value if not (lam >= 0.0 and lam < float("inf"))]
+        if bad:
+            raise ValueError(f"lambdas must be finite and >= 0; got {bad}.")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lambdas lists a value twice: {value}.")
+        return sorted(value)
+
+
+class EvaluationConfig(Section):
+    """Downstream classifiers and the group metrics computed on their predictions."""
+
     classifiers: list[Classifier] = Field(
         default_factory=lambda: ["logreg", "logreg_tuned", "linear_svm", "rbf_svc"],
         description="Downstream classifiers: the paper's logreg, linear_svm, rbf_svc and mlp "
@@ -180,91 +264,82 @@ class AuditConfig(BaseModel):
         "(10, 5) is opt-in ('mlp'): it costs ~1 s per fit, which would take the default audit "
         "past 2 minutes on 2 cores.",
     )
-    seed: int = Field(0, ge=0, description="Seed of the split, subsampling and classifiers.")
-    dask_address: str | None = Field(
-        None,
-        description="Run the flow's independent tasks (representations, lambda sweeps) on "
-        "Dask through prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a "
-        "temporary LocalCluster, or a scheduler address such as 'tcp://host:8786'. "
-        "A deployment run starts on threads and runs the flow as a subflow on Dask. "
-        "None: a thread pool.",
-    )
     svc_max_train_rows: int | None = Field(
-        2000, ge=20, description="Rows the RBF SVC trains on (cost is quadratic); None = all."
+        2000,
+        ge=20,
+        description="Rows the RBF SVC trains on (cost is quadratic); 0 or None: all rows.",
     )
-    metric_max_rows: int = Field(
-        1000, ge=50, description="Rows per group used for MMD^2 (quadratic cost)."
+    min_group_size: int = Field(
+        DEFAULT_MIN_GROUP_SIZE,
+        ge=1,
+        description="Groups with fewer rows get no per-group metrics (reported as "
+        "suppressed; still constrained by fair PCA).",
     )
+    allow_small_groups: bool = Field(
+        False,
+        description="Allow min_group_size below the floor of 10: rates of groups that small "
+        "come close to describing single people (publish them only for data that may be "
+        "disclosed).",
+    )
+    n_bootstrap: int = Field(
+        1000, ge=100, le=100_000, description="Bootstrap resamples of the 95% intervals."
+    )
+
+    @field_validator("classifiers")
+    @classmethod
+    def _check_classifiers(cls, value: list[str]) -> list[str]:
+        return _non_empty(_unique(value))
+
+    @field_validator("svc_max_train_rows", mode="before")
+    @classmethod
+    def _zero_is_all(cls, value: Any) -> Any:
+        return None if value == 0 else value
+
+    @model_validator(mode="after")
+    def _check_group_floor(self) -> EvaluationConfig:
+        check_fairness_options(
+            min_group_size=self.min_group_size, allow_small_groups=self.allow_small_groups
+        )
+        return self
+
+
+class Thresholds(Section):
+    """Thresholds of the gate policy (``SelectionConfig.policy`` says which ones apply)."""
+
+    max_dp_difference: float = Field(
+        0.05, ge=0.0, le=1.0, description="Largest allowed demographic parity difference."
+    )
+    max_eo_difference: float = Field(
+        0.10, ge=0.0, le=1.0, description="Largest allowed equal opportunity (TPR) difference."
+    )
+    max_equalized_odds_difference: float = Field(
+        0.10,
+        ge=0.0,
+        le=1.0,
+        description="Largest allowed equalized odds difference (max of TPR and FPR differences).",
+    )
+    min_selection_rate_ratio: float = Field(
+        0.8,
+        ge=0.0,
+        le=1.0,
+        description="Smallest allowed selection-rate ratio (lowest over highest group "
+        "selection rate; the four-fifths rule asks for 0.8).",
+    )
+    min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="Smallest allowed accuracy.")
+
+
+class SelectionConfig(Section):
+    """How the candidate is chosen on the validation rows and gated."""
+
     policy: str = Field(
         DEFAULT_POLICY,
         description="Gate policy: demographic_parity, equal_opportunity, equalized_odds, "
         "four_fifths, or several joined by '+' (all must hold), with the thresholds of "
         "'thresholds'.",
     )
-    thresholds: Thresholds = Field(default_factory=Thresholds)
-    data_dir: Path | None = Field(None, description="Data directory (FAIRPCA_DATA_DIR).")
-    tracking_uri: str | None = Field(
-        None, description="MLflow tracking URI; default $MLFLOW_TRACKING_URI or sqlite:///mlflow.db"
+    thresholds: Thresholds = Field(
+        default_factory=Thresholds, description="Thresholds of the gate policy."
     )
-    experiment_name: str = Field("fairpca-audit", min_length=1)
-    model_name: str | None = Field(
-        None,
-        description="Registered model name; default derived from the data source, label and "
-        "sensitive attributes, e.g. fairpca-adult-income_gt_50k-sex.",
-    )
-    champion_alias: str = Field("champion", pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
-    register_model: bool = True
-    allow_row_storing_models: bool = Field(
-        False,
-        description="Let the registered pipeline be one that stores (projected) training rows: "
-        "an RBF SVC keeps support vectors, fair kernel PCA keeps its training points. Off by "
-        "default (privacy); such candidates are still audited and reported.",
-    )
-    mlflow_retries: int = Field(
-        3, ge=0, le=10, description="Retries of each MLflow logging task on transient errors."
-    )
-    mlflow_retry_backoff: float = Field(
-        2.0, ge=0.0, le=60.0, description="Back-off factor: retry i waits factor * 2**i seconds."
-    )
-    output_dir: Path = Field(Path("fairpca-output"), description="Local results, kept first.")
-    run_name: str | None = Field(
-        None,
-        pattern=RUN_NAME_PATTERN,
-        description="Unique name (letters, digits, '.', '_', '-'; no path separators); "
-        "default audit-<source>-<time>.",
-    )
-
-    @field_validator("run_name")
-    @classmethod
-    def _check_run_name(cls, value: str | None) -> str | None:
-        if value is not None and set(value) <= {"."}:
-            raise ValueError(f"run_name {value!r} is not a name; use e.g. 'audit-2024-01'.")
-        return value
-
-    @field_validator("tracking_uri")
-    @classmethod
-    def _strip_credentials(cls, value: str | None) -> str | None:
-        if value is not None and "//***@" in value:
-            raise ValueError(
-                "tracking_uri holds masked credentials ('***@'): written configs never carry "
-                "credentials. Give the real URI in the environment variable MLFLOW_TRACKING_URI "
-                "of the process or worker that runs the flow, and leave tracking_uri unset."
-            )
-        return None if value is None else take_credentials(value)
-
-    @field_serializer("tracking_uri", when_used="json")
-    def _mask_tracking_uri(self, value: str | None) -> str | None:
-        # Everything written (config.json, MLflow params, Prefect parameters) goes through JSON.
-        return None if value is None else mask_credentials(value)
-
-    # Split, selection gate, baselines and uncertainty of the audit's decision.
-    n_train: int = Field(
-        5000, ge=20, description="Training rows (fit representations and classifiers)."
-    )
-    n_validation: int = Field(
-        2500, ge=20, description="Validation rows (choose the candidate, apply the gate)."
-    )
-    n_test: int = Field(2500, ge=20, description="Test rows (reported only, never for a choice).")
     gate: Literal["upper_bound", "point"] = Field(
         DEFAULT_BOUND,
         description="point: the validation estimates of the gated differences must meet the "
@@ -305,103 +380,87 @@ class AuditConfig(BaseModel):
         description="A candidate predicting one class for more than this share of the "
         "validation rows is degenerate (not eligible).",
     )
-    n_bootstrap: int = Field(
-        1000, ge=100, le=100_000, description="Bootstrap resamples of the 95% intervals."
+    allow_row_storing_models: bool = Field(
+        False,
+        description="Let the registered pipeline be one that stores (projected) training rows: "
+        "an RBF SVC keeps support vectors, fair kernel PCA keeps its training points. Off by "
+        "default (privacy); such candidates are still audited and reported.",
     )
-
-    @field_validator("lambdas")
-    @classmethod
-    def _check_lambdas(cls, value: list[float]) -> list[float]:
-        if not value:
-            raise ValueError("lambdas must list at least one value, e.g. [0.0].")
-        bad = [lam for lam in value if not (lam >= 0.0 and lam < float("inf"))]
-        if bad:
-            raise ValueError(f"lambdas must be finite and >= 0; got {bad}.")
-        if len(set(value)) != len(value):
-            raise ValueError(f"lambdas lists a value twice: {value}.")
-        return sorted(value)
 
     @field_validator("policy")
     @classmethod
     def _check_policy(cls, value: str) -> str:
         return "+".join(parse_policy(value))
 
-    @field_validator("variants", "classifiers", "sensitive", "keep", "drop")
+
+class TrackingConfig(Section):
+    """Where and how the audit is recorded in MLflow."""
+
+    tracking_uri: str | None = Field(
+        None,
+        description="MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.",
+    )
+    experiment_name: str = Field("fairpca-audit", min_length=1, description="MLflow experiment.")
+    model_name: str | None = Field(
+        None,
+        description="Registered model name; default derived from the data source, label and "
+        "sensitive attributes, e.g. fairpca-adult-income_gt_50k-sex.",
+    )
+    champion_alias: str = Field(
+        "champion",
+        pattern=ALIAS_PATTERN,
+        description="Registry alias of the model in use; moved only when the gate passes.",
+    )
+    register_model: bool = Field(
+        True, description="Register the chosen pipeline in the MLflow Model Registry."
+    )
+    mlflow_retries: int = Field(
+        3, ge=0, le=10, description="Retries of each MLflow logging task on transient errors."
+    )
+    mlflow_retry_backoff: float = Field(
+        2.0, ge=0.0, le=60.0, description="Back-off factor: retry i waits factor * 2**i seconds."
+    )
+
+    @field_validator("tracking_uri")
     @classmethod
-    def _check_unique(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"lists a value twice: {value}; give each once.")
+    def _refuse_masked_credentials(cls, value: str | None) -> str | None:
+        if value is not None and "//***@" in value:
+            raise ValueError(
+                "tracking_uri holds masked credentials ('***@'): written configs never carry "
+                "credentials. Give the real URI in the environment variable MLFLOW_TRACKING_URI "
+                "of the process or worker that runs the flow, and leave tracking_uri unset."
+            )
         return value
 
-    @field_validator("variants", "classifiers")
+    @field_serializer("tracking_uri", when_used="json")
+    def _mask_tracking_uri(self, value: str | None) -> str | None:
+        # Everything written (config.json, MLflow params, Prefect parameters) goes through JSON.
+        return None if value is None else mask_credentials(value)
+
+
+class OutputConfig(Section):
+    """The local results of one run."""
+
+    output_dir: Path = Field(
+        Path("fairpca-output"), description="Local results directory, written first."
+    )
+    run_name: str | None = Field(
+        None,
+        pattern=RUN_NAME_PATTERN,
+        description="Unique run name (letters, digits, '.', '_', '-'; no path separators); "
+        "default <kind>-<source>-<time>.",
+    )
+
+    @field_validator("run_name")
     @classmethod
-    def _check_non_empty(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("give at least one value.")
+    def _check_run_name(cls, value: str | None) -> str | None:
+        if value is not None and set(value) <= {"."}:
+            raise ValueError(f"run_name {value!r} is not a name; use e.g. 'audit-2024-01'.")
         return value
 
-    @model_validator(mode="after")
-    def _check_group_floor(self) -> AuditConfig:
-        check_fairness_options(
-            min_group_size=self.min_group_size, allow_small_groups=self.allow_small_groups
-        )
-        return self
 
-    @model_validator(mode="after")
-    def _check_source(self) -> AuditConfig:
-        if (self.dataset is None) == (self.data is None):
-            raise ValueError(
-                "give exactly one data source: dataset (adult, german, bank, compas) or data "
-                "(a CSV/Parquet file with label and sensitive columns)."
-            )
-        if self.data is not None:
-            if self.label is None or not self.sensitive:
-                raise ValueError(
-                    "a user data file needs label (the label column) and at least one "
-                    "sensitive column, e.g. --label income --sensitive sex."
-                )
-            from fairpca.datasets._user import _CSV_SUFFIXES, _PARQUET_SUFFIXES
-
-            name = self.data.name.lower()
-            if not name.endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
-                allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
-                raise ValueError(
-                    f"data must be a .csv or .parquet file ({allowed}); got {self.data}."
-                )
-        elif self.label is not None or self.positive_label is not None:
-            raise ValueError("label/positive_label apply to a user data file, not to a dataset.")
-        elif self.drop or self.sep:
-            raise ValueError("drop/sep apply to a user data file, not to a dataset.")
-        both = sorted(set(self.keep) & set(self.drop))
-        if both:
-            raise ValueError(f"columns {both} are in both keep and drop; give each in one.")
-        if "fair_kernel_pca" in self.variants and not fair_kernel_pca_available():
-            raise ValueError(
-                "variant fair_kernel_pca needs fairpca.FairKernelPCA, which this installation "
-                "lacks; drop it from variants."
-            )
-        return self
-
-    @property
-    def source_name(self) -> str:
-        """Short name of the data source (dataset name or file stem)."""
-        return self.dataset if self.dataset is not None else Path(self.data).stem
-
-    @property
-    def resolved_model_name(self) -> str:
-        """Registered model name: ``model_name``, else derived from the audit's definition
-        (data source, label, sensitive attributes; see :mod:`fairpca.tasks.registry`)."""
-        from fairpca.tasks.registry import definition_of, registered_model_name
-
-        return self.model_name or registered_model_name(definition_of(self))
-
-    def flat_params(self) -> dict[str, str]:
-        """The whole config as flat ``key -> str`` pairs (MLflow params)."""
-        return _flatten(json.loads(self.model_dump_json()))
-
-
-class RetrainConfig(AuditConfig):
-    """Audit configuration plus the promotion rule of the scheduled retrain flow."""
+class PromotionConfig(Section):
+    """What the scheduled retrain does with the champion."""
 
     accuracy_tolerance: float = Field(
         0.01,
@@ -409,21 +468,132 @@ class RetrainConfig(AuditConfig):
         le=1.0,
         description="The new model may lose at most this much accuracy against the champion.",
     )
-    # -- champion watch: where a champion that fails the gate on new data goes --
     needs_review_alias: str = Field(
         "needs-review",
-        pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
+        pattern=ALIAS_PATTERN,
         description="Alias the champion moves to when it fails the gate on new data.",
+    )
+
+
+class AuditConfig(BaseModel):
+    """Everything one fairness audit needs, in sections; validated before any work starts.
+
+    A key of a section may also be given at the top level (``{"dataset": "adult", "k": 2}``,
+    the flat form of earlier config files): it is moved into its section (every key name is
+    unique across the sections).
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    seed: int = Field(
+        0, ge=0, description="Seed of the split, subsampling, classifiers and bootstrap."
+    )
+    dask_address: str | None = Field(
+        None,
+        description="Run the flow's independent tasks (representations, lambda sweeps) on "
+        "Dask through prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a "
+        "temporary LocalCluster, or a scheduler address such as 'tcp://host:8786'. "
+        "A deployment run starts on threads and runs the flow as a subflow on Dask. "
+        "Default: a thread pool.",
+    )
+    source: SourceConfig = Field(description="Where the rows come from.")
+    split: SplitConfig = Field(default_factory=SplitConfig, description="Split sizes.")
+    representation: RepresentationConfig = Field(
+        default_factory=RepresentationConfig, description="Encoder and representations."
+    )
+    evaluation: EvaluationConfig = Field(
+        default_factory=EvaluationConfig, description="Classifiers and group metrics."
+    )
+    selection: SelectionConfig = Field(
+        default_factory=SelectionConfig, description="Choice on validation rows and the gate."
+    )
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
+    output: OutputConfig = Field(default_factory=OutputConfig, description="Local results.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_flat_keys(cls, values: Any) -> Any:
+        return nest_flat_keys(cls, values) if isinstance(values, dict) else values
+
+    def flat_params(self) -> dict[str, str]:
+        """The whole config as flat ``key -> str`` pairs (MLflow params), named by their key
+        within the section (``min_group_size``, ``thresholds.max_dp_difference``)."""
+        dumped = json.loads(self.model_dump_json())
+        for section in sections(type(self)):
+            dumped.update(dumped.pop(section))
+        return _flatten(dumped)
+
+
+class RetrainConfig(AuditConfig):
+    """Audit configuration plus the promotion rule of the scheduled retrain flow."""
+
+    promotion: PromotionConfig = Field(
+        default_factory=PromotionConfig, description="The retrain's promotion rule."
     )
 
     @model_validator(mode="after")
     def _check_review_alias(self) -> RetrainConfig:
-        if self.needs_review_alias == self.champion_alias:
+        if self.promotion.needs_review_alias == self.tracking.champion_alias:
             raise ValueError(
-                f"needs_review_alias and champion_alias are both {self.champion_alias!r}; "
+                f"needs_review_alias and champion_alias are both {self.tracking.champion_alias!r}; "
                 "give the demoted champion its own alias, e.g. 'needs-review'."
             )
         return self
+
+
+def sections(model: type[AuditConfig]) -> dict[str, type[BaseModel]]:
+    """The section models of ``model`` by field name (``source`` -> :class:`SourceConfig`)."""
+    return {
+        name: info.annotation
+        for name, info in model.model_fields.items()
+        if isinstance(info.annotation, type) and issubclass(info.annotation, Section)
+    }
+
+
+def section_of_key(model: type[AuditConfig]) -> dict[str, str]:
+    """Each key of a section of ``model`` -> the section's name (``k`` -> ``representation``)."""
+    return {key: name for name, section in sections(model).items() for key in section.model_fields}
+
+
+def leaf_fields(model: type[BaseModel], path: tuple[str, ...] = ()) -> dict[tuple, FieldInfo]:
+    """Every field of ``model`` that holds a value, by its path (``("evaluation",
+    "min_group_size")``), the fields of its nested section models included."""
+    leaves: dict[tuple, FieldInfo] = {}
+    for name, info in model.model_fields.items():
+        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            leaves |= leaf_fields(info.annotation, (*path, name))
+        else:
+            leaves[(*path, name)] = info
+    return leaves
+
+
+def nest_flat_keys(model: type[AuditConfig], values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each top-level key that names a field of a section moved into that
+    section (``{"k": 2}`` -> ``{"representation": {"k": 2}}``); a key given both ways is an
+    error."""
+    values = {"source": {}, **values}
+    for key, section in section_of_key(model).items():
+        if key not in values:
+            continue
+        nested = values.get(section)
+        nested = dict(nested) if isinstance(nested, dict) else {}
+        if key in nested:
+            raise ValueError(f"{key} is given twice: at the top and in {section}; give it once.")
+        nested[key] = values.pop(key)
+        values[section] = nested
+    return values
+
+
+def _unique(value: list[str]) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError(f"lists a value twice: {value}; give each once.")
+    return value
+
+
+def _non_empty(value: list[str]) -> list[str]:
+    if not value:
+        raise ValueError("give at least one value.")
+    return value
 
 
 def fair_kernel_pca_available() -> bool:
@@ -442,39 +612,6 @@ def resolve_tracking_uri(uri: str | None) -> str:
     write, log or print it only through :func:`mask_credentials`.
     """
     return take_credentials(uri or os.environ.get("MLFLOW_TRACKING_URI") or "sqlite:///mlflow.db")
-
-
-def mask_credentials(uri: str) -> str:
-    """``uri`` with any ``user:password@`` shown as ``***@``: safe to write, log and print."""
-    from fairpca.tasks.model_card import mask_credentials as mask
-
-    return mask(uri)
-
-
-def take_credentials(uri: str) -> str:
-    """An http(s) ``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
-
-    Only MLflow's REST client reads ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``
-    (HTTP basic auth), so for any other scheme (``postgresql://user:pw@db/mlflow``) the URI is
-    returned as given: the database driver needs its credentials in the URI. A password in the
-    environment variable ``MLFLOW_TRACKING_URI`` is removed from there for http(s).
-    """
-    from urllib.parse import unquote, urlsplit, urlunsplit
-
-    parts = urlsplit(uri)
-    if parts.scheme.lower() not in {"http", "https"}:
-        return uri
-    if parts.username is None and parts.password is None:
-        return uri
-    if parts.username:
-        os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
-    if parts.password is not None:
-        os.environ["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
-    host = parts.netloc.rpartition("@")[2]
-    clean = urlunsplit(parts._replace(netloc=host))
-    if os.environ.get("MLFLOW_TRACKING_URI") == uri:
-        os.environ["MLFLOW_TRACKING_URI"] = clean
-    return clean
 
 
 def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -62,10 +62,8 @@ SUMMARY_COLUMNS = (
 )
 TEXT_COLUMNS = ("row", "variant", "λ", "classifier")
 
+
 # CLI option names of the library's and the config's argument names.
-OPTION_RENAMES = {"max_dp_difference": "max-dp", "max_eo_difference": "max-eo"}
-
-
 def _cell(value: Any, percent: bool = False) -> str:
     if isinstance(value, float):
         return f"{100 * value:.1f}" if percent else f"{value:.3g}"
@@ -277,17 +275,22 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[str]:
     return lines
 
 
+def flag_name(field: str) -> str:
+    """``min_group_size`` -> ``--min-group-size``: the command-line option of a config field."""
+    return "--" + field.replace("_", "-")
+
+
 def option_names(text: str) -> str:
     """``text`` with Python argument names (``positive_label=...``, ``data_dir=None``,
     ``allow_small_groups=True``) written as the command line's options (``--positive-label
     ...``, no ``--data-dir``, ``--allow-small-groups``)."""
-    from .config import RetrainConfig
+    from .config import RetrainConfig, leaf_fields
 
-    fields = "|".join(sorted(RetrainConfig.model_fields, key=len, reverse=True))
+    names = {path[-1] for path in leaf_fields(RetrainConfig)}
+    fields = "|".join(sorted(names, key=len, reverse=True))
 
     def option(name: str) -> str:
-        dashes = "-" if len(name) == 1 else "--"  # -k
-        return dashes + OPTION_RENAMES.get(name, name.replace("_", "-"))
+        return "-k" if name == "k" else flag_name(name)
 
     text = re.sub(rf"\b({fields})=None\b", lambda m: f"no {option(m.group(1))}", text)
     text = re.sub(rf"\b({fields})=True\b", lambda m: option(m.group(1)), text)  # a flag
@@ -301,14 +304,19 @@ def option_names(text: str) -> str:
 
 
 def _suggestion(model: type[BaseModel], loc: tuple) -> str:
-    """``did you mean 'lambdas'?`` for an unknown key at ``loc`` (difflib on the fields)."""
+    """``did you mean 'lambdas'?`` for an unknown key at ``loc`` (difflib on the fields of
+    the section at ``loc``; at the top, also on the keys of every section)."""
+    from .config import section_of_key
+
+    names = [*model.model_fields, *section_of_key(model)] if len(loc) == 1 else []
     for part in loc[:-1]:
         field = model.model_fields.get(str(part))
         annotation = getattr(field, "annotation", None)
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return ""
         model = annotation
-    close = difflib.get_close_matches(str(loc[-1]), list(model.model_fields), n=1, cutoff=0.6)
+        names = list(model.model_fields)
+    close = difflib.get_close_matches(str(loc[-1]), names, n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
 

@@ -33,6 +33,7 @@ from fairpca.flows.config import Thresholds, load_config_file, resolve_tracking_
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import gate as gate_tasks
 from fairpca.tasks.escape import markdown_text
+from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.model_io import path_inside
 from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
 from fairpca.tasks.policy import GatePolicy as NamedPolicy
@@ -109,7 +110,9 @@ class GatePolicy(BaseModel):
     max_one_class_share: float = Field(MAX_ONE_CLASS_SHARE, gt=0.5, le=1.0)
     protected_aliases: list[str] = Field(default_factory=lambda: ["champion"])
     min_group_size: int = Field(
-        30, ge=MIN_GROUP_SIZE_FLOOR, description="Smaller groups are suppressed."
+        DEFAULT_MIN_GROUP_SIZE,
+        ge=MIN_GROUP_SIZE_FLOOR,
+        description="Smaller groups are suppressed.",
     )
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)

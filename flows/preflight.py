@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from fairpca.datasets import MIN_CATEGORY_COUNT
+
 __all__ = ["PreflightError", "check_before_run", "max_components"]
 
 
@@ -27,7 +29,7 @@ class PreflightError(ValueError):
 
 
 def max_components(
-    dataset: Any, variants: list[str], min_category_count: int = 30
+    dataset: Any, variants: list[str], min_category_count: int = MIN_CATEGORY_COUNT
 ) -> tuple[int, int, int]:
     """Largest k the variants allow: ``(k_max, encoded width d, mean constraints r)``.
 
@@ -51,7 +53,7 @@ def _check_k(config, dataset) -> str | None:
     from fairpca.tasks.represent import DEFAULT_MAX_K
 
     k_max, width, constraints = max_components(
-        dataset, list(config.variants), config.min_group_size
+        dataset, list(config.representation.variants), config.representation.min_category_count
     )
     screened = getattr(dataset, "screened", {}) or {}
     more = f" or keep screened columns (--keep; screened: {list(screened)})" if screened else ""
@@ -61,15 +63,15 @@ def _check_k(config, dataset) -> str | None:
             f"impose {constraints} group-mean constraint(s), so fair PCA has no dimension "
             f"left; add feature columns{more}."
         )
-    if config.k is None:
+    if config.representation.k is None:
         return (
             f"-k not given: k = min({DEFAULT_MAX_K}, the largest k these data allow, {k_max}) "
             f"= {min(DEFAULT_MAX_K, k_max)} (decided again on the encoded training rows)"
         )
-    if config.k <= k_max:
+    if config.representation.k <= k_max:
         return None
     raise PreflightError(
-        f"k={config.k} is larger than possible: the data encode to {width} feature "
+        f"k={config.representation.k} is larger than possible: the data encode to {width} feature "
         f"column(s) and the sensitive attribute(s) impose {constraints} group-mean "
         f"constraint(s), so at most k={k_max}; pass -k {k_max} or less{more}."
     )
@@ -88,7 +90,7 @@ def _check_parts(config, dataset) -> tuple[np.ndarray, ...]:
     """The split's row indices; refuses data too small for three parts."""
     from fairpca.tasks.data import part_sizes, split_rows
 
-    sizes = (config.n_train, config.n_validation, config.n_test)
+    sizes = (config.split.n_train, config.split.n_validation, config.split.n_test)
     try:
         part_sizes(dataset.n_samples, *sizes)
     except ValueError as error:
@@ -124,7 +126,7 @@ def _check_groups(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
     for name, rows in zip(("validation", "test"), parts[1:], strict=True):
         for column in dataset.sensitive.columns:
             values = dataset.sensitive[column].to_numpy()
-            why = _undefined_difference(y[rows], values[rows], config.min_group_size)
+            why = _undefined_difference(y[rows], values[rows], config.evaluation.min_group_size)
             if why is None:
                 continue
             if _one_class_per_group(y, values):
@@ -156,7 +158,7 @@ def _check_encoded_names(config, dataset) -> None:
     owner: dict[str, tuple[str, str]] = {}
     for column in categorical:
         counts = dataset.X[column].astype(str).value_counts()
-        for value in counts.index[counts >= config.min_group_size]:
+        for value in counts.index[counts >= config.representation.min_category_count]:
             name = f"{column}_{value}"
             first = owner.setdefault(name, (column, value))
             if first[0] != column:
@@ -188,7 +190,7 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
     counting the fits that run at once."""
     from fairpca import _memory
 
-    width = _encoded_width(dataset.X, config.min_group_size)
+    width = _encoded_width(dataset.X, config.representation.min_category_count)
     try:
         limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
     except ValueError as error:
@@ -202,7 +204,7 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
         f"route on wide data), or {fewer_columns}"
     )
     seconds = SECONDS_PER_CUBED_WIDTH * width**3
-    if "fair_pca_s" in config.variants and seconds > limit:
+    if "fair_pca_s" in config.representation.variants and seconds > limit:
         raise PreflightError(
             f"the data encode to {width} feature columns; Fair PCA-S solves exact "
             f"{width} x {width} eigenproblems, estimated at {seconds / 60:.0f} minutes, over "
@@ -211,9 +213,13 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
     n_train, n_groups = len(parts[0]), int(dataset.sensitive.nunique().sum())
     from fairpca.tasks.represent import DEFAULT_MAX_K
 
-    k = DEFAULT_MAX_K if config.k is None else config.k  # the default k is at most this
+    k = (
+        DEFAULT_MAX_K if config.representation.k is None else config.representation.k
+    )  # the default k is at most this
     size = k + n_groups + 10  # the randomized route's range (10 oversamples)
-    sizes = {v: _memory.randomized_bytes(n_train, width, size) for v in config.variants}
+    sizes = {
+        v: _memory.randomized_bytes(n_train, width, size) for v in config.representation.variants
+    }
     if "fair_pca_s" in sizes:
         sizes["fair_pca_s"] = _memory.covariance_bytes(width, n_groups)
     try:
@@ -281,7 +287,7 @@ def check_before_run(config) -> list[str]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            dataset = load_source(config)
+            dataset = load_source(config.source)
         except (ValueError, TypeError, OSError, LookupError) as error:
             raise PreflightError(str(error)) from error
     parts = _check_parts(config, dataset)
@@ -289,8 +295,8 @@ def check_before_run(config) -> list[str]:
     _check_cost(config, dataset, parts)
     k_note = _check_k(config, dataset)
     _check_encoded_names(config, dataset)
-    _check_output_dir(config.output_dir, config.run_name)
-    _check_signing_key(config.output_dir)
+    _check_output_dir(config.output.output_dir, config.output.run_name)
+    _check_signing_key(config.output.output_dir)
     # The flow loads the data again; the screening was reported here already.
     warnings.filterwarnings("ignore", category=ScreeningWarning)
     found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]

@@ -31,6 +31,7 @@ from fairpca.tasks.registry import (
     definition_json,
     definition_of,
     demote,
+    resolved_model_name,
 )
 from fairpca.tasks.select import candidate_name, gate_failures
 
@@ -66,7 +67,7 @@ def evaluate_champion(
     A version that cannot be verified (:class:`~fairpca.tasks.registry.UntrustedModelError`) gives
     ``{"unverified": why}``: a finding, not a transient error to retry.
     """
-    metrics = champion_test_metrics(tracking_uri, champion, split, config)
+    metrics = champion_test_metrics(tracking_uri, champion, split, config.evaluation, config.seed)
     return metrics if "unverified" in metrics else {"test": metrics}
 
 
@@ -81,8 +82,8 @@ def compare_with_champion(state, watch: ChampionWatch, config: RetrainConfig) ->
         challenger,
         incumbent,
         watch.metrics.get("test") if incumbent else None,
-        GatePolicy.from_config(config),
-        config.accuracy_tolerance,
+        GatePolicy.from_config(config.selection),
+        config.promotion.accuracy_tolerance,
     )
     if incumbent is None:
         state.decision.reasons.append("no current champion: the gate alone decides")
@@ -125,34 +126,40 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
     logger = get_run_logger()
     start_warmup(tracking_uri)
     wait_for_warmup(tracking_uri)
-    name = config.resolved_model_name
-    champion = load_champion(tracking_uri, name, config.champion_alias)
+    name = resolved_model_name(config.source, config.tracking.model_name)
+    champion = load_champion(tracking_uri, name, config.tracking.champion_alias)
     watch = ChampionWatch(champion=champion)
     if champion is None:
         return watch
-    expected = definition_json(definition_of(config))
+    expected = definition_json(definition_of(config.source))
     if champion["definition"] not in (None, expected):
         raise ModelDefinitionMismatch(
             f"registered model {name!r} holds audits of {champion['definition']}, but this "
             f"retrain audits {expected}; leave model_name unset or choose another one."
         )
-    split = split_data(load_data(config), config)
+    split = split_data(
+        load_data(config.source),
+        config.split,
+        config.source,
+        seed=config.seed,
+        min_group_size=config.evaluation.min_group_size,
+    )
     metrics = evaluate_champion(tracking_uri, champion, split, config)
     if "unverified" in metrics:
         watch.failures = [f"cannot be verified: {metrics['unverified']}"]
     else:
         watch.metrics = metrics
-        watch.failures = gate_failures(metrics["test"], GatePolicy.from_config(config))
+        watch.failures = gate_failures(metrics["test"], GatePolicy.from_config(config.selection))
     if watch.failures:
         demote(
             mlflow_client(tracking_uri),
             name,
             champion["version"],
-            from_alias=config.champion_alias,
-            to_alias=config.needs_review_alias,
+            from_alias=config.tracking.champion_alias,
+            to_alias=config.promotion.needs_review_alias,
             why="; ".join(watch.failures),
         )
-        watch.demoted_to = config.needs_review_alias
+        watch.demoted_to = config.promotion.needs_review_alias
         logger.warning(watch.summary())
     else:
         logger.info(watch.summary())
@@ -203,7 +210,11 @@ def final_message(watch: ChampionWatch, result: AuditResult) -> str:
 
 def _publish(config: RetrainConfig, watch: ChampionWatch, result: AuditResult) -> None:
     """Prefect Markdown artifact of the champion check (aggregates only)."""
-    key = re.sub(r"[^a-z0-9-]+", "-", f"champion-watch-{config.resolved_model_name}".lower())
+    key = re.sub(
+        r"[^a-z0-9-]+",
+        "-",
+        f"champion-watch-{resolved_model_name(config.source, config.tracking.model_name)}".lower(),
+    )
     lines = [
         f"# Champion check of {result.model_name}",
         f"**{final_message(watch, result)}**",
@@ -241,7 +252,7 @@ def retrain(config: RetrainConfig) -> AuditResult:
         the old champion was demoted.
     """
     logger = get_run_logger()
-    tracking_uri = resolve_tracking_uri(config.tracking_uri)
+    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     if (on_dask := dask_subflow(retrain, config.dask_address)) is not None:
         return on_dask(config)
     watch = watch_champion(config, tracking_uri)

@@ -60,9 +60,10 @@ class Split:
 
 
 @task(name="load-data", cache_policy=NO_CACHE, retries=0)
-def load_data(config) -> Any:
-    """Load the audit's data source (bundled dataset, data directory or user file)."""
-    return load_source(config)
+def load_data(source) -> Any:
+    """Load the audit's data source (the config's ``source`` section: bundled dataset, data
+    directory or user file)."""
+    return load_source(source)
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
@@ -148,22 +149,23 @@ def split_rows(
 
 
 @task(name="split-data", cache_policy=NO_CACHE)
-def split_data(dataset, config) -> Split:
-    """Seeded three-way split stratified by label and sensitive group, sized by the config."""
+def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Split:
+    """Seeded three-way split stratified by label and sensitive group, sized by ``sizes``
+    (the config's ``split`` section), screened by :func:`screen_training_rows`."""
     y = np.asarray(dataset.y, dtype=np.int64)
     parts = split_rows(
         y,
         dataset.sensitive,
-        n_train=config.n_train,
-        n_validation=config.n_validation,
-        n_test=config.n_test,
-        seed=config.seed,
+        n_train=sizes.n_train,
+        n_validation=sizes.n_validation,
+        n_test=sizes.n_test,
+        seed=seed,
     )
 
     def rows(frame: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
         return frame.iloc[idx].reset_index(drop=True)
 
-    excluded, screening = screen_training_rows(dataset, y, parts[0], config)
+    excluded, screening = screen_training_rows(dataset, y, parts[0], source, min_group_size)
     features = dataset.X.drop(columns=list(excluded))
     values = {}
     for name, idx in zip(("train", "validation", "test"), parts, strict=True):
@@ -177,24 +179,24 @@ def _entry(column: str, rule: str, score: float | None, action: str = "excluded"
     return {"column": column, "rule": rule, "score": score, "action": action}
 
 
-def _leakage(X: pd.DataFrame, y: np.ndarray, config, entries: list) -> dict[str, str]:
+def _leakage(X: pd.DataFrame, y: np.ndarray, source, entries: list) -> dict[str, str]:
     """The target-leakage rule (``leakage_threshold``); appends to ``entries``."""
     from fairpca.datasets._screen import leakage_scores
 
     excluded = {}
     for column, score in leakage_scores(X, y).items():
-        if score >= config.leakage_threshold:
-            action = "kept" if column in config.keep else "excluded"
+        if score >= source.leakage_threshold:
+            action = "kept" if column in source.keep else "excluded"
             entries.append(_entry(column, "target leakage", score, action))
             if action == "excluded":
                 excluded[column] = (
                     f"likely target leakage: alone it predicts the label with balanced "
-                    f"accuracy {score:.3f} (>= {config.leakage_threshold})"
+                    f"accuracy {score:.3f} (>= {source.leakage_threshold})"
                 )
     return excluded
 
 
-def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
+def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_group_size: int):
     """The screening decided on the training rows: a user file's target-leakage rule
     (``leakage_threshold``) and, for every source, proxies of a sensitive attribute
     (``proxy_threshold``: a duplicate, an exact recoding or a near-perfect predictor).
@@ -202,11 +204,12 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
     Returns the excluded columns with their reasons and the ``screening`` record: every
     column a rule excluded (including the load-time rules of a user file), or that
     ``keep`` kept although a rule flagged it, with its rule and score. One warning names
-    the excluded columns.
+    the excluded columns. ``source`` is the config's ``source`` section; a proxy rule is
+    scored over the groups of at least ``min_group_size`` rows.
     """
     from fairpca.datasets._screen import ColumnScreening, proxy_columns, warn_screened
 
-    unknown = [name for name in config.keep if name not in dataset.X.columns]
+    unknown = [name for name in source.keep if name not in dataset.X.columns]
     if unknown:
         raise ValueError(
             f"keep names column(s) {unknown} that are not feature columns; the features are "
@@ -216,13 +219,13 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, config):
     s_train = dataset.sensitive.iloc[train].reset_index(drop=True)
     entries = [_entry(name, why, None) for name, why in (dataset.screened or {}).items()]
     excluded: dict[str, str] = {}
-    if config.data is not None:
-        excluded = _leakage(X, y[train], config, entries)
+    if source.data is not None:
+        excluded = _leakage(X, y[train], source, entries)
     candidates = X[[column for column in X.columns if column not in excluded]]
     for column, (rule, score, why) in proxy_columns(
-        candidates, s_train, threshold=config.proxy_threshold, min_rows=config.min_group_size
+        candidates, s_train, threshold=source.proxy_threshold, min_rows=min_group_size
     ).items():
-        action = "kept" if column in config.keep else "excluded"
+        action = "kept" if column in source.keep else "excluded"
         entries.append(_entry(column, rule, score, action))
         if action == "excluded":
             excluded[column] = why

@@ -122,20 +122,23 @@ def _reconstruction(rep, encoded: np.ndarray, groups: pd.DataFrame, min_group_si
     }
 
 
-def diagnose_representation(rep, encoded_train, encoded_validation, split, config) -> dict:
-    """Probe, reconstruction error and near-constant directions of one representation."""
+def diagnose_representation(
+    rep, encoded_train, encoded_validation, split, *, seed: int, min_group_size: int
+) -> dict:
+    """Probe, reconstruction error and near-constant directions of one representation;
+    reconstruction errors of groups below ``min_group_size`` rows are suppressed."""
     F_train = fair_block(rep, encoded_train)
     F_validation = fair_block(rep, encoded_validation)
     out: dict[str, Any] = {"leakage": {}, "near_constant_directions": {}}
     for column in split.s_train.columns:
         out["leakage"][column] = leakage_probe(
-            F_train, split.s_train[column], F_validation, split.s_validation[column], config.seed
+            F_train, split.s_train[column], F_validation, split.s_validation[column], seed
         )
         flagged = near_constant_directions(F_validation, split.s_validation[column])
         if flagged:
             out["near_constant_directions"][column] = flagged
     out["reconstruction_error"] = _reconstruction(
-        rep, encoded_validation, split.s_validation, config.min_group_size
+        rep, encoded_validation, split.s_validation, min_group_size
     )
     return out
 
@@ -188,12 +191,14 @@ def mitigation_warnings(table: pd.DataFrame, per_variant: dict[str, dict]) -> li
 
 @task(name="diagnostics", cache_policy=NO_CACHE)
 def diagnose(
-    representations, encoded_train, encoded_validation, split, config, table
+    representations, encoded_train, encoded_validation, split, table, *, seed, min_group_size
 ) -> dict[str, Any]:
     """Per representation: leakage probe, per-group reconstruction error (beside PCA's), the
     group-mean gap on training vs held-out rows; plus the warnings. Validation rows only."""
     per_variant = {
-        variant: diagnose_representation(rep, encoded_train, encoded_validation, split, config)
+        variant: diagnose_representation(
+            rep, encoded_train, encoded_validation, split, seed=seed, min_group_size=min_group_size
+        )
         for variant, rep in representations.items()
     }
     for variant, diag in per_variant.items():

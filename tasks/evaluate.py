@@ -11,6 +11,7 @@ import pandas as pd
 from fairpca import metrics as fm
 
 __all__ = [
+    "DEFAULT_MIN_GROUP_SIZE",
     "classifier_metrics",
     "majority_class",
     "metrics_with_intervals",
@@ -18,6 +19,11 @@ __all__ = [
     "representation_metrics",
     "shared_mmd_sigma",
 ]
+
+# The audit's smallest reported group: fewer rows get no per-group number. Above the library's
+# floor (fairpca.metrics.MIN_GROUP_SIZE_FLOOR, 10), so that no published rate comes close to
+# describing a single person.
+DEFAULT_MIN_GROUP_SIZE = 30
 
 
 def classifier_metrics(

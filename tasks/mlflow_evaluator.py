@@ -53,6 +53,7 @@ from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fai
 from fairpca.tasks.mlflow_store import log_metrics_batched
 
 from .escape import write_safe_csv
+from .evaluate import DEFAULT_MIN_GROUP_SIZE
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 
@@ -60,7 +61,7 @@ __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 CONFIG_DEFAULTS: dict[str, Any] = {
     "sensitive_features": None,
     "pos_label": 1,
-    "min_group_size": 30,
+    "min_group_size": DEFAULT_MIN_GROUP_SIZE,
     "allow_small_groups": False,
     "n_resamples": 1000,
     "confidence": 0.95,

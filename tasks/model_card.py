@@ -13,11 +13,11 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import pandas as pd
 
 from fairpca.tasks.audit_record import AuditRecord, Selection
+from fairpca.tasks.credentials import mask_credentials
 from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.report import group_rates_frame, markdown_table, sha256_file
@@ -100,18 +100,6 @@ def code_version() -> dict[str, str]:
 
 
 # ---- rendering -------------------------------------------------------------------------------
-
-
-def mask_credentials(value: str) -> str:
-    """``scheme://user:password@host/...`` -> ``scheme://***@host/...``; other text as is."""
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return value
-    if not parts.scheme or "@" not in parts.netloc:
-        return value
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"***@{host}", query=""))
 
 
 def _text(value: Any) -> str:

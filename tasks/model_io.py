@@ -2,7 +2,7 @@
 
 - :func:`input_example`: the model's example input, synthetic for real: per-column medians
   and quartiles of numeric columns, and for categoricals only categories that occur in at
-  least ``min_group_size`` rows (else a placeholder the encoder treats as unseen), so no
+  least ``min_category_count`` rows (else a placeholder the encoder treats as unseen), so no
   single person's value is ever logged.
 - :func:`model_signature`: the input schema, which accepts what the project's loaders return
   (pandas categoricals) and the same columns read from a CSV (plain strings).
@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-from fairpca.datasets import RARE_CATEGORY
+from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
 
 __all__ = [
     "PLACEHOLDER_CATEGORY",
@@ -31,14 +31,17 @@ __all__ = [
 PLACEHOLDER_CATEGORY = RARE_CATEGORY  # the pooled bucket of rare categories
 
 
-def input_example(X_train: pd.DataFrame, min_group_size: int = 30) -> pd.DataFrame:
+def input_example(
+    X_train: pd.DataFrame, min_category_count: int = MIN_CATEGORY_COUNT
+) -> pd.DataFrame:
     """Two synthetic rows built from aggregates only.
 
     Numeric columns: the median and the lower quartile, rounded to 3 significant digits
     (the median of an odd number of distinct values is one row's value). Categorical
     columns: the most frequent and the second most frequent category if they occur in at
-    least ``min_group_size`` rows, otherwise :data:`PLACEHOLDER_CATEGORY`. No raw row and no
-    sensitive attribute is used (sensitive columns are not features).
+    least ``min_category_count`` rows (the categories the encoder keeps), otherwise
+    :data:`PLACEHOLDER_CATEGORY`. No raw row and no sensitive attribute is used (sensitive
+    columns are not features).
     """
     rows: list[dict[str, Any]] = [{}, {}]
     for column in X_train.columns:
@@ -48,7 +51,7 @@ def input_example(X_train: pd.DataFrame, min_group_size: int = 30) -> pd.DataFra
             rows[1][column] = _rounded(values.quantile(0.25))
             continue
         counts = values.astype(str).value_counts()
-        common = [str(value) for value, n in counts.items() if n >= min_group_size][:2]
+        common = [str(value) for value, n in counts.items() if n >= min_category_count][:2]
         common += [PLACEHOLDER_CATEGORY] * (2 - len(common))
         rows[0][column], rows[1][column] = common
     return pd.DataFrame(rows, columns=list(X_train.columns))

@@ -48,16 +48,17 @@ def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any]) -> None:
         )
 
 
-def metrics_on_test(y_pred: np.ndarray, split, config) -> dict[str, float]:
-    """Metrics with 95% intervals of fixed predictions on the test rows."""
+def metrics_on_test(y_pred: np.ndarray, split, evaluation, seed: int) -> dict[str, float]:
+    """Metrics with 95% intervals of fixed predictions on the test rows (``evaluation``: the
+    config's section of that name)."""
     return metrics_with_intervals(
         split.y_test,
         y_pred,
         split.s_test,
-        min_group_size=config.min_group_size,
-        allow_small_groups=config.allow_small_groups,
-        n_resamples=config.n_bootstrap,
-        seed=config.seed,
+        min_group_size=evaluation.min_group_size,
+        allow_small_groups=evaluation.allow_small_groups,
+        n_resamples=evaluation.n_bootstrap,
+        seed=seed,
     )
 
 
@@ -77,7 +78,13 @@ def _validation_metrics(row: dict[str, Any]) -> dict[str, float]:
 
 @task(name="evaluate-test-part", cache_policy=NO_CACHE)
 def evaluate_reported(
-    split, config, chosen_pipeline: Pipeline, pca_pipeline: Pipeline | None, chosen, pca_row
+    split,
+    evaluation,
+    seed: int,
+    chosen_pipeline: Pipeline,
+    pca_pipeline: Pipeline | None,
+    chosen,
+    pca_row,
 ) -> dict[str, Any]:
     """Validation and test metrics of what the audit reports: the chosen candidate, the
     majority-class baseline and unconstrained PCA. Runs after the choice; only here are the
@@ -88,18 +95,22 @@ def evaluate_reported(
     out: dict[str, Any] = {
         "chosen": {
             "validation": _validation_metrics(chosen),
-            "test": _finite(metrics_on_test(chosen_pipeline.predict(split.X_test), split, config)),
+            "test": _finite(
+                metrics_on_test(chosen_pipeline.predict(split.X_test), split, evaluation, seed)
+            ),
         },
         "majority": {
             "class": majority,
             "validation": {"accuracy": float(np.mean(split.y_validation == constant_validation))},
-            "test": _finite(metrics_on_test(constant_test, split, config)),
+            "test": _finite(metrics_on_test(constant_test, split, evaluation, seed)),
         },
     }
     if pca_pipeline is not None:
         out["pca"] = {
             "validation": _validation_metrics(pca_row),
-            "test": _finite(metrics_on_test(pca_pipeline.predict(split.X_test), split, config)),
+            "test": _finite(
+                metrics_on_test(pca_pipeline.predict(split.X_test), split, evaluation, seed)
+            ),
         }
     return out
 

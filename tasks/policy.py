@@ -130,12 +130,12 @@ class GatePolicy:
     bound: str = DEFAULT_BOUND
 
     @classmethod
-    def from_config(cls, config) -> GatePolicy:
-        """The policy of an audit config (``policy``, ``thresholds``, ``gate``)."""
-        criteria = parse_policy(config.policy)
-        values = config.thresholds.model_dump()
+    def from_config(cls, selection) -> GatePolicy:
+        """The policy of a selection config section (``policy``, ``thresholds``, ``gate``)."""
+        criteria = parse_policy(selection.policy)
+        values = selection.thresholds.model_dump()
         used = {CRITERIA[c].threshold: float(values[CRITERIA[c].threshold]) for c in criteria}
-        return cls(criteria, used | {"min_accuracy": float(values["min_accuracy"])}, config.gate)
+        return cls(criteria, used | {"min_accuracy": float(values["min_accuracy"])}, selection.gate)
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> GatePolicy:

@@ -120,7 +120,7 @@ def sweep_lambda(
     lambdas: list[float],
     classifier: Any = None,
     pos_label: Any = 1,
-    min_group_size: int = 30,
+    min_group_size: int = CONFIG_DEFAULTS["min_group_size"],
     n_resamples: int = 1000,
     seed: int = 0,
 ) -> pd.DataFrame:

@@ -136,7 +136,7 @@ def selection_record(state: AuditState) -> Selection:
             "lambda": None if not _finite(lam) else float(lam),
             "name": candidate_name(chosen),
         },
-        "gate": state.config.gate,
+        "gate": state.config.selection.gate,
         "decision": state.decision.as_dict(),
         "validation": evaluation["chosen"]["validation"],
         "test": evaluation["chosen"]["test"],
@@ -149,7 +149,9 @@ def selection_record(state: AuditState) -> Selection:
         },
         "split": {key: state.split.summary()[key] for key in ("n_train", "n_validation", "n_test")},
         "group_sizes": group_sizes(
-            state.split, state.config.min_group_size, state.config.allow_small_groups
+            state.split,
+            state.config.evaluation.min_group_size,
+            state.config.evaluation.allow_small_groups,
         ),
         "diagnostics": state.diagnostics.get("representations", {}),
         "warnings": list(state.diagnostics.get("warnings", [])),
@@ -166,25 +168,26 @@ def selection_record(state: AuditState) -> Selection:
 def audit_facts(state: AuditState) -> dict[str, Any]:
     """Data and setup facts for the report (aggregates only), each a readable string."""
     config = state.config
+    selection = config.selection
     split = state.split.summary()
     facts: dict[str, Any] = {
-        "source": config.source_name,
+        "source": config.source.name,
         "sensitive attribute(s)": ", ".join(str(c) for c in state.split.s_train.columns),
         "rows (train / validation / test)": (
             f"{split['n_train']} / {split['n_validation']} / {split['n_test']}"
         ),
         **{k: v for k, v in split.items() if k not in ("n_train", "n_validation", "n_test")},
-        "k": config.k,
-        "variants": ", ".join(config.variants),
-        "lambdas": ", ".join(f"{lam:g}" for lam in config.lambdas),
-        "classifiers": ", ".join(config.classifiers),
+        "k": config.representation.k,
+        "variants": ", ".join(config.representation.variants),
+        "lambdas": ", ".join(f"{lam:g}" for lam in config.representation.lambdas),
+        "classifiers": ", ".join(config.evaluation.classifiers),
         "seed": config.seed,
-        "gate": gate_sentence(config.thresholds, config.gate),
-        "eligibility": f"beat the majority class by {config.min_accuracy_gain} on validation, "
-        f"predict one class for < {100 * config.max_one_class_share:g}% of the rows",
+        "gate": gate_sentence(config.selection.thresholds, config.selection.gate),
+        "eligibility": f"beat the majority class by {selection.min_accuracy_gain} on "
+        f"validation, predict one class for < {100 * selection.max_one_class_share:g}% of the rows",
     }
-    if "rbf_svc" in config.classifiers:
-        cap = config.svc_max_train_rows
+    if "rbf_svc" in config.evaluation.classifiers:
+        cap = config.evaluation.svc_max_train_rows
         facts["RBF SVC training rows"] = (
             split["n_train"] if cap is None else min(cap, split["n_train"])
         )
@@ -194,7 +197,7 @@ def audit_facts(state: AuditState) -> dict[str, Any]:
     facts["group sizes (all parts)"] = "; ".join(
         f"{attribute}: " + ", ".join(f"{group} {n}" for group, n in groups.items())
         for attribute, groups in group_sizes(
-            state.split, config.min_group_size, config.allow_small_groups
+            state.split, config.evaluation.min_group_size, config.evaluation.allow_small_groups
         ).items()
     )
     return facts
@@ -237,14 +240,14 @@ def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tup
     sections: list[tuple[str, Any]] = [
         *verdict_sections(
             selection,
-            thresholds=state.config.thresholds,
+            thresholds=state.config.selection.thresholds,
             references=state.additions.get("references"),
             policy=state.additions.get("policy"),
         ),
         (
             "Trade-off on validation rows",
             Plot(
-                f"validation {state.config.select_by.replace('_', ' ')} (what the choice "
+                f"validation {state.config.selection.select_by.replace('_', ' ')} (what the choice "
                 "maximises) against each gated measure, with 95% intervals"
             ),
         ),
@@ -268,8 +271,8 @@ def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tup
         (
             "Notes",
             "All numbers are aggregates; groups with fewer than "
-            f"{state.config.min_group_size} rows are suppressed. No raw rows or per-person "
-            "sensitive attributes are stored.",
+            f"{state.config.evaluation.min_group_size} rows are suppressed. No raw rows or "
+            "per-person sensitive attributes are stored.",
         )
     )
     return sections
@@ -311,12 +314,12 @@ def run_tags(state: AuditState) -> dict[str, str]:
     artifact ``hashes.json``."""
     return {
         "fairpca.audit_id": state.run_name,
-        "fairpca.source": state.config.source_name,
+        "fairpca.source": state.config.source.name,
         "fairpca.sensitive": ",".join(state.split.s_train.columns),
         "fairpca.chosen": candidate_name(state.chosen),
         "fairpca.decision": "promote" if state.decision.promote else "keep",
         "fairpca.decision_reasons": "; ".join(state.decision.reasons),
-        "fairpca.gate": state.config.gate,
+        "fairpca.gate": state.config.selection.gate,
         "fairpca.local_output_dir": str(state.out_dir.resolve()),
         **({"fairpca.skipped_variants": "; ".join(state.skipped)} if state.skipped else {}),
     }

@@ -96,9 +96,12 @@ def _predictor(name: str, features, y, sensitive, seed: int):
     return predict
 
 
-def fit_references(encoded: dict[str, np.ndarray], split, config) -> list[dict[str, Any]]:
-    """Each reference trained on the training rows and evaluated (with 95% intervals) on the
-    validation and test rows; one that cannot be fitted on these data says why."""
+def fit_references(
+    encoded: dict[str, np.ndarray], split, evaluation, seed: int
+) -> list[dict[str, Any]]:
+    """Each reference trained on the training rows and evaluated (with 95% intervals, as
+    ``evaluation`` says) on the validation and test rows; one that cannot be fitted on these
+    data says why."""
     out = []
     for name, (approach, needs_sensitive) in REFERENCES.items():
         entry = {
@@ -112,12 +115,10 @@ def fit_references(encoded: dict[str, np.ndarray], split, config) -> list[dict[s
                 warnings.simplefilter("ignore", ConvergenceWarning)
                 # fairlearn's own pandas idiom, deprecated in pandas; harmless here
                 warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
-                predict = _predictor(
-                    name, encoded["train"], split.y_train, split.s_train, config.seed
-                )
+                predict = _predictor(name, encoded["train"], split.y_train, split.s_train, seed)
                 for part in ("validation", "test"):
                     y_pred = np.asarray(predict(encoded[part], getattr(split, f"s_{part}")))
-                    entry[part] = _evaluate(y_pred, part, split, config)
+                    entry[part] = _evaluate(y_pred, part, split, evaluation, seed)
         except (ValueError, KeyError) as error:  # e.g. a group without both labels
             entry |= {"validation": {}, "test": {}, "skipped": str(error)}
         entry["seconds"] = time.perf_counter() - start
@@ -125,21 +126,21 @@ def fit_references(encoded: dict[str, np.ndarray], split, config) -> list[dict[s
     return out
 
 
-def _evaluate(y_pred: np.ndarray, part: str, split, config) -> dict[str, float]:
+def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> dict[str, float]:
     metrics = metrics_with_intervals(
         getattr(split, f"y_{part}"),
         y_pred.astype(np.int64),
         getattr(split, f"s_{part}"),
-        min_group_size=config.min_group_size,
-        allow_small_groups=config.allow_small_groups,
-        n_resamples=config.n_bootstrap,
-        seed=config.seed,
+        min_group_size=evaluation.min_group_size,
+        allow_small_groups=evaluation.allow_small_groups,
+        n_resamples=evaluation.n_bootstrap,
+        seed=seed,
     )
     return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
 
 @task(name="reference-mitigations", cache_policy=NO_CACHE)
-def reference_mitigations(preprocessor, split, config) -> list[dict[str, Any]]:
+def reference_mitigations(preprocessor, split, evaluation, seed: int) -> list[dict[str, Any]]:
     """Prefect task around :func:`fit_references` (encodes the three parts itself)."""
     encoded = {
         part: np.asarray(preprocessor.transform(getattr(split, f"X_{part}")), dtype=np.float64)
@@ -147,7 +148,7 @@ def reference_mitigations(preprocessor, split, config) -> list[dict[str, Any]]:
     }
     # It runs beside the lambda sweeps on the task runner's threads: one BLAS thread each.
     with threadpool_limits(limits=1):
-        return fit_references(encoded, split, config)
+        return fit_references(encoded, split, evaluation, seed)
 
 
 def dominating_references(

@@ -54,6 +54,7 @@ __all__ = [
     "register_logged_model",
     "register_version",
     "registered_model_name",
+    "resolved_model_name",
     "run_ui_url",
 ]
 
@@ -114,22 +115,28 @@ def audit_definition(
     }
 
 
-def definition_of(config) -> dict[str, Any]:
-    """:func:`audit_definition` of an :class:`~fairpca.flows.config.AuditConfig`."""
+def definition_of(source) -> dict[str, Any]:
+    """:func:`audit_definition` of an audit config's ``source`` section."""
     return audit_definition(
-        dataset=config.dataset,
-        data=config.data,
-        label=config.label,
-        positive_label=config.positive_label,
-        sensitive=config.sensitive,
+        dataset=source.dataset,
+        data=source.data,
+        label=source.label,
+        positive_label=source.positive_label,
+        sensitive=source.sensitive,
     )
 
 
-def provenance(config) -> dict[str, Any]:
+def resolved_model_name(source, model_name: str | None = None) -> str:
+    """The registered model name: ``model_name`` (the tracking section's), else the name
+    derived from the definition of ``source`` (data source, label, sensitive attributes)."""
+    return model_name or registered_model_name(definition_of(source))
+
+
+def provenance(source) -> dict[str, Any]:
     """What the manifest records for the card: definition, data source, code version."""
     return {
-        "definition": definition_of(config),
-        "data_source": data_source_facts(config.dataset, config.data),
+        "definition": definition_of(source),
+        "data_source": data_source_facts(source.dataset, source.data),
         "code_version": code_version(),
     }
 

@@ -12,7 +12,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from sklearn.decomposition import PCA
 
-from fairpca._groups import MIN_GROUP_SIZE
+from fairpca._groups import MIN_ROWS_PER_GROUP
+from fairpca.datasets import MIN_CATEGORY_COUNT
 
 __all__ = [
     "FittedRepresentation",
@@ -25,7 +26,7 @@ __all__ = [
 ]
 
 
-def make_preprocessor(X, min_category_count: int = 30) -> Any:
+def make_preprocessor(X, min_category_count: int = MIN_CATEGORY_COUNT) -> Any:
     """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,
     standardized numerics)."""
     from fairpca.datasets import make_preprocessor as make
@@ -34,7 +35,9 @@ def make_preprocessor(X, min_category_count: int = 30) -> Any:
 
 
 @task(name="fit-preprocessor", cache_policy=NO_CACHE)
-def fit_preprocessor(split, min_category_count: int = 30) -> tuple[Any, np.ndarray, np.ndarray]:
+def fit_preprocessor(
+    split, min_category_count: int = MIN_CATEGORY_COUNT
+) -> tuple[Any, np.ndarray, np.ndarray]:
     """Fit the preprocessor on the training rows only; return it and the encoded training
     and validation features (the test rows are encoded by the final pipeline only).
 
@@ -120,12 +123,12 @@ def merge_single_row_groups(sensitive: pd.DataFrame) -> pd.DataFrame:
     A group mean over one row is that person's row, and the estimators need two rows per
     group; such a group keeps no constraint of its own (its row still counts in the largest
     group's mean), so a one-person group never stops the audit. Its metrics are suppressed
-    anyway (``min_group_size``).
+    anyway (the evaluation's ``min_group_size``).
     """
     frame = pd.DataFrame(sensitive).copy()
     for column in frame.columns:
         counts = frame[column].value_counts()
-        tiny = counts.index[counts < MIN_GROUP_SIZE]
+        tiny = counts.index[counts < MIN_ROWS_PER_GROUP]
         if len(tiny) and len(counts) > len(tiny):
             frame.loc[frame[column].isin(tiny), column] = counts.index[0]
     return frame

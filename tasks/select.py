@@ -69,13 +69,13 @@ MIN_POSITIVE_RATE_RATIO = 0.25
 MAX_ONE_CLASS_SHARE = 0.98  # more of one predicted class than this is degenerate
 
 
-def eligibility_rules(config) -> dict[str, float]:
-    """The eligibility rules of an audit config (the ``eligibility["rules"]`` record)."""
+def eligibility_rules(selection) -> dict[str, float]:
+    """The eligibility rules of the config's selection section (``eligibility["rules"]``)."""
     return {
-        "min_accuracy_gain": float(config.min_accuracy_gain),
-        "min_balanced_accuracy_margin": float(config.min_balanced_accuracy_margin),
-        "min_positive_rate_ratio": float(config.min_positive_rate_ratio),
-        "max_one_class_share": float(config.max_one_class_share),
+        "min_accuracy_gain": float(selection.min_accuracy_gain),
+        "min_balanced_accuracy_margin": float(selection.min_balanced_accuracy_margin),
+        "min_positive_rate_ratio": float(selection.min_positive_rate_ratio),
+        "max_one_class_share": float(selection.max_one_class_share),
     }
 
 
@@ -108,7 +108,7 @@ def _rate_collapse(row: dict[str, Any], ratio: float) -> list[str]:
     return reasons
 
 
-def ineligibility(row: dict[str, Any], majority_accuracy: float, config) -> list[str]:
+def ineligibility(row: dict[str, Any], majority_accuracy: float, selection) -> list[str]:
     """Why a candidate may not be chosen at all (empty: eligible), in plain words.
 
     On the validation rows it must beat the majority-class accuracy by
@@ -118,7 +118,7 @@ def ineligibility(row: dict[str, Any], majority_accuracy: float, config) -> list
     for more than ``max_one_class_share`` of the rows. A constant or near-constant
     classifier fails: its DP and EO differences are trivially near 0.
     """
-    rules = eligibility_rules(config)
+    rules = eligibility_rules(selection)
     reasons = []
     floor = majority_accuracy + rules["min_accuracy_gain"]
     if not row["accuracy"] >= floor:
@@ -147,10 +147,10 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
     return policy.failures(row)
 
 
-def _no_eligible(records, majority_accuracy, config, reasons) -> tuple[dict[str, Any], Decision]:
+def _no_eligible(records, majority_accuracy, selection, reasons) -> tuple[dict[str, Any], Decision]:
     """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
     best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), r["accuracy"]))
-    why = "; ".join(ineligibility(best, majority_accuracy, config))
+    why = "; ".join(ineligibility(best, majority_accuracy, selection))
     reasons.append(
         f"no candidate is eligible, so nothing is registered or promoted; the best by "
         f"balanced accuracy, {candidate_name(best)}, is shown for information only (not "
@@ -171,22 +171,22 @@ def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
 
 
 def select_candidate(
-    table: pd.DataFrame, majority_accuracy: float, config
+    table: pd.DataFrame, majority_accuracy: float, selection
 ) -> tuple[dict[str, Any], Decision, bool]:
     """Best eligible candidate passing the gate policy on validation rows, by the
-    ``select_by`` measure (balanced accuracy unless the config says accuracy).
+    ``select_by`` measure (balanced accuracy unless ``selection`` says accuracy).
 
     Returns the row, the decision and whether the row is eligible (may be registered).
     When none passes, the eligible candidate with the smallest gate violation is chosen (for
     review, not promoted); when no candidate is eligible, none may be registered.
     """
-    policy = GatePolicy.from_config(config)
+    policy = GatePolicy.from_config(selection)
     records = table.to_dict("records")
-    eligible = [r for r in records if not ineligibility(r, majority_accuracy, config)]
+    eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection)]
     passing = [r for r in eligible if not policy.failures(r)]
     gate_text = f"the gate policy {policy.name} ({policy.bound})"
     if passing:
-        measure = getattr(config, "select_by", "balanced_accuracy")
+        measure = getattr(selection, "select_by", "balanced_accuracy")
         best = max(passing, key=lambda r: _selection_key(r, measure))
         reason = (
             f"{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
@@ -202,7 +202,7 @@ def select_candidate(
             "than the majority class or chance, or near-constant): nothing is promoted"
         )
     if not eligible:
-        best, decision = _no_eligible(records, majority_accuracy, config, reasons)
+        best, decision = _no_eligible(records, majority_accuracy, selection, reasons)
         return best, decision, False
     best = min(eligible, key=lambda r: (policy.violation(r), -r["accuracy"]))
     reasons.append(f"least violating eligible candidate chosen for review: {candidate_name(best)}")
@@ -257,12 +257,12 @@ def _undefined(table: pd.DataFrame, metric: str) -> bool:
     return metric not in table or bool(table[metric].isna().all())
 
 
-def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]:
+def choose(table: pd.DataFrame, y_train, y_validation, selection) -> dict[str, Any]:
     """The choice on validation rows: majority-class accuracy, the chosen candidate with its
     decision and eligibility, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = float(np.mean(np.asarray(y_validation) == majority_class(y_train)))
-    candidates = registrable(table, config.allow_row_storing_models)
-    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, config)
+    candidates = registrable(table, selection.allow_row_storing_models)
+    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
     if len(candidates) < len(table):
         decision.reasons.append(
             f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
@@ -275,7 +275,7 @@ def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]
             "fewer than two groups of a sensitive attribute have min_group_size rows (for "
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
-    policy = GatePolicy.from_config(config)
+    policy = GatePolicy.from_config(selection)
     note = policy.ungated_note(chosen)
     if note:
         decision.reasons.append(note)
@@ -284,9 +284,9 @@ def choose(table: pd.DataFrame, y_train, y_validation, config) -> dict[str, Any]
         "decision": decision,
         "eligible": eligible,
         "eligibility": {
-            "rules": eligibility_rules(config),
+            "rules": eligibility_rules(selection),
             "chosen_passes": eligible,
-            "reasons": ineligibility(chosen, majority_accuracy, config),
+            "reasons": ineligibility(chosen, majority_accuracy, selection),
         },
         "policy": policy,
         "majority_accuracy": majority_accuracy,

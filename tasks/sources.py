@@ -8,31 +8,32 @@ from typing import Any
 __all__ = ["load_source"]
 
 
-def load_source(config) -> Any:
-    """The :class:`fairpca.datasets.Dataset` named by an audit config; a bundled dataset's
-    coded groups carry their names (``Female`` / ``Male``, not 0 / 1) into the audit."""
+def load_source(source) -> Any:
+    """The :class:`fairpca.datasets.Dataset` named by an audit config's ``source`` section; a
+    bundled dataset's coded groups carry their names (``Female`` / ``Male``, not 0 / 1) into
+    the audit."""
     from fairpca import datasets
 
-    if config.dataset is not None:
-        kwargs: dict[str, Any] = {"data_dir": config.data_dir}
-        if config.sensitive:
-            kwargs["sensitive"] = tuple(config.sensitive)
-        return datasets.load_dataset(config.dataset, **kwargs).with_named_groups()
+    if source.dataset is not None:
+        kwargs: dict[str, Any] = {"data_dir": source.data_dir}
+        if source.sensitive:
+            kwargs["sensitive"] = tuple(source.sensitive)
+        return datasets.load_dataset(source.dataset, **kwargs).with_named_groups()
     return datasets.load_user_data(
-        config.data,
-        label=config.label,
-        sensitive=tuple(config.sensitive),
-        positive_label=_typed_label(config),
-        keep=tuple(config.keep),
-        drop=tuple(config.drop),
-        sep=config.sep,
+        source.data,
+        label=source.label,
+        sensitive=tuple(source.sensitive),
+        positive_label=_typed_label(source),
+        keep=tuple(source.keep),
+        drop=tuple(source.drop),
+        sep=source.sep,
         leakage=False,  # decided on the training rows (fairpca.tasks.data.split_data)
     )
 
 
-def _typed_label(config) -> Any:
+def _typed_label(source) -> Any:
     """``positive_label`` arrives as text (CLI, YAML); match it to a numeric label column."""
-    value = config.positive_label
+    value = source.positive_label
     if value is None:
         return None
     try:

@@ -37,17 +37,18 @@ def _features(rep: FittedRepresentation, encoded: np.ndarray, lam: float | None)
     return np.asarray(rep.estimator.transform(encoded), dtype=np.float64)
 
 
-def _candidate_rows(rep, index, lam, F_train, F_validation, split, config, shared) -> tuple:
-    """Fit every classifier on one lambda's features; metrics with intervals on validation."""
+def _candidate_rows(rep, index, lam, F_train, F_validation, split, evaluation, seed, shared):
+    """Fit every classifier of ``evaluation`` on one lambda's features; metrics with
+    intervals on validation."""
     rows, classifiers = [], {}
-    for name in config.classifiers:
+    for name in evaluation.classifiers:
         t0 = time.perf_counter()
         classifier = fit_classifier(
             name,
             F_train,
             split.y_train,
-            seed=config.seed,
-            max_rows=config.svc_max_train_rows if name == "rbf_svc" else None,
+            seed=seed,
+            max_rows=evaluation.svc_max_train_rows if name == "rbf_svc" else None,
         )
         y_pred = classifier.predict(F_validation)
         row = {**shared, "classifier": name, "one_class_share": one_class_share(y_pred)}
@@ -56,10 +57,10 @@ def _candidate_rows(rep, index, lam, F_train, F_validation, split, config, share
                 split.y_validation,
                 y_pred,
                 split.s_validation,
-                min_group_size=config.min_group_size,
-                allow_small_groups=config.allow_small_groups,
-                n_resamples=config.n_bootstrap,
-                seed=config.seed,
+                min_group_size=evaluation.min_group_size,
+                allow_small_groups=evaluation.allow_small_groups,
+                n_resamples=evaluation.n_bootstrap,
+                seed=seed,
             )
         )
         row["classifier_seconds"] = time.perf_counter() - t0
@@ -68,7 +69,7 @@ def _candidate_rows(rep, index, lam, F_train, F_validation, split, config, share
     return rows, classifiers
 
 
-def _representation_row(rep, F_train, F_validation, split, config, sigma) -> dict[str, Any]:
+def _representation_row(rep, F_train, F_validation, split, max_rows, seed, sigma) -> dict:
     """Representation metrics at one lambda; the fair block is the first k columns, and
     equal opportunity constrains the positive training rows only (Sec. 3.2)."""
     eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
@@ -80,8 +81,8 @@ def _representation_row(rep, F_train, F_validation, split, config, sigma) -> dic
         fair_columns=int(rep.facts["k"]),
         constraint_rows=np.flatnonzero(split.y_train == 1) if eo else None,
         sigma=sigma,
-        max_rows=config.metric_max_rows,
-        seed=config.seed,
+        max_rows=max_rows,
+        seed=seed,
     )
 
 
@@ -90,7 +91,9 @@ def sweep_representation(
     encoded_train: np.ndarray,
     encoded_validation: np.ndarray,
     split,
-    config,
+    representation,
+    evaluation,
+    seed: int,
     sigma: float,
     progress=None,
 ) -> SweepResult:
@@ -100,10 +103,11 @@ def sweep_representation(
     appended and their weight (Sec. 3.1), so each lambda costs one transform. Variants
     without a trade-off (standard PCA) give one row per classifier with ``lambda`` NaN.
     The estimator's ``tradeoff`` is restored afterwards, also on error. Only the training
-    and validation rows of ``split`` are read.
+    and validation rows of ``split`` are read. ``representation`` and ``evaluation`` are
+    the config's sections of those names.
     """
     start = time.perf_counter()
-    lambdas: list[float | None] = list(config.lambdas) if rep.supports_tradeoff else [None]
+    lambdas: list[float | None] = list(representation.lambdas) if rep.supports_tradeoff else [None]
     result = SweepResult(rep.variant)
     components = getattr(rep.estimator, "components_", None)
     var_explained = (
@@ -122,10 +126,12 @@ def sweep_representation(
                 "lambda": np.nan if lam is None else float(lam),
                 "n_features": F_train.shape[1],
                 "var_explained": float(var_explained),
-                **_representation_row(rep, F_train, F_validation, split, config, sigma),
+                **_representation_row(
+                    rep, F_train, F_validation, split, representation.metric_max_rows, seed, sigma
+                ),
             }
             rows, classifiers = _candidate_rows(
-                rep, index, lam, F_train, F_validation, split, config, shared
+                rep, index, lam, F_train, F_validation, split, evaluation, seed, shared
             )
             result.rows += rows
             result.classifiers.update(classifiers)
@@ -145,7 +151,9 @@ def lambda_sweep(
     encoded_train: np.ndarray,
     encoded_validation: np.ndarray,
     split,
-    config,
+    representation,
+    evaluation,
+    seed: int,
     sigma: float,
 ) -> SweepResult:
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
@@ -160,5 +168,13 @@ def lambda_sweep(
     # oversubscribing the cores (3x faster fits on 2 busy cores).
     with threadpool_limits(limits=1):
         return sweep_representation(
-            rep, encoded_train, encoded_validation, split, config, sigma, progress
+            rep,
+            encoded_train,
+            encoded_validation,
+            split,
+            representation,
+            evaluation,
+            seed,
+            sigma,
+            progress,
         )

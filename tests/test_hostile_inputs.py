@@ -155,7 +155,7 @@ def test_input_example_holds_no_value_of_a_person():
     from fairpca.tasks.model_io import PLACEHOLDER_CATEGORY, as_model_input, input_example
 
     frame = people().drop(columns=["group", "outcome"])
-    example = input_example(as_model_input(frame), min_group_size=30)
+    example = input_example(as_model_input(frame), min_category_count=30)
     for column in ("full_name", "case_number", "dob", "narrative"):
         assert set(example[column]) == {PLACEHOLDER_CATEGORY}
     assert set(example["degree"]) == {"F", "M"}  # each occurs in >= 30 rows
@@ -195,7 +195,8 @@ def test_credentials_are_taken_out_of_tracking_uris(monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
     config = AuditConfig(dataset="german", tracking_uri="http://alice:s3cr%40t@mlflow:5000/x")
-    assert config.tracking_uri == "http://mlflow:5000/x"
+    assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # validating the config sets nothing
+    assert resolve_tracking_uri(config.tracking.tracking_uri) == "http://mlflow:5000/x"
     assert os.environ["MLFLOW_TRACKING_USERNAME"] == "alice"
     assert os.environ["MLFLOW_TRACKING_PASSWORD"] == "s3cr@t"
     dumped = json.dumps(config.flat_params()) + config.model_dump_json()
@@ -667,8 +668,8 @@ def test_a_database_uri_keeps_its_password_for_connecting_but_nothing_written_sh
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
     uri = "postgresql://mlflow:s3cret@db:5432/mlflow"
     config = AuditConfig(dataset="german", tracking_uri=uri)
-    assert config.tracking_uri == uri  # the SQL store authenticates with it
-    assert resolve_tracking_uri(config.tracking_uri) == uri
+    assert config.tracking.tracking_uri == uri  # the SQL store authenticates with it
+    assert resolve_tracking_uri(config.tracking.tracking_uri) == uri
     assert "MLFLOW_TRACKING_PASSWORD" not in os.environ  # basic auth is for http(s) only
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     assert resolve_tracking_uri(None) == uri and os.environ["MLFLOW_TRACKING_URI"] == uri
@@ -699,7 +700,7 @@ def test_compressed_csv_and_parquet_data_files_are_accepted(name):
     from fairpca.flows.config import AuditConfig
 
     config = AuditConfig(data=Path(name), label="y", sensitive=["sex"])
-    assert config.data == Path(name)
+    assert config.source.data == Path(name)
 
 
 @pytest.mark.parametrize("name", ["loans.txt", "loans.gz", "loans.csv.7z"])
@@ -835,7 +836,7 @@ def test_a_choice_with_undefined_differences_says_which_and_why():
         ]
     )  # fmt: skip
     y = np.array([0, 1] * 10)
-    choice = choose(table, y, y, AuditConfig(dataset="german"))
+    choice = choose(table, y, y, AuditConfig(dataset="german").selection)
     assert not choice["decision"].promote
     assert choice["decision"].reasons[-1] == (
         "dp_difference undefined on the validation rows for every candidate: fewer than two "

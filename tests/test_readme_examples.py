@@ -52,10 +52,18 @@ def test_readme_evaluator_examples_run_as_written(tmp_path):
 def test_example_audit_yaml_is_the_default_configuration():
     """``audit.yaml`` at the repository root loads and equals the defaults it claims."""
     from fairpca.flows.cli import build_config
-    from fairpca.flows.config import AuditConfig
+    from fairpca.flows.config import AuditConfig, load_config_file
 
     example = README.parent / "audit.yaml"
     assert "fairpca audit --config audit.yaml" in example.read_text()
+    written = load_config_file(example)
+    # written in sections, as the model is: each top-level key a section or a run setting
+    assert sorted(written) == [
+        "evaluation", "output", "representation", "seed", "selection", "source", "split",
+        "tracking",
+    ]  # fmt: skip
+    assert written["evaluation"]["min_group_size"] == 30
+    assert written["selection"]["thresholds"]["max_dp_difference"] == 0.05
     loaded = build_config({}, example, AuditConfig)
     default = AuditConfig(dataset="adult", sensitive=["sex"])
     assert loaded.model_dump() == default.model_dump()

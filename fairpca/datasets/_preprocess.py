@@ -24,7 +24,9 @@ __all__ = [
 ]
 
 RARE_CATEGORY = "<rare>"  # the one value that replaces every rare or unseen category
-MIN_CATEGORY_COUNT = 30  # as the audit's smallest reported group (AuditConfig.min_group_size)
+# Categories of fewer training rows are pooled: a one-hot column of a handful of rows would
+# let the fitted encoder (and the logged model) name those rows' values.
+MIN_CATEGORY_COUNT = 30
 
 
 def split_feature_kinds(X: pd.DataFrame) -> tuple[list[str], list[str]]:

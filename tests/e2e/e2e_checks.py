@@ -40,13 +40,11 @@ VARIANTS = ["pca", "fair_pca"]
 # Small and fast: German credit (1000 rows, bundled), three lambdas, one classifier (k=10 and
 # a linear SVM: at k=2 no German classifier is useful enough to be registered).
 TINY_CONFIG = {
-    "dataset": "german",
-    "k": 10,
-    "variants": VARIANTS,
-    "lambdas": [0.0, 0.1, 1.0],
-    "classifiers": ["linear_svm"],
     "seed": 0,
-    "experiment_name": "fairpca-e2e",
+    "source": {"dataset": "german"},
+    "representation": {"k": 10, "variants": VARIANTS, "lambdas": [0.0, 0.1, 1.0]},
+    "evaluation": {"classifiers": ["linear_svm"]},
+    "tracking": {"experiment_name": "fairpca-e2e"},
 }
 LENIENT = {
     "max_dp_difference": 1.0,
@@ -76,16 +74,16 @@ def check(condition: object, message: str) -> None:
 
 
 def run_params(kind: str) -> dict:
-    """Deployment run parameters: the tiny config, per run kind."""
-    config = dict(TINY_CONFIG)
+    """Deployment run parameters: the tiny config (in sections), per run kind."""
+    config = json.loads(json.dumps(TINY_CONFIG))  # a deep copy
     if os.environ.get("E2E_OUTPUT_DIR"):
-        config["output_dir"] = os.environ["E2E_OUTPUT_DIR"]
+        config["output"] = {"output_dir": os.environ["E2E_OUTPUT_DIR"]}
     if kind == "audit":
-        config["model_name"] = AUDIT_MODEL
+        config["tracking"]["model_name"] = AUDIT_MODEL
     elif kind in RETRAIN_RULES:
-        config["model_name"] = RETRAIN_MODEL
-        config.update(RETRAIN_RULES[kind])
-        config["accuracy_tolerance"] = 0.01
+        config["tracking"]["model_name"] = RETRAIN_MODEL
+        config["selection"] = dict(RETRAIN_RULES[kind])
+        config["promotion"] = {"accuracy_tolerance": 0.01}
     else:
         raise CheckFailed(f"unknown parameter set {kind!r}")
     return {"config": config}
@@ -210,7 +208,8 @@ def check_audit(flow_run_id: str) -> None:
             matrix = np.load(local)
             gram = matrix @ matrix.T
             check(
-                matrix.shape[0] == TINY_CONFIG["k"] and np.allclose(gram, np.eye(len(gram))),
+                matrix.shape[0] == TINY_CONFIG["representation"]["k"]
+                and np.allclose(gram, np.eye(len(gram))),
                 f"{path}: shape {matrix.shape}, rows not orthonormal",
             )
     versions = client.search_model_versions(f"run_id = '{run_id}'")
@@ -371,18 +370,17 @@ def check_bad_params() -> None:
 
     # 1. A wrong type is refused by the deployment's parameter schema: no flow run at all.
     bad = run_params("audit")
-    bad["config"]["k"] = "two"
+    bad["config"]["representation"]["k"] = "two"
     code, out = _prefect_cli("deployment", "run", AUDIT_DEPLOYMENT, "--params", json.dumps(bad))
     check(code != 0, f"k='two' was accepted:\n{out}")
-    check("config.k" in out, f"the rejection does not name config.k:\n{out}")
+    where = "config.representation.k"
+    check(where in out, f"the rejection does not name {where}:\n{out}")
     print("    schema:", " ".join(out.split())[-160:])
 
     # 2. A rule only the pydantic model knows (two data sources) fails at parameter
     #    validation when the worker starts the run: Failed, before any task.
     bad = run_params("audit")
-    bad["config"]["data"] = "/nonexistent/data.csv"
-    bad["config"]["label"] = "y"
-    bad["config"]["sensitive"] = ["s"]
+    bad["config"]["source"] |= {"data": "/nonexistent/data.csv", "label": "y", "sensitive": ["s"]}
     code, out = _prefect_cli(
         "deployment", "run", AUDIT_DEPLOYMENT, "--params", json.dumps(bad), "--watch"
     )

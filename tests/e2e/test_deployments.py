@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fairpca.tasks.registry import resolved_model_name
+
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT_FILE = ROOT / "deployments" / "prefect.yaml"
 E2E_SCRIPT = ROOT / "deployments" / "ci_e2e.sh"
@@ -89,10 +91,10 @@ def test_deployment_parameters_are_valid_configs(deployments):
 
     audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
     retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])
-    assert audit.dataset == retrain.dataset == "adult"
-    assert retrain.champion_alias == "champion"
-    assert retrain.thresholds.max_dp_difference == 0.05
-    assert retrain.accuracy_tolerance == 0.01
+    assert audit.source.dataset == retrain.source.dataset == "adult"
+    assert retrain.tracking.champion_alias == "champion"
+    assert retrain.selection.thresholds.max_dp_difference == 0.05
+    assert retrain.promotion.accuracy_tolerance == 0.01
 
 
 def test_job_env_bounds_mlflow_http_retries(deployments):
@@ -105,9 +107,11 @@ def test_job_env_bounds_mlflow_http_retries(deployments):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"k": "two"}, "'two' is not valid under any of the given schemas"),
+        ({"representation": {"k": "two"}}, "'two' is not valid under any of the given schemas"),
         ({"bogus": 1}, "'bogus' was unexpected"),
-        ({"dataset": "mnist"}, "'mnist' is not one of"),
+        ({"source": {"dataset": "mnist"}}, "'mnist' is not one of"),
+        # the server's schema has the sections only (the model also nests a flat key)
+        ({"k": 2}, "'k' was unexpected"),
     ],
 )
 def test_server_side_schema_rejects_bad_parameters(deployments, flows, change, message):
@@ -150,10 +154,13 @@ def test_e2e_params_are_valid_configs():
         for kind in ("retrain-promote", "retrain-keep", "retrain-demote")
     }
     # one registered model: the champion of the first run is re-checked by the next ones
-    assert {c.resolved_model_name for c in configs.values()} == {checks.RETRAIN_MODEL}
-    assert configs["retrain-keep"].thresholds == configs["retrain-promote"].thresholds
-    assert configs["retrain-keep"].min_accuracy_gain == 0.5  # no challenger is eligible
-    assert configs["retrain-demote"].thresholds.min_accuracy == 1.0  # the champion fails
+    assert {resolved_model_name(c.source, c.tracking.model_name) for c in configs.values()} == {
+        checks.RETRAIN_MODEL
+    }
+    keep, promote = configs["retrain-keep"].selection, configs["retrain-promote"].selection
+    assert keep.thresholds == promote.thresholds
+    assert configs["retrain-keep"].selection.min_accuracy_gain == 0.5  # no challenger is eligible
+    assert configs["retrain-demote"].selection.thresholds.min_accuracy == 1.0  # the champion fails
 
 
 def test_e2e_script_runs_and_checks_every_retrain_scenario():
@@ -173,9 +180,14 @@ def test_audit_and_retrain_deployments_share_the_identity_model_name(deployments
 
     audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
     retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])
-    assert audit.model_name is None and retrain.model_name is None
-    assert audit.resolved_model_name == retrain.resolved_model_name
-    assert retrain.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
+    assert audit.tracking.model_name is None and retrain.tracking.model_name is None
+    assert resolved_model_name(audit.source, audit.tracking.model_name) == resolved_model_name(
+        retrain.source, retrain.tracking.model_name
+    )
+    assert (
+        resolved_model_name(retrain.source, retrain.tracking.model_name)
+        == "fairpca-adult-income_gt_50k-sex"
+    )
 
 
 def test_e2e_script_is_valid_bash():

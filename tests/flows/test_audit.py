@@ -12,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fairpca.tasks.registry import resolved_model_name
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 mlflow = pytest.importorskip("mlflow")
@@ -63,7 +65,13 @@ def training_design(config, preprocess):
     """Rebuild the audit's training rows (same seed) and encode them with the logged step."""
     from fairpca.tasks.data import load_source, split_data
 
-    split = split_data.fn(load_source(config), config)
+    split = split_data.fn(
+        load_source(config.source),
+        config.split,
+        config.source,
+        seed=config.seed,
+        min_group_size=config.evaluation.min_group_size,
+    )
     return preprocess.transform(split.X_train), split
 
 
@@ -123,7 +131,9 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert hashlib.sha256(U_path.read_bytes()).hexdigest() == hashes["fair_pca/components_"]
     U, mean = np.load(U_path), np.load(mean_path)
     np.testing.assert_allclose(U @ U.T, np.eye(4), atol=1e-10)
-    model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}/1")
+    model = mlflow.sklearn.load_model(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}/1"
+    )
     Z, split = training_design(config, model.named_steps["preprocess"])
     assert_fair_constraint(U, mean, Z, split.s_train)
 
@@ -141,8 +151,8 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     report = download(client, result.run_id, "report/report.md", local).read_text()
     assert report.startswith("# ") and "## Verdict" in report and "tradeoff.png" in report
     resolved = json.loads(download(client, result.run_id, "report/config.json", local).read_text())
-    assert resolved["k"] == 4
-    assert resolved["sensitive"] == ["sex"]  # the attribute actually used (default: sex)
+    assert resolved["representation"]["k"] == 4  # config.json: the config, in sections
+    assert resolved["source"]["sensitive"] == ["sex"]  # the attribute actually used (default)
     page = download(client, result.run_id, "report/report.html", local).read_text()
     assert "**" not in page and "\n- " not in page and "<li>" in page
     assert page.index("class='verdict") < page.index("Per-group rates") < page.index("<img")
@@ -164,14 +174,15 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
 
     # registered model version with fairness tags; it passes the default gate (the validation
     # estimates), so it is the champion
-    version = client.get_model_version(config.resolved_model_name, result.model_version)
+    name = resolved_model_name(config.source, config.tracking.model_name)
+    version = client.get_model_version(name, result.model_version)
     assert version.run_id == result.run_id
     assert {"fairness.test.accuracy", "fairness.test.dp_difference.ci95_high"} <= set(version.tags)
     assert result.decision == version.tags["fairness.decision"] == "promote"
     assert result.champion_moved
-    champion = client.get_model_version_by_alias(config.resolved_model_name, "champion")
+    champion = client.get_model_version_by_alias(name, "champion")
     assert str(champion.version) == result.model_version
-    pyfunc = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/{version.version}")
+    pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{version.version}")
     predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
 
@@ -223,7 +234,9 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
         assert min(h.value for h in history if h.step == 0) < 1e-8
     assert result.champion_moved  # thresholds of 1.0 always pass
 
-    model = mlflow.sklearn.load_model(f"models:/{config.resolved_model_name}@champion")
+    model = mlflow.sklearn.load_model(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}@champion"
+    )
     Z, split = training_design(config, model.named_steps["preprocess"])
     local = tmp_path / "dl"
     U = np.load(download(client, result.run_id, "projection/fair_pca_eo/components_.npy", local))
@@ -267,14 +280,22 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     result = fairness_audit(config)
     assert result.decision == "keep" and not result.champion_moved
     assert any("no eligible candidate meets the thresholds" in r for r in result.reasons)
-    version = client.get_model_version(config.resolved_model_name, result.model_version)
+    version = client.get_model_version(
+        resolved_model_name(config.source, config.tracking.model_name), result.model_version
+    )
     assert version.tags["fairness.decision"] == "keep"
     with pytest.raises(mlflow.exceptions.MlflowException):
-        client.get_model_version_by_alias(config.resolved_model_name, "champion")
-    model = mlflow.pyfunc.load_model(f"models:/{config.resolved_model_name}/1")
+        client.get_model_version_by_alias(
+            resolved_model_name(config.source, config.tracking.model_name), "champion"
+        )
+    model = mlflow.pyfunc.load_model(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}/1"
+    )
     assert len(model.predict(frame.drop(columns=["group", "outcome"]).head(5))) == 5
     # privacy: the signature and the input example carry no sensitive column
-    info = mlflow.models.get_model_info(f"models:/{config.resolved_model_name}/1")
+    info = mlflow.models.get_model_info(
+        f"models:/{resolved_model_name(config.source, config.tracking.model_name)}/1"
+    )
     assert "group" not in info.signature.inputs.input_names()
 
 
@@ -288,19 +309,22 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     base = make_config(store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose).model_dump()
     first = retrain(RetrainConfig(**base))
     assert first.champion_moved and first.model_version == "1"
-    second = retrain(RetrainConfig(**{**base, "run_name": "retrain-second-" + tmp_path.name}))
+    output = {**base["output"], "run_name": "retrain-second-" + tmp_path.name}
+    second = retrain(RetrainConfig(**{**base, "output": output}))
     assert second.champion_moved and second.model_version == "2"  # same data: no regression
     run = client.get_run(second.run_id)
     assert run.data.tags["fairpca.retrain_decision"] == "promote"
     assert run.data.tags["fairpca.champion_version_before"] == "1"
     assert any("champion v1" in r for r in second.reasons)
-    strict = {**base, "thresholds": {"max_dp_difference": 0.0, "max_eo_difference": 0.0}}
+    zero = {"max_dp_difference": 0.0, "max_eo_difference": 0.0}
+    strict = {**base, "selection": {**base["selection"], "thresholds": zero}}
     third = retrain(RetrainConfig(**strict))
     assert not third.champion_moved and third.model_version == "3"
     # the champion fails the strict gate on the new rows as well: moved to needs-review
-    review = client.get_model_version_by_alias(base["model_name"], "needs-review")
+    name = base["tracking"]["model_name"]
+    review = client.get_model_version_by_alias(name, "needs-review")
     assert str(review.version) == "2"
-    assert "champion" not in client.get_registered_model(base["model_name"]).aliases
+    assert "champion" not in client.get_registered_model(name).aliases
     report = Path(third.output_dir, "report.md").read_text()
     assert "Retrain decision: keep champion" in report
 
@@ -319,7 +343,7 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     config = make_config(store, tmp_path, lambdas=[0.0], mlflow_retries=0)
     # a registered model of another definition holds the name: a non-transient failure at
     # the model step
-    client.create_registered_model(config.model_name, tags={DEFINITION_TAG: '{"other":1}'})
+    client.create_registered_model(config.tracking.model_name, tags={DEFINITION_TAG: '{"other":1}'})
     with pytest.raises(MlflowLoggingError) as info:
         fairness_audit(config)
     out_dir = next((tmp_path / "out").iterdir())
@@ -328,7 +352,7 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     failed = [
         r
         for r in client.search_runs(
-            [client.get_experiment_by_name(config.experiment_name).experiment_id],
+            [client.get_experiment_by_name(config.tracking.experiment_name).experiment_id],
             filter_string=f"tags.`fairpca.audit_id` = '{out_dir.name}'",
         )
         if r.info.status == "FAILED"
@@ -336,7 +360,7 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     assert failed and "fairpca.logging_error" in failed[0].data.tags
     assert json.loads((out_dir / "mlflow_status.json").read_text())["status"] == "FAILED"
 
-    client.delete_registered_model(config.model_name)
+    client.delete_registered_model(config.tracking.model_name)
     logged = relog_output_dir(out_dir, uri)
     assert logged["run_id"] == failed[0].info.run_id
     assert client.get_run(logged["run_id"]).info.status == "FINISHED"
@@ -436,7 +460,7 @@ def test_input_example_is_synthetic_and_has_no_sensitive_column():
     from fairpca.flows.audit import input_example
 
     X = pd.DataFrame({"age": [20.0, 30.0, 40.0, 50.0], "job": pd.Categorical(["a", "b", "b", "c"])})
-    example = input_example(X, min_group_size=1)
+    example = input_example(X, min_category_count=1)
     assert list(example.columns) == ["age", "job"] and len(example) == 2
     assert example["age"].tolist() == [35.0, 27.5]  # median and lower quartile
     assert example["job"].tolist() == ["b", "a"]  # most frequent categories

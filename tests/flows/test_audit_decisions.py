@@ -40,18 +40,27 @@ def _choose_then_report(split, config):
         v: fit_representation.fn(
             v, encoded_train, split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
         )
-        for v in config.variants
+        for v in config.representation.variants
     }
     sweeps = {
-        v: sweep_representation(rep, encoded_train, encoded_validation, split, config, 1.0)
+        v: sweep_representation(
+            rep,
+            encoded_train,
+            encoded_validation,
+            split,
+            config.representation,
+            config.evaluation,
+            config.seed,
+            1.0,
+        )
         for v, rep in reps.items()
     }
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
-    choice = choose(table, split.y_train, split.y_validation, config)
+    choice = choose(table, split.y_train, split.y_validation, config.selection)
     pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
     pca = build_pipeline(preprocessor, reps, sweeps, choice["pca_row"])
-    reported = evaluate_reported.fn(split, config, pipeline, pca, choice["chosen"],
-                                    choice["pca_row"])  # fmt: skip
+    reported = evaluate_reported.fn(split, config.evaluation, config.seed, pipeline, pca,
+                                    choice["chosen"], choice["pca_row"])  # fmt: skip
     return table, choice, reported
 
 
@@ -60,7 +69,13 @@ def test_changing_the_test_labels_cannot_change_the_chosen_candidate():
     from fairpca.tasks.data import split_data
 
     config = _config()
-    split = split_data.fn(load_german(), config)
+    split = split_data.fn(
+        load_german(),
+        config.split,
+        config.source,
+        seed=config.seed,
+        min_group_size=config.evaluation.min_group_size,
+    )
     flipped = dataclasses.replace(split, y_test=1 - split.y_test)
     table, choice, reported = _choose_then_report(split, config)
     table_flipped, choice_flipped, reported_flipped = _choose_then_report(flipped, config)
@@ -81,7 +96,13 @@ def test_baselines_and_intervals_are_reported_on_validation_and_test():
     from fairpca.tasks.data import split_data
 
     config = _config()
-    split = split_data.fn(load_german(), config)
+    split = split_data.fn(
+        load_german(),
+        config.split,
+        config.source,
+        seed=config.seed,
+        min_group_size=config.evaluation.min_group_size,
+    )
     _, choice, reported = _choose_then_report(split, config)
     assert {"chosen", "majority", "pca"} <= set(reported)
     majority = reported["majority"]

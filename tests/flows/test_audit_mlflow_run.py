@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from fairpca.tasks.registry import resolved_model_name
+
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 
@@ -48,7 +50,7 @@ def test_experiment_opens_as_model_development(audited, mlflow_store):
 
     config, result, _ = audited
     experiment = mlflow_store[1].get_experiment(result.experiment_id)
-    assert experiment.name == config.experiment_name
+    assert experiment.name == config.tracking.experiment_name
     assert experiment.tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
 
 
@@ -135,7 +137,9 @@ def test_version_description_fits_and_links_the_card(audited, mlflow_store):
     from fairpca.tasks.model_card import DESCRIPTION_MAX_CHARS
 
     config, result, _ = audited
-    version = mlflow_store[1].get_model_version(config.resolved_model_name, result.model_version)
+    version = mlflow_store[1].get_model_version(
+        resolved_model_name(config.source, config.tracking.model_name), result.model_version
+    )
     assert len(version.description) <= DESCRIPTION_MAX_CHARS
     assert version.description.startswith("**Decision: PROMOTE to champion**")
     assert f"Full model card: `runs:/{result.run_id}/model_card.md`" in version.description
@@ -172,7 +176,7 @@ def test_relog_keeps_the_audits_span(audited, mlflow_store):
     client = mlflow_store[1]
     first = client.get_run(result.run_id)
     record = read_audit(Path(result.output_dir))
-    again = relog_output_dir(Path(result.output_dir), config.tracking_uri, force=True)
+    again = relog_output_dir(Path(result.output_dir), config.tracking.tracking_uri, force=True)
     second = client.get_run(again["run_id"])
     assert second.info.run_id != first.info.run_id
     assert second.info.start_time == first.info.start_time

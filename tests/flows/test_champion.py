@@ -12,7 +12,7 @@ from fairpca.tasks.select import Decision
 
 
 def _policy(**values):
-    return GatePolicy.from_config(AuditConfig(dataset="adult", **values))
+    return GatePolicy.from_config(AuditConfig(dataset="adult", **values).selection)
 
 
 def _metrics(accuracy, balanced):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -101,35 +102,126 @@ def test_without_the_audit_extra_the_cli_says_what_to_install():
     assert "prefect" in lines[0]
 
 
-# The options audit and retrain both take (user-facing names, spelled out here).
-SHARED_OPTION_NAMES = (
+# Every option of ``audit`` (user-facing names, spelled out here, not derived from the model).
+AUDIT_OPTIONS = (
+    "--config", "--seed", "--dask-address",
+    # source
     "--dataset", "--data", "--label", "--positive-label", "--sensitive", "--keep", "--drop",
-    "--sep", "--k", "--variants", "--lambdas", "--classifiers", "--seed", "--max-dp",
-    "--max-eo", "--min-accuracy", "--min-group-size", "--n-train", "--n-validation",
-    "--n-test", "--gate", "--svc-max-train-rows", "--config", "--data-dir", "--tracking-uri",
-    "--output-dir", "--run-name", "--experiment-name", "--model-name", "--dask-address",
+    "--sep", "--data-dir", "--leakage-threshold", "--proxy-threshold",
+    # split
+    "--n-train", "--n-validation", "--n-test",
+    # representation
+    "-k", "--k", "--variants", "--equalize-covariance", "--lambdas", "--min-category-count",
+    "--metric-max-rows",
+    # evaluation
+    "--classifiers", "--svc-max-train-rows", "--min-group-size", "--allow-small-groups",
+    "--n-bootstrap",
+    # selection
+    "--policy", "--max-dp-difference", "--max-dp", "--max-eo-difference", "--max-eo",
+    "--max-equalized-odds-difference", "--min-selection-rate-ratio", "--min-accuracy",
+    "--gate", "--select-by", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
+    "--min-positive-rate-ratio", "--max-one-class-share", "--allow-row-storing-models",
+    # tracking
+    "--tracking-uri", "--experiment-name", "--model-name", "--champion-alias",
+    "--register-model", "--no-register-model", "--mlflow-retries", "--mlflow-retry-backoff",
+    # output
+    "--output-dir", "--run-name",
 )  # fmt: skip
+RETRAIN_ONLY = ("--accuracy-tolerance", "--needs-review-alias")
 
 
-def test_audit_and_retrain_share_one_option_declaration_showing_defaults():
-    outputs = {}
-    for command in ("audit", "retrain"):
-        result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "250"})
-        assert result.exit_code == 0
-        outputs[command] = result.output
-        for name in SHARED_OPTION_NAMES:
-            assert name in result.output, name
+def _click_command(name: str):
+    import typer
+
+    return typer.main.get_command(app).commands[name]
+
+
+def _flags(name: str) -> set[str]:
+    return {flag for p in _click_command(name).params for flag in (*p.opts, *p.secondary_opts)}
+
+
+def test_audit_and_retrain_take_exactly_the_listed_options():
+    assert _flags("audit") == set(AUDIT_OPTIONS)
+    assert _flags("retrain") == {*AUDIT_OPTIONS, *RETRAIN_ONLY}
+
+
+def test_every_config_field_is_an_option_whose_help_is_its_description():
+    from fairpca.flows.config import RetrainConfig, leaf_fields
+
+    fields = leaf_fields(RetrainConfig)
+    assert len(fields) == len(AUDIT_OPTIONS) - 4 + len(RETRAIN_ONLY) - 1  # -k, 2 aliases, --no-
+    result = runner.invoke(app, ["retrain", "--help"], env={"COLUMNS": "100"})
+    assert result.exit_code == 0
+    text = re.sub(r"(\w)- (\w)", r"\1-\2", " ".join(result.output.split()))  # "four-\nfifths"
+    for path, info in fields.items():
+        flag = "--" + path[-1].replace("_", "-")
+        assert flag in _flags("retrain"), flag
+        assert info.description, path  # every field is described
+        assert " ".join(info.description.split()) in text, path
+
+
+def test_help_shows_the_defaults_and_wraps_at_80_columns():
     for command in ("audit", "retrain", "relog"):
         narrow = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
         assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
+        assert max(len(line) for line in narrow.output.splitlines()) <= 80
+    text = " ".join(runner.invoke(app, ["audit", "--help"]).output.split())
     for shown in (
-        "[default: (min(10, the largest the data allow))]",
-        "[default: (30)]",
+        "suppressed; still constrained by fair PCA). [default: (30)]",
+        "never appear in the logged input example. [default: (30)]",
         "[default: (fairpca-output)]",
+        "[default: (logreg, logreg_tuned, linear_svm, rbf_svc)]",
+        "default: min(10, the largest k the encoded training data allow)",
     ):
-        assert shown in outputs["audit"] and shown in outputs["retrain"]
-    assert "--accuracy-tolerance" in outputs["retrain"]
-    assert "--accuracy-tolerance" not in outputs["audit"]
+        assert shown in text, shown
+
+
+def test_a_bool_field_is_a_flag_without_a_value():
+    params = {p.name: p for p in _click_command("audit").params}
+    for name in ("allow_small_groups", "allow_row_storing_models", "register_model"):
+        assert params[name].is_flag, name
+    assert params["register_model"].secondary_opts == ["--no-register-model"]
+    lines = runner.invoke(app, ["audit", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    line = next(line for line in lines if "--allow-small-groups" in line)
+    assert line.split()[:2] == ["--allow-small-groups", "Allow"]  # no <bool> value
+
+
+def test_the_flag_reaches_the_config_and_the_floor_needs_it(tmp_path):
+    """Without --allow-small-groups a group size below 10 is refused; with it the config is
+    valid and the run stops at the next check (an unreachable tracking server)."""
+    args = ["audit", "--dataset", "adult", "--min-group-size", "5", "--output-dir",
+            str(tmp_path / "out"), "--tracking-uri", "http://127.0.0.1:9"]  # fmt: skip
+    refused = runner.invoke(app, args)
+    assert refused.exit_code == 2 and "Invalid configuration" in refused.output
+    assert "--allow-small-groups" in refused.output
+    allowed = runner.invoke(app, [*args, "--allow-small-groups"])
+    assert allowed.exit_code == 2, allowed.output
+    assert "MLflow is not reachable" in allowed.output
+    assert "Invalid configuration" not in allowed.output
+
+
+def test_options_override_the_file_in_either_form(tmp_path):
+    from fairpca.flows.cli import build_config
+    from fairpca.flows.config import AuditConfig
+
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("source: {dataset: adult}\nevaluation: {min_group_size: 40}\n")
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("dataset: adult\nmin_group_size: 40\nthresholds: {max_dp_difference: 0.1}\n")
+    options = {"min_group_size": 50, "max_dp_difference": 0.2, "variants": "pca,fair_pca"}
+    for path in (nested, flat):
+        config = build_config(dict(options), path, AuditConfig)
+        assert config.evaluation.min_group_size == 50
+        assert config.selection.thresholds.max_dp_difference == 0.2
+        assert config.representation.variants == ["pca", "fair_pca"]
+        assert build_config({}, path, AuditConfig).evaluation.min_group_size == 40
+
+
+def test_a_misspelt_option_is_one_message_with_the_close_one():
+    result = runner.invoke(app, ["audit", "--dataset", "adult", "--min-grup-size", "5"])
+    assert result.exit_code == 2
+    assert "No such option: --min-grup-size" in result.output
+    assert "--min-group-size" in result.output and "Traceback" not in result.output
 
 
 def _result(**overrides):
@@ -262,10 +354,25 @@ def test_config_file_typo_gets_did_you_mean(tmp_path):
     config.write_text("dataset: adult\nlamdas: [0, 1]\nthresholds:\n  max_dp_diference: 0.1\n")
     result = runner.invoke(app, ["audit", "--config", str(config)])
     assert result.exit_code == 2
-    assert "lamdas: unknown option; did you mean 'lambdas'?" in result.output
-    assert "thresholds.max_dp_diference: unknown option; did you mean 'max_dp_difference'?" in (
-        result.output
+    assert "  - lamdas: unknown option; did you mean 'lambdas'?" in result.output
+    assert (
+        "  - selection.thresholds.max_dp_diference: unknown option; did you mean "
+        "'max_dp_difference'?"
+    ) in result.output
+
+
+def test_a_typo_in_a_section_gets_did_you_mean(tmp_path):
+    config = tmp_path / "audit.yaml"
+    config.write_text(
+        "source: {dataset: adult}\nevaluation: {min_grup_size: 40}\nrepresentaton: {k: 2}\n"
     )
+    result = runner.invoke(app, ["audit", "--config", str(config)])
+    assert result.exit_code == 2
+    assert (
+        "  - evaluation.min_grup_size: unknown option; did you mean 'min_group_size'?"
+        in result.output
+    )
+    assert "  - representaton: unknown option; did you mean 'representation'?" in result.output
 
 
 def test_messages_name_the_cli_options(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from fairpca.flows.config import DEFAULT_LAMBDAS, AuditConfig
+from fairpca.tasks.registry import resolved_model_name
 
 
 def test_default_lambdas_are_the_papers():
@@ -38,11 +39,14 @@ def test_config_validation_messages(values, message):
 
 def test_config_defaults_and_flat_params():
     config = AuditConfig(dataset="adult")
-    assert config.k is None  # the audit fits min(10, the largest k the data allow)
-    assert config.lambdas == list(DEFAULT_LAMBDAS)
-    assert config.policy == "demographic_parity+four_fifths"
-    assert config.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
-    assert config.resolved_model_name == "fairpca-adult-income_gt_50k-sex"
+    assert config.representation.k is None  # the audit fits min(10, the largest k the data allow)
+    assert config.representation.lambdas == list(DEFAULT_LAMBDAS)
+    assert config.selection.policy == "demographic_parity+four_fifths"
+    assert config.representation.variants == ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
+    assert (
+        resolved_model_name(config.source, config.tracking.model_name)
+        == "fairpca-adult-income_gt_50k-sex"
+    )
     flat = config.flat_params()
     assert flat["thresholds.max_dp_difference"] == "0.05"
     assert flat["variants"] == "pca,fair_pca,fair_pca_s,fair_pca_eo"
@@ -55,7 +59,8 @@ def test_config_file_round_trip(tmp_path):
     path = tmp_path / "audit.yaml"
     path.write_text("dataset: german\nk: 3\nthresholds:\n  max_dp_difference: 0.1\n")
     config = AuditConfig(**load_config_file(path))
-    assert config.k == 3 and config.thresholds.max_dp_difference == 0.1
+    assert config.representation.k == 3
+    assert config.selection.thresholds.max_dp_difference == 0.1
     bad = tmp_path / "audit.toml"
     bad.write_text("k = 3")
     with pytest.raises(ValueError, match=r"\.json, \.yaml or \.yml"):

@@ -162,7 +162,13 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         metrics = comparison["metrics"][side]
         assert metrics["accuracy.ci95_low"] <= metrics["accuracy"] <= metrics["accuracy.ci95_high"]
         assert "balanced_accuracy" in metrics
-    split = split_data.fn(load_source(second_config), second_config)
+    split = split_data.fn(
+        load_source(second_config.source),
+        second_config.split,
+        second_config.source,
+        seed=second_config.seed,
+        min_group_size=second_config.evaluation.min_group_size,
+    )
     pipeline = load_registered_pipeline(uri, model_name, first.model_version)
     recomputed = classifier_metrics(
         split.y_test, pipeline.predict(split.X_test), split.s_test, min_group_size=30

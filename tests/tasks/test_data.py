@@ -73,15 +73,13 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     X = pd.DataFrame({"proxy": rng.normal(size=n), "noise": rng.normal(size=n)})
     y = rng.integers(0, 2, size=n)
     train = np.arange(150)
-    config = SimpleNamespace(
-        data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95, min_group_size=30
-    )
+    source = SimpleNamespace(data="file.csv", keep=[], leakage_threshold=0.8, proxy_threshold=0.95)
 
     def excluded(labels):
         data = SimpleNamespace(
             X=X, sensitive=pd.DataFrame({"g": rng.choice(["a", "b"], size=n)}), screened={}
         )
-        return screen_training_rows(data, labels, train, config)
+        return screen_training_rows(data, labels, train, source, 30)
 
     with _warnings.catch_warnings():
         _warnings.simplefilter("ignore")

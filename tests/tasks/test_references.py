@@ -32,11 +32,11 @@ class _Data:
 
 def test_references_are_fitted_on_training_rows_and_evaluated_with_intervals():
     config = AuditConfig(dataset="adult", n_bootstrap=200)
-    split = split_data.fn(_Data(), config)
+    split = split_data.fn(_Data(), config.split, config.source, seed=config.seed, min_group_size=30)
     preprocessor, train, validation = fit_preprocessor.fn(split)
     encoded = {"train": train, "validation": validation,
                "test": preprocessor.transform(split.X_test)}  # fmt: skip
-    references = fit_references(encoded, split, config)
+    references = fit_references(encoded, split, config.evaluation, config.seed)
     by_name = {r["name"]: r for r in references}
     assert list(by_name) == ["threshold_optimizer", "exponentiated_gradient", "correlation_remover"]
     assert [r["approach"] for r in references] == [
@@ -63,7 +63,7 @@ def test_references_are_fitted_on_training_rows_and_evaluated_with_intervals():
 
 
 def test_a_dominating_reference_is_named_and_a_dominated_one_is_not():
-    policy = GatePolicy.from_config(AuditConfig(dataset="adult"))  # DP + four-fifths
+    policy = GatePolicy.from_config(AuditConfig(dataset="adult").selection)  # DP + four-fifths
     chosen = {"balanced_accuracy": 0.61, "dp_difference": 0.02, "selection_rate_ratio": 0.82}
     better = {"name": "threshold_optimizer", "approach": "post-processing",
               "test": {"balanced_accuracy": 0.70, "dp_difference": 0.01,

@@ -11,6 +11,7 @@ from fairpca.tasks.registry import (
     audit_definition,
     fairness_tags,
     registered_model_name,
+    resolved_model_name,
 )
 
 
@@ -48,13 +49,20 @@ def test_sex_only_and_sex_race_audits_get_different_names():
 def test_config_resolves_the_identity_name_and_keeps_an_explicit_one(tmp_path):
     from fairpca.flows.config import AuditConfig
 
-    assert AuditConfig(dataset="german").resolved_model_name == "fairpca-german-bad_credit-age"
+    german = AuditConfig(dataset="german")
+    assert resolved_model_name(german.source) == "fairpca-german-bad_credit-age"
     both = AuditConfig(dataset="adult", sensitive=["sex", "race"])
-    assert both.resolved_model_name == "fairpca-adult-income_gt_50k-race_sex"
+    assert (
+        resolved_model_name(both.source, both.tracking.model_name)
+        == "fairpca-adult-income_gt_50k-race_sex"
+    )
     explicit = AuditConfig(dataset="adult", model_name="my-model")
-    assert explicit.resolved_model_name == "my-model"
+    assert resolved_model_name(explicit.source, explicit.tracking.model_name) == "my-model"
     user = AuditConfig(data=tmp_path / "loans.csv", label="approved", sensitive=["gender"])
-    assert user.resolved_model_name == "fairpca-loans-approved-gender"
+    assert (
+        resolved_model_name(user.source, user.tracking.model_name)
+        == "fairpca-loans-approved-gender"
+    )
 
 
 def test_lossy_names_get_a_hash_of_the_full_definition():

@@ -14,7 +14,7 @@ from fairpca.tasks.select import choose, ineligibility, select_candidate
 
 
 def _config(**values):
-    return AuditConfig(dataset="adult", **values)
+    return AuditConfig(dataset="adult", **values).selection
 
 
 def _row(y, y_pred, groups, **extra):
@@ -96,7 +96,7 @@ def test_policy_names_parse_and_refuse_unknown_parts():
         parse_policy("demographic_parity+fairness")
     with pytest.raises(ValueError, match="policy"):
         AuditConfig(dataset="adult", policy="equal_chance")
-    assert AuditConfig(dataset="adult").policy == "demographic_parity+four_fifths"
+    assert AuditConfig(dataset="adult").selection.policy == "demographic_parity+four_fifths"
 
 
 def test_four_fifths_gates_the_observed_selection_rate_ratio():
@@ -201,6 +201,6 @@ def test_the_default_gate_compares_estimates_and_upper_bound_is_the_strict_optio
     rng, y, groups = _adult_like()
     row = _row(y, (rng.random(len(y)) < 0.25).astype(int), groups)
     assert row["dp_difference"] < 0.05 < row["dp_difference.ci95_high"]
-    assert AuditConfig(dataset="adult").gate == "point"
+    assert AuditConfig(dataset="adult").selection.gate == "point"
     assert GatePolicy.from_config(_config()).failures(row) == []
     assert GatePolicy.from_config(_config(gate="upper_bound")).failures(row) != []

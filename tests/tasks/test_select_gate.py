@@ -36,7 +36,7 @@ def _table():
 def _config(**values):
     """The DP and EO pair these tests were written for (the former fixed gate)."""
     return AuditConfig(dataset="adult", **{"policy": "demographic_parity+equal_opportunity",
-                                           **values})  # fmt: skip
+                                           **values}).selection  # fmt: skip
 
 
 def test_select_candidate_prefers_the_most_accurate_passing_one():

@@ -34,8 +34,9 @@ def test_sweep_fits_once_and_reuses_the_representation():
     sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
     seen = []
     result = sweep_representation(
-        rep, Z[:300], Z[300:], split, config, sigma, lambda v, i, t: seen.append((i, t))
-    )
+        rep, Z[:300], Z[300:], split, config.representation, config.evaluation, config.seed,
+        sigma, lambda v, i, t: seen.append((i, t)),
+    )  # fmt: skip
     assert seen == [(1, 2), (2, 2)]
     np.testing.assert_array_equal(rep.estimator.components_, components)  # not refitted
     assert rep.estimator.tradeoff == 0.0  # restored

@@ -1,0 +1,45 @@
+"""Credentials in tracking URIs: masked in everything written, moved to MLflow's environment
+variables only when connecting."""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+__all__ = ["mask_credentials", "take_credentials"]
+
+
+def mask_credentials(value: str) -> str:
+    """``scheme://user:password@host/...`` -> ``scheme://***@host/...``; other text as is."""
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return value
+    if not parts.scheme or "@" not in parts.netloc:
+        return value
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"***@{host}", query=""))
+
+
+def take_credentials(uri: str) -> str:
+    """An http(s) ``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
+
+    Only MLflow's REST client reads ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``
+    (HTTP basic auth), so for any other scheme (``postgresql://user:pw@db/mlflow``) the URI is
+    returned as given: the database driver needs its credentials in the URI. A password in the
+    environment variable ``MLFLOW_TRACKING_URI`` is removed from there for http(s).
+    """
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in {"http", "https"}:
+        return uri
+    if parts.username is None and parts.password is None:
+        return uri
+    if parts.username:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
+    if parts.password is not None:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
+    host = parts.netloc.rpartition("@")[2]
+    clean = urlunsplit(parts._replace(netloc=host))
+    if os.environ.get("MLFLOW_TRACKING_URI") == uri:
+        os.environ["MLFLOW_TRACKING_URI"] = clean
+    return clean
