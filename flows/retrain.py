@@ -24,6 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.mlflow_logging import RETRYING
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.registry import (
@@ -40,7 +41,6 @@ from .champion import (
     champion_test_metrics,
     decide_promotion,
     load_champion,
-    mlflow_client,
 )
 from .config import RetrainConfig, resolve_tracking_uri
 from .runners import dask_subflow

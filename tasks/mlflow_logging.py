@@ -29,7 +29,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from fairpca.tasks.audit_record import AuditRecord, read_audit_record
-from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched
+from fairpca.tasks.mlflow_store import (
+    get_or_create_experiment,
+    log_metrics_batched,
+    mlflow_client,
+)
 from fairpca.tasks.model_card import mask_credentials, run_description
 from fairpca.tasks.registry import register_logged_model
 
@@ -126,12 +130,6 @@ RETRYING = {
 }
 
 
-def _client(tracking_uri: str):
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-
-
 def _millis(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -149,7 +147,7 @@ def start_run(tracking_uri: str, audit: AuditRecord, attempt: str) -> tuple[str,
     only the run this logging call created (tagged with ``attempt``), so another run with the
     same audit id is never taken over.
     """
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
@@ -174,7 +172,7 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> in
     matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     stamp = _millis(audit.ended_at)
     params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
     tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
@@ -216,7 +214,7 @@ def log_artifacts(
     ``files`` are the paths of the signed manifest (:func:`check_relog_dir`); a file
     outside it is never uploaded. Each file is uploaded on its own (never a whole folder).
     """
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     out_dir = Path(out_dir)
     sealed = set(files if files is not None else check_relog_dir(out_dir)["files"])
     logged = []
@@ -387,7 +385,7 @@ def log_model(
     """
     from mlflow.entities import LoggedModelStatus
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     model_dir = Path(out_dir) / "model"
     sealed = files if files is not None else check_relog_dir(Path(out_dir))["files"]
     experiment_id = client.get_run(run_id).info.experiment_id
@@ -430,7 +428,7 @@ def _stage_model_files(model_dir: Path, sealed: dict[str, Any], target: Path) ->
 @task(name="mlflow-set-alias", **RETRYING)
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> None:
     """Point ``alias`` (e.g. ``champion``) at ``version``."""
-    _client(tracking_uri).set_registered_model_alias(model_name, alias, version)
+    mlflow_client(tracking_uri).set_registered_model_alias(model_name, alias, version)
 
 
 @task(name="mlflow-finish-run", **RETRYING)
@@ -446,7 +444,7 @@ def finish_run(
     at ``end_time`` (milliseconds since the epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
@@ -674,7 +672,7 @@ def log_output_dir(
     _bounded_http_retries()
     attempt = uuid.uuid4().hex  # this logging call's runs (a retry finds its own again)
     try:
-        run_id = _resumable_run(_client(tracking_uri), record, audit)
+        run_id = _resumable_run(mlflow_client(tracking_uri), record, audit)
         if run_id is None:
             run_id, experiment = start(tracking_uri, audit, attempt)
             bind_run(out_dir, run_id=run_id, experiment_id=experiment)
@@ -717,7 +715,7 @@ def log_output_dir(
             + f"All results are kept in {out_dir.resolve()}; log them again with "
             f"`fairpca relog {out_dir}` once the tracking server is reachable."
         ) from exc
-    experiment_id = _client(tracking_uri).get_run(run_id).info.experiment_id
+    experiment_id = mlflow_client(tracking_uri).get_run(run_id).info.experiment_id
     _write_status(
         out_dir,
         {"status": "FINISHED", "run_id": run_id, "model_version": model["version"]},
@@ -740,7 +738,7 @@ def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
     """Best effort: the run must not stay RUNNING or look FINISHED. Whether it is FAILED."""
     for attempt in range(3):
         try:
-            client = _client(tracking_uri)
+            client = mlflow_client(tracking_uri)
             client.set_tag(run_id, "fairpca.logging_error", why[:5000])
             client.set_terminated(run_id, status="FAILED")
             return True

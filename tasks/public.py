@@ -43,7 +43,7 @@ from .mlflow_evaluator import (
     write_artifacts,
 )
 from .mlflow_logging import log_output_dir as log_audit_output
-from .mlflow_store import get_or_create_experiment, log_metrics_batched
+from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from .report import markdown_table
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
@@ -286,10 +286,9 @@ def log_fairness_to_mlflow(
     ``run_id`` a new run goes to ``experiment_name`` (created if missing; for a local SQLite
     store its artifacts are kept next to the database) and is ended. Returns the run id.
     """
-    from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     new_run = run_id is None
     if new_run:
         experiment_id = get_or_create_experiment(client, experiment_name, tracking_uri)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpca.tasks.audit_record import AuditRecord
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.model_card import (
     CARD_FILE,
     code_version,
@@ -367,9 +368,8 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
     match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted.
     """
     import mlflow.artifacts
-    from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     expected = client.get_model_version(name, version).tags.get(MODEL_FILE_SHA_TAG)
     if not expected:
         raise UntrustedModelError(
