@@ -35,6 +35,13 @@ from fairpca.tasks.mlflow_store import (
     mlflow_client,
 )
 from fairpca.tasks.model_card import mask_credentials, run_description
+from fairpca.tasks.model_trust import (
+    UntrustedModelError,
+    foreign_types,
+    skops_file,
+    skops_file_types,
+    types_to_trust,
+)
 from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
@@ -320,7 +327,7 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
     total under relog's size caps. Then the model must pass :func:`check_saved_model` and
     its ``MLmodel`` ``skops_trusted_types`` and its skops file's untrusted types (read by
     :func:`skops.io.get_untrusted_types`, which executes nothing) must lie in the project's
-    fixed :data:`fairpca.tasks.registry.TRUSTED_TYPES`.
+    fixed :data:`fairpca.tasks.model_trust.TRUSTED_TYPES`.
 
     Raises
     ------
@@ -343,29 +350,25 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
 
 def _check_trusted_types(model_dir: Path) -> None:
     """The types the saved model asks to trust are all in the project's fixed list."""
-    import skops.io
     import yaml
-
-    from fairpca.tasks.registry import TRUSTED_TYPES, UntrustedModelError, _skops_file
 
     spec = yaml.safe_load((model_dir / "MLmodel").read_text(encoding="utf-8"))
     listed = spec["flavors"]["sklearn"].get("skops_trusted_types") or []
-    foreign = sorted({str(name) for name in listed} - TRUSTED_TYPES)
-    if foreign:
+    if foreign := foreign_types(listed):
         raise ValueError(
             f"{model_dir / 'MLmodel'} lists skops_trusted_types {foreign} that fairpca does "
             "not trust; it is not logged. Re-run the audit."
         )
     try:
-        path = _skops_file(model_dir)
-        untrusted = skops.io.get_untrusted_types(file=path)
+        path = skops_file(model_dir)
     except (UntrustedModelError, OSError, ValueError, KeyError) as error:
         raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
-    foreign = sorted(set(untrusted) - TRUSTED_TYPES)
-    if foreign:
-        raise ValueError(
-            f"{path} holds types {foreign} that fairpca does not trust; it is not logged."
-        )
+    try:
+        skops_file_types(path)
+    except UntrustedModelError as error:
+        raise ValueError(f"{model_dir}: {error} Re-run the audit.") from error
+    except (OSError, ValueError, KeyError) as error:
+        raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
 
 
 @task(name="mlflow-log-model", **RETRYING)
@@ -481,7 +484,7 @@ def save_model_locally(
     from fairpca.tasks.model_io import model_signature
 
     signature = model_signature(input_example, pipeline.predict(input_example))
-    trusted = trusted_types(pipeline)
+    trusted = types_to_trust(pipeline)
     target = Path(out_dir) / "model"
     if target.exists():
         shutil.rmtree(target)
@@ -494,27 +497,6 @@ def save_model_locally(
         skops_trusted_types=trusted,
     )
     return target
-
-
-_TRUSTED_MODULES = ("fairpca.", "numpy", "sklearn.", "scipy.")
-
-
-def trusted_types(pipeline) -> list[str]:
-    """Types skops must be told to trust to reload the pipeline (MLflow saves with skops).
-
-    Only our own estimators and numpy/scikit-learn/scipy internals are accepted; anything
-    else is refused rather than silently trusted.
-    """
-    import skops.io
-
-    untrusted = skops.io.get_untrusted_types(data=skops.io.dumps(pipeline))
-    foreign = [name for name in untrusted if not name.startswith(_TRUSTED_MODULES)]
-    if foreign:
-        raise TypeError(
-            f"the pipeline holds types that are not from fairpca/numpy/scikit-learn: {foreign}; "
-            "they cannot be trusted for loading."
-        )
-    return sorted(untrusted)
 
 
 def _write_status(out_dir: Path, content: dict[str, Any]) -> None:
