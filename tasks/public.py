@@ -47,6 +47,7 @@ from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_
 from .report import markdown_table
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
+from .sweep import sweep_tradeoff
 
 __all__ = [
     "FairnessEvaluation",
@@ -131,6 +132,10 @@ def sweep_lambda(
     standard PCA features appended (Sec. 3.1: no refit), ``classifier`` (cloned; default
     ``LogisticRegression(max_iter=1000)``) is fitted on the training rows and evaluated on the
     evaluation rows. The caller's estimator is not changed (the sweep works on a copy).
+
+    The audit's own sweep (:func:`fairpca.tasks.sweep.sweep_tradeoff`) with one classifier:
+    besides the metrics, each row has ``lambda_index``, ``n_features``, ``classifier`` (its
+    class name), ``one_class_share`` and ``classifier_seconds``.
     """
     # a copy: concurrent sweeps of one fitted estimator must not set each other's lambda
     estimator = copy.deepcopy(getattr(representation, "estimator", representation))
@@ -140,20 +145,23 @@ def sweep_lambda(
             f"representation such as FairPCA (variant 'fair_pca')."
         )
     template = LogisticRegression(max_iter=1000) if classifier is None else classifier
-    config = {
-        **CONFIG_DEFAULTS,
-        "pos_label": pos_label,
-        "min_group_size": min_group_size,
-        "n_resamples": n_resamples,
-        "seed": seed,
-    }
-    rows = []
-    for lam in lambdas:
-        estimator.set_params(tradeoff=lam)
-        model = clone(template).fit(estimator.transform(X_train), y_train)
-        y_pred = model.predict(estimator.transform(X_eval))
-        metrics, _ = fairness_metrics(y_eval, y_pred, sensitive_eval, config)
-        rows.append({"lambda": float(lam), **metrics})
+    rows, _ = sweep_tradeoff(
+        estimator,
+        [float(lam) for lam in lambdas],
+        X_train,
+        y_train,
+        X_eval,
+        y_eval,
+        sensitive_eval,
+        classifiers={type(template).__name__: lambda F, y: clone(template).fit(F, y)},
+        metric_options={
+            "pos_label": pos_label,
+            "min_group_size": min_group_size,
+            "allow_small_groups": CONFIG_DEFAULTS["allow_small_groups"],
+            "n_resamples": n_resamples,
+            "seed": seed,
+        },
+    )
     return pd.DataFrame(rows)
 
 
