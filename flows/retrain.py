@@ -119,9 +119,10 @@ class ChampionWatch:
         )
 
 
-def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
-    """Re-check the champion on the new data before any challenger is trained; demote it
-    (``champion`` -> ``needs_review_alias``) when it fails the gate or cannot be verified."""
+def watch_champion(config: RetrainConfig, tracking_uri: str, dataset=None) -> ChampionWatch:
+    """Re-check the champion on the new data (``dataset``, default: loaded now) before any
+    challenger is trained; demote it (``champion`` -> ``needs_review_alias``) when it fails
+    the gate or cannot be verified."""
     logger = get_run_logger()
     start_warmup(tracking_uri)
     wait_for_warmup(tracking_uri)
@@ -136,7 +137,7 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
             f"registered model {name!r} holds audits of {champion['definition']}, but this "
             f"retrain audits {expected}; leave model_name unset or choose another one."
         )
-    split = split_data(load_data(config), config)
+    split = split_data(load_data(config) if dataset is None else dataset, config)
     metrics = evaluate_champion(tracking_uri, champion, split, config)
     if "unverified" in metrics:
         watch.failures = [f"cannot be verified: {metrics['unverified']}"]
@@ -244,8 +245,9 @@ def retrain(config: RetrainConfig) -> AuditResult:
     tracking_uri = resolve_tracking_uri(config.tracking_uri)
     if (on_dask := dask_subflow(retrain, config.dask_address)) is not None:
         return on_dask(config)
-    watch = watch_champion(config, tracking_uri)
-    state = prepare_audit(config, "retrain")
+    dataset = load_data(config)  # once: the champion and the challenger see the same rows
+    watch = watch_champion(config, tracking_uri, dataset)
+    state = prepare_audit(config, "retrain", dataset)
     compare_with_champion(state, watch, config)
     if watch.champion is not None and not watch.still_champion:
         state.decision.reasons.insert(0, watch.summary())

@@ -11,7 +11,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpca.tasks.sources import load_source
+from fairpca.tasks.sources import load_source, take_preloaded
 
 __all__ = [
     "Split",
@@ -61,8 +61,10 @@ class Split:
 
 @task(name="load-data", cache_policy=NO_CACHE, retries=0)
 def load_data(config) -> Any:
-    """Load the audit's data source (bundled dataset, data directory or user file)."""
-    return load_source(config)
+    """The audit's data source (bundled dataset, data directory or user file): the dataset the
+    command line's preflight loaded for this source, else loaded now."""
+    dataset = take_preloaded(config)
+    return load_source(config) if dataset is None else dataset
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:

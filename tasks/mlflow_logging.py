@@ -39,7 +39,6 @@ from fairpca.tasks.model_trust import (
     UntrustedModelError,
     foreign_types,
     skops_file,
-    skops_file_types,
     types_to_trust,
 )
 from fairpca.tasks.registry import register_logged_model
@@ -350,6 +349,7 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
 
 def _check_trusted_types(model_dir: Path) -> None:
     """The types the saved model asks to trust are all in the project's fixed list."""
+    import skops.io
     import yaml
 
     spec = yaml.safe_load((model_dir / "MLmodel").read_text(encoding="utf-8"))
@@ -361,14 +361,13 @@ def _check_trusted_types(model_dir: Path) -> None:
         )
     try:
         path = skops_file(model_dir)
+        needed = skops.io.get_untrusted_types(file=path)
     except (UntrustedModelError, OSError, ValueError, KeyError) as error:
         raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
-    try:
-        skops_file_types(path)
-    except UntrustedModelError as error:
-        raise ValueError(f"{model_dir}: {error} Re-run the audit.") from error
-    except (OSError, ValueError, KeyError) as error:
-        raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
+    if foreign := foreign_types(needed):
+        raise ValueError(
+            f"{path} holds types {foreign} that fairpca does not trust; it is not logged."
+        )
 
 
 @task(name="mlflow-log-model", **RETRYING)
