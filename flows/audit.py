@@ -193,10 +193,9 @@ def _load_and_encode(config: AuditConfig, timings: dict[str, float], dataset=Non
 
 
 def prepare_audit(config: AuditConfig, kind: str = "audit", dataset=None) -> AuditState:
-    """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
-    diagnostics; then (only then) evaluate what is reported on the test rows, beside the
-    reference mitigations (trained meanwhile on the training rows). ``dataset``: the source
-    already loaded by the caller (default: :func:`fairpca.tasks.data.load_data`)."""
+    """Compute part of an audit: load (unless ``dataset`` is given), split, fit, sweep and
+    choose on validation rows; diagnostics; then (only then) evaluate what is reported on the
+    test rows, beside the reference mitigations (trained meanwhile on the training rows)."""
     started_at = datetime.now(UTC)
     start_warmup(resolve_tracking_uri(config.tracking_uri))
     signing_key(create=True)  # the key that seals the output, before any work

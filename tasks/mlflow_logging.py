@@ -624,85 +624,98 @@ def log_output_dir(
         If a step still fails after its retries. The run is marked FAILED first (when it
         could be created) and the message names ``out_dir``, where the results are kept.
     """
-    from fairpca.tasks.signing import bind_run
-
     out_dir = Path(out_dir)
     record = check_relog_dir(out_dir)  # what is logged is what the audit sealed
     audit = read_audit(out_dir)
     promote = sealed_decision(audit) if promote is None else promote
+    attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
+    _bounded_http_retries()
+    try:
+        version, moved = _log_steps(attempt, record, audit, promote, ends_now)
+    except Exception as exc:
+        raise _logging_failed(attempt, exc) from exc
+    experiment_id = mlflow_client(tracking_uri).get_run(attempt.run_id).info.experiment_id
+    _write_status(
+        out_dir, {"status": "FINISHED", "run_id": attempt.run_id, "model_version": version}
+    )
+    return LoggedAudit(
+        attempt.run_id, experiment_id, version, moved, mask_credentials(tracking_uri)
+    )
+
+
+@dataclass
+class _Attempt:
+    """One call of :func:`log_output_dir`: its steps (Prefect tasks with its retries), the run
+    it logs to once there is one, and the step under way (named when it fails)."""
+
+    out_dir: Path
+    tracking_uri: str
+    steps: dict[str, Any]
+    run_id: str | None = None
+    step: str = "start the run"
+
+
+def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | None) -> dict:
+    """The logging steps, each retried ``retries`` times (default: the audit's config) with
+    an exponential back-off."""
     retry = {
         "retries": audit.mlflow_retries if retries is None else retries,
         "retry_delay_seconds": exponential_backoff(
-            backoff_factor=audit.mlflow_retry_backoff if retry_backoff is None else retry_backoff
+            backoff_factor=audit.mlflow_retry_backoff if backoff is None else backoff
         ),
     }
-    start, log_data, log_files, log_pipeline, alias, finish = (
-        step_task.with_options(**retry)
-        for step_task in (
-            start_run,
-            log_params_metrics,
-            log_artifacts,
-            log_model,
-            set_alias,
-            finish_run,
-        )
-    )
-    run_id = None
-    step = "start the run"
+    steps = (start_run, log_params_metrics, log_artifacts, log_model, set_alias, finish_run)
+    return {step.fn.__name__: step.with_options(**retry) for step in steps}
+
+
+def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promote: bool, ends_now: bool):
+    """Run, params and metrics, artifacts, model, alias, end: the registered version and
+    whether the alias moved to it."""
+    from fairpca.tasks.signing import bind_run
+
     started = time.perf_counter()
-    _bounded_http_retries()
-    attempt = uuid.uuid4().hex  # this logging call's runs (a retry finds its own again)
-    try:
-        run_id = _resumable_run(mlflow_client(tracking_uri), record, audit)
-        if run_id is None:
-            run_id, experiment = start(tracking_uri, audit, attempt)
-            bind_run(out_dir, run_id=run_id, experiment_id=experiment)
-        step = "log params and metrics"
-        log_data(tracking_uri, run_id, audit)
-        step = "log artifacts"
-        log_files(tracking_uri, run_id, out_dir, sorted(record["files"]))
-        step = "log and register the model"
-        model = log_pipeline(tracking_uri, run_id, out_dir, audit, record["files"])
-        moved = False
-        if promote and model["version"] is not None:
-            step = "move the alias"
-            alias(tracking_uri, audit.model_name, audit.champion_alias, model["version"])
-            moved = True
-        step = "finish the run"
-        finish(
-            tracking_uri,
-            run_id,
-            "FINISHED",
-            {
-                "fairpca.model_version": str(model["version"]),
-                "fairpca.champion_moved": str(moved).lower(),
-            },
-            {"time_mlflow_logging_s": time.perf_counter() - started},
-            end_time=None if ends_now else _millis(audit.ended_at),
-        )
-    except Exception as exc:
-        marked = run_id is not None and _mark_failed(tracking_uri, run_id, f"{step}: {exc}")
-        _write_status(out_dir, {"status": "FAILED", "run_id": run_id, "step": step})
-        run_state = (
-            f"Run {run_id} is marked FAILED. "
-            if marked
-            else f"Run {run_id} could not be marked FAILED (the tracking server did not "
-            "answer) and shows as RUNNING until relogged. "
-        )
-        raise MlflowLoggingError(
-            f"Logging the audit to MLflow at {mask_credentials(tracking_uri)} failed while "
-            f"trying to {step} ({type(exc).__name__}: {exc}). "
-            + (run_state if run_id else "")
-            + f"All results are kept in {out_dir.resolve()}; log them again with "
-            f"`fairpca relog {out_dir}` once the tracking server is reachable."
-        ) from exc
-    experiment_id = mlflow_client(tracking_uri).get_run(run_id).info.experiment_id
-    _write_status(
-        out_dir,
-        {"status": "FINISHED", "run_id": run_id, "model_version": model["version"]},
+    uri, steps, files = attempt.tracking_uri, attempt.steps, record["files"]
+    attempt.run_id = _resumable_run(mlflow_client(uri), record, audit)
+    if attempt.run_id is None:
+        # a fresh id per call: a retried step finds this call's run again, not another's
+        attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex)
+        bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=experiment)
+    attempt.step = "log params and metrics"
+    steps["log_params_metrics"](uri, attempt.run_id, audit)
+    attempt.step = "log artifacts"
+    steps["log_artifacts"](uri, attempt.run_id, attempt.out_dir, sorted(files))
+    attempt.step = "log and register the model"
+    version = steps["log_model"](uri, attempt.run_id, attempt.out_dir, audit, files)["version"]
+    moved = bool(promote) and version is not None
+    if moved:
+        attempt.step = "move the alias"
+        steps["set_alias"](uri, audit.model_name, audit.champion_alias, version)
+    attempt.step = "finish the run"
+    tags = {"fairpca.model_version": str(version), "fairpca.champion_moved": str(moved).lower()}
+    seconds = {"time_mlflow_logging_s": time.perf_counter() - started}
+    end_time = None if ends_now else _millis(audit.ended_at)
+    steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, seconds, end_time=end_time)
+    return version, moved
+
+
+def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
+    """Mark the run FAILED (when there is one and the server answers), record the failure
+    in the directory, and the error that says where the results are kept."""
+    run_id, uri = attempt.run_id, attempt.tracking_uri
+    marked = run_id is not None and _mark_failed(uri, run_id, f"{attempt.step}: {exc}")
+    _write_status(attempt.out_dir, {"status": "FAILED", "run_id": run_id, "step": attempt.step})
+    run_state = (
+        f"Run {run_id} is marked FAILED. "
+        if marked
+        else f"Run {run_id} could not be marked FAILED (the tracking server did not "
+        "answer) and shows as RUNNING until relogged. "
     )
-    return LoggedAudit(
-        run_id, experiment_id, model["version"], moved, mask_credentials(tracking_uri)
+    return MlflowLoggingError(
+        f"Logging the audit to MLflow at {mask_credentials(uri)} failed while "
+        f"trying to {attempt.step} ({type(exc).__name__}: {exc}). "
+        + (run_state if run_id else "")
+        + f"All results are kept in {attempt.out_dir.resolve()}; log them again with "
+        f"`fairpca relog {attempt.out_dir}` once the tracking server is reachable."
     )
 
 

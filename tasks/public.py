@@ -145,22 +145,17 @@ def sweep_lambda(
             f"representation such as FairPCA (variant 'fair_pca')."
         )
     template = LogisticRegression(max_iter=1000) if classifier is None else classifier
+    options = {"pos_label": pos_label, "min_group_size": min_group_size, "seed": seed}
+    options.update(n_resamples=n_resamples, allow_small_groups=False)
+    eval_rows = (X_eval, y_eval, sensitive_eval)
     rows, _ = sweep_tradeoff(
         estimator,
         [float(lam) for lam in lambdas],
         X_train,
         y_train,
-        X_eval,
-        y_eval,
-        sensitive_eval,
+        *eval_rows,
         classifiers={type(template).__name__: lambda F, y: clone(template).fit(F, y)},
-        metric_options={
-            "pos_label": pos_label,
-            "min_group_size": min_group_size,
-            "allow_small_groups": CONFIG_DEFAULTS["allow_small_groups"],
-            "n_resamples": n_resamples,
-            "seed": seed,
-        },
+        metric_options=options,
     )
     return pd.DataFrame(rows)
 
@@ -203,12 +198,7 @@ def evaluate_model_fairness(
     features = data.drop(columns=[target])
     sensitive = sensitive_columns(features, config["sensitive_features"])
     model_name = model if isinstance(model, str) else type(model).__name__
-    if isinstance(model, str):
-        import mlflow
-
-        if tracking_uri is not None:
-            mlflow.set_tracking_uri(tracking_uri)
-        model = mlflow.pyfunc.load_model(model)
+    model = _pyfunc_model(model, tracking_uri) if isinstance(model, str) else model
     y_pred = np.asarray(model.predict(model_input(model, features, config["sensitive_features"])))
     metrics, report = fairness_metrics(data[target].to_numpy(), y_pred, sensitive, config)
     params = evaluation_params(model_name, data, target, config)
@@ -218,6 +208,16 @@ def evaluate_model_fairness(
     if run_id is not None:
         log_fairness_to_mlflow.fn(evaluation, tracking_uri=tracking_uri, run_id=run_id)
     return evaluation
+
+
+def _pyfunc_model(model_uri: str, tracking_uri: str | None):
+    """The MLflow model at ``model_uri`` (``tracking_uri``, when given, becomes MLflow's
+    current tracking URI, which resolves ``models:/`` URIs)."""
+    import mlflow
+
+    if tracking_uri is not None:
+        mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.pyfunc.load_model(model_uri)
 
 
 def evaluation_params(

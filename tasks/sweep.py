@@ -60,10 +60,8 @@ def sweep_tradeoff(
     metrics_with_intervals` (``metric_options``: ``min_group_size``, ``n_resamples``,
     ``seed``, ...). ``describe(F_train, F_eval)`` adds columns shared by one lambda's rows;
     ``progress(done, total)`` is called after each lambda. The estimator's ``tradeoff`` is
-    restored afterwards, also on error.
-
-    Returns one row per lambda and classifier, and the fitted classifiers by
-    ``(lambda_index, name)``.
+    restored afterwards, also on error. Returns one row per lambda and classifier, and the
+    fitted classifiers by ``(lambda_index, name)``.
     """
     rows, fitted = [], {}
     original = estimator.get_params().get("tradeoff")
@@ -73,22 +71,14 @@ def sweep_tradeoff(
                 estimator.set_params(tradeoff=lam)
             F_train = np.asarray(estimator.transform(X_train), dtype=np.float64)
             F_eval = np.asarray(estimator.transform(X_eval), dtype=np.float64)
-            shared = {
-                "lambda_index": index,
-                "lambda": np.nan if lam is None else float(lam),
-                "n_features": F_train.shape[1],
-                **(describe(F_train, F_eval) if describe is not None else {}),
-            }
+            shared = {"lambda_index": index, "lambda": np.nan if lam is None else float(lam)}
+            shared["n_features"] = F_train.shape[1]
+            shared.update(describe(F_train, F_eval) if describe is not None else {})
             for name, fit in classifiers.items():
-                t0 = time.perf_counter()
-                fitted[(index, name)] = classifier = fit(F_train, y_train)
-                metrics = _classifier_metrics(
-                    classifier, F_eval, y_eval, sensitive_eval, metric_options
+                fitted[(index, name)], measured = _fit_and_measure(
+                    fit, F_train, y_train, F_eval, y_eval, sensitive_eval, metric_options
                 )
-                seconds = time.perf_counter() - t0
-                rows.append(
-                    {**shared, "classifier": name, **metrics, "classifier_seconds": seconds}
-                )
+                rows.append({**shared, "classifier": name, **measured})
             if progress is not None:
                 progress(index + 1, len(lambdas))
     finally:
@@ -97,12 +87,19 @@ def sweep_tradeoff(
     return rows, fitted
 
 
-def _classifier_metrics(classifier, F_eval, y_eval, sensitive_eval, options) -> dict[str, Any]:
-    """How often the classifier predicts its more frequent class, and its metrics with
-    intervals, on the evaluation rows."""
+def _fit_and_measure(fit, F_train, y_train, F_eval, y_eval, sensitive_eval, options) -> tuple:
+    """The classifier ``fit`` gives on the training rows, and on the evaluation rows how often
+    it predicts its more frequent class, its metrics with intervals and the seconds taken."""
+    t0 = time.perf_counter()
+    classifier = fit(F_train, y_train)
     y_pred = classifier.predict(F_eval)
     metrics = metrics_with_intervals(y_eval, y_pred, sensitive_eval, **options)
-    return {"one_class_share": one_class_share(y_pred), **metrics}
+    seconds = time.perf_counter() - t0
+    return classifier, {
+        "one_class_share": one_class_share(y_pred),
+        **metrics,
+        "classifier_seconds": seconds,
+    }
 
 
 def _audit_classifiers(config) -> dict[str, Callable[[np.ndarray, np.ndarray], Any]]:
@@ -113,6 +110,25 @@ def _audit_classifiers(config) -> dict[str, Callable[[np.ndarray, np.ndarray], A
         return lambda F, y: fit_classifier(name, F, y, seed=config.seed, max_rows=max_rows)
 
     return {name: fitter(name) for name in config.classifiers}
+
+
+def _representation_columns(rep, encoded_validation, split, config, sigma) -> Callable:
+    """``describe(F_train, F_validation)`` of :func:`sweep_tradeoff`: the variance the
+    components explain on the validation rows, and the representation metrics at a lambda."""
+    components = getattr(rep.estimator, "components_", None)
+    var_explained = (
+        fm.explained_variance_fraction(encoded_validation, components)
+        if components is not None
+        else np.nan
+    )
+
+    def describe(F_train: np.ndarray, F_validation: np.ndarray) -> dict[str, Any]:
+        return {
+            "var_explained": float(var_explained),
+            **_representation_row(rep, F_train, F_validation, split, config, sigma),
+        }
+
+    return describe
 
 
 def _representation_row(rep, F_train, F_validation, split, config, sigma) -> dict[str, Any]:
@@ -148,19 +164,6 @@ def sweep_representation(
     NaN. Only the training and validation rows of ``split`` are read.
     """
     start = time.perf_counter()
-    components = getattr(rep.estimator, "components_", None)
-    var_explained = (
-        fm.explained_variance_fraction(encoded_validation, components)
-        if components is not None
-        else np.nan
-    )
-
-    def describe(F_train: np.ndarray, F_validation: np.ndarray) -> dict[str, Any]:
-        return {
-            "var_explained": float(var_explained),
-            **_representation_row(rep, F_train, F_validation, split, config, sigma),
-        }
-
     rows, classifiers = sweep_tradeoff(
         rep.estimator,
         list(config.lambdas) if rep.supports_tradeoff else [None],
@@ -176,10 +179,8 @@ def sweep_representation(
             "n_resamples": config.n_bootstrap,
             "seed": config.seed,
         },
-        describe=describe,
-        progress=None
-        if progress is None
-        else lambda done, total: progress(rep.variant, done, total),
+        describe=_representation_columns(rep, encoded_validation, split, config, sigma),
+        progress=progress and (lambda done, total: progress(rep.variant, done, total)),
     )
     result = SweepResult(rep.variant, [{"variant": rep.variant, **row} for row in rows])
     result.classifiers = classifiers
