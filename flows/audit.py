@@ -91,6 +91,8 @@ class AuditResult(BaseModel):
     selection: dict[str, Any] = {}
     skipped: dict[str, str] = {}
     outcome: str | None = None  # retrain: the champion check and the challenger, one sentence
+    references: list[dict[str, Any]] = []  # reference mitigations, validation and test rows
+    screening: list[dict[str, Any]] = []  # excluded (or kept) columns with rule and score
 
 
 @contextmanager
@@ -402,11 +404,12 @@ def finish_audit(
     _prefect_artifacts(state, audit)
     wait_for_warmup(tracking_uri)
     logged = log_output_dir(out_dir, tracking_uri, ends_now=True)
-    return _result(state, logged, tracking_uri, paths["html"], selection.model_dump())
+    return _result(state, logged, tracking_uri, paths["html"], audit)
 
 
-def _result(state: AuditState, logged, tracking_uri: str, report: Path, selection) -> AuditResult:
+def _result(state: AuditState, logged, tracking_uri: str, report: Path, audit) -> AuditResult:
     config, chosen = state.config, state.chosen
+    selection = audit.selection.model_dump()
     summary = candidate_summary(state)
     return AuditResult(
         run_id=logged.run_id,
@@ -427,6 +430,8 @@ def _result(state: AuditState, logged, tracking_uri: str, report: Path, selectio
         report_path=str(report.resolve()),
         summary=json.loads(summary.to_json(orient="records")),
         skipped=state.skipped,
+        references=[reference.model_dump() for reference in audit.references or []],
+        screening=[entry.model_dump() for entry in audit.screening or []],
     )
 
 

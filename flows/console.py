@@ -22,6 +22,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fairpca.tasks.report import format_interval, group_rates_frame, verdict_rows
+
 __all__ = [
     "console",
     "err_console",
@@ -137,8 +139,6 @@ def summary_table(result, width: int | None = None) -> Table:
 
 
 def _interval(metrics: dict[str, Any], name: str) -> str:
-    from fairpca.tasks.report import format_interval
-
     return f"{name} {format_interval(metrics, name)}"
 
 
@@ -152,20 +152,57 @@ def bullets(items: list[str], style: str = "", out: Console | None = None) -> No
     (out or console).print(grid)
 
 
-def _test_rows(selection: dict[str, Any]) -> list[str]:
-    names = ["accuracy", "dp_difference", "eo_difference"]  # worst attribute
-    names += [n for n in ("dp_difference.intersection", "eo_difference.intersection")
-              if n in selection["test"]]  # fmt: skip
-    rows = ["chosen: " + ", ".join(_interval(selection["test"], m) for m in names)]
-    pca = selection["baselines"].get("pca")
-    if pca:
-        rows.append(
-            f"unconstrained PCA ({pca['name']}): "
-            + ", ".join(_interval(pca["test"], m) for m in names)
+# Test-row measures shown per model, with their short labels: utility first (balanced accuracy
+# cannot be faked by a near-constant classifier), then the disparities reviewers use.
+TEST_ROW_METRICS = {
+    "accuracy": "acc",
+    "balanced_accuracy": "bal. acc",
+    "dp_difference": "ΔDP",
+    "selection_rate_ratio": "SR ratio",
+    "eo_difference": "ΔEO",
+    "dp_difference.intersection": "ΔDP ∩",
+    "eo_difference.intersection": "ΔEO ∩",
+    "one_class_share": "one class",
+}
+
+
+def _short_interval(metrics: dict[str, Any], name: str) -> str:
+    value, low, high = (metrics.get(name + end) for end in ("", ".ci95_low", ".ci95_high"))
+    if low is None or high is None:
+        return f"{TEST_ROW_METRICS[name]} {value:.3f}"
+    return f"{TEST_ROW_METRICS[name]} {value:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _test_rows(selection: dict[str, Any], references: list[dict[str, Any]]) -> list[str]:
+    """One line per model on the test rows: the chosen candidate, the baselines and the
+    reference mitigations, each measure with its 95% interval (worst attribute, and the
+    intersection of several)."""
+    names = [name for name in TEST_ROW_METRICS if name in selection["test"]]
+    return [
+        f"{model} ({kind}): "
+        + ", ".join(_short_interval(values, m) for m in names if values.get(m) is not None)
+        for model, kind, values in verdict_rows(selection, references)
+    ]
+
+
+def _group_rows(selection: dict[str, Any]) -> list[str]:
+    """Per reported group of the chosen candidate on the test rows: its rates."""
+    frame = group_rates_frame(selection["test"], selection.get("group_sizes", {}))
+    return [
+        f"{row['attribute']}:{row['group']} ({row['rows (all parts)']} rows): "
+        + ", ".join(
+            f"{name} {row[name]:.3f}" for name in ("selection rate", "TPR", "FPR", "base rate")
         )
-    majority = selection["baselines"]["majority"]["test"]
-    rows.append("majority class: " + _interval(majority, "accuracy"))
-    return rows
+        for row in frame.to_dict("records")
+    ]
+
+
+def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:
+    return [
+        f"{entry['action']} {entry['column']!r}: {entry['rule']}"
+        + ("" if entry.get("score") is None else f" (score {entry['score']:.3f})")
+        for entry in screening
+    ]
 
 
 def decision_line(result, before: str | None) -> str:
@@ -193,7 +230,12 @@ def print_report(result, before: str | None = None) -> None:
     selection = result.selection
     console.print(f"Chosen on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
     console.print("Test rows (never used for a choice), 95% intervals:")
-    bullets(_test_rows(selection))
+    bullets(_test_rows(selection, getattr(result, "references", [])))
+    console.print("Chosen candidate per group (test rows):")
+    bullets(_group_rows(selection))
+    screening = getattr(result, "screening", [])
+    console.print("Column screening: " + ("" if screening else "no column excluded"))
+    bullets(_screening_rows(screening))
     console.print(decision_line(result, before))
     bullets([f"gate: {selection['gate']}", *result.reasons])
     if getattr(result, "outcome", None):

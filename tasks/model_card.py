@@ -20,7 +20,7 @@ import pandas as pd
 from fairpca.tasks.audit_record import AuditRecord, Selection
 from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.record import format_interval
-from fairpca.tasks.report import markdown_table, sha256_file
+from fairpca.tasks.report import group_rates_frame, markdown_table, sha256_file
 
 __all__ = [
     "CARD_FILE",
@@ -35,6 +35,17 @@ __all__ = [
 
 CARD_FILE = "model_card.md"
 HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+# The card's test table: utility a constant classifier cannot fake, then the disparities.
+CARD_METRICS = (
+    "accuracy",
+    "balanced_accuracy",
+    "dp_difference",
+    "selection_rate_ratio",
+    "eo_difference",
+    "fpr_difference",
+    "equalized_odds_difference",
+    "one_class_share",
+)
 _SECRET_KEY = re.compile(r"(password|secret|token|credential|api_key)", re.IGNORECASE)
 
 
@@ -114,13 +125,14 @@ def _table(rows: list[dict[str, str]]) -> str:
 
 
 def _metric_names(test: dict[str, float]) -> list[str]:
-    """Headline metrics, then the per-attribute and intersection differences present."""
+    """:data:`CARD_METRICS`, then the per-attribute and intersection measures present."""
     extra = sorted(
         key
         for key in test
-        if key.startswith(("dp_difference.", "eo_difference.")) and ".ci95_" not in key
+        if key.startswith(("dp_difference.", "eo_difference.", "selection_rate_ratio."))
+        and ".ci95_" not in key
     )
-    return [name for name in HEADLINE if name in test] + extra
+    return [name for name in CARD_METRICS if name in test] + extra
 
 
 def _section_intended_use(record: AuditRecord) -> str:
@@ -174,22 +186,70 @@ def _section_groups(record: AuditRecord) -> str:
     return note + "\n\n" + _table(rows)
 
 
-def _section_test_metrics(selection: Selection) -> str:
-    majority = selection.baselines.majority.test
+def _test_columns(record: AuditRecord) -> list[tuple[str, dict[str, float]]]:
+    """(column title, test metrics) of the chosen candidate, the baselines, the references."""
+    selection = record.selection
     pca = selection.baselines.pca  # None when the audit ran no unconstrained PCA
-    pca_label = f"unconstrained PCA ({pca.name if pca else 'pca'})"
+    columns = [("chosen [95% CI]", selection.test)]
+    columns.append(("majority class", selection.baselines.majority.test))
+    if pca is not None:
+        columns.append((f"unconstrained PCA ({pca.name})", pca.test))
+    for reference in record.references or []:
+        needs = "; needs the sensitive attribute to predict"
+        if not reference.needs_sensitive_at_prediction:
+            needs = ""
+        columns.append((f"{reference.name} ({reference.approach}{needs})", reference.test))
+    return columns
+
+
+def _section_test_metrics(record: AuditRecord) -> str:
+    columns = _test_columns(record)
     rows = [
-        {
-            "metric": _text(name),
-            "chosen [95% CI]": format_interval(selection.test, name),
-            "majority class": format_interval(majority, name),
-            pca_label: format_interval(pca.test if pca else {}, name),
-        }
-        for name in _metric_names(selection.test)
+        {"metric": _text(name), **{title: format_interval(test, name) for title, test in columns}}
+        for name in _metric_names(record.selection.test)
     ]
     return (
-        "Untouched test rows, never used for any choice; 95% percentile-bootstrap intervals "
-        "in brackets.\n\n" + _table(rows)
+        "Untouched test rows, never used for any choice, for the chosen candidate, the "
+        "baselines and the reference mitigations (trained on the same training rows, never "
+        "registered); 95% intervals in brackets (Clopper-Pearson for rates, simultaneous "
+        "group intervals for differences and ratios, a bootstrap for balanced accuracy).\n\n"
+        + _table(rows)
+    )
+
+
+def _section_group_rates(record: AuditRecord) -> str:
+    frame = group_rates_frame(record.selection.test, record.selection.group_sizes)
+    rows = [
+        {
+            key: _text(value) if isinstance(value, str) else f"{value:.4f}"
+            if isinstance(value, float) else str(value)
+            for key, value in row.items()
+        }
+        for row in frame.to_dict("records")
+    ]  # fmt: skip
+    return (
+        "The chosen candidate on the test rows, per reported group: selection rate (share "
+        "predicted 1), TPR and FPR, and the base rate (share labelled 1). Groups below the "
+        "minimum group size are suppressed.\n\n" + _table(rows)
+    )
+
+
+def _section_screening(record: AuditRecord) -> str:
+    rows = [
+        {
+            "column": _text(entry.column),
+            "rule": _text(entry.rule),
+            "score": "-" if entry.score is None else f"{entry.score:.4f}",
+            "action": entry.action,
+        }
+        for entry in record.screening or []
+    ]
+    if not rows:
+        return "No column was excluded or kept against a screening rule."
+    return (
+        "Columns screened on the training rows (leakage: one column alone predicts the label; "
+        "proxy: one column alone predicts a sensitive attribute, or recodes it), with the "
+        "rule's score (balanced accuracy) and what was done.\n\n" + _table(rows)
     )
 
 
@@ -210,8 +270,8 @@ def _section_decision(record: AuditRecord) -> str:
     verdict = "PROMOTE (champion)" if selection.decision.promote else "NOT promoted"
     return "\n".join(
         [
-            f"- Gate: `{selection.gate}` (upper_bound: the interval's "
-            "upper end of DP/EO and lower end of accuracy must pass)",
+            f"- Gate: `{selection.gate}`"
+            + (f", policy {_text(record.policy.description)}" if record.policy else ""),
             *thresholds,
             f"- Decision: **{verdict}**",
             *(f"  - {_text(reason)}" for reason in selection.decision.reasons),
@@ -260,7 +320,9 @@ def render_model_card(record: AuditRecord) -> str:
         ("Intended use and limits", _section_intended_use(record)),
         ("Data", _section_data(record)),
         ("Sensitive attributes and group sizes", _section_groups(record)),
-        ("Test metrics beside the baselines", _section_test_metrics(record.selection)),
+        ("Test metrics beside the baselines and references", _section_test_metrics(record)),
+        ("Per-group rates on the test rows", _section_group_rates(record)),
+        ("Column screening", _section_screening(record)),
         ("Validation metrics", _section_validation(record.selection)),
         ("Thresholds and decision", _section_decision(record)),
         ("Projection matrices (SHA-256)", _section_hashes(record)),

@@ -43,6 +43,7 @@ __all__ = [
     "sha256_file",
     "summary_table",
     "verdict_frame",
+    "verdict_rows",
     "verdict_sections",
     "write_matrices",
     "write_report",
@@ -196,7 +197,7 @@ class Verdict:
     promote: bool
 
 
-def _verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
+def verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
     """(model, kind, test metrics) of the chosen candidate, the baselines, the references."""
     rows = [(selection["chosen"]["name"], "chosen", selection["test"])]
     pca = selection["baselines"].get("pca")
@@ -206,7 +207,7 @@ def _verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
     rows.append((f"majority class ({majority['class']})", "baseline", majority["test"]))
     for reference in references or []:
         sensitive = (
-            " (needs the sensitive attribute at prediction)"
+            ", needs the sensitive attribute at prediction"
             if reference.get("needs_sensitive_at_prediction")
             else ""
         )
@@ -227,7 +228,7 @@ def verdict_frame(selection: dict[str, Any], references: list[dict[str, Any]]) -
             if f"{m}.intersection" in test
         ]
     records = []
-    for name, kind, values in _verdict_rows(selection, references):
+    for name, kind, values in verdict_rows(selection, references):
         records.append(
             {"model": name, "role": kind, **{m: format_interval(values, m) for m in metrics}}
         )

@@ -150,18 +150,31 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
 def _no_eligible(records, majority_accuracy, config, reasons) -> tuple[dict[str, Any], Decision]:
     """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
     best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), r["accuracy"]))
+    why = "; ".join(ineligibility(best, majority_accuracy, config))
     reasons.append(
         f"no candidate is eligible, so nothing is registered or promoted; the best by "
-        f"balanced accuracy, {candidate_name(best)}, is shown for information only because"
+        f"balanced accuracy, {candidate_name(best)}, is shown for information only (not "
+        f"eligible: {why})"
     )
-    reasons += ineligibility(best, majority_accuracy, config)
     return best, Decision(False, reasons)
+
+
+def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
+    """Order of the passing candidates: ``measure``, then accuracy, then the smaller DP
+    difference (NaN sorts last)."""
+    value = _value(row, measure)
+    return (
+        -math.inf if math.isnan(value) else value,
+        row["accuracy"],
+        -row.get("dp_difference", 0.0),
+    )
 
 
 def select_candidate(
     table: pd.DataFrame, majority_accuracy: float, config
 ) -> tuple[dict[str, Any], Decision, bool]:
-    """Most accurate eligible candidate passing the gate policy on validation rows.
+    """Best eligible candidate passing the gate policy on validation rows, by the
+    ``select_by`` measure (balanced accuracy unless the config says accuracy).
 
     Returns the row, the decision and whether the row is eligible (may be registered).
     When none passes, the eligible candidate with the smallest gate violation is chosen (for
@@ -173,11 +186,12 @@ def select_candidate(
     passing = [r for r in eligible if not policy.failures(r)]
     gate_text = f"the gate policy {policy.name} ({policy.bound})"
     if passing:
-        best = max(passing, key=lambda r: (r["accuracy"], -r.get("dp_difference", 0.0)))
+        measure = getattr(config, "select_by", "balanced_accuracy")
+        best = max(passing, key=lambda r: _selection_key(r, measure))
         reason = (
-            f"{candidate_name(best)} is the most accurate of {len(passing)} of {len(records)} "
-            f"candidates that are eligible (useful beyond the majority class and chance) and "
-            f"meet {gate_text} on the validation rows"
+            f"{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
+            f"{len(passing)} of {len(records)} candidates that are eligible (useful beyond the "
+            f"majority class and chance) and meet {gate_text} on the validation rows"
         )
         return best, Decision(True, [reason]), True
     reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the validation rows"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairpca.tasks.audit_record import ReferenceMitigation
+from fairpca.tasks.audit_record import ReferenceMitigation, ScreenedColumn
 from fairpca.tasks.model_card import (
     DESCRIPTION_MAX_CHARS,
     render_model_card,
@@ -33,6 +33,9 @@ def _hostile(record):
     selection = record.selection
     selection.group_sizes = {SCRIPT: {IMG: 300, TICK: 200, LINK: "suppressed"}}
     selection.test[f"dp_difference.{SCRIPT}"] = 0.01
+    selection.test[f"selection_rate.{SCRIPT}:{IMG}"] = 0.2
+    selection.test[f"tpr.{SCRIPT}:{TICK}"] = 0.6
+    record.screening = [ScreenedColumn(column=IMG, rule=LINK, score=0.97, action="excluded")]
     selection.warnings = [f"column {IMG} predicts {SCRIPT}"]
     selection.decision.reasons = [f"group {LINK} of {TICK} is small"]
     record.params.update({"label": LINK, "data": f"/data/{TICK}.csv", "sensitive": SCRIPT})
@@ -136,3 +139,48 @@ def test_card_shows_decoded_group_names_and_suppression(audit_record):
     card = render_model_card(audit_record)
     assert "| sex | Female | 1650 |" in card and "| sex | Male | 3350 |" in card
     assert "| race | Other | suppressed (< 30) |" in card
+
+
+def _with_references_and_screening(record):
+    test = {"accuracy": 0.8148, "balanced_accuracy": 0.6958, "dp_difference": 0.0188}
+    record.references = [
+        ReferenceMitigation(
+            name="threshold_optimizer", approach="post-processing",
+            needs_sensitive_at_prediction=True, validation=test, test=test,
+        ),
+        ReferenceMitigation(
+            name="exponentiated_gradient", approach="reductions",
+            needs_sensitive_at_prediction=False, validation=test, test=test,
+        ),
+    ]  # fmt: skip
+    record.selection.test.update(
+        {"balanced_accuracy": 0.6517, "selection_rate.sex:Female": 0.1737,
+         "tpr.sex:Female": 0.4615, "fpr.sex:Female": 0.1382, "base_rate.sex:Female": 0.1098,
+         "selection_rate.sex:Male": 0.1706}
+    )  # fmt: skip
+    record.screening = [
+        ScreenedColumn(column="rank", rule="leakage", score=0.8312, action="excluded"),
+        ScreenedColumn(column="gender_code", rule="proxy: recodes sex", action="excluded"),
+    ]
+    return record
+
+
+def test_card_shows_references_group_rates_and_screening(audit_record):
+    card = render_model_card(_with_references_and_screening(audit_record))
+    test_table = card.split("## Test metrics beside the baselines and references")[1]
+    test_table = test_table.split("## ")[0]
+    header = next(line for line in test_table.splitlines() if line.startswith("| metric"))
+    assert "threshold_optimizer (post-processing; needs the sensitive attribute" in header
+    assert "exponentiated_gradient (reductions) |" in header
+    assert "| balanced\\_accuracy |" in test_table and "0.6958" in test_table
+    groups = card.split("## Per-group rates on the test rows")[1].split("## ")[0]
+    assert "| sex | Female | 1650 | 0.1737 | 0.4615 | 0.1382 | 0.1098 |" in groups
+    assert "| sex | Male | 3350 | 0.1706 | nan | nan | nan |" in groups
+    screening = card.split("## Column screening")[1].split("## ")[0]
+    assert "| rank | leakage | 0.8312 | excluded |" in screening
+    assert "| gender\\_code | proxy: recodes sex | - | excluded |" in screening
+
+
+def test_card_without_screened_columns_says_so(audit_record):
+    audit_record.screening = []
+    assert "No column was excluded or kept" in render_model_card(audit_record)

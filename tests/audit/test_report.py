@@ -130,7 +130,7 @@ def test_verdict_comes_first_with_test_metrics_beside_baselines_and_references()
     assert table.loc[0, "accuracy"] == "0.8100 [0.7900, 0.8300]"
     assert table.loc[0, "eo_difference"] == "-"  # undefined: a dash, not nan
     assert table.loc[3, "role"] == (
-        "reference: post-processing (needs the sensitive attribute at prediction)"
+        "reference: post-processing, needs the sensitive attribute at prediction"
     )
     assert sections[1][0].startswith("Per-group rates")
 

@@ -142,11 +142,14 @@ def test_intersections_are_gated_where_their_groups_are_large_enough():
 
 
 def test_a_laxer_policy_is_recognised():
-    strict = GatePolicy.from_config(_config(policy="demographic_parity+four_fifths"))
+    upper = {"gate": "upper_bound"}
+    strict = GatePolicy.from_config(_config(policy="demographic_parity+four_fifths", **upper))
     point = GatePolicy.from_config(_config(policy="demographic_parity+four_fifths", gate="point"))
-    fewer = GatePolicy.from_config(_config(policy="demographic_parity"))
+    fewer = GatePolicy.from_config(_config(policy="demographic_parity", **upper))
     wider = GatePolicy.from_config(
-        _config(policy="demographic_parity+four_fifths", thresholds={"max_dp_difference": 0.2})
+        _config(
+            policy="demographic_parity+four_fifths", thresholds={"max_dp_difference": 0.2}, **upper
+        )
     )
     assert strict.laxer_than(strict) == []
     assert point.laxer_than(strict) == ["it judges point estimates, not the 95% interval bounds"]
@@ -165,3 +168,39 @@ def test_select_candidate_picks_the_most_accurate_eligible_passing_candidate():
     config = _config(policy="demographic_parity", thresholds={"max_dp_difference": 0.1})
     chosen, decision, eligible = select_candidate(table, float(np.mean(y == 0)), config)
     assert eligible and decision.promote and chosen["variant"] == "pca"
+
+
+def _rate_classifier(rng, y, tpr, fpr):
+    """Predictions with the given true- and false-positive rates."""
+    return np.where(y == 1, rng.random(len(y)) < tpr, rng.random(len(y)) < fpr).astype(int)
+
+
+def test_select_candidate_prefers_balanced_accuracy_over_accuracy_by_default():
+    """On 24% positives, a cautious classifier (TPR 0.45, FPR 0.02) is more accurate than one
+    that finds most positives (TPR 0.75, FPR 0.12); balanced accuracy prefers the second."""
+    rng, y, groups = _adult_like()
+    cautious = _row(y, _rate_classifier(rng, y, 0.45, 0.02), groups, variant="pca")
+    finder = _row(y, _rate_classifier(rng, y, 0.75, 0.12), groups, variant="fair_pca")
+    assert cautious["accuracy"] > finder["accuracy"]
+    assert cautious["balanced_accuracy"] < finder["balanced_accuracy"]
+    table = _table([cautious, finder])
+    majority = float(np.mean(y == 0))
+    lax = {"policy": "demographic_parity", "thresholds": {"max_dp_difference": 0.2}}
+    chosen, decision, _ = select_candidate(table, majority, _config(**lax))
+    assert chosen["variant"] == "fair_pca"
+    assert "highest balanced accuracy of 2 of 2 candidates" in decision.reasons[0]
+    chosen, decision, _ = select_candidate(table, majority, _config(select_by="accuracy", **lax))
+    assert chosen["variant"] == "pca"
+    assert "highest accuracy of 2 of 2" in decision.reasons[0]
+
+
+def test_the_default_gate_compares_estimates_and_upper_bound_is_the_strict_option():
+    """A fair classifier at a 25% selection rate on 2,500 validation rows: its DP estimate is
+    small, yet the upper 95% bound exceeds 0.05, so the strict gate would admit only
+    classifiers that rarely say yes."""
+    rng, y, groups = _adult_like()
+    row = _row(y, (rng.random(len(y)) < 0.25).astype(int), groups)
+    assert row["dp_difference"] < 0.05 < row["dp_difference.ci95_high"]
+    assert AuditConfig(dataset="adult").gate == "point"
+    assert GatePolicy.from_config(_config()).failures(row) == []
+    assert GatePolicy.from_config(_config(gate="upper_bound")).failures(row) != []

@@ -1,0 +1,70 @@
+"""The downstream classifiers: the paper's settings, and logistic regression with its
+threshold tuned on the training rows only."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import skops.io
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import FixedThresholdClassifier
+
+from fairpca.tasks.classify import CLASSIFIER_NAMES, fit_classifier, make_classifier
+from fairpca.tasks.registry import TRUSTED_TYPES
+
+
+def _imbalanced(n=3000, seed=0):
+    """24% positives whose score is weak, as on a fair representation of Adult."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 4))
+    logit = 1.2 * X[:, 0] + 0.6 * X[:, 1] - 1.6
+    y = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    return X, y
+
+
+def test_tuned_logreg_predicts_the_rarer_class_more_often_and_at_least_as_accurately():
+    X, y = _imbalanced()
+    X_new, y_new = _imbalanced(seed=1)
+    plain = fit_classifier("logreg", X, y, seed=0)
+    tuned = fit_classifier("logreg_tuned", X, y, seed=0)
+    assert isinstance(tuned, FixedThresholdClassifier)
+    assert 0.0 < tuned.threshold < 0.5  # the strong penalty shrank the scores towards 0.5
+    plain_rate, tuned_rate = plain.predict(X_new).mean(), tuned.predict(X_new).mean()
+    assert plain_rate < tuned_rate <= y.mean() + 0.05
+    assert np.mean(tuned.predict(X_new) == y_new) >= np.mean(plain.predict(X_new) == y_new) - 0.01
+
+
+def test_tuned_logreg_is_the_papers_logistic_regression_refitted_on_every_training_row():
+    X, y = _imbalanced()
+    tuned = fit_classifier("logreg_tuned", X, y, seed=0)
+    reference = LogisticRegression(C=1 / (2 * len(y) * 0.01), max_iter=1000).fit(X, y)
+    np.testing.assert_allclose(tuned.estimator_.coef_, reference.coef_, rtol=1e-12)
+    scores = reference.predict_proba(X)[:, 1]
+    np.testing.assert_array_equal(tuned.predict(X), (scores > tuned.threshold).astype(int))
+
+
+def test_tuned_threshold_reads_only_the_rows_it_is_given_and_is_deterministic():
+    X, y = _imbalanced()
+    first = fit_classifier("logreg_tuned", X, y, seed=0).threshold
+    assert fit_classifier("logreg_tuned", X, y, seed=5).threshold == first
+    assert fit_classifier("logreg_tuned", X[:1500], y[:1500], seed=0).threshold != first
+
+
+def test_tuned_logreg_with_too_few_rows_of_a_class_keeps_the_default_threshold():
+    X, y = _imbalanced(n=200)
+    y = np.zeros_like(y)
+    y[:1] = 1
+    fitted = fit_classifier("logreg_tuned", X, y, seed=0)
+    assert isinstance(fitted, LogisticRegression)
+
+
+@pytest.mark.parametrize("name", CLASSIFIER_NAMES)
+def test_every_classifier_saves_with_skops_holding_only_trusted_types(name):
+    X, y = _imbalanced(n=400)
+    fitted = fit_classifier(name, X, y, seed=0)
+    assert set(skops.io.get_untrusted_types(data=skops.io.dumps(fitted))) <= TRUSTED_TYPES
+
+
+def test_unknown_classifier_names_the_choices():
+    with pytest.raises(ValueError, match="logreg_tuned"):
+        make_classifier("xgboost", 100, 0)
