@@ -28,7 +28,12 @@ from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.evaluate import shared_mmd_sigma
-from fairpca.tasks.mlflow_logging import AUDIT_FILE, log_output_dir, save_model_locally
+from fairpca.tasks.mlflow_logging import (
+    AUDIT_FILE,
+    is_transient_mlflow_error,
+    log_output_dir,
+    save_model_locally,
+)
 from fairpca.tasks.model_card import verdict_markdown
 from fairpca.tasks.model_io import as_model_input, input_example, path_inside
 from fairpca.tasks.pipeline import (
@@ -295,10 +300,21 @@ def promotion_check(state: AuditState, tracking_uri: str, tolerance: float) -> N
     if not (state.decision.promote and config.register_model and eligible(state)):
         return
     wait_for_warmup(tracking_uri)
-    champion = load_champion(tracking_uri, config.resolved_model_name, config.champion_alias)
-    if champion is None:
+    try:
+        champion = load_champion(tracking_uri, config.resolved_model_name, config.champion_alias)
+        if champion is None:
+            return
+        champion_test = champion_test_metrics(tracking_uri, champion, state.split, config)
+    except Exception as error:  # the results are still written; logging reports the outage
+        if not is_transient_mlflow_error(error):
+            raise
+        state.decision.promote = False
+        state.decision.reasons.append(
+            f"the current {config.champion_alias!r} version could not be read from MLflow "
+            f"({type(error).__name__}), so the challenger was not compared with it and is not "
+            "promoted; audit again once the tracking server is reachable"
+        )
         return
-    champion_test = champion_test_metrics(tracking_uri, champion, state.split, config)
     challenger = {**state.evaluation["chosen"]["test"], "name": candidate_name(state.chosen)}
     policy = GatePolicy.from_config(config)
     state.decision, record = decide_promotion(
@@ -340,6 +356,7 @@ def _plot_arguments(state: AuditState) -> dict[str, Any]:
         or state.config.thresholds,
         "gate": state.config.gate,
         "references": state.additions.get("references"),
+        "utility": state.config.select_by,
     }
 
 

@@ -23,7 +23,7 @@ from pydantic import (
 
 from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
 from fairpca.metrics import check_fairness_options
-from fairpca.tasks.policy import DEFAULT_POLICY, parse_policy
+from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
 from fairpca.tasks.select import (
     MAX_ONE_CLASS_SHARE,
     MIN_ACCURACY_GAIN,
@@ -266,7 +266,7 @@ class AuditConfig(BaseModel):
     )
     n_test: int = Field(2500, ge=20, description="Test rows (reported only, never for a choice).")
     gate: Literal["upper_bound", "point"] = Field(
-        "point",
+        DEFAULT_BOUND,
         description="point: the validation estimates of the gated differences must meet the "
         "thresholds; upper_bound: their upper 95% bounds (strict: on 2,500 validation rows "
         "the upper bound of a fair classifier's DP difference at a 25% selection rate is "

@@ -22,8 +22,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from fairpca.tasks.report import format_interval, group_rates_frame, verdict_rows
-
 __all__ = [
     "console",
     "err_console",
@@ -138,10 +136,6 @@ def summary_table(result, width: int | None = None) -> Table:
         titles.remove(dropped)
 
 
-def _interval(metrics: dict[str, Any], name: str) -> str:
-    return f"{name} {format_interval(metrics, name)}"
-
-
 def bullets(items: list[str], style: str = "", out: Console | None = None) -> None:
     """One bullet per item; a long item wraps under its own text, never mid-word."""
     grid = Table.grid(padding=(0, 1))
@@ -177,6 +171,8 @@ def _test_rows(selection: dict[str, Any], references: list[dict[str, Any]]) -> l
     """One line per model on the test rows: the chosen candidate, the baselines and the
     reference mitigations, each measure with its 95% interval (worst attribute, and the
     intersection of several)."""
+    from fairpca.tasks.report import verdict_rows  # Prefect and sklearn: only when printing
+
     names = [name for name in TEST_ROW_METRICS if name in selection["test"]]
     return [
         f"{model} ({kind}): "
@@ -187,6 +183,8 @@ def _test_rows(selection: dict[str, Any], references: list[dict[str, Any]]) -> l
 
 def _group_rows(selection: dict[str, Any]) -> list[str]:
     """Per reported group of the chosen candidate on the test rows: its rates."""
+    from fairpca.tasks.report import group_rates_frame  # only when printing
+
     frame = group_rates_frame(selection["test"], selection.get("group_sizes", {}))
     return [
         f"{row['attribute']}:{row['group']} ({row['rows (all parts)']} rows): "
@@ -234,7 +232,7 @@ def print_report(result, before: str | None = None) -> None:
     console.print("Chosen candidate per group (test rows):")
     bullets(_group_rows(selection))
     screening = getattr(result, "screening", [])
-    console.print("Column screening: " + ("" if screening else "no column excluded"))
+    console.print("Column screening:" + ("" if screening else " no column excluded"))
     bullets(_screening_rows(screening))
     console.print(decision_line(result, before))
     bullets([f"gate: {selection['gate']}", *result.reasons])

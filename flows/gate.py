@@ -35,7 +35,7 @@ from fairpca.tasks import gate as gate_tasks
 from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.model_io import path_inside
-from fairpca.tasks.policy import DEFAULT_POLICY, parse_policy
+from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
 from fairpca.tasks.policy import GatePolicy as NamedPolicy
 from fairpca.tasks.report import sha256_file
 from fairpca.tasks.select import (
@@ -92,9 +92,9 @@ class GatePolicy(BaseModel):
     reference: ReferenceData
     thresholds: Thresholds = Field(default_factory=Thresholds)
     gate: Literal["upper_bound", "point"] = Field(
-        "upper_bound",
-        description="upper_bound: the 95% interval bounds must meet the thresholds; point: "
-        "the point estimates.",
+        DEFAULT_BOUND,
+        description="point: the estimates must meet the thresholds; upper_bound: the 95% "
+        "interval bounds (strict; see fairpca.tasks.policy.DEFAULT_BOUND).",
     )
     policy: str = Field(
         DEFAULT_POLICY,

@@ -31,6 +31,7 @@ from typing import Any
 
 __all__ = [
     "CRITERIA",
+    "DEFAULT_BOUND",
     "DEFAULT_POLICY",
     "LEGACY_POLICY",
     "Criterion",
@@ -93,6 +94,10 @@ DEFAULT_POLICY = "demographic_parity+four_fifths"
 LEGACY_POLICY = "demographic_parity+equal_opportunity"
 POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
 BOUNDS = ("upper_bound", "point")
+# Estimates by default: on 2,500 validation rows the upper 95% bound of a fair classifier's DP
+# difference at a 25% selection rate is ~0.07, so judged on it at 0.05 only classifiers that
+# rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
+DEFAULT_BOUND = "point"
 INTERSECTION = ".intersection"
 
 
@@ -122,7 +127,7 @@ class GatePolicy:
 
     criteria: tuple[str, ...]
     thresholds: dict[str, float]
-    bound: str = "upper_bound"
+    bound: str = DEFAULT_BOUND
 
     @classmethod
     def from_config(cls, config) -> GatePolicy:

@@ -243,7 +243,10 @@ def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tup
         ),
         (
             "Trade-off on validation rows",
-            Plot("validation accuracy against each gated measure, with 95% intervals"),
+            Plot(
+                f"validation {state.config.select_by.replace('_', ' ')} (what the choice "
+                "maximises) against each gated measure, with 95% intervals"
+            ),
         ),
         (
             "Candidates on validation rows (baselines, chosen, lambda=0 and last lambda per "

@@ -344,24 +344,26 @@ def _errors(frame: pd.DataFrame, metric: str) -> np.ndarray:
     return np.where(np.isfinite(bars), np.clip(bars, 0.0, None), 0.0)
 
 
-def _point(ax, values: dict[str, Any] | None, metric: str, style: dict[str, Any]) -> None:
+def _point(
+    ax, values: dict[str, Any] | None, metric: str, utility: str, style: dict[str, Any]
+) -> None:
     """One candidate with its 95% intervals, skipped when a coordinate is undefined."""
     if not values:
         return
     frame = pd.DataFrame([values]).reindex(
         columns=[
             metric,
-            "accuracy",
-            *(f"{m}.ci95_{e}" for m in (metric, "accuracy") for e in ("low", "high")),
+            utility,
+            *(f"{m}.ci95_{e}" for m in (metric, utility) for e in ("low", "high")),
         ]
     )
-    if not np.isfinite(frame[[metric, "accuracy"]].to_numpy(float)).all():
+    if not np.isfinite(frame[[metric, utility]].to_numpy(float)).all():
         return
     ax.errorbar(
         frame[metric],
-        frame["accuracy"],
+        frame[utility],
         xerr=_errors(frame, metric),
-        yerr=_errors(frame, "accuracy"),
+        yerr=_errors(frame, utility),
         linestyle="none",
         capsize=2,
         elinewidth=1,
@@ -369,20 +371,21 @@ def _point(ax, values: dict[str, Any] | None, metric: str, style: dict[str, Any]
     )
 
 
-def _candidates(ax, table: pd.DataFrame, metric: str, colors: dict[str, str]) -> None:
+def _candidates(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     """Every candidate: colour = variant, marker = classifier, a thin line along lambda."""
+    utility, colors = marks["utility"], marks["colors"]
     classifiers = list(dict.fromkeys(table["classifier"]))
     for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
         curve = curve.sort_values("lambda")
-        curve = curve[np.isfinite(curve[[metric, "accuracy"]].to_numpy(float)).all(axis=1)]
+        curve = curve[np.isfinite(curve[[metric, utility]].to_numpy(float)).all(axis=1)]
         if curve.empty:
             continue
         marker = CLASSIFIER_MARKERS[classifiers.index(classifier) % len(CLASSIFIER_MARKERS)]
         ax.errorbar(
             curve[metric],
-            curve["accuracy"],
+            curve[utility],
             xerr=_errors(curve, metric),
-            yerr=_errors(curve, "accuracy"),
+            yerr=_errors(curve, utility),
             color=colors[variant],
             marker=marker,
             ms=4,
@@ -393,8 +396,9 @@ def _candidates(ax, table: pd.DataFrame, metric: str, colors: dict[str, str]) ->
         )
 
 
-def _accepted_region(ax, metric: str, limits: tuple[dict, dict]) -> None:
-    """Shade the part of the panel the gate accepts (for this measure and accuracy)."""
+def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -> None:
+    """Shade the part of the panel the gate accepts (for this measure, and the accuracy floor
+    when the panel's vertical axis is accuracy)."""
     upper, lower = limits
     ax.autoscale_view()
     x0, x1 = ax.get_xlim()
@@ -403,7 +407,7 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict]) -> None:
         x0, x1 = min(x0, upper[metric] - 0.02), max(x1, upper[metric] + 0.02)
     if metric in lower:
         x0, x1 = min(x0, lower[metric] - 0.02), max(x1, lower[metric] + 0.02)
-    floor = lower.get("accuracy", -np.inf)
+    floor = lower.get("accuracy", -np.inf) if utility == "accuracy" else -np.inf
     left, right = lower.get(metric, x0), upper.get(metric, x1)
     if left < right and max(floor, y0) < y1:
         ax.fill_between(
@@ -424,24 +428,33 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict]) -> None:
     ax.set_ylim(y0, y1)
 
 
+def _baseline_line(ax, marks: dict[str, Any]) -> None:
+    """The majority class: its accuracy, or chance (0.5) in balanced accuracy."""
+    if marks["utility"] == "balanced_accuracy":
+        ax.axhline(0.5, color="grey", ls=":", lw=1, label="majority class (chance, 0.5)")
+    elif np.isfinite(marks["majority_accuracy"]):
+        ax.axhline(
+            marks["majority_accuracy"], color="grey", ls=":", lw=1, label="majority-class accuracy"
+        )
+
+
 def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
-    _candidates(ax, table, metric, marks["colors"])
+    utility = marks["utility"]
+    _candidates(ax, table, metric, marks)
     chosen = marks["chosen"]
     pca = marks["pca"]
     if pca is not None:
         pca_rows = table[
             (table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))
         ]
-        _point(ax, pca_rows.iloc[0].to_dict() if len(pca_rows) else pca, metric, PCA_STYLE)
+        pca_row = pca_rows.iloc[0].to_dict() if len(pca_rows) else pca
+        _point(ax, pca_row, metric, utility, PCA_STYLE)
     for i, reference in enumerate(marks["references"]):
         style = {**REFERENCE_STYLE, "color": f"C{(i + 4) % 10}", "label": reference["name"]}
-        _point(ax, reference.get("validation"), metric, style)
-    _point(ax, chosen, metric, CHOSEN_STYLE)
-    if np.isfinite(marks["majority_accuracy"]):
-        ax.axhline(
-            marks["majority_accuracy"], color="grey", ls=":", lw=1, label="majority-class accuracy"
-        )
-    if not np.isfinite(table[[metric, "accuracy"]].to_numpy(float)).any():
+        _point(ax, reference.get("validation"), metric, utility, style)
+    _point(ax, chosen, metric, utility, CHOSEN_STYLE)
+    _baseline_line(ax, marks)
+    if not np.isfinite(table[[metric, utility]].to_numpy(float)).any():
         ax.text(
             0.5,
             0.5,
@@ -451,10 +464,10 @@ def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
             va="center",
             color="grey",
         )
-    _accepted_region(ax, metric, marks["limits"])
+    _accepted_region(ax, metric, marks["limits"], utility)
     better = "higher" if metric in marks["limits"][1] else "lower"
     ax.set_xlabel(f"{metric}, validation rows ({better} is fairer)")
-    ax.set_ylabel("validation accuracy")
+    ax.set_ylabel(f"validation {utility.replace('_', ' ')}")
     ax.grid(alpha=0.3)
 
 
@@ -503,8 +516,10 @@ def plot_tradeoff(
     thresholds,
     gate: str = "upper_bound",
     references: list[dict[str, Any]] | None = None,
+    utility: str = "accuracy",
 ) -> Path:
-    """Validation accuracy against each gated fairness measure, one panel per measure
+    """Validation ``utility`` (the measure the choice maximises: ``accuracy`` or
+    ``balanced_accuracy``) against each gated fairness measure, one panel per measure
     (stacked, 7.2 inches = 790 px wide), every candidate with its 95% intervals.
 
     The region the gate accepts is shaded (with ``gate="upper_bound"`` a candidate passes
@@ -524,6 +539,7 @@ def plot_tradeoff(
         "chosen": chosen,
         "pca": pca,
         "majority_accuracy": float("nan") if majority_accuracy is None else majority_accuracy,
+        "utility": utility if utility in table.columns else "accuracy",
         "limits": gate_limits(thresholds),
         "references": list(references or []),
         "colors": {v: palette[i % len(palette)] for i, v in enumerate(variants)},
