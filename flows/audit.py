@@ -206,10 +206,11 @@ def _resolved(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, d
     return config.model_copy(update=update), k
 
 
-def _load_and_encode(config: AuditConfig, timings: dict[str, float]) -> tuple:
-    """Load, split (screening on the training rows) and fit the preprocessor."""
+def _load_and_encode(config: AuditConfig, timings: dict[str, float], dataset=None) -> tuple:
+    """Load (unless ``dataset`` is given), split (screening on the training rows) and fit the
+    preprocessor."""
     with timed(timings, "load_data"):
-        dataset = load_data(config.source)
+        dataset = load_data(config.source) if dataset is None else dataset
     with timed(timings, "split_data"):
         split = split_data(
             dataset,
@@ -226,10 +227,10 @@ def _load_and_encode(config: AuditConfig, timings: dict[str, float]) -> tuple:
     return dataset, split, preprocessor, encoded_train, encoded_validation
 
 
-def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
-    """Compute part of an audit: load, split, fit, sweep and choose on validation rows;
-    diagnostics; then (only then) evaluate what is reported on the test rows, beside the
-    reference mitigations (trained meanwhile on the training rows)."""
+def prepare_audit(config: AuditConfig, kind: str = "audit", dataset=None) -> AuditState:
+    """Compute part of an audit: load (unless ``dataset`` is given), split, fit, sweep and
+    choose on validation rows; diagnostics; then (only then) evaluate what is reported on the
+    test rows, beside the reference mitigations (trained meanwhile on the training rows)."""
     started_at = datetime.now(UTC)
     start_warmup(resolve_tracking_uri(config.tracking.tracking_uri))
     signing_key(create=True)  # the key that seals the output, before any work
@@ -238,7 +239,7 @@ def prepare_audit(config: AuditConfig, kind: str = "audit") -> AuditState:
     out_dir = path_inside(config.output.output_dir, run_name)
     out_dir.mkdir(parents=True, exist_ok=False)
     dataset, split, preprocessor, encoded_train, encoded_validation = _load_and_encode(
-        config, timings
+        config, timings, dataset
     )
     config, k_record = _resolved(config, split, encoded_train)
     references = reference_mitigations.submit(preprocessor, split, config.evaluation, config.seed)

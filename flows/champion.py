@@ -13,6 +13,7 @@ from prefect import task
 
 from fairpca.tasks.evaluate import metrics_with_intervals
 from fairpca.tasks.mlflow_logging import RETRYING
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.registry import DEFINITION_TAG, UntrustedModelError, load_registered_pipeline
 from fairpca.tasks.select import Decision
@@ -22,7 +23,6 @@ __all__ = [
     "champion_test_metrics",
     "decide_promotion",
     "load_champion",
-    "mlflow_client",
 ]
 
 # Measures shown side by side; the comparison itself uses accuracy and balanced accuracy.
@@ -35,12 +35,6 @@ COMPARED = (
     "equalized_odds_difference",
 )
 DEFAULT_TOLERANCE = 0.01  # the audit's tolerance; retrain has ``accuracy_tolerance``
-
-
-def mlflow_client(tracking_uri: str):
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
 
 @task(name="mlflow-load-champion", **RETRYING)

@@ -345,15 +345,16 @@ def gate_register(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Create or update the MLflow webhook of the gate (idempotent)."""
-    from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+
+    from fairpca.tasks.mlflow_store import mlflow_client
 
     from .gate_server import register_webhook, secret_from_env
 
     try:
         secret = secret_from_env()
         uri = resolve_tracking_uri(tracking_uri)
-        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client = mlflow_client(uri)
         action, webhook_id = register_webhook(client, url=url, models=model, secret=secret)
     except (ValueError, MlflowException) as error:
         _fail("Webhook not registered", str(error))

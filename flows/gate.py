@@ -34,6 +34,7 @@ from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import gate as gate_tasks
 from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.model_io import path_inside
 from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
 from fairpca.tasks.policy import GatePolicy as NamedPolicy
@@ -204,11 +205,10 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
 
 def _client(tracking_uri: str):
     import mlflow
-    from mlflow import MlflowClient
 
     mlflow.set_tracking_uri(tracking_uri)
     mlflow.set_registry_uri(tracking_uri)
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    return mlflow_client(tracking_uri)
 
 
 def _flow_run_id() -> str:

@@ -276,18 +276,21 @@ def _check_signing_key(output_dir: Path) -> None:
 def check_before_run(config) -> list[str]:
     """Load the data source and check k and the output directory; return the warnings.
 
+    The loaded dataset is kept for the audit flow of this process
+    (:func:`fairpca.tasks.sources.preload_source`), so the data is read once per audit.
+
     Raises
     ------
     PreflightError
         For any input that would make the audit fail.
     """
     from fairpca.datasets import ScreeningWarning
-    from fairpca.tasks.sources import load_source
+    from fairpca.tasks.sources import preload_source
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            dataset = load_source(config.source)
+            dataset = preload_source(config.source)
         except (ValueError, TypeError, OSError, LookupError) as error:
             raise PreflightError(str(error)) from error
     parts = _check_parts(config, dataset)
@@ -297,7 +300,7 @@ def check_before_run(config) -> list[str]:
     _check_encoded_names(config, dataset)
     _check_output_dir(config.output.output_dir, config.output.run_name)
     _check_signing_key(config.output.output_dir)
-    # The flow loads the data again; the screening was reported here already.
+    # The flow takes this dataset (or loads it anew); the screening was reported here already.
     warnings.filterwarnings("ignore", category=ScreeningWarning)
     found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
     return found + ([k_note] if k_note else [])

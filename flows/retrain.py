@@ -24,6 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.mlflow_logging import RETRYING
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.registry import (
@@ -41,7 +42,6 @@ from .champion import (
     champion_test_metrics,
     decide_promotion,
     load_champion,
-    mlflow_client,
 )
 from .config import RetrainConfig, resolve_tracking_uri
 from .runners import dask_subflow
@@ -120,9 +120,10 @@ class ChampionWatch:
         )
 
 
-def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
-    """Re-check the champion on the new data before any challenger is trained; demote it
-    (``champion`` -> ``needs_review_alias``) when it fails the gate or cannot be verified."""
+def watch_champion(config: RetrainConfig, tracking_uri: str, dataset=None) -> ChampionWatch:
+    """Re-check the champion on the new data (``dataset``, default: loaded now) before any
+    challenger is trained; demote it (``champion`` -> ``needs_review_alias``) when it fails
+    the gate or cannot be verified."""
     logger = get_run_logger()
     start_warmup(tracking_uri)
     wait_for_warmup(tracking_uri)
@@ -138,7 +139,7 @@ def watch_champion(config: RetrainConfig, tracking_uri: str) -> ChampionWatch:
             f"retrain audits {expected}; leave model_name unset or choose another one."
         )
     split = split_data(
-        load_data(config.source),
+        load_data(config.source) if dataset is None else dataset,
         config.split,
         config.source,
         seed=config.seed,
@@ -255,8 +256,9 @@ def retrain(config: RetrainConfig) -> AuditResult:
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     if (on_dask := dask_subflow(retrain, config.dask_address)) is not None:
         return on_dask(config)
-    watch = watch_champion(config, tracking_uri)
-    state = prepare_audit(config, "retrain")
+    dataset = load_data(config.source)  # once: the champion and the challenger see the same rows
+    watch = watch_champion(config, tracking_uri, dataset)
+    state = prepare_audit(config, "retrain", dataset)
     compare_with_champion(state, watch, config)
     if watch.champion is not None and not watch.still_champion:
         state.decision.reasons.insert(0, watch.summary())

@@ -60,11 +60,12 @@ def champion_version(uri: str, model_name: str | None, alias: str) -> str | None
         return None
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists():
         return None  # a new store: no champion, and the warm-up thread creates its schema
-    from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    from fairpca.tasks.mlflow_store import mlflow_client
+
     try:
-        client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        client = mlflow_client(uri)
         return str(client.get_model_version_by_alias(model_name, alias).version)
     except (MlflowException, OSError):  # requests' errors are OSErrors; only informational
         return None

@@ -31,9 +31,9 @@ def _warm(tracking_uri: str, modules: tuple[str, ...]) -> None:
         import skops.io  # noqa: F401
 
         if tracking_uri.startswith("sqlite:"):  # a remote server needs no warm-up
-            from mlflow import MlflowClient
+            from fairpca.tasks.mlflow_store import mlflow_client
 
-            MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1)
+            mlflow_client(tracking_uri).search_experiments(max_results=1)
 
 
 def start_warmup(tracking_uri: str, modules: tuple[str, ...] = ()) -> None:

@@ -11,7 +11,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpca.tasks.sources import load_source
+from fairpca.tasks.sources import load_source, take_preloaded
 
 __all__ = [
     "Split",
@@ -61,9 +61,11 @@ class Split:
 
 @task(name="load-data", cache_policy=NO_CACHE, retries=0)
 def load_data(source) -> Any:
-    """Load the audit's data source (the config's ``source`` section: bundled dataset, data
-    directory or user file)."""
-    return load_source(source)
+    """The audit's data source (the config's ``source`` section: bundled dataset, data
+    directory or user file): the dataset the command line's preflight loaded for this source,
+    else loaded now."""
+    dataset = take_preloaded(source)
+    return load_source(source) if dataset is None else dataset
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:

@@ -65,18 +65,21 @@ def metrics_with_intervals(
     seed: int,
     y_score: np.ndarray | None = None,
     allow_small_groups: bool = False,
+    pos_label: Any = 1,
 ) -> dict[str, float]:
     """:func:`classifier_metrics` plus 95% intervals (``<metric>.ci95_low`` /
     ``<metric>.ci95_high``) of every metric, each containing its estimate (methods in
     :func:`fairpca.metrics.bootstrap_intervals`).
 
     The predictions are fixed (no refit), so the intervals measure the sampling error of the
-    evaluation rows. Only metrics with a defined point value get an interval.
+    evaluation rows. Only metrics with a defined point value get an interval. ``pos_label``
+    is the favourable label of ``y_true`` and ``y_pred``.
     """
     metrics, _ = fm.evaluate_fairness(
         y_true,
         y_pred,
         sensitive_features,
+        pos_label=pos_label,
         min_group_size=min_group_size,
         allow_small_groups=allow_small_groups,
         n_resamples=n_resamples,

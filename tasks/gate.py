@@ -114,11 +114,11 @@ def evaluate_version(
     """
     import mlflow
 
-    from fairpca.tasks.mlflow_store import get_or_create_experiment
+    from fairpca.tasks.mlflow_store import get_or_create_experiment, mlflow_client
 
     # the experiment by id, not mlflow.set_experiment (which also sets MLFLOW_EXPERIMENT_ID
     # for the whole process and every child it starts)
-    client = mlflow.MlflowClient()
+    client = mlflow_client()
     experiment_id = get_or_create_experiment(client, experiment_name, mlflow.get_tracking_uri())
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags) as run:
         result = mlflow.models.evaluate(

@@ -46,11 +46,10 @@ from mlflow.models.evaluation.artifacts import (
     JsonEvaluationArtifact,
 )
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
-from mlflow.tracking import MlflowClient
 from mlflow.tracking.artifact_utils import get_artifact_uri
 
 from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fairness
-from fairpca.tasks.mlflow_store import log_metrics_batched
+from fairpca.tasks.mlflow_store import log_metrics_batched, mlflow_client
 
 from .escape import write_safe_csv
 from .evaluate import DEFAULT_MIN_GROUP_SIZE
@@ -286,7 +285,7 @@ class FairnessEvaluator(ModelEvaluator):
         else:
             raise _invalid("the 'fairness' evaluator needs a model or a predictions column.")
         metrics, report = fairness_metrics(dataset.labels_data, y_pred, sensitive, config)
-        client = MlflowClient()
+        client = mlflow_client()
         self._log_metrics(client, run_id, model_id, dataset, metrics)
         artifacts = self._log_artifacts(client, run_id, report, config)
         return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -29,8 +29,18 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from fairpca.tasks.audit_record import AuditRecord, read_audit_record
-from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched
+from fairpca.tasks.mlflow_store import (
+    get_or_create_experiment,
+    log_metrics_batched,
+    mlflow_client,
+)
 from fairpca.tasks.model_card import mask_credentials, run_description
+from fairpca.tasks.model_trust import (
+    UntrustedModelError,
+    foreign_types,
+    skops_file,
+    types_to_trust,
+)
 from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
@@ -126,12 +136,6 @@ RETRYING = {
 }
 
 
-def _client(tracking_uri: str):
-    from mlflow import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
-
-
 def _millis(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -149,7 +153,7 @@ def start_run(tracking_uri: str, audit: AuditRecord, attempt: str) -> tuple[str,
     only the run this logging call created (tagged with ``attempt``), so another run with the
     same audit id is never taken over.
     """
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
@@ -174,7 +178,7 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> in
     matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     stamp = _millis(audit.ended_at)
     params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
     tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
@@ -216,7 +220,7 @@ def log_artifacts(
     ``files`` are the paths of the signed manifest (:func:`check_relog_dir`); a file
     outside it is never uploaded. Each file is uploaded on its own (never a whole folder).
     """
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     out_dir = Path(out_dir)
     sealed = set(files if files is not None else check_relog_dir(out_dir)["files"])
     logged = []
@@ -322,7 +326,7 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
     total under relog's size caps. Then the model must pass :func:`check_saved_model` and
     its ``MLmodel`` ``skops_trusted_types`` and its skops file's untrusted types (read by
     :func:`skops.io.get_untrusted_types`, which executes nothing) must lie in the project's
-    fixed :data:`fairpca.tasks.registry.TRUSTED_TYPES`.
+    fixed :data:`fairpca.tasks.model_trust.TRUSTED_TYPES`.
 
     Raises
     ------
@@ -348,23 +352,19 @@ def _check_trusted_types(model_dir: Path) -> None:
     import skops.io
     import yaml
 
-    from fairpca.tasks.registry import TRUSTED_TYPES, UntrustedModelError, _skops_file
-
     spec = yaml.safe_load((model_dir / "MLmodel").read_text(encoding="utf-8"))
     listed = spec["flavors"]["sklearn"].get("skops_trusted_types") or []
-    foreign = sorted({str(name) for name in listed} - TRUSTED_TYPES)
-    if foreign:
+    if foreign := foreign_types(listed):
         raise ValueError(
             f"{model_dir / 'MLmodel'} lists skops_trusted_types {foreign} that fairpca does "
             "not trust; it is not logged. Re-run the audit."
         )
     try:
-        path = _skops_file(model_dir)
-        untrusted = skops.io.get_untrusted_types(file=path)
+        path = skops_file(model_dir)
+        needed = skops.io.get_untrusted_types(file=path)
     except (UntrustedModelError, OSError, ValueError, KeyError) as error:
         raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
-    foreign = sorted(set(untrusted) - TRUSTED_TYPES)
-    if foreign:
+    if foreign := foreign_types(needed):
         raise ValueError(
             f"{path} holds types {foreign} that fairpca does not trust; it is not logged."
         )
@@ -387,7 +387,7 @@ def log_model(
     """
     from mlflow.entities import LoggedModelStatus
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     model_dir = Path(out_dir) / "model"
     sealed = files if files is not None else check_relog_dir(Path(out_dir))["files"]
     experiment_id = client.get_run(run_id).info.experiment_id
@@ -430,7 +430,7 @@ def _stage_model_files(model_dir: Path, sealed: dict[str, Any], target: Path) ->
 @task(name="mlflow-set-alias", **RETRYING)
 def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> None:
     """Point ``alias`` (e.g. ``champion``) at ``version``."""
-    _client(tracking_uri).set_registered_model_alias(model_name, alias, version)
+    mlflow_client(tracking_uri).set_registered_model_alias(model_name, alias, version)
 
 
 @task(name="mlflow-finish-run", **RETRYING)
@@ -446,7 +446,7 @@ def finish_run(
     at ``end_time`` (milliseconds since the epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
-    client = _client(tracking_uri)
+    client = mlflow_client(tracking_uri)
     stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
@@ -483,7 +483,7 @@ def save_model_locally(
     from fairpca.tasks.model_io import model_signature
 
     signature = model_signature(input_example, pipeline.predict(input_example))
-    trusted = trusted_types(pipeline)
+    trusted = types_to_trust(pipeline)
     target = Path(out_dir) / "model"
     if target.exists():
         shutil.rmtree(target)
@@ -496,27 +496,6 @@ def save_model_locally(
         skops_trusted_types=trusted,
     )
     return target
-
-
-_TRUSTED_MODULES = ("fairpca.", "numpy", "sklearn.", "scipy.")
-
-
-def trusted_types(pipeline) -> list[str]:
-    """Types skops must be told to trust to reload the pipeline (MLflow saves with skops).
-
-    Only our own estimators and numpy/scikit-learn/scipy internals are accepted; anything
-    else is refused rather than silently trusted.
-    """
-    import skops.io
-
-    untrusted = skops.io.get_untrusted_types(data=skops.io.dumps(pipeline))
-    foreign = [name for name in untrusted if not name.startswith(_TRUSTED_MODULES)]
-    if foreign:
-        raise TypeError(
-            f"the pipeline holds types that are not from fairpca/numpy/scikit-learn: {foreign}; "
-            "they cannot be trusted for loading."
-        )
-    return sorted(untrusted)
 
 
 def _write_status(out_dir: Path, content: dict[str, Any]) -> None:
@@ -645,85 +624,98 @@ def log_output_dir(
         If a step still fails after its retries. The run is marked FAILED first (when it
         could be created) and the message names ``out_dir``, where the results are kept.
     """
-    from fairpca.tasks.signing import bind_run
-
     out_dir = Path(out_dir)
     record = check_relog_dir(out_dir)  # what is logged is what the audit sealed
     audit = read_audit(out_dir)
     promote = sealed_decision(audit) if promote is None else promote
+    attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
+    _bounded_http_retries()
+    try:
+        version, moved = _log_steps(attempt, record, audit, promote, ends_now)
+    except Exception as exc:
+        raise _logging_failed(attempt, exc) from exc
+    experiment_id = mlflow_client(tracking_uri).get_run(attempt.run_id).info.experiment_id
+    _write_status(
+        out_dir, {"status": "FINISHED", "run_id": attempt.run_id, "model_version": version}
+    )
+    return LoggedAudit(
+        attempt.run_id, experiment_id, version, moved, mask_credentials(tracking_uri)
+    )
+
+
+@dataclass
+class _Attempt:
+    """One call of :func:`log_output_dir`: its steps (Prefect tasks with its retries), the run
+    it logs to once there is one, and the step under way (named when it fails)."""
+
+    out_dir: Path
+    tracking_uri: str
+    steps: dict[str, Any]
+    run_id: str | None = None
+    step: str = "start the run"
+
+
+def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | None) -> dict:
+    """The logging steps, each retried ``retries`` times (default: the audit's config) with
+    an exponential back-off."""
     retry = {
         "retries": audit.mlflow_retries if retries is None else retries,
         "retry_delay_seconds": exponential_backoff(
-            backoff_factor=audit.mlflow_retry_backoff if retry_backoff is None else retry_backoff
+            backoff_factor=audit.mlflow_retry_backoff if backoff is None else backoff
         ),
     }
-    start, log_data, log_files, log_pipeline, alias, finish = (
-        step_task.with_options(**retry)
-        for step_task in (
-            start_run,
-            log_params_metrics,
-            log_artifacts,
-            log_model,
-            set_alias,
-            finish_run,
-        )
-    )
-    run_id = None
-    step = "start the run"
+    steps = (start_run, log_params_metrics, log_artifacts, log_model, set_alias, finish_run)
+    return {step.fn.__name__: step.with_options(**retry) for step in steps}
+
+
+def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promote: bool, ends_now: bool):
+    """Run, params and metrics, artifacts, model, alias, end: the registered version and
+    whether the alias moved to it."""
+    from fairpca.tasks.signing import bind_run
+
     started = time.perf_counter()
-    _bounded_http_retries()
-    attempt = uuid.uuid4().hex  # this logging call's runs (a retry finds its own again)
-    try:
-        run_id = _resumable_run(_client(tracking_uri), record, audit)
-        if run_id is None:
-            run_id, experiment = start(tracking_uri, audit, attempt)
-            bind_run(out_dir, run_id=run_id, experiment_id=experiment)
-        step = "log params and metrics"
-        log_data(tracking_uri, run_id, audit)
-        step = "log artifacts"
-        log_files(tracking_uri, run_id, out_dir, sorted(record["files"]))
-        step = "log and register the model"
-        model = log_pipeline(tracking_uri, run_id, out_dir, audit, record["files"])
-        moved = False
-        if promote and model["version"] is not None:
-            step = "move the alias"
-            alias(tracking_uri, audit.model_name, audit.champion_alias, model["version"])
-            moved = True
-        step = "finish the run"
-        finish(
-            tracking_uri,
-            run_id,
-            "FINISHED",
-            {
-                "fairpca.model_version": str(model["version"]),
-                "fairpca.champion_moved": str(moved).lower(),
-            },
-            {"time_mlflow_logging_s": time.perf_counter() - started},
-            end_time=None if ends_now else _millis(audit.ended_at),
-        )
-    except Exception as exc:
-        marked = run_id is not None and _mark_failed(tracking_uri, run_id, f"{step}: {exc}")
-        _write_status(out_dir, {"status": "FAILED", "run_id": run_id, "step": step})
-        run_state = (
-            f"Run {run_id} is marked FAILED. "
-            if marked
-            else f"Run {run_id} could not be marked FAILED (the tracking server did not "
-            "answer) and shows as RUNNING until relogged. "
-        )
-        raise MlflowLoggingError(
-            f"Logging the audit to MLflow at {mask_credentials(tracking_uri)} failed while "
-            f"trying to {step} ({type(exc).__name__}: {exc}). "
-            + (run_state if run_id else "")
-            + f"All results are kept in {out_dir.resolve()}; log them again with "
-            f"`fairpca relog {out_dir}` once the tracking server is reachable."
-        ) from exc
-    experiment_id = _client(tracking_uri).get_run(run_id).info.experiment_id
-    _write_status(
-        out_dir,
-        {"status": "FINISHED", "run_id": run_id, "model_version": model["version"]},
+    uri, steps, files = attempt.tracking_uri, attempt.steps, record["files"]
+    attempt.run_id = _resumable_run(mlflow_client(uri), record, audit)
+    if attempt.run_id is None:
+        # a fresh id per call: a retried step finds this call's run again, not another's
+        attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex)
+        bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=experiment)
+    attempt.step = "log params and metrics"
+    steps["log_params_metrics"](uri, attempt.run_id, audit)
+    attempt.step = "log artifacts"
+    steps["log_artifacts"](uri, attempt.run_id, attempt.out_dir, sorted(files))
+    attempt.step = "log and register the model"
+    version = steps["log_model"](uri, attempt.run_id, attempt.out_dir, audit, files)["version"]
+    moved = bool(promote) and version is not None
+    if moved:
+        attempt.step = "move the alias"
+        steps["set_alias"](uri, audit.model_name, audit.champion_alias, version)
+    attempt.step = "finish the run"
+    tags = {"fairpca.model_version": str(version), "fairpca.champion_moved": str(moved).lower()}
+    seconds = {"time_mlflow_logging_s": time.perf_counter() - started}
+    end_time = None if ends_now else _millis(audit.ended_at)
+    steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, seconds, end_time=end_time)
+    return version, moved
+
+
+def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
+    """Mark the run FAILED (when there is one and the server answers), record the failure
+    in the directory, and the error that says where the results are kept."""
+    run_id, uri = attempt.run_id, attempt.tracking_uri
+    marked = run_id is not None and _mark_failed(uri, run_id, f"{attempt.step}: {exc}")
+    _write_status(attempt.out_dir, {"status": "FAILED", "run_id": run_id, "step": attempt.step})
+    run_state = (
+        f"Run {run_id} is marked FAILED. "
+        if marked
+        else f"Run {run_id} could not be marked FAILED (the tracking server did not "
+        "answer) and shows as RUNNING until relogged. "
     )
-    return LoggedAudit(
-        run_id, experiment_id, model["version"], moved, mask_credentials(tracking_uri)
+    return MlflowLoggingError(
+        f"Logging the audit to MLflow at {mask_credentials(uri)} failed while "
+        f"trying to {attempt.step} ({type(exc).__name__}: {exc}). "
+        + (run_state if run_id else "")
+        + f"All results are kept in {attempt.out_dir.resolve()}; log them again with "
+        f"`fairpca relog {attempt.out_dir}` once the tracking server is reachable."
     )
 
 
@@ -740,7 +732,7 @@ def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
     """Best effort: the run must not stay RUNNING or look FINISHED. Whether it is FAILED."""
     for attempt in range(3):
         try:
-            client = _client(tracking_uri)
+            client = mlflow_client(tracking_uri)
             client.set_tag(run_id, "fairpca.logging_error", why[:5000])
             client.set_terminated(run_id, status="FAILED")
             return True

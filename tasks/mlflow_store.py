@@ -1,5 +1,6 @@
-"""The few MLflow store operations every writer shares: where a local store keeps its
-artifacts, the experiment's get-or-create (with its kind tag) and batched metric logging.
+"""The few MLflow store operations every writer shares: the client (one tracking and registry
+URI), where a local store keeps its artifacts, the experiment's get-or-create (with its kind
+tag) and batched metric logging.
 
 Kept free of Prefect so that the ``fairness`` evaluator (loaded by MLflow's plugin registry)
 stays light.
@@ -16,11 +17,25 @@ __all__ = [
     "default_artifact_location",
     "get_or_create_experiment",
     "log_metrics_batched",
+    "mlflow_client",
 ]
 
 METRIC_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the run list, not GenAI traces
+
+
+def mlflow_client(tracking_uri: str | None = None):
+    """The one way the project builds an :class:`mlflow.MlflowClient`.
+
+    Its model registry is the tracking store itself (``registry_uri = tracking_uri``), so a
+    version is registered, tagged and aliased where its run is. Without ``tracking_uri`` the
+    process-wide tracking URI (:func:`mlflow.get_tracking_uri`) is used, for both.
+    """
+    import mlflow
+
+    uri = mlflow.get_tracking_uri() if tracking_uri is None else tracking_uri
+    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 def default_artifact_location(tracking_uri: str) -> str | None:

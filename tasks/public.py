@@ -43,10 +43,11 @@ from .mlflow_evaluator import (
     write_artifacts,
 )
 from .mlflow_logging import log_output_dir as log_audit_output
-from .mlflow_store import get_or_create_experiment, log_metrics_batched
+from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from .report import markdown_table
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
+from .sweep import sweep_tradeoff
 
 __all__ = [
     "FairnessEvaluation",
@@ -131,6 +132,10 @@ def sweep_lambda(
     standard PCA features appended (Sec. 3.1: no refit), ``classifier`` (cloned; default
     ``LogisticRegression(max_iter=1000)``) is fitted on the training rows and evaluated on the
     evaluation rows. The caller's estimator is not changed (the sweep works on a copy).
+
+    The audit's own sweep (:func:`fairpca.tasks.sweep.sweep_tradeoff`) with one classifier:
+    besides the metrics, each row has ``lambda_index``, ``n_features``, ``classifier`` (its
+    class name), ``one_class_share`` and ``classifier_seconds``.
     """
     # a copy: concurrent sweeps of one fitted estimator must not set each other's lambda
     estimator = copy.deepcopy(getattr(representation, "estimator", representation))
@@ -140,20 +145,18 @@ def sweep_lambda(
             f"representation such as FairPCA (variant 'fair_pca')."
         )
     template = LogisticRegression(max_iter=1000) if classifier is None else classifier
-    config = {
-        **CONFIG_DEFAULTS,
-        "pos_label": pos_label,
-        "min_group_size": min_group_size,
-        "n_resamples": n_resamples,
-        "seed": seed,
-    }
-    rows = []
-    for lam in lambdas:
-        estimator.set_params(tradeoff=lam)
-        model = clone(template).fit(estimator.transform(X_train), y_train)
-        y_pred = model.predict(estimator.transform(X_eval))
-        metrics, _ = fairness_metrics(y_eval, y_pred, sensitive_eval, config)
-        rows.append({"lambda": float(lam), **metrics})
+    options = {"pos_label": pos_label, "min_group_size": min_group_size, "seed": seed}
+    options.update(n_resamples=n_resamples, allow_small_groups=False)
+    eval_rows = (X_eval, y_eval, sensitive_eval)
+    rows, _ = sweep_tradeoff(
+        estimator,
+        [float(lam) for lam in lambdas],
+        X_train,
+        y_train,
+        *eval_rows,
+        classifiers={type(template).__name__: lambda F, y: clone(template).fit(F, y)},
+        metric_options=options,
+    )
     return pd.DataFrame(rows)
 
 
@@ -195,12 +198,7 @@ def evaluate_model_fairness(
     features = data.drop(columns=[target])
     sensitive = sensitive_columns(features, config["sensitive_features"])
     model_name = model if isinstance(model, str) else type(model).__name__
-    if isinstance(model, str):
-        import mlflow
-
-        if tracking_uri is not None:
-            mlflow.set_tracking_uri(tracking_uri)
-        model = mlflow.pyfunc.load_model(model)
+    model = _pyfunc_model(model, tracking_uri) if isinstance(model, str) else model
     y_pred = np.asarray(model.predict(model_input(model, features, config["sensitive_features"])))
     metrics, report = fairness_metrics(data[target].to_numpy(), y_pred, sensitive, config)
     params = evaluation_params(model_name, data, target, config)
@@ -210,6 +208,16 @@ def evaluate_model_fairness(
     if run_id is not None:
         log_fairness_to_mlflow.fn(evaluation, tracking_uri=tracking_uri, run_id=run_id)
     return evaluation
+
+
+def _pyfunc_model(model_uri: str, tracking_uri: str | None):
+    """The MLflow model at ``model_uri`` (``tracking_uri``, when given, becomes MLflow's
+    current tracking URI, which resolves ``models:/`` URIs)."""
+    import mlflow
+
+    if tracking_uri is not None:
+        mlflow.set_tracking_uri(tracking_uri)
+    return mlflow.pyfunc.load_model(model_uri)
 
 
 def evaluation_params(
@@ -286,10 +294,9 @@ def log_fairness_to_mlflow(
     ``run_id`` a new run goes to ``experiment_name`` (created if missing; for a local SQLite
     store its artifacts are kept next to the database) and is ended. Returns the run id.
     """
-    from mlflow import MlflowClient
     from mlflow.entities import Metric, Param
 
-    client = MlflowClient(tracking_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     new_run = run_id is None
     if new_run:
         experiment_id = get_or_create_experiment(client, experiment_name, tracking_uri)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpca.tasks.audit_record import AuditRecord
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.model_card import (
     CARD_FILE,
     code_version,
@@ -33,6 +34,12 @@ from fairpca.tasks.model_card import (
     mask_credentials,
     render_model_card,
     version_description,
+)
+from fairpca.tasks.model_trust import (
+    TRUSTED_TYPES,
+    UntrustedModelError,
+    skops_file,
+    skops_file_types,
 )
 from fairpca.tasks.signing import sha256_file
 
@@ -302,46 +309,9 @@ def demote(client, name: str, version: str, *, from_alias: str, to_alias: str, w
 # ---- loading a version we registered ---------------------------------------------------------
 
 
-class UntrustedModelError(RuntimeError):
-    """A registered version cannot be verified as one fairpca wrote; it is not loaded."""
-
-
-def _skops_file(model_dir: Path) -> Path:
-    """The skops file of an MLflow sklearn model directory; refuse any other format."""
-    import yaml
-
-    flavor = yaml.safe_load((model_dir / "MLmodel").read_text())["flavors"].get("sklearn", {})
-    serialization = flavor.get("serialization_format")
-    if serialization != "skops":
-        raise UntrustedModelError(
-            f"the model in {model_dir} is serialised as {serialization!r}; only 'skops' is "
-            "loaded (pickle could run arbitrary code)."
-        )
-    path = (model_dir / str(flavor.get("pickled_model", ""))).resolve()
-    if model_dir.resolve() not in path.parents or not path.is_file():
-        raise UntrustedModelError(f"the model file {flavor.get('pickled_model')!r} is missing")
-    return path
-
-
-# Every type a fairpca pipeline (preprocess -> representation -> classifier) holds beyond
-# skops' defaults; fixed here, never read from the model (a crafted MLmodel file could list
-# anything). The tests rebuild every variant and classifier and check this list is complete.
-TRUSTED_TYPES = frozenset(
-    {
-        "fairpca._fair_pca.FairPCA",
-        "fairpca.datasets._preprocess.RareCategoryPooler",
-        "fairpca._kernel.FairKernelPCA",
-        "fairpca._kernel_maps.KernelFactor",
-        "fairpca._kernel_maps.KernelFunction",
-        "fairpca._kernel_maps.NystroemMap",
-        "numpy.dtype",
-        "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
-    }
-)
-
-
 def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
-    """Load the pipeline of an MLflow sklearn model directory with skops and TRUSTED_TYPES.
+    """Load the pipeline of an MLflow sklearn model directory with skops and
+    :data:`~fairpca.tasks.model_trust.TRUSTED_TYPES`.
 
     Raises
     ------
@@ -351,20 +321,14 @@ def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
     """
     import skops.io
 
-    path = _skops_file(Path(model_dir))
+    path = skops_file(Path(model_dir))
     actual = sha256_file(path)
     if expected_sha256 is not None and actual != expected_sha256:
         raise UntrustedModelError(
             f"{path.name} has SHA-256 {actual}, not the {expected_sha256} recorded "
             "at registration: the file was changed after fairpca registered it."
         )
-    untrusted = skops.io.get_untrusted_types(file=path)
-    foreign = sorted(set(untrusted) - TRUSTED_TYPES)
-    if foreign:
-        raise UntrustedModelError(
-            f"{path.name} holds types fairpca does not trust: {foreign}; it is not loaded."
-        )
-    return skops.io.load(path, trusted=list(untrusted))
+    return skops.io.load(path, trusted=skops_file_types(path))
 
 
 def load_registered_pipeline(tracking_uri: str, name: str, version: str):
@@ -374,9 +338,8 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
     match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted.
     """
     import mlflow.artifacts
-    from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    client = mlflow_client(tracking_uri)
     expected = client.get_model_version(name, version).tags.get(MODEL_FILE_SHA_TAG)
     if not expected:
         raise UntrustedModelError(
@@ -431,5 +394,5 @@ def register_logged_model(
         run_id=run_id,
         model_id=model_id,
         description=version_description(record, run_id, ui_url),
-        model_sha256=sha256_file(_skops_file(Path(out_dir) / "model")),
+        model_sha256=sha256_file(skops_file(Path(out_dir) / "model")),
     )

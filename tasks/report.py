@@ -494,6 +494,18 @@ def _legend_handles(table: pd.DataFrame, colors: dict[str, str], axes) -> tuple[
     return handles, labels
 
 
+def _plotted_measures(table: pd.DataFrame, thresholds) -> tuple[pd.DataFrame, list[str]]:
+    """The measures drawn (the gated ones, else the two headline differences) and the table
+    with a column for each: a measure undefined for every candidate is an empty panel."""
+    measures = (
+        gated_measures(table, thresholds)
+        or [m for m in ("dp_difference", "eo_difference") if m in table.columns]
+        or ["dp_difference"]
+    )
+    table = table.reindex(columns=[*table.columns, *(m for m in measures if m not in table)])
+    return table, measures
+
+
 def plot_tradeoff(
     table: pd.DataFrame,
     path: Path,
@@ -520,13 +532,7 @@ def plot_tradeoff(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    measures = (
-        gated_measures(table, thresholds)
-        or [m for m in ("dp_difference", "eo_difference") if m in table.columns]
-        or ["dp_difference"]
-    )
-    # a measure undefined for every candidate (no column) is drawn as an empty panel
-    table = table.reindex(columns=[*table.columns, *(m for m in measures if m not in table)])
+    table, measures = _plotted_measures(table, thresholds)
     variants = list(dict.fromkeys(table["variant"]))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     marks = {
@@ -538,13 +544,8 @@ def plot_tradeoff(
         "references": list(references or []),
         "colors": {v: palette[i % len(palette)] for i, v in enumerate(variants)},
     }
-    fig, axes = plt.subplots(
-        len(measures),
-        1,
-        figsize=(7.2, 3.2 * len(measures) + 1.3),
-        squeeze=False,
-        layout="constrained",
-    )
+    size = (7.2, 3.2 * len(measures) + 1.3)
+    fig, axes = plt.subplots(len(measures), 1, figsize=size, squeeze=False, layout="constrained")
     for ax, metric in zip(axes[:, 0], measures, strict=True):
         _panel(ax, table, metric, marks)
     rule = "whole 95% interval inside" if gate == "upper_bound" else "point estimate inside"

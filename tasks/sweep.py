@@ -1,8 +1,13 @@
-"""The lambda trade-off sweep: one fitted representation, many lambdas, all classifiers."""
+"""The lambda trade-off sweep: one fitted representation, many lambdas, all classifiers.
+
+:func:`sweep_tradeoff` is the one implementation; the audit's :func:`lambda_sweep` and the
+public :func:`fairpca.tasks.public.sweep_lambda` are entries over it.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +23,7 @@ from .classify import fit_classifier
 from .evaluate import metrics_with_intervals, one_class_share, representation_metrics
 from .represent import FittedRepresentation
 
-__all__ = ["SweepResult", "lambda_sweep", "sweep_representation"]
+__all__ = ["SweepResult", "lambda_sweep", "sweep_representation", "sweep_tradeoff"]
 
 
 @dataclass
@@ -31,42 +36,100 @@ class SweepResult:
     seconds: float = 0.0
 
 
-def _features(rep: FittedRepresentation, encoded: np.ndarray, lam: float | None) -> np.ndarray:
-    if lam is not None:
-        rep.estimator.set_params(tradeoff=lam)
-    return np.asarray(rep.estimator.transform(encoded), dtype=np.float64)
+def sweep_tradeoff(
+    estimator,
+    lambdas: Sequence[float | None],
+    X_train: np.ndarray,
+    y_train: np.ndarray,
+    X_eval: np.ndarray,
+    y_eval: np.ndarray,
+    sensitive_eval: Any,
+    *,
+    classifiers: dict[str, Callable[[np.ndarray, np.ndarray], Any]],
+    metric_options: dict[str, Any],
+    describe: Callable[[np.ndarray, np.ndarray], dict[str, Any]] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[dict[str, Any]], dict[tuple[int, str], Any]]:
+    """The one lambda sweep: every classifier at every trade-off ``lambda`` of ``estimator``.
+
+    Fair PCA is fitted once; changing ``tradeoff`` only changes how many PCA features are
+    appended and their weight (Sec. 3.1), so each lambda costs one transform of the training
+    and the evaluation rows. A ``None`` lambda leaves the estimator as it is (standard PCA:
+    ``lambda`` NaN). ``classifiers`` maps a name to ``fit(F_train, y_train) -> fitted``; each
+    is evaluated on the evaluation rows with :func:`~fairpca.tasks.evaluate.
+    metrics_with_intervals` (``metric_options``: ``min_group_size``, ``n_resamples``,
+    ``seed``, ...). ``describe(F_train, F_eval)`` adds columns shared by one lambda's rows;
+    ``progress(done, total)`` is called after each lambda. The estimator's ``tradeoff`` is
+    restored afterwards, also on error. Returns one row per lambda and classifier, and the
+    fitted classifiers by ``(lambda_index, name)``.
+    """
+    rows, fitted = [], {}
+    original = estimator.get_params().get("tradeoff")
+    try:
+        for index, lam in enumerate(lambdas):
+            if lam is not None:
+                estimator.set_params(tradeoff=lam)
+            F_train = np.asarray(estimator.transform(X_train), dtype=np.float64)
+            F_eval = np.asarray(estimator.transform(X_eval), dtype=np.float64)
+            shared = {"lambda_index": index, "lambda": np.nan if lam is None else float(lam)}
+            shared["n_features"] = F_train.shape[1]
+            shared.update(describe(F_train, F_eval) if describe is not None else {})
+            for name, fit in classifiers.items():
+                fitted[(index, name)], measured = _fit_and_measure(
+                    fit, F_train, y_train, F_eval, y_eval, sensitive_eval, metric_options
+                )
+                rows.append({**shared, "classifier": name, **measured})
+            if progress is not None:
+                progress(index + 1, len(lambdas))
+    finally:
+        if any(lam is not None for lam in lambdas):
+            estimator.set_params(tradeoff=original)
+    return rows, fitted
 
 
-def _candidate_rows(rep, index, lam, F_train, F_validation, split, evaluation, seed, shared):
-    """Fit every classifier of ``evaluation`` on one lambda's features; metrics with
-    intervals on validation."""
-    rows, classifiers = [], {}
-    for name in evaluation.classifiers:
-        t0 = time.perf_counter()
-        classifier = fit_classifier(
-            name,
-            F_train,
-            split.y_train,
-            seed=seed,
-            max_rows=evaluation.svc_max_train_rows if name == "rbf_svc" else None,
-        )
-        y_pred = classifier.predict(F_validation)
-        row = {**shared, "classifier": name, "one_class_share": one_class_share(y_pred)}
-        row.update(
-            metrics_with_intervals(
-                split.y_validation,
-                y_pred,
-                split.s_validation,
-                min_group_size=evaluation.min_group_size,
-                allow_small_groups=evaluation.allow_small_groups,
-                n_resamples=evaluation.n_bootstrap,
-                seed=seed,
-            )
-        )
-        row["classifier_seconds"] = time.perf_counter() - t0
-        rows.append(row)
-        classifiers[(index, name)] = classifier
-    return rows, classifiers
+def _fit_and_measure(fit, F_train, y_train, F_eval, y_eval, sensitive_eval, options) -> tuple:
+    """The classifier ``fit`` gives on the training rows, and on the evaluation rows how often
+    it predicts its more frequent class, its metrics with intervals and the seconds taken."""
+    t0 = time.perf_counter()
+    classifier = fit(F_train, y_train)
+    y_pred = classifier.predict(F_eval)
+    metrics = metrics_with_intervals(y_eval, y_pred, sensitive_eval, **options)
+    seconds = time.perf_counter() - t0
+    return classifier, {
+        "one_class_share": one_class_share(y_pred),
+        **metrics,
+        "classifier_seconds": seconds,
+    }
+
+
+def _audit_classifiers(evaluation, seed: int) -> dict[str, Callable[[np.ndarray, np.ndarray], Any]]:
+    """The audit's classifiers by name (the ``evaluation`` section), each fitted with the
+    audit's seed and row caps."""
+
+    def fitter(name: str):
+        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
+        return lambda F, y: fit_classifier(name, F, y, seed=seed, max_rows=max_rows)
+
+    return {name: fitter(name) for name in evaluation.classifiers}
+
+
+def _representation_columns(rep, encoded_validation, split, max_rows, seed, sigma) -> Callable:
+    """``describe(F_train, F_validation)`` of :func:`sweep_tradeoff`: the variance the
+    components explain on the validation rows, and the representation metrics at a lambda."""
+    components = getattr(rep.estimator, "components_", None)
+    var_explained = (
+        fm.explained_variance_fraction(encoded_validation, components)
+        if components is not None
+        else np.nan
+    )
+
+    def describe(F_train: np.ndarray, F_validation: np.ndarray) -> dict[str, Any]:
+        return {
+            "var_explained": float(var_explained),
+            **_representation_row(rep, F_train, F_validation, split, max_rows, seed, sigma),
+        }
+
+    return describe
 
 
 def _representation_row(rep, F_train, F_validation, split, max_rows, seed, sigma) -> dict:
@@ -97,49 +160,36 @@ def sweep_representation(
     sigma: float,
     progress=None,
 ) -> SweepResult:
-    """Evaluate ``rep`` at every lambda with every classifier on the validation rows.
+    """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
+    with the representation metrics of each lambda.
 
-    Fair PCA is fitted once; changing ``tradeoff`` only changes how many PCA features are
-    appended and their weight (Sec. 3.1), so each lambda costs one transform. Variants
-    without a trade-off (standard PCA) give one row per classifier with ``lambda`` NaN.
-    The estimator's ``tradeoff`` is restored afterwards, also on error. Only the training
-    and validation rows of ``split`` are read. ``representation`` and ``evaluation`` are
-    the config's sections of those names.
+    Variants without a trade-off (standard PCA) give one row per classifier with ``lambda``
+    NaN. Only the training and validation rows of ``split`` are read. ``representation`` and
+    ``evaluation`` are the config's sections of those names.
     """
     start = time.perf_counter()
-    lambdas: list[float | None] = list(representation.lambdas) if rep.supports_tradeoff else [None]
-    result = SweepResult(rep.variant)
-    components = getattr(rep.estimator, "components_", None)
-    var_explained = (
-        fm.explained_variance_fraction(encoded_validation, components)
-        if components is not None
-        else np.nan
+    rows, classifiers = sweep_tradeoff(
+        rep.estimator,
+        list(representation.lambdas) if rep.supports_tradeoff else [None],
+        encoded_train,
+        split.y_train,
+        encoded_validation,
+        split.y_validation,
+        split.s_validation,
+        classifiers=_audit_classifiers(evaluation, seed),
+        metric_options={
+            "min_group_size": evaluation.min_group_size,
+            "allow_small_groups": evaluation.allow_small_groups,
+            "n_resamples": evaluation.n_bootstrap,
+            "seed": seed,
+        },
+        describe=_representation_columns(
+            rep, encoded_validation, split, representation.metric_max_rows, seed, sigma
+        ),
+        progress=progress and (lambda done, total: progress(rep.variant, done, total)),
     )
-    original = rep.estimator.get_params().get("tradeoff")
-    try:
-        for index, lam in enumerate(lambdas):
-            F_train = _features(rep, encoded_train, lam)
-            F_validation = _features(rep, encoded_validation, lam)
-            shared = {
-                "variant": rep.variant,
-                "lambda_index": index,
-                "lambda": np.nan if lam is None else float(lam),
-                "n_features": F_train.shape[1],
-                "var_explained": float(var_explained),
-                **_representation_row(
-                    rep, F_train, F_validation, split, representation.metric_max_rows, seed, sigma
-                ),
-            }
-            rows, classifiers = _candidate_rows(
-                rep, index, lam, F_train, F_validation, split, evaluation, seed, shared
-            )
-            result.rows += rows
-            result.classifiers.update(classifiers)
-            if progress is not None:
-                progress(rep.variant, index + 1, len(lambdas))
-    finally:
-        if rep.supports_tradeoff:
-            rep.estimator.set_params(tradeoff=original)
+    result = SweepResult(rep.variant, [{"variant": rep.variant, **row} for row in rows])
+    result.classifiers = classifiers
     result.seconds = time.perf_counter() - start
     return result
 

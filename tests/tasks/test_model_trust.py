@@ -1,0 +1,74 @@
+"""One trust rule for saving, loading and relogging a model (fairpca.tasks.model_trust)."""
+
+from __future__ import annotations
+
+import operator
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import skops.io
+from sklearn.linear_model import LogisticRegression
+from sklearn.neural_network import MLPClassifier
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import FunctionTransformer
+
+from fairpca import FairPCA
+from fairpca.tasks.mlflow_logging import _check_trusted_types, save_model_locally
+from fairpca.tasks.model_trust import TRUSTED_TYPES, UntrustedModelError, types_to_trust
+from fairpca.tasks.registry import load_skops_pipeline
+
+
+def _data(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(rng.normal(size=(80, 4)), columns=list("abcd"))
+    s = rng.integers(0, 2, 80)
+    y = (X["a"] + 0.5 * s + rng.normal(scale=0.5, size=80) > 0).astype(int)
+    return X, y.to_numpy(), s
+
+
+def _fair_pipeline(classifier):
+    X, y, s = _data()
+    represent = FairPCA(n_components=2).fit(X.to_numpy(), sensitive_features=s)
+    classifier.fit(represent.transform(X.to_numpy()), y)
+    return Pipeline([("represent", represent), ("classify", classifier)])
+
+
+def _saved(pipeline, tmp_path):
+    X, _, _ = _data()
+    example = pd.DataFrame(X.to_numpy()[:2], columns=list("abcd"))
+    return save_model_locally(pipeline, tmp_path, input_example=example, pip_requirements=[])
+
+
+def test_what_the_save_path_accepts_the_load_and_relog_paths_accept(tmp_path):
+    pipeline = _fair_pipeline(LogisticRegression())
+    trusted = types_to_trust(pipeline)
+    assert "fairpca._fair_pca.FairPCA" in trusted and set(trusted) <= TRUSTED_TYPES
+    model_dir = _saved(pipeline, tmp_path)
+    _check_trusted_types(model_dir)  # relog
+    loaded = load_skops_pipeline(model_dir)
+    X, _, _ = _data(1)
+    np.testing.assert_array_equal(loaded.predict(X.to_numpy()), pipeline.predict(X.to_numpy()))
+
+
+def test_a_scikit_learn_type_outside_the_fixed_set_is_not_saved():
+    # the stochastic-gradient optimiser is scikit-learn's own, but not one the project loads
+    mlp = MLPClassifier(solver="sgd", hidden_layer_sizes=(3,), max_iter=5, random_state=0)
+    with pytest.warns(Warning):  # five iterations do not converge
+        pipeline = _fair_pipeline(mlp)
+    with pytest.raises(TypeError, match=r"does not trust: \[.*SGDOptimizer'\]"):
+        types_to_trust(pipeline)
+
+
+def test_a_foreign_type_is_refused_on_every_path(tmp_path):
+    foreign = Pipeline([("f", FunctionTransformer(operator.add))])
+    with pytest.raises(TypeError, match=r"does not trust: \['_operator.add'\]"):
+        types_to_trust(foreign)
+    model_dir = _saved(_fair_pipeline(LogisticRegression()), tmp_path)
+    crafted = shutil.copytree(model_dir, tmp_path / "crafted")
+    skops.io.dump(foreign, crafted / "model.skops")
+    with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
+        load_skops_pipeline(crafted)
+    with pytest.raises(ValueError, match=r"holds types \['_operator.add'\] that fairpca does not"):
+        _check_trusted_types(crafted)
