@@ -245,7 +245,15 @@ class FairPCA(TransformerMixin, BaseEstimator):
             X, sensitive_features, self.sensitive_columns
         )
         check_numeric(X)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2, copy=False)
+        # Finiteness is checked with the magnitude below, from one sum of squares.
+        X = validate_data(
+            self,
+            X,
+            dtype=[np.float64, np.float32],
+            ensure_min_samples=2,
+            copy=False,
+            ensure_all_finite=False,
+        )
         n_samples, n_features = X.shape
         check_n_components_bound(self.n_components, n_samples, n_features)
         encoding = encode_groups(sensitive_features, n_samples)
@@ -267,7 +275,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
         from_statistics = solver == "covariance_eigh" or self.equalize_covariance is not None
         if not (from_statistics and X.dtype == np.float64 and objective_rows is None):
             # Otherwise the statistics start from the Gram matrix of all of X, whose trace
-            # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass.
+            # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass:
+            # a NaN or infinite entry makes that trace non-finite too.
             check_magnitude(X)
         if from_statistics:
             stats = _streaming.FairStatistics(

@@ -467,9 +467,11 @@ class FairStatistics:
             table.positions(list(labels), cats)
             for table, labels, cats in zip(self.tables, encoding.groups, categories, strict=True)
         ]
-        codes = np.column_stack(
-            [where[a][encoding.codes[:, a]] for a in range(encoding.n_attributes)]
-        ).reshape(X.shape[0], encoding.n_attributes)
+        codes = encoding.codes
+        if any(np.any(w != np.arange(w.size)) for w in where):  # chunk-local -> global codes
+            codes = np.column_stack(
+                [where[a][codes[:, a]] for a in range(encoding.n_attributes)]
+            ).reshape(X.shape[0], encoding.n_attributes)
         for a, table in enumerate(self.tables):
             table.row_counts += np.bincount(codes[:, a], minlength=len(table.labels))
         if self.spec.constraint_positive:
@@ -508,28 +510,35 @@ class FairStatistics:
         rows = block.shape[0]
         if rows == 0:
             return True
-        # One GEMM gives the row sum and every group sum on the constraint rows.
-        W = group_sum_weights(codes, [len(table.labels) for table in self.tables], constraint_rows)
-        totals = W.sum(axis=0)
+        if not centre and self.objective.count:
+            return False  # the raw Gram route starts the moments only
+        # One GEMM gives every group sum on the constraint rows and the row sum: that is
+        # the sum of the first attribute's group sums when every row is a constraint row,
+        # else a column of ones of its own (column 0).
+        sizes = [len(table.labels) for table in self.tables]
+        ones = constraint_rows is not None
+        W = group_sum_weights(codes, sizes, constraint_rows, ones=ones)
+        kept = slice(None) if constraint_rows is None else constraint_rows
+        counts = [np.bincount(codes[kept, a], minlength=m) for a, m in enumerate(sizes)]
+        totals = np.concatenate([np.array([rows])] * ones + counts)
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
             objective = self.objective
             shifted = objective.shifted(block)
             shift = objective.shift
             sums = np.asarray(la.matmul(shifted.T, W.astype(shifted.dtype)), dtype=np.float64)
-            objective.add_block(block, shifted, sums[:, 0])
+            objective.add_block(block, shifted, _row_sums(sums, ones, sizes))
             sums += np.outer(shift, totals)
         else:
-            if self.objective.count:
-                return False  # the raw Gram route starts the moments only
             gram, sums = la.gram_and_sums(block, W)
-            if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
+            row_mean = _row_sums(sums, ones, sizes) / rows
+            if not self.objective.add_uncentred(block, row_mean, gram=gram):
                 return False
         self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())
-        start = 1
+        start = int(ones)
         for a, table in enumerate(self.tables):
             stop = start + len(table.labels)
-            table.counts += np.rint(totals[start:stop]).astype(np.int64)
+            table.counts += totals[start:stop]
             table.sums += sums[:, start:stop]
             if table.group_scatter:
                 in_rows = np.ones(rows, bool) if constraint_rows is None else constraint_rows
@@ -625,6 +634,11 @@ class FairStatistics:
                 f"Only {self.objective.count} row(s) of the variance objective so far; "
                 f"need at least {needed} (n_components={n_components})."
             )
+
+
+def _row_sums(sums: np.ndarray, ones: bool, sizes) -> np.ndarray:
+    """Column sums of all the rows from the products ``X^T W`` of :meth:`_add_block`."""
+    return sums[:, 0] if ones else sums[:, : sizes[0]].sum(axis=1)
 
 
 def encode_chunk(sensitive_features, n_samples: int) -> tuple[GroupEncoding, list]:
