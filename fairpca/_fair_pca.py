@@ -289,11 +289,12 @@ class FairPCA(TransformerMixin, BaseEstimator):
         )
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
         Xc = np.subtract(X_obj, mean, dtype=np.float64)
-        total = la.sum_of_squares(Xc) / (n_obj - 1)
-        Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean), X.dtype)
+        sum_of_squares = la.sum_of_squares(Xc)
+        scale = np.sqrt(sum_of_squares / (n_obj - 1) + mean @ mean)
+        Q, singular_values = self._constraint_basis(D, scale, X.dtype)
         k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
         if solver == "full":
-            solution = _solvers.solve_svd(Xc, Q, k)
+            solution = _solvers.solve_svd(Xc, Q, k, sum_of_squares=sum_of_squares)
         else:
             solution = _solvers.solve_randomized(
                 Xc,
@@ -302,6 +303,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 n_oversamples=self.n_oversamples,
                 n_iter=self._n_power_iterations(k, n_obj, n_features),
                 random_state=check_random_state(self.random_state),
+                sum_of_squares=sum_of_squares,
             )
         self.covariance_rank_ = None
         self._store(solution, X.dtype, mean, Q, singular_values, D, encoding, n_obj)
@@ -551,7 +553,10 @@ class FairPCA(TransformerMixin, BaseEstimator):
         n_obj = X_obj.shape[0]
         sizes = [len(labels) for labels in encoding.groups]
         if constraint_rows is None or objective_rows is not None:
-            sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes))
+            # every objective row is in one group of each attribute: the sums of the first
+            # attribute's groups add up to the sum of all rows (no column of ones needed)
+            group_sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes, ones=False))
+            sums = np.hstack([group_sums[:, : sizes[0]].sum(axis=1, keepdims=True), group_sums])
             mean = sums[:, 0] / n_obj
             constraint_mean = mean
         else:  # objective on all rows, constraint on the positive rows
