@@ -315,10 +315,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         ``fit``'s covariance route, ``partial_fit``, ``fit_chunks`` and Dask fits all end
         here, so the same rows give the same projection however they were read.
         """
-        stats.check_fittable()
+        tables = stats.check_fittable()
         n_obj, n_features = stats.objective.count, stats.n_features
         mean = stats.objective.mean
-        tables = stats.ordered_tables()
         # Each attribute's columns are centred on the mean its own group sums give (equal to
         # constraint_mean in exact arithmetic), so that their one known linear dependence
         # (sum_g n_g (mean_g - mean) = 0, Section 3.4) holds to float64 rounding.

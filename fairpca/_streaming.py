@@ -599,9 +599,10 @@ class FairStatistics:
     def ordered_tables(self) -> list[GroupTable]:
         return [table.ordered() for table in self.tables or []]
 
-    def check_fittable(self, n_components: int | None = None) -> None:
+    def check_fittable(self, n_components: int | None = None) -> list[GroupTable]:
         """Raise :class:`InsufficientStatisticsError` when the rows seen so far cannot define
-        the fit yet (too few rows, a single group, a group with fewer than 2 rows)."""
+        the fit yet (too few rows, a single group, a group with fewer than 2 rows); return
+        the checked :meth:`ordered_tables`."""
         if self.tables is None:
             raise InsufficientStatisticsError("No rows have been seen yet.")
         tables = self.ordered_tables()
@@ -634,6 +635,7 @@ class FairStatistics:
                 f"Only {self.objective.count} row(s) of the variance objective so far; "
                 f"need at least {needed} (n_components={n_components})."
             )
+        return tables
 
 
 def _row_sums(sums: np.ndarray, ones: bool, sizes) -> np.ndarray:
