@@ -123,12 +123,16 @@ def _factorize_small_ints(array: np.ndarray) -> tuple[np.ndarray, np.ndarray] | 
     low, high = int(array.min()), int(array.max())
     if high - low > 1_000_000:
         return None
-    offset = array.astype(np.intp) - low
+    offset = array.astype(np.intp)
+    if low:
+        offset -= low
     present = np.flatnonzero(np.bincount(offset))
+    labels = np.asarray((present + low).astype(array.dtype).tolist(), dtype=object)
+    if present.size == high - low + 1:  # every value in the range occurs: the offsets are codes
+        return offset, labels
     lookup = np.empty(high - low + 1, dtype=np.intp)
     lookup[present] = np.arange(present.size)
-    labels = (present + low).astype(array.dtype)
-    return lookup[offset], np.asarray(labels.tolist(), dtype=object)
+    return lookup[offset], labels
 
 
 def _factorize(column, name: str) -> tuple[np.ndarray, np.ndarray]:
