@@ -552,10 +552,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
         n_obj = X_obj.shape[0]
         sizes = [len(labels) for labels in encoding.groups]
         if constraint_rows is None or objective_rows is not None:
-            # every objective row is in one group of each attribute: the sums of the first
-            # attribute's groups add up to the sum of all rows (no column of ones needed)
-            group_sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes, ones=False))
-            sums = np.hstack([group_sums[:, : sizes[0]].sum(axis=1, keepdims=True), group_sums])
+            sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes))
             mean = sums[:, 0] / n_obj
             constraint_mean = mean
         else:  # objective on all rows, constraint on the positive rows

@@ -59,26 +59,21 @@ class GroupEncoding:
         return GroupEncoding(new_codes, groups, list(self.names))
 
 
-def group_sum_weights(
-    codes: np.ndarray, sizes, rows: np.ndarray | None = None, *, ones: bool = True
-) -> np.ndarray:
+def group_sum_weights(codes: np.ndarray, sizes, rows: np.ndarray | None = None) -> np.ndarray:
     """Weights ``W = [1 | one-hot of each attribute, zero outside rows]``, n x (1 + sum m_a).
 
     One product ``X^T W`` gives the column sums of all rows and, per group of every
     attribute, the column sums of its rows among ``rows`` (all rows when None): the columns
-    of ``X^T G`` up to the centring of the indicators (Sections 3.4-3.5). With
-    ``ones=False`` the leading column of ones is left out (n x sum m_a): when ``rows`` is
-    None, the one-hot columns of any one attribute already sum to it.
+    of ``X^T G`` up to the centring of the indicators (Sections 3.4-3.5).
     """
     n = codes.shape[0]
-    width = int(ones) + sum(sizes)
+    width = 1 + sum(sizes)
     W = np.zeros((n, width))
-    if ones:
-        W[:, 0] = 1.0
+    W[:, 0] = 1.0
     kept = np.arange(n) if rows is None else np.flatnonzero(rows)
     flat = W.reshape(-1)  # row-major: entry (i, j) is flat[i * width + j]
-    start = int(ones)
     offsets = kept * width
+    start = 1
     for a, size in enumerate(sizes):
         column = codes[:, a] if rows is None else codes[kept, a]
         flat[offsets + (start + column)] = 1.0

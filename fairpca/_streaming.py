@@ -512,30 +512,26 @@ class FairStatistics:
             return True
         if not centre and self.objective.count:
             return False  # the raw Gram route starts the moments only
-        # One GEMM gives every group sum on the constraint rows and the row sum: that is
-        # the sum of the first attribute's group sums when every row is a constraint row,
-        # else a column of ones of its own (column 0).
+        # One GEMM gives the row sum (column 0) and every group sum on the constraint rows.
         sizes = [len(table.labels) for table in self.tables]
-        ones = constraint_rows is not None
-        W = group_sum_weights(codes, sizes, constraint_rows, ones=ones)
+        W = group_sum_weights(codes, sizes, constraint_rows)
         kept = slice(None) if constraint_rows is None else constraint_rows
         counts = [np.bincount(codes[kept, a], minlength=m) for a, m in enumerate(sizes)]
-        totals = np.concatenate([np.array([rows])] * ones + counts)
+        totals = np.concatenate([np.array([rows]), *counts])
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
             objective = self.objective
             shifted = objective.shifted(block)
             shift = objective.shift
             sums = np.asarray(la.matmul(shifted.T, W.astype(shifted.dtype)), dtype=np.float64)
-            objective.add_block(block, shifted, _row_sums(sums, ones, sizes))
+            objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
             gram, sums = la.gram_and_sums(block, W)
-            row_mean = _row_sums(sums, ones, sizes) / rows
-            if not self.objective.add_uncentred(block, row_mean, gram=gram):
+            if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
                 return False
         self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())
-        start = int(ones)
+        start = 1
         for a, table in enumerate(self.tables):
             stop = start + len(table.labels)
             table.counts += totals[start:stop]
@@ -636,11 +632,6 @@ class FairStatistics:
                 f"need at least {needed} (n_components={n_components})."
             )
         return tables
-
-
-def _row_sums(sums: np.ndarray, ones: bool, sizes) -> np.ndarray:
-    """Column sums of all the rows from the products ``X^T W`` of :meth:`_add_block`."""
-    return sums[:, 0] if ones else sums[:, : sizes[0]].sum(axis=1)
 
 
 def encode_chunk(sensitive_features, n_samples: int) -> tuple[GroupEncoding, list]:

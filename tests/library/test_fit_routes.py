@@ -163,7 +163,7 @@ def test_fit_names_a_non_finite_entry_on_every_route(svd_solver, dtype, n_compon
     assert "overflow" not in str(raised.value)
 
 
-def test_fit_groups_sums_without_a_column_of_ones_equal_the_dense_means():
+def test_fit_group_sums_give_the_exact_means_on_the_exact_routes():
     rng = np.random.default_rng(3)
     X = rng.normal(size=(500, 6)) + 5.0
     groups = np.array(["a", "b", "c"])[rng.integers(0, 3, 500)]
