@@ -245,7 +245,15 @@ class FairPCA(TransformerMixin, BaseEstimator):
             X, sensitive_features, self.sensitive_columns
         )
         check_numeric(X)
-        X = validate_data(self, X, dtype=[np.float64, np.float32], ensure_min_samples=2, copy=False)
+        # Finiteness is checked with the magnitude below, from one sum of squares.
+        X = validate_data(
+            self,
+            X,
+            dtype=[np.float64, np.float32],
+            ensure_min_samples=2,
+            copy=False,
+            ensure_all_finite=False,
+        )
         n_samples, n_features = X.shape
         check_n_components_bound(self.n_components, n_samples, n_features)
         encoding = encode_groups(sensitive_features, n_samples)
@@ -267,7 +275,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
         from_statistics = solver == "covariance_eigh" or self.equalize_covariance is not None
         if not (from_statistics and X.dtype == np.float64 and objective_rows is None):
             # Otherwise the statistics start from the Gram matrix of all of X, whose trace
-            # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass.
+            # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass:
+            # a NaN or infinite entry makes that trace non-finite too.
             check_magnitude(X)
         if from_statistics:
             stats = _streaming.FairStatistics(
@@ -280,11 +289,12 @@ class FairPCA(TransformerMixin, BaseEstimator):
         )
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
         Xc = np.subtract(X_obj, mean, dtype=np.float64)
-        total = la.sum_of_squares(Xc) / (n_obj - 1)
-        Q, singular_values = self._constraint_basis(D, np.sqrt(total + mean @ mean), X.dtype)
+        sum_of_squares = la.sum_of_squares(Xc)
+        scale = np.sqrt(sum_of_squares / (n_obj - 1) + mean @ mean)
+        Q, singular_values = self._constraint_basis(D, scale, X.dtype)
         k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
         if solver == "full":
-            solution = _solvers.solve_svd(Xc, Q, k)
+            solution = _solvers.solve_svd(Xc, Q, k, sum_of_squares=sum_of_squares)
         else:
             solution = _solvers.solve_randomized(
                 Xc,
@@ -293,6 +303,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 n_oversamples=self.n_oversamples,
                 n_iter=self._n_power_iterations(k, n_obj, n_features),
                 random_state=check_random_state(self.random_state),
+                sum_of_squares=sum_of_squares,
             )
         self.covariance_rank_ = None
         self._store(solution, X.dtype, mean, Q, singular_values, D, encoding, n_obj)
@@ -304,10 +315,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         ``fit``'s covariance route, ``partial_fit``, ``fit_chunks`` and Dask fits all end
         here, so the same rows give the same projection however they were read.
         """
-        stats.check_fittable()
+        tables = stats.check_fittable()
         n_obj, n_features = stats.objective.count, stats.n_features
         mean = stats.objective.mean
-        tables = stats.ordered_tables()
         # Each attribute's columns are centred on the mean its own group sums give (equal to
         # constraint_mean in exact arithmetic), so that their one known linear dependence
         # (sum_g n_g (mean_g - mean) = 0, Section 3.4) holds to float64 rounding.

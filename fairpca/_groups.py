@@ -67,12 +67,16 @@ def group_sum_weights(codes: np.ndarray, sizes, rows: np.ndarray | None = None) 
     of ``X^T G`` up to the centring of the indicators (Sections 3.4-3.5).
     """
     n = codes.shape[0]
-    W = np.zeros((n, 1 + sum(sizes)))
+    width = 1 + sum(sizes)
+    W = np.zeros((n, width))
     W[:, 0] = 1.0
     kept = np.arange(n) if rows is None else np.flatnonzero(rows)
+    flat = W.reshape(-1)  # row-major: entry (i, j) is flat[i * width + j]
+    offsets = kept * width
     start = 1
     for a, size in enumerate(sizes):
-        W[kept, start + codes[kept, a]] = 1.0
+        column = codes[:, a] if rows is None else codes[kept, a]
+        flat[offsets + (start + column)] = 1.0
         start += size
     return W
 
@@ -114,12 +118,16 @@ def _factorize_small_ints(array: np.ndarray) -> tuple[np.ndarray, np.ndarray] | 
     low, high = int(array.min()), int(array.max())
     if high - low > 1_000_000:
         return None
-    offset = array.astype(np.intp) - low
+    offset = array.astype(np.intp)
+    if low:
+        offset -= low
     present = np.flatnonzero(np.bincount(offset))
+    labels = np.asarray((present + low).astype(array.dtype).tolist(), dtype=object)
+    if present.size == high - low + 1:  # every value in the range occurs: the offsets are codes
+        return offset, labels
     lookup = np.empty(high - low + 1, dtype=np.intp)
     lookup[present] = np.arange(present.size)
-    labels = (present + low).astype(array.dtype)
-    return lookup[offset], np.asarray(labels.tolist(), dtype=object)
+    return lookup[offset], labels
 
 
 def _factorize(column, name: str) -> tuple[np.ndarray, np.ndarray]:

@@ -78,13 +78,16 @@ def _svd_top(A: np.ndarray, k: int, exclude: np.ndarray) -> tuple[np.ndarray, np
     return V, values
 
 
-def solve_svd(Xc: np.ndarray, Q: np.ndarray, k: int) -> Solution:
-    """Exact solve by a thin SVD of ``Xc P`` (used when n < d)."""
+def solve_svd(
+    Xc: np.ndarray, Q: np.ndarray, k: int, *, sum_of_squares: float | None = None
+) -> Solution:
+    """Exact solve by a thin SVD of ``Xc P`` (used when n < d); ``sum_of_squares`` is
+    ``sum(Xc ** 2)`` when the caller has it (else one more pass computes it)."""
     n = Xc.shape[0]
     fair_vectors, fair_values = _svd_top(Xc - la.matmul(Xc, Q) @ Q.T, k, Q)
     fair_vectors = la.project_out(fair_vectors, Q)
     pca_vectors, pca_values = _svd_top(Xc, k, np.zeros((Xc.shape[1], 0)))
-    total = la.sum_of_squares(Xc)
+    total = la.sum_of_squares(Xc) if sum_of_squares is None else sum_of_squares
     return Solution(
         fair_vectors, fair_values / (n - 1), pca_vectors, pca_values / (n - 1), total / (n - 1)
     )
@@ -98,8 +101,12 @@ def solve_randomized(
     n_oversamples: int,
     n_iter: int,
     random_state: np.random.RandomState,
+    sum_of_squares: float | None = None,
 ) -> Solution:
     """Randomized subspace iteration (Halko et al. 2011, as scikit-learn's randomized PCA).
+
+    ``sum_of_squares`` is ``sum(Xc ** 2)`` when the caller has it (else one more pass over
+    ``Xc`` computes it).
 
     One range finder on ``Xc`` with ``k + r + n_oversamples`` columns gives an orthonormal
     ``B`` with ``Xc ~ B B^T Xc``; standard PCA is the SVD of ``B^T Xc`` (what scikit-learn
@@ -123,7 +130,7 @@ def solve_randomized(
     B_fair = B - (B @ Q) @ Q.T
     _, s_fair, Vt_fair = linalg.svd(B_fair, full_matrices=False, check_finite=False)
     fair_vectors = la.project_out(Vt_fair[:k].T, Q)
-    total = la.sum_of_squares(Xc)
+    total = la.sum_of_squares(Xc) if sum_of_squares is None else sum_of_squares
     return Solution(
         fair_vectors,
         s_fair[:k] ** 2 / (n - 1),

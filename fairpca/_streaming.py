@@ -467,9 +467,11 @@ class FairStatistics:
             table.positions(list(labels), cats)
             for table, labels, cats in zip(self.tables, encoding.groups, categories, strict=True)
         ]
-        codes = np.column_stack(
-            [where[a][encoding.codes[:, a]] for a in range(encoding.n_attributes)]
-        ).reshape(X.shape[0], encoding.n_attributes)
+        codes = encoding.codes
+        if any(np.any(w != np.arange(w.size)) for w in where):  # chunk-local -> global codes
+            codes = np.column_stack(
+                [where[a][codes[:, a]] for a in range(encoding.n_attributes)]
+            ).reshape(X.shape[0], encoding.n_attributes)
         for a, table in enumerate(self.tables):
             table.row_counts += np.bincount(codes[:, a], minlength=len(table.labels))
         if self.spec.constraint_positive:
@@ -508,9 +510,14 @@ class FairStatistics:
         rows = block.shape[0]
         if rows == 0:
             return True
-        # One GEMM gives the row sum and every group sum on the constraint rows.
-        W = group_sum_weights(codes, [len(table.labels) for table in self.tables], constraint_rows)
-        totals = W.sum(axis=0)
+        if not centre and self.objective.count:
+            return False  # the raw Gram route starts the moments only
+        # One GEMM gives the row sum (column 0) and every group sum on the constraint rows.
+        sizes = [len(table.labels) for table in self.tables]
+        W = group_sum_weights(codes, sizes, constraint_rows)
+        kept = slice(None) if constraint_rows is None else constraint_rows
+        counts = [np.bincount(codes[kept, a], minlength=m) for a, m in enumerate(sizes)]
+        totals = np.concatenate([np.array([rows]), *counts])
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.
             objective = self.objective
@@ -520,8 +527,6 @@ class FairStatistics:
             objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
-            if self.objective.count:
-                return False  # the raw Gram route starts the moments only
             gram, sums = la.gram_and_sums(block, W)
             if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
                 return False
@@ -529,7 +534,7 @@ class FairStatistics:
         start = 1
         for a, table in enumerate(self.tables):
             stop = start + len(table.labels)
-            table.counts += np.rint(totals[start:stop]).astype(np.int64)
+            table.counts += totals[start:stop]
             table.sums += sums[:, start:stop]
             if table.group_scatter:
                 in_rows = np.ones(rows, bool) if constraint_rows is None else constraint_rows
@@ -590,9 +595,10 @@ class FairStatistics:
     def ordered_tables(self) -> list[GroupTable]:
         return [table.ordered() for table in self.tables or []]
 
-    def check_fittable(self, n_components: int | None = None) -> None:
+    def check_fittable(self, n_components: int | None = None) -> list[GroupTable]:
         """Raise :class:`InsufficientStatisticsError` when the rows seen so far cannot define
-        the fit yet (too few rows, a single group, a group with fewer than 2 rows)."""
+        the fit yet (too few rows, a single group, a group with fewer than 2 rows); return
+        the checked :meth:`ordered_tables`."""
         if self.tables is None:
             raise InsufficientStatisticsError("No rows have been seen yet.")
         tables = self.ordered_tables()
@@ -625,6 +631,7 @@ class FairStatistics:
                 f"Only {self.objective.count} row(s) of the variance objective so far; "
                 f"need at least {needed} (n_components={n_components})."
             )
+        return tables
 
 
 def encode_chunk(sensitive_features, n_samples: int) -> tuple[GroupEncoding, list]:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.validation import _check_feature_names_in, check_is_fitted
+from sklearn.utils.validation import _check_feature_names_in, assert_all_finite, check_is_fitted
 
 from . import _linalg as la
 from ._groups import GroupEncoding, check_group_sizes
@@ -79,14 +79,20 @@ def check_numeric(X, estimator: str = "FairPCA") -> None:
     )
 
 
-def check_magnitude(X: np.ndarray, sum_of_squares: float | None = None) -> None:
-    """Refuse finite values so large that sums of their squares overflow the dtype.
+def check_magnitude(
+    X: np.ndarray, sum_of_squares: float | None = None, estimator: str = "FairPCA"
+) -> None:
+    """Refuse NaN, infinite values, and finite values so large that sums of their squares
+    overflow the dtype.
 
     The scatter, its trace and the squared distances of a kernel are sums of squares of the
     entries; when ``sum(X ** 2)`` (one BLAS pass, or ``sum_of_squares`` when the caller has
     it already, e.g. as the trace of ``X.T @ X``) is not safely below the largest float
     (values above about ``sqrt(max / (16 n d))``, 1e150 for float64 and a few thousand
     rows), they would be infinite and the directions NaN, never a usable projection.
+    A NaN or infinite entry makes ``sum(X ** 2)`` NaN or infinite as well, so this one sum
+    also serves as the finiteness check of ``validate_data`` (whose message is then
+    raised, naming ``estimator``).
     """
     if X.size == 0:
         return
@@ -95,6 +101,7 @@ def check_magnitude(X: np.ndarray, sum_of_squares: float | None = None) -> None:
         sum_of_squares = la.sum_of_squares(X)
     if sum_of_squares <= limit:  # inf or NaN fail the comparison too
         return
+    assert_all_finite(X, input_name="X", estimator_name=estimator)
     largest = max(float(X.max()), -float(X.min()))
     bound = float(np.sqrt(limit / X.size))
     raise ValueError(

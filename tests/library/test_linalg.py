@@ -140,3 +140,37 @@ def test_gram_and_sums_in_one_pass(n, d):
     np.testing.assert_array_equal(gram, gram.T)
     assert gram.flags.f_contiguous  # SciPy's BLAS updates it in place
     np.testing.assert_allclose(sums, np.einsum("ni,nj->ij", X, W), rtol=1e-12, atol=1e-12 * n)
+
+
+@pytest.mark.parametrize(
+    ("svd_solver", "dtype", "n_components"),
+    [
+        ("covariance_eigh", np.float64, 2),  # finiteness read off the Gram matrix's trace
+        ("covariance_eigh", np.float32, 2),
+        ("full", np.float64, 2),
+        ("randomized", np.float64, 2),
+    ],
+)
+@pytest.mark.parametrize(("bad", "message"), [(np.nan, "NaN"), (np.inf, "infinity")])
+def test_fit_names_a_non_finite_entry_on_every_route(svd_solver, dtype, n_components, bad, message):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 5)).astype(dtype)
+    X[17, 3] = bad
+    groups = np.arange(60) % 2
+    fpca = FairPCA(n_components=n_components, svd_solver=svd_solver, random_state=0)
+    with pytest.raises(ValueError, match=f"Input X contains {message}") as raised:
+        fpca.fit(X, sensitive_features=groups)
+    assert "overflow" not in str(raised.value)
+
+
+def test_fit_group_sums_give_the_exact_means_on_the_exact_routes():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(500, 6)) + 5.0
+    groups = np.array(["a", "b", "c"])[rng.integers(0, 3, 500)]
+    for solver in ("covariance_eigh", "full"):
+        fpca = FairPCA(n_components=2, svd_solver=solver).fit(X, sensitive_features=groups)
+        np.testing.assert_allclose(fpca.mean_, X.mean(axis=0), rtol=0, atol=1e-12)
+        Y = fpca.transform(X)
+        means = [Y[groups == g].mean(axis=0) for g in "abc"]
+        np.testing.assert_allclose(means[0], means[1], atol=1e-10)
+        np.testing.assert_allclose(means[0], means[2], atol=1e-10)
