@@ -227,17 +227,38 @@ def _load_and_encode(config: AuditConfig, timings: dict[str, float], dataset=Non
     return dataset, split, preprocessor, encoded_train, encoded_validation
 
 
+def _open_output(config: AuditConfig, kind: str) -> tuple[datetime, str, Path]:
+    """The audit's start time, run name and new output folder (the signing key exists
+    before any work, so the output can be sealed)."""
+    started_at = datetime.now(UTC)
+    start_warmup(resolve_tracking_uri(config.tracking.tracking_uri))
+    signing_key(create=True)
+    run_name = config.output.run_name or unique_run_name(config, kind)
+    out_dir = path_inside(config.output.output_dir, run_name)
+    out_dir.mkdir(parents=True, exist_ok=False)
+    return started_at, run_name, out_dir
+
+
+def _evaluate_chosen(config, split, preprocessor, reps, sweeps, choice, timings) -> tuple:
+    """The chosen pipeline, and its and unconstrained PCA's metrics on the test rows (read
+    only now, after every choice)."""
+    pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
+    check_pipeline(pipeline, split, choice["chosen"])
+    pca_row = choice["pca_row"]
+    pca_pipeline = build_pipeline(preprocessor, reps, sweeps, pca_row) if pca_row else None
+    with timed(timings, "evaluate_test"):
+        evaluation = evaluate_reported(
+            split, config.evaluation, config.seed, pipeline, pca_pipeline, choice["chosen"], pca_row
+        )
+    return pipeline, evaluation
+
+
 def prepare_audit(config: AuditConfig, kind: str = "audit", dataset=None) -> AuditState:
     """Compute part of an audit: load (unless ``dataset`` is given), split, fit, sweep and
     choose on validation rows; diagnostics; then (only then) evaluate what is reported on the
     test rows, beside the reference mitigations (trained meanwhile on the training rows)."""
-    started_at = datetime.now(UTC)
-    start_warmup(resolve_tracking_uri(config.tracking.tracking_uri))
-    signing_key(create=True)  # the key that seals the output, before any work
+    started_at, run_name, out_dir = _open_output(config, kind)
     timings: dict[str, float] = {}
-    run_name = config.output.run_name or unique_run_name(config, kind)
-    out_dir = path_inside(config.output.output_dir, run_name)
-    out_dir.mkdir(parents=True, exist_ok=False)
     dataset, split, preprocessor, encoded_train, encoded_validation = _load_and_encode(
         config, timings, dataset
     )
@@ -249,36 +270,21 @@ def prepare_audit(config: AuditConfig, kind: str = "audit", dataset=None) -> Aud
         sweeps = _sweep_all(config, split, reps, encoded_train, encoded_validation, timings)
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
     choice = choose(table, split.y_train, split.y_validation, config.selection)
-    pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
-    check_pipeline(pipeline, split, choice["chosen"])
     with timed(timings, "diagnostics"):
         diagnostics = diagnose(
-            reps,
-            encoded_train,
-            encoded_validation,
-            split,
-            table,
-            seed=config.seed,
-            min_group_size=config.evaluation.min_group_size,
-        )
-    pca_row = choice["pca_row"]
-    pca_pipeline = build_pipeline(preprocessor, reps, sweeps, pca_row) if pca_row else None
-    with timed(timings, "evaluate_test"):
-        evaluation = evaluate_reported(
-            split,
-            config.evaluation,
-            config.seed,
-            pipeline,
-            pca_pipeline,
-            choice["chosen"],
-            pca_row,
-        )
+            reps, encoded_train, encoded_validation, split, table,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+    pipeline, evaluation = _evaluate_chosen(
+        config, split, preprocessor, reps, sweeps, choice, timings
+    )
     with timed(timings, "reference_mitigations"):
         reference_rows = references.result()
     decision = choice["decision"]
     decision.reasons += reference_notes(
         reference_rows, evaluation["chosen"]["test"], choice["policy"]
     )
+    pca_row = choice["pca_row"]
     return AuditState(
         config=config,
         run_name=run_name,

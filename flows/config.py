@@ -26,6 +26,7 @@ from pydantic.fields import FieldInfo
 from fairpca.datasets import MIN_CATEGORY_COUNT
 from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
 from fairpca.metrics import check_fairness_options
+from fairpca.tasks.classify import CLASSIFIER_NAMES
 from fairpca.tasks.credentials import mask_credentials, take_credentials
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
@@ -65,7 +66,7 @@ __all__ = [
 
 DATASETS = ("adult", "german", "bank", "compas")
 VARIANTS = ("pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca")
-CLASSIFIERS = ("logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp")
+CLASSIFIERS = CLASSIFIER_NAMES  # the names fairpca.tasks.classify builds
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
@@ -75,7 +76,7 @@ DEFAULT_LAMBDAS = tuple(round((i / 10) ** 3, 6) for i in range(11))
 
 DatasetName = Literal["adult", "german", "bank", "compas"]
 Variant = Literal["pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca"]
-Classifier = Literal["logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp"]
+Classifier = Literal[CLASSIFIER_NAMES]
 
 
 class Section(BaseModel):
