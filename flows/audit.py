@@ -27,7 +27,7 @@ from fairpca.tasks.audit_record import AuditRecord, write_audit_record
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.escape import markdown_text
-from fairpca.tasks.evaluate import shared_mmd_sigma
+from fairpca.tasks.evaluate import HEADLINE_METRICS, shared_mmd_sigma
 from fairpca.tasks.mlflow_logging import (
     AUDIT_FILE,
     is_transient_mlflow_error,
@@ -44,7 +44,6 @@ from fairpca.tasks.pipeline import (
 )
 from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.record import (
-    HEADLINE,
     AuditState,
     candidate_summary,
     chosen_metrics,
@@ -494,7 +493,7 @@ def _result(state: AuditState, logged, tracking_uri: str, report: Path, audit) -
         champion_moved=logged.champion_moved,
         decision="promote" if state.decision.promote else "keep",
         reasons=state.decision.reasons,
-        chosen={k: chosen.get(k) for k in ("variant", "classifier", "lambda", *HEADLINE)},
+        chosen={k: chosen.get(k) for k in ("variant", "classifier", "lambda", *HEADLINE_METRICS)},
         selection=selection,
         output_dir=str(state.out_dir.resolve()),
         report_path=str(report.resolve()),

@@ -12,6 +12,7 @@ from fairpca import metrics as fm
 
 __all__ = [
     "DEFAULT_MIN_GROUP_SIZE",
+    "HEADLINE_METRICS",
     "classifier_metrics",
     "majority_class",
     "metrics_with_intervals",
@@ -19,6 +20,9 @@ __all__ = [
     "representation_metrics",
     "shared_mmd_sigma",
 ]
+
+# The measures every record, tag, card and summary leads with (worst attribute).
+HEADLINE_METRICS = ("accuracy", "dp_difference", "eo_difference")
 
 # The audit's smallest reported group: fewer rows get no per-group number. Above the library's
 # floor (fairpca.metrics.MIN_GROUP_SIZE_FLOOR, 10), so that no published rate comes close to

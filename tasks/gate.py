@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from fairpca.tasks.escape import markdown_text
+from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.policy import GatePolicy as NamedPolicy
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.select import gate_failures, ineligibility
@@ -54,7 +55,6 @@ STATUS_TAG = "fairness.gate.status"
 REASONS_TAG = "fairness.gate.reasons"
 ALIAS_REFUSED_TAG = "fairness.gate.alias_refused"
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
 TAG_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters of a tag value
 _READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".pq": pd.read_parquet}
 
@@ -170,7 +170,7 @@ def gate_tags(status: str, reasons: list[str], metrics: dict[str, float]) -> dic
     }
     for name in sorted(metrics):
         base = name.removesuffix(".ci95_low").removesuffix(".ci95_high")
-        if base in HEADLINE or base.startswith(("dp_difference.", "eo_difference.")):
+        if base in HEADLINE_METRICS or base.startswith(("dp_difference.", "eo_difference.")):
             tags[f"fairness.gate.{name}"] = _number(metrics[name])
     return tags
 
@@ -193,7 +193,7 @@ def gate_card(
     ]
     lines += [f"- {markdown_text(reason)}" for reason in reasons] or ["- all gate rules met"]
     lines += ["", "| metric | value [95% interval] |", "|---|---|"]
-    shown = [m for m in HEADLINE if m in metrics]
+    shown = [m for m in HEADLINE_METRICS if m in metrics]
     shown += sorted(m for m in metrics if m.startswith(("dp_difference.", "eo_difference.")))
     shown = [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
     lines += [f"| {markdown_text(m)} | {format_interval(metrics, m)} |" for m in shown]

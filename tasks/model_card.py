@@ -19,6 +19,7 @@ import pandas as pd
 from fairpca.tasks.audit_record import AuditRecord, Selection
 from fairpca.tasks.credentials import mask_credentials
 from fairpca.tasks.escape import markdown_text
+from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.record import format_interval
 from fairpca.tasks.report import group_rates_frame, markdown_table, sha256_file
 
@@ -34,7 +35,6 @@ __all__ = [
 ]
 
 CARD_FILE = "model_card.md"
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
 # The card's test table: utility a constant classifier cannot fake, then the disparities.
 CARD_METRICS = (
     "accuracy",
@@ -243,7 +243,8 @@ def _section_screening(record: AuditRecord) -> str:
 
 def _section_validation(selection: Selection) -> str:
     rows = [
-        {"metric": n, "chosen [95% CI]": format_interval(selection.validation, n)} for n in HEADLINE
+        {"metric": n, "chosen [95% CI]": format_interval(selection.validation, n)}
+        for n in HEADLINE_METRICS
     ]
     return "The candidate and the gate were decided on these validation rows.\n\n" + _table(rows)
 
@@ -336,7 +337,7 @@ def render_model_card(record: AuditRecord) -> str:
 # ---- the verdict in a few lines (run description, version description, Prefect) -------------
 
 DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
-VERDICT_METRICS = (*HEADLINE, "balanced_accuracy", "selection_rate_ratio")
+VERDICT_METRICS = (*HEADLINE_METRICS, "balanced_accuracy", "selection_rate_ratio")
 _ITEM_MAX_CHARS = 300
 
 

@@ -18,6 +18,7 @@ from sklearn.pipeline import Pipeline
 from fairpca import metrics as fm
 
 from .audit_record import MetricStep, Selection
+from .evaluate import HEADLINE_METRICS
 from .report import Bullets, Plot, format_interval, gate_sentence, summary_table, verdict_sections
 from .select import Decision, candidate_name
 
@@ -38,7 +39,6 @@ __all__ = [
     "selection_record",
 ]
 
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
 # The one entry of an attribute's group sizes that stands for its withheld groups (unnamed).
 WITHHELD = "(withheld)"
 
@@ -89,7 +89,7 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
     steps = []
     for row in table.to_dict("records"):
         prefix = f"{row['variant']}/{row['classifier']}"
-        for column in HEADLINE:
+        for column in HEADLINE_METRICS:
             steps.append((f"{prefix}/{column}", row.get(column), row["lambda_index"]))
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])
     for row in reps.to_dict("records"):
@@ -212,8 +212,8 @@ def reported_frame(state: AuditState) -> pd.DataFrame:
     rows.append(("majority class", evaluation["majority"]))
     test = evaluation["chosen"]["test"]
     several = any(k.endswith(".intersection") for k in test)
-    metrics = [k for k in test if k.startswith(HEADLINE) and "ci95" not in k]
-    metrics = sorted(metrics) if several else list(HEADLINE)
+    metrics = [k for k in test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
+    metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
     records = []
     for label, parts in rows:
         for part in ("validation", "test"):
@@ -349,7 +349,7 @@ def logged_metrics(state: AuditState) -> dict[str, float]:
                 {
                     f"baseline.{name}.{part}.{k}": v
                     for k, v in values.items()
-                    if k.startswith(HEADLINE)
+                    if k.startswith(HEADLINE_METRICS)
                 }
             )
     for variant, rep in state.representations.items():

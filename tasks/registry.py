@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpca.tasks.audit_record import AuditRecord
+from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.model_card import (
     CARD_FILE,
@@ -179,7 +180,6 @@ def registered_model_name(definition: dict[str, Any]) -> str:
 
 # ---- version tags ----------------------------------------------------------------------------
 
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
 EXTRA_TEST_TAGS = ("balanced_accuracy", "selection_rate_ratio")  # point values, when present
 
 
@@ -200,7 +200,7 @@ def fairness_tags(record: AuditRecord) -> dict[str, str]:
         "fairness.sensitive_features": ",".join(record.sensitive),
         "fairness.gate": selection.gate,
     }
-    for metric in HEADLINE:
+    for metric in HEADLINE_METRICS:
         for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
             if key in test:
                 tags[f"fairness.test.{key}"] = _tag_number(test[key])
