@@ -186,7 +186,7 @@ def select_candidate(
     passing = [r for r in eligible if not policy.failures(r)]
     gate_text = f"the gate policy {policy.name} ({policy.bound})"
     if passing:
-        measure = getattr(selection, "select_by", "balanced_accuracy")
+        measure = selection.select_by
         best = max(passing, key=lambda r: _selection_key(r, measure))
         reason = (
             f"{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
