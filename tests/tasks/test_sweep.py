@@ -1,4 +1,5 @@
-"""The lambda sweep (``fairpca.tasks.sweep``): one fit per representation, reused."""
+"""The lambda sweep (``fairpca.tasks.sweep``): one fit per representation, reused, and one
+implementation for the audit and the public task."""
 
 from __future__ import annotations
 
@@ -6,15 +7,15 @@ import numpy as np
 import pandas as pd
 
 from fairpca.flows.config import AuditConfig
+from fairpca.tasks.classify import make_classifier
+from fairpca.tasks.data import Split
+from fairpca.tasks.public import sweep_lambda
+from fairpca.tasks.represent import fit_representation
+from fairpca.tasks.sweep import sweep_representation
 
 
-def test_sweep_fits_once_and_reuses_the_representation():
-    from fairpca.tasks.data import Split
-    from fairpca.tasks.evaluate import shared_mmd_sigma
-    from fairpca.tasks.represent import fit_representation
-    from fairpca.tasks.sweep import sweep_representation
-
-    rng = np.random.default_rng(0)
+def _split(seed: int = 0):
+    rng = np.random.default_rng(seed)
     n, d = 400, 8
     s = pd.DataFrame({"g": rng.integers(0, 2, n)})
     Z = rng.normal(size=(n, d)) + 1.5 * s[["g"]].to_numpy()
@@ -22,13 +23,20 @@ def test_sweep_fits_once_and_reuses_the_representation():
     split = Split(
         pd.DataFrame(Z[:300]), y[:300], s.iloc[:300].reset_index(drop=True),
         pd.DataFrame(Z[300:]), y[300:], s.iloc[300:].reset_index(drop=True),
-        pd.DataFrame(Z[:0]), y[:0], s.iloc[:0],  # the sweep never reads test rows
+        pd.DataFrame(Z[:0]), y[:0], s.iloc[:0],
     )  # fmt: skip
+    return Z, split
+
+
+def test_sweep_fits_once_and_reuses_the_representation():
+    from fairpca.tasks.evaluate import shared_mmd_sigma
+
+    Z, split = _split()  # the sweep never reads test rows
     config = AuditConfig(
         dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "linear_svm"]
     )
     rep = fit_representation.fn(
-        "fair_pca", Z[:300], y[:300], split.s_train, k=3, equalize_covariance=0.5, seed=0
+        "fair_pca", Z[:300], split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
     )
     components = rep.estimator.components_.copy()
     sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
@@ -45,3 +53,39 @@ def test_sweep_fits_once_and_reuses_the_representation():
     assert table.loc[table["lambda"] == 0.0, "mean_gap_train"].max() < 1e-10
     assert set(result.classifiers) == {(0, "logreg"), (0, "linear_svm"), (1, "logreg"),
                                        (1, "linear_svm")}  # fmt: skip
+
+
+def test_the_public_sweep_is_the_audits_sweep_with_one_classifier():
+    Z, split = _split()
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5, 1.0], classifiers=["logreg"], n_bootstrap=200
+    )
+    rep = fit_representation.fn(
+        "fair_pca", Z[:300], split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
+    )
+    audit = pd.DataFrame(
+        sweep_representation(
+            rep, Z[:300], Z[300:], split, config.representation, config.evaluation, config.seed, 1.0
+        ).rows
+    )
+    public = sweep_lambda.fn(
+        rep,
+        Z[:300],
+        split.y_train,
+        Z[300:],
+        split.y_validation,
+        split.s_validation,
+        lambdas=config.representation.lambdas,
+        classifier=make_classifier("logreg", 300, 0),
+        min_group_size=config.evaluation.min_group_size,
+        n_resamples=config.evaluation.n_bootstrap,
+        seed=config.seed,
+    )
+    assert list(public["lambda"]) == [0.0, 0.5, 1.0]
+    assert set(public["classifier"]) == {"LogisticRegression"}
+    metrics = [c for c in public.columns if c not in ("classifier", "classifier_seconds")]
+    assert {"dp_difference", "dp_difference.ci95_low", "one_class_share"} <= set(metrics)
+    assert set(metrics) < set(audit.columns)  # the audit adds the representation metrics
+    pd.testing.assert_frame_equal(public[metrics], audit[metrics])
+    assert public["dp_difference"].iloc[0] != public["dp_difference"].iloc[-1]
+    assert rep.estimator.tradeoff == 0.0  # the public sweep works on a copy
