@@ -20,7 +20,7 @@ from sklearn.utils.validation import (
 
 from . import _chunked, _dask, _memory, _solvers, _streaming
 from . import _linalg as la
-from ._groups import GroupEncoding, encode_groups, group_sum_weights
+from ._groups import GroupEncoding, encode_groups, group_sum_weights, with_total
 from ._validation import (
     FAIRNESS_CONSTRAINTS,
     check_magnitude,
@@ -40,6 +40,24 @@ DEFAULT_TOL = 1e-11
 # float32 data are reduced with float32 products (Moments): their group means carry float32
 # rounding, so a direction is constrained only above this relative size.
 DEFAULT_TOL_FLOAT32 = 1e-5
+
+
+def _centred(X_obj, mean, raw_sum_of_squares, implicit):
+    """The objective rows for the in-memory solvers: ``(data, offset, sum((X - mean) ** 2))``.
+
+    ``offset`` is None when ``data`` is the centred copy ``X - mean``. When ``implicit``
+    and the mean does not dominate the spread (the test of
+    :meth:`fairpca._streaming.Moments.add_uncentred`: at most about four digits lost), the
+    randomized solver centres its products instead (``data = X``, ``offset = mean``), so no
+    n x d copy is made and ``sum((X - mean) ** 2) = sum(X ** 2) - n ||mean||^2`` costs no pass.
+    """
+    if implicit:
+        mean_energy = X_obj.shape[0] * float(mean @ mean)
+        spread = raw_sum_of_squares - mean_energy
+        if mean_energy <= _streaming.RAW_GRAM_MAX_MEAN_RATIO * max(spread, 0.0):
+            return X_obj, mean, max(spread, 0.0)
+    Xc = np.subtract(X_obj, mean, dtype=np.float64)
+    return Xc, None, la.sum_of_squares(Xc)
 
 
 class FairPCA(TransformerMixin, BaseEstimator):
@@ -100,7 +118,10 @@ class FairPCA(TransformerMixin, BaseEstimator):
     iterated_power : int or "auto", default="auto"
         Power iterations of the randomized solver (7 if ``k < 0.1 min(n, d)`` else 4).
     n_oversamples : int, default=10
-        Extra random directions of the randomized solver.
+        Extra random directions of the randomized solver: as in scikit-learn's PCA, its
+        sketch has ``n_components + n_oversamples`` columns (fair PCA sketches the data
+        with the constrained directions projected out, then adds one column per
+        constrained direction for the standard PCA of the trade-off).
     random_state : int, RandomState instance or None, default=None
         Seed of the randomized solver. The exact solvers are deterministic.
 
@@ -273,11 +294,13 @@ class FairPCA(TransformerMixin, BaseEstimator):
         solver = self._choose_solver(n_obj, n_features)
         solver = self._solver_within_memory(solver, n_obj, n_features, constraint_encoding)
         from_statistics = solver == "covariance_eigh" or self.equalize_covariance is not None
+        raw_sum_of_squares = None
         if not (from_statistics and X.dtype == np.float64 and objective_rows is None):
             # Otherwise the statistics start from the Gram matrix of all of X, whose trace
             # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass:
             # a NaN or infinite entry makes that trace non-finite too.
-            check_magnitude(X)
+            raw_sum_of_squares = la.sum_of_squares(X)
+            check_magnitude(X, sum_of_squares=raw_sum_of_squares)
         if from_statistics:
             stats = _streaming.FairStatistics(
                 _streaming.StatisticsSpec.for_estimator(self, n_features)
@@ -288,22 +311,23 @@ class FairPCA(TransformerMixin, BaseEstimator):
             X_obj, objective_rows, constraint_rows, constraint_encoding
         )
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
-        Xc = np.subtract(X_obj, mean, dtype=np.float64)
-        sum_of_squares = la.sum_of_squares(Xc)
+        implicit = solver == "randomized" and X_obj is X and X.dtype == np.float64
+        data, offset, sum_of_squares = _centred(X_obj, mean, raw_sum_of_squares, implicit)
         scale = np.sqrt(sum_of_squares / (n_obj - 1) + mean @ mean)
         Q, singular_values = self._constraint_basis(D, scale, X.dtype)
         k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
         if solver == "full":
-            solution = _solvers.solve_svd(Xc, Q, k, sum_of_squares=sum_of_squares)
+            solution = _solvers.solve_svd(data, Q, k, sum_of_squares=sum_of_squares)
         else:
             solution = _solvers.solve_randomized(
-                Xc,
+                data,
                 Q,
                 k,
                 n_oversamples=self.n_oversamples,
                 n_iter=self._n_power_iterations(k, n_obj, n_features),
                 random_state=check_random_state(self.random_state),
                 sum_of_squares=sum_of_squares,
+                offset=offset,
             )
         self.covariance_rank_ = None
         self._store(solution, X.dtype, mean, Q, singular_values, D, encoding, n_obj)
@@ -552,7 +576,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
         n_obj = X_obj.shape[0]
         sizes = [len(labels) for labels in encoding.groups]
         if constraint_rows is None or objective_rows is not None:
-            sums = la.column_sums(X_obj, group_sum_weights(encoding.codes, sizes))
+            weights = group_sum_weights(encoding.codes, sizes, total=False)
+            sums = with_total(la.column_sums(X_obj, weights), sizes)
             mean = sums[:, 0] / n_obj
             constraint_mean = mean
         else:  # objective on all rows, constraint on the positive rows

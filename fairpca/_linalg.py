@@ -2,11 +2,15 @@
 
 Products go through SciPy's BLAS/LAPACK, so one OpenBLAS thread pool does the work: NumPy
 and SciPy wheels each ship their own OpenBLAS, and alternating calls between the two lets one
-pool's spinning threads starve the other on small machines. The exception is the one pass
-over the rows of a covariance fit (:func:`gram_and_sums`), where NumPy's build is faster.
+pool's spinning threads starve the other on small machines. The exceptions are the one pass
+over the rows of a covariance fit (:func:`gram_and_sums`), where NumPy's build is faster, and
+the SVD of the few constraint columns (:func:`orthonormal_basis`), where NumPy's wrapper
+costs less than the factorisation.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 from scipy import linalg
@@ -69,14 +73,24 @@ def sum_of_squares(X: np.ndarray) -> float:
     return float(dot(flat, flat))
 
 
+@functools.lru_cache(maxsize=8)
+def _strictly_lower(size: int) -> np.ndarray:
+    """Read-only mask of the strict lower triangle of a ``size x size`` matrix."""
+    mask = np.tri(size, k=-1, dtype=bool)
+    mask.flags.writeable = False
+    return mask
+
+
 def symmetrize_upper(upper: np.ndarray, slab: int = 256) -> np.ndarray:
     """Fill the strict lower triangle from the upper one (in place) and return the matrix."""
     d = upper.shape[0]
+    strictly_lower = _strictly_lower(min(d, slab))
     for start in range(0, d, slab):
         stop = min(d, start + slab)
         upper[stop:, start:stop] = upper[start:stop, stop:].T
         block = upper[start:stop, start:stop]
-        block[...] = np.triu(block) + np.tril(block.T, -1)
+        width = stop - start
+        np.copyto(block, block.T, where=strictly_lower[:width, :width])
     return upper
 
 
@@ -108,7 +122,7 @@ def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.n
     """
     if D.shape[1] == 0:
         return np.zeros((D.shape[0], 0)), np.zeros(0)
-    U, s, _ = linalg.svd(D, full_matrices=False, lapack_driver="gesdd")
+    U, s, _ = np.linalg.svd(D, full_matrices=False)  # gesdd; a d x m matrix, m small
     rank = int(np.sum(s > threshold))
     return flip_columns(np.ascontiguousarray(U[:, :rank])), s
 

@@ -25,6 +25,7 @@ when sortable, else order of first appearance).
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +40,7 @@ from ._groups import (
     check_group_sizes,
     encode_labels,
     group_sum_weights,
+    with_total,
 )
 from ._memory import BLOCK_ROWS, rows_per_block
 from ._validation import check_magnitude, positive_rows
@@ -300,6 +302,14 @@ class Moments:
         return out
 
 
+def _strictly_increasing(labels: list) -> bool:
+    """Whether ``labels`` are sorted without ties (False when they cannot be compared)."""
+    try:
+        return all(a < b for a, b in itertools.pairwise(labels))
+    except TypeError:
+        return False
+
+
 @dataclass
 class GroupTable:
     """Statistics of the groups of one sensitive attribute, in order of first appearance."""
@@ -367,11 +377,16 @@ class GroupTable:
                 ),
                 dtype=np.intp,
             )
+        if _strictly_increasing(self.labels):  # already in sorted order (one fit's labels)
+            return np.arange(len(self.labels), dtype=np.intp)
         _, uniques = _factorize(pd.Series(self.labels, dtype=object), self.name)
         return np.array([self._index[label] for label in uniques], dtype=np.intp)
 
     def ordered(self) -> GroupTable:
+        """The table with its groups in :meth:`order` (itself when already so; read it only)."""
         perm = self.order()
+        if np.array_equal(perm, np.arange(perm.size)):
+            return self
         labels = [self.labels[i] for i in perm]
         return GroupTable(
             self.name,
@@ -512,9 +527,12 @@ class FairStatistics:
             return True
         if not centre and self.objective.count:
             return False  # the raw Gram route starts the moments only
-        # One GEMM gives the row sum (column 0) and every group sum on the constraint rows.
+        # One GEMM gives the row sum (column 0) and every group sum on the constraint rows;
+        # on the raw Gram route with every row constrained, the row sum follows from the
+        # group sums (with_total).
         sizes = [len(table.labels) for table in self.tables]
-        W = group_sum_weights(codes, sizes, constraint_rows)
+        from_groups = not centre and constraint_rows is None
+        W = group_sum_weights(codes, sizes, constraint_rows, total=not from_groups)
         kept = slice(None) if constraint_rows is None else constraint_rows
         counts = [np.bincount(codes[kept, a], minlength=m) for a, m in enumerate(sizes)]
         totals = np.concatenate([np.array([rows]), *counts])
@@ -528,6 +546,8 @@ class FairStatistics:
             sums += np.outer(shift, totals)
         else:
             gram, sums = la.gram_and_sums(block, W)
+            if from_groups:
+                sums = with_total(sums, sizes)
             if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
                 return False
         self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())

@@ -298,6 +298,47 @@ def test_randomized_solver_close_to_exact_and_seeded():
     assert_same_subspace(fast.components_.T, exact.components_.T, atol=1e-6)
 
 
+def test_randomized_solver_sketches_with_scikit_learns_width():
+    # Identical rows in both groups: the group means coincide, no direction is constrained,
+    # and fair PCA is PCA. Without power iterations the result depends on every random
+    # column, so it matches scikit-learn's only if the sketch has its k + n_oversamples.
+    rng = np.random.default_rng(4)
+    half = rng.normal(size=(300, 60)) * np.linspace(3.0, 0.1, 60)
+    X = np.vstack([half, half])
+    z = np.repeat([0, 1], 300)
+    kwargs = dict(svd_solver="randomized", iterated_power=0, random_state=0)
+    fair = FairPCA(5, n_oversamples=4, **kwargs).fit(X, sensitive_features=z)
+    pca = PCA(5, n_oversamples=4, **kwargs).fit(X)
+    assert fair.constraint_rank_ == 0
+    np.testing.assert_allclose(fair.components_, pca.components_, atol=1e-9)
+    np.testing.assert_allclose(fair.explained_variance_, pca.explained_variance_, rtol=1e-10)
+    wider = FairPCA(5, n_oversamples=5, **kwargs).fit(X, sensitive_features=z)
+    assert np.abs(wider.components_ - pca.components_).max() > 1e-6
+
+
+def test_randomized_solver_centres_on_the_fly_unless_the_mean_dominates():
+    rng = np.random.default_rng(5)
+    n, d = 1500, 120
+    X = rng.normal(size=(n, 6)) @ rng.normal(size=(6, d)) + 0.1 * rng.normal(size=(n, d))
+    z = rng.integers(0, 2, n)
+    X += np.outer(z, rng.normal(size=d))
+    fits = {
+        shift: FairPCA(4, svd_solver="randomized", random_state=0).fit(
+            X + shift, sensitive_features=z
+        )
+        for shift in (0.0, 3.0, 1e7)  # 1e7: the mean dominates, the data are centred first
+    }
+    exact = FairPCA(4, svd_solver="covariance_eigh").fit(X, sensitive_features=z)
+    for fitted in fits.values():
+        assert fitted.mean_gap_ < 1e-9 * np.abs(X).max()
+        np.testing.assert_allclose(fitted.explained_variance_, exact.explained_variance_, rtol=1e-6)
+        assert_same_subspace(fitted.components_.T, exact.components_.T, atol=1e-6)
+    np.testing.assert_allclose(fits[3.0].components_, fits[0.0].components_, atol=1e-10)
+    np.testing.assert_allclose(
+        fits[3.0].explained_variance_ratio_, fits[0.0].explained_variance_ratio_, rtol=1e-10
+    )
+
+
 def test_deterministic_signs_and_repeatable():
     X, z, k = random_problem(11)
     a = FairPCA(k).fit(X, sensitive_features=z).components_

@@ -471,3 +471,18 @@ def test_bad_sources_raise_clear_errors(data_files, tmp_path):
         model.fit_chunks([(X[:100], S[:100]), (np.full_like(X[:10], np.nan), S[:10])])
     np.testing.assert_array_equal(model.components_, before)
     assert model.n_features_in_ == X.shape[1]
+
+
+def test_group_table_order_sorts_labels_seen_out_of_order():
+    table = st.GroupTable("s", 2, False)
+    table.positions(["b", "a", "c"])
+    ordered = table.ordered()
+    assert ordered.labels == ["a", "b", "c"]
+    assert ordered is not table
+    table.positions(["d"])  # appended in sorted place: the order is the identity
+    sorted_table = st.GroupTable("s", 2, False)
+    sorted_table.positions([1, 2, 5])
+    assert sorted_table.ordered() is sorted_table
+    mixed = st.GroupTable("s", 2, False)
+    mixed.positions(["x", 1])  # not comparable with <: pandas' sort, numbers first
+    assert mixed.ordered().labels == [1, "x"]
