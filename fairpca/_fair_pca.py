@@ -118,10 +118,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
     iterated_power : int or "auto", default="auto"
         Power iterations of the randomized solver (7 if ``k < 0.1 min(n, d)`` else 4).
     n_oversamples : int, default=10
-        Extra random directions of the randomized solver: as in scikit-learn's PCA, its
-        sketch has ``n_components + n_oversamples`` columns (fair PCA sketches the data
-        with the constrained directions projected out, then adds one column per
-        constrained direction for the standard PCA of the trade-off).
+        Extra random directions of the randomized solver, beyond ``n_components`` and one
+        per constrained direction.
     random_state : int, RandomState instance or None, default=None
         Seed of the randomized solver. The exact solvers are deterministic.
 
@@ -311,7 +309,12 @@ class FairPCA(TransformerMixin, BaseEstimator):
             X_obj, objective_rows, constraint_rows, constraint_encoding
         )
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
-        implicit = solver == "randomized" and X_obj is X and X.dtype == np.float64
+        implicit = (
+            solver == "randomized"
+            and X_obj is X
+            and X.dtype == np.float64
+            and (X.flags.c_contiguous or X.flags.f_contiguous)  # else each product copies X
+        )
         data, offset, sum_of_squares = _centred(X_obj, mean, raw_sum_of_squares, implicit)
         scale = np.sqrt(sum_of_squares / (n_obj - 1) + mean @ mean)
         Q, singular_values = self._constraint_basis(D, scale, X.dtype)

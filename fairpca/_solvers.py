@@ -129,31 +129,25 @@ def solve_randomized(
     every product is centred on the fly, ``(X - 1 m^T) M = X M - 1 (m^T M)`` (as
     scikit-learn does for sparse data), so the centred copy is never formed.
 
-    Fair PCA is standard PCA of ``Xc P`` with ``P = I - Q Q^T`` (Algorithm 1/2: the top
-    eigenvectors of ``R^T C R``), so the range finder runs on ``Xc P`` with scikit-learn's
-    width ``k + n_oversamples``: ``P`` is applied to the ``d``-sided factor of every
-    product (``Xc (P G)`` and ``P (Xc^T Y)``), which costs ``O(d r l)`` per product and no
-    extra column in the ``n x d`` products. Because ``Xc = Xc P + (Xc Q) Q^T``, adding the
-    ``r`` columns ``Xc Q`` to the sketch makes its range contain that of ``Xc`` as well as it
-    contains that of ``Xc P``; standard PCA (for the trade-off of Section 3.1) is then the
-    SVD of ``B = basis^T Xc`` and fair PCA the SVD of ``B P``, whose right singular vectors
-    lie in the range of ``P``, so the constraint holds exactly. The accuracy of either is
-    that of scikit-learn's randomized PCA on the same matrix; ``n_oversamples`` and
-    ``n_iter`` raise it in the same way.
+    One range finder on ``Xc`` with ``k + r + n_oversamples`` columns gives an orthonormal
+    ``B`` with ``Xc ~ B B^T Xc``; standard PCA is the SVD of ``B^T Xc`` (what scikit-learn
+    computes) and fair PCA is the exact fair PCA of that approximation, the SVD of
+    ``B^T Xc P`` with ``P = I - Q Q^T``. Its right singular vectors lie in the range of ``P``,
+    so the constraint holds exactly. The fair directions solve the secular equation
+    ``C x = mu x + Q c``: their components outside the dominant subspace follow ``Q``, which
+    ``P`` supplies, so ``r`` extra columns keep the accuracy of the standard route.
     """
     n, d = Xc.shape
     times, times_transposed = _centred_products(Xc, offset)
-    size = min(k + n_oversamples, d - Q.shape[1])
+    size = min(k + Q.shape[1] + n_oversamples, d)
     G = random_state.normal(size=(d, size))
     normalize = la.lu_normalize if n_iter > 2 else (lambda Y: Y)
-    Y = times(la.project_out(G, Q))
+    Y = times(G)
     for _ in range(n_iter):
         Y = normalize(Y)
-        Y = times(la.project_out(normalize(times_transposed(Y)), Q))
-    if Q.shape[1]:
-        Y = np.hstack([Y, times(Q)])
+        Y = times(normalize(times_transposed(Y)))
     basis = la.qr_basis(Y)
-    B = np.asarray(times_transposed(basis)).T  # (size + r) x d
+    B = np.asarray(times_transposed(basis)).T  # size x d
     _, s_pca, Vt_pca = linalg.svd(B, full_matrices=False, check_finite=False)
     B_fair = B - (B @ Q) @ Q.T
     _, s_fair, Vt_fair = linalg.svd(B_fair, full_matrices=False, check_finite=False)

@@ -301,7 +301,8 @@ def test_randomized_solver_close_to_exact_and_seeded():
 def test_randomized_solver_sketches_with_scikit_learns_width():
     # Identical rows in both groups: the group means coincide, no direction is constrained,
     # and fair PCA is PCA. Without power iterations the result depends on every random
-    # column, so it matches scikit-learn's only if the sketch has its k + n_oversamples.
+    # column, so it matches scikit-learn's only if the sketch has k + r + n_oversamples
+    # columns with r = 0, and the products centred on the fly equal the centred copy's.
     rng = np.random.default_rng(4)
     half = rng.normal(size=(300, 60)) * np.linspace(3.0, 0.1, 60)
     X = np.vstack([half, half])
@@ -337,6 +338,25 @@ def test_randomized_solver_centres_on_the_fly_unless_the_mean_dominates():
     np.testing.assert_allclose(
         fits[3.0].explained_variance_ratio_, fits[0.0].explained_variance_ratio_, rtol=1e-10
     )
+
+
+def test_randomized_solver_keeps_standard_pca_accurate_with_many_groups():
+    # Eight groups constrain seven directions; the standard PCA of the trade-off must still
+    # converge with the power iterations (the sketch carries the r extra columns throughout).
+    rng = np.random.default_rng(6)
+    n, d, k = 3000, 300, 5
+    X = rng.normal(size=(n, d)) * 0.8 ** np.arange(d) ** 0.5
+    z = rng.integers(0, 8, n)
+    X += 0.3 * rng.normal(size=(8, d))[z]
+    fast = FairPCA(k, svd_solver="randomized", random_state=0).fit(X[:, ::1], sensitive_features=z)
+    strided = FairPCA(k, svd_solver="randomized", random_state=0).fit(
+        np.asfortranarray(np.hstack([X, X]))[:, :d], sensitive_features=z
+    )
+    exact = PCA(k, svd_solver="covariance_eigh").fit(X)
+    assert fast.constraint_rank_ == 7
+    assert_same_subspace(fast.pca_components_.T, exact.components_.T, atol=1e-6)
+    np.testing.assert_allclose(fast.pca_explained_variance_, exact.explained_variance_, rtol=1e-8)
+    np.testing.assert_allclose(strided.components_, fast.components_, atol=1e-10)
 
 
 def test_deterministic_signs_and_repeatable():
