@@ -348,9 +348,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
         # Each attribute's columns are centred on the mean its own group sums give (equal to
         # constraint_mean in exact arithmetic), so that their one known linear dependence
         # (sum_g n_g (mean_g - mean) = 0, Section 3.4) holds to float64 rounding.
-        D = np.hstack(
-            [t.sums / t.counts - (t.sums.sum(1) / t.counts.sum())[:, None] for t in tables]
-        )
+        parts = [t.sums / t.counts - (t.sums.sum(1) / t.counts.sum())[:, None] for t in tables]
+        D = parts[0] if len(parts) == 1 else np.hstack(parts)
         C = stats.objective.scatter(copy=False)  # the moments stay valid; C is only read
         scale = np.sqrt(max(np.trace(C) / max(n_obj - 1, 1), 0.0) + mean @ mean)
         Q, singular_values = self._constraint_basis(D, scale, stats.dtype)
@@ -594,9 +593,8 @@ class FairPCA(TransformerMixin, BaseEstimator):
             sums = np.hstack([sums[:, :1], sums[:, 2:]])
         group_means = []
         start = 1
-        for a in range(encoding.n_attributes):
-            counts = np.bincount(encoding.codes[:, a], minlength=len(encoding.groups[a]))
-            stop = start + len(encoding.groups[a])
+        for counts in encoding.counts:
+            stop = start + counts.size
             group_means.append(sums[:, start:stop] / counts)
             start = stop
         return mean, constraint_mean, group_means

@@ -9,6 +9,7 @@ matrices of several attributes.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +40,14 @@ class GroupEncoding:
     @property
     def n_attributes(self) -> int:
         return self.codes.shape[1]
+
+    @functools.cached_property
+    def counts(self) -> list[np.ndarray]:
+        """Rows per group of each attribute (int64), counted once."""
+        return [
+            np.bincount(self.codes[:, a], minlength=len(labels))
+            for a, labels in enumerate(self.groups)
+        ]
 
     def indicator(self, attribute: int) -> np.ndarray:
         """Dense one-hot matrix (n_samples, n_groups) of one attribute, float64."""
@@ -75,9 +84,12 @@ def group_sum_weights(
     W = np.zeros((n, width))
     if total:
         W[:, 0] = 1.0
-    kept = np.arange(n) if rows is None else np.flatnonzero(rows)
     flat = W.reshape(-1)  # row-major: entry (i, j) is flat[i * width + j]
-    offsets = kept * width
+    if rows is None:
+        kept, offsets = None, np.arange(0, n * width, width)
+    else:
+        kept = np.flatnonzero(rows)
+        offsets = kept * width
     for a, size in enumerate(sizes):
         column = codes[:, a] if rows is None else codes[kept, a]
         flat[offsets + (start + column)] = 1.0
@@ -244,11 +256,7 @@ def encode_groups(
         fewer than ``min_rows`` rows.
     """
     encoding, _ = encode_labels(sensitive_features, n_samples)
-    counts = [
-        np.bincount(encoding.codes[:, a], minlength=len(labels))
-        for a, labels in enumerate(encoding.groups)
-    ]
-    check_group_sizes(encoding.names, encoding.groups, counts, min_rows=min_rows)
+    check_group_sizes(encoding.names, encoding.groups, encoding.counts, min_rows=min_rows)
     return encoding
 
 
@@ -286,7 +294,10 @@ def check_group_sizes(
                 f"among the {rows}; fair PCA needs at least two groups to compare. Check the "
                 "column, or drop it from sensitive_features."
             )
-        small = [labels[g] for g in np.flatnonzero(np.asarray(count) < min_rows)]
+        count = np.asarray(count)
+        if count.size and count.min() >= min_rows:
+            continue
+        small = [labels[g] for g in np.flatnonzero(count < min_rows)]
         if small:
             raise error(
                 f"{prefix}sensitive attribute {name!r}: group(s) {small!r} have fewer than "

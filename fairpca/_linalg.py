@@ -136,9 +136,7 @@ def flip_columns(V: np.ndarray) -> np.ndarray:
     if V.size == 0:
         return V
     rows = np.argmax(np.abs(V), axis=0)
-    signs = np.sign(V[rows, np.arange(V.shape[1])])
-    signs[signs == 0] = 1.0
-    return V * signs
+    return V * np.where(V[rows, np.arange(V.shape[1])] < 0, -1.0, 1.0)
 
 
 def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -158,7 +158,7 @@ class Moments:
         rows = centred.shape[0]
         if rows == 0:
             return
-        self._set_shift(self.mean)
+        self._centre()
         upper = self._ensure_upper()
         syrk = get_blas_funcs("syrk", (upper,))
         self._upper = syrk(1.0, centred.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
@@ -201,14 +201,14 @@ class Moments:
         if other.count == 0:
             return
         other._flush()
-        other._set_shift(other.mean)
+        other._centre()
         if self.count == 0:
             self.shift = other.shift.copy()
             self.shifted_sum = other.shifted_sum.copy()
             self._upper = other._upper.copy(order="F")
             self.count = other.count
             return
-        self._set_shift(self.mean)
+        self._centre()
         upper = self._ensure_upper()
         upper += other._upper
         self._merge_centred(other.count, other.shift)
@@ -227,6 +227,17 @@ class Moments:
             self.shift = self.shift + delta * (count / total)
         self.shifted_sum = np.zeros(self.n_features)
         self.count = total
+
+    def _centre(self) -> None:
+        """Move the shift to the mean. With ``d = s / n`` the update of :meth:`_set_shift` is
+        ``U - (d s^T + s d^T) + n d d^T = U - s s^T / n``: one rank-1 update, one rounding."""
+        mean = self.mean
+        if self.count and self.shifted_sum.any():
+            upper = self._ensure_upper()  # U is _upper + pending float32 products
+            syr = get_blas_funcs("syr", (upper,))
+            self._upper = syr(-1.0 / self.count, self.shifted_sum, a=upper, overwrite_a=True)
+        self.shift = mean
+        self.shifted_sum = np.zeros(self.n_features)
 
     def _set_shift(self, shift: np.ndarray) -> None:
         """Move the shift: ``U' = U - (d s^T + s d^T) + n d d^T`` with ``d = shift' - shift``."""
@@ -280,7 +291,7 @@ class Moments:
         if self._upper is None:
             return np.zeros((self.n_features, self.n_features))
         if not copy:
-            self._set_shift(self.mean)
+            self._centre()
             return la.symmetrize_upper(self._upper)
         upper = self._upper.copy(order="F")
         if self.count:
@@ -336,13 +347,20 @@ class GroupTable:
             self.categories = known + [c for c in categories if c not in set(known)]
         new = [label for label in labels if label not in self._index]
         if new:
-            for label in new:
-                self._index[label] = len(self.labels)
-                self.labels.append(label)
             extra = len(new)
-            self.row_counts = np.concatenate([self.row_counts, np.zeros(extra, np.int64)])
-            self.counts = np.concatenate([self.counts, np.zeros(extra, np.int64)])
-            self.sums = np.hstack([self.sums, np.zeros((self.n_features, extra))])
+            if self.labels:
+                for label in new:
+                    self._index[label] = len(self.labels)
+                    self.labels.append(label)
+                self.row_counts = np.concatenate([self.row_counts, np.zeros(extra, np.int64)])
+                self.counts = np.concatenate([self.counts, np.zeros(extra, np.int64)])
+                self.sums = np.hstack([self.sums, np.zeros((self.n_features, extra))])
+            else:  # the first chunk's groups, in its order
+                self.labels = list(new)
+                self._index = {label: i for i, label in enumerate(new)}
+                self.row_counts = np.zeros(extra, np.int64)
+                self.counts = np.zeros(extra, np.int64)
+                self.sums = np.zeros((self.n_features, extra))
             if self.group_scatter:
                 d, count = self.n_features, len(self.scatters) + extra
                 _memory.require(
@@ -384,6 +402,8 @@ class GroupTable:
 
     def ordered(self) -> GroupTable:
         """The table with its groups in :meth:`order` (itself when already so; read it only)."""
+        if self.categories is None and _strictly_increasing(self.labels):
+            return self
         perm = self.order()
         if np.array_equal(perm, np.arange(perm.size)):
             return self
@@ -487,8 +507,12 @@ class FairStatistics:
             codes = np.column_stack(
                 [where[a][codes[:, a]] for a in range(encoding.n_attributes)]
             ).reshape(X.shape[0], encoding.n_attributes)
+        chunk_counts = []  # rows of the chunk per group, in the tables' positions
         for a, table in enumerate(self.tables):
-            table.row_counts += np.bincount(codes[:, a], minlength=len(table.labels))
+            counts = np.zeros(len(table.labels), dtype=np.int64)
+            counts[where[a]] = encoding.counts[a]
+            table.row_counts += counts
+            chunk_counts.append(counts)
         if self.spec.constraint_positive:
             if positive is None:
                 raise ValueError("equal opportunity statistics need the positive-row mask.")
@@ -502,8 +526,9 @@ class FairStatistics:
             constraint_obj = positive  # constraint rows among the objective rows
         # float64 rows go in one piece through the raw Gram route (no copy) when that is
         # accurate; otherwise blocks of bounded size are centred explicitly.
+        whole_counts = chunk_counts if objective_rows is None and constraint_obj is None else None
         if X_obj.dtype != np.float64 or not self._add_block(
-            X_obj, codes_obj, constraint_obj, centre=False
+            X_obj, codes_obj, constraint_obj, centre=False, counts=whole_counts
         ):
             step = block_rows(self.n_features, X_obj.dtype.itemsize)
             for start in range(0, X_obj.shape[0], step):
@@ -516,11 +541,12 @@ class FairStatistics:
                 )
         self.dtype = X.dtype if self.dtype is None else np.result_type(self.dtype, X.dtype)
 
-    def _add_block(self, block, codes, constraint_rows, *, centre: bool) -> bool:
+    def _add_block(self, block, codes, constraint_rows, *, centre: bool, counts=None) -> bool:
         """Add objective rows (and their constraint-row count and group sums).
 
         With ``centre=False`` the scatter comes from the raw Gram matrix; if that would lose
         accuracy (:meth:`Moments.add_uncentred`) nothing is added and ``False`` is returned.
+        ``counts`` are the block's constraint rows per group when the caller has them.
         """
         rows = block.shape[0]
         if rows == 0:
@@ -533,8 +559,9 @@ class FairStatistics:
         sizes = [len(table.labels) for table in self.tables]
         from_groups = not centre and constraint_rows is None
         W = group_sum_weights(codes, sizes, constraint_rows, total=not from_groups)
-        kept = slice(None) if constraint_rows is None else constraint_rows
-        counts = [np.bincount(codes[kept, a], minlength=m) for a, m in enumerate(sizes)]
+        if counts is None:
+            kept = slice(None) if constraint_rows is None else constraint_rows
+            counts = [np.bincount(codes[kept, a], minlength=m) for a, m in enumerate(sizes)]
         totals = np.concatenate([np.array([rows]), *counts])
         if centre:
             # sum_i w_i x_i = (X - c)^T w + c * sum_i w_i, with X - c in the block's dtype.

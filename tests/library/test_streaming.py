@@ -152,6 +152,27 @@ def test_shifted_moments_move_the_shift_before_precision_is_lost(seed, monkeypat
     assert np.abs(streamed().scatter() - exact).max() > tol
 
 
+
+@pytest.mark.parametrize("seed", range(3))
+def test_recentring_on_the_mean_keeps_the_moments(seed):
+    """Re-centring (scatter(copy=False), merges) moves the shift to the mean by one rank-1
+    update U - s s^T / n; the scatter, the mean and further rows stay exact."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(3_000, 6)) @ rng.normal(size=(6, 6)) + rng.normal(size=6)
+    moments = st.Moments(6)
+    moments.add_rows(X[:1_000] + 1.0)  # the shift (the mean of these) is not the mean of X
+    moments.add_rows(X[1_000:2_000] - 1.0)
+    assert np.abs(moments.shifted_sum).max() > 100  # the shift is off the mean
+    before = moments.scatter(copy=True)
+    in_place = moments.scatter(copy=False)
+    np.testing.assert_array_equal(moments.shifted_sum, 0.0)
+    np.testing.assert_allclose(in_place, before, rtol=0, atol=1e-12 * np.abs(before).max())
+    rows = np.vstack([X[:1_000] + 1.0, X[1_000:2_000] - 1.0, X[2_000:]])
+    moments.add_rows(X[2_000:])
+    exact = exact_scatter(rows)
+    np.testing.assert_allclose(moments.scatter(), exact, rtol=0, atol=1e-12 * np.abs(exact).max())
+    np.testing.assert_allclose(moments.mean, rows.mean(0), rtol=1e-13, atol=1e-15)
+
 @pytest.mark.parametrize("seed", SEEDS)
 def test_float32_products_are_flushed_merged_pickled_and_mixed_with_float64(seed, monkeypatch):
     monkeypatch.setattr(st, "FLOAT32_FLUSH_ROWS", 40)
