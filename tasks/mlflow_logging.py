@@ -37,6 +37,7 @@ from fairpca.tasks.mlflow_store import (
 from fairpca.tasks.model_card import mask_credentials, run_description
 from fairpca.tasks.model_trust import (
     UntrustedModelError,
+    check_model_files,
     foreign_types,
     skops_file,
     types_to_trust,
@@ -247,45 +248,14 @@ def check_saved_model(model_dir: Path) -> None:
     """The saved model may be logged: skops-serialized, no source code, pinned requirements.
 
     Nothing in the directory is loaded or executed; ``MLmodel`` and the environment files
-    are read as plain text/YAML. Refused: an ``MLmodel`` naming pickle or cloudpickle (or
-    any loader other than scikit-learn's with skops), a pickle file, any code in the model
-    (``code_paths``, a ``.py`` file), and requirements other than ``name==version`` pins of
-    fairpca and its runtime (an extra line, a URL, an option). That the files are the ones the
-    audit wrote is checked by :func:`check_relog_dir` (the signed manifest).
+    are read as plain text/YAML. The files must pass
+    :func:`~fairpca.tasks.model_trust.check_model_files` (skops, no pickle, no code), and the
+    requirements must be ``name==version`` pins of fairpca and its runtime (no extra line, URL
+    or option). That the files are the ones the audit wrote is checked by
+    :func:`check_relog_dir` (the signed manifest).
     """
-    import yaml
-
-    model_dir = Path(model_dir)
-    mlmodel = model_dir / "MLmodel"
-    if not mlmodel.is_file():
-        raise ValueError(f"{model_dir} holds no MLmodel file; it is not a saved model.")
-    try:
-        spec = yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {}
-        flavors = spec.get("flavors") or {}
-        sklearn = flavors.get("sklearn") or {}
-        pyfunc = flavors.get("python_function") or {}
-    except (yaml.YAMLError, UnicodeDecodeError, AttributeError) as error:
-        raise ValueError(f"{mlmodel} is not a readable MLmodel file ({error}).") from error
-    if (
-        sklearn.get("serialization_format") != "skops"
-        or pyfunc.get("loader_module") != "mlflow.sklearn"
-        or set(flavors) - {"sklearn", "python_function"}
-    ):
-        raise ValueError(
-            f"{mlmodel} names a serialization other than skops (pickle/cloudpickle or a "
-            "foreign flavor); fairpca never logs or loads such a model. Re-run the audit."
-        )
-    pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
-    if pickles:
-        raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not logged.")
-    code = sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*.py*"))
-    if sklearn.get("code") or pyfunc.get("code") or (model_dir / "code").exists() or code:
-        raise ValueError(
-            f"{model_dir} carries source code ({code or 'code_paths'}); a fairpca model "
-            "depends on the installed fairpca through a pinned requirement and carries none. "
-            "Re-run the audit."
-        )
-    _check_requirements(model_dir)
+    check_model_files(Path(model_dir))
+    _check_requirements(Path(model_dir))
 
 
 def _check_requirements(model_dir: Path) -> None:

@@ -9,17 +9,24 @@ crafted ``MLmodel`` file could list anything):
   is saved that the project would refuse to load;
 - loading and relogging (:func:`skops_file_types`): a file asking for any other type is
   refused before anything in it is deserialised.
+
+The files of a model directory follow one rule too (:func:`check_model_files`): an MLflow
+scikit-learn model serialised with skops, no pickle file, no code. A model a caller names by
+URI is loaded only once it passes both (:func:`load_verified_model`).
 """
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = [
     "TRUSTED_TYPES",
     "UntrustedModelError",
+    "check_model_files",
     "foreign_types",
+    "load_verified_model",
     "skops_file",
     "skops_file_types",
     "types_to_trust",
@@ -105,3 +112,87 @@ def skops_file_types(path: Path) -> list[str]:
             f"{Path(path).name} holds types fairpca does not trust: {foreign}; it is not loaded."
         )
     return list(needed)
+
+
+def check_model_files(model_dir: Path) -> None:
+    """Refuse a model directory that is not an MLflow scikit-learn model serialised with
+    skops, or that holds a pickle file or code (``code_paths``, a ``.py`` file).
+
+    Nothing in the directory is loaded or executed: ``MLmodel`` is read as YAML and the
+    other files only by name.
+
+    Raises
+    ------
+    ValueError
+        Naming what was found (the serialisation, the pickle files, the code).
+    """
+    import yaml
+
+    model_dir = Path(model_dir)
+    mlmodel = model_dir / "MLmodel"
+    if not mlmodel.is_file():
+        raise ValueError(f"{model_dir} holds no MLmodel file; it is not a saved model.")
+    try:
+        spec = yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {}
+        flavors = spec.get("flavors") or {}
+        sklearn = flavors.get("sklearn") or {}
+        pyfunc = flavors.get("python_function") or {}
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError) as error:
+        raise ValueError(f"{mlmodel} is not a readable MLmodel file ({error}).") from error
+    if (
+        sklearn.get("serialization_format") != "skops"
+        or pyfunc.get("loader_module") != "mlflow.sklearn"
+        or set(flavors) - {"sklearn", "python_function"}
+    ):
+        found = sklearn.get("serialization_format") or ", ".join(sorted(flavors)) or "none"
+        raise ValueError(
+            f"{mlmodel} names a serialization other than skops ({found}: pickle/cloudpickle or "
+            "a foreign flavor, whose loading runs code from the file); fairpca never logs or "
+            "loads such a model."
+        )
+    pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
+    if pickles:
+        raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not loaded.")
+    code = sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*.py*"))
+    if sklearn.get("code") or pyfunc.get("code") or (model_dir / "code").exists() or code:
+        raise ValueError(
+            f"{model_dir} carries source code ({code or 'code_paths'}), which loading would "
+            "run; a fairpca model depends on fairpca through a pinned requirement instead."
+        )
+
+
+def load_verified_model(model_uri: str, tracking_uri: str | None = None):
+    """The MLflow pyfunc model at ``model_uri``, loaded only after its files are verified.
+
+    The model is downloaded into a temporary directory and must pass
+    :func:`check_model_files` and :func:`skops_file_types` (every type it needs is skops'
+    default or in :data:`TRUSTED_TYPES`) before ``mlflow.pyfunc.load_model`` reads that
+    verified copy, so nothing the files name is imported or run. ``tracking_uri`` resolves
+    ``models:/`` and ``runs:/`` URIs.
+
+    Raises
+    ------
+    UntrustedModelError
+        The model is pickled or cloudpickled, carries code or holds an untrusted type; the
+        message says how to log it so that it can be loaded, or to pass an object the caller
+        loaded.
+    """
+    import mlflow.artifacts
+    import mlflow.pyfunc
+
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(
+            mlflow.artifacts.download_artifacts(
+                artifact_uri=model_uri, dst_path=tmp, tracking_uri=tracking_uri
+            )
+        )
+        try:
+            check_model_files(local)
+            skops_file_types(skops_file(local))
+        except (ValueError, UntrustedModelError) as error:
+            raise UntrustedModelError(
+                f"the model at {model_uri} is not loaded: {error} Log it with "
+                "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
+                "a model you trust yourself and pass the object (anything with predict)."
+            ) from None
+        return mlflow.pyfunc.load_model(str(local))

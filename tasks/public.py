@@ -44,6 +44,7 @@ from .mlflow_evaluator import (
 )
 from .mlflow_logging import log_output_dir as log_audit_output
 from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
+from .model_trust import load_verified_model
 from .report import markdown_table
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
@@ -176,11 +177,14 @@ def evaluate_model_fairness(
 ) -> FairnessEvaluation:
     """Group fairness of a classifier on ``data`` (features, ``target`` and sensitive columns).
 
-    ``model`` is an MLflow model URI (``models:/...``, ``runs:/...``, a path; loaded with
-    ``mlflow.pyfunc.load_model``, which runs the model's own code: audit only models you
-    trust) or any object with ``predict``. The sensitive columns reach the model only if its
-    MLflow signature names them. ``tracking_uri`` (made MLflow's current tracking URI) resolves
-    ``models:/`` URIs; with ``run_id`` the metrics are also logged to that run.
+    ``model`` is an MLflow model URI (``models:/...``, ``runs:/...``, a path) or any object
+    with ``predict``. A URI must name a scikit-learn model logged with
+    ``serialization_format="skops"`` whose types skops or fairpca trusts: its files are
+    verified before it is loaded, and a pickled or cloudpickled model is refused, as its
+    loading would run code from the file; load such a model yourself and pass the object.
+    The sensitive columns reach the model only if its MLflow signature names them.
+    ``tracking_uri`` (made MLflow's current tracking URI) resolves ``models:/`` URIs; with
+    ``run_id`` the metrics are also logged to that run.
     """
     config = read_config(
         {
@@ -211,13 +215,14 @@ def evaluate_model_fairness(
 
 
 def _pyfunc_model(model_uri: str, tracking_uri: str | None):
-    """The MLflow model at ``model_uri`` (``tracking_uri``, when given, becomes MLflow's
-    current tracking URI, which resolves ``models:/`` URIs)."""
+    """The MLflow model at ``model_uri``, verified before loading
+    (:func:`~fairpca.tasks.model_trust.load_verified_model`); ``tracking_uri``, when given,
+    becomes MLflow's current tracking URI, which resolves ``models:/`` URIs."""
     import mlflow
 
     if tracking_uri is not None:
         mlflow.set_tracking_uri(tracking_uri)
-    return mlflow.pyfunc.load_model(model_uri)
+    return load_verified_model(model_uri, tracking_uri)
 
 
 def evaluation_params(

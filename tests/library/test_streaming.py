@@ -152,7 +152,6 @@ def test_shifted_moments_move_the_shift_before_precision_is_lost(seed, monkeypat
     assert np.abs(streamed().scatter() - exact).max() > tol
 
 
-
 @pytest.mark.parametrize("seed", range(3))
 def test_recentring_on_the_mean_keeps_the_moments(seed):
     """Re-centring (scatter(copy=False), merges) moves the shift to the mean by one rank-1
@@ -172,6 +171,7 @@ def test_recentring_on_the_mean_keeps_the_moments(seed):
     exact = exact_scatter(rows)
     np.testing.assert_allclose(moments.scatter(), exact, rtol=0, atol=1e-12 * np.abs(exact).max())
     np.testing.assert_allclose(moments.mean, rows.mean(0), rtol=1e-13, atol=1e-15)
+
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_float32_products_are_flushed_merged_pickled_and_mixed_with_float64(seed, monkeypatch):

@@ -72,3 +72,46 @@ def test_a_foreign_type_is_refused_on_every_path(tmp_path):
         load_skops_pipeline(crafted)
     with pytest.raises(ValueError, match=r"holds types \['_operator.add'\] that fairpca does not"):
         _check_trusted_types(crafted)
+
+
+def _pickled_model_dir(tmp_path, marker):
+    """A cloudpickled MLflow sklearn model whose pickle, once loaded, writes ``marker``."""
+    import pickle
+
+    import mlflow.sklearn
+
+    X, y, _ = _data()
+    model_dir = tmp_path / "pickled"
+    mlflow.sklearn.save_model(
+        LogisticRegression().fit(X, y), str(model_dir), serialization_format="cloudpickle"
+    )
+    payload = f"open({str(marker)!r}, 'w').close()"
+    (model_dir / "model.pkl").write_bytes(
+        b"cbuiltins\nexec\n(" + pickle.dumps(payload, protocol=0)[:-1] + b"tR."
+    )
+    return model_dir
+
+
+def test_a_model_named_by_uri_is_loaded_only_once_verified(tmp_path):
+    import mlflow.sklearn
+
+    from fairpca.tasks.model_trust import load_verified_model
+
+    X, y, _ = _data()
+    model = LogisticRegression().fit(X, y)
+    mlflow.sklearn.save_model(model, str(tmp_path / "skops"))  # skops: MLflow's default
+    loaded = load_verified_model(str(tmp_path / "skops"))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+
+    marker = tmp_path / "unpickled"
+    pickled = _pickled_model_dir(tmp_path, marker)
+    with pytest.raises(UntrustedModelError, match="serialization other than skops") as error:
+        load_verified_model(str(pickled))
+    assert "serialization_format='skops'" in str(error.value)
+    assert not marker.exists()  # refused before anything was unpickled
+
+    foreign = tmp_path / "foreign"
+    shutil.copytree(tmp_path / "skops", foreign)
+    skops.io.dump(Pipeline([("f", FunctionTransformer(operator.add))]), foreign / "model.skops")
+    with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
+        load_verified_model(str(foreign))

@@ -87,6 +87,24 @@ def logged_user_model(mlflow_store, tmp_path):
     return info.model_uri, model, frame
 
 
+def test_a_pickled_model_uri_is_refused_before_loading(tmp_path):
+    """The task loads a model named by URI only once its files are verified (skops, trusted
+    types, no code): a cloudpickled model is refused, with the way out."""
+    import mlflow.sklearn
+
+    from fairpca.tasks.model_trust import UntrustedModelError
+
+    frame = user_data()
+    model = LogisticRegression().fit(frame[["x_proxy", "x_other"]], frame["label"])
+    path = tmp_path / "pickled"
+    mlflow.sklearn.save_model(model, str(path), serialization_format="cloudpickle")
+    settings = {"target": "label", "sensitive_features": ["sex"]}
+    with pytest.raises(UntrustedModelError, match="serialization other than skops"):
+        evaluate_model_fairness.fn(str(path), frame, **settings)
+    evaluation = evaluate_model_fairness.fn(model, frame, **settings)
+    assert "dp_difference" in evaluation.metrics  # the object the caller loaded is evaluated
+
+
 @pytest.mark.flow
 def test_example_flow_audits_a_users_mlflow_model(
     prefect_harness, mlflow_store, tmp_path, logged_user_model
