@@ -148,6 +148,34 @@ def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return values[::-1], vectors[:, ::-1]
 
 
+@functools.lru_cache(maxsize=8)
+def _one_block(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``dstein``'s block arguments for an unsplit tridiagonal matrix of order ``n``: every
+    row in block 1, which ends at row ``n`` (read-only; LAPACK only reads them)."""
+    blocks, ends = np.ones(n, dtype=np.int32), np.full(n, n, dtype=np.int32)
+    blocks.flags.writeable = ends.flags.writeable = False
+    return blocks, ends
+
+
+@functools.lru_cache(maxsize=8)
+def _dsytrd_lwork(d: int) -> int:
+    lwork, info = lapack.dsytrd_lwork(d, lower=1)
+    if info != 0:
+        raise linalg.LinAlgError(f"dsytrd_lwork failed (info={info}).")
+    return int(lwork)
+
+
+@functools.lru_cache(maxsize=8)
+def _dormqr_lwork(reflectors_shape: tuple, rhs_shape: tuple) -> int:
+    """Optimal workspace of ``dormqr`` applying ``Q`` (from the left) for these shapes."""
+    reflectors, rhs = np.zeros(reflectors_shape, order="F"), np.zeros(rhs_shape, order="F")
+    tau = np.zeros(min(reflectors_shape))
+    _, work, info = lapack.dormqr(b"L", b"N", reflectors, tau, rhs, -1)
+    if info != 0:
+        raise linalg.LinAlgError(f"dormqr workspace query failed (info={info}).")
+    return int(work[0])
+
+
 def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int):
     """Largest ``k`` eigenpairs of a symmetric tridiagonal matrix, eigenvalues decreasing.
 
@@ -164,8 +192,7 @@ def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int)
         values, info = lapack.dsterf(diagonal, offdiagonal)
         if info == 0:
             top = np.ascontiguousarray(values[n - k :])
-            one_block = np.ones(n, dtype=np.int32)  # the whole matrix is block 1 ...
-            block_ends = np.full(n, n, dtype=np.int32)  # ... which ends at row n
+            one_block, block_ends = _one_block(n)
             vectors, info = lapack.dstein(diagonal, offdiagonal, top, one_block, block_ends)
             if info == 0:
                 return top[::-1], vectors[:, ::-1]
@@ -221,9 +248,8 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     reflected = np.array(C, order="F")  # H C H = C - v w^T - w v^T (lower triangle suffices)
     syr2 = get_blas_funcs("syr2", (reflected,))
     reflected = syr2(-1.0, v, w, a=reflected, lower=1, overwrite_a=1)
-    lwork, info = lapack.dsytrd_lwork(d, lower=1)
     reflectors, diagonal, offdiagonal, tau, info = lapack.dsytrd(
-        reflected, lower=1, lwork=int(lwork), overwrite_a=1
+        reflected, lower=1, lwork=_dsytrd_lwork(d), overwrite_a=1
     )
     if info != 0:
         raise linalg.LinAlgError(f"dsytrd failed (info={info}).")
@@ -234,12 +260,13 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     both[1:, k:] = fair_vectors
     if d > 1:  # V_A is the product of the QR-type reflectors stored below the subdiagonal
         block = reflectors[1:, :-1]
-        _, work, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], -1)
-        rotated, _, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], int(work[0]))
+        lwork = _dormqr_lwork(block.shape, both[1:].shape)
+        rotated, _, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], lwork)
         if info != 0:
             raise linalg.LinAlgError(f"dormqr failed (info={info}).")
         both[1:] = rotated
-    both -= np.outer(beta * v, matmul(v[None, :], both))
+    ger = get_blas_funcs("ger", (both,))  # H both = both - beta v (v^T both), in place
+    both = ger(-beta, v, v @ both, a=both, overwrite_a=1)
     return values * scale, both[:, :k], fair_values * scale, both[:, k:]
 
 

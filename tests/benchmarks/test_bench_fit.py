@@ -29,7 +29,7 @@ def test_bench_fit_quick_runs_and_reports_ratios(capsys):
 def test_bench_fit_size_filters_select_cells():
     module = load_bench()
     rows = module.main(
-        ["--quick", "--repeats", "1", "--min-seconds", "0.2", "--d", "50", "--k", "10"]
+        ["--quick", "--repeats", "2", "--min-seconds", "0", "--d", "50", "--k", "10"]
     )
     assert [(r["n"], r["d"], r["k"]) for r in rows] == [(2_000, 50, 10)]
     with pytest.raises(SystemExit):
