@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-__all__ = ["mask_credentials", "take_credentials"]
+__all__ = ["mask_credentials", "shown_uri", "take_credentials"]
 
 
 def mask_credentials(value: str) -> str:
@@ -19,6 +19,12 @@ def mask_credentials(value: str) -> str:
         return value
     host = parts.netloc.rsplit("@", 1)[1]
     return urlunsplit(parts._replace(netloc=f"***@{host}", query=""))
+
+
+def shown_uri(value: str) -> str:
+    """A URI as messages and params may show it: credentials masked
+    (:func:`mask_credentials`) and no query string (a presigned URL's token)."""
+    return mask_credentials(str(value)).split("?", 1)[0]
 
 
 def take_credentials(uri: str) -> str:

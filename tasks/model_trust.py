@@ -21,9 +21,12 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from fairpca.tasks.credentials import shown_uri
+
 __all__ = [
     "TRUSTED_TYPES",
     "UntrustedModelError",
+    "VerifiedModel",
     "check_model_files",
     "foreign_types",
     "load_verified_model",
@@ -116,15 +119,19 @@ def skops_file_types(path: Path) -> list[str]:
 
 def check_model_files(model_dir: Path) -> None:
     """Refuse a model directory that is not an MLflow scikit-learn model serialised with
-    skops, or that holds a pickle file or code (``code_paths``, a ``.py`` file).
+    skops, or that holds a pickle file, code, or anything its loader would read besides
+    the checked skops file.
 
     Nothing in the directory is loaded or executed: ``MLmodel`` is read as YAML and the
-    other files only by name.
+    other files only by name. Accepted: the flavors ``sklearn`` (skops, its
+    ``skops_trusted_types`` within :data:`TRUSTED_TYPES`) and ``python_function`` (loader
+    ``mlflow.sklearn``, reading the same file, no ``data`` folder); no other ``MLmodel``, no
+    pickle, no ``code_paths``, no ``.py`` file.
 
     Raises
     ------
     ValueError
-        Naming what was found (the serialisation, the pickle files, the code).
+        Naming what was found.
     """
     import yaml
 
@@ -137,19 +144,20 @@ def check_model_files(model_dir: Path) -> None:
         flavors = spec.get("flavors") or {}
         sklearn = flavors.get("sklearn") or {}
         pyfunc = flavors.get("python_function") or {}
+        if not all(isinstance(entry, dict) for entry in (flavors, sklearn, pyfunc)):
+            raise AttributeError("a flavor entry is not a mapping")
     except (yaml.YAMLError, UnicodeDecodeError, AttributeError) as error:
         raise ValueError(f"{mlmodel} is not a readable MLmodel file ({error}).") from error
-    if (
-        sklearn.get("serialization_format") != "skops"
-        or pyfunc.get("loader_module") != "mlflow.sklearn"
-        or set(flavors) - {"sklearn", "python_function"}
-    ):
-        found = sklearn.get("serialization_format") or ", ".join(sorted(flavors)) or "none"
+    serialization = sklearn.get("serialization_format")
+    if serialization != "skops":
         raise ValueError(
-            f"{mlmodel} names a serialization other than skops ({found}: pickle/cloudpickle or "
-            "a foreign flavor, whose loading runs code from the file); fairpca never logs or "
-            "loads such a model."
+            f"MLmodel names the serialization {serialization!r}, not skops: loading a pickled "
+            "or cloudpickled model runs code from the file, so fairpca never logs or loads one."
         )
+    _check_loader_reads_only_the_skops_file(flavors, sklearn, pyfunc)
+    nested = [p.relative_to(model_dir).as_posix() for p in model_dir.rglob("MLmodel")]
+    if nested != ["MLmodel"]:
+        raise ValueError(f"{model_dir} holds more than one MLmodel file ({sorted(nested)}).")
     pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
     if pickles:
         raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not loaded.")
@@ -161,38 +169,94 @@ def check_model_files(model_dir: Path) -> None:
         )
 
 
-def load_verified_model(model_uri: str, tracking_uri: str | None = None):
-    """The MLflow pyfunc model at ``model_uri``, loaded only after its files are verified.
+def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc: dict) -> None:
+    """MLflow's pyfunc loader reads ``python_function.model_path`` (under ``data``, when
+    given) with the types ``sklearn.skops_trusted_types`` names: all must be the checked
+    skops file and trusted types."""
+    foreign = sorted(set(flavors) - {"sklearn", "python_function"})
+    if foreign or pyfunc.get("loader_module") != "mlflow.sklearn":
+        raise ValueError(
+            f"MLmodel names the flavor(s) {foreign} or the loader "
+            f"{pyfunc.get('loader_module')!r}; only a scikit-learn model loaded by "
+            "mlflow.sklearn is accepted."
+        )
+    if "data" in pyfunc or pyfunc.get("model_path") != sklearn.get("pickled_model"):
+        raise ValueError(
+            "MLmodel points its python_function loader at another file "
+            f"({pyfunc.get('data') or pyfunc.get('model_path')!r}) than the skops file "
+            f"({sklearn.get('pickled_model')!r})."
+        )
+    if foreign := foreign_types(sklearn.get("skops_trusted_types") or []):
+        raise ValueError(
+            f"MLmodel lists skops_trusted_types {foreign} that fairpca does not trust."
+        )
+
+
+class VerifiedModel:
+    """A scikit-learn model loaded from a verified skops file, with its MLflow ``metadata``
+    (the ``MLmodel`` read as YAML: the signature). ``predict`` passes the columns the
+    signature names, in its order, as MLflow's pyfunc wrapper does."""
+
+    def __init__(self, model, metadata):
+        self.model = model
+        self.metadata = metadata
+
+    def predict(self, X):
+        schema = self.metadata.get_input_schema() if self.metadata is not None else None
+        if schema is not None and schema.has_input_names() and hasattr(X, "columns"):
+            missing = [name for name in schema.input_names() if name not in X.columns]
+            if missing:
+                raise ValueError(f"the model's signature needs the column(s) {missing}.")
+            X = X[schema.input_names()]
+        return self.model.predict(X)
+
+
+def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> VerifiedModel:
+    """The scikit-learn model at the MLflow URI ``model_uri``, loaded only from files
+    fairpca verified.
 
     The model is downloaded into a temporary directory and must pass
-    :func:`check_model_files` and :func:`skops_file_types` (every type it needs is skops'
-    default or in :data:`TRUSTED_TYPES`) before ``mlflow.pyfunc.load_model`` reads that
-    verified copy, so nothing the files name is imported or run. ``tracking_uri`` resolves
-    ``models:/`` and ``runs:/`` URIs.
+    :func:`check_model_files`; the types its skops file needs must be skops' defaults or in
+    :data:`TRUSTED_TYPES` (:func:`skops_file_types`). Then that very file is loaded by
+    ``skops.io.load`` trusting only those types: no loader named by the files runs, and
+    nothing they name is imported. ``tracking_uri`` resolves ``models:/`` and ``runs:/``
+    URIs.
 
     Raises
     ------
     UntrustedModelError
-        The model is pickled or cloudpickled, carries code or holds an untrusted type; the
-        message says how to log it so that it can be loaded, or to pass an object the caller
-        loaded.
+        The model is pickled or cloudpickled, carries code, holds an untrusted type or is
+        not a readable skops model; the message says how to log it so that it can be
+        loaded, or to pass an object the caller loaded.
     """
     import mlflow.artifacts
-    import mlflow.pyfunc
+    import skops.io
+    from mlflow.models import Model
 
+    shown = shown_uri(model_uri)
     with tempfile.TemporaryDirectory() as tmp:
-        local = Path(
-            mlflow.artifacts.download_artifacts(
-                artifact_uri=model_uri, dst_path=tmp, tracking_uri=tracking_uri
+        try:
+            local = Path(
+                mlflow.artifacts.download_artifacts(
+                    artifact_uri=model_uri, dst_path=tmp, tracking_uri=tracking_uri
+                )
             )
-        )
+        except Exception as error:  # MLflow's message may repeat the URI: shown masked
+            said = str(error).replace(str(model_uri), shown)
+            if "@" in said:
+                said = "its message names credentials and is not shown"
+            raise UntrustedModelError(
+                f"the model at {shown} could not be downloaded ({type(error).__name__}: {said})."
+            ) from None
         try:
             check_model_files(local)
-            skops_file_types(skops_file(local))
-        except (ValueError, UntrustedModelError) as error:
+            path = skops_file(local)
+            needed = skops_file_types(path)
+            metadata = Model.load(str(local / "MLmodel"))
+        except Exception as error:  # a refusal, or files no reader could parse (not a zip)
             raise UntrustedModelError(
-                f"the model at {model_uri} is not loaded: {error} Log it with "
+                f"the model at {shown} is not loaded: {error} Log it with "
                 "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
                 "a model you trust yourself and pass the object (anything with predict)."
             ) from None
-        return mlflow.pyfunc.load_model(str(local))
+        return VerifiedModel(skops.io.load(path, trusted=needed), metadata)

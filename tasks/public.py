@@ -34,6 +34,7 @@ from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
+from .credentials import shown_uri
 from .mlflow_evaluator import (
     CONFIG_DEFAULTS,
     fairness_metrics,
@@ -201,8 +202,8 @@ def evaluate_model_fairness(
         )
     features = data.drop(columns=[target])
     sensitive = sensitive_columns(features, config["sensitive_features"])
-    model_name = model if isinstance(model, str) else type(model).__name__
-    model = _pyfunc_model(model, tracking_uri) if isinstance(model, str) else model
+    model_name = shown_uri(model) if isinstance(model, str) else type(model).__name__
+    model = _model_at_uri(model, tracking_uri) if isinstance(model, str) else model
     y_pred = np.asarray(model.predict(model_input(model, features, config["sensitive_features"])))
     metrics, report = fairness_metrics(data[target].to_numpy(), y_pred, sensitive, config)
     params = evaluation_params(model_name, data, target, config)
@@ -214,7 +215,7 @@ def evaluate_model_fairness(
     return evaluation
 
 
-def _pyfunc_model(model_uri: str, tracking_uri: str | None):
+def _model_at_uri(model_uri: str, tracking_uri: str | None):
     """The MLflow model at ``model_uri``, verified before loading
     (:func:`~fairpca.tasks.model_trust.load_verified_model`); ``tracking_uri``, when given,
     becomes MLflow's current tracking URI, which resolves ``models:/`` URIs."""

@@ -105,7 +105,8 @@ def test_a_model_named_by_uri_is_loaded_only_once_verified(tmp_path):
 
     marker = tmp_path / "unpickled"
     pickled = _pickled_model_dir(tmp_path, marker)
-    with pytest.raises(UntrustedModelError, match="serialization other than skops") as error:
+    refused = "serialization 'cloudpickle', not skops"
+    with pytest.raises(UntrustedModelError, match=refused) as error:
         load_verified_model(str(pickled))
     assert "serialization_format='skops'" in str(error.value)
     assert not marker.exists()  # refused before anything was unpickled
@@ -115,3 +116,72 @@ def test_a_model_named_by_uri_is_loaded_only_once_verified(tmp_path):
     skops.io.dump(Pipeline([("f", FunctionTransformer(operator.add))]), foreign / "model.skops")
     with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
         load_verified_model(str(foreign))
+
+
+def _edited_mlmodel(source, target, edit):
+    """A copy of the model directory ``source`` whose MLmodel ``edit(spec)`` changed."""
+    import yaml
+
+    shutil.copytree(source, target)
+    spec = yaml.safe_load((target / "MLmodel").read_text())
+    edit(spec)
+    (target / "MLmodel").write_text(yaml.safe_dump(spec))
+    return target
+
+
+def test_a_model_whose_loader_would_read_another_file_is_refused(tmp_path):
+    """What MLflow's loader reads besides the checked skops file: its python_function
+    model_path, a data folder with an MLmodel of its own, and the types MLmodel asks skops to
+    trust. Each is refused before anything is loaded."""
+    import mlflow.sklearn
+
+    from fairpca.tasks.model_trust import load_verified_model
+
+    X, y, _ = _data()
+    mlflow.sklearn.save_model(LogisticRegression().fit(X, y), str(tmp_path / "skops"))
+    skops.io.dump(Pipeline([("f", FunctionTransformer(operator.add))]), tmp_path / "evil.skops")
+
+    def other_path(spec):
+        shutil.copy(tmp_path / "evil.skops", tmp_path / "other" / "evil.skops")
+        spec["flavors"]["python_function"]["model_path"] = "evil.skops"
+        spec["flavors"]["sklearn"]["skops_trusted_types"] = ["_operator.add"]
+
+    cases = {
+        "other": (other_path, "another file \\('evil.skops'\\)"),
+        "trusting": (
+            lambda spec: spec["flavors"]["sklearn"].update(skops_trusted_types=["_operator.add"]),
+            r"lists skops_trusted_types \['_operator.add'\] that fairpca does not trust",
+        ),
+        "data": (
+            lambda spec: spec["flavors"]["python_function"].update(data="sub"),
+            "another file \\('sub'\\)",
+        ),
+        "flavor": (lambda spec: spec["flavors"].update(keras={}), r"flavor\(s\) \['keras'\]"),
+        "not a mapping": (
+            lambda spec: spec["flavors"].update(sklearn="x"),
+            "not a readable MLmodel file",
+        ),
+    }
+    for name, (edit, message) in cases.items():
+        crafted = _edited_mlmodel(tmp_path / "skops", tmp_path / name, edit)
+        with pytest.raises(UntrustedModelError, match=message):
+            load_verified_model(str(crafted))
+    nested = shutil.copytree(tmp_path / "skops", tmp_path / "nested")
+    shutil.copytree(_pickled_model_dir(tmp_path, tmp_path / "marker"), nested / "sub")
+    (nested / "sub" / "model.pkl").rename(nested / "sub" / "weights.bin")
+    with pytest.raises(UntrustedModelError, match="more than one MLmodel file"):
+        load_verified_model(str(nested))
+    assert not (tmp_path / "marker").exists()
+    broken = shutil.copytree(tmp_path / "skops", tmp_path / "broken")
+    (broken / "model.skops").write_bytes(b"not a zip file")
+    with pytest.raises(UntrustedModelError, match="is not loaded"):
+        load_verified_model(str(broken))
+
+
+def test_a_refusal_names_the_model_without_its_credentials(tmp_path):
+    from fairpca.tasks.model_trust import load_verified_model
+
+    with pytest.raises(UntrustedModelError) as error:  # nothing is served there
+        load_verified_model(f"file://user:s3cret@localhost{tmp_path}/missing?token=t0ken")
+    shown = str(error.value)
+    assert "s3cret" not in shown and "t0ken" not in shown

@@ -99,10 +99,23 @@ def test_a_pickled_model_uri_is_refused_before_loading(tmp_path):
     path = tmp_path / "pickled"
     mlflow.sklearn.save_model(model, str(path), serialization_format="cloudpickle")
     settings = {"target": "label", "sensitive_features": ["sex"]}
-    with pytest.raises(UntrustedModelError, match="serialization other than skops"):
+    with pytest.raises(UntrustedModelError, match="serialization 'cloudpickle', not skops"):
         evaluate_model_fairness.fn(str(path), frame, **settings)
     evaluation = evaluate_model_fairness.fn(model, frame, **settings)
     assert "dp_difference" in evaluation.metrics  # the object the caller loaded is evaluated
+
+
+def test_a_model_uri_with_credentials_is_recorded_masked(monkeypatch):
+    from fairpca.tasks import public
+
+    frame = user_data()
+    model = LogisticRegression().fit(frame[["x_proxy", "x_other"]], frame["label"])
+    monkeypatch.setattr(public, "load_verified_model", lambda uri, tracking_uri: model)
+    uri = "https://user:s3cret@mlflow.example/models/m?X-Amz-Signature=t0ken"
+    evaluation = evaluate_model_fairness.fn(
+        uri, frame, target="label", sensitive_features=["sex", "race"]
+    )
+    assert evaluation.params["model"] == "https://***@mlflow.example/models/m"
 
 
 @pytest.mark.flow
