@@ -4,27 +4,34 @@ variables only when connecting."""
 from __future__ import annotations
 
 import os
+import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-__all__ = ["mask_credentials", "shown_uri", "take_credentials"]
+__all__ = ["mask_credentials", "shown_text", "shown_uri", "take_credentials"]
+
+
+# The userinfo of a URI: everything between "://" and the last "@" before the path. A regular
+# expression rather than urlsplit, which refuses or misreads passwords holding "[", "#", "?".
+_USERINFO = re.compile(r"(?<=://)[^/]*@")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()<>]+")
 
 
 def mask_credentials(value: str) -> str:
-    """``scheme://user:password@host/...`` -> ``scheme://***@host/...``; other text as is."""
-    try:
-        parts = urlsplit(value)
-    except ValueError:
-        return value
-    if not parts.scheme or "@" not in parts.netloc:
-        return value
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"***@{host}", query=""))
+    """``scheme://user:password@host/...`` -> ``scheme://***@host/...`` (and without its query
+    string); other text as is."""
+    masked = _USERINFO.sub("***@", value, count=1)
+    return value if masked == value else masked.split("?", 1)[0]
 
 
 def shown_uri(value: str) -> str:
     """A URI as messages and params may show it: credentials masked
     (:func:`mask_credentials`) and no query string (a presigned URL's token)."""
     return mask_credentials(str(value)).split("?", 1)[0]
+
+
+def shown_text(text: str) -> str:
+    """``text`` (e.g. a library's error message) with every URI in it :func:`shown_uri`."""
+    return _URI.sub(lambda match: shown_uri(match.group(0)), str(text))
 
 
 def take_credentials(uri: str) -> str:

@@ -456,6 +456,7 @@ def save_model_locally(
         signature=signature,
         input_example=input_example,
         pip_requirements=pip_requirements,
+        serialization_format="skops",  # not left to MLflow's default (cloudpickle on Databricks)
         skops_trusted_types=trusted,
     )
     return target

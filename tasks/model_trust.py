@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from fairpca.tasks.credentials import shown_uri
+from fairpca.tasks.credentials import shown_text, shown_uri
 
 __all__ = [
     "TRUSTED_TYPES",
@@ -204,10 +204,10 @@ class VerifiedModel:
     def predict(self, X):
         schema = self.metadata.get_input_schema() if self.metadata is not None else None
         if schema is not None and schema.has_input_names() and hasattr(X, "columns"):
-            missing = [name for name in schema.input_names() if name not in X.columns]
+            missing = [name for name in schema.required_input_names() if name not in X.columns]
             if missing:
                 raise ValueError(f"the model's signature needs the column(s) {missing}.")
-            X = X[schema.input_names()]
+            X = X[[name for name in schema.input_names() if name in X.columns]]
         return self.model.predict(X)
 
 
@@ -241,22 +241,21 @@ def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> Veri
                     artifact_uri=model_uri, dst_path=tmp, tracking_uri=tracking_uri
                 )
             )
-        except Exception as error:  # MLflow's message may repeat the URI: shown masked
-            said = str(error).replace(str(model_uri), shown)
-            if "@" in said:
-                said = "its message names credentials and is not shown"
+        except Exception as error:  # MLflow's message names URIs: each is shown masked
             raise UntrustedModelError(
-                f"the model at {shown} could not be downloaded ({type(error).__name__}: {said})."
+                f"the model at {shown} could not be downloaded "
+                f"({type(error).__name__}: {shown_text(error)})."
             ) from None
         try:
             check_model_files(local)
             path = skops_file(local)
             needed = skops_file_types(path)
             metadata = Model.load(str(local / "MLmodel"))
+            model = skops.io.load(path, trusted=needed)
         except Exception as error:  # a refusal, or files no reader could parse (not a zip)
             raise UntrustedModelError(
-                f"the model at {shown} is not loaded: {error} Log it with "
+                f"the model at {shown} is not loaded: {shown_text(error)} Log it with "
                 "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
                 "a model you trust yourself and pass the object (anything with predict)."
             ) from None
-        return VerifiedModel(skops.io.load(path, trusted=needed), metadata)
+        return VerifiedModel(model, metadata)

@@ -34,7 +34,7 @@ from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
-from .credentials import shown_uri
+from .credentials import shown_uri, take_credentials
 from .mlflow_evaluator import (
     CONFIG_DEFAULTS,
     fairness_metrics,
@@ -222,6 +222,7 @@ def _model_at_uri(model_uri: str, tracking_uri: str | None):
     import mlflow
 
     if tracking_uri is not None:
+        tracking_uri = take_credentials(tracking_uri)  # a password goes to MLflow's env only
         mlflow.set_tracking_uri(tracking_uri)
     return load_verified_model(model_uri, tracking_uri)
 

@@ -185,3 +185,7 @@ def test_a_refusal_names_the_model_without_its_credentials(tmp_path):
         load_verified_model(f"file://user:s3cret@localhost{tmp_path}/missing?token=t0ken")
     shown = str(error.value)
     assert "s3cret" not in shown and "t0ken" not in shown
+    from fairpca.tasks.credentials import shown_text
+
+    said = "404 for https://h/a?X-Amz-Signature=t0ken (via https://u:s3cret@h/x)"
+    assert shown_text(said) == "404 for https://h/a (via https://***@h/x)"

@@ -190,6 +190,11 @@ def test_model_card_says_not_promoted(audit):
         ("sqlite:///mlflow.db", "sqlite:///mlflow.db"),
         ("databricks", "databricks"),
         ("postgresql://user@db/mlflow", "postgresql://***@db/mlflow"),
+        # passwords urlsplit refuses or misreads
+        ("https://user:pw@[host/m", "https://***@[host/m"),
+        ("https://u:p#ss@h/m", "https://***@h/m"),
+        ("https://u:p?ss@h/m", "https://***@h/m"),
+        ("https://h/a@b", "https://h/a@b"),  # an "@" in the path is no credential
     ],
 )
 def test_mask_credentials(uri, masked):
