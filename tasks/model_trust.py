@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from fairpca.tasks.credentials import shown_text, shown_uri
+from fairpca.tasks.signing import sha256_file
 
 __all__ = [
     "TRUSTED_TYPES",
@@ -29,6 +30,7 @@ __all__ = [
     "VerifiedModel",
     "check_model_files",
     "foreign_types",
+    "load_skops_pipeline",
     "load_verified_model",
     "skops_file",
     "skops_file_types",
@@ -115,6 +117,28 @@ def skops_file_types(path: Path) -> list[str]:
             f"{Path(path).name} holds types fairpca does not trust: {foreign}; it is not loaded."
         )
     return list(needed)
+
+
+def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
+    """Load the pipeline of an MLflow sklearn model directory with skops and
+    :data:`TRUSTED_TYPES`.
+
+    Raises
+    ------
+    UntrustedModelError
+        Not skops, a file whose SHA-256 differs from ``expected_sha256``, or a type outside
+        :data:`TRUSTED_TYPES`; nothing is deserialised then.
+    """
+    import skops.io
+
+    path = skops_file(Path(model_dir))
+    actual = sha256_file(path)
+    if expected_sha256 is not None and actual != expected_sha256:
+        raise UntrustedModelError(
+            f"{path.name} has SHA-256 {actual}, not the {expected_sha256} recorded "
+            "at registration: the file was changed after fairpca registered it."
+        )
+    return skops.io.load(path, trusted=skops_file_types(path))
 
 
 def check_model_files(model_dir: Path) -> None:
@@ -230,7 +254,6 @@ def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> Veri
         loaded, or to pass an object the caller loaded.
     """
     import mlflow.artifacts
-    import skops.io
     from mlflow.models import Model
 
     shown = shown_uri(model_uri)
@@ -248,10 +271,8 @@ def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> Veri
             ) from None
         try:
             check_model_files(local)
-            path = skops_file(local)
-            needed = skops_file_types(path)
             metadata = Model.load(str(local / "MLmodel"))
-            model = skops.io.load(path, trusted=needed)
+            model = load_skops_pipeline(local)
         except Exception as error:  # a refusal, or files no reader could parse (not a zip)
             raise UntrustedModelError(
                 f"the model at {shown} is not loaded: {shown_text(error)} Log it with "

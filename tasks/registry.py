@@ -39,8 +39,8 @@ from fairpca.tasks.model_card import (
 from fairpca.tasks.model_trust import (
     TRUSTED_TYPES,
     UntrustedModelError,
+    load_skops_pipeline,
     skops_file,
-    skops_file_types,
 )
 from fairpca.tasks.signing import sha256_file
 
@@ -307,28 +307,6 @@ def demote(client, name: str, version: str, *, from_alias: str, to_alias: str, w
 
 
 # ---- loading a version we registered ---------------------------------------------------------
-
-
-def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
-    """Load the pipeline of an MLflow sklearn model directory with skops and
-    :data:`~fairpca.tasks.model_trust.TRUSTED_TYPES`.
-
-    Raises
-    ------
-    UntrustedModelError
-        Not skops, a file whose SHA-256 differs from ``expected_sha256``, or a type outside
-        :data:`TRUSTED_TYPES`; nothing is deserialised then.
-    """
-    import skops.io
-
-    path = skops_file(Path(model_dir))
-    actual = sha256_file(path)
-    if expected_sha256 is not None and actual != expected_sha256:
-        raise UntrustedModelError(
-            f"{path.name} has SHA-256 {actual}, not the {expected_sha256} recorded "
-            "at registration: the file was changed after fairpca registered it."
-        )
-    return skops.io.load(path, trusted=skops_file_types(path))
 
 
 def load_registered_pipeline(tracking_uri: str, name: str, version: str):
