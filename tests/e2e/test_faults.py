@@ -406,8 +406,14 @@ def test_short_outage_while_logging_is_retried_and_the_run_completes(server, tmp
     try:
         thread, box = run_in_thread(fairness_audit, config, return_state=True)
         wait_for_run(direct, audit_id, with_metrics=False)
-        proxy.outage()  # every request fails for 3 s, then the server is reachable again
-        time.sleep(3.0)
+        # Every connection fails until one request has been refused (a fixed window could
+        # fall between two requests, or beside a request cut mid-flight that only times out
+        # 20 s later), then for one more second; the task retries wait 1, 2 and 4 s.
+        proxy.outage()
+        refused_by = time.monotonic() + 120
+        while proxy.dropped == 0 and time.monotonic() < refused_by:
+            time.sleep(0.05)
+        time.sleep(1.0)
         proxy.restore()
         thread.join(timeout=300)
     finally:
