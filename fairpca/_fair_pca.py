@@ -689,8 +689,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         return max(k, min(available, int(np.floor(float(value) * n_features))))
 
     def _store(self, solution, dtype, mean, Q, singular_values, D, encoding, n_obj):
-        fair = la.flip_columns(solution.fair_components)
-        pca = la.flip_columns(solution.pca_components)
+        k = solution.fair_components.shape[1]
+        both = la.flip_columns(np.hstack([solution.fair_components, solution.pca_components]))
+        fair, pca = both[:, :k], both[:, k:]
         self.components_ = np.ascontiguousarray(fair.T).astype(dtype, copy=False)
         self.pca_components_ = np.ascontiguousarray(pca.T).astype(dtype, copy=False)
         self.explained_variance_ = solution.fair_variance.astype(dtype, copy=False)
@@ -711,8 +712,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         self.constraint_singular_values_ = singular_values
         self.groups_ = list(encoding.groups)
         self.sensitive_names_ = list(encoding.names)
-        self.mean_gap_ = float(np.max(np.abs(fair.T @ D))) if D.size else 0.0
-        self.pca_mean_gap_ = float(np.max(np.abs(pca.T @ D))) if D.size else 0.0
+        gaps = np.abs(both.T @ D) if D.size else np.zeros((2 * k, 1))  # both sets, one product
+        self.mean_gap_ = float(gaps[:k].max())
+        self.pca_mean_gap_ = float(gaps[k:].max())
 
     # ------------------------------------------------------------------ transforming
     def transform(self, X):

@@ -3,9 +3,7 @@
 Products go through SciPy's BLAS/LAPACK, so one OpenBLAS thread pool does the work: NumPy
 and SciPy wheels each ship their own OpenBLAS, and alternating calls between the two lets one
 pool's spinning threads starve the other on small machines. The exceptions are the one pass
-over the rows of a covariance fit (:func:`gram_and_sums`), where NumPy's build is faster, and
-the SVD of the few constraint columns (:func:`orthonormal_basis`), where NumPy's wrapper
-costs less than the factorisation.
+over the rows of a covariance fit (:func:`gram_and_sums`), where NumPy's build is faster.
 """
 
 from __future__ import annotations
@@ -122,7 +120,11 @@ def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.n
     """
     if D.shape[1] == 0:
         return np.zeros((D.shape[0], 0)), np.zeros(0)
-    U, s, _ = np.linalg.svd(D, full_matrices=False)  # gesdd; a d x m matrix, m small
+    # LAPACK's gesdd on the d x m matrix (m small), called directly: NumPy's wrapper costs
+    # more than the factorisation itself at this size.
+    U, s, _, info = lapack.dgesdd(np.asarray(D, dtype=np.float64), full_matrices=0)
+    if info != 0:
+        raise linalg.LinAlgError(f"SVD of the constraint columns did not converge (info={info}).")
     rank = int(np.sum(s > threshold))
     return flip_columns(np.ascontiguousarray(U[:, :rank])), s
 

@@ -382,6 +382,16 @@ class GroupTable:
             for i, moments in zip(where, other.scatters, strict=True):
                 self.scatters[i].merge(moments)
 
+    def _in_order(self) -> bool:
+        """Whether the labels are already in :meth:`order`: sorted, or exactly the category
+        list (``fit`` passes its encoding's groups as the categories)."""
+        if self.categories is None:
+            return _strictly_increasing(self.labels)
+        return len(self.categories) == len(self.labels) and all(
+            label is category or label == category
+            for label, category in zip(self.labels, self.categories, strict=True)
+        )
+
     def order(self) -> np.ndarray:
         """Permutation giving the label order of :func:`fairpca._groups.encode_groups`."""
         if not self.labels:
@@ -402,7 +412,7 @@ class GroupTable:
 
     def ordered(self) -> GroupTable:
         """The table with its groups in :meth:`order` (itself when already so; read it only)."""
-        if self.categories is None and _strictly_increasing(self.labels):
+        if self._in_order():
             return self
         perm = self.order()
         if np.array_equal(perm, np.arange(perm.size)):
@@ -498,19 +508,23 @@ class FairStatistics:
         opportunity, the boolean mask of rows with ``y == pos_label``."""
         self._check_attributes(encoding)
         categories = categories or [None] * encoding.n_attributes
+        first = not any(table.labels for table in self.tables)  # its codes are the positions
         where = [
             table.positions(list(labels), cats)
             for table, labels, cats in zip(self.tables, encoding.groups, categories, strict=True)
         ]
         codes = encoding.codes
-        if any(np.any(w != np.arange(w.size)) for w in where):  # chunk-local -> global codes
+        if not first and any(np.any(w != np.arange(w.size)) for w in where):  # -> global codes
             codes = np.column_stack(
                 [where[a][codes[:, a]] for a in range(encoding.n_attributes)]
             ).reshape(X.shape[0], encoding.n_attributes)
         chunk_counts = []  # rows of the chunk per group, in the tables' positions
         for a, table in enumerate(self.tables):
-            counts = np.zeros(len(table.labels), dtype=np.int64)
-            counts[where[a]] = encoding.counts[a]
+            if first:
+                counts = np.asarray(encoding.counts[a], dtype=np.int64)
+            else:
+                counts = np.zeros(len(table.labels), dtype=np.int64)
+                counts[where[a]] = encoding.counts[a]
             table.row_counts += counts
             chunk_counts.append(counts)
         if self.spec.constraint_positive:

@@ -174,3 +174,19 @@ def test_fit_group_sums_give_the_exact_means_on_the_exact_routes():
         means = [Y[groups == g].mean(axis=0) for g in "abc"]
         np.testing.assert_allclose(means[0], means[1], atol=1e-10)
         np.testing.assert_allclose(means[0], means[2], atol=1e-10)
+
+
+@pytest.mark.parametrize(("d", "m", "rank"), [(100, 2, 1), (40, 5, 3), (7, 7, 7), (3, 6, 3)])
+def test_orthonormal_basis_equals_a_dense_svd(d, m, rank):
+    """LAPACK's gesdd, called directly, against SciPy's SVD of the same columns: the same
+    singular values, an orthonormal basis of the same span, and dependent columns dropped
+    (two groups give ``n_0 D_0 + n_1 D_1 = 0``, rank 1)."""
+    rng = np.random.default_rng(d * m + rank)
+    D = rng.normal(size=(d, rank)) @ rng.normal(size=(rank, m))
+    Q, singular_values = la.orthonormal_basis(D, 1e-10 * np.abs(D).max())
+    _, reference, _ = linalg.svd(D, full_matrices=False)
+    np.testing.assert_allclose(singular_values, reference, rtol=1e-12, atol=1e-12 * reference[0])
+    assert Q.shape == (d, rank)
+    np.testing.assert_allclose(Q.T @ Q, np.eye(rank), atol=1e-12)
+    np.testing.assert_allclose(Q @ (Q.T @ D), D, atol=1e-12 * np.abs(D).max())
+    assert np.all(Q[np.argmax(np.abs(Q), axis=0), np.arange(rank)] > 0)  # deterministic signs

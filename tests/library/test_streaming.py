@@ -507,3 +507,17 @@ def test_group_table_order_sorts_labels_seen_out_of_order():
     mixed = st.GroupTable("s", 2, False)
     mixed.positions(["x", 1])  # not comparable with <: pandas' sort, numbers first
     assert mixed.ordered().labels == [1, "x"]
+
+
+def test_group_table_in_category_order_is_its_own_order():
+    """fit passes its encoding's groups as the categories: that table is already in order,
+    sorted or not; labels that differ from the categories' order are still permuted."""
+    fitted = st.GroupTable("s", 2, False)
+    fitted.positions(["low", "high", "mid"], ["low", "high", "mid"])
+    assert fitted.ordered() is fitted
+    late = st.GroupTable("s", 2, False)
+    late.positions(["mid", "low"], ["low", "high", "mid"])
+    assert late.ordered().labels == ["low", "mid"]
+    unused = st.GroupTable("s", 2, False)
+    unused.positions(["high", "low"], ["low", "high"])
+    assert unused.ordered().labels == ["low", "high"]
