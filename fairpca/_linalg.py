@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 from scipy import linalg
-from scipy.linalg import lapack
+from scipy.linalg import blas, lapack
 from scipy.linalg.blas import get_blas_funcs
 
 from ._memory import BLOCK_ROWS as GRAM_CHUNK_ROWS
@@ -230,6 +230,7 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     Returns ``(values, vectors, constrained_values, constrained_vectors)``, each set in
     decreasing order; the constrained vectors are orthogonal to ``q`` up to rounding.
     """
+    C = np.asarray(C, dtype=np.float64)  # float64 BLAS below (dsymv, dsyr2, dger)
     d = C.shape[0]
     q = np.asarray(q, dtype=np.float64).ravel()
     # The tridiagonal eigensolver squares off-diagonal entries: bring a scatter matrix of huge
@@ -244,12 +245,10 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     v = q.copy()
     v[0] += np.copysign(1.0, q[0])
     beta = 2.0 / float(v @ v)
-    symv = get_blas_funcs("symv", (C,))
-    p = beta * symv(1.0, C, v)
+    p = beta * blas.dsymv(1.0, C, v)
     w = p - (0.5 * beta * float(v @ p)) * v
     reflected = np.array(C, order="F")  # H C H = C - v w^T - w v^T (lower triangle suffices)
-    syr2 = get_blas_funcs("syr2", (reflected,))
-    reflected = syr2(-1.0, v, w, a=reflected, lower=1, overwrite_a=1)
+    reflected = blas.dsyr2(-1.0, v, w, a=reflected, lower=1, overwrite_a=1)
     reflectors, diagonal, offdiagonal, tau, info = lapack.dsytrd(
         reflected, lower=1, lwork=_dsytrd_lwork(d), overwrite_a=1
     )
@@ -267,9 +266,10 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
         if info != 0:
             raise linalg.LinAlgError(f"dormqr failed (info={info}).")
         both[1:] = rotated
-    ger = get_blas_funcs("ger", (both,))  # H both = both - beta v (v^T both), in place
-    both = ger(-beta, v, v @ both, a=both, overwrite_a=1)
-    return values * scale, both[:, :k], fair_values * scale, both[:, k:]
+    both = blas.dger(-beta, v, v @ both, a=both, overwrite_a=1)  # H both, in place
+    if scale != 1.0:
+        values, fair_values = values * scale, fair_values * scale
+    return values, both[:, :k], fair_values, both[:, k:]
 
 
 def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.linalg import blas
 from scipy.linalg.blas import get_blas_funcs
 
 from . import _linalg as la
@@ -234,8 +235,7 @@ class Moments:
         mean = self.mean
         if self.count and self.shifted_sum.any():
             upper = self._ensure_upper()  # U is _upper + pending float32 products
-            syr = get_blas_funcs("syr", (upper,))
-            self._upper = syr(-1.0 / self.count, self.shifted_sum, a=upper, overwrite_a=True)
+            self._upper = blas.dsyr(-1.0 / self.count, self.shifted_sum, a=upper, overwrite_a=True)
         self.shift = mean
         self.shifted_sum = np.zeros(self.n_features)
 
