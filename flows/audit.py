@@ -1,13 +1,17 @@
-"""The ``fairness_audit`` flow: data -> fair representations -> lambda sweep -> classifiers
--> report -> MLflow (run, artifacts, registered model, ``champion`` alias).
+"""The ``fairness_audit`` flow: load and split -> encode -> fit the representations -> the
+lambda sweep -> choose on validation rows -> evaluate on test rows -> one record, written and
+sealed locally -> (only then, over the network) the champion comparison and the promotion
+decision -> MLflow (run, model, registered version, alias).
 
-Results are written to ``<output_dir>/<run_name>/`` first and logged to MLflow afterwards,
-so a tracking outage never loses an audit (see :mod:`fairpca.tasks.mlflow_logging`).
+:func:`run_audit` is the recipe, shared by ``fairness_audit`` and the scheduled ``retrain``
+(which also demotes a champion that fails the gate on the new rows). Every stage is a task or a
+plain function that returns its result; nothing is shared or changed behind the recipe's back.
+Results are complete on disk before the first network call, so a tracking outage always leaves
+a sealed folder that ``fairpca relog`` can log.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -17,113 +21,183 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
-from fairpca.tasks.audit_record import AuditRecord, write_audit_record
+from fairpca.tasks.card import verdict_markdown
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.diagnostics import diagnose
-from fairpca.tasks.escape import markdown_text
-from fairpca.tasks.evaluate import HEADLINE_METRICS, shared_mmd_sigma
-from fairpca.tasks.mlflow_logging import (
-    AUDIT_FILE,
-    is_transient_mlflow_error,
-    log_output_dir,
-    save_model_locally,
-)
-from fairpca.tasks.model_card import verdict_markdown
-from fairpca.tasks.model_io import as_model_input, input_example, path_inside
-from fairpca.tasks.pipeline import (
+from fairpca.tasks.evaluate import (
     build_pipeline,
     check_pipeline,
     evaluate_reported,
+    metrics_with_intervals,
     pip_requirements,
+    shared_mmd_sigma,
 )
-from fairpca.tasks.policy import GatePolicy
-from fairpca.tasks.record import (
-    AuditState,
-    candidate_summary,
-    chosen_metrics,
-    logged_metrics,
-    metric_steps,
-    model_tags,
-    report_sections,
-    run_tags,
-    selection_record,
+from fairpca.tasks.mlflow_logging import (
+    AUDIT_FILE,
+    PROMOTION_FILE,
+    RETRYING,
+    LoggedAudit,
+    as_model_input,
+    input_example,
+    log_output_dir,
+    save_model_locally,
 )
-from fairpca.tasks.references import (
-    REFERENCE_KEYS,
-    dominating_references,
-    reference_mitigations,
-    sensitive_at_prediction_note,
+from fairpca.tasks.record import AuditRecord, PromotionRecord, build_record, write_audit_record
+from fairpca.tasks.references import reference_mitigations
+from fairpca.tasks.registry import (
+    find_champion,
 )
-from fairpca.tasks.registry import provenance, resolved_model_name
-from fairpca.tasks.report import Bullets, write_matrices, write_report
+from fairpca.tasks.report import markdown_text, write_matrices, write_report
 from fairpca.tasks.represent import fit_preprocessor, fit_representation, resolve_k
-from fairpca.tasks.select import candidate_name, choose, require_fair_variant
-from fairpca.tasks.signing import seal_output_dir, signing_key
+from fairpca.tasks.select import (
+    DEFAULT_TOLERANCE,
+    Challenger,
+    Decision,
+    GatePolicy,
+    choose,
+    decide_promotion,
+    require_fair_variant,
+)
 from fairpca.tasks.sweep import lambda_sweep
+from fairpca.tasks.trust import (
+    model_digest,
+    path_inside,
+    seal_output_dir,
+    sha256_file,
+    signing_key,
+)
 
-from .champion import DEFAULT_TOLERANCE, champion_test_metrics, decide_promotion, load_champion
-from .config import AuditConfig, mask_credentials, resolve_tracking_uri
+from .config import AuditConfig, resolve_tracking_uri
 from .runners import current_task_runner_name, dask_subflow
-from .warmup import start_warmup, wait_for_warmup
 
-__all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
+__all__ = ["AuditResult", "fairness_audit", "run_audit"]
 
 
 class AuditResult(BaseModel):
-    """What a flow run returns: where to find it in MLflow and what was decided."""
+    """What a flow run returns: the audit's record, where it is on disk and in MLflow, and the
+    promotion decided there."""
 
-    run_id: str
-    run_name: str
-    experiment_id: str
-    tracking_uri: str
-    model_name: str | None
-    model_version: str | None
-    champion_alias: str
-    champion_moved: bool
-    decision: str
-    reasons: list[str]
-    chosen: dict[str, Any]
+    record: AuditRecord
     output_dir: str
     report_path: str
-    summary: list[dict[str, Any]]
-    selection: dict[str, Any] = {}
-    skipped: dict[str, str] = {}
-    outcome: str | None = None  # retrain: the champion check and the challenger, one sentence
-    references: list[dict[str, Any]] = []  # reference mitigations, validation and test rows
-    screening: list[dict[str, Any]] = []  # excluded (or kept) columns with rule and score
+    tracking_uri: str
+    run_id: str
+    experiment_id: str
+    model_version: str | None
+    model_version_new: bool
+    champion_moved: bool
+    promotion: PromotionRecord
+
+    @property
+    def run_name(self) -> str:
+        return self.record.run_name
+
+    @property
+    def model_name(self) -> str | None:
+        return self.record.model_name if self.model_version is not None else None
+
+    @property
+    def champion_alias(self) -> str:
+        return self.record.champion_alias
+
+    @property
+    def decision(self) -> str:
+        return "promote" if self.promotion.promote else "keep"
+
+    @property
+    def reasons(self) -> list[str]:
+        return [*self.record.decision.reasons, *self.promotion.reasons]
+
+    @property
+    def selection(self) -> dict[str, Any]:
+        return self.record.selection.model_dump(by_alias=True)
+
+    @property
+    def summary(self) -> list[dict[str, Any]]:
+        return list(self.record.candidates or [])
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        return dict(self.record.skipped or {})
+
+    @property
+    def references(self) -> list[dict[str, Any]]:
+        return [reference.model_dump() for reference in self.record.references or []]
+
+    @property
+    def screening(self) -> list[dict[str, Any]]:
+        return [entry.model_dump() for entry in self.record.screening or []]
 
 
-@contextmanager
-def timed(timings: dict[str, float], name: str):
-    """Record the wall time of a block as ``time_<name>_s``."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        timings[f"time_{name}_s"] = time.perf_counter() - start
+class Stopwatch:
+    """Wall time of the recipe's consecutive stages (``time_<stage>_s``; they add up to the
+    audit's wall time) and of tasks that ran beside them (``time_<task>_task_s``)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[f"time_{stage}_s"] = time.perf_counter() - begin
+
+    def timings(self, **beside: float) -> dict[str, float]:
+        total = {"time_total_s": time.perf_counter() - self.start}
+        return {**self.seconds, **{f"time_{k}_task_s": v for k, v in beside.items()}, **total}
 
 
-def _dashed(variant: str) -> str:
-    """``fair_pca_s`` -> ``fair-pca-s`` so ``time_fit_<variant>_s`` stays unambiguous."""
-    return variant.replace("_", "-")
-
-
-def unique_run_name(config: AuditConfig, kind: str = "audit") -> str:
+def unique_run_name(config: AuditConfig, kind: str) -> str:
     """``<kind>-<source>-<UTC time>-<random>``: unique across concurrent audits."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     source = re.sub(r"[^a-z0-9-]+", "-", config.source.name.lower()).strip("-") or "data"
     return f"{kind}-{source}-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def _fit_representations(config, split, encoded_train, timings):
-    """Fit every variant once (in parallel); a variant that cannot be fitted is skipped."""
-    logger = get_run_logger()
+def open_output_dir(config: AuditConfig, kind: str) -> Path:
+    """The audit's new output folder (the signing key exists before any work, so the folder
+    can be sealed)."""
+    signing_key(create=True)
+    out_dir = path_inside(
+        config.output.output_dir, config.output.run_name or unique_run_name(config, kind)
+    )
+    out_dir.mkdir(parents=True, exist_ok=False)
+    return out_dir
+
+
+def resolved_config(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, dict]:
+    """The config as fitted (the split sizes used, the attributes, the k every variant gets:
+    :func:`fairpca.tasks.represent.resolve_k`) and the k record."""
+    k = resolve_k(
+        config.representation.k,
+        encoded_train.shape[1],
+        split.s_train,
+        list(config.representation.variants),
+    )
+    sizes = {
+        f"n_{part}": len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
+    }
+    update = {
+        "source": config.source.model_copy(update={"sensitive": list(split.s_train.columns)}),
+        "representation": config.representation.model_copy(update={"k": k["fitted"]}),
+        "split": config.split.model_copy(update=sizes),
+    }
+    return config.model_copy(update=update), k
+
+
+def fit_representations(config: AuditConfig, split, encoded_train) -> tuple[dict, dict]:
+    """Every variant fitted once, in parallel; a variant that cannot be fitted is skipped
+    with its reason (the audit fails when no fair variant remains)."""
     futures = {
         variant: fit_representation.submit(
             variant,
@@ -140,276 +214,130 @@ def _fit_representations(config, split, encoded_train, timings):
     for variant, future in futures.items():
         try:
             representations[variant] = future.result()
-        except ValueError as error:  # e.g. k too large, a group without positive rows (EO)
+        except ValueError as error:  # e.g. a group without positive rows (EO)
             skipped[variant] = str(error)
-            logger.warning("variant %s skipped: %s", variant, error)
+            get_run_logger().warning("variant %s skipped: %s", variant, error)
     require_fair_variant(config.representation.variants, skipped, encoded_train.shape[1])
-    if not representations:
-        raise ValueError("no representation could be fitted: " + "; ".join(skipped.values()))
-    for variant, rep in representations.items():
-        timings[f"time_fit_{_dashed(variant)}_s"] = rep.fit_seconds
     return representations, skipped
 
 
-def _sweep_all(config, split, representations, encoded_train, encoded_validation, timings):
-    """One lambda sweep per representation (in parallel), on training and validation rows."""
+def sweep_all(config: AuditConfig, split, representations, encoded) -> tuple[pd.DataFrame, dict]:
+    """One lambda sweep per representation (in parallel) on training and validation rows:
+    the candidates' table and every sweep's fitted classifiers."""
+    encoded_train, encoded_validation = encoded
     sigma = shared_mmd_sigma(
         encoded_train,
         config.representation.k,
         max_rows=config.representation.metric_max_rows,
         seed=config.seed,
     )
-    futures = {
-        variant: lambda_sweep.submit(
-            variant,
-            rep,
-            encoded_train,
-            encoded_validation,
-            split,
-            config.representation,
-            config.evaluation,
-            config.seed,
-            sigma,
+    futures = [
+        lambda_sweep.submit(
+            variant, rep, encoded_train, encoded_validation, split,
+            config.representation, config.evaluation, config.seed, sigma,
         )
         for variant, rep in representations.items()
-    }
-    sweeps = {variant: future.result() for variant, future in futures.items()}
-    for variant, sweep in sweeps.items():
-        timings[f"time_sweep_{_dashed(variant)}_s"] = sweep.seconds
-    return sweeps
-
-
-def _resolved(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, dict]:
-    """The config as fitted: the split sizes used and the k fitted (see
-    :func:`fairpca.tasks.represent.resolve_k`), so params and record report what ran."""
-    k = resolve_k(
-        config.representation.k,
-        encoded_train.shape[1],
-        split.s_train,
-        list(config.representation.variants),
-    )
-    if k["requested"] is None:
-        get_run_logger().warning(k["note"])
-    sizes = {
-        "n_train": len(split.y_train),
-        "n_validation": len(split.y_validation),
-        "n_test": len(split.y_test),
-    }
-    source = config.source.model_copy(update={"sensitive": list(split.s_train.columns)})
-    representation = config.representation.model_copy(update={"k": k["fitted"]})
-    update = {
-        "source": source,
-        "representation": representation,
-        "split": config.split.model_copy(update=sizes),
-    }
-    return config.model_copy(update=update), k
-
-
-def _load_and_encode(config: AuditConfig, timings: dict[str, float], dataset=None) -> tuple:
-    """Load (unless ``dataset`` is given), split (screening on the training rows) and fit the
-    preprocessor."""
-    with timed(timings, "load_data"):
-        dataset = load_data(config.source) if dataset is None else dataset
-    with timed(timings, "split_data"):
-        split = split_data(
-            dataset,
-            config.split,
-            config.source,
-            seed=config.seed,
-            min_group_size=config.evaluation.min_group_size,
-        )
-    get_run_logger().info("split: %s", split.summary())
-    with timed(timings, "fit_preprocessor"):
-        preprocessor, encoded_train, encoded_validation = fit_preprocessor(
-            split, config.representation.min_category_count
-        )
-    return dataset, split, preprocessor, encoded_train, encoded_validation
-
-
-def _open_output(config: AuditConfig, kind: str) -> tuple[datetime, str, Path]:
-    """The audit's start time, run name and new output folder (the signing key exists
-    before any work, so the output can be sealed)."""
-    started_at = datetime.now(UTC)
-    start_warmup(resolve_tracking_uri(config.tracking.tracking_uri))
-    signing_key(create=True)
-    run_name = config.output.run_name or unique_run_name(config, kind)
-    out_dir = path_inside(config.output.output_dir, run_name)
-    out_dir.mkdir(parents=True, exist_ok=False)
-    return started_at, run_name, out_dir
-
-
-def _evaluate_chosen(config, split, preprocessor, reps, sweeps, choice, timings) -> tuple:
-    """The chosen pipeline, and its and unconstrained PCA's metrics on the test rows (read
-    only now, after every choice)."""
-    pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
-    check_pipeline(pipeline, split, choice["chosen"])
-    pca_row = choice["pca_row"]
-    pca_pipeline = build_pipeline(preprocessor, reps, sweeps, pca_row) if pca_row else None
-    with timed(timings, "evaluate_test"):
-        evaluation = evaluate_reported(
-            split, config.evaluation, config.seed, pipeline, pca_pipeline, choice["chosen"], pca_row
-        )
-    return pipeline, evaluation
-
-
-def prepare_audit(config: AuditConfig, kind: str = "audit", dataset=None) -> AuditState:
-    """Compute part of an audit: load (unless ``dataset`` is given), split, fit, sweep and
-    choose on validation rows; diagnostics; then (only then) evaluate what is reported on the
-    test rows, beside the reference mitigations (trained meanwhile on the training rows)."""
-    started_at, run_name, out_dir = _open_output(config, kind)
-    timings: dict[str, float] = {}
-    dataset, split, preprocessor, encoded_train, encoded_validation = _load_and_encode(
-        config, timings, dataset
-    )
-    config, k_record = _resolved(config, split, encoded_train)
-    references = reference_mitigations.submit(preprocessor, split, config.evaluation, config.seed)
-    with timed(timings, "fit_representations"):
-        reps, skipped = _fit_representations(config, split, encoded_train, timings)
-    with timed(timings, "lambda_sweep"):
-        sweeps = _sweep_all(config, split, reps, encoded_train, encoded_validation, timings)
+    ]  # fmt: skip
+    sweeps = {sweep.variant: sweep for sweep in (future.result() for future in futures)}
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
-    choice = choose(table, split.y_train, split.y_validation, config.selection)
-    with timed(timings, "diagnostics"):
-        diagnostics = diagnose(
-            reps, encoded_train, encoded_validation, split, table,
-            seed=config.seed, min_group_size=config.evaluation.min_group_size,
-        )  # fmt: skip
-    pipeline, evaluation = _evaluate_chosen(
-        config, split, preprocessor, reps, sweeps, choice, timings
+    return table, sweeps
+
+
+@task(name="write-outputs", cache_policy=NO_CACHE)
+def write_outputs(out_dir: Path, record: AuditRecord, table, representations, config) -> Path:
+    """Everything the audit found, on disk: the record, the report, the model card, the
+    candidates' table, the resolved config and the projection matrices (the model was
+    saved before the record, which names its SHA-256); then the folder is sealed."""
+    table.to_csv(out_dir / "metrics.csv", index=False)
+    (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    write_audit_record(out_dir / AUDIT_FILE, record)
+    write_report(out_dir, record, table)
+    return seal_output_dir(out_dir)
+
+
+def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[str, str]:
+    """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
+    skops file and the digest of its content (:func:`fairpca.tasks.trust.model_digest`)."""
+    example = input_example(as_model_input(split.X_train), config.representation.min_category_count)
+    model_dir = save_model_locally(
+        pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
-    with timed(timings, "reference_mitigations"):
-        reference_rows = references.result()
-    decision = choice["decision"]
-    decision.reasons += reference_notes(
-        reference_rows, evaluation["chosen"]["test"], choice["policy"]
-    )
-    pca_row = choice["pca_row"]
-    return AuditState(
-        config=config,
-        run_name=run_name,
-        out_dir=out_dir,
-        dataset=dataset,
-        split=split,
-        preprocessor=preprocessor,
-        representations=reps,
-        sweeps=sweeps,
-        table=table,
-        chosen=choice["chosen"],
-        decision=decision,
-        pipeline=pipeline,
-        pca_row=pca_row,
-        majority_accuracy=choice["majority_accuracy"],
-        evaluation=evaluation,
-        diagnostics=diagnostics,
-        timings=timings,
-        skipped=skipped,
-        additions=_additions(choice, reference_rows, split, k_record),
-        started_at=started_at,
-    )
+    return sha256_file(next(model_dir.glob("*.skops"))), model_digest(pipeline)
 
 
-def _additions(choice, references, split, k_record) -> dict[str, Any]:
-    """The audit record's top-level additions (see the contract of ``audit.json``)."""
-    return {
-        "policy": choice["policy"].record(),
-        "eligibility": choice["eligibility"],
-        "references": [
-            {key: r[key] for key in REFERENCE_KEYS} for r in references if "skipped" not in r
-        ],
-        "screening": split.screening,
-        "champion_comparison": None,
-        "k": k_record,
-        "split_sizes": {
-            part: len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
-        },
-    }
+def test_rows_scorer(split, config: AuditConfig):
+    """``score(pipeline) -> metrics with intervals`` on this audit's test rows: how the
+    champion is measured beside the challenger."""
 
-
-def reference_notes(references, chosen_test, policy) -> list[str]:
-    """Decision lines: references that dominate the chosen candidate on the test rows, and
-    which approaches need the sensitive attribute at prediction time."""
-    skipped = [f"reference {r['name']} could not be fitted: {r['skipped']}" for r in references
-               if "skipped" in r]  # fmt: skip
-    fitted = [r for r in references if r.get("test")]
-    if not fitted:
-        return skipped
-    return [
-        *dominating_references(fitted, chosen_test, policy),
-        sensitive_at_prediction_note(fitted),
-        *skipped,
-    ]
-
-
-def promotion_check(state: AuditState, tracking_uri: str, tolerance: float) -> None:
-    """Compare a promotable challenger with the current champion on this audit's test rows
-    (:func:`fairpca.flows.champion.decide_promotion`); updates the decision and the record."""
-    config = state.config
-    if not (state.decision.promote and config.tracking.register_model and eligible(state)):
-        return
-    wait_for_warmup(tracking_uri)
-    alias = config.tracking.champion_alias
-    try:
-        champion = load_champion(
-            tracking_uri, resolved_model_name(config.source, config.tracking.model_name), alias
+    def score(pipeline) -> dict[str, float]:
+        return metrics_with_intervals(
+            split.y_test,
+            pipeline.predict(split.X_test),
+            split.s_test,
+            min_group_size=config.evaluation.min_group_size,
+            allow_small_groups=config.evaluation.allow_small_groups,
+            n_resamples=config.evaluation.n_bootstrap,
+            seed=config.seed,
         )
-        if champion is None:
-            return
-        champion_test = champion_test_metrics(
-            tracking_uri, champion, state.split, config.evaluation, config.seed
-        )
-    except Exception as error:  # the results are still written; logging reports the outage
-        if not is_transient_mlflow_error(error):
-            raise
-        state.decision.promote = False
-        state.decision.reasons.append(
-            f"the current {alias!r} version could not be read from MLflow "
-            f"({type(error).__name__}), so the challenger was not compared with it and is not "
-            "promoted; audit again once the tracking server is reachable"
-        )
-        return
-    challenger = {**state.evaluation["chosen"]["test"], "name": candidate_name(state.chosen)}
-    policy = GatePolicy.from_config(config.selection)
-    state.decision, record = decide_promotion(
-        state.decision, challenger, champion, champion_test, policy, tolerance
-    )
-    state.additions["champion_comparison"] = record
+
+    return score
 
 
-def eligible(state: AuditState) -> bool:
-    """Whether the chosen candidate passed the eligibility rules (only then registered)."""
-    return bool(state.additions.get("eligibility", {}).get("chosen_passes", True))
+# The champion's look-up and evaluation over the network, retried on transient errors.
+champion_lookup = task(name="mlflow-find-champion", **RETRYING)(find_champion)
 
 
-def _write_outputs(state: AuditState) -> dict[str, str]:
-    """Matrices, the metrics table, the resolved config and the fitted pipeline."""
-    out_dir = state.out_dir
-    hashes = write_matrices(out_dir, state.representations)
-    state.table.to_csv(out_dir / "metrics.csv", index=False)
-    (out_dir / "config.json").write_text(state.config.model_dump_json(indent=2))
-    save_model_locally(
-        state.pipeline,
-        out_dir,
-        input_example=input_example(
-            as_model_input(state.split.X_train), state.config.representation.min_category_count
+def challenger_of(record: AuditRecord) -> Challenger:
+    """What the signed record says about the version the audit would promote: it may be
+    promoted only if the gate passed it on the validation rows and it was registered."""
+    return Challenger(
+        name=record.selection.chosen.name,
+        decision=Decision(
+            record.decision.promote and record.register_model, tuple(record.decision.reasons)
         ),
-        pip_requirements=pip_requirements(),
+        policy=GatePolicy.from_tags(record.model_tags),
+        test=dict(record.selection.test),
+        model_digest=record.model_digest,
     )
-    return hashes
 
 
-def _plot_arguments(state: AuditState) -> dict[str, Any]:
-    return {
-        "table": state.table,
-        "chosen": state.chosen,
-        "pca": state.pca_row,
-        "majority_accuracy": state.majority_accuracy,
-        # the panels are the measures the policy gates
-        "thresholds": (state.additions.get("policy") or {}).get("thresholds")
-        or state.config.selection.thresholds,
-        "gate": state.config.selection.gate,
-        "references": state.additions.get("references"),
-        "utility": state.config.selection.select_by,
-    }
+def promote_and_log(
+    out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *, watch: bool
+) -> AuditResult:
+    """The network part: decide the promotion against the current champion (on this audit's
+    test rows), write it beside the record (the report shows it), seal again, log to MLflow."""
+    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
+    tolerance = getattr(getattr(config, "promotion", None), "accuracy_tolerance", DEFAULT_TOLERANCE)
+    champion, demoted = (None, frozenset())
+    if record.register_model:
+        champion, demoted = champion_lookup(
+            tracking_uri, record, evaluate=test_rows_scorer(split, config), watch=watch
+        )
+    promotion = decide_promotion(
+        challenger_of(record), champion, tolerance=tolerance, demoted_models=demoted
+    )
+    decided = PromotionRecord.of(promotion, champion)
+    (out_dir / PROMOTION_FILE).write_text(decided.model_dump_json(indent=2))
+    paths = write_report(out_dir, record, table, decided)
+    seal_output_dir(out_dir)
+    logged = log_output_dir(out_dir, tracking_uri, promotion=decided, ends_now=True)
+    _prefect_artifacts(record, decided, out_dir)
+    return _result(record, decided, logged, out_dir, paths["html"])
+
+
+def _result(record, promotion, logged: LoggedAudit, out_dir: Path, report: Path) -> AuditResult:
+    return AuditResult(
+        record=record,
+        output_dir=str(out_dir.resolve()),
+        report_path=str(report.resolve()),
+        tracking_uri=logged.tracking_uri,
+        run_id=logged.run_id,
+        experiment_id=logged.experiment_id,
+        model_version=logged.model_version,
+        model_version_new=logged.model_version_new,
+        champion_moved=logged.champion_moved,
+        promotion=promotion,
+    )
 
 
 def _flow_tags(kind: str) -> dict[str, str]:
@@ -420,125 +348,95 @@ def _flow_tags(kind: str) -> dict[str, str]:
     return tags
 
 
-def finish_audit(
-    state: AuditState,
-    *,
-    kind: str = "audit",
-    extra_sections: list[tuple[str, Any]] | None = None,
-    extra_tags: dict[str, str] | None = None,
-    extra_metrics: dict[str, float] | None = None,
-) -> AuditResult:
-    """Write every result to the output directory, then log it to MLflow."""
-    config, out_dir, timings = state.config, state.out_dir, state.timings
-    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    with timed(timings, "write_outputs"):
-        hashes = _write_outputs(state)
-    extra = (extra_sections or []) + _skipped_section(state.skipped)
-    with timed(timings, "write_report"):
-        paths = write_report(
-            out_dir,
-            title=f"Fairness {kind}: {config.source.name} ({state.run_name})",
-            sections=report_sections(state, [*extra, ("Timings (seconds)", _timings(timings))]),
-            plot=_plot_arguments(state),
-        )
-    selection = selection_record(state)
-    audit = AuditRecord(
-        audit_id=state.run_name,
-        run_name=state.run_name,
-        kind=kind,
-        experiment_name=config.tracking.experiment_name,
-        model_name=resolved_model_name(config.source, config.tracking.model_name),
-        champion_alias=config.tracking.champion_alias,
-        register_model=config.tracking.register_model and eligible(state),
-        mlflow_retries=config.tracking.mlflow_retries,
-        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
-        started_at=state.started_at,
-        ended_at=datetime.now(UTC),
-        sensitive=list(state.split.s_train.columns),
-        decision=state.decision.as_dict(),
-        chosen=chosen_metrics(state.chosen)
-        | {"variant": state.chosen["variant"], "classifier": state.chosen["classifier"]},
-        selection=selection,
-        params={**config.flat_params(), "resolved_tracking_uri": mask_credentials(tracking_uri)},
-        metrics={**logged_metrics(state), **(extra_metrics or {})},
-        metric_steps=metric_steps(state.table),
-        tags={**run_tags(state), **_flow_tags(kind), **(extra_tags or {})},
-        model_tags=model_tags(state) | GatePolicy.from_config(config.selection).tags(),
-        hashes=hashes,
-        provenance=provenance(config.source),
-        **state.additions,
+def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
+    """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, read
+    from the record (aggregates only; user strings escaped)."""
+    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{record.provenance.definition.source}".lower())
+    verdict = verdict_markdown(
+        record, promotion, heading=f"Fairness {record.kind} {record.run_name}"
     )
-    write_audit_record(out_dir / AUDIT_FILE, audit)
-    seal_output_dir(out_dir)  # the last file is written: sign the directory
-    _prefect_artifacts(state, audit)
-    wait_for_warmup(tracking_uri)
-    logged = log_output_dir(out_dir, tracking_uri, ends_now=True)
-    return _result(state, logged, tracking_uri, paths["html"], audit)
-
-
-def _result(state: AuditState, logged, tracking_uri: str, report: Path, audit) -> AuditResult:
-    config, chosen = state.config, state.chosen
-    selection = audit.selection.model_dump()
-    summary = candidate_summary(state)
-    return AuditResult(
-        run_id=logged.run_id,
-        run_name=state.run_name,
-        experiment_id=logged.experiment_id,
-        tracking_uri=mask_credentials(tracking_uri),
-        model_name=resolved_model_name(config.source, config.tracking.model_name)
-        if config.tracking.register_model and eligible(state)
-        else None,
-        model_version=logged.model_version,
-        champion_alias=config.tracking.champion_alias,
-        champion_moved=logged.champion_moved,
-        decision="promote" if state.decision.promote else "keep",
-        reasons=state.decision.reasons,
-        chosen={k: chosen.get(k) for k in ("variant", "classifier", "lambda", *HEADLINE_METRICS)},
-        selection=selection,
-        output_dir=str(state.out_dir.resolve()),
-        report_path=str(report.resolve()),
-        summary=json.loads(summary.to_json(orient="records")),
-        skipped=state.skipped,
-        references=[reference.model_dump() for reference in audit.references or []],
-        screening=[entry.model_dump() for entry in audit.screening or []],
-    )
-
-
-def _skipped_section(skipped: dict[str, str]) -> list[tuple[str, Any]]:
-    if not skipped:
-        return []
-    items = Bullets([f"{variant}: {why}" for variant, why in skipped.items()])
-    return [("Skipped variants (could not be fitted on this data)", items)]
-
-
-def _timings(timings: dict[str, float]) -> pd.DataFrame:
-    return pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
-
-
-def _prefect_artifacts(state: AuditState, record: AuditRecord) -> None:
-    """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, from
-    the typed record (aggregated numbers only; user strings escaped)."""
-    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{state.config.source.name}".lower()).strip("-")
-    verdict = verdict_markdown(record, heading=f"Fairness {record.kind} {record.run_name}")
-    local = markdown_text(state.out_dir.resolve())
     create_markdown_artifact(
-        f"{verdict}\n\nLocal results: {local}",
-        key=f"{key}-summary"[:100],
+        f"{verdict}\n\nLocal results: {markdown_text(out_dir.resolve())}",
+        key=f"{key.strip('-')}-summary"[:100],
         description="audit verdict",
     )
-    summary = candidate_summary(state)
-    records = json.loads(summary.round(4).to_json(orient="records"))
     create_table_artifact(
-        records,  # our own variant/classifier names and numbers: no user string
-        key=f"{key}-candidates"[:100],
+        [{k: v for k, v in row.items()} for row in record.candidates or []],
+        key=f"{key.strip('-')}-candidates"[:100],
         description="candidates on validation rows",
     )
+
+
+def run_audit(config: AuditConfig, kind: str = "audit", *, watch: bool = False) -> AuditResult:
+    """The recipe of ``fairness_audit`` and ``retrain`` (see the module docstring)."""
+    clock, started_at = Stopwatch(), datetime.now(UTC)
+    out_dir = open_output_dir(config, kind)
+    with clock("load_data"):
+        split = split_data(
+            load_data(config.source), config.split, config.source,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+    with clock("encode"):
+        preprocessor, encoded_train, encoded_validation = fit_preprocessor(
+            split, config.representation.min_category_count
+        )
+        config, k_record = resolved_config(config, split, encoded_train)
+    references = reference_mitigations.submit(preprocessor, split, config.evaluation, config.seed)
+    with clock("fit_representations"):
+        representations, skipped = fit_representations(config, split, encoded_train)
+    with clock("lambda_sweep"):
+        table, sweeps = sweep_all(
+            config, split, representations, (encoded_train, encoded_validation)
+        )
+    choice = choose(table, split.y_train, split.y_validation, config.selection)
+    with clock("diagnostics"):
+        diagnostics = diagnose(
+            representations, encoded_train, encoded_validation, split, table,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+    with clock("evaluate_test"):
+        pipeline = build_pipeline(preprocessor, representations, sweeps, choice.chosen)
+        check_pipeline(pipeline, split, choice.chosen)
+        pca = choice.pca_row and build_pipeline(
+            preprocessor, representations, sweeps, choice.pca_row
+        )
+        reported = evaluate_reported(
+            split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
+        )
+    with clock("wait_references"):
+        reference_rows = references.result()
+    with clock("save_model"):
+        model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
+        hashes = write_matrices(out_dir, representations)
+    record = build_record(
+        config,
+        kind=kind,
+        run_name=out_dir.name,
+        started_at=started_at,
+        split=split,
+        choice=choice,
+        reported=reported,
+        references=reference_rows,
+        diagnostics=diagnostics,
+        representations=representations,
+        table=table,
+        skipped=skipped,
+        k_record=k_record,
+        timings=clock.timings(reference_mitigations=sum(r["seconds"] for r in reference_rows)),
+        hashes=hashes,
+        model_sha256=model_sha256,
+        model_digest=digest,
+        tags={**_flow_tags(kind), "fairpca.local_output_dir": str(out_dir.resolve())},
+    )
+    write_outputs(out_dir, record, table, representations, config)
+    return promote_and_log(out_dir, record, table, split, config, watch=watch)
 
 
 @flow(
     name="fairness-audit",
     task_runner=ThreadPoolTaskRunner(max_workers=2),
     validate_parameters=True,
+    persist_result=False,
 )
 def fairness_audit(config: AuditConfig) -> AuditResult:
     """Fairness audit of (fair) PCA representations with downstream classifiers.
@@ -552,10 +450,8 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     Returns
     -------
     AuditResult
-        MLflow run id, registered model version, decision and where the report is.
+        The audit record, where it is on disk and in MLflow, and the promotion decision.
     """
     if (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
         return on_dask(config)
-    state = prepare_audit(config, "audit")
-    promotion_check(state, resolve_tracking_uri(config.tracking.tracking_uri), DEFAULT_TOLERANCE)
-    return finish_audit(state, kind="audit")
+    return run_audit(config, "audit")

@@ -26,16 +26,18 @@ from pydantic.fields import FieldInfo
 from fairpca.datasets import MIN_CATEGORY_COUNT
 from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
 from fairpca.metrics import check_fairness_options
-from fairpca.tasks.classify import CLASSIFIER_NAMES
-from fairpca.tasks.credentials import mask_credentials, take_credentials
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
-from fairpca.tasks.policy import DEFAULT_BOUND, DEFAULT_POLICY, parse_policy
 from fairpca.tasks.select import (
+    DEFAULT_BOUND,
+    DEFAULT_POLICY,
     MAX_ONE_CLASS_SHARE,
     MIN_ACCURACY_GAIN,
     MIN_BALANCED_ACCURACY_MARGIN,
     MIN_POSITIVE_RATE_RATIO,
+    parse_policy,
 )
+from fairpca.tasks.sweep import CLASSIFIER_NAMES
+from fairpca.tasks.trust import mask_credentials, take_credentials
 
 __all__ = [
     "CLASSIFIERS",
@@ -66,7 +68,7 @@ __all__ = [
 
 DATASETS = ("adult", "german", "bank", "compas")
 VARIANTS = ("pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca")
-CLASSIFIERS = CLASSIFIER_NAMES  # the names fairpca.tasks.classify builds
+CLASSIFIERS = CLASSIFIER_NAMES  # the names fairpca.tasks.sweep builds
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"

@@ -229,7 +229,7 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
 
 
 def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
-    from fairpca.tasks.model_io import path_inside
+    from fairpca.tasks.trust import path_inside
 
     base = Path(output_dir)
     try:
@@ -260,7 +260,7 @@ def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
 
 def _check_signing_key(output_dir: Path) -> None:
     """The key that will seal the output directory can be read (or created) outside it."""
-    from fairpca.tasks.signing import SealError, key_path, signing_key
+    from fairpca.tasks.trust import SealError, key_path, signing_key
 
     try:
         signing_key(create=True)
@@ -276,21 +276,18 @@ def _check_signing_key(output_dir: Path) -> None:
 def check_before_run(config) -> list[str]:
     """Load the data source and check k and the output directory; return the warnings.
 
-    The loaded dataset is kept for the audit flow of this process
-    (:func:`fairpca.tasks.sources.preload_source`), so the data is read once per audit.
-
     Raises
     ------
     PreflightError
         For any input that would make the audit fail.
     """
     from fairpca.datasets import ScreeningWarning
-    from fairpca.tasks.sources import preload_source
+    from fairpca.tasks.data import load_source
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            dataset = preload_source(config.source)
+            dataset = load_source(config.source)
         except (ValueError, TypeError, OSError, LookupError) as error:
             raise PreflightError(str(error)) from error
     parts = _check_parts(config, dataset)

@@ -1,13 +1,15 @@
 """Re-log a kept audit output directory to MLflow (after a tracking outage).
 
 Only what the audit wrote and signed is logged: the directory must verify against its seal
-(:mod:`fairpca.tasks.signing`: every file's size and SHA-256 in a manifest authenticated by
-an HMAC with this user's key, which the directory does not hold), and the model must pass
+(:mod:`fairpca.tasks.trust`: every file's size and SHA-256 in a manifest authenticated by an
+HMAC with this user's key, which the directory does not hold), and the model must pass
 :func:`fairpca.tasks.mlflow_logging.check_relog_dir` (skops only, no code, pinned
 requirements, only the project's fixed trusted types). Nothing in the directory is executed
 or unpickled. Relog completes the run the audit created (recorded in the seal and checked on
-the server) or creates a new one; the alias moves only with ``promote`` and only when the
-verified record decided to promote. Metric points already in the run are not logged again.
+the server) or creates a new one, and registers the model unless a version of the same model
+and training rows exists. The alias moves only with ``promote`` and only when the one
+promotion decision (:func:`fairpca.tasks.select.decide_promotion`), against the current
+champion and every demotion the registry recorded, says so.
 """
 
 from __future__ import annotations
@@ -19,22 +21,60 @@ from typing import Any
 
 from prefect import flow
 
-from fairpca.tasks.mlflow_logging import STATUS_FILE, check_relog_dir, log_output_dir, read_audit
+from fairpca.tasks.mlflow_logging import (
+    PROMOTION_FILE,
+    STATUS_FILE,
+    check_relog_dir,
+    log_output_dir,
+    read_audit,
+)
+from fairpca.tasks.record import AuditRecord, PromotionRecord
+from fairpca.tasks.select import decide_promotion
 
+from .audit import challenger_of, champion_lookup
 from .config import mask_credentials, resolve_tracking_uri
 
-__all__ = ["relog", "relog_output_dir"]
+__all__ = ["relog", "relog_output_dir", "relog_promotion"]
 
 
-@flow(name="fairness-relog")
+def relog_promotion(out_dir: Path, audit: AuditRecord, tracking_uri: str, promote: bool):
+    """The promotion of a relogged audit: none without ``promote``; otherwise the one
+    decision against the registry's champion now, on the rows the audit compared it on when
+    the audit's own comparison (``promotion.json``) measured that very version."""
+    if not promote:
+        return PromotionRecord(promote=False, reasons=["relog moves no alias without --promote"])
+    champion, demoted = champion_lookup(tracking_uri, audit)
+    compared = _compared_champion(out_dir, champion)
+    if compared is not None:
+        champion = compared
+    promotion = decide_promotion(challenger_of(audit), champion, demoted_models=demoted)
+    return PromotionRecord.of(promotion, champion)
+
+
+def _compared_champion(out_dir: Path, champion):
+    """``champion`` with the metrics the audit measured it with on its own test rows, when
+    the audit's sealed ``promotion.json`` compared this very version (else None)."""
+    from dataclasses import replace
+
+    path = Path(out_dir) / PROMOTION_FILE
+    if champion is None or not path.is_file():
+        return None
+    decided = PromotionRecord.model_validate_json(path.read_text())
+    comparison = decided.comparison
+    if comparison is None or comparison.champion_version != champion.version:
+        return None
+    return replace(champion, test=dict(comparison.metrics.get("champion", {})) or None)
+
+
+@flow(name="fairness-relog", persist_result=False)
 def relog(
     output_dir: str, tracking_uri: str | None, force: bool = False, promote: bool = False
 ) -> dict[str, Any]:
     """Log ``output_dir`` (written and sealed by an audit) to MLflow, completing its run.
 
     ``tracking_uri`` None reads ``$MLFLOW_TRACKING_URI`` (so credentials never become a flow
-    parameter). The alias moves only with ``promote=True`` and only if the verified audit
-    record decided to promote; otherwise it is left where it is.
+    parameter). The alias moves only with ``promote=True`` and only if the promotion decision
+    says so; otherwise it is left where it is.
     """
     status_path = Path(output_dir) / STATUS_FILE
     if status_path.is_file() and not force:
@@ -44,16 +84,18 @@ def relog(
                 f"{output_dir} was already logged completely (run {status.get('run_id')}); "
                 "pass --force (force=True) to log it once more."
             )
+    uri = resolve_tracking_uri(tracking_uri)
     audit = read_audit(Path(output_dir))
-    logged = log_output_dir(  # verifies the seal before any run or version is created
-        Path(output_dir), resolve_tracking_uri(tracking_uri), promote=None if promote else False
-    )
+    check_relog_dir(Path(output_dir))  # verified before anything is asked of the server
+    promotion = relog_promotion(Path(output_dir), audit, uri, promote)
+    logged = log_output_dir(Path(output_dir), uri, promotion=promotion)
     return {
         "run_id": logged.run_id,
         "model_version": logged.model_version,
         "model_name": audit.model_name,
         "champion_alias": audit.champion_alias,
         "champion_moved": logged.champion_moved,
+        "reasons": list(promotion.reasons),
     }
 
 
@@ -72,10 +114,8 @@ def relog_output_dir(
         record sets reserved tags, or it was logged before.
     """
     directory = Path(output_dir)
-    if not (directory / "audit.json").is_file():
-        read_audit(directory)  # the message for a directory that is no audit's
+    read_audit(directory)  # the message for a directory that is no audit's
     check_relog_dir(directory)
-    read_audit(directory)
     if mask_credentials(tracking_uri) != tracking_uri:  # credentials stay out of parameters
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
         tracking_uri = None

@@ -1,4 +1,5 @@
-"""Data tasks: load a dataset or a user file, and split it in three (seeded, stratified)."""
+"""Data tasks: load a dataset or a user file, and split it in three (seeded, stratified),
+screening the columns on the training rows."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import numpy as np
 import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
-
-from fairpca.tasks.sources import load_source, take_preloaded
 
 __all__ = [
     "Split",
@@ -62,10 +61,8 @@ class Split:
 @task(name="load-data", cache_policy=NO_CACHE, retries=0)
 def load_data(source) -> Any:
     """The audit's data source (the config's ``source`` section: bundled dataset, data
-    directory or user file): the dataset the command line's preflight loaded for this source,
-    else loaded now."""
-    dataset = take_preloaded(source)
-    return load_source(source) if dataset is None else dataset
+    directory or user file)."""
+    return load_source(source)
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
@@ -241,3 +238,38 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_
         with suppress(Exception):  # outside a flow run there is no run logger
             get_run_logger().warning("excluded on the training rows: %s", excluded)
     return excluded, entries
+
+
+def load_source(source) -> Any:
+    """The :class:`fairpca.datasets.Dataset` named by an audit config's ``source`` section; a
+    bundled dataset's coded groups carry their names (``Female`` / ``Male``, not 0 / 1) into
+    the audit."""
+    from fairpca import datasets
+
+    if source.dataset is not None:
+        kwargs: dict[str, Any] = {"data_dir": source.data_dir}
+        if source.sensitive:
+            kwargs["sensitive"] = tuple(source.sensitive)
+        return datasets.load_dataset(source.dataset, **kwargs).with_named_groups()
+    return datasets.load_user_data(
+        source.data,
+        label=source.label,
+        sensitive=tuple(source.sensitive),
+        positive_label=_typed_label(source),
+        keep=tuple(source.keep),
+        drop=tuple(source.drop),
+        sep=source.sep,
+        leakage=False,  # decided on the training rows (fairpca.tasks.data.split_data)
+    )
+
+
+def _typed_label(source) -> Any:
+    """``positive_label`` arrives as text (CLI, YAML); match it to a numeric label column."""
+    value = source.positive_label
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return value
+    return int(number) if number.is_integer() else number

@@ -51,8 +51,8 @@ from mlflow.tracking.artifact_utils import get_artifact_uri
 from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fairness
 from fairpca.tasks.mlflow_store import log_metrics_batched, mlflow_client
 
-from .escape import write_safe_csv
 from .evaluate import DEFAULT_MIN_GROUP_SIZE
+from .report import write_safe_csv
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 

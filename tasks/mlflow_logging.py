@@ -8,6 +8,12 @@ that only retries transient errors (connection failures, 5xx, a locked SQLite st
 still fails, the run is marked FAILED (never FINISHED with half of its artifacts) and
 :class:`MlflowLoggingError` names the local directory, which :func:`log_output_dir` can
 re-log later (``fairpca relog DIR``).
+
+
+The model is saved locally first (:func:`save_model_locally`) with what it carries besides its
+weights: a synthetic input example built from aggregates only (:func:`input_example`) and a
+signature that accepts what the loaders return and the same columns read from a CSV
+(:func:`model_signature`).
 """
 
 from __future__ import annotations
@@ -28,41 +34,53 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
-from fairpca.tasks.audit_record import AuditRecord, read_audit_record
+from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
+from fairpca.tasks.card import mask_credentials, run_description
 from fairpca.tasks.mlflow_store import (
     get_or_create_experiment,
     log_metrics_batched,
     mlflow_client,
 )
-from fairpca.tasks.model_card import mask_credentials, run_description
-from fairpca.tasks.model_trust import (
+from fairpca.tasks.record import AuditRecord, read_audit_record
+from fairpca.tasks.registry import demote, move_alias, register_logged_model
+from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,
     foreign_types,
     skops_file,
     types_to_trust,
 )
-from fairpca.tasks.registry import register_logged_model
 
 __all__ = [
     "AUDIT_FILE",
     "HASHES_FILE",
+    "NEEDS_REVIEW_ALIAS",
+    "PLACEHOLDER_CATEGORY",
+    "PROMOTION_FILE",
     "RETRYING",
     "STATUS_FILE",
     "LoggedAudit",
     "MlflowLoggingError",
+    "apply_promotion",
+    "as_model_input",
     "check_relog_dir",
     "check_saved_model",
+    "input_example",
     "is_transient_mlflow_error",
     "log_output_dir",
+    "model_signature",
     "read_audit",
     "save_model_locally",
-    "sealed_decision",
 ]
+
+
+# ---- from mlflow_logging.py ------------------------------------------------------------
 
 AUDIT_FILE = "audit.json"
 HASHES_FILE = "hashes.json"
 STATUS_FILE = "mlflow_status.json"
+PROMOTION_FILE = "promotion.json"  # the promotion decided after the record was sealed
+NEEDS_REVIEW_ALIAS = "needs-review"  # where a demoted champion goes (RetrainConfig default)
 
 _TRANSIENT_CODES = {
     "TEMPORARILY_UNAVAILABLE",
@@ -145,7 +163,9 @@ ATTEMPT_TAG = "fairpca.logging_attempt"
 
 
 @task(name="mlflow-start-run", **RETRYING)
-def start_run(tracking_uri: str, audit: AuditRecord, attempt: str) -> tuple[str, str]:
+def start_run(
+    tracking_uri: str, audit: AuditRecord, attempt: str, promotion=None
+) -> tuple[str, str]:
     """Create (or, on a retry, find again) the audit's RUNNING run; return its id and its
     experiment's id.
 
@@ -163,7 +183,8 @@ def start_run(tracking_uri: str, audit: AuditRecord, attempt: str) -> tuple[str,
     )
     if existing:
         return existing[0].info.run_id, experiment_id
-    tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": run_description(audit)}
+    description = run_description(audit, promotion)
+    tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": description}
     run = client.create_run(
         experiment_id,
         start_time=_millis(audit.started_at),
@@ -209,7 +230,14 @@ def _not_yet_logged(client, run_id: str, metrics: list, present: set[str]) -> li
     return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
 
 
-ARTIFACT_FILES = ("report.md", "report.html", "tradeoff.png", "config.json", "metrics.csv")
+ARTIFACT_FILES = (
+    "report.md",
+    "report.html",
+    "tradeoff.png",
+    "config.json",
+    "metrics.csv",
+    PROMOTION_FILE,
+)
 
 
 @task(name="mlflow-log-artifacts", **RETRYING)
@@ -249,7 +277,7 @@ def check_saved_model(model_dir: Path) -> None:
 
     Nothing in the directory is loaded or executed; ``MLmodel`` and the environment files
     are read as plain text/YAML. The files must pass
-    :func:`~fairpca.tasks.model_trust.check_model_files` (skops, no pickle, no code), and the
+    :func:`~fairpca.tasks.trust.check_model_files` (skops, no pickle, no code), and the
     requirements must be ``name==version`` pins of fairpca and its runtime (no extra line, URL
     or option). That the files are the ones the audit wrote is checked by
     :func:`check_relog_dir` (the signed manifest).
@@ -290,20 +318,20 @@ def _check_requirements(model_dir: Path) -> None:
 def check_relog_dir(out_dir: Path) -> dict[str, Any]:
     """Checks that a kept directory must pass before anything of it is logged.
 
-    Returns the verified seal record (:func:`fairpca.tasks.signing.verify_output_dir`):
+    Returns the verified seal record (:func:`fairpca.tasks.trust.verify_output_dir`):
     every file is the one the audit wrote and signed with this user's key (a manifest
     edited to match does not verify), no symbolic link, no file added, every file and the
     total under relog's size caps. Then the model must pass :func:`check_saved_model` and
     its ``MLmodel`` ``skops_trusted_types`` and its skops file's untrusted types (read by
     :func:`skops.io.get_untrusted_types`, which executes nothing) must lie in the project's
-    fixed :data:`fairpca.tasks.model_trust.TRUSTED_TYPES`.
+    fixed :data:`fairpca.tasks.trust.TRUSTED_TYPES`.
 
     Raises
     ------
     ValueError
-        Naming the file and the fix (:class:`fairpca.tasks.signing.SealError` for the seal).
+        Naming the file and the fix (:class:`fairpca.tasks.trust.SealError` for the seal).
     """
-    from fairpca.tasks.signing import verify_output_dir
+    from fairpca.tasks.trust import verify_output_dir
 
     out_dir = Path(out_dir)
     if out_dir.is_symlink() or not out_dir.is_dir():
@@ -340,8 +368,10 @@ def log_model(
     out_dir: Path,
     audit: AuditRecord,
     files: dict[str, Any] | None = None,
+    promotion=None,
 ) -> dict:
-    """Log the saved model's files (never loaded here) and register a version.
+    """Log the saved model's files (never loaded here) and register a version (unless one
+    of this very model and training rows exists).
 
     Only the model files of the signed manifest ``files`` are uploaded: they are copied to
     a temporary folder and their SHA-256 checked again there, so nothing added or changed
@@ -362,7 +392,7 @@ def log_model(
         client.log_model_artifacts(logged.model_id, str(staged))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
-    version = register_logged_model(
+    version, new = register_logged_model(
         client,
         run_id,
         out_dir,
@@ -370,13 +400,14 @@ def log_model(
         model_uri=model_uri,
         model_id=logged.model_id,
         tracking_uri=tracking_uri,
+        promotion=promotion,
     )
-    return {"model_id": logged.model_id, "model_uri": model_uri, "version": version}
+    return {"model_id": logged.model_id, "version": version, "new": new}
 
 
 def _stage_model_files(model_dir: Path, sealed: dict[str, Any], target: Path) -> Path:
     """Copies of the sealed ``model/`` files, each checked against its signed SHA-256."""
-    from fairpca.tasks.signing import SealError, sha256_file
+    from fairpca.tasks.trust import SealError, sha256_file
 
     for name, entry in sealed.items():
         if not name.startswith("model/"):
@@ -390,10 +421,23 @@ def _stage_model_files(model_dir: Path, sealed: dict[str, Any], target: Path) ->
     return target
 
 
-@task(name="mlflow-set-alias", **RETRYING)
-def set_alias(tracking_uri: str, model_name: str, alias: str, version: str) -> None:
-    """Point ``alias`` (e.g. ``champion``) at ``version``."""
-    mlflow_client(tracking_uri).set_registered_model_alias(model_name, alias, version)
+@task(name="mlflow-apply-promotion", **RETRYING)
+def apply_promotion(tracking_uri: str, audit: AuditRecord, version: str | None, promotion) -> bool:
+    """Carry out the decided promotion: a champion to be demoted moves to the needs-review
+    alias, the challenger takes the champion alias when the decision promotes it. Whether
+    the alias moved to ``version``."""
+    client = mlflow_client(tracking_uri)
+    if promotion.demote and promotion.champion_version is not None:
+        demote(
+            client, audit.model_name, promotion.champion_version,
+            from_alias=audit.champion_alias,
+            to_alias=audit.params.get("needs_review_alias", NEEDS_REVIEW_ALIAS),
+            why="; ".join(promotion.reasons),
+        )  # fmt: skip
+    if not (promotion.promote and version is not None):
+        return False
+    move_alias(client, audit.model_name, audit.champion_alias, version)
+    return True
 
 
 @task(name="mlflow-finish-run", **RETRYING)
@@ -428,6 +472,7 @@ class LoggedAudit:
     model_version: str | None
     champion_moved: bool
     tracking_uri: str
+    model_version_new: bool = True  # False: an existing version of the same model and rows
 
 
 def save_model_locally(
@@ -438,12 +483,12 @@ def save_model_locally(
     The model carries no source code: it depends on the installed fairpca through the
     pinned ``fairpca==<version>`` of ``pip_requirements``, so loading it never changes what
     ``import fairpca`` gives. Its signature accepts what the project's loaders return
-    (:func:`fairpca.tasks.model_io.model_signature`). The audit seals the whole output
-    directory afterwards (:func:`fairpca.tasks.signing.seal_output_dir`).
+    (:func:`fairpca.tasks.mlflow_logging.model_signature`). The audit seals the whole output
+    directory afterwards (:func:`fairpca.tasks.trust.seal_output_dir`).
     """
     import mlflow.sklearn
 
-    from fairpca.tasks.model_io import model_signature
+    from fairpca.tasks.mlflow_logging import model_signature
 
     signature = model_signature(input_example, pipeline.predict(input_example))
     trusted = types_to_trust(pipeline)
@@ -508,12 +553,6 @@ def read_audit(out_dir: Path) -> AuditRecord:
     return audit
 
 
-def sealed_decision(audit: AuditRecord) -> bool:
-    """Whether the verified record's own decision is to promote (equal in the decision and
-    in the selection summary; anything else is not a promotion)."""
-    return audit.decision.promote is True and audit.selection.decision.promote is True
-
-
 def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | None:
     """The run the signed record names, if it is this audit's unfinished run on this server.
 
@@ -526,7 +565,7 @@ def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | 
     """
     from mlflow.exceptions import MlflowException
 
-    from fairpca.tasks.signing import bound_run
+    from fairpca.tasks.trust import bound_run
 
     bound = bound_run(record)
     if bound is None:
@@ -559,7 +598,7 @@ def log_output_dir(
     out_dir: Path,
     tracking_uri: str,
     *,
-    promote: bool | None = None,
+    promotion=None,
     retries: int | None = None,
     retry_backoff: float | None = None,
     ends_now: bool = False,
@@ -572,8 +611,9 @@ def log_output_dir(
         Directory written by the audit (``audit.json``, report, matrices, ``model/``).
     tracking_uri : str
         MLflow tracking (and registry) URI.
-    promote : bool, default=None
-        Whether the alias moves to the new version; None takes the audit's decision.
+    promotion : PromotionRecord, default=None
+        The promotion decided for this audit (:func:`fairpca.tasks.select.decide_promotion`):
+        carried out after the version is registered; None moves no alias.
     retries, retry_backoff : int and float, default=None
         Retries per step on transient errors and the back-off factor (retry ``i`` waits
         ``retry_backoff * 2**i`` seconds); None takes the audit's config (3 and 2 s).
@@ -591,11 +631,10 @@ def log_output_dir(
     out_dir = Path(out_dir)
     record = check_relog_dir(out_dir)  # what is logged is what the audit sealed
     audit = read_audit(out_dir)
-    promote = sealed_decision(audit) if promote is None else promote
     attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
     _bounded_http_retries()
     try:
-        version, moved = _log_steps(attempt, record, audit, promote, ends_now)
+        version, moved, new = _log_steps(attempt, record, audit, promotion, ends_now)
     except Exception as exc:
         raise _logging_failed(attempt, exc) from exc
     experiment_id = mlflow_client(tracking_uri).get_run(attempt.run_id).info.experiment_id
@@ -603,7 +642,7 @@ def log_output_dir(
         out_dir, {"status": "FINISHED", "run_id": attempt.run_id, "model_version": version}
     )
     return LoggedAudit(
-        attempt.run_id, experiment_id, version, moved, mask_credentials(tracking_uri)
+        attempt.run_id, experiment_id, version, moved, mask_credentials(tracking_uri), new
     )
 
 
@@ -628,38 +667,43 @@ def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | No
             backoff_factor=audit.mlflow_retry_backoff if backoff is None else backoff
         ),
     }
-    steps = (start_run, log_params_metrics, log_artifacts, log_model, set_alias, finish_run)
+    steps = (start_run, log_params_metrics, log_artifacts, log_model, apply_promotion, finish_run)
     return {step.fn.__name__: step.with_options(**retry) for step in steps}
 
 
-def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promote: bool, ends_now: bool):
-    """Run, params and metrics, artifacts, model, alias, end: the registered version and
-    whether the alias moved to it."""
-    from fairpca.tasks.signing import bind_run
+def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promotion, ends_now: bool):
+    """Run, params and metrics, artifacts, model, the promotion, end: the registered version
+    and whether the alias moved to it."""
+    from fairpca.tasks.trust import bind_run
 
     started = time.perf_counter()
     uri, steps, files = attempt.tracking_uri, attempt.steps, record["files"]
     attempt.run_id = _resumable_run(mlflow_client(uri), record, audit)
     if attempt.run_id is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
-        attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex)
+        attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
         bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=experiment)
     attempt.step = "log params and metrics"
     steps["log_params_metrics"](uri, attempt.run_id, audit)
     attempt.step = "log artifacts"
     steps["log_artifacts"](uri, attempt.run_id, attempt.out_dir, sorted(files))
     attempt.step = "log and register the model"
-    version = steps["log_model"](uri, attempt.run_id, attempt.out_dir, audit, files)["version"]
-    moved = bool(promote) and version is not None
-    if moved:
-        attempt.step = "move the alias"
-        steps["set_alias"](uri, audit.model_name, audit.champion_alias, version)
+    model = steps["log_model"](uri, attempt.run_id, attempt.out_dir, audit, files, promotion)
+    version, moved = model["version"], False
+    if promotion is not None:
+        attempt.step = "carry out the promotion"
+        moved = steps["apply_promotion"](uri, audit, version, promotion)
     attempt.step = "finish the run"
-    tags = {"fairpca.model_version": str(version), "fairpca.champion_moved": str(moved).lower()}
+    tags = {
+        "fairpca.model_version": str(version),
+        "fairpca.model_version_new": str(model["new"]).lower(),
+        "fairpca.champion_moved": str(moved).lower(),
+        "fairpca.decision": "promote" if moved else "keep",
+    }
     seconds = {"time_mlflow_logging_s": time.perf_counter() - started}
     end_time = None if ends_now else _millis(audit.ended_at)
     steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, seconds, end_time=end_time)
-    return version, moved
+    return version, moved, model["new"]
 
 
 def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
@@ -703,3 +747,73 @@ def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
         except Exception:
             time.sleep(2**attempt)
     return False
+
+
+# ---- from model_io.py ------------------------------------------------------------
+
+PLACEHOLDER_CATEGORY = RARE_CATEGORY  # the pooled bucket of rare categories
+
+
+def input_example(
+    X_train: pd.DataFrame, min_category_count: int = MIN_CATEGORY_COUNT
+) -> pd.DataFrame:
+    """Two synthetic rows built from aggregates only.
+
+    Numeric columns: the median and the lower quartile, rounded to 3 significant digits
+    (the median of an odd number of distinct values is one row's value). Categorical
+    columns: the most frequent and the second most frequent category if they occur in at
+    least ``min_category_count`` rows (the categories the encoder keeps), otherwise
+    :data:`PLACEHOLDER_CATEGORY`. No raw row and no sensitive attribute is used (sensitive
+    columns are not features).
+    """
+    rows: list[dict[str, Any]] = [{}, {}]
+    for column in X_train.columns:
+        values = X_train[column]
+        if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+            rows[0][column] = _rounded(values.median())
+            rows[1][column] = _rounded(values.quantile(0.25))
+            continue
+        counts = values.astype(str).value_counts()
+        common = [str(value) for value, n in counts.items() if n >= min_category_count][:2]
+        common += [PLACEHOLDER_CATEGORY] * (2 - len(common))
+        rows[0][column], rows[1][column] = common
+    return pd.DataFrame(rows, columns=list(X_train.columns))
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.3g}")
+
+
+def as_model_input(X: pd.DataFrame) -> pd.DataFrame:
+    """Categorical columns as plain strings (the model's input schema)."""
+    out = X.copy()
+    for column in out.columns:
+        if not pd.api.types.is_numeric_dtype(out[column]) or pd.api.types.is_bool_dtype(
+            out[column]
+        ):
+            out[column] = out[column].astype(str)
+    return out
+
+
+def _is_numeric(values: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values)
+
+
+def model_signature(example: pd.DataFrame, predictions):
+    """The model signature: numeric columns as ``double``, the others as ``Any``.
+
+    A categorical column is typed ``Any`` rather than ``string``: MLflow's schema check
+    refuses a pandas ``category`` column for ``string`` ("Can not safely convert category
+    to <U0"), while the project's loaders return categoricals and a CSV gives strings; the
+    fitted encoder accepts both. Built from the synthetic ``example`` only.
+    """
+    from mlflow.models import ModelSignature, infer_signature
+    from mlflow.types import ColSpec, DataType, Schema
+    from mlflow.types.schema import AnyType
+
+    columns = [
+        ColSpec(DataType.double if _is_numeric(example[name]) else AnyType(), name)
+        for name in example.columns
+    ]
+    outputs = infer_signature(example, predictions).outputs
+    return ModelSignature(inputs=Schema(columns), outputs=outputs)

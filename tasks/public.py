@@ -34,7 +34,6 @@ from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
-from .credentials import shown_uri, take_credentials
 from .mlflow_evaluator import (
     CONFIG_DEFAULTS,
     fairness_metrics,
@@ -45,11 +44,11 @@ from .mlflow_evaluator import (
 )
 from .mlflow_logging import log_output_dir as log_audit_output
 from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
-from .model_trust import load_verified_model
 from .report import markdown_table
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
 from .sweep import sweep_tradeoff
+from .trust import load_verified_model, shown_uri, take_credentials
 
 __all__ = [
     "FairnessEvaluation",
@@ -217,7 +216,7 @@ def evaluate_model_fairness(
 
 def _model_at_uri(model_uri: str, tracking_uri: str | None):
     """The MLflow model at ``model_uri``, verified before loading
-    (:func:`~fairpca.tasks.model_trust.load_verified_model`); ``tracking_uri``, when given,
+    (:func:`~fairpca.tasks.trust.load_verified_model`); ``tracking_uri``, when given,
     becomes MLflow's current tracking URI, which resolves ``models:/`` URIs."""
     import mlflow
 

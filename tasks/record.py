@@ -1,73 +1,353 @@
-"""What an audit records: its in-memory state, the report's sections, the flat MLflow
-metrics/tags and the ``selection`` summary of the typed audit record
-(:mod:`fairpca.tasks.audit_record`) that the registry, the card and the summaries read."""
+"""The audit record (``audit.json``): one immutable typed record per audit, built once.
+
+The audit flow builds one :class:`AuditRecord` from its stages (:func:`build_record`), writes
+it with :func:`write_audit_record` and every reader (the report, the model card, registry tags
+and descriptions, MLflow logging and relog, Prefect artifacts, the command line summary) reads
+it, or reads it back with :func:`read_audit_record`. Every model forbids unknown keys, so a
+renamed or misspelt key is a validation error where the record is built or read, not a silent
+``None`` in a reader; the models are frozen, so no reader changes what another reads.
+
+Metric dictionaries (``validation``, ``test``, a baseline's numbers) map the metric names built
+by :mod:`fairpca.metrics` (``accuracy``, ``dp_difference.sex``, ``selection_rate.sex:Female``,
+each with ``.ci95_low`` / ``.ci95_high``) to floats; an undefined metric is NaN (written as the
+JSON constant ``NaN``, as Python's :mod:`json` does).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
-from sklearn.pipeline import Pipeline
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from fairpca import metrics as fm
 
-from .audit_record import MetricStep, Selection
 from .evaluate import HEADLINE_METRICS
-from .report import Bullets, Plot, format_interval, gate_sentence, summary_table, verdict_sections
-from .select import Decision, candidate_name
+from .references import REFERENCE_KEYS
+from .select import Choice, candidate_name
 
 __all__ = [
-    "AuditState",
-    "audit_facts",
+    "WITHHELD",
+    "AuditRecord",
+    "Baselines",
+    "ChampionComparison",
+    "ChosenCandidate",
+    "CodeVersion",
+    "DataSource",
+    "DecisionRecord",
+    "Definition",
+    "Eligibility",
+    "KRecord",
+    "MajorityBaseline",
+    "MetricStep",
+    "PcaBaseline",
+    "Policy",
+    "PromotionRecord",
+    "Provenance",
+    "ReferenceMitigation",
+    "ScreenedColumn",
+    "Selection",
+    "SplitCounts",
+    "SplitSizes",
+    "build_record",
     "candidate_summary",
     "chosen_metrics",
-    "diagnostics_frame",
-    "format_interval",
     "group_sizes",
-    "logged_metrics",
     "metric_steps",
-    "model_tags",
-    "report_sections",
-    "reported_frame",
-    "run_tags",
-    "selection_record",
+    "read_audit_record",
+    "training_data_digest",
+    "write_audit_record",
 ]
+
+
+Metrics = dict[str, float]
+
+
+class _Record(BaseModel):
+    """Strict JSON shape: unknown keys are refused; aliases (``lambda``, ``class``) are the
+    names written; NaN and infinities round-trip as JSON constants."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        ser_json_inf_nan="constants",
+    )
+
+
+class DecisionRecord(_Record):
+    """Whether the chosen candidate may become champion, and why."""
+
+    promote: StrictBool  # "true" or 1 in a crafted record is not a promotion
+    reasons: list[str] = []
+
+
+class ChosenCandidate(_Record):
+    """The candidate chosen on validation rows."""
+
+    variant: str
+    classifier: str
+    lambda_: float | None = Field(None, alias="lambda")
+    name: str
+
+
+class MajorityBaseline(_Record):
+    """The constant classifier that predicts the training rows' majority class."""
+
+    class_: int | float | str = Field(alias="class")
+    validation: Metrics
+    test: Metrics
+
+
+class PcaBaseline(_Record):
+    """The best unconstrained-PCA candidate (validation rows), evaluated like the chosen one."""
+
+    name: str
+    validation: Metrics
+    test: Metrics
+
+
+class Baselines(_Record):
+    """``pca`` is None when the audit fitted no standard PCA."""
+
+    majority: MajorityBaseline
+    pca: PcaBaseline | None = None
+
+
+class SplitCounts(_Record):
+    """Rows of the three disjoint parts."""
+
+    n_train: int
+    n_validation: int
+    n_test: int
+
+
+class Selection(_Record):
+    """The audit's result: choice, gate, decision, metrics with intervals, data facts."""
+
+    chosen: ChosenCandidate
+    gate: str
+    decision: DecisionRecord
+    validation: Metrics
+    test: Metrics
+    baselines: Baselines
+    split: SplitCounts
+    # rows per published group; withheld groups are one unnamed entry ("2 group(s), suppressed")
+    group_sizes: dict[str, dict[str, int | str]]
+    diagnostics: dict[str, dict[str, Any]] = {}
+    warnings: list[str] = []
+
+
+class Definition(_Record):
+    """What the audit measures (the registered model's identity)."""
+
+    source: str
+    label: str | None
+    positive_label: str | None = None
+    sensitive: list[str]
+
+
+class DataSource(_Record):
+    """Where the rows came from and the SHA-256 of each raw file (None: no published sum)."""
+
+    kind: Literal["dataset", "file"]
+    name: str
+    sha256: dict[str, str | None]
+
+
+class CodeVersion(_Record):
+    fairpca: str
+    git_commit: str
+
+
+class Provenance(_Record):
+    definition: Definition
+    data_source: DataSource
+    code_version: CodeVersion
+
+
+class MetricStep(_Record):
+    """One point of a validation curve over lambda (``step`` is the lambda's index; the
+    lambda itself is the point of ``<variant>/lambda`` at the same step)."""
+
+    key: str
+    value: float
+    step: int
+
+
+# ---- sections the gate policy adds (optional: absent in records written before them) ---------
+
+
+class Policy(_Record):
+    name: str
+    thresholds: dict[str, float]
+    description: str
+
+
+class Eligibility(_Record):
+    rules: dict[str, float]
+    chosen_passes: bool
+    reasons: list[str] = []
+
+
+class ReferenceMitigation(_Record):
+    """A reference mitigation (e.g. fairlearn's post-processing) evaluated like the chosen one."""
+
+    name: str
+    approach: Literal["post-processing", "reductions", "pre-processing"]
+    needs_sensitive_at_prediction: bool
+    validation: Metrics
+    test: Metrics
+
+
+class ScreenedColumn(_Record):
+    column: str
+    rule: str
+    score: float | None = None
+    action: Literal["excluded", "kept"]
+
+
+class ChampionComparison(_Record):
+    champion_version: str
+    challenger: str
+    rows: str
+    metrics: dict[str, Any]
+    outcome: str
+    reason: str
+
+
+class PromotionRecord(_Record):
+    """The promotion decided after the record was sealed, over the network
+    (``promotion.json``): whether the champion alias moves to this audit's version, whether the
+    champion loses it, why, and the side-by-side comparison on this audit's test rows."""
+
+    promote: StrictBool
+    demote: StrictBool = False
+    reasons: list[str] = []
+    champion_version: str | None = None
+    comparison: ChampionComparison | None = None
+
+    @classmethod
+    def of(cls, promotion, champion) -> PromotionRecord:
+        """The record of a :class:`fairpca.tasks.select.Promotion` against ``champion``."""
+        return cls(
+            promote=promotion.promote,
+            demote=promotion.demote,
+            reasons=list(promotion.reasons),
+            champion_version=None if champion is None else champion.version,
+            comparison=promotion.comparison,
+        )
+
+
+class KRecord(_Record):
+    requested: int | None = None
+    fitted: int
+    note: str
+
+
+class SplitSizes(_Record):
+    train: int
+    validation: int
+    test: int
+
+
+# ---- the record --------------------------------------------------------------------------------
+
+
+class AuditRecord(_Record):
+    """Everything an audit recorded, as written to ``audit.json``.
+
+    ``started_at`` / ``ended_at`` are the audit's own wall-clock span (from the start of the
+    computation until every result was written locally). The MLflow run starts at
+    ``started_at`` and ends when the audit's own logging ends, or at ``ended_at`` when
+    ``fairpca relog`` logs it later.
+    """
+
+    audit_id: str
+    run_name: str
+    kind: Literal["audit", "retrain"]
+    experiment_name: str
+    model_name: str
+    champion_alias: str
+    register_model: bool
+    mlflow_retries: int = 3
+    mlflow_retry_backoff: float = 2.0
+    started_at: datetime
+    ended_at: datetime
+    sensitive: list[str]
+    decision: DecisionRecord
+    chosen: dict[str, float | str]
+    selection: Selection
+    params: dict[str, str]
+    metrics: Metrics
+    metric_steps: list[MetricStep]
+    tags: dict[str, str]
+    model_tags: dict[str, str]
+    hashes: dict[str, str]
+    provenance: Provenance
+    policy: Policy | None = None
+    eligibility: Eligibility | None = None
+    references: list[ReferenceMitigation] | None = None
+    screening: list[ScreenedColumn] | None = None
+    champion_comparison: ChampionComparison | None = None
+    k: KRecord | None = None
+    split_sizes: SplitSizes | None = None
+    # since the audit was cut into stages (absent in older records)
+    candidates: list[dict[str, Any]] | None = None  # the summary rows (validation)
+    skipped: dict[str, str] | None = None  # variants that could not be fitted, and why
+    model_sha256: str | None = None  # of the saved skops file
+    model_digest: str | None = None  # of the fitted pipeline's content (same fit, same digest)
+    training_data_sha256: str | None = None  # of the training rows (features, label, groups)
+
+    @property
+    def min_group_size(self) -> int | None:
+        """The audit's minimum group size (None when the params do not say)."""
+        try:
+            return int(self.params["min_group_size"])
+        except (KeyError, ValueError):
+            return None
+
+
+def write_audit_record(path: Path, record: AuditRecord) -> Path:
+    """Write ``record`` as indented JSON (keys as :class:`AuditRecord` declares them)."""
+    Path(path).write_text(record.model_dump_json(indent=2))
+    return Path(path)
+
+
+def read_audit_record(path: Path) -> AuditRecord:
+    """The :class:`AuditRecord` in ``path``.
+
+    Raises
+    ------
+    ValueError
+        ``path`` does not hold an audit record fairpca writes (the message names the first
+        wrong fields).
+    """
+    try:
+        return AuditRecord.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except ValidationError as error:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
+            for e in error.errors()[:3]
+        )
+        raise ValueError(
+            f"{path} is not an audit record written by this fairpca ({error.error_count()} "
+            f"problem(s), e.g. {problems}). Re-run the audit to get one."
+        ) from None
+
+
+# ---- building the record from the audit's stages ---------------------------------------------
 
 # The one entry of an attribute's group sizes that stands for its withheld groups (unnamed).
 WITHHELD = "(withheld)"
-
-
-@dataclass
-class AuditState:
-    """In-memory results of the compute part of an audit (no MLflow yet)."""
-
-    config: Any
-    run_name: str
-    out_dir: Path
-    dataset: Any
-    split: Any
-    preprocessor: Any
-    representations: dict[str, Any]
-    sweeps: dict[str, Any]
-    table: pd.DataFrame
-    chosen: dict[str, Any]
-    decision: Decision
-    pipeline: Pipeline
-    pca_row: dict[str, Any] | None = None
-    majority_accuracy: float = math.nan
-    evaluation: dict[str, Any] = field(default_factory=dict)
-    diagnostics: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
-    # Top-level audit record additions (policy, eligibility, references, screening, k, ...)
-    additions: dict[str, Any] = field(default_factory=dict)
-    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+REPRESENTATION_CURVES = ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation")
 
 
 def _finite(value: Any) -> bool:
@@ -102,9 +382,6 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
     ]
 
 
-REPRESENTATION_CURVES = ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation")
-
-
 def group_sizes(
     split, min_group_size: int, allow_small_groups: bool = False
 ) -> dict[str, dict[str, int | str]]:
@@ -122,12 +399,47 @@ def group_sizes(
     return out
 
 
-def selection_record(state: AuditState) -> Selection:
-    """The audit's result (``audit.json["selection"]``).
+SUMMARY_COLUMNS = (
+    "variant",
+    "lambda",
+    "classifier",
+    "accuracy",
+    "accuracy.ci95_low",
+    "accuracy.ci95_high",
+    "balanced_accuracy",
+    "dp_difference",
+    "dp_difference.ci95_high",
+    "eo_difference",
+    "eo_difference.ci95_high",
+    "var_explained",
+)
 
-    ``baselines["pca"]`` is present only when the audit fitted standard PCA.
-    """
-    chosen, evaluation = state.chosen, state.evaluation
+
+def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any]]:
+    """Rows a reader compares, all on validation rows: the majority-class baseline, the
+    unconstrained PCA baseline, the chosen candidate, then per variant and classifier the
+    fairest (lambda = 0) and the last lambda. ``role`` says which row is which."""
+    first = table.groupby(["variant", "classifier"], sort=False).head(1).assign(role="λ=0")
+    last = table.groupby(["variant", "classifier"], sort=False).tail(1).assign(role="last λ")
+    sweep = pd.concat([first, last]).drop_duplicates(subset=["variant", "classifier", "lambda"])
+    sweep.loc[sweep["lambda"].isna(), "role"] = "no λ"
+    sweep = sweep.sort_values(["variant", "classifier", "lambda"], na_position="first")
+    head = [{"role": "majority", "classifier": "majority", "accuracy": choice.majority_accuracy}]
+    if choice.pca_row is not None:
+        head.append({"role": "PCA (best)", **choice.pca_row})
+    head.append({"role": "chosen", **choice.chosen})
+    columns = ["role", *(c for c in SUMMARY_COLUMNS if c in table.columns)]
+    frame = pd.concat(
+        [pd.DataFrame(head).reindex(columns=columns), sweep.reindex(columns=columns)],
+        ignore_index=True,
+    )
+    return json.loads(frame.to_json(orient="records"))
+
+
+def _selection(config, split, choice: Choice, reported, diagnostics) -> Selection:
+    """The audit's result (``audit.json["selection"]``); ``baselines["pca"]`` only when the
+    audit fitted standard PCA."""
+    chosen = choice.chosen
     lam = chosen["lambda"]
     record = {
         "chosen": {
@@ -136,215 +448,35 @@ def selection_record(state: AuditState) -> Selection:
             "lambda": None if not _finite(lam) else float(lam),
             "name": candidate_name(chosen),
         },
-        "gate": state.config.selection.gate,
-        "decision": state.decision.as_dict(),
-        "validation": evaluation["chosen"]["validation"],
-        "test": evaluation["chosen"]["test"],
-        "baselines": {
-            "majority": {
-                "class": evaluation["majority"]["class"],
-                "validation": evaluation["majority"]["validation"],
-                "test": evaluation["majority"]["test"],
-            },
-        },
-        "split": {key: state.split.summary()[key] for key in ("n_train", "n_validation", "n_test")},
+        "gate": config.selection.gate,
+        "decision": choice.decision.as_dict(),
+        "validation": reported["chosen"]["validation"],
+        "test": reported["chosen"]["test"],
+        "baselines": {"majority": reported["majority"]},
+        "split": {f"n_{part}": len(getattr(split, f"y_{part}")) for part in PARTS},
         "group_sizes": group_sizes(
-            state.split,
-            state.config.evaluation.min_group_size,
-            state.config.evaluation.allow_small_groups,
+            split, config.evaluation.min_group_size, config.evaluation.allow_small_groups
         ),
-        "diagnostics": state.diagnostics.get("representations", {}),
-        "warnings": list(state.diagnostics.get("warnings", [])),
+        "diagnostics": diagnostics.get("representations", {}),
+        "warnings": list(diagnostics.get("warnings", [])),
     }
-    if state.pca_row is not None and "pca" in evaluation:
-        record["baselines"]["pca"] = {
-            "name": candidate_name(state.pca_row),
-            "validation": evaluation["pca"]["validation"],
-            "test": evaluation["pca"]["test"],
-        }
+    if choice.pca_row is not None and "pca" in reported:
+        record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
 
 
-def audit_facts(state: AuditState) -> dict[str, Any]:
-    """Data and setup facts for the report (aggregates only), each a readable string."""
-    config = state.config
-    selection = config.selection
-    split = state.split.summary()
-    facts: dict[str, Any] = {
-        "source": config.source.name,
-        "sensitive attribute(s)": ", ".join(str(c) for c in state.split.s_train.columns),
-        "rows (train / validation / test)": (
-            f"{split['n_train']} / {split['n_validation']} / {split['n_test']}"
-        ),
-        **{k: v for k, v in split.items() if k not in ("n_train", "n_validation", "n_test")},
-        "k": config.representation.k,
-        "variants": ", ".join(config.representation.variants),
-        "lambdas": ", ".join(f"{lam:g}" for lam in config.representation.lambdas),
-        "classifiers": ", ".join(config.evaluation.classifiers),
-        "seed": config.seed,
-        "gate": gate_sentence(config.selection.thresholds, config.selection.gate),
-        "eligibility": f"beat the majority class by {selection.min_accuracy_gain} on "
-        f"validation, predict one class for < {100 * selection.max_one_class_share:g}% of the rows",
-    }
-    if "rbf_svc" in config.evaluation.classifiers:
-        cap = config.evaluation.svc_max_train_rows
-        facts["RBF SVC training rows"] = (
-            split["n_train"] if cap is None else min(cap, split["n_train"])
-        )
-    encoding = getattr(state.dataset, "sensitive_encoding", None)
-    if encoding:
-        facts["group coding"] = "; ".join(f"{k}: {v}" for k, v in encoding.items())
-    facts["group sizes (all parts)"] = "; ".join(
-        f"{attribute}: " + ", ".join(f"{group} {n}" for group, n in groups.items())
-        for attribute, groups in group_sizes(
-            state.split, config.evaluation.min_group_size, config.evaluation.allow_small_groups
-        ).items()
-    )
-    return facts
+PARTS = ("train", "validation", "test")
 
 
-def reported_frame(state: AuditState) -> pd.DataFrame:
-    """Chosen candidate beside the baselines, validation and test, with 95% intervals."""
-    evaluation = state.evaluation
-    rows = [("chosen: " + candidate_name(state.chosen), evaluation["chosen"])]
-    if "pca" in evaluation and state.pca_row is not None:
-        rows.append(("unconstrained PCA: " + candidate_name(state.pca_row), evaluation["pca"]))
-    rows.append(("majority class", evaluation["majority"]))
-    test = evaluation["chosen"]["test"]
-    several = any(k.endswith(".intersection") for k in test)
-    metrics = [k for k in test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
-    metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
-    records = []
-    for label, parts in rows:
-        for part in ("validation", "test"):
-            entry = {"model": label, "rows": part}
-            for metric in metrics:
-                entry[metric] = format_interval(parts[part], metric)
-            records.append(entry)
-    return pd.DataFrame(records)
-
-
-def candidate_summary(state: AuditState) -> pd.DataFrame:
-    """The summary table (validation rows): baselines, chosen, lambda ends per variant."""
-    baselines = {
-        "majority": {"validation": {"accuracy": state.majority_accuracy}},
-        "pca": None if state.pca_row is None else {"row": state.pca_row},
-    }
-    return summary_table(state.table, state.chosen, baselines)
-
-
-def report_sections(state: AuditState, extra: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The report's sections, in order (rendered to Markdown and HTML by the report task)."""
-    diag = state.diagnostics
-    selection = selection_record(state).model_dump(by_alias=True)  # the renderers read plain data
-    sections: list[tuple[str, Any]] = [
-        *verdict_sections(
-            selection,
-            thresholds=state.config.selection.thresholds,
-            references=state.additions.get("references"),
-            policy=state.additions.get("policy"),
-        ),
-        (
-            "Trade-off on validation rows",
-            Plot(
-                f"validation {state.config.selection.select_by.replace('_', ' ')} (what the choice "
-                "maximises) against each gated measure, with 95% intervals"
-            ),
-        ),
-        (
-            "Candidates on validation rows (baselines, chosen, lambda=0 and last lambda per "
-            "variant and classifier; full table: metrics.csv)",
-            candidate_summary(state),
-        ),
-        (
-            "Validation and test rows of the chosen candidate and the baselines",
-            reported_frame(state),
-        ),
-        ("Data and setup", Bullets([f"{k}: {v}" for k, v in audit_facts(state).items()])),
-        (
-            "Diagnostics: does fairness carry over to held-out rows?",
-            diagnostics_frame(diag.get("representations", {})),
-        ),
-    ]
-    sections += extra
-    sections.append(
-        (
-            "Notes",
-            "All numbers are aggregates; groups with fewer than "
-            f"{state.config.evaluation.min_group_size} rows are suppressed. No raw rows or "
-            "per-person sensitive attributes are stored.",
-        )
-    )
-    return sections
-
-
-def diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
-    """One row per representation and attribute: probe, chance, mean gaps, reconstruction."""
-    records = []
-    for variant, diag in per_variant.items():
-        errors = diag.get("reconstruction_error") or {}
-        for attribute, probe in diag["leakage"].items():
-            records.append(
-                {
-                    "representation": variant,
-                    "attribute": attribute,
-                    "probe balanced accuracy": f"{probe['balanced_accuracy']:.3f} "
-                    f"[{probe['balanced_accuracy.ci95_low']:.3f}, "
-                    f"{probe['balanced_accuracy.ci95_high']:.3f}]",
-                    "chance": probe["chance"],
-                    "mean gap (train)": diag["mean_gap_train"],
-                    "mean gap (validation)": diag["mean_gap_validation"],
-                    "reconstruction error per group": ", ".join(
-                        f"{g}: {e:.3g}" for g, e in errors.items()
-                    )
-                    or "-",
-                    "near-constant directions": ", ".join(
-                        str(d["direction"])
-                        for d in diag["near_constant_directions"].get(attribute, [])
-                    )
-                    or "-",
-                }
-            )
-    return pd.DataFrame(records)
-
-
-def run_tags(state: AuditState) -> dict[str, str]:
-    """MLflow run tags, a short curated set: identity of the audit, the choice and the
-    decision. The verdict in full is the run's description; the matrices' SHA-256 are the
-    artifact ``hashes.json``."""
-    return {
-        "fairpca.audit_id": state.run_name,
-        "fairpca.source": state.config.source.name,
-        "fairpca.sensitive": ",".join(state.split.s_train.columns),
-        "fairpca.chosen": candidate_name(state.chosen),
-        "fairpca.decision": "promote" if state.decision.promote else "keep",
-        "fairpca.decision_reasons": "; ".join(state.decision.reasons),
-        "fairpca.gate": state.config.selection.gate,
-        "fairpca.local_output_dir": str(state.out_dir.resolve()),
-        **({"fairpca.skipped_variants": "; ".join(state.skipped)} if state.skipped else {}),
-    }
-
-
-def model_tags(state: AuditState) -> dict[str, str]:
-    """Identity tags of the logged and registered model (the registry adds the test
-    metrics, :func:`fairpca.tasks.registry.fairness_tags`)."""
-    return {
-        "fairness.chosen": candidate_name(state.chosen),
-        "fairness.decision": "promote" if state.decision.promote else "keep",
-        "fairpca.audit_id": state.run_name,
-    }
-
-
-def logged_metrics(state: AuditState) -> dict[str, float]:
-    """Flat run metrics: the chosen candidate's validation metrics (unprefixed, as the sweep's
-    curves), its test metrics and the baselines' (``test.``, ``baseline.<name>.<part>.``),
-    representation facts and timings."""
-    metrics = {**chosen_metrics(state.chosen), **state.timings}
-    evaluation = state.evaluation
-    metrics.update({f"test.{k}": v for k, v in evaluation["chosen"]["test"].items()})
+def _metrics(choice: Choice, reported, representations, timings) -> dict[str, float]:
+    """Flat run metrics: the chosen candidate's validation metrics (under ``validation.``;
+    the test numbers are the unprefixed headline ones), the baselines'
+    (``baseline.<name>.<part>.``), representation facts and timings."""
+    metrics = {f"validation.{k}": v for k, v in chosen_metrics(choice.chosen).items()}
+    metrics.update(reported["chosen"]["test"])
     for name in ("majority", "pca"):
         for part in ("validation", "test"):
-            values = evaluation.get(name, {}).get(part, {})
+            values = reported.get(name, {}).get(part, {})
             metrics.update(
                 {
                     f"baseline.{name}.{part}.{k}": v
@@ -352,7 +484,95 @@ def logged_metrics(state: AuditState) -> dict[str, float]:
                     if k.startswith(HEADLINE_METRICS)
                 }
             )
-    for variant, rep in state.representations.items():
-        for key, value in rep.facts.items():
-            metrics[f"{variant}/{key}"] = value
+    for variant, rep in representations.items():
+        metrics.update({f"{variant}/{key}": value for key, value in rep.facts.items()})
+    metrics.update(timings)
     return {k: float(v) for k, v in metrics.items() if _finite(v)}
+
+
+def build_record(
+    config,
+    *,
+    kind: str,
+    run_name: str,
+    started_at: datetime,
+    split,
+    choice: Choice,
+    reported: dict[str, Any],
+    references: list[dict[str, Any]],
+    diagnostics: dict[str, Any],
+    representations: dict[str, Any],
+    table: pd.DataFrame,
+    skipped: dict[str, str],
+    k_record: dict[str, Any],
+    timings: dict[str, float],
+    hashes: dict[str, str],
+    model_sha256: str,
+    model_digest: str,
+    tags: dict[str, str],
+) -> AuditRecord:
+    """The one record of an audit, built once from its stages; every reader reads it."""
+    from .registry import provenance, resolved_model_name
+
+    name = resolved_model_name(config.source, config.tracking.model_name)
+    decision = choice.decision.as_dict()
+    chosen_name = candidate_name(choice.chosen)
+    return AuditRecord(
+        audit_id=run_name,
+        run_name=run_name,
+        kind=kind,
+        experiment_name=config.tracking.experiment_name,
+        model_name=name,
+        champion_alias=config.tracking.champion_alias,
+        register_model=config.tracking.register_model and choice.eligible,
+        mlflow_retries=config.tracking.mlflow_retries,
+        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
+        started_at=started_at,
+        ended_at=datetime.now(UTC),
+        sensitive=list(split.s_train.columns),
+        decision=decision,
+        chosen=chosen_metrics(choice.chosen)
+        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
+        selection=_selection(config, split, choice, reported, diagnostics),
+        params=config.flat_params(),
+        metrics=_metrics(choice, reported, representations, timings),
+        metric_steps=metric_steps(table),
+        tags={
+            "fairpca.audit_id": run_name,
+            "fairpca.source": config.source.name,
+            "fairpca.sensitive": ",".join(split.s_train.columns),
+            "fairpca.chosen": chosen_name,
+            "fairpca.gate": config.selection.gate,
+            **tags,
+        },
+        model_tags={
+            "fairness.chosen": chosen_name,
+            "fairpca.audit_id": run_name,
+            **choice.policy.tags(),
+        },
+        hashes=hashes,
+        provenance=provenance(config.source),
+        policy=choice.policy.record(),
+        eligibility=choice.eligibility,
+        references=[
+            {key: r[key] for key in REFERENCE_KEYS} for r in references if "skipped" not in r
+        ],
+        screening=split.screening,
+        k=k_record,
+        split_sizes={part: len(getattr(split, f"y_{part}")) for part in PARTS},
+        candidates=candidate_summary(table, choice),
+        skipped=skipped or None,
+        model_sha256=model_sha256,
+        model_digest=model_digest,
+        training_data_sha256=training_data_digest(split),
+    )
+
+
+def training_data_digest(split) -> str:
+    """SHA-256 of the training rows: features, labels and groups, in order (two audits that
+    trained on the same rows give the same digest)."""
+    digest = hashlib.sha256()
+    for frame in (split.X_train, pd.DataFrame({"y": split.y_train}), split.s_train):
+        digest.update(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+        digest.update("|".join(map(str, frame.columns)).encode())
+    return digest.hexdigest()

@@ -28,8 +28,8 @@ from prefect.cache_policies import NO_CACHE
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from .classify import make_classifier
 from .evaluate import metrics_with_intervals
+from .sweep import make_classifier
 
 __all__ = [
     "REFERENCES",
@@ -156,7 +156,7 @@ def dominating_references(
 ) -> list[str]:
     """Plain sentences for every reference that dominates the chosen candidate on the test
     rows: a higher balanced accuracy and a fairer value of every measure the policy gates."""
-    from .policy import CRITERIA
+    from .select import CRITERIA
 
     sentences = []
     mine = chosen_test.get("balanced_accuracy", np.nan)

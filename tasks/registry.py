@@ -22,13 +22,11 @@ import json
 import re
 import tempfile
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fairpca.tasks.audit_record import AuditRecord
-from fairpca.tasks.evaluate import HEADLINE_METRICS
-from fairpca.tasks.mlflow_store import mlflow_client
-from fairpca.tasks.model_card import (
+from fairpca.tasks.card import (
     CARD_FILE,
     code_version,
     data_source_facts,
@@ -36,13 +34,17 @@ from fairpca.tasks.model_card import (
     render_model_card,
     version_description,
 )
-from fairpca.tasks.model_trust import (
+from fairpca.tasks.evaluate import HEADLINE_METRICS
+from fairpca.tasks.mlflow_store import mlflow_client
+from fairpca.tasks.record import AuditRecord
+from fairpca.tasks.select import Champion, GatePolicy
+from fairpca.tasks.trust import (
     TRUSTED_TYPES,
     UntrustedModelError,
     load_skops_pipeline,
+    sha256_file,
     skops_file,
 )
-from fairpca.tasks.signing import sha256_file
 
 __all__ = [
     "DATASET_LABELS",
@@ -68,6 +70,8 @@ __all__ = [
 
 DEFINITION_TAG = "fairpca.definition"
 MODEL_FILE_SHA_TAG = "fairpca.model_sha256"
+TRAINING_DATA_SHA_TAG = "fairpca.training_data_sha256"
+MODEL_DIGEST_TAG = "fairpca.model_digest"  # the fitted pipeline's content, see model_digest
 NAME_MAX_LENGTH = 100  # well under MLflow's limit, and readable in the UI
 _NAME_TOKEN = re.compile(r"[^A-Za-z0-9_.]+")
 
@@ -280,7 +284,7 @@ def register_version(
 
     Tags: the record's model tags, :func:`fairness_tags` and the model file's SHA-256
     (checked when it is loaded again); ``description``: the verdict and a link to the card
-    (:func:`fairpca.tasks.model_card.version_description`). A version already registered from
+    (:func:`fairpca.tasks.card.version_description`). A version already registered from
     ``run_id`` (a retried or re-logged step) is returned as is. Whether it becomes
     ``champion`` is decided by the caller.
     """
@@ -290,20 +294,93 @@ def register_version(
             return str(existing.version)
     check_model_definition(client, name, record.provenance.definition.model_dump())
     tags = {**record.model_tags, **fairness_tags(record), MODEL_FILE_SHA_TAG: model_sha256}
+    if record.training_data_sha256:
+        tags[TRAINING_DATA_SHA_TAG] = record.training_data_sha256
+    if record.model_digest:
+        tags[MODEL_DIGEST_TAG] = record.model_digest
     version = client.create_model_version(
         name, source=source, run_id=run_id, model_id=model_id, tags=tags, description=description
     )
     return str(version.version)
 
 
+NEEDS_REVIEW_TAG = "fairpca.needs_review_reason"  # a champion demoted for review
+ALIAS_REFUSED_TAG = "fairness.gate.alias_refused"  # the gate took a protected alias away
+
+
+def move_alias(client, name: str, alias: str, version: str | None) -> None:
+    """The one place that moves a registry alias: point ``alias`` of ``name`` at ``version``
+    (None: remove it). Every caller has decided first (:func:`fairpca.tasks.select.
+    decide_promotion`, or the gate's check of an attestation)."""
+    if version is None:
+        current = client.get_registered_model(name).aliases.get(alias)
+        if current is not None:
+            client.delete_registered_model_alias(name, alias)
+        return
+    client.set_registered_model_alias(name, alias, str(version))
+
+
 def demote(client, name: str, version: str, *, from_alias: str, to_alias: str, why: str) -> None:
     """Move ``version`` from ``from_alias`` (e.g. ``champion``) to ``to_alias`` (e.g.
-    ``needs-review``) and record why on the version."""
-    client.set_registered_model_alias(name, to_alias, version)
-    client.set_model_version_tag(name, version, "fairpca.needs_review_reason", why[:5000])
+    ``needs-review``) and record why on the version (its model can never take
+    ``from_alias`` back through :func:`~fairpca.tasks.select.decide_promotion`)."""
+    client.set_model_version_tag(name, version, NEEDS_REVIEW_TAG, why[:5000])
+    move_alias(client, name, to_alias, version)
     current = client.get_registered_model(name).aliases.get(from_alias)
     if current is not None and str(current) == str(version):
-        client.delete_registered_model_alias(name, from_alias)
+        move_alias(client, name, from_alias, None)
+
+
+def champion_version(client, name: str, alias: str):
+    """The registered version ``alias`` points to (None: no model or no alias)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(name, alias)
+    except MlflowException as error:
+        if error.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND"):
+            return None
+        raise
+
+
+def demoted_models(client, name: str) -> frozenset[str]:
+    """The content digests of the models of every version of ``name`` that lost a protected
+    alias (demoted for review, or refused by the gate)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name = '{name}'")
+    except MlflowException as error:
+        if _is_missing(error):
+            return frozenset()
+        raise
+    return frozenset(
+        v.tags[MODEL_FILE_SHA_TAG]
+        for v in versions
+        if MODEL_FILE_SHA_TAG in v.tags
+        and (NEEDS_REVIEW_TAG in v.tags or ALIAS_REFUSED_TAG in v.tags)
+    )
+
+
+def version_with_model(client, name: str, model_digest: str | None, training_sha256: str | None):
+    """A version of ``name`` whose fitted model and training rows are these (None: none)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = client.search_model_versions(f"name = '{name}'")
+    except MlflowException as error:
+        if _is_missing(error):
+            return None
+        raise
+    for version in sorted(versions, key=lambda v: int(v.version)):
+        tags = version.tags
+        if (
+            model_digest is not None
+            and tags.get(MODEL_DIGEST_TAG) == model_digest
+            and (tags.get(TRAINING_DATA_SHA_TAG) == training_sha256)
+        ):
+            return version
+    return None
 
 
 # ---- loading a version we registered ---------------------------------------------------------
@@ -350,27 +427,85 @@ def register_logged_model(
     model_uri: str,
     model_id: str | None,
     tracking_uri: str | None = None,
-) -> str | None:
+    promotion=None,
+) -> tuple[str | None, bool]:
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
     models, register the logged pipeline with its tags, a concise description linking the
     card, and the SHA-256 of its skops file (the local ``out_dir/model`` the audit saved and
-    checked, uploaded as is)."""
+    checked, uploaded as is). When a version of this very fitted model and training rows
+    exists, it is not registered again. Returns the version and whether it is new."""
     card_path = Path(out_dir) / CARD_FILE
-    card_path.write_text(render_model_card(record))
+    card_path.write_text(render_model_card(record, promotion))
     client.log_artifact(run_id, str(card_path))
     if not record.register_model:
-        return None
+        return None, False
+    model_sha256 = sha256_file(skops_file(Path(out_dir) / "model"))
+    existing = version_with_model(
+        client, record.model_name, record.model_digest, record.training_data_sha256
+    )
+    if existing is not None and existing.run_id != run_id:
+        return str(existing.version), False
     # The logged model's storage location, not ``models:/<id>``: a SQL store resolves that
     # URI through the process-wide tracking URI, which may name another store.
     source = client.get_logged_model(model_id).artifact_location if model_id else model_uri
     experiment_id = client.get_run(run_id).info.experiment_id
     ui_url = run_ui_url(tracking_uri, experiment_id, run_id, CARD_FILE)
-    return register_version(
+    version = register_version(
         client,
         record,
         source=source,
         run_id=run_id,
         model_id=model_id,
-        description=version_description(record, run_id, ui_url),
-        model_sha256=sha256_file(skops_file(Path(out_dir) / "model")),
+        description=version_description(record, run_id, ui_url, promotion),
+        model_sha256=model_sha256,
     )
+    return version, True
+
+
+def find_champion(
+    tracking_uri: str, record: AuditRecord, *, evaluate=None, watch: bool = False
+) -> tuple[Champion | None, frozenset[str]]:
+    """The version the record's champion alias points to and the models that lost a
+    protected alias before (:func:`demoted_models`).
+
+    With ``evaluate`` (``score(pipeline) -> metrics``, the audit's test rows) the champion,
+    loaded and verified (:func:`load_registered_pipeline`), is measured on the rows the
+    challenger was; with ``watch`` (retrain) a champion that fails the record's gate there, or
+    cannot be verified, is to be demoted.
+
+    Raises
+    ------
+    ModelDefinitionMismatch
+        The registered model holds audits of another definition.
+    """
+    client = mlflow_client(tracking_uri)
+    name = record.model_name
+    holder = champion_version(client, name, record.champion_alias)
+    demoted = demoted_models(client, name)
+    if holder is None:
+        return None, demoted
+    defined = client.get_registered_model(name).tags.get(DEFINITION_TAG)
+    expected = definition_json(record.provenance.definition.model_dump())
+    if defined not in (None, expected):
+        raise ModelDefinitionMismatch(
+            f"registered model {name!r} holds audits of {defined}, but this audit is of "
+            f"{expected}; leave model_name unset or choose another one."
+        )
+    version = str(holder.version)
+    champion = Champion(
+        version=version,
+        policy=GatePolicy.from_tags(holder.tags),
+        model_digest=holder.tags.get(MODEL_DIGEST_TAG),
+    )
+    if evaluate is None:
+        return champion, demoted
+    try:
+        pipeline = load_registered_pipeline(tracking_uri, name, version)
+    except UntrustedModelError as error:
+        why = f"cannot be verified: {error}" if watch else None
+        return replace(champion, unverified=str(error), demoted=why), demoted
+    test = evaluate(pipeline)
+    policy = GatePolicy.from_tags(record.model_tags)
+    failures = policy.failures(test) if watch else []
+    why = f"fails the gate on the new test rows ({'; '.join(failures)})" if failures else None
+    return replace(champion, test=test, demoted=why), demoted

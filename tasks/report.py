@@ -1,71 +1,113 @@
-"""Audit report: summary table, trade-off plot, Markdown + HTML report, local outputs.
+"""Rendering an audit for people: the report (Markdown and HTML), the trade-off plot, and the
+escaping of every user string where it is rendered.
 
-Everything is written to the audit's local output directory first; MLflow logging reads it
-back from there (see :mod:`fairpca.tasks.mlflow_logging`), so results survive a tracking outage.
-Only aggregated numbers are written: no raw rows, no per-person sensitive attributes.
-The report is built from structured sections (paragraphs, emphasised verdicts, bullet lists,
-tables, the plot); Markdown and HTML are two renderings of the same sections.
+The report is a function of the audit record (:mod:`fairpca.tasks.record`), the candidates'
+table (for the plot) and, once decided, the promotion: sections of paragraphs, verdicts,
+bullet lists, tables and the plot, rendered to Markdown and HTML. Only aggregated numbers are
+written: no raw rows, no per-person sensitive attributes.
+
+Column names, category values, group labels and file names come from the user's data. Every
+renderer passes them through :func:`markdown_text` (Markdown: report, model card, registry
+descriptions, Prefect artifacts), :func:`html_text` (HTML) or :func:`csv_safe_frame` (every CSV
+written: a spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a
+carriage return as a formula).
 """
 
 from __future__ import annotations
 
 import base64
+import csv
+import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
-from .escape import html_text, markdown_text
-from .select import Decision
-from .signing import sha256_file
+from .trust import sha256_file
 
 __all__ = [
+    "FORMULA_START",
     "Bullets",
-    "Decision",
     "Plot",
     "Strong",
     "Verdict",
+    "csv_cell",
+    "csv_safe_frame",
     "format_interval",
     "gate_limits",
     "gate_sentence",
     "group_rates_frame",
     "html_table",
+    "html_text",
     "markdown_table",
+    "markdown_text",
     "plot_tradeoff",
     "render_html",
     "render_markdown",
+    "report_sections",
     "sha256_file",
-    "summary_table",
     "verdict_frame",
     "verdict_rows",
     "verdict_sections",
     "write_matrices",
     "write_report",
+    "write_safe_csv",
 ]
 
-SUMMARY_COLUMNS = [
-    "variant",
-    "lambda",
-    "classifier",
-    "accuracy",
-    "accuracy.ci95_low",
-    "accuracy.ci95_high",
-    "dp_difference",
-    "dp_difference.ci95_high",
-    "eo_difference",
-    "eo_difference.ci95_high",
-    "var_explained",
-    "mmd2",
-    "linear_inseparability",
-    "mean_gap_train",
-    "mean_gap_validation",
-]
+
+# ---- from escape.py ------------------------------------------------------------
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+# Every character with a meaning in CommonMark or GitHub-flavoured Markdown, and the two that
+# open HTML (< and >, rendered as entities so no tag survives any Markdown renderer).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+_NEWLINES = re.compile(r"[\r\n]+")
+
+
+def markdown_text(value: object) -> str:
+    """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell or
+    HTML tag can start inside it, and it stays on one line (safe in a table cell)."""
+    text = _NEWLINES.sub(" ", str(value))
+    text = html.escape(text, quote=True)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def html_text(value: object) -> str:
+    """``value`` as HTML text or attribute value (quotes escaped)."""
+    return html.escape(str(value), quote=True)
+
+
+def csv_cell(value: object) -> object:
+    """A string cell that a spreadsheet would evaluate as a formula gets a leading ``'``;
+    other values are returned unchanged."""
+    if isinstance(value, str) and value.startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
+def csv_safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose string cells and column names cannot start a formula."""
+    safe = frame.copy()
+    safe.columns = [csv_cell(str(c)) if isinstance(c, str) else c for c in safe.columns]
+    for column in safe.columns:
+        if safe[column].dtype == object or isinstance(safe[column].dtype, pd.StringDtype):
+            safe[column] = safe[column].map(csv_cell)
+    return safe
+
+
+def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
+    """Write ``frame`` as CSV with :func:`csv_safe_frame`; every string is quoted, so a carriage
+    return or newline inside a cell can never start a new row."""
+    csv_safe_frame(frame).to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
+
+
+# ---- from report.py ------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -87,35 +129,6 @@ class Plot:
     """The trade-off plot, with its caption."""
 
     caption: str
-
-
-def summary_table(
-    table: pd.DataFrame, chosen: dict[str, Any], baselines: dict[str, Any]
-) -> pd.DataFrame:
-    """Rows a reader compares, all on validation rows: the majority-class baseline, the
-    unconstrained PCA baseline, the chosen candidate, then per variant and classifier the
-    fairest (lambda = 0) and the last lambda. The ``role`` column says which row is which."""
-    first = table.groupby(["variant", "classifier"], sort=False).head(1).assign(role="λ=0")
-    last = table.groupby(["variant", "classifier"], sort=False).tail(1).assign(role="last λ")
-    sweep = pd.concat([first, last]).drop_duplicates(subset=["variant", "classifier", "lambda"])
-    sweep.loc[sweep["lambda"].isna(), "role"] = "no λ"
-    sweep = sweep.sort_values(["variant", "classifier", "lambda"], na_position="first")
-    head = [
-        {
-            "role": "majority",
-            "variant": "-",
-            "classifier": "majority",
-            **baselines["majority"]["validation"],
-        },
-    ]
-    if baselines.get("pca") is not None:
-        head.append({"role": "PCA (best)", **baselines["pca"]["row"]})
-    head.append({"role": "chosen", **chosen})
-    columns = ["role", *(c for c in SUMMARY_COLUMNS if c in table.columns)]
-    return pd.concat(
-        [pd.DataFrame(head).reindex(columns=columns), sweep.reindex(columns=columns)],
-        ignore_index=True,
-    )
 
 
 def write_matrices(out_dir: Path, representations: dict[str, Any]) -> dict[str, str]:
@@ -590,7 +603,7 @@ def _is_number(value: Any) -> bool:
 
 def markdown_table(frame: pd.DataFrame, escape=None) -> str:
     """GitHub-flavoured Markdown table of a small frame; ``escape`` (e.g.
-    :func:`fairpca.tasks.escape.markdown_text`) is applied to every header and cell."""
+    :func:`fairpca.tasks.report.markdown_text`) is applied to every header and cell."""
     escape = escape or str
     header = "| " + " | ".join(escape(c) for c in frame.columns) + " |"
     rule = "|" + "|".join("---" for _ in frame.columns) + "|"
@@ -677,14 +690,159 @@ def render_markdown(title: str, sections: list[tuple[str, Any]], image_name: str
     return "\n".join(lines)
 
 
-@task(name="write-report", cache_policy=NO_CACHE)
-def write_report(
-    out_dir: Path, *, title: str, sections: list[tuple[str, Any]], plot: dict[str, Any]
-) -> dict[str, Path]:
-    """Write ``tradeoff.png`` (``plot`` = :func:`plot_tradeoff`'s arguments), ``report.md``
-    and ``report.html`` into ``out_dir``."""
+def _facts(record) -> list[str]:
+    """Data and setup facts (aggregates only), each a readable line."""
+    params, split = record.params, record.selection.split
+    facts = [
+        f"source: {record.provenance.definition.source}",
+        f"sensitive attribute(s): {', '.join(record.sensitive)}",
+        f"rows (train / validation / test): {split.n_train} / {split.n_validation} / "
+        f"{split.n_test}",
+        f"k: {record.k.note if record.k else params.get('k')}",
+        f"variants: {params.get('variants')}",
+        f"lambdas: {params.get('lambdas')}",
+        f"classifiers: {params.get('classifiers')}",
+        f"seed: {params.get('seed')}",
+    ]
+    if record.policy is not None:
+        facts.append(f"gate: {record.policy.description}")
+    facts += [
+        f"group sizes (all parts) of {attribute}: "
+        + ", ".join(f"{group} {n}" for group, n in groups.items())
+        for attribute, groups in record.selection.group_sizes.items()
+    ]
+    return facts
+
+
+def _reported_frame(record) -> pd.DataFrame:
+    """Chosen candidate beside the baselines, validation and test, with 95% intervals."""
+    selection = record.selection
+    rows = [("chosen: " + selection.chosen.name, selection)]
+    if selection.baselines.pca is not None:
+        rows.append(("unconstrained PCA: " + selection.baselines.pca.name, selection.baselines.pca))
+    rows.append(("majority class", selection.baselines.majority))
+    several = any(k.endswith(".intersection") for k in selection.test)
+    metrics = [k for k in selection.test if k.startswith(HEADLINE) and "ci95" not in k]
+    metrics = sorted(metrics) if several else list(HEADLINE)
+    return pd.DataFrame(
+        [
+            {"model": label, "rows": part}
+            | {m: format_interval(getattr(parts, part), m) for m in metrics}
+            for label, parts in rows
+            for part in ("validation", "test")
+        ]
+    )
+
+
+def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
+    """One row per representation and attribute: probe, chance, mean gaps, reconstruction."""
+    records = []
+    for variant, diag in per_variant.items():
+        errors = diag.get("reconstruction_error") or {}
+        for attribute, probe in diag["leakage"].items():
+            near = diag["near_constant_directions"].get(attribute, [])
+            records.append(
+                {
+                    "representation": variant,
+                    "attribute": attribute,
+                    "probe balanced accuracy": format_interval(probe, "balanced_accuracy"),
+                    "chance": probe["chance"],
+                    "mean gap (train)": diag["mean_gap_train"],
+                    "mean gap (validation)": diag["mean_gap_validation"],
+                    "reconstruction error per group": ", ".join(
+                        f"{g}: {e:.3g}" for g, e in errors.items()
+                    )
+                    or "-",
+                    "near-constant directions": ", ".join(str(d["direction"]) for d in near) or "-",
+                }
+            )
+    return pd.DataFrame(records)
+
+
+HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+
+
+def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
+    """The report's sections, in order, all read from the audit record (and the promotion
+    decided afterwards, when there is one)."""
+    selection = record.selection.model_dump(by_alias=True)
+    references = [r.model_dump() for r in record.references or []]
+    policy = record.policy.model_dump() if record.policy else None
+    select_by = record.params.get("select_by", "balanced_accuracy")
+    sections: list[tuple[str, Any]] = [
+        *verdict_sections(selection, thresholds={}, references=references, policy=policy),
+    ]
+    if promotion is not None:
+        sections.append(("Champion", Bullets(list(promotion.reasons))))
+    sections += [
+        (
+            "Trade-off on validation rows",
+            Plot(
+                f"validation {select_by.replace('_', ' ')} (what the choice maximises) against "
+                "each gated measure, with 95% intervals"
+            ),
+        ),
+        (
+            "Candidates on validation rows (baselines, chosen, lambda=0 and last lambda per "
+            "variant and classifier; full table: metrics.csv)",
+            pd.DataFrame(record.candidates or []),
+        ),
+        (
+            "Validation and test rows of the chosen candidate and the baselines",
+            _reported_frame(record),
+        ),
+        ("Data and setup", Bullets(_facts(record))),
+        (
+            "Diagnostics: does fairness carry over to held-out rows?",
+            _diagnostics_frame(record.selection.diagnostics),
+        ),
+    ]
+    if record.skipped:
+        items = [f"{variant}: {why}" for variant, why in record.skipped.items()]
+        sections.append(("Skipped variants (could not be fitted on this data)", Bullets(items)))
+    timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
+    sections.append(
+        (
+            "Timings (seconds)",
+            pd.DataFrame({"step": list(timings), "seconds": list(timings.values())}),
+        )
+    )
+    sections.append(
+        (
+            "Notes",
+            "All numbers are aggregates; groups with fewer than "
+            f"{record.min_group_size} rows are suppressed. No raw rows or per-person sensitive "
+            "attributes are stored.",
+        )
+    )
+    return sections
+
+
+def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
+    """:func:`plot_tradeoff`'s arguments: the candidates' table and the record's choice."""
+    chosen = record.selection.chosen
+    rows = table[(table["variant"] == chosen.variant) & (table["classifier"] == chosen.classifier)]
+    if chosen.lambda_ is not None:
+        rows = rows[np.isclose(rows["lambda"], chosen.lambda_)]
+    pca = table[table["variant"] == "pca"]
+    return {
+        "table": table,
+        "chosen": rows.iloc[0].to_dict() if len(rows) else {},
+        "pca": pca.loc[pca["accuracy"].idxmax()].to_dict() if len(pca) else None,
+        "majority_accuracy": record.selection.baselines.majority.validation.get("accuracy"),
+        "thresholds": record.policy.thresholds if record.policy else {},
+        "gate": record.selection.gate,
+        "references": [r.model_dump() for r in record.references or []],
+        "utility": record.params.get("select_by", "balanced_accuracy"),
+    }
+
+
+def write_report(out_dir: Path, record, table: pd.DataFrame, promotion=None) -> dict[str, Path]:
+    """Write ``tradeoff.png``, ``report.md`` and ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
-    image = plot_tradeoff(path=out_dir / "tradeoff.png", **plot)
+    title = f"Fairness {record.kind}: {record.provenance.definition.source} ({record.run_name})"
+    sections = report_sections(record, promotion)
+    image = plot_tradeoff(path=out_dir / "tradeoff.png", **_plot_arguments(record, table))
     (out_dir / "report.md").write_text(render_markdown(title, sections, image.name))
     (out_dir / "report.html").write_text(render_html(title, sections, image))
     return {"md": out_dir / "report.md", "html": out_dir / "report.html", "png": image}

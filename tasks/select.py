@@ -1,51 +1,326 @@
-"""Choosing the audited candidate on validation rows: eligibility (useful beyond the
-majority class and chance, not near-constant), the gate policy (:mod:`fairpca.tasks.policy`)
+"""The fairness gate as a named policy: which disparity measures a candidate must meet, with
+which thresholds, compared on interval bounds or point estimates.
+
+A policy name is one criterion or several joined by ``+`` (all must hold):
+
+- ``demographic_parity``: the selection-rate difference ``dp_difference`` at most
+  ``max_dp_difference``;
+- ``equal_opportunity``: the true-positive-rate difference ``eo_difference`` at most
+  ``max_eo_difference``;
+- ``equalized_odds``: the larger of the TPR and FPR differences,
+  ``equalized_odds_difference``, at most ``max_equalized_odds_difference``;
+- ``four_fifths``: the selection-rate ratio (smallest over largest group selection rate,
+  ``selection_rate_ratio``) at least ``min_selection_rate_ratio`` (the US EEOC's 4/5 rule).
+
+Each criterion is checked on the worst single attribute and, with several attributes, on
+their intersection where it is defined (at least two intersection groups with
+``min_group_size`` rows; groups below that size carry no number and are named ungated).
+Under ``upper_bound`` a difference's upper 95% bound must meet the threshold (the data must
+show the candidate is fair enough); under ``point`` the estimate. The four-fifths rule is
+defined on observed selection rates and always compares the estimate.
+The accuracy floor ``min_accuracy`` applies under every policy.
+
+Choosing the audited candidate on validation rows: eligibility (useful beyond the
+majority class and chance, not near-constant), the gate policy (:mod:`fairpca.tasks.select`)
 and the decision."""
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .evaluate import majority_class
-from .policy import GatePolicy
 
 __all__ = [
+    "CRITERIA",
+    "DEFAULT_BOUND",
+    "DEFAULT_POLICY",
+    "LEGACY_POLICY",
     "MAX_ONE_CLASS_SHARE",
     "MIN_ACCURACY_GAIN",
     "MIN_BALANCED_ACCURACY_MARGIN",
     "MIN_POSITIVE_RATE_RATIO",
     "ROW_STORING_CLASSIFIERS",
     "ROW_STORING_VARIANTS",
+    "Criterion",
     "Decision",
+    "GatePolicy",
     "best_pca",
     "candidate_name",
     "choose",
     "eligibility_rules",
     "gate_failures",
     "ineligibility",
+    "parse_policy",
     "registrable",
     "require_fair_variant",
     "select_candidate",
 ]
 
+
+# ---- from policy.py ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One gated measure: ``metric`` compared with the threshold field ``threshold``."""
+
+    metric: str
+    threshold: str
+    label: str
+    larger_is_fairer: bool = False  # a ratio (four-fifths) rather than a difference
+    point_rule: bool = False  # defined on observed rates: the estimate under every bound
+
+    def bound(self, metrics: Mapping[str, Any], scope: str, bound: str) -> float:
+        """The value the gate compares: the estimate, or the interval end that is least fair."""
+        name = f"{self.metric}{scope}"
+        if bound == "upper_bound" and not self.point_rule:
+            name += ".ci95_low" if self.larger_is_fairer else ".ci95_high"
+        value = metrics.get(name, math.nan)
+        return math.nan if value is None else float(value)
+
+    def meets(self, value: float, limit: float) -> bool:
+        return value >= limit if self.larger_is_fairer else value <= limit
+
+    def excess(self, value: float, limit: float) -> float:
+        """How far ``value`` is on the wrong side of ``limit`` (0 when it meets it)."""
+        if math.isnan(value):
+            return 1.0
+        return max(0.0, limit - value) if self.larger_is_fairer else max(0.0, value - limit)
+
+
+CRITERIA: dict[str, Criterion] = {
+    "demographic_parity": Criterion("dp_difference", "max_dp_difference", "DP difference"),
+    "equal_opportunity": Criterion("eo_difference", "max_eo_difference", "EO (TPR) difference"),
+    "equalized_odds": Criterion(
+        "equalized_odds_difference",
+        "max_equalized_odds_difference",
+        "equalized odds difference (max of TPR and FPR differences)",
+    ),
+    # The four-fifths rule compares observed selection rates (US EEOC Uniform Guidelines,
+    # 29 CFR 1607.4(D)); the lower bound of a ratio of two noisy rates on 2,500 rows sits
+    # ~0.2 below its estimate, so judged on the bound no useful Adult classifier passes it.
+    "four_fifths": Criterion(
+        "selection_rate_ratio",
+        "min_selection_rate_ratio",
+        "selection-rate ratio",
+        larger_is_fairer=True,
+        point_rule=True,
+    ),
+}
+# Demographic parity with the four-fifths rule: on Adult, equal opportunity on top of it is
+# met only by classifiers that hardly ever predict the positive class.
+DEFAULT_POLICY = "demographic_parity+four_fifths"
+# The fixed pair every audit used before gates were named (versions without a policy tag).
+LEGACY_POLICY = "demographic_parity+equal_opportunity"
+POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
+BOUNDS = ("upper_bound", "point")
+# Estimates by default: on 2,500 validation rows the upper 95% bound of a fair classifier's DP
+# difference at a 25% selection rate is ~0.07, so judged on it at 0.05 only classifiers that
+# rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
+DEFAULT_BOUND = "point"
+INTERSECTION = ".intersection"
+
+
+def parse_policy(name: str) -> tuple[str, ...]:
+    """The criteria of a policy name, in the canonical order of :data:`CRITERIA`.
+
+    Raises
+    ------
+    ValueError
+        For an unknown or repeated criterion; the message lists the known ones.
+    """
+    parts = [part.strip() for part in str(name).split("+")]
+    unknown = [part for part in parts if part not in CRITERIA]
+    if unknown or not parts:
+        raise ValueError(
+            f"unknown gate policy part(s) {unknown} in {name!r}; use one of "
+            f"{', '.join(CRITERIA)} or several joined by '+', e.g. {DEFAULT_POLICY!r}."
+        )
+    if len(set(parts)) != len(parts):
+        raise ValueError(f"gate policy {name!r} names a criterion twice; give each once.")
+    return tuple(criterion for criterion in CRITERIA if criterion in parts)
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """A named gate: criteria, their thresholds (plus ``min_accuracy``) and the bound used."""
+
+    criteria: tuple[str, ...]
+    thresholds: dict[str, float]
+    bound: str = DEFAULT_BOUND
+
+    @classmethod
+    def from_config(cls, selection) -> GatePolicy:
+        """The policy of a selection config section (``policy``, ``thresholds``, ``gate``)."""
+        criteria = parse_policy(selection.policy)
+        values = selection.thresholds.model_dump()
+        used = {CRITERIA[c].threshold: float(values[CRITERIA[c].threshold]) for c in criteria}
+        return cls(criteria, used | {"min_accuracy": float(values["min_accuracy"])}, selection.gate)
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str]) -> GatePolicy:
+        """The policy a registered version was chosen under (its ``fairness.policy`` tag, or
+        the ``policy``, ``gate`` and ``threshold.*`` tags of earlier versions); a version from
+        before named policies had the legacy pair."""
+        if POLICY_TAG in tags:
+            value = json.loads(tags[POLICY_TAG])
+            thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
+            return cls(parse_policy(value["name"]), thresholds, value["bound"])
+        criteria = parse_policy(tags.get("policy", LEGACY_POLICY))
+        thresholds = {
+            key.removeprefix("threshold."): float(value)
+            for key, value in tags.items()
+            if key.startswith("threshold.")
+        }
+        bound = tags.get("policy.bound") or tags.get("fairness.gate") or "upper_bound"
+        return cls(criteria, thresholds, bound if bound in BOUNDS else "point")
+
+    @property
+    def name(self) -> str:
+        return "+".join(self.criteria)
+
+    def description(self) -> str:
+        """One sentence a reviewer can read."""
+        where = "the 95% interval bound" if self.bound == "upper_bound" else "the point estimate"
+        parts = []
+        for key in self.criteria:
+            criterion = CRITERIA[key]
+            sign = ">=" if criterion.larger_is_fairer else "<="
+            point = " (point estimate, as the rule is defined)" if criterion.point_rule else ""
+            limit = self.thresholds[criterion.threshold]
+            parts.append(f"{criterion.label} {sign} {limit:g}{point}")
+        parts.append(f"accuracy >= {self.thresholds.get('min_accuracy', 0.0):g}")
+        return (
+            f"{self.name}: {'; '.join(parts)}, judged on {where} on the validation rows, for "
+            "the worst attribute and for their intersection where its groups are large enough"
+        )
+
+    def record(self) -> dict[str, Any]:
+        """The ``policy`` entry of the audit record."""
+        return {
+            "name": self.name,
+            "thresholds": dict(self.thresholds),
+            "description": self.description(),
+        }
+
+    def tags(self) -> dict[str, str]:
+        """The one tag of a registered version that :meth:`from_tags` reads back."""
+        value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds)}
+        return {POLICY_TAG: json.dumps(value, sort_keys=True)}
+
+    def _scopes(self, metrics: Mapping[str, Any]) -> list[str]:
+        several = any(str(key).endswith(INTERSECTION) for key in metrics)
+        return ["", INTERSECTION] if several else [""]
+
+    def failures(self, metrics: Mapping[str, Any]) -> list[str]:
+        """Why ``metrics`` fail the policy (empty: they pass). An undefined worst-attribute
+        value fails; an undefined intersection (groups too small) is not gated."""
+        failures = []
+        for key in self.criteria:
+            criterion = CRITERIA[key]
+            limit = self.thresholds[criterion.threshold]
+            bounded = self.bound == "upper_bound" and not criterion.point_rule
+            label = f" (95% {'lower' if criterion.larger_is_fairer else 'upper'} bound)"
+            label = label if bounded else ""
+            for scope in self._scopes(metrics):
+                value = criterion.bound(metrics, scope, self.bound)
+                if scope and math.isnan(value):
+                    continue  # too few large intersection groups: reported as ungated
+                if not criterion.meets(value, limit):
+                    sign = "< min" if criterion.larger_is_fairer else "> max"
+                    where = " of the intersection" if scope else ""
+                    failures.append(
+                        f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}"
+                        if not math.isnan(value)
+                        else f"{criterion.label}{where} is undefined (fewer than two groups "
+                        "large enough to compare)"
+                    )
+        bounded = self.bound == "upper_bound"
+        accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
+        floor = self.thresholds.get("min_accuracy", 0.0)
+        if accuracy is None or not float(accuracy) >= floor:
+            low = " (95% lower bound)" if bounded else ""
+            shown = "undefined" if accuracy is None else f"{float(accuracy):.4f}"
+            failures.append(f"accuracy{low} {shown} < min {floor:g}")
+        return failures
+
+    def violation(self, metrics: Mapping[str, Any]) -> float:
+        """Total excess over the thresholds (0 when the policy is met); ranks candidates."""
+        total = 0.0
+        for key in self.criteria:
+            criterion = CRITERIA[key]
+            limit = self.thresholds[criterion.threshold]
+            for scope in self._scopes(metrics):
+                value = criterion.bound(metrics, scope, self.bound)
+                if not (scope and math.isnan(value)):
+                    total += criterion.excess(value, limit)
+        return total
+
+    def ungated_note(self, metrics: Mapping[str, Any]) -> str | None:
+        """A sentence when several attributes are audited but the intersection is ungated."""
+        scopes = self._scopes(metrics)
+        if INTERSECTION not in scopes:
+            return None
+        undefined = [
+            CRITERIA[key].label
+            for key in self.criteria
+            if math.isnan(CRITERIA[key].bound(metrics, INTERSECTION, self.bound))
+        ]
+        if not undefined:
+            return None
+        return (
+            f"the intersection of the attributes is not gated for {', '.join(undefined)}: fewer "
+            "than two intersection groups have enough validation rows to compare"
+        )
+
+    def laxer_than(self, other: GatePolicy) -> list[str]:
+        """Every way this policy is laxer than ``other`` (empty: at least as strict)."""
+        reasons = [f"it does not gate {key}" for key in other.criteria if key not in self.criteria]
+        for key in other.criteria:
+            criterion = CRITERIA[key]
+            mine = self.thresholds.get(criterion.threshold)
+            theirs = other.thresholds.get(criterion.threshold)
+            if mine is None or theirs is None:
+                continue  # not gated here (reported above) or not recorded there
+            if mine != theirs and criterion.meets(theirs, mine):  # theirs is on the fair side
+                reasons.append(f"{criterion.threshold} {mine:g} is laxer than {theirs:g}")
+        if self.thresholds.get("min_accuracy", 0.0) < other.thresholds.get("min_accuracy", 0.0):
+            reasons.append(
+                f"min_accuracy {self.thresholds.get('min_accuracy', 0.0):g} is laxer than "
+                f"{other.thresholds.get('min_accuracy', 0.0):g}"
+            )
+        if self.bound == "point" and other.bound == "upper_bound":
+            reasons.append("it judges point estimates, not the 95% interval bounds")
+        return reasons
+
+
+# ---- from select.py ------------------------------------------------------------
+
 ROW_STORING_VARIANTS = ("fair_kernel_pca",)  # keeps its training points (kernel map)
 ROW_STORING_CLASSIFIERS = ("rbf_svc",)  # keeps support vectors (projected training rows)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
-    """Whether the chosen model may become champion, and why."""
+    """Whether the chosen candidate may become champion, and why."""
 
     promote: bool
-    reasons: list[str] = field(default_factory=list)
+    reasons: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"promote": self.promote, "reasons": list(self.reasons)}
+
+    def adding(self, *reasons: str, promote: bool | None = None) -> Decision:
+        """This decision with more reasons (and, when given, another outcome)."""
+        outcome = self.promote if promote is None else promote
+        return Decision(outcome, (*self.reasons, *(r for r in reasons if r)))
 
 
 def candidate_name(row: dict[str, Any]) -> str:
@@ -156,7 +431,7 @@ def _no_eligible(records, majority_accuracy, selection, reasons) -> tuple[dict[s
         f"balanced accuracy, {candidate_name(best)}, is shown for information only (not "
         f"eligible: {why})"
     )
-    return best, Decision(False, reasons)
+    return best, Decision(False, tuple(reasons))
 
 
 def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
@@ -193,7 +468,7 @@ def select_candidate(
             f"{len(passing)} of {len(records)} candidates that are eligible (useful beyond the "
             f"majority class and chance) and meet {gate_text} on the validation rows"
         )
-        return best, Decision(True, [reason]), True
+        return best, Decision(True, (reason,)), True
     reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the validation rows"]
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
     if degenerate:
@@ -207,7 +482,7 @@ def select_candidate(
     best = min(eligible, key=lambda r: (policy.violation(r), -r["accuracy"]))
     reasons.append(f"least violating eligible candidate chosen for review: {candidate_name(best)}")
     reasons += policy.failures(best)
-    return best, Decision(False, reasons), True
+    return best, Decision(False, tuple(reasons)), True
 
 
 def best_pca(table: pd.DataFrame) -> dict[str, Any] | None:
@@ -257,38 +532,201 @@ def _undefined(table: pd.DataFrame, metric: str) -> bool:
     return metric not in table or bool(table[metric].isna().all())
 
 
-def choose(table: pd.DataFrame, y_train, y_validation, selection) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Choice:
+    """What the validation rows decided: the chosen candidate and the gate's decision, its
+    eligibility, the policy, the majority-class accuracy and the unconstrained-PCA baseline."""
+
+    chosen: dict[str, Any]
+    decision: Decision
+    eligibility: dict[str, Any]
+    policy: GatePolicy
+    majority_accuracy: float
+    pca_row: dict[str, Any] | None
+
+    @property
+    def eligible(self) -> bool:
+        return bool(self.eligibility["chosen_passes"])
+
+
+def choose(table: pd.DataFrame, y_train, y_validation, selection) -> Choice:
     """The choice on validation rows: majority-class accuracy, the chosen candidate with its
     decision and eligibility, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = float(np.mean(np.asarray(y_validation) == majority_class(y_train)))
     candidates = registrable(table, selection.allow_row_storing_models)
     chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
+    notes = []
     if len(candidates) < len(table):
-        decision.reasons.append(
+        notes.append(
             f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
             "but not eligible for registration: their fitted state stores training rows"
         )
     undefined = [m for m in ("dp_difference", "eo_difference") if _undefined(table, m)]
     if undefined:
-        decision.reasons.append(
+        notes.append(
             f"{' and '.join(undefined)} undefined on the validation rows for every candidate: "
             "fewer than two groups of a sensitive attribute have min_group_size rows (for "
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
     policy = GatePolicy.from_config(selection)
-    note = policy.ungated_note(chosen)
-    if note:
-        decision.reasons.append(note)
-    return {
-        "chosen": chosen,
-        "decision": decision,
-        "eligible": eligible,
-        "eligibility": {
-            "rules": eligibility_rules(selection),
-            "chosen_passes": eligible,
-            "reasons": ineligibility(chosen, majority_accuracy, selection),
-        },
-        "policy": policy,
-        "majority_accuracy": majority_accuracy,
-        "pca_row": best_pca(table),
+    notes.append(policy.ungated_note(chosen) or "")
+    eligibility = {
+        "rules": eligibility_rules(selection),
+        "chosen_passes": eligible,
+        "reasons": ineligibility(chosen, majority_accuracy, selection),
     }
+    return Choice(
+        chosen, decision.adding(*notes), eligibility, policy, majority_accuracy, best_pca(table)
+    )
+
+
+# ---- promotion: the one decision that moves the champion alias -------------------------------
+
+# Measures shown side by side; the comparison itself uses accuracy and balanced accuracy.
+COMPARED = (
+    "accuracy",
+    "balanced_accuracy",
+    "dp_difference",
+    "selection_rate_ratio",
+    "eo_difference",
+    "equalized_odds_difference",
+)
+DEFAULT_TOLERANCE = 0.01  # the audit's tolerance; retrain has ``accuracy_tolerance``
+
+
+@dataclass(frozen=True)
+class Challenger:
+    """What the audit's own signed record says about the version it wants to promote."""
+
+    name: str  # the candidate's name, e.g. fair_pca/logreg_tuned@lambda=0
+    decision: Decision  # the gate's decision on the validation rows
+    policy: GatePolicy
+    test: dict[str, float]  # its metrics on the audit's test rows
+    model_digest: str | None = None  # the fitted pipeline's content digest
+
+
+@dataclass(frozen=True)
+class Champion:
+    """The version an alias points to now, and what is known of it on the challenger's rows."""
+
+    version: str
+    policy: GatePolicy  # the policy it was chosen under (its tags)
+    model_digest: str | None = None
+    test: dict[str, float] | None = None  # on the challenger's test rows; None: not measured
+    unverified: str | None = None  # why it could not be loaded and verified
+    demoted: str | None = None  # why it is to lose the alias (it fails the gate on new rows)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The outcome of :func:`decide_promotion`: whether the alias moves to the challenger,
+    whether the champion loses it, why, and the side-by-side record."""
+
+    promote: bool
+    reasons: tuple[str, ...]
+    demote: bool = False
+    comparison: dict[str, Any] | None = None
+
+
+def _outcome(challenger: dict, champion: dict, tolerance: float) -> tuple[bool, str]:
+    """Promote iff the challenger loses at most ``tolerance`` of accuracy and of balanced
+    accuracy against the champion on the same test rows."""
+    losses = []
+    for metric in ("accuracy", "balanced_accuracy"):
+        mine, theirs = challenger.get(metric), champion.get(metric)
+        if mine is None or theirs is None:
+            continue
+        if mine < theirs - tolerance:
+            losses.append(f"{metric} {mine:.4f} < champion {theirs:.4f} - {tolerance:g}")
+    if losses:
+        return False, "the challenger is worse on the shared test rows: " + "; ".join(losses)
+    return True, (
+        "on the shared test rows the challenger loses at most "
+        f"{tolerance:g} of accuracy and balanced accuracy against the champion"
+    )
+
+
+def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float]]:
+    return {
+        who: {
+            f"{m}{end}": float(metrics[f"{m}{end}"])
+            for m in COMPARED
+            for end in ("", ".ci95_low", ".ci95_high")
+            if f"{m}{end}" in metrics
+        }
+        for who, metrics in (("challenger", challenger), ("champion", champion))
+    }
+
+
+def _against_champion(challenger: Challenger, champion: Champion, tolerance: float):
+    """``(promote, reason)`` of a challenger that passed the gate, against a champion that
+    keeps its alias."""
+    laxer = challenger.policy.laxer_than(champion.policy)
+    if laxer:
+        policy = challenger.policy
+        return False, (
+            f"this audit's gate policy ({policy.name}, {policy.bound}) is laxer than the one "
+            f"champion v{champion.version} was chosen under: {'; '.join(laxer)}; the champion "
+            "stays (audit with at least its policy to replace it)"
+        )
+    if champion.unverified:
+        return True, f"champion not comparable: {champion.unverified}"
+    if champion.test is None:
+        return False, (
+            "the champion could not be evaluated on this audit's test rows (a relog has no rows "
+            "to compare on), so it stays; audit or retrain again to compare them"
+        )
+    return _outcome(challenger.test, champion.test, tolerance)
+
+
+def decide_promotion(
+    challenger: Challenger,
+    champion: Champion | None,
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    demoted_models: frozenset[str] = frozenset(),
+) -> Promotion:
+    """The one decision on the champion alias, for the audit, retrain, relog and the gate.
+
+    The alias moves to the challenger only if its gate decision promotes it, its model was
+    never demoted (``demoted_models``: content digests of the models the registry took an
+    alias away from), it is not the champion's own model, and, when a champion keeps its alias,
+    the challenger's policy is at least as strict and it loses at most ``tolerance`` of
+    accuracy and balanced accuracy on the same test rows. A champion that ``demoted`` (it
+    fails the gate on new rows) loses the alias whatever the challenger does.
+    """
+    reasons = []
+    demote = champion is not None and champion.demoted is not None
+    if demote:
+        reasons.append(f"champion v{champion.version} {champion.demoted}")
+    incumbent = None if champion is None or demote else champion
+    digest = challenger.model_digest
+    if not challenger.decision.promote:
+        promote, why = False, "the challenger did not pass the gate"
+    elif digest is not None and digest in demoted_models:
+        promote, why = (
+            False,
+            (
+                "this model was demoted from a protected alias before; it cannot take the alias "
+                "back (a reviewer decides, see the version's needs-review reason)"
+            ),
+        )
+    elif incumbent is not None and digest is not None and digest == incumbent.model_digest:
+        promote, why = False, f"the challenger is champion v{incumbent.version}'s own model"
+    elif incumbent is None:
+        promote, why = True, "no current champion: the gate alone decides"
+    else:
+        promote, why = _against_champion(challenger, incumbent, tolerance)
+    reasons.append(why if incumbent is None else f"champion v{incumbent.version}: {why}")
+    comparison = None
+    if champion is not None:
+        outcome = "champion replaced" if promote else "champion kept"
+        comparison = {
+            "champion_version": champion.version,
+            "challenger": challenger.name,
+            "rows": "the test part of this audit (no choice read them)",
+            "metrics": _side_by_side(challenger.test, champion.test) if champion.test else {},
+            "outcome": "champion demoted" if demote else outcome,
+            "reason": reasons[0] if demote else why,
+        }
+    return Promotion(promote, tuple(reasons), demote, comparison)

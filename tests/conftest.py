@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:  # imported where used: the library's tests need no audit layer
-    from fairpca.tasks.audit_record import AuditRecord
+    from fairpca.tasks.record import AuditRecord
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
@@ -115,7 +115,7 @@ def _metrics(accuracy: float, dp: float, eo: float) -> dict[str, float]:
 def build_audit_record() -> AuditRecord:
     """An audit of Adult with two sensitive attributes (race, sex), promoted; validated by
     :class:`AuditRecord`, so a renamed or missing key fails here."""
-    from fairpca.tasks.audit_record import AuditRecord
+    from fairpca.tasks.record import AuditRecord
 
     return AuditRecord.model_validate(
         {

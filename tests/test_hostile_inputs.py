@@ -152,7 +152,7 @@ def test_compas_file_is_screened_to_a_narrow_design():
 
 
 def test_input_example_holds_no_value_of_a_person():
-    from fairpca.tasks.model_io import PLACEHOLDER_CATEGORY, as_model_input, input_example
+    from fairpca.tasks.mlflow_logging import PLACEHOLDER_CATEGORY, as_model_input, input_example
 
     frame = people().drop(columns=["group", "outcome"])
     example = input_example(as_model_input(frame), min_category_count=30)
@@ -177,7 +177,7 @@ def test_run_name_with_a_path_is_refused(name):
 
 
 def test_paths_are_kept_inside_the_output_directory(tmp_path):
-    from fairpca.tasks.model_io import path_inside
+    from fairpca.tasks.trust import path_inside
 
     assert path_inside(tmp_path, "audit-1") == (tmp_path / "audit-1").resolve()
     (tmp_path / "link").symlink_to("/tmp")
@@ -216,10 +216,14 @@ def _saved_audit_dir(tmp_path: Path, record) -> Path:
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 
-    from fairpca.tasks.mlflow_logging import AUDIT_FILE, save_model_locally
-    from fairpca.tasks.model_io import as_model_input, input_example
-    from fairpca.tasks.pipeline import pip_requirements
-    from fairpca.tasks.signing import seal_output_dir
+    from fairpca.tasks.evaluate import pip_requirements
+    from fairpca.tasks.mlflow_logging import (
+        AUDIT_FILE,
+        as_model_input,
+        input_example,
+        save_model_locally,
+    )
+    from fairpca.tasks.trust import seal_output_dir
 
     frame = people()
     X = frame[["age", "degree"]]
@@ -289,8 +293,8 @@ def test_relog_names_the_file_that_changed_since_the_audit(tmp_path, audit_recor
 
 
 def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store, audit_record, tmp_path):
-    from fairpca.tasks.audit_record import MetricStep
     from fairpca.tasks.mlflow_logging import log_params_metrics
+    from fairpca.tasks.record import MetricStep
 
     uri, client = mlflow_store
     experiment = client.create_experiment(f"hostile-{time.time_ns()}", tmp_path.as_uri())
@@ -723,7 +727,7 @@ class Foreign:
 def _craft_mlmodel(model: Path, extra_types: list[str]) -> None:
     import yaml
 
-    from fairpca.tasks.signing import seal_output_dir
+    from fairpca.tasks.trust import seal_output_dir
 
     spec = yaml.safe_load((model / "MLmodel").read_text())
     spec["flavors"]["sklearn"]["skops_trusted_types"] = [
@@ -740,7 +744,7 @@ def test_relog_refuses_trusted_types_outside_the_fixed_list(tmp_path, audit_reco
 
     from fairpca.flows.relog import relog_output_dir
     from fairpca.tasks.mlflow_logging import check_relog_dir
-    from fairpca.tasks.signing import seal_output_dir
+    from fairpca.tasks.trust import seal_output_dir
 
     out_dir = _saved_audit_dir(tmp_path, audit_record)
     check_relog_dir(out_dir)  # as the audit wrote it: accepted

@@ -30,7 +30,7 @@ def _config(**values):
 
 def _choose_then_report(split, config):
     """The compute path of the audit flow, task bodies called directly."""
-    from fairpca.tasks.pipeline import build_pipeline, evaluate_reported
+    from fairpca.tasks.evaluate import build_pipeline, evaluate_reported
     from fairpca.tasks.represent import fit_preprocessor, fit_representation
     from fairpca.tasks.select import choose
     from fairpca.tasks.sweep import sweep_representation

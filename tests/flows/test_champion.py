@@ -7,8 +7,7 @@ import pytest
 
 from fairpca.flows.champion import decide_promotion
 from fairpca.flows.config import AuditConfig
-from fairpca.tasks.policy import GatePolicy
-from fairpca.tasks.select import Decision
+from fairpca.tasks.select import Decision, GatePolicy
 
 
 def _policy(**values):

@@ -74,7 +74,7 @@ def test_suppression_and_pooling_are_two_settings_with_one_default_each():
     from fairpca.flows.preflight import max_components
     from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
     from fairpca.tasks.mlflow_evaluator import CONFIG_DEFAULTS
-    from fairpca.tasks.model_io import input_example
+    from fairpca.tasks.mlflow_logging import input_example
     from fairpca.tasks.public import evaluate_model_fairness, sweep_lambda
     from fairpca.tasks.represent import fit_preprocessor
 
@@ -95,7 +95,7 @@ def test_suppression_and_pooling_are_two_settings_with_one_default_each():
 def test_the_input_example_shows_only_categories_the_encoder_keeps():
     import pandas as pd
 
-    from fairpca.tasks.model_io import PLACEHOLDER_CATEGORY, input_example
+    from fairpca.tasks.mlflow_logging import PLACEHOLDER_CATEGORY, input_example
 
     X = pd.DataFrame({"job": ["a"] * 35 + ["b"] * 25})
     assert input_example(X)["job"].tolist() == ["a", PLACEHOLDER_CATEGORY]

@@ -72,7 +72,7 @@ def edit_json(path: Path, change) -> None:
 def forge_seal(out_dir: Path) -> None:
     """Rewrite the seal's manifest to match the directory as it is now (what an attacker
     without the key can do); the MAC is left as it was."""
-    from fairpca.tasks.signing import SEAL_FILE, UNSEALED_FILES, sha256_file
+    from fairpca.tasks.trust import SEAL_FILE, UNSEALED_FILES, sha256_file
 
     def match(seal):
         seal["files"] = {
@@ -86,7 +86,7 @@ def forge_seal(out_dir: Path) -> None:
 
 def test_the_audit_seals_its_directory_and_binds_its_run(audited, mlflow_store):
     from fairpca.tasks.mlflow_logging import check_relog_dir
-    from fairpca.tasks.signing import bound_run, key_path
+    from fairpca.tasks.trust import bound_run, key_path
 
     out_dir, result = audited
     record = check_relog_dir(out_dir)
@@ -135,7 +135,7 @@ def test_swapped_model_with_forged_verdict_is_refused_and_no_champion_moves(
 
 def test_a_changed_file_is_named_even_when_only_the_model_was_swapped(kept, audited):
     from fairpca.tasks.mlflow_logging import check_relog_dir
-    from fairpca.tasks.signing import SealError
+    from fairpca.tasks.trust import SealError
 
     original = (audited[0] / "metrics.csv").read_bytes()
     (kept / "metrics.csv").write_bytes(original + b"x\n")
@@ -179,7 +179,7 @@ def test_a_signed_binding_to_another_audits_run_is_refused(kept, audited, mlflow
     """Even a record signed with the key (a bug, a copied directory) only resumes a run whose
     audit id and run name are its own on the server."""
     from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
-    from fairpca.tasks.signing import bind_run
+    from fairpca.tasks.trust import bind_run
 
     uri, client = mlflow_store
     result = audited[1]
@@ -269,7 +269,7 @@ def test_planted_files_are_refused_before_anything_is_uploaded(kept, audited, ml
 
 
 def test_sealed_files_over_the_size_caps_are_refused(kept):
-    from fairpca.tasks.signing import SealError, verify_output_dir
+    from fairpca.tasks.trust import SealError, verify_output_dir
 
     size = (kept / "model" / "model.skops").stat().st_size
     with pytest.raises(SealError, match=r"file 'model/model.skops' has \d+ MiB, over relog's"):
@@ -282,8 +282,8 @@ def test_sealed_files_over_the_size_caps_are_refused(kept):
 def test_promote_follows_the_verified_decision_only(kept, audited, mlflow_store):
     from pydantic import ValidationError
 
-    from fairpca.tasks.audit_record import DecisionRecord
     from fairpca.tasks.mlflow_logging import read_audit, sealed_decision
+    from fairpca.tasks.record import DecisionRecord
 
     audit = read_audit(kept)
     assert sealed_decision(audit) is audit.decision.promote
@@ -298,7 +298,7 @@ def test_promote_follows_the_verified_decision_only(kept, audited, mlflow_store)
 
 def test_reserved_tags_in_a_record_are_refused_even_when_signed(kept):
     from fairpca.tasks.mlflow_logging import read_audit
-    from fairpca.tasks.signing import seal_output_dir
+    from fairpca.tasks.trust import seal_output_dir
 
     edit_json(kept / "audit.json", lambda a: a["tags"].update({"mlflow.user": "x"}))
     seal_output_dir(kept)

@@ -92,7 +92,7 @@ def test_a_pickled_model_uri_is_refused_before_loading(tmp_path):
     types, no code): a cloudpickled model is refused, with the way out."""
     import mlflow.sklearn
 
-    from fairpca.tasks.model_trust import UntrustedModelError
+    from fairpca.tasks.trust import UntrustedModelError
 
     frame = user_data()
     model = LogisticRegression().fit(frame[["x_proxy", "x_other"]], frame["label"])

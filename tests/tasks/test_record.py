@@ -10,8 +10,7 @@ import pandas as pd
 import pytest
 from pydantic import ValidationError
 
-from fairpca.tasks.audit_record import AuditRecord, read_audit_record, write_audit_record
-from fairpca.tasks.record import metric_steps
+from fairpca.tasks.record import AuditRecord, metric_steps, read_audit_record, write_audit_record
 
 CONTRACT_ADDITIONS = {
     "policy": {

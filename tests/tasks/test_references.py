@@ -8,13 +8,13 @@ import pandas as pd
 
 from fairpca.flows.config import AuditConfig
 from fairpca.tasks.data import split_data
-from fairpca.tasks.policy import GatePolicy
 from fairpca.tasks.references import (
     dominating_references,
     fit_references,
     sensitive_at_prediction_note,
 )
 from fairpca.tasks.represent import fit_preprocessor
+from fairpca.tasks.select import GatePolicy
 
 
 class _Data:

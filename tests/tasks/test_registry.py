@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fairpca.tasks.audit_record import AuditRecord, DecisionRecord
-from fairpca.tasks.model_card import mask_credentials, render_model_card
+from fairpca.tasks.card import mask_credentials, render_model_card
+from fairpca.tasks.record import AuditRecord, DecisionRecord
 from fairpca.tasks.registry import (
     DATASET_LABELS,
     audit_definition,
@@ -213,12 +213,12 @@ def _pipelines_of_every_kind():
 
     from fairpca.datasets import load_dataset
     from fairpca.flows.config import CLASSIFIERS, VARIANTS
-    from fairpca.tasks.classify import fit_classifier
     from fairpca.tasks.represent import (
         make_preprocessor,
         make_representation,
         uses_sensitive_features,
     )
+    from fairpca.tasks.sweep import fit_classifier
 
     data = load_dataset("german")
     y = data.y.to_numpy()
@@ -273,7 +273,7 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     import json
     from pathlib import Path
 
-    from fairpca.tasks.model_card import DESCRIPTION_MAX_CHARS
+    from fairpca.tasks.card import DESCRIPTION_MAX_CHARS
     from fairpca.tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
     from fairpca.tasks.report import sha256_file
 

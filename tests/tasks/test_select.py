@@ -9,8 +9,7 @@ import pytest
 
 from fairpca.flows.config import AuditConfig
 from fairpca.tasks.evaluate import metrics_with_intervals
-from fairpca.tasks.policy import GatePolicy, parse_policy
-from fairpca.tasks.select import choose, ineligibility, select_candidate
+from fairpca.tasks.select import GatePolicy, choose, ineligibility, parse_policy, select_candidate
 
 
 def _config(**values):

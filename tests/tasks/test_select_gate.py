@@ -7,8 +7,7 @@ import numpy as np
 import pandas as pd
 
 from fairpca.flows.config import AuditConfig
-from fairpca.tasks.policy import GatePolicy
-from fairpca.tasks.select import gate_failures, select_candidate
+from fairpca.tasks.select import GatePolicy, gate_failures, select_candidate
 
 
 def _row(variant, lam, accuracy, dp, eo, *, share=0.8, width=0.02):

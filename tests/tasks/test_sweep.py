@@ -7,11 +7,10 @@ import numpy as np
 import pandas as pd
 
 from fairpca.flows.config import AuditConfig
-from fairpca.tasks.classify import make_classifier
 from fairpca.tasks.data import Split
 from fairpca.tasks.public import sweep_lambda
 from fairpca.tasks.represent import fit_representation
-from fairpca.tasks.sweep import sweep_representation
+from fairpca.tasks.sweep import make_classifier, sweep_representation
 
 
 def _split(seed: int = 0):

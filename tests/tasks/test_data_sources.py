@@ -1,4 +1,4 @@
-"""The audit's data source, read once per audit (fairpca.tasks.sources)."""
+"""The audit's data source, read once per audit (fairpca.tasks.data)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import pytest
 
 from fairpca.flows.config import AuditConfig
 from fairpca.flows.preflight import check_before_run
-from fairpca.tasks.data import load_data
-from fairpca.tasks.sources import preload_source, take_preloaded
+from fairpca.tasks.data import load_data, preload_source, take_preloaded
 
 
 def _user_file(path, n: int = 400, seed: int = 0):

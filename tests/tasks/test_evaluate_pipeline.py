@@ -1,4 +1,4 @@
-"""The registered pipeline (``fairpca.tasks.pipeline``) equals a metadata-routed one."""
+"""The registered pipeline (``fairpca.tasks.evaluate``) equals a metadata-routed one."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ def test_logged_pipeline_equals_a_metadata_routed_pipeline_and_predicts_from_x_a
 
     from fairpca import FairPCA
     from fairpca.datasets import load_german, make_preprocessor
-    from fairpca.tasks.classify import fit_classifier
     from fairpca.tasks.data import Split
-    from fairpca.tasks.pipeline import build_pipeline
+    from fairpca.tasks.evaluate import build_pipeline
     from fairpca.tasks.represent import fit_preprocessor, fit_representation
-    from fairpca.tasks.sweep import SweepResult
+    from fairpca.tasks.sweep import SweepResult, fit_classifier
 
     data = load_german()
     X, y, s = data.X, data.y.to_numpy(), data.sensitive

@@ -30,10 +30,9 @@ def saved(tmp_path, adult_rows):
     from sklearn.pipeline import make_pipeline
 
     from fairpca import FairPCA
-    from fairpca.tasks.mlflow_logging import save_model_locally
-    from fairpca.tasks.model_io import as_model_input, input_example
-    from fairpca.tasks.pipeline import pip_requirements
-    from fairpca.tasks.signing import seal_output_dir
+    from fairpca.tasks.evaluate import pip_requirements
+    from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
+    from fairpca.tasks.trust import seal_output_dir
 
     X, y, sensitive = adult_rows
     preprocess = make_preprocessor(X).fit(X)
@@ -94,7 +93,7 @@ def test_code_and_requirements_added_to_the_model_are_refused(saved):
     """The reviewer's scenario: a tampered code/fairpca/__init__.py, the manifest edited to
     match, an extra requirements line. Refused by the seal, and by the model check alone."""
     from fairpca.tasks.mlflow_logging import check_relog_dir, check_saved_model
-    from fairpca.tasks.signing import SEAL_FILE, SealError, sha256_file
+    from fairpca.tasks.trust import SEAL_FILE, SealError, sha256_file
 
     model = saved / "model"
     (model / "code" / "fairpca").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""User-supplied strings are escaped where rendered (``fairpca.tasks.escape``)."""
+"""User-supplied strings are escaped where rendered (``fairpca.tasks.report``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import io
 import pandas as pd
 import pytest
 
-from fairpca.tasks.escape import FORMULA_START, csv_cell, html_text, markdown_text, write_safe_csv
+from fairpca.tasks.report import FORMULA_START, csv_cell, html_text, markdown_text, write_safe_csv
 
 PAYLOADS = [
     "<img src=x onerror=alert(1)>",

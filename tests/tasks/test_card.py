@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from fairpca.tasks.audit_record import ReferenceMitigation, ScreenedColumn
-from fairpca.tasks.model_card import (
+from fairpca.tasks.card import (
     DESCRIPTION_MAX_CHARS,
     render_model_card,
     run_description,
     verdict_markdown,
     version_description,
 )
+from fairpca.tasks.record import ReferenceMitigation, ScreenedColumn
 from fairpca.tasks.registry import run_ui_url
 
 IMG = "<img src=x onerror=alert(1)>"

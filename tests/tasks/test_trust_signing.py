@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fairpca.tasks.signing import (
+from fairpca.tasks.trust import (
     KEY_ENV,
     SEAL_FILE,
     SealError,

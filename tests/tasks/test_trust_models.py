@@ -1,4 +1,4 @@
-"""One trust rule for saving, loading and relogging a model (fairpca.tasks.model_trust)."""
+"""One trust rule for saving, loading and relogging a model (fairpca.tasks.trust)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from sklearn.preprocessing import FunctionTransformer
 
 from fairpca import FairPCA
 from fairpca.tasks.mlflow_logging import _check_trusted_types, save_model_locally
-from fairpca.tasks.model_trust import TRUSTED_TYPES, UntrustedModelError, types_to_trust
 from fairpca.tasks.registry import load_skops_pipeline
+from fairpca.tasks.trust import TRUSTED_TYPES, UntrustedModelError, types_to_trust
 
 
 def _data(seed: int = 0):
@@ -95,7 +95,7 @@ def _pickled_model_dir(tmp_path, marker):
 def test_a_model_named_by_uri_is_loaded_only_once_verified(tmp_path):
     import mlflow.sklearn
 
-    from fairpca.tasks.model_trust import load_verified_model
+    from fairpca.tasks.trust import load_verified_model
 
     X, y, _ = _data()
     model = LogisticRegression().fit(X, y)
@@ -135,7 +135,7 @@ def test_a_model_whose_loader_would_read_another_file_is_refused(tmp_path):
     trust. Each is refused before anything is loaded."""
     import mlflow.sklearn
 
-    from fairpca.tasks.model_trust import load_verified_model
+    from fairpca.tasks.trust import load_verified_model
 
     X, y, _ = _data()
     mlflow.sklearn.save_model(LogisticRegression().fit(X, y), str(tmp_path / "skops"))
@@ -179,13 +179,13 @@ def test_a_model_whose_loader_would_read_another_file_is_refused(tmp_path):
 
 
 def test_a_refusal_names_the_model_without_its_credentials(tmp_path):
-    from fairpca.tasks.model_trust import load_verified_model
+    from fairpca.tasks.trust import load_verified_model
 
     with pytest.raises(UntrustedModelError) as error:  # nothing is served there
         load_verified_model(f"file://user:s3cret@localhost{tmp_path}/missing?token=t0ken")
     shown = str(error.value)
     assert "s3cret" not in shown and "t0ken" not in shown
-    from fairpca.tasks.credentials import shown_text
+    from fairpca.tasks.trust import shown_text
 
     said = "404 for https://h/a?X-Amz-Signature=t0ken (via https://u:s3cret@h/x)"
     assert shown_text(said) == "404 for https://h/a (via https://***@h/x)"

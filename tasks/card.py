@@ -16,12 +16,10 @@ from typing import Any
 
 import pandas as pd
 
-from fairpca.tasks.audit_record import AuditRecord, Selection
-from fairpca.tasks.credentials import mask_credentials
-from fairpca.tasks.escape import markdown_text
 from fairpca.tasks.evaluate import HEADLINE_METRICS
-from fairpca.tasks.record import format_interval
-from fairpca.tasks.report import group_rates_frame, markdown_table, sha256_file
+from fairpca.tasks.record import AuditRecord, Selection
+from fairpca.tasks.report import format_interval, group_rates_frame, markdown_table, markdown_text
+from fairpca.tasks.trust import mask_credentials, sha256_file
 
 __all__ = [
     "CARD_FILE",
@@ -249,23 +247,33 @@ def _section_validation(selection: Selection) -> str:
     return "The candidate and the gate were decided on these validation rows.\n\n" + _table(rows)
 
 
-def _section_decision(record: AuditRecord) -> str:
+def _section_decision(record: AuditRecord, promotion) -> str:
     selection = record.selection
     thresholds = [
         f"- `{key.removeprefix('thresholds.')}` = {_text(value)}"
         for key, value in sorted(record.params.items())
         if key.startswith("thresholds.")
     ]
-    verdict = "PROMOTE (champion)" if selection.decision.promote else "NOT promoted"
+    reasons = [*selection.decision.reasons, *(promotion.reasons if promotion else [])]
     return "\n".join(
         [
             f"- Gate: `{selection.gate}`"
             + (f", policy {_text(record.policy.description)}" if record.policy else ""),
             *thresholds,
-            f"- Decision: **{verdict}**",
-            *(f"  - {_text(reason)}" for reason in selection.decision.reasons),
+            f"- Decision: **{decision_words(record, promotion)}**",
+            *(f"  - {_text(reason)}" for reason in reasons),
         ]
     )
+
+
+def decision_words(record: AuditRecord, promotion) -> str:
+    """The decision in two or three words: promoted, not promoted, or (before the promotion
+    was decided) what the gate said."""
+    if promotion is not None:
+        return "PROMOTED to champion" if promotion.promote else "NOT promoted"
+    if record.selection.decision.promote:
+        return "passes the gate (promotion decided when logged to MLflow)"
+    return "NOT promoted"
 
 
 def _section_hashes(record: AuditRecord) -> str:
@@ -287,7 +295,7 @@ def _section_config(record: AuditRecord) -> str:
     return _table(rows)
 
 
-def render_model_card(record: AuditRecord) -> str:
+def render_model_card(record: AuditRecord, promotion=None) -> str:
     """The Markdown model card of the version an audit registers.
 
     Parameters
@@ -300,7 +308,7 @@ def render_model_card(record: AuditRecord) -> str:
     str
         Markdown whose first line is ``# Model card``. Every user-supplied string (column
         names, group labels, file names, reasons) is escaped with
-        :func:`fairpca.tasks.escape.markdown_text`.
+        :func:`fairpca.tasks.report.markdown_text`.
     """
     chosen = record.selection.chosen
     code = record.provenance.code_version
@@ -313,7 +321,7 @@ def render_model_card(record: AuditRecord) -> str:
         ("Per-group rates on the test rows", _section_group_rates(record)),
         ("Column screening", _section_screening(record)),
         ("Validation metrics", _section_validation(record.selection)),
-        ("Thresholds and decision", _section_decision(record)),
+        ("Thresholds and decision", _section_decision(record, promotion)),
         ("Projection matrices (SHA-256)", _section_hashes(record)),
         (
             "Code version",
@@ -371,12 +379,15 @@ def _items(title: str, items: list[str], limit: int) -> list[str]:
     return ["", f"{title}:", "", *shown]
 
 
-def verdict_markdown(record: AuditRecord, *, heading: str | None = None, limit: int = 10) -> str:
+def verdict_markdown(
+    record: AuditRecord, promotion=None, *, heading: str | None = None, limit: int = 10
+) -> str:
     """The verdict in a few lines: decision, chosen candidate, test metrics with intervals
     beside the baselines and the reference mitigations, reasons and warnings (at most
     ``limit`` of each)."""
     selection = record.selection
-    verdict = "PROMOTE to champion" if selection.decision.promote else "NOT promoted"
+    verdict = decision_words(record, promotion)
+    reasons = [*selection.decision.reasons, *(promotion.reasons if promotion else [])]
     lines = [f"# {_text(heading)}", ""] if heading else []
     lines += [
         f"**Decision: {verdict}** (gate `{selection.gate}`). Chosen on validation rows: "
@@ -385,36 +396,39 @@ def verdict_markdown(record: AuditRecord, *, heading: str | None = None, limit: 
         "Test rows, never used for any choice (95% intervals in brackets):",
         "",
         markdown_table(pd.DataFrame(_verdict_rows(record))),
-        *_items("Reasons", selection.decision.reasons, limit),
+        *_items("Reasons", reasons, limit),
         *_items("Warnings", selection.warnings, limit),
     ]
     return "\n".join(lines)
 
 
-def run_description(record: AuditRecord) -> str:
+def run_description(record: AuditRecord, promotion=None) -> str:
     """The MLflow run's description (``mlflow.note.content``)."""
     return _bounded(
         record,
+        promotion,
         "Full model card: artifact `model_card.md`; report: `report/report.html`; "
         "matrix SHA-256: `hashes.json`.",
     )
 
 
-def version_description(record: AuditRecord, run_id: str, ui_url: str | None = None) -> str:
+def version_description(
+    record: AuditRecord, run_id: str, ui_url: str | None = None, promotion=None
+) -> str:
     """The registered version's description: the verdict and a link to the run's full
     ``model_card.md`` (``runs:/<run_id>/model_card.md``, and ``ui_url`` when the tracking
     server has a web UI); always within :data:`DESCRIPTION_MAX_CHARS`."""
     link = f"Full model card: `runs:/{run_id}/model_card.md`"
     if ui_url:
         link += f" ([open in the MLflow UI]({ui_url}))"
-    return _bounded(record, link + ".")
+    return _bounded(record, promotion, link + ".")
 
 
-def _bounded(record: AuditRecord, footer: str) -> str:
+def _bounded(record: AuditRecord, promotion, footer: str) -> str:
     """The verdict and ``footer``, with fewer reasons and warnings until it fits."""
     for limit in (10, 5, 2, 0):
-        text = verdict_markdown(record, limit=limit) + "\n\n" + footer
+        text = verdict_markdown(record, promotion, limit=limit) + "\n\n" + footer
         if len(text) <= DESCRIPTION_MAX_CHARS:
             return text
     room = DESCRIPTION_MAX_CHARS - len(footer) - len("\n\n...\n\n")
-    return verdict_markdown(record, limit=0)[:room] + "\n\n...\n\n" + footer
+    return verdict_markdown(record, promotion, limit=0)[:room] + "\n\n...\n\n" + footer

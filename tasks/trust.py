@@ -1,0 +1,625 @@
+"""Trust: what the project signs, which model files it loads, and what it never shows.
+
+- the seal of an audit's output directory (an HMAC-SHA256 over the manifest of its files,
+  keyed by a per-user secret the directory never holds);
+- the one rule for the types a saved model may hold, on saving, loading and relogging
+  (skops, a fixed set of trusted types, never pickle);
+- credentials in tracking URIs, masked in everything written or printed;
+- every written path stays inside its directory."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import stat
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+__all__ = [
+    "KEY_ENV",
+    "MAX_FILE_BYTES",
+    "MAX_TOTAL_BYTES",
+    "SEAL_FILE",
+    "TRUSTED_TYPES",
+    "UNSEALED_FILES",
+    "SealError",
+    "UntrustedModelError",
+    "VerifiedModel",
+    "bind_run",
+    "bound_run",
+    "check_model_files",
+    "foreign_types",
+    "key_path",
+    "load_skops_pipeline",
+    "load_verified_model",
+    "mask_credentials",
+    "path_inside",
+    "seal_output_dir",
+    "sha256_file",
+    "shown_text",
+    "shown_uri",
+    "signing_key",
+    "skops_file",
+    "skops_file_types",
+    "take_credentials",
+    "types_to_trust",
+    "verify_output_dir",
+]
+
+
+# ---- from credentials.py ------------------------------------------------------------
+
+# The userinfo of a URI: everything between "://" and the last "@" before the path. A regular
+# expression rather than urlsplit, which refuses or misreads passwords holding "[", "#", "?".
+_USERINFO = re.compile(r"(?<=://)[^/]*@")
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"()<>]+")
+
+
+def mask_credentials(value: str) -> str:
+    """``scheme://user:password@host/...`` -> ``scheme://***@host/...`` (and without its query
+    string); other text as is."""
+    masked = _USERINFO.sub("***@", value, count=1)
+    return value if masked == value else masked.split("?", 1)[0]
+
+
+def shown_uri(value: str) -> str:
+    """A URI as messages and params may show it: credentials masked
+    (:func:`mask_credentials`) and no query string (a presigned URL's token)."""
+    return mask_credentials(str(value)).split("?", 1)[0]
+
+
+def shown_text(text: str) -> str:
+    """``text`` (e.g. a library's error message) with every URI in it :func:`shown_uri`."""
+    return _URI.sub(lambda match: shown_uri(match.group(0)), str(text))
+
+
+def take_credentials(uri: str) -> str:
+    """An http(s) ``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
+
+    Only MLflow's REST client reads ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``
+    (HTTP basic auth), so for any other scheme (``postgresql://user:pw@db/mlflow``) the URI is
+    returned as given: the database driver needs its credentials in the URI. A password in the
+    environment variable ``MLFLOW_TRACKING_URI`` is removed from there for http(s).
+    """
+    parts = urlsplit(uri)
+    if parts.scheme.lower() not in {"http", "https"}:
+        return uri
+    if parts.username is None and parts.password is None:
+        return uri
+    if parts.username:
+        os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
+    if parts.password is not None:
+        os.environ["MLFLOW_TRACKING_PASSWORD"] = unquote(parts.password)
+    host = parts.netloc.rpartition("@")[2]
+    clean = urlunsplit(parts._replace(netloc=host))
+    if os.environ.get("MLFLOW_TRACKING_URI") == uri:
+        os.environ["MLFLOW_TRACKING_URI"] = clean
+    return clean
+
+
+# ---- from signing.py ------------------------------------------------------------
+
+KEY_ENV = "FAIRPCA_SIGNING_KEY"
+SEAL_FILE = "audit.seal.json"
+# written while logging, read back by nothing that is uploaded from the directory
+UNSEALED_FILES = frozenset({SEAL_FILE, "mlflow_status.json", "model_card.md"})
+MAX_FILE_BYTES = 512 * 2**20  # per file relog uploads
+MAX_TOTAL_BYTES = 2 * 2**30  # all files together
+_MIN_KEY_CHARS = 32
+_SEAL_VERSION = 1
+
+
+class SealError(ValueError):
+    """The directory is not the one a fairpca audit wrote and signed with this user's key."""
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks (the one file hash of the project)."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def key_path() -> Path:
+    """``$XDG_CONFIG_HOME/fairpca/signing.key`` (``~/.config`` when unset)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "fairpca" / "signing.key"
+
+
+def signing_key(*, create: bool = False) -> bytes:
+    """The per-user secret: ``$FAIRPCA_SIGNING_KEY``, else the 0600 key file.
+
+    Parameters
+    ----------
+    create : bool, default=False
+        Create the key file (32 random bytes, hex, mode 0600) when there is none; only an
+        audit does, relog never (a directory signed elsewhere cannot be verified here).
+
+    Raises
+    ------
+    SealError
+        A short environment key, no key file (``create=False``), or a key file that is
+        readable by others, not owned by this user, or too short.
+    """
+    env = os.environ.get(KEY_ENV)
+    if env:
+        if len(env) < _MIN_KEY_CHARS:
+            raise SealError(
+                f"{KEY_ENV} holds {len(env)} characters; use at least {_MIN_KEY_CHARS}, e.g. "
+                "the output of `python -c 'import secrets; print(secrets.token_hex(32))'`."
+            )
+        return env.encode()
+    path = key_path()
+    if not path.exists():
+        if not create:
+            raise SealError(
+                f"no signing key at {path} (nor {KEY_ENV}): the directory was sealed by "
+                f"another user or machine. Relog it where the audit ran, or set {KEY_ENV} to "
+                "the key it was sealed with."
+            )
+        _create_key_file(path)
+    return _read_key_file(path)
+
+
+def _create_key_file(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another audit created it at the same moment
+        return
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_hex(32) + "\n")
+
+
+def _read_key_file(path: Path) -> bytes:
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077 or info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
+        raise SealError(
+            f"signing key {path} has mode {mode:04o} (owner uid {info.st_uid}); only its owner "
+            f"may read it. Run `chmod 600 {path}` (as its owner), or set {KEY_ENV}."
+        )
+    key = path.read_bytes().strip()
+    if len(key) < _MIN_KEY_CHARS:
+        raise SealError(f"signing key {path} is shorter than {_MIN_KEY_CHARS} characters.")
+    return key
+
+
+def _mac(key: bytes, record: dict[str, Any]) -> str:
+    body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+def _file_listing(out_dir: Path) -> dict[str, Path]:
+    """Every regular file under ``out_dir`` (posix relative path -> path), sealed ones only."""
+    files = {}
+    for folder, dirs, names in os.walk(out_dir, followlinks=False):
+        for name in [*dirs, *names]:
+            path = Path(folder) / name
+            if path.is_symlink():
+                raise SealError(
+                    f"{path} is a symbolic link; an audit directory holds only plain files. "
+                    "Remove it or re-run the audit."
+                )
+        for name in names:
+            path = Path(folder) / name
+            relative = path.relative_to(out_dir).as_posix()
+            if relative not in UNSEALED_FILES:
+                files[relative] = path
+    return files
+
+
+def _write_seal(out_dir: Path, record: dict[str, Any], key: bytes) -> Path:
+    target = Path(out_dir) / SEAL_FILE
+    tmp = target.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**record, "mac": _mac(key, record)}, indent=1, sort_keys=True))
+    tmp.replace(target)
+    return target
+
+
+def seal_output_dir(out_dir: str | Path) -> Path:
+    """Sign the manifest (path, size, SHA-256) of every file of ``out_dir``; return the seal.
+
+    Called once, by the audit, after its last file is written and before anything is
+    logged; the key file is created on first use. The key must not lie inside ``out_dir``.
+    """
+    out_dir = Path(out_dir)
+    key = signing_key(create=True)
+    _refuse_key_inside(out_dir)
+    files = {
+        name: {"size": path.stat().st_size, "sha256": sha256_file(path)}
+        for name, path in sorted(_file_listing(out_dir).items())
+    }
+    return _write_seal(out_dir, {"version": _SEAL_VERSION, "files": files, "run": None}, key)
+
+
+def _refuse_key_inside(out_dir: Path) -> None:
+    if os.environ.get(KEY_ENV):
+        return
+    if key_path().resolve().is_relative_to(out_dir.resolve()):
+        raise SealError(
+            f"the signing key {key_path()} lies inside the output directory {out_dir}; set "
+            "XDG_CONFIG_HOME (or FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
+        )
+
+
+def _verified_record(out_dir: Path) -> dict[str, Any]:
+    """The seal's record once its MAC verifies with this user's key."""
+    path = out_dir / SEAL_FILE
+    if not path.is_file():
+        raise SealError(
+            f"{out_dir} has no {SEAL_FILE}: it was not written and signed by a fairpca audit "
+            "(or predates signing), so relog does not trust it. Re-run the audit."
+        )
+    if path.stat().st_size > 16 * 2**20:
+        raise SealError(f"{path} is larger than any seal fairpca writes; it is not read.")
+    try:
+        sealed = json.loads(path.read_text())
+        mac = sealed.pop("mac")
+    except (ValueError, KeyError, AttributeError, TypeError) as error:
+        raise SealError(f"{path} is not a readable seal ({error}); re-run the audit.") from error
+    if not hmac.compare_digest(str(mac), _mac(signing_key(), sealed)):
+        raise SealError(
+            f"{path} does not verify with this user's signing key: the seal or its manifest "
+            "was edited after the audit, or another key signed it. Re-run the audit."
+        )
+    return sealed
+
+
+def verify_output_dir(
+    out_dir: str | Path,
+    *,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    max_total_bytes: int = MAX_TOTAL_BYTES,
+) -> dict[str, Any]:
+    """Check ``out_dir`` is exactly what the audit sealed; return the verified record.
+
+    Sizes are compared (and capped) before any file is hashed, so a huge planted file is
+    refused in milliseconds.
+
+    Raises
+    ------
+    SealError
+        No seal, a MAC that does not verify, a symbolic link, a file added, missing, of
+        another size or content than sealed (named), or a file or total over the caps.
+    """
+    out_dir = Path(out_dir)
+    record = _verified_record(out_dir)
+    sealed, present = record["files"], _file_listing(out_dir)
+    added = sorted(set(present) - set(sealed))
+    if added:
+        raise SealError(
+            f"{out_dir}: file(s) {added} were added after the audit (not in its signed "
+            "manifest); relog uploads nothing else. Remove them or re-run the audit."
+        )
+    missing = sorted(set(sealed) - set(present))
+    if missing:
+        raise SealError(f"{out_dir}: file(s) {missing} of the signed manifest are missing.")
+    _check_sizes(out_dir, sealed, present, max_file_bytes, max_total_bytes)
+    for name, entry in sealed.items():
+        if sha256_file(present[name]) != entry["sha256"]:
+            raise SealError(
+                f"{out_dir}: file {name!r} changed after the audit (its SHA-256 differs from "
+                "the signed manifest); it is not logged. Re-run the audit."
+            )
+    return record
+
+
+def _check_sizes(out_dir, sealed, present, max_file_bytes: int, max_total_bytes: int) -> None:
+    total = 0
+    for name, entry in sealed.items():
+        size = present[name].stat().st_size
+        if size != entry["size"]:
+            raise SealError(
+                f"{out_dir}: file {name!r} has {size} bytes, the signed manifest "
+                f"{entry['size']}: it changed after the audit. Re-run the audit."
+            )
+        if size > max_file_bytes:
+            raise SealError(
+                f"{out_dir}: file {name!r} has {size / 2**20:.0f} MiB, over relog's cap of "
+                f"{max_file_bytes / 2**20:.0f} MiB per file; it is not uploaded."
+            )
+        total += size
+    if total > max_total_bytes:
+        raise SealError(
+            f"{out_dir}: the files add up to {total / 2**20:.0f} MiB, over relog's cap of "
+            f"{max_total_bytes / 2**20:.0f} MiB; nothing is uploaded."
+        )
+
+
+def bind_run(out_dir: str | Path, *, run_id: str, experiment_id: str) -> None:
+    """Record (and sign) the MLflow run that logs this directory, so a later relog completes
+    that run and no other. The directory must still verify."""
+    out_dir = Path(out_dir)
+    record = _verified_record(out_dir)
+    record["run"] = {"run_id": str(run_id), "experiment_id": str(experiment_id)}
+    _write_seal(out_dir, record, signing_key())
+
+
+def bound_run(record: dict[str, Any]) -> dict[str, str] | None:
+    """The run a verified seal names (``run_id``, ``experiment_id``), or None."""
+    run = record.get("run")
+    return dict(run) if isinstance(run, dict) else None
+
+
+# ---- from model_trust.py ------------------------------------------------------------
+
+# Every type a fairpca pipeline holds beyond skops' defaults. The tests rebuild every
+# variant and classifier and check this list is complete.
+TRUSTED_TYPES = frozenset(
+    {
+        "fairpca._fair_pca.FairPCA",
+        "fairpca.datasets._preprocess.RareCategoryPooler",
+        "fairpca._kernel.FairKernelPCA",
+        "fairpca._kernel_maps.KernelFactor",
+        "fairpca._kernel_maps.KernelFunction",
+        "fairpca._kernel_maps.NystroemMap",
+        "numpy.dtype",
+        "sklearn.neural_network._stochastic_optimizers.AdamOptimizer",
+    }
+)
+
+
+class UntrustedModelError(RuntimeError):
+    """A model file cannot be verified as one fairpca wrote; it is not loaded."""
+
+
+def foreign_types(types: Iterable[str]) -> list[str]:
+    """The rule: the names in ``types`` outside :data:`TRUSTED_TYPES`, sorted."""
+    return sorted({str(name) for name in types} - TRUSTED_TYPES)
+
+
+def types_to_trust(pipeline) -> list[str]:
+    """The types skops must be told to trust to reload ``pipeline`` (the save path).
+
+    Raises
+    ------
+    TypeError
+        The pipeline holds a type outside :data:`TRUSTED_TYPES`: it would be saved but never
+        loaded again, so it is refused now.
+    """
+    import skops.io
+
+    needed = skops.io.get_untrusted_types(data=skops.io.dumps(pipeline))
+    if foreign := foreign_types(needed):
+        raise TypeError(
+            f"the pipeline holds types fairpca does not trust: {foreign}; a model holding them "
+            "could not be loaded again, so it is not saved (use fairpca's representations and "
+            "the audit's classifiers)."
+        )
+    return sorted(needed)
+
+
+def skops_file(model_dir: Path) -> Path:
+    """The skops file of an MLflow sklearn model directory; refuse any other format."""
+    import yaml
+
+    model_dir = Path(model_dir)
+    flavor = yaml.safe_load((model_dir / "MLmodel").read_text())["flavors"].get("sklearn", {})
+    serialization = flavor.get("serialization_format")
+    if serialization != "skops":
+        raise UntrustedModelError(
+            f"the model in {model_dir} is serialised as {serialization!r}; only 'skops' is "
+            "loaded (pickle could run arbitrary code)."
+        )
+    path = (model_dir / str(flavor.get("pickled_model", ""))).resolve()
+    if model_dir.resolve() not in path.parents or not path.is_file():
+        raise UntrustedModelError(f"the model file {flavor.get('pickled_model')!r} is missing")
+    return path
+
+
+def skops_file_types(path: Path) -> list[str]:
+    """The types the skops file ``path`` needs trusted (read without executing anything).
+
+    Raises
+    ------
+    UntrustedModelError
+        One of them is outside :data:`TRUSTED_TYPES`.
+    """
+    import skops.io
+
+    needed = skops.io.get_untrusted_types(file=path)
+    if foreign := foreign_types(needed):
+        raise UntrustedModelError(
+            f"{Path(path).name} holds types fairpca does not trust: {foreign}; it is not loaded."
+        )
+    return list(needed)
+
+
+def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
+    """Load the pipeline of an MLflow sklearn model directory with skops and
+    :data:`TRUSTED_TYPES`.
+
+    Raises
+    ------
+    UntrustedModelError
+        Not skops, a file whose SHA-256 differs from ``expected_sha256``, or a type outside
+        :data:`TRUSTED_TYPES`; nothing is deserialised then.
+    """
+    import skops.io
+
+    path = skops_file(Path(model_dir))
+    actual = sha256_file(path)
+    if expected_sha256 is not None and actual != expected_sha256:
+        raise UntrustedModelError(
+            f"{path.name} has SHA-256 {actual}, not the {expected_sha256} recorded "
+            "at registration: the file was changed after fairpca registered it."
+        )
+    return skops.io.load(path, trusted=skops_file_types(path))
+
+
+def check_model_files(model_dir: Path) -> None:
+    """Refuse a model directory that is not an MLflow scikit-learn model serialised with
+    skops, or that holds a pickle file, code, or anything its loader would read besides
+    the checked skops file.
+
+    Nothing in the directory is loaded or executed: ``MLmodel`` is read as YAML and the
+    other files only by name. Accepted: the flavors ``sklearn`` (skops, its
+    ``skops_trusted_types`` within :data:`TRUSTED_TYPES`) and ``python_function`` (loader
+    ``mlflow.sklearn``, reading the same file, no ``data`` folder); no other ``MLmodel``, no
+    pickle, no ``code_paths``, no ``.py`` file.
+
+    Raises
+    ------
+    ValueError
+        Naming what was found.
+    """
+    import yaml
+
+    model_dir = Path(model_dir)
+    mlmodel = model_dir / "MLmodel"
+    if not mlmodel.is_file():
+        raise ValueError(f"{model_dir} holds no MLmodel file; it is not a saved model.")
+    try:
+        spec = yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {}
+        flavors = spec.get("flavors") or {}
+        sklearn = flavors.get("sklearn") or {}
+        pyfunc = flavors.get("python_function") or {}
+        if not all(isinstance(entry, dict) for entry in (flavors, sklearn, pyfunc)):
+            raise AttributeError("a flavor entry is not a mapping")
+    except (yaml.YAMLError, UnicodeDecodeError, AttributeError) as error:
+        raise ValueError(f"{mlmodel} is not a readable MLmodel file ({error}).") from error
+    serialization = sklearn.get("serialization_format")
+    if serialization != "skops":
+        raise ValueError(
+            f"MLmodel names the serialization {serialization!r}, not skops: loading a pickled "
+            "or cloudpickled model runs code from the file, so fairpca never logs or loads one."
+        )
+    _check_loader_reads_only_the_skops_file(flavors, sklearn, pyfunc)
+    nested = [p.relative_to(model_dir).as_posix() for p in model_dir.rglob("MLmodel")]
+    if nested != ["MLmodel"]:
+        raise ValueError(f"{model_dir} holds more than one MLmodel file ({sorted(nested)}).")
+    pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
+    if pickles:
+        raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not loaded.")
+    code = sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*.py*"))
+    if sklearn.get("code") or pyfunc.get("code") or (model_dir / "code").exists() or code:
+        raise ValueError(
+            f"{model_dir} carries source code ({code or 'code_paths'}), which loading would "
+            "run; a fairpca model depends on fairpca through a pinned requirement instead."
+        )
+
+
+def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc: dict) -> None:
+    """MLflow's pyfunc loader reads ``python_function.model_path`` (under ``data``, when
+    given) with the types ``sklearn.skops_trusted_types`` names: all must be the checked
+    skops file and trusted types."""
+    foreign = sorted(set(flavors) - {"sklearn", "python_function"})
+    if foreign or pyfunc.get("loader_module") != "mlflow.sklearn":
+        raise ValueError(
+            f"MLmodel names the flavor(s) {foreign} or the loader "
+            f"{pyfunc.get('loader_module')!r}; only a scikit-learn model loaded by "
+            "mlflow.sklearn is accepted."
+        )
+    if "data" in pyfunc or pyfunc.get("model_path") != sklearn.get("pickled_model"):
+        raise ValueError(
+            "MLmodel points its python_function loader at another file "
+            f"({pyfunc.get('data') or pyfunc.get('model_path')!r}) than the skops file "
+            f"({sklearn.get('pickled_model')!r})."
+        )
+    if foreign := foreign_types(sklearn.get("skops_trusted_types") or []):
+        raise ValueError(
+            f"MLmodel lists skops_trusted_types {foreign} that fairpca does not trust."
+        )
+
+
+class VerifiedModel:
+    """A scikit-learn model loaded from a verified skops file, with its MLflow ``metadata``
+    (the ``MLmodel`` read as YAML: the signature). ``predict`` passes the columns the
+    signature names, in its order, as MLflow's pyfunc wrapper does."""
+
+    def __init__(self, model, metadata):
+        self.model = model
+        self.metadata = metadata
+
+    def predict(self, X):
+        schema = self.metadata.get_input_schema() if self.metadata is not None else None
+        if schema is not None and schema.has_input_names() and hasattr(X, "columns"):
+            missing = [name for name in schema.required_input_names() if name not in X.columns]
+            if missing:
+                raise ValueError(f"the model's signature needs the column(s) {missing}.")
+            X = X[[name for name in schema.input_names() if name in X.columns]]
+        return self.model.predict(X)
+
+
+def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> VerifiedModel:
+    """The scikit-learn model at the MLflow URI ``model_uri``, loaded only from files
+    fairpca verified.
+
+    The model is downloaded into a temporary directory and must pass
+    :func:`check_model_files`; the types its skops file needs must be skops' defaults or in
+    :data:`TRUSTED_TYPES` (:func:`skops_file_types`). Then that very file is loaded by
+    ``skops.io.load`` trusting only those types: no loader named by the files runs, and
+    nothing they name is imported. ``tracking_uri`` resolves ``models:/`` and ``runs:/``
+    URIs.
+
+    Raises
+    ------
+    UntrustedModelError
+        The model is pickled or cloudpickled, carries code, holds an untrusted type or is
+        not a readable skops model; the message says how to log it so that it can be
+        loaded, or to pass an object the caller loaded.
+    """
+    import mlflow.artifacts
+    from mlflow.models import Model
+
+    shown = shown_uri(model_uri)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = Path(
+                mlflow.artifacts.download_artifacts(
+                    artifact_uri=model_uri, dst_path=tmp, tracking_uri=tracking_uri
+                )
+            )
+        except Exception as error:  # MLflow's message names URIs: each is shown masked
+            raise UntrustedModelError(
+                f"the model at {shown} could not be downloaded "
+                f"({type(error).__name__}: {shown_text(error)})."
+            ) from None
+        try:
+            check_model_files(local)
+            metadata = Model.load(str(local / "MLmodel"))
+            model = load_skops_pipeline(local)
+        except Exception as error:  # a refusal, or files no reader could parse (not a zip)
+            raise UntrustedModelError(
+                f"the model at {shown} is not loaded: {shown_text(error)} Log it with "
+                "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
+                "a model you trust yourself and pass the object (anything with predict)."
+            ) from None
+        return VerifiedModel(model, metadata)
+
+
+def model_digest(model) -> str:
+    """SHA-256 over a fitted model's content (joblib's hashing of its parameters and arrays:
+    sets and dicts in a stable order), the same for two fits that came out equal. The skops
+    file cannot say so: it names its arrays by object ids. Nothing is unpickled."""
+    from joblib.hashing import NumpyHasher
+
+    hasher = NumpyHasher(hash_name="sha1")
+    hasher._hash = hashlib.sha256()  # joblib offers md5 and sha1 only
+    return hasher.hash(model)
+
+
+# ---- written paths ------------------------------------------------------------
+
+
+def path_inside(base: str | Path, *parts: str) -> Path:
+    """``base / parts...``, refused unless it resolves inside ``base`` (no ``..``, no
+    absolute part, no symlink out of it)."""
+    root = Path(base).resolve()
+    target = root.joinpath(*parts).resolve()
+    if target == root or not target.is_relative_to(root):
+        raise ValueError(
+            f"path {'/'.join(parts)!r} would be written outside {root} (it resolves to "
+            f"{target}); use a plain name without '/', '..' or an absolute path."
+        )
+    return target
