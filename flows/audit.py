@@ -51,9 +51,7 @@ from fairpca.tasks.mlflow_logging import (
 )
 from fairpca.tasks.record import AuditRecord, PromotionRecord, build_record, write_audit_record
 from fairpca.tasks.references import reference_mitigations
-from fairpca.tasks.registry import (
-    find_champion,
-)
+from fairpca.tasks.registry import find_champion
 from fairpca.tasks.report import markdown_text, write_matrices, write_report
 from fairpca.tasks.represent import fit_preprocessor, fit_representation, resolve_k
 from fairpca.tasks.select import (
@@ -113,7 +111,7 @@ class AuditResult(BaseModel):
 
     @property
     def reasons(self) -> list[str]:
-        return [*self.record.decision.reasons, *self.promotion.reasons]
+        return [*self.promotion.reasons, *self.record.decision.reasons]
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -244,10 +242,10 @@ def sweep_all(config: AuditConfig, split, representations, encoded) -> tuple[pd.
 
 
 @task(name="write-outputs", cache_policy=NO_CACHE)
-def write_outputs(out_dir: Path, record: AuditRecord, table, representations, config) -> Path:
-    """Everything the audit found, on disk: the record, the report, the model card, the
-    candidates' table, the resolved config and the projection matrices (the model was
-    saved before the record, which names its SHA-256); then the folder is sealed."""
+def write_outputs(out_dir: Path, record: AuditRecord, table: pd.DataFrame, config) -> Path:
+    """Everything the audit found, on disk beside the model and the projection matrices
+    (written before the record, which names their SHA-256s): the record, the report, the
+    candidates' table and the resolved config; then the folder is sealed."""
     table.to_csv(out_dir / "metrics.csv", index=False)
     (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
     write_audit_record(out_dir / AUDIT_FILE, record)
@@ -265,7 +263,7 @@ def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[
     return sha256_file(next(model_dir.glob("*.skops"))), model_digest(pipeline)
 
 
-def test_rows_scorer(split, config: AuditConfig):
+def scorer_on_test_rows(split, config: AuditConfig):
     """``score(pipeline) -> metrics with intervals`` on this audit's test rows: how the
     champion is measured beside the challenger."""
 
@@ -302,16 +300,16 @@ def challenger_of(record: AuditRecord) -> Challenger:
 
 
 def promote_and_log(
-    out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *, watch: bool
-) -> AuditResult:
+    out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *, watch: bool,
+    tolerance: float,
+) -> AuditResult:  # fmt: skip
     """The network part: decide the promotion against the current champion (on this audit's
     test rows), write it beside the record (the report shows it), seal again, log to MLflow."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    tolerance = getattr(getattr(config, "promotion", None), "accuracy_tolerance", DEFAULT_TOLERANCE)
     champion, demoted = (None, frozenset())
     if record.register_model:
         champion, demoted = champion_lookup(
-            tracking_uri, record, evaluate=test_rows_scorer(split, config), watch=watch
+            tracking_uri, record, evaluate=scorer_on_test_rows(split, config), watch=watch
         )
     promotion = decide_promotion(
         challenger_of(record), champion, tolerance=tolerance, demoted_models=demoted
@@ -367,8 +365,16 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
     )
 
 
-def run_audit(config: AuditConfig, kind: str = "audit", *, watch: bool = False) -> AuditResult:
-    """The recipe of ``fairness_audit`` and ``retrain`` (see the module docstring)."""
+def run_audit(
+    config: AuditConfig,
+    kind: str = "audit",
+    *,
+    watch: bool = False,
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> AuditResult:
+    """The recipe of ``fairness_audit`` and ``retrain`` (see the module docstring): ``watch``
+    demotes a champion that fails the gate on this audit's test rows; ``tolerance`` is the
+    accuracy a challenger may lose against the champion."""
     clock, started_at = Stopwatch(), datetime.now(UTC)
     out_dir = open_output_dir(config, kind)
     with clock("load_data"):
@@ -428,8 +434,8 @@ def run_audit(config: AuditConfig, kind: str = "audit", *, watch: bool = False) 
         model_digest=digest,
         tags={**_flow_tags(kind), "fairpca.local_output_dir": str(out_dir.resolve())},
     )
-    write_outputs(out_dir, record, table, representations, config)
-    return promote_and_log(out_dir, record, table, split, config, watch=watch)
+    write_outputs(out_dir, record, table, config)
+    return promote_and_log(out_dir, record, table, split, config, watch=watch, tolerance=tolerance)
 
 
 @flow(

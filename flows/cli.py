@@ -178,7 +178,7 @@ def config_command(model: type[BaseModel], kind: str):
 
 def _run(flow_name: str, config) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
-    from fairpca.tasks.registry import resolved_model_name
+    from fairpca.tasks.record import resolved_model_name
 
     from .server import start_server, temporary_server
     from .tracking import champion_version

@@ -53,6 +53,7 @@ from fairpca.flows.config import Thresholds, load_config_file, resolve_tracking_
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE, HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
+from fairpca.tasks.registry import move_alias
 from fairpca.tasks.report import format_interval, markdown_text, sha256_file
 from fairpca.tasks.select import (
     DEFAULT_BOUND,
@@ -69,6 +70,7 @@ from fairpca.tasks.select import GatePolicy as NamedPolicy
 from fairpca.tasks.trust import path_inside
 
 __all__ = [
+    "ALIAS_PATTERN",
     "ALIAS_REFUSED_TAG",
     "ERROR",
     "EVENTS",
@@ -78,6 +80,7 @@ __all__ = [
     "POLICY_DIR_ENV",
     "REASONS_TAG",
     "STATUS_TAG",
+    "TAG_MAX_CHARS",
     "GatePolicy",
     "PolicyError",
     "ReferenceData",
@@ -297,10 +300,10 @@ def enforce_alias(client, name: str, alias: str, version: str) -> str:
         reasons = client.get_model_version(name, version).tags.get(REASONS_TAG, "")
         why += f" ({reasons})" if reasons else ""
     if previous and previous != str(version) and _status(client, name, previous) == PASSED:
-        client.set_registered_model_alias(name, alias, previous)
+        move_alias(client, name, alias, previous)
         action = f"moved back to version {previous}, the last holder that passed"
     else:
-        client.delete_registered_model_alias(name, alias)
+        move_alias(client, name, alias, None)
         action = "removed (no earlier holder that passed)"
     message = f"protected alias {alias!r} refused for version {version}: {why}; {action}"
     client.set_model_version_tag(

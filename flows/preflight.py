@@ -15,66 +15,39 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from fairpca.datasets import MIN_CATEGORY_COUNT
-
-__all__ = ["PreflightError", "check_before_run", "max_components"]
+__all__ = ["PreflightError", "check_before_run"]
 
 
 class PreflightError(ValueError):
     """An input that would make the audit fail; the message says what, which value, the fix."""
 
 
-def max_components(
-    dataset: Any, variants: list[str], min_category_count: int = MIN_CATEGORY_COUNT
-) -> tuple[int, int, int]:
-    """Largest k the variants allow: ``(k_max, encoded width d, mean constraints r)``.
-
-    Fair PCA keeps ``U`` in the null space of the ``r = sum_a (g_a - 1)`` group-mean
-    constraints (Algorithm 1/2, stacked attributes as in Sec. 3.5), so ``k <= d - r``; plain
-    PCA needs ``k <= d``. ``d`` is the width of the fitted preprocessor on the screened
-    columns (one-hot categoricals capped as in :func:`fairpca.datasets.make_preprocessor`).
-    """
-    from fairpca.datasets import make_preprocessor
-
-    preprocessor = make_preprocessor(dataset.X, min_category_count=min_category_count)
-    width = len(preprocessor.fit(dataset.X).get_feature_names_out())
-    sensitive = dataset.sensitive
-    constraints = int(sum(sensitive[column].nunique() - 1 for column in sensitive.columns))
-    fair = any(variant != "pca" for variant in variants)
-    return (width - constraints if fair else width), width, constraints
-
-
 def _check_k(config, dataset) -> str | None:
-    """A clear error for a given k that cannot fit; the note when k is chosen by default."""
-    from fairpca.tasks.represent import DEFAULT_MAX_K
+    """The k every variant will be fitted with, decided exactly as the audit decides it (the
+    same split, the same screening on the training rows, the same encoder; Algorithm 1/2 and
+    Sec. 3.5 give ``k <= d - r``): a clear error when it cannot fit, else the note saying
+    which k."""
+    from fairpca.tasks.data import split_data
+    from fairpca.tasks.represent import fit_preprocessor, resolve_k
 
-    k_max, width, constraints = max_components(
-        dataset, list(config.representation.variants), config.representation.min_category_count
-    )
+    split = split_data.fn(
+        dataset, config.split, config.source,
+        seed=config.seed, min_group_size=config.evaluation.min_group_size,
+    )  # fmt: skip
+    _, encoded, _ = fit_preprocessor.fn(split, config.representation.min_category_count)
     screened = getattr(dataset, "screened", {}) or {}
     more = f" or keep screened columns (--keep; screened: {list(screened)})" if screened else ""
-    if k_max < 1:
-        raise PreflightError(
-            f"the data encode to {width} feature column(s) and the sensitive attribute(s) "
-            f"impose {constraints} group-mean constraint(s), so fair PCA has no dimension "
-            f"left; add feature columns{more}."
-        )
-    if config.representation.k is None:
-        return (
-            f"-k not given: k = min({DEFAULT_MAX_K}, the largest k these data allow, {k_max}) "
-            f"= {min(DEFAULT_MAX_K, k_max)} (decided again on the encoded training rows)"
-        )
-    if config.representation.k <= k_max:
-        return None
-    raise PreflightError(
-        f"k={config.representation.k} is larger than possible: the data encode to {width} feature "
-        f"column(s) and the sensitive attribute(s) impose {constraints} group-mean "
-        f"constraint(s), so at most k={k_max}; pass -k {k_max} or less{more}."
-    )
+    try:
+        k = resolve_k(
+            config.representation.k, encoded.shape[1], split.s_train,
+            list(config.representation.variants),
+        )  # fmt: skip
+    except ValueError as error:
+        raise PreflightError(f"{str(error).rstrip('.')}{more}.") from None
+    return k["note"] if k["requested"] is None else None
 
 
 MAX_FIT_SECONDS_ENV = "FAIRPCA_MAX_FIT_SECONDS"
@@ -293,8 +266,8 @@ def check_before_run(config) -> list[str]:
     parts = _check_parts(config, dataset)
     _check_groups(config, dataset, parts)
     _check_cost(config, dataset, parts)
-    k_note = _check_k(config, dataset)
     _check_encoded_names(config, dataset)
+    k_note = _check_k(config, dataset)
     _check_output_dir(config.output.output_dir, config.output.run_name)
     _check_signing_key(config.output.output_dir)
     # The flow takes this dataset (or loads it anew); the screening was reported here already.

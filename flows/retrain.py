@@ -12,15 +12,23 @@ champion on those rows. The flow run's final state message says what happened.
 
 from __future__ import annotations
 
+import re
+
 from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
+
+from fairpca.tasks.report import markdown_text
 
 from .audit import AuditResult, run_audit
 from .config import RetrainConfig
 from .runners import dask_subflow
 
-__all__ = ["final_message", "retrain"]
+__all__ = [
+    "final_message",
+    "retrain",
+]
 
 
 def final_message(result: AuditResult) -> str:
@@ -30,12 +38,10 @@ def final_message(result: AuditResult) -> str:
         watch = "no champion to re-check"
     elif promotion.demote:
         alias = result.record.params.get("needs_review_alias", "needs-review")
-        watch = f"{name}: {promotion.reasons[0]}; alias moved to '{alias}' for review"
+        watch = f"{promotion.reasons[0]}; alias moved to '{alias}' for review"
     else:
-        watch = (
-            f"{name}: champion v{promotion.champion_version} still meets the gate on the new "
-            "test rows"
-        )
+        version = promotion.champion_version
+        watch = f"champion v{version} of {name} still meets the gate on the new test rows"
     if result.model_version is None:
         challenger = "challenger not registered"
     else:
@@ -44,6 +50,15 @@ def final_message(result: AuditResult) -> str:
     if promotion.demote and not result.champion_moved:
         challenger += f"; {name} has no champion until a reviewer acts"
     return f"{watch}; {challenger}."
+
+
+def publish_champion_check(result: AuditResult, message: str) -> None:
+    """The champion check as a Prefect Markdown artifact (``champion-watch-<model>``)."""
+    name = result.record.model_name
+    key = re.sub(r"[^a-z0-9-]+", "-", f"champion-watch-{name}".lower())[:100]
+    lines = [f"# Champion check of {markdown_text(name)}", "", f"**{markdown_text(message)}**"]
+    lines += [f"- {markdown_text(reason)}" for reason in result.reasons]
+    create_markdown_artifact("\n".join(lines), key=key, description="champion check")
 
 
 @flow(
@@ -70,7 +85,8 @@ def retrain(config: RetrainConfig) -> AuditResult:
     """
     if (on_dask := dask_subflow(retrain, config.dask_address)) is not None:
         return on_dask(config)
-    result = run_audit(config, "retrain", watch=True)
+    result = run_audit(config, "retrain", watch=True, tolerance=config.promotion.accuracy_tolerance)
     message = final_message(result)
+    publish_champion_check(result, message)
     (get_run_logger().warning if result.promotion.demote else get_run_logger().info)(message)
     return Completed(message=message, data=result)

@@ -10,8 +10,6 @@ the audit's minimum are shown as suppressed, and credentials in URIs are masked.
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -19,13 +17,14 @@ import pandas as pd
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.record import AuditRecord, Selection
 from fairpca.tasks.report import format_interval, group_rates_frame, markdown_table, markdown_text
-from fairpca.tasks.trust import mask_credentials, sha256_file
+from fairpca.tasks.trust import mask_credentials
 
 __all__ = [
     "CARD_FILE",
+    "CARD_METRICS",
     "DESCRIPTION_MAX_CHARS",
-    "code_version",
-    "data_source_facts",
+    "VERDICT_METRICS",
+    "decision_words",
     "render_model_card",
     "run_description",
     "verdict_markdown",
@@ -45,56 +44,6 @@ CARD_METRICS = (
     "one_class_share",
 )
 _SECRET_KEY = re.compile(r"(password|secret|token|credential|api_key)", re.IGNORECASE)
-
-
-# ---- facts recorded at audit time ------------------------------------------------------------
-
-
-def _bundled_raw_files(dataset: str) -> tuple:
-    """The published raw files a bundled or data-directory dataset is parsed from."""
-    from fairpca.datasets import _files
-
-    return {
-        "adult": (_files.ADULT_DATA, _files.ADULT_TEST),
-        "german": (_files.GERMAN_DATA,),
-        "bank": (_files.BANK_FULL,),
-        "compas": (_files.COMPAS_TWO_YEARS,),
-    }[dataset]
-
-
-def data_source_facts(dataset: str | None, data: str | Path | None) -> dict[str, Any]:
-    """Data source and the SHA-256 of each raw file it was read from.
-
-    A dataset's files are checked against their published SHA-256 when loaded, so the
-    published sums are the ones read; a user file is hashed here.
-    """
-    if dataset is not None:
-        files = {raw.relative_path: raw.sha256 for raw in _bundled_raw_files(dataset)}
-        return {"kind": "dataset", "name": dataset, "sha256": files}
-    path = Path(data)
-    return {"kind": "file", "name": path.name, "sha256": {path.name: sha256_file(path)}}
-
-
-def code_version() -> dict[str, str]:
-    """The installed fairpca version and, in a git checkout, its commit (``+dirty`` when
-    tracked files differ from it)."""
-    import fairpca
-
-    version = {"fairpca": fairpca.__version__, "git_commit": "unknown"}
-    root = Path(fairpca.__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
-            capture_output=True, timeout=10,
-        ).returncode  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
-        return version
-    version["git_commit"] = commit + ("+dirty" if dirty else "")
-    return version
 
 
 # ---- rendering -------------------------------------------------------------------------------

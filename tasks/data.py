@@ -13,6 +13,7 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 __all__ = [
+    "MIN_SPLITTABLE_STRATUM",
     "Split",
     "load_data",
     "load_source",

@@ -52,6 +52,8 @@ from fairpca.tasks.trust import (
 )
 
 __all__ = [
+    "ARTIFACT_FILES",
+    "ATTEMPT_TAG",
     "AUDIT_FILE",
     "HASHES_FILE",
     "NEEDS_REVIEW_ALIAS",
@@ -65,12 +67,17 @@ __all__ = [
     "as_model_input",
     "check_relog_dir",
     "check_saved_model",
+    "finish_run",
     "input_example",
     "is_transient_mlflow_error",
+    "log_artifacts",
+    "log_model",
     "log_output_dir",
+    "log_params_metrics",
     "model_signature",
     "read_audit",
     "save_model_locally",
+    "start_run",
 ]
 
 
@@ -700,9 +707,16 @@ def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promotion, e
         "fairpca.champion_moved": str(moved).lower(),
         "fairpca.decision": "promote" if moved else "keep",
     }
-    seconds = {"time_mlflow_logging_s": time.perf_counter() - started}
+    if promotion is not None and promotion.demote:
+        tags["fairpca.champion_demoted_to"] = audit.params.get(
+            "needs_review_alias", NEEDS_REVIEW_ALIAS
+        )
+    measured = {"time_mlflow_logging_s": time.perf_counter() - started}
+    if promotion is not None and promotion.comparison is not None:
+        champion = promotion.comparison.metrics.get("champion", {})
+        measured |= {f"champion_test_{key}": value for key, value in champion.items()}
     end_time = None if ends_now else _millis(audit.ended_at)
-    steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, seconds, end_time=end_time)
+    steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time)
     return version, moved, model["new"]
 
 

@@ -16,8 +16,12 @@ JSON constant ``NaN``, as Python's :mod:`json` does).
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
+import re
+import subprocess
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -31,8 +35,14 @@ from fairpca import metrics as fm
 from .evaluate import HEADLINE_METRICS
 from .references import REFERENCE_KEYS
 from .select import Choice, candidate_name
+from .trust import sha256_file
 
 __all__ = [
+    "DATASET_LABELS",
+    "NAME_MAX_LENGTH",
+    "PARTS",
+    "REPRESENTATION_CURVES",
+    "SUMMARY_COLUMNS",
     "WITHHELD",
     "AuditRecord",
     "Baselines",
@@ -46,6 +56,7 @@ __all__ = [
     "KRecord",
     "MajorityBaseline",
     "MetricStep",
+    "Metrics",
     "PcaBaseline",
     "Policy",
     "PromotionRecord",
@@ -55,12 +66,20 @@ __all__ = [
     "Selection",
     "SplitCounts",
     "SplitSizes",
+    "audit_definition",
     "build_record",
     "candidate_summary",
     "chosen_metrics",
+    "code_version",
+    "data_source_facts",
+    "definition_json",
+    "definition_of",
     "group_sizes",
     "metric_steps",
+    "provenance",
     "read_audit_record",
+    "registered_model_name",
+    "resolved_model_name",
     "training_data_digest",
     "write_audit_record",
 ]
@@ -343,6 +362,162 @@ def read_audit_record(path: Path) -> AuditRecord:
         ) from None
 
 
+NAME_MAX_LENGTH = 100  # well under MLflow's limit, and readable in the UI
+_NAME_TOKEN = re.compile(r"[^A-Za-z0-9_.]+")
+
+
+# ---- identity and provenance: what the audit measures and what it read --------------------
+
+# The label column each bundled loader codes as y (checked against the loaders in the tests).
+DATASET_LABELS = {
+    "adult": "income_gt_50k",
+    "german": "bad_credit",
+    "bank": "subscribed",
+    "compas": "two_year_recid",
+}
+
+
+def _default_sensitive(dataset: str) -> list[str]:
+    """The sensitive attribute(s) a bundled loader uses when none is asked for."""
+    from fairpca import datasets
+
+    loader = getattr(datasets, f"load_{dataset}")
+    default = inspect.signature(loader).parameters["sensitive"].default
+    return [default] if isinstance(default, str) else list(default)
+
+
+def audit_definition(
+    *,
+    dataset: str | None,
+    data: str | Path | None,
+    label: str | None,
+    positive_label: Any,
+    sensitive: Sequence[str],
+) -> dict[str, Any]:
+    """What an audit measures: data source, label (and its positive value), sensitive
+    attributes (sorted: the worst-attribute and intersection metrics ignore their order).
+
+    A bundled dataset's label and default attributes are filled in, so ``--dataset adult``
+    and ``--dataset adult --sensitive sex`` define the same audit.
+    """
+    if dataset is not None:
+        attributes = list(sensitive) or _default_sensitive(dataset)
+        return {
+            "source": dataset,
+            "label": DATASET_LABELS[dataset],
+            "positive_label": None,
+            "sensitive": sorted(attributes),
+        }
+    return {
+        "source": Path(data).stem,
+        "label": label,
+        "positive_label": None if positive_label is None else str(positive_label),
+        "sensitive": sorted(sensitive),
+    }
+
+
+def definition_of(source) -> dict[str, Any]:
+    """:func:`audit_definition` of an audit config's ``source`` section."""
+    return audit_definition(
+        dataset=source.dataset,
+        data=source.data,
+        label=source.label,
+        positive_label=source.positive_label,
+        sensitive=source.sensitive,
+    )
+
+
+def resolved_model_name(source, model_name: str | None = None) -> str:
+    """The registered model name: ``model_name`` (the tracking section's), else the name
+    derived from the definition of ``source`` (data source, label, sensitive attributes)."""
+    return model_name or registered_model_name(definition_of(source))
+
+
+def provenance(source) -> dict[str, Any]:
+    """What the manifest records for the card: definition, data source, code version."""
+    return {
+        "definition": definition_of(source),
+        "data_source": data_source_facts(source.dataset, source.data),
+        "code_version": code_version(),
+    }
+
+
+def definition_json(definition: dict[str, Any]) -> str:
+    """Canonical text of a definition (the registered-model tag and the hash input)."""
+    return json.dumps(definition, sort_keys=True, separators=(",", ":"))
+
+
+def registered_model_name(definition: dict[str, Any]) -> str:
+    """``fairpca-<source>-<label>-<attr1_attr2...>``, e.g. ``fairpca-adult-income_gt_50k-sex``.
+
+    Only ``[A-Za-z0-9_.-]`` is kept. When that loses information (other characters, a
+    positive label, or a name longer than ``NAME_MAX_LENGTH``), the readable stem is cut and
+    an 8-hex-digit SHA-256 of the full definition is appended, so two different definitions
+    never share a name.
+    """
+    label = str(definition["label"])
+    parts = [str(definition["source"]), label, "_".join(definition["sensitive"])]
+    cleaned = [_NAME_TOKEN.sub("_", part).strip("_.") or "x" for part in parts]
+    name = "fairpca-" + "-".join(cleaned)
+    lossless = (
+        cleaned == parts
+        and definition.get("positive_label") is None
+        and len(name) <= NAME_MAX_LENGTH
+        and all("_" not in attribute for attribute in definition["sensitive"])
+    )
+    if lossless:
+        return name
+    digest = hashlib.sha256(definition_json(definition).encode()).hexdigest()[:8]
+    return f"{name[: NAME_MAX_LENGTH - 9].rstrip('-_.')}-{digest}"
+
+
+def _bundled_raw_files(dataset: str) -> tuple:
+    """The published raw files a bundled or data-directory dataset is parsed from."""
+    from fairpca.datasets import _files
+
+    return {
+        "adult": (_files.ADULT_DATA, _files.ADULT_TEST),
+        "german": (_files.GERMAN_DATA,),
+        "bank": (_files.BANK_FULL,),
+        "compas": (_files.COMPAS_TWO_YEARS,),
+    }[dataset]
+
+
+def data_source_facts(dataset: str | None, data: str | Path | None) -> dict[str, Any]:
+    """Data source and the SHA-256 of each raw file it was read from.
+
+    A dataset's files are checked against their published SHA-256 when loaded, so the
+    published sums are the ones read; a user file is hashed here.
+    """
+    if dataset is not None:
+        files = {raw.relative_path: raw.sha256 for raw in _bundled_raw_files(dataset)}
+        return {"kind": "dataset", "name": dataset, "sha256": files}
+    path = Path(data)
+    return {"kind": "file", "name": path.name, "sha256": {path.name: sha256_file(path)}}
+
+
+def code_version() -> dict[str, str]:
+    """The installed fairpca version and, in a git checkout, its commit (``+dirty`` when
+    tracked files differ from it)."""
+    import fairpca
+
+    version = {"fairpca": fairpca.__version__, "git_commit": "unknown"}
+    root = Path(fairpca.__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True, text=True, timeout=10, check=True,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
+            capture_output=True, timeout=10,
+        ).returncode  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return version
+    version["git_commit"] = commit + ("+dirty" if dirty else "")
+    return version
+
+
 # ---- building the record from the audit's stages ---------------------------------------------
 
 # The one entry of an attribute's group sizes that stands for its withheld groups (unnamed).
@@ -512,8 +687,6 @@ def build_record(
     tags: dict[str, str],
 ) -> AuditRecord:
     """The one record of an audit, built once from its stages; every reader reads it."""
-    from .registry import provenance, resolved_model_name
-
     name = resolved_model_name(config.source, config.tracking.model_name)
     decision = choice.decision.as_dict()
     chosen_name = candidate_name(choice.chosen)

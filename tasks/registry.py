@@ -16,27 +16,15 @@
 
 from __future__ import annotations
 
-import hashlib
-import inspect
-import json
-import re
 import tempfile
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fairpca.tasks.card import (
-    CARD_FILE,
-    code_version,
-    data_source_facts,
-    mask_credentials,
-    render_model_card,
-    version_description,
-)
+from fairpca.tasks.card import CARD_FILE, mask_credentials, render_model_card, version_description
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
-from fairpca.tasks.record import AuditRecord
+from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
 from fairpca.tasks.select import Champion, GatePolicy
 from fairpca.tasks.trust import (
     TRUSTED_TYPES,
@@ -47,139 +35,39 @@ from fairpca.tasks.trust import (
 )
 
 __all__ = [
-    "DATASET_LABELS",
+    "ALIAS_REFUSED_TAG",
     "DEFINITION_TAG",
+    "EXTRA_TEST_TAGS",
+    "MODEL_DIGEST_TAG",
     "MODEL_FILE_SHA_TAG",
+    "NEEDS_REVIEW_TAG",
+    "TRAINING_DATA_SHA_TAG",
     "TRUSTED_TYPES",
     "ModelDefinitionMismatch",
     "UntrustedModelError",
-    "audit_definition",
+    "champion_version",
     "check_model_definition",
-    "definition_json",
-    "definition_of",
     "demote",
+    "demoted_models",
     "fairness_tags",
+    "find_champion",
     "load_registered_pipeline",
     "load_skops_pipeline",
+    "move_alias",
     "register_logged_model",
     "register_version",
-    "registered_model_name",
-    "resolved_model_name",
     "run_ui_url",
+    "version_with_model",
 ]
 
 DEFINITION_TAG = "fairpca.definition"
 MODEL_FILE_SHA_TAG = "fairpca.model_sha256"
 TRAINING_DATA_SHA_TAG = "fairpca.training_data_sha256"
 MODEL_DIGEST_TAG = "fairpca.model_digest"  # the fitted pipeline's content, see model_digest
-NAME_MAX_LENGTH = 100  # well under MLflow's limit, and readable in the UI
-_NAME_TOKEN = re.compile(r"[^A-Za-z0-9_.]+")
-
-# The label column each bundled loader codes as y (checked against the loaders in the tests).
-DATASET_LABELS = {
-    "adult": "income_gt_50k",
-    "german": "bad_credit",
-    "bank": "subscribed",
-    "compas": "two_year_recid",
-}
 
 
 class ModelDefinitionMismatch(ValueError):
     """A registered model already holds versions of an audit with another definition."""
-
-
-def _default_sensitive(dataset: str) -> list[str]:
-    """The sensitive attribute(s) a bundled loader uses when none is asked for."""
-    from fairpca import datasets
-
-    loader = getattr(datasets, f"load_{dataset}")
-    default = inspect.signature(loader).parameters["sensitive"].default
-    return [default] if isinstance(default, str) else list(default)
-
-
-def audit_definition(
-    *,
-    dataset: str | None,
-    data: str | Path | None,
-    label: str | None,
-    positive_label: Any,
-    sensitive: Sequence[str],
-) -> dict[str, Any]:
-    """What an audit measures: data source, label (and its positive value), sensitive
-    attributes (sorted: the worst-attribute and intersection metrics ignore their order).
-
-    A bundled dataset's label and default attributes are filled in, so ``--dataset adult``
-    and ``--dataset adult --sensitive sex`` define the same audit.
-    """
-    if dataset is not None:
-        attributes = list(sensitive) or _default_sensitive(dataset)
-        return {
-            "source": dataset,
-            "label": DATASET_LABELS[dataset],
-            "positive_label": None,
-            "sensitive": sorted(attributes),
-        }
-    return {
-        "source": Path(data).stem,
-        "label": label,
-        "positive_label": None if positive_label is None else str(positive_label),
-        "sensitive": sorted(sensitive),
-    }
-
-
-def definition_of(source) -> dict[str, Any]:
-    """:func:`audit_definition` of an audit config's ``source`` section."""
-    return audit_definition(
-        dataset=source.dataset,
-        data=source.data,
-        label=source.label,
-        positive_label=source.positive_label,
-        sensitive=source.sensitive,
-    )
-
-
-def resolved_model_name(source, model_name: str | None = None) -> str:
-    """The registered model name: ``model_name`` (the tracking section's), else the name
-    derived from the definition of ``source`` (data source, label, sensitive attributes)."""
-    return model_name or registered_model_name(definition_of(source))
-
-
-def provenance(source) -> dict[str, Any]:
-    """What the manifest records for the card: definition, data source, code version."""
-    return {
-        "definition": definition_of(source),
-        "data_source": data_source_facts(source.dataset, source.data),
-        "code_version": code_version(),
-    }
-
-
-def definition_json(definition: dict[str, Any]) -> str:
-    """Canonical text of a definition (the registered-model tag and the hash input)."""
-    return json.dumps(definition, sort_keys=True, separators=(",", ":"))
-
-
-def registered_model_name(definition: dict[str, Any]) -> str:
-    """``fairpca-<source>-<label>-<attr1_attr2...>``, e.g. ``fairpca-adult-income_gt_50k-sex``.
-
-    Only ``[A-Za-z0-9_.-]`` is kept. When that loses information (other characters, a
-    positive label, or a name longer than ``NAME_MAX_LENGTH``), the readable stem is cut and
-    an 8-hex-digit SHA-256 of the full definition is appended, so two different definitions
-    never share a name.
-    """
-    label = str(definition["label"])
-    parts = [str(definition["source"]), label, "_".join(definition["sensitive"])]
-    cleaned = [_NAME_TOKEN.sub("_", part).strip("_.") or "x" for part in parts]
-    name = "fairpca-" + "-".join(cleaned)
-    lossless = (
-        cleaned == parts
-        and definition.get("positive_label") is None
-        and len(name) <= NAME_MAX_LENGTH
-        and all("_" not in attribute for attribute in definition["sensitive"])
-    )
-    if lossless:
-        return name
-    digest = hashlib.sha256(definition_json(definition).encode()).hexdigest()[:8]
-    return f"{name[: NAME_MAX_LENGTH - 9].rstrip('-_.')}-{digest}"
 
 
 # ---- version tags ----------------------------------------------------------------------------
@@ -279,6 +167,7 @@ def register_version(
     model_id: str | None,
     description: str,
     model_sha256: str,
+    promote: bool | None = None,
 ) -> str:
     """Register the audit's logged pipeline as a new version of ``record.model_name``.
 
@@ -294,6 +183,8 @@ def register_version(
             return str(existing.version)
     check_model_definition(client, name, record.provenance.definition.model_dump())
     tags = {**record.model_tags, **fairness_tags(record), MODEL_FILE_SHA_TAG: model_sha256}
+    if promote is not None:
+        tags["fairness.decision"] = "promote" if promote else "keep"
     if record.training_data_sha256:
         tags[TRAINING_DATA_SHA_TAG] = record.training_data_sha256
     if record.model_digest:
@@ -458,6 +349,7 @@ def register_logged_model(
         model_id=model_id,
         description=version_description(record, run_id, ui_url, promotion),
         model_sha256=model_sha256,
+        promote=None if promotion is None else promotion.promote,
     )
     return version, True
 
@@ -493,6 +385,7 @@ def find_champion(
         )
     version = str(holder.version)
     champion = Champion(
+        name=name,
         version=version,
         policy=GatePolicy.from_tags(holder.tags),
         model_digest=holder.tags.get(MODEL_DIGEST_TAG),
@@ -502,10 +395,10 @@ def find_champion(
     try:
         pipeline = load_registered_pipeline(tracking_uri, name, version)
     except UntrustedModelError as error:
-        why = f"cannot be verified: {error}" if watch else None
+        why = f"fails the gate on the new data (cannot be verified: {error})" if watch else None
         return replace(champion, unverified=str(error), demoted=why), demoted
     test = evaluate(pipeline)
     policy = GatePolicy.from_tags(record.model_tags)
     failures = policy.failures(test) if watch else []
-    why = f"fails the gate on the new test rows ({'; '.join(failures)})" if failures else None
+    why = f"fails the gate on the new data ({'; '.join(failures)})" if failures else None
     return replace(champion, test=test, demoted=why), demoted

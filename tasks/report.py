@@ -31,7 +31,15 @@ import pandas as pd
 from .trust import sha256_file
 
 __all__ = [
+    "CHOSEN_STYLE",
+    "CLASSIFIER_MARKERS",
     "FORMULA_START",
+    "GROUP_RATES",
+    "HEADLINE",
+    "PCA_STYLE",
+    "REFERENCE_STYLE",
+    "STYLE",
+    "VERDICT_METRICS",
     "Bullets",
     "Plot",
     "Strong",
@@ -41,6 +49,7 @@ __all__ = [
     "format_interval",
     "gate_limits",
     "gate_sentence",
+    "gated_measures",
     "group_rates_frame",
     "html_table",
     "html_text",
@@ -54,6 +63,7 @@ __all__ = [
     "verdict_frame",
     "verdict_rows",
     "verdict_sections",
+    "write_json",
     "write_matrices",
     "write_report",
     "write_safe_csv",

@@ -38,22 +38,32 @@ import pandas as pd
 from .evaluate import majority_class
 
 __all__ = [
+    "BOUNDS",
+    "COMPARED",
     "CRITERIA",
     "DEFAULT_BOUND",
     "DEFAULT_POLICY",
+    "DEFAULT_TOLERANCE",
+    "INTERSECTION",
     "LEGACY_POLICY",
     "MAX_ONE_CLASS_SHARE",
     "MIN_ACCURACY_GAIN",
     "MIN_BALANCED_ACCURACY_MARGIN",
     "MIN_POSITIVE_RATE_RATIO",
+    "POLICY_TAG",
     "ROW_STORING_CLASSIFIERS",
     "ROW_STORING_VARIANTS",
+    "Challenger",
+    "Champion",
+    "Choice",
     "Criterion",
     "Decision",
     "GatePolicy",
+    "Promotion",
     "best_pca",
     "candidate_name",
     "choose",
+    "decide_promotion",
     "eligibility_rules",
     "gate_failures",
     "ineligibility",
@@ -609,6 +619,7 @@ class Challenger:
 class Champion:
     """The version an alias points to now, and what is known of it on the challenger's rows."""
 
+    name: str  # the registered model
     version: str
     policy: GatePolicy  # the policy it was chosen under (its tags)
     model_digest: str | None = None
@@ -698,7 +709,7 @@ def decide_promotion(
     reasons = []
     demote = champion is not None and champion.demoted is not None
     if demote:
-        reasons.append(f"champion v{champion.version} {champion.demoted}")
+        reasons.append(f"champion v{champion.version} of {champion.name} {champion.demoted}")
     incumbent = None if champion is None or demote else champion
     digest = challenger.model_digest
     if not challenger.decision.promote:

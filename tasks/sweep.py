@@ -33,6 +33,7 @@ from .represent import FittedRepresentation
 
 __all__ = [
     "CLASSIFIER_NAMES",
+    "THRESHOLD_FOLDS",
     "SweepResult",
     "fit_classifier",
     "lambda_sweep",

@@ -40,6 +40,7 @@ __all__ = [
     "load_skops_pipeline",
     "load_verified_model",
     "mask_credentials",
+    "model_digest",
     "path_inside",
     "seal_output_dir",
     "sha256_file",

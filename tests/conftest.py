@@ -207,5 +207,14 @@ def build_audit_record() -> AuditRecord:
 
 @pytest.fixture
 def audit_record() -> AuditRecord:
-    """A fresh :func:`build_audit_record` per test (tests may change it)."""
+    """A fresh :func:`build_audit_record` per test (frozen: change it with :func:`replaced`)."""
     return build_audit_record()
+
+
+def replaced(model, path: str = "", **fields):
+    """A copy of the frozen ``model`` with ``fields`` replaced in its part at the dotted
+    ``path`` (``replaced(record, "selection.decision", reasons=[...])``), rebuilt upwards."""
+    if not path:
+        return model.model_copy(update=fields)
+    head, _, rest = path.partition(".")
+    return model.model_copy(update={head: replaced(getattr(model, head), rest, **fields)})

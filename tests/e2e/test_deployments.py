@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fairpca.tasks.registry import resolved_model_name
+from fairpca.tasks.record import resolved_model_name
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT_FILE = ROOT / "deployments" / "prefect.yaml"

@@ -57,10 +57,10 @@ def _choose_then_report(split, config):
     }
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
     choice = choose(table, split.y_train, split.y_validation, config.selection)
-    pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
-    pca = build_pipeline(preprocessor, reps, sweeps, choice["pca_row"])
+    pipeline = build_pipeline(preprocessor, reps, sweeps, choice.chosen)
+    pca = build_pipeline(preprocessor, reps, sweeps, choice.pca_row)
     reported = evaluate_reported.fn(split, config.evaluation, config.seed, pipeline, pca,
-                                    choice["chosen"], choice["pca_row"])  # fmt: skip
+                                    choice.chosen, choice.pca_row)  # fmt: skip
     return table, choice, reported
 
 
@@ -82,9 +82,9 @@ def test_changing_the_test_labels_cannot_change_the_chosen_candidate():
 
     timing = ["classifier_seconds"]
     pd.testing.assert_frame_equal(table.drop(columns=timing), table_flipped.drop(columns=timing))
-    assert choice["decision"] == choice_flipped["decision"]
+    assert choice.decision == choice_flipped.decision
     for key in ("variant", "classifier", "lambda_index"):
-        assert choice["chosen"][key] == choice_flipped["chosen"][key]
+        assert choice.chosen[key] == choice_flipped.chosen[key]
     # ... while the test-part numbers, reported afterwards, do see the flipped labels
     accuracy = reported["chosen"]["test"]["accuracy"]
     assert reported_flipped["chosen"]["test"]["accuracy"] == pytest.approx(1 - accuracy)
@@ -106,7 +106,7 @@ def test_baselines_and_intervals_are_reported_on_validation_and_test():
     _, choice, reported = _choose_then_report(split, config)
     assert {"chosen", "majority", "pca"} <= set(reported)
     majority = reported["majority"]
-    assert majority["validation"]["accuracy"] == choice["majority_accuracy"]
+    assert majority["validation"]["accuracy"] == choice.majority_accuracy
     majority_class = int(np.mean(split.y_train) > 0.5)  # German: 0 (70% good credit)
     assert majority["class"] == majority_class == 0
     assert majority["test"]["accuracy"] == pytest.approx(np.mean(split.y_test == 0))
@@ -115,7 +115,7 @@ def test_baselines_and_intervals_are_reported_on_validation_and_test():
         metrics = reported["chosen"][part]
         for name in ("accuracy", "dp_difference", "eo_difference"):
             assert metrics[f"{name}.ci95_low"] <= metrics[name] <= metrics[f"{name}.ci95_high"]
-    assert choice["pca_row"]["variant"] == "pca"
+    assert choice.pca_row["variant"] == "pca"
 
 
 def test_a_given_k_too_large_fails_before_anything_runs_naming_the_largest(tmp_path):

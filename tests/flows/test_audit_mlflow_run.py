@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fairpca.tasks.registry import resolved_model_name
+from fairpca.tasks.record import resolved_model_name
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
@@ -71,7 +71,7 @@ def test_run_description_states_the_verdict(audited, mlflow_store):
     run = mlflow_store[1].get_run(result.run_id)
     note = run.data.tags["mlflow.note.content"]
     assert result.decision == "promote"  # the fixture's thresholds are lax: a useful fit passes
-    assert note.startswith("**Decision: PROMOTE to champion** (gate `point`)")
+    assert note.startswith("**Decision: PROMOTED to champion** (gate `point`)")
     assert f"Chosen on validation rows: `{result.selection['chosen']['name']}`" in note
     test = result.selection["test"]
     chosen_row = next(line for line in note.splitlines() if line.startswith("| chosen: "))
@@ -124,9 +124,7 @@ def test_group_names_are_the_datas_own(audited, mlflow_store):
     """German's loader codes age as 0 / 1; the audit shows "under 25" / "25 or older"."""
     _, result, _ = audited
     metrics = mlflow_store[1].get_run(result.run_id).data.metrics
-    assert {"test.selection_rate.age:under 25", "test.selection_rate.age:25 or older"} <= set(
-        metrics
-    )
+    assert {"selection_rate.age:under 25", "selection_rate.age:25 or older"} <= set(metrics)
     assert not any(key.endswith(("age:0", "age:1")) for key in metrics)
     assert set(result.selection["group_sizes"]["age"]) == {"under 25", "25 or older"}
     card = (Path(result.output_dir) / "model_card.md").read_text()
@@ -141,7 +139,7 @@ def test_version_description_fits_and_links_the_card(audited, mlflow_store):
         resolved_model_name(config.source, config.tracking.model_name), result.model_version
     )
     assert len(version.description) <= DESCRIPTION_MAX_CHARS
-    assert version.description.startswith("**Decision: PROMOTE to champion**")
+    assert version.description.startswith("**Decision: PROMOTED to champion**")
     assert f"Full model card: `runs:/{result.run_id}/model_card.md`" in version.description
     assert "open in the MLflow UI" not in version.description  # a SQLite store has no UI URL
     assert version.tags["fairness.decision"] == "promote"

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from fairpca.flows.config import DEFAULT_LAMBDAS, AuditConfig
-from fairpca.tasks.registry import resolved_model_name
+from fairpca.tasks.record import resolved_model_name
 
 
 def test_default_lambdas_are_the_papers():

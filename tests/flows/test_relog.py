@@ -279,19 +279,29 @@ def test_sealed_files_over_the_size_caps_are_refused(kept):
     verify_output_dir(kept)  # under the default caps
 
 
-def test_promote_follows_the_verified_decision_only(kept, audited, mlflow_store):
+def test_promote_follows_the_one_decision_and_a_demotion_holds(kept, audited, mlflow_store):
+    """Relog moves no alias without --promote; with it, only when the promotion decision
+    says so: the audit's own champion, demoted for review, cannot take the alias back by a
+    relog of its sealed folder (the same model is not registered again either)."""
     from pydantic import ValidationError
 
-    from fairpca.tasks.mlflow_logging import read_audit, sealed_decision
     from fairpca.tasks.record import DecisionRecord
+    from fairpca.tasks.registry import demote
 
-    audit = read_audit(kept)
-    assert sealed_decision(audit) is audit.decision.promote
-    promoted = audit.model_copy(deep=True)
-    promoted.decision.promote = promoted.selection.decision.promote = True
-    assert sealed_decision(promoted) is True
-    promoted.selection.decision.promote = False  # the two halves disagree: no promotion
-    assert sealed_decision(promoted) is False
+    uri, client = mlflow_store
+    _, result = audited
+    name, version = result.model_name, result.model_version
+    assert client.get_model_version_by_alias(name, "champion").version == version
+    demote(client, name, version, from_alias="champion", to_alias="needs-review", why="drift")
+    versions = {v.version for v in client.search_model_versions(f"name = '{name}'")}
+
+    code, said = relog_cli(kept, uri, "--force")
+    assert code == 0, said
+    code, said = relog_cli(kept, uri, "--force", "--promote")
+    assert code == 0, said
+    model = client.get_registered_model(name)
+    assert "champion" not in model.aliases and str(model.aliases["needs-review"]) == version
+    assert {v.version for v in client.search_model_versions(f"name = '{name}'")} == versions
     with pytest.raises(ValidationError):
         DecisionRecord.model_validate({"promote": "true"})
 

@@ -125,7 +125,7 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
         )
     latest = max(artifacts, key=lambda artifact: artifact.created)
-    assert "fails the gate on the new data" in latest.data and "needs-review" in latest.data
+    assert "fails the gate on the new data" in latest.data and "needs\\-review" in latest.data
 
 
 def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_gate_is_refused(
@@ -152,9 +152,7 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         model_name=model_name,
     )  # fmt: skip
     second = retrain(second_config)
-    comparison = json.loads(Path(second.output_dir, "audit.json").read_text())[
-        "champion_comparison"
-    ]
+    comparison = json.loads(Path(second.output_dir, "promotion.json").read_text())["comparison"]
     assert comparison["champion_version"] == first.model_version
     assert comparison["rows"].startswith("the test part of this audit")
     champion_side = comparison["metrics"]["champion"]
@@ -184,37 +182,43 @@ def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_
         model_name=model_name, gate="point",
     )  # fmt: skip
     third = retrain(lax)
-    record = json.loads(Path(third.output_dir, "audit.json").read_text())["champion_comparison"]
-    assert record["outcome"] == "refused: laxer gate"
+    record = json.loads(Path(third.output_dir, "promotion.json").read_text())["comparison"]
+    assert record["outcome"] == "champion kept"
     assert "laxer than the one champion" in record["reason"]
     assert "point estimates" in record["reason"]
     assert not third.champion_moved and third.decision == "keep"
     assert client.get_model_version_by_alias(model_name, "champion").version == champion_before
 
 
-def test_final_message_says_when_the_model_has_no_champion():
+def test_final_message_says_when_the_model_has_no_champion(audit_record):
     from fairpca.flows.audit import AuditResult
-    from fairpca.flows.retrain import ChampionWatch, final_message
+    from fairpca.flows.retrain import final_message
+    from fairpca.tasks.record import PromotionRecord
 
-    champion = {"name": "fairpca-x", "version": "3"}
-    watch = ChampionWatch(champion=champion, failures=["DP difference 0.2 > max 0.05"])
-    watch.demoted_to = "needs-review"
-    fields = {"run_id": "r", "run_name": "n", "experiment_id": "1", "tracking_uri": "sqlite://"}
-    result = AuditResult(
-        **fields, model_name="fairpca-x", model_version="4", champion_alias="champion",
-        champion_moved=False, decision="keep", reasons=[], chosen={}, output_dir=".",
-        report_path=".", summary=[],
+    name = audit_record.model_name
+    demoted = PromotionRecord(
+        promote=False, demote=True, champion_version="3",
+        reasons=[f"champion v3 of {name} fails the gate on the new data (DP difference 0.2 > "
+                 "max 0.05)", "champion v3: the challenger did not pass the gate"],
     )  # fmt: skip
-    assert final_message(watch, result) == (
-        "champion v3 of fairpca-x fails the gate on the new data (DP difference 0.2 > max "
-        "0.05); alias moved to 'needs-review' for review; challenger v4 was not promoted; "
-        "fairpca-x has no champion until a reviewer acts."
+    result = AuditResult(
+        record=audit_record, output_dir=".", report_path=".", tracking_uri="sqlite://",
+        run_id="r", experiment_id="1", model_version="4", model_version_new=True,
+        champion_moved=False, promotion=demoted,
+    )  # fmt: skip
+    assert final_message(result) == (
+        f"champion v3 of {name} fails the gate on the new data (DP difference 0.2 > max 0.05); "
+        f"alias moved to 'needs-review' for review; challenger v4 was not promoted; {name} has "
+        "no champion until a reviewer acts."
     )
-    kept = ChampionWatch(champion=champion)
-    assert final_message(kept, result) == (
-        "champion v3 of fairpca-x still meets the gate on the new test rows; challenger v4 was "
+    kept = result.model_copy(
+        update={"promotion": PromotionRecord(promote=False, champion_version="3")}
+    )
+    assert final_message(kept) == (
+        f"champion v3 of {name} still meets the gate on the new test rows; challenger v4 was "
         "not promoted."
     )
-    assert final_message(ChampionWatch(), result.model_copy(update={"champion_moved": True})) == (
-        "no champion to re-check; challenger v4 became champion."
+    first = result.model_copy(
+        update={"champion_moved": True, "promotion": PromotionRecord(promote=True)}
     )
+    assert final_message(first) == "no champion to re-check; challenger v4 became champion."

@@ -5,6 +5,7 @@ survives in them."""
 from __future__ import annotations
 
 import pytest
+from conftest import replaced
 
 from fairpca.tasks.card import (
     DESCRIPTION_MAX_CHARS,
@@ -13,9 +14,10 @@ from fairpca.tasks.card import (
     verdict_markdown,
     version_description,
 )
-from fairpca.tasks.record import ReferenceMitigation, ScreenedColumn
+from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
 from fairpca.tasks.registry import run_ui_url
 
+PROMOTED = PromotionRecord(promote=True, reasons=["no current champion: the gate alone decides"])
 IMG = "<img src=x onerror=alert(1)>"
 SCRIPT = "<script>alert(2)</script>"
 LINK = "[x](javascript:alert(3))"
@@ -25,21 +27,26 @@ TICK = "a` <b onmouseover=alert(4)>b</b> `c"
 def _hostile(record):
     """``record`` with every user-supplied string (column names, group labels, file name,
     label) set to an injection payload, as a crafted CSV would produce them."""
-    definition = record.provenance.definition
-    definition.label, definition.source, definition.sensitive = LINK, IMG, [SCRIPT]
-    source = record.provenance.data_source
-    source.kind, source.name, source.sha256 = "file", f"{TICK}.csv", {f"{TICK}.csv": "f" * 64}
-    record.sensitive = [SCRIPT]
-    selection = record.selection
-    selection.group_sizes = {SCRIPT: {IMG: 300, TICK: 200, LINK: "suppressed"}}
-    selection.test[f"dp_difference.{SCRIPT}"] = 0.01
-    selection.test[f"selection_rate.{SCRIPT}:{IMG}"] = 0.2
-    selection.test[f"tpr.{SCRIPT}:{TICK}"] = 0.6
-    record.screening = [ScreenedColumn(column=IMG, rule=LINK, score=0.97, action="excluded")]
-    selection.warnings = [f"column {IMG} predicts {SCRIPT}"]
-    selection.decision.reasons = [f"group {LINK} of {TICK} is small"]
-    record.params.update({"label": LINK, "data": f"/data/{TICK}.csv", "sensitive": SCRIPT})
-    return record
+    record = replaced(record, "provenance.definition", label=LINK, source=IMG, sensitive=[SCRIPT])
+    record = replaced(
+        record, "provenance.data_source",
+        kind="file", name=f"{TICK}.csv", sha256={f"{TICK}.csv": "f" * 64},
+    )  # fmt: skip
+    test = {
+        **record.selection.test,
+        f"dp_difference.{SCRIPT}": 0.01,
+        f"selection_rate.{SCRIPT}:{IMG}": 0.2,
+        f"tpr.{SCRIPT}:{TICK}": 0.6,
+    }
+    record = replaced(
+        record, "selection",
+        group_sizes={SCRIPT: {IMG: 300, TICK: 200, LINK: "suppressed"}},
+        test=test, warnings=[f"column {IMG} predicts {SCRIPT}"],
+    )  # fmt: skip
+    record = replaced(record, "selection.decision", reasons=[f"group {LINK} of {TICK} is small"])
+    params = {**record.params, "label": LINK, "data": f"/data/{TICK}.csv", "sensitive": SCRIPT}
+    screened = [ScreenedColumn(column=IMG, rule=LINK, score=0.97, action="excluded")]
+    return replaced(record, sensitive=[SCRIPT], screening=screened, params=params)
 
 
 def _rendered(markdown: str) -> str:
@@ -77,7 +84,7 @@ def test_no_payload_survives_in_card_and_descriptions(audit_record):
 
 
 def test_run_description_is_the_verdict_in_a_few_lines(audit_record):
-    audit_record.references = [
+    references = [
         ReferenceMitigation(
             name="threshold_optimizer",
             approach="post-processing",
@@ -86,10 +93,10 @@ def test_run_description_is_the_verdict_in_a_few_lines(audit_record):
             test={"accuracy": 0.79, "accuracy.ci95_low": 0.77, "accuracy.ci95_high": 0.81},
         )
     ]
-    text = run_description(audit_record)
+    text = run_description(replaced(audit_record, references=references), PROMOTED)
     lines = text.splitlines()
     assert lines[0] == (
-        "**Decision: PROMOTE to champion** (gate `upper_bound`). Chosen on validation rows: "
+        "**Decision: PROMOTED to champion** (gate `upper_bound`). Chosen on validation rows: "
         "`fair_pca/logreg@lambda=0.125`."
     )
     table = [line for line in lines if line.startswith("| ")]
@@ -123,15 +130,16 @@ def test_version_description_always_fits_and_links_the_card(audit_record):
         "https://***@mlflow.example.org/#/experiments/3/runs/abc123/artifactPath/model_card.md"
     )
     assert run_ui_url("sqlite:///m.db", "3", "abc123", "model_card.md") is None
-    short = version_description(audit_record, "abc123", url)
+    short = version_description(audit_record, "abc123", url, PROMOTED)
     link = f"Full model card: `runs:/abc123/model_card.md` ([open in the MLflow UI]({url}))."
     assert short.endswith(link)
-    audit_record.selection.decision.reasons = [f"reason {i}: " + "x" * 2000 for i in range(50)]
-    audit_record.selection.warnings = ["warning " + "y" * 2000] * 50
-    long = version_description(audit_record, "abc123", url)
+    reasons = [f"reason {i}: " + "x" * 2000 for i in range(50)]
+    audit_record = replaced(audit_record, "selection.decision", reasons=reasons)
+    audit_record = replaced(audit_record, "selection", warnings=["warning " + "y" * 2000] * 50)
+    long = version_description(audit_record, "abc123", url, PROMOTED)
     assert len(long) <= DESCRIPTION_MAX_CHARS < len(render_model_card(audit_record))
     assert long.endswith(link)
-    assert "**Decision: PROMOTE to champion**" in long and "| majority class |" in long
+    assert "**Decision: PROMOTED to champion**" in long and "| majority class |" in long
     assert "more (see the model card)" in long
 
 
@@ -143,7 +151,7 @@ def test_card_shows_decoded_group_names_and_suppression(audit_record):
 
 def _with_references_and_screening(record):
     test = {"accuracy": 0.8148, "balanced_accuracy": 0.6958, "dp_difference": 0.0188}
-    record.references = [
+    references = [
         ReferenceMitigation(
             name="threshold_optimizer", approach="post-processing",
             needs_sensitive_at_prediction=True, validation=test, test=test,
@@ -158,11 +166,11 @@ def _with_references_and_screening(record):
          "tpr.sex:Female": 0.4615, "fpr.sex:Female": 0.1382, "base_rate.sex:Female": 0.1098,
          "selection_rate.sex:Male": 0.1706}
     )  # fmt: skip
-    record.screening = [
+    screening = [
         ScreenedColumn(column="rank", rule="leakage", score=0.8312, action="excluded"),
         ScreenedColumn(column="gender_code", rule="proxy: recodes sex", action="excluded"),
     ]
-    return record
+    return replaced(record, references=references, screening=screening)
 
 
 def test_card_shows_references_group_rates_and_screening(audit_record):
@@ -182,5 +190,6 @@ def test_card_shows_references_group_rates_and_screening(audit_record):
 
 
 def test_card_without_screened_columns_says_so(audit_record):
-    audit_record.screening = []
-    assert "No column was excluded or kept" in render_model_card(audit_record)
+    assert "No column was excluded or kept" in render_model_card(
+        replaced(audit_record, screening=[])
+    )

@@ -1,4 +1,5 @@
-"""The audit's data source, read once per audit (fairpca.tasks.data)."""
+"""The audit's data source (fairpca.tasks.data.load_source): what the preflight checks is what
+the flow reads, with no dataset kept between them."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from fairpca.flows.config import AuditConfig
 from fairpca.flows.preflight import check_before_run
-from fairpca.tasks.data import load_data, preload_source, take_preloaded
+from fairpca.tasks.data import load_data, load_source
 
 
 def _user_file(path, n: int = 400, seed: int = 0):
@@ -26,30 +27,20 @@ def config(tmp_path):
     return AuditConfig(data=path, label="label", sensitive=["group"], output_dir=tmp_path / "out")
 
 
-def test_the_flow_takes_the_dataset_the_preflight_loaded_once(config):
-    kept = preload_source(config.source)
-    assert load_data.fn(config.source) is kept  # not read again
-    again = load_data.fn(config.source)  # a second audit of the same source reads it itself
-    assert again is not kept
-    pd.testing.assert_frame_equal(again.X, kept.X)
-
-
-def test_check_before_run_keeps_what_it_loaded(config):
+def test_the_preflight_and_the_flow_read_the_same_rows(config):
     check_before_run(config)
-    kept = take_preloaded(config.source)
-    assert kept is not None and len(kept.X) == 400
-    assert take_preloaded(config.source) is None  # handed over once
+    checked = load_source(config.source)
+    loaded = load_data.fn(config.source)
+    pd.testing.assert_frame_equal(loaded.X, checked.X)
+    np.testing.assert_array_equal(loaded.y, checked.y)
 
 
-def test_a_file_changed_after_the_preflight_is_read_again(config):
-    preload_source(config.source)
+def test_a_file_changed_after_the_preflight_is_read_as_it_is_now(config):
+    check_before_run(config)
     _user_file(config.source.data, n=300, seed=1)
     assert len(load_data.fn(config.source).X) == 300
 
 
-def test_another_source_does_not_take_the_kept_dataset(config, tmp_path):
-    kept = preload_source(config.source)
-    other = config.source.model_copy(update={"data": _user_file(tmp_path / "other.csv", seed=2)})
-    assert load_data.fn(other) is not kept
-    assert take_preloaded(config.source.model_copy(update={"drop": ["x3"]})) is None
-    assert take_preloaded(config.source) is kept
+def test_a_bundled_dataset_carries_its_group_names():
+    dataset = load_source(AuditConfig(dataset="german").source)
+    assert set(dataset.sensitive["age"]) == {"under 25", "25 or older"}

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 
 from fairpca.tasks.card import mask_credentials, render_model_card
-from fairpca.tasks.record import AuditRecord, DecisionRecord
-from fairpca.tasks.registry import (
+from fairpca.tasks.record import (
     DATASET_LABELS,
+    AuditRecord,
+    DecisionRecord,
+    PromotionRecord,
     audit_definition,
-    fairness_tags,
     registered_model_name,
     resolved_model_name,
 )
+from fairpca.tasks.registry import fairness_tags
 
 
 @pytest.fixture
@@ -125,7 +127,7 @@ def test_fairness_tags_of_a_version(audit):
 
 
 def test_model_card_content(audit):
-    card = render_model_card(audit)
+    card = render_model_card(audit, PromotionRecord(promote=True, reasons=["no champion yet"]))
     assert card.startswith("# Model card\n")
     for heading in (
         "Intended use and limits",
@@ -156,7 +158,7 @@ def test_model_card_content(audit):
     assert "unconstrained PCA (pca/logreg@lambda=0)" in card
     # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
     assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0\\.05" in card
-    assert "- Decision: **PROMOTE (champion)**" in card
+    assert "- Decision: **PROMOTED to champion**" in card and "  - no champion yet" in card
     assert "  - upper bound of DP 0\\.0400 &lt;= 0\\.05" in card and "legacy reason" not in card
     assert "beats majority \\| by 0\\.06" in card
     # projection hashes of the chosen variant, code version
@@ -322,11 +324,8 @@ def test_registering_the_same_run_again_returns_its_version(registered, mlflow_s
 
 
 def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
-    from fairpca.tasks.registry import (
-        ModelDefinitionMismatch,
-        audit_definition,
-        check_model_definition,
-    )
+    from fairpca.tasks.record import audit_definition
+    from fairpca.tasks.registry import ModelDefinitionMismatch, check_model_definition
 
     _config, result = registered
     _uri, client = mlflow_store

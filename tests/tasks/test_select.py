@@ -82,10 +82,10 @@ def test_when_no_candidate_is_eligible_nothing_may_be_registered():
     constant = _row(y, np.zeros_like(y), groups)
     table = _table([constant])
     choice = choose(table, np.zeros(10, dtype=int), y, _config())
-    assert choice["eligible"] is False
-    assert choice["eligibility"]["chosen_passes"] is False
-    assert not choice["decision"].promote
-    text = " ".join(choice["decision"].reasons)
+    assert choice.eligible is False
+    assert choice.eligibility["chosen_passes"] is False
+    assert not choice.decision.promote
+    text = " ".join(choice.decision.reasons)
     assert "no candidate is eligible, so nothing is registered" in text
 
 
