@@ -5,14 +5,17 @@ renderer passes them through one of these functions: :func:`markdown_text` for M
 card, registry description, ``report.md``, Prefect Markdown artifacts), :func:`html_text` for
 HTML (``report.html``), :func:`csv_cell` / :func:`csv_safe_frame` for every CSV written (a
 spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return
-as a formula).
+as a formula); every plot is drawn inside :func:`literal_plot_text` (matplotlib reads text
+between two ``$`` as mathtext: ``$50k-$100k`` would lose its dollars and ``$x^$ band`` fail).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import html
 import re
+import threading
 
 import pandas as pd
 
@@ -21,15 +24,17 @@ __all__ = [
     "csv_cell",
     "csv_safe_frame",
     "html_text",
+    "literal_plot_text",
     "markdown_text",
     "write_safe_csv",
 ]
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-# Every character with a meaning in CommonMark or GitHub-flavoured Markdown, and the two that
-# open HTML (< and >, rendered as entities so no tag survives any Markdown renderer).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+# Every character with a meaning in CommonMark or GitHub-flavoured Markdown ($ opens GitHub's
+# math), and the two that open HTML (< and >, rendered as entities so no tag survives any
+# Markdown renderer).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$])")
 _NEWLINES = re.compile(r"[\r\n]+")
 
 
@@ -68,3 +73,19 @@ def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
     """Write ``frame`` as CSV with :func:`csv_safe_frame`; every string is quoted, so a carriage
     return or newline inside a cell can never start a new row."""
     csv_safe_frame(frame).to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
+
+
+# rcParams are global: plots drawn one at a time, so no thread sees another's settings.
+_PLOTTING = threading.RLock()
+
+
+@contextlib.contextmanager
+def literal_plot_text():
+    """Matplotlib draws every text made inside this block as the literal characters: no
+    mathtext (``text.parse_math``) and no LaTeX (``text.usetex``), whatever the user's
+    matplotlibrc says. Usable as a decorator of a plotting function; such plots are drawn one
+    at a time."""
+    import matplotlib
+
+    with _PLOTTING, matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        yield

@@ -52,7 +52,7 @@ from mlflow.tracking.artifact_utils import get_artifact_uri
 from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fairness
 from fairpca.tasks.mlflow_store import log_metrics_batched, mlflow_client
 
-from .escape import write_safe_csv
+from .escape import literal_plot_text, write_safe_csv
 from .evaluate import DEFAULT_MIN_GROUP_SIZE
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
@@ -193,6 +193,7 @@ def fairness_metrics(
     )
 
 
+@literal_plot_text()
 def plot_group_rates(table: pd.DataFrame, path: Path) -> Path:
     """Bar chart of the selection rate and TPR of every reported group, one panel per grouping."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -35,6 +35,7 @@ from sklearn.base import clone
 from sklearn.linear_model import LogisticRegression
 
 from .credentials import shown_uri, take_credentials
+from .escape import markdown_text
 from .mlflow_evaluator import (
     CONFIG_DEFAULTS,
     fairness_metrics,
@@ -261,25 +262,26 @@ def write_fairness_report(
     headline = pd.DataFrame(
         [{"metric": name, "value": value} for name, value in evaluation.metrics.items()]
     )
+    attributes = ", ".join(map(str, evaluation.config["sensitive_features"]))
     lines = [
-        f"# {title}",
+        f"# {markdown_text(title)}",
         "",
-        f"Sensitive attributes: {', '.join(evaluation.config['sensitive_features'])}; groups "
-        f"with fewer than {evaluation.config['min_group_size']} rows are suppressed.",
+        f"Sensitive attributes: {markdown_text(attributes)}; groups with fewer than "
+        f"{evaluation.config['min_group_size']} rows are suppressed.",
         "",
         "## Metrics (with 95% bootstrap intervals)",
         "",
-        markdown_table(headline),
+        markdown_table(headline, escape=markdown_text),
         "",
         "## Per-group rates",
         "",
-        markdown_table(evaluation.groups),
+        markdown_table(evaluation.groups, escape=markdown_text),
         "",
         f"![per-group rates]({files['fairness_rates'].name})",
         "",
         "## Notes",
         "",
-        *[f"- {note}" for note in evaluation.notes or ["none"]],
+        *[f"- {markdown_text(note)}" for note in evaluation.notes or ["none"]],
     ]
     files["fairness_report"] = out_dir / "fairness_report.md"
     files["fairness_report"].write_text("\n".join(lines) + "\n")

@@ -21,7 +21,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from .escape import html_text, markdown_text
+from .escape import html_text, literal_plot_text, markdown_text
 from .select import Decision
 from .signing import sha256_file
 
@@ -506,6 +506,7 @@ def _plotted_measures(table: pd.DataFrame, thresholds) -> tuple[pd.DataFrame, li
     return table, measures
 
 
+@literal_plot_text()
 def plot_tradeoff(
     table: pd.DataFrame,
     path: Path,

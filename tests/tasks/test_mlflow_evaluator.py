@@ -420,3 +420,36 @@ def test_differencing_two_evaluator_runs_recovers_nothing_of_a_6_row_group(
     assert SECRET not in published and "F/race:other" not in published
     groups = json.loads(runs[0]["fairness_groups.json"])["groups"]
     assert all(row["size"] >= 30 for row in groups)
+
+
+def test_dollar_group_labels_are_evaluated_and_drawn_as_written(
+    tracking, tmp_path, saved_figures, dollar_labels, drawn_literally
+):
+    # Two "$" in a label made matplotlib parse it as mathtext: the evaluator failed, so the
+    # gate marked every version "error".
+    rng = np.random.default_rng(5)
+    n = 300
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "label": rng.integers(0, 2, n),
+            "pred": rng.integers(0, 2, n),
+            "income": np.resize([*dollar_labels, "none"], n),
+        }
+    )
+    with mlflow.start_run() as run:
+        result = mlflow.models.evaluate(
+            data=frame,
+            predictions="pred",
+            targets="label",
+            model_type="classifier",
+            evaluators=["fairness"],
+            evaluator_config={"fairness": {"sensitive_features": ["income"], "n_resamples": 50}},
+        )
+    assert "selection_rate.income:_50k-_100k" in result.metrics
+    assert drawn_literally(saved_figures[-1], dollar_labels)
+    names = {info.path for info in tracking.list_artifacts(run.info.run_id)}
+    assert "fairness_rates.png" in names
+    local = tracking.download_artifacts(run.info.run_id, "fairness_groups.json", str(tmp_path))
+    groups = {row["group"] for row in json.loads(Path(local).read_text())["groups"]}
+    assert set(dollar_labels) <= groups
