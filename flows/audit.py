@@ -242,7 +242,7 @@ def _evaluate_chosen(config, split, preprocessor, reps, sweeps, choice, timings)
     """The chosen pipeline, and its and unconstrained PCA's metrics on the test rows (read
     only now, after every choice)."""
     pipeline = build_pipeline(preprocessor, reps, sweeps, choice["chosen"])
-    check_pipeline(pipeline, split, choice["chosen"])
+    check_pipeline(pipeline, split, choice["chosen"], config.evaluation)
     pca_row = choice["pca_row"]
     pca_pipeline = build_pipeline(preprocessor, reps, sweeps, pca_row) if pca_row else None
     with timed(timings, "evaluate_test"):
