@@ -62,7 +62,7 @@ def _read_parquet(path: Path, check_head: Callable) -> pd.DataFrame:
             f"uncompressed, more than {format_bytes(budget)}; raise {READ_BUDGET_ENV} "
             "if it is meant to be this large."
         )
-    require(2 * size, f"reading data file {path.name} ({format_bytes(size)} uncompressed)",
+    require(2 * size, f"the table of data file {path.name} ({format_bytes(size)}) and a copy",
             "Give a smaller file, free memory, or set FAIRPCA_MEMORY_LIMIT if more memory is "
             "available than the system reports.")  # fmt: skip
     try:

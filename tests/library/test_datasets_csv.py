@@ -177,7 +177,7 @@ def test_a_table_that_would_not_fit_in_memory_is_refused_before_parsing(tmp_path
     _people(20_000).to_csv(path, index=False)
     monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "1MB")
     monkeypatch.setattr(_csv.pd, "read_csv", _refuse_whole_read(pd.read_csv))
-    with pytest.raises(InsufficientMemoryError, match=r"parsing data file people.csv.gz \("):
+    with pytest.raises(InsufficientMemoryError, match=r"the table of data file people.csv.gz \("):
         load_user_data(path, label="income", sensitive="sex", positive_label="high")
     monkeypatch.undo()
     assert load_user_data(path, label="income", sensitive="sex", positive_label="high")
