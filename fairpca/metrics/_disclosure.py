@@ -121,7 +121,7 @@ def release(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
                 f"{grouping.name}: {left_out[grouping.name]} group(s) left out (fewer than "
                 f"min_group_size={minimum} rows outside the left-out groups and cells)."
             )
-    if not released.all() and (rows[~released] > 0).any():
+    if not released.all():
         notes.append(
             f"Rows of groups and intersection cells with fewer than min_group_size={minimum} "
             "rows are left out of every published number, the overall metrics included, so "

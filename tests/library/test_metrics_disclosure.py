@@ -232,21 +232,25 @@ def test_released_cells_are_the_largest_valid_set_then_complemented(seed):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_left_out_rows_change_nothing_published(seed):
-    # Random audits with 1-3 attributes: the rows outside the released ones may hold any
-    # outcomes; every published number stays the same.
+    # Random audits with 1-3 attributes and scores: the rows outside the released ones may
+    # hold any outcomes and scores; every published number stays the same.
     from metrics_reference import random_audit
 
     rng = np.random.default_rng(seed)
-    y_true, y_pred, frame = random_audit(rng, int(rng.integers(150, 400)), seed % 3 + 1)
+    n = int(rng.integers(150, 400))
+    y_true, y_pred, frame, score = random_audit(rng, n, seed % 3 + 1, score=True)
     options = {"min_group_size": 12, "n_resamples": 50}
-    first = _published(y_true, y_pred, frame, **options)
+    first = _published(y_true, y_pred, frame, y_score=score, **options)
     kept = released_rows(frame, 12)
-    out = np.setdiff1d(np.arange(len(y_true)), kept)
-    other_true, other_pred = y_true.copy(), y_pred.copy()
+    out = np.setdiff1d(np.arange(n), kept)
+    other_true, other_pred, other_score = y_true.copy(), y_pred.copy(), score.copy()
     other_true[out], other_pred[out] = 1 - y_true[out], rng.integers(0, 2, out.size)
-    _assert_same_publication(first, _published(other_true, other_pred, frame, **options))
-    alone = _published(y_true[kept], y_pred[kept], frame.iloc[kept], **options)
+    other_score[out] = rng.random(out.size) * 5
+    again = _published(other_true, other_pred, frame, y_score=other_score, **options)
+    _assert_same_publication(first, again)
+    alone = _published(y_true[kept], y_pred[kept], frame.iloc[kept], y_score=score[kept], **options)
     assert first[0] == alone[0]
+    assert "roc_auc" in first[0] or len(kept) == 0
 
 
 def test_no_released_row_gives_undefined_values_and_a_note():
