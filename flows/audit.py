@@ -410,7 +410,7 @@ def run_audit(
         )  # fmt: skip
     with clock("evaluate_test"):
         pipeline = build_pipeline(preprocessor, representations, sweeps, choice.chosen)
-        check_pipeline(pipeline, split, choice.chosen)
+        check_pipeline(pipeline, split, choice.chosen, config.evaluation)
         pca = choice.pca_row and build_pipeline(
             preprocessor, representations, sweeps, choice.pca_row
         )

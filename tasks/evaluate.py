@@ -184,12 +184,20 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
     )
 
 
-def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any]) -> None:
-    """The assembled pipeline must reproduce the sweep's validation accuracy from X alone."""
-    accuracy = float(np.mean(pipeline.predict(split.X_validation) == split.y_validation))
-    if abs(accuracy - row["accuracy"]) > 1e-9:
+def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -> None:
+    """The assembled pipeline must reproduce the sweep's validation accuracy from X alone (on
+    the same rows: those the metrics release, see ``evaluation.min_group_size``)."""
+    accuracy = classifier_metrics(
+        split.y_validation,
+        pipeline.predict(split.X_validation),
+        split.s_validation,
+        min_group_size=evaluation.min_group_size,
+        allow_small_groups=evaluation.allow_small_groups,
+    ).get("accuracy", math.nan)
+    expected = float(row.get("accuracy", math.nan))
+    if not (abs(accuracy - expected) <= 1e-9 or (math.isnan(accuracy) and math.isnan(expected))):
         raise RuntimeError(
-            f"the assembled pipeline scores {accuracy:.6f}, the sweep {row['accuracy']:.6f}; "
+            f"the assembled pipeline scores {accuracy:.6f}, the sweep {expected:.6f}; "
             "the representation or classifier was changed after the sweep."
         )
 

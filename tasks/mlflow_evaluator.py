@@ -15,9 +15,10 @@ with intervals, also used by the audit) under the names of
 ``dp_difference.<attr>``, ``selection_rate.<attr>:<group>``, ``fpr.<attr>:<group>``, ...) with
 their intervals as ``<metric>.ci95_low`` / ``<metric>.ci95_high``, and three artifacts: the
 per-group table (``fairness_groups.json``, ``fairness_groups.csv``, formula-safe) and a plot of
-the per-group rates (``fairness_rates.png``). Groups below ``min_group_size`` rows are
-suppressed everywhere, with complementary suppression against MLflow's default evaluator's
-overall counts (see :mod:`fairpca.metrics._disclosure`).
+the per-group rates (``fairness_rates.png``). Rows of groups and intersection cells below
+``min_group_size`` rows count in no logged number, so runs that differ by such a group log the
+same numbers, with complementary suppression against MLflow's default evaluator's overall
+counts (see :mod:`fairpca.metrics._disclosure`).
 
 A model trained without the sensitive columns is given the feature columns only. MLflow's
 ``default`` evaluator, which runs first, passes it every column of ``data``; to run both, give
@@ -52,7 +53,7 @@ from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fai
 from fairpca.tasks.mlflow_store import log_metrics_batched, mlflow_client
 
 from .evaluate import DEFAULT_MIN_GROUP_SIZE
-from .report import write_safe_csv
+from .report import literal_plot_text, write_safe_csv
 
 __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 
@@ -192,6 +193,7 @@ def fairness_metrics(
     )
 
 
+@literal_plot_text()
 def plot_group_rates(table: pd.DataFrame, path: Path) -> Path:
     """Bar chart of the selection rate and TPR of every reported group, one panel per grouping."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg

@@ -44,7 +44,7 @@ from .mlflow_evaluator import (
 )
 from .mlflow_logging import log_output_dir as log_audit_output
 from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
-from .report import markdown_table
+from .report import markdown_table, markdown_text
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
 from .sweep import sweep_tradeoff
@@ -260,25 +260,26 @@ def write_fairness_report(
     headline = pd.DataFrame(
         [{"metric": name, "value": value} for name, value in evaluation.metrics.items()]
     )
+    attributes = ", ".join(map(str, evaluation.config["sensitive_features"]))
     lines = [
-        f"# {title}",
+        f"# {markdown_text(title)}",
         "",
-        f"Sensitive attributes: {', '.join(evaluation.config['sensitive_features'])}; groups "
-        f"with fewer than {evaluation.config['min_group_size']} rows are suppressed.",
+        f"Sensitive attributes: {markdown_text(attributes)}; groups with fewer than "
+        f"{evaluation.config['min_group_size']} rows are suppressed.",
         "",
         "## Metrics (with 95% bootstrap intervals)",
         "",
-        markdown_table(headline),
+        markdown_table(headline, escape=markdown_text),
         "",
         "## Per-group rates",
         "",
-        markdown_table(evaluation.groups),
+        markdown_table(evaluation.groups, escape=markdown_text),
         "",
         f"![per-group rates]({files['fairness_rates'].name})",
         "",
         "## Notes",
         "",
-        *[f"- {note}" for note in evaluation.notes or ["none"]],
+        *[f"- {markdown_text(note)}" for note in evaluation.notes or ["none"]],
     ]
     files["fairness_report"] = out_dir / "fairness_report.md"
     files["fairness_report"].write_text("\n".join(lines) + "\n")

@@ -16,11 +16,13 @@ carriage return as a formula).
 from __future__ import annotations
 
 import base64
+import contextlib
 import csv
 import html
 import json
 import math
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,9 +76,10 @@ __all__ = [
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-# Every character with a meaning in CommonMark or GitHub-flavoured Markdown, and the two that
-# open HTML (< and >, rendered as entities so no tag survives any Markdown renderer).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~])")
+# Every character with a meaning in CommonMark or GitHub-flavoured Markdown ($ opens GitHub's
+# math), and the two that open HTML (< and >, rendered as entities so no tag survives any
+# Markdown renderer).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$])")
 _NEWLINES = re.compile(r"[\r\n]+")
 
 
@@ -115,6 +118,22 @@ def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
     """Write ``frame`` as CSV with :func:`csv_safe_frame`; every string is quoted, so a carriage
     return or newline inside a cell can never start a new row."""
     csv_safe_frame(frame).to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
+
+
+# rcParams are global: plots drawn one at a time, so no thread sees another's settings.
+_PLOTTING = threading.RLock()
+
+
+@contextlib.contextmanager
+def literal_plot_text():
+    """Matplotlib draws every text made inside this block as the literal characters: no
+    mathtext (``text.parse_math``) and no LaTeX (``text.usetex``), whatever the user's
+    matplotlibrc says (``$50k-$100k`` would lose its dollars and ``$x^$ band`` fail). Usable
+    as a decorator of a plotting function; such plots are drawn one at a time."""
+    import matplotlib
+
+    with _PLOTTING, matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+        yield
 
 
 # ---- from report.py ------------------------------------------------------------
@@ -529,6 +548,7 @@ def _plotted_measures(table: pd.DataFrame, thresholds) -> tuple[pd.DataFrame, li
     return table, measures
 
 
+@literal_plot_text()
 def plot_tradeoff(
     table: pd.DataFrame,
     path: Path,

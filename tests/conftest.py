@@ -218,3 +218,42 @@ def replaced(model, path: str = "", **fields):
         return model.model_copy(update=fields)
     head, _, rest = path.partition(".")
     return model.model_copy(update={head: replaced(getattr(model, head), rest, **fields)})
+
+
+@pytest.fixture
+def dollar_labels() -> tuple[str, str]:
+    """Group labels matplotlib would read as mathtext: ``$50k-$100k`` loses its dollars,
+    ``$x^$ band`` fails to parse."""
+    return ("$50k-$100k", "$x^$ band")
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Every matplotlib Figure saved during the test, in order (still written to its file)."""
+    from matplotlib.figure import Figure
+
+    saved = []
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        saved.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return saved
+
+
+def _drawn_literally(figure, labels) -> bool:
+    """Whether every label is the text of an artist of ``figure`` and no text of it is drawn
+    as mathtext or LaTeX."""
+    from matplotlib.text import Text
+
+    texts = [t for t in figure.findobj(Text) if t.get_text()]
+    literal = all(not t.get_parse_math() and not t.get_usetex() for t in texts)
+    return literal and set(labels) <= {t.get_text() for t in texts}
+
+
+@pytest.fixture
+def drawn_literally():
+    """``drawn_literally(figure, labels)``: the labels are drawn as written, no text as math."""
+    return _drawn_literally

@@ -19,14 +19,16 @@ it is parsed.
 from __future__ import annotations
 
 import bz2
+import codecs
 import functools
 import gzip
 import hashlib
 import lzma
 import os
+import re
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import BinaryIO
@@ -43,9 +45,11 @@ __all__ = [
     "DataTooLargeError",
     "DatasetNotFoundError",
     "RawFile",
-    "check_text_bounds",
+    "TextScan",
+    "line_number",
     "read_table",
     "resolve_data_dir",
+    "scan_text",
 ]
 
 DATA_DIR_ENV = "FAIRPCA_DATA_DIR"
@@ -291,19 +295,64 @@ def _open_decompressed(path: Path) -> tuple[BinaryIO, BinaryIO]:
     return archive.open(members[0]), raw
 
 
-def check_text_bounds(path: str | os.PathLike[str]) -> int:
-    """Stream a (possibly compressed) text file once, within the reading bounds.
+@dataclass
+class TextScan:
+    """What one streaming pass over a (decompressed) text file found.
+
+    ``n_bytes``: the decompressed size; ``first_invalid``: offset of the first byte that is not
+    valid UTF-8 (None if the whole file is UTF-8); ``first_multibyte``: offset of the first
+    valid multi-byte UTF-8 character (None if none); ``found``: the needles that occur.
+    """
+
+    n_bytes: int = 0
+    first_invalid: int | None = None
+    first_multibyte: int | None = None
+    found: set = field(default_factory=set)
+
+
+# A valid multi-byte UTF-8 character (2, 3 or 4 bytes); in a file that is not UTF-8 it shows
+# that two encodings are mixed.
+_UTF8_MULTIBYTE = re.compile(
+    rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}"
+)
+
+
+class _Utf8Check:
+    """Incremental check of UTF-8 validity: the first invalid byte and the first valid
+    multi-byte character, chunk by chunk (an ASCII chunk costs one ``isascii``)."""
+
+    def __init__(self, scan: TextScan):
+        self.scan = scan
+        self.decoder = codecs.getincrementaldecoder("utf-8")()
+
+    def feed(self, chunk: bytes, offset: int, final: bool = False) -> None:
+        scan = self.scan
+        if chunk.isascii() and not self.decoder.getstate()[0]:
+            return
+        if scan.first_invalid is not None:  # only a valid character can still tell
+            self._multibyte(chunk, offset)
+            return
+        pending = len(self.decoder.getstate()[0])
+        try:
+            self.decoder.decode(chunk, final)
+        except UnicodeDecodeError as error:
+            scan.first_invalid = offset - pending + error.start
+        self._multibyte(chunk, offset)
+
+    def _multibyte(self, chunk: bytes, offset: int) -> None:
+        if self.scan.first_multibyte is None and (match := _UTF8_MULTIBYTE.search(chunk)):
+            self.scan.first_multibyte = offset + match.start()
+
+
+def scan_text(path: str | os.PathLike[str], needles: tuple[bytes, ...] = ()) -> TextScan:
+    """Stream a (possibly compressed) text file once, within the reading bounds, finding its
+    size, whether it is UTF-8 throughout, and which of ``needles`` occur in it.
 
     The decompressed size may not exceed ``$FAIRPCA_MAX_READ_BYTES`` (default 2 GiB) and no
     line may be longer than ``$FAIRPCA_MAX_LINE_BYTES`` (default 16 MiB); both are checked
     while streaming in 1 MiB chunks, so memory stays bounded whatever the file expands to.
     A compressed file whose size projected from its expansion so far is more than three
     times the budget stops early.
-
-    Returns
-    -------
-    n_bytes : int
-        Decompressed size in bytes.
 
     Raises
     ------
@@ -314,12 +363,14 @@ def check_text_bounds(path: str | os.PathLike[str]) -> int:
     budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
     line_limit = size_setting(LINE_LIMIT_ENV, DEFAULT_LINE_LIMIT)
     chunk_size = max(1, min(_SCAN_CHUNK, line_limit))  # a line inside one chunk is short
-    total = run = 0  # bytes read; bytes since the last newline
+    scan, run, tail = TextScan(), 0, b""  # run: bytes since the last newline
+    utf8 = _Utf8Check(scan)
+    overlap = max((len(needle) for needle in needles), default=1) - 1
     stream, raw = _open_decompressed(path)
     compressed = path.stat().st_size if stream is not raw else 0
     with raw, stream:
         while chunk := stream.read(chunk_size):
-            total += len(chunk)
+            total = scan.n_bytes + len(chunk)
             projected = total * compressed / max(raw.tell(), 1) if total > _PROJECT_AFTER else 0
             if total > budget or projected > _PROJECTION_SLACK * budget:
                 what = f"more than {format_bytes(budget)}" if total > budget else (
@@ -336,7 +387,24 @@ def check_text_bounds(path: str | os.PathLike[str]) -> int:
                     f"{LINE_LIMIT_ENV} if the lines are meant to be this long"))  # fmt: skip
             if first >= 0:
                 run = len(chunk) - chunk.rfind(b"\n") - 1
-    return total
+            utf8.feed(chunk, scan.n_bytes)
+            if needles:  # in the chunk, or across its start
+                seam = tail + chunk[:overlap]
+                scan.found.update(n for n in needles if n in chunk or n in seam)
+                tail = chunk[-overlap:] if overlap else b""
+            scan.n_bytes = total
+    utf8.feed(b"", scan.n_bytes, final=True)
+    return scan
+
+
+def line_number(path: str | os.PathLike[str], offset: int) -> int:
+    """The line (from 1) of the (decompressed) file that holds byte ``offset``."""
+    lines, done = 1, 0
+    stream, raw = _open_decompressed(Path(path))
+    with raw, stream:
+        while done < offset and (chunk := stream.read(min(_SCAN_CHUNK, offset - done))):
+            lines, done = lines + chunk.count(b"\n"), done + len(chunk)
+    return lines
 
 
 def _too_large(path: Path, what: str, fix: str) -> DataTooLargeError:

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import csv
+import contextlib
 import difflib
 import os
-import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from ._csv import detect_separator, read_csv, without_repeated_columns
 from ._dataset import Dataset, as_names
-from ._files import READ_BUDGET_ENV, DataTooLargeError, check_text_bounds
+from ._files import READ_BUDGET_ENV, DataTooLargeError
 from ._screen import screen_columns, warn_screened
 
 __all__ = ["detect_separator", "load_user_data"]
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-_SEPARATORS = ",;\t|"
 
 
 def _check_file(path: Path) -> None:
@@ -39,136 +38,51 @@ def _check_file(path: Path) -> None:
         )
 
 
-def _text_head(path: Path) -> tuple[str, str]:
-    """The first 64 KiB of a plain CSV as text, and the encoding that decodes it."""
-    head = _first_bytes(path)
-    if b"\x00" in head:
-        raise ValueError(
-            f"Data file {path} is binary (it contains NUL bytes), not a text CSV; export the "
-            "table as CSV (UTF-8) or Parquet."
-        )
-    try:
-        return head.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError as error:
-        if error.start >= len(head) - 4:  # a multi-byte character cut at the 64 KiB boundary
-            return head[: error.start].decode("utf-8"), "utf-8"
-        return head.decode("latin-1"), "latin-1"
-
-
-def _first_bytes(path: Path) -> bytes:
-    with path.open("rb") as handle:
-        return handle.read(65536)
-
-
-def detect_separator(header: str) -> str:
-    """The delimiter of a CSV header line: ``csv.Sniffer`` first, then the most frequent
-    of ``, ; TAB |`` in the header (UCI Bank Marketing, for one, uses ``;``)."""
-    first = header.splitlines()[0] if header.strip() else ""
-    sample = "\n".join(header.splitlines()[:20])
-    try:
-        return csv.Sniffer().sniff(sample, delimiters=_SEPARATORS).delimiter
-    except csv.Error:
-        counts = {sep: first.count(sep) for sep in _SEPARATORS}
-        best = max(counts, key=counts.get)
-        return best if counts[best] else ","
-
-
-def _read_csv(path: Path, sep: str | None) -> pd.DataFrame:
-    plain = path.name.lower().endswith(".csv")
-    encoding = "utf-8"
-    if plain:
-        text, encoding = _text_head(path)
-        if encoding != "utf-8":
-            warnings.warn(
-                f"Data file {path} is not UTF-8; read it as Latin-1. Re-save it as UTF-8 if "
-                "characters look wrong.",
-                UserWarning,
-                stacklevel=4,
-            )
-        sep = sep or detect_separator(text)
-    check_text_bounds(path)
-    try:
-        header = pd.read_csv(path, sep=sep or ",", encoding=encoding, header=None, nrows=1)
-        frame = pd.read_csv(path, sep=sep or ",", encoding=encoding, low_memory=False)
-        return _without_repeated_columns(frame, header, path)
-    except pd.errors.EmptyDataError as error:
-        raise ValueError(f"Data file {path} is empty: it has no header or rows.") from error
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        raise ValueError(
-            f"Data file {path} could not be parsed as CSV with separator {sep!r}: "
-            f"{str(error).strip()}. Pass the separator explicitly (sep=..., CLI --sep)."
-        ) from error
-
-
-def _without_repeated_columns(frame: pd.DataFrame, header: pd.DataFrame, path: Path):
-    """``frame`` with each column the header names more than once kept once.
-
-    pandas renames a repeated name's copies (``name.1``), which would keep a copy of, say, the
-    sensitive column as a feature. Copies with the same values as the first (COMPAS repeats
-    ``decile_score`` and ``priors_count``) are dropped with a warning; copies that differ are
-    refused, since no name says which one is meant.
-    """
-    names = [str(name).strip() for name in header.iloc[0]] if len(header) else []
-    positions: dict[str, list[int]] = {}
-    for position, name in enumerate(names):
-        positions.setdefault(name, []).append(position)
-    repeated = {name: where for name, where in positions.items() if len(where) > 1}
-    if not repeated or len(names) != frame.shape[1]:
-        return frame
-    differing = sorted(
-        name
-        for name, (first, *copies) in repeated.items()
-        if not all(frame.iloc[:, first].equals(frame.iloc[:, copy]) for copy in copies)
-    )
-    if differing:
-        raise ValueError(
-            f"The header of {path.name} names column(s) {differing} more than once (after "
-            "trimming spaces) with different values; every column needs its own name: rename "
-            "or remove the copies in the file."
-        )
-    warnings.warn(
-        f"Data file {path.name} repeats column(s) {sorted(repeated)} with identical values; "
-        "each is kept once.",
-        UserWarning,
-        stacklevel=5,
-    )
-    dropped = [copy for where in repeated.values() for copy in where[1:]]
-    return frame.iloc[:, [i for i in range(frame.shape[1]) if i not in set(dropped)]]
-
-
-def _read_parquet(path: Path) -> pd.DataFrame:
+def _read_parquet(path: Path, check_head: Callable) -> pd.DataFrame:
+    """A Parquet file: its columns checked from the schema and its size against the reading
+    budget and the memory available before it is read."""
     import pyarrow.parquet as pq
 
-    from .._memory import format_bytes, size_setting
+    from .._memory import format_bytes, require, size_setting
     from ._files import DEFAULT_READ_BUDGET
 
     try:
-        meta = pq.ParquetFile(path).metadata
-        size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-        budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
-        if size > budget:
-            raise DataTooLargeError(
-                f"Data file {path} is refused before reading: it holds {format_bytes(size)} "
-                f"uncompressed, more than {format_bytes(budget)}; raise {READ_BUDGET_ENV} "
-                "if it is meant to be this large."
-            )
-        frame = pd.read_parquet(path)
-    except DataTooLargeError:
-        raise
+        parquet = pq.ParquetFile(path)
+        meta, names = parquet.metadata, [str(n).strip() for n in parquet.schema_arrow.names]
     except Exception as error:
         raise ValueError(
             f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
         ) from error
-    return _without_repeated_columns(frame, pd.DataFrame([list(frame.columns)]), path)
+    check_head(pd.DataFrame(columns=names), True)
+    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
+    if size > budget:
+        raise DataTooLargeError(
+            f"Data file {path} is refused before reading: it holds {format_bytes(size)} "
+            f"uncompressed, more than {format_bytes(budget)}; raise {READ_BUDGET_ENV} "
+            "if it is meant to be this large."
+        )
+    require(2 * size, f"the table of data file {path.name} ({format_bytes(size)}) and a copy",
+            "Give a smaller file, free memory, or set FAIRPCA_MEMORY_LIMIT if more memory is "
+            "available than the system reports.")  # fmt: skip
+    try:
+        frame = pd.read_parquet(path)
+    except Exception as error:
+        raise ValueError(
+            f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
+        ) from error
+    return without_repeated_columns(frame, pd.DataFrame([list(frame.columns)]), path)
 
 
-def _read_frame(path: Path, sep: str | None = None) -> pd.DataFrame:
+def _read_frame(path: Path, sep: str | None, check_head: Callable) -> pd.DataFrame:
+    """The file as a table; ``check_head`` (see :func:`fairpca.datasets._csv.read_csv`) checks
+    its first rows (a Parquet file's columns) before the rest is read."""
     name = path.name.lower()
     _check_file(path)
     if name.endswith(_CSV_SUFFIXES):
-        frame = _read_csv(path, sep)
+        frame = read_csv(path, sep, check_head)
     elif name.endswith(_PARQUET_SUFFIXES):
-        frame = _read_parquet(path)
+        frame = _read_parquet(path, check_head)
     else:
         raise ValueError(
             f"Unsupported file type for {path}; use CSV ({', '.join(_CSV_SUFFIXES)}) or Parquet "
@@ -178,6 +92,61 @@ def _read_frame(path: Path, sep: str | None = None) -> pd.DataFrame:
         raise ValueError(f"Data file {path} has a header but no data rows.")
     frame.columns = [str(column).strip() for column in frame.columns]
     return frame
+
+
+def _first_rows_check(path: Path, needed: list[str], label: str, positive_label: Any):
+    """The check of a file's first rows (see :func:`fairpca.datasets._csv.read_csv`): every
+    needed column is there and, unless the first rows are the whole file (the full checks then
+    decide), ``positive_label`` occurs in the label column.
+
+    When the first rows hold two or more label values but not ``positive_label``, the file is
+    refused there: the label would need a further class that only starts after them. When they
+    hold one value (a file sorted by label), the rest of the file is searched for the label's
+    text while it is streamed, and refused if it holds none.
+    """
+
+    def check(first_rows: pd.DataFrame, whole: bool) -> tuple[tuple[bytes, ...], Callable]:
+        _missing_columns(first_rows, needed, path)
+        if positive_label is None or whole:
+            return (), _nothing
+        values = first_rows[label]
+        if (values == positive_label).any():
+            return (), _nothing
+        seen = sorted(map(str, pd.unique(values.dropna())))
+        where = f"the first {len(first_rows)} rows of label column {label!r}"
+        if len(seen) != 1:
+            raise ValueError(
+                f"positive_label={positive_label!r} does not occur in {where}, which hold the "
+                f"values {seen[:10]}; the rest of {path.name} was not read. Pass the label "
+                "value of the positive class as it is written in the file."
+            )
+
+        def not_found():
+            raise ValueError(
+                f"positive_label={positive_label!r} does not occur in label column {label!r}: "
+                f"{where} hold only {seen}, and its text is nowhere in {path.name}. Pass the "
+                "label value of the positive class as it is written in the file."
+            )
+
+        return _label_bytes(positive_label), not_found
+
+    return check
+
+
+def _nothing() -> None:
+    return None
+
+
+def _label_bytes(positive_label: Any) -> tuple[bytes, ...]:
+    """Bytes one of which a row whose label reads as ``positive_label`` must hold: the text of
+    a string label in UTF-8 or Latin-1; none for other labels (``1`` also reads ``1.0`` and
+    ``True``) or a label with a quote (written doubled inside quotes)."""
+    if not isinstance(positive_label, str) or not positive_label or '"' in positive_label:
+        return ()
+    forms = {positive_label.encode("utf-8")}
+    with contextlib.suppress(UnicodeEncodeError):
+        forms.add(positive_label.encode("latin-1"))
+    return tuple(sorted(forms))
 
 
 def _missing_columns(frame: pd.DataFrame, needed: list[str], path: Path) -> None:
@@ -301,19 +270,30 @@ def load_user_data(
         Empty, binary or unparsable file, unsupported file type, missing columns (close
         matches are named), a sensitive column with one value or missing values, missing
         label values, a label that is not binary, or no feature column left; a header
-        naming a column twice; ``inf`` in a used numeric column;
-        :class:`~fairpca.datasets.DataTooLargeError` for a file over the reading budget or
-        with an over-long line (``$FAIRPCA_MAX_READ_BYTES``, ``$FAIRPCA_MAX_LINE_BYTES``).
+        naming a column twice; ``inf`` in a used numeric column; a CSV file mixing UTF-8
+        with another encoding; :class:`~fairpca.datasets.DataTooLargeError` for a file over
+        the reading budget or with an over-long line (``$FAIRPCA_MAX_READ_BYTES``,
+        ``$FAIRPCA_MAX_LINE_BYTES``).
+    fairpca.InsufficientMemoryError
+        The table would not fit in the memory available (``$FAIRPCA_MEMORY_LIMIT``).
+
+    Notes
+    -----
+    A CSV file's first rows are read and checked first (the columns named here, and
+    ``positive_label``), so a wrong file fails before the rest is read, whatever its size; the
+    encoding is decided on the whole file (UTF-8, else Latin-1 throughout with a warning); see
+    :mod:`fairpca.datasets._csv`.
     """
     path = Path(path).expanduser()
-    frame = _read_frame(path, sep)
     groups = as_names(sensitive, "sensitive")
     if not isinstance(label, str):
         raise TypeError(f"label must be a column name (str); got {label!r}.")
     chosen = None if features is None else as_names(features, "features")
     keep = as_names(keep, "keep") if keep else ()
     drop = as_names(drop, "drop") if drop else ()
-    _missing_columns(frame, [label, *groups, *(chosen or ()), *keep, *drop], path)
+    needed = [label, *groups, *(chosen or ()), *keep, *drop]
+    frame = _read_frame(path, sep, _first_rows_check(path, needed, label, positive_label))
+    _missing_columns(frame, needed, path)
     overlap = [column for column in (chosen or ()) if column == label or column in groups]
     if label in groups or overlap:
         raise ValueError(

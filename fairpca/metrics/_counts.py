@@ -92,14 +92,15 @@ def overall(total: np.ndarray) -> dict[str, np.ndarray]:
     ``y_true`` has a single class."""
     n = total.sum(axis=-1)
     positives, negatives = total[..., FN] + total[..., TP], total[..., TN] + total[..., FP]
-    positive_rate = (total[..., FP] + total[..., TP]) / n
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):  # NaN without rows
+        positive_rate = (total[..., FP] + total[..., TP]) / n
         balanced = 0.5 * (total[..., TP] / positives + total[..., TN] / negatives)
+        accuracy, base_rate = (total[..., TN] + total[..., TP]) / n, positives / n
     return {
-        "accuracy": (total[..., TN] + total[..., TP]) / n,
+        "accuracy": accuracy,
         "balanced_accuracy": np.where((positives > 0) & (negatives > 0), balanced, np.nan),
         "positive_rate": positive_rate,
-        "base_rate": positives / n,
+        "base_rate": base_rate,
         "one_class_share": np.maximum(positive_rate, 1.0 - positive_rate),
     }
 
@@ -139,9 +140,30 @@ class FairnessProblem:
     pos_label: Any
     actual: np.ndarray  # y_true == pos_label per row
     score: np.ndarray | None  # y_score per row, or None
+    cell: np.ndarray  # intersection group of each row
 
     def groupings(self) -> list[Grouping]:
         return self.attributes + ([] if self.intersection is None else [self.intersection])
+
+    def restricted(self, kept: np.ndarray) -> FairnessProblem:
+        """The problem of the rows of the ``kept`` intersection groups only, as if the others
+        were not in the data: groups without rows are gone and every token is made from the
+        remaining labels alone."""
+        rows = kept[self.cell]
+        renumber = np.cumsum(kept) - 1
+        attributes = []
+        for grouping in self.attributes:
+            present = np.unique(grouping.member[kept])
+            labels = [grouping.labels[g] for g in present]
+            member = np.searchsorted(present, grouping.member[kept])
+            attributes.append(
+                Grouping(grouping.name, labels, member, unique_tokens(labels), grouping.key)
+            )
+        score = None if self.score is None else self.score[rows]
+        return FairnessProblem(
+            self.counts[kept], attributes, _intersection(attributes), self.min_group_size,
+            self.pos_label, self.actual[rows], score, renumber[self.cell[rows]],
+        )  # fmt: skip
 
 
 # The smallest min_group_size accepted without allow_small_groups=True: a published rate of a
@@ -217,17 +239,22 @@ def fairness_problem(
             zip(attribute_tokens(keys), keys, encoding.groups, strict=True)
         )
     ]
-    intersection = None
-    if len(attributes) > 1:
-        labels = [
-            tuple(g.labels[c] for g, c in zip(attributes, row, strict=True)) for row in combos
-        ]
-        tokens = [
-            "/".join(f"{g.name}:{g.tokens[c]}" for g, c in zip(attributes, row, strict=True))
-            for row in combos
-        ]
-        intersection = Grouping(INTERSECTION, labels, np.arange(len(combos)), tokens, None)
     counts = cell_counts(inverse, len(combos), actual, predicted)
     return FairnessProblem(
-        counts, attributes, intersection, min_group_size, pos_label, actual, score
-    )
+        counts, attributes, _intersection(attributes), min_group_size, pos_label, actual, score,
+        inverse,
+    )  # fmt: skip
+
+
+def _intersection(attributes: list[Grouping]) -> Grouping | None:
+    """The grouping by every attribute at once, whose groups are the intersection groups (the
+    rows of ``member``); None for one attribute."""
+    if len(attributes) < 2:
+        return None
+    combos = np.stack([g.member for g in attributes], axis=1)
+    labels = [tuple(g.labels[c] for g, c in zip(attributes, row, strict=True)) for row in combos]
+    tokens = [
+        "/".join(f"{g.name}:{g.tokens[c]}" for g, c in zip(attributes, row, strict=True))
+        for row in combos
+    ]
+    return Grouping(INTERSECTION, labels, np.arange(len(combos)), tokens, None)

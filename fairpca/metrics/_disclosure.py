@@ -1,28 +1,32 @@
-"""Disclosure control: which groups' values may be published.
+"""Disclosure control: the rows every published number is computed from.
 
-Three rules, applied in order, protect a suppressed group (fewer than ``min_group_size`` rows)
-against an attacker who also knows the overall counts (MLflow's default evaluator logs the
-overall TP / FP / TN / FN; the audit logs the overall accuracy, positive rate and split sizes):
+Row-level suppression (cell suppression of statistical disclosure control, applied to the rows
+behind every statistic rather than to single table cells). Every grouping partitions the same
+rows (each attribute, and with several attributes their intersection, whose groups are the
+intersection groups: the *cells*). The **released rows** are the largest set of rows in which
+every group of every grouping has either no row or at least ``min_group_size`` rows; it is
+found by leaving out, until none is left, every group that has between 1 and
+``min_group_size - 1`` of the remaining rows (a group that small can hold none of the released
+rows, so the order does not matter). Then:
 
-1. **Complementary suppression.** Within a grouping, the suppressed groups together with the
-   overall counts would be known by subtraction (overall minus the published groups). When the
-   suppressed groups hold fewer than ``min_group_size`` rows in total, the smallest published
-   groups are withheld as well, one at a time, until the hidden rows number at least
-   ``min_group_size``: subtraction then gives only the pool, itself as large as a published
-   group.
-2. **Measures must not single out a withheld group.** The differences, ratios and their
-   intervals are computed over every group with at least ``min_group_size`` rows, withheld ones
-   included (so a fairness gate sees them). If a withheld group attains an extreme that one of
-   them reads (the largest or smallest rate, or the largest or smallest bound of a per-group
-   interval), the published per-group values together with that measure would give the withheld
-   group's value, so the grouping publishes its measures only.
-3. **Differencing across groupings** (rank check): an attribute group is a union of
-   intersection cells and every grouping partitions the same rows, so published groups of
-   several groupings (and the overall counts) can add up to a suppressed group. Per-group values
-   are withheld from the groupings with hidden groups, or if need be from all, until no
-   suppressed group's cell indicator lies in the row space of the published ones.
+1. **Nothing published depends on a left-out row.** The overall metrics, the per-group values
+   and sizes, the differences, ratios and every interval are computed from the released rows
+   alone, as if the others were not in the data. A group or cell with fewer than
+   ``min_group_size`` rows is never released, so two evaluations (any number of them) whose data
+   differ only by such groups publish the same numbers: subtracting them gives zero, not the
+   group's counts. A small intersection cell inside large attribute groups is left out of
+   those groups too (otherwise the two attribute groups' counts would differ by the cell's).
+2. **Complementary suppression against the all-rows totals.** Whoever also holds totals over
+   every row (MLflow's ``default`` evaluator logs TP / FP / TN / FN of the same rows) learns
+   the left-out rows' totals by subtraction. When the left-out rows number between 1 and
+   ``min_group_size - 1``, released cells are left out as well, one at a time, until they
+   number at least ``min_group_size``: subtraction then gives a pool at least as large as a
+   published group. Each is the cell, among the smallest, whose removal leaves out the fewest
+   groups, then the fewest rows (a choice made from the released cells' sizes alone).
 
-Labels of suppressed and withheld groups are never published; notes give their number only.
+Every released group then has at least ``min_group_size`` rows and is published whole. What is
+published depends on the left-out rows only through how many there are (which groups are
+left out, and the notes that count them); their labels appear in no output.
 """
 
 from __future__ import annotations
@@ -30,162 +34,120 @@ from __future__ import annotations
 import numpy as np
 
 from .._groups import encode_labels
-from ._counts import FairnessProblem, Grouping, check_min_group_size, fraction
-from ._intervals import group_rate_intervals
+from ._counts import FairnessProblem, check_min_group_size, intersections
 
-# Largest cell-indicator matrices (entries) the differencing check solves; beyond, it assumes
-# recovery is possible and withholds every per-group value.
-DIFFERENCING_CHECK_ENTRIES = 1 << 22
-# Rates whose extremes the published measures read: DP and the ratio (selection rate), EO and
-# equalized odds (TPR, FPR).
-_MEASURED_RATES = ("selection_rate", "tpr", "fpr")
+# Smallest released cells tried as the complementary cell (each try settles the rest).
+COMPLEMENT_CANDIDATES = 64
 
 
-def complementary_suppression(size: np.ndarray, min_group_size: int) -> np.ndarray:
-    """Groups to hide (suppressed, then the smallest others) so the hidden rows reach the minimum.
+def _settled(rows: np.ndarray, members: list, released: np.ndarray, minimum: int) -> np.ndarray:
+    """``released`` (cells) less every group with 1 to ``minimum - 1`` released rows, repeated
+    until no group is that small."""
+    released = released.copy()
+    while True:
+        small = np.zeros_like(released)
+        for member in members:
+            size = np.bincount(member, weights=rows * released, minlength=member.max(initial=0) + 1)
+            small |= released & ((size > 0) & (size < minimum))[member]
+        if not small.any():
+            return released
+        released &= ~small
+
+
+def released_cells(rows: np.ndarray, members: list, minimum: int) -> np.ndarray:
+    """Which cells' rows are released (rules 1 and 2 of the module docstring).
 
     Parameters
     ----------
-    size : ndarray of shape (n_groups,)
-        Rows per group of one grouping.
-    min_group_size : int
+    rows : ndarray of shape (n_cells,)
+        Rows per cell (intersection group).
+    members : list of ndarray of shape (n_cells,)
+        Per grouping, the group of each cell.
+    minimum : int
+        ``min_group_size``.
 
     Returns
     -------
-    hidden : ndarray of bool, shape (n_groups,)
-        The suppressed groups (fewer than ``min_group_size`` rows) and, when those hold fewer
-        than ``min_group_size`` rows together, the next smallest groups (ties: first group)
-        until the hidden rows number at least ``min_group_size``.
+    released : ndarray of bool, shape (n_cells,)
     """
-    hidden = size < min_group_size
-    if not hidden.any():
-        return hidden
-    for group in np.argsort(size, kind="stable"):
-        if size[hidden].sum() >= min_group_size:
-            break
-        hidden[group] = True
-    return hidden
+    released = _settled(rows, members, rows > 0, minimum)
+    while released.any() and 0 < rows[~released].sum() < minimum:
+        released = _complemented(rows, members, released, minimum)
+    return released
 
 
-def _extremes_published(counts, keep, published, alphas) -> bool:
-    """Whether every extreme the measures read is attained by a published group."""
-    for rate in _MEASURED_RATES:
-        hits, trials = fraction(counts, rate)
-        defined = keep & (trials > 0)
-        if not (defined & ~published).any():
-            continue
-        shown = defined & published
-        if not shown.any():
-            return False
-        value = np.where(defined, hits / np.where(trials > 0, trials, 1), np.nan)
-        arrays = [value]
-        for alpha in alphas:
-            arrays.extend(group_rate_intervals(counts, keep, rate, alpha))
-        for array in arrays:
-            for pick in (np.max, np.min):
-                if pick(array[shown]) != pick(array[defined]):
-                    return False
-    return True
+def _complemented(rows, members, released, minimum) -> np.ndarray:
+    """``released`` less one more cell: of the ``COMPLEMENT_CANDIDATES`` smallest, the one
+    whose removal leaves out the fewest groups, then the fewest rows (ties: the first).
 
-
-def grouping_published(problem: FairnessProblem, grouping: Grouping, alphas) -> tuple:
-    """Rules 1 and 2 for one grouping: the published groups' mask, and the note (or None)."""
-    counts = grouping.aggregate(problem.counts)
-    size = counts.sum(axis=-1)
-    keep = size >= problem.min_group_size
-    hidden = complementary_suppression(size, problem.min_group_size)
-    published = ~hidden
-    if not (hidden & keep).any():
-        return published, None
-    note = (
-        f"{grouping.name}: {int((hidden & keep).sum())} more group(s) withheld so that the "
-        f"hidden rows number at least min_group_size={problem.min_group_size}"
-    )
-    if _extremes_published(counts, keep, published, alphas):
-        return published, note + "; they still count in the differences and ratios."
-    return np.zeros_like(published), (
-        note + "; as one of them attains an extreme of a difference or ratio, the per-group "
-        "values of this grouping are withheld and its differences and ratios published."
-    )
-
-
-def _indicators(grouping: Grouping, mask: np.ndarray) -> np.ndarray:
-    """0/1 matrix (groups in ``mask``, intersection cells): the cells each group is made of."""
-    chosen = np.flatnonzero(mask)
-    return (grouping.member[None, :] == chosen[:, None]).astype(np.float64)
-
-
-def recoverable(problem: FairnessProblem, published: dict) -> bool:
-    """Whether a suppressed group's counts follow linearly from the published groups' counts
-    and the overall counts.
-
-    A group's size and its numbers of selected rows, positives, ... are sums over its cells, so
-    the published groups (and the all-rows total) reveal exactly the combinations of cell
-    counts in the row space of their cell indicators; a suppressed group is recoverable iff its
-    indicator lies in it.
+    The choice reads only the released cells' sizes, never a left-out row.
     """
-    groupings = problem.groupings()
-    secret_masks = {g.name: ~_reported(problem, g) for g in groupings}
-    n_secret = sum(int(mask.sum()) for mask in secret_masks.values())
-    if n_secret == 0:
-        return False
-    n_cells = problem.counts.shape[0]
-    n_known = 1 + sum(int(published[g.name].sum()) for g in groupings)
-    if n_cells * (n_secret + n_known) > DIFFERENCING_CHECK_ENTRIES:  # before building them
-        return True
-    secret = np.vstack([_indicators(g, secret_masks[g.name]) for g in groupings])
-    known = np.vstack(
-        [np.ones((1, n_cells))] + [_indicators(g, published[g.name]) for g in groupings]
-    )
-    coefficients = np.linalg.lstsq(known.T, secret.T, rcond=None)[0]
-    residual = np.abs(known.T @ coefficients - secret.T).max(axis=0)
-    return bool(np.any(residual < 1e-8))
+    candidates = np.flatnonzero(released)
+    candidates = candidates[np.argsort(rows[candidates], kind="stable")][:COMPLEMENT_CANDIDATES]
+    best, best_key = None, None
+    for cell in candidates:
+        trial = released.copy()
+        trial[cell] = False
+        trial = _settled(rows, members, trial, minimum)
+        lost = sum(_groups(member, rows * released) - _groups(member, rows * trial)
+                   for member in members)  # fmt: skip
+        key = (lost, rows[~trial].sum())
+        if best_key is None or key < best_key:
+            best, best_key = trial, key
+    return best
 
 
-def _reported(problem: FairnessProblem, grouping: Grouping) -> np.ndarray:
-    """Whether each group of ``grouping`` has at least ``min_group_size`` rows."""
+def _groups(member: np.ndarray, rows: np.ndarray) -> int:
+    """Number of groups of one grouping with rows."""
+    return int(np.count_nonzero(np.bincount(member, weights=rows)))
+
+
+def release(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
+    """The problem of the released rows, the number of groups left out per grouping name, and
+    notes that say what was left out (never which group)."""
     rows = problem.counts.sum(axis=1)
-    size = np.bincount(grouping.member, weights=rows, minlength=len(grouping.labels))
-    return size >= problem.min_group_size
-
-
-def published_groups(problem: FairnessProblem, alpha: float) -> tuple[dict, list]:
-    """Per grouping name, the mask of groups whose per-group values may be published; notes.
-
-    ``alpha`` is ``1 - confidence`` of the intervals published beside the measures (the rule-2
-    check covers both the per-grouping level and the worst-attribute level ``alpha / A``).
-    """
-    alphas = (alpha, alpha / len(problem.attributes))
-    notes, published = [], {}
-    for grouping in problem.groupings():
-        published[grouping.name], note = grouping_published(problem, grouping, alphas)
-        if note:
-            notes.append(note)
-    if not recoverable(problem, published):
-        return published, notes
-    with_hidden = [g.name for g in problem.groupings() if not published[g.name].all()]
-    narrowed = {n: (m if n not in with_hidden else np.zeros_like(m)) for n, m in published.items()}
-    if recoverable(problem, narrowed):
-        narrowed = {n: np.zeros_like(m) for n, m in published.items()}
-    for name, mask in narrowed.items():
-        if published[name].any() and not mask.any():
+    groupings = problem.groupings()
+    members = [g.member for g in groupings]
+    minimum = problem.min_group_size
+    settled = _settled(rows, members, rows > 0, minimum)
+    released = released_cells(rows, members, minimum)
+    left_out, notes = {}, []
+    for grouping in groupings:
+        present = np.bincount(grouping.member, weights=rows, minlength=len(grouping.labels)) > 0
+        kept = np.bincount(grouping.member, weights=rows * released, minlength=len(grouping.labels))
+        left_out[grouping.name] = int((present & (kept == 0)).sum())
+        if left_out[grouping.name]:
             notes.append(
-                f"{name}: per-group sizes and rates are withheld because a suppressed group "
-                "could be recovered from them by differencing; the differences over the "
-                "reported groups are published."
+                f"{grouping.name}: {left_out[grouping.name]} group(s) left out (fewer than "
+                f"min_group_size={minimum} rows outside the left-out groups and cells)."
             )
-    return narrowed, notes
+    if not released.all():
+        notes.append(
+            f"Rows of groups and intersection cells with fewer than min_group_size={minimum} "
+            "rows are left out of every published number, the overall metrics included, so "
+            "that no evaluation, nor the difference of two, depends on them."
+        )
+    if (settled & ~released).any():
+        cells = "intersection cell(s)" if problem.intersection is not None else "group(s)"
+        notes.append(
+            f"{int((settled & ~released).sum())} more {cells} (each with at least "
+            f"min_group_size={minimum} rows, chosen to leave out the fewest groups) left out so "
+            f"that the left-out rows number at least {minimum}: totals over all rows minus the "
+            "published ones give only that pool."
+        )
+    return problem.restricted(released), left_out, notes
 
 
 def published_group_sizes(
     sensitive_features, *, min_group_size: int = 10, allow_small_groups: bool = False
 ) -> tuple[dict, dict]:
-    """Rows per group that may be published beside the total, attribute by attribute.
+    """Rows per group that may be published, attribute by attribute: the sizes over the rows
+    :func:`fairpca.metrics.group_fairness` releases.
 
-    A group with fewer than ``min_group_size`` rows is withheld, and (complementary
-    suppression) so are the next smallest groups until the withheld rows of the attribute
-    number at least ``min_group_size``, so that the total minus the published sizes gives no
-    small group's size.
+    Groups and intersection cells with fewer than ``min_group_size`` rows are left out, and so
+    are the rows of the released groups that fall in them; when the left-out rows number fewer
+    than ``min_group_size``, the smallest cells are left out too, so that the total minus the
+    published sizes gives no small group's size.
 
     Parameters
     ----------
@@ -200,7 +162,7 @@ def published_group_sizes(
     sizes : dict
         ``{attribute: {label as str: rows}}`` of the published groups.
     withheld : dict
-        ``{attribute: number of groups withheld}`` (their labels are not returned).
+        ``{attribute: number of groups left out}`` (their labels are not returned).
 
     Examples
     --------
@@ -210,10 +172,14 @@ def published_group_sizes(
     """
     min_group_size = check_min_group_size(min_group_size, allow_small_groups)
     encoding, _ = encode_labels(sensitive_features, len(sensitive_features))
+    combos, inverse = intersections(encoding.codes, [len(g) for g in encoding.groups])
+    rows = np.bincount(inverse, minlength=len(combos)).astype(np.float64)
+    members = [combos[:, a] for a in range(combos.shape[1])]
+    cells = [np.arange(len(combos))] if len(members) > 1 else []  # the intersection grouping
+    released = released_cells(rows, members + cells, min_group_size)
     sizes, withheld = {}, {}
-    for a, (name, labels) in enumerate(zip(encoding.names, encoding.groups, strict=True)):
-        counts = np.bincount(encoding.codes[:, a], minlength=len(labels))
-        hidden = complementary_suppression(counts, min_group_size)
-        sizes[name] = {str(labels[g]): int(counts[g]) for g in np.flatnonzero(~hidden)}
-        withheld[name] = int(hidden.sum())
+    for member, name, labels in zip(members, encoding.names, encoding.groups, strict=True):
+        kept = np.bincount(member, weights=rows * released, minlength=len(labels))
+        sizes[name] = {str(labels[g]): int(kept[g]) for g in np.flatnonzero(kept)}
+        withheld[name] = int(len(labels) - np.count_nonzero(kept))
     return sizes, withheld

@@ -58,13 +58,14 @@ class GroupFairness:
     eo_difference : float
         ``max_g P(Yhat = 1 | Y = 1, g) - min_g ...`` over the reported groups with positives.
     selection_rate, tpr : dict
-        Per reported group (TPR NaN for a group without positives); empty when withheld so that
-        a suppressed group cannot be recovered by differencing (see :func:`group_fairness`).
+        Per reported group (TPR NaN for a group without positives). The reported groups are
+        those with released rows (see :func:`group_fairness`), over their released rows.
     group_size : dict
-        Rows per reported group; empty where the rates are.
+        Released rows per reported group (at least ``min_group_size`` each).
     suppressed : int
-        Number of groups with fewer than ``min_group_size`` rows: left out of everything above
-        (their labels are not kept, so no output can name them).
+        Number of groups left out of everything above: fewer than ``min_group_size`` rows
+        outside the left-out groups and cells, or left out as complementary cells (their
+        labels are not kept, so no output can name them).
     fpr_difference : float
         The same spread of ``P(Yhat = 1 | Y = 0, g)`` over the groups with negatives.
     equalized_odds_difference : float
@@ -105,9 +106,10 @@ class FairnessReport:
         Over the intersections of all attributes (None for one attribute); group keys are
         tuples of labels.
     notes : list of str
-        Why a value is undefined (NaN) and how many groups were suppressed.
+        Why a value is undefined (NaN) and how many groups were left out.
     balanced_accuracy : float
-        ``(TPR + TNR) / 2`` over all rows (0.5 for a constant classifier); NaN with one class.
+        ``(TPR + TNR) / 2`` (0.5 for a constant classifier); NaN with one class. Like every
+        value here, over the released rows (see :func:`group_fairness`).
     roc_auc : float
         Area under the ROC curve of ``y_score``; NaN when no scores were given.
     positive_rate, base_rate, one_class_share : float
@@ -192,13 +194,13 @@ class FairnessReport:
         return pd.DataFrame(rows, columns=columns).astype({"size": np.int64})
 
 
-def _describe(problem: FairnessProblem, grouping: Grouping, published: np.ndarray, notes: list):
-    """Measures over the groups with at least ``min_group_size`` rows, and per-group values of
-    the ``published`` groups; notes on suppressed and undefined values."""
+def _describe(problem: FairnessProblem, grouping: Grouping, left_out: int, notes: list):
+    """Measures and per-group values of one grouping of the released rows (every group has at
+    least ``min_group_size`` of them); notes on undefined values."""
     counts = grouping.aggregate(problem.counts)
     size, values = counts.sum(axis=-1), rates(counts)
     keep = size >= problem.min_group_size
-    shown = np.flatnonzero(published & keep)
+    shown = np.flatnonzero(keep)
     labels = [grouping.labels[g] for g in shown]
     differences = {m: float(spread(values[rate], keep)) for m, rate in DIFFERENCES.items()}
     per_group = {
@@ -213,7 +215,7 @@ def _describe(problem: FairnessProblem, grouping: Grouping, published: np.ndarra
         selection_rate_ratio=float(ratio(values["selection_rate"], keep)),
         **per_group,
         group_size={k: int(size[g]) for k, g in zip(labels, shown, strict=True)},
-        suppressed=int((~keep).sum()),
+        suppressed=left_out + int((~keep).sum()),
     )
     _note_undefined(problem, grouping, result, notes)
     return result
@@ -222,11 +224,6 @@ def _describe(problem: FairnessProblem, grouping: Grouping, published: np.ndarra
 def _note_undefined(problem, grouping, result: GroupFairness, notes: list) -> None:
     """Say how many groups were suppressed (never which) and why a measure is undefined."""
     name, size = grouping.name, problem.min_group_size
-    if result.suppressed:
-        notes.append(
-            f"{name}: {result.suppressed} group(s) with fewer than "
-            f"min_group_size={size} rows suppressed."
-        )
     if np.isnan(result.dp_difference):
         notes.append(
             f"{name}: fewer than two groups with at least {size} rows, so every difference "
@@ -253,26 +250,30 @@ def _note_undefined(problem, grouping, result: GroupFairness, notes: list) -> No
         )
 
 
-def _report(problem: FairnessProblem, confidence: float) -> FairnessReport:
-    """The report of a validated problem (see :func:`group_fairness`)."""
-    notes: list = []
-    published, disclosure_notes = _disclosure.published_groups(problem, 1.0 - confidence)
-    results = {g.name: _describe(problem, g, published[g.name], notes) for g in problem.groupings()}
-    notes.extend(disclosure_notes)
+def _released(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
+    """The problem of the rows every published number is computed from (see
+    :mod:`fairpca.metrics._disclosure`), groups left out per grouping, and notes."""
+    return _disclosure.release(problem)
+
+
+def _report(problem: FairnessProblem, left_out: dict, notes: list) -> FairnessReport:
+    """The report of a released problem (see :func:`group_fairness`)."""
+    notes = list(notes)
+    results = {g.name: _describe(problem, g, left_out[g.name], notes) for g in problem.groupings()}
     attributes = {g.key: results[g.name] for g in problem.attributes}
-    # Metric-name tokens of the published groups only: the report holds no other label.
-    group_names = {
-        g.name: {
-            k: t for k, t in zip(g.labels, g.tokens, strict=True) if k in results[g.name].group_size
-        }
-        for g in problem.groupings()
-    }
-    whole = {k: float(v) for k, v in overall(problem.counts.sum(axis=0)).items()}
-    if not np.isfinite(whole["balanced_accuracy"]):
-        notes.append("y_true has a single class, so balanced_accuracy is undefined.")
+    group_names = {g.name: dict(zip(g.labels, g.tokens, strict=True)) for g in problem.groupings()}
+    total = problem.counts.sum(axis=0)
+    whole = {k: float(v) for k, v in overall(total).items()}
     auc = np.nan if problem.score is None else roc_auc(problem.actual, problem.score)
-    if problem.score is not None and not np.isfinite(auc):
-        notes.append("y_true has a single class, so roc_auc is undefined.")
+    if total.sum() == 0:
+        notes.append(
+            f"No rows are left once groups with fewer than min_group_size="
+            f"{problem.min_group_size} rows are left out, so every value is undefined."
+        )
+    elif not np.isfinite(whole["balanced_accuracy"]):
+        notes.append("y_true has a single class, so balanced_accuracy is undefined.")
+        if problem.score is not None:
+            notes.append("y_true has a single class, so roc_auc is undefined.")
     measures = {
         m: float(worst([getattr(a, m) for a in attributes.values()], lowest=m.endswith("ratio")))
         for m in MEASURES
@@ -311,14 +312,14 @@ def group_fairness(
     ``selection_rate_ratio`` is ``min_g / max_g`` of the selection rates. Each attribute is
     treated on its own (its marginal groups); with several attributes the report also covers
     their intersections (fairlearn's groups), and the top-level values are the worst over the
-    attributes (largest difference, smallest ratio). Groups with fewer than
-    ``min_group_size`` rows are suppressed (left out of the differences and of every reported
-    value); a measure over fewer than two groups is NaN, with the reason in ``notes``.
-    Per-group values are also withheld wherever a suppressed group would follow from what is
-    published, the overall counts included (complementary suppression, then a rank check
-    across groupings; see :mod:`fairpca.metrics._disclosure`); the differences and ratios
-    still cover every group with at least ``min_group_size`` rows. Labels of suppressed and
-    withheld groups appear in no output.
+    attributes (largest difference, smallest ratio). Every value, the overall ones included,
+    is computed from the *released* rows only (see :mod:`fairpca.metrics._disclosure`): rows
+    of groups and intersection cells with fewer than ``min_group_size`` rows are left out of
+    every number, as if they were not in the data, so that no evaluation nor the difference of
+    two depends on them; when they are fewer than ``min_group_size``, the smallest other cells
+    are left out with them (complementary suppression). Every released group is reported. A
+    measure over fewer than two groups is NaN, with the reason in ``notes``. Labels of
+    left-out groups appear in no output.
 
     Parameters
     ----------
@@ -336,8 +337,8 @@ def group_fairness(
     y_score : array-like of shape (n_samples,), default=None
         Scores of the positive class (``predict_proba(X)[:, 1]``); gives ``roc_auc``.
     confidence : float, default=0.95
-        Level of the intervals published beside the report (:func:`bootstrap_intervals`); the
-        disclosure check reads their bounds, so pass the same value to both.
+        Level of the intervals published beside the report (:func:`bootstrap_intervals`);
+        validated only, as no point value depends on it.
     sensitive : deprecated
         Former name of ``sensitive_features``.
 
@@ -369,7 +370,7 @@ def group_fairness(
         allow_small_groups=allow_small_groups,
     )
     check_bootstrap(2, confidence)
-    return _report(problem, confidence)
+    return _report(*_released(problem))
 
 
 def check_fairness_options(
@@ -505,7 +506,8 @@ def bootstrap_intervals(
     )
     check_bootstrap(n_resamples, confidence)
     alpha = 1.0 - confidence
-    report = _report(problem, confidence)
+    problem, left_out, notes = _released(problem)
+    report = _report(problem, left_out, notes)
     values = overall_intervals(problem, alpha)
     values["balanced_accuracy"] = balanced_accuracy_interval(problem, n_resamples, confidence, seed)
     if problem.score is not None:

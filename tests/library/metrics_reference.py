@@ -4,6 +4,7 @@ rows, one group at a time, and random audits to compare them on."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -84,3 +85,38 @@ def same(value, reference, tol=1e-12):
     if undefined:
         return math.isnan(value)
     return abs(value - reference) <= tol
+
+
+def released_rows(frame: pd.DataFrame, min_group_size: int) -> list[int]:
+    """The rows fairpca.metrics publishes numbers of, by plain loops over sets of rows.
+
+    Groups of every attribute and of the intersection with fewer than ``min_group_size`` of the
+    remaining rows are left out until none is; while the left-out rows are 1 to
+    ``min_group_size - 1``, one more intersection cell is left out: among the 64 smallest (ties:
+    the first in label order), the one that leaves out the fewest groups, then rows.
+    """
+    columns = [list(frame[c]) for c in frame.columns]
+    cell = list(zip(*columns, strict=True))
+    groupings = columns + ([cell] if len(columns) > 1 else [])
+    n = len(cell)
+
+    def settle(rows):
+        while True:
+            small = [
+                (keys, {k for k, c in Counter(keys[i] for i in rows).items() if c < min_group_size})
+                for keys in groupings
+            ]
+            if not any(found for _, found in small):
+                return rows
+            rows = {i for i in rows if not any(keys[i] in found for keys, found in small)}
+
+    def n_groups(rows):
+        return sum(len({keys[i] for i in rows}) for keys in groupings)
+
+    rows = settle(set(range(n)))
+    while rows and 0 < n - len(rows) < min_group_size:
+        sizes = Counter(cell[i] for i in rows)
+        candidates = sorted(sizes, key=lambda c: (sizes[c], c))[:64]
+        trials = [settle({i for i in rows if cell[i] != c}) for c in candidates]
+        rows = min(trials, key=lambda t: (n_groups(rows) - n_groups(t), n - len(t)))
+    return sorted(rows)

@@ -1,203 +1,270 @@
-"""Disclosure control of fairpca.metrics: suppressed groups cannot be recovered by differencing
-what is published, and their labels are never published."""
+"""Disclosure control of fairpca.metrics: nothing published depends on a row of a suppressed
+group or cell, so differencing evaluations recovers nothing; the all-rows totals give only a
+pool of at least min_group_size rows; labels of left-out groups are never published."""
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pandas as pd
 import pytest
+from metrics_reference import released_rows
 
 from fairpca import metrics
 from fairpca.metrics import _disclosure
 
-
-def test_suppressed_intersection_cell_cannot_be_recovered_by_subtraction():
-    # F: 100 rows = 95 white + 5 black (the 5 suppressed at min_group_size=10); M: 100 rows.
-    sex = np.repeat(["F", "F", "M", "M"], [95, 5, 60, 40])
-    race = np.repeat(["white", "black", "white", "black"], [95, 5, 60, 40])
-    rng = np.random.default_rng(4)
-    y_true = rng.integers(0, 2, 200)
-    y_pred = rng.integers(0, 2, 200)
-    y_pred[95:100] = 1  # the 5 suppressed people are all selected
-    frame = pd.DataFrame({"sex": sex, "race": race})
-    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=10)
-    assert report.intersection.suppressed == 1
-    assert report.intersection.group_size == report.intersection.selection_rate == {}
-    assert not np.isnan(report.intersection.dp_difference)
-    table = report.group_table()
-    assert set(table["attribute"]) == {"sex", "race"}
-    published = report.as_metrics()
-    assert not any("/" in name for name in published)  # no intersection group is named
-    assert "dp_difference.intersection" in published
-    assert any(note.startswith("intersection: ") and "withheld" in note for note in report.notes)
-    # What the published attribute groups give: F and M, white and black (size x rate).
-    # Another split of the 200 people with the same marginals but a different count for the
-    # suppressed cell gives exactly the same group table, so that count is not determined.
-    swapped = y_pred.copy()
-    cells = {"Fw": range(0, 95), "Fb": range(95, 100), "Mw": range(100, 160), "Mb": range(160, 200)}
-    for cell, value in (("Fb", 0), ("Fw", 1), ("Mb", 1), ("Mw", 0)):  # keeps every marginal
-        row = next(i for i in cells[cell] if swapped[i] != value)
-        swapped[row] = value
-    other = metrics.group_fairness(y_true, swapped, frame, min_group_size=10)
-    columns = ["attribute", "group", "size", "selection_rate"]
-    pd.testing.assert_frame_equal(other.group_table()[columns], table[columns])
-    assert swapped[95:100].sum() != y_pred[95:100].sum()
-
-
-def test_suppressed_attribute_group_cannot_be_recovered_from_another_attribute():
-    # sex X (5 rows) is suppressed; race covers all 205 rows, so race sizes x rates minus sex
-    # F and M would give X's selected count exactly: sex's per-group values are withheld.
-    rng = np.random.default_rng(8)
-    sex = np.repeat(["F", "M", "X"], [100, 100, 5])
-    race = rng.choice(["white", "black"], 205)
-    y_true, y_pred = rng.integers(0, 2, 205), rng.integers(0, 2, 205)
-    frame = pd.DataFrame({"sex": sex, "race": race})
-    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=10)
-    assert report.attributes["sex"].suppressed == 1
-    assert report.attributes["sex"].group_size == {}
-    race_sizes = {"black": int(np.sum(race == "black")), "white": int(np.sum(race == "white"))}
-    assert report.attributes["race"].group_size == race_sizes
-    assert report.intersection.group_size == {}
-    assert set(report.group_table()["attribute"]) == {"race"}
-    assert {"dp_difference.sex", "dp_difference.intersection"} <= set(report.as_metrics())
-    # One attribute: F and M with the overall counts give X, so F is withheld too; then F is
-    # an extreme of dp_difference.sex (two groups), so sex publishes its measures only.
-    alone = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=10)
-    assert alone.attributes["sex"].group_size == {}
-    assert np.isfinite(alone.attributes["sex"].dp_difference)
-
-
-def test_differencing_check_too_large_withholds_every_group(monkeypatch):
-    sex = np.repeat(["F", "F", "M", "M"], [95, 5, 60, 40])
-    race = np.repeat(["white", "black", "white", "black"], [95, 5, 60, 40])
-    y = np.tile([0, 1], 100)
-    frame = pd.DataFrame({"sex": sex, "race": race})
-    monkeypatch.setattr(_disclosure, "DIFFERENCING_CHECK_ENTRIES", 1)  # any problem is too large
-    report = metrics.group_fairness(y, y, frame, min_group_size=10)
-    assert report.group_table().empty
-    names = set(report.as_metrics())
-    assert not any(":" in name for name in names)  # no group is named
-    assert {"dp_difference.sex", "dp_difference.race", "dp_difference.intersection"} <= names
-
-
-# ------------------------------------------------------------------ complementary suppression
-
 SECRET = "secret-label-Zq"
+MIN = 30
 
 
-def _published_text(report, intervals) -> str:
-    """Everything a caller can publish from a report and its intervals, as one text."""
-    return " ".join(
-        [*report.as_metrics(), *intervals, *report.notes, report.group_table().to_csv()]
-    )
+def _published(y_true, y_pred, frame, **options):
+    """Everything evaluate_fairness publishes: metrics with intervals, the group table, notes."""
+    options = {"min_group_size": MIN, "n_resamples": 200, **options}
+    values, report = metrics.evaluate_fairness(y_true, y_pred, frame, **options)
+    return values, report.group_table(), list(report.notes), report
 
 
-def test_complementary_suppression_hides_the_next_smallest_groups():
-    hide = _disclosure.complementary_suppression
-    assert hide(np.array([200, 200, 11]), 30).tolist() == [True, False, True]
-    assert hide(np.array([500, 29, 300, 250]), 30).tolist() == [False, True, False, True]
-    assert hide(np.array([20, 20, 300]), 30).tolist() == [True, True, False]  # pool 40
-    assert hide(np.array([5, 8, 9, 400]), 10).tolist() == [True, True, True, False]
-    assert hide(np.array([3, 40, 12]), 10).tolist() == [True, False, True]
-    assert not hide(np.array([30, 40]), 30).any()
+def _confusion(y_true, y_pred):
+    """Selected, positive and correct counts: what the differencing attack wants."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return int(y_pred.sum()), int(y_true.sum()), int((y_true == y_pred).sum())
 
 
-def _unknowns_determined(report, grouping, n_groups, secret):
-    """What an attacker solves: the group's cell counts as unknowns; the equations are the
-    published groups' counts (size x rate) and the overall counts. Whether group ``secret``
-    is determined: its indicator lies in the row space of the known groups plus the total."""
-    known = [np.ones(n_groups)]
-    for g in range(n_groups):
-        if g != secret and report.attributes[grouping].group_size.get(f"g{g}") is not None:
-            known.append(np.eye(n_groups)[g])
-    known = np.vstack(known)
-    target = np.eye(n_groups)[secret]
-    coefficients = np.linalg.lstsq(known.T, target, rcond=None)[0]
-    return bool(np.abs(known.T @ coefficients - target).max() < 1e-8)
+def _assert_same_publication(first, second):
+    values, table, notes, _ = first
+    assert values == second[0]  # every name and value, to the bit
+    pd.testing.assert_frame_equal(table, second[1])
+    assert notes == second[2]
 
 
-def test_attack_with_one_class_share_and_group_denominators_recovers_nothing():
-    # Validation rows: groups of 200, 200 and 11 (the 11 suppressed at min_group_size=30).
-    # Before: the two published groups' sizes and rates with the overall positive rate
-    # (one_class_share and n) gave the 11-row group's size and selection rate exactly.
-    rng = np.random.default_rng(18)
-    group = np.repeat(["g0", "g1", SECRET], [200, 200, 11])
-    y_true = rng.integers(0, 2, 411)
-    y_pred = (rng.random(411) < np.repeat([0.3, 0.6, 0.9], [200, 200, 11])).astype(int)
-    frame = pd.DataFrame({"grp": group})
-    options = {"min_group_size": 30}
-    report = metrics.group_fairness(y_true, y_pred, frame, **options)
-    intervals = metrics.bootstrap_intervals(y_true, y_pred, frame, n_resamples=50, **options)
-    assert SECRET not in _published_text(report, intervals)
-    published = report.attributes["grp"].group_size
-    assert sum(published.values()) <= 200  # at most one of the 200-row groups is published
-    assert not _unknowns_determined(report, "grp", 3, secret=2)
-    # The subtraction the attack did now gives a pool of at least 211 rows, not the 11.
-    points = report.as_metrics()
-    selected = round(points["positive_rate"] * 411) - sum(
-        published[g] * report.attributes["grp"].selection_rate[g] for g in published
-    )
-    assert 411 - sum(published.values()) >= 211
-    assert round(selected) != int(y_pred[400:].sum())
-    assert any("withheld" in note for note in report.notes)
-    assert np.isfinite(points["dp_difference.grp"])  # the gate still sees every large group
+def _small_group_outcomes(n: int):
+    """Assignments of (y_true, y_pred) to an n-row group whose selected, positive and correct
+    counts all differ: everyone / no one selected, positive, correct."""
+    ones, zeros = np.ones(n, int), np.zeros(n, int)
+    return [(ones, ones), (zeros, zeros), (ones, zeros), (zeros, ones)]
 
 
-def test_attack_with_the_default_evaluators_overall_counts_recovers_nothing():
-    # A 29-row group (min_group_size=30) beside 300, 250 and 400 rows. MLflow's default
-    # evaluator logs the overall TP / FP / TN / FN; with every other group's size and rates
-    # (size x base_rate = positives, x tpr = TP, ...) the 29 rows followed exactly.
+def _differencing_attack(with_group, without_group, n_with, n_without):
+    """The attack of the issue: every published rate of both runs times its number of rows,
+    subtracted (``metric x n`` of one run minus the other), for each name in both."""
+    shared = set(with_group[0]) & set(without_group[0])
+    return {
+        name: with_group[0][name] * n_with - without_group[0][name] * n_without
+        for name in sorted(shared)
+    }
+
+
+# --------------------------------------------------------------- the differencing attack
+
+
+def _one_attribute(seed=11):
+    """Groups of 200, 200 and 150 rows with random outcomes."""
+    rng = np.random.default_rng(seed)
+    group = np.repeat(["g0", "g1", "g2"], [200, 200, 150])
+    y_true, y_pred = rng.integers(0, 2, 550), rng.integers(0, 2, 550)
+    return y_true, y_pred, group
+
+
+def test_two_evaluations_differing_by_a_6_row_group_reveal_nothing_of_it():
+    y_true, y_pred, group = _one_attribute()
+    without = _published(y_true, y_pred, pd.DataFrame({"grp": group}))
+    runs, truths = [], []
+    for small_true, small_pred in _small_group_outcomes(6):
+        frame = pd.DataFrame({"grp": np.concatenate([group, [SECRET] * 6])})
+        runs.append(_published(np.r_[y_true, small_true], np.r_[y_pred, small_pred], frame))
+        truths.append(_confusion(small_true, small_pred))
+    assert len(set(truths)) == 4  # the four groups' selected/positive/correct all differ ...
+    for run in runs[1:]:
+        _assert_same_publication(runs[0], run)  # ... and yet every publication is the same
+    attacks = [_differencing_attack(run, without, 556, 550) for run in runs]
+    assert all(attack == attacks[0] for attack in attacks)  # so is every subtraction
+    values, table, notes, report = runs[0]
+    assert SECRET not in " ".join([*values, *notes, table.to_csv()])
+    # The 6 rows are fewer than min_group_size, so the smallest other group (g2) is left out
+    # with them; what is left is published whole and equals an evaluation without both.
+    assert set(table["group"]) == {"g0", "g1"}
+    alone = _published(y_true[:400], y_pred[:400], pd.DataFrame({"grp": group[:400]}))
+    assert values == alone[0]
+    assert any("1 more group(s)" in note for note in notes)
+    assert report.attributes["grp"].suppressed == 2
+
+
+def test_with_enough_left_out_rows_the_two_evaluations_are_identical():
+    # Small groups of 25 and 20 rows are left out in both runs (45 rows, so no complementary
+    # group): the run with 6 more rows in a third small group publishes the very same numbers.
+    y_true, y_pred, group = _one_attribute(seed=12)
+    rng = np.random.default_rng(0)
+    extra_true, extra_pred = rng.integers(0, 2, 45), rng.integers(0, 2, 45)
+    base = pd.DataFrame({"grp": np.concatenate([group, ["s1"] * 25, ["s2"] * 20])})
+    without = _published(np.r_[y_true, extra_true], np.r_[y_pred, extra_pred], base)
+    for small_true, small_pred in _small_group_outcomes(6):
+        frame = pd.DataFrame({"grp": np.concatenate([base["grp"], [SECRET] * 6])})
+        run = _published(
+            np.r_[y_true, extra_true, small_true], np.r_[y_pred, extra_pred, small_pred], frame
+        )
+        assert run[0] == without[0]
+        pd.testing.assert_frame_equal(run[1], without[1])
+    assert set(without[1]["group"]) == {"g0", "g1", "g2"}
+
+
+def _two_attributes(seed=13):
+    """sex x race: F/M by white/black, 120-180 rows per cell."""
+    rng = np.random.default_rng(seed)
+    cells = {("F", "white"): 180, ("F", "black"): 120, ("M", "white"): 160, ("M", "black"): 140}
+    sex = np.repeat([s for s, _ in cells], list(cells.values()))
+    race = np.repeat([r for _, r in cells], list(cells.values()))
+    n = sum(cells.values())
+    return rng.integers(0, 2, n), rng.integers(0, 2, n), sex, race
+
+
+def test_a_6_row_intersection_cell_inside_large_groups_is_not_revealed_by_differencing():
+    # Six more F rows of race "other": F and the race groups stay large, but the cell
+    # (F, other) has 6 rows. Before, sex:F's counts in the two runs differed by the cell's.
+    y_true, y_pred, sex, race = _two_attributes()
+    other = ["other"] * 40  # race "other" is a large group: 40 M rows plus the 6 F rows
+    base_true, base_pred = np.r_[y_true, np.ones(40, int)], np.r_[y_pred, np.zeros(40, int)]
+    base = pd.DataFrame({"sex": np.r_[sex, ["M"] * 40], "race": np.r_[race, other]})
+    without = _published(base_true, base_pred, base)
+    runs, truths = [], []
+    for small_true, small_pred in _small_group_outcomes(6):
+        frame = pd.DataFrame(
+            {"sex": np.r_[base["sex"], ["F"] * 6], "race": np.r_[base["race"], ["other"] * 6]}
+        )
+        runs.append(_published(np.r_[base_true, small_true], np.r_[base_pred, small_pred], frame))
+        truths.append(_confusion(small_true, small_pred))
+    assert len(set(truths)) == 4
+    for run in runs[1:]:
+        _assert_same_publication(runs[0], run)
+    attacks = [_differencing_attack(run, without, 646, 640) for run in runs]
+    assert all(attack == attacks[0] for attack in attacks)
+    values, _, _, report = runs[0]
+    # The 6-row cell is left out of sex:F and race:other; as 6 < 30, so is the cell that
+    # costs no group and the fewest rows, (F, black).
+    assert report.attributes["sex"].group_size == {"F": 180, "M": 340}
+    assert report.attributes["race"].group_size == {"black": 140, "other": 40, "white": 340}
+    assert report.intersection.suppressed >= 1
+    assert not any("F/race:other" in name for name in values)
+
+
+def test_a_6_row_cell_leaves_out_the_cell_that_costs_no_group():
+    # (F, black) has 6 rows: the complementary cell is (M, white), whose removal keeps both
+    # sexes and both races; (M, black) or (F, white) would leave a whole group out.
+    sex = np.repeat(["F", "F", "M", "M"], [95, 6, 60, 40])
+    race = np.repeat(["white", "black", "white", "black"], [95, 6, 60, 40])
+    rng = np.random.default_rng(4)
+    y_true, y_pred = rng.integers(0, 2, 201), rng.integers(0, 2, 201)
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    report = metrics.group_fairness(y_true, y_pred, frame, min_group_size=10)
+    assert report.attributes["sex"].group_size == {"F": 95, "M": 40}
+    assert report.attributes["race"].group_size == {"black": 40, "white": 95}
+    assert set(report.intersection.group_size) == {("F", "white"), ("M", "black")}
+    assert np.isfinite(report.attributes["race"].dp_difference)
+
+
+# ------------------------------------------------ the all-rows totals (MLflow's default)
+
+
+def test_all_rows_totals_minus_the_published_numbers_give_only_a_large_pool():
+    # A 29-row group beside 300, 250 and 400 rows. MLflow's default evaluator logs the
+    # overall TP / FP / TN / FN; minus the published groups' counts (size x rates) it gives
+    # the left-out rows: the 29 and a whole complementary group, not the 29.
     rng = np.random.default_rng(29)
     sizes = [300, 250, 29, 400]
-    group = np.repeat(["g0", "g1", "g2", "g3"], sizes)
+    group = np.repeat(["g0", "g1", SECRET, "g3"], sizes)
     y_true = rng.integers(0, 2, sum(sizes))
     y_pred = (rng.random(sum(sizes)) < np.repeat([0.4, 0.45, 0.9, 0.5], sizes)).astype(int)
     report = metrics.group_fairness(y_true, y_pred, pd.Series(group, name="g"), min_group_size=30)
     result = report.attributes["g"]
-    assert "g2" not in result.group_size and "g1" not in result.group_size  # g1: complement
-    assert not _unknowns_determined(report, "g", 4, secret=2)
-    total = np.array([np.sum((2 * y_true + y_pred) == c) for c in range(4)])  # TN FP FN TP
-    derived = total.astype(float)
+    assert set(result.group_size) == {"g0", "g3"}  # g1, the smallest other, left out too
+    total = np.bincount(2 * y_true + y_pred, minlength=4).astype(float)  # TN FP FN TP
+    derived = total.copy()
     for g, n in result.group_size.items():
         positives = n * result.base_rate[g]
         tp, fp = result.tpr[g] * positives, result.fpr[g] * (n - positives)
         derived -= np.array([n - positives - fp, fp, positives - tp, tp])
-    rows = group == "g2"
-    truth = np.array([np.sum((2 * y_true[rows] + y_pred[rows]) == c) for c in range(4)])
-    assert derived.sum() >= 30 and not np.allclose(derived, truth)
+    assert derived.sum() == pytest.approx(279)  # the pool: 29 + 250 rows
+    # Moving a selection between the 29 rows and g1 keeps the totals and every published
+    # number, so the totals cannot tell the 29 rows' counts either.
+    moved = y_pred.copy()
+    secret, g1 = np.flatnonzero(group == SECRET), np.flatnonzero(group == "g1")
+    one = secret[moved[secret] == 1][0]
+    zero = g1[(moved[g1] == 0) & (y_true[g1] == y_true[one])][0]
+    moved[one], moved[zero] = 0, 1
+    again = metrics.group_fairness(y_true, moved, pd.Series(group, name="g"), min_group_size=30)
+    assert again.as_metrics() == report.as_metrics()
+    assert np.bincount(2 * y_true + moved, minlength=4).tolist() == total.tolist()
 
 
-def _block(n, rate):
-    """n rows, half positive, with TPR = FPR = selection rate = ``rate``."""
-    half, hits = n // 2, round(rate * n / 2)
-    y_true = np.repeat([1, 0], half)
-    y_pred = np.concatenate([np.arange(half) < hits, np.arange(half) < hits]).astype(int)
-    return y_true, y_pred
+# ------------------------------------------------------------------------ released rows
 
 
-def _audit(rates, sizes):
-    blocks = [_block(n, r) for n, r in zip(sizes, rates, strict=True)]
-    group = np.repeat([f"g{j}" for j in range(len(sizes))], sizes)
-    y_true = np.concatenate([b[0] for b in blocks])
-    y_pred = np.concatenate([b[1] for b in blocks])
-    return metrics.group_fairness(y_true, y_pred, pd.Series(group, name="g"), min_group_size=30)
+def _greatest_valid_cells(rows, members, minimum):
+    """Brute force: the union of every set of cells in which each group of each grouping has
+    no row or at least ``minimum`` (the union of such sets is one of them)."""
+    n_cells = len(rows)
+    union = np.zeros(n_cells, bool)
+    for chosen in itertools.product([False, True], repeat=n_cells):
+        chosen = np.array(chosen)
+        sizes = [np.bincount(m, weights=rows * chosen) for m in members]
+        if all(((s == 0) | (s >= minimum)).all() for s in sizes):
+            union |= chosen
+    return union
 
 
-def test_a_withheld_group_at_an_extreme_withholds_the_grouping():
-    # g1 (the complement of the 12-row g2) has the highest rates: dp_difference with g0 and g3
-    # published would give its rate, so no per-group value of g is published.
-    sizes = [300, 100, 12, 400]
-    report = _audit([0.1, 0.96, 0.5, 0.9], sizes)
-    assert report.attributes["g"].group_size == {}
-    assert report.attributes["g"].dp_difference == pytest.approx(0.86, abs=1e-12)
-    assert any("attains an extreme" in note for note in report.notes)
-    # Inside the published range (and no interval bound its own) it only hides itself.
-    inside = _audit([0.1, 0.5, 0.5, 0.9], sizes)
-    assert set(inside.attributes["g"].group_size) == {"g0", "g3"}
-    assert inside.attributes["g"].dp_difference == pytest.approx(0.8, abs=1e-12)
+@pytest.mark.parametrize("seed", range(12))
+def test_released_cells_are_the_largest_valid_set_then_complemented(seed):
+    rng = np.random.default_rng(seed)
+    n_a, n_b = int(rng.integers(2, 4)), int(rng.integers(2, 4))
+    combos = np.array([(a, b) for a in range(n_a) for b in range(n_b)])
+    rows = rng.integers(1, 40, len(combos)).astype(float)
+    members = [combos[:, 0], combos[:, 1], np.arange(len(combos))]
+    minimum = 15
+    settled = _disclosure._settled(rows, members, rows > 0, minimum)
+    assert settled.tolist() == _greatest_valid_cells(rows, members, minimum).tolist()
+    released = _disclosure.released_cells(rows, members, minimum)
+    assert not (released & ~settled).any()
+    for member in members:
+        size = np.bincount(member, weights=rows * released)
+        assert ((size == 0) | (size >= minimum)).all()
+    left_out = rows[~released].sum()
+    assert left_out == 0 or left_out >= minimum or not released.any()
 
 
-def test_labels_of_suppressed_groups_appear_in_no_output():
+@pytest.mark.parametrize("seed", range(6))
+def test_left_out_rows_change_nothing_published(seed):
+    # Random audits with 1-3 attributes and scores: the rows outside the released ones may
+    # hold any outcomes and scores; every published number stays the same.
+    from metrics_reference import random_audit
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(150, 400))
+    y_true, y_pred, frame, score = random_audit(rng, n, seed % 3 + 1, score=True)
+    options = {"min_group_size": 12, "n_resamples": 50}
+    first = _published(y_true, y_pred, frame, y_score=score, **options)
+    kept = released_rows(frame, 12)
+    out = np.setdiff1d(np.arange(n), kept)
+    other_true, other_pred, other_score = y_true.copy(), y_pred.copy(), score.copy()
+    other_true[out], other_pred[out] = 1 - y_true[out], rng.integers(0, 2, out.size)
+    other_score[out] = rng.random(out.size) * 5
+    again = _published(other_true, other_pred, frame, y_score=other_score, **options)
+    _assert_same_publication(first, again)
+    alone = _published(y_true[kept], y_pred[kept], frame.iloc[kept], y_score=score[kept], **options)
+    assert first[0] == alone[0]
+    assert "roc_auc" in first[0] or len(kept) == 0
+
+
+def test_no_released_row_gives_undefined_values_and_a_note():
+    y, group = [1, 0, 1, 0], ["a", "a", "b", "b"]
+    report = metrics.group_fairness(y, y, group)  # min_group_size=10: nothing is released
+    assert report.as_metrics() == {} and report.group_table().empty
+    assert any(note.startswith("No rows are left") for note in report.notes)
+    assert metrics.ci_metrics(metrics.bootstrap_intervals(y, y, group, n_resamples=10)) == {}
+
+
+# ------------------------------------------------------------------------------ labels
+
+
+def test_labels_of_left_out_groups_appear_in_no_output():
     rng = np.random.default_rng(3)
     frame = pd.DataFrame(
         {
@@ -208,8 +275,11 @@ def test_labels_of_suppressed_groups_appear_in_no_output():
     y = rng.integers(0, 2, 304)
     report = metrics.group_fairness(y, 1 - y, frame, min_group_size=10)
     intervals = metrics.bootstrap_intervals(y, 1 - y, frame, min_group_size=10, n_resamples=20)
-    assert SECRET not in _published_text(report, intervals) + str(dataclasses.asdict(report))
-    assert any("1 group(s) with fewer than" in note for note in report.notes)
+    published = " ".join(
+        [*report.as_metrics(), *intervals, *report.notes, report.group_table().to_csv()]
+    )
+    assert SECRET not in published + str(dataclasses.asdict(report))
+    assert any(note.startswith("sex: 1 group(s) left out") for note in report.notes)
 
 
 def test_min_group_size_has_a_floor_lowered_only_by_opt_in():
@@ -227,17 +297,20 @@ def test_min_group_size_has_a_floor_lowered_only_by_opt_in():
     assert AuditConfig(dataset="german", min_group_size=5, allow_small_groups=True)
 
 
-def test_published_group_sizes_leave_no_small_group_to_subtraction():
+def test_published_group_sizes_are_the_released_rows_sizes():
     frame = pd.DataFrame(
         {
             "sex": np.repeat(["F", "M", SECRET], [200, 200, 11]),
             "race": np.repeat(["a", "b", "c", "d"], [300, 50, 30, 31]),
         }
     )
+    # Cells: (F,a) 200, (M,a) 100, (M,b) 50, (M,c) 30, (M,d) 20, (SECRET,d) 11: the last two
+    # (31 rows) are left out, and with them race d.
     sizes, withheld = metrics.published_group_sizes(frame, min_group_size=30)
-    assert sizes == {"sex": {"M": 200}, "race": {"a": 300, "b": 50, "c": 30, "d": 31}}
-    assert withheld == {"sex": 2, "race": 0}
-    assert 411 - sum(sizes["sex"].values()) == 211  # the total minus the published: a pool
+    assert sizes == {"sex": {"F": 200, "M": 180}, "race": {"a": 300, "b": 50, "c": 30}}
+    assert withheld == {"sex": 1, "race": 1}
     assert SECRET not in repr((sizes, withheld))
+    report = metrics.group_fairness(np.zeros(411), np.zeros(411), frame, min_group_size=30)
+    assert {k: v for k, v in report.attributes["sex"].group_size.items()} == sizes["sex"]
     with pytest.raises(ValueError, match="below the floor"):
         metrics.published_group_sizes(frame, min_group_size=3)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from metrics_reference import loop_grouping, loop_overall, random_audit, same
+from metrics_reference import loop_grouping, loop_overall, random_audit, released_rows, same
 
 from fairpca import metrics
 from fairpca.metrics import demographic_parity_difference, selection_rates
@@ -25,11 +25,10 @@ MEASURES = (
 
 
 def _assert_grouping(result, expected):
-    """Measures over every group with enough rows; per-group values of the published ones
-    (disclosure control may withhold some, see test_metrics_disclosure)."""
+    """Measures and per-group values of every group (of the released rows)."""
     for measure in MEASURES:
         assert same(getattr(result, measure), expected[measure]), measure
-    assert set(result.group_size) <= set(expected["size"])
+    assert set(result.group_size) == set(expected["size"])
     for group, size in result.group_size.items():
         assert size == expected["size"][group]
         for rate in RATES:
@@ -46,6 +45,9 @@ def test_group_fairness_matches_loops(seed, n_attributes):
     report = metrics.group_fairness(
         y_true, y_pred, frame, min_group_size=min_group_size, allow_small_groups=True
     )
+    # Every number is over the released rows (test_metrics_disclosure tests which they are).
+    rows = released_rows(frame, min_group_size)
+    y_true, y_pred, frame = y_true[rows], y_pred[rows], frame.iloc[rows]
     for name, value in loop_overall(y_true, y_pred).items():
         assert same(getattr(report, name), value), name
     assert math.isnan(report.roc_auc)  # no scores given
@@ -113,10 +115,11 @@ def test_group_fairness_matches_sklearn_and_fairlearn(seed):
 
 
 def test_group_fairness_as_metrics_names_and_suppression():
-    # sex: F 40 rows, M 40 rows, X 5 rows (suppressed at min_group_size=30).
-    sex = np.array(["F"] * 40 + ["M"] * 40 + ["X"] * 5)
-    y_true = np.tile([1, 0], 43)[:85]
-    y_pred = np.concatenate([np.ones(30), np.zeros(10), np.ones(10), np.zeros(30), np.ones(5)])
+    # sex: F 40 rows, M 40 rows, X 5 and Y 25 rows (suppressed at min_group_size=30; together
+    # 30 rows, so no complementary group is needed).
+    sex = np.array(["F"] * 40 + ["M"] * 40 + ["X"] * 5 + ["Y"] * 25)
+    y_true = np.tile([1, 0], 55)
+    y_pred = np.concatenate([np.ones(30), np.zeros(10), np.ones(10), np.zeros(30), np.ones(30)])
     report = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=30)
     sex_report = report.attributes["sex"]
     assert sex_report.dp_difference == 0.5
@@ -126,15 +129,16 @@ def test_group_fairness_as_metrics_names_and_suppression():
     overall = {"accuracy", "balanced_accuracy", "positive_rate", "base_rate", "one_class_share"}
     measures = {f"{m}{s}" for m in MEASURES for s in ("", ".sex")}
     assert overall | measures <= set(names)
-    assert not any("X" in name for name in names)
-    assert "1 group(s) with fewer than min_group_size=30 rows suppressed" in report.notes[0]
+    assert not any("X" in name or "Y" in name for name in names)
+    assert report.accuracy == 0.5 and report.positive_rate == 0.5  # over F and M only
+    assert report.notes[0].startswith("sex: 2 group(s) left out (fewer than min_group_size=30")
     # Fewer than two groups left: NaN, the reason in notes, and the name left out.
     tiny = metrics.group_fairness(y_true, y_pred, pd.Series(sex, name="sex"), min_group_size=41)
     assert math.isnan(tiny.dp_difference) and math.isnan(tiny.attributes["sex"].eo_difference)
     assert not set(MEASURES) & set(tiny.as_metrics())
     assert any("fewer than two groups with at least 41 rows" in note for note in tiny.notes)
     # Several attributes: every measure per attribute and for the intersection.
-    frame = pd.DataFrame({"sex": sex, "age": np.where(np.arange(85) % 3, "young", "old")})
+    frame = pd.DataFrame({"sex": sex, "age": np.where(np.arange(110) % 3, "young", "old")})
     several = metrics.group_fairness(y_true, y_pred, frame, **EVERY_GROUP).as_metrics()
     for measure in MEASURES:
         assert {f"{measure}.intersection", f"{measure}.age", f"{measure}.sex"} <= set(several)

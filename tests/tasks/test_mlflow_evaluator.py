@@ -116,6 +116,16 @@ def test_found_through_the_installed_entry_point():
     assert out.stdout.split() == ["fairpca.tasks.mlflow_evaluator", "FairnessEvaluator"]
 
 
+def released(frame: pd.DataFrame) -> np.ndarray:
+    """The rows of audit_data the evaluator publishes numbers of (min_group_size 30): race "c"
+    (10 rows) is left out, and with it, as 10 < 30, the smallest (sex, race) cell."""
+    kept = frame["race"].to_numpy() != "c"
+    cells = frame["sex"] + "/" + frame["race"]
+    sizes = cells[kept].value_counts()
+    smallest = min(sizes.index, key=lambda cell: (sizes[cell], cell))
+    return kept & (cells != smallest).to_numpy()
+
+
 def test_metrics_equal_a_direct_computation_and_artifacts_are_logged(tracking, tmp_path):
     frame = audit_data()
     features = ["x_fair", "x_proxy"]
@@ -123,11 +133,10 @@ def test_metrics_equal_a_direct_computation_and_artifacts_are_logged(tracking, t
     result, run_id = evaluate(uri, frame)
     y_pred = mlflow.sklearn.load_model(uri).predict(frame[features])
     y_true = frame["label"].to_numpy()
-    dp_sex, eo_sex = direct_differences(y_true, y_pred, frame["sex"].to_numpy())
-    kept = frame["race"].to_numpy() != "c"  # race "c" has 10 < 30 rows: suppressed
-    dp_race, eo_race = direct_differences(
-        y_true[kept], y_pred[kept], frame["race"][kept].to_numpy()
-    )
+    kept = released(frame)
+    y_true, y_pred, shown = y_true[kept], y_pred[kept], frame[kept]
+    dp_sex, eo_sex = direct_differences(y_true, y_pred, shown["sex"].to_numpy())
+    dp_race, eo_race = direct_differences(y_true, y_pred, shown["race"].to_numpy())
     metrics = result.metrics
     assert abs(metrics["dp_difference.sex"] - dp_sex) <= 1e-12
     assert abs(metrics["eo_difference.sex"] - eo_sex) <= 1e-12
@@ -135,12 +144,9 @@ def test_metrics_equal_a_direct_computation_and_artifacts_are_logged(tracking, t
     assert abs(metrics["dp_difference"] - max(dp_sex, dp_race)) <= 1e-12
     assert abs(metrics["eo_difference"] - max(eo_sex, eo_race)) <= 1e-12
     assert abs(metrics["accuracy"] - np.mean(y_pred == y_true)) <= 1e-12
-    assert metrics["selection_rate.sex:F"] == np.mean(y_pred[frame["sex"] == "F"])
+    assert metrics["selection_rate.sex:F"] == np.mean(y_pred[(shown["sex"] == "F").to_numpy()])
     assert "dp_difference.intersection" in metrics
-    # Race "c" would be sex F + M minus race a, b: per-group race and intersection values are
-    # withheld, their differences kept.
-    assert not any("/" in name or "race:" in name for name in metrics)
-    assert not any("race:c" in name for name in metrics)  # suppressed everywhere
+    assert not any("race:c" in name for name in metrics)  # left out everywhere
     for name in ("dp_difference", "eo_difference.sex", "accuracy", "dp_difference.intersection"):
         assert metrics[f"{name}.ci95_low"] <= metrics[name] <= metrics[f"{name}.ci95_high"]
     logged = tracking.get_run(run_id).data.metrics
@@ -150,10 +156,8 @@ def test_metrics_equal_a_direct_computation_and_artifacts_are_logged(tracking, t
     local = tracking.download_artifacts(run_id, "fairness_groups.json", str(tmp_path))
     table = json.loads(Path(local).read_text())
     assert table["min_group_size"] == 30
-    assert {(row["attribute"], row["group"]) for row in table["groups"]} == {
-        ("sex", "F"),
-        ("sex", "M"),
-    }
+    marginal = {(row["attribute"], row["group"]) for row in table["groups"]}
+    assert {("sex", "F"), ("sex", "M"), ("race", "a"), ("race", "b")} <= marginal
     assert all(row["group"] != "c" and row["size"] >= 30 for row in table["groups"])
     assert result.artifacts["fairness_groups_csv"].content.shape[0] == len(table["groups"])
 
@@ -197,8 +201,11 @@ def test_sensitive_columns_reach_the_model_only_if_its_signature_names_them(trac
             skops_trusted_types=["fairpca._fair_pca.FairPCA"],
         ).model_uri
     result, _ = evaluate(fair_uri, frame.drop(columns="sex_code"))
-    y_pred = pipeline.predict(frame[columns])
-    dp, eo = direct_differences(frame["label"].to_numpy(), y_pred, frame["sex"].to_numpy())
+    kept = released(frame)  # sex and race: race "c" is left out, and one more cell
+    y_pred = pipeline.predict(frame[columns])[kept]
+    dp, eo = direct_differences(
+        frame["label"].to_numpy()[kept], y_pred, frame["sex"].to_numpy()[kept]
+    )
     assert abs(result.metrics["dp_difference.sex"] - dp) <= 1e-12
     assert abs(result.metrics["eo_difference.sex"] - eo) <= 1e-12
     # No signature: the sensitive columns are left out, so the model sees its own two columns.
@@ -345,3 +352,104 @@ def test_fairness_groups_csv_neutralises_formulas(tracking, tmp_path):
         cells = [cell for row in csv.reader(handle) for cell in row]
     assert {f"'{p}" for p in payloads} <= set(cells)
     assert not any(cell[:1] in ("=", "+", "-", "@", "\t", "\r") for cell in cells)
+
+
+def _published_run(tracking, frame: pd.DataFrame, sensitive: list[str], tmp_path: Path) -> dict:
+    """Evaluate the ``pred`` column with the fairness evaluator alone; everything the run
+    publishes: its metrics and the text of its table artifacts."""
+    with mlflow.start_run() as run:
+        mlflow.models.evaluate(
+            data=frame,
+            predictions="pred",
+            targets="label",
+            model_type="classifier",
+            evaluators=["fairness"],
+            evaluator_config={"fairness": {"sensitive_features": sensitive, "n_resamples": 100}},
+        )
+    run_id = run.info.run_id
+    texts = {
+        name: Path(tracking.download_artifacts(run_id, name, str(tmp_path / run_id))).read_text()
+        for name in ("fairness_groups.json", "fairness_groups.csv")
+    }
+    return {"metrics": tracking.get_run(run_id).data.metrics, **texts}
+
+
+@pytest.mark.parametrize("attributes", [1, 2])
+def test_differencing_two_evaluator_runs_recovers_nothing_of_a_6_row_group(
+    tracking, tmp_path, attributes
+):
+    # The issue's attack: the same predictions evaluated with and without a 6-row group
+    # (min_group_size 30); metric x n of one run minus the other gave the group's selected,
+    # positive and correct counts. With two attributes the 6 rows are an intersection cell
+    # (F, other) inside large groups F and other.
+    rng = np.random.default_rng(40 + attributes)
+    n = 800
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "label": rng.integers(0, 2, n),
+            "pred": rng.integers(0, 2, n),
+            "sex": np.repeat(["F", "M"], [350, 450]),
+            "race": np.repeat(
+                ["white", "black", "white", "black", "other"], [200, 150, 200, 200, 50]
+            ),
+        }
+    )
+    sensitive = ["race"] if attributes == 1 else ["sex", "race"]
+    small = {"x": np.zeros(6), "sex": ["F"] * 6, "race": ["other"] * 6}
+    if attributes == 1:
+        small["race"] = [SECRET] * 6
+    without = _published_run(tracking, frame, sensitive, tmp_path)
+    runs, truths = [], []
+    # (selected, positive, correct) of the 6 rows: (6, 6, 6), then (1, 1, 4).
+    for label, pred in (([1] * 6, [1] * 6), ([1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 1])):
+        six = pd.DataFrame({**small, "label": label, "pred": pred})
+        runs.append(_published_run(tracking, pd.concat([frame, six]), sensitive, tmp_path))
+        truths.append(
+            (sum(pred), sum(label), sum(a == b for a, b in zip(label, pred, strict=True)))
+        )
+    assert truths[0] != truths[1] and all(a != b for a, b in zip(*truths, strict=True))
+    assert runs[0] == runs[1]  # every metric, interval and table cell is the same ...
+    attacks = [
+        {k: run["metrics"][k] * (n + 6) - without["metrics"][k] * n
+         for k in set(run["metrics"]) & set(without["metrics"])}
+        for run in runs
+    ]  # fmt: skip
+    assert attacks[0] == attacks[1]  # ... so every subtraction is too: it recovers nothing
+    published = json.dumps(runs[0]) + json.dumps(without)
+    assert SECRET not in published and "F/race:other" not in published
+    groups = json.loads(runs[0]["fairness_groups.json"])["groups"]
+    assert all(row["size"] >= 30 for row in groups)
+
+
+def test_dollar_group_labels_are_evaluated_and_drawn_as_written(
+    tracking, tmp_path, saved_figures, dollar_labels, drawn_literally
+):
+    # Two "$" in a label made matplotlib parse it as mathtext: the evaluator failed, so the
+    # gate marked every version "error".
+    rng = np.random.default_rng(5)
+    n = 300
+    frame = pd.DataFrame(
+        {
+            "x": rng.normal(size=n),
+            "label": rng.integers(0, 2, n),
+            "pred": rng.integers(0, 2, n),
+            "income": np.resize([*dollar_labels, "none"], n),
+        }
+    )
+    with mlflow.start_run() as run:
+        result = mlflow.models.evaluate(
+            data=frame,
+            predictions="pred",
+            targets="label",
+            model_type="classifier",
+            evaluators=["fairness"],
+            evaluator_config={"fairness": {"sensitive_features": ["income"], "n_resamples": 50}},
+        )
+    assert "selection_rate.income:_50k-_100k" in result.metrics
+    assert drawn_literally(saved_figures[-1], dollar_labels)
+    names = {info.path for info in tracking.list_artifacts(run.info.run_id)}
+    assert "fairness_rates.png" in names
+    local = tracking.download_artifacts(run.info.run_id, "fairness_groups.json", str(tmp_path))
+    groups = {row["group"] for row in json.loads(Path(local).read_text())["groups"]}
+    assert set(dollar_labels) <= groups

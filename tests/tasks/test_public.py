@@ -144,7 +144,8 @@ def test_example_flow_audits_a_users_mlflow_model(
         )
     }
     report = (tmp_path / "report" / "fairness_report.md").read_text()
-    assert "dp_difference.sex" in report and "selection_rate.race:a" in report
+    # names and labels are escaped Markdown text
+    assert "dp\\_difference\\.sex" in report and "selection\\_rate\\.race:a" in report
     params = client.get_run(run_id).data.params  # which model, which data, which settings
     assert params["model"] == model_uri and params["target"] == "label"
     assert params["data.rows"] == str(len(frame))
@@ -232,3 +233,21 @@ def test_evaluate_model_fairness_on_an_object_logs_to_a_given_run(mlflow_store, 
         evaluate_model_fairness.fn(model, frame, target="y", sensitive_features=["sex"])
     with pytest.raises(mlflow.exceptions.MlflowException, match=r"\['age'\] not found"):
         evaluate_model_fairness.fn(model, frame, target="label", sensitive_features=["age"])
+
+
+def test_fairness_report_shows_dollar_labels_as_written(
+    tmp_path, saved_figures, dollar_labels, drawn_literally
+):
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"x": rng.normal(size=300), "income": np.resize(dollar_labels, 300)})
+    frame["label"] = (frame["x"] + rng.normal(size=300) > 0).astype(int)
+    model = LogisticRegression().fit(frame[["x"]], frame["label"])
+    evaluation = evaluate_model_fairness.fn(
+        model, frame, target="label", sensitive_features=["income"], n_resamples=50
+    )
+    files = write_fairness_report.fn(evaluation, tmp_path / "out")
+    assert drawn_literally(saved_figures[-1], dollar_labels)
+    assert files["fairness_rates"].stat().st_size > 0
+    report = files["fairness_report"].read_text()
+    # Markdown: every "$" escaped, so no renderer starts math (GitHub's does at "$...$").
+    assert "| \\$50k\\-\\$100k |" in report and "| \\$x^\\$ band |" in report

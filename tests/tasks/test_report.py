@@ -288,3 +288,27 @@ def test_report_renders_structured_sections_as_markdown_and_html():
     page = render_html("T", sections, None)
     assert "<p><strong>do NOT promote</strong></p>" in page
     assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page
+
+
+def test_trade_off_plot_draws_dollar_names_as_written(
+    tmp_path, saved_figures, dollar_labels, drawn_literally
+):
+    money, band = dollar_labels
+    rows = [
+        {
+            "variant": "fair_pca",
+            "classifier": band,
+            "lambda": lam,
+            "lambda_index": i,
+            "accuracy": 0.8,
+            "dp_difference": 0.02 * i,
+        }
+        for i, lam in enumerate([0.0, 1.0])
+    ]
+    path = plot_tradeoff(
+        pd.DataFrame(rows), tmp_path / "tradeoff.png", chosen=rows[1], pca=None,
+        majority_accuracy=0.7, thresholds={"max_dp_difference": 0.05},
+        references=[{"name": money, "validation": {"accuracy": 0.8, "dp_difference": 0.01}}],
+    )  # fmt: skip
+    assert path.stat().st_size > 0
+    assert drawn_literally(saved_figures[-1], [f"classifier {band}", money])

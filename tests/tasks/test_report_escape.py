@@ -44,3 +44,31 @@ def test_csv_cells_cannot_start_a_formula(start):
     assert not any(cell.startswith(FORMULA_START) for row in rows for cell in row[:1])
     assert [row[1] for row in rows] == ["n", "-1.5", "2.0"]  # numbers stay numbers
     assert csv_cell(3) == 3 and csv_cell("ok") == "ok"
+
+
+def test_plots_drawn_inside_literal_plot_text_show_dollar_labels_as_written(
+    tmp_path, dollar_labels, drawn_literally
+):
+    import matplotlib
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from fairpca.tasks.report import literal_plot_text
+
+    def draw(path):
+        figure = Figure()
+        FigureCanvasAgg(figure)
+        axes = figure.subplots()
+        axes.bar([0, 1], [0.2, 0.4])
+        axes.set_xticks([0, 1], dollar_labels)
+        axes.set_title(dollar_labels[1])
+        figure.savefig(path)
+        return figure
+
+    with pytest.raises(ValueError, match="x\\^"):  # what matplotlib does by default
+        draw(tmp_path / "math.png")
+    with literal_plot_text():
+        figure = draw(tmp_path / "literal.png")
+    assert drawn_literally(figure, dollar_labels)
+    assert matplotlib.rcParams["text.parse_math"]  # restored on the way out
+    assert markdown_text("$50k-$100k") == "\\$50k\\-\\$100k"  # no math in GitHub's Markdown
