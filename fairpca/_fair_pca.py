@@ -164,7 +164,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
         The same quantity for standard PCA, for comparison.
     n_features_in_ : int
         Number of features seen during fit (sensitive columns excluded).
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Names of features seen during fit, when ``X`` has string column names.
 
     See Also

@@ -211,9 +211,9 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         other routes).
     n_components_ : int
         Number of fair components.
-    explained_variance_ : ndarray of shape (n_components_,)
+    explained_variance_ : ndarray of shape (`n_components_`,)
         Variance of the training rows along each fair direction in feature space.
-    explained_variance_ratio_ : ndarray of shape (n_components_,)
+    explained_variance_ratio_ : ndarray of shape (`n_components_`,)
         ``explained_variance_`` over the total feature-space variance of the kernel map.
     constraint_rank_ : int
         Rank of the fairness constraint in feature space.
@@ -225,7 +225,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         Training-row indices of the Nystroem landmarks, else None.
     n_features_in_ : int
         Number of input features (sensitive columns excluded).
-    feature_names_in_ : ndarray of shape (n_features_in_,)
+    feature_names_in_ : ndarray of shape (`n_features_in_`,)
         Input feature names, when ``X`` has string column names.
 
     See Also

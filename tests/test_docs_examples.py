@@ -1,0 +1,107 @@
+"""The documentation's pages run as written: every ``python`` and ``bash`` code block of each
+page under ``docs/`` is executed, in order, in an empty folder, in the virtual environment
+activated (see ``tests/code_blocks.py``). The flows of a page report to the session's Prefect
+test server (``PREFECT_API_URL``) rather than each starting a temporary server, which
+tests/flows/test_server.py and test_cli.py cover. The gallery (``examples/``) runs when the
+docs are built (``python -m sphinx -W -b html docs _build``, in CI after the tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from code_blocks import RUNNABLE, markdown_blocks, page_blocks, rst_blocks, run_page, skipped
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+GENERATED = {"_build", "auto_examples", "generated", "_templates", "sg_execution_times.rst"}
+PAGES = sorted(
+    path.relative_to(DOCS).as_posix()
+    for path in [*DOCS.rglob("*.rst"), *DOCS.rglob("*.md")]
+    if not GENERATED & set(path.relative_to(DOCS).parts) and path.name != "README.proposed.md"
+)
+
+SERVERS = "deployments/ci_e2e.sh runs it against real servers (CI, after the tests)"
+# Blocks that are shown, not run: page -> {a piece of the block's code: why}. Each must name
+# exactly one block of its page.
+EXCEPTIONS: dict[str, dict[str, str]] = {
+    "getting_started.rst": {
+        '.venv/bin/pip install -q -e ".[audit]"': (
+            "creates a virtual environment and installs the checkout from the package registry "
+            "(minutes); the audit it runs is run on the pages audit.rst and verdict.rst"
+        ),
+        ".venv/bin/mlflow ui": "starts the MLflow web server, which runs until stopped",
+        '.venv/bin/pip install -q -e ".[dev]"': (
+            "installs the checkout and runs this whole test suite (over 10 minutes): CI runs it "
+            "verbatim (.ci/run)"
+        ),
+    },
+    "user_guide/verdict.rst": {
+        "mlflow models serve": "starts a model server that runs until stopped; "
+        "tests/flows/test_audit_scoring.py serves a registered version and scores it",
+    },
+    "user_guide/gate.rst": {
+        "fairpca gate serve": "starts the webhook receiver, which runs until stopped; "
+        "tests/e2e/gate_e2e.py runs it (" + SERVERS + ")",
+        "fairpca gate register": "needs an MLflow tracking server with webhooks; "
+        "tests/e2e/gate_e2e.py registers one (" + SERVERS + ")",
+    },
+    "user_guide/deployments.rst": {
+        "mlflow server": "starts the MLflow tracking server, which runs until stopped; " + SERVERS,
+        "prefect server start": "starts the Prefect server, which runs until stopped; " + SERVERS,
+        "prefect work-pool create": "needs the Prefect server of step 2; " + SERVERS,
+        "FAIRPCA_DATA_DIR=$PWD/../shared/datasets": "starts a worker, which runs until stopped; "
+        + SERVERS,
+        "prefect deployment run": "needs the servers and the worker of steps 1-4; " + SERVERS,
+        "FAIRPCA_GATE_POLICY_DIR=/etc/fairpca/policies": "starts the gate's worker, which runs "
+        "until stopped; tests/e2e/gate_e2e.py runs it",
+        "bash deployments/ci_e2e.sh": "starts servers and runs for many minutes; CI runs it "
+        "after the tests (.ci/run)",
+    },
+}
+
+
+def test_the_pages_are_found_and_every_exception_names_one_block():
+    assert {"index.rst", "getting_started.rst", "api.rst"} <= set(PAGES)
+    for page, exceptions in EXCEPTIONS.items():
+        assert page in PAGES, f"EXCEPTIONS names {page}, which is not a page"
+        skipped(page_blocks(DOCS / page), exceptions)
+
+
+def test_blocks_are_read_as_written():
+    rst = (
+        "Text.\n\n.. code-block:: python\n\n   x = 1\n\n   if x:\n       print(x)\n\n"
+        "* An item:\n\n  .. code-block:: bash\n\n     echo hi\n\n"
+        "Then:\n\n.. code-block:: yaml\n   :caption: conf/a.yaml\n\n   k: 2\nback\n"
+    )
+    python, bash, conf = rst_blocks(rst)
+    assert (python.kind, python.line) == ("python", 5)
+    assert python.code == "x = 1\n\nif x:\n    print(x)\n"
+    assert (bash.kind, bash.code) == ("bash", "echo hi\n")
+    assert (conf.kind, conf.path, conf.code) == ("file", "conf/a.yaml", "k: 2\n")
+    markdown = "1. Run:\n\n   ```bash\n   ls\n     -la\n   ```\n\n```python\nif 1:\n    pass\n```\n"
+    assert [(b.kind, b.code) for b in markdown_blocks(markdown)] == [
+        ("bash", "ls\n  -la\n"), ("python", "if 1:\n    pass\n"),
+    ]  # fmt: skip
+
+
+# Code that runs a Prefect flow (the audit's command line, a flow of the page's own).
+FLOWS = ("fairpca audit", "fairpca retrain", "fairpca relog", "fairness_audit(", "@flow")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("page", PAGES)
+def test_page_runs_as_written(page, tmp_path, request):
+    blocks = page_blocks(DOCS / page)
+    shown = skipped(blocks, EXCEPTIONS.get(page, {}))
+    run = [b for i, b in enumerate(blocks) if b.kind in RUNNABLE and i not in shown]
+    if not run:
+        pytest.skip(f"{page} has no python or bash block to run")
+    env = {}
+    if any(marker in block.code for block in run for marker in FLOWS):
+        request.getfixturevalue("prefect_harness")
+        from prefect.settings import PREFECT_API_URL
+
+        env["PREFECT_API_URL"] = PREFECT_API_URL.value()
+    done = run_page(DOCS / page, tmp_path, EXCEPTIONS.get(page, {}), activated=True, env=env)
+    assert done.returncode == 0, f"{page}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
