@@ -184,4 +184,4 @@ def test_relog_keeps_the_audits_span(audited, mlflow_store):
         return [line for line in run.data.tags["mlflow.note.content"].splitlines() if "|" in line]
 
     assert table(second) == table(first)  # the same verdict; relog without --promote keeps it
-    assert "relog moves no alias without --promote" in second.data.tags["mlflow.note.content"]
+    assert "relog moves no alias without" in second.data.tags["mlflow.note.content"]
