@@ -69,8 +69,7 @@ from fairpca.tasks.sweep import lambda_sweep
 
 from .champion import DEFAULT_TOLERANCE, champion_test_metrics, decide_promotion, load_champion
 from .config import AuditConfig, mask_credentials, resolve_tracking_uri
-from .runners import current_task_runner_name, dask_subflow
-from .warmup import start_warmup, wait_for_warmup
+from .runtime import current_task_runner_name, dask_subflow
 
 __all__ = ["AuditResult", "AuditState", "fairness_audit", "finish_audit", "prepare_audit"]
 
@@ -230,7 +229,6 @@ def _open_output(config: AuditConfig, kind: str) -> tuple[datetime, str, Path]:
     """The audit's start time, run name and new output folder (the signing key exists
     before any work, so the output can be sealed)."""
     started_at = datetime.now(UTC)
-    start_warmup(resolve_tracking_uri(config.tracking.tracking_uri))
     signing_key(create=True)
     run_name = config.output.run_name or unique_run_name(config, kind)
     out_dir = path_inside(config.output.output_dir, run_name)
@@ -346,7 +344,6 @@ def promotion_check(state: AuditState, tracking_uri: str, tolerance: float) -> N
     config = state.config
     if not (state.decision.promote and config.tracking.register_model and eligible(state)):
         return
-    wait_for_warmup(tracking_uri)
     alias = config.tracking.champion_alias
     try:
         champion = load_champion(
@@ -471,7 +468,6 @@ def finish_audit(
     write_audit_record(out_dir / AUDIT_FILE, audit)
     seal_output_dir(out_dir)  # the last file is written: sign the directory
     _prefect_artifacts(state, audit)
-    wait_for_warmup(tracking_uri)
     logged = log_output_dir(out_dir, tracking_uri, ends_now=True)
     return _result(state, logged, tracking_uri, paths["html"], audit)
 

@@ -44,8 +44,7 @@ from .champion import (
     load_champion,
 )
 from .config import RetrainConfig, resolve_tracking_uri
-from .runners import dask_subflow
-from .warmup import start_warmup, wait_for_warmup
+from .runtime import dask_subflow
 
 __all__ = [
     "ChampionWatch",
@@ -125,8 +124,6 @@ def watch_champion(config: RetrainConfig, tracking_uri: str, dataset=None) -> Ch
     challenger is trained; demote it (``champion`` -> ``needs_review_alias``) when it fails
     the gate or cannot be verified."""
     logger = get_run_logger()
-    start_warmup(tracking_uri)
-    wait_for_warmup(tracking_uri)
     name = resolved_model_name(config.source, config.tracking.model_name)
     champion = load_champion(tracking_uri, name, config.tracking.champion_alias)
     watch = ChampionWatch(champion=champion)

@@ -128,9 +128,12 @@ def _retry_transient(task, task_run, state) -> bool:
     return is_transient_mlflow_error(exc)
 
 
+# Retries of a step on a transient error: 1, 2 and 4 s apart (20% jitter). With MLflow's
+# bounded requests (fairpca.tasks.mlflow_store.MLFLOW_HTTP_BOUNDS) a step gives up on a dead
+# server after about 10 s.
 RETRYING = {
     "retries": 3,
-    "retry_delay_seconds": exponential_backoff(backoff_factor=2),
+    "retry_delay_seconds": exponential_backoff(backoff_factor=1),
     "retry_jitter_factor": 0.2,
     "retry_condition_fn": _retry_transient,
     "cache_policy": NO_CACHE,
@@ -593,7 +596,6 @@ def log_output_dir(
     audit = read_audit(out_dir)
     promote = sealed_decision(audit) if promote is None else promote
     attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
-    _bounded_http_retries()
     try:
         version, moved = _log_steps(attempt, record, audit, promote, ends_now)
     except Exception as exc:
@@ -681,15 +683,6 @@ def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
         + f"All results are kept in {attempt.out_dir.resolve()}; log them again with "
         f"`fairpca relog {attempt.out_dir}` once the tracking server is reachable."
     )
-
-
-def _bounded_http_retries() -> None:
-    """Keep MLflow's own HTTP retries short (unless set), so the task retries govern."""
-    import os
-
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 
 def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
