@@ -44,4 +44,4 @@ def main() -> None:
         raise SystemExit(1)
     from fairpca.flows.cli import main as cli_main
 
-    cli_main()
+    runtime.run_and_exit(cli_main)

@@ -236,7 +236,6 @@ def _load_evaluation() -> None:
 _load_evaluation()
 
 
-
 def _client(tracking_uri: str):
     import mlflow
 
