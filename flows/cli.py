@@ -308,8 +308,8 @@ def relog(
     from . import runtime
 
     _check_tracking(tracking_uri)
-    unchanged = f"{output_dir} is unchanged: run `fairpca relog {output_dir}` again"
-    with runtime.Command("relog", lambda: unchanged) as command:
+    kept = f"the results in {output_dir} are kept: run `fairpca relog {output_dir}` again"
+    with runtime.Command("relog", lambda: kept) as command:
         command.start_prefect_server()
         logged = command.run(_relog, command, output_dir, tracking_uri, force, promote)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
@@ -326,8 +326,9 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
     from .relog import relog_output_dir
 
     command.phase = "while the directory was checked"
-    try:
-        read_audit(output_dir)  # the message for a directory that is no audit's
+    try:  # the checks relog_output_dir makes first, before the server is waited for
+        if not (output_dir / "audit.json").is_file():
+            read_audit(output_dir)  # the message for a directory that is no audit's
         check_relog_dir(output_dir)
     except (OSError, ValueError) as error:
         _fail("Relog failed", str(error), code=1)

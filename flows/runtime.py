@@ -244,6 +244,9 @@ class Command:
             f"{self.phase}{where}."
         )
         _silence_output()  # the threads still running print nothing after that line
+        if self.server is not None:  # also where /proc cannot list the descendants
+            with suppress(OSError):
+                self.server.process.terminate()
         stop_descendants(os.getpid(), _TERM_GRACE)
         os._exit(128 + signum)
 
@@ -471,8 +474,10 @@ def _startup_timeout() -> int:
 
 
 def _answers(url: str) -> bool:
+    """Whether ``url`` answers 200 (directly: a proxy of the environment never sees it)."""
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with urllib.request.urlopen(url, timeout=2) as response:
+        with direct.open(url, timeout=2) as response:
             return response.status == 200
     except OSError:
         return False
