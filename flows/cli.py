@@ -178,8 +178,7 @@ def config_command(model: type[BaseModel], kind: str):
 
 
 def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
-    """Validate the config and the tracking URI, then (with the temporary Prefect server
-    booting meanwhile) the inputs, then run the flow."""
+    """Validate the config, the tracking URI and the inputs, then run the flow."""
     from . import runtime
 
     config_file = options.pop("config", None)
@@ -193,17 +192,19 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
     _check_tracking(cfg.tracking.tracking_uri)
     results = _results_of(kind, cfg.output.output_dir, cfg.output.run_name)
     with runtime.Command(kind, results) as command:
-        command.start_prefect_server()
         command.run(_checked_run, command, kind, cfg)
 
 
 def _checked_run(command, kind: str, config) -> None:
     """The command's work, off the main thread: the inputs (one message on an error, before
-    any work), the imports and a new local store while the server boots, then the flow."""
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError
-    from fairpca.tasks.registry import resolved_model_name
+    any work), then the imports and a new local store while the Prefect server boots, then
+    the flow."""
+    _check_inputs(command, config)
+    command.start_prefect_server()
+    _run_flow(command, kind, config)
 
-    from . import runtime
+
+def _check_inputs(command, config) -> None:
     from .preflight import PreflightError, check_before_run
 
     command.phase = "while the inputs were checked (nothing was written)"
@@ -213,6 +214,14 @@ def _checked_run(command, kind: str, config) -> None:
         _fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
+
+
+def _run_flow(command, kind: str, config) -> None:
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.tasks.registry import resolved_model_name
+
+    from . import runtime
+
     command.phase = "while the flow was loaded (nothing was written)"
     if kind == "retrain":
         from .retrain import retrain as flow_fn
@@ -310,7 +319,6 @@ def relog(
     _check_tracking(tracking_uri)
     kept = f"the results in {output_dir} are kept: run `fairpca relog {output_dir}` again"
     with runtime.Command("relog", lambda: kept) as command:
-        command.start_prefect_server()
         logged = command.run(_relog, command, output_dir, tracking_uri, force, promote)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
@@ -332,6 +340,7 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
         check_relog_dir(output_dir)
     except (OSError, ValueError) as error:
         _fail("Relog failed", str(error), code=1)
+    command.start_prefect_server()
     _use_prefect_server(command)
     command.phase = "while the directory was logged"
     try:

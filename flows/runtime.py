@@ -13,8 +13,8 @@ its child processes, and the deadlines of its calls to MLflow.
   main thread).
 - The temporary Prefect server (when no ``PREFECT_API_URL`` is configured) runs in a child
   process of its own session, so the terminal's Ctrl-C reaches the command alone; it is
-  started before the inputs are checked, so that it boots meanwhile, and it dies with the
-  command even after ``kill -9`` (Linux parent-death signal).
+  started once the inputs are checked, so that it boots while the flow is imported, and it
+  dies with the command even after ``kill -9`` (Linux parent-death signal).
 - :func:`check_tracking_uri` finds an unreachable MLflow tracking server in seconds.
 - :func:`task_runner_for` and :func:`dask_subflow` put a flow on threads or on Dask.
 
@@ -29,6 +29,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -179,6 +180,7 @@ class Command:
         self.server: PrefectServer | None = None
         self._previous: dict[int, Any] = {}
         self._console: logging.Handler | None = None
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()  # for the thread in run()
 
     def __enter__(self) -> Command:
         if threading.current_thread() is threading.main_thread():
@@ -210,15 +212,27 @@ class Command:
         worker = threading.Thread(target=target, name=f"fairpca-{self.name}", daemon=True)
         worker.start()
         while worker.is_alive():
-            worker.join(0.25)  # interruptible: a signal handler runs in between
+            worker.join(0.1)  # interruptible: a signal handler runs in between
+            while not self._calls.empty():
+                call, answer = self._calls.get()
+                answer.put(call())
         if "error" in box:
             raise box["error"]
         return box.get("value")
 
+    def _in_waiting_thread(self, function: Callable[[], Any]) -> Any:
+        """``function()`` called by the thread waiting in :meth:`run` (the main thread)."""
+        if threading.current_thread() is threading.main_thread():
+            return function()
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        self._calls.put((function, answer))
+        return answer.get()
+
     def start_prefect_server(self) -> None:
         """Start the temporary Prefect server this command needs (none when a Prefect API is
-        configured); it boots while the command goes on. See :meth:`use_prefect_server`."""
-        self.server = PrefectServer.launch()
+        configured); it boots while the command goes on. See :meth:`use_prefect_server`.
+        The main thread starts it: the parent-death signal follows the starting thread."""
+        self.server = self._in_waiting_thread(PrefectServer.launch)
 
     def use_prefect_server(self) -> None:
         """Wait until the temporary server answers (within Prefect's start-up timeout) and
