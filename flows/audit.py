@@ -79,7 +79,7 @@ from fairpca.tasks.trust import (
 )
 
 from .config import AuditConfig, resolve_tracking_uri
-from .runners import current_task_runner_name, dask_subflow
+from .runtime import current_task_runner_name, dask_subflow
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
 

@@ -10,7 +10,9 @@ default. They override the values of ``--config FILE`` (YAML or JSON, sections a
 from __future__ import annotations
 
 import inspect
+import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -39,7 +41,6 @@ from .console import (
     print_validation_error,
     relog_alias_note,
 )
-from .server import prefect_defaults
 
 app = typer.Typer(
     name="fairpca",
@@ -176,45 +177,9 @@ def config_command(model: type[BaseModel], kind: str):
     return command
 
 
-def _run(flow_name: str, config) -> None:
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError
-    from fairpca.tasks.record import resolved_model_name
-
-    from .server import start_server, temporary_server
-    from .tracking import champion_version
-    from .warmup import start_warmup
-
-    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    model_name = (
-        resolved_model_name(config.source, config.tracking.model_name)
-        if config.tracking.register_model
-        else None
-    )
-    with temporary_server() as server:  # imported before the warm-up starts importing
-        module = "fairpca.flows.retrain" if flow_name == "retrain" else "fairpca.flows.audit"
-        start_warmup(tracking_uri, modules=(module,))
-        if server is not None:
-            start_server(server)
-        if flow_name == "retrain":
-            from .retrain import retrain as flow_fn
-        else:
-            from .audit import fairness_audit as flow_fn
-        before = champion_version(tracking_uri, model_name, config.tracking.champion_alias)
-        try:
-            result = flow_fn(config)
-        except MlflowLoggingError as error:
-            _fail("MLflow logging failed", error, code=1)
-        except (ValueError, TypeError, OSError) as error:
-            _fail("Audit failed", error, code=1)
-        print_report(result, before)
-
-
-_fail = fail
-
-
 def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
-    """Validate the config and the inputs (no server yet), then run the flow."""
-    from .preflight import PreflightError, check_before_run
+    """Validate the config, the tracking URI and the inputs, then run the flow."""
+    from . import runtime
 
     config_file = options.pop("config", None)
     try:
@@ -225,19 +190,80 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
     except (ValueError, OSError) as error:
         _fail("Invalid configuration file", str(error))
     _check_tracking(cfg.tracking.tracking_uri)
+    results = _results_of(kind, cfg.output.output_dir, cfg.output.run_name)
+    with runtime.Command(kind, results) as command:
+        command.run(_checked_run, command, kind, cfg)
+
+
+def _checked_run(command, kind: str, config) -> None:
+    """The command's work, off the main thread: the inputs (one message on an error, before
+    any work), then the imports and a new local store while the Prefect server boots, then
+    the flow."""
+    _check_inputs(command, config)
+    command.start_prefect_server()
+    _run_flow(command, kind, config)
+
+
+def _check_inputs(command, config) -> None:
+    from .preflight import PreflightError, check_before_run
+
+    command.phase = "while the inputs were checked (nothing was written)"
     try:
-        notes = check_before_run(cfg)
+        notes = check_before_run(config)
     except PreflightError as error:
         _fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
-    prefect_defaults()
-    _run(kind, cfg)
+
+
+def _run_flow(command, kind: str, config) -> None:
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+
+    from . import runtime
+
+    command.phase = "while the flow was loaded (nothing was written)"
+    if kind == "retrain":
+        from .retrain import retrain as flow_fn
+    else:
+        from .audit import fairness_audit as flow_fn
+    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
+    runtime.create_local_store(tracking_uri)
+    _use_prefect_server(command)
+    command.phase = f"during the {kind} flow"
+    try:
+        result = flow_fn(config)
+    except MlflowLoggingError as error:
+        _fail("MLflow logging failed", error, code=1)
+    except (ValueError, TypeError, OSError) as error:
+        _fail("Audit failed", error, code=1)
+    print_report(result)
+
+
+def _use_prefect_server(command) -> None:
+    from .runtime import CommandError
+
+    try:
+        command.use_prefect_server()
+    except CommandError as error:
+        _fail("Prefect is not available (nothing was run)", str(error), code=1)
+
+
+def _results_of(kind: str, output_dir: Path, run_name: str | None):
+    """Where the results of this command are, and in what state (said on a stop signal)."""
+    from fairpca.tasks.trust import SEAL_FILE
+
+    from .runtime import describe_output
+
+    prefix = run_name or f"{kind}-"
+    return partial(describe_output, Path(output_dir).resolve(), prefix, time.time(), SEAL_FILE)
+
+
+_fail = fail
 
 
 def _check_tracking(uri: str | None) -> None:
     """The tracking URI takes an audit (seconds), before any server starts."""
-    from .tracking import TrackingUnreachable, check_tracking_uri
+    from .runtime import TrackingUnreachable, check_tracking_uri
 
     resolved = resolve_tracking_uri(uri)
     try:
@@ -281,21 +307,39 @@ def relog(
     Nothing in the directory is executed or unpickled: the saved model is logged as files,
     each checked against the SHA-256 manifest the audit wrote.
     """
-    prefect_defaults()
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError
-
-    from .relog import relog_output_dir
+    from . import runtime
 
     _check_tracking(tracking_uri)
-    try:
-        logged = relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
-    except (MlflowLoggingError, OSError, ValueError) as error:
-        _fail("Relog failed", str(error), code=1)
+    kept = f"the results in {output_dir} are kept: run `fairpca relog {output_dir}` again"
+    with runtime.Command("relog", lambda: kept) as command:
+        logged = command.run(_relog, command, output_dir, tracking_uri, force, promote)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
         if not logged["champion_moved"]:
             console.print(escape(relog_alias_note(logged, promote)))
+
+
+def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, promote: bool):
+    """Check the directory (one message, before the server is waited for), then log it."""
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError, check_relog_dir, read_audit
+
+    from .relog import relog_output_dir
+
+    command.phase = "while the directory was checked"
+    try:  # the checks relog_output_dir makes first, before the server is waited for
+        if not (output_dir / "audit.json").is_file():
+            read_audit(output_dir)  # the message for a directory that is no audit's
+        check_relog_dir(output_dir)
+    except (OSError, ValueError) as error:
+        _fail("Relog failed", str(error), code=1)
+    command.start_prefect_server()
+    _use_prefect_server(command)
+    command.phase = "while the directory was logged"
+    try:
+        return relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
+    except (MlflowLoggingError, OSError, ValueError) as error:
+        _fail("Relog failed", str(error), code=1)
 
 
 gate_app = typer.Typer(
@@ -345,18 +389,24 @@ def gate_register(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Create or update the MLflow webhook of the gate (idempotent)."""
+    from .gate_server import secret_from_env
+
+    try:
+        secret = secret_from_env()
+    except ValueError as error:
+        _fail("Webhook not registered", str(error))
+    _check_tracking(tracking_uri)
     from mlflow.exceptions import MlflowException
 
     from fairpca.tasks.mlflow_store import mlflow_client
 
-    from .gate_server import register_webhook, secret_from_env
+    from .gate_server import register_webhook
 
+    uri = resolve_tracking_uri(tracking_uri)
     try:
-        secret = secret_from_env()
-        uri = resolve_tracking_uri(tracking_uri)
         client = mlflow_client(uri)
         action, webhook_id = register_webhook(client, url=url, models=model, secret=secret)
-    except (ValueError, MlflowException) as error:
+    except (ValueError, OSError, MlflowException) as error:
         _fail("Webhook not registered", str(error))
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 

@@ -218,7 +218,9 @@ def decision_line(result, before: str | None) -> str:
 
 def print_report(result, before: str | None = None) -> None:
     """The summary of a finished audit or retrain; ``before`` is the version that held the
-    champion alias when the command started (None: none)."""
+    champion alias when the promotion was decided (default: as the promotion says)."""
+    promotion = getattr(result, "promotion", None)
+    before = before or (promotion.champion_version if promotion is not None else None)
     console.print(summary_table(result))
     console.print(SUMMARY_CAPTION, style="dim")
     for variant, why in result.skipped.items():

@@ -1,10 +1,14 @@
-"""Console-script entry point of ``fairpca``: checks that the ``audit`` extra is installed
-before importing the command line, so a library-only install gets one line, not a traceback."""
+"""Console-script entry point of ``fairpca``: the process's defaults first (before anything
+imports Prefect or MLflow, see :func:`fairpca.flows.runtime.set_process_defaults`), then a
+check that the ``audit`` extra is installed before importing the command line, so a
+library-only install gets one line, not a traceback."""
 
 from __future__ import annotations
 
 import sys
 from importlib.util import find_spec
+
+from . import runtime
 
 # Import names of the packages the command line needs (the ``fairpca[audit]`` extra).
 AUDIT_MODULES = (
@@ -28,6 +32,8 @@ def missing_audit_modules() -> list[str]:
 
 def main() -> None:
     """Run ``fairpca``; without the audit extra, exit at once saying what to install."""
+    runtime.set_process_defaults()
+    runtime.exit_on_signals("before any work started")
     missing = missing_audit_modules()
     if missing:
         print(
@@ -38,4 +44,4 @@ def main() -> None:
         raise SystemExit(1)
     from fairpca.flows.cli import main as cli_main
 
-    cli_main()
+    runtime.run_and_exit(cli_main)

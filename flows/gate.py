@@ -37,8 +37,10 @@ must run where executing registered models is acceptable."""
 
 from __future__ import annotations
 
+import importlib
 import math
 import os
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -81,6 +83,7 @@ __all__ = [
     "REASONS_TAG",
     "STATUS_TAG",
     "TAG_MAX_CHARS",
+    "TIMEOUT_SECONDS",
     "GatePolicy",
     "PolicyError",
     "ReferenceData",
@@ -315,6 +318,10 @@ def enforce_alias(client, name: str, alias: str, version: str) -> str:
 # ---- from gate.py ------------------------------------------------------------
 
 POLICY_DIR_ENV = "FAIRPCA_GATE_POLICY_DIR"
+# A gate run loads one version and evaluates it on the reference data (seconds to a few
+# minutes); a run still going after this fails (Prefect's flow timeout), and its version stays
+# ``pending``, which never holds a protected alias.
+TIMEOUT_SECONDS = 900
 VERSION_CREATED, ALIAS_CREATED = "model_version.created", "model_version_alias.created"
 EVENTS = (VERSION_CREATED, ALIAS_CREATED)
 ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
@@ -460,6 +467,32 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
 
 # ---- the flow --------------------------------------------------------------------------------
 
+# MLflow's evaluation, loaded when this module is. ``mlflow.models.evaluate`` loads its
+# evaluator registry on first use, and the registry fills itself in a post-import hook that
+# runs under MLflow's import-hook lock (``mlflow.utils.import_hooks``) and imports about 200
+# modules (the built-in evaluators, matplotlib, the entry-point plugins). A thread importing
+# meanwhile (Prefect's event and log threads do) holds its module's import lock and waits
+# for the hook lock in MLflow's import finder; when the hook needs that module, neither
+# thread moves again. Loaded here, the hook's modules first and the registry last, the hook
+# has nothing left to import.
+EVALUATION_MODULES = (
+    "mlflow.models.evaluation.evaluators.classifier",
+    "mlflow.models.evaluation.evaluators.default",
+    "mlflow.models.evaluation.evaluators.regressor",
+    "mlflow.models.evaluation.evaluators.shap",
+    "fairpca.tasks.mlflow_evaluator",
+    "mlflow.models.evaluation.evaluator_registry",
+)
+
+
+def _load_evaluation() -> None:
+    for name in EVALUATION_MODULES:
+        with suppress(ModuleNotFoundError):  # another MLflow layout: tests/flows/test_gate.py
+            importlib.import_module(name)
+
+
+_load_evaluation()
+
 
 def _client(tracking_uri: str):
     import mlflow
@@ -539,7 +572,7 @@ def _artifact(name: str, version: str, card: str) -> None:
     create_markdown_artifact(card, key=key[:100].strip("-"), description="fairness gate verdict")
 
 
-@flow(name="fairness-gate", validate_parameters=True)
+@flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
 def fairness_gate(
     model_name: str,
     version: str,

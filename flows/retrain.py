@@ -23,7 +23,7 @@ from fairpca.tasks.report import markdown_text
 
 from .audit import AuditResult, run_audit
 from .config import RetrainConfig
-from .runners import dask_subflow
+from .runtime import dask_subflow
 
 __all__ = [
     "final_message",

@@ -153,9 +153,12 @@ def _retry_transient(task, task_run, state) -> bool:
     return is_transient_mlflow_error(exc)
 
 
+# Retries of a step on a transient error: 1, 2 and 4 s apart (20% jitter). With MLflow's
+# bounded requests (fairpca.tasks.mlflow_store.MLFLOW_HTTP_BOUNDS) a step gives up on a dead
+# server after about 10 s.
 RETRYING = {
     "retries": 3,
-    "retry_delay_seconds": exponential_backoff(backoff_factor=2),
+    "retry_delay_seconds": exponential_backoff(backoff_factor=1),
     "retry_jitter_factor": 0.2,
     "retry_condition_fn": _retry_transient,
     "cache_policy": NO_CACHE,
@@ -632,7 +635,6 @@ def log_output_dir(
     record = check_relog_dir(out_dir)  # what is logged is what the audit sealed
     audit = read_audit(out_dir)
     attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
-    _bounded_http_retries()
     try:
         version, moved, new = _log_steps(attempt, record, audit, promotion, ends_now)
     except Exception as exc:
@@ -700,6 +702,8 @@ def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promotion, e
         "fairpca.champion_moved": str(moved).lower(),
         "fairpca.decision": "promote" if moved else "keep",
     }
+    if promotion is not None:
+        tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
     if promotion is not None and promotion.demote:
         tags["fairpca.champion_demoted_to"] = audit.params.get(
             "needs_review_alias", NEEDS_REVIEW_ALIAS
@@ -732,15 +736,6 @@ def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
         + f"All results are kept in {attempt.out_dir.resolve()}; log them again with "
         f"`fairpca relog {attempt.out_dir}` once the tracking server is reachable."
     )
-
-
-def _bounded_http_retries() -> None:
-    """Keep MLflow's own HTTP retries short (unless set), so the task retries govern."""
-    import os
-
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
-    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
 
 def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:

@@ -44,6 +44,35 @@ def mlflow_store(tmp_path_factory):
     return uri, MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+# Variables this test session (and .ci/run) set that a user's shell does not have: the
+# command line must work without them (it sets its own defaults).
+SESSION_ONLY_VARIABLES = (
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS",
+    "PREFECT_SERVER_ANALYTICS_ENABLED",
+    "PREFECT_API_URL",
+    "DO_NOT_TRACK",
+    "MLFLOW_DISABLE_TELEMETRY",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER",
+    "CI",
+)
+
+
+@pytest.fixture
+def user_cli(tmp_path):
+    """``(fairpca, env)``: the ``fairpca`` script of this environment's bin folder and the
+    environment of a user's shell (without :data:`SESSION_ONLY_VARIABLES`; this test's own
+    Prefect home; the session's signing key and data folder)."""
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in SESSION_ONLY_VARIABLES}
+    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    return str(Path(sys.executable).with_name("fairpca")), env
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -486,6 +486,83 @@ def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_
     assert status["status"] == "FINISHED" and status["run_id"] == logged.run_id
 
 
+def _wait_for_lines(process, log: Path, texts: tuple[str, ...], seconds: float = 600) -> None:
+    deadline = time.monotonic() + seconds
+    while not all(text in log.read_text() for text in texts):
+        assert process.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"no {texts} within {seconds} s"
+        time.sleep(0.1)
+
+
+def _writing_seconds(folder: Path) -> float:
+    """How long the audit took to write its folder: first file to the seal."""
+    from fairpca.tasks.signing import SEAL_FILE
+
+    written = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()]
+    return (folder / SEAL_FILE).stat().st_mtime - min(written)
+
+
+def test_cli_audit_reports_a_dead_server_within_a_minute_and_relog_finishes_it(
+    server, tmp_path, free_port, user_cli
+):
+    """``fairpca audit`` (a user's environment: MLflow's own HTTP retries are not turned off
+    here) against a real server killed when the computation is done, just before the flow's
+    first MLflow call (the champion look-up): one paragraph, naming the kept folder, within
+    60 s (not counting the time the audit spends writing its folder meanwhile); the folder is
+    complete and sealed; ``fairpca relog`` logs it to the restarted server."""
+    from fairpca.tasks.mlflow_logging import check_relog_dir
+
+    fairpca, env = user_cli
+    audit_id = f"cli-death-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "out" / audit_id
+    log = tmp_path / "cli.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [fairpca, "audit", "--dataset", "german", "-k", "10", "--variants", "pca,fair_pca",
+             "--lambdas", "0,1", "--classifiers", "linear_svm", "--seed", "0",
+             "--tracking-uri", server.uri, "--output-dir", str(tmp_path / "out"),
+             "--run-name", audit_id, "--experiment-name", "faults",
+             "--model-name", "fairpca-faults-cli", "--mlflow-retry-backoff", str(BACKOFF)],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        # the test rows are evaluated and the references trained: the MLflow part is next
+        _wait_for_lines(process, log, ("Task run 'evaluate-test-part", "'reference-mitigations"))
+        server.kill()
+        killed = time.time()
+        server.port = free_port()
+        server.launch()  # the same store on a new port, warming up meanwhile
+        code = process.wait(timeout=300)
+        took = time.time() - killed
+    finally:
+        if process.poll() is None:
+            process.kill()
+    output = log.read_text()
+    writing = _writing_seconds(folder)  # on this machine's load, not on MLflow
+    print(f"the command ended {took:.1f} s after the server was killed ({writing:.1f} s writing)")
+    assert code == 1, output
+    assert took - writing < 60, output
+    assert "Traceback" not in output
+    message = output[output.index("MLflow logging failed:") :]
+    unwrapped = "".join(message.split())  # rich folds long lines, paths too
+    assert f"fairpcarelog{folder.resolve()}" in unwrapped, message
+    assert "\n\n" not in message.strip(), message  # one paragraph
+    check_relog_dir(folder)  # complete and sealed: every file as the seal lists it
+    reasons = json.loads((folder / "audit.json").read_text())["decision"]["reasons"]
+    assert any("could not be read from MLflow" in reason for reason in reasons), reasons
+    for name in ["audit.json", *REPORT_FILES, "model/MLmodel"]:
+        assert (folder / name).is_file(), name
+
+    server.wait_healthy()
+    done = subprocess.run(
+        [fairpca, "relog", str(folder), "--tracking-uri", server.uri],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = done.stdout.split("MLflow run id:")[1].split()[0]
+    assert_complete_run(mlflow_client(server.uri), run_id, tmp_path)
+
+
 def test_bad_config_fails_at_validation_before_any_work(server, tmp_path):
     from fairpca.flows.audit import fairness_audit
 

@@ -412,7 +412,7 @@ def test_audit_runs_its_tasks_on_a_dask_cluster(prefect_harness, store, tmp_path
     from prefect_dask import DaskTaskRunner
 
     from fairpca.flows.audit import fairness_audit
-    from fairpca.flows.runners import task_runner_for
+    from fairpca.flows.runtime import task_runner_for
 
     _uri, client = store
     config = make_config(store, tmp_path, dask_address="local", lambdas=[0.0, 1.0])
@@ -433,7 +433,7 @@ def test_task_runner_for_addresses():
     from prefect.task_runners import ThreadPoolTaskRunner
     from prefect_dask import DaskTaskRunner
 
-    from fairpca.flows.runners import task_runner_for
+    from fairpca.flows.runtime import task_runner_for
 
     assert isinstance(task_runner_for(None), ThreadPoolTaskRunner)
     remote = task_runner_for("tcp://127.0.0.1:8786")
@@ -444,7 +444,7 @@ def test_task_runner_for_addresses():
 def test_only_a_run_off_dask_with_a_dask_address_needs_the_subflow(prefect_harness):
     from prefect import flow
 
-    from fairpca.flows.runners import needs_dask_subflow, task_runner_for
+    from fairpca.flows.runtime import needs_dask_subflow, task_runner_for
 
     assert not needs_dask_subflow(None)
     assert needs_dask_subflow("local")  # outside any flow run

@@ -7,14 +7,15 @@ MLflow only, ``tests/e2e/gate_registrant.py``): a fair classifier and a biased o
 from __future__ import annotations
 
 import importlib.util
+import time
 from pathlib import Path
 
 import mlflow
 import pytest
 
+from fairpca.flows import gate as gate_tasks
 from fairpca.flows.gate import PolicyError, fairness_gate, load_policies
 from fairpca.flows.gate_server import register_webhook, secret_fingerprint
-from fairpca.flows import gate as gate_tasks
 
 REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 SECRET = "k" * 40
@@ -219,6 +220,96 @@ def test_protected_alias_moves_back_from_a_failed_version(prefect_harness, regis
     assert str(client.get_registered_model("gate-credit").aliases["champion"]) == fair
     other = _gate(uri, policy_dir, biased, "model_version_alias.created", "staging")
     assert "not protected" in other.message
+
+
+# A gate's evaluation as a worker runs it (a fresh process that imports the flow's module),
+# watching MLflow's import-hook lock: any module imported while it is held could deadlock against a
+# thread that imports meanwhile (the thread holds the import lock and waits for this one).
+_UNDER_HOOK_LOCK = """
+import sys
+import fairpca.flows.gate as gate
+from mlflow.utils import import_hooks
+
+lock, seen = import_hooks._post_import_hooks_lock, []
+
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name not in sys.modules and lock._is_owned():
+            seen.append(name)
+
+def watch_first(*args, **kwargs):  # MLflow puts its finder first when it registers a hook
+    result = register(*args, **kwargs)
+    sys.meta_path[:] = [Watch(), *(f for f in sys.meta_path if not isinstance(f, Watch))]
+    return result
+
+register = import_hooks.register_generic_import_hook
+import_hooks.register_generic_import_hook = watch_first
+sys.meta_path.insert(0, Watch())
+policy = gate.load_policies(sys.argv[2])["gate-credit"]
+gate._client(sys.argv[1])
+reference = policy.reference
+frame = gate.gate_tasks.read_reference(reference.path, reference.label, reference.sensitive)
+metrics, _ = gate.gate_tasks.evaluate_version(
+    f"models:/gate-credit/{sys.argv[3]}", frame, label=reference.label,
+    evaluator_config=policy.evaluator_config(), experiment_name="gate-lock", run_name="lock",
+    run_tags={},
+)
+print(f"dp_difference {metrics['dp_difference']:.3f}", "|", sorted(set(seen)))
+"""
+
+
+@pytest.mark.slow
+def test_a_gate_run_imports_nothing_under_mlflows_import_hook_lock(registry, policy_dir):
+    """The evaluator registry's hook imported ~200 modules under the lock on the first
+    evaluation; the flow's module loads them first (deadlock reproduced with a second
+    thread importing pyparsing at that moment; see the module's EVALUATION_MODULES)."""
+    import subprocess
+    import sys
+
+    uri, _, versions = registry
+    done = subprocess.run(
+        [sys.executable, "-c", _UNDER_HOOK_LOCK, uri, str(policy_dir), versions["fair"]],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    evaluated, seen = done.stdout.strip().splitlines()[-1].split(" | ")
+    assert evaluated.startswith("dp_difference 0."), done.stdout
+    assert seen == "[]", f"imported under MLflow's import-hook lock: {seen}"
+
+
+def _an_hour(*args, **kwargs) -> None:
+    """An evaluation that would take an hour, in short sleeps: Prefect's timeout stops it by
+    raising in its thread (pytest-timeout holds SIGALRM, so Prefect cannot use the alarm
+    that also stops a blocking call, as it does in a worker's flow-run process)."""
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.mark.flow
+def test_a_gate_run_past_its_deadline_fails_and_the_version_stays_pending(
+    prefect_harness, registry, policy_dir, monkeypatch
+):
+    from fairpca.flows.gate import TIMEOUT_SECONDS
+
+    assert fairness_gate.timeout_seconds == TIMEOUT_SECONDS
+    uri, client, _ = registry
+    client.create_registered_model("gate-slow")
+    version = client.create_model_version("gate-slow", source="/nowhere").version
+    (policy_dir / "slow.yaml").write_text(POLICY.format(model="gate-slow"))
+    monkeypatch.setattr(gate_tasks, "evaluate_version", _an_hour)
+    started = time.monotonic()
+    try:
+        state = fairness_gate.with_options(timeout_seconds=1)(
+            model_name="gate-slow", version=str(version), event="model_version.created",
+            policy_dir=str(policy_dir), tracking_uri=uri, return_state=True,
+        )  # fmt: skip
+    finally:
+        (policy_dir / "slow.yaml").unlink()
+    assert time.monotonic() - started < 300  # the evaluation alone would take an hour
+    assert state.is_failed() and "timeout" in state.message.lower(), state.message
+    tags = client.get_model_version("gate-slow", str(version)).tags
+    assert tags[gate_tasks.STATUS_TAG] == gate_tasks.PENDING
 
 
 def test_version_whose_gate_has_not_finished_loses_the_alias(registry):

@@ -66,3 +66,59 @@ def test_the_client_registers_in_its_tracking_store(two_stores):
     mlflow_client().create_registered_model("process-uri")  # the tracking URI: the first
     assert _registered_names(second) == ["given-uri"]
     assert _registered_names(first) == ["process-uri"]
+
+
+# ---- bounded requests ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def default_bounds(monkeypatch):
+    """No MLflow HTTP variable set: the client's own bounds apply."""
+    from fairpca.tasks.mlflow_store import MLFLOW_HTTP_BOUNDS
+
+    for name in MLFLOW_HTTP_BOUNDS:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_a_dead_server_costs_a_request_about_a_second(default_bounds, free_port):
+    """Refused: one retry at once (MLflow's default, 7 retries with back-off, waits minutes)."""
+    import time
+
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow_client(f"http://127.0.0.1:{free_port()}")
+    started = time.monotonic()
+    with pytest.raises(MlflowException, match="Max retries exceeded"):
+        client.get_experiment_by_name("any")
+    assert time.monotonic() - started < 10
+
+
+def test_a_silent_server_gets_two_attempts_of_the_timeout_each(default_bounds, monkeypatch):
+    """A server that takes connections and never answers: the request ends after two
+    attempts of ``MLFLOW_HTTP_REQUEST_TIMEOUT`` seconds each (here 1 s)."""
+    import socket
+    import threading
+
+    from mlflow.exceptions import MlflowException
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "1")
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken: list[socket.socket] = []
+
+    def take() -> None:
+        while True:
+            try:
+                taken.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=take, daemon=True).start()
+    client = mlflow_client(f"http://127.0.0.1:{listener.getsockname()[1]}")
+    try:
+        with pytest.raises(MlflowException, match="timed out"):
+            client.get_experiment_by_name("any")
+    finally:
+        listener.close()
+        for connection in taken:
+            connection.close()
+    assert len(taken) == 2  # the request and its one retry
