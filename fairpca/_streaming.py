@@ -13,8 +13,9 @@ through, in float64:
 All of them merge exactly: counts and sums add, and scatters merge by the pairwise rule of
 Chan, Golub and LeVeque (1979), ``M = M_a + M_b + (n_a n_b / n) delta delta^T`` with
 ``delta = mean_b - mean_a``. Within a stream, rows are added as shifted moments (rows minus
-a shift close to their mean, :class:`Moments`): one ``syrk`` per block, and the moments are
-re-centred before the final subtraction could cancel more than about two digits. Sums are
+a shift ``c`` close to their mean, :class:`Moments`): one product ``(X - c)^T (X - c)`` per
+block, and the moments are re-centred before the final subtraction could cancel more than
+about two digits. Sums are
 float64; float32 rows keep float32 products, summed in float64 every few thousand rows.
 
 Groups may first appear in a later chunk. Group labels are any hashables; the final order is
@@ -30,8 +31,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from scipy.linalg import blas
-from scipy.linalg.blas import get_blas_funcs
 
 from . import _linalg as la
 from . import _memory
@@ -73,16 +72,16 @@ class Moments:
     """Count, mean and centred scatter ``sum (x - mean)(x - mean)^T`` of rows, in float64.
 
     Kept as shifted moments: a shift ``c`` (the mean of the first rows, or the mean at the
-    last re-centring), the shifted sum ``s = sum (x - c)`` and the upper triangle of
-    ``U = sum (x - c)(x - c)^T``; then ``mean = c + s / n`` and the scatter is
-    ``U - s s^T / n``. Blocks are added as ``x - c`` with one BLAS ``syrk`` (no per-block
-    mean pass or rank-1 update), which is accurate while ``n ||s / n||^2`` stays small beside
-    the trace of the scatter; a block that would break that bound is added centred on its own
+    last re-centring), the shifted sum ``s = sum (x - c)`` and ``U = sum (x - c)(x - c)^T``
+    (a full, exactly symmetric d x d matrix); then ``mean = c + s / n`` and the scatter is
+    ``U - s s^T / n``. A block adds ``(X - c)^T (X - c)`` to ``U`` (no per-block mean pass
+    or rank-1 update), which is accurate while ``n ||s / n||^2`` stays small beside the
+    trace of the scatter; a block that would break that bound is added centred on its own
     mean with the pairwise rule of Chan, Golub and LeVeque (1979) after re-centring.
 
     float64 blocks go straight into the float64 ``U``. float32 blocks stay float32 end to end
-    (``x - c`` in float32, ``ssyrk``) for at most ``FLOAT32_FLUSH_ROWS`` rows at a time, and
-    those partial products are summed in float64.
+    (``x - c`` and its products in float32) for at most ``FLOAT32_FLUSH_ROWS`` rows at a
+    time, and those partial products are summed in float64.
     """
 
     def __init__(self, n_features: int):
@@ -90,8 +89,8 @@ class Moments:
         self.count = 0
         self.shift = np.zeros(n_features)
         self.shifted_sum = np.zeros(n_features)
-        self._upper: np.ndarray | None = None
-        self._pending: np.ndarray | None = None  # float32 products not yet in _upper
+        self._scatter: np.ndarray | None = None  # U, float64
+        self._pending: np.ndarray | None = None  # float32 products not yet in U
         self._pending_rows = 0
 
     @property
@@ -121,7 +120,7 @@ class Moments:
         """``block - shift`` in the block's dtype (the first block chooses the shift)."""
         if self.count == 0:
             self.shift = block.mean(axis=0, dtype=np.float64)
-        elif block.dtype == np.float64 and block.flags.c_contiguous and not self.shift.any():
+        elif block.dtype == np.float64 and not self.shift.any():
             return block  # shift 0 (raw Gram start): the rows themselves, no copy
         if block.dtype != np.float64:
             exact = self.shift.astype(block.dtype).astype(np.float64)
@@ -144,54 +143,37 @@ class Moments:
         if offset > SHIFT_MAX_MEAN_RATIO * max(trace - offset, 0.0):
             return False
         if shifted.dtype == np.float64:
-            upper = self._ensure_upper()
-            syrk = get_blas_funcs("syrk", (upper,))
-            # shifted.T is Fortran-ordered (d, rows): syrk(trans=0) gives shifted^T shifted.
-            self._upper = syrk(1.0, shifted.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
+            self._add(shifted.T @ shifted)
         else:
-            self._add_float32(np.asarray(shifted, dtype=np.float32))
+            self._add_float32(shifted)
         self.count = total
         self.shifted_sum = new_sum
         return True
 
     def add_centred(self, centred: np.ndarray, block_mean: np.ndarray) -> None:
-        """Add a block given centred on its own mean (C-ordered float64, ``(rows, d)``)."""
-        rows = centred.shape[0]
-        if rows == 0:
+        """Add a block given centred on its own mean (float64, ``(rows, d)``)."""
+        if centred.shape[0] == 0:
             return
         self._centre()
-        upper = self._ensure_upper()
-        syrk = get_blas_funcs("syrk", (upper,))
-        self._upper = syrk(1.0, centred.T, beta=1.0, c=upper, trans=0, overwrite_c=True)
-        self._merge_centred(rows, block_mean)
+        self._add(centred.T @ centred)
+        self._merge_centred(centred.shape[0], block_mean)
 
-    def add_uncentred(
-        self, block: np.ndarray, block_mean: np.ndarray, gram: np.ndarray | None = None
-    ) -> bool:
-        """Start the moments from a float64 block's raw Gram matrix, without a centred copy.
+    def add_uncentred(self, gram: np.ndarray, rows: int, block_mean: np.ndarray) -> bool:
+        """Start the moments from the raw Gram matrix ``X^T X`` of ``rows`` float64 rows.
 
         The scatter is ``X^T X - rows * mean mean^T`` (what scikit-learn's covariance PCA
-        computes), i.e. shifted moments with shift 0. That subtraction loses digits when the
-        mean dominates the spread, so when ``rows * ||mean||^2 > RAW_GRAM_MAX_MEAN_RATIO *
-        trace(scatter)`` (more than about four digits would be lost), or when rows were
-        added before, nothing is added and ``False`` is returned: the caller then adds the
-        block in shifted blocks. ``gram`` is the upper triangle of ``block.T @ block`` when
-        the caller computed it already (:func:`fairpca._linalg.gram_and_sums`). Its trace,
-        ``sum(block ** 2)``, is the overflow check of
-        :func:`fairpca._validation.check_magnitude`, which raises ``ValueError``.
+        computes), i.e. shifted moments with shift 0, and needs no centred copy of ``X``.
+        That subtraction loses digits when the mean dominates the spread, so when ``rows *
+        ||mean||^2 > RAW_GRAM_MAX_MEAN_RATIO * trace(scatter)`` (more than about four digits
+        would be lost), or when rows were added before, nothing is added and ``False`` is
+        returned: the caller then adds the rows in shifted blocks.
         """
-        rows = block.shape[0]
-        if rows == 0:
-            return True
         if self.count:
             return False
-        upper = la.gram_upper(block) if gram is None else gram
-        trace = float(np.trace(upper))
-        check_magnitude(block, sum_of_squares=trace)  # the trace is sum(block ** 2)
         mean_energy = rows * float(block_mean @ block_mean)
-        if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(trace - mean_energy, 0.0):
+        if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(float(np.trace(gram)) - mean_energy, 0.0):
             return False
-        self._upper = upper
+        self._scatter = gram
         self.shift = np.zeros(self.n_features)
         self.shifted_sum = rows * np.asarray(block_mean, dtype=np.float64)
         self.count = rows
@@ -206,36 +188,39 @@ class Moments:
         if self.count == 0:
             self.shift = other.shift.copy()
             self.shifted_sum = other.shifted_sum.copy()
-            self._upper = other._upper.copy(order="F")
+            self._scatter = other._scatter.copy()
             self.count = other.count
             return
         self._centre()
-        upper = self._ensure_upper()
-        upper += other._upper
+        self._add(other._scatter)
         self._merge_centred(other.count, other.shift)
 
     # ------------------------------------------------------------------ internals
+    def _add(self, product: np.ndarray) -> None:
+        if self._scatter is None:
+            self._scatter = np.zeros((self.n_features, self.n_features))
+        self._scatter += product
+
     def _merge_centred(self, count: int, mean: np.ndarray) -> None:
-        """Pairwise update for rows already in ``_upper`` centred on ``mean``; ``self`` is
-        centred (zero shifted sum)."""
+        """Pairwise update for rows already in ``U`` centred on ``mean``; ``self`` is
+        centred (zero shifted sum): ``U += (n_a n_b / n) delta delta^T``."""
         total = self.count + count
         if self.count == 0:
             self.shift = np.array(mean, dtype=np.float64)
         else:
             delta = mean - self.shift
-            syr = get_blas_funcs("syr", (self._upper,))
-            self._upper = syr(self.count * count / total, delta, a=self._upper, overwrite_a=True)
+            self._scatter += (self.count * count / total) * np.outer(delta, delta)
             self.shift = self.shift + delta * (count / total)
         self.shifted_sum = np.zeros(self.n_features)
         self.count = total
 
     def _centre(self) -> None:
         """Move the shift to the mean. With ``d = s / n`` the update of :meth:`_set_shift` is
-        ``U - (d s^T + s d^T) + n d d^T = U - s s^T / n``: one rank-1 update, one rounding."""
+        ``U - (d s^T + s d^T) + n d d^T = U - s s^T / n``."""
         mean = self.mean
         if self.count and self.shifted_sum.any():
-            upper = self._ensure_upper()  # U is _upper + pending float32 products
-            self._upper = blas.dsyr(-1.0 / self.count, self.shifted_sum, a=upper, overwrite_a=True)
+            self._flush(release=False)
+            self._scatter -= np.outer(self.shifted_sum, self.shifted_sum) / self.count
         self.shift = mean
         self.shifted_sum = np.zeros(self.n_features)
 
@@ -244,60 +229,51 @@ class Moments:
         shift = np.array(shift, dtype=np.float64)
         delta = shift - self.shift
         if self.count and np.any(delta):
-            upper = self._ensure_upper()  # U is _upper + pending float32 products
-            syr2 = get_blas_funcs("syr2", (upper,))
-            upper = syr2(-1.0, delta, self.shifted_sum, a=upper, overwrite_a=True)
-            syr = get_blas_funcs("syr", (upper,))
-            self._upper = syr(float(self.count), delta, a=upper, overwrite_a=True)
+            self._flush(release=False)
+            cross = np.outer(delta, self.shifted_sum)
+            self._scatter -= cross + cross.T
+            self._scatter += self.count * np.outer(delta, delta)
             self.shifted_sum = self.shifted_sum - self.count * delta
         self.shift = shift
 
     def _add_float32(self, shifted: np.ndarray) -> None:
-        first = self._pending_rows == 0
-        if self._pending is None:
-            self._pending = np.zeros((self.n_features, self.n_features), np.float32, order="F")
-        syrk = get_blas_funcs("syrk", (self._pending,))
-        self._pending = syrk(
-            1.0, shifted.T, beta=0.0 if first else 1.0, c=self._pending, trans=0, overwrite_c=True
-        )
+        product = shifted.T @ shifted
+        if self._pending_rows == 0:
+            self._pending = product
+        else:
+            self._pending += product
         self._pending_rows += shifted.shape[0]
         if self._pending_rows >= FLOAT32_FLUSH_ROWS:
-            self._flush(release=False)
+            self._flush()
 
     def _flush(self, *, release: bool = True) -> None:
         """Add the pending float32 products to the float64 accumulator."""
         if self._pending_rows:
-            la.add_upper(self._ensure_upper(), self._pending)
+            self._add(self._pending)
             self._pending_rows = 0
         if release:
             self._pending = None
 
     def _trace(self) -> float:
-        trace = 0.0 if self._upper is None else float(np.trace(self._upper))
+        trace = 0.0 if self._scatter is None else float(np.trace(self._scatter))
         if self._pending_rows:
             trace += float(np.trace(self._pending, dtype=np.float64))
         return trace
 
-    def _ensure_upper(self) -> np.ndarray:
-        if self._upper is None:
-            self._upper = np.zeros((self.n_features, self.n_features), order="F")
-        return self._upper
-
     # ------------------------------------------------------------------ reading
     def scatter(self, *, copy: bool = True) -> np.ndarray:
-        """Full symmetric scatter matrix (d x d). ``copy=False`` re-centres and symmetrises
-        the accumulator in place (no d x d copy; the moments stay valid)."""
+        """The centred scatter matrix (d x d). ``copy=False`` re-centres the accumulator and
+        returns it (no d x d copy; the moments stay valid)."""
         self._flush()
-        if self._upper is None:
+        if self._scatter is None:
             return np.zeros((self.n_features, self.n_features))
         if not copy:
             self._centre()
-            return la.symmetrize_upper(self._upper)
-        upper = self._upper.copy(order="F")
+            return self._scatter
+        scatter = self._scatter.copy()
         if self.count:
-            syr = get_blas_funcs("syr", (upper,))
-            upper = syr(-1.0 / self.count, self.shifted_sum, a=upper, overwrite_a=True)
-        return la.symmetrize_upper(upper)
+            scatter -= np.outer(self.shifted_sum, self.shifted_sum) / self.count
+        return scatter
 
     def __getstate__(self):
         self._flush()  # pickled (Dask) moments carry float64 products only
@@ -309,7 +285,7 @@ class Moments:
         out.count = self.count
         out.shift = self.shift.copy()
         out.shifted_sum = self.shifted_sum.copy()
-        out._upper = None if self._upper is None else self._upper.copy(order="F")
+        out._scatter = None if self._scatter is None else self._scatter.copy()
         return out
 
 
@@ -348,19 +324,12 @@ class GroupTable:
         new = [label for label in labels if label not in self._index]
         if new:
             extra = len(new)
-            if self.labels:
-                for label in new:
-                    self._index[label] = len(self.labels)
-                    self.labels.append(label)
-                self.row_counts = np.concatenate([self.row_counts, np.zeros(extra, np.int64)])
-                self.counts = np.concatenate([self.counts, np.zeros(extra, np.int64)])
-                self.sums = np.hstack([self.sums, np.zeros((self.n_features, extra))])
-            else:  # the first chunk's groups, in its order
-                self.labels = list(new)
-                self._index = {label: i for i, label in enumerate(new)}
-                self.row_counts = np.zeros(extra, np.int64)
-                self.counts = np.zeros(extra, np.int64)
-                self.sums = np.zeros((self.n_features, extra))
+            for label in new:
+                self._index[label] = len(self.labels)
+                self.labels.append(label)
+            self.row_counts = np.concatenate([self.row_counts, np.zeros(extra, np.int64)])
+            self.counts = np.concatenate([self.counts, np.zeros(extra, np.int64)])
+            self.sums = np.hstack([self.sums, np.zeros((self.n_features, extra))])
             if self.group_scatter:
                 d, count = self.n_features, len(self.scatters) + extra
                 _memory.require(
@@ -382,16 +351,6 @@ class GroupTable:
             for i, moments in zip(where, other.scatters, strict=True):
                 self.scatters[i].merge(moments)
 
-    def _in_order(self) -> bool:
-        """Whether the labels are already in :meth:`order`: sorted, or exactly the category
-        list (``fit`` passes its encoding's groups as the categories)."""
-        if self.categories is None:
-            return _strictly_increasing(self.labels)
-        return len(self.categories) == len(self.labels) and all(
-            label is category or label == category
-            for label, category in zip(self.labels, self.categories, strict=True)
-        )
-
     def order(self) -> np.ndarray:
         """Permutation giving the label order of :func:`fairpca._groups.encode_groups`."""
         if not self.labels:
@@ -412,8 +371,6 @@ class GroupTable:
 
     def ordered(self) -> GroupTable:
         """The table with its groups in :meth:`order` (itself when already so; read it only)."""
-        if self._in_order():
-            return self
         perm = self.order()
         if np.array_equal(perm, np.arange(perm.size)):
             return self
@@ -508,23 +465,19 @@ class FairStatistics:
         opportunity, the boolean mask of rows with ``y == pos_label``."""
         self._check_attributes(encoding)
         categories = categories or [None] * encoding.n_attributes
-        first = not any(table.labels for table in self.tables)  # its codes are the positions
         where = [
             table.positions(list(labels), cats)
             for table, labels, cats in zip(self.tables, encoding.groups, categories, strict=True)
         ]
         codes = encoding.codes
-        if not first and any(np.any(w != np.arange(w.size)) for w in where):  # -> global codes
+        if any(np.any(w != np.arange(w.size)) for w in where):  # chunk-local -> global codes
             codes = np.column_stack(
                 [where[a][codes[:, a]] for a in range(encoding.n_attributes)]
             ).reshape(X.shape[0], encoding.n_attributes)
         chunk_counts = []  # rows of the chunk per group, in the tables' positions
         for a, table in enumerate(self.tables):
-            if first:
-                counts = np.asarray(encoding.counts[a], dtype=np.int64)
-            else:
-                counts = np.zeros(len(table.labels), dtype=np.int64)
-                counts[where[a]] = encoding.counts[a]
+            counts = np.zeros(len(table.labels), dtype=np.int64)
+            counts[where[a]] = encoding.counts[a]
             table.row_counts += counts
             chunk_counts.append(counts)
         if self.spec.constraint_positive:
@@ -582,14 +535,16 @@ class FairStatistics:
             objective = self.objective
             shifted = objective.shifted(block)
             shift = objective.shift
-            sums = np.asarray(la.matmul(shifted.T, W.astype(shifted.dtype)), dtype=np.float64)
+            sums = np.asarray(shifted.T @ W.astype(shifted.dtype), dtype=np.float64)
             objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
             gram, sums = la.gram_and_sums(block, W)
             if from_groups:
                 sums = with_total(sums, sizes)
-            if not self.objective.add_uncentred(block, sums[:, 0] / rows, gram=gram):
+            # trace(X^T X) = sum(X ** 2): the overflow check of check_magnitude, at no cost
+            check_magnitude(block, sum_of_squares=float(np.trace(gram)))
+            if not self.objective.add_uncentred(gram, rows, sums[:, 0] / rows):
                 return False
         self.constraint_count += rows if constraint_rows is None else int(constraint_rows.sum())
         start = 1
