@@ -42,6 +42,25 @@ def column_sums(X: np.ndarray, weights: np.ndarray) -> np.ndarray:
     return out
 
 
+def add_outer(M: np.ndarray, alpha: float, u: np.ndarray, v: np.ndarray, slab: int = 256):
+    """``M += alpha * u v^T`` in place, a slab of rows at a time (no d x d temporary)."""
+    for start in range(0, M.shape[0], slab):
+        M[start : start + slab] += alpha * np.outer(u[start : start + slab], v)
+    return M
+
+
+def symmetrize_upper(M: np.ndarray, slab: int = 256) -> np.ndarray:
+    """Copy the upper triangle of ``M`` onto its strict lower triangle, in place (column
+    slabs: no d x d temporary)."""
+    d = M.shape[0]
+    for start in range(0, d, slab):
+        stop = min(d, start + slab)
+        M[stop:, start:stop] = M[start:stop, stop:].T
+        block = M[start:stop, start:stop]
+        block[...] = np.triu(block) + np.triu(block, 1).T
+    return M
+
+
 def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
     """Rank-revealing orthonormal basis of the column span of ``D``.
 

@@ -13,10 +13,10 @@ through, in float64:
 All of them merge exactly: counts and sums add, and scatters merge by the pairwise rule of
 Chan, Golub and LeVeque (1979), ``M = M_a + M_b + (n_a n_b / n) delta delta^T`` with
 ``delta = mean_b - mean_a``. Within a stream, rows are added as shifted moments (rows minus
-a shift ``c`` close to their mean, :class:`Moments`): one product ``(X - c)^T (X - c)`` per
+a shift ``c`` close to their mean, :class:`Moments`): one ``syrk`` ``(X - c)^T (X - c)`` per
 block, and the moments are re-centred before the final subtraction could cancel more than
-about two digits. Sums are
-float64; float32 rows keep float32 products, summed in float64 every few thousand rows.
+about two digits. Sums are float64; float32 rows keep float32 products, summed in float64
+every few thousand rows.
 
 Groups may first appear in a later chunk. Group labels are any hashables; the final order is
 the one of :func:`fairpca._groups.encode_groups` (category order for categoricals, sorted
@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy.linalg import blas
 
 from . import _linalg as la
 from . import _memory
@@ -72,16 +73,20 @@ class Moments:
     """Count, mean and centred scatter ``sum (x - mean)(x - mean)^T`` of rows, in float64.
 
     Kept as shifted moments: a shift ``c`` (the mean of the first rows, or the mean at the
-    last re-centring), the shifted sum ``s = sum (x - c)`` and ``U = sum (x - c)(x - c)^T``
-    (a full, exactly symmetric d x d matrix); then ``mean = c + s / n`` and the scatter is
+    last re-centring), the shifted sum ``s = sum (x - c)`` and the upper triangle of
+    ``U = sum (x - c)(x - c)^T``; then ``mean = c + s / n`` and the scatter is
     ``U - s s^T / n``. A block adds ``(X - c)^T (X - c)`` to ``U`` (no per-block mean pass
     or rank-1 update), which is accurate while ``n ||s / n||^2`` stays small beside the
     trace of the scatter; a block that would break that bound is added centred on its own
     mean with the pairwise rule of Chan, Golub and LeVeque (1979) after re-centring.
 
+    ``U`` grows by BLAS ``syrk`` in place, called directly: NumPy's ``U += X.T @ X`` forms a
+    d x d temporary and mirrors it, and is 7% slower for 16384 x 500 float64 blocks, 19% for
+    4096 x 2000 and 33% for 2621 x 6400 float32 blocks (CelebA-sized streams).
+
     float64 blocks go straight into the float64 ``U``. float32 blocks stay float32 end to end
-    (``x - c`` and its products in float32) for at most ``FLOAT32_FLUSH_ROWS`` rows at a
-    time, and those partial products are summed in float64.
+    (``x - c`` and ``ssyrk``) for at most ``FLOAT32_FLUSH_ROWS`` rows at a time, and those
+    partial products are summed in float64.
     """
 
     def __init__(self, n_features: int):
@@ -89,7 +94,7 @@ class Moments:
         self.count = 0
         self.shift = np.zeros(n_features)
         self.shifted_sum = np.zeros(n_features)
-        self._scatter: np.ndarray | None = None  # U, float64
+        self._upper: np.ndarray | None = None  # U (upper triangle), float64, Fortran order
         self._pending: np.ndarray | None = None  # float32 products not yet in U
         self._pending_rows = 0
 
@@ -143,7 +148,7 @@ class Moments:
         if offset > SHIFT_MAX_MEAN_RATIO * max(trace - offset, 0.0):
             return False
         if shifted.dtype == np.float64:
-            self._add(shifted.T @ shifted)
+            self._add_gram(shifted)
         else:
             self._add_float32(shifted)
         self.count = total
@@ -155,7 +160,7 @@ class Moments:
         if centred.shape[0] == 0:
             return
         self._centre()
-        self._add(centred.T @ centred)
+        self._add_gram(centred)
         self._merge_centred(centred.shape[0], block_mean)
 
     def add_uncentred(self, gram: np.ndarray, rows: int, block_mean: np.ndarray) -> bool:
@@ -173,7 +178,7 @@ class Moments:
         mean_energy = rows * float(block_mean @ block_mean)
         if mean_energy > RAW_GRAM_MAX_MEAN_RATIO * max(float(np.trace(gram)) - mean_energy, 0.0):
             return False
-        self._scatter = gram
+        self._upper = np.asfortranarray(gram.T)  # symmetric: a view in Fortran order
         self.shift = np.zeros(self.n_features)
         self.shifted_sum = rows * np.asarray(block_mean, dtype=np.float64)
         self.count = rows
@@ -188,18 +193,20 @@ class Moments:
         if self.count == 0:
             self.shift = other.shift.copy()
             self.shifted_sum = other.shifted_sum.copy()
-            self._scatter = other._scatter.copy()
+            self._upper = other._upper.copy(order="F")
             self.count = other.count
             return
         self._centre()
-        self._add(other._scatter)
+        upper = self._ensure_upper()
+        upper += other._upper
         self._merge_centred(other.count, other.shift)
 
     # ------------------------------------------------------------------ internals
-    def _add(self, product: np.ndarray) -> None:
-        if self._scatter is None:
-            self._scatter = np.zeros((self.n_features, self.n_features))
-        self._scatter += product
+    def _add_gram(self, rows: np.ndarray) -> None:
+        """``U += rows^T rows`` (float64 rows; syrk sees ``rows.T`` as ``a``)."""
+        self._upper = blas.dsyrk(
+            1.0, rows.T, beta=1.0, c=self._ensure_upper(), trans=0, overwrite_c=True
+        )
 
     def _merge_centred(self, count: int, mean: np.ndarray) -> None:
         """Pairwise update for rows already in ``U`` centred on ``mean``; ``self`` is
@@ -209,7 +216,7 @@ class Moments:
             self.shift = np.array(mean, dtype=np.float64)
         else:
             delta = mean - self.shift
-            self._scatter += (self.count * count / total) * np.outer(delta, delta)
+            la.add_outer(self._upper, self.count * count / total, delta, delta)
             self.shift = self.shift + delta * (count / total)
         self.shifted_sum = np.zeros(self.n_features)
         self.count = total
@@ -219,8 +226,8 @@ class Moments:
         ``U - (d s^T + s d^T) + n d d^T = U - s s^T / n``."""
         mean = self.mean
         if self.count and self.shifted_sum.any():
-            self._flush(release=False)
-            self._scatter -= np.outer(self.shifted_sum, self.shifted_sum) / self.count
+            s = self.shifted_sum
+            la.add_outer(self._ensure_upper(), -1.0 / self.count, s, s)
         self.shift = mean
         self.shifted_sum = np.zeros(self.n_features)
 
@@ -229,51 +236,59 @@ class Moments:
         shift = np.array(shift, dtype=np.float64)
         delta = shift - self.shift
         if self.count and np.any(delta):
-            self._flush(release=False)
-            cross = np.outer(delta, self.shifted_sum)
-            self._scatter -= cross + cross.T
-            self._scatter += self.count * np.outer(delta, delta)
+            upper = self._ensure_upper()
+            la.add_outer(upper, -1.0, delta, self.shifted_sum)
+            la.add_outer(upper, -1.0, self.shifted_sum, delta)
+            la.add_outer(upper, float(self.count), delta, delta)
             self.shifted_sum = self.shifted_sum - self.count * delta
         self.shift = shift
 
     def _add_float32(self, shifted: np.ndarray) -> None:
-        product = shifted.T @ shifted
-        if self._pending_rows == 0:
-            self._pending = product
-        else:
-            self._pending += product
+        first = self._pending_rows == 0
+        if self._pending is None:
+            self._pending = np.zeros((self.n_features, self.n_features), np.float32, order="F")
+        self._pending = blas.ssyrk(
+            1.0, shifted.T, beta=0.0 if first else 1.0, c=self._pending, trans=0, overwrite_c=True
+        )
         self._pending_rows += shifted.shape[0]
         if self._pending_rows >= FLOAT32_FLUSH_ROWS:
-            self._flush()
+            self._flush(release=False)
 
     def _flush(self, *, release: bool = True) -> None:
         """Add the pending float32 products to the float64 accumulator."""
         if self._pending_rows:
-            self._add(self._pending)
+            upper = self._ensure_upper()
+            upper += self._pending
             self._pending_rows = 0
         if release:
             self._pending = None
 
     def _trace(self) -> float:
-        trace = 0.0 if self._scatter is None else float(np.trace(self._scatter))
+        trace = 0.0 if self._upper is None else float(np.trace(self._upper))
         if self._pending_rows:
             trace += float(np.trace(self._pending, dtype=np.float64))
         return trace
 
+    def _ensure_upper(self) -> np.ndarray:
+        """The float64 part of ``U`` (``U`` is it plus the pending float32 products)."""
+        if self._upper is None:
+            self._upper = np.zeros((self.n_features, self.n_features), order="F")
+        return self._upper
+
     # ------------------------------------------------------------------ reading
     def scatter(self, *, copy: bool = True) -> np.ndarray:
-        """The centred scatter matrix (d x d). ``copy=False`` re-centres the accumulator and
-        returns it (no d x d copy; the moments stay valid)."""
+        """Full symmetric scatter matrix (d x d). ``copy=False`` re-centres and symmetrises
+        the accumulator in place (no d x d copy; the moments stay valid)."""
         self._flush()
-        if self._scatter is None:
+        if self._upper is None:
             return np.zeros((self.n_features, self.n_features))
         if not copy:
             self._centre()
-            return self._scatter
-        scatter = self._scatter.copy()
+            return la.symmetrize_upper(self._upper)
+        upper = self._upper.copy(order="F")
         if self.count:
-            scatter -= np.outer(self.shifted_sum, self.shifted_sum) / self.count
-        return scatter
+            la.add_outer(upper, -1.0 / self.count, self.shifted_sum, self.shifted_sum)
+        return la.symmetrize_upper(upper)
 
     def __getstate__(self):
         self._flush()  # pickled (Dask) moments carry float64 products only
@@ -285,7 +300,7 @@ class Moments:
         out.count = self.count
         out.shift = self.shift.copy()
         out.shifted_sum = self.shifted_sum.copy()
-        out._scatter = None if self._scatter is None else self._scatter.copy()
+        out._upper = None if self._upper is None else self._upper.copy(order="F")
         return out
 
 
