@@ -14,16 +14,6 @@ from scipy.linalg import lapack
 from ._memory import BLOCK_ROWS
 
 
-def gram_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``X.T @ X`` and ``X.T @ W``: the one pass over the rows of a covariance fit.
-
-    NumPy evaluates ``X.T @ X`` by one SYRK and mirrors the triangle, so the Gram matrix is
-    exactly symmetric (scikit-learn's covariance PCA computes it the same way).
-    """
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow: see check_magnitude
-        return X.T @ X, (W.T @ X).T
-
-
 def sum_of_squares(X: np.ndarray) -> float:
     """``sum(X ** 2)`` as one dot product (no temporary of the size of ``X``)."""
     flat = np.ravel(X, order="K")
