@@ -60,6 +60,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from . import _linalg as la
 from . import _memory
 from ._fair_pca import DEFAULT_TOL, FairPCA
 from ._groups import encode_groups
@@ -505,7 +506,7 @@ class FairKernelPCA(TransformerMixin, BaseEstimator):
         coef = self.gram_solver_.coef_
         if with_pca:
             coef = np.hstack([coef, self._gram_pca_coefficients()])
-        out = features @ coef
+        out = la.matmul(features, coef)
         k = self.n_components_
         return out[:, :k], (out[:, k:] if with_pca else None)
 

@@ -150,11 +150,11 @@ class DeflatedGramSolver:
         total = max(float(np.trace(K_obj)), 0.0)
 
         C_all, spanning = constraint_coefficients(encoding, n, constraint_rows)
-        KC_all = Kc @ C_all
+        KC_all = la.matmul(Kc, C_all)
         C, KC = C_all[:, spanning], KC_all[:, spanning]
         T = self._constraint_whitening(C, KC, np.sqrt(total / (n_obj - 1) + max(grand_mean, 0.0)))
         rank = T.shape[1]
-        B = KC @ T
+        B = np.asarray(la.matmul(KC, T))
         B_obj = B if objective_rows is None else B[obj]
         # Kc[O, O] - B_O B_O^T, in place: in Kc itself unless its kernel PCA is wanted too
         deflate_kc = objective_rows is None and not with_pca
@@ -186,7 +186,7 @@ class DeflatedGramSolver:
         self.mean_gap_ = float(np.max(np.abs(self.coef_.T @ KC_all))) if C_all.size else 0.0
         coef = np.hstack([self.coef_, self.pca_coef_]) if with_pca else self.coef_
         # when Kc was deflated in place, Kc = K_fair + B B^T
-        features = K_fair @ coef + B @ (B.T @ coef) if deflate_kc else Kc @ coef
+        features = la.matmul(K_fair, coef) + B @ (B.T @ coef) if deflate_kc else la.matmul(Kc, coef)
         return features[:, :k], (features[:, k:] if with_pca else None)
 
     def _constraint_whitening(self, C, KC, scale: float) -> np.ndarray:

@@ -25,6 +25,7 @@ from sklearn.metrics.pairwise import pairwise_kernels
 from sklearn.utils import check_random_state, gen_batches
 from threadpoolctl import threadpool_limits
 
+from ._linalg import matmul
 from ._memory import BLOCK_BYTES, FLOAT_BYTES
 
 KERNELS = ("rbf", "poly", "sigmoid", "cosine", "linear")
@@ -235,7 +236,7 @@ class KernelFactor:
                 self.pivot_factor_, C_pivots.T, lower=True, check_finite=False
             )
             return solved.T
-        return C @ self.whitening_
+        return matmul(C, self.whitening_)
 
 
 class ExactKernelMap:

@@ -84,7 +84,7 @@ def solve_svd(
     """Exact solve by a thin SVD of ``Xc P`` (used when n < d); ``sum_of_squares`` is
     ``sum(Xc ** 2)`` when the caller has it (else one more pass computes it)."""
     n = Xc.shape[0]
-    fair_vectors, fair_values = _svd_top(Xc - (Xc @ Q) @ Q.T, k, Q)
+    fair_vectors, fair_values = _svd_top(Xc - la.matmul(Xc, Q) @ Q.T, k, Q)
     fair_vectors = la.project_out(fair_vectors, Q)
     pca_vectors, pca_values = _svd_top(Xc, k, np.zeros((Xc.shape[1], 0)))
     total = la.sum_of_squares(Xc) if sum_of_squares is None else sum_of_squares
@@ -96,15 +96,15 @@ def solve_svd(
 def _centred_products(X: np.ndarray, offset: np.ndarray | None):
     """``M -> (X - 1 offset^T) M`` and ``Y -> (X - 1 offset^T)^T Y`` (``X`` when no offset)."""
     if offset is None:
-        return (lambda M: X @ M), (lambda Y: X.T @ Y)
+        return (lambda M: la.matmul(X, M)), (lambda Y: la.matmul(X.T, Y))
 
     def times(M):
-        product = X @ M
+        product = la.matmul(X, M)
         product -= offset @ M
         return product
 
     def times_transposed(Y):
-        product = X.T @ Y
+        product = la.matmul(X.T, Y)
         product -= np.outer(offset, Y.sum(axis=0))
         return product
 
@@ -147,7 +147,7 @@ def solve_randomized(
         Y = normalize(Y)
         Y = times(normalize(times_transposed(Y)))
     basis = la.qr_basis(Y)
-    B = times_transposed(basis).T  # size x d
+    B = np.asarray(times_transposed(basis)).T  # size x d
     _, s_pca, Vt_pca = linalg.svd(B, full_matrices=False, check_finite=False)
     B_fair = B - (B @ Q) @ Q.T
     _, s_fair, Vt_fair = linalg.svd(B_fair, full_matrices=False, check_finite=False)
@@ -252,12 +252,12 @@ def solve_covariance_randomized(
     G = random_state.normal(size=(d, 2 * size)).astype(work.dtype)
     for _ in range(n_iter + 1):
         G[:, :size] = la.project_out(G[:, :size], Q_work)
-        G = work @ np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])])
+        G = la.matmul(work, np.hstack([la.lu_normalize(G[:, :size]), la.lu_normalize(G[:, size:])]))
     del work
     G = G.astype(np.float64)
     fair_basis = _orthonormalize(la.project_out(G[:, :size], Q))
     basis = np.hstack([fair_basis, _orthonormalize(G[:, size:])])
-    CB = C @ basis
+    CB = la.matmul(C, basis)
     fair = basis[:, :size].T @ CB[:, :size]
     pca = basis[:, size:].T @ CB[:, size:]
     fair_values, fair_vectors = la.top_eigh((fair + fair.T) / 2.0, k)
@@ -280,7 +280,7 @@ def _orthonormalize(Y: np.ndarray) -> np.ndarray:
     """
     basis = Y
     for _ in range(2):
-        gram = basis.T @ basis
+        gram = np.asarray(la.matmul(basis.T, basis))
         try:
             R = linalg.cholesky(gram, lower=False, check_finite=False)
         except linalg.LinAlgError:

@@ -560,7 +560,7 @@ class FairStatistics:
             objective = self.objective
             shifted = objective.shifted(block)
             shift = objective.shift
-            sums = np.asarray(shifted.T @ W.astype(shifted.dtype), dtype=np.float64)
+            sums = np.asarray(la.matmul(shifted.T, W.astype(shifted.dtype)), dtype=np.float64)
             objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
