@@ -564,8 +564,7 @@ class FairStatistics:
             objective.add_block(block, shifted, sums[:, 0])
             sums += np.outer(shift, totals)
         else:
-            with np.errstate(over="ignore", invalid="ignore"):  # see add_uncentred
-                sums = (W.T @ block).T
+            sums = np.asarray(la.matmul(block.T, W))
             if from_groups:
                 sums = with_total(sums, sizes)
             if not self.objective.add_uncentred(block, sums[:, 0] / rows):
