@@ -3,8 +3,10 @@
 Factorisations are SciPy's (``scipy.linalg``), as in scikit-learn's PCA. BLAS and LAPACK are
 called directly only where that was measured to save at least 5% of a fit of 20 ms or more,
 each with its number: the products of the randomized and kernel solvers (:func:`matmul`),
-and the tridiagonal reduction that serves fair and standard PCA at once when there is one
-constraint direction (:func:`top_eigh_with_constraint`).
+the tridiagonal reduction that serves fair and standard PCA at once when there is one
+constraint direction (:func:`top_eigh_with_constraint`) and inverse iteration for many
+eigenpairs (:func:`_top_tridiagonal_eigh`); the streamed statistics add rows by ``syrk``
+(:class:`fairpca._streaming.Moments`).
 """
 
 from __future__ import annotations
@@ -124,8 +126,9 @@ def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int)
     Few pairs: bisection and inverse iteration (``eigh_tridiagonal``), O(n) per pair. Many
     pairs (``16 k >= n``): all eigenvalues at once by QR iteration (O(n^2)), then inverse
     iteration for the top ``k`` vectors. LAPACK's ``dstein`` is called directly because
-    SciPy offers inverse iteration only after bisection: at n = 10000, d = 800, k = 100 this
-    takes 88 ms instead of 129 ms for the constrained eigenproblem, 14% of the fit.
+    SciPy offers inverse iteration only after bisection: at d = 800, k = 100,
+    :func:`top_eigh_with_constraint` then takes 88 ms instead of 129 ms, 14% of the
+    10000 x 800 fit.
     """
     n = diagonal.size
     if 16 * k >= n and n > 1:
