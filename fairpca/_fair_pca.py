@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import warnings
+from dataclasses import dataclass
 from numbers import Integral, Real
 from typing import ClassVar
 
@@ -42,22 +43,20 @@ DEFAULT_TOL = 1e-11
 DEFAULT_TOL_FLOAT32 = 1e-5
 
 
-def _centred(X_obj, mean, raw_sum_of_squares, implicit):
-    """The objective rows for the in-memory solvers: ``(data, offset, sum((X - mean) ** 2))``.
+@dataclass(frozen=True)
+class _Constraint:
+    """The group-mean differences ``D`` (d x m: the columns of ``X^T Z`` scaled by the group
+    sizes, Sections 3.4-3.5), an orthonormal basis (d x r) of their span, their singular
+    values, and the groups they come from."""
 
-    ``offset`` is None when ``data`` is the centred copy ``X - mean``. When ``implicit``
-    and the mean does not dominate the spread (the test of
-    :meth:`fairpca._streaming.Moments.add_uncentred`: at most about four digits lost), the
-    randomized solver centres its products instead (``data = X``, ``offset = mean``), so no
-    n x d copy is made and ``sum((X - mean) ** 2) = sum(X ** 2) - n ||mean||^2`` costs no pass.
-    """
-    if implicit:
-        mean_energy = X_obj.shape[0] * float(mean @ mean)
-        spread = raw_sum_of_squares - mean_energy
-        if mean_energy <= _streaming.RAW_GRAM_MAX_MEAN_RATIO * max(spread, 0.0):
-            return X_obj, mean, max(spread, 0.0)
-    Xc = np.subtract(X_obj, mean, dtype=np.float64)
-    return Xc, None, la.sum_of_squares(Xc)
+    D: np.ndarray
+    basis: np.ndarray
+    singular_values: np.ndarray
+    groups: GroupEncoding
+
+    @property
+    def rank(self) -> int:
+        return self.basis.shape[1]
 
 
 class FairPCA(TransformerMixin, BaseEstimator):
@@ -257,6 +256,11 @@ class FairPCA(TransformerMixin, BaseEstimator):
         self : FairPCA
             The fitted estimator.
         """
+        self._fit(X, y, sensitive_features)
+        return self
+
+    def _fit(self, X, y, sensitive_features):
+        """Validate the data, choose the solver and dispatch to the route that fits it."""
         self.__dict__.pop("_stream", None)  # fit starts over; partial_fit accumulates anew
         if _dask.is_dask_collection(X):
             return self._fit_dask(X, y, sensitive_features)
@@ -264,7 +268,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
             X, sensitive_features, self.sensitive_columns
         )
         check_numeric(X)
-        # Finiteness is checked with the magnitude below, from one sum of squares.
+        # Finiteness is checked with the magnitude (check_magnitude), from one sum of squares.
         X = validate_data(
             self,
             X,
@@ -279,62 +283,97 @@ class FairPCA(TransformerMixin, BaseEstimator):
         objective_rows, constraint_rows = fit_rows(
             y, n_samples, self.constraint, self.pos_label, self.eo_objective
         )
-        constraint_encoding = (
-            encoding if constraint_rows is None else groups_among(encoding, constraint_rows)
-        )
-        X_obj = X if objective_rows is None else X[objective_rows]
-        n_obj = X_obj.shape[0]
+        n_obj = n_samples if objective_rows is None else int(np.count_nonzero(objective_rows))
         if n_obj < 2:
             raise ValueError(
                 f"Only {n_obj} row(s) to fit the variance objective on; need at least 2."
             )
-
+        if constraint_rows is not None:
+            constrained = groups_among(encoding, constraint_rows)
+        else:
+            constrained = encoding
         solver = self._choose_solver(n_obj, n_features)
-        solver = self._solver_within_memory(solver, n_obj, n_features, constraint_encoding)
-        from_statistics = solver == "covariance_eigh" or self.equalize_covariance is not None
-        raw_sum_of_squares = None
-        if not (from_statistics and X.dtype == np.float64 and objective_rows is None):
-            # Otherwise the statistics start from the Gram matrix of all of X, whose trace
-            # sum(X ** 2) is checked there (Moments.add_uncentred), without another pass:
-            # a NaN or infinite entry makes that trace non-finite too.
-            raw_sum_of_squares = la.sum_of_squares(X)
-            check_magnitude(X, sum_of_squares=raw_sum_of_squares)
-        if from_statistics:
-            stats = _streaming.FairStatistics(
-                _streaming.StatisticsSpec.for_estimator(self, n_features)
-            )
-            stats.update(X, encoding, constraint_rows, [list(g) for g in encoding.groups])
-            return self._fit_from_statistics(stats)
+        solver = self._solver_within_memory(solver, n_obj, n_features, constrained)
+        if solver == "covariance_eigh" or self.equalize_covariance is not None:
+            return self._fit_covariance(X, encoding, objective_rows, constraint_rows)
+        fit_route = self._fit_full if solver == "full" else self._fit_randomized
+        return fit_route(X, objective_rows, constraint_rows, encoding, constrained)
+
+    def _fit_covariance(self, X, encoding, objective_rows, constraint_rows):
+        """Exact route from the d x d scatter (and Fair PCA-S, Section 3.6): the sufficient
+        statistics of one pass over the rows, then :meth:`_fit_from_statistics`."""
+        if X.dtype != np.float64 or objective_rows is not None:
+            # (otherwise the statistics read sum(X ** 2) off the trace of X^T X)
+            check_magnitude(X)
+        spec = _streaming.StatisticsSpec.for_estimator(self, X.shape[1])
+        stats = _streaming.FairStatistics(spec)
+        stats.update(X, encoding, constraint_rows, [list(g) for g in encoding.groups])
+        return self._fit_from_statistics(stats)
+
+    def _fit_full(self, X, objective_rows, constraint_rows, encoding, constrained):
+        """Exact route for wide data (n < d): thin SVDs of ``Xc P`` and ``Xc`` (Algorithm 2
+        with ``R^T Xc^T Xc R`` replaced by the SVD of ``Xc P``, ``P = I - Q Q^T``)."""
+        Xc, _, sum_of_squares, mean, constraint, k = self._centred_problem(
+            X, objective_rows, constraint_rows, encoding, constrained, implicit=False
+        )
+        solution = _solvers.solve_svd(Xc, constraint.basis, k, sum_of_squares=sum_of_squares)
+        return self._store(solution, constraint, mean, X.dtype, Xc.shape[0])
+
+    def _fit_randomized(self, X, objective_rows, constraint_rows, encoding, constrained):
+        """Randomized route (k << min(n, d)): one range finder serves fair and standard PCA
+        (:func:`fairpca._solvers.solve_randomized`). Contiguous float64 rows are centred
+        inside its products (no n x d copy; a strided view would be copied by each)."""
+        implicit = (
+            objective_rows is None
+            and X.dtype == np.float64
+            and (X.flags.c_contiguous or X.flags.f_contiguous)
+        )
+        data, offset, sum_of_squares, mean, constraint, k = self._centred_problem(
+            X, objective_rows, constraint_rows, encoding, constrained, implicit=implicit
+        )
+        solution = _solvers.solve_randomized(
+            data,
+            constraint.basis,
+            k,
+            n_oversamples=self.n_oversamples,
+            n_iter=self._n_power_iterations(k, *data.shape),
+            random_state=check_random_state(self.random_state),
+            sum_of_squares=sum_of_squares,
+            offset=offset,
+        )
+        return self._store(solution, constraint, mean, X.dtype, data.shape[0])
+
+    def _centred_problem(
+        self, X, objective_rows, constraint_rows, encoding, constrained, *, implicit
+    ):
+        """What the in-memory solvers take: ``(data, offset, sum((X - mean) ** 2), mean,
+        constraint, k)`` for the objective rows.
+
+        ``data`` is the centred copy ``X - mean`` (``offset`` None), or, when ``implicit``
+        and the mean does not dominate the spread (at most about four digits lost, as in
+        :meth:`fairpca._streaming.Moments.add_uncentred`), ``X`` itself with ``offset =
+        mean`` for the solver to centre its products; then ``sum((X - mean) ** 2) = sum(X **
+        2) - n ||mean||^2`` costs no pass.
+        """
+        raw_sum_of_squares = la.sum_of_squares(X)
+        check_magnitude(X, sum_of_squares=raw_sum_of_squares)
+        X_obj = X if objective_rows is None else X[objective_rows]
+        n_obj = X_obj.shape[0]
         mean, constraint_mean, group_means = self._means(
-            X_obj, objective_rows, constraint_rows, constraint_encoding
+            X_obj, objective_rows, constraint_rows, constrained
         )
         D = np.hstack([g - constraint_mean[:, None] for g in group_means])
-        implicit = (
-            solver == "randomized"
-            and X_obj is X
-            and X.dtype == np.float64
-            and (X.flags.c_contiguous or X.flags.f_contiguous)  # else each product copies X
-        )
-        data, offset, sum_of_squares = _centred(X_obj, mean, raw_sum_of_squares, implicit)
-        scale = np.sqrt(sum_of_squares / (n_obj - 1) + mean @ mean)
-        Q, singular_values = self._constraint_basis(D, scale, X.dtype)
-        k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
-        if solver == "full":
-            solution = _solvers.solve_svd(data, Q, k, sum_of_squares=sum_of_squares)
+        mean_energy = n_obj * float(mean @ mean)
+        spread = max(raw_sum_of_squares - mean_energy, 0.0)
+        if implicit and mean_energy <= _streaming.RAW_GRAM_MAX_MEAN_RATIO * spread:
+            data, offset, sum_of_squares = X_obj, mean, spread
         else:
-            solution = _solvers.solve_randomized(
-                data,
-                Q,
-                k,
-                n_oversamples=self.n_oversamples,
-                n_iter=self._n_power_iterations(k, n_obj, n_features),
-                random_state=check_random_state(self.random_state),
-                sum_of_squares=sum_of_squares,
-                offset=offset,
-            )
-        self.covariance_rank_ = None
-        self._store(solution, X.dtype, mean, Q, singular_values, D, encoding, n_obj)
-        return self
+            data = np.subtract(X_obj, mean, dtype=np.float64)
+            offset, sum_of_squares = None, la.sum_of_squares(data)
+        scale = np.sqrt(sum_of_squares / (n_obj - 1) + mean @ mean)
+        constraint = self._constraint(D, scale, X.dtype, encoding)
+        k = self._resolve_n_components(n_obj, X.shape[1], constraint.rank)
+        return data, offset, sum_of_squares, mean, constraint, k
 
     def _fit_from_statistics(self, stats):
         """Fit from sufficient statistics: Algorithms 1-2 (and Section 3.6) on d x d matrices.
@@ -348,15 +387,22 @@ class FairPCA(TransformerMixin, BaseEstimator):
         # Each attribute's columns are centred on the mean its own group sums give (equal to
         # constraint_mean in exact arithmetic), so that their one known linear dependence
         # (sum_g n_g (mean_g - mean) = 0, Section 3.4) holds to float64 rounding.
-        parts = [t.sums / t.counts - (t.sums.sum(1) / t.counts.sum())[:, None] for t in tables]
-        D = parts[0] if len(parts) == 1 else np.hstack(parts)
+        D = np.hstack(
+            [t.sums / t.counts - (t.sums.sum(1) / t.counts.sum())[:, None] for t in tables]
+        )
         C = stats.objective.scatter(copy=False)  # the moments stay valid; C is only read
         scale = np.sqrt(max(np.trace(C) / max(n_obj - 1, 1), 0.0) + mean @ mean)
-        Q, singular_values = self._constraint_basis(D, scale, stats.dtype)
-        k = self._resolve_n_components(n_obj, n_features, Q.shape[1])
-        size = None
+        groups = GroupEncoding(
+            np.zeros((0, len(tables)), dtype=np.intp),
+            [np.asarray(t.labels, dtype=object) for t in tables],
+            [t.name for t in tables],
+        )
+        constraint = self._constraint(D, scale, stats.dtype, groups)
+        Q = constraint.basis
+        k = self._resolve_n_components(n_obj, n_features, constraint.rank)
+        covariance_rank = None
         if self.equalize_covariance is not None:
-            size = self._resolve_covariance_rank(k, n_features, Q.shape[1])
+            covariance_rank = self._resolve_covariance_rank(k, n_features, constraint.rank)
             covariances = [
                 (
                     [m.scatter() / (m.count - 1) for m in t.scatters],
@@ -364,7 +410,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 )
                 for t in tables
             ]
-            L = _solvers.covariance_subspace(Q, covariances, size)
+            L = _solvers.covariance_subspace(Q, covariances, covariance_rank)
             solution = _solvers.solve_covariance_equalizing(C, Q, L, k, n_obj)
         elif self._statistics_solver(n_obj, n_features) == "randomized":
             solution = _solvers.solve_covariance_randomized(
@@ -379,14 +425,7 @@ class FairPCA(TransformerMixin, BaseEstimator):
             )
         else:
             solution = _solvers.solve_covariance(C, Q, k, n_obj)
-        groups = GroupEncoding(
-            np.zeros((0, len(tables)), dtype=np.intp),
-            [np.asarray(t.labels, dtype=object) for t in tables],
-            [t.name for t in tables],
-        )
-        self._store(solution, stats.dtype, mean, Q, singular_values, D, groups, n_obj)
-        self.covariance_rank_ = size
-        return self
+        return self._store(solution, constraint, mean, stats.dtype, n_obj, covariance_rank)
 
     # ------------------------------------------------------------------ streaming
     @_fit_context(prefer_skip_nested_validation=True)
@@ -599,12 +638,15 @@ class FairPCA(TransformerMixin, BaseEstimator):
             start = stop
         return mean, constraint_mean, group_means
 
-    def _constraint_basis(self, D, scale, dtype):
-        if self.tol is not None:
-            tol = self.tol
-        else:
+    def _constraint(self, D, scale, dtype, groups) -> _Constraint:
+        """The constrained directions: an orthonormal basis of the span of the group-mean
+        differences ``D``, keeping the directions whose singular values exceed ``tol`` times
+        the data scale (Algorithm 2's null space of ``Z^T X``, found by a rank-revealing SVD)."""
+        tol = self.tol
+        if tol is None:
             tol = DEFAULT_TOL if dtype == np.float64 else DEFAULT_TOL_FLOAT32
-        return la.orthonormal_basis(D, tol * max(scale, np.finfo(float).tiny))
+        basis, singular_values = la.orthonormal_basis(D, tol * max(scale, np.finfo(float).tiny))
+        return _Constraint(D, basis, singular_values, groups)
 
     def _choose_solver(self, n, d):
         if self.svd_solver != "auto":
@@ -688,7 +730,9 @@ class FairPCA(TransformerMixin, BaseEstimator):
         # a fraction f of d (the int 1 means f = 1.0, i.e. plain fair PCA)
         return max(k, min(available, int(np.floor(float(value) * n_features))))
 
-    def _store(self, solution, dtype, mean, Q, singular_values, D, encoding, n_obj):
+    def _store(self, solution, constraint, mean, dtype, n_obj, covariance_rank=None):
+        """Set the fitted attributes: signs fixed as scikit-learn's ``svd_flip`` does, the
+        residual of the constraint measured on both direction sets."""
         k = solution.fair_components.shape[1]
         both = la.flip_columns(np.hstack([solution.fair_components, solution.pca_components]))
         fair, pca = both[:, :k], both[:, k:]
@@ -705,16 +749,19 @@ class FairPCA(TransformerMixin, BaseEstimator):
             dtype, copy=False
         )
         self.mean_ = mean.astype(dtype, copy=False)
-        self.n_components_ = fair.shape[1]
+        self.n_components_ = k
         self.n_samples_ = n_obj
-        self.constraint_basis_ = np.ascontiguousarray(Q.T)
-        self.constraint_rank_ = Q.shape[1]
-        self.constraint_singular_values_ = singular_values
-        self.groups_ = list(encoding.groups)
-        self.sensitive_names_ = list(encoding.names)
-        gaps = np.abs(both.T @ D) if D.size else np.zeros((2 * k, 1))  # both sets, one product
+        self.constraint_basis_ = np.ascontiguousarray(constraint.basis.T)
+        self.constraint_rank_ = constraint.rank
+        self.constraint_singular_values_ = constraint.singular_values
+        self.groups_ = list(constraint.groups.groups)
+        self.sensitive_names_ = list(constraint.groups.names)
+        self.covariance_rank_ = covariance_rank
+        D = constraint.D
+        gaps = np.abs(both.T @ D) if D.size else np.zeros((2 * k, 1))
         self.mean_gap_ = float(gaps[:k].max())
         self.pca_mean_gap_ = float(gaps[k:].max())
+        return self
 
     # ------------------------------------------------------------------ transforming
     def transform(self, X):

@@ -1,25 +1,44 @@
-"""Dense linear algebra for the fair PCA solvers.
+"""Dense linear algebra of the fair PCA solvers (Kleindessner et al., AISTATS 2023).
 
-Products go through SciPy's BLAS/LAPACK, so one OpenBLAS thread pool does the work: NumPy
-and SciPy wheels each ship their own OpenBLAS, and alternating calls between the two lets one
-pool's spinning threads starve the other on small machines. The exceptions are the one pass
-over the rows of a covariance fit (:func:`gram_and_sums`), where NumPy's build is faster.
+Factorisations are SciPy's (``scipy.linalg``), as in scikit-learn's PCA. BLAS and LAPACK are
+called directly only where that was measured to save at least 5% of a fit of 20 ms or more,
+each with its number: the products of the randomized and kernel solvers (:func:`matmul`),
+the tridiagonal reduction that serves fair and standard PCA at once when there is one
+constraint direction (:func:`top_eigh_with_constraint`) and inverse iteration for many
+eigenpairs (:func:`_top_tridiagonal_eigh`); the streamed statistics add rows by ``syrk``
+(:class:`fairpca._streaming.Moments`).
 """
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 from scipy import linalg
-from scipy.linalg import blas, lapack
+from scipy.linalg import lapack
 from scipy.linalg.blas import get_blas_funcs
 
-from ._memory import BLOCK_ROWS as GRAM_CHUNK_ROWS
+from ._memory import BLOCK_ROWS
 
 
-def _blas_operand(a: np.ndarray) -> tuple[np.ndarray, int]:
-    """Return ``(array, trans)`` such that BLAS sees ``op(array) == a`` without a copy."""
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` by SciPy's GEMM (Fortran-ordered result), for the products of the randomized
+    and kernel solvers.
+
+    Called directly because the OpenBLAS that SciPy ships multiplies tall, narrow matrices
+    faster than NumPy's: 34 ms instead of 58 ms for 10000 x 3000 times 3000 x 13 (one
+    thread), about 30% of a randomized fit at 10000 x 3000, k = 2.
+    """
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype:
+        dtype = np.result_type(a.dtype, b.dtype, np.float32)
+        a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
+    gemm = get_blas_funcs("gemm", (a, b))
+    (a_op, trans_a), (b_op, trans_b) = _gemm_operand(a), _gemm_operand(b)
+    return gemm(1.0, a_op, b_op, trans_a=trans_a, trans_b=trans_b)
+
+
+def _gemm_operand(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(array, trans)`` with ``op(array) == a`` in Fortran order (a C-ordered matrix is its
+    transpose's Fortran-ordered buffer: no copy)."""
     if a.flags.f_contiguous:
         return a, 0
     if a.flags.c_contiguous:
@@ -27,89 +46,41 @@ def _blas_operand(a: np.ndarray) -> tuple[np.ndarray, int]:
     return np.asfortranarray(a), 0
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` computed by SciPy's GEMM (Fortran-ordered result)."""
-    a = np.asarray(a)
-    b = np.asarray(b)
-    if a.dtype != b.dtype:
-        dtype = np.result_type(a.dtype, b.dtype, np.float32)
-        a, b = a.astype(dtype, copy=False), b.astype(dtype, copy=False)
-    gemm = get_blas_funcs("gemm", (a, b))
-    a_op, trans_a = _blas_operand(a)
-    b_op, trans_b = _blas_operand(b)
-    return gemm(1.0, a_op, b_op, trans_a=trans_a, trans_b=trans_b)
-
-
-def gram_upper(X: np.ndarray) -> np.ndarray:
-    """Upper triangle of ``X.T @ X`` (SYRK, float64 input; the strict lower part is zero)."""
-    x_op, trans = _blas_operand(X)
-    syrk = get_blas_funcs("syrk", (x_op,))
-    # syrk computes op(a) op(a)^T: with op(x_op) == X we need the transposed product.
-    return syrk(1.0, x_op, trans=1 - trans)
-
-
-def gram_and_sums(X: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``X.T @ X`` (full, exactly symmetric, Fortran-ordered) and ``X.T @ W`` for float64 ``X``.
-
-    This pass over the rows is the cost of a covariance fit, so it takes NumPy's matmul, as
-    scikit-learn's PCA does: NumPy evaluates ``X.T @ X`` by one SYRK and mirrors the triangle,
-    and its OpenBLAS build runs both products faster than SciPy's on narrow and wide data
-    alike (the one exception to SciPy's BLAS in this module; the products that follow are on
-    d x d matrices). The Gram comes back as the transposed view of NumPy's C-ordered result,
-    the same symmetric matrix in Fortran order, so SciPy's BLAS updates it in place.
-    """
-    with np.errstate(over="ignore", invalid="ignore"):  # overflow: see check_magnitude
-        gram = X.T @ X
-        sums = W.T @ X
-    return gram.T, np.asarray(sums).T
-
-
 def sum_of_squares(X: np.ndarray) -> float:
-    """``sum(X ** 2)`` by SciPy's BLAS dot (no temporary of the size of ``X``)."""
+    """``sum(X ** 2)`` as one dot product (no temporary of the size of ``X``)."""
     flat = np.ravel(X, order="K")
-    dot = get_blas_funcs("dot", (flat,))
-    return float(dot(flat, flat))
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: see check_magnitude
+        return float(flat @ flat)
 
 
-@functools.lru_cache(maxsize=8)
-def _strictly_lower(size: int) -> np.ndarray:
-    """Read-only mask of the strict lower triangle of a ``size x size`` matrix."""
-    mask = np.tri(size, k=-1, dtype=bool)
-    mask.flags.writeable = False
-    return mask
-
-
-def symmetrize_upper(upper: np.ndarray, slab: int = 256) -> np.ndarray:
-    """Fill the strict lower triangle from the upper one (in place) and return the matrix."""
-    d = upper.shape[0]
-    strictly_lower = _strictly_lower(min(d, slab))
-    for start in range(0, d, slab):
-        stop = min(d, start + slab)
-        upper[stop:, start:stop] = upper[start:stop, stop:].T
-        block = upper[start:stop, start:stop]
-        width = stop - start
-        np.copyto(block, block.T, where=strictly_lower[:width, :width])
-    return upper
-
-
-def add_upper(target: np.ndarray, source: np.ndarray, slab: int = 512) -> np.ndarray:
-    """``target += source`` on the upper triangle only (column slabs; any float dtypes)."""
-    d = target.shape[0]
-    for start in range(0, d, slab):
-        stop = min(d, start + slab)
-        target[:stop, start:stop] += source[:stop, start:stop]
-    return target
-
-
-def column_sums(X: np.ndarray, indicator: np.ndarray) -> np.ndarray:
-    """``X.T @ indicator`` in float64: per-group column sums in one pass over ``X``."""
+def column_sums(X: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """``X.T @ weights`` in float64 (float32 rows are converted block by block)."""
     if X.dtype == np.float64:
-        return np.asarray(matmul(X.T, indicator))
-    out = np.zeros((X.shape[1], indicator.shape[1]))
-    for start in range(0, X.shape[0], GRAM_CHUNK_ROWS):
-        chunk = np.asarray(X[start : start + GRAM_CHUNK_ROWS], dtype=np.float64)
-        out += matmul(chunk.T, indicator[start : start + GRAM_CHUNK_ROWS])
+        return np.asarray(matmul(X.T, weights))
+    out = np.zeros((X.shape[1], weights.shape[1]))
+    for start in range(0, X.shape[0], BLOCK_ROWS):
+        block = np.asarray(X[start : start + BLOCK_ROWS], dtype=np.float64)
+        out += matmul(block.T, weights[start : start + BLOCK_ROWS])
     return out
+
+
+def add_outer(M: np.ndarray, alpha: float, u: np.ndarray, v: np.ndarray, slab: int = 256):
+    """``M += alpha * u v^T`` in place, a slab of rows at a time (no d x d temporary)."""
+    for start in range(0, M.shape[0], slab):
+        M[start : start + slab] += alpha * np.outer(u[start : start + slab], v)
+    return M
+
+
+def symmetrize_upper(M: np.ndarray, slab: int = 256) -> np.ndarray:
+    """Copy the upper triangle of ``M`` onto its strict lower triangle, in place (column
+    slabs: no d x d temporary)."""
+    d = M.shape[0]
+    for start in range(0, d, slab):
+        stop = min(d, start + slab)
+        M[stop:, start:stop] = M[start:stop, stop:].T
+        block = M[start:stop, start:stop]
+        block[...] = np.triu(block) + np.triu(block, 1).T
+    return M
 
 
 def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.ndarray]:
@@ -120,11 +91,7 @@ def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.n
     """
     if D.shape[1] == 0:
         return np.zeros((D.shape[0], 0)), np.zeros(0)
-    # LAPACK's gesdd on the d x m matrix (m small), called directly: NumPy's wrapper costs
-    # more than the factorisation itself at this size.
-    U, s, _, info = lapack.dgesdd(np.asarray(D, dtype=np.float64), full_matrices=0)
-    if info != 0:
-        raise linalg.LinAlgError(f"SVD of the constraint columns did not converge (info={info}).")
+    U, s, _ = linalg.svd(D, full_matrices=False, check_finite=False)
     rank = int(np.sum(s > threshold))
     return flip_columns(np.ascontiguousarray(U[:, :rank])), s
 
@@ -144,72 +111,39 @@ def flip_columns(V: np.ndarray) -> np.ndarray:
 def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Largest ``k`` eigenpairs of a symmetric matrix, eigenvalues in decreasing order."""
     d = M.shape[0]
-    values, vectors = linalg.eigh(
-        M, subset_by_index=[d - k, d - 1], driver="evr", overwrite_a=False, check_finite=False
-    )
+    values, vectors = linalg.eigh(M, subset_by_index=[d - k, d - 1], check_finite=False)
     return values[::-1], vectors[:, ::-1]
 
 
-@functools.lru_cache(maxsize=8)
-def _one_block(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """``dstein``'s block arguments for an unsplit tridiagonal matrix of order ``n``: every
-    row in block 1, which ends at row ``n`` (read-only; LAPACK only reads them)."""
-    blocks, ends = np.ones(n, dtype=np.int32), np.full(n, n, dtype=np.int32)
-    blocks.flags.writeable = ends.flags.writeable = False
-    return blocks, ends
-
-
-@functools.lru_cache(maxsize=8)
-def _dsytrd_lwork(d: int) -> int:
-    lwork, info = lapack.dsytrd_lwork(d, lower=1)
-    if info != 0:
-        raise linalg.LinAlgError(f"dsytrd_lwork failed (info={info}).")
-    return int(lwork)
-
-
-@functools.lru_cache(maxsize=8)
-def _dormqr_lwork(reflectors_shape: tuple, rhs_shape: tuple) -> int:
-    """Optimal workspace of ``dormqr`` applying ``Q`` (from the left) for these shapes."""
-    reflectors, rhs = np.zeros(reflectors_shape, order="F"), np.zeros(rhs_shape, order="F")
-    tau = np.zeros(min(reflectors_shape))
-    _, work, info = lapack.dormqr(b"L", b"N", reflectors, tau, rhs, -1)
-    if info != 0:
-        raise linalg.LinAlgError(f"dormqr workspace query failed (info={info}).")
-    return int(work[0])
+def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Smallest ``k`` eigenpairs of a symmetric matrix, eigenvalues in increasing order."""
+    return linalg.eigh(M, subset_by_index=[0, k - 1], check_finite=False)
 
 
 def _top_tridiagonal_eigh(diagonal: np.ndarray, offdiagonal: np.ndarray, k: int):
     """Largest ``k`` eigenpairs of a symmetric tridiagonal matrix, eigenvalues decreasing.
 
-    Few pairs (``16 k < n``): MRRR by index (``dstemr``, the kernel of ``eigh(driver="evr")``),
-    whose bisection costs O(n) per eigenvalue. Many pairs: all eigenvalues by the
-    Pal-Walker-Kahan QR iteration (``dsterf``, O(n^2) in all) and the top ``k`` vectors by
-    inverse iteration (``dstein``, the kernel of ``eigh(driver="evx")``, re-orthogonalised
-    within clusters); ``dstemr`` remains the fallback if inverse iteration fails.
+    Few pairs: bisection and inverse iteration (``eigh_tridiagonal``), O(n) per pair. Many
+    pairs (``16 k >= n``): all eigenvalues at once by QR iteration (O(n^2)), then inverse
+    iteration for the top ``k`` vectors. LAPACK's ``dstein`` is called directly because
+    SciPy offers inverse iteration only after bisection: at d = 800, k = 100,
+    :func:`top_eigh_with_constraint` then takes 88 ms instead of 129 ms, 14% of the
+    10000 x 800 fit.
     """
     n = diagonal.size
-    if n == 1:
-        return diagonal.copy(), np.ones((1, 1))
-    if 16 * k >= n:
-        values, info = lapack.dsterf(diagonal, offdiagonal)
-        if info == 0:
-            top = np.ascontiguousarray(values[n - k :])
-            one_block, block_ends = _one_block(n)
-            vectors, info = lapack.dstein(diagonal, offdiagonal, top, one_block, block_ends)
-            if info == 0:
-                return top[::-1], vectors[:, ::-1]
-    padded = np.zeros(n)  # dstemr takes the off-diagonal in an array of length n
-    padded[:-1] = offdiagonal
-    by_index = 2  # SciPy's code for RANGE = "I": eigenvalues il..iu (1-based, ascending)
-    lwork, liwork, info = lapack.dstemr_lwork(diagonal, padded, by_index, 0.0, 0.0, n - k + 1, n)
-    found = 0
-    if info == 0:
-        found, values, vectors, info = lapack.dstemr(
-            diagonal, padded, by_index, 0.0, 0.0, n - k + 1, n, lwork=int(lwork), liwork=int(liwork)
+    if 16 * k >= n and n > 1:
+        values = linalg.eigvalsh_tridiagonal(
+            diagonal, offdiagonal, lapack_driver="sterf", check_finite=False
         )
-    if info != 0 or found != k:
-        raise linalg.LinAlgError(f"dstemr did not converge (info={info}).")
-    return values[:k][::-1], vectors[:, :k][:, ::-1]
+        top = np.ascontiguousarray(values[n - k :])
+        in_one_block, block_ends = np.ones(n, dtype=np.int32), np.full(n, n, dtype=np.int32)
+        vectors, info = lapack.dstein(diagonal, offdiagonal, top, in_one_block, block_ends)
+        if info == 0:
+            return top[::-1], vectors[:, ::-1]
+    values, vectors = linalg.eigh_tridiagonal(
+        diagonal, offdiagonal, select="i", select_range=(n - k, n - 1), check_finite=False
+    )
+    return values[::-1], vectors[:, ::-1]
 
 
 def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
@@ -219,62 +153,57 @@ def top_eigh_with_constraint(C: np.ndarray, q: np.ndarray, k: int):
     A Householder reflector ``H`` maps the unit vector ``q`` to the first coordinate axis, so
     that the constrained problem (Golub 1973; Problem (4) with one constraint, Algorithm 1 of
     Kleindessner et al. 2023) is the trailing ``(d - 1) x (d - 1)`` block ``A`` of
-    ``C' = H C H``. LAPACK's lower tridiagonal reduction ``C' = V T V^T`` eliminates the
-    first column with a reflector acting on rows ``2..d`` and then works only on that block,
-    so ``V = diag(1, V_A)`` and ``T[1:, 1:] = V_A^T A V_A``: the trailing block of ``T`` is
-    the tridiagonal form of the constrained problem. Both eigenproblems are then tridiagonal
-    (:func:`_top_tridiagonal_eigh`), and one blocked back-transformation serves both. The
-    cost is about that of one ``eigh``, where two subset ``eigh`` calls would reduce two
-    d x d matrices.
+    ``C' = H C H``. LAPACK's lower tridiagonal reduction ``C' = V T V^T`` (``dsytrd``)
+    eliminates the first column with a reflector acting on rows ``2..d`` and then works only
+    on that block, so ``V = diag(1, V_A)`` and ``T[1:, 1:] = V_A^T A V_A``: the trailing
+    block of ``T`` is the tridiagonal form of the constrained problem. Both eigenproblems are
+    then tridiagonal, and one application of ``V_A`` (``dormqr``) maps both back.
+    SciPy has no tridiagonal reduction, hence the two direct LAPACK calls: two subset
+    ``eigh`` calls would reduce two d x d matrices, and cost 100 ms instead of 58 ms at
+    d = 800, k = 10 (18% of the 10000 x 800 fit; 9% at 20000 x 400).
 
     Returns ``(values, vectors, constrained_values, constrained_vectors)``, each set in
     decreasing order; the constrained vectors are orthogonal to ``q`` up to rounding.
     """
-    C = np.asarray(C, dtype=np.float64)  # float64 BLAS below (dsymv, dsyr2, dger)
     d = C.shape[0]
+    C = np.asarray(C, dtype=np.float64)
     q = np.asarray(q, dtype=np.float64).ravel()
-    # The tridiagonal eigensolver squares off-diagonal entries: bring a scatter matrix of huge
-    # (or tiny) magnitude near 1 by an even power of two (exact; eigenvectors are unchanged,
-    # eigenvalues scale back exactly). Ordinary magnitudes are left untouched.
-    largest = float(np.max(np.abs(np.diagonal(C)))) if d else 0.0
+    # The tridiagonal eigensolvers square off-diagonal entries: bring a scatter matrix of
+    # huge (or tiny) magnitude near 1 by an even power of two (exact; eigenvectors are
+    # unchanged, eigenvalues scale back exactly).
+    largest = float(np.max(np.abs(np.diagonal(C))))
     scale = 1.0
     if largest > 2.0**400 or 0.0 < largest < 2.0**-400:
         scale = 2.0 ** (2 * round(np.log2(largest) / 2))
         C = C / scale
-    # H = I - beta v v^T with H q = -sign(q_0) e_0 (v_0 = q_0 + sign(q_0), no cancellation).
+    # H = I - beta v v^T with H q = -sign(q_0) e_0 (v_0 = q_0 + sign(q_0): no cancellation);
+    # H C H = C - v w^T - w v^T with w = p - (beta v^T p / 2) v and p = beta C v.
     v = q.copy()
     v[0] += np.copysign(1.0, q[0])
     beta = 2.0 / float(v @ v)
-    p = beta * blas.dsymv(1.0, C, v)
+    p = beta * (C @ v)
     w = p - (0.5 * beta * float(v @ p)) * v
-    reflected = np.array(C, order="F")  # H C H = C - v w^T - w v^T (lower triangle suffices)
-    reflected = blas.dsyr2(-1.0, v, w, a=reflected, lower=1, overwrite_a=1)
-    reflectors, diagonal, offdiagonal, tau, info = lapack.dsytrd(
-        reflected, lower=1, lwork=_dsytrd_lwork(d), overwrite_a=1
+    vw = np.outer(v, w)
+    reflected = np.asfortranarray(C - (vw + vw.T))
+    lwork, info = lapack.dsytrd_lwork(d, lower=1)
+    reduced, diagonal, offdiagonal, tau, info = lapack.dsytrd(
+        reflected, lower=1, lwork=int(lwork), overwrite_a=1
     )
     if info != 0:
-        raise linalg.LinAlgError(f"dsytrd failed (info={info}).")
+        raise linalg.LinAlgError(f"The tridiagonal reduction failed (dsytrd info={info}).")
     values, vectors = _top_tridiagonal_eigh(diagonal, offdiagonal, k)
     fair_values, fair_vectors = _top_tridiagonal_eigh(diagonal[1:], offdiagonal[1:], k)
     both = np.zeros((d, 2 * k), order="F")
     both[:, :k] = vectors
     both[1:, k:] = fair_vectors
-    if d > 1:  # V_A is the product of the QR-type reflectors stored below the subdiagonal
-        block = reflectors[1:, :-1]
-        lwork = _dormqr_lwork(block.shape, both[1:].shape)
-        rotated, _, info = lapack.dormqr(b"L", b"N", block, tau, both[1:], lwork)
+    if d > 1:  # V_A: the QR-type reflectors stored below the subdiagonal of the reduction
+        reflectors, rhs = np.asfortranarray(reduced[1:, :-1]), np.asfortranarray(both[1:])
+        _, work, _ = lapack.dormqr(b"L", b"N", reflectors, tau, rhs, lwork=-1)
+        both[1:], _, info = lapack.dormqr(b"L", b"N", reflectors, tau, rhs, int(work[0]))
         if info != 0:
-            raise linalg.LinAlgError(f"dormqr failed (info={info}).")
-        both[1:] = rotated
-    both = blas.dger(-beta, v, v @ both, a=both, overwrite_a=1)  # H both, in place
-    if scale != 1.0:
-        values, fair_values = values * scale, fair_values * scale
-    return values, both[:, :k], fair_values, both[:, k:]
-
-
-def bottom_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Smallest ``k`` eigenpairs of a symmetric matrix, eigenvalues in increasing order."""
-    return linalg.eigh(M, subset_by_index=[0, k - 1], driver="evr", check_finite=False)
+            raise linalg.LinAlgError(f"The back-transformation failed (dormqr info={info}).")
+    both -= np.outer(beta * v, v @ both)  # H both
+    return values * scale, both[:, :k], fair_values * scale, both[:, k:]
 
 
 def project_out(V: np.ndarray, Q: np.ndarray) -> np.ndarray:
@@ -323,5 +252,6 @@ def lu_normalize(Y: np.ndarray) -> np.ndarray:
 
 
 def qr_basis(Y: np.ndarray) -> np.ndarray:
+    """Orthonormal basis of the range of ``Y`` (thin Householder QR)."""
     Q, _ = linalg.qr(Y, mode="economic", check_finite=False)
     return Q

@@ -23,7 +23,12 @@ def test_bench_fit_quick_runs_and_reports_ratios(capsys):
     # --repeats 1 --min-seconds 0: one timing per cell, and a ratio that is a number
     assert all(r["repeats"] == 1 and math.isfinite(r["ratio"]) for r in rows)
     assert all(r["mean_gap"] < 1e-9 for r in rows)
-    assert "worst ratio" in capsys.readouterr().out
+    # the goal: 1.1 on cells whose fits take 20 ms or more, 1.3 on the smaller ones
+    for r in rows:
+        large = max(r["fairpca_cpu_s"], r["pca_cpu_s"]) >= module.LARGE_SECONDS
+        assert r["goal"] == (module.GOAL_LARGE if large else module.GOAL_SMALL)
+    out = capsys.readouterr().out
+    assert "worst ratio" in out and "CPU ratio above the goal: " in out
 
 
 def test_bench_fit_size_filters_select_cells():

@@ -1,8 +1,7 @@
 """The fast routes of the exact solver against independent dense computations.
 
 Two groups give one constraint direction ``q``; fair and standard PCA then come from one
-tridiagonal reduction (``top_eigh_with_constraint``). The Gram matrix and the group sums of
-data come from one pass of NumPy's matmul (``gram_and_sums``).
+tridiagonal reduction (``top_eigh_with_constraint``).
 """
 
 import numpy as np
@@ -127,21 +126,6 @@ def test_standard_pca_attributes_equal_scikit_learn_on_every_constraint_rank(
         np.testing.assert_array_equal(fpca.components_, fpca.pca_components_)
 
 
-@pytest.mark.parametrize(("n", "d"), [(5000, 40), (3001, 200), (700, 7), (400, 300)])
-def test_gram_and_sums_in_one_pass(n, d):
-    rng = np.random.default_rng(n)
-    X = rng.normal(size=(n, d)) + 3.0
-    W = np.zeros((n, 3), order="F")
-    W[:, 0] = 1.0
-    W[np.arange(n), 1 + rng.integers(0, 2, n)] = 1.0
-    gram, sums = la.gram_and_sums(X, W)
-    exact = np.einsum("ni,nj->ij", X, X)  # summed without BLAS
-    np.testing.assert_allclose(gram, exact, rtol=1e-12, atol=1e-12 * n)
-    np.testing.assert_array_equal(gram, gram.T)
-    assert gram.flags.f_contiguous  # SciPy's BLAS updates it in place
-    np.testing.assert_allclose(sums, np.einsum("ni,nj->ij", X, W), rtol=1e-12, atol=1e-12 * n)
-
-
 @pytest.mark.parametrize(
     ("svd_solver", "dtype", "n_components"),
     [
@@ -178,8 +162,8 @@ def test_fit_group_sums_give_the_exact_means_on_the_exact_routes():
 
 @pytest.mark.parametrize(("d", "m", "rank"), [(100, 2, 1), (40, 5, 3), (7, 7, 7), (3, 6, 3)])
 def test_orthonormal_basis_equals_a_dense_svd(d, m, rank):
-    """LAPACK's gesdd, called directly, against SciPy's SVD of the same columns: the same
-    singular values, an orthonormal basis of the same span, and dependent columns dropped
+    """The rank-revealing basis against SciPy's SVD of the same columns: the same singular
+    values, an orthonormal basis of the same span, and dependent columns dropped
     (two groups give ``n_0 D_0 + n_1 D_1 = 0``, rank 1)."""
     rng = np.random.default_rng(d * m + rank)
     D = rng.normal(size=(d, rank)) @ rng.normal(size=(rank, m))
@@ -190,3 +174,17 @@ def test_orthonormal_basis_equals_a_dense_svd(d, m, rank):
     np.testing.assert_allclose(Q.T @ Q, np.eye(rank), atol=1e-12)
     np.testing.assert_allclose(Q @ (Q.T @ D), D, atol=1e-12 * np.abs(D).max())
     assert np.all(Q[np.argmax(np.abs(Q), axis=0), np.arange(rank)] > 0)  # deterministic signs
+
+
+@pytest.mark.parametrize("d", [1, 255, 256, 257, 600])
+def test_rank_updates_and_symmetrising_by_slabs_equal_dense_ones(d):
+    """add_outer and symmetrize_upper work a slab of rows (columns) at a time; the result is
+    that of the dense expressions, and exactly symmetric."""
+    rng = np.random.default_rng(d)
+    M = rng.normal(size=(d, d))
+    u, v = rng.normal(size=d), rng.normal(size=d)
+    np.testing.assert_allclose(la.add_outer(M.copy(), -0.5, u, v), M - 0.5 * np.outer(u, v))
+    upper = np.triu(M)
+    symmetric = la.symmetrize_upper(M.copy(order="F"))
+    np.testing.assert_array_equal(symmetric, upper + np.triu(M, 1).T)
+    np.testing.assert_array_equal(symmetric, symmetric.T)

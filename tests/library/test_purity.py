@@ -129,3 +129,43 @@ def test_fair_kernel_pca_output_identical_across_processes_and_blas_threads():
     assert first.tobytes() == second.tobytes()  # bit for bit in separate processes
     # Threaded GEMM edge kernels round the last bit differently: equal to 1e-14 relative.
     np.testing.assert_allclose(two_threads, first, rtol=0, atol=1e-14 * np.abs(first).max())
+
+
+def module_state() -> dict:
+    """The size of every cache and container the library holds at module level (functions
+    with a ``cache_info``, dicts, lists and sets, also those on classes)."""
+    state = {}
+    for name, module in list(sys.modules.items()):
+        if name != "fairpca" and not name.startswith("fairpca."):
+            continue
+        holders = [(name, vars(module))]
+        holders += [
+            (f"{name}.{k}", vars(v)) for k, v in vars(module).items() if isinstance(v, type)
+        ]
+        for where, namespace in holders:
+            for attr, value in namespace.items():
+                if hasattr(value, "cache_info"):
+                    state[where, attr] = value.cache_info().currsize
+                elif isinstance(value, dict | list | set) and not attr.startswith("__"):
+                    state[where, attr] = len(value)
+    return state
+
+
+def test_fits_of_many_shapes_leave_no_module_state_behind():
+    """A long-lived process fits many shapes: nothing at module level may grow with them (a
+    workspace or basis cached per shape, a registry), so that the hundredth fit of a shape
+    costs what the first one does."""
+    X, y, z = data()
+    FairPCA(3).fit(X, y, sensitive_features=z)  # imports and first-call set-up done
+    FairKernelPCA(3, approximation="exact").fit(X, y, sensitive_features=z)
+    before = module_state()
+    rng = np.random.default_rng(5)
+    for n, d in [(40, 5), (300, 31), (90, 140), (700, 64)]:
+        X = rng.normal(size=(n, d)) + 0.5 * (np.arange(n) % 3)[:, None]
+        y, z = rng.integers(0, 2, n), np.arange(n) % 3
+        for params in LINEAR.values():
+            FairPCA(3, **params).fit(X, y, sensitive_features=z)
+        FairPCA(3).fit(X.astype(np.float32), sensitive_features=z % 2)  # one constraint
+        FairPCA(3).partial_fit(X, sensitive_features=z)
+        FairKernelPCA(3, approximation="exact").fit(X[:200], sensitive_features=z[:200])
+    assert module_state() == before

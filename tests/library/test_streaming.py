@@ -152,6 +152,25 @@ def test_shifted_moments_move_the_shift_before_precision_is_lost(seed, monkeypat
     assert np.abs(streamed().scatter() - exact).max() > tol
 
 
+@pytest.mark.parametrize(("n", "d"), [(5000, 40), (3001, 200), (700, 7), (400, 300)])
+def test_raw_gram_start_gives_the_exact_scatter(n, d):
+    """The covariance route starts the moments from X^T X (one syrk, shift 0) when the mean
+    does not dominate the spread, and only for the first rows."""
+    rng = np.random.default_rng(n)
+    X = rng.normal(size=(n, d)) + 3.0
+    moments = st.Moments(d)
+    assert moments.add_uncentred(X, X.mean(0))
+    exact = exact_scatter(X)
+    scatter = moments.scatter()
+    np.testing.assert_allclose(scatter, exact, rtol=0, atol=1e-12 * np.abs(exact).max())
+    np.testing.assert_array_equal(scatter, scatter.T)
+    np.testing.assert_allclose(moments.mean, X.mean(0), rtol=1e-13)
+    assert not moments.add_uncentred(X, X.mean(0))  # rows were added: shifted blocks instead
+    far = st.Moments(d)
+    assert not far.add_uncentred(X + 1e4, X.mean(0) + 1e4)  # the mean dominates the spread
+    assert far.count == 0
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_recentring_on_the_mean_keeps_the_moments(seed):
     """Re-centring (scatter(copy=False), merges) moves the shift to the mean by one rank-1
