@@ -5,16 +5,24 @@
 CorrelationRemover) and whose ``linear`` flag says whether %Var and MMD^2 are meaningful (not for
 fair kernel PCA, whose features live in an RKHS). A method whose optional dependency is missing
 (LEACE) raises ``Unavailable`` with the reason.
+
+Every linear representation has its column signs fixed by one rule, fair PCA's
+(``column_signs``: the largest-magnitude entry of each direction positive, the first of equal
+ones deciding). scikit-learn's PCA, inside several peers, breaks the ties that exactly
+collinear one-hot columns create by round-off, so its signs differ between BLAS kernels, and
+the MLP (not sign-invariant) would then give different numbers on different machines.
 """
 
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from sklearn.decomposition import PCA
 
 from benchmarks import peers
 from fairpca import FairKernelPCA, FairPCA
+from fairpca._linalg import column_signs
 
 OURS = ("PCA", "Fair PCA", "Fair Kernel PCA", "Fair PCA-S (0.5)", "Fair PCA-S (0.85)")
 PEERS = ("INLP", "LEACE", "CorrelationRemover")
@@ -27,11 +35,12 @@ class Fitted:
     linear: bool
     fit_seconds: float
     needs_groups: bool = False
+    signs: Any = 1.0  # +1/-1 per column of the representation (``column_signs``)
 
     def transform(self, X, groups):
         if self.needs_groups:
-            return self.model.transform(X, groups)
-        return self.model.transform(X)
+            return self.model.transform(X, groups) * self.signs
+        return self.model.transform(X) * self.signs
 
 
 class Unavailable(RuntimeError):
@@ -90,4 +99,14 @@ def fit_method(name, X_train, y_train, groups_train, k):
         model.fit(X_train, sensitive_features=groups_train)
     else:
         model.fit(X_train, groups_train)
-    return Fitted(model, linear, time.process_time() - start, needs_groups)
+    seconds = time.process_time() - start
+    signs = column_signs(_directions(model).T) if linear else 1.0
+    return Fitted(model, linear, seconds, needs_groups, signs)
+
+
+def _directions(model):
+    """The k x d directions whose projections are the representation's columns (those of the
+    final PCA for the peers that erase first and then run scikit-learn's PCA)."""
+    if hasattr(model, "pca_"):
+        return model.pca_.components_
+    return np.asarray(model.components_)

@@ -96,16 +96,29 @@ def orthonormal_basis(D: np.ndarray, threshold: float) -> tuple[np.ndarray, np.n
     return flip_columns(np.ascontiguousarray(U[:, :rank])), s
 
 
-def flip_columns(V: np.ndarray) -> np.ndarray:
-    """Fix signs so that the largest-magnitude entry of every column is positive.
+def column_signs(V: np.ndarray) -> np.ndarray:
+    """``+1`` or ``-1`` per column of ``V``: the sign of its largest-magnitude entry.
 
-    This is scikit-learn's ``svd_flip`` rule (``u_based_decision=False``) applied to the
-    columns of ``V``; it makes eigenvectors, which are defined up to sign, deterministic.
+    scikit-learn's ``svd_flip`` rule (``u_based_decision=False``), except that entries within
+    a relative ``sqrt(eps)`` of the largest magnitude count as equal and the first of them
+    decides. Exactly collinear features (complementary one-hot columns, as in COMPAS and German
+    credit) give eigenvector entries that are equal and opposite in exact arithmetic; round-off,
+    which differs between BLAS kernels (AVX2, AVX-512, ...), would otherwise pick one of them,
+    so the sign, and everything fitted on the projection afterwards, would differ between
+    machines.
     """
+    magnitude = np.abs(V)
+    tie = (1.0 - np.sqrt(np.finfo(V.dtype).eps)) * magnitude.max(axis=0)
+    rows = np.argmax(magnitude >= tie, axis=0)
+    return np.where(V[rows, np.arange(V.shape[1])] < 0, -1.0, 1.0)
+
+
+def flip_columns(V: np.ndarray) -> np.ndarray:
+    """``V`` with each column multiplied by its :func:`column_signs`: eigenvectors, defined up to
+    sign, become the same on every machine."""
     if V.size == 0:
         return V
-    rows = np.argmax(np.abs(V), axis=0)
-    return V * np.where(V[rows, np.arange(V.shape[1])] < 0, -1.0, 1.0)
+    return V * column_signs(V)
 
 
 def top_eigh(M: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

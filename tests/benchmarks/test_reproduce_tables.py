@@ -33,22 +33,21 @@ def test_deterministic_cells_match_the_paper():
             assert status == "match", (dataset, k, name, column, row[column], cell)
 
 
-@pytest.mark.usefixtures("lee_splits")
-def test_reproduce_tables_quick_run(tmp_path):
-    reproduce_tables.main(
-        ["--quick", "--datasets", "german", "--n-jobs", "1", "--out", str(tmp_path)]
-    )
+def test_reproduce_tables_quick_run(tmp_path, one_split_rows):
+    """The quick run's report and CSV, and ``--methods``; the rows come from the ``--cache``
+    folder that the session's run of every method on COMPAS split 0 filled."""
+    where, _, cache = one_split_rows
+    assert (where["split"], where["k"]) == (0, 2)  # what --quick runs
+    quick = ["--quick", "--datasets", where["dataset"], "--n-jobs", "1", "--out", str(tmp_path)]
+    reproduce_tables.main([*quick, "--cache", str(cache)])
     text = (tmp_path / "tables_quick.md").read_text(encoding="utf-8")
-    assert "German Credit (Table 2), k = 2" in text
+    assert "COMPAS (Table 3), k = 2" in text
     assert "MbF-PCA (1e-3)" in text and "*(published)*" in text
     assert "| Fair PCA | " in text and "| INLP | " in text
     assert (tmp_path / "tables_per_split_quick.csv").exists()
     # --methods refits only PCA and keeps every other row of the per-split CSV as written
     before = (tmp_path / "tables_per_split_quick.csv").read_text(encoding="utf-8").splitlines()
-    reproduce_tables.main(
-        ["--quick", "--datasets", "german", "--n-jobs", "1", "--out", str(tmp_path),
-         "--methods", "PCA"]
-    )  # fmt: skip
+    reproduce_tables.main([*quick, "--cache", str(cache), "--methods", "PCA"])
     after = (tmp_path / "tables_per_split_quick.csv").read_text(encoding="utf-8").splitlines()
     assert len(after) == len(before)
     for old, new in zip(before, after, strict=True):

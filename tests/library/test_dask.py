@@ -1,6 +1,9 @@
-"""Fair PCA on Dask collections, against a LocalCluster with 2 workers reached by address,
-and against a cluster of separate scheduler and worker processes started by the ``dask`` CLI."""
+"""Fair PCA on Dask collections, on one cluster for the whole module: a scheduler reached by
+address (TCP) and two single-threaded worker processes started by the ``dask worker`` CLI, as
+on other machines, so every block's statistics are computed in another process and travel
+pickled."""
 
+import os
 import subprocess
 import sys
 
@@ -17,19 +20,44 @@ distributed = pytest.importorskip("distributed", reason="the optional extra fair
 ATOL = 1e-10
 
 
-@pytest.fixture(scope="session")
-def client():
-    """A 2-worker LocalCluster on TCP; the client connects by address, as to a remote one."""
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=False,
-            protocol="tcp",
-            dashboard_address=None,
-        ) as cluster,
-        distributed.Client(cluster.scheduler_address) as client,
-    ):
+@pytest.fixture(scope="module")
+def cluster_address(tmp_path_factory):
+    """A TCP scheduler (in this process: it only routes) and two ``dask worker`` processes
+    with one thread each; yields the scheduler's address. Started once (each worker process
+    imports Dask, seconds on a busy machine) and killed at the end: the workers hold no
+    state worth a graceful shutdown, which takes seconds more."""
+    scratch = str(tmp_path_factory.mktemp("dask-workers"))
+    python, host = [sys.executable, "-m"], ["--host", "127.0.0.1", "--no-dashboard"]
+    worker_options = ["--no-nanny", "--nthreads", "1", "--memory-limit", "1GB"]
+    with distributed.LocalCluster(
+        n_workers=0,
+        processes=False,
+        protocol="tcp",
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",  # its HTTP server (always started) on a free port
+    ) as scheduler:
+        workers = [
+            subprocess.Popen(
+                [*python, "distributed.cli.dask_worker", scheduler.scheduler_address, *host,
+                 *worker_options, "--local-directory", scratch],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(2)
+        ]  # fmt: skip
+        try:
+            yield scheduler.scheduler_address
+        finally:
+            for process in workers:
+                process.kill()
+                process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def client(cluster_address):
+    """The client of the module's cluster, connected by address, as to a remote one."""
+    with distributed.Client(cluster_address, timeout=60) as client, client.as_current():
+        client.wait_for_workers(2, timeout=120)
         yield client
 
 
@@ -126,39 +154,17 @@ def test_importing_fairpca_does_not_import_dask():
     assert result.stdout.strip() == "False", result.stderr
 
 
-@pytest.fixture
-def process_cluster(free_port):
-    """A scheduler and two single-threaded worker processes, as ``dask scheduler`` and
-    ``dask worker`` start them on other machines; yields the scheduler address."""
-    address = f"tcp://127.0.0.1:{free_port()}"
-    port = address.rsplit(":", 1)[1]
-    python, host = [sys.executable, "-m"], ["--host", "127.0.0.1", "--no-dashboard"]
-    worker_options = ["--nworkers", "2", "--nthreads", "1", "--memory-limit", "1GB"]
-    scheduler = subprocess.Popen(
-        [*python, "distributed.cli.dask_scheduler", "--port", port, *host],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    workers = subprocess.Popen(
-        [*python, "distributed.cli.dask_worker", address, *host, *worker_options],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield address
-    finally:
-        for process in (workers, scheduler):
-            process.terminate()
-        for process in (workers, scheduler):
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+def test_blocks_are_computed_in_the_worker_processes(client):
+    """Every block is computed in one of the two worker processes, not here."""
+    here = os.getpid()
+    workers = set(client.run(os.getpid).values())
+    assert len(workers) == 2 and here not in workers
+    X_dask = da.from_array(problem(6)[0], chunks=(100, -1))
+    computed_in = X_dask.map_blocks(lambda block: np.full((1, 1), os.getpid()), chunks=(1, 1))
+    assert set(computed_in.compute().ravel()) == workers
 
 
-@pytest.mark.slow
-def test_fit_on_a_cluster_of_separate_processes(process_cluster):
-    """Statistics are computed in other processes and travel pickled, as on remote machines."""
+def test_dataframe_fit_with_dask_labels_for_fair_pca_s_and_equal_opportunity(client):
     X, z, w, y = problem(6, eo=True)
     frame = pd.DataFrame(X, columns=[f"p{i}" for i in range(X.shape[1])])
     frame["sex"], frame["race"] = z, w
@@ -166,14 +172,10 @@ def test_fit_on_a_cluster_of_separate_processes(process_cluster):
     full = FairPCA(svd_solver="covariance_eigh", **params).fit(frame)
     eo = dict(constraint="equal_opportunity", equalize_covariance=8, **params)
     full_eo = FairPCA(**eo).fit(frame, y)
-    with distributed.Client(process_cluster, timeout=60) as remote, remote.as_current():
-        remote.wait_for_workers(2, timeout=60)
-        pids = set(remote.run(lambda: __import__("os").getpid()).values())
-        assert len(pids) == 2 and not pids & {__import__("os").getpid()}
-        ddf = dd.from_pandas(frame, npartitions=6)
-        got = FairPCA(**params).fit(ddf)
-        assert_same_fit(got, full)
-        out = got.transform(ddf).compute().to_numpy()
-        np.testing.assert_allclose(out, full.transform(frame), atol=1e-8)
-        got_eo = FairPCA(**eo).fit(ddf, dd.from_pandas(pd.Series(y, name="y"), npartitions=4))
-        assert_same_fit(got_eo, full_eo, atol=1e-9)
+    ddf = dd.from_pandas(frame, npartitions=6)
+    got = FairPCA(**params).fit(ddf)
+    assert_same_fit(got, full)
+    out = got.transform(ddf).compute().to_numpy()
+    np.testing.assert_allclose(out, full.transform(frame), atol=1e-8)
+    got_eo = FairPCA(**eo).fit(ddf, dd.from_pandas(pd.Series(y, name="y"), npartitions=4))
+    assert_same_fit(got_eo, full_eo, atol=1e-9)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,7 +16,6 @@ from threadpoolctl import threadpool_limits
 from fairpca import FairKernelPCA, FairPCA
 from fairpca._kernel_maps import center_kernel_inplace, center_new_kernel, make_kernel
 
-ROOT = Path(__file__).resolve().parents[2]
 SEEDS = [0, 1, 2]
 
 
@@ -462,20 +457,6 @@ EXPECTED_FAILED_CHECKS: dict[str, str] = {}  # every generic check passes
 )
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
-
-
-# --------------------------------------------------------------------------- benchmark smoke
-def test_benchmark_quick_runs():
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "bench_kernel.py"), "--quick", "--threads", "1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    for table in ("exact fit", "Nystroem fit_transform at scale", "quality on Adult"):
-        assert table in result.stdout
 
 
 def test_metadata_routing_in_a_pipeline():

@@ -188,3 +188,42 @@ def test_rank_updates_and_symmetrising_by_slabs_equal_dense_ones(d):
     symmetric = la.symmetrize_upper(M.copy(order="F"))
     np.testing.assert_array_equal(symmetric, upper + np.triu(M, 1).T)
     np.testing.assert_array_equal(symmetric, symmetric.T)
+
+
+@pytest.mark.parametrize(("d", "k"), [(1, 1), (7, 3), (50, 50), (300, 4)])
+def test_column_signs_are_svd_flips_rule_without_ties(d, k):
+    """Random directions have no ties: the signs are scikit-learn's ``svd_flip`` ones."""
+    from sklearn.utils.extmath import svd_flip
+
+    V = np.random.default_rng(d + k).normal(size=(d, k))
+    _, expected = svd_flip(np.zeros((1, k)), V.T.copy(), u_based_decision=False)
+    np.testing.assert_array_equal(la.flip_columns(V), expected.T)
+
+
+@pytest.mark.parametrize("ulps", [-3, -1, 0, 1, 3])
+def test_column_signs_break_round_off_ties_by_the_first_entry(ulps):
+    """Entries equal and opposite up to round-off (complementary one-hot columns) are a tie:
+    the first decides, whichever is larger in the last bits."""
+    top = 0.4634078068946269
+    opposite = -top * (1.0 + ulps * np.finfo(float).eps)
+    V = np.array([[0.1, -0.2], [top, -top], [opposite, -opposite], [0.3, 0.01]])
+    np.testing.assert_array_equal(la.column_signs(V), [1.0, -1.0])
+    assert np.all(la.flip_columns(V)[1] > 0)
+    np.testing.assert_array_equal(la.flip_columns(-V), la.flip_columns(V))
+
+
+def test_components_do_not_flip_with_the_row_order():
+    """Two complementary one-hot columns dominate the first fair direction (entries c and -c):
+    fitting the same rows in other orders changes only the last bits, never a sign (the plain
+    ``svd_flip`` rule flips it in 5 of these 20 orders)."""
+    rng = np.random.default_rng(0)
+    n = 600
+    onehot = (rng.random(n) < 0.4).astype(float)
+    noise = rng.normal(size=(n, 4)) @ rng.normal(size=(4, 4)) * 0.3
+    X = np.column_stack([noise, 3 * onehot, 3 * (1 - onehot)])
+    z = (rng.random(n) < 0.5).astype(int)
+    reference = FairPCA(2).fit(X, sensitive_features=z).components_
+    for seed in range(20):
+        order = np.random.default_rng(seed).permutation(n)
+        components = FairPCA(2).fit(X[order], sensitive_features=z[order]).components_
+        np.testing.assert_allclose(components, reference, atol=1e-12)

@@ -97,38 +97,48 @@ def test_pickle_after_fit_chunks_is_as_small_as_after_fit(equalize):
     assert len(pickle.dumps(streamed)) > 8 * d * d
 
 
-KERNEL_RUN = """
-import sys
+KERNEL_OUTPUT = """
 import numpy as np
 from threadpoolctl import threadpool_limits
 from fairpca import FairKernelPCA
-rng = np.random.default_rng(3)
-n = 400
-z = rng.integers(0, 2, n)
-X = rng.normal(size=(n, 6)) + z[:, None]
-with threadpool_limits(int(sys.argv[1])):
-    est = FairKernelPCA(4, tradeoff=0.5).fit(X[:300], sensitive_features=z[:300])
-    out = np.vstack([est.transform(X[:300]), est.transform(X[300:])])
-sys.stdout.write(np.ascontiguousarray(out).tobytes().hex())
+
+
+def kernel_pca_output(threads):
+    rng = np.random.default_rng(3)
+    n = 400
+    z = rng.integers(0, 2, n)
+    X = rng.normal(size=(n, 6)) + z[:, None]
+    with threadpool_limits(threads):
+        est = FairKernelPCA(4, tradeoff=0.5).fit(X[:300], sensitive_features=z[:300])
+        return np.vstack([est.transform(X[:300]), est.transform(X[300:])])
 """
 
 
-def run_kernel_pca(threads: int) -> np.ndarray:
+def kernel_pca_output(threads: int) -> np.ndarray:
+    """The output computed in this process, with ``threads`` BLAS threads."""
+    namespace = {}
+    exec(KERNEL_OUTPUT, namespace)
+    return namespace["kernel_pca_output"](threads)
+
+
+def kernel_pca_output_in_a_fresh_process() -> np.ndarray:
+    """The same output computed by a new interpreter, with one BLAS thread."""
+    code = KERNEL_OUTPUT + "\nimport sys\nsys.stdout.write(kernel_pca_output(1).tobytes().hex())"
     result = subprocess.run(
-        [sys.executable, "-c", KERNEL_RUN, str(threads)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     return np.frombuffer(bytes.fromhex(result.stdout), dtype=np.float64).reshape(400, 8)
 
 
 def test_fair_kernel_pca_output_identical_across_processes_and_blas_threads():
-    first, second, two_threads = run_kernel_pca(1), run_kernel_pca(1), run_kernel_pca(2)
-    assert first.tobytes() == second.tobytes()  # bit for bit in separate processes
+    here, elsewhere, two_threads = (
+        kernel_pca_output(1),
+        kernel_pca_output_in_a_fresh_process(),
+        kernel_pca_output(2),
+    )
+    assert here.tobytes() == elsewhere.tobytes()  # bit for bit in another process
     # Threaded GEMM edge kernels round the last bit differently: equal to 1e-14 relative.
-    np.testing.assert_allclose(two_threads, first, rtol=0, atol=1e-14 * np.abs(first).max())
+    np.testing.assert_allclose(two_threads, here, rtol=0, atol=1e-14 * np.abs(here).max())
 
 
 def module_state() -> dict:
