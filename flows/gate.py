@@ -21,9 +21,9 @@ Started by the webhook receiver (:mod:`fairpca.flows.gate_server`) through the d
   set by hand) never keeps an alias; it is reported as tampering on the version.
 
 :func:`reconcile_aliases` runs the same check over every protected alias of every watched
-model (``fairpca gate reconcile``, the scheduled deployment ``fairness-gate-reconcile/
-scheduled``, and once after the receiver starts), so an alias moved while no event arrived
-does not survive.
+model (``fairpca gate reconcile``, the deployment ``fairness-gate-reconcile/on-schedule``
+every five minutes, and once after the receiver starts), so an alias moved while no event
+arrived does not survive.
 
 A gate run uses the worker's own policy folder (``$FAIRPCA_GATE_POLICY_DIR``) and tracking
 server (``$MLFLOW_TRACKING_URI``): a deployment parameter naming others is refused

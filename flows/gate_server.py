@@ -20,7 +20,7 @@ delivery id), retrying with back-off while the Prefect server is down. The queue
 MLflow's three retries (about 7 s), is what keeps events through an outage: an event is
 lost only if the receiver cannot write its queue, and then it answers 503 so MLflow retries.
 Events sent while the receiver itself is down are lost: on every start the receiver queues
-one run of the reconciler (``fairness-gate-reconcile/scheduled``, also scheduled every few
+one run of the reconciler (``fairness-gate-reconcile/on-schedule``, also scheduled every few
 minutes), which checks every protected alias against the gate's attestations.
 
 The queue keeps what replay protection needs: a finished delivery is deleted once it is
@@ -69,7 +69,7 @@ logger = logging.getLogger("fairpca.gate")
 SECRET_ENV = "FAIRPCA_WEBHOOK_SECRET"
 MIN_SECRET_CHARS = 32
 DEPLOYMENT = "fairness-gate/on-registration"
-RECONCILE_DEPLOYMENT = "fairness-gate-reconcile/scheduled"
+RECONCILE_DEPLOYMENT = "fairness-gate-reconcile/on-schedule"
 RECONCILE = "reconcile"  # the queue's event name of a reconciler run
 MAX_AGE_S = 300
 MAX_BODY_BYTES = 2**20
