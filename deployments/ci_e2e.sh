@@ -4,7 +4,8 @@
 # Starts a real MLflow tracking server and a real Prefect server on free 127.0.0.1 ports
 # (state in a temp dir), creates the process work pool, deploys deployments/prefect.yaml,
 # runs the audit deployment and the retrain deployment three times (promote, keep, demote)
-# through a worker, checks the results through MlflowClient, and runs the MLflow "fairness"
+# through a worker, checks the results through MlflowClient, relogs the demoted champion's
+# folder with --force --promote (the demotion holds), and runs the MLflow "fairness"
 # evaluator plugin against the server (tests/e2e/e2e_checks.py), then the fairness gate
 # (tests/e2e/gate_e2e.py, with servers of its own). Every process it starts
 # is stopped by PID (process group) on exit, also when a step fails.
@@ -302,6 +303,11 @@ run_deployment "fairness-retrain/scheduled" retrain-demote "$WORK/run-retrain-3.
 check retrain-demote "$FLOW_RUN_ID"
 step_ok
 
+step "relog --force --promote of the demoted champion's folder: the demotion holds" \
+    "$MLFLOW_LOG"
+check relog-demoted
+step_ok
+
 step "MLflow evaluator 'fairness': mlflow.models.evaluate and a MetricThreshold gate" "$MLFLOW_LOG"
 check plugin
 step_ok
@@ -311,8 +317,10 @@ check bad-params
 step_ok
 
 step "fairness gate on the model registry (its own servers: tests/e2e/gate_e2e.py)"
-# MLflow webhooks -> signed receiver -> fairness-gate/on-registration on a worker; refusals,
-# champion undone, a Prefect outage; prints the time from registration to the status tag
+# MLflow webhooks -> signed receiver -> fairness-gate/on-registration on a worker; refusals
+# (forged, stale, replayed, 300 MB), champion undone, a hand-set pass tag, an alias moved
+# while the receiver was down, gate parameters pointing elsewhere, a Prefect outage, model
+# files changed behind a valid attestation; prints the time from registration to the tag
 run_fg "$PYTHON" "$REPO_DIR/tests/e2e/gate_e2e.py"
 step_ok
 

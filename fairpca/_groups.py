@@ -297,10 +297,13 @@ def check_group_sizes(
         count = np.asarray(count)
         if count.size and count.min() >= min_rows:
             continue
-        small = [labels[g] for g in np.flatnonzero(count < min_rows)]
-        if small:
+        # By count, never by label: a message is logged and kept (a failed Prefect run
+        # pickles its exception), and the label of a group this small points at a person.
+        sizes = sorted(int(c) for c in count[count < min_rows])
+        if sizes:
             raise error(
-                f"{prefix}sensitive attribute {name!r}: group(s) {small!r} have fewer than "
-                f"{min_rows} {rows}; a group mean (and covariance) needs at least "
-                f"{min_rows}. {fix}".rstrip()
+                f"{prefix}sensitive attribute {name!r}: {len(sizes)} group(s) have fewer "
+                f"than {min_rows} {rows} (sizes {sizes}; not named, list them with "
+                "pandas.Series(column).value_counts()); a group mean (and covariance) needs "
+                f"at least {min_rows}. {fix}".rstrip()
             )

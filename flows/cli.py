@@ -10,6 +10,7 @@ default. They override the values of ``--config FILE`` (YAML or JSON, sections a
 from __future__ import annotations
 
 import inspect
+import os
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -343,7 +344,8 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
 
 
 gate_app = typer.Typer(
-    help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook).",
+    help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook, reconciler, "
+    "signing key).",
     no_args_is_help=True,
 )
 app.add_typer(gate_app, name="gate")
@@ -409,6 +411,67 @@ def gate_register(
     except (ValueError, OSError, MlflowException) as error:
         _fail("Webhook not registered", str(error))
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
+
+
+@gate_app.command("reconcile")
+def gate_reconcile(
+    policy_dir: Annotated[
+        Path | None,
+        typer.Option(help="Folder of policy files.", show_default="$FAIRPCA_GATE_POLICY_DIR"),
+    ] = None,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Check every protected alias of every watched model against the gate's signed
+    attestations: a holder without a verified pass loses it (one line per change)."""
+    from mlflow.exceptions import MlflowException
+
+    from fairpca.tasks.mlflow_store import mlflow_client
+    from fairpca.tasks.trust import AttestationError, gate_public_key
+
+    from .gate import PolicyError, load_policies, reconcile_aliases
+
+    try:
+        policies = load_policies(policy_dir and str(policy_dir))
+        key = gate_public_key()
+    except (PolicyError, AttestationError) as error:
+        _fail("Nothing reconciled", str(error))
+    _check_tracking(tracking_uri)
+    uri = resolve_tracking_uri(tracking_uri)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line a change
+    try:
+        checked, changes = reconcile_aliases(mlflow_client(uri), uri, policies, key)
+    except (MlflowException, OSError) as error:
+        _fail("Reconcile stopped", str(error), code=1)
+    for line in changes:
+        console.print(escape(line), soft_wrap=True)
+    console.print(f"{checked} protected alias(es) checked, {len(changes)} changed.")
+
+
+@gate_app.command("keygen")
+def gate_keygen() -> None:
+    """Create the gate's signing key (mode 0600; $FAIRPCA_GATE_KEY_FILE, else
+    ~/.config/fairpca/gate.key) unless it exists, and print its public key: run it where the
+    gate's worker runs; scorers and reconcilers elsewhere set $FAIRPCA_GATE_PUBLIC_KEY."""
+    from fairpca.tasks.trust import (
+        GATE_KEY_ENV,
+        GATE_PUBLIC_KEY_ENV,
+        AttestationError,
+        create_gate_key,
+        gate_signing_key,
+        public_key_hex,
+    )
+
+    try:
+        if os.environ.get(GATE_KEY_ENV):
+            where = f"the gate key comes from ${GATE_KEY_ENV}"
+        else:
+            path, created = create_gate_key()
+            where = f"{'created' if created else 'kept the existing'} gate key {path}"
+        public = public_key_hex(gate_signing_key().public_key())
+    except (AttestationError, OSError) as error:
+        _fail("No gate key", str(error))
+    err_console.print(f"{escape(where)}; its public key ({GATE_PUBLIC_KEY_ENV}):")
+    console.print(public)
 
 
 def main() -> None:

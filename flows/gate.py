@@ -1,49 +1,52 @@
-"""The fairness gate flow: audit every new registered version, guard protected aliases.
+"""The fairness gate on the model registry: judge every new version, guard protected aliases.
 
 Started by the webhook receiver (:mod:`fairpca.flows.gate_server`) through the deployment
 ``fairness-gate/on-registration`` with the event's model name, version and event (and alias):
 
-* ``model_version.created``: the version gets ``fairness.gate.status = pending``, is loaded by
-  MLflow's loaders and evaluated on the policy's reference data by the ``fairness`` evaluator,
-  then gets ``passed`` / ``failed`` (or ``error``) with the reasons, the metrics with their 95%
-  intervals and a model card (its description); the Prefect run gets a Markdown artifact;
-* ``model_version_alias.created`` for a protected alias: a version that has not passed loses
-  it (:func:`fairpca.tasks.gate.enforce_alias`); the flow run's state message says what
-  happened.
+* ``model_version.created``: the version gets ``fairness.gate.status = pending``; its model
+  files are downloaded once, digested (:func:`fairpca.tasks.trust.files_digest`) and that very
+  copy is evaluated on the policy's reference data by the MLflow ``fairness`` evaluator
+  (:func:`evaluate_version`; one definition of every metric, with bootstrap intervals). The
+  verdict (:func:`verdict`: the audit's thresholds and eligibility rules, so a constant
+  classifier never passes) is signed: the version gets the attestation
+  ``fairness.gate.attestation`` (model, version, model files' digest, policy digest, verdict,
+  gate run; Ed25519, a key only the gate holds), then the informational tags
+  (:func:`gate_tags`: ``fairness.gate.status`` ``passed`` / ``failed`` / ``error``, the
+  reasons, the metrics with their 95% intervals), a short card (:func:`gate_card`) and a
+  Prefect Markdown artifact;
+* ``model_version_alias.created`` for a protected alias: :func:`enforce_alias` keeps the alias
+  only on a version whose attestation verifies: the gate's signature, this version, a pass
+  under the current policy, and the model files recomputed now. Any other holder loses it,
+  back to the last attested holder or removed. A tag alone (``fairness.gate.status=passed``
+  set by hand) never keeps an alias; it is reported as tampering on the version.
 
-The worker executes the registered models it evaluates (a flavor's loader may unpickle): run
-it where that is acceptable, e.g. in a sandboxed container with read access to the registry.
+:func:`reconcile_aliases` runs the same check over every protected alias of every watched
+model (``fairpca gate reconcile``, the deployment ``fairness-gate-reconcile/on-schedule``
+every five minutes, and once after the receiver starts), so an alias moved while no event
+arrived does not survive.
 
-One YAML policy file per watched model lives in the policy directory (flow parameter
-``policy_dir``, else ``$FAIRPCA_GATE_POLICY_DIR``); see :class:`GatePolicy`.
+A gate run uses the worker's own policy folder (``$FAIRPCA_GATE_POLICY_DIR``) and tracking
+server (``$MLFLOW_TRACKING_URI``): a deployment parameter naming others is refused
+(:func:`gate_settings`). One YAML policy file per watched model (:class:`GatePolicy`).
 
-The fairness gate on the model registry: evaluate a registered version, tag it, guard aliases.
-
-Every function here acts on one registered model version through an ``MlflowClient``:
-
-* :func:`read_reference` reads the gate's reference data (CSV or Parquet, with the label and
-  the sensitive columns) and :func:`evaluate_version` measures the version on it through the
-  MLflow ``fairness`` evaluator (one definition of every metric, with bootstrap intervals);
-* :func:`verdict` applies the gate policy (the audit's thresholds, interval bounds or point
-  estimates, and the audit's eligibility rules, so a constant classifier never passes);
-* :func:`gate_tags` and :func:`gate_card` are what the version receives: the status tag
-  ``fairness.gate.status`` (``pending``, ``passed``, ``failed``, ``error``), the reasons, the
-  headline metrics with their intervals, and a short Markdown card;
-* :func:`enforce_alias` takes a protected alias (e.g. ``champion``) away from a version that
-  has not passed and gives it back to the last version that held it with a ``passed`` status.
-
-Loading a version runs the registrant's code (its flavor's loader, e.g. unpickling): the gate
-must run where executing registered models is acceptable."""
+Loading a version for its evaluation runs the registrant's code (its flavor's loader, e.g.
+unpickling): the worker must run where executing registered models is acceptable, e.g. a
+sandboxed container with read access to the registry. Scorers never do: they load the
+champion with :func:`fairpca.tasks.registry.load_champion` (skops only, attestation
+verified)."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import math
 import os
+import tempfile
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import pandas as pd
 from prefect import flow, get_run_logger
@@ -55,7 +58,15 @@ from fairpca.flows.config import Thresholds, load_config_file, resolve_tracking_
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE, HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
-from fairpca.tasks.registry import move_alias
+from fairpca.tasks.registry import (
+    ALIAS_REFUSED_TAG,
+    ATTESTATION_TAG,
+    NEEDS_REVIEW_TAG,
+    TAMPERING_TAG,
+    check_attested_pass,
+    download_version,
+    move_alias,
+)
 from fairpca.tasks.report import format_interval, markdown_text, sha256_file
 from fairpca.tasks.select import (
     DEFAULT_BOUND,
@@ -69,11 +80,21 @@ from fairpca.tasks.select import (
     parse_policy,
 )
 from fairpca.tasks.select import GatePolicy as NamedPolicy
-from fairpca.tasks.trust import path_inside
+from fairpca.tasks.trust import (
+    Attestation,
+    AttestationError,
+    files_digest,
+    gate_public_key,
+    gate_signing_key,
+    path_inside,
+    shown_uri,
+    sign_attestation,
+)
 
 __all__ = [
     "ALIAS_PATTERN",
     "ALIAS_REFUSED_TAG",
+    "ATTESTATION_TAG",
     "ERROR",
     "EVENTS",
     "FAILED",
@@ -83,19 +104,25 @@ __all__ = [
     "REASONS_TAG",
     "STATUS_TAG",
     "TAG_MAX_CHARS",
+    "TAMPERING_TAG",
     "TIMEOUT_SECONDS",
+    "AliasCheck",
     "GatePolicy",
     "PolicyError",
     "ReferenceData",
     "enforce_alias",
     "evaluate_version",
     "fairness_gate",
+    "fairness_gate_reconcile",
     "gate_card",
+    "gate_settings",
     "gate_tags",
     "last_passed_tag",
     "load_policies",
     "majority_accuracy",
+    "policy_digest",
     "read_reference",
+    "reconcile_aliases",
     "record_verdict",
     "verdict",
 ]
@@ -103,17 +130,24 @@ __all__ = [
 
 # ---- from gate.py ------------------------------------------------------------
 
-STATUS_TAG = "fairness.gate.status"
+STATUS_TAG = "fairness.gate.status"  # informational: only the attestation counts
 REASONS_TAG = "fairness.gate.reasons"
-ALIAS_REFUSED_TAG = "fairness.gate.alias_refused"
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
 TAG_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters of a tag value
 _READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".pq": pd.read_parquet}
 
 
 def last_passed_tag(alias: str) -> str:
-    """Registered-model tag naming the last version that held ``alias`` with a pass."""
+    """Registered-model tag naming the last versions that held ``alias`` with a verified
+    pass, most recent first, comma-separated (at most :data:`HOLDERS_KEPT`)."""
     return f"fairness.gate.{alias}.last_passed"
+
+
+HOLDERS_KEPT = 10
+
+
+def _holders(tags: dict[str, str], alias: str) -> list[str]:
+    return [v for v in tags.get(last_passed_tag(alias), "").split(",") if v.strip().isdigit()]
 
 
 def _now() -> str:
@@ -265,54 +299,151 @@ def record_verdict(client, name: str, version: str, tags: dict[str, str], card: 
 # ---- protected aliases -----------------------------------------------------------------------
 
 
-def _status(client, name: str, version: str | None) -> str | None:
-    """The gate status of a version (None: no such version or never gated)."""
+class AliasCheck(NamedTuple):
+    """What :func:`enforce_alias` found: whether it moved the alias, and a one-line account."""
+
+    changed: bool
+    message: str
+
+
+def _version_tags(client, name: str, version: str) -> dict[str, str] | None:
+    """The tags of a version (None: no such version)."""
     from mlflow.exceptions import MlflowException
 
-    if version is None:
-        return None
     try:
-        return client.get_model_version(name, version).tags.get(STATUS_TAG)
+        return client.get_model_version(name, version).tags
     except MlflowException:
         return None
 
 
-def enforce_alias(client, name: str, alias: str, version: str) -> str:
-    """Keep ``alias`` on ``version`` only if it passed the gate; say what happened.
+def _status(client, name: str, version: str) -> str | None:
+    """The informational gate status tag of a version (None: no such version or none)."""
+    return (_version_tags(client, name, version) or {}).get(STATUS_TAG)
 
-    A version that holds the alias with status ``passed`` is recorded as the alias's last
-    passing holder (registered-model tag :func:`last_passed_tag`). Any other status (``failed``,
-    ``error``, ``pending`` while its gate run has not finished, or none) loses the alias: it
-    moves back to the last passing holder if that version still passes, else it is removed,
-    and the version gets the tag ``fairness.gate.alias_refused`` with the reason.
 
-    No loop: the gate only ever moves an alias onto a version whose status is ``passed``, so
-    the event that move emits ends in the first branch. An event whose alias has moved on
-    since it was sent changes nothing (the new holder has its own event).
+def _attested(client, tracking_uri: str, name: str, version: str, digest: str, key):
+    """None when ``version`` holds a verified pass under the policy ``digest``; else the
+    :class:`AttestationError` saying why not."""
+    try:
+        check_attested_pass(
+            client, tracking_uri, name, version, policy_digest=digest, public_key=key
+        )
+    except AttestationError as error:
+        return error
+    return None
+
+
+def enforce_alias(
+    client, tracking_uri: str, policy: GatePolicy, alias: str, version: str, key
+) -> AliasCheck:
+    """Keep ``alias`` of ``policy.model`` on ``version`` only if the gate's signed pass for
+    it verifies (:func:`fairpca.tasks.registry.check_attested_pass` under this policy's
+    :func:`policy_digest`, with the public ``key``).
+
+    A verified holder is recorded first among the alias's last attested holders
+    (registered-model tag :func:`last_passed_tag`, a hint only: whatever it names is verified
+    again before use). Any other holder loses the alias: back to the most recent of those
+    whose pass still verifies and that was not demoted for review, else the alias is
+    removed. The version gets the tag
+    ``fairness.gate.alias_refused`` with the reason, and ``fairness.gate.tampering`` when
+    something was forged or changed (an attestation that does not verify or names another
+    version, model files other than the attested ones, or a status tag saying ``passed``
+    without a valid attestation).
+
+    No loop: the gate only ever moves an alias onto a version whose pass verifies, so the
+    event that move emits ends in the first branch. An event whose alias has moved on since it
+    was sent changes nothing (the new holder has its own event, and the reconciler).
     """
-    holder = client.get_registered_model(name).aliases.get(alias)
+    name = policy.model
+    model = client.get_registered_model(name)
+    holder = model.aliases.get(alias)
     if holder is None or str(holder) != str(version):
-        return f"alias {alias!r} no longer points to version {version} (now: {holder}); no change"
+        message = f"alias {alias!r} no longer points to version {version} (now: {holder})"
+        return AliasCheck(False, f"{message}; no change")
+    digest = policy_digest(policy)
+    refusal = _attested(client, tracking_uri, name, version, digest, key)
+    if refusal is None:
+        holders = _holders(model.tags, alias)
+        if holders[:1] != [str(version)]:
+            holders = [str(version), *(v for v in holders if v != str(version))]
+            text = ",".join(holders[:HOLDERS_KEPT])
+            client.set_registered_model_tag(name, last_passed_tag(alias), text)
+        return AliasCheck(
+            False, f"alias {alias!r} stays on version {version}: its signed gate pass verifies"
+        )
+    why, tampering = _refusal(client, name, version, refusal)
+    fallback = _last_attested_holder(client, tracking_uri, name, alias, version, digest, key)
+    move_alias(client, name, alias, fallback)
+    action = (
+        f"moved back to version {fallback}, the last holder whose pass verifies"
+        if fallback
+        else "removed (no earlier holder whose pass verifies)"
+    )
+    message = f"protected alias {alias!r} refused for version {version}: {why}; {action}"
+    if tampering:
+        _tag(client, name, version, TAMPERING_TAG, tampering)
+        message += "; tampering reported on the version"
+    _tag(client, name, version, ALIAS_REFUSED_TAG, message)
+    return AliasCheck(True, message)
+
+
+def _refusal(client, name: str, version: str, refusal: AttestationError):
+    """``(why, tampering)``: the reason a version holds no verified pass, and what was forged
+    or changed (None when nothing was)."""
     status = _status(client, name, version)
-    if status == PASSED:
-        client.set_registered_model_tag(name, last_passed_tag(alias), str(version))
-        return f"alias {alias!r} stays on version {version}: it passed the fairness gate"
-    previous = client.get_registered_model(name).tags.get(last_passed_tag(alias))
-    why = f"status {status or 'not gated'!r}"
+    why = str(refusal)
     if status == FAILED:
         reasons = client.get_model_version(name, version).tags.get(REASONS_TAG, "")
         why += f" ({reasons})" if reasons else ""
-    if previous and previous != str(version) and _status(client, name, previous) == PASSED:
-        move_alias(client, name, alias, previous)
-        action = f"moved back to version {previous}, the last holder that passed"
-    else:
-        move_alias(client, name, alias, None)
-        action = "removed (no earlier holder that passed)"
-    message = f"protected alias {alias!r} refused for version {version}: {why}; {action}"
-    client.set_model_version_tag(
-        name, version, ALIAS_REFUSED_TAG, f"{_now()}: {message}"[:TAG_MAX_CHARS]
-    )
-    return message
+    if refusal.tampered:
+        return why, str(refusal)
+    if status == PASSED:
+        return why, f"the tag {STATUS_TAG} says 'passed', but {refusal}"
+    return why, None
+
+
+def _last_attested_holder(client, tracking_uri, name, alias, refused, digest, key):
+    """The most recent earlier holder recorded by the gate that still exists, was not
+    demoted for review since and whose pass still verifies (None: none)."""
+    for previous in _holders(client.get_registered_model(name).tags, alias):
+        if previous == str(refused):
+            continue
+        tags = _version_tags(client, name, previous)
+        if tags is None or NEEDS_REVIEW_TAG in tags:
+            continue
+        if _attested(client, tracking_uri, name, previous, digest, key) is None:
+            return previous
+    return None
+
+
+def _tag(client, name: str, version: str, key: str, text: str) -> None:
+    client.set_model_version_tag(name, version, key, f"{_now()}: {text}"[:TAG_MAX_CHARS])
+
+
+def reconcile_aliases(
+    client, tracking_uri: str, policies: dict[str, GatePolicy], key
+) -> tuple[int, list[str]]:
+    """:func:`enforce_alias` on every protected alias of every watched model that holds it;
+    ``(aliases checked, one line per change)``. Registered models not created yet are
+    skipped."""
+    from mlflow.exceptions import MlflowException
+
+    checked, changes = 0, []
+    for name, policy in sorted(policies.items()):
+        try:
+            aliases = client.get_registered_model(name).aliases
+        except MlflowException as error:
+            if getattr(error, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
+                continue
+            raise
+        for alias in policy.protected_aliases:
+            if alias not in aliases:
+                continue
+            checked += 1
+            check = enforce_alias(client, tracking_uri, policy, alias, str(aliases[alias]), key)
+            if check.changed:
+                changes.append(f"{name}: {check.message}")
+    return checked, changes
 
 
 # ---- from gate.py ------------------------------------------------------------
@@ -494,6 +625,63 @@ def _load_evaluation() -> None:
 _load_evaluation()
 
 
+def policy_digest(policy: GatePolicy) -> str:
+    """SHA-256 of the policy as the gate applies it: every field, and the reference data by
+    its content (not its path). An attestation binds it: a pass under another policy, or on
+    other reference data, no longer keeps an alias."""
+    fields = policy.model_dump(mode="json")
+    fields["reference"]["path"] = sha256_file(policy.reference.path)
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str | None, str]:
+    """The policy folder and tracking URI a gate run uses.
+
+    In a deployment run (started through the Prefect API) they are the worker's own,
+    ``$FAIRPCA_GATE_POLICY_DIR`` and ``$MLFLOW_TRACKING_URI`` (the worker's environment or the
+    deployment's job variables), which must be set; a parameter may only repeat them, so a
+    Prefect API caller cannot point a gate run at a lenient policy or another registry.
+    Called directly (a test, an operator's script) the parameters are used, else the same
+    variables.
+
+    Raises
+    ------
+    PolicyError
+        In a deployment run: a parameter naming another folder or server, or no
+        ``$FAIRPCA_GATE_POLICY_DIR`` / ``$MLFLOW_TRACKING_URI``.
+    """
+    from prefect.runtime import deployment
+
+    if deployment.id is None:
+        return policy_dir, resolve_tracking_uri(tracking_uri)
+    own_dir = os.environ.get(POLICY_DIR_ENV)
+    own_uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not (own_dir and own_uri):
+        raise PolicyError(
+            f"a gate deployment uses the worker's own policy folder and tracking server: set "
+            f"{POLICY_DIR_ENV} and MLFLOW_TRACKING_URI in the worker's environment (or the "
+            "deployment's job variables); parameters cannot choose them."
+        )
+    if policy_dir is not None and Path(policy_dir).resolve() != Path(own_dir).resolve():
+        raise PolicyError(
+            f"policy_dir {str(policy_dir)[:200]!r} is not the gate worker's policy folder "
+            f"({POLICY_DIR_ENV}); a gate run uses only its own policies. Leave policy_dir "
+            "unset."
+        )
+    if tracking_uri is not None and not _same_server(tracking_uri, own_uri):
+        raise PolicyError(
+            f"tracking_uri {shown_uri(tracking_uri)[:200]!r} is not the gate worker's tracking "
+            f"server ({shown_uri(own_uri)}); a gate run judges only its own registry. Leave "
+            "tracking_uri unset."
+        )
+    return own_dir, resolve_tracking_uri(own_uri)
+
+
+def _same_server(uri: str, other: str) -> bool:
+    return shown_uri(uri).rstrip("/") == shown_uri(other).rstrip("/")
+
+
 def _client(tracking_uri: str):
     import mlflow
 
@@ -508,10 +696,13 @@ def _flow_run_id() -> str:
     return str(flow_run.id or "")
 
 
-def _gate_version(client, policy: GatePolicy, name: str, version: str):
-    """Evaluate the version and record the verdict; the final state of the flow run."""
-    logger = get_run_logger()
+def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, version: str):
+    """Evaluate the version's model files, sign and record the verdict; the final state of
+    the flow run. Without the gate's signing key nothing is touched."""
+    key = gate_signing_key()
     client.set_model_version_tag(name, version, STATUS_TAG, PENDING)
+    if ATTESTATION_TAG in client.get_model_version(name, version).tags:  # an earlier verdict
+        client.delete_model_version_tag(name, version, ATTESTATION_TAG)
     reference = policy.reference
     facts = {
         "reference data": reference.path.name,
@@ -521,22 +712,32 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
     try:
         facts["reference data"] += f" (SHA-256 {sha256_file(reference.path)})"
         frame = read_reference(reference.path, reference.label, reference.sensitive)
-        metrics, run_id = evaluate_version(
-            f"models:/{name}/{version}",
-            frame,
-            label=reference.label,
-            evaluator_config=policy.evaluator_config(),
-            experiment_name=policy.experiment_name,
-            run_name=f"gate-{name}-v{version}"[:250],
-            run_tags={"fairness.gate.model": name, "fairness.gate.version": str(version)},
-        )
+        with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
+            local = download_version(client, tracking_uri, name, version, Path(tmp))
+            model_digest = files_digest(local)
+            metrics, run_id = evaluate_version(
+                str(local),
+                frame,
+                label=reference.label,
+                evaluator_config=policy.evaluator_config(),
+                experiment_name=policy.experiment_name,
+                run_name=f"gate-{name}-v{version}"[:250],
+                run_tags={"fairness.gate.model": name, "fairness.gate.version": str(version)},
+            )
     except Exception as error:  # any loader or data failure is the version's verdict: error
         return _record_error(client, name, version, facts, error)
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
     status, reasons = verdict(metrics, policy, majority)
     facts["evaluation run"] = run_id
     facts["majority-class accuracy"] = f"{majority:.4f}"
-    tags = gate_tags(status, reasons, metrics)
+    facts["model files (SHA-256 of the manifest)"] = model_digest
+    attestation = Attestation(
+        model=name, version=str(version), model_digest=model_digest,
+        policy_digest=policy_digest(policy), verdict=status, gate_run_id=run_id,
+        flow_run_id=facts["Prefect flow run"], signed_at=_now(),
+    )  # fmt: skip
+    tags = {ATTESTATION_TAG: sign_attestation(attestation, key)}
+    tags |= gate_tags(status, reasons, metrics)
     tags["fairness.gate.run_id"] = run_id
     tags["fairness.gate.flow_run_id"] = facts["Prefect flow run"]
     card = gate_card(
@@ -545,7 +746,7 @@ def _gate_version(client, policy: GatePolicy, name: str, version: str):
     record_verdict(client, name, version, tags, card)
     _artifact(name, version, card)
     message = f"{name} version {version}: {status}" + (f" ({'; '.join(reasons)})" * bool(reasons))
-    logger.info(message)
+    get_run_logger().info(message)
     return Completed(message=message)
 
 
@@ -572,6 +773,34 @@ def _artifact(name: str, version: str, card: str) -> None:
     create_markdown_artifact(card, key=key[:100].strip("-"), description="fairness gate verdict")
 
 
+def _gate_event(model_name, version, event, alias, policy_dir, tracking_uri):
+    """The body of :func:`fairness_gate`: the final state, every refusal a Failed state
+    with its message (nothing raised, so nothing is pickled into the result store)."""
+    try:
+        policy_dir, uri = gate_settings(policy_dir, tracking_uri)
+        policies = load_policies(policy_dir)
+        if model_name not in policies:
+            return Completed(message=f"model {model_name!r} has no gate policy; nothing to do")
+        policy = policies[model_name]
+        client = _client(uri)
+        if event == VERSION_CREATED:
+            return _gate_version(client, uri, policy, model_name, str(version))
+        if alias is None:
+            return Failed(message=f"event {event} needs the alias parameter")
+        if alias not in policy.protected_aliases:
+            return Completed(message=f"alias {alias!r} is not protected; no change")
+        check = enforce_alias(client, uri, policy, alias, str(version), gate_public_key())
+    except (PolicyError, AttestationError) as error:
+        get_run_logger().error("fairness gate: %s", error)
+        return Failed(message=str(error))
+    get_run_logger().info(check.message)
+    create_markdown_artifact(
+        f"# Protected alias\n\n{markdown_text(check.message)}\n",
+        description="fairness gate alias check",
+    )
+    return Completed(message=check.message)
+
+
 @flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
 def fairness_gate(
     model_name: str,
@@ -582,21 +811,23 @@ def fairness_gate(
     tracking_uri: str | None = None,
 ):
     """Gate one registry event of a watched model (see the module docstring)."""
-    logger = get_run_logger()
-    policies = load_policies(policy_dir)
-    if model_name not in policies:
-        return Completed(message=f"model {model_name!r} has no gate policy; nothing to do")
-    policy = policies[model_name]
-    client = _client(resolve_tracking_uri(tracking_uri))
-    if event == VERSION_CREATED:
-        return _gate_version(client, policy, model_name, str(version))
-    if alias is None:
-        return Failed(message=f"event {event} needs the alias parameter")
-    if alias not in policy.protected_aliases:
-        return Completed(message=f"alias {alias!r} is not protected; no change")
-    message = enforce_alias(client, model_name, alias, str(version))
-    logger.info(message)
-    create_markdown_artifact(
-        f"# Protected alias\n\n{markdown_text(message)}\n", description="fairness gate alias check"
-    )
-    return Completed(message=message)
+    return _gate_event(model_name, version, event, alias, policy_dir, tracking_uri)
+
+
+@flow(name="fairness-gate-reconcile", validate_parameters=True, persist_result=False)
+def fairness_gate_reconcile(policy_dir: str | None = None, tracking_uri: str | None = None):
+    """Check every protected alias of every watched model against the gate's attestations
+    (:func:`reconcile_aliases`): scheduled every few minutes, and started once by the
+    receiver when it starts."""
+    try:
+        policy_dir, uri = gate_settings(policy_dir, tracking_uri)
+        policies = load_policies(policy_dir)
+        checked, changes = reconcile_aliases(_client(uri), uri, policies, gate_public_key())
+    except (PolicyError, AttestationError) as error:
+        get_run_logger().error("fairness gate reconcile: %s", error)
+        return Failed(message=str(error))
+    for line in changes:
+        get_run_logger().warning(line)
+    summary = f"{checked} protected alias(es) checked, {len(changes)} changed"
+    get_run_logger().info(summary)
+    return Completed(message="; ".join([summary, *changes])[:TAG_MAX_CHARS])

@@ -5,8 +5,11 @@
 ``<X-MLflow-Delivery-Id>.<X-MLflow-Timestamp>.<body>`` with the shared secret
 (``FAIRPCA_WEBHOOK_SECRET``), compared in constant time. Refused, logged, and nothing started:
 
-* 401: a missing header, a wrong signature, or a timestamp more than ``max_age`` seconds
-  (5 minutes) from the receiver's clock;
+* 401: a missing header (before the body is read), a wrong signature, or a timestamp more
+  than ``max_age`` seconds (5 minutes) from the receiver's clock;
+* 413: a body over ``max_body`` bytes (1 MiB; MLflow's payloads are a few KiB), refused from
+  its ``Content-Length`` before any of it is read, or once the streamed body passes the cap;
+  memory per request stays under the cap;
 * 409: a delivery id already accepted (a replay);
 * 400: a signed body that is not an MLflow event.
 
@@ -16,6 +19,15 @@ once; a background thread drains the queue into runs of the Prefect deployment
 delivery id), retrying with back-off while the Prefect server is down. The queue, not
 MLflow's three retries (about 7 s), is what keeps events through an outage: an event is
 lost only if the receiver cannot write its queue, and then it answers 503 so MLflow retries.
+Events sent while the receiver itself is down are lost: on every start the receiver queues
+one run of the reconciler (``fairness-gate-reconcile/on-schedule``, also scheduled every few
+minutes), which checks every protected alias against the gate's attestations.
+
+The queue keeps what replay protection needs: a finished delivery is deleted once it is
+older than ``retention`` (one day, never less than twice ``max_age``: an older delivery is
+refused as stale anyway), and beyond ``max_rows`` finished deliveries the oldest go first.
+``GET /health`` answers ``{"status": "ok"}`` to anyone; the queue's counts only to a caller
+that signs the request with the webhook secret (:func:`health_headers`).
 """
 
 from __future__ import annotations
@@ -29,6 +41,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +49,14 @@ from typing import Any
 
 __all__ = [
     "DEPLOYMENT",
+    "MAX_BODY_BYTES",
+    "RECONCILE_DEPLOYMENT",
     "SECRET_ENV",
     "DeliveryQueue",
     "Refused",
     "check_signature",
     "create_app",
+    "health_headers",
     "parse_event",
     "secret_from_env",
     "serve",
@@ -53,10 +69,19 @@ logger = logging.getLogger("fairpca.gate")
 SECRET_ENV = "FAIRPCA_WEBHOOK_SECRET"
 MIN_SECRET_CHARS = 32
 DEPLOYMENT = "fairness-gate/on-registration"
+RECONCILE_DEPLOYMENT = "fairness-gate-reconcile/on-schedule"
+RECONCILE = "reconcile"  # the queue's event name of a reconciler run
 MAX_AGE_S = 300
+MAX_BODY_BYTES = 2**20
+RETENTION_S = 86_400
+MAX_ROWS = 10_000
+PRUNE_EVERY_S = 60.0
+MAX_CONNECTIONS = 64
 SIGNATURE_HEADER = "X-MLflow-Signature"
 DELIVERY_HEADER = "X-MLflow-Delivery-Id"
 TIMESTAMP_HEADER = "X-MLflow-Timestamp"
+HEALTH_SIGNATURE_HEADER = "X-Fairpca-Signature"
+HEALTH_TIMESTAMP_HEADER = "X-Fairpca-Timestamp"
 GATED_EVENTS = ("model_version.created", "model_version_alias.created")
 
 
@@ -87,6 +112,18 @@ def sign(secret: str, delivery_id: str, timestamp: str, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode("ascii")
 
 
+def _signed_headers(headers) -> tuple[str, str, str]:
+    """The delivery id, timestamp and signature headers; :class:`Refused` (401) when one is
+    missing, so an unsigned request is refused before its body is read."""
+    lower = {key.lower(): value for key, value in headers.items()}
+    found = tuple(
+        lower.get(h.lower(), "") for h in (DELIVERY_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER)
+    )
+    if not all(found):
+        raise Refused(401, "missing signature, delivery id or timestamp header")
+    return found
+
+
 def check_signature(
     secret: str, headers: dict[str, str], body: bytes, *, now: float, max_age: float = MAX_AGE_S
 ) -> str:
@@ -96,12 +133,7 @@ def check_signature(
     timestamp, so an unsigned caller learns nothing about the clock. Several space-separated
     ``v1,<sig>`` values (Standard Webhooks key rotation) are accepted if any one matches.
     """
-    lower = {key.lower(): value for key, value in headers.items()}
-    values = [lower.get(h.lower(), "") for h in (DELIVERY_HEADER, TIMESTAMP_HEADER)]
-    delivery_id, timestamp = values
-    given = lower.get(SIGNATURE_HEADER.lower(), "")
-    if not (delivery_id and timestamp and given):
-        raise Refused(401, "missing signature, delivery id or timestamp header")
+    delivery_id, timestamp, given = _signed_headers(headers)
     expected = sign(secret, delivery_id, timestamp, body).encode()
     if not any(hmac.compare_digest(expected, part.encode()) for part in given.split()):
         raise Refused(401, "signature does not match (wrong secret or altered request)")
@@ -112,6 +144,40 @@ def check_signature(
     if abs(now - sent) > max_age:
         raise Refused(401, f"stale timestamp: {now - sent:.0f} s from now (max {max_age:.0f} s)")
     return delivery_id
+
+
+def health_headers(secret: str, now: float | None = None) -> dict[str, str]:
+    """Headers that show the receiver's queue in ``GET /health``: the webhook secret's HMAC
+    of ``health.<timestamp>.`` (MLflow's scheme, with the id ``health``)."""
+    stamp = str(int(time.time() if now is None else now))
+    return {
+        HEALTH_TIMESTAMP_HEADER: stamp,
+        HEALTH_SIGNATURE_HEADER: sign(secret, "health", stamp, b""),
+    }
+
+
+def _health_signed(secret: str, headers, now: float, max_age: float) -> bool:
+    stamp = headers.get(HEALTH_TIMESTAMP_HEADER, "")
+    given = headers.get(HEALTH_SIGNATURE_HEADER, "").encode()
+    expected = sign(secret, "health", stamp, b"").encode()
+    if not (stamp.isdigit() and hmac.compare_digest(expected, given)):
+        return False
+    return abs(now - int(stamp)) <= max_age
+
+
+async def read_capped(request, limit: int) -> bytes:
+    """The request body, refused (:class:`Refused` 413) when its ``Content-Length`` says
+    more than ``limit`` bytes (nothing is read) or the streamed body passes ``limit``."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > limit):
+        raise Refused(413, f"body of {declared[:20]} bytes refused (limit {limit})")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise Refused(413, f"streamed body over the limit of {limit} bytes refused")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -181,14 +247,52 @@ class DeliveryQueue:
             except sqlite3.IntegrityError:
                 raise Refused(409, "delivery id already received (replay)") from None
 
-    def due(self, now: float) -> list[tuple[str, dict[str, Any], int]]:
+    def schedule_reconcile(self, now: float) -> str:
+        """Queue one run of the reconciler (the receiver does on every start); its id."""
+        job_id = f"{RECONCILE}-{uuid.uuid4()}"
+        with self._lock, closing(self._connect()) as db:
+            db.execute(
+                "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state)"
+                " VALUES (?, ?, ?, '{}', 'pending')",
+                (job_id, now, RECONCILE),
+            )
+        return job_id
+
+    def due(self, now: float) -> list[tuple[str, str, dict[str, Any], int]]:
+        """``(id, event, flow parameters, attempts)`` of every pending job due by ``now``."""
         with closing(self._connect()) as db:
             rows = db.execute(
-                "SELECT delivery_id, parameters, attempts FROM deliveries WHERE state = "
+                "SELECT delivery_id, event, parameters, attempts FROM deliveries WHERE state = "
                 "'pending' AND next_try <= ? ORDER BY received_at",
                 (now,),
             ).fetchall()
-        return [(d, json.loads(p), a) for d, p, a in rows]
+        return [(d, e, json.loads(p), a) for d, e, p, a in rows]
+
+    def prune(
+        self,
+        now: float,
+        *,
+        retention: float = RETENTION_S,
+        max_rows: int = MAX_ROWS,
+        replay_window: float = 2 * MAX_AGE_S,
+    ) -> int:
+        """Delete finished deliveries older than ``retention`` (at least ``replay_window``),
+        then the oldest beyond ``max_rows`` finished ones, never one younger than
+        ``replay_window`` (its id still refuses a replay). Pending jobs stay. The number
+        deleted."""
+        oldest_kept = now - max(retention, replay_window)
+        with self._lock, closing(self._connect()) as db:
+            aged = db.execute(
+                "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
+                (oldest_kept,),
+            ).rowcount
+            surplus = db.execute(
+                "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ? AND "
+                "delivery_id NOT IN (SELECT delivery_id FROM deliveries WHERE state != "
+                "'pending' ORDER BY received_at DESC LIMIT ?)",
+                (now - replay_window, max_rows),
+            ).rowcount
+        return aged + surplus
 
     def started(self, delivery_id: str, flow_run_id: str) -> None:
         with self._lock, closing(self._connect()) as db:
@@ -221,35 +325,38 @@ class DeliveryQueue:
         return dict(rows)
 
 
-def start_flow_run(parameters: dict[str, Any], delivery_id: str) -> str:
-    """Create a run of :data:`DEPLOYMENT` and return at once (the worker runs it)."""
+def start_flow_run(deployment: str, parameters: dict[str, Any], delivery_id: str) -> str:
+    """Create a run of ``deployment`` and return at once (the worker runs it)."""
     from prefect.deployments import run_deployment
 
     params = {k: v for k, v in parameters.items() if v is not None}
+    name = f"gate-{params['model_name']}-v{params['version']}" if params else "gate-reconcile"
     flow_run = run_deployment(
-        DEPLOYMENT,
+        deployment,
         parameters=params,
         timeout=0,
         idempotency_key=f"mlflow-delivery-{delivery_id}",
-        flow_run_name=f"gate-{params['model_name']}-v{params['version']}"[:100],
+        flow_run_name=name[:100],
         as_subflow=False,
     )
     return str(flow_run.id)
 
 
 def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
-    """Start a flow run for every due event; failures wait (2, 4, ... 60 s) and retry."""
+    """Start a flow run for every due job (an event's gate run, a reconciler run); failures
+    wait (2, 4, ... 60 s) and retry."""
     started = 0
-    for delivery_id, parameters, attempts in queue.due(time.time()):
+    for delivery_id, event, parameters, attempts in queue.due(time.time()):
+        deployment = RECONCILE_DEPLOYMENT if event == RECONCILE else DEPLOYMENT
         try:
-            flow_run_id = starter(parameters, delivery_id)
+            flow_run_id = starter(deployment, parameters, delivery_id)
         except Exception as error:
             wait = queue.retry_later(
                 delivery_id, attempts, f"{type(error).__name__}: {error}", time.time()
             )
             logger.warning(
                 "could not start %s for delivery %s (attempt %d: %s); retrying in %.0f s",
-                DEPLOYMENT,
+                deployment,
                 delivery_id,
                 attempts + 1,
                 type(error).__name__,
@@ -263,21 +370,30 @@ def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
 
 
 def _drain_forever(queue: DeliveryQueue, stop: threading.Event, interval: float) -> None:
+    pruned_at = 0.0
     while not stop.is_set():
         try:
             drain_once(queue)
+            if time.monotonic() - pruned_at >= PRUNE_EVERY_S:
+                pruned_at = time.monotonic()
+                if deleted := queue.prune(time.time()):
+                    logger.info("deleted %d finished deliveries from the queue", deleted)
         except Exception:  # the queue file itself failed: log and keep the thread alive
             logger.exception("draining the gate queue failed")
         stop.wait(interval)
 
 
-def _draining(queue: DeliveryQueue, interval: float | None):
-    """A lifespan that drains ``queue`` in a thread every ``interval`` s (None: no thread)."""
+def _draining(queue: DeliveryQueue, interval: float | None, reconcile_on_start: bool):
+    """A lifespan that queues one reconciler run (``reconcile_on_start``) and drains
+    ``queue`` in a thread every ``interval`` s (None: no thread)."""
 
     @asynccontextmanager
     async def lifespan(app):
         stop = threading.Event()
         thread = None
+        if reconcile_on_start:
+            queue.schedule_reconcile(time.time())
+            logger.info("queued a run of %s (every start)", RECONCILE_DEPLOYMENT)
         if interval is not None:
             thread = threading.Thread(
                 target=_drain_forever, args=(queue, stop, interval), daemon=True
@@ -299,20 +415,25 @@ def create_app(
     watched: set[str],
     *,
     max_age: float = MAX_AGE_S,
+    max_body: int = MAX_BODY_BYTES,
     drain_interval: float | None = 1.0,
+    reconcile_on_start: bool = False,
 ):
     """The Starlette app: ``POST /webhook`` and ``GET /health``. With ``drain_interval`` a
-    background thread drains the queue while the app runs (None: no thread, for tests)."""
+    background thread drains the queue while the app runs (None: no thread, for tests);
+    with ``reconcile_on_start`` a reconciler run is queued when it starts."""
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse
     from starlette.routing import Route
 
     async def webhook(request: Request) -> JSONResponse:
-        body = await request.body()
         client = request.client.host if request.client else "?"
         now = time.time()
+        delivery_id = None
         try:
+            _signed_headers(request.headers)
+            body = await read_capped(request, max_body)
             delivery_id = check_signature(
                 secret, dict(request.headers), body, now=now, max_age=max_age
             )
@@ -325,6 +446,9 @@ def create_app(
                 "refused delivery from %s: %d %s", client, refusal.status, refusal.reason
             )
             return JSONResponse({"refused": refusal.reason}, status_code=refusal.status)
+        except ClientDisconnect:  # the sender went away mid-body: nothing to answer
+            logger.warning("delivery from %s: the sender disconnected mid-body", client)
+            return JSONResponse({"refused": "disconnected"}, status_code=400)
         except sqlite3.Error as error:  # not recorded: MLflow retries on 503
             logger.error("could not queue delivery %s: %s", delivery_id, error)
             return JSONResponse({"error": "queue unavailable"}, status_code=503)
@@ -333,10 +457,13 @@ def create_app(
         return JSONResponse({"delivery_id": delivery_id, "state": state}, status_code=202)
 
     async def health(request: Request) -> JSONResponse:
+        if not _health_signed(secret, request.headers, time.time(), max_age):
+            return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "queue": queue.counts()})
 
     routes = [Route("/webhook", webhook, methods=["POST"]), Route("/health", health)]
-    return Starlette(routes=routes, lifespan=_draining(queue, drain_interval))
+    lifespan = _draining(queue, drain_interval, reconcile_on_start)
+    return Starlette(routes=routes, lifespan=lifespan)
 
 
 def server_config(
@@ -357,11 +484,14 @@ def server_config(
 
     secret = secret_from_env()
     watched = set(load_policies(policy_dir))
-    app = create_app(secret, DeliveryQueue(queue_path), watched, drain_interval=drain_interval)
+    queue = DeliveryQueue(queue_path)
+    queue.prune(time.time())
+    app = create_app(secret, queue, watched, drain_interval=drain_interval, reconcile_on_start=True)
     logger.info("watching %s; queue %s", sorted(watched), queue_path)
     return uvicorn.Config(
-        app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile, log_level="info"
-    )
+        app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile,
+        log_level="info", limit_concurrency=MAX_CONNECTIONS,
+    )  # fmt: skip
 
 
 def serve(**options) -> None:

@@ -12,6 +12,13 @@
 * **Loading.** :func:`load_registered_pipeline` reloads a version we registered: the MLflow
   model must be skops-serialised, its file must match the SHA-256 recorded at registration,
   and only the fixed :data:`TRUSTED_TYPES` are trusted (never pickle).
+  :func:`load_champion` is the scorer's loader: the alias holder's gate attestation is
+  verified and its files are the ones the gate judged, then loaded the same way.
+* **Attestations.** The fairness gate's signed verdict on a version
+  (:class:`fairpca.tasks.trust.Attestation`) is the version tag ``fairness.gate.attestation``;
+  :func:`check_attested_pass` verifies it and recomputes the digest of the version's files.
+  Every other tag, ``fairness.gate.status`` included, is informational: anyone with write
+  access to the registry can set it.
 """
 
 from __future__ import annotations
@@ -28,28 +35,42 @@ from fairpca.tasks.record import AuditRecord, definition_json, registered_model_
 from fairpca.tasks.select import Champion, GatePolicy
 from fairpca.tasks.trust import (
     TRUSTED_TYPES,
+    Attestation,
+    AttestationError,
     UntrustedModelError,
+    VerifiedModel,
+    files_digest,
+    gate_public_key,
     load_skops_pipeline,
+    load_verified_dir,
     sha256_file,
+    shown_uri,
     skops_file,
+    take_credentials,
+    verify_attestation,
 )
 
 __all__ = [
     "ALIAS_REFUSED_TAG",
+    "ATTESTATION_TAG",
     "DEFINITION_TAG",
     "EXTRA_TEST_TAGS",
     "MODEL_DIGEST_TAG",
     "MODEL_FILE_SHA_TAG",
     "NEEDS_REVIEW_TAG",
+    "TAMPERING_TAG",
     "TRUSTED_TYPES",
     "ModelDefinitionMismatch",
     "UntrustedModelError",
     "champion_version",
+    "check_attested_pass",
     "check_model_definition",
     "demote",
     "demoted_models",
+    "download_version",
     "fairness_tags",
     "find_champion",
+    "load_champion",
     "load_registered_pipeline",
     "load_skops_pipeline",
     "move_alias",
@@ -286,6 +307,139 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
             artifact_uri=location, dst_path=tmp, tracking_uri=tracking_uri
         )
         return load_skops_pipeline(Path(local), expected)
+
+
+# ---- gate attestations and the scorer's loader ---------------------------------------------
+
+ATTESTATION_TAG = "fairness.gate.attestation"  # the gate's signed verdict (trust.Attestation)
+TAMPERING_TAG = "fairness.gate.tampering"  # what enforcement found forged or changed
+
+
+def download_version(client, tracking_uri: str, name: str, version: str, dst) -> Path:
+    """The model files of version ``version`` of ``name``, downloaded into ``dst``."""
+    import mlflow.artifacts
+
+    location = client.get_model_version_download_uri(name, str(version))
+    return Path(
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=location, dst_path=str(dst), tracking_uri=tracking_uri
+        )
+    )
+
+
+def check_attested_pass(
+    client,
+    tracking_uri: str,
+    name: str,
+    version: str,
+    *,
+    policy_digest: str | None = None,
+    public_key=None,
+    model_dir: Path | None = None,
+) -> Attestation:
+    """The gate's attestation that version ``version`` of ``name`` passed, once verified.
+
+    The signature must verify with the gate's public key (:func:`fairpca.tasks.trust.
+    gate_public_key` unless given), the statement must name this model and version with the
+    verdict ``passed`` (and ``policy_digest`` when given), and the digest of the version's
+    model files, downloaded now (or the already downloaded ``model_dir``), must be the one
+    attested. Cheap checks come first; the files are downloaded last.
+
+    Raises
+    ------
+    AttestationError
+        Naming what is missing or wrong; ``tampered`` says whether it was forged or changed.
+    """
+    text = client.get_model_version(name, str(version)).tags.get(ATTESTATION_TAG)
+    if not text:
+        raise AttestationError("the gate has not attested it (no signed verdict)")
+    attestation = verify_attestation(text, public_key)
+    if (attestation.model, attestation.version) != (name, str(version)):
+        raise AttestationError(
+            f"its attestation is about {attestation.model!r} version {attestation.version}, "
+            "copied onto this version",
+            tampered=True,
+        )
+    if attestation.verdict != "passed":
+        raise AttestationError(f"the gate's signed verdict is {attestation.verdict!r}")
+    if policy_digest is not None and attestation.policy_digest != policy_digest:
+        raise AttestationError(
+            "it was judged under another gate policy (the policy file or its reference data "
+            "changed since): it must pass the gate again"
+        )
+    if model_dir is None:
+        with tempfile.TemporaryDirectory() as tmp:
+            digest = files_digest(download_version(client, tracking_uri, name, version, tmp))
+    else:
+        digest = files_digest(model_dir)
+    if digest != attestation.model_digest:
+        raise AttestationError(
+            f"its model files changed after the gate judged them (digest {digest[:12]}, "
+            f"attested {attestation.model_digest[:12]})",
+            tampered=True,
+        )
+    return attestation
+
+
+def load_champion(
+    model_name: str,
+    alias: str = "champion",
+    tracking_uri: str | None = None,
+    *,
+    attested: bool = True,
+) -> VerifiedModel:
+    """The model ``alias`` of ``model_name`` points to, for scoring, loaded without running
+    any code from the registry.
+
+    The version's files are downloaded once. With ``attested`` (the default) the fairness
+    gate's signed attestation must verify for those very files
+    (:func:`check_attested_pass`, with ``$FAIRPCA_GATE_PUBLIC_KEY``); with
+    ``attested=False`` (no gate is deployed) the skops file must match the SHA-256 fairpca
+    recorded when it registered the version (tag ``fairpca.model_sha256``), which says the
+    file is the one registered, not that its model is fair. Either way the directory must be
+    an MLflow scikit-learn model serialised with skops, without pickle or code, holding only
+    skops' default and :data:`TRUSTED_TYPES` (:func:`fairpca.tasks.trust.load_verified_dir`).
+    ``mlflow.pyfunc.load_model`` is not used: a cloudpickled model runs its code when loaded.
+
+    Raises
+    ------
+    LookupError
+        No version holds ``alias``.
+    AttestationError
+        No valid attestation (``attested``): the message says what was found.
+    UntrustedModelError
+        Files fairpca does not load (pickle, code, an untrusted type, another SHA-256).
+    """
+    import mlflow
+
+    uri = take_credentials(tracking_uri or mlflow.get_tracking_uri())
+    client = mlflow_client(uri)
+    holder = champion_version(client, model_name, alias)
+    if holder is None:
+        raise LookupError(f"no version of {model_name!r} holds the alias {alias!r}.")
+    version = str(holder.version)
+    shown = f"models:/{model_name}@{alias} (version {version} on {shown_uri(uri)})"
+    expected = None
+    if not attested:
+        expected = holder.tags.get(MODEL_FILE_SHA_TAG)
+        if not expected:
+            raise UntrustedModelError(
+                f"{shown} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not register it, so it "
+                "is not loaded without a gate attestation."
+            )
+    with tempfile.TemporaryDirectory() as tmp:
+        local = download_version(client, uri, model_name, version, Path(tmp))
+        if attested:
+            key = gate_public_key()
+            try:
+                check_attested_pass(
+                    client, uri, model_name, version, public_key=key, model_dir=local
+                )
+            except AttestationError as error:
+                raise AttestationError(
+                    f"{shown} is not loaded: {error}.", tampered=error.tampered
+                ) from None
+        return load_verified_dir(local, shown, expected)
 
 
 def run_ui_url(tracking_uri: str | None, experiment_id: str, run_id: str, path: str) -> str | None:

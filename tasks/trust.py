@@ -4,6 +4,9 @@
   keyed by a per-user secret the directory never holds);
 - the one rule for the types a saved model may hold, on saving, loading and relogging
   (skops, a fixed set of trusted types, never pickle);
+- the fairness gate's attestations: a verdict on one registered model version, signed with
+  an Ed25519 key only the gate holds (verified with its public key), binding the digest of
+  the version's model files and of the gate's policy;
 - credentials in tracking URIs, masked in everything written or printed;
 - every written path stays inside its directory."""
 
@@ -18,26 +21,38 @@ import secrets
 import stat
 import tempfile
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 __all__ = [
+    "GATE_KEY_ENV",
+    "GATE_KEY_FILE_ENV",
+    "GATE_PUBLIC_KEY_ENV",
     "KEY_ENV",
     "MAX_FILE_BYTES",
     "MAX_TOTAL_BYTES",
     "SEAL_FILE",
     "TRUSTED_TYPES",
     "UNSEALED_FILES",
+    "Attestation",
+    "AttestationError",
     "SealError",
     "UntrustedModelError",
     "VerifiedModel",
     "bind_run",
     "bound_run",
     "check_model_files",
+    "create_gate_key",
+    "files_digest",
     "foreign_types",
+    "gate_key_path",
+    "gate_public_key",
+    "gate_signing_key",
     "key_path",
     "load_skops_pipeline",
+    "load_verified_dir",
     "load_verified_model",
     "mask_credentials",
     "model_digest",
@@ -46,11 +61,13 @@ __all__ = [
     "sha256_file",
     "shown_text",
     "shown_uri",
+    "sign_attestation",
     "signing_key",
     "skops_file",
     "skops_file_types",
     "take_credentials",
     "types_to_trust",
+    "verify_attestation",
     "verify_output_dir",
 ]
 
@@ -130,10 +147,14 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/fairpca`` (``~/.config/fairpca`` when unset)."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "fairpca"
+
+
 def key_path() -> Path:
     """``$XDG_CONFIG_HOME/fairpca/signing.key`` (``~/.config`` when unset)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
-    return Path(base) / "fairpca" / "signing.key"
+    return _config_dir() / "signing.key"
 
 
 def signing_key(*, create: bool = False) -> bytes:
@@ -171,37 +192,44 @@ def signing_key(*, create: bool = False) -> bytes:
     return _read_key_file(path)
 
 
-def _create_key_file(path: Path) -> None:
+def _create_key_file(path: Path) -> bool:
+    """Write 32 random bytes (hex) to a new file of mode 0600; False if it exists already."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:  # another audit created it at the same moment
-        return
+        return False
     with os.fdopen(fd, "w") as handle:
         handle.write(secrets.token_hex(32) + "\n")
+    return True
 
 
-def _read_key_file(path: Path) -> bytes:
+def _read_key_file(path: Path, env: str = KEY_ENV, error: type[ValueError] = SealError) -> bytes:
+    """The key in ``path``, refused unless only its owner (this user) may read it."""
     info = path.stat()
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077 or info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
-        raise SealError(
+        raise error(
             f"signing key {path} has mode {mode:04o} (owner uid {info.st_uid}); only its owner "
-            f"may read it. Run `chmod 600 {path}` (as its owner), or set {KEY_ENV}."
+            f"may read it. Run `chmod 600 {path}` (as its owner), or set {env}."
         )
     key = path.read_bytes().strip()
     if len(key) < _MIN_KEY_CHARS:
-        raise SealError(f"signing key {path} is shorter than {_MIN_KEY_CHARS} characters.")
+        raise error(f"signing key {path} is shorter than {_MIN_KEY_CHARS} characters.")
     return key
 
 
+def _canonical(record: dict[str, Any]) -> bytes:
+    """The one byte form of a record that is signed or hashed (sorted keys, no spaces)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+
+
 def _mac(key: bytes, record: dict[str, Any]) -> str:
-    body = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key, body, hashlib.sha256).hexdigest()
+    return hmac.new(key, _canonical(record), hashlib.sha256).hexdigest()
 
 
-def _file_listing(out_dir: Path) -> dict[str, Path]:
-    """Every regular file under ``out_dir`` (posix relative path -> path), sealed ones only."""
+def _file_listing(out_dir: Path, skipped: frozenset[str] = UNSEALED_FILES) -> dict[str, Path]:
+    """Every regular file under ``out_dir`` (posix relative path -> path) but ``skipped``."""
     files = {}
     for folder, dirs, names in os.walk(out_dir, followlinks=False):
         for name in [*dirs, *names]:
@@ -214,7 +242,7 @@ def _file_listing(out_dir: Path) -> dict[str, Path]:
         for name in names:
             path = Path(folder) / name
             relative = path.relative_to(out_dir).as_posix()
-            if relative not in UNSEALED_FILES:
+            if relative not in skipped:
                 files[relative] = path
     return files
 
@@ -350,6 +378,196 @@ def bound_run(record: dict[str, Any]) -> dict[str, str] | None:
     """The run a verified seal names (``run_id``, ``experiment_id``), or None."""
     run = record.get("run")
     return dict(run) if isinstance(run, dict) else None
+
+
+# ---- the fairness gate's attestations ------------------------------------------------------
+
+GATE_KEY_ENV = "FAIRPCA_GATE_KEY"  # the gate's private key (64 hex digits), else the file
+GATE_KEY_FILE_ENV = "FAIRPCA_GATE_KEY_FILE"  # default $XDG_CONFIG_HOME/fairpca/gate.key
+GATE_PUBLIC_KEY_ENV = "FAIRPCA_GATE_PUBLIC_KEY"  # verification only: scorers, other hosts
+_STATEMENT = "fairpca.gate.attestation/v1"
+
+
+class AttestationError(ValueError):
+    """No valid gate attestation: missing, not verifying, or not matching what it claims.
+
+    ``tampered`` is True when something was forged or changed after the gate judged it (a
+    signature that does not verify, a statement about another version, model files other
+    than the attested ones), False when the attestation is merely absent, a fail, or stale
+    (judged under another policy)."""
+
+    def __init__(self, reason: str, *, tampered: bool = False):
+        super().__init__(reason)
+        self.tampered = tampered
+
+
+@dataclass(frozen=True)
+class Attestation:
+    """What the gate signs about one registered model version."""
+
+    model: str
+    version: str
+    model_digest: str  # :func:`files_digest` of the version's model files
+    policy_digest: str  # of the gate policy the version was judged under
+    verdict: str  # "passed" or "failed"
+    gate_run_id: str  # the MLflow run of the evaluation
+    flow_run_id: str  # the Prefect flow run of the gate
+    signed_at: str
+
+
+def gate_key_path() -> Path:
+    """``$FAIRPCA_GATE_KEY_FILE``, else ``$XDG_CONFIG_HOME/fairpca/gate.key``."""
+    given = os.environ.get(GATE_KEY_FILE_ENV)
+    return Path(given) if given else _config_dir() / "gate.key"
+
+
+def create_gate_key() -> tuple[Path, bool]:
+    """Create the gate's private key file (32 random bytes, hex, mode 0600) unless it
+    exists; ``(path, created)``. Only ``fairpca gate keygen`` does, never a gate run."""
+    path = gate_key_path()
+    return path, _create_key_file(path)
+
+
+def _ed25519(text: str, where: str, *, public: bool):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+    try:
+        raw = bytes.fromhex(text.strip())
+        if len(raw) != 32:
+            raise ValueError
+    except ValueError:
+        raise AttestationError(
+            f"the gate key in {where} is not 64 hexadecimal digits (32 bytes); "
+            "`fairpca gate keygen` creates one and prints its public key."
+        ) from None
+    reader = Ed25519PublicKey if public else Ed25519PrivateKey
+    return reader.from_public_bytes(raw) if public else reader.from_private_bytes(raw)
+
+
+def gate_signing_key():
+    """The gate's Ed25519 private key: ``$FAIRPCA_GATE_KEY``, else the 0600 key file.
+
+    Raises
+    ------
+    AttestationError
+        No key, or a key file others may read (as for the audit's key), or not a key.
+    """
+    if env := os.environ.get(GATE_KEY_ENV):
+        return _ed25519(env, GATE_KEY_ENV, public=False)
+    path = gate_key_path()
+    if not path.is_file():
+        raise AttestationError(
+            f"the gate holds no signing key: no {path} (nor {GATE_KEY_ENV}). Run `fairpca "
+            "gate keygen` where the gate's worker runs (it creates the key file, mode 0600, "
+            "and prints the public key for scorers)."
+        )
+    return _ed25519(
+        _read_key_file(path, GATE_KEY_ENV, AttestationError).decode(), str(path), public=False
+    )
+
+
+def gate_public_key():
+    """The Ed25519 key attestations are verified with: ``$FAIRPCA_GATE_PUBLIC_KEY`` (hex),
+    else the public half of the gate's own key (on the gate's worker).
+
+    Raises
+    ------
+    AttestationError
+        Neither is available.
+    """
+    if env := os.environ.get(GATE_PUBLIC_KEY_ENV):
+        return _ed25519(env, GATE_PUBLIC_KEY_ENV, public=True)
+    try:
+        return gate_signing_key().public_key()
+    except AttestationError as error:
+        raise AttestationError(
+            f"no key to verify the fairness gate's attestations: set {GATE_PUBLIC_KEY_ENV} to "
+            f"the gate's public key (`fairpca gate keygen` prints it on the gate's host). "
+            f"({error})"
+        ) from None
+
+
+def public_key_hex(key) -> str:
+    """The 64 hex digits of an Ed25519 public key (what scorers set)."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+def _key_id(public) -> str:
+    return hashlib.sha256(bytes.fromhex(public_key_hex(public))).hexdigest()[:16]
+
+
+def sign_attestation(attestation: Attestation, key=None) -> str:
+    """The signed attestation as JSON text (a registry tag of under 1,000 characters)."""
+    key = key or gate_signing_key()
+    statement = {"statement": _STATEMENT, **asdict(attestation)}
+    signature = key.sign(_canonical(statement)).hex()
+    return json.dumps(
+        {**statement, "key": _key_id(key.public_key()), "signature": signature},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def verify_attestation(text: str, public_key=None) -> Attestation:
+    """The attestation in ``text`` once its signature verifies with the gate's public key.
+
+    Raises
+    ------
+    AttestationError
+        (``tampered``) Unreadable, signed with another key, or a signature that does not
+        verify.
+    """
+    from cryptography.exceptions import InvalidSignature
+
+    key = public_key or gate_public_key()
+    fields = set(Attestation.__dataclass_fields__)
+    try:
+        signed = json.loads(text)
+        signature, key_id = bytes.fromhex(signed.pop("signature")), signed.pop("key")
+        if signed.get("statement") != _STATEMENT or set(signed) != fields | {"statement"}:
+            raise ValueError("another statement")
+        attestation = Attestation(**{name: str(signed[name]) for name in fields})
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise AttestationError(
+            "the attestation is not one the gate writes (unreadable)", tampered=True
+        ) from None
+    if key_id != _key_id(key):
+        raise AttestationError(
+            f"the attestation names the signing key {str(key_id)[:16]!r}, not the gate's "
+            f"{_key_id(key)!r} (forged, or signed before the gate's key changed)",
+            tampered=True,
+        )
+    try:
+        key.verify(signature, _canonical(signed))
+    except InvalidSignature:
+        raise AttestationError(
+            "the attestation's signature does not verify: it was written or edited by "
+            "someone other than the gate",
+            tampered=True,
+        ) from None
+    return attestation
+
+
+def files_digest(directory: str | Path) -> str:
+    """SHA-256 over the manifest (relative path, SHA-256) of every file under ``directory``:
+    what an attestation binds of a registered version's model.
+
+    Raises
+    ------
+    AttestationError
+        (``tampered``) The directory holds a symbolic link.
+    """
+    try:
+        files = _file_listing(Path(directory), skipped=frozenset())
+    except SealError as error:
+        raise AttestationError(f"the model files hold a link: {error}", tampered=True) from None
+    manifest = {name: sha256_file(path) for name, path in sorted(files.items())}
+    return hashlib.sha256(_canonical(manifest)).hexdigest()
 
 
 # ---- from model_trust.py ------------------------------------------------------------
@@ -571,7 +789,6 @@ def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> Veri
         loaded, or to pass an object the caller loaded.
     """
     import mlflow.artifacts
-    from mlflow.models import Model
 
     shown = shown_uri(model_uri)
     with tempfile.TemporaryDirectory() as tmp:
@@ -586,17 +803,32 @@ def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> Veri
                 f"the model at {shown} could not be downloaded "
                 f"({type(error).__name__}: {shown_text(error)})."
             ) from None
-        try:
-            check_model_files(local)
-            metadata = Model.load(str(local / "MLmodel"))
-            model = load_skops_pipeline(local)
-        except Exception as error:  # a refusal, or files no reader could parse (not a zip)
-            raise UntrustedModelError(
-                f"the model at {shown} is not loaded: {shown_text(error)} Log it with "
-                "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
-                "a model you trust yourself and pass the object (anything with predict)."
-            ) from None
-        return VerifiedModel(model, metadata)
+        return load_verified_dir(local, shown)
+
+
+def load_verified_dir(local: Path, shown: str, expected_sha256: str | None = None) -> VerifiedModel:
+    """The model of the downloaded MLflow model directory ``local`` (``shown``: where it came
+    from, for messages), loaded as :func:`load_verified_model` does; with
+    ``expected_sha256`` its skops file must have that SHA-256.
+
+    Raises
+    ------
+    UntrustedModelError
+        As :func:`load_verified_model`.
+    """
+    from mlflow.models import Model
+
+    try:
+        check_model_files(local)
+        metadata = Model.load(str(Path(local) / "MLmodel"))
+        model = load_skops_pipeline(Path(local), expected_sha256)
+    except Exception as error:  # a refusal, or files no reader could parse (not a zip)
+        raise UntrustedModelError(
+            f"the model at {shown} is not loaded: {shown_text(error)} Log it with "
+            "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
+            "a model you trust yourself and pass the object (anything with predict)."
+        ) from None
+    return VerifiedModel(model, metadata)
 
 
 def model_digest(model, *more: str) -> str:

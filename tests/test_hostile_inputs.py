@@ -847,3 +847,57 @@ def test_a_choice_with_undefined_differences_says_which_and_why():
         "groups of a sensitive attribute have min_group_size rows (for eo_difference: rows "
         "with label 1), so no candidate can meet the thresholds"
     )
+
+
+@pytest.mark.flow
+def test_a_failed_flow_never_persists_the_label_of_a_one_row_group(prefect_harness):
+    """Issue 28, 7: a flow failing on a group of one row kept the group's label in its
+    pickled exception (Prefect's result storage), its logs and its state message. The error
+    now names such a group by count; nothing Prefect keeps holds the label."""
+    import asyncio
+    import base64
+
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        LogFilter,
+        LogFilterFlowRunId,
+    )
+    from prefect.logging.handlers import APILogHandler
+    from prefect.settings import get_current_settings
+
+    from fairpca import FairPCA
+
+    label = f"Qzx-one-person-{time.time_ns()}"
+
+    @flow(persist_result=False)
+    def users_flow():
+        rng = np.random.default_rng(0)
+        groups = np.array(["a"] * 30 + ["b"] * 29 + [label])
+        return FairPCA(2).fit(rng.normal(size=(60, 5)), sensitive_features=groups)
+
+    state = users_flow(return_state=True)
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)  # read back from the result storage
+    assert isinstance(error, ValueError) and "1 group(s) have fewer than 2 rows" in str(error)
+    APILogHandler().flush()
+
+    async def kept():
+        async with get_client() as prefect:
+            run_id = state.state_details.flow_run_id
+            runs = await prefect.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id]))
+            )
+            logs = await prefect.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+            return [run.state.message for run in runs], [log.message for log in logs]
+
+    messages, logs = asyncio.run(kept())
+    assert any("fewer than 2 rows" in text for text in [*messages, *logs])
+    stored = [path.read_bytes() for path in Path(get_current_settings().home).rglob("*")
+              if path.is_file() and path.stat().st_size < 2**24]  # fmt: skip
+    stored += [base64.b64decode(b"".join(data.split()), validate=False) for data in stored
+               if data[:4] == b"gAWV"]  # fmt: skip
+    assert not [text for text in [*messages, *logs, str(error)] if label in text]
+    assert not [data for data in stored if label.encode() in data]

@@ -12,6 +12,9 @@ that names what is wrong.
                                                                    # eligible challenger
     python tests/e2e/e2e_checks.py retrain-demote FLOW_RUN_ID      # champion fails the gate
                                                                    # on new rows: needs-review
+    python tests/e2e/e2e_checks.py relog-demoted            # relog --force --promote of the
+                                                            # demoted champion's own folder:
+                                                            # the alias stays where it is
     python tests/e2e/e2e_checks.py bad-params               # rejected before any work
     python tests/e2e/e2e_checks.py plugin                   # MLflow 'fairness' evaluator
 """
@@ -351,6 +354,28 @@ def check_retrain_demote(flow_run_id: str) -> None:
     print(f"    retrain ok: v{before} -> '{REVIEW_ALIAS}', no '{ALIAS}'; state: {message}")
 
 
+def check_relog_demoted() -> None:
+    """Issue 28, 4: the champion the last retrain demoted to needs-review is relogged from
+    its own sealed folder with ``--force --promote``: no alias moves, no version is added."""
+    client = _mlflow_client()
+    demoted = client.get_model_version_by_alias(RETRAIN_MODEL, REVIEW_ALIAS)
+    run = client.get_run(demoted.run_id)
+    folder = Path(os.environ["E2E_OUTPUT_DIR"]) / run.info.run_name
+    check(folder.is_dir(), f"the demoted champion's folder {folder} is missing")
+    before = {k: str(v) for k, v in client.get_registered_model(RETRAIN_MODEL).aliases.items()}
+    versions = {v.version for v in client.search_model_versions(f"name = '{RETRAIN_MODEL}'")}
+    done = subprocess.run(
+        [sys.executable, "-m", "fairpca.flows", "relog", str(folder), "--force", "--promote"],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    check(done.returncode == 0, f"relog failed ({done.returncode}): {done.stderr[-2000:]}")
+    after = {k: str(v) for k, v in client.get_registered_model(RETRAIN_MODEL).aliases.items()}
+    check(after == before, f"relog --promote moved an alias: {before} -> {after}")
+    now = {v.version for v in client.search_model_versions(f"name = '{RETRAIN_MODEL}'")}
+    check(now == versions, f"relog registered the same model again: {sorted(now - versions)}")
+    print(f"    relog --force --promote of v{demoted.version}'s folder: aliases stay {after}")
+
+
 def _prefect_cli(*args: str, timeout: float = 300) -> tuple[int, str]:
     done = subprocess.run(
         [sys.executable, "-m", "prefect", *args], capture_output=True, text=True, timeout=timeout
@@ -521,6 +546,7 @@ def main(argv: list[str] | None = None) -> int:
             "retrain-promote",
             "retrain-keep",
             "retrain-demote",
+            "relog-demoted",
             "bad-params",
             "plugin",
         ],
@@ -540,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
             check_retrain_keep(args.arg)
         elif args.command == "retrain-demote":
             check_retrain_demote(args.arg)
+        elif args.command == "relog-demoted":
+            check_relog_demoted()
         elif args.command == "bad-params":
             check_bad_params()
         elif args.command == "plugin":

@@ -8,7 +8,7 @@ Makes a synthetic credit table (features ``x1``, ``x2``, sensitive ``group`` in 
   group 1 is rarely approved (historical bias): its approval rates differ by group.
 
     python tests/e2e/gate_registrant.py reference OUT.csv        # the reference table
-    python tests/e2e/gate_registrant.py register NAME fair|biased  # prints the version
+    python tests/e2e/gate_registrant.py register NAME fair|biased [skops]  # prints the version
     python tests/e2e/gate_registrant.py alias NAME ALIAS VERSION
 
 Reads ``MLFLOW_TRACKING_URI``. Deterministic (seeded).
@@ -44,7 +44,11 @@ def fit(kind: str, seed: int = 1):
     return LogisticRegression(C=10.0).fit(train[columns], labels), columns
 
 
-def register(name: str, kind: str) -> str:
+def register(
+    name: str, kind: str, serialization: str = "cloudpickle", tags: dict | None = None
+) -> str:
+    """Log and register a ``fair`` or ``biased`` classifier (``serialization``: MLflow's
+    ``cloudpickle`` default or ``skops``), the version created with ``tags``."""
     import mlflow
     import sklearn
 
@@ -55,11 +59,11 @@ def register(name: str, kind: str) -> str:
             model,
             name="model",
             input_example=make_data(n=5, seed=9)[columns],
-            registered_model_name=name,
+            serialization_format=serialization,
             # given, not inferred: inference imports the model in a subprocess (seconds)
             pip_requirements=[f"scikit-learn=={sklearn.__version__}"],
         )
-    return str(info.registered_model_version)
+    return str(mlflow.register_model(info.model_uri, name, tags=tags).version)
 
 
 def main(argv: list[str]) -> None:

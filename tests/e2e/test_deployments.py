@@ -48,9 +48,10 @@ def schema_of(flow) -> dict:
 
 
 def test_deployments_point_at_the_flows(deployments, flows):
-    assert set(deployments) == {"on-demand", "scheduled", "on-registration"}
+    assert set(deployments) == {"on-demand", "scheduled", "on-registration", "on-schedule"}
     assert deployments["on-registration"]["entrypoint"] == "flows/gate.py:fairness_gate"
     assert flows["on-registration"].name == "fairness-gate"
+    assert flows["on-schedule"].name == "fairness-gate-reconcile"
     assert deployments["on-demand"]["entrypoint"] == "flows/audit.py:fairness_audit"
     assert deployments["scheduled"]["entrypoint"] == "flows/retrain.py:retrain"
     assert flows["on-demand"].name == "fairness-audit"
@@ -138,6 +139,16 @@ def test_gate_deployment_takes_the_event_and_refuses_others(deployments, flows):
     for bad in ({**good, "event": "model_version_tag.set"}, {"model_name": "credit"}):
         with pytest.raises(ValidationError):
             validate(bad, schema, raise_on_error=True, preprocess=True, ignore_required=False)
+
+
+def test_the_reconciler_runs_every_five_minutes_and_is_what_the_receiver_starts(deployments, flows):
+    from fairpca.flows.gate_server import RECONCILE_DEPLOYMENT
+
+    (schedule,) = deployments["on-schedule"]["schedules"]
+    assert schedule == {"interval": 300, "active": True}
+    assert deployments["on-schedule"]["concurrency_limit"] == 1
+    assert f"{flows['on-schedule'].name}/on-schedule" == RECONCILE_DEPLOYMENT
+    assert set(schema_of(flows["on-schedule"])["properties"]) == {"policy_dir", "tracking_uri"}
 
 
 def test_e2e_params_are_valid_configs():

@@ -1,6 +1,7 @@
 """The registered pipeline scores the rows the project's loaders return (pandas categoricals)
-and the same columns read from a CSV, through ``mlflow.pyfunc``, ``mlflow.sklearn`` and
-``mlflow models serve`` (with the model's own input example). Real audit, real SQLite store."""
+and the same columns read from a CSV, through fairpca's ``load_champion``, ``mlflow.pyfunc``,
+``mlflow.sklearn`` and ``mlflow models serve`` (with the model's own input example). Real
+audit, real SQLite store."""
 
 from __future__ import annotations
 
@@ -81,6 +82,20 @@ def test_sklearn_flavor_scores_loader_rows_and_csv_rows(registered, rows, from_c
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     model = mlflow.sklearn.load_model(model_uri)
+    np.testing.assert_array_equal(model.predict(rows[0]), expected)
+    np.testing.assert_array_equal(model.predict(from_csv), expected)
+
+
+def test_load_champion_scores_loader_rows_and_csv_rows(registered, rows, from_csv, expected):
+    """The README's scoring path: fairpca's loader (skops file checked against the SHA-256
+    fairpca registered, trusted types only, nothing unpickled), no gate deployed."""
+    from fairpca.tasks.registry import load_champion
+
+    uri, model_uri = registered
+    name, version = model_uri.removeprefix("models:/").split("/")
+    client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_registered_model_alias(name, "scoring", version)
+    model = load_champion(name, alias="scoring", tracking_uri=uri, attested=False)
     np.testing.assert_array_equal(model.predict(rows[0]), expected)
     np.testing.assert_array_equal(model.predict(from_csv), expected)
 

@@ -1,12 +1,17 @@
 """The fairness gate on a real MLflow SQLite store and the Prefect test harness.
 
 Versions are registered by the plain registrant of the end-to-end test (scikit-learn and
-MLflow only, ``tests/e2e/gate_registrant.py``): a fair classifier and a biased one.
+MLflow only, ``tests/e2e/gate_registrant.py``): a fair classifier and a biased one. The
+attacks are the ones a user with write access to the registry ran: a hand-set status tag, an
+alias moved while no receiver ran, model files changed behind a valid attestation, an
+attestation copied onto another version, gate parameters pointing elsewhere.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import secrets
 import time
 from pathlib import Path
 
@@ -14,8 +19,16 @@ import mlflow
 import pytest
 
 from fairpca.flows import gate as gate_tasks
-from fairpca.flows.gate import PolicyError, fairness_gate, load_policies
+from fairpca.flows.gate import (
+    PolicyError,
+    fairness_gate,
+    fairness_gate_reconcile,
+    gate_settings,
+    load_policies,
+)
 from fairpca.flows.gate_server import register_webhook, secret_fingerprint
+from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG
+from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 
 REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 SECRET = "k" * 40
@@ -31,6 +44,18 @@ def _registrant():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gate_key():
+    """The gate worker's private key (the environment, as a worker would be given it)."""
+    before = os.environ.get(GATE_KEY_ENV)
+    os.environ[GATE_KEY_ENV] = secrets.token_hex(32)
+    yield os.environ[GATE_KEY_ENV]
+    if before is None:
+        os.environ.pop(GATE_KEY_ENV, None)
+    else:
+        os.environ[GATE_KEY_ENV] = before
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +75,7 @@ def registry(mlflow_store):
     mlflow.set_registry_uri(uri)
     registrant = _registrant()
     versions = {kind: registrant.register("gate-credit", kind) for kind in ("fair", "biased")}
+    versions["fair_skops"] = registrant.register("gate-credit", "fair", "skops")
     mlflow.set_tracking_uri(previous[0])
     mlflow.set_registry_uri(previous[1])
     return uri, client, versions
@@ -65,6 +91,36 @@ def _gate(uri, policy_dir, version, event="model_version.created", alias=None):
         tracking_uri=uri,
         return_state=True,
     )
+
+
+def _gated(uri, client, policy_dir, *versions):
+    """Each version judged by the gate once (its attestation written)."""
+    for version in versions:
+        if ATTESTATION_TAG not in client.get_model_version("gate-credit", version).tags:
+            _gate(uri, policy_dir, version)
+
+
+def _register(uri, kind, **options) -> str:
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        return _registrant().register("gate-credit", kind, **options)
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
+
+
+def _champion(client) -> str | None:
+    holder = client.get_registered_model("gate-credit").aliases.get("champion")
+    return None if holder is None else str(holder)
+
+
+def _hold(uri, client, policy_dir, version) -> None:
+    """``champion`` on ``version`` as a registry user sets it, and the gate's alias event."""
+    client.set_registered_model_alias("gate-credit", "champion", version)
+    state = _gate(uri, policy_dir, version, "model_version_alias.created", "champion")
+    assert "stays on version" in state.message, state.message
 
 
 # ---- policy files ----------------------------------------------------------------------------
@@ -171,6 +227,17 @@ def test_fair_version_passes_and_biased_fails_with_metrics_and_card(
     assert run.data.metrics["dp_difference"] == pytest.approx(
         float(biased_version.tags["fairness.gate.dp_difference"]), abs=1e-6
     )
+    # each verdict is signed: this version, its files, this policy, the evaluation run
+    policy_digest = gate_tasks.policy_digest(load_policies(policy_dir)["gate-credit"])
+    for version, tags, status in ((versions["fair"], fair_tags, "passed"),
+                                  (versions["biased"], biased_version.tags, "failed")):  # fmt: skip
+        attestation = verify_attestation(tags[ATTESTATION_TAG])
+        assert (attestation.model, attestation.version) == ("gate-credit", version)
+        assert (attestation.verdict, attestation.policy_digest) == (status, policy_digest)
+        assert attestation.gate_run_id == tags["fairness.gate.run_id"]
+        assert (
+            attestation.model_digest in client.get_model_version("gate-credit", version).description
+        )
 
 
 @pytest.mark.flow
@@ -190,34 +257,32 @@ def test_unloadable_version_gets_status_error(prefect_harness, registry, policy_
     tags = client.get_model_version("gate-broken", str(version)).tags
     assert tags[gate_tasks.STATUS_TAG] == "error"
     assert tags[gate_tasks.REASONS_TAG].startswith("evaluation failed")
+    assert ATTESTATION_TAG not in tags
 
 
 @pytest.mark.flow
 def test_protected_alias_moves_back_from_a_failed_version(prefect_harness, registry, policy_dir):
     uri, client, versions = registry
     fair, biased = versions["fair"], versions["biased"]
-    for version in (fair, biased):
-        if gate_tasks.STATUS_TAG not in client.get_model_version("gate-credit", version).tags:
-            _gate(uri, policy_dir, version)
-    client.set_registered_model_alias("gate-credit", "champion", fair)
-    kept = _gate(uri, policy_dir, fair, "model_version_alias.created", "champion")
-    assert "stays on version" in kept.message
+    _gated(uri, client, policy_dir, fair, biased)
+    _hold(uri, client, policy_dir, fair)
     model = client.get_registered_model("gate-credit")
-    assert model.tags[gate_tasks.last_passed_tag("champion")] == fair
+    assert model.tags[gate_tasks.last_passed_tag("champion")].split(",")[0] == fair
 
     client.set_registered_model_alias("gate-credit", "champion", biased)
     undone = _gate(uri, policy_dir, biased, "model_version_alias.created", "champion")
     assert f"moved back to version {fair}" in undone.message
-    assert str(client.get_registered_model("gate-credit").aliases["champion"]) == fair
-    refused = client.get_model_version("gate-credit", biased).tags[gate_tasks.ALIAS_REFUSED_TAG]
-    assert "status 'failed'" in refused
+    assert _champion(client) == fair
+    tags = client.get_model_version("gate-credit", biased).tags
+    assert "signed verdict is 'failed'" in tags[gate_tasks.ALIAS_REFUSED_TAG]
+    assert TAMPERING_TAG not in tags  # a fail is no forgery
     # the gate's own move emits an alias event for the fair version: it ends there (no loop)
     again = _gate(uri, policy_dir, fair, "model_version_alias.created", "champion")
     assert "stays on version" in again.message
     # an event whose alias has moved on since changes nothing
     stale = _gate(uri, policy_dir, biased, "model_version_alias.created", "champion")
     assert "no longer points" in stale.message
-    assert str(client.get_registered_model("gate-credit").aliases["champion"]) == fair
+    assert _champion(client) == fair
     other = _gate(uri, policy_dir, biased, "model_version_alias.created", "staging")
     assert "not protected" in other.message
 
@@ -312,15 +377,191 @@ def test_a_gate_run_past_its_deadline_fails_and_the_version_stays_pending(
     assert tags[gate_tasks.STATUS_TAG] == gate_tasks.PENDING
 
 
-def test_version_whose_gate_has_not_finished_loses_the_alias(registry):
-    _, client, _ = registry
+@pytest.mark.flow
+def test_a_hand_set_pass_tag_never_keeps_an_alias(prefect_harness, registry, policy_dir):
+    """Issue 28, 1: ``fairness.gate.status=passed`` set on the failed version and
+    ``champion`` moved to it: the alias event and ``fairpca gate reconcile`` both move it
+    back, and the version is marked as tampered with."""
+    from typer.testing import CliRunner
+
+    from fairpca.flows.cli import app
+
+    uri, client, versions = registry
+    fair, biased = versions["fair"], versions["biased"]
+    _gated(uri, client, policy_dir, fair, biased)
+    _hold(uri, client, policy_dir, fair)
+    client.set_model_version_tag("gate-credit", biased, gate_tasks.STATUS_TAG, "passed")
+    client.set_registered_model_alias("gate-credit", "champion", biased)
+    undone = _gate(uri, policy_dir, biased, "model_version_alias.created", "champion")
+    assert f"moved back to version {fair}" in undone.message and "tampering" in undone.message
+    tampering = client.get_model_version("gate-credit", biased).tags[TAMPERING_TAG]
+    assert "says 'passed', but the gate's signed verdict is 'failed'" in tampering
+
+    # the same forgery with a copy of the fair version's attestation, then the reconciler
+    fair_attestation = client.get_model_version("gate-credit", fair).tags[ATTESTATION_TAG]
+    biased_attestation = client.get_model_version("gate-credit", biased).tags[ATTESTATION_TAG]
+    client.set_model_version_tag("gate-credit", biased, ATTESTATION_TAG, fair_attestation)
+    client.set_registered_model_alias("gate-credit", "champion", biased)
+    try:
+        result = CliRunner().invoke(
+            app, ["gate", "reconcile", "--policy-dir", str(policy_dir), "--tracking-uri", uri]
+        )
+    finally:
+        client.set_model_version_tag("gate-credit", biased, ATTESTATION_TAG, biased_attestation)
+    assert result.exit_code == 0, result.output
+    lines = result.output.strip().splitlines()
+    assert lines[-1] == "1 protected alias(es) checked, 1 changed."
+    assert len(lines) == 2 and f"refused for version {biased}" in lines[0]
+    assert f"about 'gate-credit' version {fair}, copied onto this version" in lines[0]
+    assert _champion(client) == fair
+    again = CliRunner().invoke(app, ["gate", "reconcile", "--policy-dir", str(policy_dir),
+                                     "--tracking-uri", uri])  # fmt: skip
+    assert again.output.strip() == "1 protected alias(es) checked, 0 changed."
+
+
+@pytest.mark.flow
+def test_an_alias_moved_while_no_receiver_ran_is_reverted(prefect_harness, registry, policy_dir):
+    """Issue 28, 2: a version registered with the status tag ``passed`` and moved to
+    ``champion`` at once, its alias event lost; its own gate run marks it failed. The
+    scheduled reconciler takes the alias back."""
+    uri, client, versions = registry
+    _gated(uri, client, policy_dir, versions["fair"])
+    _hold(uri, client, policy_dir, versions["fair"])
+    forged = _register(uri, "biased", tags={gate_tasks.STATUS_TAG: "passed"})
+    client.set_registered_model_alias("gate-credit", "champion", forged)  # no event follows
+    assert "failed" in _gate(uri, policy_dir, forged).message
+    state = fairness_gate_reconcile(policy_dir=str(policy_dir), tracking_uri=uri, return_state=True)
+    assert state.is_completed(), state.message
+    assert state.message.startswith("1 protected alias(es) checked, 1 changed")
+    assert f"refused for version {forged}" in state.message
+    assert _champion(client) == versions["fair"]
+
+
+@pytest.mark.flow
+def test_model_files_changed_behind_a_valid_attestation_are_refused(
+    prefect_harness, registry, policy_dir, tmp_path
+):
+    """A fair skops version passes and holds ``champion``; its model file is then replaced
+    in the artifact store (the attestation is untouched): the scorer's loader refuses it and
+    the reconciler moves the alias back to the earlier fair holder."""
+    from fairpca.tasks.registry import load_champion
+    from fairpca.tasks.trust import AttestationError
+
+    uri, client, versions = registry
+    fair, skops = versions["fair"], versions["fair_skops"]
+    _gated(uri, client, policy_dir, fair, skops)
+    _hold(uri, client, policy_dir, fair)
+    _hold(uri, client, policy_dir, skops)
+    frame = _registrant().make_data(n=20, seed=5)
+    expected = _registrant().fit("fair")[0].predict(frame[["x1", "x2"]])
+    assert (load_champion("gate-credit", tracking_uri=uri).predict(frame) == expected).all()
+
+    model_id = client.get_model_version("gate-credit", skops).source.removeprefix("models:/")
+    original = Path(mlflow.artifacts.download_artifacts(
+        artifact_uri=client.get_model_version_download_uri("gate-credit", skops),
+        dst_path=str(tmp_path / "original"), tracking_uri=uri,
+    ))  # fmt: skip
+    changed = tmp_path / "changed" / "model.skops"
+    changed.parent.mkdir()
+    changed.write_bytes((original / "model.skops").read_bytes() + b"\0")
+    client.log_model_artifact(model_id, str(changed))
+    try:
+        with pytest.raises(AttestationError, match="model files changed after the gate"):
+            load_champion("gate-credit", tracking_uri=uri)
+        state = fairness_gate_reconcile(
+            policy_dir=str(policy_dir), tracking_uri=uri, return_state=True
+        )
+    finally:
+        client.log_model_artifact(model_id, str(original / "model.skops"))
+    assert f"moved back to version {fair}" in state.message
+    assert _champion(client) == fair
+    tags = client.get_model_version("gate-credit", skops).tags
+    assert "model files changed after the gate judged them" in tags[TAMPERING_TAG]
+    # the fair champion now is a cloudpickle: the scorer's loader never unpickles it
+    from fairpca.tasks.trust import UntrustedModelError
+
+    with pytest.raises(UntrustedModelError, match="not skops"):
+        load_champion("gate-credit", tracking_uri=uri)
+
+
+def test_version_whose_gate_has_not_finished_loses_the_alias(registry, policy_dir):
+    from fairpca.tasks.trust import gate_public_key
+
+    uri, client, _ = registry
+    (policy_dir / "pending.yaml").write_text(POLICY.format(model="gate-pending"))
+    try:
+        policy = load_policies(policy_dir)["gate-pending"]
+    finally:
+        (policy_dir / "pending.yaml").unlink()
     client.create_registered_model("gate-pending")
     version = client.create_model_version("gate-pending", source="/nowhere").version
     client.set_model_version_tag("gate-pending", version, gate_tasks.STATUS_TAG, "pending")
     client.set_registered_model_alias("gate-pending", "champion", version)
-    message = gate_tasks.enforce_alias(client, "gate-pending", "champion", str(version))
-    assert "status 'pending'" in message and "removed" in message
+    check = gate_tasks.enforce_alias(
+        client, uri, policy, "champion", str(version), gate_public_key()
+    )
+    assert check.changed and "has not attested it" in check.message
+    assert "removed" in check.message and "tampering" not in check.message
     assert "champion" not in client.get_registered_model("gate-pending").aliases
+
+
+def test_gate_parameters_are_the_workers_own(policy_dir, tmp_path, monkeypatch):
+    """In a deployment run a Prefect API caller cannot point the gate at another policy
+    folder or server (``PREFECT__RUNTIME__DEPLOYMENT__ID`` stands for a deployment run)."""
+    uri = f"sqlite:///{tmp_path}/own.db"
+    assert gate_settings(str(tmp_path), uri) == (str(tmp_path), uri)  # called directly
+    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "a-deployment")
+    monkeypatch.delenv("FAIRPCA_GATE_POLICY_DIR", raising=False)
+    with pytest.raises(PolicyError, match="uses the worker's own policy folder"):
+        gate_settings(str(policy_dir), uri)
+    monkeypatch.setenv("FAIRPCA_GATE_POLICY_DIR", str(policy_dir))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    assert gate_settings(None, None) == (str(policy_dir), uri)
+    assert gate_settings(str(policy_dir / "."), uri + "/") == (str(policy_dir), uri)
+    with pytest.raises(PolicyError, match="not the gate worker's policy folder"):
+        gate_settings(str(tmp_path), None)
+    with pytest.raises(PolicyError, match=r"evil.example:5000' is not the gate worker's tracking"):
+        gate_settings(None, "http://user:pw@evil.example:5000")
+
+
+@pytest.mark.flow
+def test_a_gate_deployment_run_with_foreign_parameters_fails_and_pickles_nothing(
+    prefect_harness, registry, policy_dir, tmp_path, monkeypatch
+):
+    uri, _client, versions = registry
+    monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "a-deployment")
+    monkeypatch.setenv("FAIRPCA_GATE_POLICY_DIR", str(policy_dir))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    lenient = tmp_path / "lenient"
+    lenient.mkdir()
+    state = fairness_gate(
+        model_name="gate-credit", version=versions["biased"], event="model_version.created",
+        policy_dir=str(lenient), return_state=True,
+    )  # fmt: skip
+    assert state.is_failed() and "not the gate worker's policy folder" in state.message
+    assert state.result(raise_on_failure=False) is None  # returned, not raised: no exception
+
+
+def test_keygen_creates_a_private_key_file_and_prints_its_public_key(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from fairpca.flows.cli import app
+    from fairpca.tasks.trust import gate_public_key, public_key_hex
+
+    key_file = tmp_path / "keys" / "gate.key"
+    monkeypatch.delenv(GATE_KEY_ENV, raising=False)
+    monkeypatch.setenv("FAIRPCA_GATE_KEY_FILE", str(key_file))
+    first = CliRunner().invoke(app, ["gate", "keygen"])
+    assert first.exit_code == 0, first.output
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    public = first.stdout.strip().splitlines()[-1]
+    assert public == public_key_hex(gate_public_key()) and len(public) == 64
+    assert key_file.read_text().strip() not in first.output  # the private key is never shown
+    second = CliRunner().invoke(app, ["gate", "keygen"])
+    assert second.stdout.strip().splitlines()[-1] == public  # kept, not replaced
+    key_file.chmod(0o640)
+    refused = CliRunner().invoke(app, ["gate", "keygen"])
+    assert refused.exit_code == 2 and "chmod 600" in " ".join(refused.output.split())
 
 
 # ---- the webhook -----------------------------------------------------------------------------

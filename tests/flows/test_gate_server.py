@@ -9,15 +9,20 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from mlflow.webhooks.delivery import _generate_hmac_signature
 
 from fairpca.flows.gate_server import (
+    DEPLOYMENT,
+    MAX_BODY_BYTES,
+    RECONCILE_DEPLOYMENT,
     DeliveryQueue,
     Refused,
     check_signature,
     create_app,
+    health_headers,
     parse_event,
     sign,
 )
@@ -144,7 +149,7 @@ def test_http_refusals_start_nothing_and_are_logged(tmp_path, caplog):
         assert http.post("/webhook", content=BODY, headers=stale).status_code == 401
         assert http.post("/webhook", content=BODY, headers=good).status_code == 202
         assert http.post("/webhook", content=BODY, headers=good).status_code == 409
-        health = http.get("/health").json()
+        health = http.get("/health", headers=health_headers(SECRET)).json()
     assert health["queue"] == {"pending": 1}
     refusals = [r.getMessage() for r in caplog.records if "refused delivery" in r.getMessage()]
     assert len(refusals) == 3
@@ -172,7 +177,7 @@ def test_queue_keeps_an_event_until_a_flow_run_starts(tmp_path):
     queue.accept("id-1", parse_event(BODY.encode()), time.time())
     calls = []
 
-    def prefect_down(parameters, delivery_id):
+    def prefect_down(deployment, parameters, delivery_id):
         calls.append(delivery_id)
         raise ConnectionError("Prefect API unreachable")
 
@@ -182,8 +187,174 @@ def test_queue_keeps_an_event_until_a_flow_run_starts(tmp_path):
     assert calls == ["id-1"]
     reopened = DeliveryQueue(tmp_path / "queue.db")  # survives a receiver restart
     reopened._connect().execute("UPDATE deliveries SET next_try = 0")
-    assert drain_once(reopened, lambda parameters, delivery_id: "run-7") == 1
+    assert drain_once(reopened, lambda deployment, parameters, delivery_id: "run-7") == 1
     assert reopened.flow_runs() == {"id-1": "run-7"}
+
+
+def test_every_start_queues_a_reconciler_run(tmp_path):
+    """Events sent while the receiver was down are lost: each start queues one run of the
+    reconciler deployment, drained like an event (retried while Prefect is down)."""
+    from starlette.testclient import TestClient
+
+    from fairpca.flows.gate_server import drain_once
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    app = create_app(SECRET, queue, {"credit"}, drain_interval=None, reconcile_on_start=True)
+    with TestClient(app) as http:
+        http.post("/webhook", content=BODY, headers=headers_for(BODY))
+    started = []
+    drain_once(queue, lambda deployment, parameters, job: started.append((deployment, parameters)))
+    assert started == [
+        (RECONCILE_DEPLOYMENT, {}),
+        (DEPLOYMENT, parse_event(BODY.encode()).parameters()),
+    ]
+
+
+def test_health_shows_the_queue_only_to_a_signed_caller(tmp_path):
+    from starlette.testclient import TestClient
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    app = create_app(SECRET, queue, {"credit"}, drain_interval=None)
+    old = health_headers(SECRET, now=time.time() - 3600)
+    with TestClient(app) as http:
+        http.post("/webhook", content=BODY, headers=headers_for(BODY))
+        assert http.get("/health").json() == {"status": "ok"}
+        assert http.get("/health", headers=health_headers("w" * 40)).json() == {"status": "ok"}
+        assert http.get("/health", headers=old).json() == {"status": "ok"}  # replayed later
+        signed = http.get("/health", headers=health_headers(SECRET)).json()
+    assert signed == {"status": "ok", "queue": {"pending": 1}}
+
+
+def test_bodies_over_the_limit_are_refused_413_and_unsigned_ones_unread(tmp_path, caplog):
+    from starlette.testclient import TestClient
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    app = create_app(SECRET, queue, {"credit"}, drain_interval=None, max_body=1000)
+    big = BODY + " " * 1000
+    signed = headers_for(big)
+
+    def chunks():  # no Content-Length: streamed (chunked) until the cap
+        yield big[:600].encode()
+        yield big[600:].encode()
+
+    with TestClient(app) as http, caplog.at_level("WARNING", logger="fairpca.gate"):
+        assert http.post("/webhook", content=big, headers=signed).status_code == 413
+        streamed = http.post("/webhook", content=chunks(), headers=signed)
+        assert streamed.status_code == 413 and "streamed body" in streamed.json()["refused"]
+        assert http.post("/webhook", content=big).status_code == 401
+        assert http.post("/webhook", content=BODY, headers=headers_for(BODY)).status_code == 202
+    assert queue.counts() == {"pending": 1}
+    assert MAX_BODY_BYTES == 2**20
+
+
+def test_the_queue_keeps_replay_ids_and_forgets_old_deliveries(tmp_path):
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    now = 1_800_000_000.0
+    event = parse_event(BODY.encode())
+    for age in (10, 400, 900, 2 * 86_400):  # seconds before now
+        queue.accept(f"done-{age}", event, now - age)
+        queue.started(f"done-{age}", "run")
+    queue.accept("ignored-old", None, now - 3 * 86_400)
+    queue.accept("pending-old", event, now - 3 * 86_400)
+    assert queue.prune(now) == 2  # a day old: finished deliveries go, pending ones stay
+    assert queue.counts() == {"started": 3, "pending": 1}
+    assert queue.prune(now, max_rows=1) == 1  # the oldest beyond 1, not inside 600 s
+    assert sorted(queue.flow_runs()) == ["done-10", "done-400"]
+    with pytest.raises(Refused):  # a replay within the window is still refused
+        queue.accept("done-400", event, now)
+
+
+def _rss_kib(pid: int, field: str) -> int:
+    for line in open(f"/proc/{pid}/status").read().splitlines():  # noqa: SIM115
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def _flood(port: int, headers: dict[str, str], total: int, chunked: bool) -> tuple[str, float]:
+    """POST ``total`` bytes to the receiver as fast as loopback takes them; the status
+    line and the seconds until it came."""
+    import socket
+    import threading
+
+    lines = ["POST /webhook HTTP/1.1", f"Host: 127.0.0.1:{port}"]
+    lines += [f"{key}: {value}" for key, value in headers.items()]
+    lines.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {total}")
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    block = b"x" * 2**20
+    piece = b"%x\r\n%s\r\n" % (len(block), block) if chunked else block
+
+    def send():
+        try:
+            sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            for _ in range(total // len(block)):
+                sock.sendall(piece)
+        except OSError:  # the receiver answered and closed: the rest is never read
+            pass
+
+    started = time.monotonic()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    status = sock.makefile("rb").readline().decode().strip()
+    elapsed = time.monotonic() - started
+    sock.close()
+    sender.join(timeout=60)
+    return status, elapsed
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="needs Linux /proc")
+def test_a_300_mb_body_is_refused_within_a_second_in_under_50_mb(tmp_path, free_port):
+    """The receiver as deployed (``fairpca gate serve``, uvicorn, its own process): a
+    300 MB POST, unsigned, with forged signature headers and a Content-Length, and streamed
+    without one, is answered in under a second while the receiver's peak RSS grows by less
+    than 50 MB (issue 28, 3: 20 s and +800 MB before)."""
+    import os
+    import subprocess
+    import sys
+
+    import httpx
+
+    (tmp_path / "reference.csv").write_text("x1,group,approved\n1,0,1\n")
+    (tmp_path / "credit.yaml").write_text(
+        "model: credit\nreference: {path: reference.csv, label: approved, sensitive: [group]}\n"
+    )
+    port = free_port()
+    env = {**os.environ, "FAIRPCA_WEBHOOK_SECRET": SECRET,
+           "PREFECT_API_URL": f"http://127.0.0.1:{free_port()}/api"}  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, "-m", "fairpca.flows", "gate", "serve", "--policy-dir", str(tmp_path),
+         "--port", str(port), "--queue", str(tmp_path / "q.db")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        total = 300 * 2**20
+        forged = headers_for(BODY, secret="f" * 40)
+        before = _rss_kib(server.pid, "VmRSS")
+        Path(f"/proc/{server.pid}/clear_refs").write_text("5")  # peak RSS := RSS now
+        results = {
+            "unsigned": _flood(port, {}, total, chunked=False),
+            "forged, Content-Length": _flood(port, forged, total, chunked=False),
+            "forged, streamed": _flood(port, forged, total, chunked=True),
+        }
+        growth_mb = (_rss_kib(server.pid, "VmHWM") - before) / 1024
+        assert server.poll() is None
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    print(f"\nreceiver RSS {before / 1024:.0f} MB, peak growth {growth_mb:.1f} MB;",
+          {k: f"{s} in {t:.3f} s" for k, (s, t) in results.items()})  # fmt: skip
+    assert results["unsigned"][0].startswith("HTTP/1.1 401")
+    assert results["forged, Content-Length"][0].startswith("HTTP/1.1 413")
+    assert results["forged, streamed"][0].startswith("HTTP/1.1 413")
+    assert all(seconds < 1.0 for _, seconds in results.values()), results
+    assert growth_mb < 50
 
 
 def _self_signed(directory):

@@ -112,8 +112,9 @@ def test_new_group_with_one_row_keeps_the_previous_projection():
     before = model.components_.copy()
     S_new = S[-3:].copy()
     S_new[0] = "zzz"  # a new group with a single row: its mean is not defined yet
-    with pytest.warns(UserWarning, match=r"\['zzz'\] have fewer than 2 rows"):
+    with pytest.warns(UserWarning, match=r"1 group\(s\) have fewer than 2 rows") as caught:
         model.partial_fit(X[-3:], sensitive_features=S_new)
+    assert all("zzz" not in str(w.message) for w in caught)  # by count, never by label
     np.testing.assert_array_equal(model.components_, before)
     model.partial_fit(X[:1] + 0.5, sensitive_features=["zzz"])
     assert list(model.groups_[0])[-1] == "zzz"

@@ -398,3 +398,132 @@ def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
     assert "unconstrained PCA" not in card.split("## Test metrics")[1].split("## ")[0]
     assert "lambda n/a)" in card
     assert fairness_tags(audit)["fairness.baseline.accuracy"] == "0.761100"
+
+
+# ---- demotions, attestations and the scorer's loader ----------------------------------------
+
+
+def test_demoted_models_are_the_content_digests_decide_promotion_compares(mlflow_store):
+    from fairpca.tasks.registry import (
+        ALIAS_REFUSED_TAG,
+        MODEL_DIGEST_TAG,
+        MODEL_FILE_SHA_TAG,
+        NEEDS_REVIEW_TAG,
+        demoted_models,
+    )
+
+    _uri, client = mlflow_store
+    client.create_registered_model("demoted-digests")
+    kinds = {"1": {NEEDS_REVIEW_TAG: "drift"}, "2": {ALIAS_REFUSED_TAG: "x"}, "3": {}}
+    for version, tags in kinds.items():
+        tags |= {MODEL_DIGEST_TAG: f"content-{version}", MODEL_FILE_SHA_TAG: f"file-{version}"}
+        client.create_model_version("demoted-digests", source=f"/nowhere/{version}", tags=tags)
+    assert demoted_models(client, "demoted-digests") == {"content-1", "content-2"}
+    assert demoted_models(client, "no-such-model") == frozenset()
+
+
+@pytest.fixture(scope="module")
+def scorer_registry(mlflow_store):
+    """Version 1 of ``scored``: a skops LogisticRegression with fairpca's file SHA-256 tag;
+    version 2: the same model cloudpickled."""
+    import tempfile
+    from pathlib import Path
+
+    import mlflow
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from fairpca.tasks.registry import MODEL_FILE_SHA_TAG, download_version, skops_file
+    from fairpca.tasks.trust import sha256_file
+
+    uri, client = mlflow_store
+    X = np.random.default_rng(0).normal(size=(40, 2))
+    model = LogisticRegression().fit(X, (X[:, 0] > 0).astype(int))
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        for serialization in ("skops", "cloudpickle"):
+            with mlflow.start_run():
+                info = mlflow.sklearn.log_model(
+                    model, name="model", serialization_format=serialization,
+                    pip_requirements=["scikit-learn"],
+                )  # fmt: skip
+            mlflow.register_model(info.model_uri, "scored")
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
+    with tempfile.TemporaryDirectory() as tmp:
+        local = download_version(client, uri, "scored", "1", Path(tmp))
+        client.set_model_version_tag(
+            "scored", "1", MODEL_FILE_SHA_TAG, sha256_file(skops_file(local))
+        )
+    return uri, client, model, X
+
+
+def _attest(client, uri, holder, key, **changes):
+    """Sign (with ``key``) the gate's pass for version ``holder`` of ``scored``, with the
+    statement's fields ``changes`` replaced, and set it on ``holder``."""
+    import tempfile
+    from dataclasses import replace
+    from pathlib import Path
+
+    from fairpca.tasks.registry import ATTESTATION_TAG, download_version
+    from fairpca.tasks.trust import Attestation, files_digest, sign_attestation
+
+    with tempfile.TemporaryDirectory() as tmp:
+        digest = files_digest(download_version(client, uri, "scored", holder, Path(tmp)))
+    statement = Attestation(
+        model="scored", version=holder, model_digest=digest, policy_digest="p" * 64,
+        verdict="passed", gate_run_id="r", flow_run_id="f", signed_at="t",
+    )  # fmt: skip
+    text = sign_attestation(replace(statement, **changes), key)
+    client.set_model_version_tag("scored", holder, ATTESTATION_TAG, text)
+
+
+def test_load_champion_verifies_the_attestation_or_the_registered_file(
+    scorer_registry, monkeypatch
+):
+    import secrets
+
+    from fairpca.tasks.registry import check_attested_pass, load_champion
+    from fairpca.tasks.trust import (
+        GATE_KEY_ENV,
+        GATE_PUBLIC_KEY_ENV,
+        AttestationError,
+        UntrustedModelError,
+        gate_signing_key,
+        public_key_hex,
+    )
+
+    uri, client, model, X = scorer_registry
+    monkeypatch.setenv(GATE_KEY_ENV, secrets.token_hex(32))
+    key = gate_signing_key()
+    monkeypatch.delenv(GATE_KEY_ENV)  # a scorer holds the public key only
+    monkeypatch.setenv(GATE_PUBLIC_KEY_ENV, public_key_hex(key.public_key()))
+    with pytest.raises(LookupError, match="holds the alias 'champion'"):
+        load_champion("scored", tracking_uri=uri)
+    client.set_registered_model_alias("scored", "champion", "1")
+    with pytest.raises(AttestationError, match="has not attested it"):
+        load_champion("scored", tracking_uri=uri)
+    assert (load_champion("scored", tracking_uri=uri, attested=False).predict(X)
+            == model.predict(X)).all()  # fmt: skip
+    _attest(client, uri, "1", key, verdict="failed")
+    with pytest.raises(AttestationError, match="signed verdict is 'failed'"):
+        load_champion("scored", tracking_uri=uri)
+    _attest(client, uri, "1", key, version="2")
+    with pytest.raises(AttestationError, match="copied onto this version") as copied:
+        load_champion("scored", tracking_uri=uri)
+    assert copied.value.tampered
+    _attest(client, uri, "1", key)
+    assert (load_champion("scored", tracking_uri=uri).predict(X) == model.predict(X)).all()
+    with pytest.raises(AttestationError, match="another gate policy"):
+        check_attested_pass(client, uri, "scored", "1", policy_digest="q" * 64)
+
+    # a cloudpickled champion is never unpickled, attested by the gate or not
+    client.set_registered_model_alias("scored", "champion", "2")
+    _attest(client, uri, "2", key)
+    with pytest.raises(UntrustedModelError, match="not skops"):
+        load_champion("scored", tracking_uri=uri)
+    with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
+        load_champion("scored", tracking_uri=uri, attested=False)
