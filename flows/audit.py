@@ -241,7 +241,7 @@ def sweep_all(config: AuditConfig, split, searches, encoded) -> tuple[pd.DataFra
         lambda_sweep.submit(
             variant, search.representation, encoded_train, encoded_validation, split,
             config.representation, config.evaluation, config.seed, sigma, search.C,
-            config.selection.select_by,
+            config.selection.select_by, search.lambdas,
         )
         for variant, search in searches.items()
     ]  # fmt: skip

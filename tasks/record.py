@@ -167,6 +167,8 @@ class Selection(_Record):
     # rows per group in the test part (what the per-group test rates describe); withheld
     # groups are one unnamed entry with the reason (absent in older records)
     test_group_sizes: dict[str, dict[str, int | str]] | None = None
+    # per attribute, what of its groups' test numbers is withheld and why
+    withheld: dict[str, str] | None = None
     chosen_by: str | None = None  # the rows the choice was made on
 
 
@@ -677,10 +679,35 @@ def frontier_points(searches: dict[str, Any], table: pd.DataFrame, selection) ->
     return points
 
 
+def withheld_groups(
+    sizes: dict[str, dict[str, int | str]], test: dict[str, float], min_group_size: int
+) -> dict[str, str] | None:
+    """Per attribute, a sentence for the groups of the test rows whose size or rates are not
+    published, and why (the groups themselves stay unnamed when their size is withheld)."""
+    out = {}
+    for attribute, groups in sizes.items():
+        parts = []
+        if WITHHELD in groups:
+            parts.append(f"sizes and rates of {groups[WITHHELD]}")
+        named = [g for g in groups if g != WITHHELD]
+        unrated = [g for g in named if f"selection_rate.{attribute}:{g}" not in test]
+        if unrated:
+            parts.append(
+                f"rates of {', '.join(unrated)} withheld: beside the attribute's other "
+                f"numbers they would reveal a group of fewer than {min_group_size} test rows, or "
+                "a gated rate is undefined there"
+            )
+        if parts:
+            out[attribute] = "; ".join(parts)
+    return out or None
+
+
 SUMMARY_COLUMNS = (
     "variant",
+    "k",
     "lambda",
     "classifier",
+    "C",
     "accuracy",
     "accuracy.ci95_low",
     "accuracy.ci95_high",
@@ -743,12 +770,16 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
             config.evaluation.allow_small_groups,
             parts=("test",),
         ),
+        "withheld": None,
         "chosen_by": (choice.certification or {}).get("chosen_by"),
         "diagnostics": diagnostics.get("representations", {}),
         "warnings": list(diagnostics.get("warnings", [])),
     }
     if choice.pca_row is not None and "pca" in reported:
         record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
+    record["withheld"] = withheld_groups(
+        record["test_group_sizes"], record["test"], config.evaluation.min_group_size
+    )
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
 
 

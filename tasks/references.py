@@ -196,7 +196,10 @@ def _base_C(encoded, split, evaluation, selection, seed, C_grid) -> float:
             "logreg_tuned", encoded["train"], split.y_train, seed=seed, C=C,
             scoring=selection.select_by,
         )  # fmt: skip
-        rows.append({"C": C, **measure.row(lambda F, s, c=classifier: c.predict(F), "validation")})
+        validation = measure.row(lambda F, s, c=classifier: c.predict(F), "validation")
+        rows.append(
+            {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C} | validation
+        )
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     best, _, _ = select_candidate(pd.DataFrame(rows), majority, selection)
     return float(best["C"])
@@ -213,7 +216,12 @@ def _search(name, encoded, split, evaluation, selection, seed, C_grid, C_base) -
         predict = _fit(name, config, encoded, split, objective, parity, seed)
         tried.append((config, predict, measure.row(predict, "validation")))
     majority = majority_accuracy_of(split.y_train, split.y_validation)
-    table = pd.DataFrame([{"index": i, **row} for i, (_, _, row) in enumerate(tried)])
+    table = pd.DataFrame(
+        [
+            {"variant": name, "classifier": _describe(config), "index": i, **row}
+            for i, (config, _, row) in enumerate(tried)
+        ]
+    )
     best, _, _ = select_candidate(table, majority, selection)
     config, predict, validation = tried[int(best["index"])]
     return {

@@ -53,6 +53,7 @@ __all__ = [
     "SweepResult",
     "coarse_lambdas",
     "cross_validate",
+    "fine_lambdas",
     "fit_classifier",
     "fit_screening_classifier",
     "lambda_sweep",
@@ -71,7 +72,7 @@ CLASSIFIER_NAMES = ("logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp")
 # What the audit fits unless told otherwise: only classifiers whose fitted state holds no
 # training rows, since only those can be registered (an RBF SVC keeps support vectors).
 DEFAULT_CLASSIFIERS = ("logreg", "logreg_tuned", "linear_svm")
-THRESHOLD_FOLDS = 5  # cross-validation folds of the training rows that choose the threshold
+THRESHOLD_FOLDS = 3  # cross-validation folds of the training rows that choose the threshold
 # The inverse regularisation strengths ``logreg_tuned`` tries (None: the paper's
 # C = 1 / (2 n 0.01), Appendix C.1, which is 0.01 at n = 5,000).
 DEFAULT_C_GRID = (None, 1.0)
@@ -311,6 +312,7 @@ def sweep_representation(
     *,
     C: float | None = None,
     scoring: str = "accuracy",
+    lambdas: Sequence[float] | None = None,
 ) -> SweepResult:
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
@@ -318,12 +320,13 @@ def sweep_representation(
     Variants without a trade-off (standard PCA) give one row per classifier with ``lambda``
     NaN. Only the training and validation rows of ``split`` are read. ``representation`` and
     ``evaluation`` are the config's sections of those names; ``C`` and ``scoring`` (the
-    selection measure) tune ``logreg_tuned``. Each row names its ``k`` and classifier ``C``.
+    selection measure) tune ``logreg_tuned``; ``lambdas`` replaces the config's (the search's
+    refinement). Each row names its ``k`` and classifier ``C``.
     """
     start = time.perf_counter()
     rows, classifiers = sweep_tradeoff(
         rep.estimator,
-        list(representation.lambdas) if rep.supports_tradeoff else [None],
+        list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
         encoded_train,
         split.y_train,
         encoded_validation,
@@ -369,6 +372,7 @@ def lambda_sweep(
     sigma: float,
     C: float | None = None,
     scoring: str = "accuracy",
+    lambdas: Sequence[float] | None = None,
 ) -> SweepResult:
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
     artifact_id = create_progress_artifact(
@@ -393,6 +397,7 @@ def lambda_sweep(
             progress,
             C=C,
             scoring=scoring,
+            lambdas=lambdas,
         )
 
 
@@ -410,12 +415,24 @@ class SearchResult:
     C: float | None
     points: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    lambdas: list[float] | None = None  # the lambdas the sweep refines (None: every one)
 
 
 def coarse_lambdas(lambdas: Sequence[float]) -> list[float]:
     """Every fifth lambda of the grid and the last one (the paper's 11 lambdas: 0, 0.125, 1):
     enough to place k and C; the chosen k then gets every lambda."""
     return sorted({*list(lambdas)[::5], list(lambdas)[-1]})
+
+
+def fine_lambdas(lambdas: Sequence[float], best: float | None) -> list[float] | None:
+    """The lambdas the sweep refines: those between the coarse lambdas on either side of the
+    coarse winner ``best`` (Adult's winner at 0: 0 to 0.125, 6 of the 11). None: all."""
+    if best is None or not np.isfinite(best):
+        return None
+    coarse = coarse_lambdas(lambdas)
+    at = int(np.argmin(np.abs(np.asarray(coarse) - best)))
+    low, high = coarse[max(at - 1, 0)], coarse[min(at + 1, len(coarse) - 1)]
+    return [lam for lam in lambdas if low <= lam <= high]
 
 
 def _screening_classifiers(C_grid: Sequence[float | None], n_train: int, scoring: str) -> dict:
@@ -475,7 +492,9 @@ def search_representation(
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     best, _, _ = select_candidate(pd.DataFrame(points), majority, selection)
     C = None if best["C"] == paper_C(len(split.y_train)) else float(best["C"])
-    return SearchResult(variant, fitted[int(best["k"])], C, points, time.perf_counter() - start)
+    lambdas = fine_lambdas(representation.lambdas, best.get("lambda"))
+    seconds = time.perf_counter() - start
+    return SearchResult(variant, fitted[int(best["k"])], C, points, seconds, lambdas)
 
 
 def _metric_options(evaluation, seed: int) -> dict[str, Any]:

@@ -162,3 +162,15 @@ def test_cross_validation_measures_candidates_on_training_and_validation_rows_on
         assert cv["balanced_accuracy"] <= cv["balanced_accuracy.ci95_high"]
         assert {"dp_difference.se", "cv_spread.balanced_accuracy"} <= set(cv)
     assert sorted({row["C"] for row in first}) == pytest.approx([1 / 6, 1.0])  # paper C, C=1
+
+
+def test_the_sweep_refines_the_lambdas_between_the_coarse_neighbours_of_the_winner():
+    from fairpca.flows.config import DEFAULT_LAMBDAS
+    from fairpca.tasks.sweep import coarse_lambdas, fine_lambdas
+
+    grid = list(DEFAULT_LAMBDAS)
+    assert coarse_lambdas(grid) == [0.0, 0.125, 1.0]
+    assert fine_lambdas(grid, 0.0) == [0.0, 0.001, 0.008, 0.027, 0.064, 0.125]
+    assert fine_lambdas(grid, 0.125) == grid
+    assert fine_lambdas(grid, 1.0) == [0.125, 0.216, 0.343, 0.512, 0.729, 1.0]
+    assert fine_lambdas(grid, float("nan")) is None  # standard PCA has no lambda
