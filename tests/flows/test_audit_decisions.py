@@ -348,9 +348,9 @@ def _decide(**values):
 SMALL = {
     "dataset": "german",
     "variants": ["pca", "fair_pca"],
-    "lambdas": [0.0, 0.125, 1.0],
-    "k_grid": [5, 10],
-    "classifiers": ["logreg_tuned"],
+    "lambdas": [0.0, 1.0],
+    "k_grid": [5],
+    "classifiers": ["logreg", "logreg_tuned"],
     "logreg_C": [1.0],
     "n_bootstrap": 200,
     "metric_max_rows": 100,
@@ -363,7 +363,7 @@ def test_a_few_hundred_rows_with_a_policy_they_can_resolve_give_one_decision_for
     and validation rows), DP difference at most 0.2: seeds 0, 1, 2 decide alike."""
     choices = [
         _decide(seed=seed, n_train=300, n_validation=150, n_test=150, policy="demographic_parity",
-                thresholds={"max_dp_difference": 0.2})
+                thresholds={"max_dp_difference": 0.2}, min_accuracy_gain=0.0)
         for seed in (0, 1, 2)
     ]  # fmt: skip
     assert [c.decision.promote for c in choices] == [True] * 3, [
