@@ -566,7 +566,7 @@ def select_candidate(
             "by less than its noise, so another seed can reverse it; not promoted"
         )
         return best, Decision(False, (reason, unstable, *unstable_margins(best, policy))), True
-    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the validation rows"]
+    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the rows that choose"]
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
     if degenerate:
         reasons.append(
@@ -680,7 +680,7 @@ def choose(
     chosen_by = chosen_by or f"the {len(y_validation)} validation rows"
     factor = float(getattr(selection, "certify_factor", DEFAULT_CERTIFY_FACTOR))
     uncertified = certification(chosen, GatePolicy.from_config(selection), factor)
-    if eligible and uncertified:
+    if uncertified:
         decision = decision.adding(
             f"not enough data to certify the gate on {chosen_by}: "
             + "; ".join(uncertified)

@@ -359,11 +359,13 @@ SMALL = {
 
 
 def test_a_few_hundred_rows_with_a_policy_they_can_resolve_give_one_decision_for_three_seeds():
-    """600 German rows (150 validation rows: chosen by cross-validation on the 450 training
-    and validation rows), DP difference at most 0.2: seeds 0, 1, 2 decide alike."""
+    """800 German rows (200 validation rows: chosen by cross-validation on the 600 training
+    and validation rows), DP difference at most 0.2, chosen by accuracy: seeds 0, 1, 2 decide
+    alike (at 600 rows the fair classifiers' usefulness is itself within noise: eligible for
+    one seed, not for another)."""
     choices = [
-        _decide(seed=seed, n_train=300, n_validation=150, n_test=150, policy="demographic_parity",
-                thresholds={"max_dp_difference": 0.2}, min_accuracy_gain=0.0)
+        _decide(seed=seed, n_train=400, n_validation=200, n_test=200, policy="demographic_parity",
+                thresholds={"max_dp_difference": 0.2}, select_by="accuracy")
         for seed in (0, 1, 2)
     ]  # fmt: skip
     assert [c.decision.promote for c in choices] == [True] * 3, [
@@ -372,7 +374,7 @@ def test_a_few_hundred_rows_with_a_policy_they_can_resolve_give_one_decision_for
     for choice in choices:
         assert choice.certification["certified"]
         assert choice.certification["chosen_by"].startswith(
-            "repeated stratified 5-fold cross-validation (2 repeats) on the 450 training+validation"
+            "repeated stratified 5-fold cross-validation (2 repeats) on the 600 training+validation"
         )
 
 
