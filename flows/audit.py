@@ -55,6 +55,7 @@ from fairpca.tasks.record import (
     PromotionRecord,
     build_record,
     frontier_points,
+    training_data_digest,
     write_audit_record,
 )
 from fairpca.tasks.references import reference_mitigations, with_better_references
@@ -285,12 +286,14 @@ def write_outputs(out_dir: Path, record: AuditRecord, table: pd.DataFrame, confi
 
 def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[str, str]:
     """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
-    skops file and the digest of its content (:func:`fairpca.tasks.trust.model_digest`)."""
+    skops file and the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
+    content and of the training rows)."""
     example = input_example(as_model_input(split.X_train), config.representation.min_category_count)
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
-    return sha256_file(next(model_dir.glob("*.skops"))), model_digest(pipeline)
+    digest = model_digest(pipeline, training_data_digest(split))
+    return sha256_file(next(model_dir.glob("*.skops"))), digest
 
 
 def scorer_on_test_rows(split, config: AuditConfig):

@@ -22,6 +22,7 @@ from typing import Any
 from prefect import flow
 
 from fairpca.tasks.mlflow_logging import (
+    AUDIT_FILE,
     PROMOTION_FILE,
     STATUS_FILE,
     check_relog_dir,
@@ -89,8 +90,8 @@ def relog(
                 "pass --force (force=True) to log it once more."
             )
     uri = resolve_tracking_uri(tracking_uri)
-    audit = read_audit(Path(output_dir))
     check_relog_dir(Path(output_dir))  # verified before anything is asked of the server
+    audit = read_audit(Path(output_dir))
     promotion = relog_promotion(Path(output_dir), audit, uri, promote)
     logged = log_output_dir(Path(output_dir), uri, promotion=promotion)
     return {
@@ -118,8 +119,10 @@ def relog_output_dir(
         record sets reserved tags, or it was logged before.
     """
     directory = Path(output_dir)
-    read_audit(directory)  # the message for a directory that is no audit's
+    if not (directory / AUDIT_FILE).is_file():
+        read_audit(directory)  # the message for a directory that is no audit's
     check_relog_dir(directory)
+    read_audit(directory)
     if mask_credentials(tracking_uri) != tracking_uri:  # credentials stay out of parameters
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
         tracking_uri = None

@@ -46,8 +46,8 @@ from fairpca.tasks.registry import demote, move_alias, register_logged_model
 from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,
-    foreign_types,
     skops_file,
+    skops_file_types,
     types_to_trust,
 )
 
@@ -355,17 +355,10 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
 def _check_trusted_types(model_dir: Path) -> None:
     """The types the saved model's skops file needs are all in the project's fixed list
     (the types its ``MLmodel`` lists are checked by :func:`check_model_files`)."""
-    import skops.io
-
     try:
-        path = skops_file(model_dir)
-        needed = skops.io.get_untrusted_types(file=path)
+        skops_file_types(skops_file(model_dir))
     except (UntrustedModelError, OSError, ValueError, KeyError) as error:
-        raise ValueError(f"{model_dir}: the skops model file cannot be read ({error}).") from error
-    if foreign := foreign_types(needed):
-        raise ValueError(
-            f"{path} holds types {foreign} that fairpca does not trust; it is not logged."
-        )
+        raise ValueError(f"{model_dir}: {error}") from error
 
 
 @task(name="mlflow-log-model", **RETRYING)

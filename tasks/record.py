@@ -367,7 +367,7 @@ class AuditRecord(_Record):
     candidates: list[dict[str, Any]] | None = None  # the summary rows (validation)
     skipped: dict[str, str] | None = None  # variants that could not be fitted, and why
     model_sha256: str | None = None  # of the saved skops file
-    model_digest: str | None = None  # of the fitted pipeline's content (same fit, same digest)
+    model_digest: str | None = None  # of the fit: the pipeline's content and the training rows
     training_data_sha256: str | None = None  # of the training rows (features, label, groups)
     # since the search (absent in older records)
     frontier: list[FrontierPoint] | None = None

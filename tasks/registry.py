@@ -41,7 +41,6 @@ __all__ = [
     "MODEL_DIGEST_TAG",
     "MODEL_FILE_SHA_TAG",
     "NEEDS_REVIEW_TAG",
-    "TRAINING_DATA_SHA_TAG",
     "TRUSTED_TYPES",
     "ModelDefinitionMismatch",
     "UntrustedModelError",
@@ -62,7 +61,6 @@ __all__ = [
 
 DEFINITION_TAG = "fairpca.definition"
 MODEL_FILE_SHA_TAG = "fairpca.model_sha256"
-TRAINING_DATA_SHA_TAG = "fairpca.training_data_sha256"
 MODEL_DIGEST_TAG = "fairpca.model_digest"  # the fitted pipeline's content, see model_digest
 
 
@@ -185,8 +183,6 @@ def register_version(
     tags = {**record.model_tags, **fairness_tags(record), MODEL_FILE_SHA_TAG: model_sha256}
     if promote is not None:
         tags["fairness.decision"] = "promote" if promote else "keep"
-    if record.training_data_sha256:
-        tags[TRAINING_DATA_SHA_TAG] = record.training_data_sha256
     if record.model_digest:
         tags[MODEL_DIGEST_TAG] = record.model_digest
     version = client.create_model_version(
@@ -234,42 +230,34 @@ def champion_version(client, name: str, alias: str):
         raise
 
 
-def demoted_models(client, name: str) -> frozenset[str]:
-    """The content digests of the models of every version of ``name`` that lost a protected
-    alias (demoted for review, or refused by the gate)."""
+def _versions(client, name: str) -> list:
+    """Every version of the registered model ``name`` (none when it does not exist)."""
     from mlflow.exceptions import MlflowException
 
     try:
-        versions = client.search_model_versions(f"name = '{name}'")
+        return list(client.search_model_versions(f"name = '{name}'"))
     except MlflowException as error:
         if _is_missing(error):
-            return frozenset()
+            return []
         raise
+
+
+def demoted_models(client, name: str) -> frozenset[str]:
+    """The fit digests (:func:`fairpca.tasks.trust.model_digest`) of every version of
+    ``name`` that lost a protected alias (demoted for review, or refused by the gate)."""
+    lost = (NEEDS_REVIEW_TAG, ALIAS_REFUSED_TAG)
     return frozenset(
-        v.tags[MODEL_FILE_SHA_TAG]
-        for v in versions
-        if MODEL_FILE_SHA_TAG in v.tags
-        and (NEEDS_REVIEW_TAG in v.tags or ALIAS_REFUSED_TAG in v.tags)
+        v.tags[MODEL_DIGEST_TAG]
+        for v in _versions(client, name)
+        if MODEL_DIGEST_TAG in v.tags and any(tag in v.tags for tag in lost)
     )
 
 
-def version_with_model(client, name: str, model_digest: str | None, training_sha256: str | None):
-    """A version of ``name`` whose fitted model and training rows are these (None: none)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        versions = client.search_model_versions(f"name = '{name}'")
-    except MlflowException as error:
-        if _is_missing(error):
-            return None
-        raise
-    for version in sorted(versions, key=lambda v: int(v.version)):
-        tags = version.tags
-        if (
-            model_digest is not None
-            and tags.get(MODEL_DIGEST_TAG) == model_digest
-            and (tags.get(TRAINING_DATA_SHA_TAG) == training_sha256)
-        ):
+def version_with_model(client, name: str, model_digest: str | None):
+    """The first version of ``name`` of this very fit: the same fitted model on the same
+    training rows (:func:`fairpca.tasks.trust.model_digest`; None: none)."""
+    for version in sorted(_versions(client, name), key=lambda v: int(v.version)):
+        if model_digest is not None and version.tags.get(MODEL_DIGEST_TAG) == model_digest:
             return version
     return None
 
@@ -331,9 +319,7 @@ def register_logged_model(
     if not record.register_model:
         return None, False
     model_sha256 = sha256_file(skops_file(Path(out_dir) / "model"))
-    existing = version_with_model(
-        client, record.model_name, record.model_digest, record.training_data_sha256
-    )
+    existing = version_with_model(client, record.model_name, record.model_digest)
     if existing is not None and existing.run_id != run_id:
         return str(existing.version), False
     # The logged model's storage location, not ``models:/<id>``: a SQL store resolves that

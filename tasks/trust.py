@@ -599,15 +599,16 @@ def load_verified_model(model_uri: str, tracking_uri: str | None = None) -> Veri
         return VerifiedModel(model, metadata)
 
 
-def model_digest(model) -> str:
+def model_digest(model, *more: str) -> str:
     """SHA-256 over a fitted model's content (joblib's hashing of its parameters and arrays:
-    sets and dicts in a stable order), the same for two fits that came out equal. The skops
-    file cannot say so: it names its arrays by object ids. Nothing is unpickled."""
+    sets and dicts in a stable order) and ``more`` (e.g. the training rows' digest): the same
+    for two fits that came out equal. The skops file cannot say so: it names its arrays by
+    object ids. Nothing is unpickled."""
     from joblib.hashing import NumpyHasher
 
     hasher = NumpyHasher(hash_name="sha1")
     hasher._hash = hashlib.sha256()  # joblib offers md5 and sha1 only
-    return hasher.hash(model)
+    return hasher.hash((model, *more))
 
 
 # ---- written paths ------------------------------------------------------------

@@ -72,7 +72,6 @@ def test_suppression_and_pooling_are_two_settings_with_one_default_each():
     once and every function defaulting to it reads that constant."""
     from fairpca.datasets import MIN_CATEGORY_COUNT, make_preprocessor
     from fairpca.flows.gate import GatePolicy
-    from fairpca.flows.preflight import max_components
     from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
     from fairpca.tasks.mlflow_evaluator import CONFIG_DEFAULTS
     from fairpca.tasks.mlflow_logging import input_example
@@ -88,7 +87,7 @@ def test_suppression_and_pooling_are_two_settings_with_one_default_each():
     for task in (evaluate_model_fairness, sweep_lambda):
         default = inspect.signature(task.fn).parameters["min_group_size"].default
         assert default == DEFAULT_MIN_GROUP_SIZE, task
-    for function in (input_example, fit_preprocessor, max_components, make_preprocessor):
+    for function in (input_example, fit_preprocessor, make_preprocessor):
         function = getattr(function, "fn", function)
         assert inspect.signature(function).parameters["min_category_count"].default == 30
 

@@ -14,7 +14,7 @@ import pytest
 
 from fairpca.flows.gate import PolicyError, fairness_gate, load_policies
 from fairpca.flows.gate_server import register_webhook, secret_fingerprint
-from fairpca.tasks import gate as gate_tasks
+from fairpca.flows import gate as gate_tasks
 
 REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 SECRET = "k" * 40

@@ -291,7 +291,7 @@ def test_promote_follows_the_one_decision_and_a_demotion_holds(kept, audited, ml
     uri, client = mlflow_store
     _, result = audited
     name, version = result.model_name, result.model_version
-    assert client.get_model_version_by_alias(name, "champion").version == version
+    assert str(client.get_model_version_by_alias(name, "champion").version) == str(version)
     demote(client, name, version, from_alias="champion", to_alias="needs-review", why="drift")
     versions = {v.version for v in client.search_model_versions(f"name = '{name}'")}
 
@@ -300,7 +300,7 @@ def test_promote_follows_the_one_decision_and_a_demotion_holds(kept, audited, ml
     code, said = relog_cli(kept, uri, "--force", "--promote")
     assert code == 0, said
     model = client.get_registered_model(name)
-    assert "champion" not in model.aliases and str(model.aliases["needs-review"]) == version
+    assert "champion" not in model.aliases and str(model.aliases["needs-review"]) == str(version)
     assert {v.version for v in client.search_model_versions(f"name = '{name}'")} == versions
     with pytest.raises(ValidationError):
         DecisionRecord.model_validate({"promote": "true"})

@@ -67,7 +67,8 @@ def _texts(record) -> dict[str, str]:
 
 
 def test_no_payload_survives_in_card_and_descriptions(audit_record):
-    for where, text in _texts(_hostile(audit_record)).items():
+    hostile = _hostile(audit_record)
+    for where, text in _texts(hostile).items():
         for payload in (IMG, SCRIPT, LINK, TICK):
             assert payload not in text, (where, payload)
         html = _rendered(text)
@@ -77,7 +78,7 @@ def test_no_payload_survives_in_card_and_descriptions(audit_record):
         codes = html.split("<code>")[1:]
         assert not any("alert" in code.split("</code>")[0] for code in codes), where
     # the payloads are shown as the literal text they are
-    card_html = _rendered(_texts(audit_record)["card"])
+    card_html = _rendered(_texts(hostile)["card"])
     assert "&lt;img src=x onerror=alert(1)&gt;" in card_html
     assert "[x](javascript:alert(3))" in card_html
     assert "a` &lt;b onmouseover=alert(4)&gt;b&lt;/b&gt; `c" in card_html

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import replaced
 
 from fairpca.tasks.card import mask_credentials, render_model_card
 from fairpca.tasks.record import (
@@ -180,8 +181,8 @@ def test_model_card_does_not_change_its_input_and_renders_the_same_from_audit_js
 
 
 def test_model_card_says_not_promoted(audit):
-    audit.selection.decision = DecisionRecord(promote=False, reasons=["only degenerate"])
-    card = render_model_card(audit)
+    decision = DecisionRecord(promote=False, reasons=["only degenerate"])
+    card = render_model_card(replaced(audit, "selection", decision=decision))
     assert "- Decision: **NOT promoted**" in card and "  - only degenerate" in card
 
 
@@ -390,8 +391,8 @@ def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
 
 
 def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
-    audit.selection.baselines.pca = None
-    audit.selection.chosen.lambda_ = None
+    audit = replaced(audit, "selection.baselines", pca=None)
+    audit = replaced(audit, "selection.chosen", lambda_=None)
     card = render_model_card(audit)
     assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 |\n" in card
     assert "unconstrained PCA" not in card.split("## Test metrics")[1].split("## ")[0]
