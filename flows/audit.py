@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -53,23 +54,27 @@ from fairpca.tasks.record import (
     AuditRecord,
     PromotionRecord,
     build_record,
+    frontier_points,
     training_data_digest,
     write_audit_record,
 )
-from fairpca.tasks.references import reference_mitigations
+from fairpca.tasks.references import reference_mitigations, with_better_references
 from fairpca.tasks.registry import find_champion
 from fairpca.tasks.report import markdown_text, write_matrices, write_report
-from fairpca.tasks.represent import fit_preprocessor, fit_representation, resolve_k
+from fairpca.tasks.represent import fit_preprocessor, resolve_k
 from fairpca.tasks.select import (
     DEFAULT_TOLERANCE,
     Challenger,
+    Choice,
     Decision,
     GatePolicy,
     choose,
     decide_promotion,
+    majority_accuracy_of,
     require_fair_variant,
+    shortlist,
 )
-from fairpca.tasks.sweep import lambda_sweep
+from fairpca.tasks.sweep import CV_SHORTLIST, cross_validate, lambda_sweep, search_variant
 from fairpca.tasks.trust import (
     model_digest,
     path_inside,
@@ -182,69 +187,89 @@ def open_output_dir(config: AuditConfig, kind: str) -> Path:
 def resolved_config(config: AuditConfig, split, encoded_train) -> tuple[AuditConfig, dict]:
     """The config as fitted (the split sizes used, the attributes, the k every variant gets:
     :func:`fairpca.tasks.represent.resolve_k`) and the k record."""
+    representation = config.representation
     k = resolve_k(
-        config.representation.k,
+        representation.k,
         encoded_train.shape[1],
         split.s_train,
-        list(config.representation.variants),
+        list(representation.variants),
+        representation.k_grid,
     )
     sizes = {
         f"n_{part}": len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
     }
     update = {
         "source": config.source.model_copy(update={"sensitive": list(split.s_train.columns)}),
-        "representation": config.representation.model_copy(update={"k": k["fitted"]}),
+        "representation": representation.model_copy(update={"k_grid": k["grid"]}),
         "split": config.split.model_copy(update=sizes),
     }
     return config.model_copy(update=update), k
 
 
-def fit_representations(config: AuditConfig, split, encoded_train) -> tuple[dict, dict]:
-    """Every variant fitted once, in parallel; a variant that cannot be fitted is skipped
-    with its reason (the audit fails when no fair variant remains)."""
+def search_representations(config: AuditConfig, split, encoded) -> tuple[dict, dict]:
+    """Every variant searched over the k grid (and logreg_tuned's C) on the validation rows,
+    in parallel; a variant that cannot be fitted is skipped with its reason (the audit fails
+    when no fair variant remains)."""
     futures = {
-        variant: fit_representation.submit(
-            variant,
-            encoded_train,
-            split.y_train,
-            split.s_train,
-            k=config.representation.k,
-            equalize_covariance=config.representation.equalize_covariance,
-            seed=config.seed,
+        variant: search_variant.submit(
+            variant, *encoded, split, config.representation.k_grid, config.representation,
+            config.evaluation, config.selection, config.seed,
         )
         for variant in config.representation.variants
-    }
-    representations, skipped = {}, {}
+    }  # fmt: skip
+    searches, skipped = {}, {}
     for variant, future in futures.items():
         try:
-            representations[variant] = future.result()
+            searches[variant] = future.result()
         except ValueError as error:  # e.g. a group without positive rows (EO)
             skipped[variant] = str(error)
             get_run_logger().warning("variant %s skipped: %s", variant, error)
-    require_fair_variant(config.representation.variants, skipped, encoded_train.shape[1])
-    return representations, skipped
+    require_fair_variant(config.representation.variants, skipped, encoded[0].shape[1])
+    return searches, skipped
 
 
-def sweep_all(config: AuditConfig, split, representations, encoded) -> tuple[pd.DataFrame, dict]:
-    """One lambda sweep per representation (in parallel) on training and validation rows:
-    the candidates' table and every sweep's fitted classifiers."""
+def sweep_all(config: AuditConfig, split, searches, encoded) -> tuple[pd.DataFrame, dict]:
+    """One lambda sweep per variant at its chosen k and C (in parallel) on training and
+    validation rows: the candidates' table and every sweep's fitted classifiers."""
     encoded_train, encoded_validation = encoded
     sigma = shared_mmd_sigma(
         encoded_train,
-        config.representation.k,
+        config.representation.k_grid[0],
         max_rows=config.representation.metric_max_rows,
         seed=config.seed,
     )
     futures = [
         lambda_sweep.submit(
-            variant, rep, encoded_train, encoded_validation, split,
-            config.representation, config.evaluation, config.seed, sigma,
+            variant, search.representation, encoded_train, encoded_validation, split,
+            config.representation, config.evaluation, config.seed, sigma, search.C,
+            config.selection.select_by, search.lambdas,
         )
-        for variant, rep in representations.items()
+        for variant, search in searches.items()
     ]  # fmt: skip
     sweeps = {sweep.variant: sweep for sweep in (future.result() for future in futures)}
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
     return table, sweeps
+
+
+def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Choice:
+    """The choice on the validation rows; when they are fewer than ``cv_below_rows``, the
+    shortlist of the best candidates on them compared by repeated stratified cross-validation
+    on the training and validation rows (:func:`fairpca.tasks.sweep.cross_validate`)."""
+    selection = config.selection
+    if len(split.y_validation) >= selection.cv_below_rows:
+        return choose(table, split.y_train, split.y_validation, selection)
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    representations = {variant: search.representation for variant, search in searches.items()}
+    rows = cross_validate(
+        shortlist(table, majority, selection, CV_SHORTLIST), representations, encoded, split,
+        evaluation=config.evaluation, selection=selection, seed=config.seed,
+    )  # fmt: skip
+    y_seen = np.concatenate([split.y_train, split.y_validation])
+    chosen_by = (
+        f"repeated stratified {selection.cv_folds}-fold cross-validation ({selection.cv_repeats} "
+        f"repeats) on the {len(y_seen)} training+validation rows"
+    )
+    return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by)
 
 
 @task(name="write-outputs", cache_policy=NO_CACHE)
@@ -395,14 +420,17 @@ def run_audit(
             split, config.representation.min_category_count
         )
         config, k_record = resolved_config(config, split, encoded_train)
-    references = reference_mitigations.submit(preprocessor, split, config.evaluation, config.seed)
-    with clock("fit_representations"):
-        representations, skipped = fit_representations(config, split, encoded_train)
+    references = reference_mitigations.submit(
+        preprocessor, split, config.evaluation, config.seed, config.selection
+    )
+    encoded = (encoded_train, encoded_validation)
+    with clock("search_k"):
+        searches, skipped = search_representations(config, split, encoded)
+        representations = {variant: search.representation for variant, search in searches.items()}
     with clock("lambda_sweep"):
-        table, sweeps = sweep_all(
-            config, split, representations, (encoded_train, encoded_validation)
-        )
-    choice = choose(table, split.y_train, split.y_validation, config.selection)
+        table, sweeps = sweep_all(config, split, searches, encoded)
+    with clock("choose"):
+        choice = choose_candidate(config, table, split, searches, encoded)
     with clock("diagnostics"):
         diagnostics = diagnose(
             representations, encoded_train, encoded_validation, split, table,
@@ -419,6 +447,9 @@ def run_audit(
         )
     with clock("wait_references"):
         reference_rows = references.result()
+        choice = with_better_references(
+            choice, reference_rows, reported["chosen"]["test"], config.selection.select_by
+        )
     with clock("save_model"):
         model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
         hashes = write_matrices(out_dir, representations)
@@ -436,6 +467,7 @@ def run_audit(
         table=table,
         skipped=skipped,
         k_record=k_record,
+        frontier=frontier_points(searches, table, config.selection),
         timings=clock.timings(reference_mitigations=sum(r["seconds"] for r in reference_rows)),
         hashes=hashes,
         model_sha256=model_sha256,

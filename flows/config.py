@@ -29,6 +29,7 @@ from fairpca.metrics import check_fairness_options
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.select import (
     DEFAULT_BOUND,
+    DEFAULT_CERTIFY_FACTOR,
     DEFAULT_POLICY,
     MAX_ONE_CLASS_SHARE,
     MIN_ACCURACY_GAIN,
@@ -36,7 +37,7 @@ from fairpca.tasks.select import (
     MIN_POSITIVE_RATE_RATIO,
     parse_policy,
 )
-from fairpca.tasks.sweep import CLASSIFIER_NAMES
+from fairpca.tasks.sweep import CLASSIFIER_NAMES, DEFAULT_CLASSIFIERS
 from fairpca.tasks.trust import mask_credentials, take_credentials
 
 __all__ = [
@@ -202,8 +203,14 @@ class RepresentationConfig(Section):
         None,
         ge=1,
         le=10_000,
-        description="Target dimension of the representations; default: min(10, the largest k "
-        "the encoded training data allow).",
+        description="Target dimension of the representations, fixed; default: the k of "
+        "k_grid that the validation rows choose.",
+    )
+    k_grid: list[int] | None = Field(
+        None,
+        description="The k values searched when k is not given (those the data allow); "
+        "default: 10, 20, 40, ... doubling while below the largest k the encoded training "
+        "data allow, and that largest k.",
     )
     variants: list[Variant] = Field(
         default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"],
@@ -243,6 +250,17 @@ class RepresentationConfig(Section):
             )
         return value
 
+    @field_validator("k_grid")
+    @classmethod
+    def _check_k_grid(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
+        if not value or any(k < 1 for k in value):
+            raise ValueError(
+                f"k_grid must list k values of at least 1, e.g. [10, 20]; got {value}."
+            )
+        return sorted(set(value))
+
     @field_validator("lambdas")
     @classmethod
     def _check_lambdas(cls, value: list[float]) -> list[float]:
@@ -260,12 +278,19 @@ class EvaluationConfig(Section):
     """Downstream classifiers and the group metrics computed on their predictions."""
 
     classifiers: list[Classifier] = Field(
-        default_factory=lambda: ["logreg", "logreg_tuned", "linear_svm", "rbf_svc"],
+        default_factory=lambda: list(DEFAULT_CLASSIFIERS),
         description="Downstream classifiers: the paper's logreg, linear_svm, rbf_svc and mlp "
-        "(Appendix C.1), and logreg_tuned, that logistic regression with its probability "
-        "threshold chosen for accuracy by cross-validation on the training rows. The MLP "
-        "(10, 5) is opt-in ('mlp'): it costs ~1 s per fit, which would take the default audit "
-        "past 2 minutes on 2 cores.",
+        "(Appendix C.1), and logreg_tuned, logistic regression with its C searched over "
+        "logreg_C on the validation rows and its probability threshold chosen for the "
+        "selection measure (select_by) by cross-validation on the training rows. rbf_svc is "
+        "opt-in: its support vectors are training rows, so it cannot be registered unless "
+        "allow_row_storing_models; the MLP (10, 5) is opt-in ('mlp'): ~1 s per fit.",
+    )
+    logreg_C: list[float] | None = Field(
+        None,
+        description="Inverse regularisation strengths C that logreg_tuned and the reference "
+        "mitigations' logistic regression try, chosen on the validation rows; default: the "
+        "paper's C = 1/(2 n 0.01) and 1.0.",
     )
     svc_max_train_rows: int | None = Field(
         2000,
@@ -292,6 +317,15 @@ class EvaluationConfig(Section):
     @classmethod
     def _check_classifiers(cls, value: list[str]) -> list[str]:
         return _non_empty(_unique(value))
+
+    @field_validator("logreg_C")
+    @classmethod
+    def _check_logreg_C(cls, value: list[float] | None) -> list[float] | None:
+        if value is not None and (not value or not all(0 < c < float("inf") for c in value)):
+            raise ValueError(
+                f"logreg_C must list finite values above 0, e.g. [0.1, 1]; got {value}."
+            )
+        return None if value is None else sorted(set(value))
 
     @field_validator("svc_max_train_rows", mode="before")
     @classmethod
@@ -382,6 +416,31 @@ class SelectionConfig(Section):
         le=1.0,
         description="A candidate predicting one class for more than this share of the "
         "validation rows is degenerate (not eligible).",
+    )
+    certify_factor: float = Field(
+        DEFAULT_CERTIFY_FACTOR,
+        ge=0.0,
+        le=10.0,
+        description="Certification before promotion: the 95% resolution (1.96 standard errors) "
+        "of each gated measure on the rows that chose the candidate may be at most this many "
+        "times the policy's band (the limit of a difference, 1 - the minimum of a ratio); "
+        "wider, the audit says there is not enough data to certify and does not promote. "
+        "0 turns the check off.",
+    )
+    cv_below_rows: int = Field(
+        1000,
+        ge=0,
+        description="A validation part of fewer rows is too noisy to choose on: the best "
+        "candidates on it are then compared by repeated stratified cross-validation on the "
+        "training and validation rows (the test rows stay untouched). 0: never.",
+    )
+    cv_folds: int = Field(5, ge=2, le=20, description="Folds of that cross-validation.")
+    cv_repeats: int = Field(
+        3,
+        ge=1,
+        le=20,
+        description="Repeats of that cross-validation (different fold draws); their spread "
+        "widens the standard errors that the stability and certification checks use.",
     )
     allow_row_storing_models: bool = Field(
         False,

@@ -25,6 +25,7 @@ __all__ = [
     "check_pipeline",
     "classifier_metrics",
     "evaluate_reported",
+    "gate_standard_errors",
     "majority_class",
     "metrics_on_test",
     "metrics_with_intervals",
@@ -110,6 +111,91 @@ def metrics_with_intervals(
     return metrics
 
 
+# The gated measures whose standard errors :func:`gate_standard_errors` gives, with the rate
+# they compare and the rows that rate is taken over (``None``: every row of the group).
+GATED_RATES = {
+    "dp_difference": ("selection", None),
+    "selection_rate_ratio": ("selection", None),
+    "eo_difference": ("tpr", 1),
+    "equalized_odds_difference": ("tpr_fpr", None),
+}
+
+
+def _rates(hits: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    # (hits + 1/2) / (rows + 1): a rate of 0 or 1 still has a positive variance
+    return (hits + 0.5) / (rows + 1.0)
+
+
+def _pair_se(rate: np.ndarray, rows: np.ndarray, *, ratio: bool) -> tuple[float, float]:
+    """``(estimate, standard error)`` of the spread (``max - min``) or the ratio (``min /
+    max``) of the groups' rates, from the two extreme groups (normal approximation; the
+    ratio's by the delta method on its logarithm)."""
+    if len(rate) < 2:
+        return math.nan, math.nan
+    low, high = int(np.argmin(rate)), int(np.argmax(rate))
+    p, n = rate[[low, high]], rows[[low, high]]
+    if ratio:
+        value = float(p[0] / p[1])
+        return value, value * float(np.sqrt(np.sum((1 - p) / (n * p))))
+    return float(p[1] - p[0]), float(np.sqrt(np.sum(p * (1 - p) / n)))
+
+
+def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[float, float]]:
+    """(estimate, standard error) of each gated measure over one grouping's groups of at
+    least ``min_group_size`` rows (for the TPR: rows with label 1; FPR: label 0)."""
+    out = {}
+    n_groups = int(codes.max()) + 1 if len(codes) else 0
+
+    def rate_of(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.bincount(codes[mask], minlength=n_groups).astype(float)
+        hits = np.bincount(codes[mask], weights=y_pred[mask], minlength=n_groups)
+        keep = rows >= min_group_size
+        return _rates(hits[keep], rows[keep]), rows[keep]
+
+    everyone = np.ones(len(codes), dtype=bool)
+    selection, rows = rate_of(everyone)
+    out["dp_difference"] = _pair_se(selection, rows, ratio=False)
+    out["selection_rate_ratio"] = _pair_se(selection, rows, ratio=True)
+    tpr, positives = rate_of(y_true == 1)
+    out["eo_difference"] = _pair_se(tpr, positives, ratio=False)
+    fpr, negatives = rate_of(y_true == 0)
+    odds = _pair_se(fpr, negatives, ratio=False)
+    out["equalized_odds_difference"] = max(out["eo_difference"], odds, key=lambda v: v[0])
+    return out
+
+
+def gate_standard_errors(
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive_features, *, min_group_size: int
+) -> dict[str, float]:
+    """``<measure>.se``: the standard error of each gated measure's estimate (difference of
+    the two extreme groups' rates, or their ratio) for the worst attribute, and with several
+    attributes ``<measure>.se.intersection`` for their intersection.
+
+    The normal approximation the certification (:func:`fairpca.tasks.select.certification`)
+    compares with the policy's thresholds: how finely these rows can resolve the measure. The
+    reported intervals stay the exact, conservative ones of :func:`metrics_with_intervals`.
+    """
+    frame = pd.DataFrame(sensitive_features).astype(str).reset_index(drop=True)
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred, dtype=float)
+    groupings = {column: frame[column] for column in frame.columns}
+    if frame.shape[1] > 1:
+        groupings[".intersection"] = frame.agg("/".join, axis=1)
+    out: dict[str, float] = {}
+    worst: dict[str, tuple[float, float]] = {}
+    for name, keys in groupings.items():
+        codes = pd.factorize(keys, sort=True)[0]
+        for measure, value in _grouping_errors(y_true, y_pred, codes, min_group_size).items():
+            if name == ".intersection":
+                out[f"{measure}.se.intersection"] = value[1]
+                continue
+            lowest = measure == "selection_rate_ratio"
+            best = worst.get(measure, (math.nan, math.nan))
+            if math.isnan(best[0]) or (value[0] < best[0] if lowest else value[0] > best[0]):
+                worst[measure] = value
+    out.update({f"{measure}.se": value[1] for measure, value in worst.items()})
+    return {k: float(v) for k, v in out.items() if np.isfinite(v)}
+
+
 def majority_class(y_train: np.ndarray) -> int:
     """The more frequent training label (ties: 0): the majority-class baseline's prediction."""
     return int(np.mean(np.asarray(y_train) == 1) > 0.5)
@@ -186,7 +272,8 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
 
 def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -> None:
     """The assembled pipeline must reproduce the sweep's validation accuracy from X alone (on
-    the same rows: those the metrics release, see ``evaluation.min_group_size``)."""
+    the same rows: those the metrics release, see ``evaluation.min_group_size``;
+    ``holdout_accuracy`` when the row holds cross-validated numbers)."""
     accuracy = classifier_metrics(
         split.y_validation,
         pipeline.predict(split.X_validation),
@@ -194,7 +281,7 @@ def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -
         min_group_size=evaluation.min_group_size,
         allow_small_groups=evaluation.allow_small_groups,
     ).get("accuracy", math.nan)
-    expected = float(row.get("accuracy", math.nan))
+    expected = float(row.get("holdout_accuracy", row.get("accuracy", math.nan)))
     if not (abs(accuracy - expected) <= 1e-9 or (math.isnan(accuracy) and math.isnan(expected))):
         raise RuntimeError(
             f"the assembled pipeline scores {accuracy:.6f}, the sweep {expected:.6f}; "

@@ -34,7 +34,7 @@ from fairpca import metrics as fm
 
 from .evaluate import HEADLINE_METRICS
 from .references import REFERENCE_KEYS
-from .select import Choice, candidate_name
+from .select import Choice, GatePolicy, candidate_name
 from .trust import sha256_file
 
 __all__ = [
@@ -115,6 +115,8 @@ class ChosenCandidate(_Record):
     classifier: str
     lambda_: float | None = Field(None, alias="lambda")
     name: str
+    k: int | None = None  # since k is searched (absent in older records)
+    C: float | None = None  # the logistic regression's inverse regularisation strength
 
 
 class MajorityBaseline(_Record):
@@ -162,6 +164,12 @@ class Selection(_Record):
     group_sizes: dict[str, dict[str, int | str]]
     diagnostics: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
+    # rows per group in the test part (what the per-group test rates describe); withheld
+    # groups are one unnamed entry with the reason (absent in older records)
+    test_group_sizes: dict[str, dict[str, int | str]] | None = None
+    # per attribute, what of its groups' test numbers is withheld and why
+    withheld: dict[str, str] | None = None
+    chosen_by: str | None = None  # the rows the choice was made on
 
 
 class Definition(_Record):
@@ -224,6 +232,7 @@ class ReferenceMitigation(_Record):
     needs_sensitive_at_prediction: bool
     validation: Metrics
     test: Metrics
+    config: str | None = None  # the configuration chosen on the validation rows
 
 
 class ScreenedColumn(_Record):
@@ -267,8 +276,44 @@ class PromotionRecord(_Record):
 
 class KRecord(_Record):
     requested: int | None = None
-    fitted: int
+    fitted: int  # the chosen candidate's k
     note: str
+    grid: list[int] | None = None  # the k values searched (absent in older records)
+    largest: int | None = None  # the one largest k the encoded training data allow
+    chosen: dict[str, int] | None = None  # per variant, the k its search kept
+
+
+class FrontierPoint(_Record):
+    """One point of the trade-off over k and lambda on the validation rows (or the rows of
+    the cross-validation): the best classifier there, its selection measure with its 95%
+    interval and the gated measures. ``stage``: ``coarse`` (the k search) or ``sweep`` (every
+    lambda at the variant's chosen k); ``pareto``: no other point of the variant has a
+    higher measure and a smaller DP difference."""
+
+    variant: str
+    k: int
+    lambda_: float | None = Field(None, alias="lambda")
+    classifier: str
+    C: float | None = None
+    measure: str
+    value: float
+    ci95_low: float | None = None
+    ci95_high: float | None = None
+    dp_difference: float | None = None
+    selection_rate_ratio: float | None = None
+    eo_difference: float | None = None
+    meets_gate: bool
+    stage: Literal["coarse", "sweep"]
+    pareto: bool = False
+
+
+class Certification(_Record):
+    """Whether the rows that chose the candidate can support the gate (``reasons``: why
+    not), and which rows they were."""
+
+    certified: bool
+    reasons: list[str] = []
+    chosen_by: str
 
 
 class SplitSizes(_Record):
@@ -324,6 +369,9 @@ class AuditRecord(_Record):
     model_sha256: str | None = None  # of the saved skops file
     model_digest: str | None = None  # of the fit: the pipeline's content and the training rows
     training_data_sha256: str | None = None  # of the training rows (features, label, groups)
+    # since the search (absent in older records)
+    frontier: list[FrontierPoint] | None = None
+    certification: Certification | None = None
 
     @property
     def min_group_size(self) -> int | None:
@@ -522,6 +570,7 @@ def code_version() -> dict[str, str]:
 
 # The one entry of an attribute's group sizes that stands for its withheld groups (unnamed).
 WITHHELD = "(withheld)"
+PARTS = ("train", "validation", "test")
 REPRESENTATION_CURVES = ("mmd2", "linear_inseparability", "mean_gap_train", "mean_gap_validation")
 
 
@@ -558,26 +607,107 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
 
 
 def group_sizes(
-    split, min_group_size: int, allow_small_groups: bool = False
+    split, min_group_size: int, allow_small_groups: bool = False, parts: Sequence[str] = PARTS
 ) -> dict[str, dict[str, int | str]]:
-    """Rows per group over the three parts, as :func:`fairpca.metrics.published_group_sizes`
-    allows (complementary suppression); withheld groups are one unnamed entry."""
-    frame = pd.concat([split.s_train, split.s_validation, split.s_test], ignore_index=True)
+    """Rows per group over ``parts`` (default: all three), as
+    :func:`fairpca.metrics.published_group_sizes` allows (complementary suppression);
+    withheld groups are one unnamed entry saying how many and why."""
+    frame = pd.concat([getattr(split, f"s_{part}") for part in parts], ignore_index=True)
     sizes, withheld = fm.published_group_sizes(
         frame.astype(str), min_group_size=min_group_size, allow_small_groups=allow_small_groups
     )
+    where = "these rows" if len(parts) > 1 else f"the {parts[0]} rows"
     out: dict[str, dict[str, int | str]] = {}
     for column, published in sizes.items():
         out[column] = dict(published)
         if withheld[column]:
-            out[column][WITHHELD] = f"{withheld[column]} group(s), suppressed"
+            out[column][WITHHELD] = (
+                f"{withheld[column]} group(s), suppressed: fewer than {min_group_size} of "
+                f"{where}, or hidden so that a suppressed group's size cannot be recovered"
+            )
     return out
+
+
+def _frontier_point(row: dict[str, Any], measure: str, meets: bool, stage: str) -> dict:
+    def number(key: str) -> float | None:
+        value = row.get(key)
+        return float(value) if _finite(value) else None
+
+    return {
+        "variant": row["variant"],
+        "k": int(row["k"]),
+        "lambda": number("lambda"),
+        "classifier": str(row["classifier"]).split("@")[0],
+        "C": number("C"),
+        "measure": measure,
+        "value": float(row[measure]),
+        "ci95_low": number(f"{measure}.ci95_low"),
+        "ci95_high": number(f"{measure}.ci95_high"),
+        "dp_difference": number("dp_difference"),
+        "selection_rate_ratio": number("selection_rate_ratio"),
+        "eo_difference": number("eo_difference"),
+        "meets_gate": meets,
+        "stage": stage,
+    }
+
+
+def frontier_points(searches: dict[str, Any], table: pd.DataFrame, selection) -> list[dict]:
+    """The trade-off over k and lambda (:class:`FrontierPoint`): per variant, k, lambda and
+    stage the best classifier (meeting the gate first, then ``select_by``), from the k
+    searches' points and the sweep's table; the Pareto points per variant marked."""
+    policy, measure = GatePolicy.from_config(selection), selection.select_by
+    rows = [(point, "coarse") for search in searches.values() for point in search.points]
+    rows += [(row, "sweep") for row in table.to_dict("records") if "k" in row]
+    best: dict[tuple, tuple] = {}
+    for row, stage in rows:
+        if not _finite(row.get(measure)):
+            continue
+        lam = row.get("lambda")
+        key = (row["variant"], int(row["k"]), lam if _finite(lam) else None, stage)
+        rank = (not policy.failures(row), float(row[measure]))
+        if key not in best or rank > best[key][0]:
+            best[key] = (rank, row)
+    points = [_frontier_point(row, measure, rank[0], key[3]) for key, (rank, row) in best.items()]
+    for point in points:
+        rivals = [p for p in points if p["variant"] == point["variant"]]
+        gap = point["dp_difference"] if point["dp_difference"] is not None else math.inf
+        point["pareto"] = not any(
+            p["value"] > point["value"]
+            and (p["dp_difference"] if p["dp_difference"] is not None else math.inf) < gap
+            for p in rivals
+        )
+    return points
+
+
+def withheld_groups(
+    sizes: dict[str, dict[str, int | str]], test: dict[str, float], min_group_size: int
+) -> dict[str, str] | None:
+    """Per attribute, a sentence for the groups of the test rows whose size or rates are not
+    published, and why (the groups themselves stay unnamed when their size is withheld)."""
+    out = {}
+    for attribute, groups in sizes.items():
+        parts = []
+        if WITHHELD in groups:
+            parts.append(f"sizes and rates of {groups[WITHHELD]}")
+        named = [g for g in groups if g != WITHHELD]
+        unrated = [g for g in named if f"selection_rate.{attribute}:{g}" not in test]
+        if unrated:
+            parts.append(
+                f"rates of {', '.join(unrated)} withheld: beside the attribute's other "
+                f"numbers they would reveal a group of fewer than {min_group_size} test rows, or "
+                "a gated rate is undefined there"
+            )
+        if parts:
+            out[attribute] = "; ".join(parts)
+    return out or None
 
 
 SUMMARY_COLUMNS = (
     "variant",
+    "k",
     "lambda",
     "classifier",
+    "C",
     "accuracy",
     "accuracy.ci95_low",
     "accuracy.ci95_high",
@@ -622,6 +752,8 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
             "classifier": chosen["classifier"],
             "lambda": None if not _finite(lam) else float(lam),
             "name": candidate_name(chosen),
+            "k": int(chosen["k"]) if _finite(chosen.get("k")) else None,
+            "C": float(chosen["C"]) if _finite(chosen.get("C")) else None,
         },
         "gate": config.selection.gate,
         "decision": choice.decision.as_dict(),
@@ -632,15 +764,23 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
         "group_sizes": group_sizes(
             split, config.evaluation.min_group_size, config.evaluation.allow_small_groups
         ),
+        "test_group_sizes": group_sizes(
+            split,
+            config.evaluation.min_group_size,
+            config.evaluation.allow_small_groups,
+            parts=("test",),
+        ),
+        "withheld": None,
+        "chosen_by": (choice.certification or {}).get("chosen_by"),
         "diagnostics": diagnostics.get("representations", {}),
         "warnings": list(diagnostics.get("warnings", [])),
     }
     if choice.pca_row is not None and "pca" in reported:
         record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
+    record["withheld"] = withheld_groups(
+        record["test_group_sizes"], record["test"], config.evaluation.min_group_size
+    )
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
-
-
-PARTS = ("train", "validation", "test")
 
 
 def _metrics(choice: Choice, reported, representations, timings) -> dict[str, float]:
@@ -681,6 +821,7 @@ def build_record(
     skipped: dict[str, str],
     k_record: dict[str, Any],
     timings: dict[str, float],
+    frontier: list[dict[str, Any]] | None = None,
     hashes: dict[str, str],
     model_sha256: str,
     model_digest: str,
@@ -728,10 +869,14 @@ def build_record(
         policy=choice.policy.record(),
         eligibility=choice.eligibility,
         references=[
-            {key: r[key] for key in REFERENCE_KEYS} for r in references if "skipped" not in r
+            {key: r[key] for key in REFERENCE_KEYS if key in r}
+            for r in references
+            if "skipped" not in r
         ],
         screening=split.screening,
-        k=k_record,
+        k=_k_record(k_record, choice.chosen, frontier),
+        frontier=frontier or None,
+        certification=choice.certification,
         split_sizes={part: len(getattr(split, f"y_{part}")) for part in PARTS},
         candidates=candidate_summary(table, choice),
         skipped=skipped or None,
@@ -739,6 +884,15 @@ def build_record(
         model_digest=model_digest,
         training_data_sha256=training_data_digest(split),
     )
+
+
+def _k_record(k_record: dict[str, Any], chosen: dict[str, Any], frontier) -> dict[str, Any]:
+    """The k record with the chosen candidate's k as ``fitted`` and each variant's k."""
+    k = dict(k_record)
+    if _finite(chosen.get("k")):
+        k["fitted"] = int(chosen["k"])
+    kept = {p["variant"]: p["k"] for p in frontier or [] if p["stage"] == "sweep"}
+    return k | ({"chosen": kept} if kept else {})
 
 
 def training_data_digest(split) -> str:

@@ -1,22 +1,33 @@
-"""Reference mitigations on the audit's own rows: what other fairness approaches reach.
+"""Reference mitigations on the audit's own rows: what other fairness approaches reach when
+they are searched like the candidates.
 
-Three fairlearn approaches, each with the audit's logistic regression, trained on the
-training part's encoded features, evaluated on the validation and test parts with the same
-intervals as the candidates (:func:`fairpca.tasks.evaluate.metrics_with_intervals`):
+Three fairlearn approaches over the candidates' logistic regression, trained on the training
+part's encoded features, each configuration evaluated on the validation rows with the same
+intervals (:func:`fairpca.tasks.evaluate.metrics_with_intervals`) and chosen there by the
+audit's own rule (:func:`fairpca.tasks.select.select_candidate`: eligible, meeting the gate,
+the highest ``select_by``), then measured on the test rows:
 
 - ``threshold_optimizer`` (post-processing): group-specific thresholds on the classifier's
-  scores for demographic parity. It needs the sensitive attribute at prediction time.
+  scores, optimising the selection measure (``balanced_accuracy_score`` or
+  ``accuracy_score``) under the policy's parity constraint, for each C of the search. It needs
+  the sensitive attribute at prediction time.
 - ``exponentiated_gradient`` (reductions): a randomized mix of classifiers trained under a
-  demographic-parity constraint. Predicts from the features alone.
+  demographic-parity (or true-positive-rate parity) constraint, minimising the cost-weighted
+  error that equals ``1 - balanced accuracy`` when that is the selection measure, at the C the
+  base search chose and each bound of :data:`EG_BOUNDS`. Predicts from the features alone.
 - ``correlation_remover`` (pre-processing): removes the features' linear correlation with
-  the sensitive attribute, then logistic regression. Its transform needs the attribute.
+  the sensitive attribute, then the tuned logistic regression (C searched, threshold for the
+  selection measure). Its transform needs the attribute.
 
-They are recorded for comparison (``references`` of the audit record) and never registered.
-Fair PCA, like ``exponentiated_gradient``, needs the attribute at fit time only.
+They are recorded for comparison (``references`` of the audit record) and never registered;
+:func:`better_references` names those the choice should have preferred. Fair PCA, like
+``exponentiated_gradient``, needs the attribute at fit time only.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 import warnings
 from typing import Any
@@ -28,29 +39,36 @@ from prefect.cache_policies import NO_CACHE
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
 
-from .evaluate import metrics_with_intervals
-from .sweep import make_classifier
+from .evaluate import gate_standard_errors, metrics_with_intervals
+from .select import Choice, GatePolicy, majority_accuracy_of, select_candidate
+from .sweep import DEFAULT_C_GRID, fit_classifier, make_classifier, paper_C
 
 __all__ = [
+    "EG_BOUNDS",
     "REFERENCES",
     "REFERENCE_KEYS",
-    "dominating_references",
+    "better_references",
     "fit_references",
     "reference_mitigations",
     "sensitive_at_prediction_note",
+    "with_better_references",
 ]
 
-# ExponentiatedGradient's constraint bound (the largest DP difference it aims for on the
+# ExponentiatedGradient's constraint bounds tried (the largest disparity it aims for on the
 # training rows) and its iteration cap: 50 logistic fits on 5,000 rows take a few seconds.
-EG_DIFFERENCE_BOUND = 0.02
+EG_BOUNDS = (0.01, 0.03)
 EG_MAX_ITER = 50
 
-REFERENCE_KEYS = ("name", "approach", "needs_sensitive_at_prediction", "validation", "test")
+REFERENCE_KEYS = (
+    "name", "approach", "needs_sensitive_at_prediction", "validation", "test", "config",
+)  # fmt: skip
 REFERENCES = {
     "threshold_optimizer": ("post-processing", True),
     "exponentiated_gradient": ("reductions", False),
     "correlation_remover": ("pre-processing", True),
 }
+# fairlearn's name of each selection measure and of the parity a gate policy asks for
+OBJECTIVES = {"balanced_accuracy": "balanced_accuracy_score", "accuracy": "accuracy_score"}
 
 
 def _groups(sensitive: pd.DataFrame) -> pd.DataFrame:
@@ -64,28 +82,66 @@ def _with_groups(features: np.ndarray, sensitive: pd.DataFrame) -> tuple[pd.Data
     return pd.concat([frame, dummies], axis=1), list(dummies.columns)
 
 
-def _predictor(name: str, features, y, sensitive, seed: int):
-    """Fit reference ``name``; return ``predict(features, sensitive) -> 0/1 labels``."""
-    from fairlearn.postprocessing import ThresholdOptimizer
-    from fairlearn.preprocessing import CorrelationRemover
-    from fairlearn.reductions import DemographicParity, ExponentiatedGradient
+def _parity(policy: GatePolicy) -> str:
+    """The fairlearn constraint matching the policy: true-positive-rate parity when it gates
+    equal opportunity alone, equalized odds when it gates that, else demographic parity (the
+    four-fifths rule is a selection-rate rule)."""
+    if "equalized_odds" in policy.criteria:
+        return "equalized_odds"
+    if "equal_opportunity" in policy.criteria and "demographic_parity" not in policy.criteria:
+        return "true_positive_rate_parity"
+    return "demographic_parity"
 
-    base = make_classifier("logreg", len(y), seed)
-    if name == "threshold_optimizer":
-        model = ThresholdOptimizer(
-            estimator=base, constraints="demographic_parity", predict_method="predict_proba"
-        ).fit(features, y, sensitive_features=_groups(sensitive))
-        return lambda F, s: model.predict(F, sensitive_features=_groups(s), random_state=seed)
-    if name == "exponentiated_gradient":
-        model = ExponentiatedGradient(
-            base,
-            constraints=DemographicParity(difference_bound=EG_DIFFERENCE_BOUND),
-            max_iter=EG_MAX_ITER,
-        ).fit(features, y, sensitive_features=_groups(sensitive))
-        return lambda F, s: model.predict(F, random_state=seed)
+
+def _threshold_optimizer(features, y, sensitive, *, C, objective, parity, seed):
+    from fairlearn.postprocessing import ThresholdOptimizer
+
+    model = ThresholdOptimizer(
+        estimator=make_classifier("logreg_tuned", len(y), seed, C),
+        constraints=parity,
+        objective=OBJECTIVES[objective],
+        predict_method="predict_proba",
+    ).fit(features, y, sensitive_features=_groups(sensitive))
+    return lambda F, s: model.predict(F, sensitive_features=_groups(s), random_state=seed)
+
+
+def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, parity, seed):
+    """EG minimising the selection measure's error: for balanced accuracy the cost-weighted
+    error ``FN / (2 n_1) + FP / (2 n_0) = 1 - balanced accuracy``."""
+    from fairlearn.reductions import (
+        DemographicParity,
+        EqualizedOdds,
+        ErrorRate,
+        ExponentiatedGradient,
+        TruePositiveRateParity,
+    )
+
+    constraint = {
+        "demographic_parity": DemographicParity,
+        "true_positive_rate_parity": TruePositiveRateParity,
+        "equalized_odds": EqualizedOdds,
+    }[parity](difference_bound=bound)
+    costs = None
+    if objective == "balanced_accuracy":
+        n, positives = len(y), int(np.sum(y))
+        costs = {"fn": n / (2.0 * positives), "fp": n / (2.0 * (n - positives))}
+    model = ExponentiatedGradient(
+        make_classifier("logreg_tuned", len(y), seed, C),
+        constraints=constraint,
+        objective=ErrorRate(costs=costs),
+        max_iter=EG_MAX_ITER,
+    ).fit(features, y, sensitive_features=_groups(sensitive))
+    return lambda F, s: model.predict(F, random_state=seed)
+
+
+def _correlation_remover(features, y, sensitive, *, C, objective, seed):
+    from fairlearn.preprocessing import CorrelationRemover
+
     frame, group_columns = _with_groups(features, sensitive)
     remover = CorrelationRemover(sensitive_feature_ids=group_columns).fit(frame)
-    classifier = base.fit(remover.transform(frame), y)
+    classifier = fit_classifier(
+        "logreg_tuned", remover.transform(frame), y, seed=seed, C=C, scoring=objective
+    )
 
     def predict(F, s):
         other, _ = _with_groups(F, s)
@@ -96,90 +152,221 @@ def _predictor(name: str, features, y, sensitive, seed: int):
     return predict
 
 
+def _configurations(name: str, C_grid: list[float], C_base: float) -> list[dict[str, float]]:
+    """The configurations a reference tries: every C of the search, and for the reductions
+    approach (50 fits each) the base search's C with every bound."""
+    if name == "exponentiated_gradient":
+        return [{"C": C_base, "bound": bound} for bound in EG_BOUNDS]
+    return [{"C": C} for C in C_grid]
+
+
+def _fit(name: str, config: dict, encoded, split, objective: str, parity: str, seed: int):
+    """Fit reference ``name`` in ``config``: ``predict(features, sensitive) -> 0/1``."""
+    train = (encoded["train"], split.y_train, split.s_train)
+    options = {"C": config["C"], "objective": objective, "seed": seed}
+    if name == "threshold_optimizer":
+        return _threshold_optimizer(*train, parity=parity, **options)
+    if name == "exponentiated_gradient":
+        return _exponentiated_gradient(*train, bound=config["bound"], parity=parity, **options)
+    return _correlation_remover(*train, **options)
+
+
+def _describe(config: dict) -> str:
+    return ", ".join(f"{key}={value:g}" for key, value in config.items())
+
+
+class _Measured:
+    """Each configuration's validation row (for the choice) and its predictor."""
+
+    def __init__(self, encoded, split, evaluation, seed):
+        self.encoded, self.split, self.evaluation, self.seed = encoded, split, evaluation, seed
+
+    def row(self, predict, part: str) -> dict[str, float]:
+        y_pred = np.asarray(predict(self.encoded[part], getattr(self.split, f"s_{part}")))
+        return _evaluate(y_pred.astype(np.int64), part, self.split, self.evaluation, self.seed)
+
+
+def _base_C(encoded, split, evaluation, selection, seed, C_grid) -> float:
+    """The C of the candidates' own ``logreg_tuned`` on the raw encoded features, chosen on
+    the validation rows by the audit's rule: the estimator every reference starts from."""
+    measure = _Measured(encoded, split, evaluation, seed)
+    rows = []
+    for C in C_grid:
+        classifier = fit_classifier(
+            "logreg_tuned", encoded["train"], split.y_train, seed=seed, C=C,
+            scoring=selection.select_by,
+        )  # fmt: skip
+        validation = measure.row(lambda F, s, c=classifier: c.predict(F), "validation")
+        rows.append(
+            {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C} | validation
+        )
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    best, _, _ = select_candidate(pd.DataFrame(rows), majority, selection)
+    return float(best["C"])
+
+
+def _search(name, encoded, split, evaluation, selection, seed, C_grid, C_base) -> dict:
+    """Every configuration of reference ``name`` on the validation rows; the chosen one (the
+    audit's rule) measured on the test rows."""
+    policy = GatePolicy.from_config(selection)
+    objective, parity = selection.select_by, _parity(policy)
+    measure = _Measured(encoded, split, evaluation, seed)
+    tried = []
+    for config in _configurations(name, C_grid, C_base):
+        predict = _fit(name, config, encoded, split, objective, parity, seed)
+        tried.append((config, predict, measure.row(predict, "validation")))
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    table = pd.DataFrame(
+        [
+            {"variant": name, "classifier": _describe(config), "index": i, **row}
+            for i, (config, _, row) in enumerate(tried)
+        ]
+    )
+    best, _, _ = select_candidate(table, majority, selection)
+    config, predict, validation = tried[int(best["index"])]
+    return {
+        "config": f"{_describe(config)} ({len(tried)} tried on the validation rows)",
+        "validation": validation,
+        "test": measure.row(predict, "test"),
+    }
+
+
 def fit_references(
-    encoded: dict[str, np.ndarray], split, evaluation, seed: int
+    encoded: dict[str, np.ndarray], split, evaluation, seed: int, selection
 ) -> list[dict[str, Any]]:
-    """Each reference trained on the training rows and evaluated (with 95% intervals, as
-    ``evaluation`` says) on the validation and test rows; one that cannot be fitted on these
-    data says why."""
+    """Each reference searched on the validation rows like the candidates (its
+    configurations, the selection measure, the gate of ``selection``, the config's section)
+    and evaluated (with 95% intervals, as ``evaluation`` says) on the validation and test
+    rows; one that cannot be fitted on these data says why."""
+    n_train = len(split.y_train)
+    C_grid = sorted({paper_C(n_train) if c is None else float(c) for c in _C_grid(evaluation)})
     out = []
-    for name, (approach, needs_sensitive) in REFERENCES.items():
-        entry = {
-            "name": name,
-            "approach": approach,
-            "needs_sensitive_at_prediction": needs_sensitive,
-        }
-        start = time.perf_counter()
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", ConvergenceWarning)
-                # fairlearn's own pandas idiom, deprecated in pandas; harmless here
-                warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
-                predict = _predictor(name, encoded["train"], split.y_train, split.s_train, seed)
-                for part in ("validation", "test"):
-                    y_pred = np.asarray(predict(encoded[part], getattr(split, f"s_{part}")))
-                    entry[part] = _evaluate(y_pred, part, split, evaluation, seed)
-        except (ValueError, KeyError) as error:  # e.g. a group without both labels
-            entry |= {"validation": {}, "test": {}, "skipped": str(error)}
-        entry["seconds"] = time.perf_counter() - start
-        out.append(entry)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        # fairlearn's own pandas idiom, deprecated in pandas; harmless here
+        warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
+        C_base = _base_C(encoded, split, evaluation, selection, seed, C_grid)
+        for name, (approach, needs_sensitive) in REFERENCES.items():
+            entry = {
+                "name": name,
+                "approach": approach,
+                "needs_sensitive_at_prediction": needs_sensitive,
+            }
+            start = time.perf_counter()
+            try:
+                entry |= _search(name, encoded, split, evaluation, selection, seed, C_grid, C_base)
+            except (ValueError, KeyError) as error:  # e.g. a group without both labels
+                entry |= {"validation": {}, "test": {}, "skipped": str(error)}
+            entry["seconds"] = time.perf_counter() - start
+            out.append(entry)
     return out
 
 
+def _C_grid(evaluation) -> list[float | None]:
+    return list(getattr(evaluation, "logreg_C", None) or DEFAULT_C_GRID)
+
+
 def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> dict[str, float]:
+    y_true, sensitive = getattr(split, f"y_{part}"), getattr(split, f"s_{part}")
     metrics = metrics_with_intervals(
-        getattr(split, f"y_{part}"),
-        y_pred.astype(np.int64),
-        getattr(split, f"s_{part}"),
+        y_true,
+        y_pred,
+        sensitive,
         min_group_size=evaluation.min_group_size,
         allow_small_groups=evaluation.allow_small_groups,
         n_resamples=evaluation.n_bootstrap,
         seed=seed,
     )
+    metrics |= gate_standard_errors(
+        y_true, y_pred, sensitive, min_group_size=evaluation.min_group_size
+    )
     return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
 
 @task(name="reference-mitigations", cache_policy=NO_CACHE)
-def reference_mitigations(preprocessor, split, evaluation, seed: int) -> list[dict[str, Any]]:
+def reference_mitigations(
+    preprocessor, split, evaluation, seed: int, selection
+) -> list[dict[str, Any]]:
     """Prefect task around :func:`fit_references` (encodes the three parts itself)."""
     encoded = {
         part: np.asarray(preprocessor.transform(getattr(split, f"X_{part}")), dtype=np.float64)
         for part in ("train", "validation", "test")
     }
-    # It runs beside the lambda sweeps on the task runner's threads: one BLAS thread each.
+    # It runs beside the searches and sweeps on the task runner's threads: one BLAS thread.
     with threadpool_limits(limits=1):
-        return fit_references(encoded, split, evaluation, seed)
+        return fit_references(encoded, split, evaluation, seed, selection)
 
 
-def dominating_references(
-    references: list[dict[str, Any]], chosen_test: dict[str, float], policy
+def _difference(mine: dict, theirs: dict, measure: str) -> str:
+    """``+0.044 (95% interval [0.01, 0.08])``: the difference of two independently measured
+    values, its interval from the two intervals' half-widths added in quadrature (the
+    rows are the same, so this is conservative)."""
+    delta = theirs[measure] - mine[measure]
+    halves = [
+        (values.get(f"{measure}.ci95_high", values[measure]) - values.get(
+            f"{measure}.ci95_low", values[measure])) / 2
+        for values in (mine, theirs)
+    ]  # fmt: skip
+    half = math.hypot(*halves)
+    return f"{delta:+.4f} (95% interval [{delta - half:+.4f}, {delta + half:+.4f}])"
+
+
+def better_references(
+    references: list[dict[str, Any]],
+    chosen_validation: dict[str, float],
+    chosen_test: dict[str, float],
+    policy: GatePolicy,
+    select_by: str,
+    rows: str = "the validation rows",
 ) -> list[str]:
-    """Plain sentences for every reference that dominates the chosen candidate on the test
-    rows: a higher balanced accuracy and a fairer value of every measure the policy gates."""
-    from .select import CRITERIA
-
+    """A sentence for every reference that meets the gate on the rows the candidate was
+    chosen on and has a higher ``select_by`` there: by how much (validation and test rows,
+    with intervals), its configuration, and what it needs at prediction time."""
     sentences = []
-    mine = chosen_test.get("balanced_accuracy", np.nan)
+    label = select_by.replace("_", " ")
     for reference in references:
-        test = reference.get("test") or {}
-        theirs = test.get("balanced_accuracy", np.nan)
-        if not theirs > mine:
+        validation, test = reference.get("validation") or {}, reference.get("test") or {}
+        if select_by not in validation or select_by not in chosen_validation:
             continue
-        better = []
-        for key in policy.criteria:
-            criterion = CRITERIA[key]
-            a, b = test.get(criterion.metric, np.nan), chosen_test.get(criterion.metric, np.nan)
-            fairer = a > b if criterion.larger_is_fairer else a < b
-            if not fairer:
-                break
-            better.append(f"{criterion.label} {a:.4f} vs {b:.4f}")
-        else:
-            sentences.append(
-                f"the reference {reference['name']} ({reference['approach']}) does better than "
-                f"the chosen candidate on the test rows: balanced accuracy {theirs:.4f} vs "
-                f"{mine:.4f}, " + ", ".join(better)
-            )
+        if policy.failures(validation) or not validation[select_by] > chosen_validation[select_by]:
+            continue
+        needs = (
+            "needs the sensitive attribute at prediction time"
+            if reference["needs_sensitive_at_prediction"]
+            else "needs the sensitive attribute only for training, like Fair PCA"
+        )
+        on_test = (
+            f"; on the test rows {_difference(chosen_test, test, select_by)}"
+            if select_by in test and select_by in chosen_test
+            else ""
+        )
+        where = "the validation rows" if rows.endswith(" validation rows") else (
+            f"the validation rows (the chosen candidate: {rows})"
+        )  # fmt: skip
+        sentences.append(
+            f"better reference: {reference['name']} ({reference['approach']}, "
+            f"{reference.get('config', 'default settings')}) meets the gate with a higher "
+            f"{label} on {where}, {_difference(chosen_validation, validation, select_by)}"
+            f"{on_test}; it {needs}, and is not registered (the audit registers Fair PCA "
+            "pipelines only)"
+        )
     return sentences
+
+
+def with_better_references(
+    choice: Choice, references: list[dict[str, Any]], chosen_test: dict[str, float], select_by
+) -> Choice:
+    """``choice`` whose decision also names the better references (the outcome unchanged)."""
+    rows = (choice.certification or {}).get("chosen_by", "the validation rows")
+    sentences = better_references(
+        [r for r in references if "skipped" not in r],
+        choice.chosen,
+        chosen_test,
+        choice.policy,
+        select_by,
+        rows,
+    )
+    return dataclasses.replace(choice, decision=choice.decision.adding(*sentences))
 
 
 def sensitive_at_prediction_note(references: list[dict[str, Any]]) -> str:

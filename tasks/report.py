@@ -764,6 +764,15 @@ def _reported_frame(record) -> pd.DataFrame:
     )
 
 
+def _frontier_frame(points) -> pd.DataFrame:
+    """One row per frontier point (:class:`fairpca.tasks.record.FrontierPoint`)."""
+    frame = pd.DataFrame([point.model_dump(by_alias=True) for point in points])
+    frame = frame.sort_values(
+        ["pareto", "variant", "k", "lambda"], ascending=[False, True, True, True]
+    )
+    return frame.reset_index(drop=True)
+
+
 def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
     """One row per representation and attribute: probe, chance, mean gaps, reconstruction."""
     records = []
@@ -827,6 +836,14 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
             _diagnostics_frame(record.selection.diagnostics),
         ),
     ]
+    if record.frontier:
+        sections.append(
+            (
+                "Search: the trade-off over k and lambda (rows that chose; best classifier per "
+                "point; Pareto points first)",
+                _frontier_frame(record.frontier),
+            )
+        )
     if record.skipped:
         items = [f"{variant}: {why}" for variant, why in record.skipped.items()]
         sections.append(("Skipped variants (could not be fitted on this data)", Bullets(items)))

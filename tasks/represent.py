@@ -19,6 +19,7 @@ __all__ = [
     "FittedRepresentation",
     "fit_preprocessor",
     "fit_representation",
+    "k_grid",
     "largest_k",
     "make_representation",
     "resolve_k",
@@ -134,7 +135,7 @@ def merge_single_row_groups(sensitive: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-DEFAULT_MAX_K = 10  # the default k: min(10, the largest k the encoded training data allow)
+DEFAULT_MAX_K = 10  # the smallest k of the default grid (the former default k)
 
 
 def largest_k(n_features: int, sensitive: pd.DataFrame, variants: list[str]) -> tuple[int, int]:
@@ -148,12 +149,31 @@ def largest_k(n_features: int, sensitive: pd.DataFrame, variants: list[str]) -> 
     return (n_features - constraints if fair else n_features), constraints
 
 
+def k_grid(k_max: int, given: list[int] | None = None) -> list[int]:
+    """The k values searched when k is not fixed: ``given`` (those that fit), else
+    ``DEFAULT_MAX_K`` doubling while below ``k_max``, and ``k_max`` itself (Adult, 63 fair
+    directions: 10, 20, 40, 63). A larger k keeps more of the signal that fair PCA leaves
+    (the projection is fair at every k, Algorithm 1), at the cost of a wider classifier."""
+    if given:
+        return sorted({k for k in given if k <= k_max}) or [k_max]
+    grid, k = [], DEFAULT_MAX_K
+    while k < k_max:
+        grid.append(k)
+        k *= 2
+    return [*grid, k_max]
+
+
 def resolve_k(
-    requested: int | None, n_features: int, sensitive: pd.DataFrame, variants: list[str]
+    requested: int | None,
+    n_features: int,
+    sensitive: pd.DataFrame,
+    variants: list[str],
+    grid: list[int] | None = None,
 ) -> dict[str, Any]:
-    """The k every variant is fitted with, as the audit records it (``k``): ``requested``
-    when it fits, else a :class:`ValueError` naming the largest; when None,
-    ``min(DEFAULT_MAX_K, k_max)`` with a note saying so."""
+    """The k the audit fits, as it records it (``k``): ``requested`` when it fits (the only k
+    tried), else a :class:`ValueError` naming the largest; when None, the search grid
+    :func:`k_grid` up to the largest k the encoded training data allow (``grid``: the k values
+    asked for). ``largest`` is that one largest k; ``fitted`` the largest k fitted."""
     k_max, constraints = largest_k(n_features, sensitive, variants)
     if k_max < 1:
         raise ValueError(
@@ -167,15 +187,23 @@ def resolve_k(
             f"feature column(s) and the sensitive attribute(s) impose {constraints} group-mean "
             f"constraint(s), so at most k={k_max}; pass -k {k_max} or less."
         )
+    largest = f"{k_max} = {n_features} columns - {constraints} constraints"
     if requested is not None:
-        return {"requested": requested, "fitted": requested, "note": f"k={requested} as given"}
-    fitted = min(DEFAULT_MAX_K, k_max)
+        return {
+            "requested": requested,
+            "fitted": requested,
+            "grid": [requested],
+            "largest": k_max,
+            "note": f"k={requested} as given (the largest k the data allow is {largest})",
+        }
+    searched = k_grid(k_max, grid)
     return {
         "requested": None,
-        "fitted": fitted,
-        "note": f"k not given: using k={fitted} = min({DEFAULT_MAX_K}, the largest k the "
-        f"encoded training data allow, {k_max} = {n_features} columns - {constraints} "
-        "constraints)",
+        "fitted": searched[-1],
+        "grid": searched,
+        "largest": k_max,
+        "note": f"k not given: searching k in {searched} on the validation rows (the largest k "
+        f"the encoded training data allow is {largest})",
     }
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "COMPARED",
     "CRITERIA",
     "DEFAULT_BOUND",
+    "DEFAULT_CERTIFY_FACTOR",
     "DEFAULT_POLICY",
     "DEFAULT_TOLERANCE",
     "INTERSECTION",
@@ -62,15 +63,19 @@ __all__ = [
     "Promotion",
     "best_pca",
     "candidate_name",
+    "certification",
     "choose",
     "decide_promotion",
     "eligibility_rules",
     "gate_failures",
     "ineligibility",
+    "majority_accuracy_of",
     "parse_policy",
     "registrable",
     "require_fair_variant",
     "select_candidate",
+    "shortlist",
+    "unstable_margins",
 ]
 
 
@@ -333,12 +338,17 @@ class Decision:
         return Decision(outcome, (*self.reasons, *(r for r in reasons if r)))
 
 
+def _given(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
 def candidate_name(row: dict[str, Any]) -> str:
-    """``variant/classifier@lambda=..`` (no lambda for standard PCA)."""
-    lam = row.get("lambda")
-    suffix = (
-        "" if lam is None or (isinstance(lam, float) and math.isnan(lam)) else f"@lambda={lam:g}"
-    )
+    """``variant/classifier@k=..,lambda=..`` (no lambda for standard PCA; no k in tables
+    written before k was searched)."""
+    parts = [f"k={int(row['k'])}"] if _given(row.get("k")) else []
+    if _given(row.get("lambda")):
+        parts.append(f"lambda={row['lambda']:g}")
+    suffix = f"@{','.join(parts)}" if parts else ""
     return f"{row['variant']}/{row['classifier']}{suffix}"
 
 
@@ -444,6 +454,74 @@ def _no_eligible(records, majority_accuracy, selection, reasons) -> tuple[dict[s
     return best, Decision(False, tuple(reasons))
 
 
+# A measure judged on its point estimate must clear its limit by at least this many standard
+# errors: nearer, drawing the rows again (another seed) flips the verdict about one time in six.
+STABLE_Z = 1.0
+# Certification: 1.96 standard errors of each gated measure (a 95% resolution) may be at most
+# ``certify_factor`` times the policy's band (the limit of a difference; 1 - the minimum of a
+# ratio). At factor 1, a classifier without any disparity passes the point gate in at least
+# 95% of samples of this size, and one at twice the limit in at most 2.5%.
+CERTIFY_Z = 1.959964
+DEFAULT_CERTIFY_FACTOR = 1.0
+
+
+def _noise(row: dict[str, Any], policy: GatePolicy):
+    """``(criterion, scope, estimate, standard error, limit)`` of every gated measure whose
+    standard error the row holds (``<metric>.se``, ``<metric>.se.intersection``:
+    :func:`fairpca.tasks.evaluate.gate_standard_errors`)."""
+    for key in policy.criteria:
+        criterion = CRITERIA[key]
+        limit = policy.thresholds[criterion.threshold]
+        for scope in policy._scopes(row):
+            value = _value(row, f"{criterion.metric}{scope}")
+            error = _value(row, f"{criterion.metric}.se{scope}")
+            if not (math.isnan(value) or math.isnan(error)):
+                yield criterion, scope, value, error, limit
+
+
+def _where(scope: str) -> str:
+    return " of the intersection" if scope else ""
+
+
+def unstable_margins(row: dict[str, Any], policy: GatePolicy) -> list[str]:
+    """Why ``row``'s pass of the gate would not survive another draw of the rows: a measure
+    judged on its point estimate within :data:`STABLE_Z` standard errors of its limit (a
+    bound-judged one already carries its noise)."""
+    reasons = []
+    for criterion, scope, value, error, limit in _noise(row, policy):
+        if policy.bound == "upper_bound" and not criterion.point_rule:
+            continue
+        margin = value - limit if criterion.larger_is_fairer else limit - value
+        if margin < STABLE_Z * error:
+            reasons.append(
+                f"{criterion.label}{_where(scope)} {value:.4f} is within {STABLE_Z:g} standard "
+                f"error ({error:.4f}) of its limit {limit:g}"
+            )
+    return reasons
+
+
+def certification(
+    row: dict[str, Any], policy: GatePolicy, factor: float = DEFAULT_CERTIFY_FACTOR
+) -> list[str]:
+    """Why the rows that chose ``row`` cannot support the gate (empty: they can): a gated
+    measure whose 95% resolution (:data:`CERTIFY_Z` standard errors) is wider than ``factor``
+    times the policy's band. ``factor`` 0 turns the check off."""
+    reasons = []
+    for criterion, scope, _, error, limit in _noise(row, policy) if factor > 0 else ():
+        band = 1.0 - limit if criterion.larger_is_fairer else limit
+        if CERTIFY_Z * error > factor * band:
+            reasons.append(
+                f"{criterion.label}{_where(scope)} is resolved to +/-{CERTIFY_Z * error:.3f} "
+                f"(95%), wider than {factor:g} x the policy's band of {band:g}"
+            )
+    return reasons
+
+
+def majority_accuracy_of(y_train, y_eval) -> float:
+    """Accuracy on ``y_eval`` of the constant classifier predicting the training majority."""
+    return float(np.mean(np.asarray(y_eval) == majority_class(y_train)))
+
+
 def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
     """Order of the passing candidates: ``measure``, then accuracy, then the smaller DP
     difference (NaN sorts last)."""
@@ -472,14 +550,23 @@ def select_candidate(
     gate_text = f"the gate policy {policy.name} ({policy.bound})"
     if passing:
         measure = selection.select_by
-        best = max(passing, key=lambda r: _selection_key(r, measure))
+        stable = [r for r in passing if not unstable_margins(r, policy)]
+        best = max(stable or passing, key=lambda r: _selection_key(r, measure))
         reason = (
             f"{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
-            f"{len(passing)} of {len(records)} candidates that are eligible (useful beyond the "
-            f"majority class and chance) and meet {gate_text} on the validation rows"
+            f"{len(stable or passing)} of {len(records)} candidates that are eligible (useful "
+            f"beyond the majority class and chance) and meet {gate_text} on the rows that "
+            "choose"
         )
-        return best, Decision(True, (reason,)), True
-    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the validation rows"]
+        if stable:
+            margin = f"by at least {STABLE_Z:g} standard error of each point-judged measure"
+            return best, Decision(True, (f"{reason}, {margin}",)), True
+        unstable = (
+            f"unstable verdict: each of the {len(passing)} candidates meeting the gate meets it "
+            "by less than its noise, so another seed can reverse it; not promoted"
+        )
+        return best, Decision(False, (reason, unstable, *unstable_margins(best, policy))), True
+    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the rows that choose"]
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
     if degenerate:
         reasons.append(
@@ -493,6 +580,26 @@ def select_candidate(
     reasons.append(f"least violating eligible candidate chosen for review: {candidate_name(best)}")
     reasons += policy.failures(best)
     return best, Decision(False, tuple(reasons)), True
+
+
+def shortlist(
+    table: pd.DataFrame, majority_accuracy: float, selection, size: int
+) -> list[dict[str, Any]]:
+    """The ``size`` best candidates by the audit's own order (eligible and meeting the gate
+    first, then the highest ``select_by``), and the best unconstrained PCA candidate: what
+    cross-validation compares when the validation part is too small to choose on."""
+    policy = GatePolicy.from_config(selection)
+    measure = selection.select_by
+
+    def order(row: dict[str, Any]) -> tuple:
+        eligible = not ineligibility(row, majority_accuracy, selection)
+        return (eligible, eligible and not policy.failures(row), *_selection_key(row, measure))
+
+    records = sorted(table.to_dict("records"), key=order, reverse=True)[:size]
+    pca = best_pca(table)
+    if pca is not None and not any(r["variant"] == "pca" for r in records):
+        records.append(pca)
+    return records
 
 
 def best_pca(table: pd.DataFrame) -> dict[str, Any] | None:
@@ -553,18 +660,33 @@ class Choice:
     policy: GatePolicy
     majority_accuracy: float
     pca_row: dict[str, Any] | None
+    certification: dict[str, Any] | None = None  # certified, reasons, chosen_by
 
     @property
     def eligible(self) -> bool:
         return bool(self.eligibility["chosen_passes"])
 
 
-def choose(table: pd.DataFrame, y_train, y_validation, selection) -> Choice:
-    """The choice on validation rows: majority-class accuracy, the chosen candidate with its
-    decision and eligibility, and the unconstrained PCA baseline. Never reads test rows."""
-    majority_accuracy = float(np.mean(np.asarray(y_validation) == majority_class(y_train)))
+def choose(
+    table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None
+) -> Choice:
+    """The choice on the rows ``table`` was measured on (the validation rows, or the
+    cross-validated training and validation rows ``y_validation`` when ``chosen_by`` says
+    so): majority-class accuracy, the chosen candidate with its decision, eligibility and
+    certification, and the unconstrained PCA baseline. Never reads test rows."""
+    majority_accuracy = majority_accuracy_of(y_train, y_validation)
     candidates = registrable(table, selection.allow_row_storing_models)
     chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
+    chosen_by = chosen_by or f"the {len(y_validation)} validation rows"
+    factor = float(getattr(selection, "certify_factor", DEFAULT_CERTIFY_FACTOR))
+    uncertified = certification(chosen, GatePolicy.from_config(selection), factor)
+    if uncertified:
+        decision = decision.adding(
+            f"not enough data to certify the gate on {chosen_by}: "
+            + "; ".join(uncertified)
+            + "; not promoted (more rows, or a policy with wider limits, can certify it)",
+            promote=False,
+        )
     notes = []
     if len(candidates) < len(table):
         notes.append(
@@ -585,8 +707,15 @@ def choose(table: pd.DataFrame, y_train, y_validation, selection) -> Choice:
         "chosen_passes": eligible,
         "reasons": ineligibility(chosen, majority_accuracy, selection),
     }
+    certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
     return Choice(
-        chosen, decision.adding(*notes), eligibility, policy, majority_accuracy, best_pca(table)
+        chosen,
+        decision.adding(*notes),
+        eligibility,
+        policy,
+        majority_accuracy,
+        best_pca(table),
+        certified,
     )
 
 

@@ -15,50 +15,89 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from prefect import task
 from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
-from sklearn.model_selection import FixedThresholdClassifier, TunedThresholdClassifierCV
+from sklearn.model_selection import (
+    FixedThresholdClassifier,
+    RepeatedStratifiedKFold,
+    StratifiedKFold,
+    cross_val_predict,
+)
 from sklearn.neural_network import MLPClassifier
 from sklearn.svm import SVC, LinearSVC
 from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
 
-from .evaluate import metrics_with_intervals, one_class_share, representation_metrics
-from .represent import FittedRepresentation
+from .evaluate import (
+    classifier_metrics,
+    gate_standard_errors,
+    metrics_with_intervals,
+    one_class_share,
+    representation_metrics,
+)
+from .represent import FittedRepresentation, fit_representation
+from .select import majority_accuracy_of, select_candidate
 
 __all__ = [
     "CLASSIFIER_NAMES",
+    "CV_SHORTLIST",
+    "DEFAULT_CLASSIFIERS",
+    "DEFAULT_C_GRID",
     "THRESHOLD_FOLDS",
+    "ScreeningClassifier",
+    "SearchResult",
     "SweepResult",
+    "best_threshold",
+    "coarse_lambdas",
+    "cross_validate",
+    "fine_lambdas",
     "fit_classifier",
+    "fit_screening_classifier",
     "lambda_sweep",
     "make_classifier",
+    "paper_C",
+    "search_representation",
+    "search_variant",
     "sweep_representation",
     "sweep_tradeoff",
 ]
 
 
-# ---- from classify.py ------------------------------------------------------------
+# ---- the classifiers ------------------------------------------------------------
 
 CLASSIFIER_NAMES = ("logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp")
-THRESHOLD_FOLDS = 5  # cross-validation folds of the training rows that choose the threshold
+# What the audit fits unless told otherwise: only classifiers whose fitted state holds no
+# training rows, since only those can be registered (an RBF SVC keeps support vectors).
+DEFAULT_CLASSIFIERS = ("logreg", "logreg_tuned", "linear_svm")
+THRESHOLD_FOLDS = 3  # cross-validation folds of the training rows that choose the threshold
+# The inverse regularisation strengths ``logreg_tuned`` tries (None: the paper's
+# C = 1 / (2 n 0.01), Appendix C.1, which is 0.01 at n = 5,000).
+DEFAULT_C_GRID = (None, 1.0)
 
 
-def make_classifier(name: str, n_train: int, seed: int):
+def paper_C(n_train: int) -> float:
+    """Appendix C.1's logistic-regression C for ``n_train`` rows: ``1 / (2 n 0.01)``."""
+    return 1.0 / (2 * n_train * 0.01)
+
+
+def make_classifier(name: str, n_train: int, seed: int, C: float | None = None):
     """Unfitted classifier ``name`` for ``n_train`` training rows.
 
     Appendix C.1: logistic regression with ``C = 1 / (2 n 0.01)``, RBF SVC with
     ``C = 1 / (2 n 0.00005)``; linear SVM with default settings; MLP with hidden layers
     (10, 5) and otherwise default settings (Sec. 5.1). ``logreg_tuned`` is the same logistic
-    regression; :func:`fit_classifier` then moves its probability threshold off 0.5.
+    regression, with ``C`` when given; :func:`fit_classifier` then moves its probability
+    threshold off 0.5.
     """
     if name in ("logreg", "logreg_tuned"):
-        return LogisticRegression(C=1.0 / (2 * n_train * 0.01), max_iter=1000)
+        strength = paper_C(n_train) if C is None or name == "logreg" else float(C)
+        return LogisticRegression(C=strength, max_iter=1000)
     if name == "rbf_svc":
         return SVC(kernel="rbf", C=1.0 / (2 * n_train * 0.00005), random_state=seed)
     if name == "linear_svm":
@@ -68,43 +107,108 @@ def make_classifier(name: str, n_train: int, seed: int):
     raise ValueError(f"unknown classifier {name!r}; use one of {', '.join(CLASSIFIER_NAMES)}.")
 
 
-def _with_tuned_threshold(classifier, features: np.ndarray, y: np.ndarray):
+def best_threshold(scores: np.ndarray, y: np.ndarray, scoring: str) -> float:
+    """The probability threshold that maximises ``scoring`` (``balanced_accuracy`` or
+    ``accuracy``) of ``score >= threshold`` on these rows, over every cut between two distinct
+    scores (midpoints; ties to the higher threshold).
+
+    Exact in O(n log n) from cumulative counts: sklearn's ``TunedThresholdClassifierCV``
+    scores 100 candidate thresholds with one scorer call each, which on 5,000 rows costs as
+    much as the logistic fit itself.
+    """
+    order = np.argsort(-scores, kind="stable")
+    ranked, labels = scores[order], np.asarray(y)[order]
+    true_pos = np.cumsum(labels)  # predicting 1 for the first i + 1 rows
+    false_pos = np.arange(1, len(labels) + 1) - true_pos
+    positives, negatives = true_pos[-1], len(labels) - true_pos[-1]
+    if scoring == "balanced_accuracy":
+        value = 0.5 * (true_pos / positives + (negatives - false_pos) / negatives)
+    elif scoring == "accuracy":
+        value = (true_pos + negatives - false_pos) / len(labels)
+    else:
+        raise ValueError(
+            f"unknown threshold objective {scoring!r}; use balanced_accuracy or accuracy."
+        )
+    cut = np.r_[ranked[1:] < ranked[:-1], True]  # the last row of each run of equal scores
+    value = np.where(cut, value, -np.inf)
+    at = int(np.flatnonzero(value == value.max())[0])
+    below = ranked[at + 1] if at + 1 < len(ranked) else ranked[at] - 1e-12
+    return float(0.5 * (ranked[at] + below))
+
+
+def _with_tuned_threshold(classifier, features: np.ndarray, y: np.ndarray, scoring: str):
     """``classifier`` refitted on every training row, predicting 1 above the probability
-    threshold that maximises accuracy in ``THRESHOLD_FOLDS``-fold cross-validation on them
-    (fewer folds when a class has fewer rows).
+    threshold that maximises ``scoring`` (the audit's selection measure) on its
+    out-of-fold scores in ``THRESHOLD_FOLDS``-fold stratified cross-validation of them
+    (fewer folds when a class has fewer rows; :func:`best_threshold`).
 
     Appendix C.1's penalty (``C = 0.01`` at n = 5,000) shrinks the scores towards 0.5, so at
     the default threshold the model under-predicts the rarer class: on Adult's fair
-    representation it says yes for 9% of the rows against a base rate of 24%. The threshold
-    is chosen on training rows only, so validation and test rows stay untouched. The fitted
-    model is a plain :class:`~sklearn.model_selection.FixedThresholdClassifier` (the tuning
-    object would also store its scorer).
+    representation it says yes for 9% of the rows against a base rate of 24%. For balanced
+    accuracy the best threshold of a calibrated model is the base rate. The threshold is
+    chosen on training rows only, so validation and test rows stay untouched. The fitted
+    model is a plain :class:`~sklearn.model_selection.FixedThresholdClassifier`.
     """
     folds = min(THRESHOLD_FOLDS, int(np.bincount(y).min()))
     if folds < 2:  # too few rows of a class to cross-validate: the default threshold
         return classifier.fit(features, y)
-    tuned = TunedThresholdClassifierCV(classifier, scoring="accuracy", cv=folds)
-    tuned.fit(features, y)
-    fixed = FixedThresholdClassifier(clone(classifier), threshold=float(tuned.best_threshold_))
-    return fixed.fit(features, y)
+    scores = cross_val_predict(
+        clone(classifier), features, y, cv=StratifiedKFold(folds), method="predict_proba"
+    )[:, 1]
+    threshold = best_threshold(scores, y, scoring)
+    return FixedThresholdClassifier(clone(classifier), threshold=threshold).fit(features, y)
 
 
 def fit_classifier(
-    name: str, features: np.ndarray, y: np.ndarray, *, seed: int, max_rows: int | None = None
+    name: str,
+    features: np.ndarray,
+    y: np.ndarray,
+    *,
+    seed: int,
+    max_rows: int | None = None,
+    C: float | None = None,
+    scoring: str = "accuracy",
 ):
-    """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw)."""
+    """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw); ``C`` and
+    ``scoring`` (the threshold's objective) apply to ``logreg_tuned``."""
     if max_rows is not None and len(y) > max_rows:
         rows = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         features, y = features[rows], y[rows]
-    classifier = make_classifier(name, len(y), seed)
+    classifier = make_classifier(name, len(y), seed, C)
     if np.unique(y).size < 2:
         raise ValueError("the training rows hold one label only; a classifier needs both.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         if name == "logreg_tuned":
-            return _with_tuned_threshold(classifier, features, y)
+            return _with_tuned_threshold(classifier, features, y, scoring)
         classifier.fit(features, y)
     return classifier
+
+
+@dataclass(frozen=True)
+class ScreeningClassifier:
+    """A fitted logistic regression predicting 1 at or above ``threshold`` (the coarse
+    search's; never saved or registered)."""
+
+    model: LogisticRegression
+    threshold: float
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return (self.model.predict_proba(features)[:, 1] >= self.threshold).astype(np.int64)
+
+
+def fit_screening_classifier(features: np.ndarray, y: np.ndarray, C: float, scoring: str):
+    """The coarse search's cheap ``logreg_tuned``: one fit, its threshold chosen for
+    ``scoring`` on the same training rows (:func:`best_threshold`; no cross-validation, a
+    screening only)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        fitted = LogisticRegression(C=C, max_iter=1000).fit(features, y)
+    if np.bincount(y, minlength=2).min() < 1:
+        return fitted
+    return ScreeningClassifier(
+        fitted, best_threshold(fitted.predict_proba(features)[:, 1], y, scoring)
+    )
 
 
 # ---- from sweep.py ------------------------------------------------------------
@@ -178,21 +282,29 @@ def _fit_and_measure(fit, F_train, y_train, F_eval, y_eval, sensitive_eval, opti
     classifier = fit(F_train, y_train)
     y_pred = classifier.predict(F_eval)
     metrics = metrics_with_intervals(y_eval, y_pred, sensitive_eval, **options)
+    errors = gate_standard_errors(
+        y_eval, y_pred, sensitive_eval, min_group_size=options["min_group_size"]
+    )
     seconds = time.perf_counter() - t0
     return classifier, {
         "one_class_share": one_class_share(y_pred),
         **metrics,
+        **errors,
         "classifier_seconds": seconds,
     }
 
 
-def _audit_classifiers(evaluation, seed: int) -> dict[str, Callable[[np.ndarray, np.ndarray], Any]]:
+def _audit_classifiers(
+    evaluation, seed: int, C: float | None = None, scoring: str = "accuracy"
+) -> dict[str, Callable[[np.ndarray, np.ndarray], Any]]:
     """The audit's classifiers by name (the ``evaluation`` section), each fitted with the
-    audit's seed and row caps."""
+    audit's seed and row caps; ``logreg_tuned`` with ``C`` and its threshold for ``scoring``."""
 
     def fitter(name: str):
         max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
-        return lambda F, y: fit_classifier(name, F, y, seed=seed, max_rows=max_rows)
+        return lambda F, y: fit_classifier(
+            name, F, y, seed=seed, max_rows=max_rows, C=C, scoring=scoring
+        )
 
     return {name: fitter(name) for name in evaluation.classifiers}
 
@@ -243,24 +355,30 @@ def sweep_representation(
     seed: int,
     sigma: float,
     progress=None,
+    *,
+    C: float | None = None,
+    scoring: str = "accuracy",
+    lambdas: Sequence[float] | None = None,
 ) -> SweepResult:
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
 
     Variants without a trade-off (standard PCA) give one row per classifier with ``lambda``
     NaN. Only the training and validation rows of ``split`` are read. ``representation`` and
-    ``evaluation`` are the config's sections of those names.
+    ``evaluation`` are the config's sections of those names; ``C`` and ``scoring`` (the
+    selection measure) tune ``logreg_tuned``; ``lambdas`` replaces the config's (the search's
+    refinement). Each row names its ``k`` and classifier ``C``.
     """
     start = time.perf_counter()
     rows, classifiers = sweep_tradeoff(
         rep.estimator,
-        list(representation.lambdas) if rep.supports_tradeoff else [None],
+        list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
         encoded_train,
         split.y_train,
         encoded_validation,
         split.y_validation,
         split.s_validation,
-        classifiers=_audit_classifiers(evaluation, seed),
+        classifiers=_audit_classifiers(evaluation, seed, C, scoring),
         metric_options={
             "min_group_size": evaluation.min_group_size,
             "allow_small_groups": evaluation.allow_small_groups,
@@ -272,7 +390,16 @@ def sweep_representation(
         ),
         progress=progress and (lambda done, total: progress(rep.variant, done, total)),
     )
-    result = SweepResult(rep.variant, [{"variant": rep.variant, **row} for row in rows])
+    k = int(rep.facts["k"])
+    strengths = {"logreg": paper_C(len(split.y_train))}
+    strengths["logreg_tuned"] = strengths["logreg"] if C is None else float(C)
+    result = SweepResult(
+        rep.variant,
+        [
+            {"variant": rep.variant, "k": k, "C": strengths.get(row["classifier"], np.nan), **row}
+            for row in rows
+        ],
+    )
     result.classifiers = classifiers
     result.seconds = time.perf_counter() - start
     return result
@@ -289,6 +416,9 @@ def lambda_sweep(
     evaluation,
     seed: int,
     sigma: float,
+    C: float | None = None,
+    scoring: str = "accuracy",
+    lambdas: Sequence[float] | None = None,
 ) -> SweepResult:
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
     artifact_id = create_progress_artifact(
@@ -311,4 +441,265 @@ def lambda_sweep(
             seed,
             sigma,
             progress,
+            C=C,
+            scoring=scoring,
+            lambdas=lambdas,
         )
+
+
+# ---- the search: k and C per variant (coarse), then the lambda sweep (fine) ---------------------
+
+
+@dataclass
+class SearchResult:
+    """One variant's coarse search: the representation at the chosen k, the chosen ``C`` of
+    ``logreg_tuned`` (None: the paper's), and every point tried (the frontier over k and
+    lambda, validation rows)."""
+
+    variant: str
+    representation: FittedRepresentation
+    C: float | None
+    points: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    lambdas: list[float] | None = None  # the lambdas the sweep refines (None: every one)
+
+
+def coarse_lambdas(lambdas: Sequence[float]) -> list[float]:
+    """Every fifth lambda of the grid and the last one (the paper's 11 lambdas: 0, 0.125, 1):
+    enough to place k and C; the chosen k then gets every lambda."""
+    return sorted({*list(lambdas)[::5], list(lambdas)[-1]})
+
+
+def fine_lambdas(lambdas: Sequence[float], best: float | None) -> list[float] | None:
+    """The lambdas the sweep refines: those between the coarse lambdas on either side of the
+    coarse winner ``best`` (Adult's winner at 0: 0 to 0.125, 6 of the 11). None: all."""
+    if best is None or not np.isfinite(best):
+        return None
+    coarse = coarse_lambdas(lambdas)
+    at = int(np.argmin(np.abs(np.asarray(coarse) - best)))
+    low, high = coarse[max(at - 1, 0)], coarse[min(at + 1, len(coarse) - 1)]
+    return [lam for lam in lambdas if low <= lam <= high]
+
+
+def _screening_classifiers(C_grid: Sequence[float | None], n_train: int, scoring: str) -> dict:
+    """``logreg_tuned@C=<c>`` for each C of the grid, as :func:`sweep_tradeoff` takes them."""
+
+    def fitter(strength: float):
+        return lambda F, y: fit_screening_classifier(F, y, strength, scoring)
+
+    strengths = {paper_C(n_train) if c is None else float(c) for c in C_grid}
+    return {f"logreg_tuned@C={c:g}": fitter(c) for c in sorted(strengths)}
+
+
+def search_representation(
+    variant: str,
+    encoded_train: np.ndarray,
+    encoded_validation: np.ndarray,
+    split,
+    *,
+    k_grid: Sequence[int],
+    representation,
+    evaluation,
+    selection,
+    seed: int,
+) -> SearchResult:
+    """Coarse search of one variant on the validation rows: refit it at every k of
+    ``k_grid`` (one eigenproblem each: the fair directions of a smaller k are the leading
+    ones of a larger fit for plain fair PCA, which solves one eigenproblem of ``R^T Sigma R``
+    (Algorithm 1), but not for Fair PCA-S, whose ``l`` grows with k (Sec. 3.6); refitting is
+    exact for both), screen ``logreg_tuned`` over the C grid at :func:`coarse_lambdas`, and
+    keep the k and C of the best candidate by the audit's own rule
+    (:func:`fairpca.tasks.select.select_candidate`: eligible, meeting the gate, the highest
+    ``select_by``). One k in the grid: nothing to choose, no screening."""
+    start = time.perf_counter()
+    fitted = {
+        k: fit_representation.fn(
+            variant, encoded_train, split.y_train, split.s_train, k=k,
+            equalize_covariance=representation.equalize_covariance, seed=seed,
+        )
+        for k in k_grid
+    }  # fmt: skip
+    C_grid = list(evaluation.logreg_C or DEFAULT_C_GRID)
+    if len(fitted) == 1 and len(C_grid) == 1:
+        (rep,) = fitted.values()
+        return SearchResult(variant, rep, C_grid[0], [], time.perf_counter() - start)
+    classifiers = _screening_classifiers(C_grid, len(split.y_train), selection.select_by)
+    points = []
+    for k, rep in fitted.items():
+        lambdas = coarse_lambdas(representation.lambdas) if rep.supports_tradeoff else [None]
+        rows, _ = sweep_tradeoff(
+            rep.estimator, lambdas, encoded_train, split.y_train, encoded_validation,
+            split.y_validation, split.s_validation, classifiers=classifiers,
+            metric_options=_metric_options(evaluation, seed),
+        )  # fmt: skip
+        for row in rows:
+            C = float(row["classifier"].partition("=")[2])
+            points.append({"variant": variant, "k": k, "C": C, **row, "stage": "coarse"})
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    best, _, _ = select_candidate(pd.DataFrame(points), majority, selection)
+    C = None if best["C"] == paper_C(len(split.y_train)) else float(best["C"])
+    lambdas = fine_lambdas(representation.lambdas, best.get("lambda"))
+    seconds = time.perf_counter() - start
+    return SearchResult(variant, fitted[int(best["k"])], C, points, seconds, lambdas)
+
+
+def _metric_options(evaluation, seed: int) -> dict[str, Any]:
+    return {
+        "min_group_size": evaluation.min_group_size,
+        "allow_small_groups": evaluation.allow_small_groups,
+        "n_resamples": evaluation.n_bootstrap,
+        "seed": seed,
+    }
+
+
+@task(name="search-representation", cache_policy=NO_CACHE, task_run_name="search-{variant}")
+def search_variant(
+    variant: str,
+    encoded_train: np.ndarray,
+    encoded_validation: np.ndarray,
+    split,
+    k_grid: Sequence[int],
+    representation,
+    evaluation,
+    selection,
+    seed: int,
+) -> SearchResult:
+    """Prefect task around :func:`search_representation` (one BLAS thread: the variants'
+    searches run side by side)."""
+    with threadpool_limits(limits=1):
+        return search_representation(
+            variant, encoded_train, encoded_validation, split, k_grid=k_grid,
+            representation=representation, evaluation=evaluation, selection=selection,
+            seed=seed,
+        )  # fmt: skip
+
+
+# ---- small validation parts: the shortlist compared by repeated cross-validation ------------
+
+
+def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
+    """Label x (intersectional) group codes: the folds keep every stratum's share."""
+    keys = pd.Series(y.astype(str)) + "|" + sensitive.astype(str).agg("|".join, axis=1)
+    return pd.factorize(keys, sort=True)[0]
+
+
+def _gated_spread(y, predictions: np.ndarray, sensitive, options) -> dict[str, float]:
+    """The standard deviation over the repeats of each gated measure's point estimate (the
+    same rows, other folds): how much the choice's numbers move when the rows are split
+    again."""
+    values = [
+        classifier_metrics(y, repeat, sensitive, min_group_size=options["min_group_size"],
+                           allow_small_groups=options["allow_small_groups"])
+        for repeat in predictions
+    ]  # fmt: skip
+    spread = {}
+    for key in values[0]:
+        if key.startswith(SPREAD_MEASURES) and ":" not in key:
+            column = np.array([v.get(key, np.nan) for v in values], dtype=float)
+            if len(column) > 1 and np.isfinite(column).all():
+                spread[key] = float(np.std(column, ddof=1))
+    return spread
+
+
+SPREAD_MEASURES = (
+    "balanced_accuracy",
+    "accuracy",
+    "dp_difference",
+    "selection_rate_ratio",
+    "eo_difference",
+    "equalized_odds_difference",
+)
+
+
+def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selection, seed):
+    """Out-of-fold predictions ``(candidate, repeat, row)`` of every candidate, each
+    representation refitted on each fold's training rows (it is fitted on training rows);
+    -1 where a candidate could not be fitted on a fold."""
+    folds, repeats = selection.cv_folds, selection.cv_repeats
+    splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
+    predictions = np.full((len(candidates), repeats, len(y)), -1, dtype=np.int64)
+    by_rep: dict[tuple[str, int], list[int]] = {}
+    for index, row in enumerate(candidates):
+        by_rep.setdefault((row["variant"], int(row["k"])), []).append(index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+        folds_of = list(splitter.split(Z, _strata(y, s)))
+    for number, (train, held) in enumerate(folds_of):
+        for (variant, k), members in by_rep.items():
+            equalize = representations[variant].facts.get("equalize_covariance")
+            try:
+                rep = fit_representation.fn(
+                    variant, Z[train], y[train], s.iloc[train].reset_index(drop=True), k=k,
+                    equalize_covariance=equalize, seed=seed,
+                )  # fmt: skip
+            except ValueError:  # e.g. a group without positive rows in this fold (EO)
+                continue
+            for index in members:
+                row = candidates[index]
+                if rep.supports_tradeoff:
+                    rep.estimator.set_params(tradeoff=float(row["lambda"]))
+                classifier = fit_classifier(
+                    row["classifier"], rep.estimator.transform(Z[train]), y[train], seed=seed,
+                    C=row.get("C"), scoring=selection.select_by,
+                    max_rows=evaluation.svc_max_train_rows if row["classifier"] == "rbf_svc"
+                    else None,
+                )  # fmt: skip
+                predicted = classifier.predict(rep.estimator.transform(Z[held]))
+                predictions[index, number // folds, held] = predicted
+    return predictions
+
+
+CV_SHORTLIST = 6  # candidates (best on the validation rows) that cross-validation compares
+
+
+def cross_validate(
+    candidates: list[dict[str, Any]],
+    representations: dict[str, FittedRepresentation],
+    encoded: tuple[np.ndarray, np.ndarray],
+    split,
+    *,
+    evaluation,
+    selection,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """``candidates`` (rows of the sweep's table) measured again by repeated stratified
+    cross-validation on the training and validation rows together (``cv_folds`` x
+    ``cv_repeats``; folds stratified by label and group; the test rows are never read).
+
+    Each row's metrics and intervals are those of the first repeat's out-of-fold predictions
+    (every row predicted once, by a model that did not see it); its ``<measure>.se`` standard
+    errors add the spread of the estimates over the repeats to the sampling error, and
+    ``holdout_accuracy`` keeps the validation accuracy of the fit on the training rows (the
+    one registered). A candidate that cannot be fitted on every fold is left out."""
+    Z = np.vstack(encoded)
+    y = np.concatenate([split.y_train, split.y_validation])
+    s = pd.concat([split.s_train, split.s_validation], ignore_index=True)
+    options = _metric_options(evaluation, seed)
+    predictions = _cv_predictions(
+        candidates, representations, Z, y, s, evaluation=evaluation, selection=selection,
+        seed=seed,
+    )  # fmt: skip
+    rows = []
+    for row, predicted in zip(candidates, predictions, strict=True):
+        if (predicted < 0).any():
+            continue
+        metrics = metrics_with_intervals(y, predicted[0], s, **options)
+        errors = gate_standard_errors(y, predicted[0], s, min_group_size=options["min_group_size"])
+        spread = _gated_spread(y, predicted, s, options)
+        for key in list(errors):
+            measure, scope = key.split(".se")
+            extra = spread.get(f"{measure}{scope}", 0.0)
+            errors[key] = float(np.hypot(errors[key], extra))
+        keep = {key: row[key] for key in ("variant", "k", "C", "lambda", "lambda_index",
+                                          "classifier", "n_features") if key in row}  # fmt: skip
+        rows.append(
+            {
+                **keep,
+                "one_class_share": one_class_share(predicted[0]),
+                **metrics,
+                **errors,
+                **{f"cv_spread.{key}": value for key, value in spread.items()},
+                "holdout_accuracy": row["accuracy"],
+            }
+        )
+    return rows

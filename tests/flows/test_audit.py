@@ -41,6 +41,9 @@ def make_config(store, tmp_path, **overrides):
         "n_validation": 1000,
         "n_test": 1000,
         "metric_max_rows": 300,
+        # limits that 1,000 validation rows can resolve (the certification): the defaults
+        # (0.05, 0.8) need about 2,500 at Adult's selection rates
+        "thresholds": {"max_dp_difference": 0.15, "min_selection_rate_ratio": 0.5},
         "tracking_uri": store[0],
         "output_dir": tmp_path / "out",
         "model_name": f"fairpca-test-{tmp_path.name}",
@@ -98,7 +101,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert run.info.run_name == result.run_name
     params = run.data.params
     assert params["k"] == "4" and params["variants"] == "pca,fair_pca"
-    assert params["thresholds.max_dp_difference"] == "0.05"
+    assert params["thresholds.max_dp_difference"] == "0.15"
     assert params["dataset"] == "adult" and params["n_train"] == "1500"
     metrics = run.data.metrics
     for key in ("accuracy", "dp_difference", "eo_difference"):  # the test rows' headline
@@ -306,7 +309,7 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
 
     _uri, client = store
     # loose enough that the 95% upper bounds on 1,000 validation rows pass
-    loose = {"max_dp_difference": 0.15, "max_eo_difference": 0.4}
+    loose = {"max_dp_difference": 0.15, "max_eo_difference": 0.4, "min_selection_rate_ratio": 0.5}
     base = make_config(store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose).model_dump()
     first = retrain(RetrainConfig(**base))
     assert first.champion_moved and first.model_version == "1"

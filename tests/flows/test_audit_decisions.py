@@ -175,7 +175,7 @@ def _audit_config(path, tmp_path, **values):
 def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     prefect_harness, tmp_path, assert_useful_registration
 ):
-    """No k given: k = min(10, 6 - 1) = 5, fitted and reported as 5; the recoded and the
+    """No k given: the grid is the one largest k, 6 - 1 = 5; the recoded and the
     duplicated sensitive column are excluded and recorded; params hold the split sizes used
     on a 1,000-row file; the reference mitigations are recorded and never registered."""
     from fairpca.flows.audit import fairness_audit
@@ -183,8 +183,9 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     result = fairness_audit(_audit_config(_six_column_table(tmp_path), tmp_path))
     audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
-    assert "k not given: using k=5" in audit["k"]["note"]
-    assert audit["params"]["k"] == "5"
+    assert audit["k"]["grid"] == [5] and audit["k"]["largest"] == 5
+    assert "k not given: searching k in [5]" in audit["k"]["note"]
+    assert audit["params"]["k_grid"] == "5"
     assert audit["metrics"]["fair_pca/k"] == 5.0
     screened = {entry["column"]: entry for entry in audit["screening"]}
     assert screened["group_code"]["rule"] == "recoding of group"
@@ -309,3 +310,79 @@ def test_mitigation_warning_skips_undefined_differences():
     unreduced = [{**row, "dp_difference": 0.2} for row in rows]
     warnings = mitigation_warnings(pd.DataFrame(unreduced), quiet)
     assert any("mitigation did nothing" in w for w in warnings)
+
+
+def _decide(**values):
+    """The audit's choice on a German subsample, stage by stage (search, sweep, choice with
+    cross-validation when the validation part is small): the decision and the choice."""
+    from fairpca.flows.audit import choose_candidate, resolved_config
+    from fairpca.tasks.data import load_source, split_data
+    from fairpca.tasks.represent import fit_preprocessor
+    from fairpca.tasks.sweep import search_representation, sweep_representation
+
+    config = AuditConfig(**{**SMALL, **values})
+    split = split_data.fn(load_source(config.source), config.split, config.source,
+                          seed=config.seed, min_group_size=30)  # fmt: skip
+    _, train, validation = fit_preprocessor.fn(split)
+    config, _ = resolved_config(config, split, train)
+    searches = {
+        v: search_representation(
+            v, train, validation, split, k_grid=config.representation.k_grid,
+            representation=config.representation, evaluation=config.evaluation,
+            selection=config.selection, seed=config.seed,
+        )
+        for v in config.representation.variants
+    }  # fmt: skip
+    table = pd.DataFrame([
+        row
+        for s in searches.values()
+        for row in sweep_representation(
+            s.representation, train, validation, split, config.representation,
+            config.evaluation, config.seed, 1.0, C=s.C, scoring=config.selection.select_by,
+            lambdas=s.lambdas,
+        ).rows
+    ])  # fmt: skip
+    return choose_candidate(config, table, split, searches, (train, validation))
+
+
+SMALL = {
+    "dataset": "german",
+    "variants": ["pca", "fair_pca"],
+    "lambdas": [0.0, 1.0],
+    "k_grid": [5],
+    "classifiers": ["logreg", "logreg_tuned"],
+    "logreg_C": [1.0],
+    "n_bootstrap": 200,
+    "metric_max_rows": 100,
+    "cv_repeats": 2,
+}
+
+
+def test_a_few_hundred_rows_with_a_policy_they_can_resolve_give_one_decision_for_three_seeds():
+    """800 German rows (200 validation rows: chosen by cross-validation on the 600 training
+    and validation rows), DP difference at most 0.2, chosen by accuracy: seeds 0, 1, 2 decide
+    alike (at 600 rows the fair classifiers' usefulness is itself within noise: eligible for
+    one seed, not for another)."""
+    choices = [
+        _decide(seed=seed, n_train=400, n_validation=200, n_test=200, policy="demographic_parity",
+                thresholds={"max_dp_difference": 0.2}, select_by="accuracy")
+        for seed in (0, 1, 2)
+    ]  # fmt: skip
+    assert [c.decision.promote for c in choices] == [True] * 3, [
+        c.decision.reasons for c in choices
+    ]
+    for choice in choices:
+        assert choice.certification["certified"]
+        assert choice.certification["chosen_by"].startswith(
+            "repeated stratified 5-fold cross-validation (2 repeats) on the 600 training+validation"
+        )
+
+
+def test_too_few_rows_to_certify_the_default_gate_are_said_so_and_not_promoted():
+    """The same rows under the default gate (DP difference 0.05, four-fifths): the data
+    cannot resolve 0.05, so the audit says so and does not promote."""
+    choice = _decide(seed=0, n_train=300, n_validation=150, n_test=150)
+    assert not choice.decision.promote
+    assert not choice.certification["certified"]
+    assert any(r.startswith("not enough data to certify the gate on repeated stratified")
+               for r in choice.decision.reasons)  # fmt: skip

@@ -170,8 +170,8 @@ def test_help_shows_the_defaults_and_wraps_at_80_columns():
         "suppressed; still constrained by fair PCA). [default: (30)]",
         "never appear in the logged input example. [default: (30)]",
         "[default: (fairpca-output)]",
-        "[default: (logreg, logreg_tuned, linear_svm, rbf_svc)]",
-        "default: min(10, the largest k the encoded training data allow)",
+        "[default: (logreg, logreg_tuned, linear_svm)]",
+        "default: 10, 20, 40, ... doubling while below the largest k the encoded training",
     ):
         assert shown in text, shown
 

@@ -36,3 +36,41 @@ def test_classifier_metrics_match_fairlearn():
     assert out["dp_difference.race"] == pytest.approx(marginal.difference(), abs=1e-15)
     # the headline is the worst attribute (each attribute separately, the worst reported)
     assert out["dp_difference"] == max(out["dp_difference.sex"], out["dp_difference.race"])
+
+
+def test_gate_standard_errors_match_the_two_extreme_groups_normal_approximation():
+    """Independent computation: binomial variances of the extreme groups' rates (with the
+    1/2 continuity shift), the ratio's by the delta method on its logarithm."""
+    import numpy as np
+    import pandas as pd
+
+    from fairpca.tasks.evaluate import gate_standard_errors
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    groups = pd.DataFrame({"g": rng.choice(["a", "b", "c"], n, p=[0.5, 0.3, 0.2]),
+                           "h": rng.choice(["x", "y"], n)})  # fmt: skip
+    y = rng.integers(0, 2, n)
+    y_pred = (rng.random(n) < np.where(groups["g"] == "c", 0.2, 0.4)).astype(int)
+    errors = gate_standard_errors(y, y_pred, groups, min_group_size=30)
+    rates = {}
+    for name, rows in groups.groupby("g").groups.items():
+        hits = y_pred[rows].sum()
+        rates[name] = ((hits + 0.5) / (len(rows) + 1), len(rows))
+    low = min(rates.values())
+    high = max(rates.values())
+    expected = np.sqrt(low[0] * (1 - low[0]) / low[1] + high[0] * (1 - high[0]) / high[1])
+    assert errors["dp_difference.se"] == pytest.approx(expected, rel=1e-12)
+    ratio = low[0] / high[0]
+    expected_ratio = ratio * np.sqrt(
+        (1 - low[0]) / (low[1] * low[0]) + (1 - high[0]) / (high[1] * high[0])
+    )
+    assert errors["selection_rate_ratio.se"] == pytest.approx(expected_ratio, rel=1e-12)
+    assert {
+        "eo_difference.se",
+        "equalized_odds_difference.se",
+        "dp_difference.se.intersection",
+    } <= set(errors)
+    # a group below min_group_size is left out, as the metrics leave it out
+    small = gate_standard_errors(y[:40], y_pred[:40], groups.iloc[:40], min_group_size=30)
+    assert "dp_difference.se" not in small

@@ -105,3 +105,44 @@ def test_metric_steps_carry_lambda_at_the_same_steps():
     assert steps[("fair_pca/logreg/accuracy", 1)] == 0.75
     assert ("pca/lambda", 0) not in steps  # standard PCA has no lambda
     assert steps[("pca/logreg/accuracy", 0)] == 0.8
+
+
+def test_the_search_fields_are_optional_typed_additions(audit_record):
+    """A record written before the search (no frontier, certification, test-part sizes)
+    still validates; one with them round-trips typed."""
+    data = json.loads(audit_record.model_dump_json())
+    older = {k: v for k, v in data.items() if k not in ("frontier", "certification")}
+    older["selection"] = {
+        k: v for k, v in data["selection"].items()
+        if k not in ("test_group_sizes", "withheld", "chosen_by")
+    }  # fmt: skip
+    assert AuditRecord.model_validate(older).frontier is None
+    point = {"variant": "fair_pca", "k": 20, "lambda": 0.0, "classifier": "logreg_tuned",
+             "C": 1.0, "measure": "balanced_accuracy", "value": 0.75, "ci95_low": 0.73,
+             "ci95_high": 0.77, "dp_difference": 0.01, "selection_rate_ratio": 0.95,
+             "meets_gate": True, "stage": "coarse", "pareto": True}  # fmt: skip
+    record = AuditRecord.model_validate(
+        {**data, "frontier": [point],
+         "certification": {"certified": False, "reasons": ["wide"], "chosen_by": "cv"},
+         "k": {"requested": None, "fitted": 20, "note": "grid", "grid": [10, 20, 40, 63],
+               "largest": 63, "chosen": {"fair_pca": 20}}}
+    )  # fmt: skip
+    assert record.frontier[0].lambda_ == 0.0 and record.k.largest == 63
+    assert not record.certification.certified
+    with pytest.raises(ValidationError, match=r"frontier\.0\.stage"):
+        AuditRecord.model_validate({**data, "frontier": [{**point, "stage": "final"}]})
+
+
+def test_withheld_groups_say_which_numbers_are_missing_and_why():
+    from fairpca.tasks.record import WITHHELD, withheld_groups
+
+    sizes = {
+        "sex": {"Female": 800, "Male": 1700},
+        "race": {"White": 2100, "Black": 240, WITHHELD: "2 group(s), suppressed: ..."},
+    }
+    test = {"selection_rate.sex:Female": 0.2, "selection_rate.sex:Male": 0.3}  # fmt: skip
+    withheld = withheld_groups(sizes, test, 30)
+    assert set(withheld) == {"race"}  # every sex group has its numbers
+    assert withheld["race"].startswith("sizes and rates of 2 group(s), suppressed")
+    assert "rates of White, Black withheld" in withheld["race"]
+    assert withheld_groups({"sex": sizes["sex"]}, test, 30) is None

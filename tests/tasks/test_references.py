@@ -1,5 +1,6 @@
-"""Reference mitigations on the audit's rows: trained on the training part, evaluated on
-validation and test with intervals; the decision says when one dominates the candidate."""
+"""Reference mitigations on the audit's rows: searched like the candidates on the validation
+rows, evaluated on validation and test with intervals; the decision names a reference that
+meets the gate with a better selection measure."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 from fairpca.flows.config import AuditConfig
 from fairpca.tasks.data import split_data
 from fairpca.tasks.references import (
-    dominating_references,
+    better_references,
     fit_references,
     sensitive_at_prediction_note,
 )
@@ -36,7 +37,7 @@ def test_references_are_fitted_on_training_rows_and_evaluated_with_intervals():
     preprocessor, train, validation = fit_preprocessor.fn(split)
     encoded = {"train": train, "validation": validation,
                "test": preprocessor.transform(split.X_test)}  # fmt: skip
-    references = fit_references(encoded, split, config.evaluation, config.seed)
+    references = fit_references(encoded, split, config.evaluation, config.seed, config.selection)
     by_name = {r["name"]: r for r in references}
     assert list(by_name) == ["threshold_optimizer", "exponentiated_gradient", "correlation_remover"]
     assert [r["approach"] for r in references] == [
@@ -62,18 +63,43 @@ def test_references_are_fitted_on_training_rows_and_evaluated_with_intervals():
     assert "Fair PCA and exponentiated_gradient need it only for training" in note
 
 
-def test_a_dominating_reference_is_named_and_a_dominated_one_is_not():
+def test_every_reference_is_chosen_on_the_validation_rows_among_its_configurations():
+    config = AuditConfig(dataset="adult", n_bootstrap=200, logreg_C=[0.01, 1.0])
+    split = split_data.fn(_Data(), config.split, config.source, seed=config.seed, min_group_size=30)
+    preprocessor, train, validation = fit_preprocessor.fn(split)
+    encoded = {"train": train, "validation": validation,
+               "test": preprocessor.transform(split.X_test)}  # fmt: skip
+    by_name = {r["name"]: r for r in fit_references(
+        encoded, split, config.evaluation, config.seed, config.selection)}  # fmt: skip
+    assert by_name["threshold_optimizer"]["config"].endswith("(2 tried on the validation rows)")
+    assert by_name["exponentiated_gradient"]["config"].endswith("(2 tried on the validation rows)")
+    assert "bound=" in by_name["exponentiated_gradient"]["config"]
+
+
+def test_a_reference_meeting_the_gate_with_a_better_measure_is_named_with_intervals():
     policy = GatePolicy.from_config(AuditConfig(dataset="adult").selection)  # DP + four-fifths
-    chosen = {"balanced_accuracy": 0.61, "dp_difference": 0.02, "selection_rate_ratio": 0.82}
+    chosen = {"balanced_accuracy": 0.70, "balanced_accuracy.ci95_low": 0.68,
+              "balanced_accuracy.ci95_high": 0.72, "dp_difference": 0.02,
+              "selection_rate_ratio": 0.9, "accuracy": 0.8}  # fmt: skip
     better = {"name": "threshold_optimizer", "approach": "post-processing",
-              "test": {"balanced_accuracy": 0.70, "dp_difference": 0.01,
-                       "selection_rate_ratio": 0.95}}  # fmt: skip
-    less_fair = {"name": "correlation_remover", "approach": "pre-processing",
-                 "test": {"balanced_accuracy": 0.72, "dp_difference": 0.06,
-                          "selection_rate_ratio": 0.75}}  # fmt: skip
-    sentences = dominating_references([better, less_fair], chosen, policy)
-    assert sentences == [
-        "the reference threshold_optimizer (post-processing) does better than the chosen "
-        "candidate on the test rows: balanced accuracy 0.7000 vs 0.6100, DP difference 0.0100 "
-        "vs 0.0200, selection-rate ratio 0.9500 vs 0.8200"
-    ]
+              "needs_sensitive_at_prediction": True, "config": "C=1 (2 tried)",
+              "validation": {**chosen, "balanced_accuracy": 0.76,
+                             "balanced_accuracy.ci95_low": 0.74,
+                             "balanced_accuracy.ci95_high": 0.78, "dp_difference": 0.04},
+              "test": {"balanced_accuracy": 0.75}}  # fmt: skip
+    unfair = {**better, "name": "correlation_remover",
+              "validation": {**better["validation"], "dp_difference": 0.06}}  # fmt: skip
+    worse = {**better, "name": "exponentiated_gradient", "needs_sensitive_at_prediction": False,
+             "validation": {**chosen, "balanced_accuracy": 0.69}}  # fmt: skip
+    test = {"balanced_accuracy": 0.71, "balanced_accuracy.ci95_low": 0.69,
+            "balanced_accuracy.ci95_high": 0.73}  # fmt: skip
+    (sentence,) = better_references(
+        [better, unfair, worse], chosen, test, policy, "balanced_accuracy",
+        "the 2500 validation rows",
+    )  # fmt: skip
+    assert sentence.startswith(
+        "better reference: threshold_optimizer (post-processing, C=1 (2 tried)) meets the gate "
+        "with a higher balanced accuracy on the validation rows, +0.0600 (95% interval "
+        "[+0.0317, +0.0883]); on the test rows +0.0400 (95% interval [+0.0200, +0.0600])"
+    )
+    assert "needs the sensitive attribute at prediction time" in sentence

@@ -31,3 +31,27 @@ def test_single_row_groups_are_merged_into_the_largest_group_for_fitting():
     assert merged["race"].value_counts().to_dict() == {"a": 6, "b": 3}
     assert merged["sex"].equals(frame["sex"])  # nothing to merge
     assert frame["race"].iloc[-1] == "c"  # the caller's frame is unchanged
+
+
+def test_the_k_grid_doubles_from_ten_and_ends_at_the_one_largest_k():
+    from fairpca.tasks.represent import k_grid
+
+    assert k_grid(63) == [10, 20, 40, 63]
+    assert k_grid(40) == [10, 20, 40]
+    assert k_grid(7) == [7]
+    assert k_grid(63, [5, 20, 90]) == [5, 20]  # what fits of a given grid
+    assert k_grid(4, [5, 20]) == [4]
+
+
+def test_resolve_k_names_one_largest_k_in_its_note_and_searches_the_grid():
+    import numpy as np
+
+    from fairpca.tasks.represent import resolve_k
+
+    groups = pd.DataFrame({"sex": np.repeat(["F", "M"], 50)})
+    found = resolve_k(None, 64, groups, ["pca", "fair_pca"])
+    assert found["grid"] == [10, 20, 40, 63] and found["largest"] == 63
+    assert found["note"].count("63") == 2  # the grid's last k and the one largest k
+    fixed = resolve_k(20, 64, groups, ["fair_pca"])
+    assert fixed["grid"] == [20] and fixed["fitted"] == 20 and "largest k" in fixed["note"]
+    assert resolve_k(None, 64, groups, ["pca"])["largest"] == 64  # no constraint without fair PCA

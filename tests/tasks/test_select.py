@@ -203,3 +203,85 @@ def test_the_default_gate_compares_estimates_and_upper_bound_is_the_strict_optio
     assert AuditConfig(dataset="adult").selection.gate == "point"
     assert GatePolicy.from_config(_config()).failures(row) == []
     assert GatePolicy.from_config(_config(gate="upper_bound")).failures(row) != []
+
+
+def _gated(dp, dp_se, ratio=0.95, ratio_se=0.02, **extra):
+    """An eligible validation row with the gated measures and their standard errors."""
+    return {
+        "variant": "fair_pca", "classifier": "logreg_tuned", "k": 10, "lambda": 0.0,
+        "accuracy": 0.8, "balanced_accuracy": 0.75, "balanced_accuracy.ci95_low": 0.72,
+        "balanced_accuracy.ci95_high": 0.78, "positive_rate": 0.3, "base_rate": 0.25,
+        "one_class_share": 0.7, "dp_difference": dp, "dp_difference.se": dp_se,
+        "selection_rate_ratio": ratio, "selection_rate_ratio.se": ratio_se, **extra,
+    }  # fmt: skip
+
+
+def test_certification_compares_the_95_percent_resolution_with_the_policys_band():
+    from fairpca.tasks.select import certification
+
+    policy = GatePolicy.from_config(_config())  # DP <= 0.05, ratio >= 0.8
+    assert certification(_gated(0.01, 0.02), policy) == []  # 1.96 x 0.02 = 0.039 <= 0.05
+    reasons = certification(_gated(0.01, 0.03, ratio_se=0.11), policy)
+    assert len(reasons) == 2
+    assert reasons[0].startswith("DP difference is resolved to +/-0.059 (95%), wider than 1 x")
+    assert "band of 0.2" in reasons[1]  # 1 - 0.8
+    assert certification(_gated(0.01, 0.03), policy, factor=2.0) == []
+    assert certification(_gated(0.01, 0.5, ratio_se=0.5), policy, factor=0.0) == []  # off
+    assert certification({"dp_difference": 0.01}, policy) == []  # no standard errors: no claim
+
+
+def test_a_pass_within_one_standard_error_of_the_limit_is_unstable_and_not_preferred():
+    from fairpca.tasks.select import unstable_margins
+
+    policy = GatePolicy.from_config(_config())
+    assert unstable_margins(_gated(0.02, 0.02), policy) == []  # margin 0.03 >= 0.02
+    (reason,) = unstable_margins(_gated(0.04, 0.02), policy)
+    assert reason == "DP difference 0.0400 is within 1 standard error (0.0200) of its limit 0.05"
+    near = _gated(0.04, 0.02, balanced_accuracy=0.80, k=40)
+    clear = _gated(0.01, 0.02, balanced_accuracy=0.75, k=10)
+    best, decision, _ = select_candidate(pd.DataFrame([near, clear]), 0.7, _config())
+    assert best["k"] == 10 and decision.promote  # the clear pass, although less accurate
+    alone, decision, eligible = select_candidate(pd.DataFrame([near]), 0.7, _config())
+    assert alone["k"] == 40 and eligible and not decision.promote
+    assert any(reason.startswith("unstable verdict") for reason in decision.reasons)
+
+
+def test_an_uncertifiable_choice_is_not_promoted_and_says_so():
+    rows = pd.DataFrame([_gated(0.01, 0.05)])
+    choice = choose(rows, np.zeros(10), np.r_[np.zeros(70), np.ones(30)], _config())
+    assert not choice.decision.promote
+    assert choice.certification["certified"] is False
+    assert any(
+        r.startswith("not enough data to certify the gate on the 100 validation rows")
+        for r in choice.decision.reasons
+    )
+    certified = choose(
+        pd.DataFrame([_gated(0.01, 0.01)]),
+        np.zeros(10),
+        np.r_[np.zeros(70), np.ones(30)],
+        _config(),
+    )
+    assert certified.decision.promote and certified.certification["certified"]
+
+
+def test_candidate_names_carry_k_when_the_table_has_it():
+    from fairpca.tasks.select import candidate_name
+
+    row = {"variant": "fair_pca", "classifier": "logreg_tuned", "lambda": 0.0}
+    assert candidate_name(row) == "fair_pca/logreg_tuned@lambda=0"  # tables before the search
+    assert candidate_name({**row, "k": 40}) == "fair_pca/logreg_tuned@k=40,lambda=0"
+    assert candidate_name({"variant": "pca", "classifier": "logreg", "lambda": float("nan"),
+                           "k": 20}) == "pca/logreg@k=20"  # fmt: skip
+
+
+def test_the_shortlist_puts_eligible_gate_passing_rows_first_and_keeps_a_pca_row():
+    from fairpca.tasks.select import shortlist
+
+    rows = [
+        _gated(0.2, 0.01, balanced_accuracy=0.9, k=1),  # fails the gate
+        _gated(0.01, 0.01, balanced_accuracy=0.7, k=2),
+        _gated(0.01, 0.01, balanced_accuracy=0.8, k=3),
+        {**_gated(0.3, 0.01, balanced_accuracy=0.95, k=4), "variant": "pca"},
+    ]
+    picked = shortlist(pd.DataFrame(rows), 0.7, _config(), 2)
+    assert [r["k"] for r in picked] == [3, 2, 4]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from fairpca.flows.config import AuditConfig
 from fairpca.tasks.data import Split
@@ -88,3 +89,88 @@ def test_the_public_sweep_is_the_audits_sweep_with_one_classifier():
     pd.testing.assert_frame_equal(public[metrics], audit[metrics])
     assert public["dp_difference"].iloc[0] != public["dp_difference"].iloc[-1]
     assert rep.estimator.tradeoff == 0.0  # the public sweep works on a copy
+
+
+def test_the_search_refits_every_k_and_keeps_k_and_C_by_the_audits_own_rule():
+    from fairpca.tasks.select import majority_accuracy_of, select_candidate
+    from fairpca.tasks.sweep import coarse_lambdas, search_representation
+
+    Z, split = _split()
+    config = AuditConfig(
+        dataset="adult", lambdas=[0.0, 0.25, 0.5], classifiers=["logreg_tuned"],
+        n_bootstrap=200, logreg_C=[0.01, 1.0],
+    )  # fmt: skip
+    result = search_representation(
+        "fair_pca", Z[:300], Z[300:], split, k_grid=[2, 4],
+        representation=config.representation, evaluation=config.evaluation,
+        selection=config.selection, seed=0,
+    )  # fmt: skip
+    points = pd.DataFrame(result.points)
+    assert coarse_lambdas([0.0, 0.25, 0.5]) == [0.0, 0.5]
+    assert set(points["k"]) == {2, 4} and set(points["C"]) == {0.01, 1.0}
+    assert set(points["lambda"]) == {0.0, 0.5} and set(points["stage"]) == {"coarse"}
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    best, _, _ = select_candidate(points, majority, config.selection)
+    assert result.representation.facts["k"] == best["k"] and best["C"] == result.C
+    # each k is its own fit (Fair PCA-S directions are not nested in k): a direct fit agrees
+    direct = fit_representation.fn(
+        "fair_pca", Z[:300], split.y_train, split.s_train, k=int(best["k"]),
+        equalize_covariance=None, seed=0,
+    )  # fmt: skip
+    np.testing.assert_allclose(
+        result.representation.estimator.components_, direct.estimator.components_, atol=1e-12
+    )
+
+
+def test_one_k_and_one_C_need_no_screening():
+    from fairpca.tasks.sweep import search_representation
+
+    Z, split = _split()
+    config = AuditConfig(dataset="adult", k=3, logreg_C=[1.0])
+    result = search_representation(
+        "pca", Z[:300], Z[300:], split, k_grid=[3], representation=config.representation,
+        evaluation=config.evaluation, selection=config.selection, seed=0,
+    )  # fmt: skip
+    assert result.points == [] and result.C == 1.0 and result.representation.facts["k"] == 3
+
+
+def test_cross_validation_measures_candidates_on_training_and_validation_rows_only():
+    from fairpca.tasks.sweep import cross_validate
+
+    Z, split = _split()  # no test rows: cross-validation cannot read any
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "logreg_tuned"],
+        n_bootstrap=200, cv_folds=3, cv_repeats=2,
+    )  # fmt: skip
+    rep = fit_representation.fn(
+        "fair_pca", Z[:300], split.y_train, split.s_train, k=3, equalize_covariance=None, seed=0
+    )
+    sweep = sweep_representation(
+        rep, Z[:300], Z[300:], split, config.representation, config.evaluation, 0, 1.0,
+        C=1.0, scoring="balanced_accuracy",
+    )  # fmt: skip
+    run = {
+        "representations": {"fair_pca": rep}, "encoded": (Z[:300], Z[300:]), "split": split,
+        "evaluation": config.evaluation, "selection": config.selection, "seed": 0,
+    }  # fmt: skip
+    first = cross_validate(sweep.rows, **run)
+    assert first == cross_validate(sweep.rows, **run)  # deterministic
+    assert len(first) == len(sweep.rows)
+    for cv, row in zip(first, sweep.rows, strict=True):
+        assert cv["holdout_accuracy"] == row["accuracy"]
+        assert cv["balanced_accuracy.ci95_low"] <= cv["balanced_accuracy"]
+        assert cv["balanced_accuracy"] <= cv["balanced_accuracy.ci95_high"]
+        assert {"dp_difference.se", "cv_spread.balanced_accuracy"} <= set(cv)
+    assert sorted({row["C"] for row in first}) == pytest.approx([1 / 6, 1.0])  # paper C, C=1
+
+
+def test_the_sweep_refines_the_lambdas_between_the_coarse_neighbours_of_the_winner():
+    from fairpca.flows.config import DEFAULT_LAMBDAS
+    from fairpca.tasks.sweep import coarse_lambdas, fine_lambdas
+
+    grid = list(DEFAULT_LAMBDAS)
+    assert coarse_lambdas(grid) == [0.0, 0.125, 1.0]
+    assert fine_lambdas(grid, 0.0) == [0.0, 0.001, 0.008, 0.027, 0.064, 0.125]
+    assert fine_lambdas(grid, 0.125) == grid
+    assert fine_lambdas(grid, 1.0) == [0.125, 0.216, 0.343, 0.512, 0.729, 1.0]
+    assert fine_lambdas(grid, float("nan")) is None  # standard PCA has no lambda

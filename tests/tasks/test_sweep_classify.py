@@ -76,3 +76,32 @@ def test_classifier_regularization_follows_appendix_c1():
     assert make_classifier("mlp", 10, 0).hidden_layer_sizes == (10, 5)
     with pytest.raises(ValueError, match="unknown classifier"):
         make_classifier("tree", 10, 0)
+
+
+@pytest.mark.parametrize("scoring", ["balanced_accuracy", "accuracy"])
+def test_best_threshold_is_the_best_cut_by_brute_force(scoring):
+    """Independent computation: sklearn's score at every midpoint between distinct scores
+    (rounded scores make ties)."""
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score
+
+    from fairpca.tasks.sweep import best_threshold
+
+    rng = np.random.default_rng(3)
+    y = (rng.random(400) < 0.3).astype(int)
+    scores = np.round(np.clip(0.3 * y + rng.normal(0.35, 0.2, 400), 0, 1), 2)
+    score = {"balanced_accuracy": balanced_accuracy_score, "accuracy": accuracy_score}[scoring]
+    distinct = np.unique(scores)
+    cuts = np.r_[(distinct[1:] + distinct[:-1]) / 2, distinct[0] - 1e-12]
+    best = max(score(y, (scores >= cut).astype(int)) for cut in cuts)
+    found = best_threshold(scores, y, scoring)
+    assert score(y, (scores >= found).astype(int)) == pytest.approx(best, abs=1e-12)
+    assert found not in set(scores)  # a midpoint: no row sits on the threshold
+    with pytest.raises(ValueError, match="unknown threshold objective"):
+        best_threshold(scores, y, "f1")
+
+
+def test_the_tuned_threshold_for_balanced_accuracy_is_near_the_base_rate():
+    X, y = _imbalanced()
+    tuned = fit_classifier("logreg_tuned", X, y, seed=0, C=1.0, scoring="balanced_accuracy")
+    assert tuned.estimator.C == 1.0
+    assert abs(tuned.threshold - y.mean()) < 0.1  # calibrated scores: the base rate
