@@ -227,33 +227,25 @@ def _notes(result, names: list[str]) -> str:
 
 
 def group_table(result) -> Table | None:
-    """The chosen model's rates per named group on the test rows (single attributes)."""
-    from fairpca.tasks.report import GROUP_RATES, RATE_COLUMNS, Estimate
+    """The chosen model's rates per named group on the test rows (single attributes; the
+    intersection's are in the report)."""
+    from fairpca.tasks.report import GROUP_RATES, RATE_COLUMNS, Estimate, group_rows
 
-    selection = result.selection
-    frame = group_rates_frame_of(selection)
-    if frame.empty:
+    groups = group_rows(result.record.selection)
+    if not groups:
         return None
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
     table.add_column("group (chosen, test rows)", overflow="fold")
     table.add_column("rows", justify="right")
     for rate in GROUP_RATES:
         table.add_column(RATE_COLUMNS[rate], justify="right", no_wrap=True)
-    for row in frame.to_dict("records"):
+    for group in groups:
         table.add_row(
-            escape(f"{row['attribute']}: {row['group']}"),
-            escape(str(row["rows (all parts)"])),
-            *(Estimate(row[RATE_COLUMNS[rate]]).text for rate in GROUP_RATES),
+            escape(f"{group.attribute}: {group.group}"),
+            escape(str(group.rows)),
+            *(Estimate(group.rates[rate]).text for rate in GROUP_RATES),
         )
     return table
-
-
-def group_rates_frame_of(selection: dict[str, Any]):
-    """The published groups of the single attributes (intersections: in the report)."""
-    from fairpca.tasks.report import group_rates_frame
-
-    frame = group_rates_frame(selection["test"], selection.get("group_sizes", {}))
-    return frame[frame["attribute"] != "intersection"]
 
 
 def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:

@@ -23,6 +23,7 @@ from fairpca.tasks.report import (
     decision_summary,
     format_interval,
     group_rates_frame,
+    group_rows,
     markdown_table,
     markdown_text,
     verdict_columns,
@@ -364,19 +365,19 @@ def _test_table(record: AuditRecord, *, intervals: bool, references: bool = True
 
 def _groups_table(record: AuditRecord) -> list[str]:
     """The chosen model's rates per named group on the test rows (single attributes)."""
-    frame = group_rates_frame(record.selection.test, record.selection.group_sizes)
-    frame = frame[frame["attribute"] != "intersection"]
-    if frame.empty:
+    groups = group_rows(record.selection)
+    if not groups:
         return []
-    rates = [column for column in RATE_COLUMNS.values() if column != "base rate"]
+    rates = ("selection_rate", "tpr", "fpr")
+    header = "| group | rows | " + " | ".join(RATE_COLUMNS[rate] for rate in rates) + " |"
     rows = [
-        f"| {_text(row['attribute'])}: {_text(row['group'])} | {row['rows (all parts)']} | "
-        + " | ".join(Estimate(row[column]).text for column in rates)
+        f"| {_text(g.attribute)}: {_text(g.group)} | {_text(g.rows)} | "
+        + " | ".join(Estimate(g.rates[rate]).text for rate in rates)
         + " |"
-        for row in frame.to_dict("records")
+        for g in groups
     ]
-    header = "| group | rows | " + " | ".join(rates) + " |"
-    return ["", "Groups of the chosen model (test rows):", "", header, "|:--|" + "--:|" * 4, *rows]
+    rule = "|:--|" + "--:|" * (1 + len(rates))
+    return ["", "Groups of the chosen model (test rows):", "", header, rule, *rows]
 
 
 def _items(title: str, items: list[str], limit: int) -> list[str]:

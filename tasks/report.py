@@ -61,6 +61,7 @@ __all__ = [
     "gate_sentence",
     "gated_measures",
     "group_rates_frame",
+    "group_rows",
     "html_text",
     "markdown_table",
     "markdown_text",
@@ -227,11 +228,12 @@ class Estimate:
 
     @property
     def text(self) -> str:
-        return "-" if self.value is None else f"{self.value:.3f}"
+        return f"{self.value:.3f}" if _defined(self.value) else "-"
 
     @property
     def interval(self) -> str:
-        return "" if self.low is None else f"{self.low:.3f}–{self.high:.3f}"
+        bounds = _defined(self.low) and _defined(self.high) and _defined(self.value)
+        return f"{self.low:.3f}–{self.high:.3f}" if bounds else ""
 
     def __str__(self) -> str:
         return self.text + (f" ({self.interval})" if self.interval else "")
@@ -426,7 +428,7 @@ class Verdict:
         return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
 
 
-def _group_rows(selection, attributes: bool) -> tuple[GroupRow, ...]:
+def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
     """Published groups of the single attributes (``attributes``) or of their intersection."""
     frame = group_rates_frame(selection.test, selection.group_sizes)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
@@ -461,7 +463,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         gate=record.policy.description if record.policy else selection.gate,
         columns=tuple(columns),
         rows=rows,
-        groups=_group_rows(selection, attributes=True),
+        groups=group_rows(selection, attributes=True),
     )
 
 
@@ -936,7 +938,7 @@ def _why(record, promotion) -> list[str]:
 
 def _intersection_groups(record) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
-    groups = _group_rows(record.selection, attributes=False)
+    groups = group_rows(record.selection, attributes=False)
     if not groups:
         return []
     frame = pd.DataFrame(

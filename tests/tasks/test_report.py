@@ -268,6 +268,7 @@ def test_an_estimate_reads_its_interval_and_never_shows_nan():
     assert str(Estimate.of(metrics, "a")) == "0.782 (0.765–0.798)"
     assert str(Estimate.of(metrics, "b")) == str(Estimate.of(metrics, "missing")) == "-"
     assert str(Estimate.of(metrics, "c")) == "0.500"  # half an interval is no interval
+    assert str(Estimate(float("nan"), 0.1, 0.2)) == str(Estimate(None)) == "-"
 
 
 def test_group_rates_read_every_rate_and_the_sizes():
