@@ -34,7 +34,12 @@ def test_readme_evaluator_examples_run_as_written(tmp_path):
     assert 'evaluators=["fairness"]' in blocks[0]
     assert 'evaluators=["default", "fairness"]' in blocks[1]
     script = tmp_path / "example.py"
-    script.write_text("\n".join(blocks))
+    # then the groups the evaluator logged: by name, as the loaders publish them
+    groups = (
+        "runs = mlflow.search_runs(search_all_experiments=True)\n"
+        "print('GROUPS', *sorted(c for c in runs.columns if '.sex:' in c))\n"
+    )
+    script.write_text("\n".join([*blocks, groups]))
     # as a new user runs it: no tracking URI or other MLflow setting left by earlier tests
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLFLOW_")}
     env["MLFLOW_DISABLE_TELEMETRY"] = "true"
@@ -46,7 +51,10 @@ def test_readme_evaluator_examples_run_as_written(tmp_path):
     assert 0.0 <= dp <= dp_high <= 1.0
     accuracy, dp_again = map(float, lines[1].split())
     assert 0.7 < accuracy < 1.0 and dp_again == pytest.approx(dp)  # same predictions
-    assert "dp_difference" in " ".join(lines[2:])  # the gate failed, naming the metric
+    assert "dp_difference" in " ".join(lines[2:-1])  # the gate failed, naming the metric
+    groups = lines[-1].split()
+    assert groups[0] == "GROUPS" and "metrics.selection_rate.sex:Female" in groups
+    assert not any(name.endswith(("sex:0", "sex:1")) for name in groups)
 
 
 def test_example_audit_yaml_is_the_default_configuration():
