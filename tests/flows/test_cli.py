@@ -370,6 +370,21 @@ def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():
     )
 
 
+def test_a_retrain_says_what_happened_to_the_champion():
+    from conftest import build_audit_record, replaced
+
+    from fairpca.tasks.record import PromotionRecord
+
+    kept = PromotionRecord(promote=False, champion_version="1",
+                           reasons=["champion v1: the challenger is worse"])  # fmt: skip
+    record = replaced(build_audit_record(), kind="retrain")
+    text = _printed(_result(record, kept, champion_moved=False), before="1", width=200)
+    assert "Retrain: champion v1 of fairpca-adult-x-sex still meets the gate on the new test " in (
+        text
+    )
+    assert "challenger v2 was not promoted." in text
+
+
 def test_prefect_and_mlflow_info_lines_only_with_verbose():
     """Quiet by default, before or after Prefect and MLflow are imported; the Prefect API
     handler still gets every line."""
