@@ -61,7 +61,8 @@ def adult_matrix():
     """All Adult rows, one-hot + standardised (preprocessor fitted on all rows), and sex."""
     data = load_adult()
     X = make_preprocessor(data.X, min_category_count=1).fit_transform(data.X)
-    return np.asarray(X, dtype=np.float64), data.sensitive["sex"].to_numpy(), data.y.to_numpy()
+    sex = data.sensitive_codes["sex"].to_numpy()  # the paper's codes
+    return np.asarray(X, dtype=np.float64), sex, data.y.to_numpy()
 
 
 def adult_like(n: int, seed: int = 0):
@@ -278,7 +279,8 @@ def bench_quality(n_train: int, seeds, routes) -> None:
         X_tr = np.asarray(prep.transform(data.X.iloc[train]), dtype=np.float64)
         X_te = np.asarray(prep.transform(data.X.iloc[test]), dtype=np.float64)
         y_tr, y_te = data.y.to_numpy()[train], data.y.to_numpy()[test]
-        s_tr, s_te = data.sensitive["sex"].to_numpy()[train], data.sensitive["sex"].to_numpy()[test]
+        sex = data.sensitive_codes["sex"].to_numpy()  # the paper's codes
+        s_tr, s_te = sex[train], sex[test]
         k_used = X_tr.shape[1] - 1  # k = d - 1 as in the paper (Appendix C.1)
         for name, params in routes:
             est = FairKernelPCA(k_used, random_state=seed, **params)

@@ -260,7 +260,7 @@ def load_tabular(name, n_train, n_test, seed, data_dir=None):
     prep = make_pipeline(make_preprocessor(data.X, min_category_count=1), StandardScaler())
     X_tr = prep.fit_transform(data.X.iloc[train])
     X_te = prep.transform(data.X.iloc[test]) if len(test) else np.zeros((0, X_tr.shape[1]))
-    y, z = data.y.to_numpy(), data.sensitive.iloc[:, 0].to_numpy()
+    y, z = data.y.to_numpy(), data.sensitive_codes.iloc[:, 0].to_numpy()  # the paper's codes
     return X_tr, y[train], z[train], X_te, y[test], z[test]
 
 

@@ -41,6 +41,7 @@ from .console import (
     print_report,
     print_validation_error,
     relog_alias_note,
+    show_logs,
 )
 
 app = typer.Typer(
@@ -152,6 +153,14 @@ def build_config(options: dict[str, Any], config_file: Path | None, model_class)
     return model_class.model_validate(values)
 
 
+VERBOSE_OPTION = Annotated[
+    bool,
+    typer.Option(
+        "--verbose",
+        help="Also print Prefect's and MLflow's INFO log lines, every candidate on the "
+        "validation rows, every reason and warning.",
+    ),
+]
 CONFIG_FILE_OPTION = Annotated[
     Path | None,
     typer.Option(
@@ -166,6 +175,7 @@ def config_command(model: type[BaseModel], kind: str):
     generated signature), which validates them and runs the ``kind`` flow."""
 
     def command(**options: Any) -> None:
+        show_logs(options.pop("verbose"))
         _start(kind, model, options)
 
     params = [
@@ -173,6 +183,8 @@ def config_command(model: type[BaseModel], kind: str):
                           annotation=option.annotation)
         for option in [ConfigOption(("config",), CONFIG_FILE_OPTION), *config_options(model)]
     ]  # fmt: skip
+    params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
+                                    annotation=VERBOSE_OPTION))  # fmt: skip
     command.__signature__ = inspect.Signature(params)
     command.__annotations__ = {param.name: param.annotation for param in params}
     return command
@@ -302,12 +314,14 @@ def relog(
             "(off by default: the directory's own audit.json is not trusted for that)."
         ),
     ] = False,
+    verbose: VERBOSE_OPTION = False,
 ) -> None:
     """Log a kept audit output directory to MLflow again (after a tracking outage).
 
     Nothing in the directory is executed or unpickled: the saved model is logged as files,
     each checked against the SHA-256 manifest the audit wrote.
     """
+    show_logs(verbose)
     from . import runtime
 
     _check_tracking(tracking_uri)

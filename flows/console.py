@@ -1,17 +1,23 @@
-"""What the ``fairpca`` command line prints: the audit summary, the decision, where to look
-in MLflow, and every error message in the command line's own option names.
+"""What the ``fairpca`` command line prints: the verdict, where to look in MLflow, and every
+error message in the command line's own option names.
 
-The summary fits the terminal: at 80 columns the table's columns wrap at spaces and, when
-they still do not fit, drop by priority (last: the row, the candidate and its accuracy), so no
-cell is ever cut with an ellipsis.
+The summary leads with the decision and why, then one line per model on the test rows and
+the chosen model's rates per named group; at 80 columns the default audit's summary takes
+about 30 lines. Paths, URLs and commands are printed on a line of their own, never broken by
+the console. ``--verbose`` adds the candidates on the validation rows (their table's columns
+wrap at spaces and, when they still do not fit, drop by priority, so no cell is ever cut
+with an ellipsis), every reason, and Prefect's and MLflow's INFO log lines
+(:func:`show_logs`).
 """
 
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -23,14 +29,18 @@ from rich.markup import escape
 from rich.table import Table
 
 __all__ = [
+    "OUTPUT",
     "console",
     "err_console",
     "fail",
+    "group_table",
+    "headline_table",
     "mlflow_ui_lines",
     "option_names",
     "print_report",
     "print_validation_error",
     "relog_alias_note",
+    "show_logs",
     "summary_table",
 ]
 
@@ -148,49 +158,94 @@ def bullets(items: list[str], style: str = "", out: Console | None = None) -> No
 # cannot be faked by a near-constant classifier), then the disparities reviewers use.
 TEST_ROW_METRICS = {
     "accuracy": "acc",
-    "balanced_accuracy": "bal. acc",
+    "balanced_accuracy": "bal acc",
     "dp_difference": "ΔDP",
     "selection_rate_ratio": "SR ratio",
     "eo_difference": "ΔEO",
+    "equalized_odds_difference": "ΔEOdds",
     "dp_difference.intersection": "ΔDP ∩",
     "eo_difference.intersection": "ΔEO ∩",
-    "one_class_share": "one class",
 }
 
 
-def _short_interval(metrics: dict[str, Any], name: str) -> str:
-    value, low, high = (metrics.get(name + end) for end in ("", ".ci95_low", ".ci95_high"))
-    if low is None or high is None:
-        return f"{TEST_ROW_METRICS[name]} {value:.3f}"
-    return f"{TEST_ROW_METRICS[name]} {value:.3f} [{low:.3f}, {high:.3f}]"
+def _model_label(model: str, role: str) -> str:
+    """A row label of the test table: the role of a baseline, the name of a reference
+    (``*``: needs the sensitive attribute to predict)."""
+    if role == "chosen":
+        return "chosen"
+    if role.startswith("baseline: "):
+        return role.removeprefix("baseline: ")
+    if role == "baseline":
+        return "majority class"
+    return model + ("*" if "needs the sensitive attribute" in role else "")
 
 
-def _test_rows(selection: dict[str, Any], references: list[dict[str, Any]]) -> list[str]:
+def headline_names(result) -> list[str]:
+    """The measures of the test table: :func:`fairpca.tasks.report.verdict_columns`."""
+    from fairpca.tasks.report import verdict_columns
+
+    record = result.record
+    thresholds = record.policy.thresholds if record.policy else {}
+    test = result.selection["test"]
+    return [name for name in verdict_columns(test, thresholds) if name in TEST_ROW_METRICS]
+
+
+def headline_table(result) -> Table:
     """One line per model on the test rows: the chosen candidate, the baselines and the
-    reference mitigations, each measure with its 95% interval (worst attribute, and the
-    intersection of several)."""
-    from fairpca.tasks.report import verdict_rows  # Prefect and sklearn: only when printing
+    reference mitigations, the point estimates of :func:`headline_names`."""
+    from fairpca.tasks.report import Estimate, verdict_rows
 
-    names = [name for name in TEST_ROW_METRICS if name in selection["test"]]
-    return [
-        f"{model} ({kind}): "
-        + ", ".join(_short_interval(values, m) for m in names if values.get(m) is not None)
-        for model, kind, values in verdict_rows(selection, references)
+    selection = result.selection
+    names = headline_names(result)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+    table.add_column("test rows", overflow="fold")
+    for name in names:
+        table.add_column(TEST_ROW_METRICS[name], justify="right", no_wrap=True)
+    for model, role, values in verdict_rows(selection, result.references):
+        cells = [Estimate.of(values, name).text for name in names]
+        style = "bold" if role == "chosen" else None
+        table.add_row(escape(_model_label(model, role)), *cells, style=style)
+    return table
+
+
+def _notes(result, names: list[str]) -> str:
+    """Under the test table: what ``*`` means, and the chosen model's 95% intervals."""
+    from fairpca.tasks.report import Estimate
+
+    test = result.selection["test"]
+    intervals = [
+        f"{TEST_ROW_METRICS[name]} {Estimate.of(test, name).interval}"
+        for name in names
+        if Estimate.of(test, name).interval
     ]
+    notes = []
+    if any(r.get("needs_sensitive_at_prediction") for r in result.references):
+        notes.append("* needs the sensitive attribute to predict.")
+    if intervals:
+        notes.append("Chosen, 95% intervals: " + ", ".join(intervals) + ".")
+    return " ".join(notes)
 
 
-def _group_rows(selection: dict[str, Any]) -> list[str]:
-    """Per reported group of the chosen candidate on the test rows: its rates."""
-    from fairpca.tasks.report import group_rates_frame  # only when printing
+def group_table(result) -> Table | None:
+    """The chosen model's rates per named group on the test rows (single attributes; the
+    intersection's are in the report)."""
+    from fairpca.tasks.report import GROUP_RATES, RATE_COLUMNS, Estimate, group_rows
 
-    frame = group_rates_frame(selection["test"], selection.get("group_sizes", {}))
-    return [
-        f"{row['attribute']}:{row['group']} ({row['rows (all parts)']} rows): "
-        + ", ".join(
-            f"{name} {row[name]:.3f}" for name in ("selection rate", "TPR", "FPR", "base rate")
+    groups = group_rows(result.record.selection)
+    if not groups:
+        return None
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
+    table.add_column("group (chosen, test rows)", overflow="fold")
+    table.add_column("rows", justify="right")
+    for rate in GROUP_RATES:
+        table.add_column(RATE_COLUMNS[rate], justify="right", no_wrap=True)
+    for group in groups:
+        table.add_row(
+            escape(f"{group.attribute}: {group.group}"),
+            escape(str(group.rows)),
+            *(Estimate(group.rates[rate]).text for rate in GROUP_RATES),
         )
-        for row in frame.to_dict("records")
-    ]
+    return table
 
 
 def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:
@@ -206,45 +261,102 @@ def decision_line(result, before: str | None) -> str:
     alias, name, version = result.champion_alias, result.model_name, result.model_version
     if result.champion_moved:
         move = f"v{before} -> v{version}" if before and before != version else f"v{version}"
-        return f"Decision: [green]promoted[/green]: {name} {move} now holds the {alias!r} alias."
+        return f"Decision: [green]PROMOTED[/green], {name} {move} holds {alias!r}."
     if version is None:
-        return "Decision: [yellow]not promoted[/yellow] (no model version registered)."
+        return "Decision: [yellow]NOT promoted[/yellow] (no model version registered)."
     stays = f"stays on v{before}" if before else "is not set"
-    return (
-        f"Decision: [yellow]not promoted[/yellow]: v{version} was registered, the {alias!r} "
-        f"alias {stays}."
-    )
+    return f"Decision: [yellow]NOT promoted[/yellow], v{version} registered; {alias!r} {stays}."
 
 
-def print_report(result, before: str | None = None) -> None:
+@dataclass
+class Output:
+    """What this command prints besides the verdict (``--verbose``)."""
+
+    verbose: bool = False
+
+
+OUTPUT = Output()
+
+
+def show_logs(verbose: bool) -> None:
+    """Prefect's and MLflow's INFO lines on the terminal only with ``--verbose`` (their
+    warnings and errors always); the Prefect API still receives every log line.
+
+    Works before or after Prefect and MLflow are imported: it sets the level of Prefect's
+    console handler and of MLflow's logger, and the variables a later logging set-up (or a
+    Prefect server or worker process started afterwards) reads.
+    """
+    OUTPUT.verbose = verbose
+    level = "INFO" if verbose else "WARNING"
+    os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = level
+    os.environ["MLFLOW_LOGGING_LEVEL"] = level
+    logging.getLogger("mlflow").setLevel(level)
+    if "prefect.logging.handlers" in sys.modules:
+        from prefect.logging.handlers import PrefectConsoleHandler
+
+        for handler in logging.getLogger().handlers:
+            if isinstance(handler, PrefectConsoleHandler):
+                handler.setLevel(level)
+
+
+def _labelled(label: str, value: str, style: str = "") -> None:
+    """``label value`` on one line when it fits, else ``value`` (a path, a URL, a command)
+    on a line of its own, never broken by the console."""
+    text = f"{label} {value}"
+    if len(text) <= console.width:
+        console.print(escape(label), f"{style}{escape(value)}", soft_wrap=True)
+    else:
+        console.print(escape(label))
+        console.print(f"{style}{escape(value)}", soft_wrap=True)
+
+
+def print_report(result, before: str | None = None, *, verbose: bool | None = None) -> None:
     """The summary of a finished audit or retrain; ``before`` is the version that held the
-    champion alias when the promotion was decided (default: as the promotion says)."""
+    champion alias when the promotion was decided (default: as the promotion says).
+
+    The decision first, why in a sentence, then one line per model on the test rows and
+    the chosen model's rates per named group; warnings; where the report and the MLflow
+    run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
+    validation rows and every reason.
+    """
+    from fairpca.tasks.report import decision_summary
+
+    verbose = OUTPUT.verbose if verbose is None else verbose
     promotion = getattr(result, "promotion", None)
     before = before or (promotion.champion_version if promotion is not None else None)
-    console.print(summary_table(result))
-    console.print(SUMMARY_CAPTION, style="dim")
+    record, selection = result.record, result.selection
+    console.print(decision_line(result, before))
+    console.print(escape(decision_summary(record, result.promotion)[2]) + ".")
+    if record.kind == "retrain":
+        from .retrain import final_message
+
+        console.print(f"Retrain: {escape(final_message(result))}")
+    console.print(f"Chosen on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
+    console.print(headline_table(result))
+    console.print(_notes(result, headline_names(result)), style="dim")
+    groups = group_table(result)
+    if groups is not None:
+        console.print(groups)
     for variant, why in result.skipped.items():
         console.print(f"[yellow]Skipped variant {escape(variant)}:[/yellow] {escape(why)}")
-    selection = result.selection
-    console.print(f"Chosen on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
-    console.print("Test rows (never used for a choice), 95% intervals:")
-    bullets(_test_rows(selection, getattr(result, "references", [])))
-    console.print("Chosen candidate per group (test rows):")
-    bullets(_group_rows(selection))
-    screening = getattr(result, "screening", [])
-    console.print("Column screening:" + ("" if screening else " no column excluded"))
-    bullets(_screening_rows(screening))
-    console.print(decision_line(result, before))
-    bullets([f"gate: {selection['gate']}", *result.reasons])
-    if getattr(result, "outcome", None):
-        console.print(f"Retrain: {escape(result.outcome)}")
-    if selection["warnings"]:
-        console.print("[yellow]Warnings:[/yellow]")
-        bullets(selection["warnings"])
-    console.print(f"Report: {escape(result.report_path)}", soft_wrap=True)
-    console.print(f"MLflow run id: [bold]{result.run_id}[/bold]", soft_wrap=True)
-    for line in mlflow_ui_lines(result):
-        console.print(escape(line), soft_wrap=True)
+    if result.screening:
+        console.print("Column screening:")
+        bullets(_screening_rows(result.screening))
+    warnings = selection["warnings"]
+    if warnings:
+        shown = warnings if verbose else warnings[:1]
+        more = len(warnings) - len(shown)
+        console.print(f"[yellow]Warnings ({len(warnings)}):[/yellow]")
+        bullets(shown + ([f"{more} more in the report (or run with --verbose)"] if more else []))
+    if verbose:
+        console.print(summary_table(result))
+        console.print(SUMMARY_CAPTION, style="dim")
+        console.print("Reasons:")
+        bullets([f"gate: {selection['gate']}", *result.reasons])
+    _labelled("Report:", result.report_path)
+    _labelled("MLflow run id:", result.run_id, style="[bold]")
+    for label, value in mlflow_ui_lines(result):
+        _labelled(label, value)
 
 
 def mlflow_bin() -> str:
@@ -259,8 +371,11 @@ def _absolute_sqlite(uri: str) -> str:
     return f"sqlite:///{Path(path).expanduser().absolute()}"
 
 
-def mlflow_ui_lines(result, port: int = 5000) -> list[str]:
-    """Where to see the run (and the registered version) in the MLflow UI."""
+def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
+    """Where to see the run (and the registered version) in the MLflow UI: (label, address)
+    pairs; the run list opens in the verdict columns' view."""
+    from fairpca.tasks.mlflow_logging import run_list_url
+
     uri = result.tracking_uri
     lines = []
     if uri.startswith(("http://", "https://")):
@@ -268,12 +383,13 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[str]:
     else:
         base = f"http://127.0.0.1:{port}"
         store = _absolute_sqlite(uri) if uri.startswith("sqlite:///") else uri
-        lines.append(f"Open the MLflow UI: {mlflow_bin()} ui --backend-store-uri {store} "
-                     f"--port {port}")  # fmt: skip
-    lines.append(f"Run: {base}/#/experiments/{result.experiment_id}/runs/{result.run_id}")
+        lines.append(("Open the MLflow UI:", f"{mlflow_bin()} ui --backend-store-uri {store} "
+                      f"--port {port}"))  # fmt: skip
+    lines.append(("Runs:", run_list_url(base, result.experiment_id)))
+    lines.append(("Run:", f"{base}/#/experiments/{result.experiment_id}/runs/{result.run_id}"))
     if result.model_version is not None:
-        lines.append(f"Model version: {base}/#/models/{result.model_name}/versions/"
-                     f"{result.model_version}")  # fmt: skip
+        lines.append(("Model version:", f"{base}/#/models/{result.model_name}/versions/"
+                      f"{result.model_version}"))  # fmt: skip
     return lines
 
 

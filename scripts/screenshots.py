@@ -1,15 +1,18 @@
-"""Screenshots of an audit for the README ("Reading an audit"): ``report.html`` and the
-registered model version's page in the MLflow UI, taken with headless Chromium.
+"""Screenshots of an audit for the README ("Reading an audit"), taken with headless Chromium
+at 1280x900 from a real default audit: the report's first screen, and in the MLflow UI the
+run list (the verdict columns' view), the run page and the registered version's page.
 
 Run from the repository root (needs ``chromium`` and the ``audit`` extra)::
 
     .venv/bin/python scripts/screenshots.py            # runs `fairpca audit --dataset adult`
     .venv/bin/python scripts/screenshots.py --out docs/img --work /tmp/shots
 
-It runs the default audit in ``--work`` (default: a temporary folder; an audit already there
-is reused), starts ``mlflow ui`` on a free port of
-127.0.0.1, writes ``report.png`` and ``mlflow-version.png`` (palette PNGs, small), and stops
-the server. Nothing outside the temporary folder and ``--out`` is written.
+It runs the default audit of the README's quick start in ``--work`` (default: a temporary
+folder; an audit already there is reused), starts ``mlflow ui`` on a free port of
+127.0.0.1, writes ``report.png``, ``mlflow-run-list.png``, ``mlflow-run.png`` and
+``mlflow-version.png`` (palette PNGs, small) into ``--out``, and stops the server and the
+browser. MLflow's assistant panel, which opens by itself on a first visit, is closed first.
+Nothing outside ``--work`` and ``--out`` is written.
 """
 
 from __future__ import annotations
@@ -27,10 +30,21 @@ import time
 import urllib.request
 from pathlib import Path
 
+SIZE = (1280, 900)
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-first-run", "--hide-scrollbars",
 )  # fmt: skip
+# Clicks the close button of MLflow's assistant panel (it opens by itself on a first visit).
+CLOSE_ASSISTANT = """(() => {
+  for (const button of document.querySelectorAll('button[aria-label=Close]')) {
+    for (let up = button.parentElement, i = 0; up && i < 4; up = up.parentElement, i++) {
+      if (up.innerText.includes('MLflow Assistant')) { button.click(); return true; }
+    }
+  }
+  return false;
+})()"""
 
 
 def free_port() -> int:
@@ -40,11 +54,12 @@ def free_port() -> int:
 
 
 def run_audit(work: Path) -> dict:
-    """The default audit of the README's quick start, recorded in ``work/mlflow.db``."""
-    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "COLUMNS": "120"}
+    """The default audit of the README's quick start, recorded in ``work/mlflow.db``; what
+    the pages show (the report, the experiment, run, model and version)."""
+    env = {**os.environ, "COLUMNS": "120"}
     fairpca = Path(sys.executable).parent / "fairpca"
-    command = [str(fairpca), "audit", "--dataset", "adult"]
     if not (work / "mlflow.db").exists():
+        command = [str(fairpca), "audit", "--dataset", "adult"]
         subprocess.run(command, cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
     (out_dir,) = (work / "fairpca-output").iterdir()
     audit = json.loads((out_dir / "audit.json").read_text())
@@ -76,54 +91,59 @@ def _chromium() -> str:
     return chromium
 
 
-def screenshot(url: str, path: Path, size: tuple[int, int], profile: Path) -> Path:
-    """A static page (``report.html``): Chromium's own ``--screenshot``."""
-    command = [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-               f"--window-size={size[0]},{size[1]}", "--virtual-time-budget=5000",
-               f"--screenshot={path}", url]  # fmt: skip
-    subprocess.run(command, check=True, capture_output=True, timeout=180)
-    return path
+class Browser:
+    """One headless Chromium page driven over the DevTools protocol, its viewport exactly
+    ``size`` (a window's size includes toolbars)."""
 
+    def __init__(self, size: tuple[int, int], profile: Path) -> None:
+        from websockets.sync.client import connect
 
-def app_screenshot(url: str, path: Path, size: tuple[int, int], profile: Path, text: str) -> Path:
-    """A single-page app (the MLflow UI): load ``url`` over the DevTools protocol, wait until
-    the page shows ``text`` (its data arrived), then capture it."""
-    from websockets.sync.client import connect
+        port = free_port()
+        self.process = subprocess.Popen(
+            [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+             f"--window-size={size[0]},{size[1]}", f"--remote-debugging-port={port}",
+             "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        self.page = connect(_page_target(port), max_size=2**26, open_timeout=60)
+        self.calls = 0
+        width, height = size
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height,
+                  deviceScaleFactor=1, mobile=False)  # fmt: skip
 
-    port = free_port()
-    browser = subprocess.Popen(
-        [_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-         f"--window-size={size[0]},{size[1]}", f"--remote-debugging-port={port}",
-         "about:blank"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        target = _page_target(port)
-        with connect(target, max_size=2**26, open_timeout=60) as page:
-            calls = iter(range(1, 10**6))
+    def call(self, method: str, **params):
+        self.calls += 1
+        self.page.send(json.dumps({"id": self.calls, "method": method, "params": params}))
+        while True:
+            answer = json.loads(self.page.recv(timeout=120))
+            if answer.get("id") == self.calls:
+                return answer.get("result", {})
 
-            def call(method: str, **params):
-                number = next(calls)
-                page.send(json.dumps({"id": number, "method": method, "params": params}))
-                while True:
-                    answer = json.loads(page.recv(timeout=120))
-                    if answer.get("id") == number:
-                        return answer.get("result", {})
+    def evaluate(self, expression: str):
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        return result.get("result", {}).get("value")
 
-            call("Page.navigate", url=url)
-            probe = f"document.body && document.body.innerText.includes({json.dumps(text)})"
-            deadline = time.monotonic() + 240
-            while not call("Runtime.evaluate", expression=probe)["result"].get("value"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{url} did not show {text!r} within 240 s")
-                time.sleep(1)
-            time.sleep(3)  # the rest of the page's requests
-            shot = call("Page.captureScreenshot", format="png")
-            path.write_bytes(base64.b64decode(shot["data"]))
-    finally:
-        browser.terminate()
-        browser.wait(timeout=30)
-    return path
+    def open(self, url: str, text: str) -> None:
+        """Load ``url`` and wait until the page shows ``text`` (its data arrived)."""
+        self.call("Page.navigate", url=url)
+        probe = f"document.body && document.body.innerText.includes({json.dumps(text)})"
+        deadline = time.monotonic() + 240
+        while not self.evaluate(probe):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not show {text!r} within 240 s")
+            time.sleep(1)
+        time.sleep(3)  # the rest of the page's requests
+
+    def capture(self, path: Path) -> Path:
+        shot = self.call("Page.captureScreenshot", format="png")
+        path.write_bytes(base64.b64decode(shot["data"]))
+        shrink(path)
+        return path
+
+    def close(self) -> None:
+        self.page.close()
+        self.process.terminate()
+        self.process.wait(timeout=30)
 
 
 def _page_target(port: int) -> str:
@@ -148,6 +168,28 @@ def shrink(path: Path) -> None:
     Image.open(path).convert("RGB").quantize(colors=256).save(path, optimize=True)
 
 
+def mlflow_pages(audit: dict, ui: str) -> list[tuple[str, str, str]]:
+    """(file name, address, text that shows the page is loaded) of the MLflow UI pages."""
+    from fairpca.tasks.mlflow_logging import run_list_url
+
+    experiment = _experiment_of(audit)
+    version = audit.get("model_version") or "1"
+    return [
+        ("mlflow-run-list.png", run_list_url(ui, experiment), "Description"),
+        ("mlflow-run.png", f"{ui}/#/experiments/{experiment}/runs/{audit['run_id']}",
+         "Description"),
+        ("mlflow-version.png", f"{ui}/#/models/{audit['model']}/versions/{version}",
+         f"Version {version}"),
+    ]  # fmt: skip
+
+
+def _experiment_of(audit: dict) -> str:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(audit["tracking_uri"])
+    return client.get_run(audit["run_id"]).info.experiment_id
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
@@ -157,21 +199,21 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fairpca-shots-") as tmp:
         work = (args.work or Path(tmp)).absolute()
         work.mkdir(parents=True, exist_ok=True)
-        audit = run_audit(work)
-        profile = work / "profile"
-        shrink(screenshot(audit["report"].as_uri(), args.out / "report.png", (1280, 1500),
-                          profile))  # fmt: skip
-        print(args.out / "report.png")
+        audit = run_audit(work) | {"tracking_uri": f"sqlite:///{work / 'mlflow.db'}"}
         port = free_port()
-        server = start_mlflow_ui(f"sqlite:///{work / 'mlflow.db'}", port)
+        server = start_mlflow_ui(audit["tracking_uri"], port)
+        browser = Browser(SIZE, Path(tmp) / "profile")
         try:
-            version = audit.get("model_version") or "1"
-            page = f"http://127.0.0.1:{port}/#/models/{audit['model']}/versions/{version}"
-            shot = app_screenshot(page, args.out / "mlflow-version.png", (1280, 1100), profile,
-                                  text=f"Version {version}")  # fmt: skip
-            shrink(shot)
-            print(shot)
+            browser.open(audit["report"].as_uri(), "Chosen model")
+            print(browser.capture(args.out / "report.png"))
+            pages = mlflow_pages(audit, f"http://127.0.0.1:{port}")
+            for index, (name, url, text) in enumerate(pages):
+                browser.open(url, text)
+                if index == 0 and browser.evaluate(CLOSE_ASSISTANT):
+                    time.sleep(2)
+                print(browser.capture(args.out / name))
         finally:
+            browser.close()
             server.terminate()
             server.wait(timeout=30)
 

@@ -16,17 +16,30 @@ import pandas as pd
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.record import AuditRecord, Selection
-from fairpca.tasks.report import format_interval, group_rates_frame, markdown_table, markdown_text
+from fairpca.tasks.report import (
+    METRIC_LABELS,
+    RATE_COLUMNS,
+    Estimate,
+    decision_summary,
+    format_interval,
+    group_rates_frame,
+    group_rows,
+    markdown_table,
+    markdown_text,
+    verdict_columns,
+)
 from fairpca.tasks.trust import mask_credentials
 
 __all__ = [
     "CARD_FILE",
     "CARD_METRICS",
     "DESCRIPTION_MAX_CHARS",
-    "VERDICT_METRICS",
+    "LINE_METRICS",
+    "artifact_links",
     "decision_words",
     "render_model_card",
     "run_description",
+    "verdict_line",
     "verdict_markdown",
     "version_description",
 ]
@@ -294,25 +307,77 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
 # ---- the verdict in a few lines (run description, version description, Prefect) -------------
 
 DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
-VERDICT_METRICS = (*HEADLINE_METRICS, "balanced_accuracy", "selection_rate_ratio")
 _ITEM_MAX_CHARS = 300
+# The headline numbers of the first line, in this order (those measured).
+LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")
 
 
-def _verdict_rows(record: AuditRecord) -> list[dict[str, str]]:
-    """Test rows of the chosen candidate, the baselines and the reference mitigations."""
-    selection = record.selection
-    names = [name for name in VERDICT_METRICS if name in selection.test]
-    models = [(f"chosen: {selection.chosen.name}", selection.test)]
-    if selection.baselines.pca is not None:
-        pca = selection.baselines.pca
-        models.append((f"unconstrained PCA: {pca.name}", pca.test))
-    models.append(("majority class", selection.baselines.majority.test))
-    for reference in record.references or []:
-        models.append((f"reference: {reference.name} ({reference.approach})", reference.test))
-    return [
-        {"test rows": _text(label), **{name: format_interval(test, name) for name in names}}
-        for label, test in models
+def verdict_line(record: AuditRecord, promotion=None) -> str:
+    """The decision and the chosen model's headline test numbers in one line of plain text
+    (no Markdown: the MLflow UI lists the first characters of a description as they are),
+    e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
+    promoted, headline, _ = decision_summary(record, promotion)
+    words = (
+        "PROMOTED to champion"
+        if promoted
+        else ("PASSES the gate" if headline == "Passes the gate" else "NOT promoted")
+    )
+    test = record.selection.test
+    numbers = [
+        f"{METRIC_LABELS[name][0]} {Estimate.of(test, name).text}"
+        for name in LINE_METRICS
+        if Estimate.of(test, name).value is not None
     ]
+    return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
+
+
+def _models(record: AuditRecord, references: bool = True) -> list[tuple[str, dict[str, float]]]:
+    """(row label, test metrics) of the chosen candidate, the baselines and (``references``)
+    the reference mitigations."""
+    selection = record.selection
+    models = [("chosen", selection.test)]
+    if selection.baselines.pca is not None:
+        models.append(("unconstrained PCA", selection.baselines.pca.test))
+    if references:
+        models.append(("majority class", selection.baselines.majority.test))
+        models += [(f"reference: {r.name} ({r.approach})", r.test) for r in record.references or []]
+    return models
+
+
+def _test_table(record: AuditRecord, *, intervals: bool, references: bool = True) -> str:
+    """The models' test numbers as a right-aligned Markdown table with short headers (it
+    fits the MLflow UI's description boxes): point estimates, or with ``intervals`` each
+    with its 95% interval."""
+    policy = record.policy.thresholds if record.policy else {}
+    names = verdict_columns(record.selection.test, policy)
+    header = "| test rows | " + " | ".join(METRIC_LABELS[n][0] for n in names) + " |"
+    rule = "|:--|" + "--:|" * len(names)
+    rows = [
+        f"| {_text(label)} | "
+        + " | ".join(
+            str(Estimate.of(test, n)) if intervals else Estimate.of(test, n).text for n in names
+        )
+        + " |"
+        for label, test in _models(record, references)
+    ]
+    return "\n".join([header, rule, *rows])
+
+
+def _groups_table(record: AuditRecord) -> list[str]:
+    """The chosen model's rates per named group on the test rows (single attributes)."""
+    groups = group_rows(record.selection)
+    if not groups:
+        return []
+    rates = ("selection_rate", "tpr", "fpr")
+    header = "| group | rows | " + " | ".join(RATE_COLUMNS[rate] for rate in rates) + " |"
+    rows = [
+        f"| {_text(g.attribute)}: {_text(g.group)} | {_text(g.rows)} | "
+        + " | ".join(Estimate(g.rates[rate]).text for rate in rates)
+        + " |"
+        for g in groups
+    ]
+    rule = "|:--|" + "--:|" * (1 + len(rates))
+    return ["", "Groups of the chosen model (test rows):", "", header, rule, *rows]
 
 
 def _items(title: str, items: list[str], limit: int) -> list[str]:
@@ -329,22 +394,29 @@ def _items(title: str, items: list[str], limit: int) -> list[str]:
 
 
 def verdict_markdown(
-    record: AuditRecord, promotion=None, *, heading: str | None = None, limit: int = 10
+    record: AuditRecord,
+    promotion=None,
+    *,
+    heading: str | None = None,
+    limit: int = 10,
+    links: str | None = None,
 ) -> str:
-    """The verdict in a few lines: decision, chosen candidate, test metrics with intervals
-    beside the baselines and the reference mitigations, reasons and warnings (at most
-    ``limit`` of each)."""
+    """The verdict in a few lines: the decision and headline numbers in one plain line, the
+    chosen candidate, every model's test numbers with 95% intervals, the chosen model's
+    rates per named group, ``links`` (a line of Markdown), then reasons and warnings (at
+    most ``limit`` of each)."""
     selection = record.selection
-    verdict = decision_words(record, promotion)
     reasons = [*selection.decision.reasons, *(promotion.reasons if promotion else [])]
     lines = [f"# {_text(heading)}", ""] if heading else []
     lines += [
-        f"**Decision: {verdict}** (gate `{selection.gate}`). Chosen on validation rows: "
-        f"`{selection.chosen.name}`.",
+        verdict_line(record, promotion),
         "",
-        "Test rows, never used for any choice (95% intervals in brackets):",
+        f"Chosen on validation rows: `{selection.chosen.name}` (gate `{selection.gate}`). "
+        "Test rows, never used for any choice, with 95% intervals:",
         "",
-        markdown_table(pd.DataFrame(_verdict_rows(record))),
+        _test_table(record, intervals=True),
+        *_groups_table(record),
+        *(["", links] if links else []),
         *_items("Reasons", reasons, limit),
         *_items("Warnings", selection.warnings, limit),
     ]
@@ -352,32 +424,65 @@ def verdict_markdown(
 
 
 def run_description(record: AuditRecord, promotion=None) -> str:
-    """The MLflow run's description (``mlflow.note.content``)."""
-    return _bounded(
-        record,
-        promotion,
-        "Full model card: artifact `model_card.md`; report: `report/report.html`; "
-        "matrix SHA-256: `hashes.json`.",
+    """The MLflow run's description (``mlflow.note.content``): the verdict line and the
+    chosen model beside unconstrained PCA in a compact table (the part the run page shows
+    before "Show more"), then :func:`verdict_markdown` without its first line."""
+    compact = (
+        verdict_line(record, promotion)
+        + "\n\n"
+        + _test_table(record, intervals=False, references=False)
+    )
+    links = (
+        "Full model card: artifact `model_card.md`; report: `report/report.html` (the run's "
+        "Artifacts tab); matrix SHA-256: `hashes.json`."
+    )
+    return _bounded(record, promotion, links, head=compact)
+
+
+def artifact_links(run_id: str, ui_url: str | None = None, experiment_id: str | None = None) -> str:
+    """Links to the run's model card and report: on the tracking server's web UI when it has
+    one (``ui_url``, the card's page there), else pages of whatever MLflow UI shows this
+    description (``#/experiments/<id>/runs/<run>/artifactPath/...``, when the experiment is
+    known); always the ``runs:/`` URI of the card for the API."""
+    uri = f"`runs:/{run_id}/{CARD_FILE}`"
+    if ui_url:
+        base = ui_url.rsplit("/artifactPath/", 1)[0]
+    elif experiment_id:
+        base = f"#/experiments/{experiment_id}/runs/{run_id}"
+    else:
+        return f"Full model card: {uri}; report: `runs:/{run_id}/report/report.html`."
+    return (
+        f"[Model card]({base}/artifactPath/{CARD_FILE}) · "
+        f"[Report]({base}/artifactPath/report/report.html) · {uri}"
     )
 
 
 def version_description(
-    record: AuditRecord, run_id: str, ui_url: str | None = None, promotion=None
+    record: AuditRecord,
+    run_id: str,
+    ui_url: str | None = None,
+    promotion=None,
+    *,
+    experiment_id: str | None = None,
 ) -> str:
-    """The registered version's description: the verdict and a link to the run's full
-    ``model_card.md`` (``runs:/<run_id>/model_card.md``, and ``ui_url`` when the tracking
-    server has a web UI); always within :data:`DESCRIPTION_MAX_CHARS`."""
-    link = f"Full model card: `runs:/{run_id}/model_card.md`"
-    if ui_url:
-        link += f" ([open in the MLflow UI]({ui_url}))"
-    return _bounded(record, promotion, link + ".")
+    """The registered version's description: :func:`verdict_markdown` and links to the run's
+    full ``model_card.md`` and report (:func:`artifact_links`); always within
+    :data:`DESCRIPTION_MAX_CHARS`. Its first line is plain text: the registered model's page
+    lists it as it is."""
+    return _bounded(record, promotion, artifact_links(run_id, ui_url, experiment_id))
 
 
-def _bounded(record: AuditRecord, promotion, footer: str) -> str:
-    """The verdict and ``footer``, with fewer reasons and warnings until it fits."""
+def _bounded(record: AuditRecord, promotion, links: str, head: str | None = None) -> str:
+    """``head`` (default: the verdict line), the rest of the verdict with ``links`` after its
+    tables, with fewer reasons and warnings until it fits :data:`DESCRIPTION_MAX_CHARS`."""
+
+    def text(limit: int) -> str:
+        verdict = verdict_markdown(record, promotion, limit=limit, links=links)
+        if head is not None:
+            verdict = head + "\n\n" + verdict.split("\n", 2)[2]
+        return verdict
+
     for limit in (10, 5, 2, 0):
-        text = verdict_markdown(record, promotion, limit=limit) + "\n\n" + footer
-        if len(text) <= DESCRIPTION_MAX_CHARS:
-            return text
-    room = DESCRIPTION_MAX_CHARS - len(footer) - len("\n\n...\n\n")
-    return verdict_markdown(record, promotion, limit=0)[:room] + "\n\n...\n\n" + footer
+        if len(text(limit)) <= DESCRIPTION_MAX_CHARS:
+            return text(limit)
+    return text(0)[: DESCRIPTION_MAX_CHARS - 4] + "\n..."

@@ -487,7 +487,9 @@ def register_logged_model(
         source=source,
         run_id=run_id,
         model_id=model_id,
-        description=version_description(record, run_id, ui_url, promotion),
+        description=version_description(
+            record, run_id, ui_url, promotion, experiment_id=experiment_id
+        ),
         model_sha256=model_sha256,
         promote=None if promotion is None else promotion.promote,
     )

@@ -1,16 +1,19 @@
-"""Rendering an audit for people: the report (Markdown and HTML), the trade-off plot, and the
-escaping of every user string where it is rendered.
+"""Rendering an audit for people: the report (Markdown, and HTML from the Jinja2 template
+``templates/report.html.j2``), the trade-off plot, and the escaping of every user string
+where it is rendered.
 
 The report is a function of the audit record (:mod:`fairpca.tasks.record`), the candidates'
-table (for the plot) and, once decided, the promotion: sections of paragraphs, verdicts,
-bullet lists, tables and the plot, rendered to Markdown and HTML. Only aggregated numbers are
-written: no raw rows, no per-person sensitive attributes.
+table (for the plot) and, once decided, the promotion. Its first section is the
+:class:`Verdict` (the decision and why, the chosen model, every model's test numbers with
+their 95% intervals, the chosen model's rates per named group); then sections of bullet
+lists, tables and the plot. Only aggregated numbers are written: no raw rows, no per-person
+sensitive attributes.
 
 Column names, category values, group labels and file names come from the user's data. Every
 renderer passes them through :func:`markdown_text` (Markdown: report, model card, registry
-descriptions, Prefect artifacts), :func:`html_text` (HTML) or :func:`csv_safe_frame` (every CSV
-written: a spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a
-carriage return as a formula).
+descriptions, Prefect artifacts), the template's autoescape or :func:`html_text` (HTML) or
+:func:`csv_safe_frame` (every CSV written: a spreadsheet runs a cell that starts with ``=``,
+``+``, ``-``, ``@``, a tab or a carriage return as a formula).
 """
 
 from __future__ import annotations
@@ -38,22 +41,29 @@ __all__ = [
     "FORMULA_START",
     "GROUP_RATES",
     "HEADLINE",
+    "METRIC_LABELS",
     "PCA_STYLE",
+    "RATE_COLUMNS",
     "REFERENCE_STYLE",
-    "STYLE",
+    "REPORT_TEMPLATE",
     "VERDICT_METRICS",
     "Bullets",
+    "Estimate",
+    "GroupRow",
     "Plot",
-    "Strong",
     "Verdict",
+    "VerdictRow",
+    "build_verdict",
     "csv_cell",
     "csv_safe_frame",
+    "decision_summary",
     "format_interval",
+    "frontier_sections",
     "gate_limits",
     "gate_sentence",
     "gated_measures",
     "group_rates_frame",
-    "html_table",
+    "group_rows",
     "html_text",
     "markdown_table",
     "markdown_text",
@@ -61,10 +71,11 @@ __all__ = [
     "render_html",
     "render_markdown",
     "report_sections",
+    "report_title",
     "sha256_file",
+    "verdict_columns",
     "verdict_frame",
     "verdict_rows",
-    "verdict_sections",
     "write_json",
     "write_matrices",
     "write_report",
@@ -72,7 +83,7 @@ __all__ = [
 ]
 
 
-# ---- from escape.py ------------------------------------------------------------
+# -- escaping every user string where it is rendered ------------------------------------------
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
@@ -136,14 +147,7 @@ def literal_plot_text():
         yield
 
 
-# ---- from report.py ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Strong:
-    """A paragraph in bold (the verdict)."""
-
-    text: str
+# -- blocks of a section, matrices, intervals ---------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -184,17 +188,74 @@ def format_interval(metrics: dict[str, float], name: str) -> str:
     return f"{value:.4f} [{low:.4f}, {high:.4f}]"
 
 
-# -- the verdict and the per-group rates, read from the audit record --------------------------
+# -- the verdict: the decision, the chosen model, every model's test numbers, the groups ----------
 
+# The first screen's measures, in this order: utility a constant classifier cannot fake, then
+# the disparities a reviewer quotes. A gated measure that is not among them is added.
 VERDICT_METRICS = (
     "accuracy",
     "balanced_accuracy",
     "dp_difference",
-    "eo_difference",
-    "equalized_odds_difference",
     "selection_rate_ratio",
+    "eo_difference",
 )
 GROUP_RATES = ("selection_rate", "tpr", "fpr", "base_rate")
+RATE_COLUMNS = {
+    "selection_rate": "selection rate",
+    "tpr": "TPR",
+    "fpr": "FPR",
+    "base_rate": "base rate",
+}
+# (short label, what it measures): the label heads a column, the meaning is its tooltip.
+METRIC_LABELS = {
+    "accuracy": ("accuracy", "share of correct predictions"),
+    "balanced_accuracy": ("balanced accuracy", "mean of the true-positive and true-negative rates"),
+    "dp_difference": ("ΔDP", "largest difference of selection rates between groups"),
+    "selection_rate_ratio": ("SR ratio", "smallest over largest selection rate"),
+    "eo_difference": ("ΔEO", "largest difference of true-positive rates between groups"),
+    "equalized_odds_difference": ("ΔEOdds", "larger of the TPR and FPR differences"),
+    "dp_difference.intersection": ("ΔDP ∩", "ΔDP between intersection groups"),
+    "eo_difference.intersection": ("ΔEO ∩", "ΔEO between intersection groups"),
+    "selection_rate": ("selection rate", "share predicted 1"),
+    "tpr": ("TPR", "true-positive rate"),
+    "fpr": ("FPR", "false-positive rate"),
+    "base_rate": ("base rate", "share labelled 1"),
+}
+
+
+def _defined(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A measure and its 95% interval, as every renderer shows it: 3 decimals, the interval
+    after an en dash (``0.782 (0.765–0.798)``); ``-`` when undefined."""
+
+    value: float | None
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def of(cls, metrics: dict[str, Any], name: str) -> Estimate:
+        value, low, high = (metrics.get(name + end) for end in ("", ".ci95_low", ".ci95_high"))
+        if not _defined(value):
+            return cls(None)
+        if not (_defined(low) and _defined(high)):
+            return cls(float(value))
+        return cls(float(value), float(low), float(high))
+
+    @property
+    def text(self) -> str:
+        return f"{self.value:.3f}" if _defined(self.value) else "-"
+
+    @property
+    def interval(self) -> str:
+        bounds = _defined(self.low) and _defined(self.high) and _defined(self.value)
+        return f"{self.low:.3f}–{self.high:.3f}" if bounds else ""
+
+    def __str__(self) -> str:
+        return self.text + (f" ({self.interval})" if self.interval else "")
 
 
 def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
@@ -231,16 +292,8 @@ def gate_sentence(thresholds: Any, gate: str) -> str:
     return ", ".join(parts)
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The decision, shown first and framed (green: promote, amber: keep)."""
-
-    text: str
-    promote: bool
-
-
 def verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
-    """(model, kind, test metrics) of the chosen candidate, the baselines, the references."""
+    """(model, role, test metrics) of the chosen candidate, the baselines, the references."""
     rows = [(selection["chosen"]["name"], "chosen", selection["test"])]
     pca = selection["baselines"].get("pca")
     if pca:
@@ -258,23 +311,32 @@ def verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
     return rows
 
 
-def verdict_frame(selection: dict[str, Any], references: list[dict[str, Any]]) -> pd.DataFrame:
-    """Test-row metrics with 95% intervals: chosen, baselines, reference mitigations."""
-    test = selection["test"]
-    several = any(k.endswith(".intersection") for k in test)
-    metrics = [m for m in VERDICT_METRICS if m in test]
-    if several:
-        metrics += [
+def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
+    """The measures of the verdict table: :data:`VERDICT_METRICS`, a gated measure outside
+    them, and with several attributes the intersection's ΔDP and ΔEO (those measured)."""
+    upper, lower = gate_limits(thresholds or {})
+    gated = [m for m in (*upper, *lower) if m in METRIC_LABELS and m not in VERDICT_METRICS]
+    columns = [m for m in (*VERDICT_METRICS, *gated) if m in test]
+    if any(key.endswith(".intersection") for key in test):
+        columns += [
             f"{m}.intersection"
             for m in ("dp_difference", "eo_difference")
             if f"{m}.intersection" in test
         ]
-    records = []
-    for name, kind, values in verdict_rows(selection, references):
-        records.append(
-            {"model": name, "role": kind, **{m: format_interval(values, m) for m in metrics}}
-        )
-    return pd.DataFrame(records)
+    return columns
+
+
+def verdict_frame(
+    selection: dict[str, Any], references: list[dict[str, Any]], thresholds: Any = None
+) -> pd.DataFrame:
+    """Test-row measures with their 95% intervals (:class:`Estimate` text): the chosen
+    candidate, the baselines, the reference mitigations."""
+    columns = verdict_columns(selection["test"], thresholds)
+    records = [
+        {"model": name, "role": role, **{m: str(Estimate.of(values, m)) for m in columns}}
+        for name, role, values in verdict_rows(selection, references)
+    ]
+    return pd.DataFrame(records, columns=["model", "role", *columns])
 
 
 def _split_group_metric(name: str) -> tuple[str, str, str] | None:
@@ -311,49 +373,117 @@ def group_rates_frame(
             }
         )
     frame = pd.DataFrame(records, columns=["attribute", "group", "rows", *GROUP_RATES])
-    return frame.rename(
-        columns={
-            "selection_rate": "selection rate",
-            "tpr": "TPR",
-            "fpr": "FPR",
-            "base_rate": "base rate",
-            "rows": "rows (all parts)",
-        }
+    return frame.rename(columns={**RATE_COLUMNS, "rows": "rows (all parts)"})
+
+
+def _gate_words(record) -> str:
+    """``the gate demographic_parity+four_fifths (point estimates)``."""
+    bound = "point estimates" if record.selection.gate == "point" else "upper 95% bounds"
+    name = record.policy.name if record.policy else "thresholds"
+    return f"the gate {name} ({bound})"
+
+
+def decision_summary(record, promotion=None) -> tuple[bool, str, str]:
+    """``(promoted, headline, why)``: the decision in a few words and why, in one sentence.
+
+    ``promotion`` is the champion decision (a :class:`~fairpca.tasks.record.PromotionRecord`);
+    None before it is taken: the gate's own decision is stated.
+    """
+    selection = record.selection
+    passed = f"meets {_gate_words(record)} on the validation rows"
+    if not selection.decision.promote:
+        reasons = selection.decision.reasons
+        failed = passed.replace("meets", "fails", 1)
+        promoted, headline, why = False, "Not promoted", reasons[0] if reasons else failed
+    elif promotion is None:
+        promoted, headline = False, "Passes the gate"
+        why = f"{passed}; the promotion is decided when the audit is logged to MLflow"
+    elif promotion.promote:
+        promoted, headline, why = True, "Promoted to champion", f"{passed}; {promotion.reasons[-1]}"
+    else:
+        refused = promotion.reasons[-1] if promotion.reasons else "the champion stays"
+        if not record.register_model:
+            refused = "no version was registered (registration off, or the model stores rows)"
+        promoted, headline, why = False, "Not promoted", f"{passed}, but {refused}"
+    return promoted, headline, why[:1].upper() + why[1:]
+
+
+@dataclass(frozen=True)
+class VerdictRow:
+    """One model of the verdict table."""
+
+    model: str
+    role: str
+    estimates: dict[str, Estimate]
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One published group of the chosen model on the test rows."""
+
+    attribute: str
+    group: str
+    rows: Any
+    rates: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The report's first screen: decision and why, the chosen model, every model's test
+    numbers (:class:`VerdictRow`) and the chosen model's rate per named group."""
+
+    promote: bool
+    headline: str
+    why: str
+    chosen: str
+    gate: str
+    columns: tuple[str, ...]
+    rows: tuple[VerdictRow, ...]
+    groups: tuple[GroupRow, ...]
+
+    @property
+    def labels(self) -> dict[str, tuple[str, str]]:
+        """``{metric: (label, meaning)}`` of the table's columns and the group rates."""
+        return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
+
+
+def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
+    """Published groups of the single attributes (``attributes``) or of their intersection."""
+    frame = group_rates_frame(selection.test, selection.group_sizes)
+    frame = frame[(frame["attribute"] != "intersection") == attributes]
+    return tuple(
+        GroupRow(
+            row["attribute"],
+            row["group"],
+            row["rows (all parts)"],
+            {rate: row[RATE_COLUMNS[rate]] for rate in GROUP_RATES},
+        )
+        for row in frame.to_dict("records")
     )
 
 
-def verdict_sections(
-    selection: dict[str, Any],
-    *,
-    thresholds: Any,
-    references: list[dict[str, Any]] | None = None,
-    policy: dict[str, Any] | None = None,
-) -> list[tuple[str, Any]]:
-    """The report's first sections: the decision, the chosen candidate and its test metrics
-    beside the baselines (and the reference mitigations), then the per-group rates."""
-    decision = selection["decision"]
-    verb = "Promote to champion" if decision["promote"] else "Do not promote"
-    chosen = selection["chosen"]["name"]
-    gate = gate_sentence(
-        (policy or {}).get("thresholds") or thresholds, selection.get("gate", "upper_bound")
+def build_verdict(record, promotion=None) -> Verdict:
+    """The :class:`Verdict` of an audit record (and of the promotion, once decided)."""
+    selection = record.selection
+    selected = selection.model_dump(by_alias=True)
+    references = [r.model_dump() for r in record.references or []]
+    thresholds = record.policy.thresholds if record.policy else {}
+    columns = verdict_columns(selected["test"], thresholds)
+    promote, headline, why = decision_summary(record, promotion)
+    rows = tuple(
+        VerdictRow(model, role, {m: Estimate.of(values, m) for m in columns})
+        for model, role, values in verdict_rows(selected, references)
     )
-    # the policy's own sentence says which measures are judged on a bound and which on the
-    # point estimate (the four-fifths rule); without a policy, the thresholds in words
-    if policy and policy.get("description"):
-        gate = f"policy {policy['description']}"
-    lines = [f"Chosen on validation rows: {chosen}.", f"Gate: {gate}."]
-    blocks: list[Any] = [
-        Verdict(f"{verb}: {chosen}", decision["promote"]),
-        Bullets([*lines, *decision["reasons"]]),
-        verdict_frame(selection, references or []),
-    ]
-    if selection.get("warnings"):
-        blocks.append(Bullets([f"Warning: {w}" for w in selection["warnings"]]))
-    rates = group_rates_frame(selection["test"], selection.get("group_sizes", {}))
-    return [
-        ("Verdict (test rows, never used for a choice; 95% intervals)", blocks),
-        ("Per-group rates of the chosen candidate (test rows)", rates),
-    ]
+    return Verdict(
+        promote=promote,
+        headline=headline,
+        why=why,
+        chosen=selection.chosen.name,
+        gate=record.policy.description if record.policy else selection.gate,
+        columns=tuple(columns),
+        rows=rows,
+        groups=group_rows(selection, attributes=True),
+    )
 
 
 # -- the trade-off plot ----------------------------------------------------------------------
@@ -602,23 +732,8 @@ def plot_tradeoff(
 
 # -- rendering --------------------------------------------------------------------------------
 
-STYLE = (
-    "body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;color:#1d1d1f;"
-    "max-width:62em;margin:0 auto;padding:1em 1.2em}"
-    "h1{font-size:1.45em;margin:.2em 0 .6em}h2{font-size:1.15em;margin:1.6em 0 .5em;"
-    "border-bottom:1px solid #ddd;padding-bottom:.2em}"
-    "h1,h2,p,li,figcaption{overflow-wrap:anywhere}"
-    ".verdict{font-size:1.2em;font-weight:600;padding:.5em .8em;border-left:6px solid;"
-    "border-radius:4px}.promote{border-color:#1f883d;background:#e9f6ec}"
-    ".keep{border-color:#bf8700;background:#fff4d6}"
-    ".scroll{overflow-x:auto;max-width:100%;margin:.4em 0}"
-    "table{border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}"
-    "th,td{border:1px solid #d8d8d8;padding:3px 8px;text-align:right;white-space:nowrap}"
-    "th{background:#f4f4f6}td:first-child,th:first-child{text-align:left}"
-    "tbody tr:nth-child(even){background:#fafafa}"
-    "img{max-width:100%;height:auto}figure{margin:.5em 0}"
-    "figcaption{font-size:.9em;color:#555}"
-)
+TEMPLATES = Path(__file__).parent / "templates"
+REPORT_TEMPLATE = "report.html.j2"
 
 
 def _cell(value: Any) -> str:
@@ -644,67 +759,106 @@ def markdown_table(frame: pd.DataFrame, escape=None) -> str:
     return "\n".join([header, rule, *body])
 
 
-def html_table(frame: pd.DataFrame) -> str:
-    """An HTML table (every header and cell escaped) in a box that scrolls on its own."""
-    head = "".join(f"<th>{html_text(c)}</th>" for c in frame.columns)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{html_text(_cell(v))}</td>" for v in row) + "</tr>"
-        for row in frame.itertuples(False)
-    )
-    return (
-        f"<div class='scroll'><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{rows}</tbody></table></div>"
-    )
+def _rate(value: Any) -> str:
+    """A rate of the group table: 3 decimals, ``-`` when undefined."""
+    return "-" if not _defined(value) else f"{float(value):.3f}"
 
 
-def _html_block(content: Any, image: Path | None) -> str:
+def _template():
+    """The report's Jinja2 template; autoescape escapes every value it renders."""
+    from jinja2 import Environment, FileSystemLoader, StrictUndefined
+
+    environment = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    environment.filters["cell"] = _cell
+    environment.filters["rate"] = _rate
+    return environment.get_template(REPORT_TEMPLATE)
+
+
+def _html_blocks(content: Any, image: Path | None) -> list[dict[str, Any]]:
+    """The blocks of a section as the template draws them (``kind`` and its data)."""
+    if isinstance(content, list):
+        return [block for item in content for block in _html_blocks(item, image)]
     if isinstance(content, pd.DataFrame):
-        return html_table(content)
+        return [{"kind": "table", "columns": list(content.columns),
+                 "rows": [list(row) for row in content.itertuples(False)]}]  # fmt: skip
     if isinstance(content, Plot):
         if image is None:
-            return ""
+            return []
         data = base64.b64encode(image.read_bytes()).decode()
-        caption = html_text(content.caption)
-        return (
-            f"<figure><img alt='{caption}' src='data:image/png;base64,{data}'>"
-            f"<figcaption>{caption}</figcaption></figure>"
-        )
-    if isinstance(content, Verdict):
-        kind = "promote" if content.promote else "keep"
-        return f"<p class='verdict {kind}'>{html_text(content.text)}</p>"
-    if isinstance(content, Strong):
-        return f"<p><strong>{html_text(content.text)}</strong></p>"
+        return [
+            {"kind": "plot", "caption": content.caption, "src": f"data:image/png;base64,{data}"}
+        ]
     if isinstance(content, Bullets):
-        items = "".join(f"<li>{html_text(item)}</li>" for item in content.items)
-        return f"<ul>{items}</ul>"
-    if isinstance(content, list):
-        return "".join(_html_block(item, image) for item in content)
-    return "".join(f"<p>{html_text(line)}</p>" for line in str(content).split("\n\n"))
+        return [{"kind": "bullets", "items": list(content.items)}]
+    return [{"kind": "text", "paragraphs": str(content).split("\n\n")}]
+
+
+def _slug(heading: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")[:40] or "section"
+
+
+def _html_section(heading: str, content: Any, image: Path | None) -> dict[str, Any]:
+    if isinstance(content, Verdict):
+        return {"verdict": content, "heading": heading, "id": "verdict"}
+    blocks = _html_blocks(content, image)
+    return {"verdict": None, "heading": heading, "id": _slug(heading), "blocks": blocks}
 
 
 def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None) -> str:
-    """The report as one self-contained, responsive HTML page (the plot inlined)."""
-    parts = [
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>{html_text(title)}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        f"<h1>{html_text(title)}</h1>",
+    """The report as one self-contained, responsive HTML page (the plot inlined), rendered
+    by the template ``templates/report.html.j2``: a :class:`Verdict` section is the first
+    screen, every other section a heading and its blocks."""
+    rendered = [_html_section(heading, content, image) for heading, content in sections]
+    return _template().render(title=title, sections=rendered, rates=GROUP_RATES)
+
+
+def _markdown_verdict(verdict: Verdict) -> str:
+    """The verdict in Markdown: user strings (model and group names) escaped, our own
+    numbers as they are."""
+    labels = verdict.labels
+    models = pd.DataFrame(
+        [
+            {"model": markdown_text(f"{row.model} ({row.role})"),
+             **{labels[m][0]: str(row.estimates[m]) for m in verdict.columns}}
+            for row in verdict.rows
+        ]
+    )  # fmt: skip
+    lines = [
+        f"**{markdown_text(verdict.headline)}**: {markdown_text(verdict.why)}",
+        "",
+        f"Chosen model: {markdown_text(verdict.chosen)}",
+        "",
+        "Test rows, never used for a choice: estimate (95% interval).",
+        "",
+        markdown_table(models),
     ]
-    for heading, content in sections:
-        parts.append(f"<h2>{html_text(heading)}</h2>")
-        parts.append(_html_block(content, image))
-    parts.append("</body></html>")
-    return "\n".join(parts)
+    if verdict.groups:
+        groups = pd.DataFrame(
+            [
+                {"group": markdown_text(f"{g.attribute}: {g.group}"),
+                 "rows": markdown_text(_cell(g.rows)),
+                 **{labels[r][0]: _rate(g.rates[r]) for r in GROUP_RATES}}
+                for g in verdict.groups
+            ]
+        )  # fmt: skip
+        lines += ["", "Groups of the chosen model on the test rows:", ""]
+        lines.append(markdown_table(groups))
+    return "\n".join(lines)
 
 
 def _markdown_block(content: Any, image_name: str) -> str:
+    if isinstance(content, Verdict):
+        return _markdown_verdict(content)
     if isinstance(content, pd.DataFrame):
         return markdown_table(content, escape=markdown_text)
     if isinstance(content, Plot):
         return f"![{markdown_text(content.caption)}]({image_name})"
-    if isinstance(content, Verdict | Strong):
-        return f"**{markdown_text(content.text)}**"
     if isinstance(content, Bullets):
         return "\n".join(f"- {markdown_text(item)}" for item in content.items)
     if isinstance(content, list):
@@ -720,6 +874,9 @@ def render_markdown(title: str, sections: list[tuple[str, Any]], image_name: str
     return "\n".join(lines)
 
 
+# -- the sections, read from the record ---------------------------------------------------------
+
+
 def _facts(record) -> list[str]:
     """Data and setup facts (aggregates only), each a readable line."""
     params, split = record.params, record.selection.split
@@ -728,11 +885,11 @@ def _facts(record) -> list[str]:
         f"sensitive attribute(s): {', '.join(record.sensitive)}",
         f"rows (train / validation / test): {split.n_train} / {split.n_validation} / "
         f"{split.n_test}",
-        f"k: {record.k.note if record.k else params.get('k')}",
-        f"variants: {params.get('variants')}",
-        f"lambdas: {params.get('lambdas')}",
-        f"classifiers: {params.get('classifiers')}",
-        f"seed: {params.get('seed')}",
+        f"k: {record.k.note if record.k else params.get('k', '-')}",
+        f"variants: {params.get('variants', '-')}",
+        f"lambdas: {params.get('lambdas', '-')}",
+        f"classifiers: {params.get('classifiers', '-')}",
+        f"seed: {params.get('seed', '-')}",
     ]
     if record.policy is not None:
         facts.append(f"gate: {record.policy.description}")
@@ -742,6 +899,9 @@ def _facts(record) -> list[str]:
         for attribute, groups in record.selection.group_sizes.items()
     ]
     return facts
+
+
+HEADLINE = ("accuracy", "dp_difference", "eo_difference")
 
 
 def _reported_frame(record) -> pd.DataFrame:
@@ -757,7 +917,7 @@ def _reported_frame(record) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {"model": label, "rows": part}
-            | {m: format_interval(getattr(parts, part), m) for m in metrics}
+            | {m: str(Estimate.of(getattr(parts, part), m)) for m in metrics}
             for label, parts in rows
             for part in ("validation", "test")
         ]
@@ -784,7 +944,7 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
                 {
                     "representation": variant,
                     "attribute": attribute,
-                    "probe balanced accuracy": format_interval(probe, "balanced_accuracy"),
+                    "probe balanced accuracy": str(Estimate.of(probe, "balanced_accuracy")),
                     "chance": probe["chance"],
                     "mean gap (train)": diag["mean_gap_train"],
                     "mean gap (validation)": diag["mean_gap_validation"],
@@ -798,22 +958,49 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
+def _why(record, promotion) -> list[str]:
+    """The gate in words, then every reason of the choice and of the champion decision."""
+    gate = record.policy.description if record.policy else record.selection.gate
+    reasons = [*record.selection.decision.reasons, *(promotion.reasons if promotion else [])]
+    return [f"Gate: {gate}.", *reasons]
+
+
+def _intersection_groups(record) -> list[tuple[str, Any]]:
+    """The chosen model's rates per intersection group (several attributes), if published."""
+    groups = group_rows(record.selection, attributes=False)
+    if not groups:
+        return []
+    frame = pd.DataFrame(
+        [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES}}
+         for g in groups]
+    )  # fmt: skip
+    return [("Intersection groups of the chosen model (test rows)", frame)]
+
+
+def frontier_sections(record) -> list[tuple[str, Any]]:
+    """The search's accuracy–fairness frontier (validation rows), where the record has one:
+    its rows as a table, right after the verdict."""
+    rows = getattr(record, "frontier", None)
+    if not rows:
+        return []
+    rows = [row.model_dump() if hasattr(row, "model_dump") else dict(row) for row in rows]
+    return [("Accuracy–fairness frontier (validation rows)", pd.DataFrame(rows))]
 
 
 def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     """The report's sections, in order, all read from the audit record (and the promotion
-    decided afterwards, when there is one)."""
-    selection = record.selection.model_dump(by_alias=True)
-    references = [r.model_dump() for r in record.references or []]
-    policy = record.policy.model_dump() if record.policy else None
+    decided afterwards, when there is one): the verdict first."""
     select_by = record.params.get("select_by", "balanced_accuracy")
+    warnings = record.selection.warnings
     sections: list[tuple[str, Any]] = [
-        *verdict_sections(selection, thresholds={}, references=references, policy=policy),
-    ]
-    if promotion is not None:
-        sections.append(("Champion", Bullets(list(promotion.reasons))))
-    sections += [
+        (
+            "Verdict (test rows, never used for a choice; 95% intervals)",
+            build_verdict(record, promotion),
+        ),
+        ("Why", Bullets(_why(record, promotion))),
+        *([("Warnings", Bullets(list(warnings)))] if warnings else []),
+        *_intersection_groups(record),
+        *frontier_sections(record),
         (
             "Trade-off on validation rows",
             Plot(
@@ -884,10 +1071,14 @@ def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def report_title(record) -> str:
+    return f"Fairness {record.kind}: {record.provenance.definition.source} ({record.run_name})"
+
+
 def write_report(out_dir: Path, record, table: pd.DataFrame, promotion=None) -> dict[str, Path]:
     """Write ``tradeoff.png``, ``report.md`` and ``report.html`` into ``out_dir``."""
     out_dir = Path(out_dir)
-    title = f"Fairness {record.kind}: {record.provenance.definition.source} ({record.run_name})"
+    title = report_title(record)
     sections = report_sections(record, promotion)
     image = plot_tradeoff(path=out_dir / "tradeoff.png", **_plot_arguments(record, table))
     (out_dir / "report.md").write_text(render_markdown(title, sections, image.name))

@@ -88,6 +88,8 @@ def _expected_files(checkout: Path) -> set[str]:
                 files.add(f"{package.replace('.', '/')}/{inner.as_posix()}")
     data = checkout / "fairpca" / "data"
     files |= {f"fairpca/data/{p.relative_to(data)}" for p in data.rglob("*") if p.is_file()}
+    templates = checkout / "tasks" / "templates"
+    files |= {f"fairpca/tasks/templates/{p.name}" for p in templates.glob("*.j2")}
     return files
 
 
@@ -149,6 +151,7 @@ def test_wheel_holds_only_fairpca_names_and_works_from_a_prefect_project(tmp_pat
     assert {n for n in names if not n.startswith(dist_info)} == _expected_files(checkout)
     assert "fairpca/tasks/mlflow_evaluator.py" in names  # the mapping reached the wheel
     assert "fairpca/flows/__main__.py" in names
+    assert "fairpca/tasks/templates/report.html.j2" in names  # the report's template
 
     python, site = _venv_with(wheel, tmp_path)
     project = _user_project(tmp_path)

@@ -25,7 +25,9 @@ class Dataset:
     y : Series of int
         Binary label, 0/1 (``int64``); see ``positive_label`` for what 1 means.
     sensitive : DataFrame
-        One column per sensitive attribute, aligned with ``X``; see ``sensitive_encoding``.
+        One column per sensitive attribute, aligned with ``X``, holding each row's group by
+        name (``"Female"`` / ``"Male"``, ``"under 25"`` / ``"25 or older"``): metric names,
+        reports and model cards show these names. See ``sensitive_encoding``.
     name : str
         Short dataset name, e.g. ``"adult"``.
     description : str
@@ -35,9 +37,9 @@ class Dataset:
     sensitive_encoding : mapping of str to str
         For each sensitive column, how its values are coded.
     sensitive_labels : mapping of str to mapping
-        For each sensitive column coded as numbers, the name of each code (e.g. ``{"sex":
-        {0: "Female", 1: "Male"}}``); empty for columns that hold their own labels. See
-        :meth:`with_named_groups`.
+        For each derived sensitive attribute, its code in the paper and the name of the group
+        it stands for (e.g. ``{"sex": {0: "Female", 1: "Male"}}``); empty for raw columns,
+        whose values are their own names. See :attr:`sensitive_codes`.
     screened : mapping of str to str
         Columns of the source left out of ``X`` by the column screening, each with why.
     """
@@ -62,15 +64,32 @@ class Dataset:
         if not set(np.unique(self.y.to_numpy())) <= {0, 1}:
             raise ValueError("y must be coded 0/1; binarize the label before building a Dataset.")
 
-    def with_named_groups(self) -> Dataset:
-        """A copy whose coded sensitive columns hold the names of their groups (``Female`` /
-        ``Male`` rather than 0 / 1), as reports and metric names show them."""
-        if not self.sensitive_labels:
-            return self
-        named = self.sensitive.copy()
+    @property
+    def sensitive_codes(self) -> pd.DataFrame:
+        """The sensitive attributes with each derived one coded as in the paper (``int64``,
+        e.g. sex 1 = Male, 0 = Female; see ``sensitive_encoding``); raw columns unchanged.
+
+        The benchmarks that reproduce the paper's tables use these codes; everything that
+        publishes a group (metrics, reports, cards) uses the names of :attr:`sensitive`.
+        """
+        coded = self.sensitive.copy()
         for column, labels in self.sensitive_labels.items():
-            named[column] = named[column].map(dict(labels)).astype(object)
-        return replace(self, sensitive=named, sensitive_labels={})
+            codes = {name: code for code, name in labels.items()} | {c: c for c in labels}
+            coded[column] = coded[column].map(codes).astype("int64")
+        return coded
+
+    def with_named_groups(self) -> Dataset:
+        """A copy whose sensitive columns hold group names wherever they hold a code of
+        ``sensitive_labels`` (a :class:`Dataset` built by hand with coded groups); the
+        loaders' datasets already hold names and are returned as they are."""
+        named = self.sensitive.copy()
+        changed = False
+        for column, labels in self.sensitive_labels.items():
+            if named[column].isin(list(labels)).any():
+                names = dict(labels) | {name: name for name in labels.values()}
+                named[column] = named[column].map(names).astype(object)
+                changed = True
+        return replace(self, sensitive=named) if changed else self
 
     @property
     def n_samples(self) -> int:
@@ -131,7 +150,8 @@ class SensitiveSpec:
     drop_source : bool, default=True
         Whether ``source`` is removed from the features when this attribute is selected.
     labels : mapping, default={}
-        The name of each code, e.g. ``{0: "Female", 1: "Male"}``.
+        The name of each code, e.g. ``{0: "Female", 1: "Male"}``: the attribute holds these
+        names (:attr:`Dataset.sensitive`), the codes are :attr:`Dataset.sensitive_codes`.
     """
 
     source: str
@@ -202,10 +222,12 @@ def assemble(
     for attribute in names:
         if attribute in specs:
             spec = specs[attribute]
-            columns[attribute] = spec.encode(table[spec.source])
+            codes = spec.encode(table[spec.source])
             encodings[attribute] = spec.encoding
-            if spec.labels:
+            columns[attribute] = codes
+            if spec.labels:  # published by name; the paper's codes stay one call away
                 labels[attribute] = dict(spec.labels)
+                columns[attribute] = codes.map(dict(spec.labels)).astype(object)
             if spec.drop_source:
                 removed.add(spec.source)
         elif attribute in features:

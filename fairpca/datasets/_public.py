@@ -92,10 +92,11 @@ def load_adult(
     Parameters
     ----------
     sensitive : str or sequence of str, default=("sex",)
-        Sensitive attribute(s). ``"sex"`` is coded 1 = Male (privileged), 0 = Female, as in
-        the paper. Any other raw column, e.g. ``"race"`` (five groups, raw labels), is used
-        as is; ``("sex", "race")`` gives two attributes for multi-attribute fair PCA. The
-        columns used are removed from ``X``.
+        Sensitive attribute(s). ``"sex"``: groups ``"Female"`` and ``"Male"`` (the paper
+        codes them 0 and 1 = privileged: :attr:`Dataset.sensitive_codes`). Any other raw
+        column, e.g. ``"race"`` (five groups, raw labels), is used as is; ``("sex",
+        "race")`` gives two attributes for multi-attribute fair PCA. The columns used are
+        removed from ``X``.
     split : {"all", "train", "test"}, default="all"
         ``"train"`` is ``adult.data`` (32,561 rows), ``"test"`` is ``adult.test`` (16,281
         rows, junk first line skipped, trailing periods removed from labels), ``"all"`` both.
@@ -231,10 +232,11 @@ def load_german(
     Parameters
     ----------
     sensitive : str or sequence of str, default=("age",)
-        ``"age"``: 1 = age >= 25, 0 = younger (the paper's attribute; ``age`` itself stays a
-        feature, as in the paper). ``"sex"``: 1 = male, 0 = female, derived from
-        ``personal_status`` (A91, A93, A94 male; A92, A95 female), which is then removed from
-        ``X``. Any other raw column is used as is and removed from ``X``.
+        ``"age"``: groups ``"25 or older"`` and ``"under 25"`` (the paper's attribute, coded
+        1 and 0; ``age`` itself stays a feature, as in the paper). ``"sex"``: ``"Male"`` and
+        ``"Female"`` (1 and 0), derived from ``personal_status`` (A91, A93, A94 male; A92,
+        A95 female), which is then removed from ``X``. Any other raw column is used as is and
+        removed from ``X``. The codes are :attr:`Dataset.sensitive_codes`.
     drop : str or sequence of str, default=()
         Further feature columns to remove; ``("personal_status",)`` with ``sensitive="age"``
         is the setup of Lee et al. 2022 (57 one-hot/scaled features with
@@ -317,9 +319,9 @@ def load_bank(
     Parameters
     ----------
     sensitive : str or sequence of str, default=("age",)
-        ``"age"``: 1 = age > 40, 0 = age <= 40 (the paper's attribute; ``age`` stays a
-        feature). Any other raw column, e.g. ``"marital"``, is used as is and removed from
-        ``X``.
+        ``"age"``: groups ``"over 40"`` and ``"40 or under"`` (the paper's attribute, coded 1
+        and 0 in :attr:`Dataset.sensitive_codes`; ``age`` stays a feature). Any other raw
+        column, e.g. ``"marital"``, is used as is and removed from ``X``.
     drop : str or sequence of str, default=()
         Further feature columns to remove.
     data_dir : str, path-like or None, default=None
@@ -418,9 +420,10 @@ def load_compas(
     Parameters
     ----------
     sensitive : str or sequence of str, default=("race",)
-        ``"race"``: 1 = Caucasian, 0 = any other race (the paper's attribute). ``"sex"``:
-        1 = Male, 0 = Female. Any other feature column is used as is. The columns used are
-        removed from ``X``.
+        ``"race"``: groups ``"Caucasian"`` and ``"other race"`` (the paper's attribute,
+        coded 1 and 0). ``"sex"``: ``"Male"`` and ``"Female"`` (1 and 0). The codes are
+        :attr:`Dataset.sensitive_codes`. Any other feature column is used as is. The columns
+        used are removed from ``X``.
     features : sequence of str or None, default=None
         Raw columns to use as features. ``None`` means demographics and criminal history:
         sex, age, age_cat, race, juv_fel_count, juv_misd_count, juv_other_count,

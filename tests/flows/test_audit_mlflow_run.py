@@ -71,13 +71,32 @@ def test_run_description_states_the_verdict(audited, mlflow_store):
     run = mlflow_store[1].get_run(result.run_id)
     note = run.data.tags["mlflow.note.content"]
     assert result.decision == "promote"  # the fixture's thresholds are lax: a useful fit passes
-    assert note.startswith("**Decision: PROMOTED to champion** (gate `point`)")
-    assert f"Chosen on validation rows: `{result.selection['chosen']['name']}`" in note
     test = result.selection["test"]
-    chosen_row = next(line for line in note.splitlines() if line.startswith("| chosen: "))
-    assert f"{test['accuracy']:.4f} [{test['accuracy.ci95_low']:.4f}, " in chosen_row
-    assert "| majority class |" in note and "| unconstrained PCA: pca/linear\\_svm |" in note
+    lines = note.splitlines()
+    # plain text first (the run list shows it as it is), then the compact table of 2 rows
+    assert lines[0].startswith(f"PROMOTED to champion: test ΔDP {test['dp_difference']:.3f}")
+    assert lines[4].startswith(f"| chosen | {test['accuracy']:.3f} |")
+    assert lines[5].startswith("| unconstrained PCA | ")
+    assert f"Chosen on validation rows: `{result.selection['chosen']['name']}`" in note
+    chosen_row = next(line for line in lines[6:] if line.startswith("| chosen | "))
+    interval = f"{test['accuracy.ci95_low']:.3f}–{test['accuracy.ci95_high']:.3f}"
+    assert f"{test['accuracy']:.3f} ({interval})" in chosen_row
+    assert "| majority class |" in note and "| age: under 25 |" in note  # groups by name
     assert "Reasons:" in note and "model_card.md" in note
+
+
+def test_the_run_list_and_the_run_page_lead_with_the_verdict(audited, mlflow_store):
+    """The experiment holds the run list's verdict view; the run's first metrics (the run
+    page lists them as logged) are the headline test numbers."""
+    from fairpca.tasks.mlflow_logging import RUN_LIST_VIEW, run_list_view
+
+    _, result, _ = audited
+    client = mlflow_store[1]
+    tags = client.get_experiment(result.experiment_id).tags
+    assert json.loads(tags[f"mlflow.sharedViewState.{RUN_LIST_VIEW}"]) == run_list_view()
+    metrics = list(client.get_run(result.run_id).data.metrics)
+    assert metrics[:3] == ["accuracy", "balanced_accuracy", "dp_difference"]
+    assert metrics.index("eo_difference") < metrics.index("validation.accuracy")
 
 
 def test_run_spans_the_audit(audited, mlflow_store):
@@ -139,9 +158,13 @@ def test_version_description_fits_and_links_the_card(audited, mlflow_store):
         resolved_model_name(config.source, config.tracking.model_name), result.model_version
     )
     assert len(version.description) <= DESCRIPTION_MAX_CHARS
-    assert version.description.startswith("**Decision: PROMOTED to champion**")
-    assert f"Full model card: `runs:/{result.run_id}/model_card.md`" in version.description
-    assert "open in the MLflow UI" not in version.description  # a SQLite store has no UI URL
+    assert version.description.startswith("PROMOTED to champion: test ΔDP ")
+    # a SQLite store has no web address: links any MLflow UI of the store resolves
+    pages = f"#/experiments/{result.experiment_id}/runs/{result.run_id}/artifactPath"
+    assert f"[Model card]({pages}/model_card.md)" in version.description
+    assert f"[Report]({pages}/report/report.html)" in version.description
+    assert f"`runs:/{result.run_id}/model_card.md`" in version.description
+    assert "| age: 25 or older |" in version.description
     assert version.tags["fairness.decision"] == "promote"
     assert len(version.tags) <= 20, sorted(version.tags)
 
@@ -159,7 +182,7 @@ def test_prefect_flow_run_shows_verdict_and_candidates(audited, mlflow_store):
     by_type = {artifact.type: artifact for artifact in artifacts}
     markdown = by_type["markdown"].data
     assert markdown.startswith(f"# Fairness audit {result.run_name}".replace("-", "\\-"))
-    assert "**Decision: " in markdown and "| majority class |" in markdown
+    assert "PROMOTED to champion: test ΔDP " in markdown and "| majority class |" in markdown
     table = by_type["table"].data
     rows = json.loads(table) if isinstance(table, str) else table
     assert {"majority", "chosen"} <= {row["role"] for row in rows}

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -79,7 +80,7 @@ def test_cli_audit_with_config_file_prints_summary_report_and_run_id(
         ],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "Fairness audit" in result.output and "report.html" in result.output
+    assert result.output.startswith("Decision: ") and "report.html" in result.output
     run_id = result.output.split("MLflow run id:")[1].split()[0]
     run = client.get_run(run_id)
     assert run.info.status == "FINISHED"
@@ -126,6 +127,8 @@ AUDIT_OPTIONS = (
     "--register-model", "--no-register-model", "--mlflow-retries", "--mlflow-retry-backoff",
     # output
     "--output-dir", "--run-name",
+    # the terminal (not a config field)
+    "--verbose",
 )  # fmt: skip
 RETRAIN_ONLY = ("--accuracy-tolerance", "--needs-review-alias")
 
@@ -149,7 +152,8 @@ def test_every_config_field_is_an_option_whose_help_is_its_description():
     from fairpca.flows.config import RetrainConfig, leaf_fields
 
     fields = leaf_fields(RetrainConfig)
-    assert len(fields) == len(AUDIT_OPTIONS) - 4 + len(RETRAIN_ONLY) - 1  # -k, 2 aliases, --no-
+    # -k, 2 aliases, --no-register-model, --verbose
+    assert len(fields) == len(AUDIT_OPTIONS) - 5 + len(RETRAIN_ONLY) - 1
     result = runner.invoke(app, ["retrain", "--help"], env={"COLUMNS": "100"})
     assert result.exit_code == 0
     text = re.sub(r"(\w)- (\w)", r"\1-\2", " ".join(result.output.split()))  # "four-\nfifths"
@@ -224,61 +228,57 @@ def test_a_misspelt_option_is_one_message_with_the_close_one():
     assert "--min-group-size" in result.output and "Traceback" not in result.output
 
 
-def _result(**overrides):
-    """A finished audit's result with the widest names the summary can hold."""
-    from fairpca.flows.audit import AuditResult
+def _result(record=None, promotion=None, **overrides):
+    """A finished audit's result (conftest's record, widened to what a default audit of
+    Adult shows: three reference mitigations, balanced accuracy, the selection-rate ratio,
+    rates per named group, a screened column, the summary rows with the widest names)."""
+    from conftest import build_audit_record, replaced
 
+    from fairpca.flows.audit import AuditResult
+    from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
+
+    record = record or build_audit_record()
+    extra = {
+        "balanced_accuracy": 0.65, "balanced_accuracy.ci95_low": 0.63,
+        "balanced_accuracy.ci95_high": 0.67, "selection_rate_ratio": 0.98,
+        "selection_rate_ratio.ci95_low": 0.71, "selection_rate_ratio.ci95_high": 1.0,
+        "selection_rate.sex:Female": 0.174, "tpr.sex:Female": 0.462, "fpr.sex:Female": 0.138,
+        "base_rate.sex:Female": 0.11, "selection_rate.sex:Male": 0.171, "tpr.sex:Male": 0.392,
+        "fpr.sex:Male": 0.074, "base_rate.sex:Male": 0.304,
+    }  # fmt: skip
+    test = {**record.selection.test, **extra}
+    references = [
+        ReferenceMitigation(name=name, approach=approach, needs_sensitive_at_prediction=needs,
+                            validation=test, test=test)
+        for name, approach, needs in (("threshold_optimizer", "post-processing", True),
+                                      ("exponentiated_gradient", "reductions", False),
+                                      ("correlation_remover", "pre-processing", True))
+    ]  # fmt: skip
     row = {
-        "variant": "fair_pca_eo",
-        "lambda": 0.125,
-        "classifier": "linear_svm",
-        "accuracy": 0.8491,
-        "accuracy.ci95_low": 0.8351,
-        "accuracy.ci95_high": 0.8632,
-        "dp_difference": 0.1651,
-        "dp_difference.ci95_high": 0.1921,
-        "eo_difference": 0.0551,
-        "eo_difference.ci95_high": 0.1721,
-        "var_explained": 0.671,
-    }
+        "variant": "fair_pca_eo", "lambda": 0.125, "classifier": "linear_svm",
+        "accuracy": 0.8491, "accuracy.ci95_low": 0.8351, "accuracy.ci95_high": 0.8632,
+        "dp_difference": 0.1651, "dp_difference.ci95_high": 0.1921, "eo_difference": 0.0551,
+        "eo_difference.ci95_high": 0.1721, "var_explained": 0.671,
+    }  # fmt: skip
     summary = [{**row, "role": role} for role in ("majority", "PCA (best)", "chosen", "last λ")]
     summary[0].update(variant="-", classifier="majority", **{"lambda": None})
-    test = {
-        "accuracy": 0.81,
-        "accuracy.ci95_low": 0.79,
-        "accuracy.ci95_high": 0.83,
-        "balanced_accuracy": 0.65,
-        "balanced_accuracy.ci95_low": 0.63,
-        "balanced_accuracy.ci95_high": 0.67,
-        "selection_rate.sex:Female": 0.174,
-        "tpr.sex:Female": 0.462,
-        "fpr.sex:Female": 0.138,
-        "base_rate.sex:Female": 0.11,
-    }
-    reference = {
-        "name": "threshold_optimizer",
-        "approach": "post-processing",
-        "needs_sensitive_at_prediction": True,
-        "validation": test,
-        "test": test,
-    }
+    screening = [ScreenedColumn(column="rank", rule="target leakage", score=0.83,
+                                action="excluded")]  # fmt: skip
+    record = replaced(record, "selection", test=test)
+    record = replaced(record, references=references, candidates=summary, screening=screening)
+    promotion = promotion or PromotionRecord(
+        promote=True, reasons=["no current champion: the gate alone decides"]
+    )
     values = dict(
-        run_id="f79fe6b6ef204cf6bc432b7163157ac2", run_name="audit-adult-20261201T083632-883dd2",
-        experiment_id="1", tracking_uri="sqlite:///mlflow.db", model_name="fairpca-adult-x-sex",
-        model_version="2", champion_alias="champion", champion_moved=True, decision="promote",
-        reasons=["fair_pca_eo/linear_svm@lambda=0.125 meets the thresholds"], chosen={},
-        output_dir="/tmp/out", report_path="/tmp/out/report.html", summary=summary,
-        selection={"chosen": {"name": "fair_pca_eo/linear_svm@lambda=0.125"}, "gate": "upper_bound",
-                   "test": test, "warnings": [], "group_sizes": {"sex": {"Female": 3316}},
-                   "baselines": {"majority": {"class": 0, "test": test}}},
-        references=[reference],
-        screening=[{"column": "rank", "rule": "target leakage", "score": 0.83,
-                    "action": "excluded"}],
+        record=replaced(record, model_name="fairpca-adult-x-sex"), promotion=promotion,
+        output_dir="/tmp/out", report_path="/tmp/out/report.html",
+        tracking_uri="sqlite:///mlflow.db", run_id="f79fe6b6ef204cf6bc432b7163157ac2",
+        experiment_id="1", model_version="2", model_version_new=True, champion_moved=True,
     )  # fmt: skip
     return AuditResult(**{**values, **overrides})
 
 
-def _printed(result, before=None, width=80) -> str:
+def _printed(result, before=None, width=80, verbose=False) -> str:
     import io
 
     from rich.console import Console
@@ -289,64 +289,124 @@ def _printed(result, before=None, width=80) -> str:
     original = shown.console
     shown.console = out
     try:
-        shown.print_report(result, before)
+        shown.print_report(result, before, verbose=verbose)
     finally:
         shown.console = original
     return out.export_text()
 
 
-def test_summary_at_80_columns_cuts_no_cell():
-    from fairpca.flows.console import SUMMARY_COLUMNS, _summary_cells
-
-    text = _printed(_result())
+def test_the_summary_leads_with_the_decision_and_fits_40_lines_at_80_columns():
+    text = _printed(_result(report_path="/tmp/" + "deep/" * 20 + "report.html"), before="1")
+    lines = text.rstrip("\n").splitlines()
+    assert lines[0] == "Decision: PROMOTED, fairpca-adult-x-sex v1 -> v2 holds 'champion'."
+    assert lines[1].startswith("Meets the gate")
+    header = next(i for i, line in enumerate(lines) if line.startswith("test rows"))
+    assert header < 6 and lines[header + 2].startswith("chosen ")  # one line per model
+    models = [line.split()[0] for line in lines[header + 2 : header + 8]]
+    assert models == ["chosen", "unconstrained", "majority", "threshold_optimizer*",
+                      "exponentiated_gradient", "correlation_remover*"]  # fmt: skip
+    assert len(lines) <= 40, text
     assert "…" not in text
-    table = text.split("Chosen on validation rows")[0]
-    assert max(len(line) for line in table.splitlines()) <= 80
-    words = text.split()
-    assert "the chosen candidate" in " ".join(words)  # the caption wraps, never cut
-    cells = _summary_cells(_result().summary[2])
-    kept = [title for title, _ in SUMMARY_COLUMNS if title.split()[0] in words]
-    assert kept[:7] == ["row", "variant", "λ", "classifier", "accuracy (95%)", "ΔDP", "ΔEO"]
-    for title in kept:
-        for word in cells[title].split():
-            assert word in words, (title, word)  # whole, never cut
+    long = [line for line in lines if len(line) > 80]
+    report = "/tmp/" + "deep/" * 20 + "report.html"
+    store = f"sqlite:///{Path('mlflow.db').absolute()}"
+    # a path, URL or command longer than the terminal is a line of its own, never broken
+    assert all(line == report or line.endswith(f"{store} --port 5000") for line in long), long
+    assert report in lines and "| sex: Female |" not in text
+    assert any(line.startswith("sex: Female ") for line in lines)  # groups by name
+    assert "Candidates" not in text and "variant" not in text  # the table of --verbose
 
 
-def test_summary_shows_balanced_accuracy_references_group_rates_and_screening():
-    text = " ".join(_printed(_result(), width=80).split())
-    assert "fair_pca_eo/linear_svm@lambda=0.125 (chosen): acc 0.810 [0.790, 0.830], bal. acc " in (
-        text
-    )
-    assert (
-        "threshold_optimizer (reference: post-processing, needs the sensitive attribute at "
-        "prediction): acc 0.810" in text
-    )
-    assert "sex:Female (3316 rows): selection rate 0.174, TPR 0.462, FPR 0.138, base rate" in text
-    assert "Column screening: - excluded 'rank': target leakage (score 0.830)" in text
+def test_the_summary_shows_balanced_accuracy_references_groups_and_screening():
+    text = _printed(_result(), width=100)
+    chosen = next(line for line in text.splitlines() if line.startswith("chosen "))
+    assert chosen.split() == ["chosen", "0.822", "0.650", "0.023", "0.980", "0.061", "0.046"]
+    words = " ".join(text.split())
+    assert "* needs the sensitive attribute to predict." in words
+    assert "Chosen, 95% intervals: acc 0.811–0.832, bal acc 0.630–0.670, ΔDP 0.003–0.043" in words
+    assert "sex: Female 1650 0.174 0.462 0.138 0.110" in words
+    assert "Column screening: - excluded 'rank': target leakage (score 0.830)" in words
+    assert "Warnings (1): - fair_pca: a sensitive attribute is still predictable" in words
+
+
+def test_verbose_adds_the_candidates_every_reason_and_warning():
+    from conftest import build_audit_record, replaced
+
+    record = replaced(build_audit_record(), "selection", warnings=["first", "second", "third"])
+    quiet = " ".join(_printed(_result(record)).split())
+    assert "Warnings (3): - first - 2 more in the report (or run with --verbose)" in quiet
+    loud = _printed(_result(record), verbose=True)
+    words = " ".join(loud.split())
+    assert "Warnings (3): - first - second - third" in words
+    assert "Fairness audit audit-adult-20261130T150000-abc123" in loud  # the candidates
+    assert "Reasons: - gate: upper_bound - no current champion" in words
+    for line in loud.split("Reasons:")[0].splitlines():
+        assert len(line) <= 80 or line.startswith("/")
 
 
 def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():
-    from pathlib import Path
+    from fairpca.flows.console import mlflow_bin, mlflow_ui_lines
+    from fairpca.tasks.record import PromotionRecord
 
     text = _printed(_result(), before="1", width=200)
-    assert "Decision: promoted: fairpca-adult-x-sex v1 -> v2 now holds the 'champion' alias." in (
-        text
-    )
-    from fairpca.flows.console import mlflow_bin
-
+    assert "Decision: PROMOTED, fairpca-adult-x-sex v1 -> v2 holds 'champion'." in text
     mlflow = Path(sys.executable).parent / "mlflow"
     mlflow = mlflow if mlflow.exists() else f"{sys.executable} -m mlflow"
     assert mlflow_bin() == str(mlflow) and Path(mlflow_bin().split()[0]).is_absolute()
     store = f"sqlite:///{Path('mlflow.db').absolute()}"
     assert f"Open the MLflow UI: {mlflow} ui --backend-store-uri {store} --port 5000" in text
-    assert "Run: http://127.0.0.1:5000/#/experiments/1/runs/f79fe6b6ef204cf6bc432b7163157ac2" in (
+    ui = "http://127.0.0.1:5000/#/experiments/1"
+    assert f"Runs: {ui}/runs?viewStateShareKey=fairpca" in text
+    assert f"Run: {ui}/runs/f79fe6b6ef204cf6bc432b7163157ac2" in text
+    assert "Model version: http://127.0.0.1:5000/#/models/fairpca-adult-x-sex/versions/2" in text
+    remote = dict(mlflow_ui_lines(_result(tracking_uri="https://mlflow.example.org/")))
+    assert "Open the MLflow UI:" not in remote
+    assert remote["Runs:"].startswith("https://mlflow.example.org/#/experiments/1/runs?")
+    kept = PromotionRecord(promote=False, reasons=["champion v1: the challenger is worse"])
+    text = _printed(_result(promotion=kept, champion_moved=False), before="1", width=200)
+    assert "Decision: NOT promoted, v2 registered; 'champion' stays on v1." in text
+    assert "Meets the gate thresholds (upper 95% bounds) on the validation rows, but champion " in (
         text
     )
-    assert "Model version: http://127.0.0.1:5000/#/models/fairpca-adult-x-sex/versions/2" in text
-    kept = _printed(_result(champion_moved=False, outcome="champion v1 still meets the gate; "
-                            "challenger v2 was not promoted."), before="1", width=200)  # fmt: skip
-    assert "Decision: not promoted: v2 was registered, the 'champion' alias stays on v1." in kept
-    assert "Retrain: champion v1 still meets the gate; challenger v2 was not promoted." in kept
+
+
+def test_a_retrain_says_what_happened_to_the_champion():
+    from conftest import build_audit_record, replaced
+
+    from fairpca.tasks.record import PromotionRecord
+
+    kept = PromotionRecord(promote=False, champion_version="1",
+                           reasons=["champion v1: the challenger is worse"])  # fmt: skip
+    record = replaced(build_audit_record(), kind="retrain")
+    text = _printed(_result(record, kept, champion_moved=False), before="1", width=200)
+    assert "Retrain: champion v1 of fairpca-adult-x-sex still meets the gate on the new test " in (
+        text
+    )
+    assert "challenger v2 was not promoted." in text
+
+
+def test_prefect_and_mlflow_info_lines_only_with_verbose():
+    """Quiet by default, before or after Prefect and MLflow are imported; the Prefect API
+    handler still gets every line."""
+    code = (
+        "import logging, sys\n"
+        "from fairpca.flows.console import show_logs\n"
+        "show_logs(False)\n"
+        "import mlflow, prefect.main\n"  # prefect.main sets Prefect's logging up
+        "from prefect.logging import get_logger\n"
+        "assert logging.getLogger('mlflow').getEffectiveLevel() == logging.WARNING\n"
+        "get_logger('prefect').info('HIDDEN-INFO'); get_logger('prefect').warning('SHOWN-1')\n"
+        "show_logs(True)\n"
+        "get_logger('prefect').info('SHOWN-2')\n"
+        "assert logging.getLogger('mlflow').getEffectiveLevel() == logging.INFO\n"
+        "show_logs(False)\n"
+        "get_logger('prefect.flow_runs').info('HIDDEN-AGAIN')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "SHOWN-1" in done.stderr and "SHOWN-2" in done.stderr
+    assert "HIDDEN" not in done.stderr + done.stdout
 
 
 def test_config_file_typo_gets_did_you_mean(tmp_path):

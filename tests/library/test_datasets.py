@@ -100,8 +100,8 @@ def test_adult_counts_rates_and_columns():
     assert abs(data.positive_rate - 0.239) < 0.001
     assert list(data.X.columns) == ADULT_FEATURES
     assert list(data.sensitive.columns) == ["sex"]
-    assert data.sensitive["sex"].value_counts().to_dict() == {1: 32_650, 0: 16_192}
-    assert _group_rates(data, "sex") == {0: 0.1093, 1: 0.3038}
+    assert data.sensitive["sex"].value_counts().to_dict() == {"Male": 32_650, "Female": 16_192}
+    assert _group_rates(data, "sex") == {"Female": 0.1093, "Male": 0.3038}
     assert data.X.isna().sum().sum() == 0
     assert (data.X["workclass"] == "missing").sum() == 2_799
     assert data.y.dtype == np.int64 and set(data.y.unique()) == {0, 1}
@@ -140,16 +140,24 @@ def test_adult_multi_attribute_and_drop():
         load_adult(sensitive=[])
 
 
-def test_coded_groups_get_their_names_and_raw_columns_keep_theirs():
+def test_groups_have_their_names_and_the_papers_codes_one_call_away():
     data = load_adult(sensitive=("sex", "race"))
     assert data.sensitive_labels == {"sex": {0: "Female", 1: "Male"}}
-    named = data.with_named_groups()
-    assert named.sensitive["sex"].value_counts().to_dict() == {
-        "Male": int((data.sensitive["sex"] == 1).sum()),
-        "Female": int((data.sensitive["sex"] == 0).sum()),
-    }
-    assert named.sensitive["race"].equals(data.sensitive["race"])  # already the data's names
-    assert named.sensitive_labels == {} and named.with_named_groups() is named
+    assert data.sensitive["sex"].dtype == object  # names, as metric names and reports show
+    assert data.with_named_groups() is data  # nothing coded left to name
+    codes = data.sensitive_codes
+    assert codes["sex"].dtype == np.int64
+    assert codes["sex"].tolist() == (data.sensitive["sex"] == "Male").astype(int).tolist()
+    assert codes["race"].equals(data.sensitive["race"])  # a raw column is its own names
+
+
+def test_a_hand_built_dataset_with_coded_groups_gets_their_names():
+    data = load_adult(sensitive=("sex", "race"))
+    coded = Dataset(data.X, data.y, data.sensitive_codes, "x", "", "",
+                    sensitive_labels=data.sensitive_labels)  # fmt: skip
+    named = coded.with_named_groups()
+    assert named.sensitive.equals(data.sensitive)
+    assert named.sensitive_codes.equals(data.sensitive_codes)
     assert named.X.equals(data.X) and named.y.equals(data.y)
 
 
@@ -158,8 +166,8 @@ def test_german_counts_rates_and_columns():
     assert data.n_samples == 1_000
     assert abs(data.positive_rate - 0.30) < 0.001
     assert list(data.X.columns) == GERMAN_FEATURES  # age stays a feature, as in the paper
-    assert data.sensitive["age"].sum() == 851
-    assert _group_rates(data, "age") == {0: 0.4094, 1: 0.2808}
+    assert data.sensitive_codes["age"].sum() == 851
+    assert _group_rates(data, "age") == {"under 25": 0.4094, "25 or older": 0.2808}
     assert data.X.isna().sum().sum() == 0
     assert data.positive_label.startswith("bad credit")
 
@@ -167,7 +175,7 @@ def test_german_counts_rates_and_columns():
 def test_german_sex_and_lee_setup_dimension():
     data = load_german(sensitive=["age", "sex"])
     assert "personal_status" not in data.X.columns
-    assert data.sensitive["sex"].value_counts().to_dict() == {1: 690, 0: 310}
+    assert data.sensitive["sex"].value_counts().to_dict() == {"Male": 690, "Female": 310}
     lee = load_german(drop="personal_status")
     paper = make_preprocessor(lee.X, min_category_count=1)  # every category, as in the paper
     assert paper.fit_transform(lee.X).shape == (1_000, 57)
@@ -239,7 +247,7 @@ def test_load_dataset_dispatch():
 def test_dataset_validation_and_summary():
     data = load_german()
     summary = data.summary()
-    assert summary["n_samples"] == 1_000 and summary["groups"]["age"]["1"]["count"] == 851
+    assert summary["n_samples"] == 1_000 and summary["groups"]["age"]["25 or older"]["count"] == 851
     assert "Dataset(name='german'" in repr(data)
     with pytest.raises(ValueError, match="same number of rows"):
         Dataset(data.X, data.y[:10], data.sensitive, "x", "", "")
@@ -256,8 +264,8 @@ def test_bank_counts_and_rates():
     data = load_bank()
     assert data.n_samples == 41_188 and data.X.shape[1] == 20
     assert abs(data.positive_rate - 0.113) < 0.001
-    assert abs(data.sensitive["age"].mean() - 0.423) < 0.001
-    assert _group_rates(data, "age") == {0: 0.1145, 1: 0.1102}
+    assert abs(data.sensitive_codes["age"].mean() - 0.423) < 0.001
+    assert _group_rates(data, "age") == {"40 or under": 0.1145, "over 40": 0.1102}
     assert "emp_var_rate" in data.X.columns and data.X.isna().sum().sum() == 0
 
 
@@ -267,9 +275,9 @@ def test_compas_counts_rates_and_features():
     data = load_compas()
     assert data.n_samples == 7_214
     assert abs(data.positive_rate - 0.4507) < 1e-4
-    assert data.sensitive["race"].sum() == 2_454
+    assert (data.sensitive["race"] == "Caucasian").sum() == 2_454
     assert "race" not in data.X.columns and "decile_score" not in data.X.columns
-    assert _group_rates(data, "race") == {0: 0.48, 1: 0.3936}
+    assert _group_rates(data, "race") == {"other race": 0.48, "Caucasian": 0.3936}
     filtered = load_compas(propublica_filter=True, drop="sex")
     assert filtered.n_samples == 6_172 and "sex" not in filtered.X.columns
     assert abs(filtered.positive_rate - 0.4551) < 1e-4

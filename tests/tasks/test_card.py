@@ -11,6 +11,7 @@ from fairpca.tasks.card import (
     DESCRIPTION_MAX_CHARS,
     render_model_card,
     run_description,
+    verdict_line,
     verdict_markdown,
     version_description,
 )
@@ -84,7 +85,36 @@ def test_no_payload_survives_in_card_and_descriptions(audit_record):
     assert "a` &lt;b onmouseover=alert(4)&gt;b&lt;/b&gt; `c" in card_html
 
 
-def test_run_description_is_the_verdict_in_a_few_lines(audit_record):
+def _with_group_rates(record):
+    rates = {"selection_rate.sex:Female": 0.1737, "tpr.sex:Female": 0.4615,
+             "fpr.sex:Female": 0.1382, "selection_rate.sex:Male": 0.1706, "tpr.sex:Male": 0.39,
+             "fpr.sex:Male": 0.07, "selection_rate.race:Black/sex:Male": 0.2}  # fmt: skip
+    return replaced(record, "selection", test={**record.selection.test, **rates})
+
+
+def test_the_first_line_is_the_decision_in_plain_text(audit_record):
+    """The MLflow UI lists a description's first characters as they are: no Markdown."""
+    audit_record = _with_group_rates(audit_record)
+    kept = PromotionRecord(promote=False, reasons=["champion v1: the challenger is worse"])
+    lines = {
+        "promoted": verdict_line(audit_record, PROMOTED),
+        "kept": verdict_line(audit_record, kept),
+        "undecided": verdict_line(audit_record),
+        "failed": verdict_line(replaced(audit_record, "selection.decision", promote=False)),
+    }
+    assert lines == {
+        "promoted": "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822.",
+        "kept": "NOT promoted: test ΔDP 0.023, accuracy 0.822.",
+        "undecided": "PASSES the gate: test ΔDP 0.023, accuracy 0.822.",
+        "failed": "NOT promoted: test ΔDP 0.023, accuracy 0.822.",
+    }
+    for text in (run_description(audit_record, PROMOTED), version_description(
+            audit_record, "abc123", None, PROMOTED, experiment_id="3")):  # fmt: skip
+        first = text.splitlines()[0]
+        assert first == lines["promoted"] and not set(first) & set("*_`[]|#\\")
+
+
+def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record):
     references = [
         ReferenceMitigation(
             name="threshold_optimizer",
@@ -94,25 +124,31 @@ def test_run_description_is_the_verdict_in_a_few_lines(audit_record):
             test={"accuracy": 0.79, "accuracy.ci95_low": 0.77, "accuracy.ci95_high": 0.81},
         )
     ]
-    text = run_description(replaced(audit_record, references=references), PROMOTED)
-    lines = text.splitlines()
-    assert lines[0] == (
-        "**Decision: PROMOTED to champion** (gate `upper_bound`). Chosen on validation rows: "
-        "`fair_pca/logreg@lambda=0.125`."
+    record = _with_group_rates(replaced(audit_record, references=references))
+    lines = run_description(record, PROMOTED).splitlines()
+    # what the run page shows above "Show more" (100 px): the line, then a table of 2 rows
+    assert lines[:6] == [
+        "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822.",
+        "",
+        "| test rows | accuracy | ΔDP | ΔEO | ΔDP ∩ |",
+        "|:--|--:|--:|--:|--:|",
+        "| chosen | 0.822 | 0.023 | 0.061 | 0.046 |",
+        "| unconstrained PCA | 0.848 | 0.181 | 0.095 | 0.362 |",
+    ]
+    details = lines[6:]
+    assert "| chosen | 0.822 (0.811–0.832) | 0.023 (0.003–0.043) | 0.061 (0.031–0.091) | " in (
+        "\n".join(details)
     )
-    table = [line for line in lines if line.startswith("| ")]
-    assert table[0] == "| test rows | accuracy | dp_difference | eo_difference |"
-    assert table[1].startswith("| chosen: fair\\_pca/logreg@lambda=0\\.125 | 0.8215 [0.8115, ")
-    assert table[2].startswith("| unconstrained PCA: pca/logreg@lambda=0 | 0.8478 [0.8378, ")
-    assert table[3] == "| majority class | 0.7611 | 0.0000 | - |"
-    assert table[4] == (
-        "| reference: threshold\\_optimizer \\(post\\-processing\\) | 0.7900 [0.7700, 0.8100] "
-        "| - | - |"
+    assert "| majority class | 0.761 | 0.000 | - | - |" in details
+    assert "| reference: threshold\\_optimizer \\(post\\-processing\\) | 0.790 (0.770–0.810) " in (
+        "\n".join(details)
     )
-    assert "- upper bound of DP 0\\.0400 &lt;= 0\\.05" in lines
-    assert "- fair\\_pca: a sensitive attribute is still predictable" in lines
-    assert lines[-1].startswith("Full model card: artifact `model_card.md`")
-    assert len(lines) < 30
+    assert "| sex: Female | 1650 | 0.174 | 0.462 | 0.138 |" in details  # groups by name
+    assert not any("Black" in line for line in details)  # intersections: in the card
+    assert "- upper bound of DP 0\\.0400 &lt;= 0\\.05" in details
+    assert "- fair\\_pca: a sensitive attribute is still predictable" in details
+    assert any(line.startswith("Full model card: artifact `model_card.md`") for line in details)
+    assert len(lines) < 45
 
 
 def test_new_headline_metrics_join_the_verdict_when_measured(audit_record):
@@ -121,26 +157,41 @@ def test_new_headline_metrics_join_the_verdict_when_measured(audit_record):
          "balanced_accuracy.ci95_high": 0.8, "selection_rate_ratio": 0.9}
     )  # fmt: skip
     text = verdict_markdown(audit_record)
-    assert "| balanced_accuracy | selection_rate_ratio |" in text
-    assert "| 0.7000 [0.6000, 0.8000] | 0.9000 |" in text
+    assert "| test rows | accuracy | balanced accuracy | ΔDP | SR ratio | ΔEO | ΔDP ∩ |" in text
+    assert "| 0.700 (0.600–0.800) | 0.023 (0.003–0.043) | 0.900 |" in text
+    assert (
+        text.splitlines()[0] == "PASSES the gate: test ΔDP 0.023, SR ratio 0.900, accuracy 0.822."
+    )
 
 
-def test_version_description_always_fits_and_links_the_card(audit_record):
+def test_version_description_always_fits_and_links_the_card_and_the_report(audit_record):
     url = run_ui_url("https://u:pw@mlflow.example.org/", "3", "abc123", "model_card.md")
     assert url == (
         "https://***@mlflow.example.org/#/experiments/3/runs/abc123/artifactPath/model_card.md"
     )
     assert run_ui_url("sqlite:///m.db", "3", "abc123", "model_card.md") is None
+    base = "https://***@mlflow.example.org/#/experiments/3/runs/abc123/artifactPath"
+    link = (
+        f"[Model card]({base}/model_card.md) · [Report]({base}/report/report.html) · "
+        "`runs:/abc123/model_card.md`"
+    )
     short = version_description(audit_record, "abc123", url, PROMOTED)
-    link = f"Full model card: `runs:/abc123/model_card.md` ([open in the MLflow UI]({url}))."
-    assert short.endswith(link)
+    assert link in short.splitlines()
+    # a database store: links any MLflow UI of that store resolves (relative to the page)
+    local = version_description(audit_record, "abc123", None, PROMOTED, experiment_id="3")
+    assert (
+        "[Model card](#/experiments/3/runs/abc123/artifactPath/model_card.md) · "
+        "[Report](#/experiments/3/runs/abc123/artifactPath/report/report.html)"
+    ) in local
+    bare = version_description(audit_record, "abc123", None, PROMOTED)
+    assert "Full model card: `runs:/abc123/model_card.md`; report: " in bare
     reasons = [f"reason {i}: " + "x" * 2000 for i in range(50)]
     audit_record = replaced(audit_record, "selection.decision", reasons=reasons)
     audit_record = replaced(audit_record, "selection", warnings=["warning " + "y" * 2000] * 50)
     long = version_description(audit_record, "abc123", url, PROMOTED)
     assert len(long) <= DESCRIPTION_MAX_CHARS < len(render_model_card(audit_record))
-    assert long.endswith(link)
-    assert "**Decision: PROMOTED to champion**" in long and "| majority class |" in long
+    assert link in long.splitlines()  # the links come before the reasons, never cut
+    assert long.startswith("PROMOTED to champion") and "| majority class |" in long
     assert "more (see the model card)" in long
 
 

@@ -1,4 +1,5 @@
-"""Logging to MLflow (``fairpca.tasks.mlflow_logging``): transient errors told apart."""
+"""Logging to MLflow (``fairpca.tasks.mlflow_logging``): transient errors told apart, the
+headline test numbers logged first, the run list's verdict view."""
 
 from __future__ import annotations
 
@@ -31,3 +32,56 @@ def test_a_step_waits_at_most_ten_seconds_between_its_attempts():
     delays = RETRYING["retry_delay_seconds"](RETRYING["retries"])  # Prefect's back-off
     assert delays == [1, 2, 4]
     assert sum(delays) * (1 + RETRYING["retry_jitter_factor"]) <= 10
+
+
+def test_the_headline_test_numbers_are_logged_first():
+    """The run page lists a run's metrics as they were logged."""
+    from fairpca.tasks.mlflow_logging import _display_order
+
+    keys = ["time_total_s", "validation.accuracy", "baseline.pca.test.accuracy",
+            "fair_pca/lambda", "dp_difference.sex", "accuracy.ci95_low", "eo_difference",
+            "selection_rate.sex:Female", "accuracy", "dp_difference"]  # fmt: skip
+    assert sorted(keys, key=_display_order) == [
+        "accuracy", "dp_difference", "eo_difference", "accuracy.ci95_low", "dp_difference.sex",
+        "selection_rate.sex:Female", "validation.accuracy", "baseline.pca.test.accuracy",
+        "time_total_s", "fair_pca/lambda",
+    ]  # fmt: skip
+
+
+def test_the_run_list_view_is_stored_once_and_never_fails_the_logging(tmp_path):
+    """The experiment's run list view is the MLflow UI's own shared-view tag; a server that
+    refuses experiment tags leaves the default run list and the audit is logged anyway."""
+    import json
+
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from fairpca.tasks.mlflow_logging import (
+        RUN_LIST_METRICS,
+        RUN_LIST_VIEW,
+        run_list_url,
+        run_list_view,
+        set_run_list_view,
+    )
+
+    view = run_list_view()
+    assert view["selectedColumns"][0] == "attributes.`Description`"  # its first line: decision
+    assert view["selectedColumns"][1:] == [f"metrics.`{m}`" for m in RUN_LIST_METRICS]
+    assert sum(view["columnWidths"].values()) + 73 <= 1026  # the table's room at 1280 px
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.create_experiment("e", (tmp_path / "artifacts").as_uri())
+    set_run_list_view(client, experiment)
+    set_run_list_view(client, experiment)
+    tag = client.get_experiment(experiment).tags[f"mlflow.sharedViewState.{RUN_LIST_VIEW}"]
+    assert json.loads(tag) == view
+    assert run_list_url("http://ui", experiment) == (
+        f"http://ui/#/experiments/{experiment}/runs?viewStateShareKey={RUN_LIST_VIEW}"
+    )
+
+    class Refusing(MlflowClient):
+        def set_experiment_tag(self, *args, **kwargs):
+            raise MlflowException("PERMISSION_DENIED: experiment tags are read-only here")
+
+    other = client.create_experiment("f", (tmp_path / "artifacts").as_uri())
+    set_run_list_view(Refusing(f"sqlite:///{tmp_path / 'mlflow.db'}"), other)
+    assert f"mlflow.sharedViewState.{RUN_LIST_VIEW}" not in client.get_experiment(other).tags

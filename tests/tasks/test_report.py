@@ -1,7 +1,9 @@
-"""The audit report: the verdict first, per-group rates, no Python reprs, every user string
-escaped, a trade-off plot that survives undefined values, and a page that never overflows
-horizontally in a real browser (headless Chromium) at 1280x800, 900x700 (MLflow's artifact
-viewer) and 800x600."""
+"""The audit report: the verdict first (decision and why, the chosen model, every model's test
+numbers with intervals, the groups by name), no Python reprs, every user string escaped, a
+trade-off plot that survives undefined values, and a page measured in a real browser
+(headless Chromium): the verdict fits the first screen at 1280x900 with no verdict table
+scrolling sideways, reflows into cards at 390 px, and no page overflows horizontally at
+1280x800, 900x700 (MLflow's artifact viewer), 800x600 or 390x844."""
 
 from __future__ import annotations
 
@@ -10,44 +12,77 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import replaced
 
+from fairpca.tasks.record import Policy, PromotionRecord, ReferenceMitigation
 from fairpca.tasks.report import (
+    REPORT_TEMPLATE,
+    TEMPLATES,
     Bullets,
+    Estimate,
     Plot,
     Verdict,
+    decision_summary,
+    frontier_sections,
     gate_limits,
     group_rates_frame,
     markdown_table,
     plot_tradeoff,
     render_html,
     render_markdown,
-    verdict_sections,
+    report_sections,
+    report_title,
 )
 
-VIEWPORTS = ((1280, 800), (900, 700), (800, 600))
+VIEWPORTS = ((1280, 800), (900, 700), (800, 600), (390, 844))
+PROMOTED = PromotionRecord(promote=True, reasons=["no current champion: the gate alone decides"])
 
-# Injected into a copy of the page: after layout, the title says how wide the document is
-# against the viewport and which elements stick out without a scrolling box around them.
-OVERFLOW_PROBE = """<script>
+# Injected into a copy of the page: after layout, it posts to the frame's host how wide the
+# document is against the viewport, which elements stick out without a scrolling box around
+# them, and where the verdict is: its bottom edge, and per verdict table its right edge
+# against the verdict's, whether an ancestor scrolls it and how its rows are displayed.
+PROBE = """<script>
 function fairpcaProbe() {
   var root = document.documentElement, width = root.clientWidth, bad = [];
-  document.querySelectorAll('body *').forEach(function (el) {
-    if (el.getBoundingClientRect().right <= width + 1) return;
+  function scrolls(el) {
     for (var up = el.parentElement; up && up !== document.body; up = up.parentElement) {
       var o = getComputedStyle(up).overflowX;
-      if (o === 'auto' || o === 'scroll') return;
+      if (o === 'auto' || o === 'scroll') return true;
     }
-    bad.push(el.tagName.toLowerCase() + (el.className ? '.' + el.className : ''));
+    return false;
+  }
+  document.querySelectorAll('body *').forEach(function (el) {
+    if (el.getBoundingClientRect().right > width + 1 && !scrolls(el)) {
+      bad.push(el.tagName.toLowerCase() + (el.className ? '.' + el.className : ''));
+    }
   });
-  document.title = 'PROBE ' + JSON.stringify({scroll: root.scrollWidth, client: width,
-                                              bad: bad.slice(0, 10)});
+  var verdict = document.getElementById('verdict'), tables = [], bottom = null;
+  if (verdict) {
+    var edge = verdict.getBoundingClientRect().right;
+    bottom = Math.ceil(verdict.getBoundingClientRect().bottom);
+    verdict.querySelectorAll('table.verdict-table').forEach(function (t) {
+      tables.push({id: t.id, right: Math.ceil(t.getBoundingClientRect().right),
+                   edge: Math.ceil(edge), scrolled: scrolls(t),
+                   rows: getComputedStyle(t.querySelector('tbody tr')).display});
+    });
+  }
+  parent.postMessage(JSON.stringify({scroll: root.scrollWidth, client: width,
+    height: window.innerHeight, bad: bad.slice(0, 10), bottom: bottom, tables: tables}), '*');
 }
 window.addEventListener('load', fairpcaProbe);
 </script>"""
+
+# A frame of exactly width x height: Chromium's windows have a minimum width (500 px) and
+# their own toolbars, a frame's viewport is what it is told.
+HOST = """<!doctype html><html><head><title>waiting</title></head>
+<body style="margin:0"><iframe src="{src}" style="border:0;width:{w}px;height:{h}px"></iframe>
+<script>window.addEventListener('message', function (e) {{ document.title = 'PROBE ' + e.data; }});
+</script></body></html>"""
 
 
 def chromium() -> str:
@@ -58,21 +93,25 @@ def chromium() -> str:
 
 
 def layout(page: Path, width: int, height: int, tmp_path: Path) -> dict:
-    """Open a probed copy of ``page`` in headless Chromium at ``width`` x ``height``."""
+    """Open a probed copy of ``page`` in headless Chromium with a viewport of exactly
+    ``width`` x ``height`` (a frame of that size) and return what the probe measured."""
     probed = tmp_path / f"probed-{width}x{height}.html"
-    probed.write_text(page.read_text().replace("</body>", OVERFLOW_PROBE + "</body>"))
-    profile = tmp_path / f"profile-{width}"
+    probed.write_text(page.read_text().replace("</body>", PROBE + "</body>"))
+    host = tmp_path / f"host-{width}x{height}.html"
+    host.write_text(HOST.format(src=probed.name, w=width, h=height))
     command = [
-        chromium(), "--headless", "--no-sandbox", "--disable-gpu",
+        chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--no-first-run", f"--user-data-dir={profile}", "--hide-scrollbars",
-        f"--window-size={width},{height}", "--virtual-time-budget=5000", "--dump-dom",
-        probed.as_uri(),
+        "--no-first-run", f"--user-data-dir={tmp_path / f'profile-{width}'}", "--hide-scrollbars",
+        f"--window-size={width + 40},{height + 200}", "--virtual-time-budget=5000", "--dump-dom",
+        host.as_uri(),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     found = re.search(r"<title>PROBE (.*?)</title>", done.stdout, re.S)
     assert found, f"no probe result; chromium said: {done.stderr[-2000:]}"
-    return json.loads(found.group(1).replace("&quot;", '"'))
+    seen = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert (seen["client"], seen["height"]) == (width, height), seen  # the viewport asked for
+    return seen
 
 
 def assert_fits(page: Path, tmp_path: Path) -> None:
@@ -80,6 +119,24 @@ def assert_fits(page: Path, tmp_path: Path) -> None:
         seen = layout(page, width, height, tmp_path)
         assert seen["bad"] == [], (width, seen)
         assert seen["scroll"] <= seen["client"], (width, seen)
+
+
+def assert_verdict_first(page: Path, tmp_path: Path) -> None:
+    """At 1280x900 the verdict ends above the fold and no verdict table is wider than the
+    verdict or sits in a scrolling box; at 390x844 its tables are cards (one block per row)
+    and nothing sticks out."""
+    wide = layout(page, 1280, 900, tmp_path)
+    assert wide["bottom"] is not None and wide["bottom"] <= 900, wide
+    assert len(wide["tables"]) >= 1, wide
+    for table in wide["tables"]:
+        assert table["right"] <= table["edge"] and not table["scrolled"], (table, wide)
+        assert table["rows"] == "table-row", table
+    assert wide["scroll"] <= wide["client"] and wide["bad"] == [], wide
+    phone = layout(page, 390, 844, tmp_path)
+    for table in phone["tables"]:
+        assert table["right"] <= table["edge"] and not table["scrolled"], (table, phone)
+        assert table["rows"] == "block", table  # a card per model, per group
+    assert phone["scroll"] <= phone["client"] and phone["bad"] == [], phone
 
 
 SELECTION = {
@@ -102,38 +159,116 @@ SELECTION = {
     "warnings": [],
 }  # fmt: skip
 
-REFERENCES = [
-    {
-        "name": "threshold optimizer",
-        "approach": "post-processing",
-        "needs_sensitive_at_prediction": True,
-        "validation": {"accuracy": 0.8, "dp_difference": 0.02},
-        "test": {"accuracy": 0.8, "accuracy.ci95_low": 0.78, "accuracy.ci95_high": 0.82},
+POLICY = Policy(
+    name="demographic_parity+four_fifths",
+    thresholds={"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8, "min_accuracy": 0.0},
+    description="demographic_parity+four_fifths: DP difference <= 0.05; selection-rate ratio "
+    ">= 0.8 (point estimate, as the rule is defined)",
+)
+REFERENCE_NAMES = ("threshold_optimizer", "exponentiated_gradient", "correlation_remover")
+
+
+def _reviewed(record, *, groups: dict[str, str] | None = None):
+    """``record`` as a default audit leaves it: a gate policy, the three reference
+    mitigations, balanced accuracy and the selection-rate ratio, rates per named group."""
+    groups = groups or {"sex": "Female", "race": "White"}
+    rates = {}
+    for attribute, group in groups.items():
+        for other in (group, "Other"):
+            rates |= {
+                f"{rate}.{attribute}:{other}": 0.1 + 0.01 * i
+                for i, rate in enumerate(("selection_rate", "tpr", "fpr", "base_rate"))
+            }
+    rates |= {"selection_rate.race:White/sex:Female": 0.12, "tpr.race:White/sex:Female": 0.4}
+    estimates = {
+        f"{name}{end}": value + shift
+        for name, value in (("balanced_accuracy", 0.652), ("selection_rate_ratio", 0.982))
+        for end, shift in (("", 0.0), (".ci95_low", -0.02), (".ci95_high", 0.01))
     }
-]
-
-
-def test_verdict_comes_first_with_test_metrics_beside_baselines_and_references():
-    sections = verdict_sections(
-        SELECTION, thresholds={"max_dp_difference": 0.05, "min_accuracy": 0.0},
-        references=REFERENCES,
-    )  # fmt: skip
-    heading, blocks = sections[0]
-    assert heading.startswith("Verdict")
-    assert blocks[0] == Verdict("Do not promote: fair_pca/logreg@lambda=0.125", False)
-    assert "Gate: upper 95% bound of dp_difference ≤ 0.05, lower 95% bound of accuracy ≥ 0." in (
-        blocks[1].items
-    )
-    table = blocks[2]
-    assert list(table["model"]) == [
-        "fair_pca/logreg@lambda=0.125", "pca/logreg", "majority class (0)", "threshold optimizer",
+    references = [
+        ReferenceMitigation(
+            name=name, approach=approach, needs_sensitive_at_prediction=needs,
+            validation={"accuracy": 0.8}, test={**record.selection.test, **estimates},
+        )
+        for name, approach, needs in zip(
+            REFERENCE_NAMES, ("post-processing", "reductions", "pre-processing"),
+            (True, False, True), strict=True,
+        )
     ]  # fmt: skip
-    assert table.loc[0, "accuracy"] == "0.8100 [0.7900, 0.8300]"
-    assert table.loc[0, "eo_difference"] == "-"  # undefined: a dash, not nan
-    assert table.loc[3, "role"] == (
-        "reference: post-processing, needs the sensitive attribute at prediction"
+    record = replaced(record, "selection", test={**record.selection.test, **estimates, **rates})
+    return replaced(record, policy=POLICY, references=references)
+
+
+def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_record):
+    record = _reviewed(audit_record)
+    sections = report_sections(record, PROMOTED)
+    heading, verdict = sections[0]
+    assert heading.startswith("Verdict") and isinstance(verdict, Verdict)
+    assert (verdict.promote, verdict.headline) == (True, "Promoted to champion")
+    assert verdict.why == (
+        "Meets the gate demographic_parity+four_fifths (upper 95% bounds) on the validation "
+        "rows; no current champion: the gate alone decides"
     )
-    assert sections[1][0].startswith("Per-group rates")
+    assert verdict.chosen == "fair_pca/logreg@lambda=0.125"
+    assert verdict.columns == (
+        "accuracy", "balanced_accuracy", "dp_difference", "selection_rate_ratio",
+        "eo_difference", "dp_difference.intersection",
+    )  # fmt: skip
+    assert [(row.model, row.role) for row in verdict.rows] == [
+        ("fair_pca/logreg@lambda=0.125", "chosen"),
+        ("pca/logreg@lambda=0", "baseline: unconstrained PCA"),
+        ("majority class (0)", "baseline"),
+        ("threshold_optimizer", "reference: post-processing, needs the sensitive attribute at "
+         "prediction"),
+        ("exponentiated_gradient", "reference: reductions"),
+        ("correlation_remover", "reference: pre-processing, needs the sensitive attribute at "
+         "prediction"),
+    ]  # fmt: skip
+    chosen = verdict.rows[0].estimates
+    assert str(chosen["accuracy"]) == "0.822 (0.811–0.832)"  # 0.8215 ± 0.01
+    assert str(chosen["selection_rate_ratio"]) == "0.982 (0.962–0.992)"
+    assert str(verdict.rows[2].estimates["eo_difference"]) == "-"  # not measured: a dash
+    assert [(g.attribute, g.group) for g in verdict.groups] == [
+        ("sex", "Female"),
+        ("sex", "Other"),
+        ("race", "White"),
+        ("race", "Other"),
+    ]  # single attributes by name; the intersection has a section of its own
+    assert verdict.groups[0].rows == 1650 and verdict.groups[0].rates["tpr"] == pytest.approx(0.11)
+    headings = [h for h, _ in sections]
+    assert headings[1:4] == [
+        "Why", "Warnings", "Intersection groups of the chosen model (test rows)",
+    ]  # fmt: skip
+    assert headings.index("Trade-off on validation rows") == 4
+
+
+def test_the_decision_and_why_in_one_sentence_for_each_outcome(audit_record):
+    gate = "the gate thresholds (upper 95% bounds) on the validation rows"
+    assert decision_summary(audit_record) == (
+        False, "Passes the gate",
+        f"Meets {gate}; the promotion is decided when the audit is logged to MLflow",
+    )  # fmt: skip
+    assert decision_summary(audit_record, PROMOTED)[:2] == (True, "Promoted to champion")
+    kept = PromotionRecord(promote=False, reasons=["champion v3: the challenger is worse"])
+    assert decision_summary(audit_record, kept) == (
+        False, "Not promoted", f"Meets {gate}, but champion v3: the challenger is worse",
+    )  # fmt: skip
+    unregistered = replaced(audit_record, register_model=False)
+    assert "no version was registered" in decision_summary(unregistered, kept)[2]
+    failed = replaced(audit_record, "selection.decision", promote=False,
+                      reasons=["no eligible candidate meets the thresholds"])  # fmt: skip
+    assert decision_summary(failed, kept) == (
+        False, "Not promoted", "No eligible candidate meets the thresholds",
+    )  # fmt: skip
+
+
+def test_an_estimate_reads_its_interval_and_never_shows_nan():
+    metrics = {"a": 0.78159, "a.ci95_low": 0.7649, "a.ci95_high": 0.7977, "b": float("nan"),
+               "c": 0.5, "c.ci95_low": float("nan"), "c.ci95_high": 0.6}  # fmt: skip
+    assert str(Estimate.of(metrics, "a")) == "0.782 (0.765–0.798)"
+    assert str(Estimate.of(metrics, "b")) == str(Estimate.of(metrics, "missing")) == "-"
+    assert str(Estimate.of(metrics, "c")) == "0.500"  # half an interval is no interval
+    assert str(Estimate(float("nan"), 0.1, 0.2)) == str(Estimate(None)) == "-"
 
 
 def test_group_rates_read_every_rate_and_the_sizes():
@@ -156,26 +291,33 @@ def test_gate_limits_read_max_and_min_names():
 PAYLOAD = "<img src=x onerror=alert(1)>[x](javascript:alert(1))`"
 
 
-def test_every_user_string_is_escaped_in_html_and_markdown():
+def test_every_user_string_is_escaped_in_html_and_markdown(audit_record):
+    record = _reviewed(audit_record, groups={"sex": PAYLOAD})
+    record = replaced(record, "selection.chosen", name=PAYLOAD)
     frame = pd.DataFrame({PAYLOAD: [PAYLOAD], "n": [1.5]})
     sections = [
-        (PAYLOAD, [Verdict(PAYLOAD, True), Bullets([PAYLOAD])]),
+        *report_sections(record, PROMOTED)[:2],
+        (PAYLOAD, [Bullets([PAYLOAD])]),
         ("table", frame),
         ("plot", Plot(PAYLOAD)),
         ("text", PAYLOAD),
     ]
     page = render_html(PAYLOAD, sections, None)
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert page.count("&lt;img src=x") >= 6  # title, chosen, group, heading, bullet, cell
     markdown = render_markdown(PAYLOAD, sections, "tradeoff.png")
     assert "<img" not in markdown and "](javascript" not in markdown
     assert "\\[x\\]\\(javascript:alert\\(1\\)\\)\\`" in markdown
 
 
-def test_page_has_one_stylesheet_scroll_boxes_and_no_python_reprs():
-    page = render_html("T", verdict_sections(SELECTION, thresholds={"max_dp_difference": 0.05}),
-                       None)  # fmt: skip
-    assert page.count("<style>") == 1 and "overflow-x:auto" in page
-    assert page.count("<table>") == page.count("<div class='scroll'><table>") == 2
+def test_page_has_one_stylesheet_no_python_reprs_and_its_template_is_packaged(audit_record):
+    assert (TEMPLATES / REPORT_TEMPLATE).is_file()
+    pyproject = (Path(__file__).parents[2] / "pyproject.toml").read_text()
+    assert '"fairpca.tasks" = ["templates/*.j2"]' in pyproject  # shipped in the wheel
+    record = _reviewed(audit_record)
+    page = render_html(report_title(record), report_sections(record, PROMOTED), None)
+    assert page.lstrip().startswith("<!doctype html>")
+    assert page.count("<style>") == 1 and page.count('class="verdict-table"') == 2
     assert "nan" not in page.lower().replace("nan-", "")
     for repr_like in ("['", "{'", "': ", "None"):
         assert repr_like not in page
@@ -205,10 +347,12 @@ def test_trade_off_plot_survives_undefined_values_and_fits_800_px(tmp_path):
     assert width <= 800 and height > width / 2  # two panels, stacked
 
 
-def test_a_page_with_a_wide_table_and_long_words_does_not_overflow(tmp_path):
+def test_a_page_with_a_wide_table_and_long_words_does_not_overflow(tmp_path, audit_record):
     wide = pd.DataFrame({f"column with a long name {i}": ["x" * 30] for i in range(12)})
+    record = _reviewed(replaced(audit_record, "selection.chosen", name="a" * 200))
     sections = [
-        ("Verdict", [Verdict("Promote: " + "a" * 200, True), Bullets(["b/" * 150])]),
+        *report_sections(record, PROMOTED)[:1],
+        ("Why", Bullets(["b/" * 150])),
         ("Candidates", wide),
     ]
     page = tmp_path / "report.html"
@@ -216,12 +360,34 @@ def test_a_page_with_a_wide_table_and_long_words_does_not_overflow(tmp_path):
     assert_fits(page, tmp_path)
 
 
-def test_the_probe_finds_an_overflowing_page(tmp_path):
-    """The browser check can fail: a fixed-width element outside a scrolling box is found."""
-    page = tmp_path / "bad.html"
-    page.write_text("<!doctype html><html><body><div style='width:1500px'>x</div></body></html>")
-    seen = layout(page, 1280, 800, tmp_path)
-    assert seen["bad"] == ["div"] and seen["scroll"] > seen["client"]
+def test_the_verdict_fits_the_first_screen_at_1280_and_becomes_cards_at_390(tmp_path, audit_record):
+    """Two attributes (intersection columns), a gate policy, three reference mitigations,
+    group labels of 60 characters: the verdict is still on the first screen at 1280x900."""
+    chromium()
+    record = _reviewed(audit_record, groups={"sex": "Female", "race": "Asian-Pac-Islander " * 3})
+    page = tmp_path / "report.html"
+    page.write_text(render_html(report_title(record), report_sections(record, PROMOTED), None))
+    assert_verdict_first(page, tmp_path)
+
+
+def test_the_verdict_probe_finds_a_scrolling_table_and_a_verdict_below_the_fold(
+    tmp_path, audit_record
+):
+    """The browser check can fail: a verdict table in a scrolling box, one wider than the
+    verdict, and a verdict pushed below the fold are each found."""
+    chromium()
+    record = _reviewed(audit_record)
+    page = render_html(report_title(record), report_sections(record, PROMOTED), None)
+    boxed = tmp_path / "boxed.html"
+    boxed.write_text(page.replace('<table class="verdict-table" id="verdict-models">',
+                                  '<div style="overflow-x:auto"><table class="verdict-table" '
+                                  'id="verdict-models" style="width:1500px">', 1))  # fmt: skip
+    seen = layout(boxed, 1280, 900, tmp_path)
+    models = next(t for t in seen["tables"] if t["id"] == "verdict-models")
+    assert models["scrolled"] and models["right"] > models["edge"]
+    low = tmp_path / "low.html"
+    low.write_text(page.replace("<h1>", "<div style='height:700px'></div><h1>", 1))
+    assert layout(low, 1280, 900, tmp_path)["bottom"] > 900
 
 
 def _audit_report(store_uri: str, out: Path, **overrides) -> Path:
@@ -247,24 +413,28 @@ def test_audit_report_fits_every_viewport_in_chromium(
     chromium()
     page = _audit_report(mlflow_store[0], tmp_path / "out", sensitive=sensitive)
     text = page.read_text()
-    assert text.index("Verdict") < text.index("Per-group rates") < text.index("Trade-off")
+    assert text.index('id="verdict"') < text.index("Why") < text.index("Trade-off")
+    assert "sex: Female" in text and "sex: 0" not in text  # groups by name
     for repr_like in ("['", "{'", "None"):
         assert repr_like not in text
     assert "RBF SVC training rows: 1500" in text  # min(svc_max_train_rows 2000, n_train 1500)
+    assert_verdict_first(page, tmp_path)
     assert_fits(page, tmp_path)
 
 
-def test_verdict_states_the_gate_in_the_policys_own_words():
-    policy = {
-        "name": "demographic_parity+four_fifths",
-        "description": "demographic_parity+four_fifths: DP difference <= 0.05; selection-rate "
-        "ratio >= 0.8 (point estimate, as the rule is defined)",
-        "thresholds": {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8},
-    }
-    sections = verdict_sections(SELECTION, thresholds={}, policy=policy)
-    items = sections[0][1][1].items
-    assert f"Gate: policy {policy['description']}." in items
-    assert not any("lower 95% bound of selection_rate_ratio" in item for item in items)
+def test_why_states_the_gate_in_the_policys_own_words(audit_record):
+    record = _reviewed(audit_record)
+    why = dict(report_sections(record))["Why"]
+    assert f"Gate: {POLICY.description}." in why.items
+    assert "upper bound of DP 0.0400 <= 0.05" in why.items  # the choice's own reasons follow
+
+
+def test_the_frontier_has_its_slot_after_the_verdict(audit_record):
+    assert frontier_sections(audit_record) == []  # a record without a frontier
+    points = [{"lambda": 0.0, "accuracy": 0.78, "dp_difference": 0.01}]
+    ((heading, frame),) = frontier_sections(SimpleNamespace(frontier=points))
+    assert heading.startswith("Accuracy–fairness frontier")
+    assert frame.to_dict("records") == points
 
 
 def test_markdown_table():
@@ -273,21 +443,25 @@ def test_markdown_table():
                                                   "| - | y |"]  # fmt: skip
 
 
-def test_report_renders_structured_sections_as_markdown_and_html():
-    from fairpca.tasks.report import Bullets, Plot, Strong, render_html, render_markdown
-
+def test_report_renders_structured_sections_as_markdown_and_html(audit_record):
+    record = _reviewed(audit_record)
     sections = [
-        ("Decision", [Strong("do NOT promote"), Bullets(["DP 0.06 > max 0.05", "a < b"])]),
+        report_sections(record, PROMOTED)[0],
+        ("Decision", [Bullets(["DP 0.06 > max 0.05", "a < b"])]),
         ("Table", pd.DataFrame({"x": [1.0]})),
         ("Plot", Plot("trade-off")),
         ("Notes", "plain text"),
     ]
     markdown = render_markdown("T", sections, "tradeoff.png")
-    assert "**do NOT promote**" in markdown and "- DP 0\\.06 &gt; max 0\\.05" in markdown
+    assert "**Promoted to champion**: Meets the gate" in markdown
+    assert "| fair\\_pca/logreg@lambda=0\\.125 \\(chosen\\) | 0.822 (0.811–0.832) |" in markdown
+    assert "| sex: Female | 1650 | 0.100 | 0.110 | 0.120 | 0.130 |" in markdown
+    assert "- DP 0\\.06 &gt; max 0\\.05" in markdown
     assert "![trade\\-off](tradeoff.png)" in markdown  # user text escaped (markdown_text)
     page = render_html("T", sections, None)
-    assert "<p><strong>do NOT promote</strong></p>" in page
+    assert '<p class="headline">Promoted to champion</p>' in page
     assert "<li>a &lt; b</li>" in page and "**" not in page and "- DP" not in page
+    assert '<td data-label="ΔDP"><span class="value"><span class="est">' in page
 
 
 def test_trade_off_plot_draws_dollar_names_as_written(
