@@ -35,7 +35,7 @@ extensions = [
 ]
 
 templates_path = ["_templates"]
-exclude_patterns = ["README.proposed.md", "_build"]
+exclude_patterns = ["_build"]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 default_role = "literal"  # `name` renders as code, as in the docstrings

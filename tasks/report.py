@@ -891,6 +891,10 @@ def _facts(record) -> list[str]:
         f"classifiers: {params.get('classifiers', '-')}",
         f"seed: {params.get('seed', '-')}",
     ]
+    if "rbf_svc" in params.get("classifiers", "").split(","):
+        cap = params.get("svc_max_train_rows", "")
+        rows = min(int(cap), split.n_train) if cap.isdigit() and int(cap) else split.n_train
+        facts.append(f"RBF SVC training rows: {rows}")
     if record.policy is not None:
         facts.append(f"gate: {record.policy.description}")
     facts += [

@@ -17,7 +17,7 @@ GENERATED = {"_build", "auto_examples", "generated", "_templates", "sg_execution
 PAGES = sorted(
     path.relative_to(DOCS).as_posix()
     for path in [*DOCS.rglob("*.rst"), *DOCS.rglob("*.md")]
-    if not GENERATED & set(path.relative_to(DOCS).parts) and path.name != "README.proposed.md"
+    if not GENERATED & set(path.relative_to(DOCS).parts)
 )
 
 SERVERS = "deployments/ci_e2e.sh runs it against real servers (CI, after the tests)"

@@ -2,7 +2,7 @@
 executed, in order, in an empty folder that holds this virtual environment as ``.venv`` (as a
 checkout does after the quick start), with nothing else on ``PATH`` (see
 ``tests/code_blocks.py``). Only the blocks listed in EXCEPTIONS are shown and not run, each
-with its reason. ``docs/README.proposed.md``, while it exists, is held to the same rule."""
+with its reason."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from code_blocks import RUNNABLE, markdown_blocks, run_page, skipped
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-READMES = [path for path in (README, ROOT / "docs" / "README.proposed.md") if path.is_file()]
+READMES = [README]
 
 # A piece of each block's code -> why the block is not run here.
 EXCEPTIONS = {
