@@ -45,6 +45,7 @@ from fairpca.tasks.mlflow_logging import (
     PROMOTION_FILE,
     RETRYING,
     LoggedAudit,
+    MlflowLoggingError,
     as_model_input,
     input_example,
     log_output_dir,
@@ -80,6 +81,7 @@ from fairpca.tasks.trust import (
     path_inside,
     seal_output_dir,
     sha256_file,
+    shown_uri,
     signing_key,
 )
 
@@ -341,9 +343,17 @@ def promote_and_log(
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     champion, demoted = (None, frozenset())
     if record.register_model:
-        champion, demoted = champion_lookup(
-            tracking_uri, record, evaluate=scorer_on_test_rows(split, config), watch=watch
-        )
+        try:
+            champion, demoted = champion_lookup(
+                tracking_uri, record, evaluate=scorer_on_test_rows(split, config), watch=watch
+            )
+        except Exception as error:  # after the task's retries: the folder is complete
+            raise MlflowLoggingError(
+                f"Looking up the current champion at {shown_uri(tracking_uri)} failed "
+                f"({type(error).__name__}: {str(error)[:300]}). All results are kept in "
+                f"{out_dir.resolve()}; log them again with `fairpca relog {out_dir}` once "
+                "the tracking server is reachable."
+            ) from error
     promotion = decide_promotion(
         challenger_of(record), champion, tolerance=tolerance, demoted_models=demoted
     )

@@ -416,9 +416,14 @@ def ineligibility(row: dict[str, Any], majority_accuracy: float, selection) -> l
     rules = eligibility_rules(selection)
     reasons = []
     floor = majority_accuracy + rules["min_accuracy_gain"]
-    if not row["accuracy"] >= floor:
+    accuracy = _value(row, "accuracy")
+    if math.isnan(accuracy):  # no group large enough to publish: nothing may be judged
         reasons.append(
-            f"accuracy {row['accuracy']:.4f} does not beat the majority class "
+            "no metrics: every group of these rows is withheld (fewer than min_group_size rows)"
+        )
+    elif not accuracy >= floor:
+        reasons.append(
+            f"accuracy {accuracy:.4f} does not beat the majority class "
             f"({majority_accuracy:.4f}) by {rules['min_accuracy_gain']:g}"
         )
     chance = 0.5 + rules["min_balanced_accuracy_margin"]
@@ -444,7 +449,7 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
 
 def _no_eligible(records, majority_accuracy, selection, reasons) -> tuple[dict[str, Any], Decision]:
     """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
-    best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), r["accuracy"]))
+    best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
     why = "; ".join(ineligibility(best, majority_accuracy, selection))
     reasons.append(
         f"no candidate is eligible, so nothing is registered or promoted; the best by "
@@ -491,6 +496,8 @@ def unstable_margins(row: dict[str, Any], policy: GatePolicy) -> list[str]:
     for criterion, scope, value, error, limit in _noise(row, policy):
         if policy.bound == "upper_bound" and not criterion.point_rule:
             continue
+        if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
+            continue  # a ratio of at least 0 or a difference of at most 1: always met
         margin = value - limit if criterion.larger_is_fairer else limit - value
         if margin < STABLE_Z * error:
             reasons.append(
@@ -525,10 +532,10 @@ def majority_accuracy_of(y_train, y_eval) -> float:
 def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
     """Order of the passing candidates: ``measure``, then accuracy, then the smaller DP
     difference (NaN sorts last)."""
-    value = _value(row, measure)
+    value, accuracy = _value(row, measure), _value(row, "accuracy")
     return (
         -math.inf if math.isnan(value) else value,
-        row["accuracy"],
+        -math.inf if math.isnan(accuracy) else accuracy,
         -row.get("dp_difference", 0.0),
     )
 
@@ -576,7 +583,7 @@ def select_candidate(
     if not eligible:
         best, decision = _no_eligible(records, majority_accuracy, selection, reasons)
         return best, decision, False
-    best = min(eligible, key=lambda r: (policy.violation(r), -r["accuracy"]))
+    best = min(eligible, key=lambda r: (policy.violation(r), -_value(r, "accuracy")))
     reasons.append(f"least violating eligible candidate chosen for review: {candidate_name(best)}")
     reasons += policy.failures(best)
     return best, Decision(False, tuple(reasons)), True
@@ -607,6 +614,8 @@ def best_pca(table: pd.DataFrame) -> dict[str, Any] | None:
     pca = table[table["variant"] == "pca"]
     if pca.empty:
         return None
+    if pca.get("accuracy", pd.Series(dtype=float)).isna().all():  # every group withheld
+        return pca.iloc[0].to_dict()
     return pca.loc[pca["accuracy"].idxmax()].to_dict()
 
 

@@ -8,6 +8,7 @@ public :func:`fairpca.tasks.public.sweep_lambda` are entries over it."""
 
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -699,7 +700,7 @@ def cross_validate(
                 **metrics,
                 **errors,
                 **{f"cv_spread.{key}": value for key, value in spread.items()},
-                "holdout_accuracy": row["accuracy"],
+                "holdout_accuracy": row.get("accuracy", math.nan),
             }
         )
     return rows

@@ -44,6 +44,8 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
         "tests/e2e/gate_e2e.py runs it (" + SERVERS + ")",
         "fairpca gate register": "needs an MLflow tracking server with webhooks; "
         "tests/e2e/gate_e2e.py registers one (" + SERVERS + ")",
+        "fairpca gate reconcile": "needs a registry with gated versions and the gate's key; "
+        "tests/e2e/gate_e2e.py and tests/flows/test_gate.py run it",
     },
     "user_guide/deployments.rst": {
         "mlflow server": "starts the MLflow tracking server, which runs until stopped; " + SERVERS,

@@ -159,7 +159,7 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert resolved["source"]["sensitive"] == ["sex"]  # the attribute actually used (default)
     page = download(client, result.run_id, "report/report.html", local).read_text()
     assert "**" not in page and "\n- " not in page and "<li>" in page
-    assert page.index("class='verdict") < page.index("Per-group rates") < page.index("<img")
+    assert page.index('id="verdict"') < page.index("Groups of the chosen model") < page.index("<img")
 
     # the selection handed to the registry: chosen on validation, reported on test, baselines
     selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]
@@ -236,7 +236,7 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
     for variant in ("fair_pca", "fair_pca_eo"):
         history = client.get_metric_history(result.run_id, f"{variant}/mean_gap_train")
         assert min(h.value for h in history if h.step == 0) < 1e-8
-    assert result.champion_moved  # thresholds of 1.0 always pass
+    assert result.champion_moved, "\n".join(result.record.decision.reasons)  # limits 1.0 pass
 
     model = mlflow.sklearn.load_model(
         f"models:/{resolved_model_name(config.source, config.tracking.model_name)}@champion"
@@ -309,19 +309,23 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
 
     _uri, client = store
     # loose enough that the 95% upper bounds on 1,000 validation rows pass
-    loose = {"max_dp_difference": 0.15, "max_eo_difference": 0.4, "min_selection_rate_ratio": 0.5}
+    loose = {"max_dp_difference": 0.2, "max_eo_difference": 0.5, "min_selection_rate_ratio": 0.3}
     base = make_config(store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose).model_dump()
     first = retrain(RetrainConfig(**base))
     assert first.champion_moved and first.model_version == "1"
+    again = retrain(RetrainConfig(**base))  # the same rows and seed: the same fit
+    assert not again.champion_moved and again.model_version == "1"  # not registered twice
+    assert any("own model" in r for r in again.reasons), again.reasons
     output = {**base["output"], "run_name": "retrain-second-" + tmp_path.name}
-    second = retrain(RetrainConfig(**{**base, "output": output}))
-    assert second.champion_moved and second.model_version == "2"  # same data: no regression
+    second = retrain(RetrainConfig(**{**base, "seed": 1, "output": output}))
+    assert second.champion_moved, "\n".join(second.record.decision.reasons)  # no regression
+    assert second.model_version == "2"
     run = client.get_run(second.run_id)
-    assert run.data.tags["fairpca.retrain_decision"] == "promote"
+    assert run.data.tags["fairpca.decision"] == "promote"
     assert run.data.tags["fairpca.champion_version_before"] == "1"
     assert any("champion v1" in r for r in second.reasons)
     zero = {"max_dp_difference": 0.0, "max_eo_difference": 0.0}
-    strict = {**base, "selection": {**base["selection"], "thresholds": zero}}
+    strict = {**base, "seed": 2, "selection": {**base["selection"], "thresholds": zero}}
     third = retrain(RetrainConfig(**strict))
     assert not third.champion_moved and third.model_version == "3"
     # the champion fails the strict gate on the new rows as well: moved to needs-review
@@ -330,7 +334,7 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     assert str(review.version) == "2"
     assert "champion" not in client.get_registered_model(name).aliases
     report = Path(third.output_dir, "report.md").read_text()
-    assert "Retrain decision: keep champion" in report
+    assert "**Not promoted**" in report and "fails the gate on the new data" in report
 
 
 def test_logging_failure_marks_run_failed_keeps_results_and_relogs(

@@ -290,7 +290,7 @@ def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, tiny_r
     result = fairness_audit(config)
     assert result.selection["split"] == {"n_train": 300, "n_validation": 150, "n_test": 150}
     sizes = result.selection["group_sizes"]["group"]
-    assert "tiny" not in sizes and sizes["(withheld)"].endswith("suppressed")
+    assert "tiny" not in sizes and "suppressed" in sizes["(withheld)"]
     assert not any("tiny" in key for key in result.selection["test"])
 
 

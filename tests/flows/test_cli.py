@@ -120,7 +120,8 @@ AUDIT_OPTIONS = (
     # selection
     "--policy", "--max-dp-difference", "--max-dp", "--max-eo-difference", "--max-eo",
     "--max-equalized-odds-difference", "--min-selection-rate-ratio", "--min-accuracy",
-    "--gate", "--select-by", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
+    "--gate", "--select-by", "--k-grid", "--logreg-C", "--cv-folds", "--cv-repeats", "--cv-below-rows",
+    "--certify-factor", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
     "--min-positive-rate-ratio", "--max-one-class-share", "--allow-row-storing-models",
     # tracking
     "--tracking-uri", "--experiment-name", "--model-name", "--champion-alias",

@@ -313,8 +313,8 @@ sys.meta_path.insert(0, Watch())
 policy = gate.load_policies(sys.argv[2])["gate-credit"]
 gate._client(sys.argv[1])
 reference = policy.reference
-frame = gate.gate_tasks.read_reference(reference.path, reference.label, reference.sensitive)
-metrics, _ = gate.gate_tasks.evaluate_version(
+frame = gate.read_reference(reference.path, reference.label, reference.sensitive)
+metrics, _ = gate.evaluate_version(
     f"models:/gate-credit/{sys.argv[3]}", frame, label=reference.label,
     evaluator_config=policy.evaluator_config(), experiment_name="gate-lock", run_name="lock",
     run_tags={},
@@ -362,6 +362,7 @@ def test_a_gate_run_past_its_deadline_fails_and_the_version_stays_pending(
     client.create_registered_model("gate-slow")
     version = client.create_model_version("gate-slow", source="/nowhere").version
     (policy_dir / "slow.yaml").write_text(POLICY.format(model="gate-slow"))
+    monkeypatch.setattr(gate_tasks, "download_version", lambda *args: Path(args[-1]))
     monkeypatch.setattr(gate_tasks, "evaluate_version", _an_hour)
     started = time.monotonic()
     try:

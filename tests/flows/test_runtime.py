@@ -43,7 +43,8 @@ def _wait_until(condition, seconds: float, step: float = 0.05) -> float:
 
 
 class Audit:
-    """``fairpca audit`` on the bundled German data, in a process group of its own."""
+    """``fairpca audit`` on the bundled German data, in a process group of its own (with
+    ``--verbose``: the tests wait for Prefect's INFO lines)."""
 
     def __init__(self, user_cli, tmp_path: Path, *extra: str) -> None:
         fairpca, env = user_cli
@@ -51,7 +52,7 @@ class Audit:
         with self.log.open("w") as out:
             self.process = subprocess.Popen(
                 [fairpca, "audit", "--dataset", "german", "-k", "2", "--variants",
-                 "pca,fair_pca", "--classifiers", "logreg", "--tracking-uri",
+                 "pca,fair_pca", "--classifiers", "logreg", "--verbose", "--tracking-uri",
                  f"sqlite:///{tmp_path}/m.db", "--output-dir", str(tmp_path / "out"), *extra],
                 cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
