@@ -159,7 +159,9 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert resolved["source"]["sensitive"] == ["sex"]  # the attribute actually used (default)
     page = download(client, result.run_id, "report/report.html", local).read_text()
     assert "**" not in page and "\n- " not in page and "<li>" in page
-    assert page.index('id="verdict"') < page.index("Groups of the chosen model") < page.index("<img")
+    assert (
+        page.index('id="verdict"') < page.index("Groups of the chosen model") < page.index("<img")
+    )
 
     # the selection handed to the registry: chosen on validation, reported on test, baselines
     selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]
