@@ -120,7 +120,8 @@ AUDIT_OPTIONS = (
     # selection
     "--policy", "--max-dp-difference", "--max-dp", "--max-eo-difference", "--max-eo",
     "--max-equalized-odds-difference", "--min-selection-rate-ratio", "--min-accuracy",
-    "--gate", "--select-by", "--k-grid", "--logreg-C", "--cv-folds", "--cv-repeats", "--cv-below-rows",
+    "--gate", "--select-by", "--k-grid", "--logreg-C", "--cv-folds", "--cv-repeats",
+    "--cv-below-rows",
     "--certify-factor", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
     "--min-positive-rate-ratio", "--max-one-class-share", "--allow-row-storing-models",
     # tracking
@@ -233,7 +234,7 @@ def _result(record=None, promotion=None, **overrides):
     """A finished audit's result (conftest's record, widened to what a default audit of
     Adult shows: three reference mitigations, balanced accuracy, the selection-rate ratio,
     rates per named group, a screened column, the summary rows with the widest names)."""
-    from conftest import build_audit_record, replaced
+    from records import build_audit_record, replaced
 
     from fairpca.flows.audit import AuditResult
     from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
@@ -331,7 +332,7 @@ def test_the_summary_shows_balanced_accuracy_references_groups_and_screening():
 
 
 def test_verbose_adds_the_candidates_every_reason_and_warning():
-    from conftest import build_audit_record, replaced
+    from records import build_audit_record, replaced
 
     record = replaced(build_audit_record(), "selection", warnings=["first", "second", "third"])
     quiet = " ".join(_printed(_result(record)).split())
@@ -372,7 +373,7 @@ def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():
 
 
 def test_a_retrain_says_what_happened_to_the_champion():
-    from conftest import build_audit_record, replaced
+    from records import build_audit_record, replaced
 
     from fairpca.tasks.record import PromotionRecord
 

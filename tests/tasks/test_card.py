@@ -5,7 +5,7 @@ survives in them."""
 from __future__ import annotations
 
 import pytest
-from conftest import replaced
+from records import replaced
 
 from fairpca.tasks.card import (
     DESCRIPTION_MAX_CHARS,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import replaced
+from records import replaced
 
 from fairpca.tasks.card import mask_credentials, render_model_card
 from fairpca.tasks.record import (

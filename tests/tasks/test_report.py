@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import replaced
+from records import replaced
 
 from fairpca.tasks.record import Policy, PromotionRecord, ReferenceMitigation
 from fairpca.tasks.report import (
