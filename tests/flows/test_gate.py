@@ -100,12 +100,12 @@ def _gated(uri, client, policy_dir, *versions):
             _gate(uri, policy_dir, version)
 
 
-def _register(uri, kind, **options) -> str:
+def _register(uri, kind, name="gate-credit", **options) -> str:
     previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     try:
-        return _registrant().register("gate-credit", kind, **options)
+        return _registrant().register(name, kind, **options)
     finally:
         mlflow.set_tracking_uri(previous[0])
         mlflow.set_registry_uri(previous[1])
@@ -315,7 +315,7 @@ gate._client(sys.argv[1])
 reference = policy.reference
 frame = gate.read_reference(reference.path, reference.label, reference.sensitive)
 metrics, _ = gate.evaluate_version(
-    f"models:/gate-credit/{sys.argv[3]}", frame, label=reference.label,
+    f"models:/gate-lock/{sys.argv[3]}", frame, label=reference.label,
     evaluator_config=policy.evaluator_config(), experiment_name="gate-lock", run_name="lock",
     run_tags={},
 )
@@ -331,9 +331,10 @@ def test_a_gate_run_imports_nothing_under_mlflows_import_hook_lock(registry, pol
     import subprocess
     import sys
 
-    uri, _, versions = registry
+    uri, _, _ = registry
+    version = _register(uri, "fair", name="gate-lock")  # not gate-credit's gated versions
     done = subprocess.run(
-        [sys.executable, "-c", _UNDER_HOOK_LOCK, uri, str(policy_dir), versions["fair"]],
+        [sys.executable, "-c", _UNDER_HOOK_LOCK, uri, str(policy_dir), version],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
