@@ -130,7 +130,7 @@ def test_the_server_starts_under_cpu_load_and_sigint_ends_every_process(user_cli
 def test_sigterm_during_the_sweep_ends_every_process_with_one_line(user_cli, tmp_path):
     audit = Audit(user_cli, tmp_path, "--lambdas", "0,0.25,0.5,0.75,1")
     try:
-        audit.wait_for("Task run 'fit-fair_pca")  # the sweeps start next
+        audit.wait_for("Task run 'search-fair_pca")  # the search and sweeps run now
         took, said = audit.stop_signal(signal.SIGTERM)
     finally:
         audit.kill()
