@@ -253,6 +253,8 @@ def tiny_config(tracking_uri: str, output_dir: Path, **overrides):
         "experiment_name": "faults",
         "model_name": "fairpca-faults",
         "mlflow_retry_backoff": BACKOFF,
+        # limits German's few hundred rows can certify, so that a version is registered
+        "thresholds": {"max_dp_difference": 1.0, "min_selection_rate_ratio": 0.0},
         **overrides,
     }
     return AuditConfig(**values)
@@ -430,7 +432,7 @@ def test_short_outage_while_logging_is_retried_and_the_run_completes(server, tmp
 
 def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_path, free_port):
     from fairpca.flows.audit import fairness_audit
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     audit_id = f"death-{uuid.uuid4().hex[:8]}"
     config = tiny_config(server.uri, tmp_path / "out", run_name=audit_id)
@@ -476,14 +478,16 @@ def test_server_death_while_logging_fails_clearly_and_keeps_results(server, tmp_
     assert f"Run {run.info.run_id} could not be marked FAILED" in message, message
     assert "is marked FAILED" not in message, message
 
-    logged = log_output_dir(out_dir, server.uri)  # `fairpca relog DIR`
-    assert_complete_run(client, logged.run_id, tmp_path)
+    from fairpca.flows.relog import relog_output_dir
+
+    run_id = relog_output_dir(out_dir, server.uri)["run_id"]  # `fairpca relog DIR`
+    assert_complete_run(client, run_id, tmp_path)
     # Points logged before the server died are not logged a second time.
-    for key in client.get_run(logged.run_id).data.metrics:
-        steps = [point.step for point in client.get_metric_history(logged.run_id, key)]
+    for key in client.get_run(run_id).data.metrics:
+        steps = [point.step for point in client.get_metric_history(run_id, key)]
         assert len(steps) == len(set(steps)), (key, steps)
     status = json.loads((out_dir / "mlflow_status.json").read_text())
-    assert status["status"] == "FINISHED" and status["run_id"] == logged.run_id
+    assert status["status"] == "FINISHED" and status["run_id"] == run_id
 
 
 def _wait_for_lines(process, log: Path, texts: tuple[str, ...], seconds: float = 600) -> None:
@@ -496,7 +500,7 @@ def _wait_for_lines(process, log: Path, texts: tuple[str, ...], seconds: float =
 
 def _writing_seconds(folder: Path) -> float:
     """How long the audit took to write its folder: first file to the seal."""
-    from fairpca.tasks.signing import SEAL_FILE
+    from fairpca.tasks.trust import SEAL_FILE
 
     written = [p.stat().st_mtime for p in folder.rglob("*") if p.is_file()]
     return (folder / SEAL_FILE).stat().st_mtime - min(written)
@@ -519,7 +523,7 @@ def test_cli_audit_reports_a_dead_server_within_a_minute_and_relog_finishes_it(
     with log.open("w") as out:
         process = subprocess.Popen(
             [fairpca, "audit", "--dataset", "german", "-k", "10", "--variants", "pca,fair_pca",
-             "--lambdas", "0,1", "--classifiers", "linear_svm", "--seed", "0",
+             "--lambdas", "0,1", "--classifiers", "linear_svm", "--seed", "0", "--verbose",
              "--tracking-uri", server.uri, "--output-dir", str(tmp_path / "out"),
              "--run-name", audit_id, "--experiment-name", "faults",
              "--model-name", "fairpca-faults-cli", "--mlflow-retry-backoff", str(BACKOFF)],
@@ -548,8 +552,6 @@ def test_cli_audit_reports_a_dead_server_within_a_minute_and_relog_finishes_it(
     assert f"fairpcarelog{folder.resolve()}" in unwrapped, message
     assert "\n\n" not in message.strip(), message  # one paragraph
     check_relog_dir(folder)  # complete and sealed: every file as the seal lists it
-    reasons = json.loads((folder / "audit.json").read_text())["decision"]["reasons"]
-    assert any("could not be read from MLflow" in reason for reason in reasons), reasons
     for name in ["audit.json", *REPORT_FILES, "model/MLmodel"]:
         assert (folder / name).is_file(), name
 
