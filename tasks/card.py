@@ -20,9 +20,9 @@ from fairpca.tasks.report import (
     METRIC_LABELS,
     RATE_COLUMNS,
     Estimate,
+    chosen_group_rates,
     decision_summary,
     format_interval,
-    group_rates_frame,
     group_rows,
     markdown_table,
     markdown_text,
@@ -166,7 +166,7 @@ def _section_test_metrics(record: AuditRecord) -> str:
 
 
 def _section_group_rates(record: AuditRecord) -> str:
-    frame = group_rates_frame(record.selection.test, record.selection.group_sizes)
+    frame = chosen_group_rates(record.selection)
     rows = [
         {
             key: _text(value) if isinstance(value, str) else f"{value:.4f}"

@@ -54,6 +54,7 @@ __all__ = [
     "Verdict",
     "VerdictRow",
     "build_verdict",
+    "chosen_group_rates",
     "csv_cell",
     "csv_safe_frame",
     "decision_summary",
@@ -352,10 +353,11 @@ def _split_group_metric(name: str) -> tuple[str, str, str] | None:
 
 
 def group_rates_frame(
-    test: dict[str, float], group_sizes: dict[str, dict[str, Any]]
+    test: dict[str, float], group_sizes: dict[str, dict[str, Any]], part: str = "all parts"
 ) -> pd.DataFrame:
-    """One row per reported group: its rows (all parts), selection rate, TPR, FPR, base rate
-    on test rows. Suppressed groups have no rates and do not appear."""
+    """One row per reported group: its rows (in ``part``, the rows ``group_sizes`` counts),
+    selection rate, TPR, FPR, base rate on test rows. Suppressed groups have no rates and do
+    not appear."""
     rates: dict[tuple[str, str], dict[str, float]] = {}
     for name, value in test.items():
         parts = _split_group_metric(name)
@@ -373,7 +375,15 @@ def group_rates_frame(
             }
         )
     frame = pd.DataFrame(records, columns=["attribute", "group", "rows", *GROUP_RATES])
-    return frame.rename(columns={**RATE_COLUMNS, "rows": "rows (all parts)"})
+    return frame.rename(columns={**RATE_COLUMNS, "rows": f"rows ({part})"})
+
+
+def chosen_group_rates(selection) -> pd.DataFrame:
+    """:func:`group_rates_frame` of the chosen model, each group counted on the test rows its
+    rates describe (records written before test-part sizes were kept: all parts)."""
+    if selection.test_group_sizes:
+        return group_rates_frame(selection.test, selection.test_group_sizes, "test")
+    return group_rates_frame(selection.test, selection.group_sizes)
 
 
 def _gate_words(record) -> str:
@@ -449,13 +459,14 @@ class Verdict:
 
 def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
     """Published groups of the single attributes (``attributes``) or of their intersection."""
-    frame = group_rates_frame(selection.test, selection.group_sizes)
+    frame = chosen_group_rates(selection)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
+    rows = frame.columns[2]  # "rows (test)"
     return tuple(
         GroupRow(
             row["attribute"],
             row["group"],
-            row["rows (all parts)"],
+            row[rows],
             {rate: row[RATE_COLUMNS[rate]] for rate in GROUP_RATES},
         )
         for row in frame.to_dict("records")
