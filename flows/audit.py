@@ -342,7 +342,7 @@ def promote_and_log(
     test rows), write it beside the record (the report shows it), seal again, log to MLflow."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     champion, demoted = (None, frozenset())
-    if record.register_model:
+    if record.register_model or watch:  # a retrain re-checks its champion in any case
         try:
             champion, demoted = champion_lookup(
                 tracking_uri, record, evaluate=scorer_on_test_rows(split, config), watch=watch

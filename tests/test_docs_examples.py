@@ -31,7 +31,7 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
         ),
         ".venv/bin/mlflow ui": "starts the MLflow web server, which runs until stopped",
         '.venv/bin/pip install -q -e ".[dev]"': (
-            "installs the checkout and runs this whole test suite (over 10 minutes): CI runs it "
+            "installs the checkout and runs this whole test suite (about ten minutes): CI runs it "
             "verbatim (.ci/run)"
         ),
     },
@@ -91,6 +91,7 @@ FLOWS = ("fairpca audit", "fairpca retrain", "fairpca relog", "fairness_audit(",
 
 
 @pytest.mark.slow
+@pytest.mark.e2e  # whole audits on several pages: CI runs them (pytest -m e2e)
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("page", PAGES)
 def test_page_runs_as_written(page, tmp_path, request):

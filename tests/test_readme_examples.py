@@ -24,7 +24,7 @@ EXCEPTIONS = {
     ),
     ".venv/bin/mlflow ui": "starts the MLflow web server, which runs until stopped",
     '.venv/bin/pip install -q -e ".[dev]"': (
-        "installs the checkout and runs this whole test suite (over 10 minutes): CI runs it "
+        "installs the checkout and runs this whole test suite (about ten minutes): CI runs it "
         "verbatim (.ci/run)"
     ),
 }

@@ -34,7 +34,7 @@ import mlflow
 import numpy as np
 import pytest
 
-pytestmark = [pytest.mark.flow, pytest.mark.slow]
+pytestmark = [pytest.mark.flow, pytest.mark.slow, pytest.mark.e2e]
 
 VARIANTS = ["pca", "fair_pca"]
 BACKOFF = 1.0  # retry i of an MLflow task waits BACKOFF * 2**i s (3 retries: 1, 2, 4 s)
