@@ -5,8 +5,10 @@ Started by the webhook receiver (:mod:`fairpca.flows.gate_server`) through the d
 
 * ``model_version.created``: the version gets ``fairness.gate.status = pending``; its model
   files are downloaded once, digested (:func:`fairpca.tasks.trust.files_digest`) and that very
-  copy is evaluated on the policy's reference data by the MLflow ``fairness`` evaluator
-  (:func:`evaluate_version`; one definition of every metric, with bootstrap intervals). The
+  copy is judged (:func:`evaluate_version`): its predictions on the policy's reference data,
+  made in a child process without the gate's keys, go to the MLflow ``fairness`` evaluator
+  (one definition of every metric, with bootstrap intervals). A model the gate cannot load
+  without running the registrant's code is refused unjudged (:func:`model_refusal`). The
   verdict (:func:`verdict`: the audit's thresholds and eligibility rules, so a constant
   classifier never passes) is signed: the version gets the attestation
   ``fairness.gate.attestation`` (model, version, model files' digest, policy digest, verdict,
@@ -18,22 +20,32 @@ Started by the webhook receiver (:mod:`fairpca.flows.gate_server`) through the d
   only on a version whose attestation verifies: the gate's signature, this version, a pass
   under the current policy, and the model files recomputed now. Any other holder loses it,
   back to the last attested holder or removed. A tag alone (``fairness.gate.status=passed``
-  set by hand) never keeps an alias; it is reported as tampering on the version.
+  set by hand) never keeps an alias; it is reported as tampering on the version. A version
+  not judged yet (no verdict, status ``pending`` or none) loses the alias too, but as a
+  request (registered-model tag :func:`requested_tag`) that the gate grants when the
+  version's pass is signed, and no refusal is recorded on it (it counts as no demotion); a
+  pass signed under an earlier policy is judged again under the current one.
 
-:func:`reconcile_aliases` runs the same check over every protected alias of every watched
-model (``fairpca gate reconcile``, the deployment ``fairness-gate-reconcile/on-schedule``
-every five minutes, and once after the receiver starts), so an alias moved while no event
-arrived does not survive.
+:func:`reconcile_aliases` judges every watched version that has no verdict (its event was
+lost), then runs the same check over every protected alias of every watched model
+(``fairpca gate reconcile``, the deployment ``fairness-gate-reconcile/on-schedule`` every
+five minutes, and once after the receiver starts), so an alias moved while no event arrived
+does not survive. An alias is only ever moved from the holder just checked, read again
+right before the move (:func:`fairpca.tasks.registry.move_alias`).
 
 A gate run uses the worker's own policy folder (``$FAIRPCA_GATE_POLICY_DIR``) and tracking
 server (``$MLFLOW_TRACKING_URI``): a deployment parameter naming others is refused
 (:func:`gate_settings`). One YAML policy file per watched model (:class:`GatePolicy`).
 
-Loading a version for its evaluation runs the registrant's code (its flavor's loader, e.g.
-unpickling): the worker must run where executing registered models is acceptable, e.g. a
-sandboxed container with read access to the registry. Scorers never do: they load the
-champion with :func:`fairpca.tasks.registry.load_champion` (skops only, attestation
-verified)."""
+**No registrant code ever runs in the gate.** It judges only MLflow scikit-learn models
+serialised with skops whose types are all trusted (:data:`fairpca.tasks.trust.TRUSTED_TYPES`,
+the files checked as :func:`fairpca.tasks.registry.load_champion` checks them, by reading
+them, never by loading them); a pyfunc (``python_model``, ``code_paths``), a pickled or
+cloudpickled model, or a foreign type gets the signed verdict ``failed`` with the reason,
+unloaded. Even the trusted files are loaded only in the prediction child
+(:func:`fairpca.tasks.trust.predict_isolated`: no gate key in its environment, an empty
+``HOME``, user ``nobody`` under a root worker), which returns nothing but predictions; the
+metrics are computed and the verdict signed here."""
 
 from __future__ import annotations
 
@@ -65,6 +77,7 @@ from fairpca.tasks.registry import (
     TAMPERING_TAG,
     check_attested_pass,
     download_version,
+    model_versions,
     move_alias,
 )
 from fairpca.tasks.report import format_interval, markdown_text, sha256_file
@@ -83,12 +96,18 @@ from fairpca.tasks.select import GatePolicy as NamedPolicy
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
+    StaleAttestationError,
+    UntrustedModelError,
+    check_model_files,
     files_digest,
     gate_public_key,
     gate_signing_key,
     path_inside,
+    predict_isolated,
     shown_uri,
     sign_attestation,
+    skops_file,
+    skops_file_types,
 )
 
 __all__ = [
@@ -120,10 +139,12 @@ __all__ = [
     "last_passed_tag",
     "load_policies",
     "majority_accuracy",
+    "model_refusal",
     "policy_digest",
     "read_reference",
     "reconcile_aliases",
     "record_verdict",
+    "requested_tag",
     "verdict",
 ]
 
@@ -144,6 +165,12 @@ def last_passed_tag(alias: str) -> str:
 
 
 HOLDERS_KEPT = 10
+
+
+def requested_tag(alias: str) -> str:
+    """Registered-model tag of a request for ``alias`` on a version not judged yet:
+    ``<version>:<holder it replaces>`` (empty: none); granted when that version passes."""
+    return f"fairness.gate.{alias}.requested"
 
 
 def _holders(tags: dict[str, str], alias: str) -> list[str]:
@@ -183,8 +210,28 @@ def majority_accuracy(labels: pd.Series, pos_label: Any) -> float:
     return max(share, 1.0 - share)
 
 
+PREDICTION_COLUMN = "__fairpca_gate_prediction__"
+REFUSED = (
+    "The gate judges only scikit-learn models serialised with skops (trusted types): a pyfunc "
+    "or pickled model runs the registrant's code when loaded, so it is refused unloaded."
+)
+
+
+def model_refusal(model_dir: Path) -> str | None:
+    """Why the gate does not evaluate the model files in ``model_dir`` (None: it does), found
+    by reading them as data: an MLflow scikit-learn model serialised with skops, without
+    pickle or code, holding only trusted types (:func:`fairpca.tasks.trust.check_model_files`,
+    :func:`fairpca.tasks.trust.skops_file_types`)."""
+    try:
+        check_model_files(model_dir)
+        skops_file_types(skops_file(model_dir))
+    except (ValueError, UntrustedModelError, OSError) as error:
+        return f"not evaluated: {error} {REFUSED}"
+    return None
+
+
 def evaluate_version(
-    model_uri: str,
+    model_dir: Path,
     frame: pd.DataFrame,
     *,
     label: str,
@@ -193,14 +240,30 @@ def evaluate_version(
     run_name: str,
     run_tags: dict[str, str],
 ) -> tuple[dict[str, float], str]:
-    """Evaluate ``model_uri`` on ``frame`` with the ``fairness`` evaluator in a new MLflow run
-    of ``experiment_name``; the metrics (with ``.ci95_low/high``) and the run id.
+    """Evaluate the model in ``model_dir`` (files :func:`model_refusal` accepts) on
+    ``frame`` with the ``fairness`` evaluator in a new MLflow run of ``experiment_name``; the
+    metrics (with ``.ci95_low/high``) and the run id.
 
-    Uses the process-wide tracking URI. The model is loaded by its own flavor (code runs).
+    The model is loaded and run only in the prediction child
+    (:func:`fairpca.tasks.trust.predict_isolated`), given the columns the evaluator would give
+    it (:func:`fairpca.tasks.mlflow_evaluator.model_input`, from its signature); the evaluator
+    judges the predictions it returns. Uses the process-wide tracking URI.
     """
-    import mlflow
+    from types import SimpleNamespace
 
+    import mlflow
+    from mlflow.models import Model
+
+    from fairpca.tasks.mlflow_evaluator import model_input
     from fairpca.tasks.mlflow_store import get_or_create_experiment, mlflow_client
+
+    signed = SimpleNamespace(metadata=Model.load(str(Path(model_dir) / "MLmodel")))
+    features = frame.drop(columns=[label])
+    inputs = model_input(signed, features, evaluator_config["sensitive_features"])
+    predictions = predict_isolated(Path(model_dir), inputs)
+    if predictions.shape != (len(frame),):
+        raise ValueError(f"the model made {predictions.shape} predictions for {len(frame)} rows")
+    data = frame.assign(**{PREDICTION_COLUMN: predictions})
 
     # the experiment by id, not mlflow.set_experiment (which also sets MLFLOW_EXPERIMENT_ID
     # for the whole process and every child it starts)
@@ -208,8 +271,8 @@ def evaluate_version(
     experiment_id = get_or_create_experiment(client, experiment_name, mlflow.get_tracking_uri())
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags) as run:
         result = mlflow.models.evaluate(
-            model_uri,
-            frame,
+            data=data,
+            predictions=PREDICTION_COLUMN,
             targets=label,
             model_type="classifier",
             evaluators=["fairness"],
@@ -338,42 +401,47 @@ def enforce_alias(
 ) -> AliasCheck:
     """Keep ``alias`` of ``policy.model`` on ``version`` only if the gate's signed pass for
     it verifies (:func:`fairpca.tasks.registry.check_attested_pass` under this policy's
-    :func:`policy_digest`, with the public ``key``).
+    :func:`policy_digest`, with the public ``key``); a pass signed under an earlier policy is
+    judged again first (where the gate's signing key is).
 
     A verified holder is recorded first among the alias's last attested holders
     (registered-model tag :func:`last_passed_tag`, a hint only: whatever it names is verified
     again before use). Any other holder loses the alias: back to the most recent of those
     whose pass still verifies and that was not demoted for review, else the alias is
-    removed. The version gets the tag
-    ``fairness.gate.alias_refused`` with the reason, and ``fairness.gate.tampering`` when
-    something was forged or changed (an attestation that does not verify or names another
-    version, model files other than the attested ones, or a status tag saying ``passed``
-    without a valid attestation).
+    removed. A version not judged yet only waits (:func:`_wait_for_verdict`). Otherwise the
+    version gets the tag ``fairness.gate.alias_refused`` with the reason, and
+    ``fairness.gate.tampering`` when something was forged or changed (an attestation that
+    does not verify or names another version, model files other than the attested ones, or a
+    status tag saying ``passed`` without a valid attestation).
 
     No loop: the gate only ever moves an alias onto a version whose pass verifies, so the
-    event that move emits ends in the first branch. An event whose alias has moved on since it
-    was sent changes nothing (the new holder has its own event, and the reconciler).
+    event that move emits ends in the first branch. An alias that has moved on since it was
+    read (the event's, or meanwhile) is left where it is: the new holder has its own event,
+    and the reconciler.
     """
-    name = policy.model
-    model = client.get_registered_model(name)
-    holder = model.aliases.get(alias)
-    if holder is None or str(holder) != str(version):
+    name, version = policy.model, str(version)
+    holder = client.get_registered_model(name).aliases.get(alias)
+    if holder is None or str(holder) != version:
         message = f"alias {alias!r} no longer points to version {version} (now: {holder})"
         return AliasCheck(False, f"{message}; no change")
     digest = policy_digest(policy)
+    pending = _pending(_version_tags(client, name, version) or {})  # read before the check
     refusal = _attested(client, tracking_uri, name, version, digest, key)
+    if isinstance(refusal, StaleAttestationError):  # honest, under an older policy: judge again
+        with suppress(AttestationError):  # no signing key here: the refusal stands
+            _gate_version(client, tracking_uri, policy, name, version)
+            refusal = _attested(client, tracking_uri, name, version, digest, key)
     if refusal is None:
-        holders = _holders(model.tags, alias)
-        if holders[:1] != [str(version)]:
-            holders = [str(version), *(v for v in holders if v != str(version))]
-            text = ",".join(holders[:HOLDERS_KEPT])
-            client.set_registered_model_tag(name, last_passed_tag(alias), text)
+        _record_holder(client, name, alias, version)
         return AliasCheck(
             False, f"alias {alias!r} stays on version {version}: its signed gate pass verifies"
         )
-    why, tampering = _refusal(client, name, version, refusal)
     fallback = _last_attested_holder(client, tracking_uri, name, alias, version, digest, key)
-    move_alias(client, name, alias, fallback)
+    if pending:
+        return _wait_for_verdict(client, tracking_uri, policy, alias, version, fallback, key)
+    why, tampering = _refusal(client, name, version, refusal)
+    if not move_alias(client, name, alias, fallback, holder=version):
+        return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
     action = (
         f"moved back to version {fallback}, the last holder whose pass verifies"
         if fallback
@@ -385,6 +453,64 @@ def enforce_alias(
         message += "; tampering reported on the version"
     _tag(client, name, version, ALIAS_REFUSED_TAG, message)
     return AliasCheck(True, message)
+
+
+def _record_holder(client, name: str, alias: str, version: str) -> None:
+    holders = _holders(client.get_registered_model(name).tags, alias)
+    if holders[:1] != [version]:
+        text = ",".join([version, *(v for v in holders if v != version)][:HOLDERS_KEPT])
+        client.set_registered_model_tag(name, last_passed_tag(alias), text)
+
+
+def _pending(tags: dict[str, str]) -> bool:
+    """Not judged yet: no attestation, and the status ``pending`` or none."""
+    return ATTESTATION_TAG not in tags and tags.get(STATUS_TAG) in (None, PENDING)
+
+
+def _wait_for_verdict(client, tracking_uri, policy, alias, version, fallback, key) -> AliasCheck:
+    """``alias`` on a version not judged yet: record the request, give the alias back to
+    ``fallback`` (None: remove it), then check the version again, so a pass signed
+    meanwhile (its gate run having looked for requests before this one was written) is
+    granted here. Nothing is recorded on the version: waiting is no refusal."""
+    name = policy.model
+    client.set_registered_model_tag(name, requested_tag(alias), f"{version}:{fallback or ''}")
+    if not move_alias(client, name, alias, fallback, holder=version):
+        return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
+    if _attested(client, tracking_uri, name, version, policy_digest(policy), key) is None:
+        move_alias(client, name, alias, version, holder=fallback)
+        _drop_request(client, name, alias, version)
+        return AliasCheck(False, f"alias {alias!r} on version {version}: its pass arrived")
+    action = f"back on version {fallback}" if fallback else "removed"
+    return AliasCheck(
+        True,
+        f"protected alias {alias!r} waits for the gate's verdict on version {version} (not "
+        f"judged yet): {action} until then; the gate gives it to the version if it passes",
+    )
+
+
+def _drop_request(client, name: str, alias: str, version: str) -> str | None:
+    """Delete the request for ``alias`` if it names ``version``; the holder it replaces."""
+    text = client.get_registered_model(name).tags.get(requested_tag(alias), "")
+    requested, _, replaced = text.partition(":")
+    if requested != version:
+        return None
+    client.delete_registered_model_tag(name, requested_tag(alias))
+    return replaced
+
+
+def _grant_requests(client, policy: GatePolicy, version: str, passed: bool) -> list[str]:
+    """After ``version``'s verdict: each protected alias requested for it goes to it (if it
+    passed and the alias still is where the request left it); the requests are dropped."""
+    granted = []
+    for alias in policy.protected_aliases:
+        replaced = _drop_request(client, policy.model, alias, version)
+        if replaced is None or not passed:
+            continue
+        current = client.get_registered_model(policy.model).aliases.get(alias)
+        if str(current or "") in (replaced, version):
+            move_alias(client, policy.model, alias, version, holder=current)
+            granted.append(f"alias {alias!r} given to version {version} as requested")
+    return granted
 
 
 def _refusal(client, name: str, version: str, refusal: AttestationError):
@@ -423,19 +549,22 @@ def _tag(client, name: str, version: str, key: str, text: str) -> None:
 def reconcile_aliases(
     client, tracking_uri: str, policies: dict[str, GatePolicy], key
 ) -> tuple[int, list[str]]:
-    """:func:`enforce_alias` on every protected alias of every watched model that holds it;
-    ``(aliases checked, one line per change)``. Registered models not created yet are
-    skipped."""
+    """Judge every version of a watched model that has no verdict (no attestation, status
+    neither ``pending`` nor ``error``: its event was lost; needs the gate's signing key),
+    then :func:`enforce_alias` on every protected alias that is held; ``(aliases checked,
+    one line per change)``. Registered models not created yet are skipped."""
     from mlflow.exceptions import MlflowException
 
     checked, changes = 0, []
     for name, policy in sorted(policies.items()):
         try:
-            aliases = client.get_registered_model(name).aliases
+            client.get_registered_model(name)
         except MlflowException as error:
             if getattr(error, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
                 continue
             raise
+        changes += _judge_unjudged(client, tracking_uri, policy)
+        aliases = client.get_registered_model(name).aliases
         for alias in policy.protected_aliases:
             if alias not in aliases:
                 continue
@@ -444,6 +573,19 @@ def reconcile_aliases(
             if check.changed:
                 changes.append(f"{name}: {check.message}")
     return checked, changes
+
+
+def _judge_unjudged(client, tracking_uri: str, policy: GatePolicy) -> list[str]:
+    lines = []
+    for entry in sorted(model_versions(client, policy.model), key=lambda v: int(v.version)):
+        if ATTESTATION_TAG in entry.tags or entry.tags.get(STATUS_TAG) in (PENDING, ERROR):
+            continue  # judged, being judged, or not loadable (a new version is judged anew)
+        try:
+            state = _gate_version(client, tracking_uri, policy, policy.model, str(entry.version))
+        except AttestationError as error:  # no signing key here: the gate's worker will
+            return [*lines, f"{policy.model}: version {entry.version} has no verdict: {error}"]
+        lines.append(f"{policy.model}: version {entry.version} had no verdict: {state.message}")
+    return lines
 
 
 # ---- from gate.py ------------------------------------------------------------
@@ -697,9 +839,13 @@ def _flow_run_id() -> str:
 
 
 def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, version: str):
-    """Evaluate the version's model files, sign and record the verdict; the final state of
-    the flow run. Without the gate's signing key nothing is touched."""
+    """Judge the version's model files (refused unloaded, or evaluated), sign and record the
+    verdict, grant the alias requests waiting for it; the final state of the flow run.
+    Without the gate's signing key nothing is touched."""
+    import mlflow
+
     key = gate_signing_key()
+    mlflow.set_tracking_uri(tracking_uri)  # the evaluation run's store (also from the CLI)
     client.set_model_version_tag(name, version, STATUS_TAG, PENDING)
     if ATTESTATION_TAG in client.get_model_version(name, version).tags:  # an earlier verdict
         client.delete_model_version_tag(name, version, ATTESTATION_TAG)
@@ -715,20 +861,22 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
             local = download_version(client, tracking_uri, name, version, Path(tmp))
             model_digest = files_digest(local)
-            metrics, run_id = evaluate_version(
-                str(local),
-                frame,
-                label=reference.label,
-                evaluator_config=policy.evaluator_config(),
-                experiment_name=policy.experiment_name,
-                run_name=f"gate-{name}-v{version}"[:250],
-                run_tags={"fairness.gate.model": name, "fairness.gate.version": str(version)},
-            )
+            refused, metrics, run_id = model_refusal(local), {}, ""
+            if refused is None:
+                metrics, run_id = evaluate_version(
+                    local,
+                    frame,
+                    label=reference.label,
+                    evaluator_config=policy.evaluator_config(),
+                    experiment_name=policy.experiment_name,
+                    run_name=f"gate-{name}-v{version}"[:250],
+                    run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
+                )
     except Exception as error:  # any loader or data failure is the version's verdict: error
         return _record_error(client, name, version, facts, error)
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
-    status, reasons = verdict(metrics, policy, majority)
-    facts["evaluation run"] = run_id
+    status, reasons = (FAILED, [refused]) if refused else verdict(metrics, policy, majority)
+    facts["evaluation run"] = run_id or "none (not evaluated)"
     facts["majority-class accuracy"] = f"{majority:.4f}"
     facts["model files (SHA-256 of the manifest)"] = model_digest
     attestation = Attestation(
@@ -743,10 +891,11 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     card = gate_card(
         name=name, version=version, status=status, reasons=reasons, metrics=metrics, facts=facts
     )
-    record_verdict(client, name, version, tags, card)
+    record_verdict(client, name, version, {k: v for k, v in tags.items() if v}, card)
     _artifact(name, version, card)
     message = f"{name} version {version}: {status}" + (f" ({'; '.join(reasons)})" * bool(reasons))
-    get_run_logger().info(message)
+    message = "; ".join([message, *_grant_requests(client, policy, version, status == PASSED)])
+    _logger().info(message)
     return Completed(message=message)
 
 
@@ -764,11 +913,25 @@ def _record_error(client, name: str, version: str, facts: dict, error: Exception
     )
     record_verdict(client, name, version, tags, card)
     _artifact(name, version, card)
-    get_run_logger().error("gate error for %s version %s: %s", name, version, reasons[0])
+    _logger().error("gate error for %s version %s: %s", name, version, reasons[0])
     return Failed(message=f"{name} version {version}: error: {reasons[0]}")
 
 
+def _logger():
+    """The flow run's logger; the module's outside a run (``fairpca gate reconcile``)."""
+    import logging
+
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)
+
+
 def _artifact(name: str, version: str, card: str) -> None:
+    if not _flow_run_id():  # outside a flow run (the CLI's reconciler): the card suffices
+        return
     key = "".join(c if c.isalnum() else "-" for c in f"fairness-gate-{name}-{version}".lower())
     create_markdown_artifact(card, key=key[:100].strip("-"), description="fairness gate verdict")
 

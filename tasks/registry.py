@@ -37,6 +37,7 @@ from fairpca.tasks.trust import (
     TRUSTED_TYPES,
     Attestation,
     AttestationError,
+    StaleAttestationError,
     UntrustedModelError,
     VerifiedModel,
     files_digest,
@@ -73,6 +74,7 @@ __all__ = [
     "load_champion",
     "load_registered_pipeline",
     "load_skops_pipeline",
+    "model_versions",
     "move_alias",
     "register_logged_model",
     "register_version",
@@ -216,16 +218,29 @@ NEEDS_REVIEW_TAG = "fairpca.needs_review_reason"  # a champion demoted for revie
 ALIAS_REFUSED_TAG = "fairness.gate.alias_refused"  # the gate took a protected alias away
 
 
-def move_alias(client, name: str, alias: str, version: str | None) -> None:
+_ANY_HOLDER = object()
+
+
+def move_alias(
+    client, name: str, alias: str, version: str | None, *, holder: Any = _ANY_HOLDER
+) -> bool:
     """The one place that moves a registry alias: point ``alias`` of ``name`` at ``version``
     (None: remove it). Every caller has decided first (:func:`fairpca.tasks.select.
-    decide_promotion`, or the gate's check of an attestation)."""
+    decide_promotion`, or the gate's check of an attestation).
+
+    With ``holder`` (a version, or None for no holder) the alias moves only if it still
+    points there, read again right before the move, so a decision about one holder never
+    undoes a move someone made meanwhile. Whether the alias moved (or was already there)."""
+    current = client.get_registered_model(name).aliases.get(alias)
+    current = None if current is None else str(current)
+    if holder is not _ANY_HOLDER and current != (None if holder is None else str(holder)):
+        return False
     if version is None:
-        current = client.get_registered_model(name).aliases.get(alias)
         if current is not None:
             client.delete_registered_model_alias(name, alias)
-        return
-    client.set_registered_model_alias(name, alias, str(version))
+    elif current != str(version):
+        client.set_registered_model_alias(name, alias, str(version))
+    return True
 
 
 def demote(client, name: str, version: str, *, from_alias: str, to_alias: str, why: str) -> None:
@@ -251,7 +266,7 @@ def champion_version(client, name: str, alias: str):
         raise
 
 
-def _versions(client, name: str) -> list:
+def model_versions(client, name: str) -> list:
     """Every version of the registered model ``name`` (none when it does not exist)."""
     from mlflow.exceptions import MlflowException
 
@@ -269,7 +284,7 @@ def demoted_models(client, name: str) -> frozenset[str]:
     lost = (NEEDS_REVIEW_TAG, ALIAS_REFUSED_TAG)
     return frozenset(
         v.tags[MODEL_DIGEST_TAG]
-        for v in _versions(client, name)
+        for v in model_versions(client, name)
         if MODEL_DIGEST_TAG in v.tags and any(tag in v.tags for tag in lost)
     )
 
@@ -277,7 +292,7 @@ def demoted_models(client, name: str) -> frozenset[str]:
 def version_with_model(client, name: str, model_digest: str | None):
     """The first version of ``name`` of this very fit: the same fitted model on the same
     training rows (:func:`fairpca.tasks.trust.model_digest`; None: none)."""
-    for version in sorted(_versions(client, name), key=lambda v: int(v.version)):
+    for version in sorted(model_versions(client, name), key=lambda v: int(v.version)):
         if model_digest is not None and version.tags.get(MODEL_DIGEST_TAG) == model_digest:
             return version
     return None
@@ -363,7 +378,7 @@ def check_attested_pass(
     if attestation.verdict != "passed":
         raise AttestationError(f"the gate's signed verdict is {attestation.verdict!r}")
     if policy_digest is not None and attestation.policy_digest != policy_digest:
-        raise AttestationError(
+        raise StaleAttestationError(
             "it was judged under another gate policy (the policy file or its reference data "
             "changed since): it must pass the gate again"
         )

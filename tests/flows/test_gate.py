@@ -1,10 +1,12 @@
 """The fairness gate on a real MLflow SQLite store and the Prefect test harness.
 
 Versions are registered by the plain registrant of the end-to-end test (scikit-learn and
-MLflow only, ``tests/e2e/gate_registrant.py``): a fair classifier and a biased one. The
-attacks are the ones a user with write access to the registry ran: a hand-set status tag, an
-alias moved while no receiver ran, model files changed behind a valid attestation, an
-attestation copied onto another version, gate parameters pointing elsewhere.
+MLflow only, ``tests/e2e/gate_registrant.py``): a fair classifier and a biased one, saved with
+skops. The attacks are the ones a user with write access to the registry ran: a hand-set
+status tag, an alias moved while no receiver ran, model files changed behind a valid
+attestation, an attestation copied onto another version, gate parameters pointing
+elsewhere, a pyfunc that steals the gate's key, a pass signed with another key, an alias set
+before the verdict, an event lost, a policy edited.
 """
 
 from __future__ import annotations
@@ -74,16 +76,18 @@ def registry(mlflow_store):
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     registrant = _registrant()
-    versions = {kind: registrant.register("gate-credit", kind) for kind in ("fair", "biased")}
+    versions = {
+        kind: registrant.register("gate-credit", kind, "skops") for kind in ("fair", "biased")
+    }
     versions["fair_skops"] = registrant.register("gate-credit", "fair", "skops")
     mlflow.set_tracking_uri(previous[0])
     mlflow.set_registry_uri(previous[1])
     return uri, client, versions
 
 
-def _gate(uri, policy_dir, version, event="model_version.created", alias=None):
+def _gate(uri, policy_dir, version, event="model_version.created", alias=None, model="gate-credit"):
     return fairness_gate(
-        model_name="gate-credit",
+        model_name=model,
         version=version,
         event=event,
         alias=alias,
@@ -101,6 +105,7 @@ def _gated(uri, client, policy_dir, *versions):
 
 
 def _register(uri, kind, name="gate-credit", **options) -> str:
+    options.setdefault("serialization", "skops")
     previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
@@ -111,9 +116,18 @@ def _register(uri, kind, name="gate-credit", **options) -> str:
         mlflow.set_registry_uri(previous[1])
 
 
-def _champion(client) -> str | None:
-    holder = client.get_registered_model("gate-credit").aliases.get("champion")
+def _champion(client, model="gate-credit") -> str | None:
+    holder = client.get_registered_model(model).aliases.get("champion")
     return None if holder is None else str(holder)
+
+
+def _own_policy(tmp_path, policy_dir, model, extra="") -> Path:
+    """A policy folder watching only ``model`` (its reconciler runs see nothing else)."""
+    folder = tmp_path / f"policies-{model}"
+    folder.mkdir(exist_ok=True)
+    (folder / "reference.csv").write_bytes((policy_dir / "reference.csv").read_bytes())
+    (folder / "policy.yaml").write_text(POLICY.format(model=model) + extra)
+    return folder
 
 
 def _hold(uri, client, policy_dir, version) -> None:
@@ -311,11 +325,12 @@ register = import_hooks.register_generic_import_hook
 import_hooks.register_generic_import_hook = watch_first
 sys.meta_path.insert(0, Watch())
 policy = gate.load_policies(sys.argv[2])["gate-credit"]
-gate._client(sys.argv[1])
+client = gate._client(sys.argv[1])
 reference = policy.reference
 frame = gate.read_reference(reference.path, reference.label, reference.sensitive)
+local = gate.download_version(client, sys.argv[1], "gate-lock", sys.argv[3], sys.argv[4])
 metrics, _ = gate.evaluate_version(
-    f"models:/gate-lock/{sys.argv[3]}", frame, label=reference.label,
+    local, frame, label=reference.label,
     evaluator_config=policy.evaluator_config(), experiment_name="gate-lock", run_name="lock",
     run_tags={},
 )
@@ -324,7 +339,7 @@ print(f"dp_difference {metrics['dp_difference']:.3f}", "|", sorted(set(seen)))
 
 
 @pytest.mark.slow
-def test_a_gate_run_imports_nothing_under_mlflows_import_hook_lock(registry, policy_dir):
+def test_a_gate_run_imports_nothing_under_mlflows_import_hook_lock(registry, policy_dir, tmp_path):
     """The evaluator registry's hook imported ~200 modules under the lock on the first
     evaluation; the flow's module loads them first (deadlock reproduced with a second
     thread importing pyparsing at that moment; see the module's EVALUATION_MODULES)."""
@@ -334,7 +349,7 @@ def test_a_gate_run_imports_nothing_under_mlflows_import_hook_lock(registry, pol
     uri, _, _ = registry
     version = _register(uri, "fair", name="gate-lock")  # not gate-credit's gated versions
     done = subprocess.run(
-        [sys.executable, "-c", _UNDER_HOOK_LOCK, uri, str(policy_dir), version],
+        [sys.executable, "-c", _UNDER_HOOK_LOCK, uri, str(policy_dir), version, str(tmp_path)],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -364,6 +379,7 @@ def test_a_gate_run_past_its_deadline_fails_and_the_version_stays_pending(
     version = client.create_model_version("gate-slow", source="/nowhere").version
     (policy_dir / "slow.yaml").write_text(POLICY.format(model="gate-slow"))
     monkeypatch.setattr(gate_tasks, "download_version", lambda *args: Path(args[-1]))
+    monkeypatch.setattr(gate_tasks, "model_refusal", lambda local: None)
     monkeypatch.setattr(gate_tasks, "evaluate_version", _an_hour)
     started = time.monotonic()
     try:
@@ -390,7 +406,7 @@ def test_a_hand_set_pass_tag_never_keeps_an_alias(prefect_harness, registry, pol
 
     uri, client, versions = registry
     fair, biased = versions["fair"], versions["biased"]
-    _gated(uri, client, policy_dir, fair, biased)
+    _gated(uri, client, policy_dir, *versions.values())  # the reconciler judges none then
     _hold(uri, client, policy_dir, fair)
     client.set_model_version_tag("gate-credit", biased, gate_tasks.STATUS_TAG, "passed")
     client.set_registered_model_alias("gate-credit", "champion", biased)
@@ -427,7 +443,7 @@ def test_an_alias_moved_while_no_receiver_ran_is_reverted(prefect_harness, regis
     ``champion`` at once, its alias event lost; its own gate run marks it failed. The
     scheduled reconciler takes the alias back."""
     uri, client, versions = registry
-    _gated(uri, client, policy_dir, versions["fair"])
+    _gated(uri, client, policy_dir, *versions.values())
     _hold(uri, client, policy_dir, versions["fair"])
     forged = _register(uri, "biased", tags={gate_tasks.STATUS_TAG: "passed"})
     client.set_registered_model_alias("gate-credit", "champion", forged)  # no event follows
@@ -479,14 +495,9 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     assert _champion(client) == fair
     tags = client.get_model_version("gate-credit", skops).tags
     assert "model files changed after the gate judged them" in tags[TAMPERING_TAG]
-    # the fair champion now is a cloudpickle: the scorer's loader never unpickles it
-    from fairpca.tasks.trust import UntrustedModelError
-
-    with pytest.raises(UntrustedModelError, match="not skops"):
-        load_champion("gate-credit", tracking_uri=uri)
 
 
-def test_version_whose_gate_has_not_finished_loses_the_alias(registry, policy_dir):
+def test_version_whose_gate_has_not_finished_waits_for_its_verdict(registry, policy_dir):
     from fairpca.tasks.trust import gate_public_key
 
     uri, client, _ = registry
@@ -502,9 +513,205 @@ def test_version_whose_gate_has_not_finished_loses_the_alias(registry, policy_di
     check = gate_tasks.enforce_alias(
         client, uri, policy, "champion", str(version), gate_public_key()
     )
-    assert check.changed and "has not attested it" in check.message
+    assert check.changed and "waits for the gate's verdict" in check.message
     assert "removed" in check.message and "tampering" not in check.message
-    assert "champion" not in client.get_registered_model("gate-pending").aliases
+    model = client.get_registered_model("gate-pending")
+    assert "champion" not in model.aliases
+    assert model.tags[gate_tasks.requested_tag("champion")] == f"{version}:"
+    assert gate_tasks.ALIAS_REFUSED_TAG not in client.get_model_version(
+        "gate-pending", version).tags  # fmt: skip
+
+
+# ---- issue 34: the key, the race, lost events, moves meanwhile, policy edits ---------------
+
+
+def _log_thief(uri, name: str, exfil: Path) -> str:
+    """A registry user's pyfunc whose ``load_context`` copies the gate's key to ``exfil``."""
+
+    class Thief(mlflow.pyfunc.PythonModel):
+        def __init__(self, path):
+            self.path = path
+
+        def load_context(self, context):
+            default = Path.home() / ".config" / "fairpca" / "gate.key"
+            key_file = Path(os.environ.get("FAIRPCA_GATE_KEY_FILE", default))
+            stolen = os.environ.get("FAIRPCA_GATE_KEY") or key_file.read_text()
+            Path(self.path).write_text(stolen)
+
+        def predict(self, context, model_input):
+            return (model_input["x1"] > 0).astype(int)
+
+    previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    try:
+        with mlflow.start_run(run_name="thief"):
+            info = mlflow.pyfunc.log_model(
+                name="model", python_model=Thief(str(exfil)), pip_requirements=[]
+            )
+        return str(mlflow.register_model(info.model_uri, name).version)
+    finally:
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
+
+
+@pytest.mark.flow
+def test_a_key_stealing_pyfunc_is_refused_unloaded_and_a_forged_pass_keeps_nothing(
+    prefect_harness, registry, policy_dir, tmp_path
+):
+    """Issue 34, 1: the registrant's code never runs in the gate, so the key stays; a pass
+    signed with another key for a biased skops version is refused by the alias event, by
+    the reconciler and by the scorer's loader."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from fairpca.tasks.registry import load_champion
+    from fairpca.tasks.trust import Attestation, AttestationError, sign_attestation
+
+    uri, client, _ = registry
+    model, own = "gate-thief", _own_policy(tmp_path, policy_dir, "gate-thief")
+    exfil = tmp_path / "stolen.key"
+    thief = _log_thief(uri, model, exfil)
+    pickled = _register(uri, "fair", name=model, serialization="cloudpickle")
+    for version in (thief, pickled):
+        state = _gate(uri, own, version, model=model)
+        assert state.is_completed() and "failed" in state.message, state.message
+        tags = client.get_model_version(model, version).tags
+        assert tags[gate_tasks.STATUS_TAG] == "failed"
+        assert (
+            "a pyfunc or pickled model runs the registrant's code" in (tags[gate_tasks.REASONS_TAG])
+        )
+        assert verify_attestation(tags[ATTESTATION_TAG]).verdict == "failed"
+    assert not exfil.exists()
+
+    biased = _register(uri, "biased", name=model)
+    assert "failed" in _gate(uri, own, biased, model=model).message
+    real = verify_attestation(client.get_model_version(model, biased).tags[ATTESTATION_TAG])
+    forged = Attestation(**{**real.__dict__, "verdict": "passed"})
+    text = sign_attestation(forged, Ed25519PrivateKey.generate())
+    client.set_model_version_tag(model, biased, ATTESTATION_TAG, text)
+    client.set_model_version_tag(model, biased, gate_tasks.STATUS_TAG, "passed")
+    client.set_registered_model_alias(model, "champion", biased)
+    event = _gate(uri, own, biased, "model_version_alias.created", "champion", model=model)
+    assert "refused" in event.message and "signing key" in event.message, event.message
+    assert _champion(client, model) is None
+    client.set_registered_model_alias(model, "champion", biased)  # no event follows
+    with pytest.raises(AttestationError, match="signing key"):
+        load_champion(model, tracking_uri=uri)
+    state = fairness_gate_reconcile(policy_dir=str(own), tracking_uri=uri, return_state=True)
+    assert "1 changed" in state.message and f"refused for version {biased}" in state.message
+    assert _champion(client, model) is None
+
+
+@pytest.mark.flow
+def test_an_alias_set_before_the_verdict_waits_and_is_given_when_the_version_passes(
+    prefect_harness, registry, policy_dir, tmp_path, monkeypatch
+):
+    """Issue 34, 2: a version registered and made champion at once, its alias event judged
+    before its created event: no refusal, no demotion; the gate gives it the alias with its
+    pass. Also when the pass is signed between the alias check and the request."""
+    from fairpca.tasks.registry import MODEL_DIGEST_TAG, demoted_models
+
+    uri, client, _ = registry
+    model, own = "gate-race", _own_policy(tmp_path, policy_dir, "gate-race")
+    first = _register(uri, "fair", name=model, tags={MODEL_DIGEST_TAG: "fit-1"})
+    client.set_registered_model_alias(model, "champion", first)
+    early = _gate(uri, own, first, "model_version_alias.created", "champion", model=model)
+    assert "waits for the gate's verdict" in early.message, early.message
+    assert _champion(client, model) is None
+    judged = _gate(uri, own, first, model=model)
+    assert "passed" in judged.message and "given to version" in judged.message, judged.message
+    assert _champion(client, model) == first
+    assert (
+        "stays on version"
+        in _gate(uri, own, first, "model_version_alias.created", "champion", model=model).message
+    )
+    for tags in (client.get_model_version(model, first).tags,):
+        assert gate_tasks.ALIAS_REFUSED_TAG not in tags and TAMPERING_TAG not in tags
+    assert demoted_models(client, model) == frozenset()  # the audit's next run may promote it
+
+    # the pass signed after the alias check found none, before the request was written
+    second = _register(uri, "fair", name=model, tags={MODEL_DIGEST_TAG: "fit-2"})
+    client.set_registered_model_alias(model, "champion", second)
+    policy = load_policies(own)[model]
+    original = gate_tasks._last_attested_holder
+
+    def judged_meanwhile(*args):
+        gate_tasks._gate_version(client, uri, policy, model, second)
+        return original(*args)
+
+    monkeypatch.setattr(gate_tasks, "_last_attested_holder", judged_meanwhile)
+    late = _gate(uri, own, second, "model_version_alias.created", "champion", model=model)
+    assert "its pass arrived" in late.message, late.message
+    assert _champion(client, model) == second
+    assert demoted_models(client, model) == frozenset()
+    assert gate_tasks.requested_tag("champion") not in client.get_registered_model(model).tags
+
+
+@pytest.mark.flow
+def test_the_reconciler_judges_a_version_whose_events_were_lost(
+    prefect_harness, registry, policy_dir, tmp_path
+):
+    """Issue 34, 3: a version registered and made champion while the receiver was deaf: no
+    event ever arrives; the reconciler judges it, and its pass keeps the alias."""
+    uri, client, _ = registry
+    model, own = "gate-lost", _own_policy(tmp_path, policy_dir, "gate-lost")
+    version = _register(uri, "fair", name=model)
+    client.set_registered_model_alias(model, "champion", version)
+    state = fairness_gate_reconcile(policy_dir=str(own), tracking_uri=uri, return_state=True)
+    assert f"version {version} had no verdict" in state.message, state.message
+    assert state.message.startswith("1 protected alias(es) checked, 1 changed")
+    tags = client.get_model_version(model, version).tags
+    assert verify_attestation(tags[ATTESTATION_TAG]).verdict == "passed"
+    assert _champion(client, model) == version
+
+
+@pytest.mark.flow
+def test_the_reconciler_keeps_a_move_made_while_it_checked(
+    prefect_harness, registry, policy_dir, monkeypatch
+):
+    """Issue 34, 10: the reconciler finds ``champion`` on the biased version; while it
+    checks, an operator moves it to a fair version whose pass verifies: that move stays."""
+    from fairpca.tasks.trust import gate_public_key
+
+    uri, client, versions = registry
+    fair, biased, other = versions["fair"], versions["biased"], versions["fair_skops"]
+    _gated(uri, client, policy_dir, *versions.values())
+    _hold(uri, client, policy_dir, fair)
+    client.set_registered_model_alias("gate-credit", "champion", biased)
+    original = gate_tasks._refusal
+
+    def operator_moves_meanwhile(*args):
+        client.set_registered_model_alias("gate-credit", "champion", other)
+        return original(*args)
+
+    monkeypatch.setattr(gate_tasks, "_refusal", operator_moves_meanwhile)
+    gate_tasks.reconcile_aliases(client, uri, load_policies(policy_dir), gate_public_key())
+    assert _champion(client) == other
+
+
+@pytest.mark.flow
+def test_a_policy_edit_judges_the_holder_again_instead_of_calling_it_tampering(
+    prefect_harness, registry, policy_dir, tmp_path
+):
+    """Issue 34, 10: the policy file changes (more resamples); the champion's pass names the
+    old policy: the reconciler judges it again, it passes and keeps the alias."""
+    uri, client, _ = registry
+    model, own = "gate-edit", _own_policy(tmp_path, policy_dir, "gate-edit")
+    version = _register(uri, "fair", name=model)
+    assert "passed" in _gate(uri, own, version, model=model).message
+    client.set_registered_model_alias(model, "champion", version)
+    assert (
+        "stays"
+        in _gate(uri, own, version, "model_version_alias.created", "champion", model=model).message
+    )
+    (own / "policy.yaml").write_text(POLICY.format(model=model).replace("200", "300"))
+    state = fairness_gate_reconcile(policy_dir=str(own), tracking_uri=uri, return_state=True)
+    assert state.message == "1 protected alias(es) checked, 0 changed", state.message
+    assert _champion(client, model) == version
+    tags = client.get_model_version(model, version).tags
+    assert TAMPERING_TAG not in tags and gate_tasks.ALIAS_REFUSED_TAG not in tags
+    digest = gate_tasks.policy_digest(load_policies(own)[model])
+    assert verify_attestation(tags[ATTESTATION_TAG]).policy_digest == digest
 
 
 def test_gate_parameters_are_the_workers_own(policy_dir, tmp_path, monkeypatch):
