@@ -523,7 +523,7 @@ def _refusal(client, name: str, version: str, refusal: AttestationError):
         why += f" ({reasons})" if reasons else ""
     if refusal.tampered:
         return why, str(refusal)
-    if status == PASSED:
+    if status == PASSED and not isinstance(refusal, StaleAttestationError):  # honest, older
         return why, f"the tag {STATUS_TAG} says 'passed', but {refusal}"
     return why, None
 
@@ -749,6 +749,7 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
 # thread moves again. Loaded here, the hook's modules first and the registry last, the hook
 # has nothing left to import.
 EVALUATION_MODULES = (
+    "mlflow.sklearn",  # a hook imports it when the evaluation first runs
     "mlflow.models.evaluation.evaluators.classifier",
     "mlflow.models.evaluation.evaluators.default",
     "mlflow.models.evaluation.evaluators.regressor",

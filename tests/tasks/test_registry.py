@@ -527,3 +527,24 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
         load_champion("scored", tracking_uri=uri)
     with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
         load_champion("scored", tracking_uri=uri, attested=False)
+
+
+def test_move_alias_moves_only_from_the_holder_it_was_given(mlflow_store):
+    """A decision about one holder never undoes a move someone made meanwhile."""
+    from fairpca.tasks.registry import move_alias
+
+    _, client = mlflow_store
+    name = "move-from-holder"
+    client.create_registered_model(name)
+    for _ in range(2):
+        client.create_model_version(name, source="/nowhere")
+
+    def holder():
+        version = client.get_registered_model(name).aliases.get("champion")
+        return None if version is None else str(version)
+
+    assert move_alias(client, name, "champion", "1", holder=None) and holder() == "1"
+    assert not move_alias(client, name, "champion", None, holder="2") and holder() == "1"
+    assert move_alias(client, name, "champion", "2", holder="1") and holder() == "2"
+    assert not move_alias(client, name, "champion", "1", holder=None) and holder() == "2"
+    assert move_alias(client, name, "champion", None, holder="2") and holder() is None
