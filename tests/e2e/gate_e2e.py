@@ -526,7 +526,7 @@ def check_tampered_files(gate: Gate, fair: str) -> None:
 def check_prefect_outage(gate: Gate) -> None:
     gate.procs.stop("prefect-server")
     say("Prefect server stopped; registering a version")
-    version = gate.register("fair")
+    version = gate.register("fair", serialization="skops")
 
     def queued_and_retrying():
         return gate.health()["queue"].get("pending", 0) >= 1
