@@ -545,7 +545,9 @@ def _log_thief(uri, name: str, exfil: Path) -> str:
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     try:
-        with mlflow.start_run(run_name="thief"):
+        where = (exfil.parent / "thief-artifacts").as_uri()  # not ./mlruns in the checkout
+        experiment = mlflow.create_experiment("gate-thief", artifact_location=where)
+        with mlflow.start_run(experiment_id=experiment, run_name="thief"):
             info = mlflow.pyfunc.log_model(
                 name="model", python_model=Thief(str(exfil)), pip_requirements=[]
             )
