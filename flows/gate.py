@@ -212,8 +212,8 @@ def majority_accuracy(labels: pd.Series, pos_label: Any) -> float:
 
 PREDICTION_COLUMN = "__fairpca_gate_prediction__"
 REFUSED = (
-    "The gate judges only scikit-learn models serialised with skops (trusted types): a pyfunc "
-    "or pickled model runs the registrant's code when loaded, so it is refused unloaded."
+    "refused unloaded: the gate judges only scikit-learn models serialised with skops (trusted "
+    "types); a pyfunc or pickled model runs the registrant's code when loaded"
 )
 
 
@@ -226,7 +226,7 @@ def model_refusal(model_dir: Path) -> str | None:
         check_model_files(model_dir)
         skops_file_types(skops_file(model_dir))
     except (ValueError, UntrustedModelError, OSError) as error:
-        return f"not evaluated: {error} {REFUSED}"
+        return f"{REFUSED} ({error})"
     return None
 
 
