@@ -89,18 +89,16 @@ __all__ = [
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 # Every character with a meaning in CommonMark or GitHub-flavoured Markdown ($ opens GitHub's
-# math), and the two that open HTML (< and >, rendered as entities so no tag survives any
-# Markdown renderer).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$])")
+# math; < opens an HTML tag or autolink, & an entity): each backslash-escaped, so the
+# rendered text is the literal text and the Markdown source reads as written (no entities).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$<>&])")
 _NEWLINES = re.compile(r"[\r\n]+")
 
 
 def markdown_text(value: object) -> str:
     """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell or
     HTML tag can start inside it, and it stays on one line (safe in a table cell)."""
-    text = _NEWLINES.sub(" ", str(value))
-    text = html.escape(text, quote=True)
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", str(value)))
 
 
 def html_text(value: object) -> str:

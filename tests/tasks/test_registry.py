@@ -160,7 +160,7 @@ def test_model_card_content(audit):
     # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
     assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0\\.05" in card
     assert "- Decision: **PROMOTED to champion**" in card and "  - no champion yet" in card
-    assert "  - upper bound of DP 0\\.0400 &lt;= 0\\.05" in card and "legacy reason" not in card
+    assert "  - upper bound of DP 0\\.0400 \\<= 0\\.05" in card and "legacy reason" not in card
     assert "beats majority \\| by 0\\.06" in card
     # projection hashes of the chosen variant, code version
     assert f"| fair_pca/components_ | `{'a' * 64}` |" in card and "c" * 64 not in card
