@@ -71,6 +71,7 @@ from fairpca.tasks.select import (
     GatePolicy,
     choose,
     decide_promotion,
+    dominance,
     majority_accuracy_of,
     require_fair_variant,
     shortlist,
@@ -460,6 +461,7 @@ def run_audit(
         choice = with_better_references(
             choice, reference_rows, reported["chosen"]["test"], config.selection.select_by
         )
+        choice = dominance(choice, reference_rows, reported["chosen"]["test"], config.selection)
     with clock("save_model"):
         model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
         hashes = write_matrices(out_dir, representations)
