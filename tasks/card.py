@@ -21,6 +21,7 @@ from fairpca.tasks.report import (
     RATE_COLUMNS,
     Estimate,
     chosen_group_rates,
+    chosen_label,
     decision_summary,
     format_interval,
     group_rows,
@@ -175,10 +176,16 @@ def _section_group_rates(record: AuditRecord) -> str:
         }
         for row in frame.to_dict("records")
     ]  # fmt: skip
+    rows += [  # every other group, on its own row, with why its numbers are withheld
+        dict(zip(frame.columns, [_text(g.attribute), _text(g.group), _text(g.rows)], strict=False))
+        | dict.fromkeys(frame.columns[3:], "-")
+        for g in group_rows(record.selection, min_group_size=record.min_group_size)
+        if isinstance(g.rows, str) and g.rows.startswith("withheld")
+    ]
     return (
-        "The chosen candidate on the test rows, per reported group: selection rate (share "
-        "predicted 1), TPR and FPR, and the base rate (share labelled 1). Groups below the "
-        "minimum group size are suppressed.\n\n" + _table(rows)
+        "The chosen candidate on the test rows, per group: selection rate (share predicted "
+        "1), TPR and FPR, and the base rate (share labelled 1); a group below the minimum "
+        "group size says so on its row.\n\n" + _table(rows)
     )
 
 
@@ -365,7 +372,7 @@ def _test_table(record: AuditRecord, *, intervals: bool, references: bool = True
 
 def _groups_table(record: AuditRecord) -> list[str]:
     """The chosen model's rates per named group on the test rows (single attributes)."""
-    groups = group_rows(record.selection)
+    groups = group_rows(record.selection, min_group_size=record.min_group_size)
     if not groups:
         return []
     rates = ("selection_rate", "tpr", "fpr")
@@ -411,7 +418,8 @@ def verdict_markdown(
     lines += [
         verdict_line(record, promotion),
         "",
-        f"Chosen on validation rows: `{selection.chosen.name}` (gate `{selection.gate}`). "
+        f"{chosen_label(record)}, on validation rows: `{selection.chosen.name}` (gate "
+        f"`{selection.gate}`). "
         "Test rows, never used for any choice, with 95% intervals:",
         "",
         _test_table(record, intervals=True),

@@ -55,6 +55,7 @@ __all__ = [
     "VerdictRow",
     "build_verdict",
     "chosen_group_rates",
+    "chosen_label",
     "csv_cell",
     "csv_safe_frame",
     "decision_summary",
@@ -413,7 +414,21 @@ def decision_summary(record, promotion=None) -> tuple[bool, str, str]:
         if not record.register_model:
             refused = "no version was registered (registration off, or the model stores rows)"
         promoted, headline, why = False, "Not promoted", f"{passed}, but {refused}"
+    if selection.chosen.variant == "pca":  # never passed off as a fair model
+        needed = any(r.startswith("no fairness constraint was needed") for r in
+                     selection.decision.reasons)  # fmt: skip
+        headline += (
+            ": unconstrained PCA, no fairness constraint was needed"
+            if promoted and needed
+            else " (the model is unconstrained PCA: no fairness constraint)"
+        )
     return promoted, headline, why[:1].upper() + why[1:]
+
+
+def chosen_label(record) -> str:
+    """How the chosen candidate is named: a candidate that was never eligible is not "chosen"."""
+    eligible = record.eligibility is None or record.eligibility.chosen_passes
+    return "Chosen model" if eligible else "Best candidate (not eligible, not registered)"
 
 
 @dataclass(frozen=True)
@@ -445,6 +460,7 @@ class Verdict:
     why: str
     chosen: str
     gate: str
+    chosen_label: str
     columns: tuple[str, ...]
     rows: tuple[VerdictRow, ...]
     groups: tuple[GroupRow, ...]
@@ -455,12 +471,16 @@ class Verdict:
         return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
 
 
-def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
-    """Published groups of the single attributes (``attributes``) or of their intersection."""
+def group_rows(
+    selection, attributes: bool = True, min_group_size: int | None = None
+) -> tuple[GroupRow, ...]:
+    """Groups of the single attributes (``attributes``) or of their intersection: the
+    published ones with their rates; with ``attributes``, every other group of
+    ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
     frame = chosen_group_rates(selection)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
     rows = frame.columns[2]  # "rows (test)"
-    return tuple(
+    published = tuple(
         GroupRow(
             row["attribute"],
             row["group"],
@@ -469,6 +489,30 @@ def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
         )
         for row in frame.to_dict("records")
     )
+    return published + (_withheld_rows(selection, published, min_group_size) if attributes else ())
+
+
+def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[GroupRow, ...]:
+    """A row for each group of the single attributes without published test rates: a named
+    group (its size over all parts is published) and the unnamed rest of an attribute."""
+    from .record import WITHHELD
+
+    shown = {(g.attribute, g.group) for g in published}
+    fewer = f"fewer than {min_group_size}" if min_group_size else "too few"
+    test_sizes = selection.test_group_sizes or {}
+    none = dict.fromkeys(GROUP_RATES, math.nan)
+    out = []
+    for attribute, groups in (selection.group_sizes or {}).items():
+        for group, size in groups.items():
+            if group == WITHHELD:
+                count = str(size).split(" ")[0]
+                out.append(GroupRow(attribute, f"{count} more group(s)", f"withheld: {fewer} "
+                                    "rows", none))  # fmt: skip
+            elif (attribute, group) not in shown:
+                counted = isinstance(test_sizes.get(attribute, {}).get(group), int)
+                why = "would reveal a group of " if counted else ""
+                out.append(GroupRow(attribute, group, f"withheld: {why}{fewer} test rows", none))
+    return tuple(out)
 
 
 def build_verdict(record, promotion=None) -> Verdict:
@@ -479,8 +523,13 @@ def build_verdict(record, promotion=None) -> Verdict:
     thresholds = record.policy.thresholds if record.policy else {}
     columns = verdict_columns(selected["test"], thresholds)
     promote, headline, why = decision_summary(record, promotion)
+    label = chosen_label(record)
     rows = tuple(
-        VerdictRow(model, role, {m: Estimate.of(values, m) for m in columns})
+        VerdictRow(
+            model,
+            role if role != "chosen" or label == "Chosen model" else "best candidate, not eligible",
+            {m: Estimate.of(values, m) for m in columns},
+        )
         for model, role, values in verdict_rows(selected, references)
     )
     return Verdict(
@@ -489,9 +538,10 @@ def build_verdict(record, promotion=None) -> Verdict:
         why=why,
         chosen=selection.chosen.name,
         gate=record.policy.description if record.policy else selection.gate,
+        chosen_label=chosen_label(record),
         columns=tuple(columns),
         rows=rows,
-        groups=group_rows(selection, attributes=True),
+        groups=group_rows(selection, attributes=True, min_group_size=record.min_group_size),
     )
 
 
@@ -841,7 +891,7 @@ def _markdown_verdict(verdict: Verdict) -> str:
     lines = [
         f"**{markdown_text(verdict.headline)}**: {markdown_text(verdict.why)}",
         "",
-        f"Chosen model: {markdown_text(verdict.chosen)}",
+        f"{verdict.chosen_label}: {markdown_text(verdict.chosen)}",
         "",
         "Test rows, never used for a choice: estimate (95% interval).",
         "",

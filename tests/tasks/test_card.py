@@ -144,7 +144,8 @@ def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record
         "\n".join(details)
     )
     assert "| sex: Female | 1650 | 0.174 | 0.462 | 0.138 |" in details  # groups by name
-    assert not any("Black" in line for line in details)  # intersections: in the card
+    assert not any("Black/" in line or "/sex" in line for line in details)  # intersections: card
+    assert "| race: Black | withheld: fewer than 30 test rows | - | - | - |" in details
     assert "- upper bound of DP 0\\.0400 \\<= 0\\.05" in details
     assert "- fair\\_pca: a sensitive attribute is still predictable" in details
     assert any(line.startswith("Full model card: artifact `model_card.md`") for line in details)

@@ -233,7 +233,12 @@ def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_recor
         ("sex", "Other"),
         ("race", "White"),
         ("race", "Other"),
+        ("sex", "Male"),
+        ("race", "Black"),
+        ("race", "Eskimo"),
     ]  # single attributes by name; the intersection has a section of its own
+    # every group is accounted for: one without published test rates says so on its row
+    assert {g.rows for g in verdict.groups[4:]} == {"withheld: fewer than 30 test rows"}
     assert verdict.groups[0].rows == 1650 and verdict.groups[0].rates["tpr"] == pytest.approx(0.11)
     headings = [h for h, _ in sections]
     assert headings[1:4] == [
@@ -306,7 +311,8 @@ def test_every_user_string_is_escaped_in_html_and_markdown(audit_record):
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert page.count("&lt;img src=x") >= 6  # title, chosen, group, heading, bullet, cell
     markdown = render_markdown(PAYLOAD, sections, "tradeoff.png")
-    assert "<img" not in markdown and "](javascript" not in markdown
+    assert not re.search(r"(?<!\\)<img", markdown) and "](javascript" not in markdown
+    assert "&lt;" not in markdown  # Markdown escapes, not HTML entities
     assert "\\[x\\]\\(javascript:alert\\(1\\)\\)\\`" in markdown
 
 
@@ -455,7 +461,7 @@ def test_report_renders_structured_sections_as_markdown_and_html(audit_record):
     assert "**Promoted to champion**: Meets the gate" in markdown
     assert "| fair\\_pca/logreg@lambda=0\\.125 \\(chosen\\) | 0.822 (0.811–0.832) |" in markdown
     assert "| sex: Female | 1650 | 0.100 | 0.110 | 0.120 | 0.130 |" in markdown
-    assert "- DP 0\\.06 &gt; max 0\\.05" in markdown
+    assert "- DP 0\\.06 \\> max 0\\.05" in markdown
     assert "![trade\\-off](tradeoff.png)" in markdown  # user text escaped (markdown_text)
     page = render_html("T", sections, None)
     assert '<p class="headline">Promoted to champion</p>' in page

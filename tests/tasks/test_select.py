@@ -381,10 +381,9 @@ def test_unconstrained_pca_is_named_and_no_constraint_needed_only_when_shown():
     rows = [{**_gated(0.01, 0.01), "variant": "pca", "lambda": float("nan")}]
     _, decision, _ = select_candidate(pd.DataFrame(rows), 0.7, _config())
     assert decision.promote
-    assert decision.reasons[0].startswith("no fairness constraint was needed")
-    assert "unconstrained PCA (no fairness constraint) pca/logreg_tuned@k=10" in (
-        decision.reasons[0]
-    )
+    first = decision.reasons[0]
+    assert first.startswith("no fairness constraint was needed")
+    assert "unconstrained PCA (no fairness constraint) pca/logreg_tuned@k=10" in first
     near = [{**_gated(0.045, 0.02), "variant": "pca", "lambda": float("nan")}]
     _, decision, _ = select_candidate(pd.DataFrame(near), 0.7, _config())
     assert not decision.promote and "no fairness constraint was needed" not in decision.reasons[0]
