@@ -69,6 +69,7 @@ __all__ = [
     "html_text",
     "markdown_table",
     "markdown_text",
+    "parity_paragraph",
     "plot_tradeoff",
     "render_html",
     "render_markdown",
@@ -1028,6 +1029,54 @@ def _why(record, promotion) -> list[str]:
     return [f"Gate: {gate}.", *reasons]
 
 
+def parity_paragraph(record) -> str | None:
+    """Why fair PCA does not reach parity here and what would, with the numbers of
+    :func:`fairpca.tasks.record.parity_gap` and the post-processing reference (None when the
+    chosen model meets the gate)."""
+    gap = getattr(record, "parity_gap", None) or {}
+    scores = gap.get("scores") or {}
+    if not scores:
+        return None
+    low = min(scores.items(), key=lambda item: item[1]["sd"])
+    high = max(scores.items(), key=lambda item: item[1]["sd"])
+    means = [value["mean"] for value in scores.values()]
+    lines = [
+        "Fair PCA equalises the groups' means of the representation, not the spread of the "
+        f"classifier's scores: on the validation rows the standard deviation of the chosen "
+        f"model's score ranges from {low[1]['sd']:.2f} ({low[0]}) to {high[1]['sd']:.2f} "
+        f"({high[0]}), its mean from {min(means):.2f} to {max(means):.2f}. One threshold on "
+        "scores that spread unequally selects unequal shares of the groups."
+    ]
+    for variant, best in (gap.get("fair_pca_s") or {}).items():
+        where = " on the intersection's cells" if variant.endswith("intersection") else ""
+        numbers = ", ".join(
+            f"{METRIC_LABELS.get(m, (m,))[0]} {best[m]:.3f}" for m in best if m in METRIC_LABELS
+        )
+        closes = "closes the gap (meets the gate)" if best["meets_gate"] else (
+            "does not close the gap"
+        )  # fmt: skip
+        lines.append(
+            f"Fair PCA-S{where}, which also matches the groups' covariances (Sec. 3.6 of the "
+            f"paper): its best candidate {best['name']} ({numbers}, validation rows) {closes}."
+        )
+    if not gap.get("fair_pca_s"):
+        lines.append(
+            "Fair PCA-S (Sec. 3.6 of the paper), which also matches the groups' covariances, "
+            "was not searched: add fair_pca_s to --variants."
+        )
+    for reference in record.references or []:
+        test = reference.test or {}
+        if reference.needs_sensitive_at_prediction and "dp_difference" in test:
+            lines.append(
+                f"With the sensitive attribute at prediction, {reference.name} "
+                f"({reference.approach}: a threshold per group) reaches ΔDP "
+                f"{test['dp_difference']:.3f} at balanced accuracy "
+                f"{test.get('balanced_accuracy', math.nan):.3f} on the test rows."
+            )
+            break
+    return " ".join(lines)
+
+
 def _intersection_groups(record) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
     groups = group_rows(record.selection, attributes=False)
@@ -1055,12 +1104,14 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     decided afterwards, when there is one): the verdict first."""
     select_by = record.params.get("select_by", "balanced_accuracy")
     warnings = record.selection.warnings
+    gap = parity_paragraph(record)
     sections: list[tuple[str, Any]] = [
         (
             "Verdict (test rows, never used for a choice; 95% intervals)",
             build_verdict(record, promotion),
         ),
         ("Why", Bullets(_why(record, promotion))),
+        *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
         *([("Warnings", Bullets(list(warnings)))] if warnings else []),
         *_intersection_groups(record),
         *frontier_sections(record),
