@@ -22,6 +22,7 @@ from fairpca.tasks.report import (
     Estimate,
     chosen_group_rates,
     chosen_label,
+    deciding_reason,
     decision_summary,
     format_interval,
     group_rows,
@@ -301,9 +302,13 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
     lines = [
         "# Model card",
         "",
-        f"Registered model {_text(record.model_name)}, from {record.kind} run "
-        f"{_text(record.run_name)}: `{chosen.name}` (representation `{chosen.variant}`, "
+        f"{'Registered model' if record.register_model else 'Model (not registered)'} "
+        f"{_text(record.model_name)}, from {record.kind} run "
+        f"{_text(record.run_name)}; {chosen_label(record).lower()}: `{chosen.name}` "
+        f"(representation `{chosen.variant}`, "
         f"classifier `{chosen.classifier}`, lambda {lam}).",
+        "",
+        "**{}**: {}".format(*(_text(part) for part in decision_summary(record, promotion)[1:])),
         "",
     ]
     for heading, body in sections:
@@ -329,6 +334,8 @@ def verdict_line(record: AuditRecord, promotion=None) -> str:
         if promoted
         else ("PASSES the gate" if headline == "Passes the gate" else "NOT promoted")
     )
+    deciding = deciding_reason(record, promotion)
+    words += f" ({deciding})" if deciding else ""
     test = record.selection.test
     numbers = [
         f"{METRIC_LABELS[name][0]} {Estimate.of(test, name).text}"

@@ -58,6 +58,7 @@ __all__ = [
     "chosen_label",
     "csv_cell",
     "csv_safe_frame",
+    "deciding_reason",
     "decision_summary",
     "format_interval",
     "frontier_sections",
@@ -424,6 +425,30 @@ def decision_summary(record, promotion=None) -> tuple[bool, str, str]:
             else " (the model is unconstrained PCA: no fairness constraint)"
         )
     return promoted, headline, why[:1].upper() + why[1:]
+
+
+# What decided a decision that did not promote, by the start of its first reason.
+DECIDERS = (
+    ("not eligible", "not eligible"),
+    ("no candidate is eligible", "not eligible"),
+    ("not enough data", "too little data"),
+    ("unstable verdict", "too little data"),
+    ("no eligible candidate meets", "fails the gate"),
+)
+
+
+def deciding_reason(record, promotion=None) -> str | None:
+    """A few words on what decided (``dominated by exponentiated_gradient``, ``not
+    eligible``, ...); None when the candidate was promoted."""
+    decision = record.selection.decision
+    first = decision.reasons[0] if decision.reasons else ""
+    if not decision.promote:
+        if first.startswith("dominated: the reference "):
+            return "dominated by " + first.removeprefix("dominated: the reference ").split()[0]
+        return next((words for start, words in DECIDERS if first.startswith(start)), None)
+    if promotion is not None and not promotion.promote:
+        return "the champion stays" if record.register_model else "not registered"
+    return None
 
 
 def chosen_label(record) -> str:

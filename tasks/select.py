@@ -630,7 +630,7 @@ def select_candidate(
             f"unstable verdict: each of the {len(passing)} candidates meeting the gate meets it "
             "by less than its noise, so another seed can reverse it; not promoted"
         )
-        return best, Decision(False, (reason, unstable, *unstable_margins(best, policy))), True
+        return best, Decision(False, (unstable, reason, *unstable_margins(best, policy))), True
     reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the rows that choose"]
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
     if degenerate:  # eligibility decided: the gate alone would have passed these

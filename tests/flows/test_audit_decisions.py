@@ -391,8 +391,8 @@ def test_too_few_rows_to_certify_the_default_gate_are_said_so_and_not_promoted()
 def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlflow(
     prefect_harness, tmp_path, capsys
 ):
-    """Adult, sex + race: Amer-Indian-Eskimo and Other have ~95 and ~84 rows in all parts,
-    fewer than 30 in the test part. Each has its own row saying its numbers are withheld and
+    """Adult, sex + race: Amer-Indian-Eskimo and Other have ~1% of the rows, so more than 30
+    in all parts and fewer than 30 in the 2,500 test rows. Each has its own row saying its numbers are withheld and
     why, in report.md, the terminal and the MLflow run's description; report.md holds no
     HTML entity."""
     from mlflow import MlflowClient
@@ -401,7 +401,8 @@ def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlfl
     from fairpca.flows.console import print_report
 
     config = AuditConfig(
-        dataset="adult", sensitive=["sex", "race"], k=5, variants=["pca", "fair_pca"],
+        dataset="adult", sensitive=["sex", "race"], n_train=1500, n_validation=1000,
+        n_test=2500, k=5, variants=["pca", "fair_pca"],
         classifiers=["logreg"], lambdas=[0.0, 1.0], n_bootstrap=200, metric_max_rows=200,
         output_dir=tmp_path / "out", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
     )  # fmt: skip

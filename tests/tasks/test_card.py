@@ -101,10 +101,14 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
         "kept": verdict_line(audit_record, kept),
         "undecided": verdict_line(audit_record),
         "failed": verdict_line(replaced(audit_record, "selection.decision", promote=False)),
-    }
+        "dominated": verdict_line(replaced(audit_record, "selection.decision", promote=False,
+            reasons=["dominated: the reference exponentiated_gradient (reductions) meets ..."])),
+    }  # fmt: skip
     assert lines == {
         "promoted": "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822.",
-        "kept": "NOT promoted: test ΔDP 0.023, accuracy 0.822.",
+        "kept": "NOT promoted (the champion stays): test ΔDP 0.023, accuracy 0.822.",
+        "dominated": "NOT promoted (dominated by exponentiated_gradient): test ΔDP 0.023, "
+        "accuracy 0.822.",
         "undecided": "PASSES the gate: test ΔDP 0.023, accuracy 0.822.",
         "failed": "NOT promoted: test ΔDP 0.023, accuracy 0.822.",
     }
