@@ -392,9 +392,9 @@ def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlfl
     prefect_harness, tmp_path, capsys
 ):
     """Adult, sex + race: Amer-Indian-Eskimo and Other have ~1% of the rows, so more than 30
-    in all parts and fewer than 30 in the 2,500 test rows. Each has its own row saying its numbers are withheld and
-    why, in report.md, the terminal and the MLflow run's description; report.md holds no
-    HTML entity."""
+    in all parts and fewer than 30 in the 2,500 test rows. Each has its own row saying its
+    numbers are withheld and why, in report.md, the terminal and the MLflow run's
+    description; report.md holds no HTML entity."""
     from mlflow import MlflowClient
 
     from fairpca.flows.audit import fairness_audit
