@@ -425,8 +425,8 @@ def verdict_markdown(
     lines += [
         verdict_line(record, promotion),
         "",
-        f"{chosen_label(record)}, on validation rows: `{selection.chosen.name}` (gate "
-        f"`{selection.gate}`). "
+        f"{chosen_label(record).replace('Chosen model', 'Chosen')} on validation rows: "
+        f"`{selection.chosen.name}` (gate `{selection.gate}`). "
         "Test rows, never used for any choice, with 95% intervals:",
         "",
         _test_table(record, intervals=True),
