@@ -193,7 +193,7 @@ def headline_names(result) -> list[str]:
 def headline_table(result) -> Table:
     """One line per model on the test rows: the chosen candidate, the baselines and the
     reference mitigations, the point estimates of :func:`headline_names`."""
-    from fairpca.tasks.report import Estimate, chosen_label, verdict_rows
+    from fairpca.tasks.report import NOT_ELIGIBLE, Estimate, chosen_label, verdict_rows
 
     selection = result.selection
     names = headline_names(result)
@@ -201,7 +201,7 @@ def headline_table(result) -> Table:
     table.add_column("test rows", overflow="fold")
     for name in names:
         table.add_column(TEST_ROW_METRICS[name], justify="right", no_wrap=True)
-    eligible = chosen_label(result.record) == "Chosen model"
+    eligible = chosen_label(result.record) != NOT_ELIGIBLE
     for model, role, values in verdict_rows(selection, result.references):
         cells = [Estimate.of(values, name).text for name in names]
         style = "bold" if role == "chosen" else None

@@ -42,6 +42,7 @@ __all__ = [
     "GROUP_RATES",
     "HEADLINE",
     "METRIC_LABELS",
+    "NOT_ELIGIBLE",
     "PCA_STYLE",
     "RATE_COLUMNS",
     "REFERENCE_STYLE",
@@ -452,9 +453,16 @@ def deciding_reason(record, promotion=None) -> str | None:
 
 
 def chosen_label(record) -> str:
-    """How the chosen candidate is named: a candidate that was never eligible is not "chosen"."""
-    eligible = record.eligibility is None or record.eligibility.chosen_passes
-    return "Chosen model" if eligible else "Best candidate (not eligible, not registered)"
+    """How the chosen candidate is named: a candidate that was never eligible is not "chosen",
+    one the gate did not pass is chosen for review only."""
+    if not (record.eligibility is None or record.eligibility.chosen_passes):
+        return NOT_ELIGIBLE
+    return (
+        "Chosen model" if record.selection.decision.promote else "Chosen for review (not promoted)"
+    )
+
+
+NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
 
 
 @dataclass(frozen=True)
@@ -553,7 +561,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     rows = tuple(
         VerdictRow(
             model,
-            role if role != "chosen" or label == "Chosen model" else "best candidate, not eligible",
+            role if role != "chosen" or label != NOT_ELIGIBLE else "best candidate, not eligible",
             {m: Estimate.of(values, m) for m in columns},
         )
         for model, role, values in verdict_rows(selected, references)
