@@ -910,8 +910,9 @@ def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, min_group_s
     meets it or has no score): per group of each attribute and, with several, per cell of
     their intersection (only those of at least ``min_group_size`` rows; no counts), the mean
     and standard deviation of the classifier's score, and the best Fair PCA-S candidate
-    (meeting the gate first, then ``select_by``). Fair PCA equalises the groups' means of the
-    representation, not the spread of the scores: one threshold on scores of unequal spread
+    (the least violation of the gate, then balanced accuracy). Fair PCA equalises the
+    groups' means of the representation, not the spread of the scores: one threshold on
+    scores of unequal spread
     selects unequal shares, which Fair PCA-S's covariance matching (Sec. 3.6) or group-
     specific thresholds (the attribute at prediction) address."""
     if not choice.policy.failures(choice.chosen):
@@ -940,7 +941,8 @@ def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, min_group_s
     for variant in sorted({r["variant"] for r in fair_s}):
         rows = [r for r in fair_s if r["variant"] == variant and _finite(r.get(measure))]
         if rows:
-            row = max(rows, key=lambda r: (not choice.policy.failures(r), float(r[measure])))
+            # meeting the gate first, then the least violating, then ``measure``
+            row = max(rows, key=lambda r: (-choice.policy.violation(r), float(r[measure])))
             best[variant] = {
                 "name": candidate_name(row),
                 "meets_gate": not choice.policy.failures(row),
