@@ -56,13 +56,14 @@ from fairpca.tasks.record import (
     PromotionRecord,
     build_record,
     frontier_points,
+    parity_gap,
     training_data_digest,
     write_audit_record,
 )
 from fairpca.tasks.references import reference_mitigations, with_better_references
 from fairpca.tasks.registry import find_champion
 from fairpca.tasks.report import markdown_text, write_matrices, write_report
-from fairpca.tasks.represent import fit_preprocessor, resolve_k
+from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
 from fairpca.tasks.select import (
     DEFAULT_TOLERANCE,
     Challenger,
@@ -71,6 +72,7 @@ from fairpca.tasks.select import (
     GatePolicy,
     choose,
     decide_promotion,
+    dominance,
     majority_accuracy_of,
     require_fair_variant,
     shortlist,
@@ -212,12 +214,13 @@ def search_representations(config: AuditConfig, split, encoded) -> tuple[dict, d
     """Every variant searched over the k grid (and logreg_tuned's C) on the validation rows,
     in parallel; a variant that cannot be fitted is skipped with its reason (the audit fails
     when no fair variant remains)."""
-    futures = {
+    several = split.s_train.shape[1] > 1 and "fair_pca_s" in config.representation.variants
+    futures = {  # with several attributes, also Fair PCA-S on their intersection's cells
         variant: search_variant.submit(
             variant, *encoded, split, config.representation.k_grid, config.representation,
             config.evaluation, config.selection, config.seed,
         )
-        for variant in config.representation.variants
+        for variant in [*config.representation.variants, *[INTERSECTION_VARIANT] * several]
     }  # fmt: skip
     searches, skipped = {}, {}
     for variant, future in futures.items():
@@ -460,6 +463,7 @@ def run_audit(
         choice = with_better_references(
             choice, reference_rows, reported["chosen"]["test"], config.selection.select_by
         )
+        choice = dominance(choice, reference_rows, reported["chosen"]["test"], config.selection)
     with clock("save_model"):
         model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
         hashes = write_matrices(out_dir, representations)
@@ -483,6 +487,7 @@ def run_audit(
         model_sha256=model_sha256,
         model_digest=digest,
         tags={**_flow_tags(kind), "fairpca.local_output_dir": str(out_dir.resolve())},
+        parity_gap=parity_gap(pipeline, split, table, choice, config.evaluation.min_group_size),
     )
     write_outputs(out_dir, record, table, config)
     return promote_and_log(out_dir, record, table, split, config, watch=watch, tolerance=tolerance)

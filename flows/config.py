@@ -427,6 +427,12 @@ class SelectionConfig(Section):
         "wider, the audit says there is not enough data to certify and does not promote. "
         "0 turns the check off.",
     )
+    promote_dominated: bool = Field(
+        False,
+        description="Promote the chosen candidate even when a reference mitigation that meets "
+        "the gate beats it on the test rows by a margin whose 95% interval lies above zero "
+        "(by default such a candidate is kept, not promoted, and the reference is named).",
+    )
     cv_below_rows: int = Field(
         1000,
         ge=0,

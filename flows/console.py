@@ -193,7 +193,7 @@ def headline_names(result) -> list[str]:
 def headline_table(result) -> Table:
     """One line per model on the test rows: the chosen candidate, the baselines and the
     reference mitigations, the point estimates of :func:`headline_names`."""
-    from fairpca.tasks.report import Estimate, verdict_rows
+    from fairpca.tasks.report import NOT_ELIGIBLE, Estimate, chosen_label, verdict_rows
 
     selection = result.selection
     names = headline_names(result)
@@ -201,10 +201,12 @@ def headline_table(result) -> Table:
     table.add_column("test rows", overflow="fold")
     for name in names:
         table.add_column(TEST_ROW_METRICS[name], justify="right", no_wrap=True)
+    eligible = chosen_label(result.record) != NOT_ELIGIBLE
     for model, role, values in verdict_rows(selection, result.references):
         cells = [Estimate.of(values, name).text for name in names]
         style = "bold" if role == "chosen" else None
-        table.add_row(escape(_model_label(model, role)), *cells, style=style)
+        label = _model_label(model, role) if eligible or role != "chosen" else "best, not eligible"
+        table.add_row(escape(label), *cells, style=style)
     return table
 
 
@@ -231,7 +233,7 @@ def group_table(result) -> Table | None:
     intersection's are in the report)."""
     from fairpca.tasks.report import GROUP_RATES, RATE_COLUMNS, Estimate, group_rows
 
-    groups = group_rows(result.record.selection)
+    groups = group_rows(result.record.selection, min_group_size=result.record.min_group_size)
     if not groups:
         return None
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
@@ -319,7 +321,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
-    from fairpca.tasks.report import decision_summary
+    from fairpca.tasks.report import chosen_label, decision_summary
 
     verbose = OUTPUT.verbose if verbose is None else verbose
     promotion = getattr(result, "promotion", None)
@@ -331,7 +333,8 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
         from .retrain import final_message
 
         console.print(f"Retrain: {escape(final_message(result))}")
-    console.print(f"Chosen on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
+    label = chosen_label(record).replace("Chosen model", "Chosen")
+    console.print(f"{label} on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
     console.print(headline_table(result))
     console.print(_notes(result, headline_names(result)), style="dim")
     groups = group_table(result)

@@ -21,6 +21,8 @@ from fairpca.tasks.report import (
     RATE_COLUMNS,
     Estimate,
     chosen_group_rates,
+    chosen_label,
+    deciding_reason,
     decision_summary,
     format_interval,
     group_rows,
@@ -175,10 +177,16 @@ def _section_group_rates(record: AuditRecord) -> str:
         }
         for row in frame.to_dict("records")
     ]  # fmt: skip
+    rows += [  # every other group, on its own row, with why its numbers are withheld
+        dict(zip(frame.columns, [_text(g.attribute), _text(g.group), _text(g.rows)], strict=False))
+        | dict.fromkeys(frame.columns[3:], "-")
+        for g in group_rows(record.selection, min_group_size=record.min_group_size)
+        if isinstance(g.rows, str) and g.rows.startswith("withheld")
+    ]
     return (
-        "The chosen candidate on the test rows, per reported group: selection rate (share "
-        "predicted 1), TPR and FPR, and the base rate (share labelled 1). Groups below the "
-        "minimum group size are suppressed.\n\n" + _table(rows)
+        "The chosen candidate on the test rows, per group: selection rate (share predicted "
+        "1), TPR and FPR, and the base rate (share labelled 1); a group below the minimum "
+        "group size says so on its row.\n\n" + _table(rows)
     )
 
 
@@ -294,9 +302,13 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
     lines = [
         "# Model card",
         "",
-        f"Registered model {_text(record.model_name)}, from {record.kind} run "
-        f"{_text(record.run_name)}: `{chosen.name}` (representation `{chosen.variant}`, "
+        f"{'Registered model' if record.register_model else 'Model (not registered)'} "
+        f"{_text(record.model_name)}, from {record.kind} run "
+        f"{_text(record.run_name)}; {chosen_label(record).lower()}: `{chosen.name}` "
+        f"(representation `{chosen.variant}`, "
         f"classifier `{chosen.classifier}`, lambda {lam}).",
+        "",
+        "**{}**: {}".format(*(_text(part) for part in decision_summary(record, promotion)[1:])),
         "",
     ]
     for heading, body in sections:
@@ -322,6 +334,8 @@ def verdict_line(record: AuditRecord, promotion=None) -> str:
         if promoted
         else ("PASSES the gate" if headline == "Passes the gate" else "NOT promoted")
     )
+    deciding = deciding_reason(record, promotion)
+    words += f" ({deciding})" if deciding else ""
     test = record.selection.test
     numbers = [
         f"{METRIC_LABELS[name][0]} {Estimate.of(test, name).text}"
@@ -365,7 +379,7 @@ def _test_table(record: AuditRecord, *, intervals: bool, references: bool = True
 
 def _groups_table(record: AuditRecord) -> list[str]:
     """The chosen model's rates per named group on the test rows (single attributes)."""
-    groups = group_rows(record.selection)
+    groups = group_rows(record.selection, min_group_size=record.min_group_size)
     if not groups:
         return []
     rates = ("selection_rate", "tpr", "fpr")
@@ -411,7 +425,8 @@ def verdict_markdown(
     lines += [
         verdict_line(record, promotion),
         "",
-        f"Chosen on validation rows: `{selection.chosen.name}` (gate `{selection.gate}`). "
+        f"{chosen_label(record).replace('Chosen model', 'Chosen')} on validation rows: "
+        f"`{selection.chosen.name}` (gate `{selection.gate}`). "
         "Test rows, never used for any choice, with 95% intervals:",
         "",
         _test_table(record, intervals=True),

@@ -132,7 +132,10 @@ def _pair_se(rate: np.ndarray, rows: np.ndarray, *, ratio: bool) -> tuple[float,
     ratio's by the delta method on its logarithm)."""
     if len(rate) < 2:
         return math.nan, math.nan
-    low, high = int(np.argmin(rate)), int(np.argmax(rate))
+    # Two distinct groups even when the rates tie (all equal: argmin == argmax would count
+    # one group's variance twice); among tied groups the smaller one, the noisier.
+    low = int(np.lexsort((rows, rate))[0])
+    high = next(int(i) for i in np.lexsort((rows, -rate)) if i != low)
     p, n = rate[[low, high]], rows[[low, high]]
     if ratio:
         value = float(p[0] / p[1])

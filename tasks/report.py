@@ -42,6 +42,7 @@ __all__ = [
     "GROUP_RATES",
     "HEADLINE",
     "METRIC_LABELS",
+    "NOT_ELIGIBLE",
     "PCA_STYLE",
     "RATE_COLUMNS",
     "REFERENCE_STYLE",
@@ -55,8 +56,10 @@ __all__ = [
     "VerdictRow",
     "build_verdict",
     "chosen_group_rates",
+    "chosen_label",
     "csv_cell",
     "csv_safe_frame",
+    "deciding_reason",
     "decision_summary",
     "format_interval",
     "frontier_sections",
@@ -68,6 +71,7 @@ __all__ = [
     "html_text",
     "markdown_table",
     "markdown_text",
+    "parity_paragraph",
     "plot_tradeoff",
     "render_html",
     "render_markdown",
@@ -89,18 +93,16 @@ __all__ = [
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 # Every character with a meaning in CommonMark or GitHub-flavoured Markdown ($ opens GitHub's
-# math), and the two that open HTML (< and >, rendered as entities so no tag survives any
-# Markdown renderer).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$])")
+# math; < opens an HTML tag or autolink, & an entity): each backslash-escaped, so the
+# rendered text is the literal text and the Markdown source reads as written (no entities).
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$<>&])")
 _NEWLINES = re.compile(r"[\r\n]+")
 
 
 def markdown_text(value: object) -> str:
     """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell or
     HTML tag can start inside it, and it stays on one line (safe in a table cell)."""
-    text = _NEWLINES.sub(" ", str(value))
-    text = html.escape(text, quote=True)
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", str(value)))
 
 
 def html_text(value: object) -> str:
@@ -415,7 +417,52 @@ def decision_summary(record, promotion=None) -> tuple[bool, str, str]:
         if not record.register_model:
             refused = "no version was registered (registration off, or the model stores rows)"
         promoted, headline, why = False, "Not promoted", f"{passed}, but {refused}"
+    if selection.chosen.variant == "pca":  # never passed off as a fair model
+        needed = any(r.startswith("no fairness constraint was needed") for r in
+                     selection.decision.reasons)  # fmt: skip
+        headline += (
+            ": unconstrained PCA, no fairness constraint was needed"
+            if promoted and needed
+            else " (the model is unconstrained PCA: no fairness constraint)"
+        )
     return promoted, headline, why[:1].upper() + why[1:]
+
+
+# What decided a decision that did not promote, by the start of its first reason.
+DECIDERS = (
+    ("not eligible", "not eligible"),
+    ("no candidate is eligible", "not eligible"),
+    ("not enough data", "too little data"),
+    ("unstable verdict", "too little data"),
+    ("no eligible candidate meets", "fails the gate"),
+)
+
+
+def deciding_reason(record, promotion=None) -> str | None:
+    """A few words on what decided (``dominated by exponentiated_gradient``, ``not
+    eligible``, ...); None when the candidate was promoted."""
+    decision = record.selection.decision
+    first = decision.reasons[0] if decision.reasons else ""
+    if not decision.promote:
+        if first.startswith("dominated: the reference "):
+            return "dominated by " + first.removeprefix("dominated: the reference ").split()[0]
+        return next((words for start, words in DECIDERS if first.startswith(start)), None)
+    if promotion is not None and not promotion.promote:
+        return "the champion stays" if record.register_model else "not registered"
+    return None
+
+
+def chosen_label(record) -> str:
+    """How the chosen candidate is named: a candidate that was never eligible is not "chosen",
+    one the gate did not pass is chosen for review only."""
+    if not (record.eligibility is None or record.eligibility.chosen_passes):
+        return NOT_ELIGIBLE
+    return (
+        "Chosen model" if record.selection.decision.promote else "Chosen for review (not promoted)"
+    )
+
+
+NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
 
 
 @dataclass(frozen=True)
@@ -447,6 +494,7 @@ class Verdict:
     why: str
     chosen: str
     gate: str
+    chosen_label: str
     columns: tuple[str, ...]
     rows: tuple[VerdictRow, ...]
     groups: tuple[GroupRow, ...]
@@ -457,12 +505,16 @@ class Verdict:
         return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
 
 
-def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
-    """Published groups of the single attributes (``attributes``) or of their intersection."""
+def group_rows(
+    selection, attributes: bool = True, min_group_size: int | None = None
+) -> tuple[GroupRow, ...]:
+    """Groups of the single attributes (``attributes``) or of their intersection: the
+    published ones with their rates; with ``attributes``, every other group of
+    ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
     frame = chosen_group_rates(selection)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
     rows = frame.columns[2]  # "rows (test)"
-    return tuple(
+    published = tuple(
         GroupRow(
             row["attribute"],
             row["group"],
@@ -471,6 +523,30 @@ def group_rows(selection, attributes: bool = True) -> tuple[GroupRow, ...]:
         )
         for row in frame.to_dict("records")
     )
+    return published + (_withheld_rows(selection, published, min_group_size) if attributes else ())
+
+
+def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[GroupRow, ...]:
+    """A row for each group of the single attributes without published test rates: a named
+    group (its size over all parts is published) and the unnamed rest of an attribute."""
+    from .record import WITHHELD
+
+    shown = {(g.attribute, g.group) for g in published}
+    fewer = f"fewer than {min_group_size}" if min_group_size else "too few"
+    test_sizes = selection.test_group_sizes or {}
+    none = dict.fromkeys(GROUP_RATES, math.nan)
+    out = []
+    for attribute, groups in (selection.group_sizes or {}).items():
+        for group, size in groups.items():
+            if group == WITHHELD:
+                count = str(size).split(" ")[0]
+                out.append(GroupRow(attribute, f"{count} more group(s)", f"withheld: {fewer} "
+                                    "rows", none))  # fmt: skip
+            elif (attribute, group) not in shown:
+                counted = isinstance(test_sizes.get(attribute, {}).get(group), int)
+                why = "would reveal a group of " if counted else ""
+                out.append(GroupRow(attribute, group, f"withheld: {why}{fewer} test rows", none))
+    return tuple(out)
 
 
 def build_verdict(record, promotion=None) -> Verdict:
@@ -481,8 +557,13 @@ def build_verdict(record, promotion=None) -> Verdict:
     thresholds = record.policy.thresholds if record.policy else {}
     columns = verdict_columns(selected["test"], thresholds)
     promote, headline, why = decision_summary(record, promotion)
+    label = chosen_label(record)
     rows = tuple(
-        VerdictRow(model, role, {m: Estimate.of(values, m) for m in columns})
+        VerdictRow(
+            model,
+            role if role != "chosen" or label != NOT_ELIGIBLE else "best candidate, not eligible",
+            {m: Estimate.of(values, m) for m in columns},
+        )
         for model, role, values in verdict_rows(selected, references)
     )
     return Verdict(
@@ -491,9 +572,10 @@ def build_verdict(record, promotion=None) -> Verdict:
         why=why,
         chosen=selection.chosen.name,
         gate=record.policy.description if record.policy else selection.gate,
+        chosen_label=chosen_label(record),
         columns=tuple(columns),
         rows=rows,
-        groups=group_rows(selection, attributes=True),
+        groups=group_rows(selection, attributes=True, min_group_size=record.min_group_size),
     )
 
 
@@ -843,7 +925,7 @@ def _markdown_verdict(verdict: Verdict) -> str:
     lines = [
         f"**{markdown_text(verdict.headline)}**: {markdown_text(verdict.why)}",
         "",
-        f"Chosen model: {markdown_text(verdict.chosen)}",
+        f"{verdict.chosen_label}: {markdown_text(verdict.chosen)}",
         "",
         "Test rows, never used for a choice: estimate (95% interval).",
         "",
@@ -980,6 +1062,54 @@ def _why(record, promotion) -> list[str]:
     return [f"Gate: {gate}.", *reasons]
 
 
+def parity_paragraph(record) -> str | None:
+    """Why fair PCA does not reach parity here and what would, with the numbers of
+    :func:`fairpca.tasks.record.parity_gap` and the post-processing reference (None when the
+    chosen model meets the gate)."""
+    gap = getattr(record, "parity_gap", None) or {}
+    scores = gap.get("scores") or {}
+    if not scores:
+        return None
+    low = min(scores.items(), key=lambda item: item[1]["sd"])
+    high = max(scores.items(), key=lambda item: item[1]["sd"])
+    means = [value["mean"] for value in scores.values()]
+    lines = [
+        "Fair PCA equalises the groups' means of the representation, not the spread of the "
+        f"classifier's scores: on the validation rows the standard deviation of the chosen "
+        f"model's score ranges from {low[1]['sd']:.2f} ({low[0]}) to {high[1]['sd']:.2f} "
+        f"({high[0]}), its mean from {min(means):.2f} to {max(means):.2f}. One threshold on "
+        "scores that spread unequally selects unequal shares of the groups."
+    ]
+    for variant, best in (gap.get("fair_pca_s") or {}).items():
+        where = " on the intersection's cells" if variant.endswith("intersection") else ""
+        numbers = ", ".join(
+            f"{METRIC_LABELS.get(m, (m,))[0]} {best[m]:.3f}" for m in best if m in METRIC_LABELS
+        )
+        closes = "closes the gap (meets the gate)" if best["meets_gate"] else (
+            "does not close the gap"
+        )  # fmt: skip
+        lines.append(
+            f"Fair PCA-S{where}, which also matches the groups' covariances (Sec. 3.6 of the "
+            f"paper): its best candidate {best['name']} ({numbers}, validation rows) {closes}."
+        )
+    if not gap.get("fair_pca_s"):
+        lines.append(
+            "Fair PCA-S (Sec. 3.6 of the paper), which also matches the groups' covariances, "
+            "was not searched: add fair_pca_s to --variants."
+        )
+    for reference in record.references or []:
+        test = reference.test or {}
+        if reference.needs_sensitive_at_prediction and "dp_difference" in test:
+            lines.append(
+                f"With the sensitive attribute at prediction, {reference.name} "
+                f"({reference.approach}: a threshold per group) reaches ΔDP "
+                f"{test['dp_difference']:.3f} at balanced accuracy "
+                f"{test.get('balanced_accuracy', math.nan):.3f} on the test rows."
+            )
+            break
+    return " ".join(lines)
+
+
 def _intersection_groups(record) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
     groups = group_rows(record.selection, attributes=False)
@@ -1007,12 +1137,14 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     decided afterwards, when there is one): the verdict first."""
     select_by = record.params.get("select_by", "balanced_accuracy")
     warnings = record.selection.warnings
+    gap = parity_paragraph(record)
     sections: list[tuple[str, Any]] = [
         (
             "Verdict (test rows, never used for a choice; 95% intervals)",
             build_verdict(record, promotion),
         ),
         ("Why", Bullets(_why(record, promotion))),
+        *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
         *([("Warnings", Bullets(list(warnings)))] if warnings else []),
         *_intersection_groups(record),
         *frontier_sections(record),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,6 +234,18 @@ def _fit_fair_pca_s(encoded_train, s_train, k: int, seed: int) -> tuple[Any, dic
     return estimator, facts
 
 
+# Fair PCA-S on the intersection: the stacked attributes' cells as one attribute, so the
+# covariances of the cells (not only of each attribute's groups) are matched (Sec. 3.6).
+INTERSECTION_VARIANT = "fair_pca_s_intersection"
+
+
+def intersection_cells(sensitive) -> pd.DataFrame:
+    """One column whose groups are the cells of the stacked attributes (``sex:F/race:B``)."""
+    frame = pd.DataFrame(sensitive).astype(str).reset_index(drop=True)
+    cells = frame.apply(lambda row: "/".join(f"{c}:{row[c]}" for c in frame.columns), axis=1)
+    return merge_single_row_groups(pd.DataFrame({"intersection": cells}))
+
+
 @task(name="fit-representation", cache_policy=NO_CACHE, task_run_name="fit-{variant}")
 def fit_representation(
     variant: str,
@@ -247,6 +260,14 @@ def fit_representation(
     """Fit one variant with ``k`` components on the encoded training rows (sensitive
     features passed at fit only). Fair PCA-S without ``equalize_covariance`` picks its ``l``
     from :data:`EQUALIZE_COVARIANCE_GRID`."""
+    if variant == INTERSECTION_VARIANT:  # k within the cells' constraints (cells - 1)
+        cells = intersection_cells(s_train)
+        k = min(k, encoded_train.shape[1] - (cells["intersection"].nunique() - 1))
+        fitted = fit_representation.fn(
+            "fair_pca_s", encoded_train, y_train, cells, k=k,
+            equalize_covariance=equalize_covariance, seed=seed,
+        )  # fmt: skip
+        return dataclasses.replace(fitted, variant=variant)
     start = time.perf_counter()
     facts: dict[str, float] = {"k": float(k)}
     if variant == "fair_pca_s" and equalize_covariance is None:

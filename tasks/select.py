@@ -26,6 +26,7 @@ and the decision."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping
@@ -51,6 +52,7 @@ __all__ = [
     "MIN_ACCURACY_GAIN",
     "MIN_BALANCED_ACCURACY_MARGIN",
     "MIN_POSITIVE_RATE_RATIO",
+    "MIN_USEFUL_SHARE",
     "POLICY_TAG",
     "ROW_STORING_CLASSIFIERS",
     "ROW_STORING_VARIANTS",
@@ -62,10 +64,12 @@ __all__ = [
     "GatePolicy",
     "Promotion",
     "best_pca",
+    "best_useful",
     "candidate_name",
     "certification",
     "choose",
     "decide_promotion",
+    "dominance",
     "eligibility_rules",
     "gate_failures",
     "ineligibility",
@@ -76,6 +80,7 @@ __all__ = [
     "select_candidate",
     "shortlist",
     "unstable_margins",
+    "uselessness",
 ]
 
 
@@ -337,6 +342,10 @@ class Decision:
         outcome = self.promote if promote is None else promote
         return Decision(outcome, (*self.reasons, *(r for r in reasons if r)))
 
+    def leading(self, reason: str, promote: bool | None = None) -> Decision:
+        """This decision with ``reason`` first: the one that decided it."""
+        return Decision(self.promote if promote is None else promote, (reason, *self.reasons))
+
 
 def _given(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
@@ -362,6 +371,11 @@ MIN_BALANCED_ACCURACY_MARGIN = 0.05
 # predicted-negative rate this share of the negative base rate (no collapse onto one class).
 MIN_POSITIVE_RATE_RATIO = 0.25
 MAX_ONE_CLASS_SHARE = 0.98  # more of one predicted class than this is degenerate
+# Usefulness against what the data allow: a candidate must keep at least this share of the
+# gain over chance (balanced accuracy - 0.5) that the best candidate eligible by the rules
+# above reaches on the same rows. Saying yes to nearly everyone meets parity trivially:
+# on a table with 80% positives it keeps ~0.05 of a possible ~0.20.
+MIN_USEFUL_SHARE = 0.5
 
 
 def eligibility_rules(selection) -> dict[str, float]:
@@ -403,7 +417,9 @@ def _rate_collapse(row: dict[str, Any], ratio: float) -> list[str]:
     return reasons
 
 
-def ineligibility(row: dict[str, Any], majority_accuracy: float, selection) -> list[str]:
+def ineligibility(
+    row: dict[str, Any], majority_accuracy: float, selection, best: dict | None = None
+) -> list[str]:
     """Why a candidate may not be chosen at all (empty: eligible), in plain words.
 
     On the validation rows it must beat the majority-class accuracy by
@@ -411,7 +427,10 @@ def ineligibility(row: dict[str, Any], majority_accuracy: float, selection) -> l
     (0.5) by ``min_balanced_accuracy_margin``; its predicted-positive rate must not collapse
     against the base rate (``min_positive_rate_ratio``); and it must not predict one class
     for more than ``max_one_class_share`` of the rows. A constant or near-constant
-    classifier fails: its DP and EO differences are trivially near 0.
+    classifier fails: its DP and EO differences are trivially near 0. Given ``best`` (the
+    best candidate by those rules, :func:`best_useful`), it must also keep
+    :data:`MIN_USEFUL_SHARE` of ``best``'s balanced accuracy over chance
+    (:func:`uselessness`).
     """
     rules = eligibility_rules(selection)
     reasons = []
@@ -439,7 +458,36 @@ def ineligibility(row: dict[str, Any], majority_accuracy: float, selection) -> l
             f"predicts one class for {100 * row['one_class_share']:.1f}% of the rows "
             f"(degenerate above {100 * rules['max_one_class_share']:g}%)"
         )
-    return reasons
+    return reasons + uselessness(row, best)
+
+
+def best_useful(records: list[dict[str, Any]], majority_accuracy: float, selection):
+    """What the data allow: the candidate of highest balanced accuracy among those eligible
+    by :func:`ineligibility`'s rules alone (None when there is none)."""
+    basic = [r for r in records if not ineligibility(r, majority_accuracy, selection)]
+    return max(basic, key=lambda r: _value(r, "balanced_accuracy"), default=None)
+
+
+def uselessness(row: dict[str, Any], best: dict | None) -> list[str]:
+    """Why ``row`` is not useful beside ``best`` (empty: it is): its balanced accuracy keeps
+    less than :data:`MIN_USEFUL_SHARE` of ``best``'s gain over chance, named with its
+    selection rate against the base rate (saying yes, or no, to nearly everyone)."""
+    mine, top = _value(row, "balanced_accuracy"), _value(best or {}, "balanced_accuracy")
+    if best is None or math.isnan(mine) or not top > 0.5:
+        return []
+    kept = (mine - 0.5) / (top - 0.5)
+    if kept >= MIN_USEFUL_SHARE:
+        return []
+    rate, base = _value(row, "positive_rate"), _value(row, "base_rate")
+    says = "yes" if rate >= 0.5 else "no"
+    share = rate if says == "yes" else 1.0 - rate
+    trivially = ", which meets parity trivially" if share >= 0.9 else ""
+    return [
+        f"not useful: balanced accuracy {mine:.4f} keeps {100 * kept:.0f}% of the gain over "
+        f"chance that the data allow ({candidate_name(best)}: {top:.4f}; needs "
+        f"{100 * MIN_USEFUL_SHARE:g}%); it says {says} to {100 * share:.1f}% of the rows "
+        f"(base rate {100 * base:.1f}%){trivially}"
+    ]
 
 
 def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
@@ -447,10 +495,12 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
     return policy.failures(row)
 
 
-def _no_eligible(records, majority_accuracy, selection, reasons) -> tuple[dict[str, Any], Decision]:
+def _no_eligible(
+    records, majority_accuracy, selection, reasons, useful=None
+) -> tuple[dict[str, Any], Decision]:
     """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
     best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
-    why = "; ".join(ineligibility(best, majority_accuracy, selection))
+    why = "; ".join(ineligibility(best, majority_accuracy, selection, useful))
     reasons.append(
         f"no candidate is eligible, so nothing is registered or promoted; the best by "
         f"balanced accuracy, {candidate_name(best)}, is shown for information only (not "
@@ -552,41 +602,104 @@ def select_candidate(
     """
     policy = GatePolicy.from_config(selection)
     records = table.to_dict("records")
-    eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection)]
+    best = best_useful(records, majority_accuracy, selection)
+    eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
     passing = [r for r in eligible if not policy.failures(r)]
     gate_text = f"the gate policy {policy.name} ({policy.bound})"
     if passing:
         measure = selection.select_by
         stable = [r for r in passing if not unstable_margins(r, policy)]
         best = max(stable or passing, key=lambda r: _selection_key(r, measure))
+        unconstrained = "unconstrained PCA (no fairness constraint) " if _is_pca(best) else ""
         reason = (
-            f"{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
+            f"{unconstrained}{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
             f"{len(stable or passing)} of {len(records)} candidates that are eligible (useful "
             f"beyond the majority class and chance) and meet {gate_text} on the rows that "
             "choose"
         )
         if stable:
             margin = f"by at least {STABLE_Z:g} standard error of each point-judged measure"
-            return best, Decision(True, (f"{reason}, {margin}",)), True
+            needed = (
+                "no fairness constraint was needed: unconstrained PCA meets the gate with "
+                "margin and is the best eligible candidate; "
+                if _is_pca(best)
+                else ""
+            )
+            return best, Decision(True, (f"{needed}{reason}, {margin}",)), True
         unstable = (
             f"unstable verdict: each of the {len(passing)} candidates meeting the gate meets it "
             "by less than its noise, so another seed can reverse it; not promoted"
         )
-        return best, Decision(False, (reason, unstable, *unstable_margins(best, policy))), True
+        return best, Decision(False, (unstable, reason, *unstable_margins(best, policy))), True
     reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the rows that choose"]
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
-    if degenerate:
-        reasons.append(
-            f"the {len(degenerate)} candidate(s) meeting the gate are not eligible (no better "
-            "than the majority class or chance, or near-constant): nothing is promoted"
+    if degenerate:  # eligibility decided: the gate alone would have passed these
+        closest = max(degenerate, key=lambda r: _selection_key(r, selection.select_by))
+        why = "; ".join(ineligibility(closest, majority_accuracy, selection, best))
+        reasons.insert(
+            0,
+            f"not eligible: the {len(degenerate)} candidate(s) meeting the gate are not useful "
+            f"enough to register (the best of them, {candidate_name(closest)}: {why}); "
+            "nothing is promoted",
         )
     if not eligible:
-        best, decision = _no_eligible(records, majority_accuracy, selection, reasons)
-        return best, decision, False
-    best = min(eligible, key=lambda r: (policy.violation(r), -_value(r, "accuracy")))
-    reasons.append(f"least violating eligible candidate chosen for review: {candidate_name(best)}")
-    reasons += policy.failures(best)
-    return best, Decision(False, tuple(reasons)), True
+        shown, decision = _no_eligible(records, majority_accuracy, selection, reasons, best)
+        return shown, decision, False
+    review = min(eligible, key=lambda r: (policy.violation(r), -_value(r, "accuracy")))
+    reasons.append(
+        f"least violating eligible candidate chosen for review: {candidate_name(review)}"
+    )
+    reasons += policy.failures(review)
+    return review, Decision(False, tuple(reasons)), True
+
+
+def _is_pca(row: dict[str, Any]) -> bool:
+    return row.get("variant") == "pca"
+
+
+def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choice:
+    """``choice``, kept (not promoted) when a reference that meets the gate on the validation
+    rows beats the chosen candidate on the test rows by a margin of ``select_by`` whose 95%
+    interval lies above zero (half-widths added in quadrature: conservative on shared rows);
+    its first reason names the best such reference, what it needs and by how much.
+    ``selection.promote_dominated`` promotes anyway (and says so)."""
+    measure = selection.select_by
+    mine = chosen_test.get(measure)
+    if not choice.decision.promote or mine is None:
+        return choice
+    margins = []
+    for reference in references:
+        test = reference.get("test") or {}
+        if "skipped" in reference or measure not in test:
+            continue
+        if choice.policy.failures(reference.get("validation") or {}):
+            continue
+        halves = [
+            (values.get(f"{measure}.ci95_high", values[measure])
+             - values.get(f"{measure}.ci95_low", values[measure])) / 2
+            for values in (chosen_test, test)
+        ]  # fmt: skip
+        delta, half = test[measure] - mine, math.hypot(*halves)
+        if delta - half > 0:
+            margins.append((delta - half, delta, half, reference))
+    if not margins:
+        return choice
+    _, delta, half, reference = max(margins, key=lambda m: m[0])
+    needs = (
+        "needs the sensitive attribute at prediction"
+        if reference.get("needs_sensitive_at_prediction")
+        else "needs the sensitive attribute only at training, like Fair PCA"
+    )
+    anyway = bool(getattr(selection, "promote_dominated", False))
+    reason = (
+        f"dominated: the reference {reference['name']} ({reference.get('approach', '')}) meets "
+        f"the gate and beats {candidate_name(choice.chosen)} on the test rows by "
+        f"{delta:+.4f} {measure.replace('_', ' ')} (95% interval [{delta - half:+.4f}, "
+        f"{delta + half:+.4f}]); it {needs}; "
+        + ("promoted anyway (--promote-dominated)" if anyway else
+           "not promoted (--promote-dominated promotes it anyway)")
+    )  # fmt: skip
+    return dataclasses.replace(choice, decision=choice.decision.leading(reason, promote=anyway))
 
 
 def shortlist(
@@ -689,13 +802,14 @@ def choose(
     chosen_by = chosen_by or f"the {len(y_validation)} validation rows"
     factor = float(getattr(selection, "certify_factor", DEFAULT_CERTIFY_FACTOR))
     uncertified = certification(chosen, GatePolicy.from_config(selection), factor)
-    if uncertified:
-        decision = decision.adding(
+    if uncertified:  # first when it is what stops a promotion
+        reason = (
             f"not enough data to certify the gate on {chosen_by}: "
             + "; ".join(uncertified)
-            + "; not promoted (more rows, or a policy with wider limits, can certify it)",
-            promote=False,
+            + "; not promoted (more rows, or a policy with wider limits, can certify it)"
         )
+        place = decision.leading if decision.promote else decision.adding
+        decision = place(reason, promote=False)
     notes = []
     if len(candidates) < len(table):
         notes.append(
@@ -711,10 +825,11 @@ def choose(
         )
     policy = GatePolicy.from_config(selection)
     notes.append(policy.ungated_note(chosen) or "")
+    useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),
         "chosen_passes": eligible,
-        "reasons": ineligibility(chosen, majority_accuracy, selection),
+        "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
     return Choice(

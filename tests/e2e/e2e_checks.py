@@ -243,7 +243,7 @@ def _registered_with_card(version, artifacts: set[str]) -> None:
     check(not missing, f"v{version.version} lacks tags {missing}")
     check(
         (version.description or "").startswith(
-            ("PROMOTED to champion: ", "NOT promoted: ", "PASSES the gate: ")
+            ("PROMOTED to champion: ", "NOT promoted", "PASSES the gate: ")
         )
         and f"runs:/{version.run_id}/model_card.md" in version.description,
         f"v{version.version}'s description is not the verdict with the card's link: "

@@ -386,3 +386,41 @@ def test_too_few_rows_to_certify_the_default_gate_are_said_so_and_not_promoted()
     assert not choice.certification["certified"]
     assert any(r.startswith("not enough data to certify the gate on repeated stratified")
                for r in choice.decision.reasons)  # fmt: skip
+
+
+def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlflow(
+    prefect_harness, tmp_path, capsys
+):
+    """Adult, sex + race: Amer-Indian-Eskimo and Other have ~1% of the rows, so more than 30
+    in all parts and fewer than 30 in the 2,500 test rows. Each has its own row saying its
+    numbers are withheld and why, in report.md, the terminal and the MLflow run's
+    description; report.md holds no HTML entity."""
+    from mlflow import MlflowClient
+
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.flows.console import print_report
+
+    config = AuditConfig(
+        dataset="adult", sensitive=["sex", "race"], n_train=1500, n_validation=1000,
+        n_test=2500, k=5, variants=["pca", "fair_pca"],
+        classifiers=["logreg"], lambdas=[0.0, 1.0], n_bootstrap=200, metric_max_rows=200,
+        output_dir=tmp_path / "out", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+    )  # fmt: skip
+    result = fairness_audit(config)
+    sizes = result.selection["group_sizes"]["race"]
+    withheld = [g for g in ("Amer-Indian-Eskimo", "Other") if g in sizes]
+    assert withheld, sizes
+    report = Path(result.output_dir, "report.md").read_text()
+    for group in withheld:
+        name = group.replace("-", "\\-")
+        assert f"| race: {name} | withheld: fewer than 30 test rows |" in report, group
+    assert "&lt;" not in report and "&#x27;" not in report and "&gt;" not in report
+    print_report(result, verbose=False)
+    terminal = capsys.readouterr().out
+    for group in withheld:
+        line = next(line for line in terminal.splitlines() if f"race: {group}" in line)
+        assert "withheld: fewer than 30 test rows" in line
+    run = MlflowClient(tracking_uri=result.tracking_uri).get_run(result.run_id)
+    description = run.data.tags["mlflow.note.content"]
+    for name in (group.replace("-", "\\-") for group in withheld):
+        assert f"race: {name} | withheld: fewer than 30 test rows |" in description

@@ -101,10 +101,14 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
         "kept": verdict_line(audit_record, kept),
         "undecided": verdict_line(audit_record),
         "failed": verdict_line(replaced(audit_record, "selection.decision", promote=False)),
-    }
+        "dominated": verdict_line(replaced(audit_record, "selection.decision", promote=False,
+            reasons=["dominated: the reference exponentiated_gradient (reductions) meets ..."])),
+    }  # fmt: skip
     assert lines == {
         "promoted": "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822.",
-        "kept": "NOT promoted: test ΔDP 0.023, accuracy 0.822.",
+        "kept": "NOT promoted (the champion stays): test ΔDP 0.023, accuracy 0.822.",
+        "dominated": "NOT promoted (dominated by exponentiated_gradient): test ΔDP 0.023, "
+        "accuracy 0.822.",
         "undecided": "PASSES the gate: test ΔDP 0.023, accuracy 0.822.",
         "failed": "NOT promoted: test ΔDP 0.023, accuracy 0.822.",
     }
@@ -144,8 +148,9 @@ def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record
         "\n".join(details)
     )
     assert "| sex: Female | 1650 | 0.174 | 0.462 | 0.138 |" in details  # groups by name
-    assert not any("Black" in line for line in details)  # intersections: in the card
-    assert "- upper bound of DP 0\\.0400 &lt;= 0\\.05" in details
+    assert not any("Black/" in line or "/sex" in line for line in details)  # intersections: card
+    assert "| race: Black | withheld: fewer than 30 test rows | - | - | - |" in details
+    assert "- upper bound of DP 0\\.0400 \\<= 0\\.05" in details
     assert "- fair\\_pca: a sensitive attribute is still predictable" in details
     assert any(line.startswith("Full model card: artifact `model_card.md`") for line in details)
     assert len(lines) < 45

@@ -74,3 +74,19 @@ def test_gate_standard_errors_match_the_two_extreme_groups_normal_approximation(
     # a group below min_group_size is left out, as the metrics leave it out
     small = gate_standard_errors(y[:40], y_pred[:40], groups.iloc[:40], min_group_size=30)
     assert "dp_difference.se" not in small
+
+
+def test_gate_standard_error_of_tied_rates_adds_both_groups_variances():
+    """53/213 against 9/37: the shifted rates tie at 0.25, so the two extreme groups must be
+    two groups, not the larger one twice (0.042 where 0.077 is right)."""
+    import numpy as np
+    import pandas as pd
+
+    from fairpca.tasks.evaluate import gate_standard_errors
+
+    groups = pd.DataFrame({"g": ["a"] * 213 + ["b"] * 37})
+    y_pred = np.r_[np.arange(213) < 53, np.arange(37) < 9].astype(int)
+    errors = gate_standard_errors(np.ones(250, int), y_pred, groups, min_group_size=30)
+    expected = np.sqrt(0.25 * 0.75 / 213 + 0.25 * 0.75 / 37)
+    assert errors["dp_difference.se"] == pytest.approx(expected, rel=1e-12)
+    assert errors["dp_difference.se"] > 0.07

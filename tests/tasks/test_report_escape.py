@@ -23,11 +23,18 @@ PAYLOADS = [
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_markdown_text_leaves_no_markup(payload):
     out = markdown_text(payload)
-    assert "<" not in out and ">" not in out and "\n" not in out and "\r" not in out
-    for special in "`*_[]()|!":
+    assert "\n" not in out and "\r" not in out
+    for special in "`*_[]()|!<>":
         # every special character is preceded by a backslash
         positions = [i for i, c in enumerate(out) if c == special]
         assert all(i > 0 and out[i - 1] == "\\" for i in positions), (special, out)
+
+
+def test_markdown_text_is_markdown_not_html_entities():
+    """The Markdown source reads as written: a backslash before < and ', no entity."""
+    out = markdown_text("DP difference <= 0.05, the policy's band & more")
+    assert out == "DP difference \\<= 0\\.05, the policy's band \\& more"
+    assert "&lt;" not in out and "&#x27;" not in out
 
 
 def test_html_text_escapes_tags_and_quotes():

@@ -285,3 +285,105 @@ def test_the_shortlist_puts_eligible_gate_passing_rows_first_and_keeps_a_pca_row
     ]
     picked = shortlist(pd.DataFrame(rows), 0.7, _config(), 2)
     assert [r["k"] for r in picked] == [3, 2, 4]
+
+
+def _health_insurance_like(n=3000, seed=3):
+    """AER HealthInsurance's shape: ~80% insured, three ethnic groups whose base rates differ
+    (0.88 / 0.78 / 0.65), so an accurate classifier fails parity while one that says yes to
+    94% of every group (no mostly to the uninsured) meets it trivially."""
+    rng = np.random.default_rng(seed)
+    ethnicity = rng.choice(["cauc", "afam", "other"], size=n, p=[0.6, 0.25, 0.15])
+    base = pd.Series(ethnicity).map({"cauc": 0.88, "afam": 0.78, "other": 0.65}).to_numpy()
+    y = (rng.random(n) < base).astype(int)
+    yes_to_all = np.ones(n, dtype=int)
+    for group in np.unique(ethnicity):
+        rows = np.flatnonzero(ethnicity == group)
+        no = int(0.06 * len(rows))
+        negatives, positives = rows[y[rows] == 0], rows[y[rows] == 1]
+        yes_to_all[rng.choice(negatives, int(0.8 * no), replace=False)] = 0
+        yes_to_all[rng.choice(positives, no - int(0.8 * no), replace=False)] = 0
+    useful = _rate_classifier(rng, y, 0.85, 0.30)
+    return y, pd.DataFrame({"ethnicity": ethnicity}), yes_to_all, useful
+
+
+def test_saying_yes_to_nearly_everyone_is_not_eligible_whatever_the_gate_says():
+    """HealthInsurance: pca/linear_svm said yes to ~95% (balanced accuracy ~0.56) and was
+    promoted as the fair champion; a useful candidate (~0.70) failed the gate. The trivial
+    pass (~0.61 here, against ~0.77) is not eligible, named so, and nothing is promoted."""
+    y, groups, yes_to_all, useful = _health_insurance_like()
+    trivial = _row(y, yes_to_all, groups, variant="pca")
+    accurate = _row(y, useful, groups, variant="fair_pca")
+    majority = float(np.mean(y == 1))
+    assert not ineligibility(trivial, majority, _config())  # the rules alone let it through
+    assert GatePolicy.from_config(_config()).failures(trivial) == []
+    assert GatePolicy.from_config(_config()).failures(accurate)  # the useful one fails
+    choice = choose(_table([trivial, accurate]), np.ones(10, int), y, _config())
+    assert not choice.decision.promote
+    assert choice.chosen["variant"] == "fair_pca"  # shown for review, not the trivial pass
+    first = choice.decision.reasons[0]
+    assert first.startswith("not eligible: the 1 candidate(s) meeting the gate are not useful")
+    assert "says yes to 94" in first and "meets parity trivially" in first
+
+
+def test_below_the_majority_class_the_first_reason_is_eligibility_not_the_gate():
+    """Ecdat Benefits: the candidates meeting the gate are less accurate than the majority
+    class (0.649 against 0.683): that decided, so it comes first."""
+    rng, y, groups = _adult_like(n=1500)
+    y = (rng.random(len(y)) < 0.683).astype(int)  # majority class: yes
+    weak = _row(y, _rate_classifier(rng, y, 0.70, 0.45), groups)
+    assert weak["accuracy"] < float(np.mean(y == 1))
+    choice = choose(_table([weak]), np.ones(10, int), y, _config())
+    assert not choice.decision.promote and not choice.eligible
+    assert choice.decision.reasons[0].startswith("not eligible: the 1 candidate(s) meeting")
+    assert "does not beat the majority class" in choice.decision.reasons[0]
+
+
+def _promoted_choice():
+    row = _gated(0.01, 0.01)
+    choice = choose(pd.DataFrame([row]), np.zeros(10), np.r_[np.zeros(70), np.ones(30)], _config())
+    assert choice.decision.promote
+    return choice
+
+
+def _reference(name, value, half, needs):
+    test = {"balanced_accuracy": value, "balanced_accuracy.ci95_low": value - half,
+            "balanced_accuracy.ci95_high": value + half}  # fmt: skip
+    validation = {**_gated(0.01, 0.01), "balanced_accuracy": value}
+    return {"name": name, "approach": "reductions", "needs_sensitive_at_prediction": needs,
+            "validation": validation, "test": test}  # fmt: skip
+
+
+def test_a_candidate_a_reference_beats_on_the_test_rows_is_kept_by_default():
+    """A reference meeting the gate with a test margin whose 95% interval is above zero:
+    "keep", the first line naming it, what it needs and by how much."""
+    from fairpca.tasks.select import dominance
+
+    chosen_test = {"balanced_accuracy": 0.70, "balanced_accuracy.ci95_low": 0.68,
+                   "balanced_accuracy.ci95_high": 0.72}  # fmt: skip
+    references = [
+        _reference("threshold_optimizer", 0.72, 0.02, True),  # interval includes zero
+        _reference("exponentiated_gradient", 0.80, 0.02, False),
+    ]
+    kept = dominance(_promoted_choice(), references, chosen_test, _config())
+    assert not kept.decision.promote
+    first = kept.decision.reasons[0]
+    assert first.startswith("dominated: the reference exponentiated_gradient (reductions)")
+    assert "+0.1000 balanced accuracy (95% interval [+0.0717, +0.1283])" in first
+    assert "only at training" in first
+    anyway = dominance(_promoted_choice(), references, chosen_test,
+                       _config(promote_dominated=True))  # fmt: skip
+    assert anyway.decision.promote and "promoted anyway" in anyway.decision.reasons[0]
+    close = dominance(_promoted_choice(), references[:1], chosen_test, _config())
+    assert close.decision.promote  # +0.02 with interval [-0.008, +0.048]: not dominated
+
+
+def test_unconstrained_pca_is_named_and_no_constraint_needed_only_when_shown():
+    rows = [{**_gated(0.01, 0.01), "variant": "pca", "lambda": float("nan")}]
+    _, decision, _ = select_candidate(pd.DataFrame(rows), 0.7, _config())
+    assert decision.promote
+    first = decision.reasons[0]
+    assert first.startswith("no fairness constraint was needed")
+    assert "unconstrained PCA (no fairness constraint) pca/logreg_tuned@k=10" in first
+    near = [{**_gated(0.045, 0.02), "variant": "pca", "lambda": float("nan")}]
+    _, decision, _ = select_candidate(pd.DataFrame(near), 0.7, _config())
+    assert not decision.promote and "no fairness constraint was needed" not in decision.reasons[0]
