@@ -253,7 +253,7 @@ def read_table_bounded(path: Path, sep: str, encoding: str, n_bytes: int) -> pd.
         position
         for position in range(chunks[0].shape[1])
         if len({c.dtypes.iloc[position] for c in chunks}) > 1
-        and not all(pd.api.types.is_numeric_dtype(c.dtypes.iloc[position]) for c in chunks)
+        and not all(c.dtypes.iloc[position].kind in "iuf" for c in chunks)  # ints, floats
     ]
     frame = pd.concat(chunks, ignore_index=True)
     del chunks

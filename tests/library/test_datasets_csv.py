@@ -304,3 +304,23 @@ def test_text_in_a_numeric_column_after_the_first_rows_is_a_named_warning(tmp_pa
         "value(s), the most frequent in 50 rows; not shown), so it is read as categorical"
     )
     assert "unknown" not in message
+
+
+def test_the_chunked_parse_gives_the_table_of_one_parse(tmp_path, monkeypatch):
+    # Types are inferred per chunk: a column of numbers with text in one chunk only, or with
+    # an empty cell in one, is read again whole, so the table is the one pandas gives at once.
+    monkeypatch.setattr(_csv, "TABLE_CHUNK_ROWS", 1000)
+    n = np.arange(5000)
+    frame = pd.DataFrame(
+        {
+            "count": n,
+            "gap": np.where(n == 2500, "", "1"),
+            "age": np.where(n == 4200, "unknown", (n % 50).astype(str)),
+            "flag": np.where(n > 3000, "True", "False"),
+            "city": np.resize(["a", "b", "c"], 5000),
+        }
+    )
+    path = tmp_path / "types.csv"
+    frame.to_csv(path, index=False)
+    chunked = _csv.read_table_bounded(path, ",", "utf-8", path.stat().st_size)
+    pd.testing.assert_frame_equal(chunked, pd.read_csv(path, low_memory=False))
