@@ -503,3 +503,13 @@ def test_two_evaluations_with_different_attribute_sets_recover_no_suppressed_cel
     # 0 positive: nothing of the 27-row cell.
     rate = "selection_rate.race:Asian-Pac-Islander"
     assert race_only[rate] * 62 - with_sex[rate] * 62 == 0
+
+
+def test_protected_features_are_checked_like_the_sensitive_ones():
+    from fairpca.tasks.mlflow_evaluator import known_columns, read_config
+
+    config = read_config({"sensitive_features": ["race"], "protected_features": "sex"})
+    assert config["protected_features"] == ["sex"]
+    assert known_columns(config) == ["race", "sex"]  # neither reaches a model not asking
+    with pytest.raises(MlflowException, match=r"'protected_features': \['<column>'.*got "):
+        read_config({"sensitive_features": ["race"], "protected_features": [1]})
