@@ -141,7 +141,7 @@ def release(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
             "that no evaluation, nor the difference of two, depends on them."
         )
     if (settled & ~released).any():
-        cells = "intersection cell(s)" if problem.intersection is not None else "group(s)"
+        cells = "intersection cell(s)" if len(members) > 1 else "group(s)"
         notes.append(
             f"{int((settled & ~released).sum())} more {cells} (each with at least "
             f"min_group_size={minimum} rows, chosen to leave out the fewest groups) left out so "
