@@ -307,3 +307,40 @@ def check_group_sizes(
                 "pandas.Series(column).value_counts()); a group mean (and covariance) needs "
                 f"at least {min_rows}. {fix}".rstrip()
             )
+
+
+def numbered_groups(sensitive_features) -> pd.DataFrame:
+    """The sensitive attributes with every group label replaced by the group's number.
+
+    Per attribute, the groups are numbered 1, 2, ... in order of first appearance, so the
+    partition of the rows, and with it every fit that reads the groups only through their
+    indicators (fair PCA's constraints, Sections 3.4-3.5), is unchanged, while an estimator
+    fitted on them stores numbers in ``groups_``, not labels. The numbering follows the row
+    order, not the labels, so it tells nothing of a label (e.g. of a group too small to be
+    published) that the rows do not.
+
+    Parameters
+    ----------
+    sensitive_features : array-like of shape (n_samples,), 2-D array or DataFrame
+        Group labels: one attribute, or one column per attribute.
+
+    Returns
+    -------
+    DataFrame of int64, one column per attribute (named as by :func:`encode_labels`).
+
+    Examples
+    --------
+    >>> numbered_groups(pd.DataFrame({"sex": ["M", "F", "M"]}))["sex"].tolist()
+    [1, 2, 1]
+    """
+    columns, names = _as_columns(sensitive_features)
+    numbered = {}
+    for column, name in zip(columns, names, strict=True):
+        codes, _ = pd.factorize(pd.Series(np.asarray(column, dtype=object)), sort=False)
+        if (codes < 0).any():
+            raise ValueError(
+                f"sensitive attribute {name!r} has {int((codes < 0).sum())} missing value(s); "
+                "fill them with an explicit group label (e.g. 'unknown') or drop those rows."
+            )
+        numbered[name] = codes.astype(np.int64) + 1
+    return pd.DataFrame(numbered)

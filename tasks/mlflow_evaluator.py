@@ -20,6 +20,13 @@ the per-group rates (``fairness_rates.png``). Rows of groups and intersection ce
 same numbers, with complementary suppression against MLflow's default evaluator's overall
 counts (see :mod:`fairpca.metrics._disclosure`).
 
+The cells are those of every sensitive column the run knows: ``sensitive_features`` and
+``protected_features``. Name every sensitive column of ``data`` in one or the other, the same
+set in every run on these rows: a run reporting ``race`` with ``protected_features=["sex"]``
+then logs the same ``race`` numbers as one reporting ``sex`` and ``race``, and neither gives a
+small (sex, race) cell by subtraction. A run that names ``race`` alone knows no ``sex`` cell
+and cannot protect one.
+
 A model trained without the sensitive columns is given the feature columns only. MLflow's
 ``default`` evaluator, which runs first, passes it every column of ``data``; to run both, give
 ``feature_names=[...]`` (the model's columns) to ``mlflow.models.evaluate`` and the sensitive
@@ -60,6 +67,7 @@ __all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
 # evaluator_config keys of the "fairness" evaluator and their defaults (None: required).
 CONFIG_DEFAULTS: dict[str, Any] = {
     "sensitive_features": None,
+    "protected_features": None,
     "pos_label": 1,
     "min_group_size": DEFAULT_MIN_GROUP_SIZE,
     "allow_small_groups": False,
@@ -89,6 +97,10 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
         )
     config = {**CONFIG_DEFAULTS, **given}
     config["sensitive_features"] = _sensitive_setting(config["sensitive_features"])
+    if config["protected_features"] is not None:
+        config["protected_features"] = _sensitive_setting(
+            config["protected_features"], "protected_features"
+        )
     check_fairness_options(
         min_group_size=config["min_group_size"],
         n_resamples=config["n_resamples"],
@@ -98,24 +110,33 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
     return config
 
 
-def _sensitive_setting(value: Any) -> list[str] | pd.DataFrame:
+def _sensitive_setting(value: Any, key: str = "sensitive_features") -> list[str] | pd.DataFrame:
     """Column names of ``data`` (a list), or the labels themselves (a one-column-per-attribute
     DataFrame; a Series becomes one column)."""
     if isinstance(value, pd.Series):
         value = value.to_frame()
     if isinstance(value, pd.DataFrame):
         if value.shape[1] == 0:
-            raise _invalid("sensitive_features is a DataFrame without columns; give one or more.")
+            raise _invalid(f"{key} is a DataFrame without columns; give one or more.")
         return value
     names = [value] if isinstance(value, str) else value
     if not names or not all(isinstance(name, str) for name in names):
         raise _invalid(
             "the 'fairness' evaluator needs evaluator_config={'fairness': "
-            "{'sensitive_features': ['<column>', ...]}} naming the sensitive columns of data "
+            f"{{'{key}': ['<column>', ...]}}}} naming the sensitive columns of data "
             "(or a DataFrame of their labels, one row per row of data); got "
-            f"sensitive_features={value!r}."
+            f"{key}={value!r}."
         )
     return list(names)
+
+
+def known_columns(config: dict[str, Any]) -> list[str] | pd.DataFrame:
+    """What :func:`model_input` keeps from the model: the sensitive columns (or their labels
+    given apart from data) and the protected columns named in data."""
+    sensitive, protected = config["sensitive_features"], config.get("protected_features")
+    if isinstance(sensitive, pd.DataFrame) or not isinstance(protected, list):
+        return sensitive
+    return [*sensitive, *(name for name in protected if name not in sensitive)]
 
 
 def sensitive_columns(features: pd.DataFrame, names: list[str] | pd.DataFrame) -> pd.DataFrame:
@@ -176,14 +197,21 @@ def _prediction_vector(output: Any, column: str | None) -> np.ndarray:
 
 
 def fairness_metrics(
-    y_true: Any, y_pred: Any, sensitive_features: pd.DataFrame, config: dict[str, Any]
+    y_true: Any,
+    y_pred: Any,
+    sensitive_features: pd.DataFrame,
+    config: dict[str, Any],
+    protected_features: pd.DataFrame | None = None,
 ) -> tuple[dict[str, float], FairnessReport]:
     """Metrics with intervals and the report behind them: :func:`fairpca.metrics.
-    evaluate_fairness` with the evaluator's settings."""
+    evaluate_fairness` with the evaluator's settings; ``protected_features`` are the further
+    sensitive columns whose small groups and cells are left out too (rule 3 of
+    :mod:`fairpca.metrics._disclosure`)."""
     return evaluate_fairness(
         y_true,
         y_pred,
         sensitive_features,
+        protected_features=protected_features,
         pos_label=config["pos_label"],
         min_group_size=config["min_group_size"],
         allow_small_groups=config["allow_small_groups"],
@@ -248,6 +276,8 @@ class FairnessEvaluator(ModelEvaluator):
 
     ``evaluator_config`` keys (see ``CONFIG_DEFAULTS``): ``sensitive_features`` (required; the
     column names in ``data``, or a DataFrame of labels with one row per row of ``data``),
+    ``protected_features`` (None; further sensitive columns, named or given alike, that are
+    not reported but whose small groups and cells are left out of every number too),
     ``pos_label`` (1), ``min_group_size`` (30), ``allow_small_groups`` (False; needed for a
     ``min_group_size`` below 10), ``n_resamples`` (1000), ``confidence`` (0.95) and ``seed``
     (0). The sensitive columns are passed to the model only if its signature (or, for a
@@ -279,14 +309,18 @@ class FairnessEvaluator(ModelEvaluator):
             raise _invalid("the 'fairness' evaluator needs the true labels: pass targets=.")
         features = dataset.features_data
         sensitive = sensitive_columns(features, config["sensitive_features"])
+        protected = config["protected_features"]
+        protected = None if protected is None else sensitive_columns(features, protected)
         if model is not None:
-            output = model.predict(model_input(model, features, config["sensitive_features"]))
+            output = model.predict(model_input(model, features, known_columns(config)))
             y_pred = _prediction_vector(output, predictions)
         elif dataset.predictions_data is not None:
             y_pred = _prediction_vector(dataset.predictions_data, None)
         else:
             raise _invalid("the 'fairness' evaluator needs a model or a predictions column.")
-        metrics, report = fairness_metrics(dataset.labels_data, y_pred, sensitive, config)
+        metrics, report = fairness_metrics(
+            dataset.labels_data, y_pred, sensitive, config, protected
+        )
         client = mlflow_client()
         self._log_metrics(client, run_id, model_id, dataset, metrics)
         artifacts = self._log_artifacts(client, run_id, report, config)

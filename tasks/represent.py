@@ -13,7 +13,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from sklearn.decomposition import PCA
 
-from fairpca._groups import MIN_ROWS_PER_GROUP
+from fairpca._groups import MIN_ROWS_PER_GROUP, numbered_groups
 from fairpca.datasets import MIN_CATEGORY_COUNT
 
 __all__ = [
@@ -272,7 +272,7 @@ def fit_representation(
     facts: dict[str, float] = {"k": float(k)}
     if variant == "fair_pca_s" and equalize_covariance is None:
         estimator, chosen = _fit_fair_pca_s(
-            encoded_train, merge_single_row_groups(s_train), k, seed
+            encoded_train, numbered_groups(merge_single_row_groups(s_train)), k, seed
         )
         facts |= chosen
     else:
@@ -280,7 +280,7 @@ def fit_representation(
             variant, k, equalize_covariance=equalize_covariance or 0.5, seed=seed
         )
         if uses_sensitive_features(estimator):
-            s_train = merge_single_row_groups(s_train)
+            s_train = numbered_groups(merge_single_row_groups(s_train))  # no label stored
             estimator.fit(encoded_train, y_train, sensitive_features=s_train)
         else:
             estimator.fit(encoded_train)

@@ -26,13 +26,14 @@ from ._public import (
 )
 from ._screen import (
     ColumnScreening,
+    NumericTextWarning,
     ScreeningWarning,
     balanced_accuracy_alone,
     leaking_columns,
     screen_columns,
     warn_screened,
 )
-from ._user import detect_separator, load_user_data
+from ._user import LabelValuesWarning, detect_separator, load_user_data
 
 __all__ = [
     "DATASET_NAMES",
@@ -45,6 +46,8 @@ __all__ = [
     "DataTooLargeError",
     "Dataset",
     "DatasetNotFoundError",
+    "LabelValuesWarning",
+    "NumericTextWarning",
     "RareCategoryPooler",
     "ScreeningWarning",
     "balanced_accuracy_alone",

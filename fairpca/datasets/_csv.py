@@ -9,23 +9,41 @@ In this order, so that a wrong file fails in seconds whatever its size:
    whole file is valid UTF-8, else Latin-1 for the whole file with a warning naming the first
    byte that is not UTF-8; a file mixing valid UTF-8 characters with such bytes is refused, as
    either reading would split a label such as ``Français`` into two groups) and looks for the
-   text of a positive label the first rows did not hold.
-3. **A memory bound**: the table's size, projected from the first rows' parsed size per byte of
-   text, times ``PARSE_FACTOR`` for the parser's working copies, must fit in the memory available
-   (``MemAvailable``, or ``FAIRPCA_MEMORY_LIMIT``); only then is the whole file parsed.
+   text of a positive label the first rows did not hold. If the text occurs, the label column
+   alone is then streamed (:func:`find_in_column`) until a row's label equals it: the text in
+   another column (``yes`` under ``married``) is no label.
+3. **A memory bound**, twice. First an estimate: the table's size, projected from the first
+   rows' parsed size per byte of text, times ``PARSE_FACTOR`` for the parser's working copies,
+   must fit in the memory available (``MemAvailable``, or ``FAIRPCA_MEMORY_LIMIT``). The first
+   rows may not be like the rest (long decimals first, single digits after parse to ten times
+   more per byte), so the estimate only refuses early; the bound is the parse itself
+   (:func:`read_table_bounded`): the file is parsed ``TABLE_CHUNK_ROWS`` rows at a time with
+   a running total of the parsed size, and refused as soon as what the parse holds would not
+   fit.
 """
 
 from __future__ import annotations
 
 import csv
 import io
+import os
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from .._memory import format_bytes, require, size_setting
+from .._memory import (
+    BLOCK_BYTES,
+    LIMIT_VARIABLE,
+    InsufficientMemoryError,
+    available_bytes,
+    format_bytes,
+    require,
+    size_setting,
+)
 from ._files import (
     DEFAULT_LINE_LIMIT,
     LINE_LIMIT_ENV,
@@ -40,6 +58,11 @@ HEAD_BYTES = 8 * 2**20
 # A parse holds the tokenizer's buffers and each column's conversion beside the table: its
 # peak was 2.45 times the table's size on 150 MB of Adult-like text (pandas 2, C parser).
 PARSE_FACTOR = 3
+# A chunked parse holds the chunks read so far and, at the end, their concatenation (twice the
+# table), beside one chunk's parser working copies (PARSE_FACTOR times a chunk).
+CONCAT_FACTOR = 2
+TABLE_CHUNK_ROWS = 100_000
+LABEL_CHUNK_ROWS = 200_000
 _SEPARATORS = ",;\t|"
 _HEAD_CHUNK = 1 << 16
 
@@ -153,14 +176,100 @@ def require_table_memory(path: Path, head: bytes, frame: pd.DataFrame, n_bytes: 
     )
 
 
+@dataclass(frozen=True)
+class LabelSearch:
+    """A label value the first rows of a file lack, to be looked for in the rest.
+
+    ``position`` is the label column's position, ``needles`` byte strings one of which a row
+    holding ``value`` must contain (none: the column is streamed anyway), and ``not_found``
+    raises the error for a file without it.
+    """
+
+    position: int
+    value: Any
+    needles: tuple[bytes, ...]
+    not_found: Callable[[], None]
+
+
+def find_in_column(path: Path, sep: str, encoding: str, search: LabelSearch) -> None:
+    """Stream the label column alone, ``LABEL_CHUNK_ROWS`` rows at a time, until a row's label
+    equals ``search.value``; call ``search.not_found()`` when none does. Memory is one chunk
+    of one column, and the search stops at the first chunk that holds the value."""
+    reader = pd.read_csv(
+        path, sep=sep, encoding=encoding, usecols=[search.position],
+        chunksize=LABEL_CHUNK_ROWS, low_memory=False,
+    )  # fmt: skip
+    with reader:
+        for chunk in reader:
+            if (chunk.iloc[:, 0] == search.value).any():
+                return
+    search.not_found()
+
+
+def _memory_budget() -> int | None:
+    """The memory a parse may use, taken once before it starts (what the system reports
+    falls as the parse allocates); None when unknown."""
+    budget = available_bytes()
+    if budget is None or os.environ.get(LIMIT_VARIABLE):
+        return budget
+    return max(budget, BLOCK_BYTES)  # as fairpca._memory.fits: a block always fits
+
+
+def read_table_bounded(path: Path, sep: str, encoding: str, n_bytes: int) -> pd.DataFrame:
+    """Parse the whole file ``TABLE_CHUNK_ROWS`` rows at a time, refusing it as soon as the
+    parse would hold more than the memory available (module docstring, step 3).
+
+    What the parse holds is counted, not estimated: the parsed size of the chunks so far
+    (their concatenation doubles it, ``CONCAT_FACTOR``) plus the working copies of the
+    current chunk (``PARSE_FACTOR``). A column whose type differs between chunks (numbers in
+    one, text in another) is read again whole, so that its type is the one a single parse of
+    the file gives.
+    """
+    budget = _memory_budget()
+    chunks, total = [], 0
+    reader = pd.read_csv(
+        path, sep=sep, encoding=encoding, chunksize=TABLE_CHUNK_ROWS, low_memory=False
+    )
+    with reader:
+        for chunk in reader:
+            size = int(chunk.memory_usage(deep=True, index=False).sum())
+            total += size
+            need = CONCAT_FACTOR * total + PARSE_FACTOR * size
+            if budget is not None and need > budget:
+                rows = sum(len(c) for c in chunks) + len(chunk)
+                raise InsufficientMemoryError(
+                    f"Not enough memory: the table of data file {path.name} "
+                    f"({format_bytes(n_bytes)} of text) needs more than {format_bytes(need)}: "
+                    f"its first {rows} rows parse to {format_bytes(total)}, held twice while "
+                    f"the table is put together, but only {format_bytes(budget)} are "
+                    f"available (MemAvailable, or {LIMIT_VARIABLE} when set). Give a smaller "
+                    f"file or a Parquet file, free memory, or set {LIMIT_VARIABLE} if more "
+                    "memory is available than the system reports."
+                )
+            chunks.append(chunk)
+    if len(chunks) == 1:
+        return chunks[0]
+    mixed = [
+        position
+        for position in range(chunks[0].shape[1])
+        if len({c.dtypes.iloc[position] for c in chunks}) > 1
+        and not all(c.dtypes.iloc[position].kind in "iuf" for c in chunks)  # ints, floats
+    ]
+    frame = pd.concat(chunks, ignore_index=True)
+    del chunks
+    for position in mixed:
+        whole = pd.read_csv(path, sep=sep, encoding=encoding, usecols=[position], low_memory=False)
+        frame.isetitem(position, whole.iloc[:, 0])
+    return frame
+
+
 def read_csv(
-    path: Path, sep: str | None, check_head: Callable[[pd.DataFrame, bool], tuple]
+    path: Path, sep: str | None, check_head: Callable[[pd.DataFrame, bool], LabelSearch | None]
 ) -> pd.DataFrame:
     """Read a CSV file in the three steps of the module docstring.
 
     ``check_head(first_rows, whole)`` raises for what the first rows already show is wrong,
-    and returns the byte strings to look for in the rest of the file with a function called
-    (with no argument) when none of them occurs.
+    and returns the :class:`LabelSearch` of a label value they lack (None if none).
     """
     head, whole = read_head(path)
     if b"\x00" in head:
@@ -173,14 +282,16 @@ def read_csv(
     try:
         first_rows = parse_head(head, whole, sep, encoding)
         first_rows.columns = [str(column).strip() for column in first_rows.columns]
-        needles, not_found = check_head(first_rows, whole)
-        scan = scan_text(path, needles)
-        if needles and not scan.found:
-            not_found()
+        search = check_head(first_rows, whole)
+        scan = scan_text(path, search.needles if search else ())
+        if search and search.needles and not scan.found:
+            search.not_found()
         encoding = decided_encoding(path, scan)
         require_table_memory(path, head, first_rows, scan.n_bytes)
+        if search:
+            find_in_column(path, sep, encoding, search)
         header = pd.read_csv(path, sep=sep, encoding=encoding, header=None, nrows=1)
-        frame = pd.read_csv(path, sep=sep, encoding=encoding, low_memory=False)
+        frame = read_table_bounded(path, sep, encoding, scan.n_bytes)
         return without_repeated_columns(frame, header, path)
     except pd.errors.EmptyDataError as error:
         raise ValueError(f"Data file {path} is empty: it has no header or rows.") from error

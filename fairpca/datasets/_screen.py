@@ -21,6 +21,7 @@ import pandas as pd
 
 __all__ = [
     "ColumnScreening",
+    "NumericTextWarning",
     "ScreeningWarning",
     "balanced_accuracy_alone",
     "leakage_scores",
@@ -53,6 +54,11 @@ class ScreeningWarning(UserWarning):
     """Columns were excluded from the features (identifiers, text, dates, leakage)."""
 
 
+class NumericTextWarning(ScreeningWarning):
+    """A column of numbers holds text in some rows, so it is read as categorical: each number
+    becomes a category of its own instead of a value."""
+
+
 @dataclass(frozen=True)
 class ColumnScreening:
     """Outcome of :func:`screen_columns`.
@@ -67,6 +73,7 @@ class ColumnScreening:
 
     kept: list[str]
     excluded: dict[str, str] = field(default_factory=dict)
+    numbers_with_text: dict[str, str] = field(default_factory=dict)
 
     def message(self) -> str:
         """One line per excluded column, for the warning and the report."""
@@ -77,6 +84,27 @@ class ColumnScreening:
             + ". Pass keep=[...] (CLI --keep NAME) to use one anyway, drop=[...] (--drop) to "
             "exclude more."
         )
+
+
+def _numbers_with_text(values: pd.Series) -> str | None:
+    """For a text column whose values are mostly numbers (over every row, not a sample), how
+    many rows hold text instead; None otherwise. Counts only: a text value may be personal."""
+    if _is_number(values) or pd.api.types.is_bool_dtype(values):
+        return None
+    present = values.dropna()
+    if not len(present) or pd.to_numeric(_sample(present), errors="coerce").isna().mean() > 0.5:
+        return None
+    text = present[pd.to_numeric(present, errors="coerce").isna()]
+    if not len(text) or len(text) > len(present) / 2:
+        return None
+    counts = text.astype(str).value_counts()
+    return (
+        f"numbers in {len(present) - len(text)} rows and text in {len(text)} rows "
+        f"({len(counts)} distinct text value(s), the most frequent in {int(counts.iloc[0])} rows; "
+        "not shown), so it is read as categorical and each number becomes a category of its "
+        "own. Clean those cells (leave them empty: missing values are imputed), or exclude the "
+        "column with drop=[...] (CLI --drop NAME)"
+    )
 
 
 def _is_number(values: pd.Series) -> bool:
@@ -173,7 +201,10 @@ def screen_columns(
     ``max_categories`` values of 4+ words on average); categoricals with more than
     ``max_categories`` values; and, when ``y`` is given, target leakage: a column whose best
     single-column rule reaches a balanced accuracy of ``leakage_threshold`` (see
-    :func:`balanced_accuracy_alone`). Columns in ``keep`` are never screened out.
+    :func:`balanced_accuracy_alone`). Columns in ``keep`` are never screened out. A kept text
+    column whose values are mostly numbers is listed in ``numbers_with_text`` with how many
+    rows hold text (over every row; :func:`warn_screened` warns with a
+    :class:`NumericTextWarning`).
 
     Parameters
     ----------
@@ -213,7 +244,9 @@ def screen_columns(
         candidates = X[[column for column in X.columns if column not in excluded]]
         excluded |= leaking_columns(candidates, y, keep=keep, threshold=leakage_threshold)
     kept = [column for column in X.columns if column not in excluded]
-    return ColumnScreening(kept=kept, excluded=excluded)
+    mixed = {column: _numbers_with_text(X[column]) for column in kept}
+    mixed = {column: why for column, why in mixed.items() if why is not None}
+    return ColumnScreening(kept=kept, excluded=excluded, numbers_with_text=mixed)
 
 
 def leakage_scores(X: pd.DataFrame, y: np.ndarray | pd.Series) -> dict[str, float]:
@@ -304,6 +337,9 @@ def proxy_columns(
 
 
 def warn_screened(screening: ColumnScreening) -> None:
-    """One :class:`ScreeningWarning` naming every excluded column and why (none if none)."""
+    """One :class:`ScreeningWarning` naming every excluded column and why (none if none), and
+    one :class:`NumericTextWarning` per kept column of numbers that holds text."""
     if screening.excluded:
         warnings.warn(screening.message(), ScreeningWarning, stacklevel=3)
+    for column, why in screening.numbers_with_text.items():
+        warnings.warn(f"Column {column!r} holds {why}.", NumericTextWarning, stacklevel=3)

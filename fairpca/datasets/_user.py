@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ._csv import detect_separator, read_csv, without_repeated_columns
+from ._csv import LabelSearch, detect_separator, read_csv, without_repeated_columns
 from ._dataset import Dataset, as_names
 from ._files import READ_BUDGET_ENV, DataTooLargeError
 from ._screen import screen_columns, warn_screened
 
-__all__ = ["detect_separator", "load_user_data"]
+__all__ = ["LabelValuesWarning", "detect_separator", "load_user_data"]
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -101,17 +102,18 @@ def _first_rows_check(path: Path, needed: list[str], label: str, positive_label:
 
     When the first rows hold two or more label values but not ``positive_label``, the file is
     refused there: the label would need a further class that only starts after them. When they
-    hold one value (a file sorted by label), the rest of the file is searched for the label's
-    text while it is streamed, and refused if it holds none.
+    hold one value (a file sorted by label), the label column of the rest of the file is
+    searched for it (:class:`~fairpca.datasets._csv.LabelSearch`), and the file refused if no
+    row's label equals it.
     """
 
-    def check(first_rows: pd.DataFrame, whole: bool) -> tuple[tuple[bytes, ...], Callable]:
+    def check(first_rows: pd.DataFrame, whole: bool) -> LabelSearch | None:
         _missing_columns(first_rows, needed, path)
         if positive_label is None or whole:
-            return (), _nothing
+            return None
         values = first_rows[label]
         if (values == positive_label).any():
-            return (), _nothing
+            return None
         seen = sorted(map(str, pd.unique(values.dropna())))
         where = f"the first {len(first_rows)} rows of label column {label!r}"
         if len(seen) != 1:
@@ -124,17 +126,15 @@ def _first_rows_check(path: Path, needed: list[str], label: str, positive_label:
         def not_found():
             raise ValueError(
                 f"positive_label={positive_label!r} does not occur in label column {label!r}: "
-                f"{where} hold only {seen}, and its text is nowhere in {path.name}. Pass the "
-                "label value of the positive class as it is written in the file."
+                f"{where} hold only {seen}, and no later row of {path.name} has it as its "
+                "label. Pass the label value of the positive class as it is written in the "
+                "file."
             )
 
-        return _label_bytes(positive_label), not_found
+        position = list(first_rows.columns).index(label)
+        return LabelSearch(position, positive_label, _label_bytes(positive_label), not_found)
 
     return check
-
-
-def _nothing() -> None:
-    return None
 
 
 def _label_bytes(positive_label: Any) -> tuple[bytes, ...]:
@@ -178,6 +178,27 @@ def _refuse_infinite(frame: pd.DataFrame) -> None:
         )
 
 
+class LabelValuesWarning(UserWarning):
+    """The label column holds more than two values: with ``positive_label`` every value but it
+    is a negative (one versus the rest), which a stray value (a ``2`` among ``0`` / ``1``)
+    would make silently."""
+
+
+def _warn_other_labels(label: pd.Series, positive: pd.Series, positive_label: Any) -> None:
+    """Say which label values count as negatives, with their rows, over every row."""
+    counts = label[~positive].astype(str).value_counts()
+    shown = ", ".join(f"{value!r} ({rows} rows)" for value, rows in counts.iloc[:10].items())
+    more = f" and {len(counts) - 10} more" if len(counts) > 10 else ""
+    warnings.warn(
+        f"Label column {label.name!r} holds {len(counts) + 1} distinct values; with "
+        f"positive_label={positive_label!r} each of the others counts as negative (y = 0): "
+        f"{shown}{more}. If the label has two classes, correct or drop the rows with a "
+        "value that is not one of them before loading.",
+        LabelValuesWarning,
+        stacklevel=4,
+    )
+
+
 def _binarize(label: pd.Series, positive_label: Any) -> pd.Series:
     name = label.name
     values = pd.unique(label)
@@ -188,6 +209,8 @@ def _binarize(label: pd.Series, positive_label: Any) -> pd.Series:
                 f"its values include {sorted(map(str, values))[:10]}."
             )
         y = label == positive_label
+        if len(values) > 2:
+            _warn_other_labels(label, y, positive_label)
         if y.all():
             raise ValueError(
                 f"Every row of label column {name!r} equals positive_label={positive_label!r}; "
@@ -235,8 +258,9 @@ def load_user_data(
         needs at least two distinct values and no missing values. They are removed from
         ``X``.
     positive_label : object, default=None
-        Label value coded ``y = 1`` (all others 0). Needed unless the label already is 0/1
-        or boolean.
+        Label value coded ``y = 1`` (all others 0, with a :class:`LabelValuesWarning` naming
+        them and their rows when there are more than one). Needed unless the label already is
+        0/1 or boolean.
     features : sequence of str or None, default=None
         Feature columns; ``None`` means every column except the label and the sensitive ones.
     keep, drop : sequence of str, default=()

@@ -18,10 +18,11 @@ job per module:
   :func:`evaluate_fairness` gives both as one dictionary); the audit flow, the
   MLflow ``fairness`` evaluator and the benchmarks all use it;
 - disclosure control (``_disclosure``): every published number is computed from the rows
-  outside groups and intersection cells smaller than ``min_group_size`` (and, when those
-  rows are fewer than ``min_group_size``, outside one more cell), so no evaluation nor the
-  difference of two depends on a small group (:func:`published_group_sizes` for group sizes
-  published on their own);
+  outside groups and intersection cells smaller than ``min_group_size`` of every sensitive
+  column known (the reported ones and ``protected_features``; and, when those rows are fewer
+  than ``min_group_size``, outside one more cell), so no evaluation nor the difference of two
+  that know the same columns depends on a small group (:func:`published_group_sizes` for
+  group sizes published on their own);
 - metric names (``_names``): the one builder of MLflow-valid names;
 - :func:`demographic_parity_difference`, :func:`equal_opportunity_difference`,
   :func:`selection_rates`, :func:`true_positive_rates` and :func:`accuracy` (``_plain``) -- the

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from .._groups import _factorize_small_ints, encode_labels
 from ._names import INTERSECTION, attribute_tokens, unique_tokens
@@ -131,24 +132,32 @@ class Grouping:
 
 @dataclass(frozen=True)
 class FairnessProblem:
-    """Validated inputs reduced to confusion-cell counts per intersection group."""
+    """Validated inputs reduced to confusion-cell counts per cell.
 
-    counts: np.ndarray  # (n_intersections, 4)
-    attributes: list  # Grouping per attribute
+    The *cells* are the intersection groups of every sensitive column known: the reported
+    attributes and the ``protected_features`` (see :func:`sensitive_cells`); each reported
+    grouping is a union of cells. ``disclosure`` holds, per distinct sensitive column (and,
+    with two or more, for the cells themselves), the group of each cell: the groupings whose
+    small groups are left out of everything published (:mod:`fairpca.metrics._disclosure`).
+    """
+
+    counts: np.ndarray  # (n_cells, 4)
+    attributes: list  # Grouping per reported attribute
     intersection: Grouping | None  # None for one attribute
     min_group_size: int
     pos_label: Any
     actual: np.ndarray  # y_true == pos_label per row
     score: np.ndarray | None  # y_score per row, or None
-    cell: np.ndarray  # intersection group of each row
+    cell: np.ndarray  # cell of each row
+    disclosure: list  # per disclosure grouping, the group of each cell
 
     def groupings(self) -> list[Grouping]:
         return self.attributes + ([] if self.intersection is None else [self.intersection])
 
     def restricted(self, kept: np.ndarray) -> FairnessProblem:
-        """The problem of the rows of the ``kept`` intersection groups only, as if the others
-        were not in the data: groups without rows are gone and every token is made from the
-        remaining labels alone."""
+        """The problem of the rows of the ``kept`` cells only, as if the others were not in
+        the data: groups without rows are gone and every token is made from the remaining
+        labels alone."""
         rows = kept[self.cell]
         renumber = np.cumsum(kept) - 1
         attributes = []
@@ -163,6 +172,7 @@ class FairnessProblem:
         return FairnessProblem(
             self.counts[kept], attributes, _intersection(attributes), self.min_group_size,
             self.pos_label, self.actual[rows], score, renumber[self.cell[rows]],
+            [np.unique(member[kept], return_inverse=True)[1] for member in self.disclosure],
         )  # fmt: skip
 
 
@@ -220,41 +230,103 @@ def _scores(y_score: Any, n_samples: int) -> np.ndarray | None:
     return score[:, 0]
 
 
+@dataclass(frozen=True)
+class SensitiveCells:
+    """The rows' cells: intersection groups of every distinct sensitive column known.
+
+    ``encoding`` encodes the reported attributes; ``reported[a]`` is the group of each cell
+    in reported attribute ``a``; ``disclosure`` the disclosure groupings (see
+    :class:`FairnessProblem`); ``inverse`` the cell of each row.
+    """
+
+    encoding: Any
+    inverse: np.ndarray
+    n_cells: int
+    reported: list
+    disclosure: list
+
+
+def _partition_key(codes: np.ndarray) -> bytes:
+    """A key of the partition a column makes of the rows, whatever its labels: its codes
+    renumbered by first appearance, as fixed-width big-endian bytes (so that comparing keys
+    compares the renumbered codes lexicographically)."""
+    first, _ = pd.factorize(codes, sort=False)
+    return first.astype(">i8").tobytes()
+
+
+def sensitive_cells(sensitive: Any, n_samples: int, protected: Any = None) -> SensitiveCells:
+    """Encode the reported attributes and the cells of every sensitive column known.
+
+    The known columns are those of ``sensitive`` and of ``protected`` (further sensitive
+    columns of the same rows that are protected without being reported). Columns that make
+    the same partition of the rows count once, and the distinct ones are put in an order
+    that depends on their partitions alone: so the cells, and every choice made from them,
+    are the same whichever of the known columns are reported, and in whatever order.
+    """
+    _reject_sparse(sensitive, "sensitive_features")
+    encoding, _ = encode_labels(sensitive, n_samples)
+    columns = [(encoding.codes[:, a], len(g)) for a, g in enumerate(encoding.groups)]
+    if protected is not None:
+        _reject_sparse(protected, "protected_features")
+        extra, _ = encode_labels(protected, n_samples)
+        columns += [(extra.codes[:, a], len(g)) for a, g in enumerate(extra.groups)]
+    distinct: dict[bytes, tuple] = {}
+    for codes, n_groups in columns:
+        distinct.setdefault(_partition_key(codes), (codes, n_groups))
+    ordered = [distinct[key] for key in sorted(distinct)]
+    combos, inverse = intersections(
+        np.stack([codes for codes, _ in ordered], axis=1), [n for _, n in ordered]
+    )
+    reported = []
+    for a in range(encoding.n_attributes):
+        member = np.empty(len(combos), dtype=np.intp)
+        member[inverse] = encoding.codes[:, a]  # a cell lies inside one group of each column
+        reported.append(member)
+    disclosure = [combos[:, j] for j in range(combos.shape[1])]
+    if len(disclosure) > 1:
+        disclosure.append(np.arange(len(combos)))
+    return SensitiveCells(encoding, inverse, len(combos), reported, disclosure)
+
+
 def fairness_problem(
-    y_true, y_pred, sensitive, pos_label, min_group_size, *, y_score=None, allow_small_groups=False
-) -> FairnessProblem:
-    """Validate the inputs and count the confusion cells of each intersection group."""
+    y_true, y_pred, sensitive, pos_label, min_group_size, *, y_score=None,
+    allow_small_groups=False, protected=None,
+) -> FairnessProblem:  # fmt: skip
+    """Validate the inputs and count the confusion cells of each cell (intersection group
+    of every sensitive column, ``protected`` included)."""
     min_group_size = check_min_group_size(min_group_size, allow_small_groups)
     actual = _positive_mask(y_true, "y_true", pos_label)
     predicted = _positive_mask(y_pred, "y_pred", pos_label)
     _check_same_length(y_true=actual, y_pred=predicted)
     score = _scores(y_score, actual.shape[0])
-    _reject_sparse(sensitive, "sensitive_features")
-    encoding, _ = encode_labels(sensitive, actual.shape[0])
-    combos, inverse = intersections(encoding.codes, [len(g) for g in encoding.groups])
+    cells = sensitive_cells(sensitive, actual.shape[0], protected)
+    encoding = cells.encoding
     keys = [str(name) for name in encoding.names]
     attributes = [
-        Grouping(token, list(labels), combos[:, a], unique_tokens(list(labels)), key)
-        for a, (token, key, labels) in enumerate(
-            zip(attribute_tokens(keys), keys, encoding.groups, strict=True)
+        Grouping(token, list(labels), member, unique_tokens(list(labels)), key)
+        for token, key, labels, member in zip(
+            attribute_tokens(keys), keys, encoding.groups, cells.reported, strict=True
         )
     ]
-    counts = cell_counts(inverse, len(combos), actual, predicted)
+    counts = cell_counts(cells.inverse, cells.n_cells, actual, predicted)
     return FairnessProblem(
         counts, attributes, _intersection(attributes), min_group_size, pos_label, actual, score,
-        inverse,
+        cells.inverse, cells.disclosure,
     )  # fmt: skip
 
 
 def _intersection(attributes: list[Grouping]) -> Grouping | None:
-    """The grouping by every attribute at once, whose groups are the intersection groups (the
-    rows of ``member``); None for one attribute."""
+    """The grouping by every reported attribute at once (its groups: the combinations of
+    their labels that occur); None for one attribute. With no further protected column its
+    groups are the cells themselves."""
     if len(attributes) < 2:
         return None
-    combos = np.stack([g.member for g in attributes], axis=1)
+    combos, member = np.unique(
+        np.stack([g.member for g in attributes], axis=1), axis=0, return_inverse=True
+    )
     labels = [tuple(g.labels[c] for g, c in zip(attributes, row, strict=True)) for row in combos]
     tokens = [
         "/".join(f"{g.name}:{g.tokens[c]}" for g, c in zip(attributes, row, strict=True))
         for row in combos
     ]
-    return Grouping(INTERSECTION, labels, np.arange(len(combos)), tokens, None)
+    return Grouping(INTERSECTION, labels, member.reshape(-1), tokens, None)

@@ -1,9 +1,10 @@
 """Disclosure control: the rows every published number is computed from.
 
 Row-level suppression (cell suppression of statistical disclosure control, applied to the rows
-behind every statistic rather than to single table cells). Every grouping partitions the same
-rows (each attribute, and with several attributes their intersection, whose groups are the
-intersection groups: the *cells*). The **released rows** are the largest set of rows in which
+behind every statistic rather than to single table cells). The groupings checked are every
+sensitive column *known* (the reported attributes and the ``protected_features``, which are
+protected without being reported) and, with two or more, their intersection, whose groups are
+the *cells*. The **released rows** are the largest set of rows in which
 every group of every grouping has either no row or at least ``min_group_size`` rows; it is
 found by leaving out, until none is left, every group that has between 1 and
 ``min_group_size - 1`` of the remaining rows (a group that small can hold none of the released
@@ -27,14 +28,26 @@ rows, so the order does not matter). Then:
 Every released group then has at least ``min_group_size`` rows and is published whole. What is
 published depends on the left-out rows only through how many there are (which groups are
 left out, and the notes that count them); their labels appear in no output.
+
+3. **Across attribute sets.** The released rows depend on the set of known columns only, not
+   on which of them are reported: evaluations of the same rows that know the same columns
+   (report ``race`` with ``protected_features=["sex"]``, or report ``sex`` and ``race``) compute
+   every group's numbers from the same rows, so ``race:Asian-Pac-Islander`` is the same number
+   in both and their difference is not a suppressed ``(Female, Asian-Pac-Islander)`` cell.
+
+The limit: a column nobody names is not protected. An evaluation that knows ``race`` alone
+cannot leave out the rows of a small ``sex`` x ``race`` cell; set against one that knows
+``sex`` too, it gives that cell's counts. Every evaluation of the same rows must therefore
+name every sensitive column the data hold (the audit names every sensitive column of its
+configuration in every number it publishes). Nor does any of this hold across evaluations of
+different row subsets chosen by the caller (rows filtered by a column nobody named).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .._groups import encode_labels
-from ._counts import FairnessProblem, check_min_group_size, intersections
+from ._counts import FairnessProblem, check_min_group_size, sensitive_cells
 
 # Smallest released cells tried as the complementary cell (each try settles the rest).
 COMPLEMENT_CANDIDATES = 64
@@ -107,7 +120,7 @@ def release(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
     notes that say what was left out (never which group)."""
     rows = problem.counts.sum(axis=1)
     groupings = problem.groupings()
-    members = [g.member for g in groupings]
+    members = problem.disclosure
     minimum = problem.min_group_size
     settled = _settled(rows, members, rows > 0, minimum)
     released = released_cells(rows, members, minimum)
@@ -128,7 +141,7 @@ def release(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
             "that no evaluation, nor the difference of two, depends on them."
         )
     if (settled & ~released).any():
-        cells = "intersection cell(s)" if problem.intersection is not None else "group(s)"
+        cells = "intersection cell(s)" if len(members) > 1 else "group(s)"
         notes.append(
             f"{int((settled & ~released).sum())} more {cells} (each with at least "
             f"min_group_size={minimum} rows, chosen to leave out the fewest groups) left out so "
@@ -139,7 +152,11 @@ def release(problem: FairnessProblem) -> tuple[FairnessProblem, dict, list]:
 
 
 def published_group_sizes(
-    sensitive_features, *, min_group_size: int = 10, allow_small_groups: bool = False
+    sensitive_features,
+    *,
+    min_group_size: int = 10,
+    allow_small_groups: bool = False,
+    protected_features=None,
 ) -> tuple[dict, dict]:
     """Rows per group that may be published, attribute by attribute: the sizes over the rows
     :func:`fairpca.metrics.group_fairness` releases.
@@ -155,6 +172,7 @@ def published_group_sizes(
         Group labels: one attribute, or one column per attribute.
     min_group_size : int, default=10
     allow_small_groups : bool, default=False
+    protected_features : array-like, 2-D array or DataFrame, default=None
         As in :func:`fairpca.metrics.group_fairness`.
 
     Returns
@@ -171,14 +189,12 @@ def published_group_sizes(
     ({'sensitive_0': {'a': 40}}, {'sensitive_0': 2})
     """
     min_group_size = check_min_group_size(min_group_size, allow_small_groups)
-    encoding, _ = encode_labels(sensitive_features, len(sensitive_features))
-    combos, inverse = intersections(encoding.codes, [len(g) for g in encoding.groups])
-    rows = np.bincount(inverse, minlength=len(combos)).astype(np.float64)
-    members = [combos[:, a] for a in range(combos.shape[1])]
-    cells = [np.arange(len(combos))] if len(members) > 1 else []  # the intersection grouping
-    released = released_cells(rows, members + cells, min_group_size)
+    cells = sensitive_cells(sensitive_features, len(sensitive_features), protected_features)
+    rows = np.bincount(cells.inverse, minlength=cells.n_cells).astype(np.float64)
+    released = released_cells(rows, cells.disclosure, min_group_size)
+    encoding = cells.encoding
     sizes, withheld = {}, {}
-    for member, name, labels in zip(members, encoding.names, encoding.groups, strict=True):
+    for member, name, labels in zip(cells.reported, encoding.names, encoding.groups, strict=True):
         kept = np.bincount(member, weights=rows * released, minlength=len(labels))
         sizes[name] = {str(labels[g]): int(kept[g]) for g in np.flatnonzero(kept)}
         withheld[name] = int(len(labels) - np.count_nonzero(kept))

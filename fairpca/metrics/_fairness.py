@@ -301,6 +301,7 @@ def group_fairness(
     y_score: Any = None,
     confidence: float = 0.95,
     sensitive: Any = None,
+    protected_features: Any = None,
 ) -> FairnessReport:
     """Accuracy, balanced accuracy, group rates, differences and ratios per attribute and
     intersection.
@@ -341,6 +342,13 @@ def group_fairness(
         validated only, as no point value depends on it.
     sensitive : deprecated
         Former name of ``sensitive_features``.
+    protected_features : array-like of shape (n_samples,), 2-D array or DataFrame, default=None
+        Further sensitive columns of the same rows, protected but not reported: their small
+        groups, and the small cells of their intersection with ``sensitive_features``, are
+        left out of every number as well. Pass every sensitive column the data hold (the
+        same set in every evaluation of these rows), so that an evaluation reporting fewer
+        attributes publishes the same numbers for their groups (see
+        :mod:`fairpca.metrics._disclosure`, rule 3 and its limit).
 
     Returns
     -------
@@ -368,6 +376,7 @@ def group_fairness(
         min_group_size,
         y_score=y_score,
         allow_small_groups=allow_small_groups,
+        protected=protected_features,
     )
     check_bootstrap(2, confidence)
     return _report(*_released(problem))
@@ -447,6 +456,7 @@ def bootstrap_intervals(
     seed: Any = 0,
     y_score: Any = None,
     sensitive: Any = None,
+    protected_features: Any = None,
 ) -> dict[str, tuple[float, float]]:
     """Confidence intervals of every metric of :func:`group_fairness`, each containing its
     estimate.
@@ -471,6 +481,8 @@ def bootstrap_intervals(
     Parameters
     ----------
     y_true, y_pred, sensitive_features, pos_label, min_group_size, allow_small_groups, y_score
+        As in :func:`group_fairness`.
+    protected_features
         As in :func:`group_fairness`.
     n_resamples : int, default=1000
         Number of bootstrap resamples (>= 2) for balanced accuracy.
@@ -503,6 +515,7 @@ def bootstrap_intervals(
         min_group_size,
         y_score=y_score,
         allow_small_groups=allow_small_groups,
+        protected=protected_features,
     )
     check_bootstrap(n_resamples, confidence)
     alpha = 1.0 - confidence
@@ -550,6 +563,7 @@ def evaluate_fairness(
     confidence: float = 0.95,
     seed: Any = 0,
     y_score: Any = None,
+    protected_features: Any = None,
 ) -> tuple[dict[str, float], FairnessReport]:
     """Every metric of :func:`group_fairness` with its interval, as one flat dictionary.
 
@@ -563,6 +577,9 @@ def evaluate_fairness(
     ----------
     y_true, y_pred, sensitive_features, pos_label, min_group_size, allow_small_groups, y_score
         As in :func:`group_fairness`.
+    protected_features
+        As in :func:`group_fairness`: every sensitive column of the data that is not
+        reported here.
     n_resamples, confidence, seed
         As in :func:`bootstrap_intervals`.
 
@@ -584,6 +601,7 @@ def evaluate_fairness(
         "min_group_size": min_group_size,
         "allow_small_groups": allow_small_groups,
         "y_score": y_score,
+        "protected_features": protected_features,
     }
     report = group_fairness(y_true, y_pred, sensitive_features, confidence=confidence, **options)
     intervals = bootstrap_intervals(

@@ -93,9 +93,15 @@ def released_rows(frame: pd.DataFrame, min_group_size: int) -> list[int]:
     Groups of every attribute and of the intersection with fewer than ``min_group_size`` of the
     remaining rows are left out until none is; while the left-out rows are 1 to
     ``min_group_size - 1``, one more intersection cell is left out: among the 64 smallest (ties:
-    the first in label order), the one that leaves out the fewest groups, then rows.
+    the first in label order, the columns ordered by their partitions), the one that leaves out
+    the fewest groups, then rows.
     """
-    columns = [list(frame[c]) for c in frame.columns]
+    # Columns making the same partition count once, ordered by their partitions (the codes
+    # renumbered by first appearance), whatever their names and order.
+    partitions = {}
+    for c in frame.columns:
+        partitions.setdefault(tuple(pd.factorize(frame[c], sort=False)[0].tolist()), c)
+    columns = [list(frame[partitions[key]]) for key in sorted(partitions)]
     cell = list(zip(*columns, strict=True))
     groupings = columns + ([cell] if len(columns) > 1 else [])
     n = len(cell)

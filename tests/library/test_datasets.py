@@ -18,6 +18,7 @@ from fairpca.datasets import (
     ChecksumMismatchError,
     Dataset,
     DatasetNotFoundError,
+    LabelValuesWarning,
     load_adult,
     load_bank,
     load_compas,
@@ -400,7 +401,8 @@ def test_user_data_errors(tmp_path):
         load(path, label="outcome", sensitive="group", positive_label="maybe")
     with pytest.raises(ValueError, match=r"3 distinct value.*positive_label=<value>"):
         load(path, label="city", sensitive="group")
-    binarized = load(path, label="city", sensitive="group", positive_label="a")
+    with pytest.warns(LabelValuesWarning, match=r"'city' holds 3 distinct values.* 'b' \("):
+        binarized = load(path, label="city", sensitive="group", positive_label="a")
     assert binarized.y.sum() == (frame["city"] == "a").sum()
     frame = frame.assign(outcome=(frame["outcome"] == "yes").astype(int))
     with pytest.raises(ValueError, match="'group' has a single value"):

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from fairpca._memory import InsufficientMemoryError
-from fairpca.datasets import _csv, load_user_data
+from fairpca.datasets import LabelValuesWarning, NumericTextWarning, _csv, load_user_data
 
 HEADER = b"age,workclass,sex,income\n"
 
@@ -91,7 +91,7 @@ def test_a_file_sorted_by_label_is_searched_for_the_positive_label(tmp_path):
     with pytest.raises(
         ValueError,
         match=r"positive_label='high' does not occur in label column 'income': the first 5000 "
-        r"rows of label column 'income' hold only \['low'\], and its text is nowhere in",
+        r"rows of label column 'income' hold only \['low'\], and no later row of",
     ):
         load_user_data(only_low, label="income", sensitive="sex", positive_label="high")
 
@@ -192,3 +192,135 @@ def _refuse_whole_read(read_csv):
         return read_csv(source, *args, **kwargs)
 
     return read
+
+
+def _only_column_reads(read_csv):
+    """``pd.read_csv`` that may read one column of the file (or a buffer) but not the table."""
+
+    def read(source, *args, **kwargs):
+        if (
+            isinstance(source, str | os.PathLike)
+            and not kwargs.get("usecols")
+            and (kwargs.get("nrows") != 1)
+        ):
+            raise AssertionError("the whole table was parsed")
+        return read_csv(source, *args, **kwargs)
+
+    return read
+
+
+def test_a_skewed_csv_is_refused_by_the_parse_not_trusted_from_its_first_rows(
+    tmp_path, monkeypatch
+):
+    # The issue: long decimals in the first rows, single digits after. The first rows parse to
+    # 0.5 byte per byte of text, the rest to 4, so the estimate (389 MiB for 310 MB, under a
+    # 600M limit) let a parse through that peaked at 3.26 GB. Here: 11 MB of text, 38 MB as a
+    # table, estimated at 5 MB; a 40MB limit.
+    long_row = ",".join(["0.1234567890123456"] * 10)
+    path = tmp_path / "skewed.csv"
+    with path.open("w") as out:
+        out.write(",".join(f"x{j}" for j in range(10)) + ",sex,income\n")
+        out.write(f"{long_row},0,1\n{long_row},1,0\n" * 2500)
+        out.write("1,2,3,4,5,6,7,8,9,0,0,1\n5,6,7,8,9,0,1,2,3,4,1,0\n" * 200_000)
+    first_rows = _csv.parse_head(*_csv.read_head(path), ",", "utf-8")
+    per_byte = first_rows.memory_usage(deep=True).sum() / path.stat().st_size * 5000 / 405_000
+    estimate = _csv.PARSE_FACTOR * per_byte * path.stat().st_size
+    assert estimate < 20e6  # the first rows' estimate fits in 40MB ...
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "40MB")
+    chunks = []
+    concat = pd.concat
+    monkeypatch.setattr(_csv.pd, "concat", lambda parts, **kw: chunks.append(1) or concat(parts))
+    with pytest.raises(InsufficientMemoryError) as error:
+        load_user_data(path, label="income", sensitive="sex", screen=False)
+    message = str(error.value)  # ... the parse counts what it holds, and stops
+    assert message.startswith("Not enough memory: the table of data file skewed.csv (")
+    assert "only 40.0 MB are available" in message and "FAIRPCA_MEMORY_LIMIT" in message
+    assert not chunks  # refused before the table was put together
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", "400MB")
+    data = load_user_data(path, label="income", sensitive="sex", screen=False)
+    assert data.n_samples == 405_000 and data.X["x0"].dtype == np.float64
+
+
+def test_the_positive_label_is_searched_in_its_column_not_in_the_bytes(tmp_path, monkeypatch):
+    # The issue: the label column never holds "yes" but the married column does, so the text
+    # search found it and the whole gzip file was parsed before the label check failed.
+    rows = [
+        f"{i % 90},{'yes' if i % 3 else 'no'},{'F' if i % 2 else 'M'},no\n" for i in range(6000)
+    ]
+    path = tmp_path / "married.csv.gz"
+    path.write_bytes(gzip.compress(("age,married,sex,income\n" + "".join(rows) * 20).encode()))
+    monkeypatch.setattr(_csv.pd, "read_csv", _only_column_reads(pd.read_csv))
+    with pytest.raises(ValueError) as error:
+        load_user_data(path, label="income", sensitive="sex", positive_label="yes")
+    assert str(error.value) == (
+        "positive_label='yes' does not occur in label column 'income': the first 5000 rows of "
+        "label column 'income' hold only ['no'], and no later row of married.csv.gz has it as "
+        "its label. Pass the label value of the positive class as it is written in the file."
+    )
+    # A label column that is numbers (no text to search for) is searched alike.
+    numbers = tmp_path / "numbers.csv"
+    frame = _people(12_000).assign(income=0)
+    frame.to_csv(numbers, index=False)
+    with pytest.raises(ValueError, match="positive_label=1 does not occur in label column"):
+        load_user_data(numbers, label="income", sensitive="sex", positive_label=1)
+    monkeypatch.undo()
+    frame.loc[9000, "income"] = 1
+    frame.to_csv(numbers, index=False)
+    data = load_user_data(numbers, label="income", sensitive="sex", positive_label=1, screen=False)
+    assert data.y.sum() == 1
+
+
+def test_a_third_label_value_after_the_first_rows_is_a_named_warning(tmp_path):
+    # The issue: 200 rows with label 2 after row 5,000 silently counted as negatives.
+    frame = _people(8000).assign(income=lambda f: (f["income"] == "high").astype(int))
+    frame.loc[6000:6199, "income"] = 2
+    path = tmp_path / "three.csv"
+    frame.to_csv(path, index=False)
+    with pytest.warns(LabelValuesWarning) as caught:
+        data = load_user_data(path, label="income", sensitive="sex", positive_label=1)
+    (warning,) = [w for w in caught if w.category is LabelValuesWarning]
+    message = str(warning.message)
+    assert message.startswith(
+        "Label column 'income' holds 3 distinct values; with positive_label=1 each of the "
+        "others counts as negative (y = 0): '0' ("
+    )
+    assert "'2' (200 rows)" in message and "correct or drop the rows" in message
+    assert data.y.sum() == (frame["income"] == 1).sum()
+
+
+def test_text_in_a_numeric_column_after_the_first_rows_is_a_named_warning(tmp_path):
+    # The issue: 50 "unknown" ages after row 5,000 silently made age categorical.
+    frame = _people(8000)
+    frame["age"] = np.random.default_rng(1).integers(18, 90, 8000).astype(object)
+    frame.loc[6000:6049, "age"] = "unknown"
+    path = tmp_path / "ages.csv"
+    frame.to_csv(path, index=False)
+    with pytest.warns(NumericTextWarning) as caught:
+        load_user_data(path, label="income", sensitive="sex", positive_label="high")
+    (warning,) = [w for w in caught if w.category is NumericTextWarning]
+    message = str(warning.message)
+    assert message.startswith(
+        "Column 'age' holds numbers in 7950 rows and text in 50 rows (1 distinct text "
+        "value(s), the most frequent in 50 rows; not shown), so it is read as categorical"
+    )
+    assert "unknown" not in message
+
+
+def test_the_chunked_parse_gives_the_table_of_one_parse(tmp_path, monkeypatch):
+    # Types are inferred per chunk: a column of numbers with text in one chunk only, or with
+    # an empty cell in one, is read again whole, so the table is the one pandas gives at once.
+    monkeypatch.setattr(_csv, "TABLE_CHUNK_ROWS", 1000)
+    n = np.arange(5000)
+    frame = pd.DataFrame(
+        {
+            "count": n,
+            "gap": np.where(n == 2500, "", "1"),
+            "age": np.where(n == 4200, "unknown", (n % 50).astype(str)),
+            "flag": np.where(n > 3000, "True", "False"),
+            "city": np.resize(["a", "b", "c"], 5000),
+        }
+    )
+    path = tmp_path / "types.csv"
+    frame.to_csv(path, index=False)
+    chunked = _csv.read_table_bounded(path, ",", "utf-8", path.stat().st_size)
+    pd.testing.assert_frame_equal(chunked, pd.read_csv(path, low_memory=False))

@@ -1,6 +1,8 @@
 """Group encodings and the weights whose product with X gives the group sums."""
 
 import numpy as np
+import pandas as pd
+import pytest
 
 from fairpca._groups import group_sum_weights, with_total
 
@@ -29,3 +31,14 @@ def test_with_total_gives_the_sums_of_all_rows():
     np.testing.assert_allclose(derived[:, 1:], exact[:, 1:], rtol=1e-14)
     np.testing.assert_allclose(derived[:, 0], X.sum(0), rtol=1e-14)
     np.testing.assert_allclose(derived[:, 0], exact[:, 0], rtol=1e-14)
+
+
+def test_numbered_groups_keep_the_partition_and_drop_the_labels():
+    from fairpca._groups import numbered_groups
+
+    frame = pd.DataFrame({"race": ["w", "b", "secret", "w"], "sex": pd.Categorical(list("FMFM"))})
+    numbered = numbered_groups(frame)
+    assert numbered.to_dict("list") == {"race": [1, 2, 3, 1], "sex": [1, 2, 1, 2]}
+    assert "secret" not in numbered.to_string()
+    with pytest.raises(ValueError, match="'race' has 1 missing value"):
+        numbered_groups(frame.assign(race=["w", None, "b", "w"]))

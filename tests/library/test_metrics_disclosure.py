@@ -314,3 +314,57 @@ def test_published_group_sizes_are_the_released_rows_sizes():
     assert {k: v for k, v in report.attributes["sex"].group_size.items()} == sizes["sex"]
     with pytest.raises(ValueError, match="below the floor"):
         metrics.published_group_sizes(frame, min_group_size=3)
+
+
+# ------------------------------------------------------------------ across attribute sets
+
+
+def _race_values(values: dict) -> dict:
+    return {
+        k: v
+        for k, v in values.items()
+        if (".race:" in k and "/" not in k) or ".race." in k or k.endswith(".race")
+    }
+
+
+def test_evaluations_knowing_the_same_columns_publish_the_same_race_numbers():
+    # (F, other) has 6 rows inside groups of 300+ and 46: an evaluation reporting race alone
+    # published race:other over all 46 rows, one reporting sex and race over 40, so their
+    # difference gave the 6-row cell. Knowing sex (protected, not reported) both use 40.
+    y_true, y_pred, sex, race = _two_attributes()
+    sex, race = np.r_[sex, ["M"] * 40, ["F"] * 6], np.r_[race, ["other"] * 46]
+    y_true, y_pred = np.r_[y_true, np.ones(46, int)], np.r_[y_pred, np.zeros(40, int), [1] * 6]
+    frame = pd.DataFrame({"sex": sex, "race": race})
+    both = _published(y_true, y_pred, frame)
+    runs = [
+        _published(y_true, y_pred, frame[["race"]], protected_features=frame[["sex"]]),
+        _published(y_true, y_pred, frame[["race"]], protected_features=frame[["race", "sex"]]),
+        _published(y_true, y_pred, frame["race"], protected_features=frame["sex"].to_numpy()),
+    ]
+    for run in runs:
+        assert _race_values(run[0]) == _race_values(both[0])
+        race_table = both[1][both[1]["attribute"] == "race"].reset_index(drop=True)
+        pd.testing.assert_frame_equal(run[1], race_table)
+    assert both[3].attributes["race"].group_size["other"] == 40
+    # The limit: an evaluation that does not know sex cannot leave the cell out.
+    unaware = _published(y_true, y_pred, frame[["race"]])
+    assert unaware[3].attributes["race"].group_size["other"] == 46
+
+
+def test_published_group_sizes_with_protected_columns_are_the_released_sizes():
+    frame = pd.DataFrame(
+        {
+            "sex": np.repeat(["F", "M", "F"], [200, 200, 6]),
+            "race": np.repeat(["a", "b"], [200, 206]),
+        }
+    )
+    sizes, withheld = metrics.published_group_sizes(
+        frame[["race"]], min_group_size=30, protected_features=frame[["sex"]]
+    )
+    together, together_withheld = metrics.published_group_sizes(frame, min_group_size=30)
+    assert sizes == {"race": together["race"]} == {"race": {"b": 200}}
+    assert withheld == {"race": together_withheld["race"]}
+    # (F, b), 6 rows, is left out, and with it a complementary cell: (F, a)
+    assert metrics.published_group_sizes(frame[["race"]], min_group_size=30)[0] == {
+        "race": {"a": 200, "b": 206}
+    }

@@ -453,3 +453,63 @@ def test_dollar_group_labels_are_evaluated_and_drawn_as_written(
     local = tracking.download_artifacts(run.info.run_id, "fairness_groups.json", str(tmp_path))
     groups = {row["group"] for row in json.loads(Path(local).read_text())["groups"]}
     assert set(dollar_labels) <= groups
+
+
+def _race_numbers(metrics: dict, groups: list) -> tuple[dict, dict]:
+    """What a run publishes of the race groups alone: every metric (and interval) of a race
+    group or of the race grouping, and the race groups' sizes."""
+    values = {
+        name: value
+        for name, value in metrics.items()
+        if (".race:" in name and "/" not in name) or ".race." in name or name.endswith(".race")
+    }
+    sizes = {row["group"]: row["size"] for row in groups if row["attribute"] == "race"}
+    return values, sizes
+
+
+def test_two_evaluations_with_different_attribute_sets_recover_no_suppressed_cell(tracking):
+    # The issue's attack on 3,000 real Adult rows: the evaluator run once with race and once
+    # with sex + race published race:Asian-Pac-Islander as 89 rows and then 62 rows, so the
+    # suppressed 27-row cell (Female, Asian-Pac-Islander) followed by subtraction. Both runs
+    # now know the same sensitive columns (race reported with sex protected; sex and race
+    # reported), so every race number is computed from the same rows.
+    from fairpca.datasets import load_dataset
+
+    adult = load_dataset("adult", sensitive=["sex", "race"]).with_named_groups()
+    rows = np.random.default_rng(0).choice(adult.n_samples, 3000, replace=False)
+    columns = ["age", "education_num", "hours_per_week", "capital_gain"]
+    frame = adult.X.iloc[rows][columns].reset_index(drop=True)
+    frame = frame.assign(
+        sex=adult.sensitive["sex"].iloc[rows].astype(str).to_numpy(),
+        race=adult.sensitive["race"].iloc[rows].astype(str).to_numpy(),
+        label=adult.y.iloc[rows].to_numpy(),
+    )
+    cells = frame.groupby(["sex", "race"]).size()
+    assert cells["Female", "Asian-Pac-Islander"] == 27 and cells["Male", "Asian-Pac-Islander"] == 62
+    model_uri = log_model(frame, columns)
+    published = []
+    for config in (
+        {"sensitive_features": ["race"], "protected_features": ["sex"]},
+        {"sensitive_features": ["sex", "race"]},
+    ):
+        result, _ = evaluate(model_uri, frame, n_resamples=200, **config)
+        groups = result.artifacts["fairness_groups_json"].content["groups"]
+        published.append(_race_numbers(result.metrics, groups))
+    (race_only, race_sizes), (with_sex, with_sex_sizes) = published
+    assert race_sizes == with_sex_sizes and race_sizes["Asian-Pac-Islander"] == 62
+    assert race_only == with_sex  # every race metric and interval, to the bit
+    assert "selection_rate.race:Asian-Pac-Islander" in race_only
+    # So subtracting the runs' race:Asian-Pac-Islander counts gives 0 rows, 0 selected,
+    # 0 positive: nothing of the 27-row cell.
+    rate = "selection_rate.race:Asian-Pac-Islander"
+    assert race_only[rate] * 62 - with_sex[rate] * 62 == 0
+
+
+def test_protected_features_are_checked_like_the_sensitive_ones():
+    from fairpca.tasks.mlflow_evaluator import known_columns, read_config
+
+    config = read_config({"sensitive_features": ["race"], "protected_features": "sex"})
+    assert config["protected_features"] == ["sex"]
+    assert known_columns(config) == ["race", "sex"]  # neither reaches a model not asking
+    with pytest.raises(MlflowException, match=r"'protected_features': \['<column>'.*got "):
+        read_config({"sensitive_features": ["race"], "protected_features": [1]})

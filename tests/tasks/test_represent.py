@@ -3,6 +3,7 @@ merging of single-row groups for fitting."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -55,3 +56,26 @@ def test_resolve_k_names_one_largest_k_in_its_note_and_searches_the_grid():
     fixed = resolve_k(20, 64, groups, ["fair_pca"])
     assert fixed["grid"] == [20] and fixed["fitted"] == 20 and "largest k" in fixed["note"]
     assert resolve_k(None, 64, groups, ["pca"])["largest"] == 64  # no constraint without fair PCA
+
+
+@pytest.mark.parametrize("variant", ["fair_pca", "fair_pca_s", "fair_pca_eo", "fair_kernel_pca"])
+def test_the_audits_fitted_estimator_stores_no_group_label(variant):
+    # The issue: a 5-row group's label, never published, was stored in the registered model
+    # (FairPCA.groups_, visible in its skops schema). The audit fits on numbered groups.
+    import skops.io
+
+    from fairpca import FairPCA
+    from fairpca.tasks.represent import fit_representation
+
+    secret = "secret-label-Zq"
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(600, 6)), np.tile([0, 1], 300)  # 600 rows: 500 Nystroem landmarks
+    s = pd.DataFrame({"race": np.repeat(["a", "b", secret], [300, 295, 5])})
+    rep = fit_representation.fn(variant, X, y, s, k=2, equalize_covariance=None, seed=0)
+    assert secret.encode() not in skops.io.dumps(rep.estimator)
+    assert [list(g) for g in rep.estimator.groups_] == [[1, 2, 3]]
+    if variant == "fair_pca":  # the same partition: the same fit as on the labels
+        direct = FairPCA(n_components=2, random_state=0).fit(X, y, sensitive_features=s)
+        np.testing.assert_allclose(
+            np.abs(rep.estimator.components_), np.abs(direct.components_), atol=1e-10
+        )
