@@ -345,7 +345,7 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
     try:  # the checks relog_output_dir makes first, before the server is waited for
         if not (output_dir / "audit.json").is_file():
             read_audit(output_dir)  # the message for a directory that is no audit's
-        check_relog_dir(output_dir)
+        check_relog_dir(output_dir, contents=False)  # the contents: as the flow copies them
     except (OSError, ValueError) as error:
         _fail("Relog failed", str(error), code=1)
     command.start_prefect_server()
