@@ -240,7 +240,10 @@ def _run_flow(command, kind: str, config) -> None:
     else:
         from .audit import fairness_audit as flow_fn
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    runtime.create_local_store(tracking_uri)
+    try:
+        runtime.create_local_store(tracking_uri)
+    except ValueError as error:  # a broken local store, named with its fix
+        _fail("MLflow store unusable (nothing was run)", str(error), code=1)
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
