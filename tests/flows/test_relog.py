@@ -352,3 +352,17 @@ def test_a_report_swapped_after_the_check_is_not_what_is_uploaded(
     assert (kept / "report.html").read_bytes() == forged  # the swap happened
     logged = client.download_artifacts(run_id, "report/report.html", str(tmp_path))
     assert Path(logged).read_bytes() == sealed
+
+
+def test_the_verified_copy_is_private_complete_and_removed(kept):
+    import stat
+
+    from fairpca.tasks.mlflow_logging import verified_copy
+
+    with verified_copy(kept) as verified:
+        assert stat.S_IMODE(verified.files.parent.stat().st_mode) == 0o700
+        copied = {p.relative_to(verified.files).as_posix() for p in verified.files.rglob("*")}
+        assert {name for name in copied if (verified.files / name).is_file()} == set(
+            verified.record["files"]
+        )
+    assert not verified.files.exists()
