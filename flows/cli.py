@@ -240,7 +240,10 @@ def _run_flow(command, kind: str, config) -> None:
     else:
         from .audit import fairness_audit as flow_fn
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    runtime.create_local_store(tracking_uri)
+    try:
+        runtime.create_local_store(tracking_uri)
+    except ValueError as error:  # a broken local store, named with its fix
+        _fail("MLflow store unusable (nothing was run)", str(error), code=1)
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
@@ -345,7 +348,7 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
     try:  # the checks relog_output_dir makes first, before the server is waited for
         if not (output_dir / "audit.json").is_file():
             read_audit(output_dir)  # the message for a directory that is no audit's
-        check_relog_dir(output_dir)
+        check_relog_dir(output_dir, contents=False)  # the contents: as the flow copies them
     except (OSError, ValueError) as error:
         _fail("Relog failed", str(error), code=1)
     command.start_prefect_server()

@@ -28,6 +28,7 @@ from fairpca.tasks.mlflow_logging import (
     check_relog_dir,
     log_output_dir,
     read_audit,
+    verified_copy,
 )
 from fairpca.tasks.record import AuditRecord, PromotionRecord
 from fairpca.tasks.select import decide_promotion
@@ -90,10 +91,12 @@ def relog(
                 "pass --force (force=True) to log it once more."
             )
     uri = resolve_tracking_uri(tracking_uri)
-    check_relog_dir(Path(output_dir))  # verified before anything is asked of the server
-    audit = read_audit(Path(output_dir))
-    promotion = relog_promotion(Path(output_dir), audit, uri, promote)
-    logged = log_output_dir(Path(output_dir), uri, promotion=promotion)
+    # verified (copied, each file hashed once) before anything is asked of the server; all
+    # that is read or uploaded afterwards comes from the verified copy
+    with verified_copy(Path(output_dir)) as verified:
+        audit = read_audit(verified.files)
+        promotion = relog_promotion(verified.files, audit, uri, promote)
+        logged = log_output_dir(Path(output_dir), uri, promotion=promotion, verified=verified)
     return {
         "run_id": logged.run_id,
         "model_version": logged.model_version,
@@ -121,7 +124,7 @@ def relog_output_dir(
     directory = Path(output_dir)
     if not (directory / AUDIT_FILE).is_file():
         read_audit(directory)  # the message for a directory that is no audit's
-    check_relog_dir(directory)
+    check_relog_dir(directory, contents=False)  # quick; the flow hashes the files it copies
     read_audit(directory)
     if mask_credentials(tracking_uri) != tracking_uri:  # credentials stay out of parameters
         os.environ["MLFLOW_TRACKING_URI"] = tracking_uri

@@ -588,17 +588,20 @@ def check_tracking_uri(uri: str, shown: str, timeout: float = 4.0) -> None:
             )
 
 
-def _new_local_store(uri: str) -> bool:
-    return uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).exists()
-
-
 def create_local_store(uri: str) -> None:
-    """Create a new local SQLite store now (its schema migrations take seconds), so that no
-    two threads of the flow create it at once; other stores are left alone."""
-    if _new_local_store(uri):
+    """Open a local SQLite store now, created when new (its schema migrations take seconds,
+    under a lock: :func:`fairpca.tasks.mlflow_store.mlflow_client`), so that a broken one
+    is reported before the flow runs; other stores are left alone.
+
+    Raises
+    ------
+    fairpca.tasks.mlflow_store.BrokenStoreError
+        The store exists but cannot be opened (named, with the fix).
+    """
+    if uri.startswith("sqlite:///"):
         from fairpca.tasks.mlflow_store import mlflow_client
 
-        mlflow_client(uri).search_experiments(max_results=1)
+        mlflow_client(uri)  # opens the store, under its lock
 
 
 # ---- task runners ----------------------------------------------------------------------------

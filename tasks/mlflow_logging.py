@@ -25,6 +25,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +68,7 @@ __all__ = [
     "STATUS_FILE",
     "LoggedAudit",
     "MlflowLoggingError",
+    "VerifiedCopy",
     "apply_promotion",
     "as_model_input",
     "check_relog_dir",
@@ -85,6 +87,7 @@ __all__ = [
     "save_model_locally",
     "set_run_list_view",
     "start_run",
+    "verified_copy",
 ]
 
 
@@ -120,6 +123,15 @@ _TRANSIENT_TEXT = (
 
 # 502/503/504 as a status code, not as digits inside a hash or an id
 _GATEWAY_STATUS = re.compile(r"(?<![0-9a-z])50[234](?![0-9a-z])")
+
+
+@dataclass(frozen=True)
+class VerifiedCopy:
+    """A sealed output folder as :func:`verified_copy` checked it."""
+
+    out_dir: Path  # the folder: the run binding and the logging status are written there
+    files: Path  # the private copy of its sealed files: every upload reads from here
+    record: dict[str, Any]  # the verified seal record
 
 
 class MlflowLoggingError(RuntimeError):
@@ -320,17 +332,15 @@ ARTIFACT_FILES = (
 
 
 @task(name="mlflow-log-artifacts", **RETRYING)
-def log_artifacts(
-    tracking_uri: str, run_id: str, out_dir: Path, files: list[str] | None = None
-) -> list[str]:
+def log_artifacts(tracking_uri: str, run_id: str, verified: VerifiedCopy) -> list[str]:
     """Log the report, plot, resolved config, metrics table and projection matrices.
 
-    ``files`` are the paths of the signed manifest (:func:`check_relog_dir`); a file
-    outside it is never uploaded. Each file is uploaded on its own (never a whole folder).
+    Read from the ``verified`` copy of the folder only (:func:`verified_copy`), so the bytes
+    uploaded are the bytes checked against the seal. Each file is uploaded on its own (never
+    a whole folder).
     """
     client = mlflow_client(tracking_uri)
-    out_dir = Path(out_dir)
-    sealed = set(files if files is not None else check_relog_dir(out_dir)["files"])
+    out_dir, sealed = verified.files, set(verified.record["files"])
     logged = []
     for name in ARTIFACT_FILES:
         if name in sealed:
@@ -394,7 +404,9 @@ def _check_requirements(model_dir: Path) -> None:
         )
 
 
-def check_relog_dir(out_dir: Path) -> dict[str, Any]:
+def check_relog_dir(
+    out_dir: Path, *, copy_to: Path | None = None, contents: bool = True
+) -> dict[str, Any]:
     """Checks that a kept directory must pass before anything of it is logged.
 
     Returns the verified seal record (:func:`fairpca.tasks.trust.verify_output_dir`):
@@ -403,7 +415,8 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
     total under relog's size caps. Then the model must pass :func:`check_saved_model` and
     its ``MLmodel`` ``skops_trusted_types`` and its skops file's untrusted types (read by
     :func:`skops.io.get_untrusted_types`, which executes nothing) must lie in the project's
-    fixed :data:`fairpca.tasks.trust.TRUSTED_TYPES`.
+    fixed :data:`fairpca.tasks.trust.TRUSTED_TYPES`. ``copy_to`` and ``contents`` are those
+    of :func:`~fairpca.tasks.trust.verify_output_dir`; the model of the copy is checked.
 
     Raises
     ------
@@ -418,10 +431,23 @@ def check_relog_dir(out_dir: Path) -> dict[str, Any]:
             f"{out_dir} is not a plain directory (a symbolic link or missing); pass the "
             "audit's output directory itself."
         )
-    record = verify_output_dir(out_dir)
-    check_saved_model(out_dir / "model")
-    _check_trusted_types(out_dir / "model")
+    record = verify_output_dir(out_dir, copy_to=copy_to, contents=contents)
+    model_dir = Path(copy_to or out_dir) / "model"
+    check_saved_model(model_dir)
+    _check_trusted_types(model_dir)
     return record
+
+
+@contextlib.contextmanager
+def verified_copy(out_dir: Path) -> Iterator[VerifiedCopy]:
+    """Copy the sealed files of ``out_dir`` into a private temporary folder (mode 0700),
+    hashing each copy as it is written, and check the copy (:func:`check_relog_dir`): what
+    is uploaded from it is exactly what was verified, even if ``out_dir`` changes meanwhile.
+    Each file is hashed once; the copy is removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="fairpca-verified-") as private:  # mode 0700
+        files = Path(private) / "audit"
+        record = check_relog_dir(Path(out_dir), copy_to=files)
+        yield VerifiedCopy(Path(out_dir), files, record)
 
 
 def _check_trusted_types(model_dir: Path) -> None:
@@ -435,62 +461,40 @@ def _check_trusted_types(model_dir: Path) -> None:
 
 @task(name="mlflow-log-model", **RETRYING)
 def log_model(
-    tracking_uri: str,
-    run_id: str,
-    out_dir: Path,
-    audit: AuditRecord,
-    files: dict[str, Any] | None = None,
-    promotion=None,
+    tracking_uri: str, run_id: str, verified: VerifiedCopy, audit: AuditRecord, promotion=None
 ) -> dict:
     """Log the saved model's files (never loaded here) and register a version (unless one
     of this very model and training rows exists).
 
-    Only the model files of the signed manifest ``files`` are uploaded: they are copied to
-    a temporary folder and their SHA-256 checked again there, so nothing added or changed
-    after the check reaches MLflow. Loading the model later goes through MLflow's skops
+    The files are uploaded from the ``verified`` copy (:func:`verified_copy`), so nothing
+    added or changed in the folder after the check reaches MLflow; the version carries the
+    skops file's SHA-256 as sealed. Loading the model later goes through MLflow's skops
     loader with the trusted types the audit recorded from its own pipeline.
     """
     from mlflow.entities import LoggedModelStatus
 
     client = mlflow_client(tracking_uri)
-    model_dir = Path(out_dir) / "model"
-    sealed = files if files is not None else check_relog_dir(Path(out_dir))["files"]
+    model_dir = verified.files / "model"
     experiment_id = client.get_run(run_id).info.experiment_id
-    with tempfile.TemporaryDirectory() as tmp:
-        staged = _stage_model_files(model_dir, sealed, Path(tmp) / "model")
-        logged = client.create_logged_model(
-            experiment_id, name="pipeline", source_run_id=run_id, tags=audit.model_tags
-        )
-        client.log_model_artifacts(logged.model_id, str(staged))
+    logged = client.create_logged_model(
+        experiment_id, name="pipeline", source_run_id=run_id, tags=audit.model_tags
+    )
+    client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     model_uri = f"models:/{logged.model_id}"
+    skops_name = f"model/{skops_file(model_dir).relative_to(model_dir.resolve()).as_posix()}"
     version, new = register_logged_model(
         client,
         run_id,
-        out_dir,
+        verified.out_dir,
         audit,
         model_uri=model_uri,
         model_id=logged.model_id,
         tracking_uri=tracking_uri,
         promotion=promotion,
+        model_sha256=verified.record["files"][skops_name]["sha256"],
     )
     return {"model_id": logged.model_id, "version": version, "new": new}
-
-
-def _stage_model_files(model_dir: Path, sealed: dict[str, Any], target: Path) -> Path:
-    """Copies of the sealed ``model/`` files, each checked against its signed SHA-256."""
-    from fairpca.tasks.trust import SealError, sha256_file
-
-    for name, entry in sealed.items():
-        if not name.startswith("model/"):
-            continue
-        relative = name.removeprefix("model/")
-        destination = target / relative
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(model_dir / relative, destination)
-        if sha256_file(destination) != entry["sha256"]:
-            raise SealError(f"{model_dir / relative} changed while it was being logged.")
-    return target
 
 
 @task(name="mlflow-apply-promotion", **RETRYING)
@@ -674,6 +678,7 @@ def log_output_dir(
     retries: int | None = None,
     retry_backoff: float | None = None,
     ends_now: bool = False,
+    verified: VerifiedCopy | None = None,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -693,6 +698,9 @@ def log_output_dir(
         The run starts when the audit started; it ends now (the audit itself logs it: the
         run spans the audit's whole wall time) or, by default (a later relog), when the audit
         ended.
+    verified : VerifiedCopy, default=None
+        The copy of ``out_dir`` the caller verified (:func:`verified_copy`); None makes one.
+        Everything logged is read from it.
 
     Raises
     ------
@@ -701,13 +709,14 @@ def log_output_dir(
         could be created) and the message names ``out_dir``, where the results are kept.
     """
     out_dir = Path(out_dir)
-    record = check_relog_dir(out_dir)  # what is logged is what the audit sealed
-    audit = read_audit(out_dir)
-    attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
-    try:
-        version, moved, new = _log_steps(attempt, record, audit, promotion, ends_now)
-    except Exception as exc:
-        raise _logging_failed(attempt, exc) from exc
+    checked = contextlib.nullcontext(verified) if verified else verified_copy(out_dir)
+    with checked as verified:  # what is logged is what the audit sealed, as it was checked
+        audit = read_audit(verified.files)
+        attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
+        try:
+            version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now)
+        except Exception as exc:
+            raise _logging_failed(attempt, exc) from exc
     experiment_id = mlflow_client(tracking_uri).get_run(attempt.run_id).info.experiment_id
     _write_status(
         out_dir, {"status": "FINISHED", "run_id": attempt.run_id, "model_version": version}
@@ -742,14 +751,14 @@ def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | No
     return {step.fn.__name__: step.with_options(**retry) for step in steps}
 
 
-def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promotion, ends_now: bool):
+def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, promotion, ends_now):
     """Run, params and metrics, artifacts, model, the promotion, end: the registered version
     and whether the alias moved to it."""
     from fairpca.tasks.trust import bind_run
 
     started = time.perf_counter()
-    uri, steps, files = attempt.tracking_uri, attempt.steps, record["files"]
-    attempt.run_id = _resumable_run(mlflow_client(uri), record, audit)
+    uri, steps = attempt.tracking_uri, attempt.steps
+    attempt.run_id = _resumable_run(mlflow_client(uri), verified.record, audit)
     if attempt.run_id is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
         attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
@@ -757,9 +766,9 @@ def _log_steps(attempt: _Attempt, record: dict, audit: AuditRecord, promotion, e
     attempt.step = "log params and metrics"
     steps["log_params_metrics"](uri, attempt.run_id, audit)
     attempt.step = "log artifacts"
-    steps["log_artifacts"](uri, attempt.run_id, attempt.out_dir, sorted(files))
+    steps["log_artifacts"](uri, attempt.run_id, verified)
     attempt.step = "log and register the model"
-    model = steps["log_model"](uri, attempt.run_id, attempt.out_dir, audit, files, promotion)
+    model = steps["log_model"](uri, attempt.run_id, verified, audit, promotion)
     version, moved = model["version"], False
     if promotion is not None:
         attempt.step = "carry out the promotion"

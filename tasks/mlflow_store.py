@@ -1,6 +1,6 @@
 """The few MLflow store operations every writer shares: the client (one tracking and registry
-URI, and bounded HTTP requests), where a local store keeps its artifacts, the experiment's
-get-or-create (with its kind tag) and batched metric logging.
+URI, bounded HTTP requests, a local store created under a lock), where a local store keeps
+its artifacts, the experiment's get-or-create (with its kind tag) and batched metric logging.
 
 Kept free of Prefect so that the ``fairness`` evaluator (loaded by MLflow's plugin registry)
 stays light.
@@ -16,6 +16,7 @@ __all__ = [
     "EXPERIMENT_KIND_TAG",
     "METRIC_BATCH",
     "MLFLOW_HTTP_BOUNDS",
+    "BrokenStoreError",
     "bound_mlflow_requests",
     "default_artifact_location",
     "get_or_create_experiment",
@@ -60,7 +61,61 @@ def mlflow_client(tracking_uri: str | None = None):
     import mlflow
 
     uri = mlflow.get_tracking_uri() if tracking_uri is None else tracking_uri
-    return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    db = _sqlite_file(uri)
+    if db is None:
+        return mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)
+    return _open_local_store(uri, db)
+
+
+class BrokenStoreError(ValueError):
+    """A local MLflow database that cannot be opened: corrupt or left half-created."""
+
+
+def _sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (None for other stores and in memory)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path).absolute() if path and path != ":memory:" else None
+
+
+def _open_local_store(uri: str, db: Path):
+    """The client of the SQLite store ``db`` (``uri``), its tracking and registry stores
+    opened (created and migrated when new) holding an exclusive lock on ``<db>.lock``.
+
+    MLflow's schema migrations are not safe to run twice at once: two commands creating the
+    same new store both fail (``table _alembic_tmp_model_versions already exists``) and leave
+    a store no client opens. Under the lock the first creates it, the others find it made.
+
+    Raises
+    ------
+    BrokenStoreError
+        The store exists but cannot be opened; the message names the file and the fix.
+    """
+    import fcntl
+
+    import mlflow
+    from alembic.util import CommandError
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
+
+    with db.with_name(db.name + ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        try:
+            client = mlflow.MlflowClient(tracking_uri=uri, registry_uri=uri)  # tracking store
+            client.search_registered_models(max_results=1)  # the registry store
+        except (MlflowException, SQLAlchemyError, CommandError) as error:
+            if "database is locked" in str(error):  # busy, not broken: retried by the caller
+                raise
+            reason = str(error).strip().splitlines()[0][:300]
+            raise BrokenStoreError(
+                f"the MLflow database {db} cannot be opened ({type(error).__name__}: {reason})."
+                f" If an older MLflow made it, upgrade it (`mlflow db upgrade sqlite:///{db}`);"
+                f" if it is corrupt or was left half-created, move it aside (`mv {db} "
+                f"{db}.broken`) and log the kept output folders into a new one with `fairpca "
+                "relog DIR`."
+            ) from error
+    return client
 
 
 def default_artifact_location(tracking_uri: str) -> str | None:

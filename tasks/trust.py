@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -142,12 +143,18 @@ class SealError(ValueError):
     """The directory is not the one a fairpca audit wrote and signed with this user's key."""
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex SHA-256 of a file, read in 1 MiB blocks (the one file hash of the project)."""
+def sha256_file(path: str | Path, copy_to: Path | None = None) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks (the one file hash of the project);
+    with ``copy_to``, each block hashed is also written there (the copy holds exactly the
+    bytes hashed, whatever happens to ``path`` meanwhile)."""
     digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
+    with contextlib.ExitStack() as files:
+        handle = files.enter_context(Path(path).open("rb"))
+        copy = None if copy_to is None else files.enter_context(Path(copy_to).open("xb"))
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
+            if copy is not None:
+                copy.write(block)
     return digest.hexdigest()
 
 
@@ -313,11 +320,16 @@ def verify_output_dir(
     *,
     max_file_bytes: int = MAX_FILE_BYTES,
     max_total_bytes: int = MAX_TOTAL_BYTES,
+    copy_to: Path | None = None,
+    contents: bool = True,
 ) -> dict[str, Any]:
     """Check ``out_dir`` is exactly what the audit sealed; return the verified record.
 
     Sizes are compared (and capped) before any file is hashed, so a huge planted file is
-    refused in milliseconds.
+    refused in milliseconds. With ``copy_to`` (an empty private folder) every file is copied
+    there as it is hashed: the copy is what was verified, whatever ``out_dir`` holds later.
+    ``contents=False`` checks the seal, the listing and the sizes only (a quick check before
+    a command's work; the contents are checked when they are copied).
 
     Raises
     ------
@@ -338,8 +350,13 @@ def verify_output_dir(
     if missing:
         raise SealError(f"{out_dir}: file(s) {missing} of the signed manifest are missing.")
     _check_sizes(out_dir, sealed, present, max_file_bytes, max_total_bytes)
+    if not contents:
+        return record
     for name, entry in sealed.items():
-        if sha256_file(present[name]) != entry["sha256"]:
+        copy = None if copy_to is None else Path(copy_to, name)
+        if copy is not None:
+            copy.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if sha256_file(present[name], copy) != entry["sha256"]:
             raise SealError(
                 f"{out_dir}: file {name!r} changed after the audit (its SHA-256 differs from "
                 "the signed manifest); it is not logged. Re-run the audit."

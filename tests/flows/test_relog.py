@@ -327,3 +327,42 @@ def test_reserved_tags_in_a_record_are_refused_even_when_signed(kept):
     edit_json(kept / "audit.json", reserved_version_tag)
     with pytest.raises(ValueError, match=r"\['mlflow.source'\]"):
         read_audit(kept)
+
+
+def test_a_report_swapped_after_the_check_is_not_what_is_uploaded(
+    kept, mlflow_store, monkeypatch, tmp_path
+):
+    """A process watching the folder (inotify) replaces report.html by its own page once
+    relog has verified the folder, as the upload starts: the run holds the sealed page."""
+    from mlflow import MlflowClient
+
+    from fairpca.flows.relog import relog_output_dir
+
+    uri, client = mlflow_store
+    sealed = (kept / "report.html").read_bytes()
+    forged = b"<html><script>steal()</script><p>Decision: PROMOTED</p></html>"
+    upload = MlflowClient.log_artifact
+
+    def swap_then_upload(self, *args, **kwargs):
+        (kept / "report.html").write_bytes(forged)
+        return upload(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "log_artifact", swap_then_upload)
+    run_id = relog_output_dir(kept, uri, force=True)["run_id"]
+    assert (kept / "report.html").read_bytes() == forged  # the swap happened
+    logged = client.download_artifacts(run_id, "report/report.html", str(tmp_path))
+    assert Path(logged).read_bytes() == sealed
+
+
+def test_the_verified_copy_is_private_complete_and_removed(kept):
+    import stat
+
+    from fairpca.tasks.mlflow_logging import verified_copy
+
+    with verified_copy(kept) as verified:
+        assert stat.S_IMODE(verified.files.parent.stat().st_mode) == 0o700
+        copied = {p.relative_to(verified.files).as_posix() for p in verified.files.rglob("*")}
+        assert {name for name in copied if (verified.files / name).is_file()} == set(
+            verified.record["files"]
+        )
+    assert not verified.files.exists()
