@@ -117,6 +117,20 @@ def test_undefined_names_finds_a_name_an_earlier_block_defined(tmp_path):
     assert "np" in found[0] and "x" in found[1]
 
 
+def test_every_gallery_example_draws_a_figure():
+    """sphinx-gallery shows an example's first matplotlib figure as its thumbnail and result:
+    an example without one is a blank tile in the gallery."""
+    examples = sorted((DOCS.parent / "examples").glob("plot_*.py"))
+    assert examples
+    blank = [
+        path.name
+        for path in examples
+        if "import matplotlib.pyplot as plt" not in (text := path.read_text())
+        or ("plt.subplots(" not in text and "plt.figure(" not in text)
+    ]
+    assert blank == []
+
+
 # Code that runs a Prefect flow (the audit's command line, a flow of the page's own).
 FLOWS = ("fairpca audit", "fairpca retrain", "fairpca relog", "fairness_audit(", "@flow")
 
