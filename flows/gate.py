@@ -67,7 +67,7 @@ from fairpca.tasks.registry import (
     download_version,
     move_alias,
 )
-from fairpca.tasks.report import format_interval, markdown_text, sha256_file
+from fairpca.tasks.report import format_interval, markdown_text
 from fairpca.tasks.select import (
     DEFAULT_BOUND,
     DEFAULT_POLICY,
@@ -87,6 +87,7 @@ from fairpca.tasks.trust import (
     gate_public_key,
     gate_signing_key,
     path_inside,
+    sha256_file,
     shown_uri,
     sign_attestation,
 )
@@ -127,8 +128,6 @@ __all__ = [
     "verdict",
 ]
 
-
-# ---- from gate.py ------------------------------------------------------------
 
 STATUS_TAG = "fairness.gate.status"  # informational: only the attestation counts
 REASONS_TAG = "fairness.gate.reasons"
@@ -445,8 +444,6 @@ def reconcile_aliases(
                 changes.append(f"{name}: {check.message}")
     return checked, changes
 
-
-# ---- from gate.py ------------------------------------------------------------
 
 POLICY_DIR_ENV = "FAIRPCA_GATE_POLICY_DIR"
 # A gate run loads one version and evaluates it on the reference data (seconds to a few
