@@ -9,6 +9,7 @@ that asks for it too. Here the search measures accuracy and the demographic-pari
 of every candidate, and refits the most accurate one whose DP difference stays under 0.05.
 """
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import sklearn
@@ -81,6 +82,34 @@ table["accuracy"] = search.cv_results_["mean_test_accuracy"]
 table["DP difference"] = -search.cv_results_["mean_test_dp_difference"]
 print(table.round(3).to_string(index=False))
 print("chosen:", search.best_params_)
+
+# %%
+# The same candidates as points: the search refits the most accurate one left of the limit.
+fig, ax = plt.subplots(figsize=(6.4, 4))
+for k, marker in ((5, "o"), (10, "s")):
+    rows = table[table["fairpca__n_components"] == k]
+    ax.scatter(rows["DP difference"], rows["accuracy"], marker=marker, label=f"k = {k}")
+    for _, row in rows.iterrows():
+        ax.annotate(
+            f"λ = {row['fairpca__tradeoff']:g}",
+            (row["DP difference"], row["accuracy"]),
+            xytext=(9, -3),
+            textcoords="offset points",
+            fontsize=8,
+        )
+chosen = table.iloc[search.best_index_]
+ax.scatter(
+    chosen["DP difference"], chosen["accuracy"], s=250, facecolors="none", edgecolors="black",
+    label="chosen",
+)  # fmt: skip
+ax.axvline(0.05, color="grey", linestyle="--", label="DP difference limit 0.05")
+ax.set_xlabel("DP difference (mean over 3 folds; lower is fairer)")
+ax.set_ylabel("accuracy (mean over 3 folds)")
+ax.set_title("Candidates of the grid search")
+ax.margins(x=0.15)
+ax.legend(loc="lower right")
+fig.tight_layout()
+plt.show()
 
 # %%
 # The refitted pipeline predicts from the features alone; its fairness on the test rows:

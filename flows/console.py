@@ -267,7 +267,11 @@ def decision_line(result, before: str | None) -> str:
     if version is None:
         return "Decision: [yellow]NOT promoted[/yellow] (no model version registered)."
     stays = f"stays on v{before}" if before else "is not set"
-    return f"Decision: [yellow]NOT promoted[/yellow], v{version} registered; {alias!r} {stays}."
+    if not result.model_version_new:  # the registry already held this fit: nothing was added
+        registered = f"same fit as version {version}; nothing registered"
+    else:
+        registered = f"v{version} registered"
+    return f"Decision: [yellow]NOT promoted[/yellow], {registered}; {alias!r} {stays}."
 
 
 @dataclass
@@ -286,12 +290,15 @@ def show_logs(verbose: bool) -> None:
 
     Works before or after Prefect and MLflow are imported: it sets the level of Prefect's
     console handler and of MLflow's logger, and the variables a later logging set-up (or a
-    Prefect server or worker process started afterwards) reads.
+    Prefect server or worker process started afterwards) reads. MLflow's progress bars
+    (``Downloading artifacts: 100%`` as a champion is loaded) follow the same rule: MLflow
+    reads the variable at each download.
     """
     OUTPUT.verbose = verbose
     level = "INFO" if verbose else "WARNING"
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = level
     os.environ["MLFLOW_LOGGING_LEVEL"] = level
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = str(verbose).lower()
     logging.getLogger("mlflow").setLevel(level)
     if "prefect.logging.handlers" in sys.modules:
         from prefect.logging.handlers import PrefectConsoleHandler
@@ -376,9 +383,8 @@ def _absolute_sqlite(uri: str) -> str:
 
 def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
     """Where to see the run (and the registered version) in the MLflow UI: (label, address)
-    pairs; the run list opens in the verdict columns' view."""
-    from fairpca.tasks.mlflow_logging import run_list_url
-
+    pairs. The run list is the experiment's plain one: its shared view
+    (:func:`fairpca.tasks.mlflow_logging.run_list_url`) cuts the verdict columns off."""
     uri = result.tracking_uri
     lines = []
     if uri.startswith(("http://", "https://")):
@@ -388,7 +394,7 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
         store = _absolute_sqlite(uri) if uri.startswith("sqlite:///") else uri
         lines.append(("Open the MLflow UI:", f"{mlflow_bin()} ui --backend-store-uri {store} "
                       f"--port {port}"))  # fmt: skip
-    lines.append(("Runs:", run_list_url(base, result.experiment_id)))
+    lines.append(("Runs:", f"{base}/#/experiments/{result.experiment_id}/runs"))
     lines.append(("Run:", f"{base}/#/experiments/{result.experiment_id}/runs/{result.run_id}"))
     if result.model_version is not None:
         lines.append(("Model version:", f"{base}/#/models/{result.model_name}/versions/"

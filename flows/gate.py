@@ -80,7 +80,7 @@ from fairpca.tasks.registry import (
     model_versions,
     move_alias,
 )
-from fairpca.tasks.report import format_interval, markdown_text, sha256_file
+from fairpca.tasks.report import format_interval, markdown_text
 from fairpca.tasks.select import (
     DEFAULT_BOUND,
     DEFAULT_POLICY,
@@ -104,6 +104,7 @@ from fairpca.tasks.trust import (
     gate_signing_key,
     path_inside,
     predict_isolated,
+    sha256_file,
     shown_uri,
     sign_attestation,
     skops_file,
@@ -148,8 +149,6 @@ __all__ = [
     "verdict",
 ]
 
-
-# ---- from gate.py ------------------------------------------------------------
 
 STATUS_TAG = "fairness.gate.status"  # informational: only the attestation counts
 REASONS_TAG = "fairness.gate.reasons"
@@ -587,8 +586,6 @@ def _judge_unjudged(client, tracking_uri: str, policy: GatePolicy) -> list[str]:
         lines.append(f"{policy.model}: version {entry.version} had no verdict: {state.message}")
     return lines
 
-
-# ---- from gate.py ------------------------------------------------------------
 
 POLICY_DIR_ENV = "FAIRPCA_GATE_POLICY_DIR"
 # A gate run loads one version and evaluates it on the reference data (seconds to a few

@@ -36,8 +36,6 @@ __all__ = [
 ]
 
 
-# ---- from evaluate.py ------------------------------------------------------------
-
 # The measures every record, tag, card and summary leads with (worst attribute).
 HEADLINE_METRICS = ("accuracy", "dp_difference", "eo_difference")
 
@@ -253,9 +251,6 @@ def representation_metrics(
             features_validation[:, :fair_columns], s_validation
         ),
     }
-
-
-# ---- from pipeline.py ------------------------------------------------------------
 
 
 def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -> Pipeline:

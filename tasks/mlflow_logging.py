@@ -37,7 +37,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
-from fairpca.tasks.card import mask_credentials, run_description
+from fairpca.tasks.card import run_description
 from fairpca.tasks.mlflow_store import (
     get_or_create_experiment,
     log_metrics_batched,
@@ -49,6 +49,7 @@ from fairpca.tasks.report import VERDICT_METRICS
 from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,
+    mask_credentials,
     skops_file,
     skops_file_types,
     types_to_trust,
@@ -90,8 +91,6 @@ __all__ = [
     "verified_copy",
 ]
 
-
-# ---- from mlflow_logging.py ------------------------------------------------------------
 
 AUDIT_FILE = "audit.json"
 HASHES_FILE = "hashes.json"
@@ -828,8 +827,6 @@ def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
             time.sleep(2**attempt)
     return False
 
-
-# ---- from model_io.py ------------------------------------------------------------
 
 PLACEHOLDER_CATEGORY = RARE_CATEGORY  # the pooled bucket of rare categories
 

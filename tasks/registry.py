@@ -28,7 +28,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fairpca.tasks.card import CARD_FILE, mask_credentials, render_model_card, version_description
+from fairpca.tasks.card import CARD_FILE, render_model_card, version_description
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
@@ -44,6 +44,7 @@ from fairpca.tasks.trust import (
     gate_public_key,
     load_skops_pipeline,
     load_verified_dir,
+    mask_credentials,
     sha256_file,
     shown_uri,
     skops_file,

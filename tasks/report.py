@@ -77,7 +77,6 @@ __all__ = [
     "render_markdown",
     "report_sections",
     "report_title",
-    "sha256_file",
     "verdict_columns",
     "verdict_frame",
     "verdict_rows",

@@ -84,9 +84,6 @@ __all__ = [
 ]
 
 
-# ---- from policy.py ------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Criterion:
     """One gated measure: ``metric`` compared with the threshold field ``threshold``."""
@@ -320,8 +317,6 @@ class GatePolicy:
             reasons.append("it judges point estimates, not the 95% interval bounds")
         return reasons
 
-
-# ---- from select.py ------------------------------------------------------------
 
 ROW_STORING_VARIANTS = ("fair_kernel_pca",)  # keeps its training points (kernel map)
 ROW_STORING_CLASSIFIERS = ("rbf_svc",)  # keeps support vectors (projected training rows)

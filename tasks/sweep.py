@@ -212,9 +212,6 @@ def fit_screening_classifier(features: np.ndarray, y: np.ndarray, C: float, scor
     )
 
 
-# ---- from sweep.py ------------------------------------------------------------
-
-
 @dataclass
 class SweepResult:
     """Rows of the metrics table for one variant and its fitted classifiers."""

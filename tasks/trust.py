@@ -77,8 +77,6 @@ __all__ = [
 ]
 
 
-# ---- from credentials.py ------------------------------------------------------------
-
 # The userinfo of a URI: everything between "://" and the last "@" before the path. A regular
 # expression rather than urlsplit, which refuses or misreads passwords holding "[", "#", "?".
 _USERINFO = re.compile(r"(?<=://)[^/]*@")
@@ -126,8 +124,6 @@ def take_credentials(uri: str) -> str:
         os.environ["MLFLOW_TRACKING_URI"] = clean
     return clean
 
-
-# ---- from signing.py ------------------------------------------------------------
 
 KEY_ENV = "FAIRPCA_SIGNING_KEY"
 SEAL_FILE = "audit.seal.json"
@@ -595,8 +591,6 @@ def files_digest(directory: str | Path) -> str:
     manifest = {name: sha256_file(path) for name, path in sorted(files.items())}
     return hashlib.sha256(_canonical(manifest)).hexdigest()
 
-
-# ---- from model_trust.py ------------------------------------------------------------
 
 # Every type a fairpca pipeline holds beyond skops' defaults. The tests rebuild every
 # variant and classifier and check this list is complete.

@@ -1,17 +1,20 @@
 """Run the code blocks of a documentation page as written (used by test_readme_examples.py
 and test_docs_examples.py).
 
-A page's blocks run in document order, in one Python process started in an empty folder:
-the ``python`` blocks are its source, one after another, so a later block sees what an
-earlier one defined; each ``bash`` block runs in ``bash -e -o pipefail`` at its place; a block
-of any language whose reStructuredText ``:caption:`` is a file name (``my-audit.yaml``) is
+A page's blocks run in document order in an empty folder, each as a reader who pastes it
+alone would run it: each ``python`` block in a fresh Python process (so it must import and
+define every name it uses; what an earlier block wrote to the folder, an audit's output or
+``mlflow.db``, is still there); each ``bash`` block in ``bash -e -o pipefail``; a block of
+any language whose reStructuredText ``:caption:`` is a file name (``my-audit.yaml``) is
 written to that file, for the blocks after it to use. Other blocks (output, YAML without a
-caption, ...) are shown to the reader only.
+caption, ...) are shown to the reader only. :func:`undefined_names` checks the first rule
+without running anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -126,6 +129,7 @@ def script(blocks: list[Block], skip: set[int], page: str) -> str:
     """One Python script that runs the blocks in order (see the module docstring)."""
     parts = [
         "import subprocess as _docs_subprocess\n"
+        "import sys as _docs_sys\n"
         "import time as _docs_time\n"
         "from pathlib import Path as _DocsPath\n"
         "_docs_start = _docs_time.monotonic()\n"
@@ -136,6 +140,17 @@ def script(blocks: list[Block], skip: set[int], page: str) -> str:
         "    done = _docs_subprocess.run(['bash', '-e', '-o', 'pipefail', '-c', code])\n"
         "    if done.returncode:\n"
         "        raise SystemExit(f'the bash block at {where} exited with {done.returncode}')\n"
+        "def _docs_python(code, where):\n"
+        "    _docs_mark(where)\n"
+        "    name = where.replace('/', '_').replace(':', '_') + '.py'\n"
+        "    path = _DocsPath('.docs_blocks') / name\n"
+        "    path.parent.mkdir(exist_ok=True)\n"
+        "    path.write_text(code)\n"
+        "    done = _docs_subprocess.run([_docs_sys.executable, str(path)])\n"
+        "    if done.returncode:\n"
+        "        raise SystemExit(\n"
+        "            f'the python block at {where}, run alone, exited with {done.returncode}'\n"
+        "        )\n"
         "def _docs_file(path, text):\n"
         "    _DocsPath(path).parent.mkdir(parents=True, exist_ok=True)\n"
         "    _DocsPath(path).write_text(text)\n"
@@ -145,7 +160,7 @@ def script(blocks: list[Block], skip: set[int], page: str) -> str:
         if index in skip:
             continue
         if block.kind == "python":
-            parts.append(f"_docs_mark({where!r})\n{block.code}")
+            parts.append(f"_docs_python({block.code!r}, {where!r})\n")
         elif block.kind == "bash":
             parts.append(f"_docs_bash({block.code!r}, {where!r})\n")
         elif block.kind == "file":
@@ -206,3 +221,25 @@ def run_page(path: Path, cwd: Path, exceptions: dict[str, str], *, activated: bo
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def undefined_names(blocks: dict[str, str], folder: Path) -> list[str]:
+    """``"<where>: <message>"`` for each name a block uses without importing or defining it
+    (ruff's F821 on each block as its own file in ``folder``; a syntax error is reported
+    too): ``blocks`` maps where each block is (``page:line``) to its code."""
+    from ruff.__main__ import find_ruff_bin
+
+    where = {}
+    for number, (place, code) in enumerate(blocks.items()):
+        (folder / f"block_{number}.py").write_text(code)
+        where[f"block_{number}.py"] = place
+    done = subprocess.run(
+        [find_ruff_bin(), "check", "--isolated", "--no-cache", "--select", "F821",
+         "--output-format", "json", "--exit-zero", str(folder)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [
+        f"{where[Path(finding['filename']).name]} (+{finding['location']['row'] - 1} lines): "
+        f"{finding['message']}"
+        for finding in json.loads(done.stdout)
+    ]

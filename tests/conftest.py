@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -22,6 +24,52 @@ def private_signing_key(tmp_path_factory):
     os.environ.pop("FAIRPCA_SIGNING_KEY", None)
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
     return os.environ["XDG_CONFIG_HOME"]
+
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+# What Python and pytest themselves write into a checkout (all git-ignored).
+_CACHES = ("__pycache__", ".pytest_cache")
+
+
+def _checkout_entries() -> set[str] | None:
+    """The untracked and ignored entries of the checkout (``git status``, folders collapsed),
+    except caches; None when it is not a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(CHECKOUT), "status", "--porcelain", "--ignored"],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    entries = {line[3:] for line in done.stdout.splitlines() if line[:2] in ("??", "!!")}
+    return {entry for entry in entries if not any(cache in entry for cache in _CACHES)}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tests_run_outside_the_checkout(tmp_path_factory):
+    """The session works in a scratch folder, so what a test writes relative to the working
+    directory (MLflow's default artifact root ``./mlruns``, ``./mlflow.db``,
+    ``fairpca-output/``) never lands in the checkout; at the end, the checkout must hold no
+    file it did not hold at the start."""
+    before = _checkout_entries()
+    previous = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("cwd"))
+    yield
+    os.chdir(previous)
+    after = _checkout_entries()
+    if before is not None and after is not None:
+        added = sorted(after - before)
+        assert not added, f"the tests wrote {added} into the checkout: write under tmp_path"
+
+
+@pytest.fixture(autouse=True)
+def _test_adds_nothing_to_the_checkout(request):
+    """The checkout's top level is the same after each test (a quick check naming the test;
+    the session's check above covers every folder)."""
+    before = set(os.listdir(CHECKOUT))
+    yield
+    added = sorted(set(os.listdir(CHECKOUT)) - before - set(_CACHES))
+    assert not added, f"{request.node.nodeid} wrote {added} into the checkout: use tmp_path"
 
 
 @pytest.fixture(scope="session")

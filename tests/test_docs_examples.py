@@ -1,6 +1,8 @@
 """The documentation's pages run as written: every ``python`` and ``bash`` code block of each
 page under ``docs/`` is executed, in order, in an empty folder, in the virtual environment
-activated (see ``tests/code_blocks.py``). The flows of a page report to the session's Prefect
+activated, each ``python`` block alone in a fresh process, as a reader pastes it (see
+``tests/code_blocks.py``); a fast test checks without running them that every block imports
+or defines each name it uses. The flows of a page report to the session's Prefect
 test server (``PREFECT_API_URL``) rather than each starting a temporary server, which
 tests/flows/test_server.py and test_cli.py cover. The gallery (``examples/``) runs when the
 docs are built (``python -m sphinx -W -b html docs _build``, in CI after the tests)."""
@@ -10,7 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from code_blocks import RUNNABLE, markdown_blocks, page_blocks, rst_blocks, run_page, skipped
+from code_blocks import (
+    RUNNABLE,
+    markdown_blocks,
+    page_blocks,
+    rst_blocks,
+    run_page,
+    skipped,
+    undefined_names,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 GENERATED = {"_build", "auto_examples", "generated", "_templates", "sg_execution_times.rst"}
@@ -31,8 +41,8 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
         ),
         ".venv/bin/mlflow ui": "starts the MLflow web server, which runs until stopped",
         '.venv/bin/pip install -q -e ".[dev]"': (
-            "installs the checkout and runs this whole test suite (about ten minutes): CI runs it "
-            "verbatim (.ci/run)"
+            "installs the checkout and runs this whole test suite (under 10 minutes on 2 idle "
+            "cores): CI runs it verbatim (.ci/run)"
         ),
     },
     "user_guide/verdict.rst": {
@@ -84,6 +94,41 @@ def test_blocks_are_read_as_written():
     assert [(b.kind, b.code) for b in markdown_blocks(markdown)] == [
         ("bash", "ls\n  -la\n"), ("python", "if 1:\n    pass\n"),
     ]  # fmt: skip
+
+
+def test_every_python_block_imports_or_defines_every_name_it_uses(tmp_path):
+    """A block pasted alone into a fresh Python runs: it uses no name (``np``, ``adult``) that
+    only an earlier block of its page defines. The e2e test below runs each block alone."""
+    blocks = {}
+    for page in PAGES:
+        page_code = page_blocks(DOCS / page)
+        shown = skipped(page_code, EXCEPTIONS.get(page, {}))
+        for index, block in enumerate(page_code):
+            if block.kind == "python" and index not in shown:
+                blocks[f"{page}:{block.line}"] = block.code
+    assert len(blocks) > 20, "the pages' python blocks were not found"
+    assert undefined_names(blocks, tmp_path) == []
+
+
+def test_undefined_names_finds_a_name_an_earlier_block_defined(tmp_path):
+    blocks = {"a.rst:3": "import numpy as np\nx = np.ones(2)\n", "a.rst:9": "print(np.sum(x))\n"}
+    found = undefined_names(blocks, tmp_path)
+    assert [line.split(" ")[0] for line in found] == ["a.rst:9", "a.rst:9"]
+    assert "np" in found[0] and "x" in found[1]
+
+
+def test_every_gallery_example_draws_a_figure():
+    """sphinx-gallery shows an example's first matplotlib figure as its thumbnail and result:
+    an example without one is a blank tile in the gallery."""
+    examples = sorted((DOCS.parent / "examples").glob("plot_*.py"))
+    assert examples
+    blank = [
+        path.name
+        for path in examples
+        if "import matplotlib.pyplot as plt" not in (text := path.read_text())
+        or ("plt.subplots(" not in text and "plt.figure(" not in text)
+    ]
+    assert blank == []
 
 
 # Code that runs a Prefect flow (the audit's command line, a flow of the page's own).

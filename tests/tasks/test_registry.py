@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from records import replaced
 
-from fairpca.tasks.card import mask_credentials, render_model_card
+from fairpca.tasks.card import render_model_card
 from fairpca.tasks.record import (
     DATASET_LABELS,
     AuditRecord,
@@ -16,6 +16,7 @@ from fairpca.tasks.record import (
     resolved_model_name,
 )
 from fairpca.tasks.registry import fairness_tags
+from fairpca.tasks.trust import mask_credentials
 
 
 @pytest.fixture
@@ -278,7 +279,7 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
 
     from fairpca.tasks.card import DESCRIPTION_MAX_CHARS
     from fairpca.tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
-    from fairpca.tasks.report import sha256_file
+    from fairpca.tasks.trust import sha256_file
 
     _config, result = registered
     _uri, client = mlflow_store

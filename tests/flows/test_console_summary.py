@@ -1,0 +1,76 @@
+"""The printed summary says what happened in the registry, links the plain run list, and
+carries no MLflow progress bar (``flows/console.py``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _result(**overrides):
+    """An :class:`AuditResult` that did not promote: champion v1 stays, version 1 is the fit."""
+    from records import build_audit_record, replaced
+
+    from fairpca.flows.audit import AuditResult
+    from fairpca.tasks.record import PromotionRecord
+
+    values = dict(
+        record=replaced(build_audit_record(), model_name="fairpca-adult-x-sex"),
+        promotion=PromotionRecord(promote=False, reasons=["champion v1: the same fit"]),
+        output_dir="/tmp/out", report_path="/tmp/out/report.html",
+        tracking_uri="sqlite:///mlflow.db", run_id="f79fe6b6ef204cf6bc432b7163157ac2",
+        experiment_id="7", model_version="1", model_version_new=True, champion_moved=False,
+    )  # fmt: skip
+    return AuditResult(**{**values, **overrides})
+
+
+@pytest.mark.parametrize(
+    ("new", "expected"),
+    [
+        (False, "NOT promoted, same fit as version 1; nothing registered; 'champion' stays on v1."),
+        (True, "NOT promoted, v1 registered; 'champion' stays on v1."),
+    ],
+)
+def test_a_repeated_audit_says_nothing_was_registered(new, expected):
+    from fairpca.flows.console import decision_line
+
+    line = decision_line(_result(model_version_new=new), before="1")
+    assert line.replace("[yellow]", "").replace("[/yellow]", "") == f"Decision: {expected}"
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "https://mlflow.example.org/"])
+def test_the_run_list_link_is_the_experiments_plain_run_list(uri):
+    """MLflow's shared view (``?viewStateShareKey=``) opens with the verdict columns cut off."""
+    from fairpca.flows.console import mlflow_ui_lines
+
+    runs = dict(mlflow_ui_lines(_result(tracking_uri=uri)))["Runs:"]
+    base = "https://mlflow.example.org" if uri.startswith("https") else "http://127.0.0.1:5000"
+    assert runs == f"{base}/#/experiments/7/runs"
+
+
+def test_no_mlflow_progress_bar_unless_verbose(tmp_path):
+    """Loading a champion downloads its files: MLflow's ``Downloading artifacts`` bar must
+    not land in the summary; with ``--verbose`` it may."""
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "MLmodel").write_text("flavors: {}\n")
+    code = (
+        "import sys\n"
+        "from fairpca.flows.console import show_logs\n"
+        "import mlflow.artifacts\n"
+        "show_logs(sys.argv[1] == 'verbose')\n"
+        "mlflow.artifacts.download_artifacts(artifact_uri=sys.argv[2], dst_path=sys.argv[3])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"}
+    printed = {}
+    for mode in ("quiet", "verbose"):
+        done = subprocess.run(
+            [sys.executable, "-c", code, mode, str(tmp_path / "model"), str(tmp_path / mode)],
+            capture_output=True, text=True, timeout=300, check=True, env=env,
+        )  # fmt: skip
+        assert any((tmp_path / mode).rglob("MLmodel"))  # downloaded
+        printed[mode] = done.stdout + done.stderr
+    assert "Downloading artifacts" not in printed["quiet"]
+    assert "Downloading artifacts" in printed["verbose"]  # the check above can see the bar
