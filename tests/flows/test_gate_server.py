@@ -578,7 +578,8 @@ def test_seventy_idle_sockets_do_not_deafen_the_receiver(user_cli, tmp_path, fre
                 sock.sendall(b"POST /webhook HTTP/1.1\r\n")
             else:  # complete (signed) headers, a tenth of the body
                 signed = "".join(f"{k}: {v}\r\n" for k, v in headers_for(BODY).items())
-                head = f"POST /webhook HTTP/1.1\r\nHost: x\r\nContent-Length: {len(BODY)}\r\n{signed}\r\n"
+                head = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{signed}"
+                head += f"Content-Length: {len(BODY)}\r\n\r\n"
                 sock.sendall(head.encode() + BODY[:10].encode())
             flood.append(sock)
         response = serve.deliver("127.0.0.1")
