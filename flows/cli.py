@@ -383,20 +383,29 @@ def gate_serve(
     keyfile: Annotated[Path | None, typer.Option(help="TLS private key.")] = None,
 ) -> None:
     """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs."""
-    from .gate import PolicyError
-    from .gate_server import serve
+    from . import runtime
 
     if (certfile is None) != (keyfile is None):
         _fail("Invalid options", "give both --certfile and --keyfile, or neither")
+    options = dict(host=host, port=port, policy_dir=policy_dir and str(policy_dir),
+                   queue_path=str(queue), certfile=certfile and str(certfile),
+                   keyfile=keyfile and str(keyfile))  # fmt: skip
+    with runtime.Command("gate serve") as command:  # a stop signal ends its Prefect server too
+        command.run(_serve_gate, command, options)
+
+
+def _serve_gate(command, options: dict[str, Any]) -> None:
+    from .gate import PolicyError
+    from .gate_server import serve
+
+    def prefect_then_listen() -> None:
+        command.start_prefect_server()
+        _use_prefect_server(command)
+        command.phase = "while it received webhooks"
+
+    command.phase = "while the receiver started"
     try:
-        serve(
-            host=host,
-            port=port,
-            policy_dir=policy_dir and str(policy_dir),
-            queue_path=str(queue),
-            certfile=certfile and str(certfile),
-            keyfile=keyfile and str(keyfile),
-        )
+        serve(prefect_then_listen, **options)
     except (PolicyError, ValueError) as error:
         _fail("Cannot start the gate receiver", str(error))
 

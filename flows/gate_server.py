@@ -11,7 +11,15 @@
   its ``Content-Length`` before any of it is read, or once the streamed body passes the cap;
   memory per request stays under the cap;
 * 409: a delivery id already accepted (a replay);
-* 400: a signed body that is not an MLflow event.
+* 400: a signed body that is not an MLflow event (not JSON, nested beyond Python's recursion
+  limit, or a field of the wrong type).
+
+A connection flood cannot deafen it (:class:`GuardedH11Protocol`): a connection is closed
+when its headers are not complete ``HEADER_SECONDS`` after it opened (or after its last
+response), or its body ``BODY_SECONDS`` after its headers; idle keep-alive connections close
+after ``KEEP_ALIVE_SECONDS``; one client address holds at most ``MAX_CONNECTIONS_PER_CLIENT``
+connections (more are closed at once); and the 503 bound (``MAX_REQUESTS``) counts requests
+being handled, not open sockets.
 
 An accepted event of a watched model is written to a SQLite queue and answered ``202`` at
 once; a background thread drains the queue into runs of the Prefect deployment
@@ -32,6 +40,7 @@ that signs the request with the webhook secret (:func:`health_headers`).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -42,10 +51,14 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import asynccontextmanager, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 __all__ = [
     "DEPLOYMENT",
@@ -76,7 +89,11 @@ MAX_BODY_BYTES = 2**20
 RETENTION_S = 86_400
 MAX_ROWS = 10_000
 PRUNE_EVERY_S = 60.0
-MAX_CONNECTIONS = 64
+MAX_REQUESTS = 64  # requests handled at once (idle connections do not count)
+MAX_CONNECTIONS_PER_CLIENT = 32  # open connections of one client address
+HEADER_SECONDS = 5.0  # from a connection (or its next request) to complete headers
+BODY_SECONDS = 10.0  # from complete headers to the whole body
+KEEP_ALIVE_SECONDS = 5  # an idle connection between requests
 SIGNATURE_HEADER = "X-MLflow-Signature"
 DELIVERY_HEADER = "X-MLflow-Delivery-Id"
 TIMESTAMP_HEADER = "X-MLflow-Timestamp"
@@ -182,12 +199,25 @@ async def read_capped(request, limit: int) -> bytes:
 
 @dataclass(frozen=True)
 class GateEvent:
-    """One registry event the gate acts on."""
+    """One registry event the gate acts on; a field of the wrong type is a :class:`TypeError`
+    (a signed event that is malformed is refused, and never queued or retried)."""
 
     event: str
     name: str
     version: str
     alias: str | None = None
+
+    def __post_init__(self) -> None:
+        checks = {
+            "event": self.event in GATED_EVENTS,
+            "name": isinstance(self.name, str) and self.name != "",
+            "version": isinstance(self.version, str) and self.version.isdigit(),
+            "alias": isinstance(self.alias, str) and self.alias != ""
+            if self.event == "model_version_alias.created"
+            else self.alias is None,
+        }
+        if wrong := [field for field, ok in checks.items() if not ok]:
+            raise TypeError(f"malformed {', '.join(wrong)} in a {self.event!r} event")
 
     def parameters(self) -> dict[str, Any]:
         return {
@@ -197,18 +227,25 @@ class GateEvent:
             "alias": self.alias,
         }
 
+    @classmethod
+    def from_parameters(cls, parameters: dict[str, Any]) -> GateEvent:
+        """The event of queued flow parameters (:meth:`parameters`), checked again."""
+        fields = {**parameters, "name": parameters.get("model_name")}
+        fields.pop("model_name", None)
+        return cls(**fields)
+
 
 def parse_event(body: bytes) -> GateEvent | None:
     """The gated event in an MLflow payload, None for another event; :class:`Refused` (400)
-    for a body that is not an MLflow event."""
+    for a body that is not an MLflow event (JSON nested past the recursion limit too)."""
     try:
         payload = json.loads(body)
         event = f"{payload['entity']}.{payload['action']}"
         data = payload["data"]
         if event not in GATED_EVENTS:
             return None
-        return GateEvent(event, str(data["name"]), str(data["version"]), data.get("alias"))
-    except (ValueError, KeyError, TypeError) as error:
+        return GateEvent(event, data["name"], data["version"], data.get("alias"))
+    except (ValueError, KeyError, TypeError, RecursionError) as error:
         raise Refused(400, f"not an MLflow webhook payload ({type(error).__name__})") from None
 
 
@@ -301,6 +338,14 @@ class DeliveryQueue:
                 (flow_run_id, delivery_id),
             )
 
+    def finish(self, delivery_id: str, state: str, error: str) -> None:
+        """End a job without a flow run (``state`` says why; kept for replay protection)."""
+        with self._lock, closing(self._connect()) as db:
+            db.execute(
+                "UPDATE deliveries SET state = ?, last_error = ? WHERE delivery_id = ?",
+                (state, error[:500], delivery_id),
+            )
+
     def retry_later(self, delivery_id: str, attempts: int, error: str, now: float) -> float:
         wait = min(60.0, 2.0**attempts)
         with self._lock, closing(self._connect()) as db:
@@ -348,6 +393,13 @@ def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
     started = 0
     for delivery_id, event, parameters, attempts in queue.due(time.time()):
         deployment = RECONCILE_DEPLOYMENT if event == RECONCILE else DEPLOYMENT
+        try:
+            if event != RECONCILE:
+                GateEvent.from_parameters(parameters)
+        except TypeError as error:  # queued before events were checked: never retried
+            queue.finish(delivery_id, "malformed", str(error))
+            logger.warning("delivery %s dropped: %s", delivery_id, error)
+            continue
         try:
             flow_run_id = starter(deployment, parameters, delivery_id)
         except Exception as error:
@@ -466,6 +518,73 @@ def create_app(
     return Starlette(routes=routes, lifespan=lifespan)
 
 
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the deadlines and bounds a flood cannot spend.
+
+    uvicorn arms no timer before a first request completes and counts every open socket
+    against ``limit_concurrency``, so sockets that send half a request line would hold its
+    503 bound for ever. Here each connection carries one deadline for what it owes next
+    (complete headers, then the whole body); the bound counts requests being handled.
+    """
+
+    deadline: asyncio.TimerHandle | None = None
+    waiting_for: str | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        host = self.client and self.client[0]
+        same = sum(
+            1 for c in self.connections if getattr(c, "client", None) and c.client[0] == host
+        )
+        if same > MAX_CONNECTIONS_PER_CLIENT:
+            logger.warning(
+                "closed a connection from %s: over %d open", host, MAX_CONNECTIONS_PER_CLIENT
+            )
+            transport.close()
+            return
+        self._arm_deadline()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._arm_deadline()
+
+    def handle_events(self) -> None:
+        # uvicorn answers 503 when limit_concurrency <= its count of connections or tasks:
+        # 0 while MAX_REQUESTS requests are handled, else no bound
+        self.limit_concurrency = 0 if len(self.tasks) >= MAX_REQUESTS else None
+        super().handle_events()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.deadline is not None:
+            self.deadline.cancel()
+        super().connection_lost(exc)
+
+    def _arm_deadline(self) -> None:
+        """A deadline when the connection starts to owe headers or a body (not renewed by
+        more bytes: a trickle does not extend it); none while the app handles a request."""
+        owed = {h11.IDLE: "headers", h11.SEND_BODY: "body"}.get(self.conn.their_state)
+        if owed == self.waiting_for:
+            return
+        if self.deadline is not None:
+            self.deadline.cancel()
+        self.waiting_for, self.deadline = owed, None
+        if owed is not None:
+            seconds = HEADER_SECONDS if owed == "headers" else BODY_SECONDS
+            self.deadline = self.loop.call_later(seconds, self._expire, owed, seconds)
+
+    def _expire(self, owed: str, seconds: float) -> None:
+        if not self.transport.is_closing():
+            host = self.client and self.client[0]
+            logger.warning(
+                "closed a connection from %s: no complete %s within %.0f s", host, owed, seconds
+            )
+            self.transport.close()
+
+
 def server_config(
     *,
     host: str,
@@ -490,17 +609,21 @@ def server_config(
     logger.info("watching %s; queue %s", sorted(watched), queue_path)
     return uvicorn.Config(
         app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile,
-        log_level="info", limit_concurrency=MAX_CONNECTIONS,
+        log_level="info", http=GuardedH11Protocol, timeout_keep_alive=KEEP_ALIVE_SECONDS,
     )  # fmt: skip
 
 
-def serve(**options) -> None:
-    """Run the receiver until stopped (options of :func:`server_config`)."""
+def serve(prepare: Callable[[], object] = lambda: None, **options) -> None:
+    """Run the receiver until stopped (options of :func:`server_config`); ``prepare()`` runs
+    once the options are checked, before it listens (``fairpca gate serve`` starts its
+    Prefect server there)."""
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logger.setLevel(logging.INFO)  # accepted deliveries and started runs too, not only refusals
-    uvicorn.Server(server_config(**options)).run()
+    config = server_config(**options)
+    prepare()
+    uvicorn.Server(config).run()
 
 
 # ---- the MLflow side: the webhook that points at the receiver ------------------------------

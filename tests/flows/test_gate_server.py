@@ -7,6 +7,7 @@ tracking server sends), so a change of MLflow's scheme fails these tests.
 from __future__ import annotations
 
 import json
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -430,3 +431,203 @@ def test_receiver_serves_https_with_a_certificate(tmp_path, monkeypatch):
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+# ---- malformed signed events (issue 34, 10) --------------------------------------------------
+
+
+def _alias_event(alias) -> str:
+    data = {"name": "credit", "alias": alias, "version": "3"}
+    return json.dumps({"entity": "model_version_alias", "action": "created", "data": data})
+
+
+def test_signed_but_malformed_events_are_refused_400_and_not_queued(tmp_path):
+    """A 200,000-deep JSON body (500 before: RecursionError) and events whose fields have
+    the wrong type (an object alias was queued and retried for ever)."""
+    from starlette.testclient import TestClient
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    app = create_app(SECRET, queue, {"credit"}, drain_interval=None)
+    deep = "[" * 200_000 + "]" * 200_000
+    version_created = json.loads(BODY)
+    version_created["data"]["version"] = {"$gt": 1}
+    bodies = [deep, _alias_event({"a": 1}), _alias_event(None), json.dumps(version_created)]
+    with TestClient(app, raise_server_exceptions=False) as http:
+        statuses = [
+            http.post("/webhook", content=body, headers=headers_for(body)).status_code
+            for body in bodies
+        ]
+        good = _alias_event("champion")
+        assert http.post("/webhook", content=good, headers=headers_for(good)).status_code == 202
+    assert statuses == [400] * len(bodies)
+    assert queue.counts() == {"pending": 1}
+
+
+def test_a_malformed_event_already_queued_is_dropped_not_retried(tmp_path):
+    from fairpca.flows.gate_server import drain_once
+
+    queue = DeliveryQueue(tmp_path / "queue.db")
+    bad = {"model_name": "credit", "version": "3", "event": "model_version_alias.created",
+           "alias": {"a": 1}}  # fmt: skip
+    with queue._connect() as db:  # as a receiver before the check queued it
+        db.execute(
+            "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state) "
+            "VALUES ('old-1', 0, 'model_version_alias.created', ?, 'pending')",
+            (json.dumps(bad),),
+        )
+    queue.accept("good-1", parse_event(_alias_event("champion").encode()), time.time())
+    started = []
+    starter = lambda deployment, parameters, job: started.append(job) or "run-1"  # noqa: E731
+    assert drain_once(queue, starter) == 1
+    assert started == ["good-1"]
+    assert queue.counts() == {"malformed": 1, "started": 1}
+    assert queue.due(time.time() + 3600) == []
+
+
+# ---- `fairpca gate serve` as deployed: a connection flood, a stop signal (issue 34, 3 and 8) ---
+
+
+def _policy_dir(tmp_path: Path) -> Path:
+    (tmp_path / "reference.csv").write_text("x1,group,approved\n1,0,1\n")
+    (tmp_path / "credit.yaml").write_text(
+        "model: credit\nreference: {path: reference.csv, label: approved, sensitive: [group]}\n"
+    )
+    return tmp_path
+
+
+class GateServe:
+    """``fairpca gate serve`` from this environment's bin folder, with a user's environment
+    (``env``) and the webhook secret; ready once ``GET /health`` answers."""
+
+    def __init__(self, user_cli, tmp_path: Path, port: int, **env: str) -> None:
+        import subprocess
+
+        fairpca, user_env = user_cli
+        self.port, self.log = port, tmp_path / "serve.log"
+        with self.log.open("w") as out:
+            self.process = subprocess.Popen(
+                [fairpca, "gate", "serve", "--policy-dir", str(_policy_dir(tmp_path)),
+                 "--port", str(port), "--queue", str(tmp_path / "q.db")],
+                env={**user_env, "FAIRPCA_WEBHOOK_SECRET": SECRET, **env},
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def wait_ready(self, seconds: float = 240) -> None:
+        import httpx
+
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).is_success:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        raise AssertionError(f"not ready within {seconds} s: {self.log.read_text()}")
+
+    def deliver(self, source: str = "127.0.0.1", timeout: float = 10):
+        """A correctly signed delivery sent from the address ``source``; the response."""
+        import httpx
+
+        transport = httpx.HTTPTransport(local_address=source)
+        with httpx.Client(transport=transport, timeout=timeout) as client:
+            url = f"http://127.0.0.1:{self.port}/webhook"
+            return client.post(url, content=BODY, headers=headers_for(BODY))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+
+
+def _closed_by_server(sock, seconds: float) -> bool:
+    """Whether the server closed ``sock`` within ``seconds`` (read up to the end: an answer
+    such as a 401 may come first)."""
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if sock.recv(65536) == b"":
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        pass
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="binds 127.0.0.2 and .3")
+def test_seventy_idle_sockets_do_not_deafen_the_receiver(user_cli, tmp_path, free_port):
+    """The attack of issue 34 (3): 70 sockets send only a request line and stay open (every
+    signed delivery got 503 while they stayed). A delivery from another address is accepted
+    at once; the flooding address holds at most its bound of connections, and the server
+    closes every idle one after its header deadline (and a half-sent body after its body
+    deadline), after which that address is served again."""
+    import socket
+
+    serve = GateServe(user_cli, tmp_path, free_port(), PREFECT_API_URL="http://127.0.0.1:9/api")
+    flood = []
+    try:
+        serve.wait_ready()
+        for index in range(70):
+            sock = socket.socket()
+            sock.bind(("127.0.0.2" if index < 65 else "127.0.0.3", 0))
+            sock.connect(("127.0.0.1", serve.port))
+            if index < 65:
+                sock.sendall(b"POST /webhook HTTP/1.1\r\n")
+            else:  # complete (signed) headers, a tenth of the body
+                signed = "".join(f"{k}: {v}\r\n" for k, v in headers_for(BODY).items())
+                head = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{signed}"
+                head += f"Content-Length: {len(BODY)}\r\n\r\n"
+                sock.sendall(head.encode() + BODY[:10].encode())
+            flood.append(sock)
+        response = serve.deliver("127.0.0.1")
+        assert response.status_code == 202, response.text  # 503 before
+        assert response.json()["state"] == "queued"
+        closed = [_closed_by_server(sock, 30) for sock in flood]
+        assert all(closed), f"{closed.count(False)} of 70 still open after 30 s"
+        assert serve.deliver("127.0.0.2").status_code == 202
+    finally:
+        for sock in flood:
+            sock.close()
+        serve.stop()
+    from fairpca.flows.gate_server import MAX_CONNECTIONS_PER_CLIENT
+
+    log = serve.log.read_text()
+    assert log.count(f"over {MAX_CONNECTIONS_PER_CLIENT} open") == 65 - MAX_CONNECTIONS_PER_CLIENT
+    assert "no complete headers within 5 s" in log and "no complete body within 10 s" in log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_sigterm_ends_gate_serve_and_its_prefect_server_within_5_s(user_cli, tmp_path, free_port):
+    """``fairpca gate serve`` as a user runs it (no Prefect API configured: it starts a
+    temporary Prefect server). SIGTERM (what systemd sends) ends it and every process it
+    started within 5 s, and frees its port (before: the server was left to init)."""
+    import os
+    import signal
+    import socket
+
+    from fairpca.flows import runtime
+
+    serve = GateServe(user_cli, tmp_path, free_port())
+    try:
+        serve.wait_ready()
+        processes = [serve.process.pid, *runtime.descendants(serve.process.pid)]
+        assert len(processes) >= 2, "no Prefect server process"
+        started = time.monotonic()
+        os.kill(serve.process.pid, signal.SIGTERM)
+        deadline = started + 10
+        while any(runtime._running(p) for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        took = time.monotonic() - started
+        assert serve.process.wait(timeout=10) == 128 + signal.SIGTERM
+    finally:
+        serve.stop()
+    print(f"every process gone {took:.2f} s after SIGTERM")
+    assert took < runtime.STOP_SECONDS, serve.log.read_text()
+    with socket.socket() as sock:  # free again (as a server binds it, past TIME_WAIT)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", serve.port))
+    assert "interrupted by SIGTERM while it received webhooks" in serve.log.read_text()
