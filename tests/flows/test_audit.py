@@ -222,6 +222,7 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
         variants=["fair_pca", "fair_pca_eo"],
         lambdas=[0.0, 1.0],
         n_train=30000,  # every race group needs positive rows for equal opportunity
+        promote_dominated=True,  # this test follows the promotion; dominance is tested apart
         thresholds={
             "max_dp_difference": 1.0,
             "max_eo_difference": 1.0,
@@ -314,7 +315,9 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     _uri, client = store
     # loose enough that the 95% upper bounds on 1,000 validation rows pass
     loose = {"max_dp_difference": 0.2, "max_eo_difference": 0.5, "min_selection_rate_ratio": 0.3}
-    base = make_config(store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose).model_dump()
+    base = make_config(
+        store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose, promote_dominated=True
+    ).model_dump()
     first = retrain(RetrainConfig(**base))
     assert first.champion_moved and first.model_version == "1"
     again = retrain(RetrainConfig(**base))  # the same rows and seed: the same fit

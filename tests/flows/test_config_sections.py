@@ -24,7 +24,7 @@ SECTIONS = {
     "selection": {"policy", "thresholds", "gate", "select_by", "min_accuracy_gain",
                   "min_balanced_accuracy_margin", "min_positive_rate_ratio",
                   "max_one_class_share", "certify_factor", "cv_below_rows", "cv_folds",
-                  "cv_repeats", "allow_row_storing_models"},
+                  "cv_repeats", "allow_row_storing_models", "promote_dominated"},
     "tracking": {"tracking_uri", "experiment_name", "model_name", "champion_alias",
                  "register_model", "mlflow_retries", "mlflow_retry_backoff"},
     "output": {"output_dir", "run_name"},
