@@ -313,8 +313,8 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     from fairpca.flows.retrain import retrain
 
     _uri, client = store
-    # loose enough that the 95% upper bounds on 1,000 validation rows pass
-    loose = {"max_dp_difference": 0.2, "max_eo_difference": 0.5, "min_selection_rate_ratio": 0.3}
+    # loose enough that candidates pass on 1,000 validation rows by more than their noise
+    loose = {"max_dp_difference": 0.2, "max_eo_difference": 0.5, "min_selection_rate_ratio": 0.15}
     base = make_config(
         store, tmp_path, lambdas=[0.0, 1.0], thresholds=loose, promote_dominated=True
     ).model_dump()
