@@ -12,6 +12,7 @@ a sealed folder that ``fairpca relog`` can log.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
@@ -30,9 +31,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
 from fairpca.tasks.card import verdict_markdown
-from fairpca.tasks.data import load_data, split_data
+from fairpca.tasks.data import load_data, search_sample, split_data
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.evaluate import (
+    GATED_RATES,
     build_pipeline,
     check_pipeline,
     evaluate_reported,
@@ -77,7 +79,13 @@ from fairpca.tasks.select import (
     require_fair_variant,
     shortlist,
 )
-from fairpca.tasks.sweep import CV_SHORTLIST, cross_validate, lambda_sweep, search_variant
+from fairpca.tasks.sweep import (
+    CV_SHORTLIST,
+    cross_validate,
+    lambda_sweep,
+    refit_shortlist,
+    search_variant,
+)
 from fairpca.tasks.trust import (
     model_digest,
     path_inside,
@@ -233,16 +241,20 @@ def search_representations(config: AuditConfig, split, encoded) -> tuple[dict, d
     return searches, skipped
 
 
-def sweep_all(config: AuditConfig, split, searches, encoded) -> tuple[pd.DataFrame, dict]:
-    """One lambda sweep per variant at its chosen k and C (in parallel) on training and
-    validation rows: the candidates' table and every sweep's fitted classifiers."""
-    encoded_train, encoded_validation = encoded
-    sigma = shared_mmd_sigma(
+def mmd_sigma(config: AuditConfig, encoded_train: np.ndarray) -> float:
+    """The MMD bandwidth every representation is measured with (the search's rows)."""
+    return shared_mmd_sigma(
         encoded_train,
         config.representation.k_grid[0],
         max_rows=config.representation.metric_max_rows,
         seed=config.seed,
     )
+
+
+def sweep_all(config: AuditConfig, split, searches, encoded, sigma) -> tuple[pd.DataFrame, dict]:
+    """One lambda sweep per variant at its chosen k and C (in parallel) on training and
+    validation rows: the candidates' table and every sweep's fitted classifiers."""
+    encoded_train, encoded_validation = encoded
     futures = [
         lambda_sweep.submit(
             variant, search.representation, encoded_train, encoded_validation, split,
@@ -275,6 +287,65 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
         f"repeats) on the {len(y_seen)} training+validation rows"
     )
     return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by)
+
+
+def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
+    """What the wide search hands to every row: the :data:`CV_SHORTLIST` best candidates by
+    the audit's order (:func:`fairpca.tasks.select.shortlist`, with the best unconstrained
+    PCA), and the best that still meet the gate once each gated measure is moved towards
+    failing by its 95% sampling error on the sample (the best on a sample sit at the gate's
+    edge, where the sample flatters them; these are likely to pass on every row too)."""
+    majority = majority_accuracy_of(sample.y_train, sample.y_validation)
+    numbered = table.assign(row=np.arange(len(table)))
+    strict = numbered.copy()
+    for measure in GATED_RATES:
+        for scope in ("", ".intersection"):
+            value, error = f"{measure}{scope}", f"{measure}.se{scope}"
+            if value in strict and error in strict:
+                towards = -1.0 if measure == "selection_rate_ratio" else 1.0
+                strict[value] = strict[value] + towards * 1.96 * strict[error].fillna(0.0)
+    policy = GatePolicy.from_config(selection)
+    picked = [row["row"] for row in shortlist(numbered, majority, selection, CV_SHORTLIST)]
+    picked += [
+        row["row"]
+        for row in shortlist(strict, majority, selection, CV_SHORTLIST)
+        if not policy.failures(row)
+    ]
+    return [table.iloc[int(i)].to_dict() for i in dict.fromkeys(picked)]
+
+
+def choose_on_every_row(
+    config: AuditConfig, table, split, sample, searches, encoded, sigma, out_dir: Path
+):
+    """After a wide search on a sample: its best candidates (:data:`CV_SHORTLIST` and the
+    best unconstrained PCA, by the audit's own order) refitted on every training row and
+    measured on every validation row (:func:`fairpca.tasks.sweep.refit_shortlist`, variants
+    in parallel), and the choice among them there: the gate, the certification and the
+    references are judged on the rows of the model that is registered. Returns the choice,
+    the refitted representations and their sweeps (the measured shortlist is written to
+    ``out_dir/shortlist.csv``)."""
+    candidates = sample_shortlist(table, sample, config.selection)
+    futures = {
+        variant: refit_shortlist.submit(
+            variant, [row for row in candidates if row["variant"] == variant],
+            searches[variant].representation, encoded, split, config.representation,
+            config.evaluation, config.selection, config.seed, sigma, searches[variant].C,
+        )
+        for variant in dict.fromkeys(row["variant"] for row in candidates)
+    }  # fmt: skip
+    refits = {variant: future.result() for variant, future in futures.items()}
+    measured = pd.DataFrame([row for _, sweep in refits.values() for row in sweep.rows])
+    choice = choose(measured, split.y_train, split.y_validation, config.selection)
+    note = (
+        f"the {len(measured)} best candidates of the wide search on a stratified sample "
+        f"({len(sample.y_train)} training, {len(sample.y_validation)} validation rows) were "
+        f"refitted on all {len(split.y_train)} training rows and measured on all "
+        f"{len(split.y_validation)} validation rows, where the choice was made"
+    )
+    choice = dataclasses.replace(choice, decision=choice.decision.adding(note))
+    measured.to_csv(out_dir / "shortlist.csv", index=False)
+    representations = {variant: rep for variant, (rep, _) in refits.items()}
+    return choice, representations, {variant: sweep for variant, (_, sweep) in refits.items()}
 
 
 @task(name="write-outputs", cache_policy=NO_CACHE)
@@ -433,28 +504,38 @@ def run_audit(
             split, config.representation.min_category_count
         )
         config, k_record = resolved_config(config, split, encoded_train)
-    references = reference_mitigations.submit(
-        preprocessor, split, config.evaluation, config.seed, config.selection
-    )
     encoded = (encoded_train, encoded_validation)
+    # Below cv_below_rows validation rows the choice cross-validates on every row instead.
+    search_rows = None if len(split.y_validation) < config.selection.cv_below_rows else (
+        config.split.search_rows
+    )  # fmt: skip
+    sample, sample_encoded = search_sample(split, encoded, search_rows, config.seed)
+    references = reference_mitigations.submit(
+        preprocessor, split, encoded, config.evaluation, config.seed, config.selection, search_rows
+    )
     with clock("search_k"):
-        searches, skipped = search_representations(config, split, encoded)
+        searches, skipped = search_representations(config, sample, sample_encoded)
         representations = {variant: search.representation for variant, search in searches.items()}
     with clock("lambda_sweep"):
-        table, sweeps = sweep_all(config, split, searches, encoded)
+        sigma = mmd_sigma(config, sample_encoded[0])
+        table, sweeps = sweep_all(config, sample, searches, sample_encoded, sigma)
     with clock("choose"):
-        choice = choose_candidate(config, table, split, searches, encoded)
-    with clock("diagnostics"):
+        if sample is split:
+            choice = choose_candidate(config, table, split, searches, encoded)
+            registered = representations
+        else:
+            choice, registered, sweeps = choose_on_every_row(
+                config, table, split, sample, searches, encoded, sigma, out_dir
+            )
+    with clock("diagnostics"):  # the search's representations on its rows (a capped sample)
         diagnostics = diagnose(
-            representations, encoded_train, encoded_validation, split, table,
+            representations, *sample_encoded, sample, table,
             seed=config.seed, min_group_size=config.evaluation.min_group_size,
         )  # fmt: skip
     with clock("evaluate_test"):
-        pipeline = build_pipeline(preprocessor, representations, sweeps, choice.chosen)
+        pipeline = build_pipeline(preprocessor, registered, sweeps, choice.chosen)
         check_pipeline(pipeline, split, choice.chosen, config.evaluation)
-        pca = choice.pca_row and build_pipeline(
-            preprocessor, representations, sweeps, choice.pca_row
-        )
+        pca = choice.pca_row and build_pipeline(preprocessor, registered, sweeps, choice.pca_row)
         reported = evaluate_reported(
             split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
         )
@@ -466,7 +547,7 @@ def run_audit(
         choice = dominance(choice, reference_rows, reported["chosen"]["test"], config.selection)
     with clock("save_model"):
         model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
-        hashes = write_matrices(out_dir, representations)
+        hashes = write_matrices(out_dir, {**representations, **registered})
     record = build_record(
         config,
         kind=kind,
@@ -477,7 +558,7 @@ def run_audit(
         reported=reported,
         references=reference_rows,
         diagnostics=diagnostics,
-        representations=representations,
+        representations={**representations, **registered},
         table=table,
         skipped=skipped,
         k_record=k_record,

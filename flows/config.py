@@ -185,15 +185,51 @@ class SourceConfig(Section):
 
 
 class SplitConfig(Section):
-    """Rows drawn at random: fit on train, choose and gate on validation, report on test."""
+    """Every row by default, drawn at random and stratified by label x group: fit on train,
+    choose and gate on validation, report on test. Each part takes its share of the table,
+    at most its cap."""
 
-    n_train: int = Field(
-        5000, ge=20, description="Training rows (fit representations and classifiers)."
+    train_share: float = Field(
+        0.5, gt=0.0, lt=1.0, description="Share of the rows for training (fit every model)."
     )
-    n_validation: int = Field(
-        2500, ge=20, description="Validation rows (choose the candidate, apply the gate)."
+    validation_share: float = Field(
+        0.25, gt=0.0, lt=1.0, description="Share of the rows for validation (choose, gate)."
     )
-    n_test: int = Field(2500, ge=20, description="Test rows (reported only, never for a choice).")
+    test_share: float = Field(
+        0.25, gt=0.0, lt=1.0, description="Share of the rows for test (reported only)."
+    )
+    n_train: int | None = Field(
+        None, ge=20, description="Cap on the training rows (default: no cap, the share)."
+    )
+    n_validation: int | None = Field(
+        None, ge=20, description="Cap on the validation rows (default: no cap, the share)."
+    )
+    n_test: int | None = Field(
+        None, ge=20, description="Cap on the test rows (default: no cap, the share)."
+    )
+    search_rows: int | None = Field(
+        5000,
+        ge=100,
+        description="Training rows of the wide search over k, C, lambda and the classifier "
+        "(a seeded stratified sample; its validation rows in the split's proportion). The "
+        "best candidates are then measured on every validation row, and the chosen one is "
+        "fitted on every training row. 0 or None: search on every row.",
+    )
+
+    @field_validator("search_rows", mode="before")
+    @classmethod
+    def _zero_is_all(cls, value: Any) -> Any:
+        return None if value == 0 else value
+
+    @model_validator(mode="after")
+    def _check_shares(self) -> SplitConfig:
+        total = self.train_share + self.validation_share + self.test_share
+        if total > 1.0 + 1e-9:
+            raise ValueError(
+                f"train_share + validation_share + test_share is {total:g}, more than 1; "
+                "e.g. 0.6, 0.2 and 0.2."
+            )
+        return self
 
 
 class RepresentationConfig(Section):

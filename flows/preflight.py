@@ -61,18 +61,15 @@ SECONDS_PER_CUBED_WIDTH = 3e-9
 
 def _check_parts(config, dataset) -> tuple[np.ndarray, ...]:
     """The split's row indices; refuses data too small for three parts."""
-    from fairpca.tasks.data import part_sizes, split_rows
+    from fairpca.tasks.data import split_options, split_rows
 
-    sizes = (config.split.n_train, config.split.n_validation, config.split.n_test)
     try:
-        part_sizes(dataset.n_samples, *sizes)
+        return split_rows(
+            np.asarray(dataset.y, dtype=np.int64), dataset.sensitive, seed=config.seed,
+            **split_options(config.split),
+        )  # fmt: skip
     except ValueError as error:
         raise PreflightError(str(error)) from error
-    y = np.asarray(dataset.y, dtype=np.int64)
-    return split_rows(
-        y, dataset.sensitive, n_train=sizes[0], n_validation=sizes[1], n_test=sizes[2],
-        seed=config.seed,
-    )  # fmt: skip
 
 
 def _undefined_difference(y: np.ndarray, groups: np.ndarray, min_size: int) -> str | None:

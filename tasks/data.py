@@ -3,6 +3,7 @@ screening the columns on the training rows."""
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,8 +20,11 @@ __all__ = [
     "load_source",
     "part_sizes",
     "screen_training_rows",
+    "search_sample",
     "split_data",
+    "split_options",
     "split_rows",
+    "stratified_sample",
 ]
 
 
@@ -90,17 +94,44 @@ def _allocate(total: int, counts: np.ndarray) -> np.ndarray:
     return quota
 
 
-def part_sizes(n_samples: int, n_train: int, n_validation: int, n_test: int) -> tuple[int, ...]:
-    """The three sizes, scaled down in proportion when the data hold fewer rows."""
-    wanted = np.array([n_train, n_validation, n_test], dtype=np.int64)
-    if wanted.sum() > n_samples:
-        wanted = _allocate(n_samples, wanted)
+DEFAULT_SHARES = (0.5, 0.25, 0.25)  # training, validation, test: today's 5,000 / 2,500 / 2,500
+
+
+def part_sizes(
+    n_samples: int,
+    n_train: int | None = None,
+    n_validation: int | None = None,
+    n_test: int | None = None,
+    *,
+    shares: tuple[float, float, float] = DEFAULT_SHARES,
+) -> tuple[int, ...]:
+    """The three sizes: each part's ``share`` of the ``n_samples`` rows (largest remainder),
+    at most its cap ``n_<part>`` (None: no cap)."""
+    weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
+    wanted = _allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
+    caps = [n_train, n_validation, n_test]
+    wanted = np.array([w if c is None else min(w, c) for w, c in zip(wanted, caps, strict=True)])
     if wanted.min() < 2:
         raise ValueError(
             f"{n_samples} rows are too few for training, validation and test parts "
             f"(would be {wanted.tolist()} rows); each part needs at least 2 rows: pass more data."
         )
     return tuple(int(size) for size in wanted)
+
+
+def stratified_sample(y: np.ndarray, sensitive: pd.DataFrame, size: int, seed: int) -> np.ndarray:
+    """Sorted indices of ``size`` rows drawn without replacement, seeded, each label x group
+    stratum in proportion to its size (largest remainder); every row when ``size`` is not
+    smaller than the rows."""
+    if size >= len(y):
+        return np.arange(len(y))
+    strata = _strata(y, sensitive)
+    rng = np.random.default_rng(seed)
+    take = _allocate(size, np.bincount(strata))
+    chosen = [
+        rng.permutation(np.flatnonzero(strata == code))[:n] for code, n in enumerate(take) if n
+    ]
+    return np.sort(np.concatenate(chosen))
 
 
 MIN_SPLITTABLE_STRATUM = 3  # one row for each of the three parts
@@ -110,12 +141,14 @@ def split_rows(
     y: np.ndarray,
     sensitive: pd.DataFrame,
     *,
-    n_train: int,
-    n_validation: int,
-    n_test: int,
+    n_train: int | None = None,
+    n_validation: int | None = None,
+    n_test: int | None = None,
     seed: int,
+    shares: tuple[float, float, float] = DEFAULT_SHARES,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Row indices of the training, validation and test parts (sorted, disjoint).
+    """Row indices of the training, validation and test parts (sorted, disjoint): each part
+    its share of the rows, at most its cap (:func:`part_sizes`).
 
     Stratified by label x group and seeded: each part takes each stratum's rows in proportion
     to the stratum's size (largest remainder). A stratum with fewer than 3 rows cannot be
@@ -123,7 +156,7 @@ def split_rows(
     aborts the split); every other stratum keeps at least one training row.
     """
     y = np.asarray(y)
-    sizes = part_sizes(len(y), n_train, n_validation, n_test)
+    sizes = part_sizes(len(y), n_train, n_validation, n_test, shares=shares)
     strata = _strata(y, sensitive)
     rng = np.random.default_rng(seed)
     members = [rng.permutation(np.flatnonzero(strata == code)) for code in range(strata.max() + 1)]
@@ -151,16 +184,10 @@ def split_rows(
 @task(name="split-data", cache_policy=NO_CACHE)
 def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Split:
     """Seeded three-way split stratified by label and sensitive group, sized by ``sizes``
-    (the config's ``split`` section), screened by :func:`screen_training_rows`."""
+    (the config's ``split`` section: shares of the rows, optional caps), screened by
+    :func:`screen_training_rows`."""
     y = np.asarray(dataset.y, dtype=np.int64)
-    parts = split_rows(
-        y,
-        dataset.sensitive,
-        n_train=sizes.n_train,
-        n_validation=sizes.n_validation,
-        n_test=sizes.n_test,
-        seed=seed,
-    )
+    parts = split_rows(y, dataset.sensitive, seed=seed, **split_options(sizes))
 
     def rows(frame: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
         return frame.iloc[idx].reset_index(drop=True)
@@ -173,6 +200,37 @@ def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Spl
         values[f"y_{name}"] = y[idx]
         values[f"s_{name}"] = rows(dataset.sensitive, idx)
     return Split(**values, leaking=excluded, screening=screening)
+
+
+def split_options(sizes) -> dict[str, Any]:
+    """:func:`split_rows`' size options from the config's ``split`` section."""
+    return {
+        "n_train": sizes.n_train,
+        "n_validation": sizes.n_validation,
+        "n_test": sizes.n_test,
+        "shares": (sizes.train_share, sizes.validation_share, sizes.test_share),
+    }
+
+
+def search_sample(split: Split, encoded: tuple, n_train: int | None, seed: int) -> tuple:
+    """The rows of the wide search: a seeded stratified sample of at most ``n_train``
+    training rows and of validation rows in the same proportion (None: every row), as a
+    :class:`Split` (test rows unchanged) and the matching encoded rows. The same split and
+    arrays when nothing is left out."""
+    if n_train is None or n_train >= len(split.y_train):
+        return split, encoded
+    n_validation = max(2, round(n_train * len(split.y_validation) / len(split.y_train)))
+    values = {}
+    picked = []
+    for part, size in (("train", n_train), ("validation", n_validation)):
+        y, s = getattr(split, f"y_{part}"), getattr(split, f"s_{part}")
+        rows = stratified_sample(y, s, size, seed)
+        picked.append(rows)
+        values[f"X_{part}"] = getattr(split, f"X_{part}").iloc[rows].reset_index(drop=True)
+        values[f"y_{part}"] = y[rows]
+        values[f"s_{part}"] = s.iloc[rows].reset_index(drop=True)
+    sample = dataclasses.replace(split, **values)
+    return sample, tuple(array[rows] for array, rows in zip(encoded, picked, strict=True))
 
 
 def _entry(column: str, rule: str, score: float | None, action: str = "excluded") -> dict:

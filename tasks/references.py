@@ -205,17 +205,19 @@ def _base_C(encoded, split, evaluation, selection, seed, C_grid) -> float:
     return float(best["C"])
 
 
-def _search(name, encoded, split, evaluation, selection, seed, C_grid, C_base) -> dict:
-    """Every configuration of reference ``name`` on the validation rows; the chosen one (the
-    audit's rule) measured on the test rows."""
+def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) -> dict:
+    """Every configuration of reference ``name`` on the validation rows of ``searched`` (an
+    ``(encoded, split)`` pair: the wide search's rows); the chosen one (the audit's rule)
+    refitted on the training rows of ``final`` (every row) when they differ, and measured on
+    its validation and test rows, those of the chosen candidate."""
     policy = GatePolicy.from_config(selection)
     objective, parity = selection.select_by, _parity(policy)
-    measure = _Measured(encoded, split, evaluation, seed)
+    measure = _Measured(*searched, evaluation, seed)
     tried = []
     for config in _configurations(name, C_grid, C_base):
-        predict = _fit(name, config, encoded, split, objective, parity, seed)
+        predict = _fit(name, config, *searched, objective, parity, seed)
         tried.append((config, predict, measure.row(predict, "validation")))
-    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    majority = majority_accuracy_of(searched[1].y_train, searched[1].y_validation)
     table = pd.DataFrame(
         [
             {"variant": name, "classifier": _describe(config), "index": i, **row}
@@ -224,28 +226,40 @@ def _search(name, encoded, split, evaluation, selection, seed, C_grid, C_base) -
     )
     best, _, _ = select_candidate(table, majority, selection)
     config, predict, validation = tried[int(best["index"])]
+    if final[1] is not searched[1]:
+        predict = _fit(name, config, *final, objective, parity, seed)
+        validation = _Measured(*final, evaluation, seed).row(predict, "validation")
     return {
         "config": f"{_describe(config)} ({len(tried)} tried on the validation rows)",
         "validation": validation,
-        "test": measure.row(predict, "test"),
+        "test": _Measured(*final, evaluation, seed).row(predict, "test"),
     }
 
 
 def fit_references(
-    encoded: dict[str, np.ndarray], split, evaluation, seed: int, selection
+    encoded: dict[str, np.ndarray], split, evaluation, seed: int, selection, search_rows=None
 ) -> list[dict[str, Any]]:
     """Each reference searched on the validation rows like the candidates (its
-    configurations, the selection measure, the gate of ``selection``, the config's section)
-    and evaluated (with 95% intervals, as ``evaluation`` says) on the validation and test
-    rows; one that cannot be fitted on these data says why."""
-    n_train = len(split.y_train)
-    C_grid = sorted({paper_C(n_train) if c is None else float(c) for c in _C_grid(evaluation)})
+    configurations, the selection measure, the gate of ``selection``, the config's section;
+    on the wide search's sample of at most ``search_rows`` training rows, as the candidates:
+    :func:`fairpca.tasks.data.search_sample`), then fitted on every training row and
+    evaluated (with 95% intervals, as ``evaluation`` says) on the validation and test rows;
+    one that cannot be fitted on these data says why."""
+    from .data import search_sample
+
+    sample, (train, validation) = search_sample(
+        split, (encoded["train"], encoded["validation"]), search_rows, seed
+    )
+    searched = ({"train": train, "validation": validation}, sample)
+    C_grid = sorted(
+        {paper_C(len(sample.y_train)) if c is None else float(c) for c in _C_grid(evaluation)}
+    )
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         # fairlearn's own pandas idiom, deprecated in pandas; harmless here
         warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
-        C_base = _base_C(encoded, split, evaluation, selection, seed, C_grid)
+        C_base = _base_C(*searched, evaluation, selection, seed, C_grid)
         for name, (approach, needs_sensitive) in REFERENCES.items():
             entry = {
                 "name": name,
@@ -254,7 +268,9 @@ def fit_references(
             }
             start = time.perf_counter()
             try:
-                entry |= _search(name, encoded, split, evaluation, selection, seed, C_grid, C_base)
+                entry |= _search(
+                    name, searched, (encoded, split), evaluation, selection, seed, C_grid, C_base
+                )
             except (ValueError, KeyError) as error:  # e.g. a group without both labels
                 entry |= {"validation": {}, "test": {}, "skipped": str(error)}
             entry["seconds"] = time.perf_counter() - start
@@ -285,16 +301,15 @@ def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> di
 
 @task(name="reference-mitigations", cache_policy=NO_CACHE)
 def reference_mitigations(
-    preprocessor, split, evaluation, seed: int, selection
+    preprocessor, split, encoded, evaluation, seed: int, selection, search_rows=None
 ) -> list[dict[str, Any]]:
-    """Prefect task around :func:`fit_references` (encodes the three parts itself)."""
-    encoded = {
-        part: np.asarray(preprocessor.transform(getattr(split, f"X_{part}")), dtype=np.float64)
-        for part in ("train", "validation", "test")
-    }
+    """Prefect task around :func:`fit_references`: ``encoded`` holds the training and
+    validation rows as encoded for the candidates; the test rows are encoded here."""
+    test = np.asarray(preprocessor.transform(split.X_test), dtype=np.float64)
+    parts = {"train": encoded[0], "validation": encoded[1], "test": test}
     # It runs beside the searches and sweeps on the task runner's threads: one BLAS thread.
     with threadpool_limits(limits=1):
-        return fit_references(encoded, split, evaluation, seed, selection)
+        return fit_references(parts, split, evaluation, seed, selection, search_rows)
 
 
 def _difference(mine: dict, theirs: dict, measure: str) -> str:

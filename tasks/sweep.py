@@ -63,6 +63,7 @@ __all__ = [
     "lambda_sweep",
     "make_classifier",
     "paper_C",
+    "refit_shortlist",
     "search_representation",
     "search_variant",
     "sweep_representation",
@@ -570,6 +571,53 @@ def search_variant(
             representation=representation, evaluation=evaluation, selection=selection,
             seed=seed,
         )  # fmt: skip
+
+
+# ---- many rows: the shortlist refitted on every training row, measured on every validation row --
+
+
+@task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
+def refit_shortlist(
+    variant: str,
+    candidates: list[dict[str, Any]],
+    searched: FittedRepresentation,
+    encoded: tuple[np.ndarray, np.ndarray],
+    split,
+    representation,
+    evaluation,
+    selection,
+    seed: int,
+    sigma: float,
+    C: float | None,
+) -> tuple[FittedRepresentation, SweepResult]:
+    """The shortlisted ``candidates`` of one variant (rows of the wide search's table, on a
+    sample), each refitted on every training row of ``split`` and measured on every
+    validation row: the representation fitted once at the searched k (Fair PCA-S at the
+    searched ``l``), then per candidate one transform at its lambda and one classifier fit.
+    Returns the representation and a :class:`SweepResult` whose ``lambda_index`` numbers the
+    candidates (what :func:`fairpca.tasks.evaluate.build_pipeline` looks up)."""
+    start = time.perf_counter()
+    with threadpool_limits(limits=1):
+        rep = fit_representation.fn(
+            variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
+            equalize_covariance=searched.facts.get(
+                "equalize_covariance", representation.equalize_covariance
+            ),
+            seed=seed,
+        )  # fmt: skip
+        result = SweepResult(variant)
+        for index, row in enumerate(candidates):
+            lam = row.get("lambda")
+            one = sweep_representation(
+                rep, *encoded, split, representation,
+                evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
+                C=C, scoring=selection.select_by,
+                lambdas=[float(lam)] if rep.supports_tradeoff else None,
+            )  # fmt: skip
+            result.rows += [{**r, "lambda_index": index} for r in one.rows]
+            result.classifiers[(index, row["classifier"])] = one.classifiers[(0, row["classifier"])]
+    result.seconds = time.perf_counter() - start
+    return rep, result
 
 
 # ---- small validation parts: the shortlist compared by repeated cross-validation ------------

@@ -16,7 +16,10 @@ from fairpca.flows.config import AuditConfig, RetrainConfig, leaf_fields, sectio
 SECTIONS = {
     "source": {"dataset", "data", "label", "positive_label", "sensitive", "keep", "drop", "sep",
                "data_dir", "leakage_threshold", "proxy_threshold"},
-    "split": {"n_train", "n_validation", "n_test"},
+    "split": {
+        "train_share", "validation_share", "test_share", "n_train", "n_validation", "n_test",
+        "search_rows",
+    },
     "representation": {"k", "k_grid", "variants", "equalize_covariance", "lambdas",
                        "min_category_count", "metric_max_rows"},
     "evaluation": {"classifiers", "logreg_C", "svc_max_train_rows", "min_group_size",

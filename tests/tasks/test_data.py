@@ -34,7 +34,7 @@ def test_split_rows_is_seeded_disjoint_sized_and_stratified(seed):
 def test_split_rows_keeps_a_tiny_group_without_aborting(rare):
     y = np.array([0, 1] * 50)
     groups = pd.DataFrame({"g": ["a"] * (100 - rare) + ["rare"] * rare})
-    train, validation, test = split_rows(y, groups, n_train=60, n_validation=20, n_test=20, seed=0)
+    train, validation, test = split_rows(y, groups, shares=(0.6, 0.2, 0.2), seed=0)
     assert (len(train), len(validation), len(test)) == (60, 20, 20)
     rare_rows = np.flatnonzero(groups["g"] == "rare")
     assert set(rare_rows) <= set(train)  # strata of < 3 rows cannot reach all three parts
