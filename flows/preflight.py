@@ -193,7 +193,49 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
     if "fair_pca_s" in sizes:
         sizes["fair_pca_s"] = _memory.covariance_bytes(width, n_groups)
     try:
-        _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}.")
+        _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}. {DASK_FIX}")
+    except _memory.InsufficientMemoryError as error:
+        raise PreflightError(str(error)) from error
+
+
+# The audit's working set: the table and its three parts (a copy), the encoded training and
+# validation rows, and transforms of them during the search and the refits (two at once).
+ENCODED_COPIES = 3
+DASK_FIX = (
+    "Audit it on a Dask cluster, where the table stays in partitions: --dask-address "
+    "tcp://HOST:8786 with a Parquet folder or CSV parts as --data; or cap the rows with "
+    "--n-train, --n-validation and --n-test."
+)
+
+
+def _check_file_memory(source) -> None:
+    """A user file whose text alone would not fit twice in memory is refused before it is
+    read (parsed, a table takes at least the size of its text)."""
+    from fairpca import _memory
+
+    if source.data is None or not Path(source.data).is_file():
+        return
+    size = Path(source.data).stat().st_size
+    try:
+        _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
+    except _memory.InsufficientMemoryError as error:
+        raise PreflightError(str(error)) from error
+
+
+def _check_table_memory(config, dataset) -> None:
+    """The loaded table, its parts and its encoded rows must fit in memory (the audit reads
+    every row by default); else a clear error naming the Dask route."""
+    from fairpca import _memory
+
+    width = _encoded_width(dataset.X, config.representation.min_category_count)
+    table = sum(frame.memory_usage(deep=True).sum() for frame in (dataset.X, dataset.sensitive))
+    need = 2 * table + ENCODED_COPIES * _memory.FLOAT_BYTES * dataset.n_samples * width
+    what = (
+        f"the audit of {dataset.n_samples} rows ({_memory.format_bytes(table)} as loaded, "
+        f"{width} encoded columns)"
+    )
+    try:
+        _memory.require(need, what, DASK_FIX)
     except _memory.InsufficientMemoryError as error:
         raise PreflightError(str(error)) from error
 
@@ -254,12 +296,14 @@ def check_before_run(config) -> list[str]:
     from fairpca.datasets import ScreeningWarning
     from fairpca.tasks.data import load_source
 
+    _check_file_memory(config.source)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             dataset = load_source(config.source)
         except (ValueError, TypeError, OSError, LookupError) as error:
             raise PreflightError(str(error)) from error
+    _check_table_memory(config, dataset)
     parts = _check_parts(config, dataset)
     _check_groups(config, dataset, parts)
     _check_cost(config, dataset, parts)

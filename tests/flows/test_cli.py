@@ -110,6 +110,7 @@ AUDIT_OPTIONS = (
     "--dataset", "--data", "--label", "--positive-label", "--sensitive", "--keep", "--drop",
     "--sep", "--data-dir", "--leakage-threshold", "--proxy-threshold",
     # split
+    "--train-share", "--validation-share", "--test-share", "--search-rows",
     "--n-train", "--n-validation", "--n-test",
     # representation
     "-k", "--k", "--variants", "--equalize-covariance", "--lambdas", "--min-category-count",

@@ -98,3 +98,27 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     assert record == [
         {"column": "proxy", "rule": "target leakage", "score": 1.0, "action": "excluded"}
     ]
+
+
+def test_every_row_by_default_in_shares_with_counts_as_caps():
+    from fairpca.tasks.data import part_sizes
+
+    assert part_sizes(48_842) == (24_421, 12_211, 12_210)  # 50 / 25 / 25 of every row
+    assert part_sizes(100_000, shares=(0.6, 0.2, 0.2)) == (60_000, 20_000, 20_000)
+    assert part_sizes(100_000, 5000, None, 2500) == (5000, 25_000, 2500)
+    assert part_sizes(1000, 5000, 2500, 2500) == (500, 250, 250)  # caps above the shares
+
+
+def test_stratified_sample_keeps_each_label_and_group_share_and_is_seeded():
+    from fairpca.tasks.data import stratified_sample
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 20_000)
+    groups = pd.DataFrame({"g": rng.choice(["a", "b", "c"], 20_000, p=[0.7, 0.2, 0.1])})
+    rows = stratified_sample(y, groups, 2000, seed=3)
+    assert len(rows) == len(set(rows)) == 2000
+    np.testing.assert_array_equal(rows, stratified_sample(y, groups, 2000, seed=3))
+    full = pd.crosstab(y, groups["g"], normalize=True)
+    drawn = pd.crosstab(y[rows], groups["g"].to_numpy()[rows], normalize=True)
+    assert np.abs(full.to_numpy() - drawn.to_numpy()).max() < 1e-3
+    np.testing.assert_array_equal(stratified_sample(y, groups, 30_000, seed=3), np.arange(20_000))

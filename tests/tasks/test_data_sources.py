@@ -44,3 +44,15 @@ def test_a_file_changed_after_the_preflight_is_read_as_it_is_now(config):
 def test_a_bundled_dataset_carries_its_group_names():
     dataset = load_source(AuditConfig(dataset="german").source)
     assert set(dataset.sensitive["age"]) == {"under 25", "25 or older"}
+
+
+@pytest.mark.parametrize("limit", ["100kB", "20kB"])
+def test_a_table_that_would_not_fit_names_the_dask_route(config, monkeypatch, limit):
+    """20kB: the file itself would not fit (refused before reading); 100kB: the file does,
+    the audit's working set of its rows does not."""
+    from fairpca.flows.preflight import PreflightError
+
+    monkeypatch.setenv("FAIRPCA_MEMORY_LIMIT", limit)
+    with pytest.raises(PreflightError, match="Not enough memory") as caught:
+        check_before_run(config)
+    assert "--dask-address" in str(caught.value) and "--n-train" in str(caught.value)

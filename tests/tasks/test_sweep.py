@@ -174,3 +174,43 @@ def test_the_sweep_refines_the_lambdas_between_the_coarse_neighbours_of_the_winn
     assert fine_lambdas(grid, 0.125) == grid
     assert fine_lambdas(grid, 1.0) == [0.125, 0.216, 0.343, 0.512, 0.729, 1.0]
     assert fine_lambdas(grid, float("nan")) is None  # standard PCA has no lambda
+
+
+def test_the_shortlist_from_a_sample_is_refitted_on_every_training_row():
+    """A wide search on a sample hands its shortlist to every row: each candidate's
+    representation is fitted on every training row, its classifier too, and its metrics
+    are those of every validation row (the rows the registered model is judged on)."""
+    from fairpca.tasks.data import search_sample
+    from fairpca.tasks.evaluate import shared_mmd_sigma
+    from fairpca.tasks.sweep import refit_shortlist
+
+    Z, split = _split()
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "linear_svm"],
+        n_bootstrap=200,
+    )  # fmt: skip
+    sample, (Z_train, Z_validation) = search_sample(split, (Z[:300], Z[300:]), 120, seed=0)
+    assert (len(sample.y_train), len(sample.y_validation)) == (120, 40)
+    searched = fit_representation.fn(
+        "fair_pca", Z_train, sample.y_train, sample.s_train, k=3, equalize_covariance=0.5, seed=0
+    )
+    sigma = shared_mmd_sigma(Z_train, 3, max_rows=200, seed=0)
+    found = sweep_representation(
+        searched, Z_train, Z_validation, sample, config.representation, config.evaluation, 0,
+        sigma,
+    )  # fmt: skip
+    candidates = [row for row in found.rows if row["lambda"] == 0.5][::-1]
+    rep, refit = refit_shortlist.fn(
+        "fair_pca", candidates, searched, (Z[:300], Z[300:]), split, config.representation,
+        config.evaluation, config.selection, 0, sigma, None,
+    )  # fmt: skip
+    np.testing.assert_allclose(rep.estimator.mean_, Z[:300].mean(axis=0), atol=1e-12)
+    assert [(r["classifier"], r["lambda_index"]) for r in refit.rows] == [
+        ("linear_svm", 0), ("logreg", 1)
+    ]  # fmt: skip
+    for row in refit.rows:
+        model = refit.classifiers[(row["lambda_index"], row["classifier"])]
+        rep.estimator.set_params(tradeoff=row["lambda"])
+        predicted = model.predict(rep.estimator.transform(Z[300:]))
+        assert row["accuracy"] == pytest.approx(np.mean(predicted == split.y_validation))
+        assert row["n_features"] == model.n_features_in_ == 6
