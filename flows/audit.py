@@ -311,7 +311,11 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
         for row in shortlist(strict, majority, selection, CV_SHORTLIST)
         if not policy.failures(row)
     ]
-    return [table.iloc[int(i)].to_dict() for i in dict.fromkeys(picked)]
+    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
+    # fair PCA) are refitted once; unconstrained PCA (lambda NaN) is never a fair one's copy.
+    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
+    rows = table.iloc[list(dict.fromkeys(picked))]
+    return rows.drop_duplicates([c for c in alike if c in rows]).to_dict("records")
 
 
 def choose_on_every_row(
