@@ -106,11 +106,17 @@ def part_sizes(
     shares: tuple[float, float, float] = DEFAULT_SHARES,
 ) -> tuple[int, ...]:
     """The three sizes: each part's ``share`` of the ``n_samples`` rows (largest remainder),
-    at most its cap ``n_<part>`` (None: no cap)."""
-    weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
-    wanted = _allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
+    at most its cap ``n_<part>`` (None: no cap). With all three caps given they are the
+    sizes, scaled down in proportion to them when the data hold fewer rows."""
     caps = [n_train, n_validation, n_test]
-    wanted = np.array([w if c is None else min(w, c) for w, c in zip(wanted, caps, strict=True)])
+    if None not in caps:
+        wanted = np.array(caps, dtype=np.int64)
+        wanted = _allocate(n_samples, wanted) if wanted.sum() > n_samples else wanted
+    else:
+        weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
+        wanted = _allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
+        capped = zip(wanted, caps, strict=True)
+        wanted = np.array([w if c is None else min(w, c) for w, c in capped])
     if wanted.min() < 2:
         raise ValueError(
             f"{n_samples} rows are too few for training, validation and test parts "

@@ -34,7 +34,7 @@ def test_split_rows_is_seeded_disjoint_sized_and_stratified(seed):
 def test_split_rows_keeps_a_tiny_group_without_aborting(rare):
     y = np.array([0, 1] * 50)
     groups = pd.DataFrame({"g": ["a"] * (100 - rare) + ["rare"] * rare})
-    train, validation, test = split_rows(y, groups, shares=(0.6, 0.2, 0.2), seed=0)
+    train, validation, test = split_rows(y, groups, n_train=60, n_validation=20, n_test=20, seed=0)
     assert (len(train), len(validation), len(test)) == (60, 20, 20)
     rare_rows = np.flatnonzero(groups["g"] == "rare")
     assert set(rare_rows) <= set(train)  # strata of < 3 rows cannot reach all three parts
@@ -100,13 +100,14 @@ def test_target_leakage_rule_reads_only_the_training_labels():
     ]
 
 
-def test_every_row_by_default_in_shares_with_counts_as_caps():
+def test_every_row_by_default_in_shares_with_counts_as_caps_or_all_three_as_sizes():
     from fairpca.tasks.data import part_sizes
 
     assert part_sizes(48_842) == (24_421, 12_211, 12_210)  # 50 / 25 / 25 of every row
     assert part_sizes(100_000, shares=(0.6, 0.2, 0.2)) == (60_000, 20_000, 20_000)
     assert part_sizes(100_000, 5000, None, 2500) == (5000, 25_000, 2500)
-    assert part_sizes(1000, 5000, 2500, 2500) == (500, 250, 250)  # caps above the shares
+    assert part_sizes(1000, 5000, 2500, 2500) == (500, 250, 250)  # three counts, scaled down
+    assert part_sizes(10_000, 1500, 1000, 1000) == (1500, 1000, 1000)  # three counts: as given
 
 
 def test_stratified_sample_keeps_each_label_and_group_share_and_is_seeded():
