@@ -220,12 +220,15 @@ def split_options(sizes) -> dict[str, Any]:
 
 def search_sample(split: Split, encoded: tuple, n_train: int | None, seed: int) -> tuple:
     """The rows of the wide search: a seeded stratified sample of at most ``n_train``
-    training rows and of validation rows in the same proportion (None: every row), as a
-    :class:`Split` (test rows unchanged) and the matching encoded rows. The same split and
-    arrays when nothing is left out."""
+    training rows and of validation rows in the same proportion, at least ``n_train // 2``
+    (None: every row), as a :class:`Split` (test rows unchanged) and the matching encoded
+    rows. The same split and arrays when nothing is left out."""
     if n_train is None or n_train >= len(split.y_train):
         return split, encoded
-    n_validation = max(2, round(n_train * len(split.y_validation) / len(split.y_train)))
+    # validation rows in the split's proportion, and at least half the training sample
+    # (today's 5,000 / 2,500), so that small groups keep rows there
+    proportional = round(n_train * len(split.y_validation) / len(split.y_train))
+    n_validation = max(proportional, n_train // 2)
     values = {}
     picked = []
     for part, size in (("train", n_train), ("validation", n_validation)):

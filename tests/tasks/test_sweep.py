@@ -190,7 +190,7 @@ def test_the_shortlist_from_a_sample_is_refitted_on_every_training_row():
         n_bootstrap=200,
     )  # fmt: skip
     sample, (Z_train, Z_validation) = search_sample(split, (Z[:300], Z[300:]), 120, seed=0)
-    assert (len(sample.y_train), len(sample.y_validation)) == (120, 40)
+    assert (len(sample.y_train), len(sample.y_validation)) == (120, 60)
     searched = fit_representation.fn(
         "fair_pca", Z_train, sample.y_train, sample.s_train, k=3, equalize_covariance=0.5, seed=0
     )
