@@ -430,7 +430,9 @@ class SelectionConfig(Section):
         MIN_ACCURACY_GAIN,
         ge=0.0,
         le=1.0,
-        description="A candidate must beat the majority-class validation accuracy by this much.",
+        description="The upper 95% bound of a candidate's validation accuracy must reach the "
+        "majority-class accuracy plus this much (0: not clearly less accurate than saying the "
+        "majority class to every row).",
     )
     min_balanced_accuracy_margin: float = Field(
         MIN_BALANCED_ACCURACY_MARGIN,

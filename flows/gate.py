@@ -285,9 +285,8 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
 
     ``policy`` has ``thresholds`` (``max_dp_difference``, ``max_eo_difference``,
     ``min_accuracy``), ``gate`` (``upper_bound`` / ``point``), ``min_accuracy_gain`` and
-    ``max_one_class_share``. The accuracy must beat the constant (majority-class) baseline by
-    ``min_accuracy_gain``, so a classifier with DP = EO = 0 because it predicts one class
-    fails. A NaN (fewer than two groups of ``min_group_size`` rows) fails.
+    ``max_one_class_share`` (:func:`fairpca.tasks.select.ineligibility`: a classifier with
+    DP = EO = 0 because it predicts one class fails). A NaN (fewer than two groups of ``min_group_size`` rows) fails.
     """
     row = {
         "accuracy": metrics.get("accuracy", math.nan),
@@ -639,7 +638,11 @@ class GatePolicy(BaseModel):
     )
     # the audit's eligibility rules, with the audit's defaults (fairpca.tasks.select)
     min_accuracy_gain: float = Field(
-        MIN_ACCURACY_GAIN, ge=0.0, le=1.0, description="Accuracy must beat the majority class."
+        MIN_ACCURACY_GAIN,
+        ge=0.0,
+        le=1.0,
+        description="The upper 95% bound of the accuracy must reach the majority class's "
+        "plus this much.",
     )
     min_balanced_accuracy_margin: float = Field(MIN_BALANCED_ACCURACY_MARGIN, ge=0.0, le=0.5)
     min_positive_rate_ratio: float = Field(MIN_POSITIVE_RATE_RATIO, ge=0.0, le=1.0)
