@@ -59,7 +59,8 @@ IMPOSSIBLE = {**LENIENT, "min_accuracy": 1.0}
 # Per retrain run: the champion is re-checked against the thresholds on the new test rows,
 # the challenger must also be eligible (beat the majority class by min_accuracy_gain).
 RETRAIN_RULES = {
-    "retrain-promote": {"thresholds": LENIENT, "min_accuracy_gain": 0.0},
+    # (a reference that beats it on the test rows would otherwise keep it: promote anyway)
+    "retrain-promote": {"thresholds": LENIENT, "min_accuracy_gain": 0.0, "promote_dominated": True},
     # the champion still passes; no challenger can beat the majority class by 0.5
     "retrain-keep": {"thresholds": LENIENT, "min_accuracy_gain": 0.5},
     # no model is 100% accurate: the champion fails the gate and goes to needs-review
