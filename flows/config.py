@@ -430,9 +430,9 @@ class SelectionConfig(Section):
         MIN_ACCURACY_GAIN,
         ge=0.0,
         le=1.0,
-        description="The upper 95% bound of a candidate's validation accuracy must reach the "
-        "majority-class accuracy plus this much (0: not clearly less accurate than saying the "
-        "majority class to every row).",
+        description="A candidate must beat the majority class by this much on the selection "
+        "measure (select_by): its validation accuracy over the majority-class accuracy, or its "
+        "balanced accuracy over the majority class's 0.5.",
     )
     min_balanced_accuracy_margin: float = Field(
         MIN_BALANCED_ACCURACY_MARGIN,

@@ -286,7 +286,8 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
     ``policy`` has ``thresholds`` (``max_dp_difference``, ``max_eo_difference``,
     ``min_accuracy``), ``gate`` (``upper_bound`` / ``point``), ``min_accuracy_gain`` and
     ``max_one_class_share`` (:func:`fairpca.tasks.select.ineligibility`: a classifier with
-    DP = EO = 0 because it predicts one class fails). A NaN (fewer than two groups of ``min_group_size`` rows) fails.
+    DP = EO = 0 because it predicts one class fails). A NaN (fewer than two groups of
+    ``min_group_size`` rows) fails.
     """
     row = {
         "accuracy": metrics.get("accuracy", math.nan),
@@ -637,14 +638,17 @@ class GatePolicy(BaseModel):
         "equalized_odds, four_fifths, or several joined by '+', with 'thresholds'.",
     )
     # the audit's eligibility rules, with the audit's defaults (fairpca.tasks.select)
+    select_by: Literal["balanced_accuracy", "accuracy"] = Field(
+        "balanced_accuracy",
+        description="The measure on which a model must beat the majority class.",
+    )
     min_accuracy_gain: float = Field(
         MIN_ACCURACY_GAIN,
         ge=0.0,
         le=1.0,
-        description="The upper 95% bound of the accuracy must reach the majority class's "
-        "plus this much.",
+        description="The model must beat the majority class by this much on select_by.",
     )
-    min_balanced_accuracy_margin: float = Field(MIN_BALANCED_ACCURACY_MARGIN, ge=0.0, le=0.5)
+    min_balanced_accuracy_margin: float = Field(MIN_BALANCED_ACCURACY_MARGIN, ge=0.0, lt=0.5)
     min_positive_rate_ratio: float = Field(MIN_POSITIVE_RATE_RATIO, ge=0.0, le=1.0)
     max_one_class_share: float = Field(MAX_ONE_CLASS_SHARE, gt=0.5, le=1.0)
     protected_aliases: list[str] = Field(default_factory=lambda: ["champion"])

@@ -326,16 +326,16 @@ def test_saying_yes_to_nearly_everyone_is_not_eligible_whatever_the_gate_says():
 
 
 def test_below_the_majority_class_the_first_reason_is_eligibility_not_the_gate():
-    """Ecdat Benefits: the candidates meeting the gate are less accurate than the majority
-    class (0.649 against 0.683): that decided, so it comes first."""
+    """The candidates meeting the gate do not beat the majority class on the selection
+    measure (balanced accuracy ~0.50 against its 0.5): that decided, so it comes first."""
     rng, y, groups = _adult_like(n=1500)
     y = (rng.random(len(y)) < 0.683).astype(int)  # majority class: yes
-    weak = _row(y, _rate_classifier(rng, y, 0.66, 0.45), groups)
-    assert weak["accuracy.ci95_high"] < float(np.mean(y == 1))
+    weak = _row(y, _rate_classifier(rng, y, 0.50, 0.45), groups)  # balanced accuracy ~0.5
+    assert weak["accuracy"] < float(np.mean(y == 1))
     choice = choose(_table([weak]), np.ones(10, int), y, _config())
     assert not choice.decision.promote and not choice.eligible
     assert choice.decision.reasons[0].startswith("not eligible: the 1 candidate(s) meeting")
-    assert "does not reach the majority class" in choice.decision.reasons[0]
+    assert "is not above chance 0.5" in choice.decision.reasons[0]
 
 
 def _promoted_choice():
@@ -345,8 +345,9 @@ def _promoted_choice():
     return choice
 
 
-def _reference(name, value, half, needs):
-    test = {"balanced_accuracy": value, "balanced_accuracy.ci95_low": value - half,
+def _reference(name, value, half, needs, test_dp=0.01):
+    test = {**_gated(test_dp, 0.01), "balanced_accuracy": value,
+            "balanced_accuracy.ci95_low": value - half,
             "balanced_accuracy.ci95_high": value + half}  # fmt: skip
     validation = {**_gated(0.01, 0.01), "balanced_accuracy": value}
     return {"name": name, "approach": "reductions", "needs_sensitive_at_prediction": needs,
@@ -375,6 +376,24 @@ def test_a_candidate_a_reference_beats_on_the_test_rows_is_kept_by_default():
     assert anyway.decision.promote and "promoted anyway" in anyway.decision.reasons[0]
     close = dominance(_promoted_choice(), references[:1], chosen_test, _config())
     assert close.decision.promote  # +0.02 with interval [-0.008, +0.048]: not dominated
+
+
+def test_dominance_holds_only_where_the_reference_meets_the_gate_on_the_test_rows_too():
+    """COMPAS: a reference meeting the gate on the validation rows but not on the test rows,
+    where its margin is measured, does not dominate; among dominating references the first
+    line names one that, like fair PCA, needs the attribute only at training."""
+    from fairpca.tasks.select import dominance
+
+    chosen_test = {"balanced_accuracy": 0.70, "balanced_accuracy.ci95_low": 0.68,
+                   "balanced_accuracy.ci95_high": 0.72}  # fmt: skip
+    unfair_on_test = _reference("correlation_remover", 0.80, 0.02, True, test_dp=0.30)
+    assert dominance(_promoted_choice(), [unfair_on_test], chosen_test, _config()).decision.promote
+    both = [
+        _reference("correlation_remover", 0.85, 0.02, True),  # the widest margin
+        _reference("exponentiated_gradient", 0.78, 0.02, False),
+    ]
+    first = dominance(_promoted_choice(), both, chosen_test, _config()).decision.reasons[0]
+    assert first.startswith("dominated: the reference exponentiated_gradient")
 
 
 def test_unconstrained_pca_is_named_and_no_constraint_needed_only_when_shown():
