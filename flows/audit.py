@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from fairpca.tasks.card import verdict_markdown
 from fairpca.tasks.data import load_data, split_data
 from fairpca.tasks.diagnostics import diagnose
-from fairpca.tasks.distributed import audit_partitions, on_partitions
+from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
 from fairpca.tasks.evaluate import (
     build_pipeline,
     check_pipeline,
@@ -350,7 +350,9 @@ def promote_and_log(
     if record.register_model or watch:  # a retrain re-checks its champion in any case
         try:
             champion, demoted = champion_lookup(
-                tracking_uri, record, watch=watch,
+                tracking_uri,
+                record,
+                watch=watch,
                 evaluate=score or scorer_on_test_rows(split, config),
             )
         except Exception as error:  # after the task's retries: the folder is complete
@@ -427,12 +429,15 @@ def run_audit(
     clock, started_at = Stopwatch(), datetime.now(UTC)
     out_dir = open_output_dir(config, kind)
     if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
-        on_dask = audit_partitions(
-            config, out_dir, kind=kind, started_at=started_at, tags=_flow_tags(kind)
-        )
-        write_outputs(out_dir, on_dask.record, on_dask.table, config)
-        return promote_and_log(out_dir, on_dask.record, on_dask.table, None, config,
-                               watch=watch, tolerance=tolerance, score=on_dask.score)  # fmt: skip
+        with connect(config.dask_address):  # open until the champion is scored there
+            on_dask = audit_partitions(
+                config, out_dir, kind=kind, started_at=started_at, tags=_flow_tags(kind)
+            )
+            write_outputs(out_dir, on_dask.record, on_dask.table, config)
+            return promote_and_log(
+                out_dir, on_dask.record, on_dask.table, None, config,
+                watch=watch, tolerance=tolerance, score=on_dask.score,
+            )  # fmt: skip
     with clock("load_data"):
         split = split_data(
             load_data(config.source), config.split, config.source,
