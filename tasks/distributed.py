@@ -60,6 +60,7 @@ __all__ = [
 SHARES = (0.6, 0.2, 0.2)  # train, validation, test
 PART_CODES = {"train": 0, "validation": 1, "test": 2}
 CONNECT_TIMEOUT_S = 3
+WORKERS_TIMEOUT_S = 60
 ENCODER_SAMPLE_ROWS = 20_000
 EPOCHS = 2
 CLASSIFIER = "sgd_logreg"
@@ -124,8 +125,9 @@ def _kind(file: Path) -> str | None:
 
 def connect(address: str, timeout: float = CONNECT_TIMEOUT_S):
     """A ``distributed.Client`` of the scheduler at ``address`` (``"local"``: a temporary
-    LocalCluster of two single-threaded workers), or a :class:`ValueError` within
-    ``timeout`` seconds when it cannot be reached."""
+    LocalCluster of two single-threaded workers) with at least one worker, or a
+    :class:`ValueError` within ``timeout`` seconds when the scheduler cannot be reached
+    (within :data:`WORKERS_TIMEOUT_S` when it has no worker)."""
     try:
         from distributed import Client
     except ImportError as error:  # pragma: no cover - the dask extra is part of dev
@@ -135,13 +137,22 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S):
     if address == "local":
         return Client(n_workers=2, threads_per_worker=1, dashboard_address=":0")
     try:
-        return Client(address, timeout=timeout)
+        client = Client(address, timeout=timeout)
     except (OSError, TimeoutError) as error:
         raise ValueError(
             f"no Dask scheduler answered at {address} within {timeout:g} s ({error}); start "
             "one (`dask scheduler`, then `dask worker tcp://host:8786` on each machine) and "
             "pass the address it prints, or --dask-address local for a temporary local cluster."
         ) from None
+    try:  # without a worker every computation would wait forever
+        client.wait_for_workers(1, timeout=WORKERS_TIMEOUT_S)
+    except (OSError, TimeoutError):
+        client.close()
+        raise ValueError(
+            f"the Dask scheduler at {address} has no worker after {WORKERS_TIMEOUT_S} s; start "
+            f"one on each machine that reads the table: `dask worker {address}`."
+        ) from None
+    return client
 
 
 def check_partitioned_source(config) -> list[Path]:
@@ -436,6 +447,19 @@ def _spec(config, files: list[Path]) -> RowSpec:
     return RowSpec(source.label, label, tuple(source.sensitive), features, config.seed, source.sep)
 
 
+def _check_parts(sizes: pd.DataFrame, data) -> None:
+    """Every part needs rows of both labels (to train, to choose and to test)."""
+    found = sizes.groupby(["part", "y"])["rows"].sum()
+    for part, code in PART_CODES.items():
+        rows = [int(found.get((code, label), 0)) for label in (0, 1)]
+        if min(rows) == 0:
+            raise ValueError(
+                f"the {part} rows of {data} hold {rows[0]} negative and {rows[1]} positive "
+                "labels; the Dask route needs both in each part: a larger table, or the "
+                "in-memory audit (a single file)."
+            )
+
+
 def _per_file(function, files: list[Path], *args) -> list:
     """``function(file, *args)`` for every file, on the cluster."""
     import dask
@@ -521,6 +545,7 @@ def _passes(files: list[Path], config) -> Passes:
     tick = time.perf_counter()
     spec = _spec(config, files)
     sizes, digest, sample_X, sample_groups = _first_pass(files, spec)
+    _check_parts(sizes, config.source.data)
     clock["time_load_data_s"] = time.perf_counter() - tick
     tick = time.perf_counter()
     min_count = config.representation.min_category_count

@@ -58,9 +58,10 @@ def write_parts(table: pd.DataFrame, folder, suffix: str) -> None:
     for i, rows in enumerate(np.array_split(np.arange(len(table)), FILES)):
         part = table.iloc[rows]
         path = folder / f"part-{i:02d}.{suffix}"
-        part.to_parquet(path, index=False) if suffix == "parquet" else part.to_csv(
-            path, index=False
-        )
+        if suffix == "parquet":
+            part.to_parquet(path, index=False)
+        else:
+            part.to_csv(path, index=False)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -255,3 +256,38 @@ def test_an_unreachable_scheduler_is_named_with_the_fix(table, user_cli, free_po
     assert f"no Dask scheduler answered at {address}" in said
     assert "dask scheduler" in said and "Traceback" not in said
     assert not (tmp_path / "out").exists()
+
+
+def test_bad_sources_are_named_with_the_fix_before_any_work(table, tmp_path):
+    frame, folder, _ = table
+    with pytest.raises(ValueError, match="pass --dask-address"):
+        route.check_partitioned_source(make_config(folder, None, tmp_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"holds no \.parquet file"):
+        route.check_partitioned_source(make_config(tmp_path / "empty", "local", tmp_path))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    frame.iloc[:10].to_csv(mixed / "a.csv", index=False)
+    frame.iloc[10:20].to_parquet(mixed / "b.parquet", index=False)
+    with pytest.raises(ValueError, match="Parquet files only or CSV files only"):
+        route.check_partitioned_source(make_config(str(mixed / "*"), "local", tmp_path))
+    with pytest.raises(ValueError, match=r"has no column\(s\) \['gender'\]"):
+        route.check_partitioned_source(make_config(folder, "local", tmp_path, sensitive=["gender"]))
+
+
+def test_a_scheduler_without_workers_is_named(monkeypatch):
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(route, "WORKERS_TIMEOUT_S", 1)
+    with (
+        LocalCluster(n_workers=0, dashboard_address=":0") as empty,
+        pytest.raises(ValueError, match=f"{empty.scheduler_address} has no worker"),
+    ):
+        route.connect(empty.scheduler_address)
+
+
+def test_a_part_without_one_of_the_labels_is_named(table, cluster, tmp_path):
+    folder = tmp_path / "tiny"
+    write_parts(table[0].iloc[:12], folder, "parquet")
+    with pytest.raises(ValueError, match="needs both in each part"):
+        run_route(make_config(folder, cluster[0], tmp_path), tmp_path / "run")
