@@ -507,7 +507,7 @@ def _fit_representations(files, spec: RowSpec, preprocessor, grid: list[int]) ->
             n_components=k, sensitive_columns=group_columns, random_state=spec.seed
         ).fit(encoded)
         estimator.set_params(sensitive_columns=None)  # the pipeline passes features only
-        facts = {"k": float(k), "mean_gap_fit": float(getattr(estimator, "mean_gap_", math.nan))}
+        facts = {"k": float(k), "mean_gap_fit": estimator.mean_gap_}
         fitted[k] = FittedRepresentation("fair_pca", estimator, time.perf_counter() - start, facts)
     return fitted
 

@@ -189,6 +189,13 @@ def test_projection_is_orthonormal_and_equalises_the_training_group_means(table,
     assert np.abs(raw[0] - raw[1]).max() > 0.3
 
 
+def test_a_champion_is_scored_on_the_test_partitions(audited):
+    """The promotion's comparison measures a champion on the same test rows, on the
+    cluster: the chosen pipeline scores what the record says of it."""
+    _, result = audited
+    assert result.score(result.pipeline) == result.record.selection.test
+
+
 def test_no_worker_held_more_than_its_memory_limit(table, audited, cluster):
     _, client, limit = cluster
     assert limit < table[0].memory_usage(deep=True).sum()
