@@ -138,10 +138,10 @@ def in_memory_parts(frame: pd.DataFrame, seed: int) -> np.ndarray:
 
 
 def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
-    _, result = audited
+    config, result = audited
     sizes = result.record.split_sizes.model_dump()
     assert sum(sizes.values()) == ROWS
-    parts = in_memory_parts(table[0], 3)
+    parts = in_memory_parts(table[0], config.seed)
     assert [sizes[p] for p in ("train", "validation", "test")] == np.bincount(parts).tolist()
     assert np.allclose([sizes["train"] / ROWS, sizes["test"] / ROWS], [SHARES[0], SHARES[2]],
                        atol=0.03)  # fmt: skip
@@ -211,11 +211,9 @@ def test_the_same_seed_gives_the_same_audit(table, cluster, audited, tmp_path):
     assert untimed[0] == untimed[1]
     assert again.record.training_data_sha256 == first.record.training_data_sha256
     pd.testing.assert_frame_equal(again.table, first.table)
-    for step in ("represent", "classify"):
-        np.testing.assert_array_equal(
-            *(getattr(r.pipeline[step], "components_", None) if step == "represent"
-              else r.pipeline[step].coef_ for r in (again, first))
-        )  # fmt: skip
+    same = np.testing.assert_array_equal
+    same(again.pipeline["represent"].components_, first.pipeline["represent"].components_)
+    same(again.pipeline["classify"].coef_, first.pipeline["classify"].coef_)
 
 
 def test_csv_parts_give_the_audit_of_the_parquet_folder(table, cluster, audited, tmp_path):
