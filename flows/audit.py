@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from fairpca.tasks.card import verdict_markdown
 from fairpca.tasks.data import load_data, search_sample, split_data
 from fairpca.tasks.diagnostics import diagnose
+from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
 from fairpca.tasks.evaluate import (
     GATED_RATES,
     build_pipeline,
@@ -414,16 +415,20 @@ def challenger_of(record: AuditRecord) -> Challenger:
 
 def promote_and_log(
     out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *, watch: bool,
-    tolerance: float,
+    tolerance: float, score=None,
 ) -> AuditResult:  # fmt: skip
     """The network part: decide the promotion against the current champion (on this audit's
-    test rows), write it beside the record (the report shows it), seal again, log to MLflow."""
+    test rows; ``score`` measures a pipeline there, by default on ``split``), write it beside
+    the record (the report shows it), seal again, log to MLflow."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     champion, demoted = (None, frozenset())
     if record.register_model or watch:  # a retrain re-checks its champion in any case
         try:
             champion, demoted = champion_lookup(
-                tracking_uri, record, evaluate=scorer_on_test_rows(split, config), watch=watch
+                tracking_uri,
+                record,
+                watch=watch,
+                evaluate=score or scorer_on_test_rows(split, config),
             )
         except Exception as error:  # after the task's retries: the folder is complete
             raise MlflowLoggingError(
@@ -498,6 +503,16 @@ def run_audit(
     accuracy a challenger may lose against the champion."""
     clock, started_at = Stopwatch(), datetime.now(UTC)
     out_dir = open_output_dir(config, kind)
+    if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
+        with connect(config.dask_address):  # open until the champion is scored there
+            on_dask = audit_partitions(
+                config, out_dir, kind=kind, started_at=started_at, tags=_flow_tags(kind)
+            )
+            write_outputs(out_dir, on_dask.record, on_dask.table, config)
+            return promote_and_log(
+                out_dir, on_dask.record, on_dask.table, None, config,
+                watch=watch, tolerance=tolerance, score=on_dask.score,
+            )  # fmt: skip
     with clock("load_data"):
         split = split_data(
             load_data(config.source), config.split, config.source,
@@ -598,6 +613,8 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     AuditResult
         The audit record, where it is on disk and in MLflow, and the promotion decision.
     """
+    if on_partitions(config.source):  # its own Dask client (fairpca.tasks.distributed)
+        return run_audit(config, "audit")
     if (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
         return on_dask(config)
     return run_audit(config, "audit")

@@ -97,7 +97,9 @@ class SourceConfig(Section):
 
     dataset: DatasetName | None = Field(None, description="Dataset: adult, german, bank or compas.")
     data: Path | None = Field(
-        None, description="User CSV/Parquet file (with label and sensitive columns)."
+        None,
+        description="User CSV/Parquet file (with label and sensitive columns); a folder of "
+        "Parquet files or a glob of CSV parts is audited on Dask (dask_address).",
     )
     label: str | None = Field(None, description="Label column of the user file.")
     positive_label: str | None = Field(
@@ -173,7 +175,10 @@ class SourceConfig(Section):
                 "sensitive column, e.g. --label income --sensitive sex."
             )
         from fairpca.datasets._user import _CSV_SUFFIXES, _PARQUET_SUFFIXES
+        from fairpca.tasks.distributed import on_partitions
 
+        if on_partitions(self) and self.dataset is None:  # checked where it is read
+            return
         if not self.data.name.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
             allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
             raise ValueError(f"data must be a .csv or .parquet file ({allowed}); got {self.data}.")
@@ -600,6 +605,8 @@ class AuditConfig(BaseModel):
         "Dask through prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a "
         "temporary LocalCluster, or a scheduler address such as 'tcp://host:8786'. "
         "A deployment run starts on threads and runs the flow as a subflow on Dask. "
+        "With data a Parquet folder or CSV parts, the table stays in the cluster's "
+        "partitions (the Dask route of the audit). "
         "Default: a thread pool.",
     )
     source: SourceConfig = Field(description="Where the rows come from.")

@@ -295,6 +295,16 @@ def check_before_run(config) -> list[str]:
     """
     from fairpca.datasets import ScreeningWarning
     from fairpca.tasks.data import load_source
+    from fairpca.tasks.distributed import check_partitioned_source, on_partitions
+
+    if on_partitions(config.source):  # read on the Dask cluster, never here
+        try:
+            check_partitioned_source(config)
+        except (ValueError, OSError) as error:
+            raise PreflightError(str(error)) from error
+        _check_output_dir(config.output.output_dir, config.output.run_name)
+        _check_signing_key(config.output.output_dir)
+        return []
 
     _check_file_memory(config.source)
     with warnings.catch_warnings(record=True) as caught:

@@ -1,0 +1,298 @@
+"""The audit's Dask route (tasks/distributed.py) on a real ``dask.distributed`` LocalCluster
+of two worker processes, on an Adult-like table kept as a folder of Parquet files (or a glob
+of CSV parts): what it records is what the same pipeline gives on the same rows in memory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+
+import numpy as np
+import pandas as pd
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from fairpca.flows.config import AuditConfig  # noqa: E402
+from fairpca.tasks import distributed as route  # noqa: E402
+from fairpca.tasks.distributed import SHARES, audit_partitions, part_of_rows  # noqa: E402
+from fairpca.tasks.evaluate import metrics_with_intervals  # noqa: E402
+
+pytestmark = [pytest.mark.flow, pytest.mark.slow]
+
+ROWS = 8000
+FILES = 8
+LABEL, SENSITIVE = "income", ["sex"]
+# the order in which the route reads (and hashes) a row: label, sensitive, then the rest
+COLUMNS = ["income", "sex", "age", "education_num", "hours_per_week", "workclass", "race"]
+NO_MEMORY_POLICING = {
+    f"distributed.worker.memory.{name}": False for name in ("target", "spill", "pause", "terminate")
+}
+
+
+def adult_like(n: int, seed: int = 0) -> pd.DataFrame:
+    """Rows shaped like Adult's: income depends on age, education, hours and sex, and hours
+    on sex."""
+    rng = np.random.default_rng(seed)
+    sex = np.where(rng.random(n) < 1 / 3, "Female", "Male")
+    age = rng.integers(18, 80, n)
+    education = rng.integers(1, 17, n)
+    hours = np.clip(rng.normal(36 + 6 * (sex == "Male"), 10).round(), 1, 99)  # a proxy
+    score = 0.05 * (age - 40) + 0.35 * (education - 10) + 0.04 * (hours - 40)
+    score += 0.6 * (sex == "Male") - 1.3
+    income = np.where(rng.random(n) < 1 / (1 + np.exp(-score)), ">50K", "<=50K")
+    return pd.DataFrame({
+        "age": age,
+        "education_num": education,
+        "hours_per_week": hours,
+        "workclass": rng.choice(["Private", "Self-emp", "Gov"], n, p=[0.7, 0.15, 0.15]),
+        "sex": sex,
+        "race": rng.choice(["White", "Black", "Other"], n, p=[0.8, 0.12, 0.08]),
+        "income": income,
+    })  # fmt: skip
+
+
+def write_parts(table: pd.DataFrame, folder, suffix: str) -> None:
+    folder.mkdir(parents=True)
+    for i, rows in enumerate(np.array_split(np.arange(len(table)), FILES)):
+        part = table.iloc[rows]
+        path = folder / f"part-{i:02d}.{suffix}"
+        if suffix == "parquet":
+            part.to_parquet(path, index=False)
+        else:
+            part.to_csv(path, index=False)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def small_encoder_sample():
+    """The encoder's sample, at most ENCODER_SAMPLE_ROWS rows gathered from the workers, is
+    the one result of a table's size; here a tenth of the table, as on a large table."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(route, "ENCODER_SAMPLE_ROWS", ROWS // 10)
+        yield
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """The table, its Parquet folder and its CSV parts' glob."""
+    root = tmp_path_factory.mktemp("table")
+    frame = adult_like(ROWS)
+    write_parts(frame, root / "parquet", "parquet")
+    write_parts(frame, root / "csv", "csv")
+    return frame, root / "parquet", str(root / "csv" / "part-*.csv")
+
+
+@pytest.fixture(scope="module")
+def cluster(table):
+    """Two single-threaded worker processes whose memory limit is half the table's size in
+    memory, and each worker's peak of held task results (dask's managed memory).
+
+    The limit is checked on what a worker holds (the partitions and results it keeps):
+    the nanny's own policing compares the whole process (the interpreter and its imports,
+    ~200 MB) with the limit, which no table of a few thousand rows exceeds, so it is off.
+    """
+    import dask
+    from distributed import Client, LocalCluster, WorkerPlugin
+
+    class PeakHeld(WorkerPlugin):  # defined here: pickled by value to the workers
+        def setup(self, worker):
+            self.worker, worker.peak_held = worker, 0
+
+        def transition(self, key, start, finish, **kwargs):
+            self.worker.peak_held = max(self.worker.peak_held, self.worker.state.nbytes)
+
+    limit = int(table[0].memory_usage(deep=True).sum()) // 2
+    with dask.config.set(NO_MEMORY_POLICING), LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, memory_limit=limit,
+        dashboard_address=":0",
+    ) as local, Client(local) as client:  # fmt: skip
+        client.register_plugin(PeakHeld())
+        yield local.scheduler_address, client, limit
+
+
+def make_config(data, address, tmp_path, **overrides) -> AuditConfig:
+    values = {
+        "data": data, "label": LABEL, "positive_label": ">50K", "sensitive": SENSITIVE,
+        "dask_address": address, "k": 4, "n_bootstrap": 200, "seed": 3,
+        "output_dir": tmp_path / "out", "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "model_name": f"fairpca-dask-{tmp_path.name}",
+    }  # fmt: skip
+    return AuditConfig(**(values | overrides))
+
+
+def run_route(config, out_dir):
+    out_dir.mkdir(parents=True)
+    return audit_partitions(config, out_dir, kind="audit", started_at=datetime.now(UTC), tags={})
+
+
+@pytest.fixture(scope="module")
+def audited(table, cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("audited")
+    config = make_config(table[1], cluster[0], tmp)
+    return config, run_route(config, tmp / "run")
+
+
+def in_memory_parts(frame: pd.DataFrame, seed: int) -> np.ndarray:
+    return part_of_rows(frame[COLUMNS], seed)
+
+
+def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
+    config, result = audited
+    sizes = result.record.split_sizes.model_dump()
+    assert sum(sizes.values()) == ROWS
+    parts = in_memory_parts(table[0], config.seed)
+    assert [sizes[p] for p in ("train", "validation", "test")] == np.bincount(parts).tolist()
+    assert np.allclose([sizes["train"] / ROWS, sizes["test"] / ROWS], [SHARES[0], SHARES[2]],
+                       atol=0.03)  # fmt: skip
+
+
+@pytest.mark.parametrize("part", ["validation", "test"])
+def test_metrics_from_partition_counts_equal_those_of_the_rows(table, audited, part):
+    """Every metric and interval the route reports, summed from per-partition counts,
+    equals metrics_with_intervals on the same predictions of the same rows in memory."""
+    config, result = audited
+    frame = table[0]
+    rows = frame[in_memory_parts(frame, config.seed) == (1 if part == "validation" else 2)]
+    predicted = result.pipeline.predict(rows.drop(columns=[LABEL, *SENSITIVE]))
+    expected = metrics_with_intervals(
+        (rows[LABEL] == ">50K").to_numpy(int), predicted, rows[SENSITIVE],
+        min_group_size=config.evaluation.min_group_size, n_resamples=200, seed=config.seed,
+    )  # fmt: skip
+    if part == "test":
+        reported = result.record.selection.test
+    else:
+        chosen = result.record.selection.chosen
+        row = result.table[(result.table["k"] == chosen.k) & (result.table["C"] == chosen.C)]
+        reported = {k: v for k, v in row.iloc[0].items() if k in expected}
+    assert len(expected) > 40
+    assert reported.keys() == expected.keys()
+    for name, value in expected.items():
+        assert reported[name] == pytest.approx(value, abs=1e-12), name
+
+
+def test_projection_is_orthonormal_and_equalises_the_training_group_means(table, audited):
+    config, result = audited
+    frame = table[0]
+    train = frame[in_memory_parts(frame, config.seed) == 0]
+    encoded = result.pipeline["preprocess"].transform(train.drop(columns=[LABEL, *SENSITIVE]))
+    representation = result.pipeline["represent"]
+    components = representation.components_
+    assert components.shape[0] == 4
+    np.testing.assert_allclose(components @ components.T, np.eye(4), atol=1e-10)
+    projected = np.asarray(representation.transform(encoded))
+    means = [projected[(train["sex"] == g).to_numpy()].mean(axis=0) for g in ("Female", "Male")]
+    np.testing.assert_allclose(means[0], means[1], atol=1e-8)
+    # the constraint is the projection's doing: the encoded features' means differ
+    encoded = np.asarray(encoded)
+    raw = [encoded[(train["sex"] == g).to_numpy()].mean(axis=0) for g in ("Female", "Male")]
+    assert np.abs(raw[0] - raw[1]).max() > 0.3
+
+
+def test_a_champion_is_scored_on_the_test_partitions(audited):
+    """The promotion's comparison measures a champion on the same test rows, on the
+    cluster: the chosen pipeline scores what the record says of it."""
+    _, result = audited
+    assert result.score(result.pipeline) == result.record.selection.test
+
+
+def test_no_worker_held_more_than_its_memory_limit(table, audited, cluster):
+    _, client, limit = cluster
+    assert limit < table[0].memory_usage(deep=True).sum()
+    peaks = client.run(lambda dask_worker: dask_worker.peak_held)
+    assert len(peaks) == 2 and all(0 < peak <= limit for peak in peaks.values()), peaks
+
+
+def test_the_same_seed_gives_the_same_audit(table, cluster, audited, tmp_path):
+    config, first = audited
+    again = run_route(config, tmp_path / "again")
+    untimed = [{k: v for k, v in r.record.metrics.items() if not k.startswith("time_")}
+               for r in (again, first)]  # fmt: skip
+    assert untimed[0] == untimed[1]
+    assert again.record.training_data_sha256 == first.record.training_data_sha256
+    pd.testing.assert_frame_equal(again.table, first.table)
+    same = np.testing.assert_array_equal
+    same(again.pipeline["represent"].components_, first.pipeline["represent"].components_)
+    same(again.pipeline["classify"].coef_, first.pipeline["classify"].coef_)
+
+
+def test_csv_parts_give_the_audit_of_the_parquet_folder(table, cluster, audited, tmp_path):
+    _, parquet = audited
+    from_csv = run_route(make_config(table[2], cluster[0], tmp_path), tmp_path / "csv")
+    assert from_csv.record.split_sizes == parquet.record.split_sizes
+    assert from_csv.record.selection.test == parquet.record.selection.test
+
+
+def test_fairpca_audit_on_a_cluster_from_the_command_line(table, cluster, user_cli, tmp_path):
+    """As a user runs it: a sealed output folder and an MLflow run of the Dask route."""
+    from mlflow import MlflowClient
+
+    from fairpca.tasks.trust import verify_output_dir
+
+    fairpca, env = user_cli
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = subprocess.run(
+        [fairpca, "audit", "--data", str(table[1]), "--label", LABEL, "--positive-label",
+         ">50K", "--sensitive", "sex", "--dask-address", cluster[0], "--k", "4",
+         "--tracking-uri", uri, "--output-dir", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (out_dir,) = (tmp_path / "out").iterdir()
+    verify_output_dir(out_dir)  # sealed: every file as the audit wrote it
+    record = json.loads((out_dir / "audit.json").read_text())
+    assert sum(record["split_sizes"].values()) == ROWS
+    status = json.loads((out_dir / "mlflow_status.json").read_text())
+    run = MlflowClient(tracking_uri=uri).get_run(status["run_id"])
+    assert run.data.tags["fairpca.route"] == "dask"
+    assert run.data.params["route"] == "dask"
+
+
+def test_an_unreachable_scheduler_is_named_with_the_fix(table, user_cli, free_port, tmp_path):
+    fairpca, env = user_cli
+    address = f"tcp://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [fairpca, "audit", "--data", str(table[1]), "--label", LABEL, "--sensitive", "sex",
+         "--dask-address", address, "--output-dir", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said
+    assert f"no Dask scheduler answered at {address}" in said
+    assert "dask scheduler" in said and "Traceback" not in said
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_sources_are_named_with_the_fix_before_any_work(table, tmp_path):
+    frame, folder, _ = table
+    with pytest.raises(ValueError, match="pass --dask-address"):
+        route.check_partitioned_source(make_config(folder, None, tmp_path))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"holds no \.parquet file"):
+        route.check_partitioned_source(make_config(tmp_path / "empty", "local", tmp_path))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    frame.iloc[:10].to_csv(mixed / "a.csv", index=False)
+    frame.iloc[10:20].to_parquet(mixed / "b.parquet", index=False)
+    with pytest.raises(ValueError, match="Parquet files only or CSV files only"):
+        route.check_partitioned_source(make_config(str(mixed / "*"), "local", tmp_path))
+    with pytest.raises(ValueError, match=r"has no column\(s\) \['gender'\]"):
+        route.check_partitioned_source(make_config(folder, "local", tmp_path, sensitive=["gender"]))
+
+
+def test_a_scheduler_without_workers_is_named(monkeypatch):
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(route, "WORKERS_TIMEOUT_S", 1)
+    with (
+        LocalCluster(n_workers=0, dashboard_address=":0") as empty,
+        pytest.raises(ValueError, match=f"{empty.scheduler_address} has no worker"),
+    ):
+        route.connect(empty.scheduler_address)
+
+
+def test_a_part_without_one_of_the_labels_is_named(table, cluster, tmp_path):
+    folder = tmp_path / "tiny"
+    write_parts(table[0].iloc[:12], folder, "parquet")
+    with pytest.raises(ValueError, match="needs both in each part"):
+        run_route(make_config(folder, cluster[0], tmp_path), tmp_path / "run")
