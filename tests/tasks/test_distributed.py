@@ -16,7 +16,8 @@ distributed = pytest.importorskip("distributed")
 
 from fairpca.flows.config import AuditConfig  # noqa: E402
 from fairpca.tasks import distributed as route  # noqa: E402
-from fairpca.tasks.distributed import SHARES, audit_partitions, part_of_rows  # noqa: E402
+from fairpca.tasks.data import DEFAULT_SHARES as SHARES  # noqa: E402
+from fairpca.tasks.distributed import audit_partitions, part_of_rows  # noqa: E402
 from fairpca.tasks.evaluate import metrics_with_intervals  # noqa: E402
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
@@ -134,7 +135,7 @@ def audited(table, cluster, tmp_path_factory):
 
 
 def in_memory_parts(frame: pd.DataFrame, seed: int) -> np.ndarray:
-    return part_of_rows(frame[COLUMNS], seed)
+    return part_of_rows(frame[COLUMNS], seed, SHARES)
 
 
 def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
