@@ -284,8 +284,10 @@ def run_audit(
     fairpca: str, args: list[str], folder: Path, timeout: float, data_dir: str | None
 ) -> tuple[int, str, str, float]:
     """Run ``fairpca audit ARGS`` in ``folder``; its exit code, stdout, stderr, wall seconds."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API_")}
+    # never the caller's servers: a fresh MLflow store and Prefect home in the scratch folder
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_", "MLFLOW_"))}
     env.update(COLUMNS="1000", PREFECT_HOME=str(folder / ".prefect"), NO_COLOR="1")
+    env["MLFLOW_TRACKING_URI"] = f"sqlite:///{folder / 'mlflow.db'}"
     if data_dir:
         env["FAIRPCA_DATA_DIR"] = data_dir
     start = time.monotonic()

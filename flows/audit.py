@@ -77,6 +77,7 @@ from fairpca.tasks.select import (
     decide_promotion,
     dominance,
     majority_accuracy_of,
+    registrable,
     require_fair_variant,
     shortlist,
 )
@@ -297,6 +298,8 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
     failing by its 95% sampling error on the sample (the best on a sample sit at the gate's
     edge, where the sample flatters them; these are likely to pass on every row too)."""
     majority = majority_accuracy_of(sample.y_train, sample.y_validation)
+    # only what may be registered is refitted on every row (choose() keeps to the same)
+    table = registrable(table, selection.allow_row_storing_models)
     numbered = table.assign(row=np.arange(len(table)))
     strict = numbered.copy()
     for measure in GATED_RATES:
@@ -528,7 +531,9 @@ def run_audit(
     search_rows = None if len(split.y_validation) < config.selection.cv_below_rows else (
         config.split.search_rows
     )  # fmt: skip
-    sample, sample_encoded = search_sample(split, encoded, search_rows, config.seed)
+    sample, sample_encoded = search_sample(
+        split, encoded, search_rows, config.seed, config.evaluation.min_group_size
+    )
     references = reference_mitigations.submit(
         preprocessor, split, encoded, config.evaluation, config.seed, config.selection, search_rows
     )

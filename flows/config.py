@@ -192,7 +192,8 @@ class SourceConfig(Section):
 class SplitConfig(Section):
     """Every row by default, drawn at random and stratified by label x group: fit on train,
     choose and gate on validation, report on test. Each part takes its share of the table,
-    at most its cap."""
+    at most its cap; when all three caps are given they are the parts' sizes (scaled down in
+    proportion on a smaller table) and the shares are not used."""
 
     train_share: float = Field(
         0.5, gt=0.0, lt=1.0, description="Share of the rows for training (fit every model)."
@@ -204,13 +205,22 @@ class SplitConfig(Section):
         0.25, gt=0.0, lt=1.0, description="Share of the rows for test (reported only)."
     )
     n_train: int | None = Field(
-        None, ge=20, description="Cap on the training rows (default: no cap, the share)."
+        None,
+        ge=20,
+        description="Cap on the training rows (default: no cap, the share); with all three "
+        "caps given, they are the sizes of the parts.",
     )
     n_validation: int | None = Field(
-        None, ge=20, description="Cap on the validation rows (default: no cap, the share)."
+        None,
+        ge=20,
+        description="Cap on the validation rows (default: no cap, the share); with all three "
+        "caps given, they are the sizes of the parts.",
     )
     n_test: int | None = Field(
-        None, ge=20, description="Cap on the test rows (default: no cap, the share)."
+        None,
+        ge=20,
+        description="Cap on the test rows (default: no cap, the share); with all three "
+        "caps given, they are the sizes of the parts.",
     )
     search_rows: int | None = Field(
         5000,

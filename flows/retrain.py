@@ -19,6 +19,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from fairpca.tasks.distributed import on_partitions
 from fairpca.tasks.report import markdown_text
 
 from .audit import AuditResult, run_audit
@@ -83,7 +84,11 @@ def retrain(config: RetrainConfig) -> AuditResult:
         became the champion; the flow run's final state (Completed) carries
         :func:`final_message`.
     """
-    if (on_dask := dask_subflow(retrain, config.dask_address)) is not None:
+    # a partitioned table has its own Dask client (fairpca.tasks.distributed)
+    if (
+        not on_partitions(config.source)
+        and (on_dask := dask_subflow(retrain, config.dask_address)) is not None
+    ):
         return on_dask(config)
     result = run_audit(config, "retrain", watch=True, tolerance=config.promotion.accuracy_tolerance)
     message = final_message(result)

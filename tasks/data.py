@@ -125,15 +125,19 @@ def part_sizes(
     return tuple(int(size) for size in wanted)
 
 
-def stratified_sample(y: np.ndarray, sensitive: pd.DataFrame, size: int, seed: int) -> np.ndarray:
-    """Sorted indices of ``size`` rows drawn without replacement, seeded, each label x group
-    stratum in proportion to its size (largest remainder); every row when ``size`` is not
-    smaller than the rows."""
+def stratified_sample(
+    y: np.ndarray, sensitive: pd.DataFrame, size: int, seed: int, floor: int = 0
+) -> np.ndarray:
+    """Sorted indices of about ``size`` rows drawn without replacement, seeded, each label x
+    group stratum in proportion to its size (largest remainder) but at least ``floor`` rows
+    (all of a smaller stratum: a small group keeps the rows its metrics need, so the sample
+    may exceed ``size`` by those); every row when ``size`` is not smaller than the rows."""
     if size >= len(y):
         return np.arange(len(y))
     strata = _strata(y, sensitive)
+    counts = np.bincount(strata)
+    take = np.maximum(_allocate(size, counts), np.minimum(counts, floor))
     rng = np.random.default_rng(seed)
-    take = _allocate(size, np.bincount(strata))
     chosen = [
         rng.permutation(np.flatnonzero(strata == code))[:n] for code, n in enumerate(take) if n
     ]
@@ -218,11 +222,15 @@ def split_options(sizes) -> dict[str, Any]:
     }
 
 
-def search_sample(split: Split, encoded: tuple, n_train: int | None, seed: int) -> tuple:
-    """The rows of the wide search: a seeded stratified sample of at most ``n_train``
+def search_sample(
+    split: Split, encoded: tuple, n_train: int | None, seed: int, min_group_size: int = 0
+) -> tuple:
+    """The rows of the wide search: a seeded stratified sample of about ``n_train``
     training rows and of validation rows in the same proportion, at least ``n_train // 2``
-    (None: every row), as a :class:`Split` (test rows unchanged) and the matching encoded
-    rows. The same split and arrays when nothing is left out."""
+    (None: every row), each label x group stratum with at least ``min_group_size`` rows where
+    it has them (:func:`stratified_sample`: the gate judges every group it judges on every
+    row), as a :class:`Split` (test rows unchanged) and the matching encoded rows. The same
+    split and arrays when nothing is left out."""
     if n_train is None or n_train >= len(split.y_train):
         return split, encoded
     # validation rows in the split's proportion, and at least half the training sample
@@ -233,7 +241,7 @@ def search_sample(split: Split, encoded: tuple, n_train: int | None, seed: int) 
     picked = []
     for part, size in (("train", n_train), ("validation", n_validation)):
         y, s = getattr(split, f"y_{part}"), getattr(split, f"s_{part}")
-        rows = stratified_sample(y, s, size, seed)
+        rows = stratified_sample(y, s, size, seed, floor=min_group_size)
         picked.append(rows)
         values[f"X_{part}"] = getattr(split, f"X_{part}").iloc[rows].reset_index(drop=True)
         values[f"y_{part}"] = y[rows]

@@ -82,7 +82,7 @@ def on_partitions(source) -> bool:
     """Whether an audit's ``source`` is a partitioned table (a folder, or a glob of files),
     which the Dask route reads."""
     data = getattr(source, "data", None)
-    if data is None:
+    if data is None or Path(data).is_file():  # a file named export[2024].csv is one file
         return False
     return Path(data).is_dir() or any(c in str(data) for c in GLOB_CHARACTERS)
 
@@ -96,12 +96,12 @@ def partition_files(data: str | Path) -> list[Path]:
     ValueError
         Nothing matches, or the files are neither all Parquet nor all CSV.
     """
-    path = Path(data)
+    path = Path(data).resolve()  # the workers may run in another folder
     if path.is_dir():
         files = sorted(path.rglob("*.parquet"))
         what = f"the folder {path} holds no .parquet file"
     else:
-        files = sorted(Path(p) for p in glob.glob(str(path)) if Path(p).is_file())
+        files = sorted(Path(p).resolve() for p in glob.glob(str(data)) if Path(p).is_file())
         what = f"the pattern {data} matches no file"
     if not files:
         raise ValueError(f"{what}; give a folder of Parquet files or a glob of CSV parts.")

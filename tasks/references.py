@@ -258,8 +258,9 @@ def fit_references(
     evaluated (with 95% intervals, as ``evaluation`` says) on the validation and test rows;
     one that cannot be fitted on these data says why."""
     sample, (train, validation) = search_sample(
-        split, (encoded["train"], encoded["validation"]), search_rows, seed
-    )
+        split, (encoded["train"], encoded["validation"]), search_rows, seed,
+        evaluation.min_group_size,
+    )  # fmt: skip
     searched = ({"train": train, "validation": validation}, sample)
     C_grid = sorted(
         {paper_C(len(sample.y_train)) if c is None else float(c) for c in _C_grid(evaluation)}

@@ -123,3 +123,20 @@ def test_stratified_sample_keeps_each_label_and_group_share_and_is_seeded():
     drawn = pd.crosstab(y[rows], groups["g"].to_numpy()[rows], normalize=True)
     assert np.abs(full.to_numpy() - drawn.to_numpy()).max() < 1e-3
     np.testing.assert_array_equal(stratified_sample(y, groups, 30_000, seed=3), np.arange(20_000))
+
+
+def test_stratified_sample_keeps_a_small_groups_rows_up_to_the_floor():
+    """A group of 0.4% of the rows would get ~4 of 1,000 sampled rows per label; with the
+    floor it keeps 30 per label (all of them where it has fewer), the rest in proportion."""
+    from fairpca.tasks.data import stratified_sample
+
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 50_000)
+    g = np.where(np.arange(50_000) < 200, "small", "large")
+    groups = pd.DataFrame({"g": g})
+    plain = stratified_sample(y, groups, 1000, seed=0)
+    floored = stratified_sample(y, groups, 1000, seed=0, floor=30)
+    assert (g[plain] == "small").sum() < 10
+    small = floored[g[floored] == "small"]
+    assert np.bincount(y[small]).tolist() == [30, 30]
+    assert len(floored) == len(set(floored.tolist())) <= 1000 + 60

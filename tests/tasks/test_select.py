@@ -384,10 +384,15 @@ def test_dominance_holds_only_where_the_reference_meets_the_gate_on_the_test_row
     line names one that, like fair PCA, needs the attribute only at training."""
     from fairpca.tasks.select import dominance
 
-    chosen_test = {"balanced_accuracy": 0.70, "balanced_accuracy.ci95_low": 0.68,
+    chosen_test = {**_gated(0.01, 0.01), "balanced_accuracy": 0.70,
+                   "balanced_accuracy.ci95_low": 0.68,
                    "balanced_accuracy.ci95_high": 0.72}  # fmt: skip
     unfair_on_test = _reference("correlation_remover", 0.80, 0.02, True, test_dp=0.30)
     assert dominance(_promoted_choice(), [unfair_on_test], chosen_test, _config()).decision.promote
+    # symmetric: where the chosen candidate fails the gate on the test rows too, it dominates
+    unfair_chosen = {**chosen_test, "dp_difference": 0.30}
+    kept = dominance(_promoted_choice(), [unfair_on_test], unfair_chosen, _config())
+    assert not kept.decision.promote
     both = [
         _reference("correlation_remover", 0.85, 0.02, True),  # the widest margin
         _reference("exponentiated_gradient", 0.78, 0.02, False),
