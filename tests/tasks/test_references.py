@@ -103,3 +103,20 @@ def test_a_reference_meeting_the_gate_with_a_better_measure_is_named_with_interv
         "[+0.0317, +0.0883]); on the test rows +0.0400 (95% interval [+0.0200, +0.0600])"
     )
     assert "needs the sensitive attribute at prediction time" in sentence
+
+
+def test_correlation_remover_by_chunks_equals_one_transform(monkeypatch):
+    """The chunked transform bounds memory and changes nothing (a linear map of each row)."""
+    from fairlearn.preprocessing import CorrelationRemover
+
+    from fairpca.tasks import references
+
+    rng = np.random.default_rng(0)
+    features = rng.normal(size=(50, 4))
+    sensitive = pd.DataFrame({"sex": rng.choice(["a", "b"], 50)})
+    frame, groups = references._with_groups(features, sensitive)
+    remover = CorrelationRemover(sensitive_feature_ids=groups).fit(frame)
+    monkeypatch.setattr(references, "TRANSFORM_CHUNK_ROWS", 7)
+    np.testing.assert_array_equal(
+        references._by_chunks(remover.transform, frame), remover.transform(frame)
+    )
