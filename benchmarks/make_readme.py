@@ -54,6 +54,10 @@ benchmarks.bench_streaming`) and `bench_fit.py` are separate scaling benchmarks 
 docstrings). `python -m benchmarks.bench_fit --threads 1` times `FairPCA.fit` beside
 `PCA.fit` on the same rows in the same process; its goal is a CPU ratio of at most 1.1 on every
 cell whose fits take 20 ms or more and at most 1.3 on the smaller cells.
+`python -m benchmarks.bench_audit` runs the default audit at 10,000 to 1,000,000 rows (wall
+time by stage, peak RSS, growth: `results/bench_audit.md`); `python -m benchmarks.verdicts`
+runs the audit's verdict on public R tables and the bundled data through the command line
+(`results/verdicts_after.md`, beside the code before the verdict work in `verdicts_before.md`).
 """
 
 
