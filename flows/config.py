@@ -179,6 +179,8 @@ class SourceConfig(Section):
 
         if on_partitions(self) and self.dataset is None:  # checked where it is read
             return
+        if self.data.is_dir():
+            return  # said when it is read (a directory, not a file; Parquet folders: Dask)
         if not self.data.name.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
             allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
             raise ValueError(f"data must be a .csv or .parquet file ({allowed}); got {self.data}.")

@@ -79,12 +79,14 @@ SKIPPED = {
 
 
 def on_partitions(source) -> bool:
-    """Whether an audit's ``source`` is a partitioned table (a folder, or a glob of files),
-    which the Dask route reads."""
+    """Whether an audit's ``source`` is a partitioned table (a folder of Parquet files, or a
+    glob of files), which the Dask route reads."""
     data = getattr(source, "data", None)
     if data is None or Path(data).is_file():  # a file named export[2024].csv is one file
         return False
-    return Path(data).is_dir() or any(c in str(data) for c in GLOB_CHARACTERS)
+    if Path(data).is_dir():  # a folder without Parquet files is a wrong --data, said so later
+        return next(Path(data).rglob("*.parquet"), None) is not None
+    return any(c in str(data) for c in GLOB_CHARACTERS)
 
 
 def partition_files(data: str | Path) -> list[Path]:

@@ -27,7 +27,8 @@ _PARQUET_SUFFIXES = (".parquet", ".pq")
 def _check_file(path: Path) -> None:
     if path.is_dir():
         raise IsADirectoryError(
-            f"Data path {path} is a directory, not a file; pass the CSV/Parquet file inside it."
+            f"Data path {path} is a directory, not a file; pass the CSV/Parquet file inside it "
+            "(a folder of Parquet files is audited on Dask: fairpca audit --dask-address)."
         )
     if not path.exists():
         raise FileNotFoundError(f"Data file not found: {path}. Check the path (cwd: {Path.cwd()}).")
