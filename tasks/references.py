@@ -59,12 +59,16 @@ __all__ = [
 # training rows) and its iteration cap: 50 logistic fits on 5,000 rows take a few seconds.
 EG_BOUNDS = (0.01, 0.03)
 EG_MAX_ITER = 50
-# Training rows of the reductions approach's final fit (a seeded sample stratified by label x
-# group, as the split): each of its up to 50 iterations refits the logistic regression and
-# evaluates every earlier one on every row, so its cost grows faster than the rows (on
-# 100,000 Adult-like rows ~170 s of a 230 s audit). A logistic regression on ~100 encoded
-# columns has stopped improving well before 20,000 rows. Recorded in the reference's config.
-EG_MAX_TRAIN_ROWS = 20_000
+# Training rows of the reductions approach's final fit and of CorrelationRemover's own fit (a
+# seeded sample stratified by label x group, as the split). Each of EG's up to 50 iterations
+# refits the logistic regression and evaluates every earlier one on every row, so its cost
+# grows faster than the rows (on 100,000 Adult-like rows ~170 s of a 230 s audit); a logistic
+# regression on ~100 encoded columns has stopped improving well before 20,000 rows.
+# CorrelationRemover's fit holds several copies of its rows (4 GB at 500,000 rows of 107
+# columns) for a least-squares fit of each column on the group indicators; its classifier is
+# then fitted on every training row. Recorded in the reference's config.
+CAPPED_FIT_ROWS = 20_000
+CAPPED = {"exponentiated_gradient": "training rows", "correlation_remover": "remover's rows"}
 
 REFERENCE_KEYS = (
     "name", "approach", "needs_sensitive_at_prediction", "validation", "test", "config",
@@ -142,34 +146,42 @@ def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, pari
 
 
 def _correlation_remover(features, y, sensitive, *, C, objective, seed):
+    """CorrelationRemover fitted on at most :data:`CAPPED_FIT_ROWS` stratified training
+    rows (a least-squares fit of each feature on the group indicators: its coefficients are
+    settled long before that), then the tuned logistic regression on every training row as
+    it transforms them."""
     from fairlearn.preprocessing import CorrelationRemover
 
-    frame, group_columns = _with_groups(features, sensitive)
+    rows = stratified_sample(y, sensitive, CAPPED_FIT_ROWS, seed)
+    frame, group_columns = _with_groups(features[rows], sensitive.iloc[rows])
     remover = CorrelationRemover(sensitive_feature_ids=group_columns).fit(frame)
     columns = frame.columns
-    classifier = fit_classifier(
-        "logreg_tuned", _by_chunks(remover.transform, frame), y, seed=seed, C=C,
-        scoring=objective,
-    )  # fmt: skip
     del frame
 
-    def predict(F, s):
-        other, _ = _with_groups(F, s)
-        other = other.reindex(columns=columns, fill_value=0.0)
-        return classifier.predict(_by_chunks(remover.transform, other))
+    def removed(F, s) -> np.ndarray:
+        return _by_chunks(remover.transform, F, s, columns)
 
-    return predict
+    classifier = fit_classifier(
+        "logreg_tuned", removed(features, sensitive), y, seed=seed, C=C, scoring=objective
+    )
+    return lambda F, s: classifier.predict(removed(F, s))
 
 
 TRANSFORM_CHUNK_ROWS = 20_000
 
 
-def _by_chunks(transform, frame: pd.DataFrame) -> np.ndarray:
-    """``transform(frame)`` by blocks of :data:`TRANSFORM_CHUNK_ROWS` rows (a linear map of
-    each row alone: the same result): CorrelationRemover's transform holds about five copies
-    of what it is given (425 MB for 100,000 rows of 107 columns)."""
-    blocks = range(0, len(frame), TRANSFORM_CHUNK_ROWS)
-    return np.vstack([transform(frame.iloc[i : i + TRANSFORM_CHUNK_ROWS]) for i in blocks])
+def _by_chunks(transform, features: np.ndarray, sensitive: pd.DataFrame, columns) -> np.ndarray:
+    """``transform`` of the features beside their group columns (in the fitted ``columns``;
+    a group absent from a block is a column of zeros), by blocks of
+    :data:`TRANSFORM_CHUNK_ROWS` rows (a linear map of each row alone: the same result):
+    CorrelationRemover's transform holds about five copies of what it is given (425 MB for
+    100,000 rows of 107 columns), and the blocks never form a frame of every row."""
+    blocks = []
+    for start in range(0, len(features), TRANSFORM_CHUNK_ROWS):
+        rows = slice(start, start + TRANSFORM_CHUNK_ROWS)
+        frame, _ = _with_groups(features[rows], sensitive.iloc[rows])
+        blocks.append(transform(frame.reindex(columns=columns, fill_value=0.0)))
+    return np.vstack(blocks)
 
 
 def _configurations(name: str, C_grid: list[float], C_base: float) -> list[dict[str, float]]:
@@ -187,7 +199,7 @@ def _fit(name: str, config: dict, encoded, split, objective: str, parity: str, s
     if name == "threshold_optimizer":
         return _threshold_optimizer(*train, parity=parity, **options)
     if name == "exponentiated_gradient":
-        rows = stratified_sample(split.y_train, split.s_train, EG_MAX_TRAIN_ROWS, seed)
+        rows = stratified_sample(split.y_train, split.s_train, CAPPED_FIT_ROWS, seed)
         capped = (train[0][rows], train[1][rows], train[2].iloc[rows])
         return _exponentiated_gradient(*capped, bound=config["bound"], parity=parity, **options)
     return _correlation_remover(*train, **options)
@@ -252,8 +264,8 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
         predict = _fit(name, config, *final, objective, parity, seed)
         validation = _Measured(*final, evaluation, seed).row(predict, "validation")
     rows = len(final[1].y_train)
-    if name == "exponentiated_gradient" and rows > EG_MAX_TRAIN_ROWS:
-        config = {**config, "training rows": EG_MAX_TRAIN_ROWS}
+    if rows > CAPPED_FIT_ROWS and name in CAPPED:
+        config = {**config, CAPPED[name]: CAPPED_FIT_ROWS}
     return {
         "config": f"{_describe(config)} ({len(tried)} tried on the validation rows)",
         "validation": validation,
