@@ -793,11 +793,19 @@ class FairPCA(TransformerMixin, BaseEstimator):
         X = drop_sensitive_columns(X, self.sensitive_columns)
         check_numeric(X)
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        Xc = X - self.mean_
-        fair = Xc @ self.components_.T
-        if self.tradeoff > 0:
-            return np.hstack([fair, self.tradeoff * (Xc @ self.pca_components_.T)])
-        return fair
+        k = self.components_.shape[0]
+        appended = self.tradeoff > 0
+        dtype = np.result_type(X.dtype, self.mean_.dtype, self.components_.dtype)
+        X_new = np.empty((X.shape[0], 2 * k if appended else k), dtype=dtype)
+        # By blocks of rows into the output: one centred block at a time instead of a centred
+        # copy of X and a product per part (each row's projection is computed alone).
+        step = _memory.rows_per_block(X.shape[1], X.dtype.itemsize)
+        for start in range(0, X.shape[0], step):
+            Xc = X[start : start + step] - self.mean_
+            X_new[start : start + step, :k] = Xc @ self.components_.T
+            if appended:
+                X_new[start : start + step, k:] = self.tradeoff * (Xc @ self.pca_components_.T)
+        return X_new
 
     def inverse_transform(self, X):
         """Map fair features back to the input space: ``X[:, :k] @ components_ + mean_``.

@@ -322,6 +322,18 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
     return rows.drop_duplicates([c for c in alike if c in rows]).to_dict("records")
 
 
+# Encoded training rows above which the stages that copy them (the shortlist's refits, the
+# reference mitigations) run one after another, not side by side on the task runner's two
+# threads: each holds a few copies of the rows it fits (at 500,000 rows of 106 columns,
+# 424 MB a copy), so side by side they would add up.
+SIDE_BY_SIDE_MAX_BYTES = 200_000_000
+
+
+def side_by_side(encoded: tuple[np.ndarray, ...]) -> bool:
+    """Whether the stages that copy the encoded training rows may run at the same time."""
+    return encoded[0].nbytes <= SIDE_BY_SIDE_MAX_BYTES
+
+
 def choose_on_every_row(
     config: AuditConfig, table, split, sample, searches, encoded, sigma, out_dir: Path
 ):
@@ -333,15 +345,20 @@ def choose_on_every_row(
     the refitted representations and their sweeps (the measured shortlist is written to
     ``out_dir/shortlist.csv``)."""
     candidates = sample_shortlist(table, sample, config.selection)
-    futures = {
-        variant: refit_shortlist.submit(
+
+    def arguments(variant: str) -> tuple:
+        return (
             variant, [row for row in candidates if row["variant"] == variant],
             searches[variant].representation, encoded, split, config.representation,
             config.evaluation, config.selection, config.seed, sigma, searches[variant].C,
-        )
-        for variant in dict.fromkeys(row["variant"] for row in candidates)
-    }  # fmt: skip
-    refits = {variant: future.result() for variant, future in futures.items()}
+        )  # fmt: skip
+
+    variants = dict.fromkeys(row["variant"] for row in candidates)
+    if side_by_side(encoded):
+        futures = {variant: refit_shortlist.submit(*arguments(variant)) for variant in variants}
+        refits = {variant: future.result() for variant, future in futures.items()}
+    else:
+        refits = {variant: refit_shortlist(*arguments(variant)) for variant in variants}
     measured = pd.DataFrame([row for _, sweep in refits.values() for row in sweep.rows])
     choice = choose(measured, split.y_train, split.y_validation, config.selection)
     note = (
@@ -534,9 +551,16 @@ def run_audit(
     sample, sample_encoded = search_sample(
         split, encoded, search_rows, config.seed, config.evaluation.min_group_size
     )
-    references = reference_mitigations.submit(
-        preprocessor, split, encoded, config.evaluation, config.seed, config.selection, search_rows
+    reference_arguments = (
+        preprocessor,
+        split,
+        encoded,
+        config.evaluation,
+        config.seed,
+        config.selection,
+        search_rows,
     )
+    references = side_by_side(encoded) and reference_mitigations.submit(*reference_arguments)
     with clock("search_k"):
         searches, skipped = search_representations(config, sample, sample_encoded)
         representations = {variant: search.representation for variant, search in searches.items()}
@@ -564,7 +588,9 @@ def run_audit(
             split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
         )
     with clock("wait_references"):
-        reference_rows = references.result()
+        reference_rows = (
+            references.result() if references else reference_mitigations(*reference_arguments)
+        )
         choice = with_better_references(
             choice, reference_rows, reported["chosen"]["test"], config.selection.select_by
         )

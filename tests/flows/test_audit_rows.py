@@ -55,3 +55,34 @@ def test_a_search_on_a_sample_registers_the_model_fitted_on_every_training_row(
     ]
     accuracy = np.mean(pipeline.predict(split.X_validation) == split.y_validation)
     assert np.isclose(row["accuracy"].to_numpy(), accuracy).any()
+
+
+def test_a_large_table_runs_its_refits_and_references_one_after_another_with_the_same_verdict(
+    prefect_harness, mlflow_store, tmp_path, monkeypatch
+):
+    """Above ``SIDE_BY_SIDE_MAX_BYTES`` of encoded training rows the stages that copy them
+    (the shortlist's refits, the references) run one after another: the peak memory is the
+    larger of the two, not their sum; what they compute is the same."""
+    from fairpca.flows import audit
+    from fairpca.flows.config import AuditConfig
+
+    def verdict(name: str) -> dict:
+        config = AuditConfig(
+            dataset="adult", k=3, variants=["pca", "fair_pca"], lambdas=[0.0, 0.125],
+            classifiers=["logreg"], n_train=1500, n_validation=1000, n_test=1000,
+            search_rows=500, metric_max_rows=300, n_bootstrap=200,
+            tracking_uri=mlflow_store[0], output_dir=tmp_path / name,
+            model_name=f"rows-{name}-{tmp_path.name}", register_model=False,
+        )  # fmt: skip
+        record = audit.fairness_audit(config).record
+        references = [(r.name, r.config, r.test) for r in record.references]
+        return {"chosen": record.selection.chosen, "references": references}
+
+    submitted = []
+    monkeypatch.setattr(audit.refit_shortlist, "submit", lambda *a: submitted.append(a))
+    monkeypatch.setattr(audit.reference_mitigations, "submit", lambda *a: submitted.append(a))
+    monkeypatch.setattr(audit, "SIDE_BY_SIDE_MAX_BYTES", 0)
+    one_after_another = verdict("sequential")
+    assert submitted == []  # nothing ran beside another stage
+    monkeypatch.undo()
+    assert verdict("side-by-side") == one_after_another

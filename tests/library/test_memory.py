@@ -105,3 +105,26 @@ def test_fits_that_run_at_once_must_fit_together(monkeypatch):
     ):
         _memory.require_parallel(sizes, "fix")  # two at once, as the audit runs them
     _memory.require_parallel({"fair_pca_s": 6e8, "pca": 3e8}, "fix")
+
+
+@pytest.mark.parametrize("tradeoff", [0.0, 0.5])
+def test_transform_holds_its_output_and_one_block_of_rows(monkeypatch, shifted_groups, tradeoff):
+    """``transform`` fills its output block by block: beside the output it holds one centred
+    block of rows, not a centred copy of ``X`` and each part's product (the appended PCA
+    features of ``tradeoff > 0`` doubled the output and held three copies of it)."""
+    X, z = shifted_groups(n=20_000, d=50)
+    model = FairPCA(10, tradeoff=tradeoff).fit(X, sensitive_features=z)
+    monkeypatch.setattr(_memory, "BLOCK_BYTES", 1 << 20)
+    block = _memory.rows_per_block(50) * 50 * 8
+    tracemalloc.start()
+    try:
+        X_new = model.transform(X)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < X_new.nbytes + 3 * block < X_new.nbytes + X.nbytes  # not a copy of X
+    Xc = X - model.mean_
+    expected = Xc @ model.components_.T
+    if tradeoff:
+        expected = np.hstack([expected, tradeoff * (Xc @ model.pca_components_.T)])
+    np.testing.assert_allclose(X_new, expected, rtol=0, atol=1e-12)
