@@ -418,8 +418,10 @@ class Thresholds(Section):
     min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="Smallest allowed accuracy.")
 
 
-class SelectionConfig(Section):
-    """How the candidate is chosen on the validation rows and gated."""
+class GateRules(Section):
+    """The gate policy and the eligibility rules a model must meet: the audit's
+    ``selection`` section and the registry gate's policy file
+    (:class:`fairpca.flows.gate.GatePolicy`) both include them."""
 
     policy: str = Field(
         DEFAULT_POLICY,
@@ -472,6 +474,17 @@ class SelectionConfig(Section):
         description="A candidate predicting one class for more than this share of the "
         "validation rows is degenerate (not eligible).",
     )
+
+    @field_validator("policy")
+    @classmethod
+    def _check_policy(cls, value: str) -> str:
+        return "+".join(parse_policy(value))
+
+
+class SelectionConfig(GateRules):
+    """How the candidate is chosen on the validation rows and gated (the gate's rules,
+    :class:`GateRules`, and how the rows decide)."""
+
     certify_factor: float = Field(
         DEFAULT_CERTIFY_FACTOR,
         ge=0.0,
@@ -509,11 +522,6 @@ class SelectionConfig(Section):
         "an RBF SVC keeps support vectors, fair kernel PCA keeps its training points. Off by "
         "default (privacy); such candidates are still audited and reported.",
     )
-
-    @field_validator("policy")
-    @classmethod
-    def _check_policy(cls, value: str) -> str:
-        return "+".join(parse_policy(value))
 
 
 class TrackingConfig(Section):

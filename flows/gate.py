@@ -66,7 +66,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, Failed
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from fairpca.flows.config import Thresholds, load_config_file, resolve_tracking_uri
+from fairpca.flows.config import GateRules, load_config_file, resolve_tracking_uri
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE, HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
@@ -81,18 +81,11 @@ from fairpca.tasks.registry import (
     move_alias,
 )
 from fairpca.tasks.report import format_interval, markdown_text
+from fairpca.tasks.select import GatePolicy as NamedPolicy
 from fairpca.tasks.select import (
-    DEFAULT_BOUND,
-    DEFAULT_POLICY,
-    MAX_ONE_CLASS_SHARE,
-    MIN_ACCURACY_GAIN,
-    MIN_BALANCED_ACCURACY_MARGIN,
-    MIN_POSITIVE_RATE_RATIO,
     gate_failures,
     ineligibility,
-    parse_policy,
 )
-from fairpca.tasks.select import GatePolicy as NamedPolicy
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
@@ -619,38 +612,12 @@ class ReferenceData(BaseModel):
         return value
 
 
-class GatePolicy(BaseModel):
-    """One watched registered model: its reference data, thresholds and protected aliases."""
-
-    model_config = ConfigDict(extra="forbid")
+class GatePolicy(GateRules):
+    """One watched registered model: its reference data and protected aliases, and the
+    audit's gate rules (:class:`fairpca.flows.config.GateRules`, with the audit's defaults)."""
 
     model: str = Field(min_length=1, description="Registered model name.")
     reference: ReferenceData
-    thresholds: Thresholds = Field(default_factory=Thresholds)
-    gate: Literal["upper_bound", "point"] = Field(
-        DEFAULT_BOUND,
-        description="point: the estimates must meet the thresholds; upper_bound: the 95% "
-        "interval bounds (strict; see fairpca.tasks.select.DEFAULT_BOUND).",
-    )
-    policy: str = Field(
-        DEFAULT_POLICY,
-        description="The audit's gate policy: demographic_parity, equal_opportunity, "
-        "equalized_odds, four_fifths, or several joined by '+', with 'thresholds'.",
-    )
-    # the audit's eligibility rules, with the audit's defaults (fairpca.tasks.select)
-    select_by: Literal["balanced_accuracy", "accuracy"] = Field(
-        "balanced_accuracy",
-        description="The measure on which a model must beat the majority class.",
-    )
-    min_accuracy_gain: float = Field(
-        MIN_ACCURACY_GAIN,
-        ge=0.0,
-        le=1.0,
-        description="The model must beat the majority class by this much on select_by.",
-    )
-    min_balanced_accuracy_margin: float = Field(MIN_BALANCED_ACCURACY_MARGIN, ge=0.0, lt=0.5)
-    min_positive_rate_ratio: float = Field(MIN_POSITIVE_RATE_RATIO, ge=0.0, le=1.0)
-    max_one_class_share: float = Field(MAX_ONE_CLASS_SHARE, gt=0.5, le=1.0)
     protected_aliases: list[str] = Field(default_factory=lambda: ["champion"])
     min_group_size: int = Field(
         DEFAULT_MIN_GROUP_SIZE,
@@ -660,12 +627,6 @@ class GatePolicy(BaseModel):
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)
     experiment_name: str = Field("fairpca-gate", min_length=1)
-
-    @field_validator("policy")
-    @classmethod
-    def _check_policy(cls, value: str) -> str:
-        parse_policy(value)  # a clear error naming the known criteria
-        return value
 
     @field_validator("protected_aliases")
     @classmethod

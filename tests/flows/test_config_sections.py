@@ -134,3 +134,23 @@ def test_the_config_module_imports_neither_the_registry_nor_the_model_card():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.split() == ["[]", "False"]
+
+
+def test_the_audit_and_the_gate_policy_file_include_one_rule_class():
+    """The gate's policy file and the audit's ``selection`` section take the gate rules from
+    one class: the same fields, defaults and bounds (a copy had drifted: lt vs le)."""
+    from fairpca.flows.config import GateRules, SelectionConfig
+    from fairpca.flows.gate import GatePolicy
+
+    for model in (SelectionConfig, GatePolicy):
+        assert issubclass(model, GateRules)
+        for name, field in GateRules.model_fields.items():
+            assert repr(model.model_fields[name]) == repr(field), (model, name)
+    reference = {"path": "reference.csv", "label": "y", "sensitive": ["sex"]}
+    for value in (0.5, -0.1):
+        with pytest.raises(ValidationError):
+            SelectionConfig(min_balanced_accuracy_margin=value)
+        with pytest.raises(ValidationError):
+            GatePolicy(model="m", reference=reference, min_balanced_accuracy_margin=value)
+    policy = GatePolicy(model="m", reference=reference, policy="four_fifths+demographic_parity")
+    assert policy.policy == SelectionConfig(policy="four_fifths+demographic_parity").policy

@@ -90,3 +90,30 @@ def test_gate_standard_error_of_tied_rates_adds_both_groups_variances():
     expected = np.sqrt(0.25 * 0.75 / 213 + 0.25 * 0.75 / 37)
     assert errors["dp_difference.se"] == pytest.approx(expected, rel=1e-12)
     assert errors["dp_difference.se"] > 0.07
+
+
+def test_the_linear_probe_reads_a_capped_stratified_sample_of_the_validation_rows(monkeypatch):
+    """On many validation rows the linear probe (a logistic regression per attribute) reads
+    at most ``LINEAR_PROBE_MAX_ROWS`` of them, every group kept; below the cap, every row."""
+    from fairpca import metrics as fm
+    from fairpca.tasks import evaluate
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    s = pd.DataFrame({"sex": rng.choice(["F", "M"], n, p=[0.98, 0.02])})
+    F = rng.normal(size=(n, 3)) + (s["sex"].to_numpy() == "M")[:, None]
+    read = []
+    probe = fm.linear_inseparability
+
+    def recorded(features, sensitive, **kwargs):
+        read.append(sensitive["sex"].value_counts().to_dict())
+        return probe(features, sensitive, **kwargs)
+
+    monkeypatch.setattr(evaluate.fm, "linear_inseparability", recorded)
+    options = {"fair_columns": 2, "constraint_rows": None, "sigma": 1.0, "max_rows": 50, "seed": 0}
+    evaluate.representation_metrics(F, F, s, s, **options)
+    monkeypatch.setattr(evaluate, "LINEAR_PROBE_MAX_ROWS", 500)
+    evaluate.representation_metrics(F, F, s, s, **options)
+    every_row, capped = read
+    assert sum(every_row.values()) == n
+    assert 500 <= sum(capped.values()) < 520 and capped["M"] >= 2
