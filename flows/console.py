@@ -211,8 +211,9 @@ def headline_table(result) -> Table:
 
 
 def _notes(result, names: list[str]) -> str:
-    """Under the test table: what ``*`` means, and the chosen model's 95% intervals."""
-    from fairpca.tasks.report import Estimate
+    """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
+    the headline names it: :func:`fairpca.tasks.report.chosen_label`)."""
+    from fairpca.tasks.report import Estimate, chosen_label
 
     test = result.selection["test"]
     intervals = [
@@ -224,7 +225,8 @@ def _notes(result, names: list[str]) -> str:
     if any(r.get("needs_sensitive_at_prediction") for r in result.references):
         notes.append("* needs the sensitive attribute to predict.")
     if intervals:
-        notes.append("Chosen, 95% intervals: " + ", ".join(intervals) + ".")
+        label = chosen_label(result.record, short=True)
+        notes.append(f"{label}, 95% intervals: " + ", ".join(intervals) + ".")
     return " ".join(notes)
 
 
@@ -340,7 +342,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
         from .retrain import final_message
 
         console.print(f"Retrain: {escape(final_message(result))}")
-    label = chosen_label(record).replace("Chosen model", "Chosen")
+    label = chosen_label(record, short=True)
     console.print(f"{label} on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
     console.print(headline_table(result))
     console.print(_notes(result, headline_names(result)), style="dim")

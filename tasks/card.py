@@ -425,7 +425,7 @@ def verdict_markdown(
     lines += [
         verdict_line(record, promotion),
         "",
-        f"{chosen_label(record).replace('Chosen model', 'Chosen')} on validation rows: "
+        f"{chosen_label(record, short=True)} on validation rows: "
         f"`{selection.chosen.name}` (gate `{selection.gate}`). "
         "Test rows, never used for any choice, with 95% intervals:",
         "",

@@ -451,14 +451,15 @@ def deciding_reason(record, promotion=None) -> str | None:
     return None
 
 
-def chosen_label(record) -> str:
+def chosen_label(record, short: bool = False) -> str:
     """How the chosen candidate is named: a candidate that was never eligible is not "chosen",
-    one the gate did not pass is chosen for review only."""
+    one the gate did not pass is chosen for review only; ``short``: "Chosen" for "Chosen
+    model" (where a sentence goes on, e.g. "Chosen, 95% intervals")."""
     if not (record.eligibility is None or record.eligibility.chosen_passes):
         return NOT_ELIGIBLE
-    return (
-        "Chosen model" if record.selection.decision.promote else "Chosen for review (not promoted)"
-    )
+    if record.selection.decision.promote:
+        return "Chosen" if short else "Chosen model"
+    return "Chosen for review (not promoted)"
 
 
 NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
