@@ -3,6 +3,8 @@ implementation for the audit and the public task."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -214,3 +216,81 @@ def test_the_shortlist_from_a_sample_is_refitted_on_every_training_row():
         predicted = model.predict(rep.estimator.transform(Z[300:]))
         assert row["accuracy"] == pytest.approx(np.mean(predicted == split.y_validation))
         assert row["n_features"] == model.n_features_in_ == 6
+
+
+def _scored_rows(n: int, seed: int = 0):
+    """Rows of two groups whose scores favour group ``a`` beyond its higher base rate."""
+    rng = np.random.default_rng(seed)
+    group = np.where(rng.random(n) < 0.4, "a", "b")
+    y = (rng.random(n) < np.where(group == "a", 0.4, 0.25)).astype(np.int64)
+    logit = 2.0 * y + 1.2 * (group == "a") + rng.normal(0.0, 1.0, n) - 1.5
+    return 1 / (1 + np.exp(-logit)), y, pd.DataFrame({"sex": group})
+
+
+def _gate_values(scores, y, groups, threshold):
+    from fairpca.tasks.evaluate import gate_standard_errors
+
+    predicted = (scores >= threshold).astype(np.int64)
+    rates = [predicted[groups["sex"].to_numpy() == g].mean() for g in ("a", "b")]
+    errors = gate_standard_errors(y, predicted, groups, min_group_size=30)
+    tpr = predicted[y == 1].mean()
+    tnr = 1 - predicted[y == 0].mean()
+    return {
+        "dp_difference": max(rates) - min(rates),
+        "selection_rate_ratio": min(rates) / max(rates),
+        "balanced_accuracy": 0.5 * (tpr + tnr),
+        **errors,
+    }
+
+
+def test_the_threshold_is_the_best_one_that_meets_the_gate_with_its_margin():
+    """Chosen on the training rows' scores as the best among the thresholds whose
+    predictions meet the policy by one standard error (checked against every threshold);
+    the unconstrained best when none can."""
+    from fairpca.tasks.select import GatePolicy
+    from fairpca.tasks.sweep import ThresholdGate, best_threshold, gated_threshold
+
+    scores, y, groups = _scored_rows(600)
+    limits = {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8, "min_accuracy": 0.0}
+    policy = GatePolicy(("demographic_parity", "four_fifths"), limits, "point")
+    gate = ThresholdGate(policy, groups, 30)
+    free = best_threshold(scores, y, "balanced_accuracy")
+    assert _gate_values(scores, y, groups, free)["dp_difference"] > 0.1  # unfair unconstrained
+
+    def passes(values):
+        return (
+            values["dp_difference"] + values["dp_difference.se"] <= 0.05
+            and values["selection_rate_ratio"] - values["selection_rate_ratio.se"] >= 0.8
+        )
+
+    chosen = gated_threshold(scores, y, "balanced_accuracy", gate)
+    values = _gate_values(scores, y, groups, chosen)
+    assert passes(values)
+    ranked = np.unique(scores)
+    cuts = [(low + high) / 2 for low, high in itertools.pairwise(ranked)]
+    passing = [_gate_values(scores, y, groups, t) for t in cuts]
+    best = max(v["balanced_accuracy"] for v in passing if passes(v))
+    assert values["balanced_accuracy"] == pytest.approx(best, abs=1e-12)
+    # a band no threshold can meet with its margin: the unconstrained best
+    strict = GatePolicy(("demographic_parity",), {"max_dp_difference": 1e-6, "min_accuracy": 0})
+    assert gated_threshold(scores, y, "balanced_accuracy", ThresholdGate(strict, groups, 30)) == (
+        free
+    )
+
+
+def test_logreg_tuned_chooses_its_threshold_under_the_gate_on_the_training_rows():
+    from fairpca.tasks.select import GatePolicy
+    from fairpca.tasks.sweep import ThresholdGate, fit_classifier
+
+    scores, y, groups = _scored_rows(3000, seed=1)
+    features = np.column_stack([np.log(scores / (1 - scores)), groups["sex"] == "a"])
+    limits = {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8, "min_accuracy": 0.0}
+    gate = ThresholdGate(GatePolicy(("demographic_parity", "four_fifths"), limits), groups, 30)
+    options = {"seed": 0, "scoring": "balanced_accuracy"}
+    plain = fit_classifier("logreg_tuned", features, y, **options)
+    gated = fit_classifier("logreg_tuned", features, y, gate=gate, **options)
+    assert gated.threshold != plain.threshold
+    fair = _gate_values(gated.predict_proba(features)[:, 1], y, groups, gated.threshold)
+    free = _gate_values(plain.predict_proba(features)[:, 1], y, groups, plain.threshold)
+    # met on the out-of-fold scores with its margin; near it on the rows refitted
+    assert fair["dp_difference"] < 0.08 < 0.2 < free["dp_difference"]
