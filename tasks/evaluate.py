@@ -23,6 +23,7 @@ __all__ = [
     "HEADLINE_METRICS",
     "build_pipeline",
     "check_pipeline",
+    "classifier_key",
     "classifier_metrics",
     "evaluate_reported",
     "gate_standard_errors",
@@ -253,6 +254,13 @@ def representation_metrics(
     }
 
 
+def classifier_key(row: dict[str, Any]) -> tuple:
+    """The key of a candidate's fitted classifier in its sweep: the lambda's index and the
+    classifier, and for ``logreg_tuned`` (swept over a C grid) its C."""
+    key = (int(row["lambda_index"]), row["classifier"])
+    return (*key, float(row["C"])) if row["classifier"] == "logreg_tuned" else key
+
+
 def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -> Pipeline:
     """preprocess -> representation (at the row's lambda) -> classifier, all fitted.
 
@@ -262,7 +270,9 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
     estimator = copy.deepcopy(rep.estimator)
     if rep.supports_tradeoff:
         estimator.set_params(tradeoff=float(row["lambda"]))
-    classifier = sweeps[row["variant"]].classifiers[(int(row["lambda_index"]), row["classifier"])]
+    fitted = sweeps[row["variant"]].classifiers
+    key = classifier_key(row)
+    classifier = fitted[key] if key in fitted else fitted[key[:2]]
     return Pipeline(
         [("preprocess", preprocessor), ("represent", estimator), ("classify", classifier)]
     )

@@ -612,8 +612,14 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
     at the same steps, so a chart can plot any curve against lambda (MLflow's x-axis "metric").
     """
     steps = []
+    several_C = set()  # (variant, classifier) swept over a C grid: one curve per C
+    if "C" in table:
+        counts = table.groupby(["variant", "classifier"])["C"].nunique()
+        several_C = set(counts[counts > 1].index)
     for row in table.to_dict("records"):
         prefix = f"{row['variant']}/{row['classifier']}"
+        if (row["variant"], row["classifier"]) in several_C:
+            prefix += f"@C={row['C']:g}"
         for column in HEADLINE_METRICS:
             steps.append((f"{prefix}/{column}", row.get(column), row["lambda_index"]))
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])

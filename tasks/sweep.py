@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 from fairpca import metrics as fm
 
 from .evaluate import (
+    classifier_key,
     classifier_metrics,
     gate_standard_errors,
     metrics_with_intervals,
@@ -549,6 +550,7 @@ def sweep_representation(
     scoring: str = "accuracy",
     lambdas: Sequence[float] | None = None,
     policy: GatePolicy | None = None,
+    C_grid: Sequence[float | None] | None = None,
 ) -> SweepResult:
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
@@ -558,12 +560,25 @@ def sweep_representation(
     ``evaluation`` are the config's sections of those names; ``C`` and ``scoring`` (the
     selection measure) tune ``logreg_tuned``, whose threshold meets ``policy`` on the
     training rows where it can (:class:`ThresholdGate`); ``lambdas`` replaces the config's
-    (the search's refinement). Each row names its ``k``, classifier ``C`` and
+    (the search's refinement); ``C_grid`` (instead of ``C``): ``logreg_tuned`` at each of
+    these C at every lambda, a candidate per (lambda, C). Each row names its ``k``,
+    classifier ``C`` (``C_given``: the grid's entry, NaN for the paper's rule) and
     ``validation_rows`` (how many rows measured it: a wide search's sample or every
-    validation row).
+    validation row); the fitted classifiers are keyed by
+    :func:`~fairpca.tasks.evaluate.classifier_key` of their row.
     """
     start = time.perf_counter()
-    rows, classifiers = sweep_tradeoff(
+    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
+    classifiers = _audit_classifiers(evaluation, seed, C, scoring, gate)
+    grid = [C]
+    if C_grid and "logreg_tuned" in classifiers:
+        grid = list(C_grid)
+        del classifiers["logreg_tuned"]
+        only = evaluation.model_copy(update={"classifiers": ["logreg_tuned"]})
+        for i, strength in enumerate(grid):
+            tuned = _audit_classifiers(only, seed, strength, scoring, gate)["logreg_tuned"]
+            classifiers[f"logreg_tuned@{i}"] = tuned
+    rows, fitted = sweep_tradeoff(
         rep.estimator,
         list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
         encoded_train,
@@ -571,13 +586,7 @@ def sweep_representation(
         encoded_validation,
         split.y_validation,
         split.s_validation,
-        classifiers=_audit_classifiers(
-            evaluation,
-            seed,
-            C,
-            scoring,
-            policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size),
-        ),
+        classifiers=classifiers,
         metric_options={
             "min_group_size": evaluation.min_group_size,
             "allow_small_groups": evaluation.allow_small_groups,
@@ -589,19 +598,18 @@ def sweep_representation(
         ),
         progress=progress and (lambda done, total: progress(rep.variant, done, total)),
     )
-    k = int(rep.facts["k"])
-    strengths = {"logreg": paper_C(len(split.y_train))}
-    strengths["logreg_tuned"] = strengths["logreg"] if C is None else float(C)
+    k, paper = int(rep.facts["k"]), paper_C(len(split.y_train))
     measured_on = len(split.y_validation)  # which rows: a search sample or every row
-    result = SweepResult(
-        rep.variant,
-        [
-            {"variant": rep.variant, "k": k, "C": strengths.get(row["classifier"], np.nan),
-             "validation_rows": measured_on, **row}
-            for row in rows
-        ],
-    )  # fmt: skip
-    result.classifiers = classifiers
+    result = SweepResult(rep.variant)
+    for row in rows:
+        name, _, at = row["classifier"].partition("@")
+        given = grid[int(at)] if at else (C if name == "logreg_tuned" else None)
+        strength = {"logreg": paper, "logreg_tuned": paper if given is None else float(given)}
+        named = {"variant": rep.variant, "k": k, "C": strength.get(name, np.nan),
+                 "C_given": np.nan if given is None else float(given),
+                 "validation_rows": measured_on, **row, "classifier": name}  # fmt: skip
+        result.rows.append(named)
+        result.classifiers[classifier_key(named)] = fitted[(row["lambda_index"], row["classifier"])]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -647,6 +655,7 @@ def lambda_sweep(
             scoring=scoring,
             lambdas=lambdas,
             policy=policy,
+            C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
         )
 
 
@@ -781,6 +790,15 @@ def search_variant(
 # ---- many rows: the shortlist refitted on every training row, measured on every validation row --
 
 
+def _given_C(row: dict[str, Any], searched: float | None) -> float | None:
+    """The C a candidate was swept with as the grid gives it (None: the paper's rule, which
+    scales with the training rows), else the variant's searched C."""
+    if "C_given" not in row:
+        return searched
+    given = row["C_given"]
+    return None if given is None or not np.isfinite(given) else float(given)
+
+
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
 def refit_shortlist(
     variant: str,
@@ -816,12 +834,15 @@ def refit_shortlist(
             one = sweep_representation(
                 rep, *encoded, split, representation,
                 evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
-                C=C, scoring=selection.select_by,
+                C=_given_C(row, C), scoring=selection.select_by,
                 lambdas=[float(lam)] if rep.supports_tradeoff else None,
                 policy=GatePolicy.from_config(selection),
             )  # fmt: skip
-            result.rows += [{**r, "lambda_index": index} for r in one.rows]
-            result.classifiers[(index, row["classifier"])] = one.classifiers[(0, row["classifier"])]
+            (measured,) = one.rows
+            result.rows.append({**measured, "lambda_index": index})
+            result.classifiers[classifier_key(result.rows[-1])] = one.classifiers[
+                classifier_key(measured)
+            ]
     result.seconds = time.perf_counter() - start
     return rep, result
 

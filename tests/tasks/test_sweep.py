@@ -294,3 +294,40 @@ def test_logreg_tuned_chooses_its_threshold_under_the_gate_on_the_training_rows(
     free = _gate_values(plain.predict_proba(features)[:, 1], y, groups, plain.threshold)
     # met on the out-of-fold scores with its margin; near it on the rows refitted
     assert fair["dp_difference"] < 0.08 < 0.2 < free["dp_difference"]
+
+
+def test_the_lambda_sweep_tries_the_C_grid_at_every_lambda_and_refits_each_candidates_C(
+    prefect_harness,
+):
+    """A candidate is (variant, k, lambda, C): ``logreg_tuned`` at each C of the grid at every
+    lambda, each fitted classifier found by its row; the refit on every row keeps the
+    candidate's own C (the paper's rule at the new row count)."""
+    from fairpca.tasks.evaluate import build_pipeline, shared_mmd_sigma
+    from fairpca.tasks.sweep import lambda_sweep, paper_C, refit_shortlist
+
+    Z, split = _split()
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "logreg_tuned"],
+        n_bootstrap=100,
+    )  # fmt: skip
+    rep = fit_representation.fn(
+        "fair_pca", Z[:300], split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
+    )
+    sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
+    result = lambda_sweep.fn(
+        "fair_pca", rep, Z[:300], Z[300:], split, config.representation, config.evaluation,
+        0, sigma, 1.0, "balanced_accuracy",
+    )  # fmt: skip
+    tuned = [(r["lambda"], r["C"]) for r in result.rows if r["classifier"] == "logreg_tuned"]
+    # the default grid: the paper's C (1 / (2 n 0.01)) and 1
+    assert sorted(tuned) == [(0.0, paper_C(300)), (0.0, 1.0), (0.5, paper_C(300)), (0.5, 1.0)]
+    for row in result.rows:
+        pipeline = build_pipeline(None, {"fair_pca": rep}, {"fair_pca": result}, row)
+        predicted = pipeline[1:].predict(Z[300:])
+        assert row["accuracy"] == pytest.approx(np.mean(predicted == split.y_validation))
+    paper = next(r for r in result.rows if r["classifier"] == "logreg_tuned" and r["C"] < 1)
+    _, refit = refit_shortlist.fn(
+        "fair_pca", [paper], rep, (Z[:300], Z[300:]), split, config.representation,
+        config.evaluation, config.selection, 0, sigma, 1.0,
+    )  # fmt: skip
+    assert refit.rows[0]["C"] == paper_C(300)  # the paper's rule, not the variant's C = 1
