@@ -377,6 +377,9 @@ class AuditRecord(_Record):
     # the validation rows the search measured its candidates on: a stratified sample's after
     # a wide search, else every validation row (absent in older records)
     searched_validation_rows: int | None = None
+    # the intersection's cells (validation rows of the chosen candidate) the gate did not
+    # judge: too few rows to resolve the policy's band (absent: none, or an older record)
+    cells_not_judged: list[str] | None = None
 
     def validation_label(self, rows: int | None = None) -> str:
         """Which validation rows a number comes from, said where it is shown: ``validation
@@ -921,6 +924,7 @@ def build_record(
         split_sizes={part: len(getattr(split, f"y_{part}")) for part in PARTS},
         candidates=candidate_summary(table, choice),
         searched_validation_rows=searched_rows(table),
+        cells_not_judged=(choice.policy.judged_cells(choice.chosen) or ([], None))[1] or None,
         skipped=skipped or None,
         model_sha256=model_sha256,
         model_digest=model_digest,

@@ -1120,11 +1120,16 @@ def _intersection_groups(record) -> list[tuple[str, Any]]:
     groups = group_rows(record.selection, attributes=False)
     if not groups:
         return []
+    unjudged = set(getattr(record, "cells_not_judged", None) or [])
     frame = pd.DataFrame(
-        [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES}}
+        [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES},
+          "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
          for g in groups]
     )  # fmt: skip
     return [("Intersection groups of the chosen model (test rows)", frame)]
+
+
+NOT_JUDGED = "not judged: too few rows to resolve the policy's band"
 
 
 def frontier_sections(record) -> list[tuple[str, Any]]:

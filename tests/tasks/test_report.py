@@ -551,3 +551,16 @@ def test_every_validation_number_says_which_rows_it_comes_from(audit_record):
     headings = [h for h, _ in report_sections(whole)]
     assert f"Trade-off on the {every}" in headings
     assert any(h.startswith("Candidates") and h.endswith(f"on {every}") for h in headings)
+
+
+def test_the_intersection_cells_the_gate_did_not_judge_are_named_on_their_rows(audit_record):
+    """Every cell of the intersection table says whether the gate judged it."""
+    from fairpca.tasks.report import NOT_JUDGED
+
+    record = _reviewed(audit_record)
+    cells = [g for h, g in report_sections(record) if h.startswith("Intersection groups")]
+    assert cells, "the fixture has intersection groups"
+    assert set(cells[0]["gate (validation rows)"]) == {"judged"}
+    record = replaced(record, cells_not_judged=list(cells[0]["group"])[:1])
+    (frame,) = [g for h, g in report_sections(record) if h.startswith("Intersection groups")]
+    assert frame["gate (validation rows)"].iloc[0] == NOT_JUDGED
