@@ -622,7 +622,7 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
     for row in table.to_dict("records"):
         prefix = f"{row['variant']}/{row['classifier']}"
         if (row["variant"], row["classifier"]) in several_C:
-            prefix += f"@C={row['C']:g}"
+            prefix += f"_C{row['C']:g}"  # MLflow names allow no "@" or "="
         for column in HEADLINE_METRICS:
             steps.append((f"{prefix}/{column}", row.get(column), row["lambda_index"]))
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])

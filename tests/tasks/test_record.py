@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -162,10 +163,12 @@ def test_a_classifier_swept_over_a_C_grid_has_one_curve_per_C():
         }
     )
     steps = [(s.key, s.step, s.value) for s in metric_steps(table)]
+    # names MLflow accepts: alphanumerics, _ - . space : /
+    assert all(re.fullmatch(r"[\w\-. :/]+", key) for key, _, _ in steps)
     accuracy = [step for step in steps if step[0].endswith("/accuracy")]
     assert sorted(accuracy) == [
-        ("fair_pca/logreg_tuned@C=0.01/accuracy", 0, 0.7),
-        ("fair_pca/logreg_tuned@C=0.01/accuracy", 1, 0.75),
-        ("fair_pca/logreg_tuned@C=1/accuracy", 0, 0.72),
-        ("fair_pca/logreg_tuned@C=1/accuracy", 1, 0.74),
+        ("fair_pca/logreg_tuned_C0.01/accuracy", 0, 0.7),
+        ("fair_pca/logreg_tuned_C0.01/accuracy", 1, 0.75),
+        ("fair_pca/logreg_tuned_C1/accuracy", 0, 0.72),
+        ("fair_pca/logreg_tuned_C1/accuracy", 1, 0.74),
     ]
