@@ -48,6 +48,9 @@ from .select import (
     CERTIFY_Z,
     CRITERIA,
     INTERSECTION,
+    MAX_ONE_CLASS_SHARE,
+    MIN_POSITIVE_RATE_RATIO,
+    MIN_USEFUL_SHARE,
     STABLE_Z,
     GatePolicy,
     majority_accuracy_of,
@@ -293,19 +296,35 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     return meets
 
 
+def _useful_cuts(labels: np.ndarray, value: np.ndarray, scoring: str) -> np.ndarray:
+    """Cuts a reviewer could use, by the audit's eligibility rules on these rows: saying yes
+    (or no) to nearly everyone meets parity trivially. The share predicted positive stays
+    within :data:`~fairpca.tasks.select.MAX_ONE_CLASS_SHARE` and at least
+    :data:`~fairpca.tasks.select.MIN_POSITIVE_RATE_RATIO` of the base rate (and of the
+    negative one), and ``scoring`` keeps :data:`~fairpca.tasks.select.MIN_USEFUL_SHARE` of
+    the best cut's gain over the constant predictions."""
+    n, base = len(labels), labels.mean()
+    positive = np.arange(1, n + 1) / n
+    constant = 0.5 if scoring == "balanced_accuracy" else max(base, 1 - base)
+    gain = value.max() - constant
+    return (
+        (np.maximum(positive, 1 - positive) <= MAX_ONE_CLASS_SHARE)
+        & (positive >= MIN_POSITIVE_RATE_RATIO * base)
+        & (1 - positive >= MIN_POSITIVE_RATE_RATIO * (1 - base))
+        & (value - constant >= MIN_USEFUL_SHARE * gain)
+        & (gain > 0)
+    )
+
+
 def gated_threshold(scores: np.ndarray, y: np.ndarray, scoring: str, gate: ThresholdGate) -> float:
     """The probability threshold with the highest ``scoring`` among those whose predictions
     on these rows meet ``gate``'s policy with its margin (:func:`_meets_gate_at_cuts`) and
-    beat both constant predictions; :func:`best_threshold` when none does.
+    stay useful (:func:`_useful_cuts`); :func:`best_threshold` when none does.
 
     Exact and O(n log n + groups x n): one sort, then cumulative counts per group give every
     cut's rates per group at once."""
     order, ranked, labels, value = _ranked_objective(scores, y, scoring)
-    # saying yes (or no) to everyone meets parity trivially: only cuts that beat both
-    # constant predictions count
-    negatives = len(labels) - labels.sum()
-    constant = 0.5 if scoring == "balanced_accuracy" else max(negatives, labels.sum()) / len(y)
-    allowed = (value > constant + 1e-12) & _meets_gate_at_cuts(
+    allowed = _useful_cuts(labels, value, scoring) & _meets_gate_at_cuts(
         labels, gate.groups.iloc[order], gate
     )
     if not allowed.any():

@@ -219,12 +219,13 @@ def test_the_shortlist_from_a_sample_is_refitted_on_every_training_row():
 
 
 def _scored_rows(n: int, seed: int = 0):
-    """Rows of two groups whose scores favour group ``a`` beyond its higher base rate."""
+    """Rows of two groups with one base rate whose scores favour group ``a`` a little
+    (scores rounded to 0.01: many ties)."""
     rng = np.random.default_rng(seed)
     group = np.where(rng.random(n) < 0.4, "a", "b")
-    y = (rng.random(n) < np.where(group == "a", 0.4, 0.25)).astype(np.int64)
-    logit = 2.0 * y + 1.2 * (group == "a") + rng.normal(0.0, 1.0, n) - 1.5
-    return 1 / (1 + np.exp(-logit)), y, pd.DataFrame({"sex": group})
+    y = (rng.random(n) < 0.3).astype(np.int64)
+    logit = 2.5 * y + 0.5 * (group == "a") + rng.normal(0.0, 1.0, n) - 1.5
+    return np.round(1 / (1 + np.exp(-logit)), 2), y, pd.DataFrame({"sex": group})
 
 
 def _gate_values(scores, y, groups, threshold):
@@ -250,26 +251,28 @@ def test_the_threshold_is_the_best_one_that_meets_the_gate_with_its_margin():
     from fairpca.tasks.select import GatePolicy
     from fairpca.tasks.sweep import ThresholdGate, best_threshold, gated_threshold
 
-    scores, y, groups = _scored_rows(600)
-    limits = {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8, "min_accuracy": 0.0}
-    policy = GatePolicy(("demographic_parity", "four_fifths"), limits, "point")
+    scores, y, groups = _scored_rows(3000)
+    policy = GatePolicy(("demographic_parity",), {"max_dp_difference": 0.1, "min_accuracy": 0})
     gate = ThresholdGate(policy, groups, 30)
     free = best_threshold(scores, y, "balanced_accuracy")
-    assert _gate_values(scores, y, groups, free)["dp_difference"] > 0.1  # unfair unconstrained
 
     def passes(values):
-        return (
-            values["dp_difference"] + values["dp_difference.se"] <= 0.05
-            and values["selection_rate_ratio"] - values["selection_rate_ratio.se"] >= 0.8
-        )
+        return values["dp_difference"] + values["dp_difference.se"] <= 0.1
 
+    assert not passes(_gate_values(scores, y, groups, free))  # the best fails the gate
     chosen = gated_threshold(scores, y, "balanced_accuracy", gate)
     values = _gate_values(scores, y, groups, chosen)
     assert passes(values)
     ranked = np.unique(scores)
     cuts = [(low + high) / 2 for low, high in itertools.pairwise(ranked)]
     passing = [_gate_values(scores, y, groups, t) for t in cuts]
-    best = max(v["balanced_accuracy"] for v in passing if passes(v))
+    # the useful ones: at least half the best gain over chance (0.5)
+    useful = 0.5 + 0.5 * (max(v["balanced_accuracy"] for v in passing) - 0.5)
+    best = max(
+        v["balanced_accuracy"]
+        for v in passing
+        if passes(v) and v["balanced_accuracy"] >= useful - 1e-12
+    )
     assert values["balanced_accuracy"] == pytest.approx(best, abs=1e-12)
     # a band no threshold can meet with its margin: the unconstrained best
     strict = GatePolicy(("demographic_parity",), {"max_dp_difference": 1e-6, "min_accuracy": 0})
@@ -282,10 +285,11 @@ def test_logreg_tuned_chooses_its_threshold_under_the_gate_on_the_training_rows(
     from fairpca.tasks.select import GatePolicy
     from fairpca.tasks.sweep import ThresholdGate, fit_classifier
 
-    scores, y, groups = _scored_rows(3000, seed=1)
-    features = np.column_stack([np.log(scores / (1 - scores)), groups["sex"] == "a"])
-    limits = {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8, "min_accuracy": 0.0}
-    gate = ThresholdGate(GatePolicy(("demographic_parity", "four_fifths"), limits), groups, 30)
+    scores, y, groups = _scored_rows(3000)
+    clipped = np.clip(scores, 0.005, 0.995)
+    features = np.log(clipped / (1 - clipped))[:, None]
+    policy = GatePolicy(("demographic_parity",), {"max_dp_difference": 0.1, "min_accuracy": 0})
+    gate = ThresholdGate(policy, groups, 30)
     options = {"seed": 0, "scoring": "balanced_accuracy"}
     plain = fit_classifier("logreg_tuned", features, y, **options)
     gated = fit_classifier("logreg_tuned", features, y, gate=gate, **options)
@@ -293,7 +297,7 @@ def test_logreg_tuned_chooses_its_threshold_under_the_gate_on_the_training_rows(
     fair = _gate_values(gated.predict_proba(features)[:, 1], y, groups, gated.threshold)
     free = _gate_values(plain.predict_proba(features)[:, 1], y, groups, plain.threshold)
     # met on the out-of-fold scores with its margin; near it on the rows refitted
-    assert fair["dp_difference"] < 0.08 < 0.2 < free["dp_difference"]
+    assert fair["dp_difference"] < 0.1 < 0.12 < free["dp_difference"]
 
 
 def test_the_lambda_sweep_tries_the_C_grid_at_every_lambda_and_refits_each_candidates_C(
