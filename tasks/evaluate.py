@@ -181,13 +181,15 @@ def gate_standard_errors(
     frame = pd.DataFrame(sensitive_features).astype(str).reset_index(drop=True)
     cells = _cell_rows(y_true, y_pred, sensitive_features, min_group_size)
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred, dtype=float)
-    groupings = {column: frame[column] for column in frame.columns}
-    if frame.shape[1] > 1:
-        groupings[".intersection"] = frame.agg("/".join, axis=1)
+    groupings = {column: pd.factorize(frame[column], sort=True)[0] for column in frame.columns}
+    if frame.shape[1] > 1:  # a cell: the combination of the attributes' codes, in their order
+        combined = np.zeros(len(frame), dtype=np.int64)
+        for codes in list(groupings.values()):
+            combined = combined * (int(codes.max()) + 1) + codes
+        groupings[".intersection"] = pd.factorize(combined, sort=True)[0]
     out: dict[str, float] = {}
     worst: dict[str, tuple[float, float]] = {}
-    for name, keys in groupings.items():
-        codes = pd.factorize(keys, sort=True)[0]
+    for name, codes in groupings.items():
         for measure, value in _grouping_errors(y_true, y_pred, codes, min_group_size).items():
             if name == ".intersection":
                 out[f"{measure}.se.intersection"] = value[1]

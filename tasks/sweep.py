@@ -254,14 +254,16 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     point-judged measure by :data:`~fairpca.tasks.select.STABLE_Z` standard errors, a
     bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
     with several, the intersection's cells of at least ``min_group_size`` rows."""
-    frame = groups.astype(str).reset_index(drop=True)
-    groupings = {column: frame[column] for column in frame.columns}
-    if frame.shape[1] > 1:
-        groupings[INTERSECTION] = frame.agg("/".join, axis=1)
+    groupings = {column: pd.factorize(groups[column])[0] for column in groups.columns}
+    if len(groupings) > 1:  # a cell: the combination of the attributes' codes
+        combined = np.zeros(len(labels), dtype=np.int64)
+        for codes in groupings.values():
+            combined = combined * (int(codes.max()) + 2) + codes + 1
+        groupings[INTERSECTION] = pd.factorize(combined)[0]
     attributes: dict[str, list] = {}
     scopes: dict[str, dict] = {"": {}}
-    for name, keys in groupings.items():
-        measured = _measures_at_cuts(labels, pd.factorize(keys)[0], gate.min_group_size)
+    for name, codes in groupings.items():
+        measured = _measures_at_cuts(labels, codes, gate.min_group_size)
         for measure, pair in measured.items():
             if name == INTERSECTION:
                 scopes.setdefault(INTERSECTION, {})[measure] = pair
