@@ -262,6 +262,7 @@ def sweep_all(config: AuditConfig, split, searches, encoded, sigma) -> tuple[pd.
             variant, search.representation, encoded_train, encoded_validation, split,
             config.representation, config.evaluation, config.seed, sigma, search.C,
             config.selection.select_by, search.lambdas,
+            policy=GatePolicy.from_config(config.selection),
         )
         for variant, search in searches.items()
     ]  # fmt: skip

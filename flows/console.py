@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 import os
 import re
 import sys
@@ -54,10 +55,33 @@ console = Console(width=_width(sys.stdout))
 err_console = Console(stderr=True, width=_width(sys.stderr))
 
 SUMMARY_CAPTION = (
-    "Validation rows. Shown: the majority-class and unconstrained-PCA baselines, the chosen "
+    "Shown: the majority-class and unconstrained-PCA baselines, the chosen "
     "candidate, and per variant and classifier lambda = 0 (fairest) and the last lambda. "
     "accuracy with its 95% interval; ≤ the 95% upper bound of ΔDP/ΔEO. All: metrics.csv."
 )
+
+
+def summary_caption(record) -> str:
+    """:data:`SUMMARY_CAPTION` after the rows the candidates were measured on (each row's
+    ``validation_rows``: after a wide search the sweep's rows are a sample's, the baselines
+    and the chosen candidate every validation row's)."""
+    labels = {
+        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
+            int(row["validation_rows"])
+        )
+        for row in record.candidates or []
+        if isinstance(row.get("validation_rows"), int | float)
+        and math.isfinite(row["validation_rows"])
+    }
+    searched, chosen = labels.get(False), labels.get(True)
+    if searched and chosen and searched != chosen:
+        rows = (
+            f"The λ rows on the {searched}; the baselines and the chosen candidate on the {chosen}."
+        )
+    else:
+        rows = f"On the {searched or chosen or 'validation rows'}."
+    return f"{rows} {SUMMARY_CAPTION}"
+
 
 # (title, priority): the lowest priority is dropped first when the table does not fit.
 SUMMARY_COLUMNS = (
@@ -211,8 +235,9 @@ def headline_table(result) -> Table:
 
 
 def _notes(result, names: list[str]) -> str:
-    """Under the test table: what ``*`` means, and the chosen model's 95% intervals."""
-    from fairpca.tasks.report import Estimate
+    """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
+    the headline names it: :func:`fairpca.tasks.report.chosen_label`)."""
+    from fairpca.tasks.report import Estimate, chosen_label
 
     test = result.selection["test"]
     intervals = [
@@ -224,7 +249,8 @@ def _notes(result, names: list[str]) -> str:
     if any(r.get("needs_sensitive_at_prediction") for r in result.references):
         notes.append("* needs the sensitive attribute to predict.")
     if intervals:
-        notes.append("Chosen, 95% intervals: " + ", ".join(intervals) + ".")
+        label = chosen_label(result.record, short=True)
+        notes.append(f"{label}, 95% intervals: " + ", ".join(intervals) + ".")
     return " ".join(notes)
 
 
@@ -340,8 +366,9 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
         from .retrain import final_message
 
         console.print(f"Retrain: {escape(final_message(result))}")
-    label = chosen_label(record).replace("Chosen model", "Chosen")
-    console.print(f"{label} on validation rows: [bold]{escape(selection['chosen']['name'])}[/bold]")
+    label = chosen_label(record, short=True)
+    rows = record.validation_label()
+    console.print(f"{label} on the {rows}: [bold]{escape(selection['chosen']['name'])}[/bold]")
     console.print(headline_table(result))
     console.print(_notes(result, headline_names(result)), style="dim")
     groups = group_table(result)
@@ -360,7 +387,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
         bullets(shown + ([f"{more} more in the report (or run with --verbose)"] if more else []))
     if verbose:
         console.print(summary_table(result))
-        console.print(SUMMARY_CAPTION, style="dim")
+        console.print(summary_caption(record), style="dim")
         console.print("Reasons:")
         bullets([f"gate: {selection['gate']}", *result.reasons])
     _labelled("Report:", result.report_path)

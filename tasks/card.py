@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
-from fairpca.tasks.record import AuditRecord, Selection
+from fairpca.tasks.record import AuditRecord
 from fairpca.tasks.report import (
     METRIC_LABELS,
     RATE_COLUMNS,
@@ -209,12 +209,16 @@ def _section_screening(record: AuditRecord) -> str:
     )
 
 
-def _section_validation(selection: Selection) -> str:
+def _section_validation(record: AuditRecord) -> str:
+    selection = record.selection
     rows = [
         {"metric": n, "chosen [95% CI]": format_interval(selection.validation, n)}
         for n in HEADLINE_METRICS
     ]
-    return "The candidate and the gate were decided on these validation rows.\n\n" + _table(rows)
+    return (
+        f"The candidate and the gate were decided on these {record.validation_label()}.\n\n"
+        + _table(rows)
+    )
 
 
 def _section_decision(record: AuditRecord, promotion) -> str:
@@ -290,7 +294,7 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         ("Test metrics beside the baselines and references", _section_test_metrics(record)),
         ("Per-group rates on the test rows", _section_group_rates(record)),
         ("Column screening", _section_screening(record)),
-        ("Validation metrics", _section_validation(record.selection)),
+        ("Validation metrics", _section_validation(record)),
         ("Thresholds and decision", _section_decision(record, promotion)),
         ("Projection matrices (SHA-256)", _section_hashes(record)),
         (
@@ -425,7 +429,7 @@ def verdict_markdown(
     lines += [
         verdict_line(record, promotion),
         "",
-        f"{chosen_label(record).replace('Chosen model', 'Chosen')} on validation rows: "
+        f"{chosen_label(record, short=True)} on the {record.validation_label()}: "
         f"`{selection.chosen.name}` (gate `{selection.gate}`). "
         "Test rows, never used for any choice, with 95% intervals:",
         "",

@@ -25,6 +25,7 @@ __all__ = [
     "HEADLINE_METRICS",
     "build_pipeline",
     "check_pipeline",
+    "classifier_key",
     "classifier_metrics",
     "evaluate_reported",
     "gate_standard_errors",
@@ -172,21 +173,25 @@ def gate_standard_errors(
 ) -> dict[str, float]:
     """``<measure>.se``: the standard error of each gated measure's estimate (difference of
     the two extreme groups' rates, or their ratio) for the worst attribute, and with several
-    attributes ``<measure>.se.intersection`` for their intersection.
+    attributes ``<measure>.se.intersection`` for their intersection and ``cell_rows.<cell>``
+    the rows of each reported cell.
 
     The normal approximation the certification (:func:`fairpca.tasks.select.certification`)
     compares with the policy's thresholds: how finely these rows can resolve the measure. The
     reported intervals stay the exact, conservative ones of :func:`metrics_with_intervals`.
     """
     frame = pd.DataFrame(sensitive_features).astype(str).reset_index(drop=True)
+    cells = _cell_rows(y_true, y_pred, sensitive_features, min_group_size)
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred, dtype=float)
-    groupings = {column: frame[column] for column in frame.columns}
-    if frame.shape[1] > 1:
-        groupings[".intersection"] = frame.agg("/".join, axis=1)
+    groupings = {column: pd.factorize(frame[column], sort=True)[0] for column in frame.columns}
+    if frame.shape[1] > 1:  # a cell: the combination of the attributes' codes, in their order
+        combined = np.zeros(len(frame), dtype=np.int64)
+        for codes in list(groupings.values()):
+            combined = combined * (int(codes.max()) + 1) + codes
+        groupings[".intersection"] = pd.factorize(combined, sort=True)[0]
     out: dict[str, float] = {}
     worst: dict[str, tuple[float, float]] = {}
-    for name, keys in groupings.items():
-        codes = pd.factorize(keys, sort=True)[0]
+    for name, codes in groupings.items():
         for measure, value in _grouping_errors(y_true, y_pred, codes, min_group_size).items():
             if name == ".intersection":
                 out[f"{measure}.se.intersection"] = value[1]
@@ -196,7 +201,29 @@ def gate_standard_errors(
             if math.isnan(best[0]) or (value[0] < best[0] if lowest else value[0] > best[0]):
                 worst[measure] = value
     out.update({f"{measure}.se": value[1] for measure, value in worst.items()})
+    out.update(cells)
     return {k: float(v) for k, v in out.items() if np.isfinite(v)}
+
+
+CELL_ROWS = "cell_rows."  # the rows of an intersection cell: ``cell_rows.<its metric name>``
+
+
+def _cell_rows(y_true, y_pred, sensitive_features, min_group_size: int) -> dict[str, float]:
+    """With several attributes, ``cell_rows.<cell>``: the rows of each reported intersection
+    cell (at least ``min_group_size``), named as its rates are (``selection_rate.<cell>``):
+    what the gate needs to judge a cell only where its rows resolve the policy's band
+    (:meth:`fairpca.tasks.select.GatePolicy.judged_cells`)."""
+    frame = pd.DataFrame(sensitive_features)
+    if frame.shape[1] < 2 or len(frame) == 0:
+        return {}
+    report = fm.group_fairness(
+        y_true, y_pred, frame, min_group_size=max(min_group_size, 1),
+        allow_small_groups=min_group_size < fm.MIN_GROUP_SIZE_FLOOR,
+    )  # fmt: skip
+    table = report.group_table()
+    table = table[table["attribute"] == "intersection"]
+    sizes = zip(table["key"], table["size"], strict=True)
+    return {f"{CELL_ROWS}{key}": float(size) for key, size in sizes}
 
 
 def majority_class(y_train: np.ndarray) -> int:
@@ -263,6 +290,13 @@ def representation_metrics(
     }
 
 
+def classifier_key(row: dict[str, Any]) -> tuple:
+    """The key of a candidate's fitted classifier in its sweep: the lambda's index and the
+    classifier, and for ``logreg_tuned`` (swept over a C grid) its C."""
+    key = (int(row["lambda_index"]), row["classifier"])
+    return (*key, float(row["C"])) if row["classifier"] == "logreg_tuned" else key
+
+
 def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -> Pipeline:
     """preprocess -> representation (at the row's lambda) -> classifier, all fitted.
 
@@ -272,7 +306,9 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
     estimator = copy.deepcopy(rep.estimator)
     if rep.supports_tradeoff:
         estimator.set_params(tradeoff=float(row["lambda"]))
-    classifier = sweeps[row["variant"]].classifiers[(int(row["lambda_index"]), row["classifier"])]
+    fitted = sweeps[row["variant"]].classifiers
+    key = classifier_key(row)
+    classifier = fitted[key] if key in fitted else fitted[key[:2]]
     return Pipeline(
         [("preprocess", preprocessor), ("represent", estimator), ("classify", classifier)]
     )

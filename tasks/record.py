@@ -374,6 +374,28 @@ class AuditRecord(_Record):
     certification: Certification | None = None
     # why the chosen model misses parity, in numbers (:func:`parity_gap`; absent before)
     parity_gap: dict[str, Any] | None = None
+    # the validation rows the search measured its candidates on: a stratified sample's after
+    # a wide search, else every validation row (absent in older records)
+    searched_validation_rows: int | None = None
+    # the intersection's cells (validation rows of the chosen candidate) the gate did not
+    # judge: too few rows to resolve the policy's band (absent: none, or an older record)
+    cells_not_judged: list[str] | None = None
+
+    def validation_label(self, rows: int | None = None) -> str:
+        """Which validation rows a number comes from, said where it is shown: ``validation
+        sample (2,500 rows)`` when ``rows`` (how many measured it; default: every one) are
+        fewer than the split's validation rows, else ``validation rows (12,211)``."""
+        every = self.split_sizes.validation if self.split_sizes else None
+        if rows is not None and every is not None and rows < every:
+            return f"validation sample ({rows:,} rows)"
+        count = every if every is not None else rows
+        return "validation rows" if count is None else f"validation rows ({count:,})"
+
+    @property
+    def searched_label(self) -> str:
+        """:meth:`validation_label` of the rows the search measured its candidates on (the
+        candidates' table, the frontier, the trade-off plot)."""
+        return self.validation_label(self.searched_validation_rows)
 
     @property
     def min_group_size(self) -> int | None:
@@ -593,8 +615,14 @@ def metric_steps(table: pd.DataFrame) -> list[MetricStep]:
     at the same steps, so a chart can plot any curve against lambda (MLflow's x-axis "metric").
     """
     steps = []
+    several_C = set()  # (variant, classifier) swept over a C grid: one curve per C
+    if "C" in table:
+        counts = table.groupby(["variant", "classifier"])["C"].nunique()
+        several_C = set(counts[counts > 1].index)
     for row in table.to_dict("records"):
         prefix = f"{row['variant']}/{row['classifier']}"
+        if (row["variant"], row["classifier"]) in several_C:
+            prefix += f"_C{row['C']:g}"  # MLflow names allow no "@" or "="
         for column in HEADLINE_METRICS:
             steps.append((f"{prefix}/{column}", row.get(column), row["lambda_index"]))
     reps = table.drop_duplicates(subset=["variant", "lambda_index"])
@@ -722,20 +750,33 @@ SUMMARY_COLUMNS = (
 )
 
 
+def searched_rows(table: pd.DataFrame) -> int | None:
+    """How many validation rows measured the search's candidates (``validation_rows`` of the
+    table; None when the table does not say)."""
+    if "validation_rows" not in table or not table["validation_rows"].notna().any():
+        return None
+    return int(table["validation_rows"].max())
+
+
 def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any]]:
     """Rows a reader compares, all on validation rows: the majority-class baseline, the
     unconstrained PCA baseline, the chosen candidate, then per variant and classifier the
-    fairest (lambda = 0) and the last lambda. ``role`` says which row is which."""
+    fairest (lambda = 0) and the last lambda. ``role`` says which row is which and
+    ``validation_rows`` how many rows measured it: after a wide search the sweep's rows are
+    the sample's, the chosen candidate and the baselines every validation row's."""
     first = table.groupby(["variant", "classifier"], sort=False).head(1).assign(role="λ=0")
     last = table.groupby(["variant", "classifier"], sort=False).tail(1).assign(role="last λ")
     sweep = pd.concat([first, last]).drop_duplicates(subset=["variant", "classifier", "lambda"])
     sweep.loc[sweep["lambda"].isna(), "role"] = "no λ"
     sweep = sweep.sort_values(["variant", "classifier", "lambda"], na_position="first")
-    head = [{"role": "majority", "classifier": "majority", "accuracy": choice.majority_accuracy}]
+    head = [{"role": "majority", "classifier": "majority", "accuracy": choice.majority_accuracy,
+             "validation_rows": choice.chosen.get("validation_rows")}]  # fmt: skip
     if choice.pca_row is not None:
         head.append({"role": "PCA (best)", **choice.pca_row})
     head.append({"role": "chosen", **choice.chosen})
     columns = ["role", *(c for c in SUMMARY_COLUMNS if c in table.columns)]
+    if "validation_rows" in table.columns:
+        columns.insert(1, "validation_rows")
     frame = pd.concat(
         [pd.DataFrame(head).reindex(columns=columns), sweep.reindex(columns=columns)],
         ignore_index=True,
@@ -882,6 +923,8 @@ def build_record(
         certification=choice.certification,
         split_sizes={part: len(getattr(split, f"y_{part}")) for part in PARTS},
         candidates=candidate_summary(table, choice),
+        searched_validation_rows=searched_rows(table),
+        cells_not_judged=(choice.policy.judged_cells(choice.chosen) or ([], None))[1] or None,
         skipped=skipped or None,
         model_sha256=model_sha256,
         model_digest=model_digest,

@@ -451,14 +451,15 @@ def deciding_reason(record, promotion=None) -> str | None:
     return None
 
 
-def chosen_label(record) -> str:
+def chosen_label(record, short: bool = False) -> str:
     """How the chosen candidate is named: a candidate that was never eligible is not "chosen",
-    one the gate did not pass is chosen for review only."""
+    one the gate did not pass is chosen for review only; ``short``: "Chosen" for "Chosen
+    model" (where a sentence goes on, e.g. "Chosen, 95% intervals")."""
     if not (record.eligibility is None or record.eligibility.chosen_passes):
         return NOT_ELIGIBLE
-    return (
-        "Chosen model" if record.selection.decision.promote else "Chosen for review (not promoted)"
-    )
+    if record.selection.decision.promote:
+        return "Chosen" if short else "Chosen model"
+    return "Chosen for review (not promoted)"
 
 
 NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
@@ -1010,9 +1011,14 @@ def _reported_frame(record) -> pd.DataFrame:
     several = any(k.endswith(".intersection") for k in selection.test)
     metrics = [k for k in selection.test if k.startswith(HEADLINE) and "ci95" not in k]
     metrics = sorted(metrics) if several else list(HEADLINE)
+    sizes = record.split_sizes
+    shown = {
+        "validation": record.validation_label(),
+        "test": f"test rows ({sizes.test:,})" if sizes else "test rows",
+    }
     return pd.DataFrame(
         [
-            {"model": label, "rows": part}
+            {"model": label, "rows": shown[part]}
             | {m: str(Estimate.of(getattr(parts, part), m)) for m in metrics}
             for label, parts in rows
             for part in ("validation", "test")
@@ -1114,21 +1120,46 @@ def _intersection_groups(record) -> list[tuple[str, Any]]:
     groups = group_rows(record.selection, attributes=False)
     if not groups:
         return []
+    unjudged = set(getattr(record, "cells_not_judged", None) or [])
     frame = pd.DataFrame(
-        [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES}}
+        [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES},
+          "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
          for g in groups]
     )  # fmt: skip
     return [("Intersection groups of the chosen model (test rows)", frame)]
 
 
+NOT_JUDGED = "not judged: too few rows to resolve the policy's band"
+
+
 def frontier_sections(record) -> list[tuple[str, Any]]:
-    """The search's accuracy–fairness frontier (validation rows), where the record has one:
-    its rows as a table, right after the verdict."""
+    """The search's accuracy–fairness frontier (on the rows the search measured: a wide
+    search's sample or every validation row), where the record has one: its rows as a
+    table, right after the verdict."""
     rows = getattr(record, "frontier", None)
     if not rows:
         return []
     rows = [row.model_dump() if hasattr(row, "model_dump") else dict(row) for row in rows]
-    return [("Accuracy–fairness frontier (validation rows)", pd.DataFrame(rows))]
+    rows_label = getattr(record, "searched_label", "validation rows")
+    return [(f"Accuracy–fairness frontier ({rows_label})", pd.DataFrame(rows))]
+
+
+def _candidates_rows(record) -> str:
+    """Which validation rows the candidates' table's rows come from (its
+    ``validation_rows``): one label, or after a wide search the sample's for the sweep and
+    every row's for the chosen candidate and the baselines."""
+    counts = [row.get("validation_rows") for row in record.candidates or []]
+    labels = {
+        record.validation_label(int(n))
+        for n in counts
+        if isinstance(n, int | float) and math.isfinite(n)
+    }
+    if len(labels) <= 1:
+        return labels.pop() if labels else "validation rows"
+    return (
+        f"the {record.searched_label}; the baselines and the chosen candidate on the "
+        f"{record.validation_label()} (column validation_rows)"
+    )
 
 
 def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
@@ -1148,15 +1179,15 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         *_intersection_groups(record),
         *frontier_sections(record),
         (
-            "Trade-off on validation rows",
+            f"Trade-off on the {record.searched_label}",
             Plot(
                 f"validation {select_by.replace('_', ' ')} (what the choice maximises) against "
                 "each gated measure, with 95% intervals"
             ),
         ),
         (
-            "Candidates on validation rows (baselines, chosen, lambda=0 and last lambda per "
-            "variant and classifier; full table: metrics.csv)",
+            "Candidates (baselines, chosen, lambda=0 and last lambda per variant and "
+            f"classifier; full table: metrics.csv) on {_candidates_rows(record)}",
             pd.DataFrame(record.candidates or []),
         ),
         (
@@ -1172,8 +1203,8 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     if record.frontier:
         sections.append(
             (
-                "Search: the trade-off over k and lambda (rows that chose; best classifier per "
-                "point; Pareto points first)",
+                f"Search: the trade-off over k and lambda ({record.searched_label}; best "
+                "classifier per point; Pareto points first)",
                 _frontier_frame(record.frontier),
             )
         )

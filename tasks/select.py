@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .evaluate import majority_class
+from .evaluate import CELL_ROWS, majority_class
 
 __all__ = [
     "BOUNDS",
@@ -143,6 +143,22 @@ BOUNDS = ("upper_bound", "point")
 # rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
 DEFAULT_BOUND = "point"
 INTERSECTION = ".intersection"
+# A cell of the intersection is judged where this many standard errors of its selection rate
+# (a 95% half-width) fit in the policy's band (:meth:`GatePolicy.judged_cells`).
+RESOLVE_Z = 1.959964
+
+
+def _extremes(rates: np.ndarray, clipped: np.ndarray, rows: np.ndarray, ratio: bool) -> tuple:
+    """The spread (``max - min``) or ratio (``min / max``) of ``rates`` and its standard error
+    from the two extreme cells (:func:`fairpca.tasks.evaluate._pair_se`'s approximation on
+    the ``clipped`` rates; ties: the smaller cell; all equal: two distinct cells)."""
+    low = int(np.lexsort((rows, rates))[0])
+    high = next(int(i) for i in np.lexsort((rows, -rates)) if i != low)
+    p, n = clipped[[low, high]], rows[[low, high]]
+    if ratio:
+        value = float(rates[low] / rates[high]) if rates[high] > 0 else math.nan
+        return value, (value * float(np.sqrt(np.sum((1 - p) / (n * p))))) if value else 0.0
+    return float(rates[high] - rates[low]), float(np.sqrt(np.sum(p * (1 - p) / n)))
 
 
 def parse_policy(name: str) -> tuple[str, ...]:
@@ -216,7 +232,8 @@ class GatePolicy:
         parts.append(f"accuracy >= {self.thresholds.get('min_accuracy', 0.0):g}")
         return (
             f"{self.name}: {'; '.join(parts)}, judged on {where} on the validation rows, for "
-            "the worst attribute and for their intersection where its groups are large enough"
+            "the worst attribute and for their intersection's cells whose rows resolve the "
+            "policy's band"
         )
 
     def record(self) -> dict[str, Any]:
@@ -236,6 +253,74 @@ class GatePolicy:
         several = any(str(key).endswith(INTERSECTION) for key in metrics)
         return ["", INTERSECTION] if several else [""]
 
+    def band(self, rate: float) -> float:
+        """The narrowest band of a rate the policy tells apart, at an overall selection rate
+        ``rate``: a difference's limit, or for the four-fifths rule the gap ``(1 - ratio)
+        rate`` between two rates at the limit."""
+        bands = []
+        for key in self.criteria:
+            criterion = CRITERIA[key]
+            limit = self.thresholds[criterion.threshold]
+            bands.append((1.0 - limit) * rate if criterion.larger_is_fairer else limit)
+        bands = [b for b in bands if b > 0]
+        return min(bands) if bands else math.inf
+
+    def judged_cells(self, metrics: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
+        """The intersection's reported cells the gate judges and those it leaves out (None
+        when the metrics name no cell): a cell is judged where the 95% half-width of its
+        selection rate, at the rows' overall rate, is within :meth:`band`. A cell of 26-51
+        rows cannot resolve a 0.05 band: judged on its point estimate, a perfectly fair
+        classifier would fail the gate there about as often as not."""
+        rows = {
+            str(key).removeprefix(CELL_ROWS): float(value)
+            for key, value in metrics.items()
+            if str(key).startswith(CELL_ROWS)
+        }
+        if not rows:
+            return None
+        rate = min(max(_value(metrics, "positive_rate"), 1e-6), 1 - 1e-6)
+        if math.isnan(rate):
+            return list(rows), []
+        needed = RESOLVE_Z**2 * rate * (1 - rate) / self.band(rate) ** 2
+        judged = [cell for cell, n in rows.items() if n >= needed]
+        return judged, [cell for cell in rows if cell not in judged]
+
+    def _judged(self, metrics: Mapping[str, Any], metric: str) -> tuple[float, float] | None:
+        """``(value, standard error)`` of ``metric`` over the judged cells of the
+        intersection (NaN with fewer than two); None when the metrics name no cell."""
+        cells = self.judged_cells(metrics)
+        if cells is None:
+            return None
+        judged = cells[0]
+        if len(judged) < 2:
+            return math.nan, math.nan
+        rows = np.array([_value(metrics, f"{CELL_ROWS}{c}") for c in judged])
+        base = np.array([_value(metrics, f"base_rate.{c}") for c in judged])
+
+        def pair(rate: str, n: np.ndarray, ratio: bool = False) -> tuple[float, float]:
+            values = np.array([_value(metrics, f"{rate}.{c}") for c in judged])
+            keep = np.isfinite(values) & (n > 0)
+            if keep.sum() < 2:
+                return math.nan, math.nan
+            clipped = np.clip(values[keep], 0.5 / n[keep], 1 - 0.5 / n[keep])
+            value, error = _extremes(values[keep], clipped, n[keep], ratio)
+            return value, error
+
+        if metric in ("dp_difference", "selection_rate_ratio"):
+            return pair("selection_rate", rows, ratio=metric == "selection_rate_ratio")
+        eo = pair("tpr", np.round(base * rows))
+        if metric == "eo_difference":
+            return eo
+        fpr = pair("fpr", np.round((1 - base) * rows))
+        return max(eo, fpr, key=lambda v: -math.inf if math.isnan(v[0]) else v[0])
+
+    def _bound(self, criterion: Criterion, metrics: Mapping[str, Any], scope: str) -> float:
+        """:meth:`Criterion.bound`; for a point-judged measure of the intersection, its value
+        over the cells that resolve the policy (:meth:`judged_cells`)."""
+        point = self.bound == "point" or criterion.point_rule
+        judged = self._judged(metrics, criterion.metric) if scope and point else None
+        return criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
+
     def failures(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why ``metrics`` fail the policy (empty: they pass). An undefined worst-attribute
         value fails; an undefined intersection (groups too small) is not gated."""
@@ -247,7 +332,7 @@ class GatePolicy:
             label = f" (95% {'lower' if criterion.larger_is_fairer else 'upper'} bound)"
             label = label if bounded else ""
             for scope in self._scopes(metrics):
-                value = criterion.bound(metrics, scope, self.bound)
+                value = self._bound(criterion, metrics, scope)
                 if scope and math.isnan(value):
                     continue  # too few large intersection groups: reported as ungated
                 if not criterion.meets(value, limit):
@@ -275,7 +360,7 @@ class GatePolicy:
             criterion = CRITERIA[key]
             limit = self.thresholds[criterion.threshold]
             for scope in self._scopes(metrics):
-                value = criterion.bound(metrics, scope, self.bound)
+                value = self._bound(criterion, metrics, scope)
                 if not (scope and math.isnan(value)):
                     total += criterion.excess(value, limit)
         return total
@@ -288,13 +373,25 @@ class GatePolicy:
         undefined = [
             CRITERIA[key].label
             for key in self.criteria
-            if math.isnan(CRITERIA[key].bound(metrics, INTERSECTION, self.bound))
+            if math.isnan(self._bound(CRITERIA[key], metrics, INTERSECTION))
         ]
         if not undefined:
             return None
         return (
             f"the intersection of the attributes is not gated for {', '.join(undefined)}: fewer "
             "than two intersection groups have enough validation rows to compare"
+        )
+
+    def cells_note(self, metrics: Mapping[str, Any]) -> str | None:
+        """A sentence naming the intersection's cells the gate did not judge (None: every
+        reported cell was judged)."""
+        cells = self.judged_cells(metrics)
+        if not cells or not cells[1]:
+            return None
+        return (
+            f"not judged by the gate: {len(cells[1])} intersection cell(s) with too few rows "
+            f"to resolve the policy's band ({', '.join(cells[1])}); the intersection is judged "
+            f"on the {len(cells[0])} cell(s) that resolve it"
         )
 
     def laxer_than(self, other: GatePolicy) -> list[str]:
@@ -532,6 +629,9 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
         for scope in policy._scopes(row):
             value = _value(row, f"{criterion.metric}{scope}")
             error = _value(row, f"{criterion.metric}.se{scope}")
+            judged = policy._judged(row, criterion.metric) if scope else None
+            if judged is not None:  # the cells the gate judges
+                value, error = judged
             if not (math.isnan(value) or math.isnan(error)):
                 yield criterion, scope, value, error, limit
 
@@ -838,6 +938,7 @@ def choose(
         )
     policy = GatePolicy.from_config(selection)
     notes.append(policy.ungated_note(chosen) or "")
+    notes.append(policy.cells_note(chosen) or "")
     useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),

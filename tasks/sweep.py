@@ -36,6 +36,7 @@ from threadpoolctl import threadpool_limits
 from fairpca import metrics as fm
 
 from .evaluate import (
+    classifier_key,
     classifier_metrics,
     gate_standard_errors,
     metrics_with_intervals,
@@ -43,7 +44,18 @@ from .evaluate import (
     representation_metrics,
 )
 from .represent import FittedRepresentation, fit_representation
-from .select import majority_accuracy_of, select_candidate
+from .select import (
+    CERTIFY_Z,
+    CRITERIA,
+    INTERSECTION,
+    MAX_ONE_CLASS_SHARE,
+    MIN_POSITIVE_RATE_RATIO,
+    MIN_USEFUL_SHARE,
+    STABLE_Z,
+    GatePolicy,
+    majority_accuracy_of,
+    select_candidate,
+)
 
 __all__ = [
     "CLASSIFIER_NAMES",
@@ -54,12 +66,14 @@ __all__ = [
     "ScreeningClassifier",
     "SearchResult",
     "SweepResult",
+    "ThresholdGate",
     "best_threshold",
     "coarse_lambdas",
     "cross_validate",
     "fine_lambdas",
     "fit_classifier",
     "fit_screening_classifier",
+    "gated_threshold",
     "lambda_sweep",
     "make_classifier",
     "paper_C",
@@ -115,15 +129,10 @@ def make_classifier(name: str, n_train: int, seed: int, C: float | None = None):
     raise ValueError(f"unknown classifier {name!r}; use one of {', '.join(CLASSIFIER_NAMES)}.")
 
 
-def best_threshold(scores: np.ndarray, y: np.ndarray, scoring: str) -> float:
-    """The probability threshold that maximises ``scoring`` (``balanced_accuracy`` or
-    ``accuracy``) of ``score >= threshold`` on these rows, over every cut between two distinct
-    scores (midpoints; ties to the higher threshold).
-
-    Exact in O(n log n) from cumulative counts: sklearn's ``TunedThresholdClassifierCV``
-    scores 100 candidate thresholds with one scorer call each, which on 5,000 rows costs as
-    much as the logistic fit itself.
-    """
+def _ranked_objective(scores: np.ndarray, y: np.ndarray, scoring: str) -> tuple:
+    """The scores in descending order, the labels in that order, and ``scoring`` of
+    predicting 1 for the first ``i + 1`` rows at each ``i`` (-inf inside a run of equal
+    scores, where no threshold cuts)."""
     order = np.argsort(-scores, kind="stable")
     ranked, labels = scores[order], np.asarray(y)[order]
     true_pos = np.cumsum(labels)  # predicting 1 for the first i + 1 rows
@@ -138,17 +147,202 @@ def best_threshold(scores: np.ndarray, y: np.ndarray, scoring: str) -> float:
             f"unknown threshold objective {scoring!r}; use balanced_accuracy or accuracy."
         )
     cut = np.r_[ranked[1:] < ranked[:-1], True]  # the last row of each run of equal scores
-    value = np.where(cut, value, -np.inf)
+    return order, ranked, labels, np.where(cut, value, -np.inf)
+
+
+def _threshold_at(ranked: np.ndarray, value: np.ndarray) -> float:
+    """The threshold between the best cut's row and the next (ties to the higher one)."""
     at = int(np.flatnonzero(value == value.max())[0])
     below = ranked[at + 1] if at + 1 < len(ranked) else ranked[at] - 1e-12
     return float(0.5 * (ranked[at] + below))
 
 
-def _with_tuned_threshold(classifier, features: np.ndarray, y: np.ndarray, scoring: str):
+def best_threshold(scores: np.ndarray, y: np.ndarray, scoring: str) -> float:
+    """The probability threshold that maximises ``scoring`` (``balanced_accuracy`` or
+    ``accuracy``) of ``score >= threshold`` on these rows, over every cut between two distinct
+    scores (midpoints; ties to the higher threshold).
+
+    Exact in O(n log n) from cumulative counts: sklearn's ``TunedThresholdClassifierCV``
+    scores 100 candidate thresholds with one scorer call each, which on 5,000 rows costs as
+    much as the logistic fit itself.
+    """
+    _, ranked, _, value = _ranked_objective(scores, y, scoring)
+    return _threshold_at(ranked, value)
+
+
+@dataclass(frozen=True)
+class ThresholdGate:
+    """What a threshold is chosen under: the gate ``policy``, the training rows' sensitive
+    ``groups`` (one column per attribute, aligned with the rows) and the smallest group
+    the gate judges (``min_group_size``)."""
+
+    policy: GatePolicy
+    groups: pd.DataFrame
+    min_group_size: int = 0
+
+    def rows(self, picked: np.ndarray) -> ThresholdGate:
+        """The same gate on the rows ``picked`` of the training rows."""
+        groups = self.groups.iloc[picked].reset_index(drop=True)
+        return ThresholdGate(self.policy, groups, self.min_group_size)
+
+
+def _extreme_pair(rate: np.ndarray, rows: np.ndarray, *, ratio: bool) -> tuple:
+    """:func:`fairpca.tasks.evaluate._pair_se` at every cut at once: ``rate`` is groups x
+    cuts; the two extreme groups of each cut (ties: the smaller group; all equal: two
+    distinct groups), the spread or ratio of their rates and its standard error."""
+    by_size = np.argsort(rows, kind="stable")
+    rate, rows = rate[by_size], rows[by_size].astype(np.float64)
+    low, high = rate.argmin(axis=0), rate.argmax(axis=0)
+    high = np.where(high == low, np.where(low == 0, 1, 0), high)
+    cuts = np.arange(rate.shape[1])
+    p_low, p_high, n_low, n_high = rate[low, cuts], rate[high, cuts], rows[low], rows[high]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if ratio:
+            value = p_low / p_high
+            error = value * np.sqrt(
+                (1 - p_low) / (n_low * p_low) + (1 - p_high) / (n_high * p_high)
+            )
+        else:
+            value = p_high - p_low
+            error = np.sqrt(p_low * (1 - p_low) / n_low + p_high * (1 - p_high) / n_high)
+    return value, error
+
+
+def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int) -> dict:
+    """``{measure: (value, standard error)}`` of each gated measure over one grouping at every
+    cut (predicting 1 for the first ``i + 1`` rows of ``labels``), from the cumulative
+    counts per group: O(groups x rows) after the one sort."""
+    n_groups = int(codes.max()) + 1
+    member = codes[None, :] == np.arange(n_groups)[:, None]  # groups x rows
+
+    def rates(mask: np.ndarray):
+        hits = np.cumsum(member & mask[None, :], axis=1)
+        rows = hits[:, -1]
+        keep = rows >= max(min_group_size, 1)
+        return hits[keep] / rows[keep][:, None], rows[keep]
+
+    out = {}
+    selection, rows = rates(np.ones(len(labels), dtype=bool))
+    if len(rows) >= 2:
+        out["dp_difference"] = _extreme_pair(selection, rows, ratio=False)
+        out["selection_rate_ratio"] = _extreme_pair(selection, rows, ratio=True)
+    tpr, positives = rates(labels == 1)
+    fpr, negatives = rates(labels == 0)
+    if len(positives) >= 2:
+        out["eo_difference"] = _extreme_pair(tpr, positives, ratio=False)
+        if len(negatives) >= 2:
+            odds = _extreme_pair(fpr, negatives, ratio=False)
+            larger = odds[0] > out["eo_difference"][0]
+            out["equalized_odds_difference"] = tuple(
+                np.where(larger, a, b) for a, b in zip(odds, out["eo_difference"], strict=True)
+            )
+    return out
+
+
+def _worst(pairs: list[tuple], lowest: bool) -> tuple:
+    """Per cut, the attribute whose value is least fair (the lowest ratio, the largest
+    difference), with its standard error."""
+    value, error = pairs[0]
+    for other, other_error in pairs[1:]:
+        worse = other < value if lowest else other > value
+        value, error = np.where(worse, other, value), np.where(worse, other_error, error)
+    return value, error
+
+
+def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: ThresholdGate):
+    """Per cut, whether the rows' predictions meet ``gate.policy`` with its margin: a
+    point-judged measure by :data:`~fairpca.tasks.select.STABLE_Z` standard errors, a
+    bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
+    with several, the intersection's cells of at least ``min_group_size`` rows."""
+    groupings = {column: pd.factorize(groups[column])[0] for column in groups.columns}
+    if len(groupings) > 1:  # a cell: the combination of the attributes' codes
+        combined = np.zeros(len(labels), dtype=np.int64)
+        for codes in groupings.values():
+            combined = combined * (int(codes.max()) + 2) + codes + 1
+        groupings[INTERSECTION] = pd.factorize(combined)[0]
+    attributes: dict[str, list] = {}
+    scopes: dict[str, dict] = {"": {}}
+    for name, codes in groupings.items():
+        measured = _measures_at_cuts(labels, codes, gate.min_group_size)
+        for measure, pair in measured.items():
+            if name == INTERSECTION:
+                scopes.setdefault(INTERSECTION, {})[measure] = pair
+            else:
+                attributes.setdefault(measure, []).append(pair)
+    for measure, pairs in attributes.items():
+        scopes[""][measure] = _worst(pairs, lowest=measure == "selection_rate_ratio")
+    policy, meets = gate.policy, np.ones(len(labels), dtype=bool)
+    for key in policy.criteria:
+        criterion = CRITERIA[key]
+        limit = policy.thresholds[criterion.threshold]
+        if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
+            continue  # always met
+        z = STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
+        for scope in ("", INTERSECTION) if len(groupings) > 1 else ("",):
+            pair = scopes.get(scope, {}).get(criterion.metric)
+            if pair is None:
+                if scope:
+                    continue  # too few large cells: the gate does not judge it either
+                return np.zeros(len(labels), dtype=bool)
+            value, error = pair
+            with np.errstate(invalid="ignore"):
+                meets &= (value - z * error >= limit) if criterion.larger_is_fairer else (
+                    value + z * error <= limit
+                )  # fmt: skip
+    true_pos = np.cumsum(labels)
+    false_pos = np.arange(1, len(labels) + 1) - true_pos
+    accuracy = (true_pos + (len(labels) - true_pos[-1]) - false_pos) / len(labels)
+    z = CERTIFY_Z if policy.bound == "upper_bound" else 0.0
+    floor = policy.thresholds.get("min_accuracy", 0.0)
+    meets &= accuracy - z * np.sqrt(accuracy * (1 - accuracy) / len(labels)) >= floor
+    return meets
+
+
+def _useful_cuts(labels: np.ndarray, value: np.ndarray, scoring: str) -> np.ndarray:
+    """Cuts a reviewer could use, by the audit's eligibility rules on these rows: saying yes
+    (or no) to nearly everyone meets parity trivially. The share predicted positive stays
+    within :data:`~fairpca.tasks.select.MAX_ONE_CLASS_SHARE` and at least
+    :data:`~fairpca.tasks.select.MIN_POSITIVE_RATE_RATIO` of the base rate (and of the
+    negative one), and ``scoring`` keeps :data:`~fairpca.tasks.select.MIN_USEFUL_SHARE` of
+    the best cut's gain over the constant predictions."""
+    n, base = len(labels), labels.mean()
+    positive = np.arange(1, n + 1) / n
+    constant = 0.5 if scoring == "balanced_accuracy" else max(base, 1 - base)
+    gain = value.max() - constant
+    return (
+        (np.maximum(positive, 1 - positive) <= MAX_ONE_CLASS_SHARE)
+        & (positive >= MIN_POSITIVE_RATE_RATIO * base)
+        & (1 - positive >= MIN_POSITIVE_RATE_RATIO * (1 - base))
+        & (value - constant >= MIN_USEFUL_SHARE * gain)
+        & (gain > 0)
+    )
+
+
+def gated_threshold(scores: np.ndarray, y: np.ndarray, scoring: str, gate: ThresholdGate) -> float:
+    """The probability threshold with the highest ``scoring`` among those whose predictions
+    on these rows meet ``gate``'s policy with its margin (:func:`_meets_gate_at_cuts`) and
+    stay useful (:func:`_useful_cuts`); :func:`best_threshold` when none does.
+
+    Exact and O(n log n + groups x n): one sort, then cumulative counts per group give every
+    cut's rates per group at once."""
+    order, ranked, labels, value = _ranked_objective(scores, y, scoring)
+    allowed = _useful_cuts(labels, value, scoring) & _meets_gate_at_cuts(
+        labels, gate.groups.iloc[order], gate
+    )
+    if not allowed.any():
+        return _threshold_at(ranked, value)
+    return _threshold_at(ranked, np.where(allowed, value, -np.inf))
+
+
+def _with_tuned_threshold(
+    classifier, features: np.ndarray, y: np.ndarray, scoring: str, gate: ThresholdGate | None
+):
     """``classifier`` refitted on every training row, predicting 1 above the probability
     threshold that maximises ``scoring`` (the audit's selection measure) on its
     out-of-fold scores in ``THRESHOLD_FOLDS``-fold stratified cross-validation of them
-    (fewer folds when a class has fewer rows; :func:`best_threshold`).
+    (fewer folds when a class has fewer rows; :func:`best_threshold`); with a ``gate``, the
+    best among the thresholds whose out-of-fold predictions meet the gate's policy with its
+    margin (:func:`gated_threshold`; the unconstrained best when none does).
 
     Appendix C.1's penalty (``C = 0.01`` at n = 5,000) shrinks the scores towards 0.5, so at
     the default threshold the model under-predicts the rarer class: on Adult's fair
@@ -163,7 +357,11 @@ def _with_tuned_threshold(classifier, features: np.ndarray, y: np.ndarray, scori
     scores = cross_val_predict(
         clone(classifier), features, y, cv=StratifiedKFold(folds), method="predict_proba"
     )[:, 1]
-    threshold = best_threshold(scores, y, scoring)
+    threshold = (
+        best_threshold(scores, y, scoring)
+        if gate is None
+        else gated_threshold(scores, y, scoring, gate)
+    )
     return FixedThresholdClassifier(clone(classifier), threshold=threshold).fit(features, y)
 
 
@@ -176,19 +374,22 @@ def fit_classifier(
     max_rows: int | None = None,
     C: float | None = None,
     scoring: str = "accuracy",
+    gate: ThresholdGate | None = None,
 ):
-    """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw); ``C`` and
-    ``scoring`` (the threshold's objective) apply to ``logreg_tuned``."""
+    """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw); ``C``,
+    ``scoring`` (the threshold's objective) and ``gate`` (the policy the threshold must meet
+    on the training rows' out-of-fold scores, with their groups) apply to ``logreg_tuned``."""
     if max_rows is not None and len(y) > max_rows:
         rows = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         features, y = features[rows], y[rows]
+        gate = gate and gate.rows(rows)
     classifier = make_classifier(name, len(y), seed, C)
     if np.unique(y).size < 2:
         raise ValueError("the training rows hold one label only; a classifier needs both.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         if name == "logreg_tuned":
-            return _with_tuned_threshold(classifier, features, y, scoring)
+            return _with_tuned_threshold(classifier, features, y, scoring, gate)
         classifier.fit(features, y)
     return classifier
 
@@ -300,15 +501,20 @@ def _fit_and_measure(fit, F_train, y_train, F_eval, y_eval, sensitive_eval, opti
 
 
 def _audit_classifiers(
-    evaluation, seed: int, C: float | None = None, scoring: str = "accuracy"
+    evaluation,
+    seed: int,
+    C: float | None = None,
+    scoring: str = "accuracy",
+    gate: ThresholdGate | None = None,
 ) -> dict[str, Callable[[np.ndarray, np.ndarray], Any]]:
     """The audit's classifiers by name (the ``evaluation`` section), each fitted with the
-    audit's seed and row caps; ``logreg_tuned`` with ``C`` and its threshold for ``scoring``."""
+    audit's seed and row caps; ``logreg_tuned`` with ``C`` and its threshold for ``scoring``
+    under ``gate`` (the training rows' groups)."""
 
     def fitter(name: str):
         max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
         return lambda F, y: fit_classifier(
-            name, F, y, seed=seed, max_rows=max_rows, C=C, scoring=scoring
+            name, F, y, seed=seed, max_rows=max_rows, C=C, scoring=scoring, gate=gate
         )
 
     return {name: fitter(name) for name in evaluation.classifiers}
@@ -364,6 +570,8 @@ def sweep_representation(
     C: float | None = None,
     scoring: str = "accuracy",
     lambdas: Sequence[float] | None = None,
+    policy: GatePolicy | None = None,
+    C_grid: Sequence[float | None] | None = None,
 ) -> SweepResult:
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
@@ -371,11 +579,27 @@ def sweep_representation(
     Variants without a trade-off (standard PCA) give one row per classifier with ``lambda``
     NaN. Only the training and validation rows of ``split`` are read. ``representation`` and
     ``evaluation`` are the config's sections of those names; ``C`` and ``scoring`` (the
-    selection measure) tune ``logreg_tuned``; ``lambdas`` replaces the config's (the search's
-    refinement). Each row names its ``k`` and classifier ``C``.
+    selection measure) tune ``logreg_tuned``, whose threshold meets ``policy`` on the
+    training rows where it can (:class:`ThresholdGate`); ``lambdas`` replaces the config's
+    (the search's refinement); ``C_grid`` (instead of ``C``): ``logreg_tuned`` at each of
+    these C at every lambda, a candidate per (lambda, C). Each row names its ``k``,
+    classifier ``C`` (``C_given``: the grid's entry, NaN for the paper's rule) and
+    ``validation_rows`` (how many rows measured it: a wide search's sample or every
+    validation row); the fitted classifiers are keyed by
+    :func:`~fairpca.tasks.evaluate.classifier_key` of their row.
     """
     start = time.perf_counter()
-    rows, classifiers = sweep_tradeoff(
+    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
+    classifiers = _audit_classifiers(evaluation, seed, C, scoring, gate)
+    grid = [C]
+    if C_grid and "logreg_tuned" in classifiers:
+        grid = list(C_grid)
+        del classifiers["logreg_tuned"]
+        only = evaluation.model_copy(update={"classifiers": ["logreg_tuned"]})
+        for i, strength in enumerate(grid):
+            tuned = _audit_classifiers(only, seed, strength, scoring, gate)["logreg_tuned"]
+            classifiers[f"logreg_tuned@{i}"] = tuned
+    rows, fitted = sweep_tradeoff(
         rep.estimator,
         list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
         encoded_train,
@@ -383,7 +607,7 @@ def sweep_representation(
         encoded_validation,
         split.y_validation,
         split.s_validation,
-        classifiers=_audit_classifiers(evaluation, seed, C, scoring),
+        classifiers=classifiers,
         metric_options={
             "min_group_size": evaluation.min_group_size,
             "allow_small_groups": evaluation.allow_small_groups,
@@ -395,17 +619,18 @@ def sweep_representation(
         ),
         progress=progress and (lambda done, total: progress(rep.variant, done, total)),
     )
-    k = int(rep.facts["k"])
-    strengths = {"logreg": paper_C(len(split.y_train))}
-    strengths["logreg_tuned"] = strengths["logreg"] if C is None else float(C)
-    result = SweepResult(
-        rep.variant,
-        [
-            {"variant": rep.variant, "k": k, "C": strengths.get(row["classifier"], np.nan), **row}
-            for row in rows
-        ],
-    )
-    result.classifiers = classifiers
+    k, paper = int(rep.facts["k"]), paper_C(len(split.y_train))
+    measured_on = len(split.y_validation)  # which rows: a search sample or every row
+    result = SweepResult(rep.variant)
+    for row in rows:
+        name, _, at = row["classifier"].partition("@")
+        given = grid[int(at)] if at else (C if name == "logreg_tuned" else None)
+        strength = {"logreg": paper, "logreg_tuned": paper if given is None else float(given)}
+        named = {"variant": rep.variant, "k": k, "C": strength.get(name, np.nan),
+                 "C_given": np.nan if given is None else float(given),
+                 "validation_rows": measured_on, **row, "classifier": name}  # fmt: skip
+        result.rows.append(named)
+        result.classifiers[classifier_key(named)] = fitted[(row["lambda_index"], row["classifier"])]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -424,6 +649,7 @@ def lambda_sweep(
     C: float | None = None,
     scoring: str = "accuracy",
     lambdas: Sequence[float] | None = None,
+    policy: GatePolicy | None = None,
 ) -> SweepResult:
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
     artifact_id = create_progress_artifact(
@@ -449,6 +675,8 @@ def lambda_sweep(
             C=C,
             scoring=scoring,
             lambdas=lambdas,
+            policy=policy,
+            C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
         )
 
 
@@ -539,7 +767,8 @@ def search_representation(
         )  # fmt: skip
         for row in rows:
             C = float(row["classifier"].partition("=")[2])
-            points.append({"variant": variant, "k": k, "C": C, **row, "stage": "coarse"})
+            points.append({"variant": variant, "k": k, "C": C, **row, "stage": "coarse",
+                           "validation_rows": len(split.y_validation)})  # fmt: skip
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     best, _, _ = select_candidate(pd.DataFrame(points), majority, selection)
     C = None if best["C"] == paper_C(len(split.y_train)) else float(best["C"])
@@ -582,6 +811,15 @@ def search_variant(
 # ---- many rows: the shortlist refitted on every training row, measured on every validation row --
 
 
+def _given_C(row: dict[str, Any], searched: float | None) -> float | None:
+    """The C a candidate was swept with as the grid gives it (None: the paper's rule, which
+    scales with the training rows), else the variant's searched C."""
+    if "C_given" not in row:
+        return searched
+    given = row["C_given"]
+    return None if given is None or not np.isfinite(given) else float(given)
+
+
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
 def refit_shortlist(
     variant: str,
@@ -617,11 +855,15 @@ def refit_shortlist(
             one = sweep_representation(
                 rep, *encoded, split, representation,
                 evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
-                C=C, scoring=selection.select_by,
+                C=_given_C(row, C), scoring=selection.select_by,
                 lambdas=[float(lam)] if rep.supports_tradeoff else None,
+                policy=GatePolicy.from_config(selection),
             )  # fmt: skip
-            result.rows += [{**r, "lambda_index": index} for r in one.rows]
-            result.classifiers[(index, row["classifier"])] = one.classifiers[(0, row["classifier"])]
+            (measured,) = one.rows
+            result.rows.append({**measured, "lambda_index": index})
+            result.classifiers[classifier_key(result.rows[-1])] = one.classifiers[
+                classifier_key(measured)
+            ]
     result.seconds = time.perf_counter() - start
     return rep, result
 
@@ -692,7 +934,10 @@ def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selecti
                     rep.estimator.set_params(tradeoff=float(row["lambda"]))
                 classifier = fit_classifier(
                     row["classifier"], rep.estimator.transform(Z[train]), y[train], seed=seed,
-                    C=row.get("C"), scoring=selection.select_by,
+                    C=row.get("C"), scoring=selection.select_by, gate=ThresholdGate(
+                        GatePolicy.from_config(selection), s.iloc[train].reset_index(drop=True),
+                        evaluation.min_group_size,
+                    ),
                     max_rows=evaluation.svc_max_train_rows if row["classifier"] == "rbf_svc"
                     else None,
                 )  # fmt: skip

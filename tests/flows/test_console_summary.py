@@ -74,3 +74,65 @@ def test_no_mlflow_progress_bar_unless_verbose(tmp_path):
         printed[mode] = done.stdout + done.stderr
     assert "Downloading artifacts" not in printed["quiet"]
     assert "Downloading artifacts" in printed["verbose"]  # the check above can see the bar
+
+
+def _printed(result, verbose: bool = False, width: int = 120) -> str:
+    import io
+
+    from rich.console import Console
+
+    from fairpca.flows import console as shown
+
+    out = Console(width=width, file=io.StringIO(), record=True)
+    original, shown.console = shown.console, out
+    try:
+        shown.print_report(result, "1", verbose=verbose)
+    finally:
+        shown.console = original
+    return " ".join(out.export_text().split())
+
+
+@pytest.mark.parametrize(
+    ("eligible", "promote", "label"),
+    [
+        (False, False, "Best candidate (not eligible, not registered)"),
+        (True, False, "Chosen for review (not promoted)"),
+        (True, True, "Chosen"),
+    ],
+)
+def test_the_intervals_name_the_candidate_as_the_headline_does(eligible, promote, label):
+    """A candidate that was never eligible (or not promoted) is not "Chosen" under the test
+    table either: the intervals' note uses the headline's name."""
+    from records import replaced
+
+    from fairpca.tasks.record import Eligibility
+
+    base = _result()
+    record = replaced(base.record, "selection.decision", promote=promote)
+    record = replaced(record, eligibility=Eligibility(rules={}, chosen_passes=eligible, reasons=[]))
+    words = _printed(_result(record=record))
+    assert f"{label} on the validation rows" in words
+    assert f"{label}, 95% intervals: acc 0.811–0.832" in words
+    if label != "Chosen":
+        assert "Chosen, 95% intervals" not in words
+
+
+def test_the_candidates_caption_names_the_sample_and_every_row():
+    from records import replaced
+
+    from fairpca.tasks.record import SplitSizes
+
+    candidates = [
+        {"role": "chosen", "validation_rows": 12211, "variant": "fair_pca", "accuracy": 0.77},
+        {"role": "λ=0", "validation_rows": 2500, "variant": "fair_pca", "accuracy": 0.83},
+    ]
+    record = replaced(
+        _result().record, candidates=candidates, searched_validation_rows=2500,
+        split_sizes=SplitSizes(train=24421, validation=12211, test=12210),
+    )  # fmt: skip
+    words = _printed(_result(record=record), verbose=True, width=200)
+    assert "Chosen on the validation rows (12,211): fair_pca/logreg@lambda=0.125" in words
+    assert (
+        "The λ rows on the validation sample (2,500 rows); the baselines and the chosen "
+        "candidate on the validation rows (12,211)." in words
+    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -146,3 +147,28 @@ def test_withheld_groups_say_which_numbers_are_missing_and_why():
     assert withheld["race"].startswith("sizes and rates of 2 group(s), suppressed")
     assert "rates of White, Black withheld" in withheld["race"]
     assert withheld_groups({"sex": sizes["sex"]}, test, 30) is None
+
+
+def test_a_classifier_swept_over_a_C_grid_has_one_curve_per_C():
+    """Two ``logreg_tuned`` rows at one lambda (C 0.01 and 1) are two MLflow curves, not two
+    values at one step of one curve."""
+    table = pd.DataFrame(
+        {
+            "variant": ["fair_pca"] * 4,
+            "classifier": ["logreg_tuned"] * 4,
+            "C": [0.01, 1.0, 0.01, 1.0],
+            "lambda_index": [0, 0, 1, 1],
+            "lambda": [0.0, 0.0, 0.5, 0.5],
+            "accuracy": [0.7, 0.72, 0.75, 0.74],
+        }
+    )
+    steps = [(s.key, s.step, s.value) for s in metric_steps(table)]
+    # names MLflow accepts: alphanumerics, _ - . space : /
+    assert all(re.fullmatch(r"[\w\-. :/]+", key) for key, _, _ in steps)
+    accuracy = [step for step in steps if step[0].endswith("/accuracy")]
+    assert sorted(accuracy) == [
+        ("fair_pca/logreg_tuned_C0.01/accuracy", 0, 0.7),
+        ("fair_pca/logreg_tuned_C0.01/accuracy", 1, 0.75),
+        ("fair_pca/logreg_tuned_C1/accuracy", 0, 0.72),
+        ("fair_pca/logreg_tuned_C1/accuracy", 1, 0.74),
+    ]

@@ -244,7 +244,7 @@ def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_recor
     assert headings[1:4] == [
         "Why", "Warnings", "Intersection groups of the chosen model (test rows)",
     ]  # fmt: skip
-    assert headings.index("Trade-off on validation rows") == 4
+    assert headings.index("Trade-off on the validation rows") == 4
 
 
 def test_the_decision_and_why_in_one_sentence_for_each_outcome(audit_record):
@@ -516,3 +516,51 @@ def test_where_fair_pca_misses_parity_one_paragraph_says_why_and_what_would(audi
     assert "Why fair PCA does not reach parity here" not in dict(
         report_sections(_reviewed(audit_record), PROMOTED)
     )  # no gap recorded (the chosen model meets the gate): no paragraph
+
+
+def _searched_on_a_sample(record):
+    """``record`` after a wide search: its candidates measured on 2,500 sampled validation
+    rows, the chosen candidate and the baselines on all 12,211."""
+    from fairpca.tasks.record import SplitSizes
+
+    candidates = [
+        {"role": "majority", "validation_rows": 12211, "classifier": "majority", "accuracy": 0.76},
+        {"role": "chosen", "validation_rows": 12211, "variant": "fair_pca", "accuracy": 0.77},
+        {"role": "λ=0", "validation_rows": 2500, "variant": "fair_pca", "accuracy": 0.83},
+    ]
+    return replaced(
+        record, candidates=candidates, searched_validation_rows=2500,
+        split_sizes=SplitSizes(train=24421, validation=12211, test=12210),
+    )  # fmt: skip
+
+
+def test_every_validation_number_says_which_rows_it_comes_from(audit_record):
+    """After a wide search the sweep's numbers are the sample's and the chosen model's every
+    validation row's: the headings and the rows column say which, from the record."""
+    record = _searched_on_a_sample(audit_record)
+    sections = dict(report_sections(record))
+    sample, every = "validation sample (2,500 rows)", "validation rows (12,211)"
+    candidates = next(h for h in sections if h.startswith("Candidates"))
+    assert f"on the {sample}; the baselines and the chosen candidate on the {every}" in candidates
+    assert f"Trade-off on the {sample}" in sections
+    reported = sections["Validation and test rows of the chosen candidate and the baselines"]
+    assert set(reported["rows"]) == {every, "test rows (12,210)"}
+    assert record.validation_label() == every and record.searched_label == sample
+    # searched on every row: one label, every row's
+    whole = replaced(record, searched_validation_rows=12211, candidates=record.candidates[:2])
+    headings = [h for h, _ in report_sections(whole)]
+    assert f"Trade-off on the {every}" in headings
+    assert any(h.startswith("Candidates") and h.endswith(f"on {every}") for h in headings)
+
+
+def test_the_intersection_cells_the_gate_did_not_judge_are_named_on_their_rows(audit_record):
+    """Every cell of the intersection table says whether the gate judged it."""
+    from fairpca.tasks.report import NOT_JUDGED
+
+    record = _reviewed(audit_record)
+    cells = [g for h, g in report_sections(record) if h.startswith("Intersection groups")]
+    assert cells, "the fixture has intersection groups"
+    assert set(cells[0]["gate (validation rows)"]) == {"judged"}
+    record = replaced(record, cells_not_judged=list(cells[0]["group"])[:1])
+    (frame,) = [g for h, g in report_sections(record) if h.startswith("Intersection groups")]
+    assert frame["gate (validation rows)"].iloc[0] == NOT_JUDGED

@@ -92,3 +92,44 @@ def test_gate_failures_name_every_failure():
     policy = GatePolicy.from_config(_config(thresholds={"min_accuracy": 0.6}, gate="point"))
     failures = gate_failures(row, policy)
     assert len(failures) == 3 and "accuracy 0.5000 < min 0.6" in failures
+
+
+def _fair_predictions(seed: int, n: int = 2429):
+    """Adult-shaped validation rows of two attributes (cells of 36 to 1,750 rows) and a
+    classifier that selects 30% of every cell at random: perfectly fair."""
+    rng = np.random.default_rng(seed)
+    sensitive = pd.DataFrame({
+        "sex": rng.choice(["Female", "Male"], n, p=[0.33, 0.67]),
+        "race": rng.choice(["White", "Black", "Asian", "Other"], n, p=[0.85, 0.1, 0.03, 0.02]),
+    })  # fmt: skip
+    y = rng.integers(0, 2, n)
+    return y, (rng.random(n) < 0.3).astype(np.int64), sensitive
+
+
+def test_the_gate_judges_only_the_intersection_cells_that_resolve_its_band():
+    """Cells of 26-51 rows cannot resolve a 0.05 band: judged on them, a perfectly fair
+    classifier fails the intersection's point gate most of the time. The gate judges the
+    cells whose 95% half-width fits the band and names the others."""
+    from fairpca.tasks.evaluate import classifier_metrics, gate_standard_errors
+
+    policy = GatePolicy(
+        ("demographic_parity", "four_fifths"),
+        {"max_dp_difference": 0.05, "min_selection_rate_ratio": 0.8, "min_accuracy": 0.0},
+        "point",
+    )
+    failed_on_cells = 0
+    for seed in range(20):
+        y, predicted, sensitive = _fair_predictions(seed)
+        metrics = classifier_metrics(y, predicted, sensitive, min_group_size=30)
+        metrics |= gate_standard_errors(y, predicted, sensitive, min_group_size=30)
+        judged, left_out = policy.judged_cells(metrics)
+        rows = {cell: metrics[f"cell_rows.{cell}"] for cell in judged + left_out}
+        # 1.96^2 0.3 0.7 / 0.05^2 = 323 rows resolve the band at a 30% selection rate
+        assert all(rows[cell] >= 300 for cell in judged)
+        assert all(rows[cell] < 350 for cell in left_out) and len(left_out) >= 3
+        assert {"sex:Female/race:White", "sex:Male/race:White"} <= set(judged)
+        failed_on_cells += any("intersection" in f for f in policy.failures(metrics))
+        note = policy.cells_note(metrics)
+        assert note.startswith(f"not judged by the gate: {len(left_out)} intersection cell(s)")
+        assert all(cell in note for cell in left_out)
+    assert failed_on_cells <= 2  # 18 of 20 when every cell of 30 rows decided

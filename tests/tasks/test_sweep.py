@@ -3,6 +3,8 @@ implementation for the audit and the public task."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -214,3 +216,122 @@ def test_the_shortlist_from_a_sample_is_refitted_on_every_training_row():
         predicted = model.predict(rep.estimator.transform(Z[300:]))
         assert row["accuracy"] == pytest.approx(np.mean(predicted == split.y_validation))
         assert row["n_features"] == model.n_features_in_ == 6
+
+
+def _scored_rows(n: int, seed: int = 0):
+    """Rows of two groups with one base rate whose scores favour group ``a`` a little
+    (scores rounded to 0.01: many ties)."""
+    rng = np.random.default_rng(seed)
+    group = np.where(rng.random(n) < 0.4, "a", "b")
+    y = (rng.random(n) < 0.3).astype(np.int64)
+    logit = 2.5 * y + 0.5 * (group == "a") + rng.normal(0.0, 1.0, n) - 1.5
+    return np.round(1 / (1 + np.exp(-logit)), 2), y, pd.DataFrame({"sex": group})
+
+
+def _gate_values(scores, y, groups, threshold):
+    from fairpca.tasks.evaluate import gate_standard_errors
+
+    predicted = (scores >= threshold).astype(np.int64)
+    rates = [predicted[groups["sex"].to_numpy() == g].mean() for g in ("a", "b")]
+    errors = gate_standard_errors(y, predicted, groups, min_group_size=30)
+    tpr = predicted[y == 1].mean()
+    tnr = 1 - predicted[y == 0].mean()
+    return {
+        "dp_difference": max(rates) - min(rates),
+        "selection_rate_ratio": min(rates) / max(rates),
+        "balanced_accuracy": 0.5 * (tpr + tnr),
+        **errors,
+    }
+
+
+def test_the_threshold_is_the_best_one_that_meets_the_gate_with_its_margin():
+    """Chosen on the training rows' scores as the best among the thresholds whose
+    predictions meet the policy by one standard error (checked against every threshold);
+    the unconstrained best when none can."""
+    from fairpca.tasks.select import GatePolicy
+    from fairpca.tasks.sweep import ThresholdGate, best_threshold, gated_threshold
+
+    scores, y, groups = _scored_rows(3000)
+    policy = GatePolicy(("demographic_parity",), {"max_dp_difference": 0.1, "min_accuracy": 0})
+    gate = ThresholdGate(policy, groups, 30)
+    free = best_threshold(scores, y, "balanced_accuracy")
+
+    def passes(values):
+        return values["dp_difference"] + values["dp_difference.se"] <= 0.1
+
+    assert not passes(_gate_values(scores, y, groups, free))  # the best fails the gate
+    chosen = gated_threshold(scores, y, "balanced_accuracy", gate)
+    values = _gate_values(scores, y, groups, chosen)
+    assert passes(values)
+    ranked = np.unique(scores)
+    cuts = [(low + high) / 2 for low, high in itertools.pairwise(ranked)]
+    passing = [_gate_values(scores, y, groups, t) for t in cuts]
+    # the useful ones: at least half the best gain over chance (0.5)
+    useful = 0.5 + 0.5 * (max(v["balanced_accuracy"] for v in passing) - 0.5)
+    best = max(
+        v["balanced_accuracy"]
+        for v in passing
+        if passes(v) and v["balanced_accuracy"] >= useful - 1e-12
+    )
+    assert values["balanced_accuracy"] == pytest.approx(best, abs=1e-12)
+    # a band no threshold can meet with its margin: the unconstrained best
+    strict = GatePolicy(("demographic_parity",), {"max_dp_difference": 1e-6, "min_accuracy": 0})
+    assert gated_threshold(scores, y, "balanced_accuracy", ThresholdGate(strict, groups, 30)) == (
+        free
+    )
+
+
+def test_logreg_tuned_chooses_its_threshold_under_the_gate_on_the_training_rows():
+    from fairpca.tasks.select import GatePolicy
+    from fairpca.tasks.sweep import ThresholdGate, fit_classifier
+
+    scores, y, groups = _scored_rows(3000)
+    clipped = np.clip(scores, 0.005, 0.995)
+    features = np.log(clipped / (1 - clipped))[:, None]
+    policy = GatePolicy(("demographic_parity",), {"max_dp_difference": 0.1, "min_accuracy": 0})
+    gate = ThresholdGate(policy, groups, 30)
+    options = {"seed": 0, "scoring": "balanced_accuracy"}
+    plain = fit_classifier("logreg_tuned", features, y, **options)
+    gated = fit_classifier("logreg_tuned", features, y, gate=gate, **options)
+    assert gated.threshold != plain.threshold
+    fair = _gate_values(gated.predict_proba(features)[:, 1], y, groups, gated.threshold)
+    free = _gate_values(plain.predict_proba(features)[:, 1], y, groups, plain.threshold)
+    # met on the out-of-fold scores with its margin; near it on the rows refitted
+    assert fair["dp_difference"] < 0.1 < 0.12 < free["dp_difference"]
+
+
+def test_the_lambda_sweep_tries_the_C_grid_at_every_lambda_and_refits_each_candidates_C(
+    prefect_harness,
+):
+    """A candidate is (variant, k, lambda, C): ``logreg_tuned`` at each C of the grid at every
+    lambda, each fitted classifier found by its row; the refit on every row keeps the
+    candidate's own C (the paper's rule at the new row count)."""
+    from fairpca.tasks.evaluate import build_pipeline, shared_mmd_sigma
+    from fairpca.tasks.sweep import lambda_sweep, paper_C, refit_shortlist
+
+    Z, split = _split()
+    config = AuditConfig(
+        dataset="adult", k=3, lambdas=[0.0, 0.5], classifiers=["logreg", "logreg_tuned"],
+        n_bootstrap=100,
+    )  # fmt: skip
+    rep = fit_representation.fn(
+        "fair_pca", Z[:300], split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
+    )
+    sigma = shared_mmd_sigma(Z[:300], 3, max_rows=200, seed=0)
+    result = lambda_sweep.fn(
+        "fair_pca", rep, Z[:300], Z[300:], split, config.representation, config.evaluation,
+        0, sigma, 1.0, "balanced_accuracy",
+    )  # fmt: skip
+    tuned = [(r["lambda"], r["C"]) for r in result.rows if r["classifier"] == "logreg_tuned"]
+    # the default grid: the paper's C (1 / (2 n 0.01)) and 1
+    assert sorted(tuned) == [(0.0, paper_C(300)), (0.0, 1.0), (0.5, paper_C(300)), (0.5, 1.0)]
+    for row in result.rows:
+        pipeline = build_pipeline(None, {"fair_pca": rep}, {"fair_pca": result}, row)
+        predicted = pipeline[1:].predict(Z[300:])
+        assert row["accuracy"] == pytest.approx(np.mean(predicted == split.y_validation))
+    paper = next(r for r in result.rows if r["classifier"] == "logreg_tuned" and r["C"] < 1)
+    _, refit = refit_shortlist.fn(
+        "fair_pca", [paper], rep, (Z[:300], Z[300:]), split, config.representation,
+        config.evaluation, config.selection, 0, sigma, 1.0,
+    )  # fmt: skip
+    assert refit.rows[0]["C"] == paper_C(300)  # the paper's rule, not the variant's C = 1
