@@ -18,8 +18,6 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["PreflightError", "check_before_run"]
-
 
 class PreflightError(ValueError):
     """An input that would make the audit fail; the message says what, which value, the fix."""

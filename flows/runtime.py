@@ -41,25 +41,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
-__all__ = [
-    "LOCAL",
-    "STOP_SECONDS",
-    "Command",
-    "CommandError",
-    "TrackingUnreachable",
-    "check_tracking_uri",
-    "create_local_store",
-    "dask_subflow",
-    "describe_output",
-    "exit_on_signals",
-    "needs_dask_subflow",
-    "process_defaults",
-    "run_and_exit",
-    "set_process_defaults",
-    "task_runner_for",
-    "worker_environment",
-]
-
 STARTUP_TIMEOUT_ENV = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
 STOP_SECONDS = 5.0  # a stop signal -> every process of the command gone
 _TERM_GRACE = 1.5  # of STOP_SECONDS: SIGTERM, then SIGKILL

@@ -55,43 +55,6 @@ from fairpca.tasks.trust import (
     types_to_trust,
 )
 
-__all__ = [
-    "ARTIFACT_FILES",
-    "ATTEMPT_TAG",
-    "AUDIT_FILE",
-    "HASHES_FILE",
-    "NEEDS_REVIEW_ALIAS",
-    "PLACEHOLDER_CATEGORY",
-    "PROMOTION_FILE",
-    "RETRYING",
-    "RUN_LIST_METRICS",
-    "RUN_LIST_VIEW",
-    "STATUS_FILE",
-    "LoggedAudit",
-    "MlflowLoggingError",
-    "VerifiedCopy",
-    "apply_promotion",
-    "as_model_input",
-    "check_relog_dir",
-    "check_saved_model",
-    "finish_run",
-    "input_example",
-    "is_transient_mlflow_error",
-    "log_artifacts",
-    "log_model",
-    "log_output_dir",
-    "log_params_metrics",
-    "model_signature",
-    "read_audit",
-    "run_list_url",
-    "run_list_view",
-    "save_model_locally",
-    "set_run_list_view",
-    "start_run",
-    "verified_copy",
-]
-
-
 AUDIT_FILE = "audit.json"
 HASHES_FILE = "hashes.json"
 STATUS_FILE = "mlflow_status.json"

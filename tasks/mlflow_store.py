@@ -11,19 +11,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = [
-    "EXPERIMENT_KIND",
-    "EXPERIMENT_KIND_TAG",
-    "METRIC_BATCH",
-    "MLFLOW_HTTP_BOUNDS",
-    "BrokenStoreError",
-    "bound_mlflow_requests",
-    "default_artifact_location",
-    "get_or_create_experiment",
-    "log_metrics_batched",
-    "mlflow_client",
-]
-
 METRIC_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"  # the UI opens the run list, not GenAI traces

@@ -29,54 +29,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-__all__ = [
-    "GATE_KEY_ENV",
-    "GATE_KEY_FILE_ENV",
-    "GATE_PUBLIC_KEY_ENV",
-    "KEY_ENV",
-    "MAX_FILE_BYTES",
-    "MAX_TOTAL_BYTES",
-    "SEAL_FILE",
-    "TRUSTED_TYPES",
-    "UNSEALED_FILES",
-    "Attestation",
-    "AttestationError",
-    "SealError",
-    "StaleAttestationError",
-    "UntrustedModelError",
-    "VerifiedModel",
-    "bind_run",
-    "bound_run",
-    "check_model_files",
-    "create_gate_key",
-    "files_digest",
-    "foreign_types",
-    "gate_key_path",
-    "gate_public_key",
-    "gate_signing_key",
-    "key_path",
-    "load_skops_pipeline",
-    "load_verified_dir",
-    "load_verified_model",
-    "mask_credentials",
-    "model_digest",
-    "path_inside",
-    "predict_isolated",
-    "seal_output_dir",
-    "sha256_file",
-    "shown_text",
-    "shown_uri",
-    "sign_attestation",
-    "signing_key",
-    "skops_file",
-    "skops_file_types",
-    "take_credentials",
-    "types_to_trust",
-    "verify_attestation",
-    "verify_output_dir",
-]
-
-
 # The userinfo of a URI: everything between "://" and the last "@" before the path. A regular
 # expression rather than urlsplit, which refuses or misreads passwords holding "[", "#", "?".
 _USERINFO = re.compile(r"(?<=://)[^/]*@")
