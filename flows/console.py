@@ -29,22 +29,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-__all__ = [
-    "OUTPUT",
-    "console",
-    "err_console",
-    "fail",
-    "group_table",
-    "headline_table",
-    "mlflow_ui_lines",
-    "option_names",
-    "print_report",
-    "print_validation_error",
-    "relog_alias_note",
-    "show_logs",
-    "summary_table",
-]
-
 
 def _width(stream) -> int | None:
     """A terminal's own width (or ``$COLUMNS``); piped output (CI logs, files) 120 columns."""

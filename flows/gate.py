@@ -104,45 +104,6 @@ from fairpca.tasks.trust import (
     skops_file_types,
 )
 
-__all__ = [
-    "ALIAS_PATTERN",
-    "ALIAS_REFUSED_TAG",
-    "ATTESTATION_TAG",
-    "ERROR",
-    "EVENTS",
-    "FAILED",
-    "PASSED",
-    "PENDING",
-    "POLICY_DIR_ENV",
-    "REASONS_TAG",
-    "STATUS_TAG",
-    "TAG_MAX_CHARS",
-    "TAMPERING_TAG",
-    "TIMEOUT_SECONDS",
-    "AliasCheck",
-    "GatePolicy",
-    "PolicyError",
-    "ReferenceData",
-    "enforce_alias",
-    "evaluate_version",
-    "fairness_gate",
-    "fairness_gate_reconcile",
-    "gate_card",
-    "gate_settings",
-    "gate_tags",
-    "last_passed_tag",
-    "load_policies",
-    "majority_accuracy",
-    "model_refusal",
-    "policy_digest",
-    "read_reference",
-    "reconcile_aliases",
-    "record_verdict",
-    "requested_tag",
-    "verdict",
-]
-
-
 STATUS_TAG = "fairness.gate.status"  # informational: only the attestation counts
 REASONS_TAG = "fairness.gate.reasons"
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"

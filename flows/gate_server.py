@@ -60,23 +60,6 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = [
-    "DEPLOYMENT",
-    "MAX_BODY_BYTES",
-    "RECONCILE_DEPLOYMENT",
-    "SECRET_ENV",
-    "DeliveryQueue",
-    "Refused",
-    "check_signature",
-    "create_app",
-    "health_headers",
-    "parse_event",
-    "secret_from_env",
-    "serve",
-    "server_config",
-    "sign",
-]
-
 logger = logging.getLogger("fairpca.gate")
 
 SECRET_ENV = "FAIRPCA_WEBHOOK_SECRET"

@@ -36,12 +36,6 @@ from fairpca.tasks.select import decide_promotion
 from .audit import challenger_of, champion_lookup
 from .config import mask_credentials, resolve_tracking_uri
 
-__all__ = [
-    "relog",
-    "relog_output_dir",
-    "relog_promotion",
-]
-
 
 def relog_promotion(out_dir: Path, audit: AuditRecord, tracking_uri: str, promote: bool):
     """The promotion of a relogged audit: none without ``promote``; otherwise the one

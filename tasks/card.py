@@ -32,20 +32,6 @@ from fairpca.tasks.report import (
 )
 from fairpca.tasks.trust import mask_credentials
 
-__all__ = [
-    "CARD_FILE",
-    "CARD_METRICS",
-    "DESCRIPTION_MAX_CHARS",
-    "LINE_METRICS",
-    "artifact_links",
-    "decision_words",
-    "render_model_card",
-    "run_description",
-    "verdict_line",
-    "verdict_markdown",
-    "version_description",
-]
-
 CARD_FILE = "model_card.md"
 # The card's test table: utility a constant classifier cannot fake, then the disparities.
 CARD_METRICS = (

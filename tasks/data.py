@@ -13,20 +13,6 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-__all__ = [
-    "MIN_SPLITTABLE_STRATUM",
-    "Split",
-    "load_data",
-    "load_source",
-    "part_sizes",
-    "screen_training_rows",
-    "search_sample",
-    "split_data",
-    "split_options",
-    "split_rows",
-    "stratified_sample",
-]
-
 
 @dataclass(frozen=True)
 class Split:

@@ -17,15 +17,6 @@ from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
 
-__all__ = [
-    "balanced_accuracy_interval",
-    "diagnose",
-    "fair_block",
-    "leakage_probe",
-    "mitigation_warnings",
-    "near_constant_directions",
-]
-
 PROBE_RESAMPLES = 200  # the probe's interval needs less precision than the gate's
 PROBE_MAX_TRAIN_ROWS = 2500  # the probe learns from a seeded subsample (cost: trees x classes)
 NEAR_CONSTANT = 1e-3  # a direction whose within-group std is below 0.1% of the median one

@@ -44,18 +44,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = [
-    "CONNECT_TIMEOUT_S",
-    "PartitionAudit",
-    "audit_partitions",
-    "check_partitioned_source",
-    "connect",
-    "counts_metrics",
-    "on_partitions",
-    "part_of_rows",
-    "partition_files",
-]
-
 PART_CODES = {"train": 0, "validation": 1, "test": 2}
 CONNECT_TIMEOUT_S = 3
 WORKERS_TIMEOUT_S = 60

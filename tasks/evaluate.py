@@ -20,25 +20,6 @@ from fairpca import metrics as fm
 
 from .data import stratified_sample
 
-__all__ = [
-    "DEFAULT_MIN_GROUP_SIZE",
-    "HEADLINE_METRICS",
-    "build_pipeline",
-    "check_pipeline",
-    "classifier_key",
-    "classifier_metrics",
-    "evaluate_reported",
-    "gate_standard_errors",
-    "majority_class",
-    "metrics_on_test",
-    "metrics_with_intervals",
-    "one_class_share",
-    "pip_requirements",
-    "representation_metrics",
-    "shared_mmd_sigma",
-]
-
-
 # The measures every record, tag, card and summary leads with (worst attribute).
 HEADLINE_METRICS = ("accuracy", "dp_difference", "eo_difference")
 

@@ -37,54 +37,6 @@ from .references import REFERENCE_KEYS
 from .select import Choice, GatePolicy, candidate_name
 from .trust import sha256_file
 
-__all__ = [
-    "DATASET_LABELS",
-    "NAME_MAX_LENGTH",
-    "PARTS",
-    "REPRESENTATION_CURVES",
-    "SUMMARY_COLUMNS",
-    "WITHHELD",
-    "AuditRecord",
-    "Baselines",
-    "ChampionComparison",
-    "ChosenCandidate",
-    "CodeVersion",
-    "DataSource",
-    "DecisionRecord",
-    "Definition",
-    "Eligibility",
-    "KRecord",
-    "MajorityBaseline",
-    "MetricStep",
-    "Metrics",
-    "PcaBaseline",
-    "Policy",
-    "PromotionRecord",
-    "Provenance",
-    "ReferenceMitigation",
-    "ScreenedColumn",
-    "Selection",
-    "SplitCounts",
-    "SplitSizes",
-    "audit_definition",
-    "build_record",
-    "candidate_summary",
-    "chosen_metrics",
-    "code_version",
-    "data_source_facts",
-    "definition_json",
-    "definition_of",
-    "group_sizes",
-    "metric_steps",
-    "provenance",
-    "read_audit_record",
-    "registered_model_name",
-    "resolved_model_name",
-    "training_data_digest",
-    "write_audit_record",
-]
-
-
 Metrics = dict[str, float]
 
 

@@ -44,17 +44,6 @@ from .evaluate import gate_standard_errors, metrics_with_intervals
 from .select import Choice, GatePolicy, majority_accuracy_of, select_candidate
 from .sweep import DEFAULT_C_GRID, fit_classifier, make_classifier, paper_C
 
-__all__ = [
-    "EG_BOUNDS",
-    "REFERENCES",
-    "REFERENCE_KEYS",
-    "better_references",
-    "fit_references",
-    "reference_mitigations",
-    "sensitive_at_prediction_note",
-    "with_better_references",
-]
-
 # ExponentiatedGradient's constraint bounds tried (the largest disparity it aims for on the
 # training rows) and its iteration cap: 50 logistic fits on 5,000 rows take a few seconds.
 EG_BOUNDS = (0.01, 0.03)

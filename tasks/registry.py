@@ -34,7 +34,6 @@ from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
 from fairpca.tasks.select import Champion, GatePolicy
 from fairpca.tasks.trust import (
-    TRUSTED_TYPES,
     Attestation,
     AttestationError,
     StaleAttestationError,
@@ -51,37 +50,6 @@ from fairpca.tasks.trust import (
     take_credentials,
     verify_attestation,
 )
-
-__all__ = [
-    "ALIAS_REFUSED_TAG",
-    "ATTESTATION_TAG",
-    "DEFINITION_TAG",
-    "EXTRA_TEST_TAGS",
-    "MODEL_DIGEST_TAG",
-    "MODEL_FILE_SHA_TAG",
-    "NEEDS_REVIEW_TAG",
-    "TAMPERING_TAG",
-    "TRUSTED_TYPES",
-    "ModelDefinitionMismatch",
-    "UntrustedModelError",
-    "champion_version",
-    "check_attested_pass",
-    "check_model_definition",
-    "demote",
-    "demoted_models",
-    "download_version",
-    "fairness_tags",
-    "find_champion",
-    "load_champion",
-    "load_registered_pipeline",
-    "load_skops_pipeline",
-    "model_versions",
-    "move_alias",
-    "register_logged_model",
-    "register_version",
-    "run_ui_url",
-    "version_with_model",
-]
 
 DEFINITION_TAG = "fairpca.definition"
 MODEL_FILE_SHA_TAG = "fairpca.model_sha256"

@@ -35,58 +35,6 @@ import pandas as pd
 
 from .trust import sha256_file
 
-__all__ = [
-    "CHOSEN_STYLE",
-    "CLASSIFIER_MARKERS",
-    "FORMULA_START",
-    "GROUP_RATES",
-    "HEADLINE",
-    "METRIC_LABELS",
-    "NOT_ELIGIBLE",
-    "PCA_STYLE",
-    "RATE_COLUMNS",
-    "REFERENCE_STYLE",
-    "REPORT_TEMPLATE",
-    "VERDICT_METRICS",
-    "Bullets",
-    "Estimate",
-    "GroupRow",
-    "Plot",
-    "Verdict",
-    "VerdictRow",
-    "build_verdict",
-    "chosen_group_rates",
-    "chosen_label",
-    "csv_cell",
-    "csv_safe_frame",
-    "deciding_reason",
-    "decision_summary",
-    "format_interval",
-    "frontier_sections",
-    "gate_limits",
-    "gate_sentence",
-    "gated_measures",
-    "group_rates_frame",
-    "group_rows",
-    "html_text",
-    "markdown_table",
-    "markdown_text",
-    "parity_paragraph",
-    "plot_tradeoff",
-    "render_html",
-    "render_markdown",
-    "report_sections",
-    "report_title",
-    "verdict_columns",
-    "verdict_frame",
-    "verdict_rows",
-    "write_json",
-    "write_matrices",
-    "write_report",
-    "write_safe_csv",
-]
-
-
 # -- escaping every user string where it is rendered ------------------------------------------
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")

@@ -16,17 +16,6 @@ from sklearn.decomposition import PCA
 from fairpca._groups import MIN_ROWS_PER_GROUP, numbered_groups
 from fairpca.datasets import MIN_CATEGORY_COUNT
 
-__all__ = [
-    "FittedRepresentation",
-    "fit_preprocessor",
-    "fit_representation",
-    "k_grid",
-    "largest_k",
-    "make_representation",
-    "resolve_k",
-    "supports_tradeoff",
-]
-
 
 def make_preprocessor(X, min_category_count: int = MIN_CATEGORY_COUNT) -> Any:
     """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,

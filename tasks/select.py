@@ -38,51 +38,6 @@ import pandas as pd
 
 from .evaluate import CELL_ROWS, majority_class
 
-__all__ = [
-    "BOUNDS",
-    "COMPARED",
-    "CRITERIA",
-    "DEFAULT_BOUND",
-    "DEFAULT_CERTIFY_FACTOR",
-    "DEFAULT_POLICY",
-    "DEFAULT_TOLERANCE",
-    "INTERSECTION",
-    "LEGACY_POLICY",
-    "MAX_ONE_CLASS_SHARE",
-    "MIN_ACCURACY_GAIN",
-    "MIN_BALANCED_ACCURACY_MARGIN",
-    "MIN_POSITIVE_RATE_RATIO",
-    "MIN_USEFUL_SHARE",
-    "POLICY_TAG",
-    "ROW_STORING_CLASSIFIERS",
-    "ROW_STORING_VARIANTS",
-    "Challenger",
-    "Champion",
-    "Choice",
-    "Criterion",
-    "Decision",
-    "GatePolicy",
-    "Promotion",
-    "best_pca",
-    "best_useful",
-    "candidate_name",
-    "certification",
-    "choose",
-    "decide_promotion",
-    "dominance",
-    "eligibility_rules",
-    "gate_failures",
-    "ineligibility",
-    "majority_accuracy_of",
-    "parse_policy",
-    "registrable",
-    "require_fair_variant",
-    "select_candidate",
-    "shortlist",
-    "unstable_margins",
-    "uselessness",
-]
-
 
 @dataclass(frozen=True)
 class Criterion:

@@ -58,34 +58,6 @@ from .select import (
     select_candidate,
 )
 
-__all__ = [
-    "CLASSIFIER_NAMES",
-    "CV_SHORTLIST",
-    "DEFAULT_CLASSIFIERS",
-    "DEFAULT_C_GRID",
-    "THRESHOLD_FOLDS",
-    "ScreeningClassifier",
-    "SearchResult",
-    "SweepResult",
-    "ThresholdGate",
-    "best_threshold",
-    "coarse_lambdas",
-    "cross_validate",
-    "fine_lambdas",
-    "fit_classifier",
-    "fit_screening_classifier",
-    "gated_threshold",
-    "lambda_sweep",
-    "make_classifier",
-    "paper_C",
-    "refit_shortlist",
-    "search_representation",
-    "search_variant",
-    "sweep_representation",
-    "sweep_tradeoff",
-]
-
-
 # ---- the classifiers ------------------------------------------------------------
 
 CLASSIFIER_NAMES = ("logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp")

@@ -245,7 +245,7 @@ def _pipelines_of_every_kind():
 def test_trusted_types_cover_every_pipeline_the_audit_registers():
     import skops.io
 
-    from fairpca.tasks.registry import TRUSTED_TYPES
+    from fairpca.tasks.trust import TRUSTED_TYPES
 
     needed = set()
     for pipeline in _pipelines_of_every_kind():

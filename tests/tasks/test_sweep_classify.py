@@ -9,8 +9,8 @@ import skops.io
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import FixedThresholdClassifier
 
-from fairpca.tasks.registry import TRUSTED_TYPES
 from fairpca.tasks.sweep import CLASSIFIER_NAMES, fit_classifier, make_classifier
+from fairpca.tasks.trust import TRUSTED_TYPES
 
 
 def _imbalanced(n=3000, seed=0):
