@@ -37,6 +37,7 @@ import pandas as pd
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from .data import search_sample, stratified_sample
@@ -125,8 +126,13 @@ def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, pari
     if objective == "balanced_accuracy":
         n, positives = len(y), int(np.sum(y))
         costs = {"fn": n / (2.0 * positives), "fp": n / (2.0 * (n - positives))}
+    # EG refits its learner once per oracle call (20-50 calls), each time with new sample
+    # weights on the same <= CAPPED_FIT_ROWS one-hot rows: Newton-Cholesky reaches the same
+    # optimum (the loss is strictly convex) in ~6 iterations where lbfgs takes 60-90, 2.5x
+    # less time per fit on Adult's rows; its rows x columns work array is bounded by the cap.
+    learner = LogisticRegression(C=C, solver="newton-cholesky", max_iter=1000)
     model = ExponentiatedGradient(
-        make_classifier("logreg_tuned", len(y), seed, C),
+        learner,
         constraints=constraint,
         objective=ErrorRate(costs=costs),
         max_iter=EG_MAX_ITER,

@@ -86,3 +86,25 @@ def test_a_large_table_runs_its_refits_and_references_one_after_another_with_the
     assert submitted == []  # nothing ran beside another stage
     monkeypatch.undo()
     assert verdict("side-by-side") == one_after_another
+
+
+def test_the_audit_calls_blas_with_one_thread_while_its_tasks_run_side_by_side(
+    monkeypatch, tmp_path
+):
+    """Two tasks each calling a multi-threaded BLAS oversubscribe the cores (OpenBLAS's
+    threads spin while they wait): the whole run holds one BLAS thread per call, whatever
+    the process had, and gives the process its setting back afterwards."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from fairpca.flows import audit
+    from fairpca.flows.config import AuditConfig
+
+    def blas_threads() -> int:
+        return max(pool["num_threads"] for pool in threadpool_info())
+
+    seen = []
+    monkeypatch.setattr(audit, "_run_audit", lambda *args, **kwargs: seen.append(blas_threads()))
+    with threadpool_limits(limits=2):
+        audit.run_audit(AuditConfig(dataset="german", output_dir=tmp_path))
+        assert blas_threads() == 2
+    assert seen == [1]
