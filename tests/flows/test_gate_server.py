@@ -599,6 +599,7 @@ def test_seventy_idle_sockets_do_not_deafen_the_receiver(user_cli, tmp_path, fre
     assert "no complete headers within 5 s" in log and "no complete body within 10 s" in log
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
 def test_sigterm_ends_gate_serve_and_its_prefect_server_within_5_s(user_cli, tmp_path, free_port):

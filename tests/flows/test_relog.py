@@ -54,11 +54,15 @@ def kept(audited, tmp_path):
 
 
 def relog_cli(out_dir: Path, uri: str, *flags: str) -> tuple[int, str]:
-    """``fairpca relog`` in a subprocess: exit code and stderr with the wrapping undone."""
+    """``fairpca relog`` in a subprocess on the session's Prefect API (as on a machine with a
+    Prefect server; the temporary server of a bare shell is tests/flows/test_runtime.py's):
+    exit code and stderr with the wrapping undone."""
+    from prefect.settings import PREFECT_API_URL
+
     done = subprocess.run(
         [*FAIRPCA, "relog", str(out_dir), "--tracking-uri", uri, *flags],
         capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", "PREFECT_API_URL": PREFECT_API_URL.value()},
     )  # fmt: skip
     return done.returncode, " ".join(done.stderr.split())
 

@@ -103,6 +103,7 @@ def _busy_loops() -> list[subprocess.Popen]:
     return [subprocess.Popen(spin) for _ in range(2 * (os.cpu_count() or 1))]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @linux_only
 def test_the_server_starts_under_cpu_load_and_sigint_ends_every_process(user_cli, tmp_path):
@@ -132,6 +133,7 @@ def test_the_server_starts_under_cpu_load_and_sigint_ends_every_process(user_cli
     assert "Traceback" not in audit.output()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @linux_only
 def test_sigterm_during_the_sweep_ends_every_process_with_one_line(user_cli, tmp_path):
@@ -150,6 +152,7 @@ def test_sigterm_during_the_sweep_ends_every_process_with_one_line(user_cli, tmp
     assert f"the partial results in {folder} are not sealed" in lines[0]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @linux_only
 def test_sigkill_of_the_command_leaves_no_server_process(user_cli, tmp_path):

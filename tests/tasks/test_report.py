@@ -410,6 +410,7 @@ def _audit_report(store_uri: str, out: Path, **overrides) -> Path:
     return Path(fairness_audit(config).report_path)
 
 
+@pytest.mark.e2e
 @pytest.mark.flow
 @pytest.mark.slow
 @pytest.mark.parametrize("sensitive", [[], ["sex", "race"]], ids=["default", "two-attributes"])
