@@ -91,6 +91,29 @@ def mlflow_store(tmp_path_factory):
     return uri, MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
+@pytest.fixture(scope="session")
+def _empty_store_file(tmp_path_factory) -> Path:
+    """An MLflow SQLite store whose schema was created once for the session."""
+    from mlflow import MlflowClient
+
+    path = tmp_path_factory.mktemp("empty-store") / "mlflow.db"
+    uri = f"sqlite:///{path}"
+    MlflowClient(tracking_uri=uri, registry_uri=uri).search_experiments()
+    return path
+
+
+@pytest.fixture
+def empty_store(tmp_path, _empty_store_file) -> str:
+    """The tracking URI of an empty MLflow SQLite store of this test alone,
+    ``tmp_path/mlflow.db``: a copy of a store created once, instead of ~5 s of schema
+    migrations per test (tests/tasks/test_mlflow_store_creation.py creates stores)."""
+    import shutil
+
+    path = tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_store_file, path)
+    return f"sqlite:///{path}"
+
+
 # Variables this test session (and .ci/run) set that a user's shell does not have: the
 # command line must work without them (it sets its own defaults).
 SESSION_ONLY_VARIABLES = (

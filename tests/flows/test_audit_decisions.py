@@ -156,7 +156,7 @@ def _six_column_table(tmp_path, n=1000, *, noise_label=False):
     return path
 
 
-def _audit_config(path, tmp_path, **values):
+def _audit_config(path, tmp_path, store, **values):
     return AuditConfig(
         data=path,
         label="label",
@@ -167,20 +167,20 @@ def _audit_config(path, tmp_path, **values):
         n_bootstrap=200,
         metric_max_rows=200,
         output_dir=tmp_path / "out",
-        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        tracking_uri=store,
         **values,
     )
 
 
 def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
-    prefect_harness, tmp_path, assert_useful_registration
+    prefect_harness, tmp_path, empty_store, assert_useful_registration
 ):
     """No k given: the grid is the one largest k, 6 - 1 = 5; the recoded and the
     duplicated sensitive column are excluded and recorded; params hold the split sizes used
     on a 1,000-row file; the reference mitigations are recorded and never registered."""
     from fairpca.flows.audit import fairness_audit
 
-    result = fairness_audit(_audit_config(_six_column_table(tmp_path), tmp_path))
+    result = fairness_audit(_audit_config(_six_column_table(tmp_path), tmp_path, empty_store))
     audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
     assert audit["k"]["grid"] == [5] and audit["k"]["largest"] == 5
@@ -210,13 +210,13 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     assert_useful_registration(Path(result.output_dir))
 
 
-def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path):
+def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path, empty_store):
     """Labels independent of the features: every classifier is near chance or constant, so
     nothing is registered and the decision says why."""
     from fairpca.flows.audit import fairness_audit
 
     path = _six_column_table(tmp_path, noise_label=True)
-    result = fairness_audit(_audit_config(path, tmp_path, k=3))
+    result = fairness_audit(_audit_config(path, tmp_path, empty_store, k=3))
     audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert result.model_version is None and result.model_name is None
     assert audit["register_model"] is False
@@ -262,7 +262,7 @@ def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
 
 
 @pytest.mark.parametrize("tiny_rows", [1, 3])
-def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, tiny_rows):
+def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, empty_store, tiny_rows):
     """Its rows go to training (a stratum of < 3 rows cannot reach all three parts; a
     one-row group is merged into the largest group for fitting); the audit completes and
     the group is suppressed in what is logged."""
@@ -285,7 +285,7 @@ def test_a_tiny_group_does_not_abort_the_audit(prefect_harness, tmp_path, tiny_r
         lambdas=[0.0, 1.0],
         n_bootstrap=200,
         output_dir=tmp_path / "out",
-        tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        tracking_uri=empty_store,
     )
     result = fairness_audit(config)
     assert result.selection["split"] == {"n_train": 300, "n_validation": 150, "n_test": 150}
@@ -389,7 +389,7 @@ def test_too_few_rows_to_certify_the_default_gate_are_said_so_and_not_promoted()
 
 
 def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlflow(
-    prefect_harness, tmp_path, capsys
+    prefect_harness, tmp_path, empty_store, capsys
 ):
     """Adult, sex + race: Amer-Indian-Eskimo and Other have ~1% of the rows, so more than 30
     in all parts and fewer than 30 in the 2,500 test rows. Each has its own row saying its
@@ -404,7 +404,7 @@ def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlfl
         dataset="adult", sensitive=["sex", "race"], n_train=1500, n_validation=1000,
         n_test=2500, k=5, variants=["pca", "fair_pca"],
         classifiers=["logreg"], lambdas=[0.0, 1.0], n_bootstrap=200, metric_max_rows=200,
-        output_dir=tmp_path / "out", tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}",
+        output_dir=tmp_path / "out", tracking_uri=empty_store,
     )  # fmt: skip
     result = fairness_audit(config)
     sizes = result.selection["group_sizes"]["race"]

@@ -224,6 +224,7 @@ def test_csv_parts_give_the_audit_of_the_parquet_folder(table, cluster, audited,
     assert from_csv.record.selection.test == parquet.record.selection.test
 
 
+@pytest.mark.e2e  # a real scheduler and worker processes, driven from the command line
 def test_fairpca_audit_on_a_cluster_from_the_command_line(table, cluster, user_cli, tmp_path):
     """As a user runs it: a sealed output folder and an MLflow run of the Dask route."""
     from mlflow import MlflowClient
