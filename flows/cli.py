@@ -209,11 +209,12 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
 
 
 def _checked_run(command, kind: str, config) -> None:
-    """The command's work, off the main thread: the inputs (one message on an error, before
-    any work), then the imports and a new local store while the Prefect server boots, then
-    the flow."""
-    _check_inputs(command, config)
+    """The command's work, off the main thread: the temporary Prefect server boots (a
+    process of its own, 5-10 s) while the inputs are checked (one message on an error,
+    before any work; the server is stopped with the command), the flow is imported and a
+    new local store is created; then the flow."""
     command.start_prefect_server()
+    _check_inputs(command, config)
     _run_flow(command, kind, config)
 
 

@@ -517,6 +517,48 @@ def test_bad_input_is_one_line_and_leaves_no_server(user_cli, tmp_path, args, me
     assert message in " ".join(" ".join(lines).split())
     assert "Traceback" not in done.stderr and not done.stdout
     assert not list(tmp_path.glob("fairpca-prefect-server-*"))
+    assert not _processes_with(f"PREFECT_HOME={env['PREFECT_HOME']}".encode())
+
+
+def _processes_with(variable: bytes) -> list[int]:
+    """The running processes whose environment holds ``variable`` (``NAME=value``)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if variable in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_the_prefect_server_boots_while_the_inputs_are_checked(monkeypatch, tmp_path):
+    """The server is started before the pre-flight check (it boots meanwhile) and stopped
+    when the check fails."""
+    from fairpca.flows import preflight, runtime
+
+    events = []
+
+    class Server:
+        @classmethod
+        def launch(cls):
+            events.append("server started")
+            return cls()
+
+        def stop(self):
+            events.append("server stopped")
+
+    def check(config):
+        events.append("inputs checked")
+        raise preflight.PreflightError("not found: missing.csv")
+
+    monkeypatch.setattr(runtime, "PrefectServer", Server)
+    monkeypatch.setattr(preflight, "check_before_run", check)
+    result = runner.invoke(app, ["audit", "--data", str(tmp_path / "missing.csv"), "--label",
+                                 "y", "--sensitive", "s", "--output-dir", str(tmp_path / "out"),
+                                 "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert events == ["server started", "inputs checked", "server stopped"]
 
 
 def test_gate_register_against_an_unreachable_server_fails_in_seconds(user_cli, free_port):
