@@ -13,22 +13,18 @@ import re
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.record import AuditRecord
 from fairpca.tasks.report import (
-    METRIC_LABELS,
-    RATE_COLUMNS,
-    Estimate,
+    build_verdict,
     chosen_group_rates,
-    chosen_label,
-    deciding_reason,
-    decision_summary,
     format_interval,
     group_rows,
     markdown_table,
     markdown_text,
-    verdict_columns,
+    render_template,
 )
 from fairpca.tasks.trust import mask_credentials
 
@@ -207,33 +203,22 @@ def _section_validation(record: AuditRecord) -> str:
     )
 
 
-def _section_decision(record: AuditRecord, promotion) -> str:
+def _section_decision(record: AuditRecord, verdict) -> str:
     selection = record.selection
     thresholds = [
         f"- `{key.removeprefix('thresholds.')}` = {_text(value)}"
         for key, value in sorted(record.params.items())
         if key.startswith("thresholds.")
     ]
-    reasons = [*selection.decision.reasons, *(promotion.reasons if promotion else [])]
     return "\n".join(
         [
             f"- Gate: `{selection.gate}`"
             + (f", policy {_text(record.policy.description)}" if record.policy else ""),
             *thresholds,
-            f"- Decision: **{decision_words(record, promotion)}**",
-            *(f"  - {_text(reason)}" for reason in reasons),
+            f"- Decision: **{verdict.words}**",
+            *(f"  - {_text(reason)}" for reason in verdict.reasons),
         ]
     )
-
-
-def decision_words(record: AuditRecord, promotion) -> str:
-    """The decision in two or three words: promoted, not promoted, or (before the promotion
-    was decided) what the gate said."""
-    if promotion is not None:
-        return "PROMOTED to champion" if promotion.promote else "NOT promoted"
-    if record.selection.decision.promote:
-        return "passes the gate (promotion decided when logged to MLflow)"
-    return "NOT promoted"
 
 
 def _section_hashes(record: AuditRecord) -> str:
@@ -270,7 +255,7 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         names, group labels, file names, reasons) is escaped with
         :func:`fairpca.tasks.report.markdown_text`.
     """
-    chosen = record.selection.chosen
+    chosen, verdict = record.selection.chosen, build_verdict(record, promotion)
     code = record.provenance.code_version
     lam = "n/a" if chosen.lambda_ is None else f"{chosen.lambda_:g}"
     sections = [
@@ -281,7 +266,7 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         ("Per-group rates on the test rows", _section_group_rates(record)),
         ("Column screening", _section_screening(record)),
         ("Validation metrics", _section_validation(record)),
-        ("Thresholds and decision", _section_decision(record, promotion)),
+        ("Thresholds and decision", _section_decision(record, verdict)),
         ("Projection matrices (SHA-256)", _section_hashes(record)),
         (
             "Code version",
@@ -294,11 +279,11 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         "",
         f"{'Registered model' if record.register_model else 'Model (not registered)'} "
         f"{_text(record.model_name)}, from {record.kind} run "
-        f"{_text(record.run_name)}; {chosen_label(record).lower()}: `{chosen.name}` "
+        f"{_text(record.run_name)}; {verdict.chosen_label.lower()}: `{chosen.name}` "
         f"(representation `{chosen.variant}`, "
         f"classifier `{chosen.classifier}`, lambda {lam}).",
         "",
-        "**{}**: {}".format(*(_text(part) for part in decision_summary(record, promotion)[1:])),
+        f"**{_text(verdict.headline)}**: {_text(verdict.why)}",
         "",
     ]
     for heading, body in sections:
@@ -309,92 +294,12 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
 # ---- the verdict in a few lines (run description, version description, Prefect) -------------
 
 DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
-_ITEM_MAX_CHARS = 300
-# The headline numbers of the first line, in this order (those measured).
-LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")
 
 
 def verdict_line(record: AuditRecord, promotion=None) -> str:
     """The decision and the chosen model's headline test numbers in one line of plain text
-    (no Markdown: the MLflow UI lists the first characters of a description as they are),
-    e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
-    promoted, headline, _ = decision_summary(record, promotion)
-    words = (
-        "PROMOTED to champion"
-        if promoted
-        else ("PASSES the gate" if headline == "Passes the gate" else "NOT promoted")
-    )
-    deciding = deciding_reason(record, promotion)
-    words += f" ({deciding})" if deciding else ""
-    test = record.selection.test
-    numbers = [
-        f"{METRIC_LABELS[name][0]} {Estimate.of(test, name).text}"
-        for name in LINE_METRICS
-        if Estimate.of(test, name).value is not None
-    ]
-    return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
-
-
-def _models(record: AuditRecord, references: bool = True) -> list[tuple[str, dict[str, float]]]:
-    """(row label, test metrics) of the chosen candidate, the baselines and (``references``)
-    the reference mitigations."""
-    selection = record.selection
-    models = [("chosen", selection.test)]
-    if selection.baselines.pca is not None:
-        models.append(("unconstrained PCA", selection.baselines.pca.test))
-    if references:
-        models.append(("majority class", selection.baselines.majority.test))
-        models += [(f"reference: {r.name} ({r.approach})", r.test) for r in record.references or []]
-    return models
-
-
-def _test_table(record: AuditRecord, *, intervals: bool, references: bool = True) -> str:
-    """The models' test numbers as a right-aligned Markdown table with short headers (it
-    fits the MLflow UI's description boxes): point estimates, or with ``intervals`` each
-    with its 95% interval."""
-    policy = record.policy.thresholds if record.policy else {}
-    names = verdict_columns(record.selection.test, policy)
-    header = "| test rows | " + " | ".join(METRIC_LABELS[n][0] for n in names) + " |"
-    rule = "|:--|" + "--:|" * len(names)
-    rows = [
-        f"| {_text(label)} | "
-        + " | ".join(
-            str(Estimate.of(test, n)) if intervals else Estimate.of(test, n).text for n in names
-        )
-        + " |"
-        for label, test in _models(record, references)
-    ]
-    return "\n".join([header, rule, *rows])
-
-
-def _groups_table(record: AuditRecord) -> list[str]:
-    """The chosen model's rates per named group on the test rows (single attributes)."""
-    groups = group_rows(record.selection, min_group_size=record.min_group_size)
-    if not groups:
-        return []
-    rates = ("selection_rate", "tpr", "fpr")
-    header = "| group | rows | " + " | ".join(RATE_COLUMNS[rate] for rate in rates) + " |"
-    rows = [
-        f"| {_text(g.attribute)}: {_text(g.group)} | {_text(g.rows)} | "
-        + " | ".join(Estimate(g.rates[rate]).text for rate in rates)
-        + " |"
-        for g in groups
-    ]
-    rule = "|:--|" + "--:|" * (1 + len(rates))
-    return ["", "Groups of the chosen model (test rows):", "", header, rule, *rows]
-
-
-def _items(title: str, items: list[str], limit: int) -> list[str]:
-    """A bullet list of at most ``limit`` items, each cut to a few hundred characters."""
-    if not items:
-        return []
-    shown = [
-        "- " + _text(item if len(item) <= _ITEM_MAX_CHARS else item[:_ITEM_MAX_CHARS] + "...")
-        for item in items[:limit]
-    ]
-    if len(items) > limit:
-        shown.append(f"- ... and {len(items) - limit} more (see the model card)")
-    return ["", f"{title}:", "", *shown]
+    (:attr:`fairpca.tasks.report.Verdict.line`)."""
+    return build_verdict(record, promotion).line
 
 
 def verdict_markdown(
@@ -405,43 +310,28 @@ def verdict_markdown(
     limit: int = 10,
     links: str | None = None,
 ) -> str:
-    """The verdict in a few lines: the decision and headline numbers in one plain line, the
-    chosen candidate, every model's test numbers with 95% intervals, the chosen model's
-    rates per named group, ``links`` (a line of Markdown), then reasons and warnings (at
-    most ``limit`` of each)."""
-    selection = record.selection
-    reasons = [*selection.decision.reasons, *(promotion.reasons if promotion else [])]
-    lines = [f"# {_text(heading)}", ""] if heading else []
-    lines += [
-        verdict_line(record, promotion),
-        "",
-        f"{chosen_label(record, short=True)} on the {record.validation_label()}: "
-        f"`{selection.chosen.name}` (gate `{selection.gate}`). "
-        "Test rows, never used for any choice, with 95% intervals:",
-        "",
-        _test_table(record, intervals=True),
-        *_groups_table(record),
-        *(["", links] if links else []),
-        *_items("Reasons", reasons, limit),
-        *_items("Warnings", selection.warnings, limit),
-    ]
-    return "\n".join(lines)
+    """The verdict in a few lines (template ``verdict.md.j2``): the decision and headline
+    numbers in one plain line, the chosen candidate, every model's test numbers with 95%
+    intervals, the chosen model's rates per named group, ``links`` (a line of Markdown),
+    then reasons and warnings (at most ``limit`` of each)."""
+    return _verdict_text(build_verdict(record, promotion), limit, links, heading=heading)
+
+
+def _verdict_text(verdict, limit: int, links: str | None, **context) -> str:
+    links = Markup(links) if links else None
+    return render_template("verdict.md.j2", v=verdict, limit=limit, links=links, **{
+        "heading": None, "compact": False, **context}).rstrip("\n")  # fmt: skip
 
 
 def run_description(record: AuditRecord, promotion=None) -> str:
     """The MLflow run's description (``mlflow.note.content``): the verdict line and the
     chosen model beside unconstrained PCA in a compact table (the part the run page shows
     before "Show more"), then :func:`verdict_markdown` without its first line."""
-    compact = (
-        verdict_line(record, promotion)
-        + "\n\n"
-        + _test_table(record, intervals=False, references=False)
-    )
     links = (
         "Full model card: artifact `model_card.md`; report: `report/report.html` (the run's "
         "Artifacts tab); matrix SHA-256: `hashes.json`."
     )
-    return _bounded(record, promotion, links, head=compact)
+    return _bounded(build_verdict(record, promotion), links, compact=True)
 
 
 def artifact_links(run_id: str, ui_url: str | None = None, experiment_id: str | None = None) -> str:
@@ -474,20 +364,15 @@ def version_description(
     full ``model_card.md`` and report (:func:`artifact_links`); always within
     :data:`DESCRIPTION_MAX_CHARS`. Its first line is plain text: the registered model's page
     lists it as it is."""
-    return _bounded(record, promotion, artifact_links(run_id, ui_url, experiment_id))
+    return _bounded(build_verdict(record, promotion), artifact_links(run_id, ui_url, experiment_id))
 
 
-def _bounded(record: AuditRecord, promotion, links: str, head: str | None = None) -> str:
-    """``head`` (default: the verdict line), the rest of the verdict with ``links`` after its
-    tables, with fewer reasons and warnings until it fits :data:`DESCRIPTION_MAX_CHARS`."""
-
-    def text(limit: int) -> str:
-        verdict = verdict_markdown(record, promotion, limit=limit, links=links)
-        if head is not None:
-            verdict = head + "\n\n" + verdict.split("\n", 2)[2]
-        return verdict
-
+def _bounded(verdict, links: str, compact: bool = False) -> str:
+    """The verdict (``compact``: with the compact table after its first line), ``links``
+    after its tables, with fewer reasons and warnings until it fits
+    :data:`DESCRIPTION_MAX_CHARS`."""
     for limit in (10, 5, 2, 0):
-        if len(text(limit)) <= DESCRIPTION_MAX_CHARS:
-            return text(limit)
-    return text(0)[: DESCRIPTION_MAX_CHARS - 4] + "\n..."
+        text = _verdict_text(verdict, limit, links, compact=compact)
+        if len(text) <= DESCRIPTION_MAX_CHARS:
+            return text
+    return text[: DESCRIPTION_MAX_CHARS - 4] + "\n..."

@@ -150,27 +150,25 @@ VERDICT_METRICS = (
     "eo_difference",
 )
 GROUP_RATES = ("selection_rate", "tpr", "fpr", "base_rate")
-RATE_COLUMNS = {
-    "selection_rate": "selection rate",
-    "tpr": "TPR",
-    "fpr": "FPR",
-    "base_rate": "base rate",
-}
-# (short label, what it measures): the label heads a column, the meaning is its tooltip.
+# The one list of displayed measures: (label, what it measures, terminal label). The label
+# heads a column, the meaning is its tooltip; the terminal's 80 columns take the short one.
 METRIC_LABELS = {
-    "accuracy": ("accuracy", "share of correct predictions"),
-    "balanced_accuracy": ("balanced accuracy", "mean of the true-positive and true-negative rates"),
-    "dp_difference": ("ΔDP", "largest difference of selection rates between groups"),
-    "selection_rate_ratio": ("SR ratio", "smallest over largest selection rate"),
-    "eo_difference": ("ΔEO", "largest difference of true-positive rates between groups"),
-    "equalized_odds_difference": ("ΔEOdds", "larger of the TPR and FPR differences"),
-    "dp_difference.intersection": ("ΔDP ∩", "ΔDP between intersection groups"),
-    "eo_difference.intersection": ("ΔEO ∩", "ΔEO between intersection groups"),
-    "selection_rate": ("selection rate", "share predicted 1"),
-    "tpr": ("TPR", "true-positive rate"),
-    "fpr": ("FPR", "false-positive rate"),
-    "base_rate": ("base rate", "share labelled 1"),
-}
+    "accuracy": ("accuracy", "share of correct predictions", "acc"),
+    "balanced_accuracy": (
+        "balanced accuracy", "mean of the true-positive and true-negative rates", "bal acc",
+    ),
+    "dp_difference": ("ΔDP", "largest difference of selection rates between groups", "ΔDP"),
+    "selection_rate_ratio": ("SR ratio", "smallest over largest selection rate", "SR ratio"),
+    "eo_difference": ("ΔEO", "largest difference of true-positive rates between groups", "ΔEO"),
+    "equalized_odds_difference": ("ΔEOdds", "larger of the TPR and FPR differences", "ΔEOdds"),
+    "dp_difference.intersection": ("ΔDP ∩", "ΔDP between intersection groups", "ΔDP ∩"),
+    "eo_difference.intersection": ("ΔEO ∩", "ΔEO between intersection groups", "ΔEO ∩"),
+    "selection_rate": ("selection rate", "share predicted 1", "selection rate"),
+    "tpr": ("TPR", "true-positive rate", "TPR"),
+    "fpr": ("FPR", "false-positive rate", "FPR"),
+    "base_rate": ("base rate", "share labelled 1", "base rate"),
+}  # fmt: skip
+RATE_COLUMNS = {rate: METRIC_LABELS[rate][0] for rate in GROUP_RATES}
 
 
 def _defined(value: Any) -> bool:
@@ -203,6 +201,11 @@ class Estimate:
     def interval(self) -> str:
         bounds = _defined(self.low) and _defined(self.high) and _defined(self.value)
         return f"{self.low:.3f}–{self.high:.3f}" if bounds else ""
+
+    @property
+    def point(self) -> Estimate:
+        """The estimate without its interval."""
+        return Estimate(self.value)
 
     def __str__(self) -> str:
         return self.text + (f" ({self.interval})" if self.interval else "")
@@ -242,25 +245,6 @@ def gate_sentence(thresholds: Any, gate: str) -> str:
     return ", ".join(parts)
 
 
-def verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
-    """(model, role, test metrics) of the chosen candidate, the baselines, the references."""
-    rows = [(selection["chosen"]["name"], "chosen", selection["test"])]
-    pca = selection["baselines"].get("pca")
-    if pca:
-        rows.append((pca["name"], "baseline: unconstrained PCA", pca["test"]))
-    majority = selection["baselines"]["majority"]
-    rows.append((f"majority class ({majority['class']})", "baseline", majority["test"]))
-    for reference in references or []:
-        sensitive = (
-            ", needs the sensitive attribute at prediction"
-            if reference.get("needs_sensitive_at_prediction")
-            else ""
-        )
-        kind = f"reference: {reference.get('approach', 'mitigation')}{sensitive}"
-        rows.append((reference["name"], kind, reference.get("test", {})))
-    return rows
-
-
 def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
     """The measures of the verdict table: :data:`VERDICT_METRICS`, a gated measure outside
     them, and with several attributes the intersection's ΔDP and ΔEO (those measured)."""
@@ -274,19 +258,6 @@ def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
             if f"{m}.intersection" in test
         ]
     return columns
-
-
-def verdict_frame(
-    selection: dict[str, Any], references: list[dict[str, Any]], thresholds: Any = None
-) -> pd.DataFrame:
-    """Test-row measures with their 95% intervals (:class:`Estimate` text): the chosen
-    candidate, the baselines, the reference mitigations."""
-    columns = verdict_columns(selection["test"], thresholds)
-    records = [
-        {"model": name, "role": role, **{m: str(Estimate.of(values, m)) for m in columns}}
-        for name, role, values in verdict_rows(selection, references)
-    ]
-    return pd.DataFrame(records, columns=["model", "role", *columns])
 
 
 def _split_group_metric(name: str) -> tuple[str, str, str] | None:
@@ -415,11 +386,21 @@ NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
 
 @dataclass(frozen=True)
 class VerdictRow:
-    """One model of the verdict table."""
+    """One model of the verdict table: its name, its role, how a compact table labels it
+    (``short``; ``sensitive``: it needs the sensitive attribute to predict) and its test
+    numbers."""
 
     model: str
     role: str
     estimates: dict[str, Estimate]
+    short: str = ""
+    sensitive: bool = False
+    approach: str = ""
+
+    @property
+    def title(self) -> str:
+        """The row's label in a description: a reference says it is one, and its approach."""
+        return f"reference: {self.short} ({self.approach})" if self.approach else self.short
 
 
 @dataclass(frozen=True)
@@ -434,8 +415,10 @@ class GroupRow:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The report's first screen: decision and why, the chosen model, every model's test
-    numbers (:class:`VerdictRow`) and the chosen model's rate per named group."""
+    """What every surface shows of an audit, built once (:func:`build_verdict`): the
+    decision (``headline`` and ``why``; ``words`` and ``deciding`` in plain capitals), the
+    chosen model, every model's test numbers (:class:`VerdictRow`), the chosen model's rate
+    per named group, the reasons and the warnings."""
 
     promote: bool
     headline: str
@@ -446,11 +429,32 @@ class Verdict:
     columns: tuple[str, ...]
     rows: tuple[VerdictRow, ...]
     groups: tuple[GroupRow, ...]
+    words: str = ""
+    deciding: str | None = None
+    chosen_short: str = ""
+    rows_label: str = "validation rows"
+    rule: str = ""
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
-    def labels(self) -> dict[str, tuple[str, str]]:
-        """``{metric: (label, meaning)}`` of the table's columns and the group rates."""
+    def labels(self) -> dict[str, tuple[str, str, str]]:
+        """``{metric: (label, meaning, terminal label)}`` of the columns and group rates."""
         return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
+
+    @property
+    def line(self) -> str:
+        """The decision and the chosen model's headline test numbers in one line of plain
+        text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
+        words = self.words + (f" ({self.deciding})" if self.deciding else "")
+        chosen = self.rows[0].estimates
+        numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in LINE_METRICS
+                   if m in chosen and chosen[m].value is not None]  # fmt: skip
+        return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
+
+
+# The headline numbers of :attr:`Verdict.line`, in this order (those measured).
+LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")
 
 
 def group_rows(
@@ -497,33 +501,55 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
     return tuple(out)
 
 
-def build_verdict(record, promotion=None) -> Verdict:
-    """The :class:`Verdict` of an audit record (and of the promotion, once decided)."""
+def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
+    """The chosen candidate, the baselines and the reference mitigations."""
     selection = record.selection
-    selected = selection.model_dump(by_alias=True)
-    references = [r.model_dump() for r in record.references or []]
+
+    def row(model, role, test, short, *reference):
+        return VerdictRow(model, role, {m: Estimate.of(test or {}, m) for m in columns}, short,
+                          *reference)  # fmt: skip
+
+    rows = [row(selection.chosen.name, "chosen" if eligible else "best candidate, not eligible",
+                selection.test, "chosen" if eligible else "best, not eligible")]  # fmt: skip
+    if (pca := selection.baselines.pca) is not None:
+        rows.append(row(pca.name, "baseline: unconstrained PCA", pca.test, "unconstrained PCA"))
+    majority = selection.baselines.majority
+    rows.append(row(f"majority class ({majority.class_})", "baseline", majority.test,
+                    "majority class"))  # fmt: skip
+    for ref in record.references or []:
+        needs = ", needs the sensitive attribute at prediction"
+        role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
+        rows.append(row(ref.name, role, ref.test, ref.name, ref.needs_sensitive_at_prediction,
+                        ref.approach))  # fmt: skip
+    return tuple(rows)
+
+
+def build_verdict(record, promotion=None) -> Verdict:
+    """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
+    once, rendered by every surface."""
+    selection = record.selection
     thresholds = record.policy.thresholds if record.policy else {}
-    columns = verdict_columns(selected["test"], thresholds)
+    columns = verdict_columns(selection.test, thresholds)
     promote, headline, why = decision_summary(record, promotion)
     label = chosen_label(record)
-    rows = tuple(
-        VerdictRow(
-            model,
-            role if role != "chosen" or label != NOT_ELIGIBLE else "best candidate, not eligible",
-            {m: Estimate.of(values, m) for m in columns},
-        )
-        for model, role, values in verdict_rows(selected, references)
-    )
+    words = "PASSES the gate" if headline.startswith("Passes the gate") else "NOT promoted"
     return Verdict(
         promote=promote,
         headline=headline,
         why=why,
         chosen=selection.chosen.name,
         gate=record.policy.description if record.policy else selection.gate,
-        chosen_label=chosen_label(record),
+        chosen_label=label,
         columns=tuple(columns),
-        rows=rows,
+        rows=_verdict_rows(record, columns, label != NOT_ELIGIBLE),
         groups=group_rows(selection, attributes=True, min_group_size=record.min_group_size),
+        words="PROMOTED to champion" if promote else words,
+        deciding=deciding_reason(record, promotion),
+        chosen_short=chosen_label(record, short=True),
+        rows_label=record.validation_label(),
+        rule=selection.gate,
+        reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
+        warnings=tuple(selection.warnings),
     )
 
 
@@ -801,24 +827,38 @@ def markdown_table(frame: pd.DataFrame, escape=None) -> str:
 
 
 def _rate(value: Any) -> str:
-    """A rate of the group table: 3 decimals, ``-`` when undefined."""
-    return "-" if not _defined(value) else f"{float(value):.3f}"
+    """A rate of the group table: 3 decimals, ``-`` when undefined (our own text: safe)."""
+    from markupsafe import Markup
+
+    return Markup("-" if not _defined(value) else f"{float(value):.3f}")
 
 
-def _template():
-    """The report's Jinja2 template; autoescape escapes every value it renders."""
+def _markdown_value(value: Any) -> str:
+    """What a Markdown template prints for ``{{ value }}``: every string escaped
+    (:func:`markdown_text`) unless marked safe (our own Markdown), other values as text."""
+    from markupsafe import Markup
+
+    if isinstance(value, Markup):
+        return value
+    return markdown_text(value) if isinstance(value, str) else str(value)
+
+
+def render_template(name: str, **context: Any) -> str:
+    """Render the template ``name``: HTML autoescaped; Markdown (``*.md.j2``) with every
+    printed string escaped as literal text (:func:`_markdown_value`)."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+    markdown = name.endswith(".md.j2")
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
-        autoescape=True,
+        autoescape=not markdown,
+        finalize=_markdown_value if markdown else None,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters["cell"] = _cell
-    environment.filters["rate"] = _rate
-    return environment.get_template(REPORT_TEMPLATE)
+    environment.filters.update(cell=_cell, rate=_rate)
+    return environment.get_template(name).render(**context)
 
 
 def _html_blocks(content: Any, image: Path | None) -> list[dict[str, Any]]:
@@ -856,7 +896,7 @@ def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None)
     by the template ``templates/report.html.j2``: a :class:`Verdict` section is the first
     screen, every other section a heading and its blocks."""
     rendered = [_html_section(heading, content, image) for heading, content in sections]
-    return _template().render(title=title, sections=rendered, rates=GROUP_RATES)
+    return render_template(REPORT_TEMPLATE, title=title, sections=rendered, rates=GROUP_RATES)
 
 
 def _markdown_verdict(verdict: Verdict) -> str:
