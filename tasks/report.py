@@ -833,6 +833,13 @@ def _rate(value: Any) -> str:
     return Markup("-" if not _defined(value) else f"{float(value):.3f}")
 
 
+def _number(value: Any) -> str:
+    """A table cell: a number as it is (safe), anything else as text (:func:`_cell`)."""
+    from markupsafe import Markup
+
+    return Markup(_cell(value)) if _is_number(value) else _cell(value)
+
+
 def _markdown_value(value: Any) -> str:
     """What a Markdown template prints for ``{{ value }}``: every string escaped
     (:func:`markdown_text`) unless marked safe (our own Markdown), other values as text."""
@@ -857,24 +864,20 @@ def render_template(name: str, **context: Any) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(cell=_cell, rate=_rate)
+    environment.filters.update(cell=_cell, rate=_rate, number=_number)
     return environment.get_template(name).render(**context)
 
 
-def _html_blocks(content: Any, image: Path | None) -> list[dict[str, Any]]:
-    """The blocks of a section as the template draws them (``kind`` and its data)."""
+def _blocks(content: Any, plot: str | None) -> list[dict[str, Any]]:
+    """The blocks of a section as the templates draw them (``kind`` and its data); ``plot``
+    is the image's address (none: no image)."""
     if isinstance(content, list):
-        return [block for item in content for block in _html_blocks(item, image)]
+        return [block for item in content for block in _blocks(item, plot)]
     if isinstance(content, pd.DataFrame):
         return [{"kind": "table", "columns": list(content.columns),
                  "rows": [list(row) for row in content.itertuples(False)]}]  # fmt: skip
     if isinstance(content, Plot):
-        if image is None:
-            return []
-        data = base64.b64encode(image.read_bytes()).decode()
-        return [
-            {"kind": "plot", "caption": content.caption, "src": f"data:image/png;base64,{data}"}
-        ]
+        return [{"kind": "plot", "caption": content.caption, "src": plot}] if plot else []
     if isinstance(content, Bullets):
         return [{"kind": "bullets", "items": list(content.items)}]
     return [{"kind": "text", "paragraphs": str(content).split("\n\n")}]
@@ -884,10 +887,10 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")[:40] or "section"
 
 
-def _html_section(heading: str, content: Any, image: Path | None) -> dict[str, Any]:
+def _section(heading: str, content: Any, plot: str | None) -> dict[str, Any]:
     if isinstance(content, Verdict):
         return {"verdict": content, "heading": heading, "id": "verdict"}
-    blocks = _html_blocks(content, image)
+    blocks = _blocks(content, plot)
     return {"verdict": None, "heading": heading, "id": _slug(heading), "blocks": blocks}
 
 
@@ -895,64 +898,19 @@ def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None)
     """The report as one self-contained, responsive HTML page (the plot inlined), rendered
     by the template ``templates/report.html.j2``: a :class:`Verdict` section is the first
     screen, every other section a heading and its blocks."""
-    rendered = [_html_section(heading, content, image) for heading, content in sections]
+    plot = image and f"data:image/png;base64,{base64.b64encode(image.read_bytes()).decode()}"
+    rendered = [_section(heading, content, plot) for heading, content in sections]
     return render_template(REPORT_TEMPLATE, title=title, sections=rendered, rates=GROUP_RATES)
 
 
-def _markdown_verdict(verdict: Verdict) -> str:
-    """The verdict in Markdown: user strings (model and group names) escaped, our own
-    numbers as they are."""
-    labels = verdict.labels
-    models = pd.DataFrame(
-        [
-            {"model": markdown_text(f"{row.model} ({row.role})"),
-             **{labels[m][0]: str(row.estimates[m]) for m in verdict.columns}}
-            for row in verdict.rows
-        ]
-    )  # fmt: skip
-    lines = [
-        f"**{markdown_text(verdict.headline)}**: {markdown_text(verdict.why)}",
-        "",
-        f"{verdict.chosen_label}: {markdown_text(verdict.chosen)}",
-        "",
-        "Test rows, never used for a choice: estimate (95% interval).",
-        "",
-        markdown_table(models),
-    ]
-    if verdict.groups:
-        groups = pd.DataFrame(
-            [
-                {"group": markdown_text(f"{g.attribute}: {g.group}"),
-                 "rows": markdown_text(_cell(g.rows)),
-                 **{labels[r][0]: _rate(g.rates[r]) for r in GROUP_RATES}}
-                for g in verdict.groups
-            ]
-        )  # fmt: skip
-        lines += ["", "Groups of the chosen model on the test rows:", ""]
-        lines.append(markdown_table(groups))
-    return "\n".join(lines)
-
-
-def _markdown_block(content: Any, image_name: str) -> str:
-    if isinstance(content, Verdict):
-        return _markdown_verdict(content)
-    if isinstance(content, pd.DataFrame):
-        return markdown_table(content, escape=markdown_text)
-    if isinstance(content, Plot):
-        return f"![{markdown_text(content.caption)}]({image_name})"
-    if isinstance(content, Bullets):
-        return "\n".join(f"- {markdown_text(item)}" for item in content.items)
-    if isinstance(content, list):
-        return "\n\n".join(_markdown_block(item, image_name) for item in content)
-    return "\n\n".join(markdown_text(line) for line in str(content).split("\n\n"))
-
-
 def render_markdown(title: str, sections: list[tuple[str, Any]], image_name: str) -> str:
-    """The report as Markdown (the plot linked as ``image_name``)."""
-    lines = [f"# {markdown_text(title)}", ""]
-    for heading, content in sections:
-        lines += [f"## {markdown_text(heading)}", "", _markdown_block(content, image_name), ""]
-    return "\n".join(lines)
+    """The report as Markdown (template ``templates/report.md.j2``; the plot linked as
+    ``image_name``)."""
+    from markupsafe import Markup
+
+    rendered = [_section(heading, content, Markup(image_name)) for heading, content in sections]
+    text = render_template("report.md.j2", title=title, sections=rendered, rates=GROUP_RATES)
+    return text.rstrip("\n") + "\n"
 
 
 # -- the sections, read from the record ---------------------------------------------------------
