@@ -903,13 +903,17 @@ def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None)
     return render_template(REPORT_TEMPLATE, title=title, sections=rendered, rates=GROUP_RATES)
 
 
-def render_markdown(title: str, sections: list[tuple[str, Any]], image_name: str) -> str:
+def render_markdown(
+    title: str, sections: list[tuple[str, Any]], image_name: str, intro: str | None = None
+) -> str:
     """The report as Markdown (template ``templates/report.md.j2``; the plot linked as
-    ``image_name``)."""
+    ``image_name``; ``intro``, a paragraph before the first section)."""
     from markupsafe import Markup
 
     rendered = [_section(heading, content, Markup(image_name)) for heading, content in sections]
-    text = render_template("report.md.j2", title=title, sections=rendered, rates=GROUP_RATES)
+    text = render_template(
+        "report.md.j2", title=title, intro=intro, sections=rendered, rates=GROUP_RATES
+    )
     return text.rstrip("\n") + "\n"
 
 
