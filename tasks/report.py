@@ -22,7 +22,6 @@ import base64
 import contextlib
 import csv
 import html
-import json
 import math
 import re
 import threading
@@ -228,21 +227,6 @@ def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
         else:
             upper[key.removeprefix("max_")] = float(limit)
     return upper, lower
-
-
-def gate_sentence(thresholds: Any, gate: str) -> str:
-    """The gate in words, e.g. ``upper 95% bound of dp_difference <= 0.05, ...``."""
-    upper, lower = gate_limits(thresholds)
-    bound = gate == "upper_bound"
-    parts = [
-        f"{'upper 95% bound of ' if bound else ''}{metric} ≤ {limit:g}"
-        for metric, limit in upper.items()
-    ]
-    parts += [
-        f"{'lower 95% bound of ' if bound else ''}{metric} ≥ {limit:g}"
-        for metric, limit in lower.items()
-    ]
-    return ", ".join(parts)
 
 
 def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
@@ -813,19 +797,6 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | np.number) and not isinstance(value, bool)
 
 
-def markdown_table(frame: pd.DataFrame, escape=None) -> str:
-    """GitHub-flavoured Markdown table of a small frame; ``escape`` (e.g.
-    :func:`fairpca.tasks.report.markdown_text`) is applied to every header and cell."""
-    escape = escape or str
-    header = "| " + " | ".join(escape(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = [
-        "| " + " | ".join(_cell(v) if _is_number(v) else escape(_cell(v)) for v in row) + " |"
-        for row in frame.itertuples(False)
-    ]
-    return "\n".join([header, rule, *body])
-
-
 def _rate(value: Any) -> str:
     """A rate of the group table: 3 decimals, ``-`` when undefined (our own text: safe)."""
     from markupsafe import Markup
@@ -1211,16 +1182,3 @@ def write_report(out_dir: Path, record, table: pd.DataFrame, promotion=None) -> 
     (out_dir / "report.md").write_text(render_markdown(title, sections, image.name))
     (out_dir / "report.html").write_text(render_html(title, sections, image))
     return {"md": out_dir / "report.md", "html": out_dir / "report.html", "png": image}
-
-
-def write_json(path: Path, content: Any) -> Path:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True, default=_json_default))
-    return path
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialize {type(value).__name__}")
