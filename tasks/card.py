@@ -17,6 +17,7 @@ from markupsafe import Markup
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.record import AuditRecord
 from fairpca.tasks.report import (
+    VERDICT_METRICS,
     build_verdict,
     chosen_group_rates,
     format_interval,
@@ -26,17 +27,8 @@ from fairpca.tasks.report import (
 from fairpca.tasks.trust import mask_credentials
 
 CARD_FILE = "model_card.md"
-# The card's test table: utility a constant classifier cannot fake, then the disparities.
-CARD_METRICS = (
-    "accuracy",
-    "balanced_accuracy",
-    "dp_difference",
-    "selection_rate_ratio",
-    "eo_difference",
-    "fpr_difference",
-    "equalized_odds_difference",
-    "one_class_share",
-)
+# The card's test table: the verdict's measures, then the other disparities.
+CARD_METRICS = (*VERDICT_METRICS, "fpr_difference", "equalized_odds_difference", "one_class_share")
 _SECRET_KEY = re.compile(r"(password|secret|token|credential|api_key)", re.IGNORECASE)
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .evaluate import HEADLINE_METRICS
 from .trust import sha256_file
 
 # -- escaping every user string where it is rendered ------------------------------------------
@@ -811,6 +812,13 @@ def _number(value: Any) -> str:
     return Markup(_cell(value)) if _is_number(value) else _cell(value)
 
 
+def _interval(metrics: dict[str, Any], name: str) -> str:
+    """:func:`format_interval` (our own numbers: safe)."""
+    from markupsafe import Markup
+
+    return Markup(format_interval(metrics, name))
+
+
 def _markdown_value(value: Any) -> str:
     """What a Markdown template prints for ``{{ value }}``: every string escaped
     (:func:`markdown_text`) unless marked safe (our own Markdown), other values as text."""
@@ -821,7 +829,7 @@ def _markdown_value(value: Any) -> str:
     return markdown_text(value) if isinstance(value, str) else str(value)
 
 
-def render_template(name: str, **context: Any) -> str:
+def render_template(name: str, /, **context: Any) -> str:
     """Render the template ``name``: HTML autoescaped; Markdown (``*.md.j2``) with every
     printed string escaped as literal text (:func:`_markdown_value`)."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -835,7 +843,7 @@ def render_template(name: str, **context: Any) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(cell=_cell, rate=_rate, number=_number)
+    environment.filters.update(cell=_cell, rate=_rate, number=_number, interval=_interval)
     return environment.get_template(name).render(**context)
 
 
@@ -919,9 +927,6 @@ def _facts(record) -> list[str]:
     return facts
 
 
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
-
-
 def _reported_frame(record) -> pd.DataFrame:
     """Chosen candidate beside the baselines, validation and test, with 95% intervals."""
     selection = record.selection
@@ -930,8 +935,8 @@ def _reported_frame(record) -> pd.DataFrame:
         rows.append(("unconstrained PCA: " + selection.baselines.pca.name, selection.baselines.pca))
     rows.append(("majority class", selection.baselines.majority))
     several = any(k.endswith(".intersection") for k in selection.test)
-    metrics = [k for k in selection.test if k.startswith(HEADLINE) and "ci95" not in k]
-    metrics = sorted(metrics) if several else list(HEADLINE)
+    metrics = [k for k in selection.test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
+    metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
     sizes = record.split_sizes
     shown = {
         "validation": record.validation_label(),
@@ -979,13 +984,6 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(records)
-
-
-def _why(record, promotion) -> list[str]:
-    """The gate in words, then every reason of the choice and of the champion decision."""
-    gate = record.policy.description if record.policy else record.selection.gate
-    reasons = [*record.selection.decision.reasons, *(promotion.reasons if promotion else [])]
-    return [f"Gate: {gate}.", *reasons]
 
 
 def parity_paragraph(record) -> str | None:
@@ -1087,16 +1085,12 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     """The report's sections, in order, all read from the audit record (and the promotion
     decided afterwards, when there is one): the verdict first."""
     select_by = record.params.get("select_by", "balanced_accuracy")
-    warnings = record.selection.warnings
-    gap = parity_paragraph(record)
+    verdict, gap = build_verdict(record, promotion), parity_paragraph(record)
     sections: list[tuple[str, Any]] = [
-        (
-            "Verdict (test rows, never used for a choice; 95% intervals)",
-            build_verdict(record, promotion),
-        ),
-        ("Why", Bullets(_why(record, promotion))),
+        ("Verdict (test rows, never used for a choice; 95% intervals)", verdict),
+        ("Why", Bullets([f"Gate: {verdict.gate}.", *verdict.reasons])),
         *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
-        *([("Warnings", Bullets(list(warnings)))] if warnings else []),
+        *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
         *_intersection_groups(record),
         *frontier_sections(record),
         (
