@@ -170,10 +170,11 @@ def verdict_markdown(
     return _verdict_text(build_verdict(record, promotion), limit, links, heading=heading)
 
 
-def _verdict_text(verdict, limit: int, links: str | None, **context) -> str:
+def _verdict_text(verdict, limit: int, links: str | None, heading=None, compact=False) -> str:
     links = Markup(links) if links else None
-    return render_template("verdict.md.j2", v=verdict, limit=limit, links=links, **{
-        "heading": None, "compact": False, **context}).rstrip("\n")  # fmt: skip
+    text = render_template("verdict.md.j2", v=verdict, limit=limit, links=links,
+                           heading=heading, compact=compact)  # fmt: skip
+    return text.rstrip("\n")
 
 
 def run_description(record: AuditRecord, promotion=None) -> str:
