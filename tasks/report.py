@@ -1,19 +1,21 @@
-"""Rendering an audit for people: the report (Markdown, and HTML from the Jinja2 template
-``templates/report.html.j2``), the trade-off plot, and the escaping of every user string
-where it is rendered.
+"""Rendering an audit for people: the :class:`Verdict` every surface shows, the report
+(Jinja2 templates ``templates/report.md.j2`` and ``templates/report.html.j2``), the trade-off
+plot, and the escaping of every user string where it is rendered.
 
-The report is a function of the audit record (:mod:`fairpca.tasks.record`), the candidates'
-table (for the plot) and, once decided, the promotion. Its first section is the
-:class:`Verdict` (the decision and why, the chosen model, every model's test numbers with
-their 95% intervals, the chosen model's rates per named group); then sections of bullet
-lists, tables and the plot. Only aggregated numbers are written: no raw rows, no per-person
-sensitive attributes.
+:func:`build_verdict` reads the audit record (:mod:`fairpca.tasks.record`) and, once decided,
+the promotion into a :class:`Verdict` (the decision and why, the chosen model, every model's
+test numbers with their 95% intervals, the chosen model's rates per named group, reasons and
+warnings; measures named by :data:`METRIC_LABELS`). The report, the model card, the run and
+version descriptions (:mod:`fairpca.tasks.card`) and the terminal (:mod:`fairpca.flows.console`)
+render it. The report opens with it; then sections of bullet lists, tables and the plot. Only
+aggregated numbers are written: no raw rows, no per-person sensitive attributes.
 
 Column names, category values, group labels and file names come from the user's data. Every
-renderer passes them through :func:`markdown_text` (Markdown: report, model card, registry
-descriptions, Prefect artifacts), the template's autoescape or :func:`html_text` (HTML) or
-:func:`csv_safe_frame` (every CSV written: a spreadsheet runs a cell that starts with ``=``,
-``+``, ``-``, ``@``, a tab or a carriage return as a formula).
+template escapes what it prints (:func:`render_template`: HTML autoescape; Markdown
+:func:`markdown_text` on every string not marked safe: report, model card, descriptions,
+the gate's card, Prefect artifacts); :func:`csv_safe_frame` guards every CSV written (a
+spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return as a formula).
 """
 
 from __future__ import annotations
