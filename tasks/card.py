@@ -17,11 +17,10 @@ from markupsafe import Markup
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.record import AuditRecord
 from fairpca.tasks.report import (
+    RATE_COLUMNS,
     VERDICT_METRICS,
     build_verdict,
-    chosen_group_rates,
     format_interval,
-    group_rows,
     render_template,
 )
 from fairpca.tasks.trust import mask_credentials
@@ -70,18 +69,19 @@ def _group_sizes(record: AuditRecord) -> list[list[str]]:
     return rows
 
 
-def _group_rates(record: AuditRecord) -> tuple[list[str], list[list[Any]]]:
-    """The columns and rows of the chosen model's rates per group on the test rows; every
-    other group on its own row, with why its numbers are withheld."""
-    frame = chosen_group_rates(record.selection)
-    rows = [[Markup(f"{v:.4f}") if isinstance(v, float) else v for v in row]
-            for row in frame.itertuples(False)]  # fmt: skip
-    rows += [
-        [g.attribute, g.group, g.rows, *[Markup("-")] * (len(frame.columns) - 3)]
-        for g in group_rows(record.selection, min_group_size=record.min_group_size)
-        if isinstance(g.rows, str) and g.rows.startswith("withheld")
-    ]
-    return list(frame.columns), rows
+def _group_rates(verdict) -> tuple[list[str], list[list[Any]]]:
+    """The columns and rows of the chosen model's rates per group on the test rows: the
+    published groups, the intersection's, then every other group with why its numbers are
+    withheld."""
+    columns = ["attribute", "group", f"rows ({verdict.group_part})", *RATE_COLUMNS.values()]
+    groups = sorted((*verdict.groups, *verdict.intersections), key=_withheld)  # stable
+    rows = [[g.attribute, g.group, g.rows, *(Markup("-" if _withheld(g) else f"{g.rates[r]:.4f}")
+                                            for r in RATE_COLUMNS)] for g in groups]  # fmt: skip
+    return columns, rows
+
+
+def _withheld(group) -> bool:
+    return str(group.rows).startswith("withheld")
 
 
 def render_model_card(record: AuditRecord, promotion=None) -> str:
@@ -101,12 +101,13 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
     """
     selection, lam, params = record.selection, record.selection.chosen.lambda_, record.params
     columns = _test_columns(record)
-    rate_columns, rate_rows = _group_rates(record)
+    verdict = build_verdict(record, promotion)
+    rate_columns, rate_rows = _group_rates(verdict)
     chosen = f"{selection.chosen.variant}/"
     text = render_template(
         "model_card.md.j2",
         record=record,
-        v=build_verdict(record, promotion),
+        v=verdict,
         lam="n/a" if lam is None else f"{lam:g}",
         split=[[part, getattr(selection.split, f"n_{part}")] for part in PARTS],
         group_sizes=_group_sizes(record),

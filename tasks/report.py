@@ -423,6 +423,8 @@ class Verdict:
     rule: str = ""
     reasons: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    intersections: tuple[GroupRow, ...] = ()
+    group_part: str = "test"
 
     @property
     def labels(self) -> dict[str, tuple[str, str, str]]:
@@ -537,6 +539,8 @@ def build_verdict(record, promotion=None) -> Verdict:
         rule=selection.gate,
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),
+        intersections=group_rows(selection, attributes=False),
+        group_part="test" if selection.test_group_sizes else "all parts",
     )
 
 
@@ -1036,9 +1040,8 @@ def parity_paragraph(record) -> str | None:
     return " ".join(lines)
 
 
-def _intersection_groups(record) -> list[tuple[str, Any]]:
+def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
-    groups = group_rows(record.selection, attributes=False)
     if not groups:
         return []
     unjudged = set(getattr(record, "cells_not_judged", None) or [])
@@ -1093,7 +1096,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         ("Why", Bullets([f"Gate: {verdict.gate}.", *verdict.reasons])),
         *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
         *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
-        *_intersection_groups(record),
+        *_intersection_groups(record, verdict.intersections),
         *frontier_sections(record),
         (
             f"Trade-off on the {record.searched_label}",
