@@ -285,14 +285,6 @@ def group_rates_frame(
     return frame.rename(columns={**RATE_COLUMNS, "rows": f"rows ({part})"})
 
 
-def chosen_group_rates(selection) -> pd.DataFrame:
-    """:func:`group_rates_frame` of the chosen model, each group counted on the test rows its
-    rates describe (records written before test-part sizes were kept: all parts)."""
-    if selection.test_group_sizes:
-        return group_rates_frame(selection.test, selection.test_group_sizes, "test")
-    return group_rates_frame(selection.test, selection.group_sizes)
-
-
 def _gate_words(record) -> str:
     """``the gate demographic_parity+four_fifths (point estimates)``."""
     bound = "point estimates" if record.selection.gate == "point" else "upper 95% bounds"
@@ -452,7 +444,8 @@ def group_rows(
     """Groups of the single attributes (``attributes``) or of their intersection: the
     published ones with their rates; with ``attributes``, every other group of
     ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
-    frame = chosen_group_rates(selection)
+    # each group counted on the test rows its rates describe (else over all parts)
+    frame = group_rates_frame(selection.test, selection.test_group_sizes or selection.group_sizes)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
     rows = frame.columns[2]  # "rows (test)"
     published = tuple(
