@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 import os
 import re
 import sys
@@ -49,15 +48,9 @@ def summary_caption(record) -> str:
     """:data:`SUMMARY_CAPTION` after the rows the candidates were measured on (each row's
     ``validation_rows``: after a wide search the sweep's rows are a sample's, the baselines
     and the chosen candidate every validation row's)."""
-    labels = {
-        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
-            int(row["validation_rows"])
-        )
-        for row in record.candidates or []
-        if isinstance(row.get("validation_rows"), int | float)
-        and math.isfinite(row["validation_rows"])
-    }
-    searched, chosen = labels.get(False), labels.get(True)
+    from fairpca.tasks.report import candidate_rows
+
+    searched, chosen = candidate_rows(record)
     if searched and chosen and searched != chosen:
         rows = (
             f"The λ rows on the {searched}; the baselines and the chosen candidate on the {chosen}."

@@ -1061,22 +1061,28 @@ def frontier_sections(record) -> list[tuple[str, Any]]:
     return [(f"Accuracy–fairness frontier ({rows_label})", pd.DataFrame(rows))]
 
 
-def _candidates_rows(record) -> str:
-    """Which validation rows the candidates' table's rows come from (its
-    ``validation_rows``): one label, or after a wide search the sample's for the sweep and
-    every row's for the chosen candidate and the baselines."""
-    counts = [row.get("validation_rows") for row in record.candidates or []]
+def candidate_rows(record) -> tuple[str | None, str | None]:
+    """The labels of the validation rows the candidates' table's rows come from (their
+    ``validation_rows``): the searched λ rows' (after a wide search, a sample's) and the
+    baselines' and the chosen candidate's (every row's); None where the table has none."""
     labels = {
-        record.validation_label(int(n))
-        for n in counts
-        if isinstance(n, int | float) and math.isfinite(n)
+        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
+            int(row["validation_rows"])
+        )
+        for row in record.candidates or []
+        if isinstance(row.get("validation_rows"), int | float)
+        and math.isfinite(row["validation_rows"])
     }
-    if len(labels) <= 1:
-        return labels.pop() if labels else "validation rows"
-    return (
-        f"the {record.searched_label}; the baselines and the chosen candidate on the "
-        f"{record.validation_label()} (column validation_rows)"
-    )
+    return labels.get(False), labels.get(True)
+
+
+def _candidates_rows(record) -> str:
+    """Which validation rows the candidates' table's rows come from (:func:`candidate_rows`)."""
+    searched, chosen = candidate_rows(record)
+    if searched and chosen and searched != chosen:
+        return (f"the {searched}; the baselines and the chosen candidate on the {chosen} "
+                "(column validation_rows)")  # fmt: skip
+    return searched or chosen or "validation rows"
 
 
 def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
