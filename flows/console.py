@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 import os
 import re
 import sys
@@ -49,15 +48,9 @@ def summary_caption(record) -> str:
     """:data:`SUMMARY_CAPTION` after the rows the candidates were measured on (each row's
     ``validation_rows``: after a wide search the sweep's rows are a sample's, the baselines
     and the chosen candidate every validation row's)."""
-    labels = {
-        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
-            int(row["validation_rows"])
-        )
-        for row in record.candidates or []
-        if isinstance(row.get("validation_rows"), int | float)
-        and math.isfinite(row["validation_rows"])
-    }
-    searched, chosen = labels.get(False), labels.get(True)
+    from fairpca.tasks.report import candidate_rows
+
+    searched, chosen = candidate_rows(record)
     if searched and chosen and searched != chosen:
         rows = (
             f"The λ rows on the {searched}; the baselines and the chosen candidate on the {chosen}."
@@ -162,96 +155,54 @@ def bullets(items: list[str], style: str = "", out: Console | None = None) -> No
     (out or console).print(grid)
 
 
-# Test-row measures shown per model, with their short labels: utility first (balanced accuracy
-# cannot be faked by a near-constant classifier), then the disparities reviewers use.
-TEST_ROW_METRICS = {
-    "accuracy": "acc",
-    "balanced_accuracy": "bal acc",
-    "dp_difference": "ΔDP",
-    "selection_rate_ratio": "SR ratio",
-    "eo_difference": "ΔEO",
-    "equalized_odds_difference": "ΔEOdds",
-    "dp_difference.intersection": "ΔDP ∩",
-    "eo_difference.intersection": "ΔEO ∩",
-}
-
-
-def _model_label(model: str, role: str) -> str:
-    """A row label of the test table: the role of a baseline, the name of a reference
-    (``*``: needs the sensitive attribute to predict)."""
-    if role == "chosen":
-        return "chosen"
-    if role.startswith("baseline: "):
-        return role.removeprefix("baseline: ")
-    if role == "baseline":
-        return "majority class"
-    return model + ("*" if "needs the sensitive attribute" in role else "")
-
-
-def headline_names(result) -> list[str]:
-    """The measures of the test table: :func:`fairpca.tasks.report.verdict_columns`."""
-    from fairpca.tasks.report import verdict_columns
-
-    record = result.record
-    thresholds = record.policy.thresholds if record.policy else {}
-    test = result.selection["test"]
-    return [name for name in verdict_columns(test, thresholds) if name in TEST_ROW_METRICS]
-
-
-def headline_table(result) -> Table:
-    """One line per model on the test rows: the chosen candidate, the baselines and the
-    reference mitigations, the point estimates of :func:`headline_names`."""
-    from fairpca.tasks.report import NOT_ELIGIBLE, Estimate, chosen_label, verdict_rows
-
-    selection = result.selection
-    names = headline_names(result)
+def _plain_table(first: str) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
-    table.add_column("test rows", overflow="fold")
-    for name in names:
-        table.add_column(TEST_ROW_METRICS[name], justify="right", no_wrap=True)
-    eligible = chosen_label(result.record) != NOT_ELIGIBLE
-    for model, role, values in verdict_rows(selection, result.references):
-        cells = [Estimate.of(values, name).text for name in names]
-        style = "bold" if role == "chosen" else None
-        label = _model_label(model, role) if eligible or role != "chosen" else "best, not eligible"
-        table.add_row(escape(label), *cells, style=style)
+    table.add_column(first, overflow="fold")
     return table
 
 
-def _notes(result, names: list[str]) -> str:
-    """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
-    the headline names it: :func:`fairpca.tasks.report.chosen_label`)."""
-    from fairpca.tasks.report import Estimate, chosen_label
+def headline_table(verdict) -> Table:
+    """One line per model of the :class:`~fairpca.tasks.report.Verdict` on the test rows
+    (point estimates): the chosen candidate, the baselines and the reference mitigations
+    (``*``: needs the sensitive attribute to predict)."""
+    from fairpca.tasks.report import METRIC_LABELS
 
-    test = result.selection["test"]
-    intervals = [
-        f"{TEST_ROW_METRICS[name]} {Estimate.of(test, name).interval}"
-        for name in names
-        if Estimate.of(test, name).interval
-    ]
-    notes = []
-    if any(r.get("needs_sensitive_at_prediction") for r in result.references):
-        notes.append("* needs the sensitive attribute to predict.")
+    table = _plain_table("test rows")
+    for name in verdict.columns:
+        table.add_column(METRIC_LABELS[name][2], justify="right", no_wrap=True)
+    for i, row in enumerate(verdict.rows):
+        cells = [row.estimates[name].text for name in verdict.columns]
+        table.add_row(escape(row.short + "*" * row.sensitive), *cells,
+                      style="bold" if i == 0 else None)  # fmt: skip
+    return table
+
+
+def _notes(verdict) -> str:
+    """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
+    the headline names it)."""
+    from fairpca.tasks.report import METRIC_LABELS
+
+    chosen = verdict.rows[0].estimates
+    intervals = [f"{METRIC_LABELS[m][2]} {chosen[m].interval}" for m in verdict.columns
+                 if chosen[m].interval]  # fmt: skip
+    notes = ["* needs the sensitive attribute to predict."] * any(r.sensitive for r in verdict.rows)
     if intervals:
-        label = chosen_label(result.record, short=True)
-        notes.append(f"{label}, 95% intervals: " + ", ".join(intervals) + ".")
+        notes.append(f"{verdict.chosen_short}, 95% intervals: " + ", ".join(intervals) + ".")
     return " ".join(notes)
 
 
-def group_table(result) -> Table | None:
+def group_table(verdict) -> Table | None:
     """The chosen model's rates per named group on the test rows (single attributes; the
     intersection's are in the report)."""
-    from fairpca.tasks.report import GROUP_RATES, RATE_COLUMNS, Estimate, group_rows
+    from fairpca.tasks.report import GROUP_RATES, METRIC_LABELS, Estimate
 
-    groups = group_rows(result.record.selection, min_group_size=result.record.min_group_size)
-    if not groups:
+    if not verdict.groups:
         return None
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
-    table.add_column("group (chosen, test rows)", overflow="fold")
+    table = _plain_table("group (chosen, test rows)")
     table.add_column("rows", justify="right")
     for rate in GROUP_RATES:
-        table.add_column(RATE_COLUMNS[rate], justify="right", no_wrap=True)
-    for group in groups:
+        table.add_column(METRIC_LABELS[rate][0], justify="right", no_wrap=True)
+    for group in verdict.groups:
         table.add_row(
             escape(f"{group.attribute}: {group.group}"),
             escape(str(group.rows)),
@@ -338,24 +289,23 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
-    from fairpca.tasks.report import chosen_label, decision_summary
+    from fairpca.tasks.report import build_verdict
 
     verbose = OUTPUT.verbose if verbose is None else verbose
     promotion = getattr(result, "promotion", None)
     before = before or (promotion.champion_version if promotion is not None else None)
-    record, selection = result.record, result.selection
+    record, verdict = result.record, build_verdict(result.record, result.promotion)
     console.print(decision_line(result, before))
-    console.print(escape(decision_summary(record, result.promotion)[2]) + ".")
+    console.print(escape(verdict.why) + ".")
     if record.kind == "retrain":
         from .retrain import final_message
 
         console.print(f"Retrain: {escape(final_message(result))}")
-    label = chosen_label(record, short=True)
-    rows = record.validation_label()
-    console.print(f"{label} on the {rows}: [bold]{escape(selection['chosen']['name'])}[/bold]")
-    console.print(headline_table(result))
-    console.print(_notes(result, headline_names(result)), style="dim")
-    groups = group_table(result)
+    chosen = f"[bold]{escape(verdict.chosen)}[/bold]"
+    console.print(f"{verdict.chosen_short} on the {verdict.rows_label}: {chosen}")
+    console.print(headline_table(verdict))
+    console.print(_notes(verdict), style="dim")
+    groups = group_table(verdict)
     if groups is not None:
         console.print(groups)
     for variant, why in result.skipped.items():
@@ -363,7 +313,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     if result.screening:
         console.print("Column screening:")
         bullets(_screening_rows(result.screening))
-    warnings = selection["warnings"]
+    warnings = list(verdict.warnings)
     if warnings:
         shown = warnings if verbose else warnings[:1]
         more = len(warnings) - len(shown)
@@ -373,7 +323,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
         console.print(summary_table(result))
         console.print(summary_caption(record), style="dim")
         console.print("Reasons:")
-        bullets([f"gate: {selection['gate']}", *result.reasons])
+        bullets([f"gate: {verdict.rule}", *result.reasons])
     _labelled("Report:", result.report_path)
     _labelled("MLflow run id:", result.run_id, style="[bold]")
     for label, value in mlflow_ui_lines(result):

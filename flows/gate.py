@@ -80,7 +80,7 @@ from fairpca.tasks.registry import (
     model_versions,
     move_alias,
 )
-from fairpca.tasks.report import format_interval, markdown_text
+from fairpca.tasks.report import markdown_text, render_template
 from fairpca.tasks.select import GatePolicy as NamedPolicy
 from fairpca.tasks.select import (
     gate_failures,
@@ -286,21 +286,14 @@ def gate_card(
     metrics: dict[str, float],
     facts: dict[str, str],
 ) -> str:
-    """A short Markdown card for the version's description; every user string is escaped."""
-    lines = [
-        f"# Fairness gate: {markdown_text(name)} version {markdown_text(version)}",
-        "",
-        f"**Status: {markdown_text(status)}** ({markdown_text(_now())})",
-        "",
-    ]
-    lines += [f"- {markdown_text(reason)}" for reason in reasons] or ["- all gate rules met"]
-    lines += ["", "| metric | value [95% interval] |", "|---|---|"]
+    """A short Markdown card for the version's description (template ``gate_card.md.j2``);
+    every user string is escaped."""
     shown = [m for m in HEADLINE_METRICS if m in metrics]
     shown += sorted(m for m in metrics if m.startswith(("dp_difference.", "eo_difference.")))
     shown = [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
-    lines += [f"| {markdown_text(m)} | {format_interval(metrics, m)} |" for m in shown]
-    lines += ["", *(f"- {markdown_text(k)}: {markdown_text(v)}" for k, v in facts.items())]
-    return "\n".join(lines) + "\n"
+    return render_template("gate_card.md.j2", name=name, version=version, status=status,
+                           now=_now(), reasons=reasons, metrics=metrics, shown=shown,
+                           facts=facts)  # fmt: skip
 
 
 def record_verdict(client, name: str, version: str, tags: dict[str, str], card: str) -> None:

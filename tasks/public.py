@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
@@ -44,7 +45,7 @@ from .mlflow_evaluator import (
 )
 from .mlflow_logging import log_output_dir as log_audit_output
 from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
-from .report import markdown_table, markdown_text
+from .report import Bullets, Plot, markdown_text, render_markdown
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
 from .sweep import sweep_tradeoff
@@ -260,29 +261,17 @@ def write_fairness_report(
     headline = pd.DataFrame(
         [{"metric": name, "value": value} for name, value in evaluation.metrics.items()]
     )
-    attributes = ", ".join(map(str, evaluation.config["sensitive_features"]))
-    lines = [
-        f"# {markdown_text(title)}",
-        "",
-        f"Sensitive attributes: {markdown_text(attributes)}; groups with fewer than "
-        f"{evaluation.config['min_group_size']} rows are suppressed.",
-        "",
-        "## Metrics (with 95% bootstrap intervals)",
-        "",
-        markdown_table(headline, escape=markdown_text),
-        "",
-        "## Per-group rates",
-        "",
-        markdown_table(evaluation.groups, escape=markdown_text),
-        "",
-        f"![per-group rates]({files['fairness_rates'].name})",
-        "",
-        "## Notes",
-        "",
-        *[f"- {markdown_text(note)}" for note in evaluation.notes or ["none"]],
+    attributes = markdown_text(", ".join(map(str, evaluation.config["sensitive_features"])))
+    intro = Markup(f"Sensitive attributes: {attributes}; groups with fewer than "
+                   f"{evaluation.config['min_group_size']} rows are suppressed.")  # fmt: skip
+    sections = [
+        ("Metrics (with 95% bootstrap intervals)", headline),
+        ("Per-group rates", [evaluation.groups, Plot("per-group rates")]),
+        ("Notes", Bullets(evaluation.notes or ["none"])),
     ]
+    text = render_markdown(title, sections, files["fairness_rates"].name, intro=intro)
     files["fairness_report"] = out_dir / "fairness_report.md"
-    files["fairness_report"].write_text("\n".join(lines) + "\n")
+    files["fairness_report"].write_text(text)
     return files
 
 

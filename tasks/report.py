@@ -1,19 +1,21 @@
-"""Rendering an audit for people: the report (Markdown, and HTML from the Jinja2 template
-``templates/report.html.j2``), the trade-off plot, and the escaping of every user string
-where it is rendered.
+"""Rendering an audit for people: the :class:`Verdict` every surface shows, the report
+(Jinja2 templates ``templates/report.md.j2`` and ``templates/report.html.j2``), the trade-off
+plot, and the escaping of every user string where it is rendered.
 
-The report is a function of the audit record (:mod:`fairpca.tasks.record`), the candidates'
-table (for the plot) and, once decided, the promotion. Its first section is the
-:class:`Verdict` (the decision and why, the chosen model, every model's test numbers with
-their 95% intervals, the chosen model's rates per named group); then sections of bullet
-lists, tables and the plot. Only aggregated numbers are written: no raw rows, no per-person
-sensitive attributes.
+:func:`build_verdict` reads the audit record (:mod:`fairpca.tasks.record`) and, once decided,
+the promotion into a :class:`Verdict` (the decision and why, the chosen model, every model's
+test numbers with their 95% intervals, the chosen model's rates per named group, reasons and
+warnings; measures named by :data:`METRIC_LABELS`). The report, the model card, the run and
+version descriptions (:mod:`fairpca.tasks.card`) and the terminal (:mod:`fairpca.flows.console`)
+render it. The report opens with it; then sections of bullet lists, tables and the plot. Only
+aggregated numbers are written: no raw rows, no per-person sensitive attributes.
 
 Column names, category values, group labels and file names come from the user's data. Every
-renderer passes them through :func:`markdown_text` (Markdown: report, model card, registry
-descriptions, Prefect artifacts), the template's autoescape or :func:`html_text` (HTML) or
-:func:`csv_safe_frame` (every CSV written: a spreadsheet runs a cell that starts with ``=``,
-``+``, ``-``, ``@``, a tab or a carriage return as a formula).
+template escapes what it prints (:func:`render_template`: HTML autoescape; Markdown
+:func:`markdown_text` on every string not marked safe: report, model card, descriptions,
+the gate's card, Prefect artifacts); :func:`csv_safe_frame` guards every CSV written (a
+spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
+return as a formula).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import base64
 import contextlib
 import csv
 import html
-import json
 import math
 import re
 import threading
@@ -33,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .evaluate import HEADLINE_METRICS
 from .trust import sha256_file
 
 # -- escaping every user string where it is rendered ------------------------------------------
@@ -150,27 +152,25 @@ VERDICT_METRICS = (
     "eo_difference",
 )
 GROUP_RATES = ("selection_rate", "tpr", "fpr", "base_rate")
-RATE_COLUMNS = {
-    "selection_rate": "selection rate",
-    "tpr": "TPR",
-    "fpr": "FPR",
-    "base_rate": "base rate",
-}
-# (short label, what it measures): the label heads a column, the meaning is its tooltip.
+# The one list of displayed measures: (label, what it measures, terminal label). The label
+# heads a column, the meaning is its tooltip; the terminal's 80 columns take the short one.
 METRIC_LABELS = {
-    "accuracy": ("accuracy", "share of correct predictions"),
-    "balanced_accuracy": ("balanced accuracy", "mean of the true-positive and true-negative rates"),
-    "dp_difference": ("ΔDP", "largest difference of selection rates between groups"),
-    "selection_rate_ratio": ("SR ratio", "smallest over largest selection rate"),
-    "eo_difference": ("ΔEO", "largest difference of true-positive rates between groups"),
-    "equalized_odds_difference": ("ΔEOdds", "larger of the TPR and FPR differences"),
-    "dp_difference.intersection": ("ΔDP ∩", "ΔDP between intersection groups"),
-    "eo_difference.intersection": ("ΔEO ∩", "ΔEO between intersection groups"),
-    "selection_rate": ("selection rate", "share predicted 1"),
-    "tpr": ("TPR", "true-positive rate"),
-    "fpr": ("FPR", "false-positive rate"),
-    "base_rate": ("base rate", "share labelled 1"),
-}
+    "accuracy": ("accuracy", "share of correct predictions", "acc"),
+    "balanced_accuracy": (
+        "balanced accuracy", "mean of the true-positive and true-negative rates", "bal acc",
+    ),
+    "dp_difference": ("ΔDP", "largest difference of selection rates between groups", "ΔDP"),
+    "selection_rate_ratio": ("SR ratio", "smallest over largest selection rate", "SR ratio"),
+    "eo_difference": ("ΔEO", "largest difference of true-positive rates between groups", "ΔEO"),
+    "equalized_odds_difference": ("ΔEOdds", "larger of the TPR and FPR differences", "ΔEOdds"),
+    "dp_difference.intersection": ("ΔDP ∩", "ΔDP between intersection groups", "ΔDP ∩"),
+    "eo_difference.intersection": ("ΔEO ∩", "ΔEO between intersection groups", "ΔEO ∩"),
+    "selection_rate": ("selection rate", "share predicted 1", "selection rate"),
+    "tpr": ("TPR", "true-positive rate", "TPR"),
+    "fpr": ("FPR", "false-positive rate", "FPR"),
+    "base_rate": ("base rate", "share labelled 1", "base rate"),
+}  # fmt: skip
+RATE_COLUMNS = {rate: METRIC_LABELS[rate][0] for rate in GROUP_RATES}
 
 
 def _defined(value: Any) -> bool:
@@ -204,6 +204,11 @@ class Estimate:
         bounds = _defined(self.low) and _defined(self.high) and _defined(self.value)
         return f"{self.low:.3f}–{self.high:.3f}" if bounds else ""
 
+    @property
+    def point(self) -> Estimate:
+        """The estimate without its interval."""
+        return Estimate(self.value)
+
     def __str__(self) -> str:
         return self.text + (f" ({self.interval})" if self.interval else "")
 
@@ -227,40 +232,6 @@ def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
     return upper, lower
 
 
-def gate_sentence(thresholds: Any, gate: str) -> str:
-    """The gate in words, e.g. ``upper 95% bound of dp_difference <= 0.05, ...``."""
-    upper, lower = gate_limits(thresholds)
-    bound = gate == "upper_bound"
-    parts = [
-        f"{'upper 95% bound of ' if bound else ''}{metric} ≤ {limit:g}"
-        for metric, limit in upper.items()
-    ]
-    parts += [
-        f"{'lower 95% bound of ' if bound else ''}{metric} ≥ {limit:g}"
-        for metric, limit in lower.items()
-    ]
-    return ", ".join(parts)
-
-
-def verdict_rows(selection: dict[str, Any], references: list[dict[str, Any]]):
-    """(model, role, test metrics) of the chosen candidate, the baselines, the references."""
-    rows = [(selection["chosen"]["name"], "chosen", selection["test"])]
-    pca = selection["baselines"].get("pca")
-    if pca:
-        rows.append((pca["name"], "baseline: unconstrained PCA", pca["test"]))
-    majority = selection["baselines"]["majority"]
-    rows.append((f"majority class ({majority['class']})", "baseline", majority["test"]))
-    for reference in references or []:
-        sensitive = (
-            ", needs the sensitive attribute at prediction"
-            if reference.get("needs_sensitive_at_prediction")
-            else ""
-        )
-        kind = f"reference: {reference.get('approach', 'mitigation')}{sensitive}"
-        rows.append((reference["name"], kind, reference.get("test", {})))
-    return rows
-
-
 def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
     """The measures of the verdict table: :data:`VERDICT_METRICS`, a gated measure outside
     them, and with several attributes the intersection's ΔDP and ΔEO (those measured)."""
@@ -274,19 +245,6 @@ def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
             if f"{m}.intersection" in test
         ]
     return columns
-
-
-def verdict_frame(
-    selection: dict[str, Any], references: list[dict[str, Any]], thresholds: Any = None
-) -> pd.DataFrame:
-    """Test-row measures with their 95% intervals (:class:`Estimate` text): the chosen
-    candidate, the baselines, the reference mitigations."""
-    columns = verdict_columns(selection["test"], thresholds)
-    records = [
-        {"model": name, "role": role, **{m: str(Estimate.of(values, m)) for m in columns}}
-        for name, role, values in verdict_rows(selection, references)
-    ]
-    return pd.DataFrame(records, columns=["model", "role", *columns])
 
 
 def _split_group_metric(name: str) -> tuple[str, str, str] | None:
@@ -325,14 +283,6 @@ def group_rates_frame(
         )
     frame = pd.DataFrame(records, columns=["attribute", "group", "rows", *GROUP_RATES])
     return frame.rename(columns={**RATE_COLUMNS, "rows": f"rows ({part})"})
-
-
-def chosen_group_rates(selection) -> pd.DataFrame:
-    """:func:`group_rates_frame` of the chosen model, each group counted on the test rows its
-    rates describe (records written before test-part sizes were kept: all parts)."""
-    if selection.test_group_sizes:
-        return group_rates_frame(selection.test, selection.test_group_sizes, "test")
-    return group_rates_frame(selection.test, selection.group_sizes)
 
 
 def _gate_words(record) -> str:
@@ -415,11 +365,21 @@ NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
 
 @dataclass(frozen=True)
 class VerdictRow:
-    """One model of the verdict table."""
+    """One model of the verdict table: its name, its role, how a compact table labels it
+    (``short``; ``sensitive``: it needs the sensitive attribute to predict) and its test
+    numbers."""
 
     model: str
     role: str
     estimates: dict[str, Estimate]
+    short: str = ""
+    sensitive: bool = False
+    approach: str = ""
+
+    @property
+    def title(self) -> str:
+        """The row's label in a description: a reference says it is one, and its approach."""
+        return f"reference: {self.short} ({self.approach})" if self.approach else self.short
 
 
 @dataclass(frozen=True)
@@ -434,8 +394,10 @@ class GroupRow:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The report's first screen: decision and why, the chosen model, every model's test
-    numbers (:class:`VerdictRow`) and the chosen model's rate per named group."""
+    """What every surface shows of an audit, built once (:func:`build_verdict`): the
+    decision (``headline`` and ``why``; ``words`` and ``deciding`` in plain capitals), the
+    chosen model, every model's test numbers (:class:`VerdictRow`), the chosen model's rate
+    per named group, the reasons and the warnings."""
 
     promote: bool
     headline: str
@@ -446,11 +408,34 @@ class Verdict:
     columns: tuple[str, ...]
     rows: tuple[VerdictRow, ...]
     groups: tuple[GroupRow, ...]
+    words: str = ""
+    deciding: str | None = None
+    chosen_short: str = ""
+    rows_label: str = "validation rows"
+    rule: str = ""
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    intersections: tuple[GroupRow, ...] = ()
+    group_part: str = "test"
 
     @property
-    def labels(self) -> dict[str, tuple[str, str]]:
-        """``{metric: (label, meaning)}`` of the table's columns and the group rates."""
+    def labels(self) -> dict[str, tuple[str, str, str]]:
+        """``{metric: (label, meaning, terminal label)}`` of the columns and group rates."""
         return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
+
+    @property
+    def line(self) -> str:
+        """The decision and the chosen model's headline test numbers in one line of plain
+        text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
+        words = self.words + (f" ({self.deciding})" if self.deciding else "")
+        chosen = self.rows[0].estimates
+        numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in LINE_METRICS
+                   if m in chosen and chosen[m].value is not None]  # fmt: skip
+        return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
+
+
+# The headline numbers of :attr:`Verdict.line`, in this order (those measured).
+LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")
 
 
 def group_rows(
@@ -459,7 +444,8 @@ def group_rows(
     """Groups of the single attributes (``attributes``) or of their intersection: the
     published ones with their rates; with ``attributes``, every other group of
     ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
-    frame = chosen_group_rates(selection)
+    # each group counted on the test rows its rates describe (else over all parts)
+    frame = group_rates_frame(selection.test, selection.test_group_sizes or selection.group_sizes)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
     rows = frame.columns[2]  # "rows (test)"
     published = tuple(
@@ -497,33 +483,57 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
     return tuple(out)
 
 
-def build_verdict(record, promotion=None) -> Verdict:
-    """The :class:`Verdict` of an audit record (and of the promotion, once decided)."""
+def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
+    """The chosen candidate, the baselines and the reference mitigations."""
     selection = record.selection
-    selected = selection.model_dump(by_alias=True)
-    references = [r.model_dump() for r in record.references or []]
+
+    def row(model, role, test, short, *reference):
+        return VerdictRow(model, role, {m: Estimate.of(test or {}, m) for m in columns}, short,
+                          *reference)  # fmt: skip
+
+    rows = [row(selection.chosen.name, "chosen" if eligible else "best candidate, not eligible",
+                selection.test, "chosen" if eligible else "best, not eligible")]  # fmt: skip
+    if (pca := selection.baselines.pca) is not None:
+        rows.append(row(pca.name, "baseline: unconstrained PCA", pca.test, "unconstrained PCA"))
+    majority = selection.baselines.majority
+    rows.append(row(f"majority class ({majority.class_})", "baseline", majority.test,
+                    "majority class"))  # fmt: skip
+    for ref in record.references or []:
+        needs = ", needs the sensitive attribute at prediction"
+        role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
+        rows.append(row(ref.name, role, ref.test, ref.name, ref.needs_sensitive_at_prediction,
+                        ref.approach))  # fmt: skip
+    return tuple(rows)
+
+
+def build_verdict(record, promotion=None) -> Verdict:
+    """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
+    once, rendered by every surface."""
+    selection = record.selection
     thresholds = record.policy.thresholds if record.policy else {}
-    columns = verdict_columns(selected["test"], thresholds)
+    columns = verdict_columns(selection.test, thresholds)
     promote, headline, why = decision_summary(record, promotion)
     label = chosen_label(record)
-    rows = tuple(
-        VerdictRow(
-            model,
-            role if role != "chosen" or label != NOT_ELIGIBLE else "best candidate, not eligible",
-            {m: Estimate.of(values, m) for m in columns},
-        )
-        for model, role, values in verdict_rows(selected, references)
-    )
+    words = "PASSES the gate" if headline.startswith("Passes the gate") else "NOT promoted"
     return Verdict(
         promote=promote,
         headline=headline,
         why=why,
         chosen=selection.chosen.name,
         gate=record.policy.description if record.policy else selection.gate,
-        chosen_label=chosen_label(record),
+        chosen_label=label,
         columns=tuple(columns),
-        rows=rows,
+        rows=_verdict_rows(record, columns, label != NOT_ELIGIBLE),
         groups=group_rows(selection, attributes=True, min_group_size=record.min_group_size),
+        words="PROMOTED to champion" if promote else words,
+        deciding=deciding_reason(record, promotion),
+        chosen_short=chosen_label(record, short=True),
+        rows_label=record.validation_label(),
+        rule=selection.gate,
+        reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
+        warnings=tuple(selection.warnings),
+        intersections=group_rows(selection, attributes=False),
+        group_part="test" if selection.test_group_sizes else "all parts",
     )
 
 
@@ -787,54 +797,65 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float | np.number) and not isinstance(value, bool)
 
 
-def markdown_table(frame: pd.DataFrame, escape=None) -> str:
-    """GitHub-flavoured Markdown table of a small frame; ``escape`` (e.g.
-    :func:`fairpca.tasks.report.markdown_text`) is applied to every header and cell."""
-    escape = escape or str
-    header = "| " + " | ".join(escape(c) for c in frame.columns) + " |"
-    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
-    body = [
-        "| " + " | ".join(_cell(v) if _is_number(v) else escape(_cell(v)) for v in row) + " |"
-        for row in frame.itertuples(False)
-    ]
-    return "\n".join([header, rule, *body])
-
-
 def _rate(value: Any) -> str:
-    """A rate of the group table: 3 decimals, ``-`` when undefined."""
-    return "-" if not _defined(value) else f"{float(value):.3f}"
+    """A rate of the group table: 3 decimals, ``-`` when undefined (our own text: safe)."""
+    from markupsafe import Markup
+
+    return Markup("-" if not _defined(value) else f"{float(value):.3f}")
 
 
-def _template():
-    """The report's Jinja2 template; autoescape escapes every value it renders."""
+def _number(value: Any) -> str:
+    """A table cell: a number as it is (safe), anything else as text (:func:`_cell`)."""
+    from markupsafe import Markup
+
+    return Markup(_cell(value)) if _is_number(value) else _cell(value)
+
+
+def _interval(metrics: dict[str, Any], name: str) -> str:
+    """:func:`format_interval` (our own numbers: safe)."""
+    from markupsafe import Markup
+
+    return Markup(format_interval(metrics, name))
+
+
+def _markdown_value(value: Any) -> str:
+    """What a Markdown template prints for ``{{ value }}``: every string escaped
+    (:func:`markdown_text`) unless marked safe (our own Markdown), other values as text."""
+    from markupsafe import Markup
+
+    if isinstance(value, Markup):
+        return value
+    return markdown_text(value) if isinstance(value, str) else str(value)
+
+
+def render_template(name: str, /, **context: Any) -> str:
+    """Render the template ``name``: HTML autoescaped; Markdown (``*.md.j2``) with every
+    printed string escaped as literal text (:func:`_markdown_value`)."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+    markdown = name.endswith(".md.j2")
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
-        autoescape=True,
+        autoescape=not markdown,
+        finalize=_markdown_value if markdown else None,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters["cell"] = _cell
-    environment.filters["rate"] = _rate
-    return environment.get_template(REPORT_TEMPLATE)
+    environment.filters.update(cell=_cell, rate=_rate, number=_number, interval=_interval)
+    return environment.get_template(name).render(**context)
 
 
-def _html_blocks(content: Any, image: Path | None) -> list[dict[str, Any]]:
-    """The blocks of a section as the template draws them (``kind`` and its data)."""
+def _blocks(content: Any, plot: str | None) -> list[dict[str, Any]]:
+    """The blocks of a section as the templates draw them (``kind`` and its data); ``plot``
+    is the image's address (none: no image)."""
     if isinstance(content, list):
-        return [block for item in content for block in _html_blocks(item, image)]
+        return [block for item in content for block in _blocks(item, plot)]
     if isinstance(content, pd.DataFrame):
         return [{"kind": "table", "columns": list(content.columns),
                  "rows": [list(row) for row in content.itertuples(False)]}]  # fmt: skip
     if isinstance(content, Plot):
-        if image is None:
-            return []
-        data = base64.b64encode(image.read_bytes()).decode()
-        return [
-            {"kind": "plot", "caption": content.caption, "src": f"data:image/png;base64,{data}"}
-        ]
+        return [{"kind": "plot", "caption": content.caption, "src": plot}] if plot else []
     if isinstance(content, Bullets):
         return [{"kind": "bullets", "items": list(content.items)}]
     return [{"kind": "text", "paragraphs": str(content).split("\n\n")}]
@@ -844,10 +865,10 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")[:40] or "section"
 
 
-def _html_section(heading: str, content: Any, image: Path | None) -> dict[str, Any]:
+def _section(heading: str, content: Any, plot: str | None) -> dict[str, Any]:
     if isinstance(content, Verdict):
         return {"verdict": content, "heading": heading, "id": "verdict"}
-    blocks = _html_blocks(content, image)
+    blocks = _blocks(content, plot)
     return {"verdict": None, "heading": heading, "id": _slug(heading), "blocks": blocks}
 
 
@@ -855,64 +876,23 @@ def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None)
     """The report as one self-contained, responsive HTML page (the plot inlined), rendered
     by the template ``templates/report.html.j2``: a :class:`Verdict` section is the first
     screen, every other section a heading and its blocks."""
-    rendered = [_html_section(heading, content, image) for heading, content in sections]
-    return _template().render(title=title, sections=rendered, rates=GROUP_RATES)
+    plot = image and f"data:image/png;base64,{base64.b64encode(image.read_bytes()).decode()}"
+    rendered = [_section(heading, content, plot) for heading, content in sections]
+    return render_template(REPORT_TEMPLATE, title=title, sections=rendered, rates=GROUP_RATES)
 
 
-def _markdown_verdict(verdict: Verdict) -> str:
-    """The verdict in Markdown: user strings (model and group names) escaped, our own
-    numbers as they are."""
-    labels = verdict.labels
-    models = pd.DataFrame(
-        [
-            {"model": markdown_text(f"{row.model} ({row.role})"),
-             **{labels[m][0]: str(row.estimates[m]) for m in verdict.columns}}
-            for row in verdict.rows
-        ]
-    )  # fmt: skip
-    lines = [
-        f"**{markdown_text(verdict.headline)}**: {markdown_text(verdict.why)}",
-        "",
-        f"{verdict.chosen_label}: {markdown_text(verdict.chosen)}",
-        "",
-        "Test rows, never used for a choice: estimate (95% interval).",
-        "",
-        markdown_table(models),
-    ]
-    if verdict.groups:
-        groups = pd.DataFrame(
-            [
-                {"group": markdown_text(f"{g.attribute}: {g.group}"),
-                 "rows": markdown_text(_cell(g.rows)),
-                 **{labels[r][0]: _rate(g.rates[r]) for r in GROUP_RATES}}
-                for g in verdict.groups
-            ]
-        )  # fmt: skip
-        lines += ["", "Groups of the chosen model on the test rows:", ""]
-        lines.append(markdown_table(groups))
-    return "\n".join(lines)
+def render_markdown(
+    title: str, sections: list[tuple[str, Any]], image_name: str, intro: str | None = None
+) -> str:
+    """The report as Markdown (template ``templates/report.md.j2``; the plot linked as
+    ``image_name``; ``intro``, a paragraph before the first section)."""
+    from markupsafe import Markup
 
-
-def _markdown_block(content: Any, image_name: str) -> str:
-    if isinstance(content, Verdict):
-        return _markdown_verdict(content)
-    if isinstance(content, pd.DataFrame):
-        return markdown_table(content, escape=markdown_text)
-    if isinstance(content, Plot):
-        return f"![{markdown_text(content.caption)}]({image_name})"
-    if isinstance(content, Bullets):
-        return "\n".join(f"- {markdown_text(item)}" for item in content.items)
-    if isinstance(content, list):
-        return "\n\n".join(_markdown_block(item, image_name) for item in content)
-    return "\n\n".join(markdown_text(line) for line in str(content).split("\n\n"))
-
-
-def render_markdown(title: str, sections: list[tuple[str, Any]], image_name: str) -> str:
-    """The report as Markdown (the plot linked as ``image_name``)."""
-    lines = [f"# {markdown_text(title)}", ""]
-    for heading, content in sections:
-        lines += [f"## {markdown_text(heading)}", "", _markdown_block(content, image_name), ""]
-    return "\n".join(lines)
+    rendered = [_section(heading, content, Markup(image_name)) for heading, content in sections]
+    text = render_template(
+        "report.md.j2", title=title, intro=intro, sections=rendered, rates=GROUP_RATES
+    )
+    return text.rstrip("\n") + "\n"
 
 
 # -- the sections, read from the record ---------------------------------------------------------
@@ -946,9 +926,6 @@ def _facts(record) -> list[str]:
     return facts
 
 
-HEADLINE = ("accuracy", "dp_difference", "eo_difference")
-
-
 def _reported_frame(record) -> pd.DataFrame:
     """Chosen candidate beside the baselines, validation and test, with 95% intervals."""
     selection = record.selection
@@ -957,8 +934,8 @@ def _reported_frame(record) -> pd.DataFrame:
         rows.append(("unconstrained PCA: " + selection.baselines.pca.name, selection.baselines.pca))
     rows.append(("majority class", selection.baselines.majority))
     several = any(k.endswith(".intersection") for k in selection.test)
-    metrics = [k for k in selection.test if k.startswith(HEADLINE) and "ci95" not in k]
-    metrics = sorted(metrics) if several else list(HEADLINE)
+    metrics = [k for k in selection.test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
+    metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
     sizes = record.split_sizes
     shown = {
         "validation": record.validation_label(),
@@ -1006,13 +983,6 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
                 }
             )
     return pd.DataFrame(records)
-
-
-def _why(record, promotion) -> list[str]:
-    """The gate in words, then every reason of the choice and of the champion decision."""
-    gate = record.policy.description if record.policy else record.selection.gate
-    reasons = [*record.selection.decision.reasons, *(promotion.reasons if promotion else [])]
-    return [f"Gate: {gate}.", *reasons]
 
 
 def parity_paragraph(record) -> str | None:
@@ -1063,9 +1033,8 @@ def parity_paragraph(record) -> str | None:
     return " ".join(lines)
 
 
-def _intersection_groups(record) -> list[tuple[str, Any]]:
+def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
-    groups = group_rows(record.selection, attributes=False)
     if not groups:
         return []
     unjudged = set(getattr(record, "cells_not_judged", None) or [])
@@ -1092,39 +1061,41 @@ def frontier_sections(record) -> list[tuple[str, Any]]:
     return [(f"Accuracy–fairness frontier ({rows_label})", pd.DataFrame(rows))]
 
 
-def _candidates_rows(record) -> str:
-    """Which validation rows the candidates' table's rows come from (its
-    ``validation_rows``): one label, or after a wide search the sample's for the sweep and
-    every row's for the chosen candidate and the baselines."""
-    counts = [row.get("validation_rows") for row in record.candidates or []]
+def candidate_rows(record) -> tuple[str | None, str | None]:
+    """The labels of the validation rows the candidates' table's rows come from (their
+    ``validation_rows``): the searched λ rows' (after a wide search, a sample's) and the
+    baselines' and the chosen candidate's (every row's); None where the table has none."""
     labels = {
-        record.validation_label(int(n))
-        for n in counts
-        if isinstance(n, int | float) and math.isfinite(n)
+        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
+            int(row["validation_rows"])
+        )
+        for row in record.candidates or []
+        if isinstance(row.get("validation_rows"), int | float)
+        and math.isfinite(row["validation_rows"])
     }
-    if len(labels) <= 1:
-        return labels.pop() if labels else "validation rows"
-    return (
-        f"the {record.searched_label}; the baselines and the chosen candidate on the "
-        f"{record.validation_label()} (column validation_rows)"
-    )
+    return labels.get(False), labels.get(True)
+
+
+def _candidates_rows(record) -> str:
+    """Which validation rows the candidates' table's rows come from (:func:`candidate_rows`)."""
+    searched, chosen = candidate_rows(record)
+    if searched and chosen and searched != chosen:
+        return (f"the {searched}; the baselines and the chosen candidate on the {chosen} "
+                "(column validation_rows)")  # fmt: skip
+    return searched or chosen or "validation rows"
 
 
 def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     """The report's sections, in order, all read from the audit record (and the promotion
     decided afterwards, when there is one): the verdict first."""
     select_by = record.params.get("select_by", "balanced_accuracy")
-    warnings = record.selection.warnings
-    gap = parity_paragraph(record)
+    verdict, gap = build_verdict(record, promotion), parity_paragraph(record)
     sections: list[tuple[str, Any]] = [
-        (
-            "Verdict (test rows, never used for a choice; 95% intervals)",
-            build_verdict(record, promotion),
-        ),
-        ("Why", Bullets(_why(record, promotion))),
+        ("Verdict (test rows, never used for a choice; 95% intervals)", verdict),
+        ("Why", Bullets([f"Gate: {verdict.gate}.", *verdict.reasons])),
         *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
-        *([("Warnings", Bullets(list(warnings)))] if warnings else []),
-        *_intersection_groups(record),
+        *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
+        *_intersection_groups(record, verdict.intersections),
         *frontier_sections(record),
         (
             f"Trade-off on the {record.searched_label}",
@@ -1209,16 +1180,3 @@ def write_report(out_dir: Path, record, table: pd.DataFrame, promotion=None) -> 
     (out_dir / "report.md").write_text(render_markdown(title, sections, image.name))
     (out_dir / "report.html").write_text(render_html(title, sections, image))
     return {"md": out_dir / "report.md", "html": out_dir / "report.html", "png": image}
-
-
-def write_json(path: Path, content: Any) -> Path:
-    path.write_text(json.dumps(content, indent=2, sort_keys=True, default=_json_default))
-    return path
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    raise TypeError(f"cannot serialize {type(value).__name__}")

@@ -31,7 +31,6 @@ from fairpca.tasks.report import (
     frontier_sections,
     gate_limits,
     group_rates_frame,
-    markdown_table,
     plot_tradeoff,
     render_html,
     render_markdown,
@@ -445,8 +444,8 @@ def test_the_frontier_has_its_slot_after_the_verdict(audit_record):
 
 def test_markdown_table():
     frame = pd.DataFrame({"a": [1.23456, np.nan], "b": ["x", "y"]})
-    assert markdown_table(frame).splitlines() == ["| a | b |", "|---|---|", "| 1.235 | x |",
-                                                  "| - | y |"]  # fmt: skip
+    assert render_markdown("T", [("S", frame)], "p.png").splitlines()[4:] == [
+        "| a | b |", "|---|---|", "| 1.235 | x |", "| - | y |"]  # fmt: skip
 
 
 def test_report_renders_structured_sections_as_markdown_and_html(audit_record):
