@@ -31,7 +31,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
 from fairpca.tasks.card import verdict_markdown
-from fairpca.tasks.data import load_data, search_sample, split_data
+from fairpca.tasks.data import load_split, search_sample
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
 from fairpca.tasks.evaluate import (
@@ -41,6 +41,7 @@ from fairpca.tasks.evaluate import (
     evaluate_reported,
     metrics_with_intervals,
     pip_requirements,
+    predict_by_blocks,
     shared_mmd_sigma,
 )
 from fairpca.tasks.mlflow_logging import (
@@ -98,6 +99,7 @@ from fairpca.tasks.trust import (
 )
 
 from .config import AuditConfig, resolve_tracking_uri
+from .preflight import map_large_blocks
 from .runtime import current_task_runner_name, dask_subflow
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
@@ -405,7 +407,7 @@ def scorer_on_test_rows(split, config: AuditConfig):
     def score(pipeline) -> dict[str, float]:
         return metrics_with_intervals(
             split.y_test,
-            pipeline.predict(split.X_test),
+            predict_by_blocks(pipeline, split.X_test),
             split.s_test,
             min_group_size=config.evaluation.min_group_size,
             allow_small_groups=config.evaluation.allow_small_groups,
@@ -523,6 +525,7 @@ def run_audit(
     demotes a champion that fails the gate on this audit's test rows; ``tolerance`` is the
     accuracy a challenger may lose against the champion."""
     clock, started_at = Stopwatch(), datetime.now(UTC)
+    map_large_blocks()
     out_dir = open_output_dir(config, kind)
     if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
         with connect(config.dask_address):  # open until the champion is scored there
@@ -535,8 +538,8 @@ def run_audit(
                 watch=watch, tolerance=tolerance, score=on_dask.score,
             )  # fmt: skip
     with clock("load_data"):
-        split = split_data(
-            load_data(config.source), config.split, config.source,
+        split = load_split(
+            config.source, config.split,
             seed=config.seed, min_group_size=config.evaluation.min_group_size,
         )  # fmt: skip
     with clock("encode"):
