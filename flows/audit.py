@@ -99,7 +99,7 @@ from fairpca.tasks.trust import (
 )
 
 from .config import AuditConfig, resolve_tracking_uri
-from .preflight import map_large_blocks
+from .preflight import map_large_blocks, release_freed_heap
 from .runtime import current_task_runner_name, dask_subflow
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
@@ -526,6 +526,7 @@ def run_audit(
     accuracy a challenger may lose against the champion."""
     clock, started_at = Stopwatch(), datetime.now(UTC)
     map_large_blocks()
+    release_freed_heap()  # what the pre-flight's read of the table left
     out_dir = open_output_dir(config, kind)
     if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
         with connect(config.dask_address):  # open until the champion is scored there
@@ -547,6 +548,7 @@ def run_audit(
             split, config.representation.min_category_count
         )
         config, k_record = resolved_config(config, split, encoded_train)
+    release_freed_heap()  # what loading, screening and encoding left under the encoded rows
     encoded = (encoded_train, encoded_validation)
     # Below cv_below_rows validation rows the choice cross-validates on every row instead.
     search_rows = None if len(split.y_validation) < config.selection.cv_below_rows else (
@@ -579,6 +581,7 @@ def run_audit(
             choice, registered, sweeps = choose_on_every_row(
                 config, table, split, sample, searches, encoded, sigma, out_dir
             )
+    release_freed_heap()  # what the refits left, before the references' copies of the rows
     with clock("diagnostics"):  # the search's representations on its rows (a capped sample)
         diagnostics = diagnose(
             representations, *sample_encoded, sample, table,

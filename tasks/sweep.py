@@ -476,7 +476,7 @@ def sweep_tradeoff(
     return rows, fitted
 
 
-TRANSFORM_BLOCK_ROWS = 50_000
+TRANSFORM_BLOCK_ROWS = 10_000
 
 
 def transformed(estimator, X: np.ndarray, dtype: type = np.float64) -> np.ndarray:
