@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from threadpoolctl import threadpool_limits
 
 from fairpca.tasks.card import verdict_markdown
-from fairpca.tasks.data import load_data, search_sample, split_data
+from fairpca.tasks.data import load_split, search_sample
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
 from fairpca.tasks.evaluate import (
@@ -42,6 +42,7 @@ from fairpca.tasks.evaluate import (
     evaluate_reported,
     metrics_with_intervals,
     pip_requirements,
+    predict_by_blocks,
     shared_mmd_sigma,
 )
 from fairpca.tasks.mlflow_logging import (
@@ -99,6 +100,7 @@ from fairpca.tasks.trust import (
 )
 
 from .config import AuditConfig, resolve_tracking_uri
+from .preflight import map_large_blocks, release_freed_heap
 from .runtime import current_task_runner_name, dask_subflow
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
@@ -406,7 +408,7 @@ def scorer_on_test_rows(split, config: AuditConfig):
     def score(pipeline) -> dict[str, float]:
         return metrics_with_intervals(
             split.y_test,
-            pipeline.predict(split.X_test),
+            predict_by_blocks(pipeline, split.X_test),
             split.s_test,
             min_group_size=config.evaluation.min_group_size,
             allow_small_groups=config.evaluation.allow_small_groups,
@@ -534,6 +536,8 @@ def run_audit(
 
 def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float) -> AuditResult:
     clock, started_at = Stopwatch(), datetime.now(UTC)
+    map_large_blocks()
+    release_freed_heap()  # what the pre-flight's read of the table left
     out_dir = open_output_dir(config, kind)
     if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
         with connect(config.dask_address):  # open until the champion is scored there
@@ -546,8 +550,8 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
                 watch=watch, tolerance=tolerance, score=on_dask.score,
             )  # fmt: skip
     with clock("load_data"):
-        split = split_data(
-            load_data(config.source), config.split, config.source,
+        split = load_split(
+            config.source, config.split,
             seed=config.seed, min_group_size=config.evaluation.min_group_size,
         )  # fmt: skip
     with clock("encode"):
@@ -555,6 +559,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
             split, config.representation.min_category_count
         )
         config, k_record = resolved_config(config, split, encoded_train)
+    release_freed_heap()  # what loading, screening and encoding left under the encoded rows
     encoded = (encoded_train, encoded_validation)
     # Below cv_below_rows validation rows the choice cross-validates on every row instead.
     search_rows = None if len(split.y_validation) < config.selection.cv_below_rows else (
@@ -587,6 +592,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
             choice, registered, sweeps = choose_on_every_row(
                 config, table, split, sample, searches, encoded, sigma, out_dir
             )
+    release_freed_heap()  # what the refits left, before the references' copies of the rows
     with clock("diagnostics"):  # the search's representations on its rows (a capped sample)
         diagnostics = diagnose(
             representations, *sample_encoded, sample, table,

@@ -253,8 +253,31 @@ def representation_metrics(
     training rows (where the constraint holds by construction) and on the held-out
     validation rows (whether it carries over).
     """
+    gap = training_mean_gap(features_train, s_train, fair_columns, constraint_rows)
+    return held_out_metrics(
+        features_validation, s_validation, gap,
+        fair_columns=fair_columns, sigma=sigma, max_rows=max_rows, seed=seed,
+    )  # fmt: skip
+
+
+def training_mean_gap(
+    features_train: np.ndarray, s_train: pd.DataFrame, fair_columns: int, constraint_rows
+) -> float:
+    """The residual group-mean gap of the fair block on the training rows the constraint was
+    fitted on (``constraint_rows``; None: all): the part of :func:`representation_metrics`
+    that reads the training features, so that they can be released before the held-out
+    rows are transformed."""
     rows = slice(None) if constraint_rows is None else constraint_rows
     s_fit = s_train.iloc[rows] if constraint_rows is not None else s_train
+    return fm.group_mean_gap(features_train[rows, :fair_columns], s_fit)
+
+
+def held_out_metrics(
+    features_validation: np.ndarray, s_validation: pd.DataFrame, mean_gap_train: float, *,
+    fair_columns: int, sigma: float, max_rows: int, seed: int,
+) -> dict[str, Any]:  # fmt: skip
+    """:func:`representation_metrics` from the validation features and the training rows'
+    gap (:func:`training_mean_gap`)."""
     no_label = np.zeros(len(s_validation), dtype=np.int64)
     probe = stratified_sample(no_label, s_validation, LINEAR_PROBE_MAX_ROWS, seed, floor=2)
     return {
@@ -264,7 +287,7 @@ def representation_metrics(
         "linear_inseparability": fm.linear_inseparability(
             features_validation[probe], s_validation.iloc[probe], random_state=seed
         ),
-        "mean_gap_train": fm.group_mean_gap(features_train[rows, :fair_columns], s_fit),
+        "mean_gap_train": mean_gap_train,
         "mean_gap_validation": fm.group_mean_gap(
             features_validation[:, :fair_columns], s_validation
         ),
@@ -295,13 +318,27 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
     )
 
 
+PREDICT_BLOCK_ROWS = 50_000
+
+
+def predict_by_blocks(pipeline, X: pd.DataFrame) -> np.ndarray:
+    """``pipeline.predict(X)`` by blocks of :data:`PREDICT_BLOCK_ROWS` rows (each row is
+    encoded, projected and classified alone): the encoded and projected rows of a whole
+    part (at 250,000 rows, 210 MB and 420 MB) are never held at once."""
+    blocks = [
+        np.asarray(pipeline.predict(X.iloc[start : start + PREDICT_BLOCK_ROWS]))
+        for start in range(0, len(X), PREDICT_BLOCK_ROWS)
+    ]
+    return np.concatenate(blocks) if blocks else np.asarray(pipeline.predict(X))
+
+
 def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -> None:
     """The assembled pipeline must reproduce the sweep's validation accuracy from X alone (on
     the same rows: those the metrics release, see ``evaluation.min_group_size``;
     ``holdout_accuracy`` when the row holds cross-validated numbers)."""
     accuracy = classifier_metrics(
         split.y_validation,
-        pipeline.predict(split.X_validation),
+        predict_by_blocks(pipeline, split.X_validation),
         split.s_validation,
         min_group_size=evaluation.min_group_size,
         allow_small_groups=evaluation.allow_small_groups,
@@ -362,7 +399,9 @@ def evaluate_reported(
         "chosen": {
             "validation": _validation_metrics(chosen),
             "test": _finite(
-                metrics_on_test(chosen_pipeline.predict(split.X_test), split, evaluation, seed)
+                metrics_on_test(
+                    predict_by_blocks(chosen_pipeline, split.X_test), split, evaluation, seed
+                )
             ),
         },
         "majority": {
@@ -375,7 +414,9 @@ def evaluate_reported(
         out["pca"] = {
             "validation": _validation_metrics(pca_row),
             "test": _finite(
-                metrics_on_test(pca_pipeline.predict(split.X_test), split, evaluation, seed)
+                metrics_on_test(
+                    predict_by_blocks(pca_pipeline, split.X_test), split, evaluation, seed
+                )
             ),
         }
     return out

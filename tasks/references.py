@@ -171,12 +171,15 @@ def _by_chunks(transform, features: np.ndarray, sensitive: pd.DataFrame, columns
     :data:`TRANSFORM_CHUNK_ROWS` rows (a linear map of each row alone: the same result):
     CorrelationRemover's transform holds about five copies of what it is given (425 MB for
     100,000 rows of 107 columns), and the blocks never form a frame of every row."""
-    blocks = []
+    out = None  # filled in place: a list of blocks and their stack would be two copies
     for start in range(0, len(features), TRANSFORM_CHUNK_ROWS):
         rows = slice(start, start + TRANSFORM_CHUNK_ROWS)
         frame, _ = _with_groups(features[rows], sensitive.iloc[rows])
-        blocks.append(transform(frame.reindex(columns=columns, fill_value=0.0)))
-    return np.vstack(blocks)
+        block = np.asarray(transform(frame.reindex(columns=columns, fill_value=0.0)))
+        if out is None:
+            out = np.empty((len(features), block.shape[1]), dtype=block.dtype)
+        out[rows] = block
+    return out
 
 
 def _configurations(name: str, C_grid: list[float], C_base: float) -> list[dict[str, float]]:
@@ -330,14 +333,27 @@ def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> di
     return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
 
+class _EncodedParts(dict):
+    """The encoded parts by name; ``test`` is encoded from the raw rows on each access."""
+
+    def __init__(self, parts: dict[str, np.ndarray], split, preprocessor):
+        super().__init__(parts)
+        self.split, self.preprocessor = split, preprocessor
+
+    def __missing__(self, part: str) -> np.ndarray:
+        if part != "test":
+            raise KeyError(part)
+        return np.asarray(self.preprocessor.transform(self.split.X_test), dtype=np.float64)
+
+
 @task(name="reference-mitigations", cache_policy=NO_CACHE)
 def reference_mitigations(
     preprocessor, split, encoded, evaluation, seed: int, selection, search_rows=None
 ) -> list[dict[str, Any]]:
     """Prefect task around :func:`fit_references`: ``encoded`` holds the training and
-    validation rows as encoded for the candidates; the test rows are encoded here."""
-    test = np.asarray(preprocessor.transform(split.X_test), dtype=np.float64)
-    parts = {"train": encoded[0], "validation": encoded[1], "test": test}
+    validation rows as encoded for the candidates; the test rows are encoded here, each time
+    a reference is measured on them (not held while the references are fitted)."""
+    parts = _EncodedParts({"train": encoded[0], "validation": encoded[1]}, split, preprocessor)
     # It runs beside the searches and sweeps on the task runner's threads: one BLAS thread.
     with threadpool_limits(limits=1):
         return fit_references(parts, split, evaluation, seed, selection, search_rows)

@@ -40,9 +40,10 @@ from .evaluate import (
     classifier_key,
     classifier_metrics,
     gate_standard_errors,
+    held_out_metrics,
     metrics_with_intervals,
     one_class_share,
-    representation_metrics,
+    training_mean_gap,
 )
 from .represent import FittedRepresentation, fit_representation
 from .select import (
@@ -424,8 +425,9 @@ def sweep_tradeoff(
     *,
     classifiers: dict[str, Callable[[np.ndarray, np.ndarray], Any]],
     metric_options: dict[str, Any],
-    describe: Callable[[np.ndarray, np.ndarray], dict[str, Any]] | None = None,
+    describe: Callable[[np.ndarray], dict[str, Any]] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    train_dtype: type = np.float64,
 ) -> tuple[list[dict[str, Any]], dict[tuple[int, str], Any]]:
     """The one lambda sweep: every classifier at every trade-off ``lambda`` of ``estimator``.
 
@@ -435,10 +437,16 @@ def sweep_tradeoff(
     ``lambda`` NaN). ``classifiers`` maps a name to ``fit(F_train, y_train) -> fitted``; each
     is evaluated on the evaluation rows with :func:`~fairpca.tasks.evaluate.
     metrics_with_intervals` (``metric_options``: ``min_group_size``, ``n_resamples``,
-    ``seed``, ...). ``describe(F_train, F_eval)`` adds columns shared by one lambda's rows;
+    ``seed``, ...). ``describe(F_eval)`` adds columns shared by one lambda's rows;
     ``progress(done, total)`` is called after each lambda. The estimator's ``tradeoff`` is
     restored afterwards, also on error. Returns one row per lambda and classifier, and the
     fitted classifiers by ``(lambda_index, name)``.
+
+    The classifiers are fitted and the transformed training rows released before the
+    evaluation rows are transformed: with the appended PCA block each is twice the width of
+    its input, and on many rows the two together were the audit's peak memory.
+    ``train_dtype`` is the classifiers' training input (float32 halves it; the evaluation
+    rows, and so every prediction and metric, stay float64 as the fitted pipeline sees them).
     """
     rows, fitted = [], {}
     original = estimator.get_params().get("tradeoff")
@@ -446,16 +454,20 @@ def sweep_tradeoff(
         for index, lam in enumerate(lambdas):
             if lam is not None:
                 estimator.set_params(tradeoff=lam)
-            F_train = np.asarray(estimator.transform(X_train), dtype=np.float64)
-            F_eval = np.asarray(estimator.transform(X_eval), dtype=np.float64)
+            F_train = transformed(estimator, X_train, train_dtype)
             shared = {"lambda_index": index, "lambda": np.nan if lam is None else float(lam)}
             shared["n_features"] = F_train.shape[1]
-            shared.update(describe(F_train, F_eval) if describe is not None else {})
-            for name, fit in classifiers.items():
-                fitted[(index, name)], measured = _fit_and_measure(
-                    fit, F_train, y_train, F_eval, y_eval, sensitive_eval, metric_options
+            trained = {name: _timed_fit(fit, F_train, y_train) for name, fit in classifiers.items()}
+            del F_train
+            F_eval = np.asarray(estimator.transform(X_eval), dtype=np.float64)
+            shared.update(describe(F_eval) if describe is not None else {})
+            for name, (classifier, seconds) in trained.items():
+                fitted[(index, name)] = classifier
+                measured = _measure(
+                    classifier, seconds, F_eval, y_eval, sensitive_eval, metric_options
                 )
                 rows.append({**shared, "classifier": name, **measured})
+            del F_eval
             if progress is not None:
                 progress(index + 1, len(lambdas))
     finally:
@@ -464,18 +476,41 @@ def sweep_tradeoff(
     return rows, fitted
 
 
-def _fit_and_measure(fit, F_train, y_train, F_eval, y_eval, sensitive_eval, options) -> tuple:
-    """The classifier ``fit`` gives on the training rows, and on the evaluation rows how often
-    it predicts its more frequent class, its metrics with intervals and the seconds taken."""
+TRANSFORM_BLOCK_ROWS = 10_000
+
+
+def transformed(estimator, X: np.ndarray, dtype: type = np.float64) -> np.ndarray:
+    """``estimator.transform(X)`` as ``dtype``; another than float64 is filled by blocks of
+    :data:`TRANSFORM_BLOCK_ROWS` rows (each row is transformed alone), so that no float64
+    copy of every row is made first."""
+    if np.dtype(dtype) == np.float64:
+        return np.asarray(estimator.transform(X), dtype=np.float64)
+    out = None
+    for start in range(0, len(X), TRANSFORM_BLOCK_ROWS):
+        block = np.asarray(estimator.transform(X[start : start + TRANSFORM_BLOCK_ROWS]))
+        if out is None:
+            out = np.empty((len(X), block.shape[1]), dtype=dtype)
+        out[start : start + len(block)] = block
+    return out
+
+
+def _timed_fit(fit, F_train: np.ndarray, y_train: np.ndarray) -> tuple:
+    """The classifier ``fit`` gives on the training rows and the seconds it took."""
     t0 = time.perf_counter()
-    classifier = fit(F_train, y_train)
+    return fit(F_train, y_train), time.perf_counter() - t0
+
+
+def _measure(classifier, fit_seconds, F_eval, y_eval, sensitive_eval, options) -> dict:
+    """On the evaluation rows: how often ``classifier`` predicts its more frequent class, its
+    metrics with intervals and the seconds taken (with its fit's ``fit_seconds``)."""
+    t0 = time.perf_counter() - fit_seconds
     y_pred = classifier.predict(F_eval)
     metrics = metrics_with_intervals(y_eval, y_pred, sensitive_eval, **options)
     errors = gate_standard_errors(
         y_eval, y_pred, sensitive_eval, min_group_size=options["min_group_size"]
     )
     seconds = time.perf_counter() - t0
-    return classifier, {
+    return {
         "one_class_share": one_class_share(y_pred),
         **metrics,
         **errors,
@@ -503,40 +538,38 @@ def _audit_classifiers(
     return {name: fitter(name) for name in evaluation.classifiers}
 
 
-def _representation_columns(rep, encoded_validation, split, max_rows, seed, sigma) -> Callable:
-    """``describe(F_train, F_validation)`` of :func:`sweep_tradeoff`: the variance the
-    components explain on the validation rows, and the representation metrics at a lambda."""
+def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Callable:
+    """``describe(F_validation)`` of :func:`sweep_tradeoff`: the variance the components
+    explain on the validation rows, and the representation metrics at a lambda
+    (:func:`~fairpca.tasks.evaluate.representation_metrics`; the fair block is the first k
+    columns, and equal opportunity constrains the positive training rows only, Sec. 3.2).
+    ``encoded`` holds the encoded training and validation rows. The fair block does not
+    depend on lambda, so its training gap is measured once, on the estimator as it is."""
+    encoded_train, encoded_validation = encoded
     components = getattr(rep.estimator, "components_", None)
     var_explained = (
         fm.explained_variance_fraction(encoded_validation, components)
         if components is not None
         else np.nan
     )
+    k = int(rep.facts["k"])
+    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
+    constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
 
-    def describe(F_train: np.ndarray, F_validation: np.ndarray) -> dict[str, Any]:
+    fair = np.asarray(rep.estimator.transform(encoded_train), dtype=np.float64)
+    gap = training_mean_gap(fair, split.s_train, k, constraint_rows)
+    del fair
+
+    def describe(F_validation: np.ndarray) -> dict[str, Any]:
         return {
             "var_explained": float(var_explained),
-            **_representation_row(rep, F_train, F_validation, split, max_rows, seed, sigma),
-        }
+            **held_out_metrics(
+                F_validation, split.s_validation, gap,
+                fair_columns=k, sigma=sigma, max_rows=max_rows, seed=seed,
+            ),
+        }  # fmt: skip
 
     return describe
-
-
-def _representation_row(rep, F_train, F_validation, split, max_rows, seed, sigma) -> dict:
-    """Representation metrics at one lambda; the fair block is the first k columns, and
-    equal opportunity constrains the positive training rows only (Sec. 3.2)."""
-    eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
-    return representation_metrics(
-        F_train,
-        F_validation,
-        split.s_train,
-        split.s_validation,
-        fair_columns=int(rep.facts["k"]),
-        constraint_rows=np.flatnonzero(split.y_train == 1) if eo else None,
-        sigma=sigma,
-        max_rows=max_rows,
-        seed=seed,
-    )
 
 
 def sweep_representation(
@@ -555,6 +588,7 @@ def sweep_representation(
     lambdas: Sequence[float] | None = None,
     policy: GatePolicy | None = None,
     C_grid: Sequence[float | None] | None = None,
+    train_dtype: type = np.float64,
 ) -> SweepResult:
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
@@ -569,7 +603,8 @@ def sweep_representation(
     classifier ``C`` (``C_given``: the grid's entry, NaN for the paper's rule) and
     ``validation_rows`` (how many rows measured it: a wide search's sample or every
     validation row); the fitted classifiers are keyed by
-    :func:`~fairpca.tasks.evaluate.classifier_key` of their row.
+    :func:`~fairpca.tasks.evaluate.classifier_key` of their row. ``train_dtype``: the
+    classifiers' training input (:func:`sweep_tradeoff`).
     """
     start = time.perf_counter()
     gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
@@ -582,6 +617,7 @@ def sweep_representation(
         for i, strength in enumerate(grid):
             tuned = _audit_classifiers(only, seed, strength, scoring, gate)["logreg_tuned"]
             classifiers[f"logreg_tuned@{i}"] = tuned
+    encoded = (encoded_train, encoded_validation)
     rows, fitted = sweep_tradeoff(
         rep.estimator,
         list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
@@ -598,9 +634,10 @@ def sweep_representation(
             "seed": seed,
         },
         describe=_representation_columns(
-            rep, encoded_validation, split, representation.metric_max_rows, seed, sigma
+            rep, encoded, split, representation.metric_max_rows, seed, sigma
         ),
         progress=progress and (lambda done, total: progress(rep.variant, done, total)),
+        train_dtype=train_dtype,
     )
     k, paper = int(rep.facts["k"]), paper_C(len(split.y_train))
     measured_on = len(split.y_validation)  # which rows: a search sample or every row
@@ -803,6 +840,20 @@ def _given_C(row: dict[str, Any], searched: float | None) -> float | None:
     return None if given is None or not np.isfinite(given) else float(given)
 
 
+# Encoded training rows above which the refitted classifiers train on float32 features: there
+# they are the largest array of the audit (at 500,000 rows, Fair PCA at k = 105 with its
+# appended PCA block: 840 MB as float64, 420 MB as float32). The representation is fitted in
+# float64 (its constraint holds to 1e-10), and the classifier is measured, checked and
+# registered on float64 features as the pipeline gives them; the fit is deterministic. Below
+# it (Adult, 200,000 rows) everything stays float64.
+FLOAT32_REFIT_ABOVE_BYTES = 200_000_000
+
+
+def refit_train_dtype(encoded_train: np.ndarray) -> type:
+    """The refitted classifiers' training input (:data:`FLOAT32_REFIT_ABOVE_BYTES`)."""
+    return np.float32 if encoded_train.nbytes > FLOAT32_REFIT_ABOVE_BYTES else np.float64
+
+
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
 def refit_shortlist(
     variant: str,
@@ -840,7 +891,7 @@ def refit_shortlist(
                 evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
                 C=_given_C(row, C), scoring=selection.select_by,
                 lambdas=[float(lam)] if rep.supports_tradeoff else None,
-                policy=GatePolicy.from_config(selection),
+                policy=GatePolicy.from_config(selection), train_dtype=refit_train_dtype(encoded[0]),
             )  # fmt: skip
             (measured,) = one.rows
             result.rows.append({**measured, "lambda_index": index})

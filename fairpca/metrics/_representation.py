@@ -279,7 +279,13 @@ def group_mean_gap(representation: Any, sensitive_features: Any) -> float:
     attributes = _attributes(sensitive_features, R.shape[0], "sensitive_features")
     gap = 0.0
     for attribute in attributes:
-        means = np.stack([R[idx].mean(axis=0) for idx in attribute.members()])
+        # each group's mean in place (``where``): the same sums as over a copy of its rows
+        means = np.stack(
+            [
+                R.mean(axis=0, where=(attribute.codes == group)[:, None])
+                for group in range(len(attribute.labels))
+            ]
+        )
         gap = max(gap, float(np.max(means.max(axis=0) - means.min(axis=0))))
     return gap
 
@@ -433,11 +439,14 @@ def mmd_squared(
     sigma = None if sigma is None else _check_sigma(sigma)
     max_samples = _check_max_samples(max_samples, minimum=1)
     rng = check_random_state(random_state)
-    # MMD is translation invariant; centering keeps ||a||^2 + ||b||^2 - 2 a.b accurate.
-    R = R - R.mean(axis=0)
+    # MMD is translation invariant; centering keeps ||a||^2 + ||b||^2 - 2 a.b accurate. Only
+    # the rows used are centred (the same values as a centred copy of every row).
+    center = R.mean(axis=0)
     if sigma is None:
         sigma = median_heuristic_sigma(
-            R, max_samples=None if max_samples is None else max(2, max_samples), random_state=rng
+            R - center,
+            max_samples=None if max_samples is None else max(2, max_samples),
+            random_state=rng,
         )
     gamma = 1.0 / (2.0 * sigma**2)
     worst = 0.0
@@ -450,7 +459,7 @@ def mmd_squared(
                 else idx
                 for idx in members
             ]
-        points = [R[idx] for idx in members]
+        points = [R[idx] - center for idx in members]
         within = [_mean_gaussian_kernel(P, P, gamma) for P in points]
         for a in range(len(points)):
             for b in range(a + 1, len(points)):
