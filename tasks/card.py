@@ -10,28 +10,18 @@ the audit's minimum are shown as suppressed, and credentials in URIs are masked.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from markupsafe import Markup
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
-from fairpca.tasks.record import AuditRecord
-from fairpca.tasks.report import (
-    RATE_COLUMNS,
-    VERDICT_METRICS,
-    build_verdict,
-    format_interval,
-    render_template,
-)
+from fairpca.tasks.record import PARTS, AuditRecord
+from fairpca.tasks.report import VERDICT_METRICS, Estimate, build_verdict, render_template
 from fairpca.tasks.trust import mask_credentials
 
 CARD_FILE = "model_card.md"
 # The card's test table: the verdict's measures, then the other disparities.
 CARD_METRICS = (*VERDICT_METRICS, "fpr_difference", "equalized_odds_difference", "one_class_share")
 _SECRET_KEY = re.compile(r"(password|secret|token|credential|api_key)", re.IGNORECASE)
-
-
-# ---- rendering -------------------------------------------------------------------------------
 
 
 def _metric_names(test: dict[str, float]) -> list[str]:
@@ -45,19 +35,6 @@ def _metric_names(test: dict[str, float]) -> list[str]:
     return [name for name in CARD_METRICS if name in test] + extra
 
 
-def _test_columns(record: AuditRecord) -> dict[str, dict[str, float]]:
-    """{column title: test metrics} of the chosen candidate, the baselines, the references."""
-    selection, pca = record.selection, record.selection.baselines.pca
-    columns = {"chosen [95% CI]": selection.test}
-    columns["majority class"] = selection.baselines.majority.test
-    if pca is not None:  # None when the audit ran no unconstrained PCA
-        columns[f"unconstrained PCA ({pca.name})"] = pca.test
-    for ref in record.references or []:
-        needs = "; needs the sensitive attribute to predict" * ref.needs_sensitive_at_prediction
-        columns[f"{ref.name} ({ref.approach}{needs})"] = ref.test
-    return columns
-
-
 def _group_sizes(record: AuditRecord) -> list[list[str]]:
     """(attribute, group, rows) of every group; below the minimum group size: suppressed."""
     least, rows = record.min_group_size, []
@@ -67,21 +44,6 @@ def _group_sizes(record: AuditRecord) -> list[list[str]]:
             rows.append([attribute, group, Markup(f"suppressed (< {least})" if small and least
                                                   else size)])  # fmt: skip
     return rows
-
-
-def _group_rates(verdict) -> tuple[list[str], list[list[Any]]]:
-    """The columns and rows of the chosen model's rates per group on the test rows: the
-    published groups, the intersection's, then every other group with why its numbers are
-    withheld."""
-    columns = ["attribute", "group", f"rows ({verdict.group_part})", *RATE_COLUMNS.values()]
-    groups = sorted((*verdict.groups, *verdict.intersections), key=_withheld)  # stable
-    rows = [[g.attribute, g.group, g.rows, *(Markup("-" if _withheld(g) else f"{g.rates[r]:.4f}")
-                                            for r in RATE_COLUMNS)] for g in groups]  # fmt: skip
-    return columns, rows
-
-
-def _withheld(group) -> bool:
-    return str(group.rows).startswith("withheld")
 
 
 def render_model_card(record: AuditRecord, promotion=None) -> str:
@@ -100,10 +62,11 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         names, group labels, file names, reasons) is escaped as literal Markdown text.
     """
     selection, lam, params = record.selection, record.selection.chosen.lambda_, record.params
-    columns = _test_columns(record)
     verdict = build_verdict(record, promotion)
-    rate_columns, rate_rows = _group_rates(verdict)
-    chosen = f"{selection.chosen.variant}/"
+    # the published groups, the intersection's, then every other group with why it is withheld
+    groups = sorted(
+        (*verdict.groups, *verdict.intersections), key=lambda g: str(g.rows).startswith("withheld")
+    )
     text = render_template(
         "model_card.md.j2",
         record=record,
@@ -111,17 +74,20 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         lam="n/a" if lam is None else f"{lam:g}",
         split=[[part, getattr(selection.split, f"n_{part}")] for part in PARTS],
         group_sizes=_group_sizes(record),
-        test_columns=columns,
-        test_rows=[_interval_row(name, columns.values()) for name in _metric_names(selection.test)],
-        rate_columns=rate_columns,
-        rate_rows=rate_rows,
-        screening=[_screened(entry) for entry in record.screening or []],
-        validation=[_interval_row(Markup(n), [selection.validation]) for n in HEADLINE_METRICS],
+        test_rows=[
+            [name, *(Estimate.of(row.test, name) for row in verdict.rows)]
+            for name in _metric_names(selection.test)
+        ],
+        rate_rows=[
+            [g.attribute, g.group, g.rows, *map(Estimate, g.rates.values())] for g in groups
+        ],
+        screening=[[e.column, e.rule, Estimate(e.score), e.action] for e in record.screening or []],
+        validation=[[name, Estimate.of(selection.validation, name)] for name in HEADLINE_METRICS],
         thresholds=[(k[11:], str(v)) for k, v in sorted(params.items()) if k[:11] == "thresholds."],
         hashes=[
             [Markup(k), Markup(f"`{v}`")]
             for k, v in sorted(record.hashes.items())
-            if k.startswith(chosen)
+            if k.startswith(f"{selection.chosen.variant}/")
         ],
         config=[
             [k, mask_credentials(str(v))]
@@ -130,19 +96,6 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         ],
     )
     return text + "\n"
-
-
-PARTS = ("train", "validation", "test")
-
-
-def _interval_row(name: str, metrics) -> list[str]:
-    """``name`` and its value [95% interval] in each of ``metrics``."""
-    return [name, *(Markup(format_interval(values, name)) for values in metrics)]
-
-
-def _screened(entry) -> list[str]:
-    score = "-" if entry.score is None else f"{entry.score:.4f}"
-    return [entry.column, entry.rule, Markup(score), entry.action]
 
 
 # ---- the verdict in a few lines (run description, version description, Prefect) -------------

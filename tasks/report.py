@@ -13,7 +13,7 @@ aggregated numbers are written: no raw rows, no per-person sensitive attributes.
 Column names, category values, group labels and file names come from the user's data. Every
 template escapes what it prints (:func:`render_template`: HTML autoescape; Markdown
 :func:`markdown_text` on every string not marked safe: report, model card, descriptions,
-the gate's card, Prefect artifacts); :func:`csv_safe_frame` guards every CSV written (a
+the gate's card, Prefect artifacts); :func:`write_safe_csv` guards every CSV written (a
 spreadsheet runs a cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a carriage
 return as a formula).
 """
@@ -23,11 +23,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import csv
-import html
 import math
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +53,6 @@ def markdown_text(value: object) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", str(value)))
 
 
-def html_text(value: object) -> str:
-    """``value`` as HTML text or attribute value (quotes escaped)."""
-    return html.escape(str(value), quote=True)
-
-
 def csv_cell(value: object) -> object:
     """A string cell that a spreadsheet would evaluate as a formula gets a leading ``'``;
     other values are returned unchanged."""
@@ -67,20 +61,15 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def csv_safe_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``frame`` whose string cells and column names cannot start a formula."""
-    safe = frame.copy()
-    safe.columns = [csv_cell(str(c)) if isinstance(c, str) else c for c in safe.columns]
+def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
+    """Write ``frame`` as CSV whose string cells and column names cannot start a formula
+    (:func:`csv_cell`); every string is quoted, so a carriage return or newline inside a cell
+    can never start a new row."""
+    safe = frame.rename(columns=csv_cell)
     for column in safe.columns:
         if safe[column].dtype == object or isinstance(safe[column].dtype, pd.StringDtype):
             safe[column] = safe[column].map(csv_cell)
-    return safe
-
-
-def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
-    """Write ``frame`` as CSV with :func:`csv_safe_frame`; every string is quoted, so a carriage
-    return or newline inside a cell can never start a new row."""
-    csv_safe_frame(frame).to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
+    safe.to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
 
 
 # rcParams are global: plots drawn one at a time, so no thread sees another's settings.
@@ -129,17 +118,6 @@ def write_matrices(out_dir: Path, representations: dict[str, Any]) -> dict[str, 
     return hashes
 
 
-def format_interval(metrics: dict[str, float], name: str) -> str:
-    """``0.8175 [0.7888, 0.8438]``: a metric with its 95% interval ("-" when undefined)."""
-    value = metrics.get(name)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    low, high = metrics.get(f"{name}.ci95_low"), metrics.get(f"{name}.ci95_high")
-    if low is None or high is None or math.isnan(low) or math.isnan(high):
-        return f"{value:.4f}"
-    return f"{value:.4f} [{low:.4f}, {high:.4f}]"
-
-
 # -- the verdict: the decision, the chosen model, every model's test numbers, the groups ----------
 
 # The first screen's measures, in this order: utility a constant classifier cannot fake, then
@@ -170,7 +148,6 @@ METRIC_LABELS = {
     "fpr": ("FPR", "false-positive rate", "FPR"),
     "base_rate": ("base rate", "share labelled 1", "base rate"),
 }  # fmt: skip
-RATE_COLUMNS = {rate: METRIC_LABELS[rate][0] for rate in GROUP_RATES}
 
 
 def _defined(value: Any) -> bool:
@@ -203,11 +180,6 @@ class Estimate:
     def interval(self) -> str:
         bounds = _defined(self.low) and _defined(self.high) and _defined(self.value)
         return f"{self.low:.3f}–{self.high:.3f}" if bounds else ""
-
-    @property
-    def point(self) -> Estimate:
-        """The estimate without its interval."""
-        return Estimate(self.value)
 
     def __str__(self) -> str:
         return self.text + (f" ({self.interval})" if self.interval else "")
@@ -257,32 +229,6 @@ def _split_group_metric(name: str) -> tuple[str, str, str] | None:
         return rate, "intersection", rest
     attribute, _, group = rest.partition(":")
     return rate, attribute, group
-
-
-def group_rates_frame(
-    test: dict[str, float], group_sizes: dict[str, dict[str, Any]], part: str = "all parts"
-) -> pd.DataFrame:
-    """One row per reported group: its rows (in ``part``, the rows ``group_sizes`` counts),
-    selection rate, TPR, FPR, base rate on test rows. Suppressed groups have no rates and do
-    not appear."""
-    rates: dict[tuple[str, str], dict[str, float]] = {}
-    for name, value in test.items():
-        parts = _split_group_metric(name)
-        if parts is not None:
-            rates.setdefault((parts[1], parts[2]), {})[parts[0]] = value
-    records = []
-    for (attribute, group), values in rates.items():
-        size = (group_sizes or {}).get(attribute, {}).get(group, "-")
-        records.append(
-            {
-                "attribute": attribute,
-                "group": group,
-                "rows": size,
-                **{rate: values.get(rate, math.nan) for rate in GROUP_RATES},
-            }
-        )
-    frame = pd.DataFrame(records, columns=["attribute", "group", "rows", *GROUP_RATES])
-    return frame.rename(columns={**RATE_COLUMNS, "rows": f"rows ({part})"})
 
 
 def _gate_words(record) -> str:
@@ -375,6 +321,12 @@ class VerdictRow:
     short: str = ""
     sensitive: bool = False
     approach: str = ""
+    test: dict[str, Any] = field(default_factory=dict)  # every test measure of the model
+
+    @property
+    def heading(self) -> str:
+        """The row's label in a table with a column per model: its name and its role."""
+        return f"{self.model} ({self.role})"
 
     @property
     def title(self) -> str:
@@ -419,11 +371,6 @@ class Verdict:
     group_part: str = "test"
 
     @property
-    def labels(self) -> dict[str, tuple[str, str, str]]:
-        """``{metric: (label, meaning, terminal label)}`` of the columns and group rates."""
-        return {name: METRIC_LABELS[name] for name in (*self.columns, *GROUP_RATES)}
-
-    @property
     def line(self) -> str:
         """The decision and the chosen model's headline test numbers in one line of plain
         text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
@@ -442,20 +389,18 @@ def group_rows(
     selection, attributes: bool = True, min_group_size: int | None = None
 ) -> tuple[GroupRow, ...]:
     """Groups of the single attributes (``attributes``) or of their intersection: the
-    published ones with their rates; with ``attributes``, every other group of
+    published ones with their rates (NaN: not measured) on the test rows, each counted on
+    the test rows (else over all parts); with ``attributes``, every other group of
     ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
-    # each group counted on the test rows its rates describe (else over all parts)
-    frame = group_rates_frame(selection.test, selection.test_group_sizes or selection.group_sizes)
-    frame = frame[(frame["attribute"] != "intersection") == attributes]
-    rows = frame.columns[2]  # "rows (test)"
+    sizes = selection.test_group_sizes or selection.group_sizes or {}
+    rates: dict[tuple[str, str], dict[str, float]] = {}
+    for name, value in selection.test.items():
+        parts = _split_group_metric(name)
+        if parts is not None and (parts[1] != "intersection") == attributes:
+            rates.setdefault(parts[1:], dict.fromkeys(GROUP_RATES, math.nan))[parts[0]] = value
     published = tuple(
-        GroupRow(
-            row["attribute"],
-            row["group"],
-            row[rows],
-            {rate: row[RATE_COLUMNS[rate]] for rate in GROUP_RATES},
-        )
-        for row in frame.to_dict("records")
+        GroupRow(attribute, group, sizes.get(attribute, {}).get(group, "-"), values)
+        for (attribute, group), values in rates.items()
     )
     return published + (_withheld_rows(selection, published, min_group_size) if attributes else ())
 
@@ -489,7 +434,7 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
 
     def row(model, role, test, short, *reference):
         return VerdictRow(model, role, {m: Estimate.of(test or {}, m) for m in columns}, short,
-                          *reference)  # fmt: skip
+                          *reference, test=test or {})  # fmt: skip
 
     rows = [row(selection.chosen.name, "chosen" if eligible else "best candidate, not eligible",
                 selection.test, "chosen" if eligible else "best, not eligible")]  # fmt: skip
@@ -793,29 +738,12 @@ def _cell(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | np.number) and not isinstance(value, bool)
-
-
-def _rate(value: Any) -> str:
-    """A rate of the group table: 3 decimals, ``-`` when undefined (our own text: safe)."""
-    from markupsafe import Markup
-
-    return Markup("-" if not _defined(value) else f"{float(value):.3f}")
-
-
 def _number(value: Any) -> str:
     """A table cell: a number as it is (safe), anything else as text (:func:`_cell`)."""
     from markupsafe import Markup
 
-    return Markup(_cell(value)) if _is_number(value) else _cell(value)
-
-
-def _interval(metrics: dict[str, Any], name: str) -> str:
-    """:func:`format_interval` (our own numbers: safe)."""
-    from markupsafe import Markup
-
-    return Markup(format_interval(metrics, name))
+    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
+    return Markup(_cell(value)) if number else _cell(value)
 
 
 def _markdown_value(value: Any) -> str:
@@ -842,7 +770,17 @@ def render_template(name: str, /, **context: Any) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    environment.filters.update(cell=_cell, rate=_rate, number=_number, interval=_interval)
+    from markupsafe import Markup
+
+    environment.filters.update(
+        cell=_cell,
+        number=_number,
+        # our own numbers (safe): a rate at 3 decimals, a measure of ``metrics`` with its interval
+        rate=lambda value: Markup(Estimate(value).text),
+        estimate=lambda metrics, name: Markup(Estimate.of(metrics, name)),
+        label=lambda name: METRIC_LABELS[name][0],
+    )
+    environment.globals.update(labels=METRIC_LABELS, rates=GROUP_RATES)
     return environment.get_template(name).render(**context)
 
 
@@ -878,7 +816,7 @@ def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None)
     screen, every other section a heading and its blocks."""
     plot = image and f"data:image/png;base64,{base64.b64encode(image.read_bytes()).decode()}"
     rendered = [_section(heading, content, plot) for heading, content in sections]
-    return render_template(REPORT_TEMPLATE, title=title, sections=rendered, rates=GROUP_RATES)
+    return render_template(REPORT_TEMPLATE, title=title, sections=rendered)
 
 
 def render_markdown(
@@ -889,9 +827,7 @@ def render_markdown(
     from markupsafe import Markup
 
     rendered = [_section(heading, content, Markup(image_name)) for heading, content in sections]
-    text = render_template(
-        "report.md.j2", title=title, intro=intro, sections=rendered, rates=GROUP_RATES
-    )
+    text = render_template("report.md.j2", title=title, intro=intro, sections=rendered)
     return text.rstrip("\n") + "\n"
 
 
@@ -1039,7 +975,7 @@ def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
         return []
     unjudged = set(getattr(record, "cells_not_judged", None) or [])
     frame = pd.DataFrame(
-        [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES},
+        [{"group": g.group, "rows": g.rows, **{METRIC_LABELS[r][0]: v for r, v in g.rates.items()},
           "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
          for g in groups]
     )  # fmt: skip

@@ -152,12 +152,13 @@ def test_model_card_content(audit):
     assert "| race | Eskimo | suppressed (< 30) |" in card and "| 12 |" not in card
     assert "| race | Other | suppressed (< 30) |" in card
     # test metrics with intervals beside the majority baseline and unconstrained PCA
-    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 | 0.8478 [0.8378, 0.8578] |" in card
-    assert (
-        "| dp\\_difference | 0.0231 [0.0031, 0.0431] | 0.0000 | 0.1812 [0.1612, 0.2012] |" in card
+    assert "| accuracy | 0.822 (0.811–0.832) | 0.848 (0.838–0.858) | 0.761 |" in card
+    assert "| dp\\_difference | 0.023 (0.003–0.043) | 0.181 (0.161–0.201) | 0.000 |" in card
+    intersection = (
+        "| dp\\_difference\\.intersection | 0.046 (0.006–0.086) | 0.362 (0.322–0.402) | - |"
     )
-    assert "| dp\\_difference\\.intersection | 0.0462 [0.0062, 0.0862] | - |" in card
-    assert "unconstrained PCA (pca/logreg@lambda=0)" in card
+    assert intersection in card
+    assert "pca/logreg@lambda=0 \\(baseline: unconstrained PCA\\)" in card
     # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
     assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0\\.05" in card
     assert "- Decision: **PROMOTED to champion**" in card and "  - no champion yet" in card
@@ -395,7 +396,7 @@ def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):
     audit = replaced(audit, "selection.baselines", pca=None)
     audit = replaced(audit, "selection.chosen", lambda_=None)
     card = render_model_card(audit)
-    assert "| accuracy | 0.8215 [0.8115, 0.8315] | 0.7611 |\n" in card
+    assert "| accuracy | 0.822 (0.811–0.832) | 0.761 |\n" in card
     assert "unconstrained PCA" not in card.split("## Test metrics")[1].split("## ")[0]
     assert "lambda n/a)" in card
     assert fairness_tags(audit)["fairness.baseline.accuracy"] == "0.761100"

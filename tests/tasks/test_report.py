@@ -30,7 +30,7 @@ from fairpca.tasks.report import (
     decision_summary,
     frontier_sections,
     gate_limits,
-    group_rates_frame,
+    group_rows,
     plot_tradeoff,
     render_html,
     render_markdown,
@@ -276,14 +276,16 @@ def test_an_estimate_reads_its_interval_and_never_shows_nan():
 
 
 def test_group_rates_read_every_rate_and_the_sizes():
-    frame = group_rates_frame(SELECTION["test"], SELECTION["group_sizes"])
-    female = frame.set_index(["attribute", "group"]).loc[("sex", "Female")]
-    assert female.to_dict() == {"rows (all parts)": 3300, "selection rate": 0.1, "TPR": 0.5,
-                                "FPR": 0.05, "base rate": 0.12}  # fmt: skip
-    assert ("intersection", "sex:Female/race:White") in set(
-        zip(frame["attribute"], frame["group"], strict=True)
+    selection = SimpleNamespace(test_group_sizes=None, **SELECTION)
+    groups = {(g.attribute, g.group): g for g in group_rows(selection, min_group_size=30)}
+    female = groups[("sex", "Female")]
+    assert (female.rows, female.rates) == (
+        3300,
+        {"selection_rate": 0.1, "tpr": 0.5, "fpr": 0.05, "base_rate": 0.12},
     )
-    assert np.isnan(frame.set_index("group").loc["Male", "FPR"])
+    assert np.isnan(groups[("sex", "Male")].rates["fpr"])
+    (cell,) = group_rows(selection, attributes=False)
+    assert (cell.attribute, cell.group) == ("intersection", "sex:Female/race:White")
 
 
 def test_gate_limits_read_max_and_min_names():

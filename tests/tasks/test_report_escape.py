@@ -8,7 +8,7 @@ import io
 import pandas as pd
 import pytest
 
-from fairpca.tasks.report import FORMULA_START, csv_cell, html_text, markdown_text, write_safe_csv
+from fairpca.tasks.report import FORMULA_START, csv_cell, markdown_text, write_safe_csv
 
 PAYLOADS = [
     "<img src=x onerror=alert(1)>",
@@ -35,10 +35,6 @@ def test_markdown_text_is_markdown_not_html_entities():
     out = markdown_text("DP difference <= 0.05, the policy's band & more")
     assert out == "DP difference \\<= 0\\.05, the policy's band \\& more"
     assert "&lt;" not in out and "&#x27;" not in out
-
-
-def test_html_text_escapes_tags_and_quotes():
-    assert html_text("<a href='x'>\"") == "&lt;a href=&#x27;x&#x27;&gt;&quot;"
 
 
 @pytest.mark.parametrize("start", FORMULA_START)
