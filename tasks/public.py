@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from markupsafe import Markup
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
@@ -45,7 +44,7 @@ from .mlflow_evaluator import (
 )
 from .mlflow_logging import log_output_dir as log_audit_output
 from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
-from .report import Bullets, Plot, markdown_text, render_markdown
+from .report import Bullets, Plot, render_markdown
 from .report import write_report as write_audit_report
 from .represent import FittedRepresentation, fit_representation
 from .sweep import sweep_tradeoff
@@ -203,7 +202,13 @@ def evaluate_model_fairness(
     features = data.drop(columns=[target])
     sensitive = sensitive_columns(features, config["sensitive_features"])
     model_name = shown_uri(model) if isinstance(model, str) else type(model).__name__
-    model = _model_at_uri(model, tracking_uri) if isinstance(model, str) else model
+    if isinstance(model, str):  # verified before it is loaded
+        import mlflow
+
+        if tracking_uri is not None:  # it resolves models:/ URIs; a password goes to MLflow's env
+            tracking_uri = take_credentials(tracking_uri)
+            mlflow.set_tracking_uri(tracking_uri)
+        model = load_verified_model(model, tracking_uri)
     y_pred = np.asarray(model.predict(model_input(model, features, config["sensitive_features"])))
     metrics, report = fairness_metrics(data[target].to_numpy(), y_pred, sensitive, config)
     params = evaluation_params(model_name, data, target, config)
@@ -213,18 +218,6 @@ def evaluate_model_fairness(
     if run_id is not None:
         log_fairness_to_mlflow.fn(evaluation, tracking_uri=tracking_uri, run_id=run_id)
     return evaluation
-
-
-def _model_at_uri(model_uri: str, tracking_uri: str | None):
-    """The MLflow model at ``model_uri``, verified before loading
-    (:func:`~fairpca.tasks.trust.load_verified_model`); ``tracking_uri``, when given,
-    becomes MLflow's current tracking URI, which resolves ``models:/`` URIs."""
-    import mlflow
-
-    if tracking_uri is not None:
-        tracking_uri = take_credentials(tracking_uri)  # a password goes to MLflow's env only
-        mlflow.set_tracking_uri(tracking_uri)
-    return load_verified_model(model_uri, tracking_uri)
 
 
 def evaluation_params(
@@ -261,9 +254,11 @@ def write_fairness_report(
     headline = pd.DataFrame(
         [{"metric": name, "value": value} for name, value in evaluation.metrics.items()]
     )
-    attributes = markdown_text(", ".join(map(str, evaluation.config["sensitive_features"])))
-    intro = Markup(f"Sensitive attributes: {attributes}; groups with fewer than "
-                   f"{evaluation.config['min_group_size']} rows are suppressed.")  # fmt: skip
+    attributes = ", ".join(map(str, evaluation.config["sensitive_features"]))
+    intro = (
+        f"Sensitive attributes: {attributes}; groups with fewer than "
+        f"{evaluation.config['min_group_size']} rows are suppressed."
+    )  # escaped as literal Markdown text where it is rendered
     sections = [
         ("Metrics (with 95% bootstrap intervals)", headline),
         ("Per-group rates", [evaluation.groups, Plot("per-group rates")]),

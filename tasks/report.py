@@ -887,15 +887,6 @@ def _reported_frame(record) -> pd.DataFrame:
     )
 
 
-def _frontier_frame(points) -> pd.DataFrame:
-    """One row per frontier point (:class:`fairpca.tasks.record.FrontierPoint`)."""
-    frame = pd.DataFrame([point.model_dump(by_alias=True) for point in points])
-    frame = frame.sort_values(
-        ["pareto", "variant", "k", "lambda"], ascending=[False, True, True, True]
-    )
-    return frame.reset_index(drop=True)
-
-
 def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
     """One row per representation and attribute: probe, chance, mean gaps, reconstruction."""
     records = []
@@ -986,15 +977,21 @@ NOT_JUDGED = "not judged: too few rows to resolve the policy's band"
 
 
 def frontier_sections(record) -> list[tuple[str, Any]]:
-    """The search's accuracy–fairness frontier (on the rows the search measured: a wide
-    search's sample or every validation row), where the record has one: its rows as a
-    table, right after the verdict."""
-    rows = getattr(record, "frontier", None)
-    if not rows:
+    """The search's accuracy–fairness frontier over k and lambda (on the rows the search
+    measured: a wide search's sample or every validation row), where the record has one: one
+    row per point (:class:`fairpca.tasks.record.FrontierPoint`), Pareto points first, as a
+    table right after the verdict."""
+    if not record.frontier:
         return []
-    rows = [row.model_dump() if hasattr(row, "model_dump") else dict(row) for row in rows]
-    rows_label = getattr(record, "searched_label", "validation rows")
-    return [(f"Accuracy–fairness frontier ({rows_label})", pd.DataFrame(rows))]
+    frame = pd.DataFrame([point.model_dump(by_alias=True) for point in record.frontier])
+    frame = frame.sort_values(
+        ["pareto", "variant", "k", "lambda"], ascending=[False, True, True, True]
+    )
+    heading = (
+        f"Accuracy–fairness frontier over k and lambda ({record.searched_label}; best "
+        "classifier per point; Pareto points first)"
+    )
+    return [(heading, frame.reset_index(drop=True))]
 
 
 def candidate_rows(record) -> tuple[str | None, str | None]:
@@ -1055,14 +1052,6 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
             _diagnostics_frame(record.selection.diagnostics),
         ),
     ]
-    if record.frontier:
-        sections.append(
-            (
-                f"Search: the trade-off over k and lambda ({record.searched_label}; best "
-                "classifier per point; Pareto points first)",
-                _frontier_frame(record.frontier),
-            )
-        )
     if record.skipped:
         items = [f"{variant}: {why}" for variant, why in record.skipped.items()]
         sections.append(("Skipped variants (could not be fitted on this data)", Bullets(items)))

@@ -437,11 +437,19 @@ def test_why_states_the_gate_in_the_policys_own_words(audit_record):
 
 
 def test_the_frontier_has_its_slot_after_the_verdict(audit_record):
+    from fairpca.tasks.record import FrontierPoint
+
     assert frontier_sections(audit_record) == []  # a record without a frontier
-    points = [{"lambda": 0.0, "accuracy": 0.78, "dp_difference": 0.01}]
-    ((heading, frame),) = frontier_sections(SimpleNamespace(frontier=points))
+    point = {"variant": "fair_pca", "k": 5, "classifier": "logreg", "measure": "accuracy",
+             "value": 0.78, "meets_gate": True, "stage": "sweep"}  # fmt: skip
+    points = [FrontierPoint(**point, **{"lambda": lam}, pareto=lam > 0) for lam in (0.0, 0.5)]
+    record = replaced(audit_record, frontier=points)
+    ((heading, frame),) = frontier_sections(record)
     assert heading.startswith("Accuracy–fairness frontier")
-    assert frame.to_dict("records") == points
+    assert list(frame["lambda"]) == [0.5, 0.0]  # Pareto points first
+    headings = [h for h, _ in report_sections(record)]
+    plot = next(i for i, h in enumerate(headings) if h.startswith("Trade-off"))
+    assert headings.index("Why") < headings.index(heading) < plot  # after the verdict's sections
 
 
 def test_markdown_table():
