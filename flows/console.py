@@ -28,6 +28,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from fairpca.tasks.report import GROUP_RATES, METRIC_LABELS, Estimate, build_verdict, candidate_rows
+
 
 def _width(stream) -> int | None:
     """A terminal's own width (or ``$COLUMNS``); piped output (CI logs, files) 120 columns."""
@@ -45,19 +47,10 @@ SUMMARY_CAPTION = (
 
 
 def summary_caption(record) -> str:
-    """:data:`SUMMARY_CAPTION` after the rows the candidates were measured on (each row's
-    ``validation_rows``: after a wide search the sweep's rows are a sample's, the baselines
-    and the chosen candidate every validation row's)."""
-    from fairpca.tasks.report import candidate_rows
-
-    searched, chosen = candidate_rows(record)
-    if searched and chosen and searched != chosen:
-        rows = (
-            f"The λ rows on the {searched}; the baselines and the chosen candidate on the {chosen}."
-        )
-    else:
-        rows = f"On the {searched or chosen or 'validation rows'}."
-    return f"{rows} {SUMMARY_CAPTION}"
+    """:data:`SUMMARY_CAPTION` after the rows the candidates were measured on
+    (:func:`fairpca.tasks.report.candidate_rows`)."""
+    rows = candidate_rows(record)
+    return f"{rows[:1].upper()}{rows[1:]}. {SUMMARY_CAPTION}"
 
 
 # (title, priority): the lowest priority is dropped first when the table does not fit.
@@ -74,7 +67,6 @@ SUMMARY_COLUMNS = (
 TEXT_COLUMNS = ("row", "variant", "λ", "classifier")
 
 
-# CLI option names of the library's and the config's argument names.
 def _cell(value: Any, percent: bool = False) -> str:
     if isinstance(value, float):
         return f"{100 * value:.1f}" if percent else f"{value:.3g}"
@@ -82,17 +74,9 @@ def _cell(value: Any, percent: bool = False) -> str:
 
 
 def _with_bound(row: dict[str, Any], metric: str) -> str:
-    high = row.get(f"{metric}.ci95_high")
-    value = row.get(metric)
-    if value is None:
-        return "-"
-    return f"{value:.3f}" + ("" if high is None else f" ≤{high:.3f}")
-
-
-def _accuracy(row: dict[str, Any]) -> str:
-    low, high, accuracy = (row.get(f"accuracy{s}") for s in (".ci95_low", ".ci95_high", ""))
-    interval = f" ({low:.3f}-{high:.3f})" if low is not None and high is not None else ""
-    return ("-" if accuracy is None else f"{accuracy:.3f}") + interval
+    """The estimate and its 95% upper bound: ``0.031 ≤0.052``."""
+    high, text = row.get(f"{metric}.ci95_high"), Estimate.of(row, metric).text
+    return text if high is None or text == "-" else f"{text} ≤{high:.3f}"
 
 
 def _summary_cells(row: dict[str, Any]) -> dict[str, str]:
@@ -101,7 +85,7 @@ def _summary_cells(row: dict[str, Any]) -> dict[str, str]:
         "variant": _cell(row.get("variant")),
         "λ": _cell(row.get("lambda")),
         "classifier": _cell(row.get("classifier")),
-        "accuracy (95%)": _accuracy(row),
+        "accuracy (95%)": str(Estimate.of(row, "accuracy")),
         "ΔDP": _with_bound(row, "dp_difference"),
         "ΔEO": _with_bound(row, "eo_difference"),
         "%Var": _cell(row.get("var_explained"), percent=True),
@@ -165,8 +149,6 @@ def headline_table(verdict) -> Table:
     """One line per model of the :class:`~fairpca.tasks.report.Verdict` on the test rows
     (point estimates): the chosen candidate, the baselines and the reference mitigations
     (``*``: needs the sensitive attribute to predict)."""
-    from fairpca.tasks.report import METRIC_LABELS
-
     table = _plain_table("test rows")
     for name in verdict.columns:
         table.add_column(METRIC_LABELS[name][2], justify="right", no_wrap=True)
@@ -180,8 +162,6 @@ def headline_table(verdict) -> Table:
 def _notes(verdict) -> str:
     """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
     the headline names it)."""
-    from fairpca.tasks.report import METRIC_LABELS
-
     chosen = verdict.rows[0].estimates
     intervals = [f"{METRIC_LABELS[m][2]} {chosen[m].interval}" for m in verdict.columns
                  if chosen[m].interval]  # fmt: skip
@@ -194,8 +174,6 @@ def _notes(verdict) -> str:
 def group_table(verdict) -> Table | None:
     """The chosen model's rates per named group on the test rows (single attributes; the
     intersection's are in the report)."""
-    from fairpca.tasks.report import GROUP_RATES, METRIC_LABELS, Estimate
-
     if not verdict.groups:
         return None
     table = _plain_table("group (chosen, test rows)")
@@ -289,8 +267,6 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
-    from fairpca.tasks.report import build_verdict
-
     verbose = OUTPUT.verbose if verbose is None else verbose
     promotion = getattr(result, "promotion", None)
     before = before or (promotion.champion_version if promotion is not None else None)

@@ -103,12 +103,6 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
 DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
 
 
-def verdict_line(record: AuditRecord, promotion=None) -> str:
-    """The decision and the chosen model's headline test numbers in one line of plain text
-    (:attr:`fairpca.tasks.report.Verdict.line`)."""
-    return build_verdict(record, promotion).line
-
-
 def verdict_markdown(
     record: AuditRecord,
     promotion=None,
@@ -125,10 +119,10 @@ def verdict_markdown(
 
 
 def _verdict_text(verdict, limit: int, links: str | None, heading=None, compact=False) -> str:
-    links = Markup(links) if links else None
-    text = render_template("verdict.md.j2", v=verdict, limit=limit, links=links,
-                           heading=heading, compact=compact)  # fmt: skip
-    return text.rstrip("\n")
+    return render_template(
+        "verdict.md.j2", v=verdict, limit=limit, links=links and Markup(links), heading=heading,
+        compact=compact,
+    ).rstrip("\n")  # fmt: skip
 
 
 def run_description(record: AuditRecord, promotion=None) -> str:

@@ -231,46 +231,6 @@ def _split_group_metric(name: str) -> tuple[str, str, str] | None:
     return rate, attribute, group
 
 
-def _gate_words(record) -> str:
-    """``the gate demographic_parity+four_fifths (point estimates)``."""
-    bound = "point estimates" if record.selection.gate == "point" else "upper 95% bounds"
-    name = record.policy.name if record.policy else "thresholds"
-    return f"the gate {name} ({bound})"
-
-
-def decision_summary(record, promotion=None) -> tuple[bool, str, str]:
-    """``(promoted, headline, why)``: the decision in a few words and why, in one sentence.
-
-    ``promotion`` is the champion decision (a :class:`~fairpca.tasks.record.PromotionRecord`);
-    None before it is taken: the gate's own decision is stated.
-    """
-    selection = record.selection
-    passed = f"meets {_gate_words(record)} on the validation rows"
-    if not selection.decision.promote:
-        reasons = selection.decision.reasons
-        failed = passed.replace("meets", "fails", 1)
-        promoted, headline, why = False, "Not promoted", reasons[0] if reasons else failed
-    elif promotion is None:
-        promoted, headline = False, "Passes the gate"
-        why = f"{passed}; the promotion is decided when the audit is logged to MLflow"
-    elif promotion.promote:
-        promoted, headline, why = True, "Promoted to champion", f"{passed}; {promotion.reasons[-1]}"
-    else:
-        refused = promotion.reasons[-1] if promotion.reasons else "the champion stays"
-        if not record.register_model:
-            refused = "no version was registered (registration off, or the model stores rows)"
-        promoted, headline, why = False, "Not promoted", f"{passed}, but {refused}"
-    if selection.chosen.variant == "pca":  # never passed off as a fair model
-        needed = any(r.startswith("no fairness constraint was needed") for r in
-                     selection.decision.reasons)  # fmt: skip
-        headline += (
-            ": unconstrained PCA, no fairness constraint was needed"
-            if promoted and needed
-            else " (the model is unconstrained PCA: no fairness constraint)"
-        )
-    return promoted, headline, why[:1].upper() + why[1:]
-
-
 # What decided a decision that did not promote, by the start of its first reason.
 DECIDERS = (
     ("not eligible", "not eligible"),
@@ -279,34 +239,55 @@ DECIDERS = (
     ("unstable verdict", "too little data"),
     ("no eligible candidate meets", "fails the gate"),
 )
-
-
-def deciding_reason(record, promotion=None) -> str | None:
-    """A few words on what decided (``dominated by exponentiated_gradient``, ``not
-    eligible``, ...); None when the candidate was promoted."""
-    decision = record.selection.decision
-    first = decision.reasons[0] if decision.reasons else ""
-    if not decision.promote:
-        if first.startswith("dominated: the reference "):
-            return "dominated by " + first.removeprefix("dominated: the reference ").split()[0]
-        return next((words for start, words in DECIDERS if first.startswith(start)), None)
-    if promotion is not None and not promotion.promote:
-        return "the champion stays" if record.register_model else "not registered"
-    return None
-
-
-def chosen_label(record, short: bool = False) -> str:
-    """How the chosen candidate is named: a candidate that was never eligible is not "chosen",
-    one the gate did not pass is chosen for review only; ``short``: "Chosen" for "Chosen
-    model" (where a sentence goes on, e.g. "Chosen, 95% intervals")."""
-    if not (record.eligibility is None or record.eligibility.chosen_passes):
-        return NOT_ELIGIBLE
-    if record.selection.decision.promote:
-        return "Chosen" if short else "Chosen model"
-    return "Chosen for review (not promoted)"
-
-
+DOMINATED = "dominated: the reference "
 NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
+
+
+def _decision(record, promotion) -> dict[str, Any]:
+    """The decision of a :class:`Verdict`: ``promote``, ``headline`` and ``why`` (in one
+    sentence), ``words`` (in plain capitals) and ``deciding`` (what decided, in a few words:
+    ``dominated by exponentiated_gradient``, ``not eligible``, ...; None when promoted).
+
+    ``promotion`` is the champion decision (a :class:`~fairpca.tasks.record.PromotionRecord`);
+    None before it is taken: the gate's own decision is stated.
+    """
+    selection, deciding, words = record.selection, None, "NOT promoted"
+    bound = "point estimates" if selection.gate == "point" else "upper 95% bounds"
+    gate = f"the gate {record.policy.name if record.policy else 'thresholds'} ({bound})"
+    passed = f"meets {gate} on the validation rows"
+    if not selection.decision.promote:
+        first = next(iter(selection.decision.reasons), "")
+        headline, why = "Not promoted", first or f"fails {gate} on the validation rows"
+        if first.startswith(DOMINATED):
+            deciding = "dominated by " + first.removeprefix(DOMINATED).split()[0]
+        else:
+            deciding = next((words for start, words in DECIDERS if first.startswith(start)), None)
+    elif promotion is None:
+        headline, words = "Passes the gate", "PASSES the gate"
+        why = f"{passed}; the promotion is decided when the audit is logged to MLflow"
+    elif promotion.promote:
+        headline, words = "Promoted to champion", "PROMOTED to champion"
+        why = f"{passed}; {promotion.reasons[-1]}"
+    elif not record.register_model:
+        headline, deciding = "Not promoted", "not registered"
+        why = (
+            f"{passed}, but no version was registered (registration off, or the model stores rows)"
+        )
+    else:
+        headline, deciding = "Not promoted", "the champion stays"
+        why = f"{passed}, but {promotion.reasons[-1] if promotion.reasons else deciding}"
+    promote = words == "PROMOTED to champion"
+    if selection.chosen.variant == "pca":  # never passed off as a fair model
+        needed = any(r.startswith("no fairness constraint was needed") for r in
+                     selection.decision.reasons)  # fmt: skip
+        headline += (
+            ": unconstrained PCA, no fairness constraint was needed"
+            if promote and needed
+            else " (the model is unconstrained PCA: no fairness constraint)"
+        )
+    why = why[:1].upper() + why[1:]
+    return {"promote": promote, "headline": headline, "why": why, "words": words,
+            "deciding": deciding}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -457,22 +438,21 @@ def build_verdict(record, promotion=None) -> Verdict:
     selection = record.selection
     thresholds = record.policy.thresholds if record.policy else {}
     columns = verdict_columns(selection.test, thresholds)
-    promote, headline, why = decision_summary(record, promotion)
-    label = chosen_label(record)
-    words = "PASSES the gate" if headline.startswith("Passes the gate") else "NOT promoted"
+    # a candidate that was never eligible is not "chosen", one the gate did not pass is chosen
+    # for review only; the short label goes on in a sentence ("Chosen, 95% intervals")
+    eligible = record.eligibility is None or record.eligibility.chosen_passes
+    label = short = NOT_ELIGIBLE if not eligible else "Chosen for review (not promoted)"
+    if eligible and selection.decision.promote:
+        label, short = "Chosen model", "Chosen"
     return Verdict(
-        promote=promote,
-        headline=headline,
-        why=why,
+        **_decision(record, promotion),
         chosen=selection.chosen.name,
         gate=record.policy.description if record.policy else selection.gate,
         chosen_label=label,
         columns=tuple(columns),
-        rows=_verdict_rows(record, columns, label != NOT_ELIGIBLE),
+        rows=_verdict_rows(record, columns, eligible),
         groups=group_rows(selection, attributes=True, min_group_size=record.min_group_size),
-        words="PROMOTED to champion" if promote else words,
-        deciding=deciding_reason(record, promotion),
-        chosen_short=chosen_label(record, short=True),
+        chosen_short=short,
         rows_label=record.validation_label(),
         rule=selection.gate,
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
@@ -994,10 +974,11 @@ def frontier_sections(record) -> list[tuple[str, Any]]:
     return [(heading, frame.reset_index(drop=True))]
 
 
-def candidate_rows(record) -> tuple[str | None, str | None]:
-    """The labels of the validation rows the candidates' table's rows come from (their
-    ``validation_rows``): the searched λ rows' (after a wide search, a sample's) and the
-    baselines' and the chosen candidate's (every row's); None where the table has none."""
+def candidate_rows(record) -> str:
+    """Which validation rows the candidates' table's rows come from (their
+    ``validation_rows``), e.g. ``the λ rows on the validation sample (2,500 rows); the
+    baselines and the chosen candidate on the validation rows (12,211)`` after a wide search,
+    else ``all on the validation rows (12,211)``."""
     labels = {
         row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
             int(row["validation_rows"])
@@ -1006,16 +987,12 @@ def candidate_rows(record) -> tuple[str | None, str | None]:
         if isinstance(row.get("validation_rows"), int | float)
         and math.isfinite(row["validation_rows"])
     }
-    return labels.get(False), labels.get(True)
-
-
-def _candidates_rows(record) -> str:
-    """Which validation rows the candidates' table's rows come from (:func:`candidate_rows`)."""
-    searched, chosen = candidate_rows(record)
+    searched, chosen = labels.get(False), labels.get(True)
     if searched and chosen and searched != chosen:
-        return (f"the {searched}; the baselines and the chosen candidate on the {chosen} "
-                "(column validation_rows)")  # fmt: skip
-    return searched or chosen or "validation rows"
+        return (
+            f"the λ rows on the {searched}; the baselines and the chosen candidate on the {chosen}"
+        )
+    return f"all on the {searched or chosen or 'validation rows'}"
 
 
 def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
@@ -1039,7 +1016,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         ),
         (
             "Candidates (baselines, chosen, lambda=0 and last lambda per variant and "
-            f"classifier; full table: metrics.csv) on {_candidates_rows(record)}",
+            f"classifier; full table: metrics.csv): {candidate_rows(record)}",
             pd.DataFrame(record.candidates or []),
         ),
         (

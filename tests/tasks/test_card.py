@@ -11,12 +11,12 @@ from fairpca.tasks.card import (
     DESCRIPTION_MAX_CHARS,
     render_model_card,
     run_description,
-    verdict_line,
     verdict_markdown,
     version_description,
 )
 from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
 from fairpca.tasks.registry import run_ui_url
+from fairpca.tasks.report import build_verdict
 
 PROMOTED = PromotionRecord(promote=True, reasons=["no current champion: the gate alone decides"])
 IMG = "<img src=x onerror=alert(1)>"
@@ -96,14 +96,16 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
     """The MLflow UI lists a description's first characters as they are: no Markdown."""
     audit_record = _with_group_rates(audit_record)
     kept = PromotionRecord(promote=False, reasons=["champion v1: the challenger is worse"])
-    lines = {
-        "promoted": verdict_line(audit_record, PROMOTED),
-        "kept": verdict_line(audit_record, kept),
-        "undecided": verdict_line(audit_record),
-        "failed": verdict_line(replaced(audit_record, "selection.decision", promote=False)),
-        "dominated": verdict_line(replaced(audit_record, "selection.decision", promote=False,
-            reasons=["dominated: the reference exponentiated_gradient (reductions) meets ..."])),
+    dominated = ["dominated: the reference exponentiated_gradient (reductions) meets ..."]
+    records = {
+        "promoted": (audit_record, PROMOTED),
+        "kept": (audit_record, kept),
+        "undecided": (audit_record,),
+        "failed": (replaced(audit_record, "selection.decision", promote=False),),
+        "dominated": (replaced(audit_record, "selection.decision", promote=False,
+                               reasons=dominated),),
     }  # fmt: skip
+    lines = {outcome: build_verdict(*args).line for outcome, args in records.items()}
     assert lines == {
         "promoted": "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822.",
         "kept": "NOT promoted (the champion stays): test ΔDP 0.023, accuracy 0.822.",

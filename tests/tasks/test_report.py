@@ -27,7 +27,7 @@ from fairpca.tasks.report import (
     Estimate,
     Plot,
     Verdict,
-    decision_summary,
+    build_verdict,
     frontier_sections,
     gate_limits,
     group_rows,
@@ -246,22 +246,27 @@ def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_recor
     assert headings.index("Trade-off on the validation rows") == 4
 
 
+def _decision(record, promotion=None) -> tuple[bool, str, str]:
+    verdict = build_verdict(record, promotion)
+    return verdict.promote, verdict.headline, verdict.why
+
+
 def test_the_decision_and_why_in_one_sentence_for_each_outcome(audit_record):
     gate = "the gate thresholds (upper 95% bounds) on the validation rows"
-    assert decision_summary(audit_record) == (
+    assert _decision(audit_record) == (
         False, "Passes the gate",
         f"Meets {gate}; the promotion is decided when the audit is logged to MLflow",
     )  # fmt: skip
-    assert decision_summary(audit_record, PROMOTED)[:2] == (True, "Promoted to champion")
+    assert _decision(audit_record, PROMOTED)[:2] == (True, "Promoted to champion")
     kept = PromotionRecord(promote=False, reasons=["champion v3: the challenger is worse"])
-    assert decision_summary(audit_record, kept) == (
+    assert _decision(audit_record, kept) == (
         False, "Not promoted", f"Meets {gate}, but champion v3: the challenger is worse",
     )  # fmt: skip
     unregistered = replaced(audit_record, register_model=False)
-    assert "no version was registered" in decision_summary(unregistered, kept)[2]
+    assert "no version was registered" in _decision(unregistered, kept)[2]
     failed = replaced(audit_record, "selection.decision", promote=False,
                       reasons=["no eligible candidate meets the thresholds"])  # fmt: skip
-    assert decision_summary(failed, kept) == (
+    assert _decision(failed, kept) == (
         False, "Not promoted", "No eligible candidate meets the thresholds",
     )  # fmt: skip
 
@@ -560,7 +565,7 @@ def test_every_validation_number_says_which_rows_it_comes_from(audit_record):
     whole = replaced(record, searched_validation_rows=12211, candidates=record.candidates[:2])
     headings = [h for h, _ in report_sections(whole)]
     assert f"Trade-off on the {every}" in headings
-    assert any(h.startswith("Candidates") and h.endswith(f"on {every}") for h in headings)
+    assert any(h.startswith("Candidates") and h.endswith(f"all on the {every}") for h in headings)
 
 
 def test_the_intersection_cells_the_gate_did_not_judge_are_named_on_their_rows(audit_record):
