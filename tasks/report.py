@@ -492,56 +492,33 @@ def _errors(frame: pd.DataFrame, metric: str) -> np.ndarray:
     return np.where(np.isfinite(bars), np.clip(bars, 0.0, None), 0.0)
 
 
+def _errorbar(ax, frame: pd.DataFrame, metric: str, utility: str, **style) -> None:
+    """The rows of ``frame`` with their 95% intervals; a row with an undefined coordinate is
+    left out."""
+    frame = frame[np.isfinite(frame[[metric, utility]].to_numpy(float)).all(axis=1)]
+    if not frame.empty:
+        ax.errorbar(frame[metric], frame[utility], xerr=_errors(frame, metric),
+                    yerr=_errors(frame, utility), **style)  # fmt: skip
+
+
 def _point(
     ax, values: dict[str, Any] | None, metric: str, utility: str, style: dict[str, Any]
 ) -> None:
     """One candidate with its 95% intervals, skipped when a coordinate is undefined."""
-    if not values:
-        return
-    frame = pd.DataFrame([values]).reindex(
-        columns=[
-            metric,
-            utility,
-            *(f"{m}.ci95_{e}" for m in (metric, utility) for e in ("low", "high")),
-        ]
-    )
-    if not np.isfinite(frame[[metric, utility]].to_numpy(float)).all():
-        return
-    ax.errorbar(
-        frame[metric],
-        frame[utility],
-        xerr=_errors(frame, metric),
-        yerr=_errors(frame, utility),
-        linestyle="none",
-        capsize=2,
-        elinewidth=1,
-        **style,
-    )
+    if values:
+        ends = [f"{m}.ci95_{end}" for m in (metric, utility) for end in ("low", "high")]
+        frame = pd.DataFrame([values]).reindex(columns=[metric, utility, *ends])
+        _errorbar(ax, frame, metric, utility, linestyle="none", capsize=2, elinewidth=1, **style)
 
 
 def _candidates(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     """Every candidate: colour = variant, marker = classifier, a thin line along lambda."""
-    utility, colors = marks["utility"], marks["colors"]
     classifiers = list(dict.fromkeys(table["classifier"]))
     for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
-        curve = curve.sort_values("lambda")
-        curve = curve[np.isfinite(curve[[metric, utility]].to_numpy(float)).all(axis=1)]
-        if curve.empty:
-            continue
         marker = CLASSIFIER_MARKERS[classifiers.index(classifier) % len(CLASSIFIER_MARKERS)]
-        ax.errorbar(
-            curve[metric],
-            curve[utility],
-            xerr=_errors(curve, metric),
-            yerr=_errors(curve, utility),
-            color=colors[variant],
-            marker=marker,
-            ms=4,
-            lw=0.6,
-            elinewidth=0.5,
-            alpha=0.55,
-            capsize=0,
-        )
+        _errorbar(ax, curve.sort_values("lambda"), metric, marks["utility"],
+                  color=marks["colors"][variant], marker=marker, ms=4, lw=0.6, elinewidth=0.5,
+                  alpha=0.55, capsize=0)  # fmt: skip
 
 
 def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -> None:
@@ -551,25 +528,15 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -
     ax.autoscale_view()
     x0, x1 = ax.get_xlim()
     y0, y1 = ax.get_ylim()
-    if metric in upper:
-        x0, x1 = min(x0, upper[metric] - 0.02), max(x1, upper[metric] + 0.02)
-    if metric in lower:
-        x0, x1 = min(x0, lower[metric] - 0.02), max(x1, lower[metric] + 0.02)
+    for limit in (upper.get(metric), lower.get(metric)):
+        if limit is not None:
+            x0, x1 = min(x0, limit - 0.02), max(x1, limit + 0.02)
+            ax.axvline(limit, color="tab:green", ls="--", lw=1)
     floor = lower.get("accuracy", -np.inf) if utility == "accuracy" else -np.inf
     left, right = lower.get(metric, x0), upper.get(metric, x1)
     if left < right and max(floor, y0) < y1:
-        ax.fill_between(
-            [left, right],
-            max(floor, y0),
-            y1,
-            color="tab:green",
-            alpha=0.12,
-            lw=0,
-            label="accepted by the gate",
-        )
-    for limit in (upper.get(metric), lower.get(metric)):
-        if limit is not None:
-            ax.axvline(limit, color="tab:green", ls="--", lw=1)
+        ax.fill_between([left, right], max(floor, y0), y1, color="tab:green", alpha=0.12, lw=0,
+                        label="accepted by the gate")  # fmt: skip
     if np.isfinite(floor) and floor > y0:
         ax.axhline(floor, color="tab:green", ls="--", lw=1)
     ax.set_xlim(x0, x1)
@@ -603,26 +570,13 @@ def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     _point(ax, chosen, metric, utility, CHOSEN_STYLE)
     _baseline_line(ax, marks)
     if not np.isfinite(table[[metric, utility]].to_numpy(float)).any():
-        ax.text(
-            0.5,
-            0.5,
-            f"{metric} undefined for every candidate",
-            transform=ax.transAxes,
-            ha="center",
-            va="center",
-            color="grey",
-        )
+        ax.text(0.5, 0.5, f"{metric} undefined for every candidate", transform=ax.transAxes,
+                ha="center", va="center", color="grey")  # fmt: skip
     _accepted_region(ax, metric, marks["limits"], utility)
     better = "higher" if metric in marks["limits"][1] else "lower"
     ax.set_xlabel(f"{metric}, validation rows ({better} is fairer)")
     ax.set_ylabel(f"validation {utility.replace('_', ' ')}")
     ax.grid(alpha=0.3)
-
-
-def gated_measures(table: pd.DataFrame, thresholds: Any) -> list[str]:
-    """The gate's measures other than accuracy that the candidates table holds."""
-    upper, lower = gate_limits(thresholds)
-    return [m for m in dict.fromkeys([*upper, *lower]) if m != "accuracy" and m in table.columns]
 
 
 def _legend_handles(table: pd.DataFrame, colors: dict[str, str], axes) -> tuple[list, list]:
@@ -645,8 +599,9 @@ def _legend_handles(table: pd.DataFrame, colors: dict[str, str], axes) -> tuple[
 def _plotted_measures(table: pd.DataFrame, thresholds) -> tuple[pd.DataFrame, list[str]]:
     """The measures drawn (the gated ones, else the two headline differences) and the table
     with a column for each: a measure undefined for every candidate is an empty panel."""
+    gated = dict.fromkeys(m for limits in gate_limits(thresholds) for m in limits)
     measures = (
-        gated_measures(table, thresholds)
+        [m for m in gated if m != "accuracy" and m in table.columns]
         or [m for m in ("dp_difference", "eo_difference") if m in table.columns]
         or ["dp_difference"]
     )
