@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from markupsafe import Markup
 
 from .evaluate import HEADLINE_METRICS
 from .trust import sha256_file
@@ -668,24 +669,19 @@ REPORT_TEMPLATE = "report.html.j2"
 
 
 def _cell(value: Any) -> str:
+    """A table cell: a number at 4 significant digits and ``-`` for an undefined one (our own
+    text: safe), anything else as text."""
+    if value is None or (isinstance(value, float | np.floating) and math.isnan(value)):
+        return Markup("-")
     if isinstance(value, float | np.floating):
-        return "-" if math.isnan(value) else f"{value:.4g}"
-    return "-" if value is None else str(value)
-
-
-def _number(value: Any) -> str:
-    """A table cell: a number as it is (safe), anything else as text (:func:`_cell`)."""
-    from markupsafe import Markup
-
-    number = isinstance(value, int | float | np.number) and not isinstance(value, bool)
-    return Markup(_cell(value)) if number else _cell(value)
+        return Markup(f"{value:.4g}")
+    number = isinstance(value, int | np.integer) and not isinstance(value, bool)
+    return Markup(value) if number else str(value)
 
 
 def _markdown_value(value: Any) -> str:
     """What a Markdown template prints for ``{{ value }}``: every string escaped
     (:func:`markdown_text`) unless marked safe (our own Markdown), other values as text."""
-    from markupsafe import Markup
-
     if isinstance(value, Markup):
         return value
     return markdown_text(value) if isinstance(value, str) else str(value)
@@ -705,11 +701,8 @@ def render_template(name: str, /, **context: Any) -> str:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    from markupsafe import Markup
-
     environment.filters.update(
         cell=_cell,
-        number=_number,
         # our own numbers (safe): a rate at 3 decimals, a measure of ``metrics`` with its interval
         rate=lambda value: Markup(Estimate(value).text),
         estimate=lambda metrics, name: Markup(Estimate.of(metrics, name)),
@@ -759,8 +752,6 @@ def render_markdown(
 ) -> str:
     """The report as Markdown (template ``templates/report.md.j2``; the plot linked as
     ``image_name``; ``intro``, a paragraph before the first section)."""
-    from markupsafe import Markup
-
     rendered = [_section(heading, content, Markup(image_name)) for heading, content in sections]
     text = render_template("report.md.j2", title=title, intro=intro, sections=rendered)
     return text.rstrip("\n") + "\n"
