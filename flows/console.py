@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -139,9 +138,15 @@ def bullets(items: list[str], style: str = "", out: Console | None = None) -> No
     (out or console).print(grid)
 
 
-def _plain_table(first: str) -> Table:
+def _plain_table(first: str, titles: list[str], rows: list[list[str]], bold_first=False) -> Table:
+    """A table of short numbers, each under its title (``rows`` may wrap), after a first
+    column of labels; ``bold_first``: the first row in bold."""
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True, show_edge=False)
     table.add_column(first, overflow="fold")
+    for title in titles:
+        table.add_column(title, justify="right", no_wrap=title != "rows")
+    for i, cells in enumerate(rows):
+        table.add_row(*cells, style="bold" if bold_first and i == 0 else None)
     return table
 
 
@@ -149,14 +154,10 @@ def headline_table(verdict) -> Table:
     """One line per model of the :class:`~fairpca.tasks.report.Verdict` on the test rows
     (point estimates): the chosen candidate, the baselines and the reference mitigations
     (``*``: needs the sensitive attribute to predict)."""
-    table = _plain_table("test rows")
-    for name in verdict.columns:
-        table.add_column(METRIC_LABELS[name][2], justify="right", no_wrap=True)
-    for i, row in enumerate(verdict.rows):
-        cells = [row.estimates[name].text for name in verdict.columns]
-        table.add_row(escape(row.short + "*" * row.sensitive), *cells,
-                      style="bold" if i == 0 else None)  # fmt: skip
-    return table
+    rows = [[escape(row.short + "*" * row.sensitive), *(row.estimates[m].text for m in
+             verdict.columns)] for row in verdict.rows]  # fmt: skip
+    titles = [METRIC_LABELS[name][2] for name in verdict.columns]
+    return _plain_table("test rows", titles, rows, bold_first=True)
 
 
 def _notes(verdict) -> str:
@@ -176,17 +177,16 @@ def group_table(verdict) -> Table | None:
     intersection's are in the report)."""
     if not verdict.groups:
         return None
-    table = _plain_table("group (chosen, test rows)")
-    table.add_column("rows", justify="right")
-    for rate in GROUP_RATES:
-        table.add_column(METRIC_LABELS[rate][0], justify="right", no_wrap=True)
-    for group in verdict.groups:
-        table.add_row(
-            escape(f"{group.attribute}: {group.group}"),
-            escape(str(group.rows)),
-            *(Estimate(group.rates[rate]).text for rate in GROUP_RATES),
-        )
-    return table
+    rows = [
+        [
+            escape(f"{g.attribute}: {g.group}"),
+            escape(str(g.rows)),
+            *(Estimate(r).text for r in g.rates.values()),
+        ]
+        for g in verdict.groups
+    ]
+    titles = ["rows", *(METRIC_LABELS[rate][0] for rate in GROUP_RATES)]
+    return _plain_table("group (chosen, test rows)", titles, rows)
 
 
 def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:
@@ -213,14 +213,8 @@ def decision_line(result, before: str | None) -> str:
     return f"Decision: [yellow]NOT promoted[/yellow], {registered}; {alias!r} {stays}."
 
 
-@dataclass
-class Output:
-    """What this command prints besides the verdict (``--verbose``)."""
-
-    verbose: bool = False
-
-
-OUTPUT = Output()
+# What this command prints besides the verdict (``--verbose``).
+OUTPUT = {"verbose": False}
 
 
 def show_logs(verbose: bool) -> None:
@@ -233,7 +227,7 @@ def show_logs(verbose: bool) -> None:
     (``Downloading artifacts: 100%`` as a champion is loaded) follow the same rule: MLflow
     reads the variable at each download.
     """
-    OUTPUT.verbose = verbose
+    OUTPUT["verbose"] = verbose
     level = "INFO" if verbose else "WARNING"
     os.environ["PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"] = level
     os.environ["MLFLOW_LOGGING_LEVEL"] = level
@@ -267,9 +261,8 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
-    verbose = OUTPUT.verbose if verbose is None else verbose
-    promotion = getattr(result, "promotion", None)
-    before = before or (promotion.champion_version if promotion is not None else None)
+    verbose = OUTPUT["verbose"] if verbose is None else verbose
+    before = before or result.promotion.champion_version
     record, verdict = result.record, build_verdict(result.record, result.promotion)
     console.print(decision_line(result, before))
     console.print(escape(verdict.why) + ".")
@@ -289,8 +282,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     if result.screening:
         console.print("Column screening:")
         bullets(_screening_rows(result.screening))
-    warnings = list(verdict.warnings)
-    if warnings:
+    if warnings := list(verdict.warnings):
         shown = warnings if verbose else warnings[:1]
         more = len(warnings) - len(shown)
         console.print(f"[yellow]Warnings ({len(warnings)}):[/yellow]")
