@@ -303,7 +303,8 @@ class VerdictRow:
     short: str = ""
     sensitive: bool = False
     approach: str = ""
-    test: dict[str, Any] = field(default_factory=dict)  # every test measure of the model
+    test: dict[str, Any] = field(default_factory=dict)  # every measure on the test rows
+    validation: dict[str, Any] = field(default_factory=dict)  # and on the validation rows
 
     @property
     def heading(self) -> str:
@@ -414,21 +415,22 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     """The chosen candidate, the baselines and the reference mitigations."""
     selection = record.selection
 
-    def row(model, role, test, short, *reference):
-        return VerdictRow(model, role, {m: Estimate.of(test or {}, m) for m in columns}, short,
-                          *reference, test=test or {})  # fmt: skip
+    def row(model, role, measured, short, *reference):
+        test = measured.test or {}
+        return VerdictRow(model, role, {m: Estimate.of(test, m) for m in columns}, short,
+                          *reference, test=test, validation=measured.validation or {})  # fmt: skip
 
     rows = [row(selection.chosen.name, "chosen" if eligible else "best candidate, not eligible",
-                selection.test, "chosen" if eligible else "best, not eligible")]  # fmt: skip
+                selection, "chosen" if eligible else "best, not eligible")]  # fmt: skip
     if (pca := selection.baselines.pca) is not None:
-        rows.append(row(pca.name, "baseline: unconstrained PCA", pca.test, "unconstrained PCA"))
+        rows.append(row(pca.name, "baseline: unconstrained PCA", pca, "unconstrained PCA"))
     majority = selection.baselines.majority
-    rows.append(row(f"majority class ({majority.class_})", "baseline", majority.test,
+    rows.append(row(f"majority class ({majority.class_})", "baseline", majority,
                     "majority class"))  # fmt: skip
     for ref in record.references or []:
         needs = ", needs the sensitive attribute at prediction"
         role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
-        rows.append(row(ref.name, role, ref.test, ref.name, ref.needs_sensitive_at_prediction,
+        rows.append(row(ref.name, role, ref, ref.name, ref.needs_sensitive_at_prediction,
                         ref.approach))  # fmt: skip
     return tuple(rows)
 
@@ -788,15 +790,11 @@ def _facts(record) -> list[str]:
     return facts
 
 
-def _reported_frame(record) -> pd.DataFrame:
+def _reported_frame(record, verdict: Verdict) -> pd.DataFrame:
     """Chosen candidate beside the baselines, validation and test, with 95% intervals."""
-    selection = record.selection
-    rows = [("chosen: " + selection.chosen.name, selection)]
-    if selection.baselines.pca is not None:
-        rows.append(("unconstrained PCA: " + selection.baselines.pca.name, selection.baselines.pca))
-    rows.append(("majority class", selection.baselines.majority))
-    several = any(k.endswith(".intersection") for k in selection.test)
-    metrics = [k for k in selection.test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
+    test = record.selection.test
+    several = any(k.endswith(".intersection") for k in test)
+    metrics = [k for k in test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
     metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
     sizes = record.split_sizes
     shown = {
@@ -805,9 +803,10 @@ def _reported_frame(record) -> pd.DataFrame:
     }
     return pd.DataFrame(
         [
-            {"model": label, "rows": shown[part]}
-            | {m: str(Estimate.of(getattr(parts, part), m)) for m in metrics}
-            for label, parts in rows
+            {"model": row.heading, "rows": shown[part]}
+            | {m: str(Estimate.of(getattr(row, part), m)) for m in metrics}
+            for row in verdict.rows
+            if not row.approach  # the chosen candidate and the baselines
             for part in ("validation", "test")
         ]
     )
@@ -967,7 +966,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         ),
         (
             "Validation and test rows of the chosen candidate and the baselines",
-            _reported_frame(record),
+            _reported_frame(record, verdict),
         ),
         ("Data and setup", Bullets(_facts(record))),
         (
