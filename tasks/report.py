@@ -186,18 +186,16 @@ class Estimate:
         return self.text + (f" ({self.interval})" if self.interval else "")
 
 
-def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
+def gate_limits(thresholds: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
     """``({metric: largest allowed}, {metric: smallest allowed})`` of a gate policy.
 
-    ``thresholds`` is a mapping (or a pydantic model) of ``max_<metric>`` / ``min_<metric>``
-    names; a bare metric name is an upper limit. The short names ``max_dp`` / ``max_eo`` are
-    not used: ``max_dp_difference`` limits ``dp_difference``.
+    ``thresholds`` maps ``max_<metric>`` / ``min_<metric>`` names to limits (a policy's
+    :attr:`~fairpca.tasks.record.Policy.thresholds`); a bare metric name is an upper limit.
+    The short names ``max_dp`` / ``max_eo`` are not used: ``max_dp_difference`` limits
+    ``dp_difference``.
     """
-    values = thresholds.model_dump() if hasattr(thresholds, "model_dump") else dict(thresholds)
     upper, lower = {}, {}
-    for key, limit in values.items():
-        if limit is None:
-            continue
+    for key, limit in thresholds.items():
         if key.startswith("min_"):
             lower[key[4:]] = float(limit)
         else:
@@ -690,14 +688,15 @@ def _markdown_value(value: Any) -> str:
 
 
 def render_template(name: str, /, **context: Any) -> str:
-    """Render the template ``name``: HTML autoescaped; Markdown (``*.md.j2``) with every
-    printed string escaped as literal text (:func:`_markdown_value`)."""
+    """Render the template ``name``: HTML (``*.html.j2``) autoescaped; Markdown (``*.md.j2``)
+    with every printed string escaped as literal text (:func:`_markdown_value`); plain text
+    (``*.txt.j2``) as it is, for a renderer that escapes it."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
     markdown = name.endswith(".md.j2")
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
-        autoescape=not markdown,
+        autoescape=name.endswith(".html.j2"),
         finalize=_markdown_value if markdown else None,
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -763,31 +762,14 @@ def render_markdown(
 
 
 def _facts(record) -> list[str]:
-    """Data and setup facts (aggregates only), each a readable line."""
-    params, split = record.params, record.selection.split
-    facts = [
-        f"source: {record.provenance.definition.source}",
-        f"sensitive attribute(s): {', '.join(record.sensitive)}",
-        f"rows (train / validation / test): {split.n_train} / {split.n_validation} / "
-        f"{split.n_test}",
-        f"k: {record.k.note if record.k else params.get('k', '-')}",
-        f"variants: {params.get('variants', '-')}",
-        f"lambdas: {params.get('lambdas', '-')}",
-        f"classifiers: {params.get('classifiers', '-')}",
-        f"seed: {params.get('seed', '-')}",
-    ]
+    """Data and setup facts (aggregates only), each a readable line (template
+    ``templates/facts.txt.j2``)."""
+    params, n_train, svc_rows = record.params, record.selection.split.n_train, None
     if "rbf_svc" in params.get("classifiers", "").split(","):
         cap = params.get("svc_max_train_rows", "")
-        rows = min(int(cap), split.n_train) if cap.isdigit() and int(cap) else split.n_train
-        facts.append(f"RBF SVC training rows: {rows}")
-    if record.policy is not None:
-        facts.append(f"gate: {record.policy.description}")
-    facts += [
-        f"group sizes (all parts) of {attribute}: "
-        + ", ".join(f"{group} {n}" for group, n in groups.items())
-        for attribute, groups in record.selection.group_sizes.items()
-    ]
-    return facts
+        svc_rows = min(int(cap), n_train) if cap.isdigit() and int(cap) else n_train
+    text = render_template("facts.txt.j2", record=record, svc_rows=svc_rows)
+    return [line for line in text.splitlines() if line]
 
 
 def _reported_frame(record, verdict: Verdict) -> pd.DataFrame:
@@ -838,58 +820,27 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
 
 
 def parity_paragraph(record) -> str | None:
-    """Why fair PCA does not reach parity here and what would, with the numbers of
-    :func:`fairpca.tasks.record.parity_gap` and the post-processing reference (None when the
-    chosen model meets the gate)."""
-    gap = getattr(record, "parity_gap", None) or {}
-    scores = gap.get("scores") or {}
-    if not scores:
+    """Why fair PCA does not reach parity here and what would (template
+    ``templates/parity.txt.j2``), with the numbers of :func:`fairpca.tasks.record.parity_gap`
+    and the post-processing reference (None when the chosen model meets the gate)."""
+    gap = record.parity_gap or {}
+    if not (scores := gap.get("scores")):
         return None
-    low = min(scores.items(), key=lambda item: item[1]["sd"])
-    high = max(scores.items(), key=lambda item: item[1]["sd"])
-    means = [value["mean"] for value in scores.values()]
-    lines = [
-        "Fair PCA equalises the groups' means of the representation, not the spread of the "
-        f"classifier's scores: on the validation rows the standard deviation of the chosen "
-        f"model's score ranges from {low[1]['sd']:.2f} ({low[0]}) to {high[1]['sd']:.2f} "
-        f"({high[0]}), its mean from {min(means):.2f} to {max(means):.2f}. One threshold on "
-        "scores that spread unequally selects unequal shares of the groups."
-    ]
-    for variant, best in (gap.get("fair_pca_s") or {}).items():
-        where = " on the intersection's cells" if variant.endswith("intersection") else ""
-        numbers = ", ".join(
-            f"{METRIC_LABELS.get(m, (m,))[0]} {best[m]:.3f}" for m in best if m in METRIC_LABELS
-        )
-        closes = "closes the gap (meets the gate)" if best["meets_gate"] else (
-            "does not close the gap"
-        )  # fmt: skip
-        lines.append(
-            f"Fair PCA-S{where}, which also matches the groups' covariances (Sec. 3.6 of the "
-            f"paper): its best candidate {best['name']} ({numbers}, validation rows) {closes}."
-        )
-    if not gap.get("fair_pca_s"):
-        lines.append(
-            "Fair PCA-S (Sec. 3.6 of the paper), which also matches the groups' covariances, "
-            "was not searched: add fair_pca_s to --variants."
-        )
-    for reference in record.references or []:
-        test = reference.test or {}
-        if reference.needs_sensitive_at_prediction and "dp_difference" in test:
-            lines.append(
-                f"With the sensitive attribute at prediction, {reference.name} "
-                f"({reference.approach}: a threshold per group) reaches ΔDP "
-                f"{test['dp_difference']:.3f} at balanced accuracy "
-                f"{test.get('balanced_accuracy', math.nan):.3f} on the test rows."
-            )
-            break
-    return " ".join(lines)
+    by_spread = sorted(scores.items(), key=lambda item: item[1]["sd"])
+    reference = next((r for r in record.references or [] if r.needs_sensitive_at_prediction
+                      and "dp_difference" in (r.test or {})), None)  # fmt: skip
+    text = render_template(
+        "parity.txt.j2", low=by_spread[0], high=by_spread[-1], reference=reference,
+        means=[value["mean"] for value in scores.values()], fair_pca_s=gap.get("fair_pca_s") or {},
+    )  # fmt: skip
+    return " ".join(line for line in text.splitlines() if line)
 
 
 def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
     if not groups:
         return []
-    unjudged = set(getattr(record, "cells_not_judged", None) or [])
+    unjudged = set(record.cells_not_judged or [])
     frame = pd.DataFrame(
         [{"group": g.group, "rows": g.rows, **{METRIC_LABELS[r][0]: v for r, v in g.rates.items()},
           "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
