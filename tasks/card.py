@@ -37,13 +37,11 @@ def _metric_names(test: dict[str, float]) -> list[str]:
 
 def _group_sizes(record: AuditRecord) -> list[list[str]]:
     """(attribute, group, rows) of every group; below the minimum group size: suppressed."""
-    least, rows = record.min_group_size, []
-    for attribute, sizes in record.selection.group_sizes.items():
-        for group, size in sizes.items():
-            small = not isinstance(size, int) or (least is not None and size < least)
-            rows.append([attribute, group, Markup(f"suppressed (< {least})" if small and least
-                                                  else size)])  # fmt: skip
-    return rows
+    least = record.min_group_size
+    return [[attribute, group, Markup(size if not least or (isinstance(size, int) and size >= least)
+                                      else f"suppressed (< {least})")]
+            for attribute, sizes in record.selection.group_sizes.items()
+            for group, size in sizes.items()]  # fmt: skip
 
 
 def render_model_card(record: AuditRecord, promotion=None) -> str:

@@ -896,7 +896,13 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     decided afterwards, when there is one): the verdict first."""
     select_by = record.params.get("select_by", "balanced_accuracy")
     verdict, gap = build_verdict(record, promotion), parity_paragraph(record)
-    sections: list[tuple[str, Any]] = [
+    skipped = [f"{variant}: {why}" for variant, why in (record.skipped or {}).items()]
+    timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
+    notes = (
+        f"All numbers are aggregates; groups with fewer than {record.min_group_size} rows are "
+        "suppressed. No raw rows or per-person sensitive attributes are stored."
+    )
+    return [
         ("Verdict (test rows, never used for a choice; 95% intervals)", verdict),
         ("Why", Bullets([f"Gate: {verdict.gate}.", *verdict.reasons])),
         *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
@@ -924,26 +930,17 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
             "Diagnostics: does fairness carry over to held-out rows?",
             _diagnostics_frame(record.selection.diagnostics),
         ),
-    ]
-    if record.skipped:
-        items = [f"{variant}: {why}" for variant, why in record.skipped.items()]
-        sections.append(("Skipped variants (could not be fitted on this data)", Bullets(items)))
-    timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
-    sections.append(
+        *(
+            [("Skipped variants (could not be fitted on this data)", Bullets(skipped))]
+            if skipped
+            else []
+        ),
         (
             "Timings (seconds)",
             pd.DataFrame({"step": list(timings), "seconds": list(timings.values())}),
-        )
-    )
-    sections.append(
-        (
-            "Notes",
-            "All numbers are aggregates; groups with fewer than "
-            f"{record.min_group_size} rows are suppressed. No raw rows or per-person sensitive "
-            "attributes are stored.",
-        )
-    )
-    return sections
+        ),
+        ("Notes", notes),
+    ]
 
 
 def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
