@@ -52,17 +52,9 @@ def summary_caption(record) -> str:
     return f"{rows[:1].upper()}{rows[1:]}. {SUMMARY_CAPTION}"
 
 
-# (title, priority): the lowest priority is dropped first when the table does not fit.
-SUMMARY_COLUMNS = (
-    ("row", 6),
-    ("variant", 8),
-    ("λ", 7),
-    ("classifier", 5),
-    ("accuracy (95%)", 9),
-    ("ΔDP", 4),
-    ("ΔEO", 3),
-    ("%Var", 1),
-)
+# The candidates table's columns, and the order they are left out in while it does not fit.
+SUMMARY_COLUMNS = ("row", "variant", "λ", "classifier", "accuracy (95%)", "ΔDP", "ΔEO", "%Var")
+DROPPED_FIRST = ("%Var", "ΔEO", "ΔDP", "classifier", "row")  # then λ, variant, accuracy stay
 TEXT_COLUMNS = ("row", "variant", "λ", "classifier")
 
 
@@ -91,41 +83,27 @@ def _summary_cells(row: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def _table(result, titles: list[str], cells: list[dict[str, str]]) -> Table:
-    table = Table(
-        title=f"Fairness audit {result.run_name}",
-        box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-    )  # fmt: skip
+def summary_table(result, width: int | None = None) -> Table:
+    """The candidates table at ``width`` columns (default: the console's): columns wrap at
+    spaces and the lowest-priority ones are left out until the table fits (a column is at
+    least as wide as its longest word, so no word is ever cut)."""
+    cells = [_summary_cells(row) for row in result.summary]
+    longest = {title: max(len(word) for text in [title, *(c[title] for c in cells)]
+                          for word in text.split()) for title in SUMMARY_COLUMNS}  # fmt: skip
+    titles = list(SUMMARY_COLUMNS)
+    for dropped in DROPPED_FIRST:
+        if sum(longest[t] for t in titles) + 2 * (len(titles) - 1) <= (width or console.width):
+            break
+        titles.remove(dropped)
+    table = Table(title=f"Fairness audit {result.run_name}", box=box.SIMPLE_HEAD, pad_edge=False,
+                  collapse_padding=True)  # fmt: skip
     for title in titles:
-        # a cell wraps at its spaces; a word longer than its column never happens, as the
-        # column is at least as wide as its longest word (see summary_table)
         table.add_column(title, justify="left" if title in TEXT_COLUMNS else "right",
-                         overflow="fold", min_width=_longest_word(title, cells))  # fmt: skip
+                         overflow="fold", min_width=longest[title])  # fmt: skip
     for row, values in zip(result.summary, cells, strict=True):
         table.add_row(*(values[t] for t in titles),
                       style="bold" if row.get("role") == "chosen" else None)  # fmt: skip
     return table
-
-
-def _longest_word(title: str, cells: list[dict[str, str]]) -> int:
-    words = [w for text in [title, *(c[title] for c in cells)] for w in text.split()]
-    return max(len(w) for w in words)
-
-
-def summary_table(result, width: int | None = None) -> Table:
-    """The candidates table at ``width`` columns (default: the console's): columns wrap at
-    spaces and the lowest-priority ones are left out until the table fits."""
-    width = width or console.width
-    cells = [_summary_cells(row) for row in result.summary]
-    titles = [title for title, _ in SUMMARY_COLUMNS]
-    by_priority = sorted(SUMMARY_COLUMNS, key=lambda item: item[1])
-    while True:
-        table = _table(result, titles, cells)
-        needed = sum(_longest_word(t, cells) for t in titles) + 2 * (len(titles) - 1)
-        if needed <= width or len(titles) <= 3:
-            return table
-        dropped = next(title for title, _ in by_priority if title in titles)
-        titles.remove(dropped)
 
 
 def bullets(items: list[str], style: str = "", out: Console | None = None) -> None:
