@@ -101,26 +101,13 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
 DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
 
 
-def verdict_markdown(
-    record: AuditRecord,
-    promotion=None,
-    *,
-    heading: str | None = None,
-    limit: int = 10,
-    links: str | None = None,
-) -> str:
-    """The verdict in a few lines (template ``verdict.md.j2``): the decision and headline
-    numbers in one plain line, the chosen candidate, every model's test numbers with 95%
-    intervals, the chosen model's rates per named group, ``links`` (a line of Markdown),
-    then reasons and warnings (at most ``limit`` of each)."""
-    return _verdict_text(build_verdict(record, promotion), limit, links, heading=heading)
-
-
-def _verdict_text(verdict, limit: int, links: str | None, heading=None, compact=False) -> str:
-    return render_template(
-        "verdict.md.j2", v=verdict, limit=limit, links=links and Markup(links), heading=heading,
-        compact=compact,
-    ).rstrip("\n")  # fmt: skip
+def verdict_markdown(record: AuditRecord, promotion=None, *, heading: str | None = None) -> str:
+    """The verdict in a few lines (template ``verdict.md.j2``) under ``heading``: the
+    decision and headline numbers in one plain line, the chosen candidate, every model's test
+    numbers with 95% intervals, the chosen model's rates per named group, then reasons and
+    warnings (at most 10 of each; fewer where it would exceed
+    :data:`DESCRIPTION_MAX_CHARS`)."""
+    return _bounded(build_verdict(record, promotion), heading=heading)
 
 
 def run_description(record: AuditRecord, promotion=None) -> str:
@@ -167,12 +154,14 @@ def version_description(
     return _bounded(build_verdict(record, promotion), artifact_links(run_id, ui_url, experiment_id))
 
 
-def _bounded(verdict, links: str, compact: bool = False) -> str:
-    """The verdict (``compact``: with the compact table after its first line), ``links``
-    after its tables, with fewer reasons and warnings until it fits
+def _bounded(verdict, links: str | None = None, compact: bool = False, heading=None) -> str:
+    """The verdict (``compact``: with the compact table after its first line), ``links`` (a
+    line of Markdown) after its tables, with fewer reasons and warnings until it fits
     :data:`DESCRIPTION_MAX_CHARS`."""
     for limit in (10, 5, 2, 0):
-        text = _verdict_text(verdict, limit, links, compact=compact)
+        text = render_template("verdict.md.j2", v=verdict, limit=limit, heading=heading,
+                               links=links and Markup(links), compact=compact)  # fmt: skip
+        text = text.rstrip("\n")
         if len(text) <= DESCRIPTION_MAX_CHARS:
             return text
     return text[: DESCRIPTION_MAX_CHARS - 4] + "\n..."

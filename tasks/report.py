@@ -309,11 +309,6 @@ class VerdictRow:
         """The row's label in a table with a column per model: its name and its role."""
         return f"{self.model} ({self.role})"
 
-    @property
-    def title(self) -> str:
-        """The row's label in a description: a reference says it is one, and its approach."""
-        return f"reference: {self.short} ({self.approach})" if self.approach else self.short
-
 
 @dataclass(frozen=True)
 class GroupRow:
