@@ -106,14 +106,14 @@ def summary_table(result, width: int | None = None) -> Table:
     return table
 
 
-def bullets(items: list[str], style: str = "", out: Console | None = None) -> None:
+def bullets(items: list[str]) -> None:
     """One bullet per item; a long item wraps under its own text, never mid-word."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
     for item in items:
-        grid.add_row(f"  {style}-", escape(item))
-    (out or console).print(grid)
+        grid.add_row("  -", escape(item))
+    console.print(grid)
 
 
 def _plain_table(first: str, titles: list[str], rows: list[list[str]], bold_first=False) -> Table:

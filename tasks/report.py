@@ -207,15 +207,9 @@ def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
     """The measures of the verdict table: :data:`VERDICT_METRICS`, a gated measure outside
     them, and with several attributes the intersection's ΔDP and ΔEO (those measured)."""
     upper, lower = gate_limits(thresholds or {})
-    gated = [m for m in (*upper, *lower) if m in METRIC_LABELS and m not in VERDICT_METRICS]
-    columns = [m for m in (*VERDICT_METRICS, *gated) if m in test]
-    if any(key.endswith(".intersection") for key in test):
-        columns += [
-            f"{m}.intersection"
-            for m in ("dp_difference", "eo_difference")
-            if f"{m}.intersection" in test
-        ]
-    return columns
+    gated = [m for m in (*upper, *lower) if m in METRIC_LABELS]
+    intersection = ("dp_difference.intersection", "eo_difference.intersection")
+    return [m for m in dict.fromkeys((*VERDICT_METRICS, *gated, *intersection)) if m in test]
 
 
 def _split_group_metric(name: str) -> tuple[str, str, str] | None:
