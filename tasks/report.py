@@ -186,16 +186,20 @@ class Estimate:
         return self.text + (f" ({self.interval})" if self.interval else "")
 
 
-def gate_limits(thresholds: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
     """``({metric: largest allowed}, {metric: smallest allowed})`` of a gate policy.
 
-    ``thresholds`` maps ``max_<metric>`` / ``min_<metric>`` names to limits (a policy's
-    :attr:`~fairpca.tasks.record.Policy.thresholds`); a bare metric name is an upper limit.
-    The short names ``max_dp`` / ``max_eo`` are not used: ``max_dp_difference`` limits
-    ``dp_difference``.
+    ``thresholds`` is a mapping (a policy's :attr:`~fairpca.tasks.record.Policy.thresholds`)
+    or a pydantic model (the config's :class:`fairpca.flows.config.Thresholds`, whose unset
+    limits are None) of ``max_<metric>`` / ``min_<metric>`` names; a bare metric name is an
+    upper limit. The short names ``max_dp`` / ``max_eo`` are not used: ``max_dp_difference``
+    limits ``dp_difference``.
     """
+    values = thresholds.model_dump() if hasattr(thresholds, "model_dump") else thresholds
     upper, lower = {}, {}
-    for key, limit in thresholds.items():
+    for key, limit in values.items():
+        if limit is None:
+            continue
         if key.startswith("min_"):
             lower[key[4:]] = float(limit)
         else:
