@@ -43,7 +43,7 @@ from threadpoolctl import threadpool_limits
 from .data import search_sample, stratified_sample
 from .evaluate import gate_standard_errors, metrics_with_intervals
 from .select import Choice, GatePolicy, majority_accuracy_of, select_candidate
-from .sweep import DEFAULT_C_GRID, fit_classifier, make_classifier, paper_C
+from .sweep import DEFAULT_C_GRID, C_values, fit_classifier, make_classifier
 
 # ExponentiatedGradient's constraint bounds tried (the largest disparity it aims for on the
 # training rows) and its iteration cap: 50 logistic fits on 5,000 rows take a few seconds.
@@ -285,9 +285,7 @@ def fit_references(
         evaluation.min_group_size,
     )  # fmt: skip
     searched = ({"train": train, "validation": validation}, sample)
-    C_grid = sorted(
-        {paper_C(len(sample.y_train)) if c is None else float(c) for c in _C_grid(evaluation)}
-    )
+    C_grid = C_values(evaluation.logreg_C or DEFAULT_C_GRID, len(sample.y_train))
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -310,10 +308,6 @@ def fit_references(
             entry["seconds"] = time.perf_counter() - start
             out.append(entry)
     return out
-
-
-def _C_grid(evaluation) -> list[float | None]:
-    return list(getattr(evaluation, "logreg_C", None) or DEFAULT_C_GRID)
 
 
 def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> dict[str, float]:

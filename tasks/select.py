@@ -89,10 +89,7 @@ CRITERIA: dict[str, Criterion] = {
 # Demographic parity with the four-fifths rule: on Adult, equal opportunity on top of it is
 # met only by classifiers that hardly ever predict the positive class.
 DEFAULT_POLICY = "demographic_parity+four_fifths"
-# The fixed pair every audit used before gates were named (versions without a policy tag).
-LEGACY_POLICY = "demographic_parity+equal_opportunity"
 POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
-BOUNDS = ("upper_bound", "point")
 # Estimates by default: on 2,500 validation rows the upper 95% bound of a fair classifier's DP
 # difference at a 25% selection rate is ~0.07, so judged on it at 0.05 only classifiers that
 # rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
@@ -154,21 +151,10 @@ class GatePolicy:
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> GatePolicy:
-        """The policy a registered version was chosen under (its ``fairness.policy`` tag, or
-        the ``policy``, ``gate`` and ``threshold.*`` tags of earlier versions); a version from
-        before named policies had the legacy pair."""
-        if POLICY_TAG in tags:
-            value = json.loads(tags[POLICY_TAG])
-            thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
-            return cls(parse_policy(value["name"]), thresholds, value["bound"])
-        criteria = parse_policy(tags.get("policy", LEGACY_POLICY))
-        thresholds = {
-            key.removeprefix("threshold."): float(value)
-            for key, value in tags.items()
-            if key.startswith("threshold.")
-        }
-        bound = tags.get("policy.bound") or tags.get("fairness.gate") or "upper_bound"
-        return cls(criteria, thresholds, bound if bound in BOUNDS else "point")
+        """The policy a registered version was chosen under (its ``fairness.policy`` tag)."""
+        value = json.loads(tags[POLICY_TAG])
+        thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
+        return cls(parse_policy(value["name"]), thresholds, value["bound"])
 
     @property
     def name(self) -> str:
@@ -757,7 +743,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
         if reference.get("needs_sensitive_at_prediction")
         else "needs the sensitive attribute only at training, like Fair PCA"
     )
-    anyway = bool(getattr(selection, "promote_dominated", False))
+    anyway = selection.promote_dominated
     reason = (
         f"dominated: the reference {reference['name']} ({reference.get('approach', '')}) meets "
         f"the gate and beats {candidate_name(choice.chosen)} "
@@ -868,8 +854,8 @@ def choose(
     candidates = registrable(table, selection.allow_row_storing_models)
     chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
     chosen_by = chosen_by or f"the {len(y_validation)} validation rows"
-    factor = float(getattr(selection, "certify_factor", DEFAULT_CERTIFY_FACTOR))
-    uncertified = certification(chosen, GatePolicy.from_config(selection), factor)
+    policy = GatePolicy.from_config(selection)
+    uncertified = certification(chosen, policy, selection.certify_factor)
     if uncertified:  # first when it is what stops a promotion
         reason = (
             f"not enough data to certify the gate on {chosen_by}: "
@@ -891,7 +877,6 @@ def choose(
             "fewer than two groups of a sensitive attribute have min_group_size rows (for "
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
-    policy = GatePolicy.from_config(selection)
     notes.append(policy.ungated_note(chosen) or "")
     notes.append(policy.cells_note(chosen) or "")
     useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)

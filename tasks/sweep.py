@@ -86,6 +86,12 @@ def paper_C(n_train: int) -> float:
     return 1.0 / (2 * n_train * 0.01)
 
 
+def C_values(C_grid: Sequence[float | None], n_train: int) -> list[float]:
+    """The distinct C of a grid for ``n_train`` training rows, in order (None:
+    :func:`paper_C`)."""
+    return sorted({paper_C(n_train) if c is None else float(c) for c in C_grid})
+
+
 def make_classifier(name: str, n_train: int, seed: int, C: float | None = None):
     """Unfitted classifier ``name`` for ``n_train`` training rows.
 
@@ -740,8 +746,7 @@ def _screening_classifiers(C_grid: Sequence[float | None], n_train: int, scoring
     def fitter(strength: float):
         return lambda F, y: fit_screening_classifier(F, y, strength, scoring)
 
-    strengths = {paper_C(n_train) if c is None else float(c) for c in C_grid}
-    return {f"logreg_tuned@C={c:g}": fitter(c) for c in sorted(strengths)}
+    return {f"logreg_tuned@C={c:g}": fitter(c) for c in C_values(C_grid, n_train)}
 
 
 def search_representation(
