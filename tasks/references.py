@@ -41,7 +41,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from .data import search_sample, stratified_sample
-from .evaluate import gate_standard_errors, metrics_with_intervals
+from .evaluate import gated_metrics, metric_options
 from .select import Choice, GatePolicy, majority_accuracy_of, select_candidate
 from .sweep import DEFAULT_C_GRID, C_values, fit_classifier, make_classifier
 
@@ -207,28 +207,32 @@ def _describe(config: dict) -> str:
     return ", ".join(f"{key}={value:g}" for key, value in config.items())
 
 
-class _Measured:
-    """Each configuration's validation row (for the choice) and its predictor."""
+def _measured(predict, part: str, parts, evaluation, seed: int) -> dict[str, float]:
+    """A configuration's row on the rows ``part`` of ``parts`` (an ``(encoded, split)``
+    pair): its metrics with intervals and standard errors (the finite ones)."""
+    encoded, split = parts
+    sensitive = getattr(split, f"s_{part}")
+    y_pred = np.asarray(predict(encoded[part], sensitive)).astype(np.int64)
+    metrics = gated_metrics(
+        getattr(split, f"y_{part}"), y_pred, sensitive, metric_options(evaluation, seed)
+    )
+    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
-    def __init__(self, encoded, split, evaluation, seed):
-        self.encoded, self.split, self.evaluation, self.seed = encoded, split, evaluation, seed
 
-    def row(self, predict, part: str) -> dict[str, float]:
-        y_pred = np.asarray(predict(self.encoded[part], getattr(self.split, f"s_{part}")))
-        return _evaluate(y_pred.astype(np.int64), part, self.split, self.evaluation, self.seed)
-
-
-def _base_C(encoded, split, evaluation, selection, seed, C_grid) -> float:
+def _base_C(parts, evaluation, selection, seed, C_grid) -> float:
     """The C of the candidates' own ``logreg_tuned`` on the raw encoded features, chosen on
-    the validation rows by the audit's rule: the estimator every reference starts from."""
-    measure = _Measured(encoded, split, evaluation, seed)
+    the validation rows by the audit's rule: the estimator every reference starts from
+    (``parts``: the ``(encoded, split)`` pair it is searched on)."""
+    encoded, split = parts
     rows = []
     for C in C_grid:
         classifier = fit_classifier(
             "logreg_tuned", encoded["train"], split.y_train, seed=seed, C=C,
             scoring=selection.select_by,
         )  # fmt: skip
-        validation = measure.row(lambda F, s, c=classifier: c.predict(F), "validation")
+        validation = _measured(
+            lambda F, s, c=classifier: c.predict(F), "validation", parts, evaluation, seed
+        )
         rows.append(
             {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C} | validation
         )
@@ -244,11 +248,11 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     its validation and test rows, those of the chosen candidate."""
     policy = GatePolicy.from_config(selection)
     objective, parity = selection.select_by, _parity(policy)
-    measure = _Measured(*searched, evaluation, seed)
     tried = []
     for config in _configurations(name, C_grid, C_base):
         predict = _fit(name, config, *searched, objective, parity, seed)
-        tried.append((config, predict, measure.row(predict, "validation")))
+        validation = _measured(predict, "validation", searched, evaluation, seed)
+        tried.append((config, predict, validation))
     majority = majority_accuracy_of(searched[1].y_train, searched[1].y_validation)
     table = pd.DataFrame(
         [
@@ -260,14 +264,14 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     config, predict, validation = tried[int(best["index"])]
     if final[1] is not searched[1]:
         predict = _fit(name, config, *final, objective, parity, seed)
-        validation = _Measured(*final, evaluation, seed).row(predict, "validation")
+        validation = _measured(predict, "validation", final, evaluation, seed)
     rows = len(final[1].y_train)
     if rows > CAPPED_FIT_ROWS and name in CAPPED:
         config = {**config, CAPPED[name]: CAPPED_FIT_ROWS}
     return {
         "config": f"{_describe(config)} ({len(tried)} tried on the validation rows)",
         "validation": validation,
-        "test": _Measured(*final, evaluation, seed).row(predict, "test"),
+        "test": _measured(predict, "test", final, evaluation, seed),
     }
 
 
@@ -291,7 +295,7 @@ def fit_references(
         warnings.simplefilter("ignore", ConvergenceWarning)
         # fairlearn's own pandas idiom, deprecated in pandas; harmless here
         warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
-        C_base = _base_C(*searched, evaluation, selection, seed, C_grid)
+        C_base = _base_C(searched, evaluation, selection, seed, C_grid)
         for name, (approach, needs_sensitive) in REFERENCES.items():
             entry = {
                 "name": name,
@@ -308,23 +312,6 @@ def fit_references(
             entry["seconds"] = time.perf_counter() - start
             out.append(entry)
     return out
-
-
-def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> dict[str, float]:
-    y_true, sensitive = getattr(split, f"y_{part}"), getattr(split, f"s_{part}")
-    metrics = metrics_with_intervals(
-        y_true,
-        y_pred,
-        sensitive,
-        min_group_size=evaluation.min_group_size,
-        allow_small_groups=evaluation.allow_small_groups,
-        n_resamples=evaluation.n_bootstrap,
-        seed=seed,
-    )
-    metrics |= gate_standard_errors(
-        y_true, y_pred, sensitive, min_group_size=evaluation.min_group_size
-    )
-    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
 
 class _EncodedParts(dict):
@@ -423,13 +410,3 @@ def with_better_references(
         rows,
     )
     return dataclasses.replace(choice, decision=choice.decision.adding(*sentences))
-
-
-def sensitive_at_prediction_note(references: list[dict[str, Any]]) -> str:
-    """Which approaches need the sensitive attribute when they predict."""
-    need = [r["name"] for r in references if r["needs_sensitive_at_prediction"]]
-    free = [r["name"] for r in references if not r["needs_sensitive_at_prediction"]]
-    return (
-        f"{' and '.join(need) or 'none'} need the sensitive attribute at prediction time; "
-        f"{' and '.join(['Fair PCA', *free])} need it only for training"
-    )

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .evaluate import CELL_ROWS, majority_class
+from .evaluate import CELL_ROWS, extreme_pair, majority_class
 
 
 @dataclass(frozen=True)
@@ -98,19 +98,6 @@ INTERSECTION = ".intersection"
 # A cell of the intersection is judged where this many standard errors of its selection rate
 # (a 95% half-width) fit in the policy's band (:meth:`GatePolicy.judged_cells`).
 RESOLVE_Z = 1.959964
-
-
-def _extremes(rates: np.ndarray, clipped: np.ndarray, rows: np.ndarray, ratio: bool) -> tuple:
-    """The spread (``max - min``) or ratio (``min / max``) of ``rates`` and its standard error
-    from the two extreme cells (:func:`fairpca.tasks.evaluate._pair_se`'s approximation on
-    the ``clipped`` rates; ties: the smaller cell; all equal: two distinct cells)."""
-    low = int(np.lexsort((rows, rates))[0])
-    high = next(int(i) for i in np.lexsort((rows, -rates)) if i != low)
-    p, n = clipped[[low, high]], rows[[low, high]]
-    if ratio:
-        value = float(rates[low] / rates[high]) if rates[high] > 0 else math.nan
-        return value, (value * float(np.sqrt(np.sum((1 - p) / (n * p))))) if value else 0.0
-    return float(rates[high] - rates[low]), float(np.sqrt(np.sum(p * (1 - p) / n)))
 
 
 def parse_policy(name: str) -> tuple[str, ...]:
@@ -244,8 +231,7 @@ class GatePolicy:
             if keep.sum() < 2:
                 return math.nan, math.nan
             clipped = np.clip(values[keep], 0.5 / n[keep], 1 - 0.5 / n[keep])
-            value, error = _extremes(values[keep], clipped, n[keep], ratio)
-            return value, error
+            return extreme_pair(values[keep], n[keep], ratio=ratio, clipped=clipped)
 
         if metric in ("dp_difference", "selection_rate_ratio"):
             return pair("selection_rate", rows, ratio=metric == "selection_rate_ratio")
@@ -262,29 +248,35 @@ class GatePolicy:
         judged = self._judged(metrics, criterion.metric) if scope and point else None
         return criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
 
+    def _gated(self, metrics: Mapping[str, Any]):
+        """``(criterion, limit, scope, value)`` of every measure the policy gates, for the
+        worst attribute and, with several, their intersection (:meth:`_bound`); the value of
+        an undefined intersection (too few large groups) is NaN: ungated."""
+        for key in self.criteria:
+            criterion = CRITERIA[key]
+            limit = self.thresholds[criterion.threshold]
+            for scope in self._scopes(metrics):
+                yield criterion, limit, scope, self._bound(criterion, metrics, scope)
+
     def failures(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why ``metrics`` fail the policy (empty: they pass). An undefined worst-attribute
         value fails; an undefined intersection (groups too small) is not gated."""
         failures = []
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
+        for criterion, limit, scope, value in self._gated(metrics):
+            if (scope and math.isnan(value)) or criterion.meets(value, limit):
+                continue  # met, or too few large intersection groups: reported as ungated
+            where = " of the intersection" if scope else ""
+            if math.isnan(value):
+                failures.append(
+                    f"{criterion.label}{where} is undefined (fewer than two groups large "
+                    "enough to compare)"
+                )
+                continue
             bounded = self.bound == "upper_bound" and not criterion.point_rule
-            label = f" (95% {'lower' if criterion.larger_is_fairer else 'upper'} bound)"
-            label = label if bounded else ""
-            for scope in self._scopes(metrics):
-                value = self._bound(criterion, metrics, scope)
-                if scope and math.isnan(value):
-                    continue  # too few large intersection groups: reported as ungated
-                if not criterion.meets(value, limit):
-                    sign = "< min" if criterion.larger_is_fairer else "> max"
-                    where = " of the intersection" if scope else ""
-                    failures.append(
-                        f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}"
-                        if not math.isnan(value)
-                        else f"{criterion.label}{where} is undefined (fewer than two groups "
-                        "large enough to compare)"
-                    )
+            side = "lower" if criterion.larger_is_fairer else "upper"
+            label = f" (95% {side} bound)" if bounded else ""
+            sign = "< min" if criterion.larger_is_fairer else "> max"
+            failures.append(f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}")
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
@@ -296,25 +288,18 @@ class GatePolicy:
 
     def violation(self, metrics: Mapping[str, Any]) -> float:
         """Total excess over the thresholds (0 when the policy is met); ranks candidates."""
-        total = 0.0
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
-            for scope in self._scopes(metrics):
-                value = self._bound(criterion, metrics, scope)
-                if not (scope and math.isnan(value)):
-                    total += criterion.excess(value, limit)
-        return total
+        return sum(
+            criterion.excess(value, limit)
+            for criterion, limit, scope, value in self._gated(metrics)
+            if not (scope and math.isnan(value))
+        )
 
     def ungated_note(self, metrics: Mapping[str, Any]) -> str | None:
         """A sentence when several attributes are audited but the intersection is ungated."""
-        scopes = self._scopes(metrics)
-        if INTERSECTION not in scopes:
-            return None
         undefined = [
-            CRITERIA[key].label
-            for key in self.criteria
-            if math.isnan(self._bound(CRITERIA[key], metrics, INTERSECTION))
+            criterion.label
+            for criterion, _, scope, value in self._gated(metrics)
+            if scope and math.isnan(value)
         ]
         if not undefined:
             return None
@@ -535,20 +520,6 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
     return policy.failures(row)
 
 
-def _no_eligible(
-    records, majority_accuracy, selection, reasons, useful=None
-) -> tuple[dict[str, Any], Decision]:
-    """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
-    best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
-    why = "; ".join(ineligibility(best, majority_accuracy, selection, useful))
-    reasons.append(
-        f"no candidate is eligible, so nothing is registered or promoted; the best by "
-        f"balanced accuracy, {candidate_name(best)}, is shown for information only (not "
-        f"eligible: {why})"
-    )
-    return best, Decision(False, tuple(reasons))
-
-
 # A measure judged on its point estimate must clear its limit by at least this many standard
 # errors: nearer, drawing the rows again (another seed) flips the verdict about one time in six.
 STABLE_Z = 1.0
@@ -653,7 +624,8 @@ def select_candidate(
         measure = selection.select_by
         stable = [r for r in passing if not unstable_margins(r, policy)]
         best = max(stable or passing, key=lambda r: _selection_key(r, measure))
-        unconstrained = "unconstrained PCA (no fairness constraint) " if _is_pca(best) else ""
+        pca = best.get("variant") == "pca"
+        unconstrained = "unconstrained PCA (no fairness constraint) " if pca else ""
         reason = (
             f"{unconstrained}{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
             f"{len(stable or passing)} of {len(records)} candidates that are eligible (useful "
@@ -665,7 +637,7 @@ def select_candidate(
             needed = (
                 "no fairness constraint was needed: unconstrained PCA meets the gate with "
                 "margin and is the best eligible candidate; "
-                if _is_pca(best)
+                if pca
                 else ""
             )
             return best, Decision(True, (f"{needed}{reason}, {margin}",)), True
@@ -685,19 +657,21 @@ def select_candidate(
             f"enough to register (the best of them, {candidate_name(closest)}: {why}); "
             "nothing is promoted",
         )
-    if not eligible:
-        shown, decision = _no_eligible(records, majority_accuracy, selection, reasons, best)
-        return shown, decision, False
+    if not eligible:  # the best by balanced accuracy is shown, nothing registered
+        shown = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
+        why = "; ".join(ineligibility(shown, majority_accuracy, selection, best))
+        reasons.append(
+            f"no candidate is eligible, so nothing is registered or promoted; the best by "
+            f"balanced accuracy, {candidate_name(shown)}, is shown for information only (not "
+            f"eligible: {why})"
+        )
+        return shown, Decision(False, tuple(reasons)), False
     review = min(eligible, key=lambda r: (policy.violation(r), -_value(r, "accuracy")))
     reasons.append(
         f"least violating eligible candidate chosen for review: {candidate_name(review)}"
     )
     reasons += policy.failures(review)
     return review, Decision(False, tuple(reasons)), True
-
-
-def _is_pca(row: dict[str, Any]) -> bool:
-    return row.get("variant") == "pca"
 
 
 def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choice:
