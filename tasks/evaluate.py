@@ -160,6 +160,21 @@ def extreme_pair(rate: np.ndarray, rows: np.ndarray, *, ratio: bool, clipped=Non
     return (float(value[0]), float(error[0])) if single else (value, error)
 
 
+INTERSECTION = ".intersection"  # the suffix of a measure over the attributes' intersection
+
+
+def group_codes(sensitive: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Integer codes of each attribute's groups (a missing label is a group of its own) and,
+    with several attributes, of their intersection's cells (:data:`INTERSECTION`)."""
+    codes = {c: pd.factorize(sensitive[c], use_na_sentinel=False)[0] for c in sensitive.columns}
+    if len(codes) > 1:  # a cell: the combination of the attributes' codes
+        combined = np.zeros(len(sensitive), dtype=np.int64)
+        for attribute in list(codes.values()):
+            combined = combined * (int(attribute.max()) + 1) + attribute
+        codes[INTERSECTION] = pd.factorize(combined)[0]
+    return codes
+
+
 def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[float, float]]:
     """(estimate, standard error) of each gated measure over one grouping's groups of at
     least ``min_group_size`` rows (for the TPR: rows with label 1; FPR: label 0)."""
@@ -202,18 +217,12 @@ def gate_standard_errors(
     frame = pd.DataFrame(sensitive_features).astype(str).reset_index(drop=True)
     cells = _cell_rows(y_true, y_pred, sensitive_features, min_group_size)
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred, dtype=float)
-    groupings = {column: pd.factorize(frame[column], sort=True)[0] for column in frame.columns}
-    if frame.shape[1] > 1:  # a cell: the combination of the attributes' codes, in their order
-        combined = np.zeros(len(frame), dtype=np.int64)
-        for codes in list(groupings.values()):
-            combined = combined * (int(codes.max()) + 1) + codes
-        groupings[".intersection"] = pd.factorize(combined, sort=True)[0]
     out: dict[str, float] = {}
     worst: dict[str, tuple[float, float]] = {}
-    for name, codes in groupings.items():
+    for name, codes in group_codes(frame).items():
         for measure, value in _grouping_errors(y_true, y_pred, codes, min_group_size).items():
-            if name == ".intersection":
-                out[f"{measure}.se.intersection"] = value[1]
+            if name == INTERSECTION:
+                out[f"{measure}.se{INTERSECTION}"] = value[1]
                 continue
             lowest = measure == "selection_rate_ratio"
             best = worst.get(measure, (math.nan, math.nan))
@@ -325,9 +334,7 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
     estimator = copy.deepcopy(rep.estimator)
     if rep.supports_tradeoff:
         estimator.set_params(tradeoff=float(row["lambda"]))
-    fitted = sweeps[row["variant"]].classifiers
-    key = classifier_key(row)
-    classifier = fitted[key] if key in fitted else fitted[key[:2]]
+    classifier = sweeps[row["variant"]].classifiers[classifier_key(row)]
     return Pipeline(
         [("preprocess", preprocessor), ("represent", estimator), ("classify", classifier)]
     )

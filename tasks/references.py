@@ -27,7 +27,6 @@ They are recorded for comparison (``references`` of the audit record) and never 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import warnings
 from typing import Any
@@ -42,7 +41,13 @@ from threadpoolctl import threadpool_limits
 
 from .data import search_sample, stratified_sample
 from .evaluate import gated_metrics, metric_options
-from .select import Choice, GatePolicy, majority_accuracy_of, select_candidate
+from .select import (
+    Choice,
+    GatePolicy,
+    difference_interval,
+    majority_accuracy_of,
+    select_candidate,
+)
 from .sweep import DEFAULT_C_GRID, C_values, fit_classifier, make_classifier
 
 # ExponentiatedGradient's constraint bounds tried (the largest disparity it aims for on the
@@ -344,13 +349,7 @@ def _difference(mine: dict, theirs: dict, measure: str) -> str:
     """``+0.044 (95% interval [0.01, 0.08])``: the difference of two independently measured
     values, its interval from the two intervals' half-widths added in quadrature (the
     rows are the same, so this is conservative)."""
-    delta = theirs[measure] - mine[measure]
-    halves = [
-        (values.get(f"{measure}.ci95_high", values[measure]) - values.get(
-            f"{measure}.ci95_low", values[measure])) / 2
-        for values in (mine, theirs)
-    ]  # fmt: skip
-    half = math.hypot(*halves)
+    delta, half = difference_interval(mine, theirs, measure)
     return f"{delta:+.4f} (95% interval [{delta - half:+.4f}, {delta + half:+.4f}])"
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .evaluate import CELL_ROWS, extreme_pair, majority_class
+from .evaluate import CELL_ROWS, INTERSECTION, extreme_pair, majority_class
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,6 @@ POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
 # difference at a 25% selection rate is ~0.07, so judged on it at 0.05 only classifiers that
 # rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
 DEFAULT_BOUND = "point"
-INTERSECTION = ".intersection"
 # A cell of the intersection is judged where this many standard errors of its selection rate
 # (a 95% half-width) fit in the policy's band (:meth:`GatePolicy.judged_cells`).
 RESOLVE_Z = 1.959964
@@ -355,8 +354,9 @@ class Decision:
     def as_dict(self) -> dict[str, Any]:
         return {"promote": self.promote, "reasons": list(self.reasons)}
 
-    def adding(self, *reasons: str, promote: bool | None = None) -> Decision:
-        """This decision with more reasons (and, when given, another outcome)."""
+    def adding(self, *reasons: str | None, promote: bool | None = None) -> Decision:
+        """This decision with more reasons (empty or None: none; and, when given, another
+        outcome)."""
         outcome = self.promote if promote is None else promote
         return Decision(outcome, (*self.reasons, *(r for r in reasons if r)))
 
@@ -674,6 +674,17 @@ def select_candidate(
     return review, Decision(False, tuple(reasons)), True
 
 
+def difference_interval(mine: dict, theirs: dict, measure: str) -> tuple[float, float]:
+    """``theirs - mine`` of ``measure`` and its 95% half-width: the two intervals'
+    half-widths added in quadrature (the rows are the same, so this is conservative)."""
+    halves = [
+        (values.get(f"{measure}.ci95_high", values[measure])
+         - values.get(f"{measure}.ci95_low", values[measure])) / 2
+        for values in (mine, theirs)
+    ]  # fmt: skip
+    return theirs[measure] - mine[measure], math.hypot(*halves)
+
+
 def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choice:
     """``choice``, kept (not promoted) when a reference that meets the gate on the validation
     rows, and on the test rows wherever the chosen candidate meets it there, beats the chosen
@@ -683,8 +694,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
     margin), what it needs and by how much.
     ``selection.promote_dominated`` promotes anyway (and says so)."""
     measure = selection.select_by
-    mine = chosen_test.get(measure)
-    if not choice.decision.promote or mine is None:
+    if not choice.decision.promote or measure not in chosen_test:
         return choice
     margins = []
     for reference in references:
@@ -698,12 +708,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
             continue
         if choice.policy.failures(test) and not choice.policy.failures(chosen_test):
             continue
-        halves = [
-            (values.get(f"{measure}.ci95_high", values[measure])
-             - values.get(f"{measure}.ci95_low", values[measure])) / 2
-            for values in (chosen_test, test)
-        ]  # fmt: skip
-        delta, half = test[measure] - mine, math.hypot(*halves)
+        delta, half = difference_interval(chosen_test, test, measure)
         if delta - half > 0:
             margins.append((delta - half, delta, half, reference))
     if not margins:
@@ -795,10 +800,6 @@ def require_fair_variant(requested: list[str], skipped: dict[str, str], n_featur
         )
 
 
-def _undefined(table: pd.DataFrame, metric: str) -> bool:
-    return metric not in table or bool(table[metric].isna().all())
-
-
 @dataclass(frozen=True)
 class Choice:
     """What the validation rows decided: the chosen candidate and the gate's decision, its
@@ -844,15 +845,16 @@ def choose(
             f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
             "but not eligible for registration: their fitted state stores training rows"
         )
-    undefined = [m for m in ("dp_difference", "eo_difference") if _undefined(table, m)]
+    undefined = [
+        m for m in ("dp_difference", "eo_difference") if m not in table or table[m].isna().all()
+    ]
     if undefined:
         notes.append(
             f"{' and '.join(undefined)} undefined on the validation rows for every candidate: "
             "fewer than two groups of a sensitive attribute have min_group_size rows (for "
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
-    notes.append(policy.ungated_note(chosen) or "")
-    notes.append(policy.cells_note(chosen) or "")
+    notes += [policy.ungated_note(chosen), policy.cells_note(chosen)]  # None: no note
     useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),

@@ -43,6 +43,7 @@ from .evaluate import (
     classifier_metrics,
     extreme_pair,
     gated_metrics,
+    group_codes,
     held_out_metrics,
     metric_options,
     one_class_share,
@@ -221,12 +222,7 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     point-judged measure by :data:`~fairpca.tasks.select.STABLE_Z` standard errors, a
     bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
     with several, the intersection's cells of at least ``min_group_size`` rows."""
-    groupings = {column: pd.factorize(groups[column])[0] for column in groups.columns}
-    if len(groupings) > 1:  # a cell: the combination of the attributes' codes
-        combined = np.zeros(len(labels), dtype=np.int64)
-        for codes in groupings.values():
-            combined = combined * (int(codes.max()) + 2) + codes + 1
-        groupings[INTERSECTION] = pd.factorize(combined)[0]
+    groupings = group_codes(groups)
     attributes: dict[str, list] = {}
     scopes: dict[str, dict] = {"": {}}
     for name, codes in groupings.items():
