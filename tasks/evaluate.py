@@ -406,8 +406,6 @@ def evaluate_reported(
         return _finite(metrics_with_intervals(split.y_test, y_pred, split.s_test, **options))
 
     majority = majority_class(split.y_train)
-    constant_validation = np.full(len(split.y_validation), majority)
-    constant_test = np.full(len(split.y_test), majority)
     out: dict[str, Any] = {
         "chosen": {
             "validation": _validation_metrics(chosen),
@@ -415,8 +413,8 @@ def evaluate_reported(
         },
         "majority": {
             "class": majority,
-            "validation": {"accuracy": float(np.mean(split.y_validation == constant_validation))},
-            "test": on_test(constant_test),
+            "validation": {"accuracy": float(np.mean(split.y_validation == majority))},
+            "test": on_test(np.full(len(split.y_test), majority)),
         },
     }
     if pca_pipeline is not None:
