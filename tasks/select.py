@@ -365,15 +365,11 @@ class Decision:
         return Decision(self.promote if promote is None else promote, (reason, *self.reasons))
 
 
-def _given(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
 def candidate_name(row: dict[str, Any]) -> str:
-    """``variant/classifier@k=..,lambda=..`` (no lambda for standard PCA; no k in tables
-    written before k was searched)."""
-    parts = [f"k={int(row['k'])}"] if _given(row.get("k")) else []
-    if _given(row.get("lambda")):
+    """``variant/classifier@k=..,lambda=..`` (no lambda for standard PCA; no k for the
+    reference mitigations' rows, which have none)."""
+    parts = [f"k={int(row['k'])}"] if pd.notna(row.get("k")) else []
+    if pd.notna(row.get("lambda")):
         parts.append(f"lambda={row['lambda']:g}")
     suffix = f"@{','.join(parts)}" if parts else ""
     return f"{row['variant']}/{row['classifier']}{suffix}"
