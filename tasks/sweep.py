@@ -8,6 +8,7 @@ public :func:`fairpca.tasks.public.sweep_lambda` are entries over it."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -680,7 +681,6 @@ def search_representation(
     encoded_train: np.ndarray,
     encoded_validation: np.ndarray,
     split,
-    *,
     k_grid: Sequence[int],
     representation,
     evaluation,
@@ -728,26 +728,25 @@ def search_representation(
     return SearchResult(variant, fitted[int(best["k"])], C, points, seconds, lambdas)
 
 
-@task(name="search-representation", cache_policy=NO_CACHE, task_run_name="search-{variant}")
-def search_variant(
-    variant: str,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    k_grid: Sequence[int],
-    representation,
-    evaluation,
-    selection,
-    seed: int,
-) -> SearchResult:
-    """Prefect task around :func:`search_representation` (one BLAS thread: the variants'
-    searches run side by side)."""
-    with threadpool_limits(limits=1):
-        return search_representation(
-            variant, encoded_train, encoded_validation, split, k_grid=k_grid,
-            representation=representation, evaluation=evaluation, selection=selection,
-            seed=seed,
-        )  # fmt: skip
+def _one_blas_thread(function: Callable) -> Callable:
+    """``function`` run with one BLAS thread: the task runner runs the variants' stages side
+    by side."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with threadpool_limits(limits=1):
+            return function(*args, **kwargs)
+
+    return run
+
+
+# The Prefect task of :func:`search_representation` (one BLAS thread).
+search_variant = task(
+    _one_blas_thread(search_representation),
+    name="search-representation",
+    cache_policy=NO_CACHE,
+    task_run_name="search-{variant}",
+)
 
 
 # ---- many rows: the shortlist refitted on every training row, measured on every validation row --
