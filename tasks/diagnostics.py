@@ -134,9 +134,9 @@ def diagnose_representation(
     return out
 
 
-def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict | None:
+def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict:
     rows = table[(table["variant"] == variant) & (table["classifier"] == classifier)]
-    return None if rows.empty else rows.sort_values("lambda_index").iloc[0].to_dict()
+    return {} if rows.empty else rows.sort_values("lambda_index").iloc[0].to_dict()
 
 
 def mitigation_warnings(table: pd.DataFrame, per_variant: dict[str, dict]) -> list[str]:
@@ -149,9 +149,8 @@ def mitigation_warnings(table: pd.DataFrame, per_variant: dict[str, dict]) -> li
         if variant == "pca":
             continue
         metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
-        fair, pca = _lambda_zero(table, variant, classifier), _lambda_zero(table, "pca", classifier)
-        fair_value = (fair or {}).get(metric, float("nan"))
-        pca_value = (pca or {}).get(metric, float("nan"))
+        fair_value = _lambda_zero(table, variant, classifier).get(metric, float("nan"))
+        pca_value = _lambda_zero(table, "pca", classifier).get(metric, float("nan"))
         if np.isfinite(fair_value) and np.isfinite(pca_value) and not fair_value < pca_value:
             warnings.append(
                 f"mitigation did nothing: {variant} (lambda=0, {classifier}) has {metric} "

@@ -93,6 +93,27 @@ def metrics_with_intervals(
     return metrics
 
 
+def metric_options(evaluation, seed: int) -> dict[str, Any]:
+    """The keywords of :func:`metrics_with_intervals` that the config's ``evaluation``
+    section and the audit's ``seed`` give."""
+    return {
+        "min_group_size": evaluation.min_group_size,
+        "allow_small_groups": evaluation.allow_small_groups,
+        "n_resamples": evaluation.n_bootstrap,
+        "seed": seed,
+    }
+
+
+def gated_metrics(y_true, y_pred, sensitive_features, options: dict[str, Any]) -> dict[str, float]:
+    """:func:`metrics_with_intervals` (keywords ``options``: :func:`metric_options`) with the
+    gated measures' standard errors (:func:`gate_standard_errors`): what the gate and the
+    certification read of a candidate."""
+    metrics = metrics_with_intervals(y_true, y_pred, sensitive_features, **options)
+    return metrics | gate_standard_errors(
+        y_true, y_pred, sensitive_features, min_group_size=options["min_group_size"]
+    )
+
+
 # The gated measures whose standard errors :func:`gate_standard_errors` gives, with the rate
 # they compare and the rows that rate is taken over (``None``: every row of the group).
 GATED_RATES = {
@@ -108,21 +129,50 @@ def _rates(hits: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return (hits + 0.5) / (rows + 1.0)
 
 
-def _pair_se(rate: np.ndarray, rows: np.ndarray, *, ratio: bool) -> tuple[float, float]:
-    """``(estimate, standard error)`` of the spread (``max - min``) or the ratio (``min /
-    max``) of the groups' rates, from the two extreme groups (normal approximation; the
-    ratio's by the delta method on its logarithm)."""
-    if len(rate) < 2:
-        return math.nan, math.nan
-    # Two distinct groups even when the rates tie (all equal: argmin == argmax would count
-    # one group's variance twice); among tied groups the smaller one, the noisier.
-    low = int(np.lexsort((rows, rate))[0])
-    high = next(int(i) for i in np.lexsort((rows, -rate)) if i != low)
-    p, n = rate[[low, high]], rows[[low, high]]
-    if ratio:
-        value = float(p[0] / p[1])
-        return value, value * float(np.sqrt(np.sum((1 - p) / (n * p))))
-    return float(p[1] - p[0]), float(np.sqrt(np.sum(p * (1 - p) / n)))
+def extreme_pair(rate: np.ndarray, rows: np.ndarray, *, ratio: bool, clipped=None) -> tuple:
+    """The spread (``max - min``) or the ratio (``min / max``) of the groups' rates and its
+    standard error, from the two extreme groups (normal approximation; the ratio's by the
+    delta method on its logarithm; the error from the ``clipped`` rates when given).
+
+    ``rate`` is one rate per group, or groups x cuts (each column apart: floats become
+    arrays). Two distinct groups even when the rates tie (all equal: argmin == argmax would
+    count one group's variance twice); among tied groups the smaller one, the noisier.
+    """
+    single = np.ndim(rate) == 1
+    rate = np.asarray(rate, dtype=np.float64).reshape(len(rows), -1)
+    clipped = rate if clipped is None else np.asarray(clipped).reshape(rate.shape)
+    by_size = np.argsort(rows, kind="stable")
+    rate, clipped = rate[by_size], clipped[by_size]
+    rows = np.asarray(rows, dtype=np.float64)[by_size]
+    low, high = rate.argmin(axis=0), rate.argmax(axis=0)
+    high = np.where(high == low, np.where(low == 0, 1, 0), high)
+    cuts = np.arange(rate.shape[1])
+    p_low, p_high, n_low, n_high = clipped[low, cuts], clipped[high, cuts], rows[low], rows[high]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if ratio:
+            value = rate[low, cuts] / rate[high, cuts]
+            error = value * np.sqrt(
+                (1 - p_low) / (n_low * p_low) + (1 - p_high) / (n_high * p_high)
+            )
+        else:
+            value = rate[high, cuts] - rate[low, cuts]
+            error = np.sqrt(p_low * (1 - p_low) / n_low + p_high * (1 - p_high) / n_high)
+    return (float(value[0]), float(error[0])) if single else (value, error)
+
+
+INTERSECTION = ".intersection"  # the suffix of a measure over the attributes' intersection
+
+
+def group_codes(sensitive: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Integer codes of each attribute's groups (a missing label is a group of its own) and,
+    with several attributes, of their intersection's cells (:data:`INTERSECTION`)."""
+    codes = {c: pd.factorize(sensitive[c], use_na_sentinel=False)[0] for c in sensitive.columns}
+    if len(codes) > 1:  # a cell: the combination of the attributes' codes
+        combined = np.zeros(len(sensitive), dtype=np.int64)
+        for attribute in list(codes.values()):
+            combined = combined * (int(attribute.max()) + 1) + attribute
+        codes[INTERSECTION] = pd.factorize(combined)[0]
+    return codes
 
 
 def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[float, float]]:
@@ -137,14 +187,17 @@ def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[f
         keep = rows >= min_group_size
         return _rates(hits[keep], rows[keep]), rows[keep]
 
+    def pair(rate: np.ndarray, rows: np.ndarray, ratio: bool = False) -> tuple[float, float]:
+        return extreme_pair(rate, rows, ratio=ratio) if len(rate) >= 2 else (math.nan, math.nan)
+
     everyone = np.ones(len(codes), dtype=bool)
     selection, rows = rate_of(everyone)
-    out["dp_difference"] = _pair_se(selection, rows, ratio=False)
-    out["selection_rate_ratio"] = _pair_se(selection, rows, ratio=True)
+    out["dp_difference"] = pair(selection, rows)
+    out["selection_rate_ratio"] = pair(selection, rows, ratio=True)
     tpr, positives = rate_of(y_true == 1)
-    out["eo_difference"] = _pair_se(tpr, positives, ratio=False)
+    out["eo_difference"] = pair(tpr, positives)
     fpr, negatives = rate_of(y_true == 0)
-    odds = _pair_se(fpr, negatives, ratio=False)
+    odds = pair(fpr, negatives)
     out["equalized_odds_difference"] = max(out["eo_difference"], odds, key=lambda v: v[0])
     return out
 
@@ -164,18 +217,12 @@ def gate_standard_errors(
     frame = pd.DataFrame(sensitive_features).astype(str).reset_index(drop=True)
     cells = _cell_rows(y_true, y_pred, sensitive_features, min_group_size)
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred, dtype=float)
-    groupings = {column: pd.factorize(frame[column], sort=True)[0] for column in frame.columns}
-    if frame.shape[1] > 1:  # a cell: the combination of the attributes' codes, in their order
-        combined = np.zeros(len(frame), dtype=np.int64)
-        for codes in list(groupings.values()):
-            combined = combined * (int(codes.max()) + 1) + codes
-        groupings[".intersection"] = pd.factorize(combined, sort=True)[0]
     out: dict[str, float] = {}
     worst: dict[str, tuple[float, float]] = {}
-    for name, codes in groupings.items():
+    for name, codes in group_codes(frame).items():
         for measure, value in _grouping_errors(y_true, y_pred, codes, min_group_size).items():
-            if name == ".intersection":
-                out[f"{measure}.se.intersection"] = value[1]
+            if name == INTERSECTION:
+                out[f"{measure}.se{INTERSECTION}"] = value[1]
                 continue
             lowest = measure == "selection_rate_ratio"
             best = worst.get(measure, (math.nan, math.nan))
@@ -232,41 +279,13 @@ def shared_mmd_sigma(Z_train: np.ndarray, k: int, *, max_rows: int, seed: int) -
 LINEAR_PROBE_MAX_ROWS = 20_000
 
 
-def representation_metrics(
-    features_train: np.ndarray,
-    features_validation: np.ndarray,
-    s_train: pd.DataFrame,
-    s_validation: pd.DataFrame,
-    *,
-    fair_columns: int,
-    constraint_rows: np.ndarray | None,
-    sigma: float,
-    max_rows: int,
-    seed: int,
-) -> dict[str, Any]:
-    """MMD^2, linear inseparability and residual group-mean gaps of one representation.
-
-    ``fair_columns`` is the number of leading columns that fair PCA constrains (the fair
-    block ``X U``; with a trade-off the appended PCA block is not constrained).
-    ``constraint_rows`` selects the training rows the constraint was fitted on (the positive
-    rows for equal opportunity, Sec. 3.2); None means all. The group-mean gap is given on the
-    training rows (where the constraint holds by construction) and on the held-out
-    validation rows (whether it carries over).
-    """
-    gap = training_mean_gap(features_train, s_train, fair_columns, constraint_rows)
-    return held_out_metrics(
-        features_validation, s_validation, gap,
-        fair_columns=fair_columns, sigma=sigma, max_rows=max_rows, seed=seed,
-    )  # fmt: skip
-
-
 def training_mean_gap(
     features_train: np.ndarray, s_train: pd.DataFrame, fair_columns: int, constraint_rows
 ) -> float:
     """The residual group-mean gap of the fair block on the training rows the constraint was
-    fitted on (``constraint_rows``; None: all): the part of :func:`representation_metrics`
-    that reads the training features, so that they can be released before the held-out
-    rows are transformed."""
+    fitted on (``constraint_rows``; None: all; for equal opportunity the positive rows,
+    Sec. 3.2): the part of the representation metrics that reads the training features, so
+    that they can be released before the held-out rows are transformed."""
     rows = slice(None) if constraint_rows is None else constraint_rows
     s_fit = s_train.iloc[rows] if constraint_rows is not None else s_train
     return fm.group_mean_gap(features_train[rows, :fair_columns], s_fit)
@@ -276,8 +295,13 @@ def held_out_metrics(
     features_validation: np.ndarray, s_validation: pd.DataFrame, mean_gap_train: float, *,
     fair_columns: int, sigma: float, max_rows: int, seed: int,
 ) -> dict[str, Any]:  # fmt: skip
-    """:func:`representation_metrics` from the validation features and the training rows'
-    gap (:func:`training_mean_gap`)."""
+    """MMD^2, linear inseparability and residual group-mean gaps of one representation, from
+    the validation features and the training rows' gap (:func:`training_mean_gap`).
+
+    ``fair_columns`` is the number of leading columns that fair PCA constrains (the fair
+    block ``X U``; with a trade-off the appended PCA block is not constrained). The
+    group-mean gap is given on the training rows (where the constraint holds by
+    construction) and on the held-out validation rows (whether it carries over)."""
     no_label = np.zeros(len(s_validation), dtype=np.int64)
     probe = stratified_sample(no_label, s_validation, LINEAR_PROBE_MAX_ROWS, seed, floor=2)
     return {
@@ -310,9 +334,7 @@ def build_pipeline(preprocessor, representations, sweeps, row: dict[str, Any]) -
     estimator = copy.deepcopy(rep.estimator)
     if rep.supports_tradeoff:
         estimator.set_params(tradeoff=float(row["lambda"]))
-    fitted = sweeps[row["variant"]].classifiers
-    key = classifier_key(row)
-    classifier = fitted[key] if key in fitted else fitted[key[:2]]
+    classifier = sweeps[row["variant"]].classifiers[classifier_key(row)]
     return Pipeline(
         [("preprocess", preprocessor), ("represent", estimator), ("classify", classifier)]
     )
@@ -351,20 +373,6 @@ def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -
         )
 
 
-def metrics_on_test(y_pred: np.ndarray, split, evaluation, seed: int) -> dict[str, float]:
-    """Metrics with 95% intervals of fixed predictions on the test rows (``evaluation``: the
-    config's section of that name)."""
-    return metrics_with_intervals(
-        split.y_test,
-        y_pred,
-        split.s_test,
-        min_group_size=evaluation.min_group_size,
-        allow_small_groups=evaluation.allow_small_groups,
-        n_resamples=evaluation.n_bootstrap,
-        seed=seed,
-    )
-
-
 def _finite(metrics: dict[str, Any]) -> dict[str, float]:
     return {
         k: float(v)
@@ -392,32 +400,27 @@ def evaluate_reported(
     """Validation and test metrics of what the audit reports: the chosen candidate, the
     majority-class baseline and unconstrained PCA. Runs after the choice; only here are the
     test rows read."""
+    options = metric_options(evaluation, seed)
+
+    def on_test(y_pred: np.ndarray) -> dict[str, float]:
+        return _finite(metrics_with_intervals(split.y_test, y_pred, split.s_test, **options))
+
     majority = majority_class(split.y_train)
-    constant_validation = np.full(len(split.y_validation), majority)
-    constant_test = np.full(len(split.y_test), majority)
     out: dict[str, Any] = {
         "chosen": {
             "validation": _validation_metrics(chosen),
-            "test": _finite(
-                metrics_on_test(
-                    predict_by_blocks(chosen_pipeline, split.X_test), split, evaluation, seed
-                )
-            ),
+            "test": on_test(predict_by_blocks(chosen_pipeline, split.X_test)),
         },
         "majority": {
             "class": majority,
-            "validation": {"accuracy": float(np.mean(split.y_validation == constant_validation))},
-            "test": _finite(metrics_on_test(constant_test, split, evaluation, seed)),
+            "validation": {"accuracy": float(np.mean(split.y_validation == majority))},
+            "test": on_test(np.full(len(split.y_test), majority)),
         },
     }
     if pca_pipeline is not None:
         out["pca"] = {
             "validation": _validation_metrics(pca_row),
-            "test": _finite(
-                metrics_on_test(
-                    predict_by_blocks(pca_pipeline, split.X_test), split, evaluation, seed
-                )
-            ),
+            "test": on_test(predict_by_blocks(pca_pipeline, split.X_test)),
         }
     return out
 

@@ -27,7 +27,6 @@ They are recorded for comparison (``references`` of the audit record) and never 
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import warnings
 from typing import Any
@@ -41,9 +40,15 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from .data import search_sample, stratified_sample
-from .evaluate import gate_standard_errors, metrics_with_intervals
-from .select import Choice, GatePolicy, majority_accuracy_of, select_candidate
-from .sweep import DEFAULT_C_GRID, fit_classifier, make_classifier, paper_C
+from .evaluate import gated_metrics, metric_options
+from .select import (
+    Choice,
+    GatePolicy,
+    difference_interval,
+    majority_accuracy_of,
+    select_candidate,
+)
+from .sweep import DEFAULT_C_GRID, C_values, fit_classifier, make_classifier
 
 # ExponentiatedGradient's constraint bounds tried (the largest disparity it aims for on the
 # training rows) and its iteration cap: 50 logistic fits on 5,000 rows take a few seconds.
@@ -207,28 +212,32 @@ def _describe(config: dict) -> str:
     return ", ".join(f"{key}={value:g}" for key, value in config.items())
 
 
-class _Measured:
-    """Each configuration's validation row (for the choice) and its predictor."""
+def _measured(predict, part: str, parts, evaluation, seed: int) -> dict[str, float]:
+    """A configuration's row on the rows ``part`` of ``parts`` (an ``(encoded, split)``
+    pair): its metrics with intervals and standard errors (the finite ones)."""
+    encoded, split = parts
+    sensitive = getattr(split, f"s_{part}")
+    y_pred = np.asarray(predict(encoded[part], sensitive)).astype(np.int64)
+    metrics = gated_metrics(
+        getattr(split, f"y_{part}"), y_pred, sensitive, metric_options(evaluation, seed)
+    )
+    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
-    def __init__(self, encoded, split, evaluation, seed):
-        self.encoded, self.split, self.evaluation, self.seed = encoded, split, evaluation, seed
 
-    def row(self, predict, part: str) -> dict[str, float]:
-        y_pred = np.asarray(predict(self.encoded[part], getattr(self.split, f"s_{part}")))
-        return _evaluate(y_pred.astype(np.int64), part, self.split, self.evaluation, self.seed)
-
-
-def _base_C(encoded, split, evaluation, selection, seed, C_grid) -> float:
+def _base_C(parts, evaluation, selection, seed, C_grid) -> float:
     """The C of the candidates' own ``logreg_tuned`` on the raw encoded features, chosen on
-    the validation rows by the audit's rule: the estimator every reference starts from."""
-    measure = _Measured(encoded, split, evaluation, seed)
+    the validation rows by the audit's rule: the estimator every reference starts from
+    (``parts``: the ``(encoded, split)`` pair it is searched on)."""
+    encoded, split = parts
     rows = []
     for C in C_grid:
         classifier = fit_classifier(
             "logreg_tuned", encoded["train"], split.y_train, seed=seed, C=C,
             scoring=selection.select_by,
         )  # fmt: skip
-        validation = measure.row(lambda F, s, c=classifier: c.predict(F), "validation")
+        validation = _measured(
+            lambda F, s, c=classifier: c.predict(F), "validation", parts, evaluation, seed
+        )
         rows.append(
             {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C} | validation
         )
@@ -244,11 +253,11 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     its validation and test rows, those of the chosen candidate."""
     policy = GatePolicy.from_config(selection)
     objective, parity = selection.select_by, _parity(policy)
-    measure = _Measured(*searched, evaluation, seed)
     tried = []
     for config in _configurations(name, C_grid, C_base):
         predict = _fit(name, config, *searched, objective, parity, seed)
-        tried.append((config, predict, measure.row(predict, "validation")))
+        validation = _measured(predict, "validation", searched, evaluation, seed)
+        tried.append((config, predict, validation))
     majority = majority_accuracy_of(searched[1].y_train, searched[1].y_validation)
     table = pd.DataFrame(
         [
@@ -260,14 +269,14 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     config, predict, validation = tried[int(best["index"])]
     if final[1] is not searched[1]:
         predict = _fit(name, config, *final, objective, parity, seed)
-        validation = _Measured(*final, evaluation, seed).row(predict, "validation")
+        validation = _measured(predict, "validation", final, evaluation, seed)
     rows = len(final[1].y_train)
     if rows > CAPPED_FIT_ROWS and name in CAPPED:
         config = {**config, CAPPED[name]: CAPPED_FIT_ROWS}
     return {
         "config": f"{_describe(config)} ({len(tried)} tried on the validation rows)",
         "validation": validation,
-        "test": _Measured(*final, evaluation, seed).row(predict, "test"),
+        "test": _measured(predict, "test", final, evaluation, seed),
     }
 
 
@@ -285,15 +294,13 @@ def fit_references(
         evaluation.min_group_size,
     )  # fmt: skip
     searched = ({"train": train, "validation": validation}, sample)
-    C_grid = sorted(
-        {paper_C(len(sample.y_train)) if c is None else float(c) for c in _C_grid(evaluation)}
-    )
+    C_grid = C_values(evaluation.logreg_C or DEFAULT_C_GRID, len(sample.y_train))
     out = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         # fairlearn's own pandas idiom, deprecated in pandas; harmless here
         warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
-        C_base = _base_C(*searched, evaluation, selection, seed, C_grid)
+        C_base = _base_C(searched, evaluation, selection, seed, C_grid)
         for name, (approach, needs_sensitive) in REFERENCES.items():
             entry = {
                 "name": name,
@@ -310,27 +317,6 @@ def fit_references(
             entry["seconds"] = time.perf_counter() - start
             out.append(entry)
     return out
-
-
-def _C_grid(evaluation) -> list[float | None]:
-    return list(getattr(evaluation, "logreg_C", None) or DEFAULT_C_GRID)
-
-
-def _evaluate(y_pred: np.ndarray, part: str, split, evaluation, seed: int) -> dict[str, float]:
-    y_true, sensitive = getattr(split, f"y_{part}"), getattr(split, f"s_{part}")
-    metrics = metrics_with_intervals(
-        y_true,
-        y_pred,
-        sensitive,
-        min_group_size=evaluation.min_group_size,
-        allow_small_groups=evaluation.allow_small_groups,
-        n_resamples=evaluation.n_bootstrap,
-        seed=seed,
-    )
-    metrics |= gate_standard_errors(
-        y_true, y_pred, sensitive, min_group_size=evaluation.min_group_size
-    )
-    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
 
 class _EncodedParts(dict):
@@ -363,13 +349,7 @@ def _difference(mine: dict, theirs: dict, measure: str) -> str:
     """``+0.044 (95% interval [0.01, 0.08])``: the difference of two independently measured
     values, its interval from the two intervals' half-widths added in quadrature (the
     rows are the same, so this is conservative)."""
-    delta = theirs[measure] - mine[measure]
-    halves = [
-        (values.get(f"{measure}.ci95_high", values[measure]) - values.get(
-            f"{measure}.ci95_low", values[measure])) / 2
-        for values in (mine, theirs)
-    ]  # fmt: skip
-    half = math.hypot(*halves)
+    delta, half = difference_interval(mine, theirs, measure)
     return f"{delta:+.4f} (95% interval [{delta - half:+.4f}, {delta + half:+.4f}])"
 
 
@@ -429,13 +409,3 @@ def with_better_references(
         rows,
     )
     return dataclasses.replace(choice, decision=choice.decision.adding(*sentences))
-
-
-def sensitive_at_prediction_note(references: list[dict[str, Any]]) -> str:
-    """Which approaches need the sensitive attribute when they predict."""
-    need = [r["name"] for r in references if r["needs_sensitive_at_prediction"]]
-    free = [r["name"] for r in references if not r["needs_sensitive_at_prediction"]]
-    return (
-        f"{' and '.join(need) or 'none'} need the sensitive attribute at prediction time; "
-        f"{' and '.join(['Fair PCA', *free])} need it only for training"
-    )

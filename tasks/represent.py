@@ -178,22 +178,19 @@ def resolve_k(
             f"constraint(s), so at most k={k_max}; pass -k {k_max} or less."
         )
     largest = f"{k_max} = {n_features} columns - {constraints} constraints"
-    if requested is not None:
-        return {
-            "requested": requested,
-            "fitted": requested,
-            "grid": [requested],
-            "largest": k_max,
-            "note": f"k={requested} as given (the largest k the data allow is {largest})",
-        }
-    searched = k_grid(k_max, grid)
+    searched = [requested] if requested is not None else k_grid(k_max, grid)
+    note = (
+        f"k={requested} as given (the largest k the data allow is {largest})"
+        if requested is not None
+        else f"k not given: searching k in {searched} on the validation rows (the largest k "
+        f"the encoded training data allow is {largest})"
+    )
     return {
-        "requested": None,
+        "requested": requested,
         "fitted": searched[-1],
         "grid": searched,
         "largest": k_max,
-        "note": f"k not given: searching k in {searched} on the validation rows (the largest k "
-        f"the encoded training data allow is {largest})",
+        "note": note,
     }
 
 

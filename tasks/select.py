@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .evaluate import CELL_ROWS, majority_class
+from .evaluate import CELL_ROWS, INTERSECTION, extreme_pair, majority_class
 
 
 @dataclass(frozen=True)
@@ -89,31 +89,14 @@ CRITERIA: dict[str, Criterion] = {
 # Demographic parity with the four-fifths rule: on Adult, equal opportunity on top of it is
 # met only by classifiers that hardly ever predict the positive class.
 DEFAULT_POLICY = "demographic_parity+four_fifths"
-# The fixed pair every audit used before gates were named (versions without a policy tag).
-LEGACY_POLICY = "demographic_parity+equal_opportunity"
 POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
-BOUNDS = ("upper_bound", "point")
 # Estimates by default: on 2,500 validation rows the upper 95% bound of a fair classifier's DP
 # difference at a 25% selection rate is ~0.07, so judged on it at 0.05 only classifiers that
 # rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
 DEFAULT_BOUND = "point"
-INTERSECTION = ".intersection"
 # A cell of the intersection is judged where this many standard errors of its selection rate
 # (a 95% half-width) fit in the policy's band (:meth:`GatePolicy.judged_cells`).
 RESOLVE_Z = 1.959964
-
-
-def _extremes(rates: np.ndarray, clipped: np.ndarray, rows: np.ndarray, ratio: bool) -> tuple:
-    """The spread (``max - min``) or ratio (``min / max``) of ``rates`` and its standard error
-    from the two extreme cells (:func:`fairpca.tasks.evaluate._pair_se`'s approximation on
-    the ``clipped`` rates; ties: the smaller cell; all equal: two distinct cells)."""
-    low = int(np.lexsort((rows, rates))[0])
-    high = next(int(i) for i in np.lexsort((rows, -rates)) if i != low)
-    p, n = clipped[[low, high]], rows[[low, high]]
-    if ratio:
-        value = float(rates[low] / rates[high]) if rates[high] > 0 else math.nan
-        return value, (value * float(np.sqrt(np.sum((1 - p) / (n * p))))) if value else 0.0
-    return float(rates[high] - rates[low]), float(np.sqrt(np.sum(p * (1 - p) / n)))
 
 
 def parse_policy(name: str) -> tuple[str, ...]:
@@ -154,21 +137,10 @@ class GatePolicy:
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> GatePolicy:
-        """The policy a registered version was chosen under (its ``fairness.policy`` tag, or
-        the ``policy``, ``gate`` and ``threshold.*`` tags of earlier versions); a version from
-        before named policies had the legacy pair."""
-        if POLICY_TAG in tags:
-            value = json.loads(tags[POLICY_TAG])
-            thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
-            return cls(parse_policy(value["name"]), thresholds, value["bound"])
-        criteria = parse_policy(tags.get("policy", LEGACY_POLICY))
-        thresholds = {
-            key.removeprefix("threshold."): float(value)
-            for key, value in tags.items()
-            if key.startswith("threshold.")
-        }
-        bound = tags.get("policy.bound") or tags.get("fairness.gate") or "upper_bound"
-        return cls(criteria, thresholds, bound if bound in BOUNDS else "point")
+        """The policy a registered version was chosen under (its ``fairness.policy`` tag)."""
+        value = json.loads(tags[POLICY_TAG])
+        thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
+        return cls(parse_policy(value["name"]), thresholds, value["bound"])
 
     @property
     def name(self) -> str:
@@ -258,8 +230,7 @@ class GatePolicy:
             if keep.sum() < 2:
                 return math.nan, math.nan
             clipped = np.clip(values[keep], 0.5 / n[keep], 1 - 0.5 / n[keep])
-            value, error = _extremes(values[keep], clipped, n[keep], ratio)
-            return value, error
+            return extreme_pair(values[keep], n[keep], ratio=ratio, clipped=clipped)
 
         if metric in ("dp_difference", "selection_rate_ratio"):
             return pair("selection_rate", rows, ratio=metric == "selection_rate_ratio")
@@ -276,29 +247,35 @@ class GatePolicy:
         judged = self._judged(metrics, criterion.metric) if scope and point else None
         return criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
 
+    def _gated(self, metrics: Mapping[str, Any]):
+        """``(criterion, limit, scope, value)`` of every measure the policy gates, for the
+        worst attribute and, with several, their intersection (:meth:`_bound`); the value of
+        an undefined intersection (too few large groups) is NaN: ungated."""
+        for key in self.criteria:
+            criterion = CRITERIA[key]
+            limit = self.thresholds[criterion.threshold]
+            for scope in self._scopes(metrics):
+                yield criterion, limit, scope, self._bound(criterion, metrics, scope)
+
     def failures(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why ``metrics`` fail the policy (empty: they pass). An undefined worst-attribute
         value fails; an undefined intersection (groups too small) is not gated."""
         failures = []
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
+        for criterion, limit, scope, value in self._gated(metrics):
+            if (scope and math.isnan(value)) or criterion.meets(value, limit):
+                continue  # met, or too few large intersection groups: reported as ungated
+            where = " of the intersection" if scope else ""
+            if math.isnan(value):
+                failures.append(
+                    f"{criterion.label}{where} is undefined (fewer than two groups large "
+                    "enough to compare)"
+                )
+                continue
             bounded = self.bound == "upper_bound" and not criterion.point_rule
-            label = f" (95% {'lower' if criterion.larger_is_fairer else 'upper'} bound)"
-            label = label if bounded else ""
-            for scope in self._scopes(metrics):
-                value = self._bound(criterion, metrics, scope)
-                if scope and math.isnan(value):
-                    continue  # too few large intersection groups: reported as ungated
-                if not criterion.meets(value, limit):
-                    sign = "< min" if criterion.larger_is_fairer else "> max"
-                    where = " of the intersection" if scope else ""
-                    failures.append(
-                        f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}"
-                        if not math.isnan(value)
-                        else f"{criterion.label}{where} is undefined (fewer than two groups "
-                        "large enough to compare)"
-                    )
+            side = "lower" if criterion.larger_is_fairer else "upper"
+            label = f" (95% {side} bound)" if bounded else ""
+            sign = "< min" if criterion.larger_is_fairer else "> max"
+            failures.append(f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}")
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
@@ -310,25 +287,18 @@ class GatePolicy:
 
     def violation(self, metrics: Mapping[str, Any]) -> float:
         """Total excess over the thresholds (0 when the policy is met); ranks candidates."""
-        total = 0.0
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
-            for scope in self._scopes(metrics):
-                value = self._bound(criterion, metrics, scope)
-                if not (scope and math.isnan(value)):
-                    total += criterion.excess(value, limit)
-        return total
+        return sum(
+            criterion.excess(value, limit)
+            for criterion, limit, scope, value in self._gated(metrics)
+            if not (scope and math.isnan(value))
+        )
 
     def ungated_note(self, metrics: Mapping[str, Any]) -> str | None:
         """A sentence when several attributes are audited but the intersection is ungated."""
-        scopes = self._scopes(metrics)
-        if INTERSECTION not in scopes:
-            return None
         undefined = [
-            CRITERIA[key].label
-            for key in self.criteria
-            if math.isnan(self._bound(CRITERIA[key], metrics, INTERSECTION))
+            criterion.label
+            for criterion, _, scope, value in self._gated(metrics)
+            if scope and math.isnan(value)
         ]
         if not undefined:
             return None
@@ -384,8 +354,9 @@ class Decision:
     def as_dict(self) -> dict[str, Any]:
         return {"promote": self.promote, "reasons": list(self.reasons)}
 
-    def adding(self, *reasons: str, promote: bool | None = None) -> Decision:
-        """This decision with more reasons (and, when given, another outcome)."""
+    def adding(self, *reasons: str | None, promote: bool | None = None) -> Decision:
+        """This decision with more reasons (empty or None: none; and, when given, another
+        outcome)."""
         outcome = self.promote if promote is None else promote
         return Decision(outcome, (*self.reasons, *(r for r in reasons if r)))
 
@@ -394,15 +365,11 @@ class Decision:
         return Decision(self.promote if promote is None else promote, (reason, *self.reasons))
 
 
-def _given(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
 def candidate_name(row: dict[str, Any]) -> str:
-    """``variant/classifier@k=..,lambda=..`` (no lambda for standard PCA; no k in tables
-    written before k was searched)."""
-    parts = [f"k={int(row['k'])}"] if _given(row.get("k")) else []
-    if _given(row.get("lambda")):
+    """``variant/classifier@k=..,lambda=..`` (no lambda for standard PCA; no k for the
+    reference mitigations' rows, which have none)."""
+    parts = [f"k={int(row['k'])}"] if pd.notna(row.get("k")) else []
+    if pd.notna(row.get("lambda")):
         parts.append(f"lambda={row['lambda']:g}")
     suffix = f"@{','.join(parts)}" if parts else ""
     return f"{row['variant']}/{row['classifier']}{suffix}"
@@ -549,20 +516,6 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
     return policy.failures(row)
 
 
-def _no_eligible(
-    records, majority_accuracy, selection, reasons, useful=None
-) -> tuple[dict[str, Any], Decision]:
-    """No candidate is eligible: the best by balanced accuracy is shown, nothing registered."""
-    best = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
-    why = "; ".join(ineligibility(best, majority_accuracy, selection, useful))
-    reasons.append(
-        f"no candidate is eligible, so nothing is registered or promoted; the best by "
-        f"balanced accuracy, {candidate_name(best)}, is shown for information only (not "
-        f"eligible: {why})"
-    )
-    return best, Decision(False, tuple(reasons))
-
-
 # A measure judged on its point estimate must clear its limit by at least this many standard
 # errors: nearer, drawing the rows again (another seed) flips the verdict about one time in six.
 STABLE_Z = 1.0
@@ -667,7 +620,8 @@ def select_candidate(
         measure = selection.select_by
         stable = [r for r in passing if not unstable_margins(r, policy)]
         best = max(stable or passing, key=lambda r: _selection_key(r, measure))
-        unconstrained = "unconstrained PCA (no fairness constraint) " if _is_pca(best) else ""
+        pca = best.get("variant") == "pca"
+        unconstrained = "unconstrained PCA (no fairness constraint) " if pca else ""
         reason = (
             f"{unconstrained}{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
             f"{len(stable or passing)} of {len(records)} candidates that are eligible (useful "
@@ -679,7 +633,7 @@ def select_candidate(
             needed = (
                 "no fairness constraint was needed: unconstrained PCA meets the gate with "
                 "margin and is the best eligible candidate; "
-                if _is_pca(best)
+                if pca
                 else ""
             )
             return best, Decision(True, (f"{needed}{reason}, {margin}",)), True
@@ -699,9 +653,15 @@ def select_candidate(
             f"enough to register (the best of them, {candidate_name(closest)}: {why}); "
             "nothing is promoted",
         )
-    if not eligible:
-        shown, decision = _no_eligible(records, majority_accuracy, selection, reasons, best)
-        return shown, decision, False
+    if not eligible:  # the best by balanced accuracy is shown, nothing registered
+        shown = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
+        why = "; ".join(ineligibility(shown, majority_accuracy, selection, best))
+        reasons.append(
+            f"no candidate is eligible, so nothing is registered or promoted; the best by "
+            f"balanced accuracy, {candidate_name(shown)}, is shown for information only (not "
+            f"eligible: {why})"
+        )
+        return shown, Decision(False, tuple(reasons)), False
     review = min(eligible, key=lambda r: (policy.violation(r), -_value(r, "accuracy")))
     reasons.append(
         f"least violating eligible candidate chosen for review: {candidate_name(review)}"
@@ -710,8 +670,15 @@ def select_candidate(
     return review, Decision(False, tuple(reasons)), True
 
 
-def _is_pca(row: dict[str, Any]) -> bool:
-    return row.get("variant") == "pca"
+def difference_interval(mine: dict, theirs: dict, measure: str) -> tuple[float, float]:
+    """``theirs - mine`` of ``measure`` and its 95% half-width: the two intervals'
+    half-widths added in quadrature (the rows are the same, so this is conservative)."""
+    halves = [
+        (values.get(f"{measure}.ci95_high", values[measure])
+         - values.get(f"{measure}.ci95_low", values[measure])) / 2
+        for values in (mine, theirs)
+    ]  # fmt: skip
+    return theirs[measure] - mine[measure], math.hypot(*halves)
 
 
 def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choice:
@@ -723,8 +690,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
     margin), what it needs and by how much.
     ``selection.promote_dominated`` promotes anyway (and says so)."""
     measure = selection.select_by
-    mine = chosen_test.get(measure)
-    if not choice.decision.promote or mine is None:
+    if not choice.decision.promote or measure not in chosen_test:
         return choice
     margins = []
     for reference in references:
@@ -738,12 +704,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
             continue
         if choice.policy.failures(test) and not choice.policy.failures(chosen_test):
             continue
-        halves = [
-            (values.get(f"{measure}.ci95_high", values[measure])
-             - values.get(f"{measure}.ci95_low", values[measure])) / 2
-            for values in (chosen_test, test)
-        ]  # fmt: skip
-        delta, half = test[measure] - mine, math.hypot(*halves)
+        delta, half = difference_interval(chosen_test, test, measure)
         if delta - half > 0:
             margins.append((delta - half, delta, half, reference))
     if not margins:
@@ -757,7 +718,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
         if reference.get("needs_sensitive_at_prediction")
         else "needs the sensitive attribute only at training, like Fair PCA"
     )
-    anyway = bool(getattr(selection, "promote_dominated", False))
+    anyway = selection.promote_dominated
     reason = (
         f"dominated: the reference {reference['name']} ({reference.get('approach', '')}) meets "
         f"the gate and beats {candidate_name(choice.chosen)} "
@@ -835,10 +796,6 @@ def require_fair_variant(requested: list[str], skipped: dict[str, str], n_featur
         )
 
 
-def _undefined(table: pd.DataFrame, metric: str) -> bool:
-    return metric not in table or bool(table[metric].isna().all())
-
-
 @dataclass(frozen=True)
 class Choice:
     """What the validation rows decided: the chosen candidate and the gate's decision, its
@@ -868,8 +825,8 @@ def choose(
     candidates = registrable(table, selection.allow_row_storing_models)
     chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
     chosen_by = chosen_by or f"the {len(y_validation)} validation rows"
-    factor = float(getattr(selection, "certify_factor", DEFAULT_CERTIFY_FACTOR))
-    uncertified = certification(chosen, GatePolicy.from_config(selection), factor)
+    policy = GatePolicy.from_config(selection)
+    uncertified = certification(chosen, policy, selection.certify_factor)
     if uncertified:  # first when it is what stops a promotion
         reason = (
             f"not enough data to certify the gate on {chosen_by}: "
@@ -884,16 +841,16 @@ def choose(
             f"{len(table) - len(candidates)} candidates (RBF SVC, fair kernel PCA) were audited "
             "but not eligible for registration: their fitted state stores training rows"
         )
-    undefined = [m for m in ("dp_difference", "eo_difference") if _undefined(table, m)]
+    undefined = [
+        m for m in ("dp_difference", "eo_difference") if m not in table or table[m].isna().all()
+    ]
     if undefined:
         notes.append(
             f"{' and '.join(undefined)} undefined on the validation rows for every candidate: "
             "fewer than two groups of a sensitive attribute have min_group_size rows (for "
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
-    policy = GatePolicy.from_config(selection)
-    notes.append(policy.ungated_note(chosen) or "")
-    notes.append(policy.cells_note(chosen) or "")
+    notes += [policy.ungated_note(chosen), policy.cells_note(chosen)]  # None: no note
     useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),

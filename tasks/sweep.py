@@ -8,6 +8,7 @@ public :func:`fairpca.tasks.public.sweep_lambda` are entries over it."""
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import warnings
@@ -22,6 +23,7 @@ from prefect.artifacts import create_progress_artifact, update_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.frozen import FrozenEstimator
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import (
     FixedThresholdClassifier,
@@ -35,19 +37,23 @@ from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
 
-from .data import stratified_sample
+from .data import _strata, stratified_sample
 from .evaluate import (
+    GATED_RATES,
     classifier_key,
     classifier_metrics,
-    gate_standard_errors,
+    extreme_pair,
+    gated_metrics,
+    group_codes,
     held_out_metrics,
-    metrics_with_intervals,
+    metric_options,
     one_class_share,
     training_mean_gap,
 )
 from .represent import FittedRepresentation, fit_representation
 from .select import (
     CERTIFY_Z,
+    COMPARED,
     CRITERIA,
     INTERSECTION,
     MAX_ONE_CLASS_SHARE,
@@ -84,6 +90,12 @@ LINEAR_SVM_TOL = 1e-2
 def paper_C(n_train: int) -> float:
     """Appendix C.1's logistic-regression C for ``n_train`` rows: ``1 / (2 n 0.01)``."""
     return 1.0 / (2 * n_train * 0.01)
+
+
+def C_values(C_grid: Sequence[float | None], n_train: int) -> list[float]:
+    """The distinct C of a grid for ``n_train`` training rows, in order (None:
+    :func:`paper_C`)."""
+    return sorted({paper_C(n_train) if c is None else float(c) for c in C_grid})
 
 
 def make_classifier(name: str, n_train: int, seed: int, C: float | None = None):
@@ -165,28 +177,6 @@ class ThresholdGate:
         return ThresholdGate(self.policy, groups, self.min_group_size)
 
 
-def _extreme_pair(rate: np.ndarray, rows: np.ndarray, *, ratio: bool) -> tuple:
-    """:func:`fairpca.tasks.evaluate._pair_se` at every cut at once: ``rate`` is groups x
-    cuts; the two extreme groups of each cut (ties: the smaller group; all equal: two
-    distinct groups), the spread or ratio of their rates and its standard error."""
-    by_size = np.argsort(rows, kind="stable")
-    rate, rows = rate[by_size], rows[by_size].astype(np.float64)
-    low, high = rate.argmin(axis=0), rate.argmax(axis=0)
-    high = np.where(high == low, np.where(low == 0, 1, 0), high)
-    cuts = np.arange(rate.shape[1])
-    p_low, p_high, n_low, n_high = rate[low, cuts], rate[high, cuts], rows[low], rows[high]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if ratio:
-            value = p_low / p_high
-            error = value * np.sqrt(
-                (1 - p_low) / (n_low * p_low) + (1 - p_high) / (n_high * p_high)
-            )
-        else:
-            value = p_high - p_low
-            error = np.sqrt(p_low * (1 - p_low) / n_low + p_high * (1 - p_high) / n_high)
-    return value, error
-
-
 def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int) -> dict:
     """``{measure: (value, standard error)}`` of each gated measure over one grouping at every
     cut (predicting 1 for the first ``i + 1`` rows of ``labels``), from the cumulative
@@ -203,14 +193,14 @@ def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int
     out = {}
     selection, rows = rates(np.ones(len(labels), dtype=bool))
     if len(rows) >= 2:
-        out["dp_difference"] = _extreme_pair(selection, rows, ratio=False)
-        out["selection_rate_ratio"] = _extreme_pair(selection, rows, ratio=True)
+        out["dp_difference"] = extreme_pair(selection, rows, ratio=False)
+        out["selection_rate_ratio"] = extreme_pair(selection, rows, ratio=True)
     tpr, positives = rates(labels == 1)
     fpr, negatives = rates(labels == 0)
     if len(positives) >= 2:
-        out["eo_difference"] = _extreme_pair(tpr, positives, ratio=False)
+        out["eo_difference"] = extreme_pair(tpr, positives, ratio=False)
         if len(negatives) >= 2:
-            odds = _extreme_pair(fpr, negatives, ratio=False)
+            odds = extreme_pair(fpr, negatives, ratio=False)
             larger = odds[0] > out["eo_difference"][0]
             out["equalized_odds_difference"] = tuple(
                 np.where(larger, a, b) for a, b in zip(odds, out["eo_difference"], strict=True)
@@ -233,12 +223,7 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     point-judged measure by :data:`~fairpca.tasks.select.STABLE_Z` standard errors, a
     bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
     with several, the intersection's cells of at least ``min_group_size`` rows."""
-    groupings = {column: pd.factorize(groups[column])[0] for column in groups.columns}
-    if len(groupings) > 1:  # a cell: the combination of the attributes' codes
-        combined = np.zeros(len(labels), dtype=np.int64)
-        for codes in groupings.values():
-            combined = combined * (int(codes.max()) + 2) + codes + 1
-        groupings[INTERSECTION] = pd.factorize(combined)[0]
+    groupings = group_codes(groups)
     attributes: dict[str, list] = {}
     scopes: dict[str, dict] = {"": {}}
     for name, codes in groupings.items():
@@ -378,30 +363,15 @@ def fit_classifier(
     return classifier
 
 
-@dataclass(frozen=True)
-class ScreeningClassifier:
-    """A fitted logistic regression predicting 1 at or above ``threshold`` (the coarse
-    search's; never saved or registered)."""
-
-    model: LogisticRegression
-    threshold: float
-
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        return (self.model.predict_proba(features)[:, 1] >= self.threshold).astype(np.int64)
-
-
 def fit_screening_classifier(features: np.ndarray, y: np.ndarray, C: float, scoring: str):
     """The coarse search's cheap ``logreg_tuned``: one fit, its threshold chosen for
     ``scoring`` on the same training rows (:func:`best_threshold`; no cross-validation, a
-    screening only)."""
+    screening only; never saved or registered)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         fitted = LogisticRegression(C=C, max_iter=1000).fit(features, y)
-    if np.bincount(y, minlength=2).min() < 1:
-        return fitted
-    return ScreeningClassifier(
-        fitted, best_threshold(fitted.predict_proba(features)[:, 1], y, scoring)
-    )
+    threshold = best_threshold(fitted.predict_proba(features)[:, 1], y, scoring)
+    return FixedThresholdClassifier(FrozenEstimator(fitted), threshold=threshold).fit(features, y)
 
 
 @dataclass
@@ -505,43 +475,15 @@ def _measure(classifier, fit_seconds, F_eval, y_eval, sensitive_eval, options) -
     metrics with intervals and the seconds taken (with its fit's ``fit_seconds``)."""
     t0 = time.perf_counter() - fit_seconds
     y_pred = classifier.predict(F_eval)
-    metrics = metrics_with_intervals(y_eval, y_pred, sensitive_eval, **options)
-    errors = gate_standard_errors(
-        y_eval, y_pred, sensitive_eval, min_group_size=options["min_group_size"]
-    )
+    metrics = gated_metrics(y_eval, y_pred, sensitive_eval, options)
     seconds = time.perf_counter() - t0
-    return {
-        "one_class_share": one_class_share(y_pred),
-        **metrics,
-        **errors,
-        "classifier_seconds": seconds,
-    }
-
-
-def _audit_classifiers(
-    evaluation,
-    seed: int,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    gate: ThresholdGate | None = None,
-) -> dict[str, Callable[[np.ndarray, np.ndarray], Any]]:
-    """The audit's classifiers by name (the ``evaluation`` section), each fitted with the
-    audit's seed and row caps; ``logreg_tuned`` with ``C`` and its threshold for ``scoring``
-    under ``gate`` (the training rows' groups)."""
-
-    def fitter(name: str):
-        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
-        return lambda F, y: fit_classifier(
-            name, F, y, seed=seed, max_rows=max_rows, C=C, scoring=scoring, gate=gate
-        )
-
-    return {name: fitter(name) for name in evaluation.classifiers}
+    return {"one_class_share": one_class_share(y_pred), **metrics, "classifier_seconds": seconds}
 
 
 def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Callable:
     """``describe(F_validation)`` of :func:`sweep_tradeoff`: the variance the components
     explain on the validation rows, and the representation metrics at a lambda
-    (:func:`~fairpca.tasks.evaluate.representation_metrics`; the fair block is the first k
+    (:func:`~fairpca.tasks.evaluate.held_out_metrics`; the fair block is the first k
     columns, and equal opportunity constrains the positive training rows only, Sec. 3.2).
     ``encoded`` holds the encoded training and validation rows. The fair block does not
     depend on lambda, so its training gap is measured once, on the estimator as it is."""
@@ -608,15 +550,22 @@ def sweep_representation(
     """
     start = time.perf_counter()
     gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
-    classifiers = _audit_classifiers(evaluation, seed, C, scoring, gate)
-    grid = [C]
-    if C_grid and "logreg_tuned" in classifiers:
-        grid = list(C_grid)
-        del classifiers["logreg_tuned"]
-        only = evaluation.model_copy(update={"classifiers": ["logreg_tuned"]})
-        for i, strength in enumerate(grid):
-            tuned = _audit_classifiers(only, seed, strength, scoring, gate)["logreg_tuned"]
-            classifiers[f"logreg_tuned@{i}"] = tuned
+
+    def fitter(name: str, strength: float | None) -> Callable:
+        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
+        return lambda F, y: fit_classifier(
+            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate
+        )
+
+    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
+    grid = list(C_grid) if by_grid else [C]
+    classifiers = {
+        name: fitter(name, C)
+        for name in evaluation.classifiers
+        if not (by_grid and name == "logreg_tuned")
+    }
+    if by_grid:
+        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
     encoded = (encoded_train, encoded_validation)
     rows, fitted = sweep_tradeoff(
         rep.estimator,
@@ -627,12 +576,7 @@ def sweep_representation(
         split.y_validation,
         split.s_validation,
         classifiers=classifiers,
-        metric_options={
-            "min_group_size": evaluation.min_group_size,
-            "allow_small_groups": evaluation.allow_small_groups,
-            "n_resamples": evaluation.n_bootstrap,
-            "seed": seed,
-        },
+        metric_options=metric_options(evaluation, seed),
         describe=_representation_columns(
             rep, encoded, split, representation.metric_max_rows, seed, sigma
         ),
@@ -683,21 +627,10 @@ def lambda_sweep(
     # oversubscribing the cores (3x faster fits on 2 busy cores).
     with threadpool_limits(limits=1):
         return sweep_representation(
-            rep,
-            encoded_train,
-            encoded_validation,
-            split,
-            representation,
-            evaluation,
-            seed,
-            sigma,
-            progress,
-            C=C,
-            scoring=scoring,
-            lambdas=lambdas,
-            policy=policy,
+            rep, encoded_train, encoded_validation, split, representation, evaluation, seed,
+            sigma, progress, C=C, scoring=scoring, lambdas=lambdas, policy=policy,
             C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
-        )
+        )  # fmt: skip
 
 
 # ---- the search: k and C per variant (coarse), then the lambda sweep (fine) ---------------------
@@ -740,8 +673,7 @@ def _screening_classifiers(C_grid: Sequence[float | None], n_train: int, scoring
     def fitter(strength: float):
         return lambda F, y: fit_screening_classifier(F, y, strength, scoring)
 
-    strengths = {paper_C(n_train) if c is None else float(c) for c in C_grid}
-    return {f"logreg_tuned@C={c:g}": fitter(c) for c in sorted(strengths)}
+    return {f"logreg_tuned@C={c:g}": fitter(c) for c in C_values(C_grid, n_train)}
 
 
 def search_representation(
@@ -749,7 +681,6 @@ def search_representation(
     encoded_train: np.ndarray,
     encoded_validation: np.ndarray,
     split,
-    *,
     k_grid: Sequence[int],
     representation,
     evaluation,
@@ -783,7 +714,7 @@ def search_representation(
         rows, _ = sweep_tradeoff(
             rep.estimator, lambdas, encoded_train, split.y_train, encoded_validation,
             split.y_validation, split.s_validation, classifiers=classifiers,
-            metric_options=_metric_options(evaluation, seed),
+            metric_options=metric_options(evaluation, seed),
         )  # fmt: skip
         for row in rows:
             C = float(row["classifier"].partition("=")[2])
@@ -797,35 +728,25 @@ def search_representation(
     return SearchResult(variant, fitted[int(best["k"])], C, points, seconds, lambdas)
 
 
-def _metric_options(evaluation, seed: int) -> dict[str, Any]:
-    return {
-        "min_group_size": evaluation.min_group_size,
-        "allow_small_groups": evaluation.allow_small_groups,
-        "n_resamples": evaluation.n_bootstrap,
-        "seed": seed,
-    }
+def _one_blas_thread(function: Callable) -> Callable:
+    """``function`` run with one BLAS thread: the task runner runs the variants' stages side
+    by side."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with threadpool_limits(limits=1):
+            return function(*args, **kwargs)
+
+    return run
 
 
-@task(name="search-representation", cache_policy=NO_CACHE, task_run_name="search-{variant}")
-def search_variant(
-    variant: str,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    k_grid: Sequence[int],
-    representation,
-    evaluation,
-    selection,
-    seed: int,
-) -> SearchResult:
-    """Prefect task around :func:`search_representation` (one BLAS thread: the variants'
-    searches run side by side)."""
-    with threadpool_limits(limits=1):
-        return search_representation(
-            variant, encoded_train, encoded_validation, split, k_grid=k_grid,
-            representation=representation, evaluation=evaluation, selection=selection,
-            seed=seed,
-        )  # fmt: skip
+# The Prefect task of :func:`search_representation` (one BLAS thread).
+search_variant = task(
+    _one_blas_thread(search_representation),
+    name="search-representation",
+    cache_policy=NO_CACHE,
+    task_run_name="search-{variant}",
+)
 
 
 # ---- many rows: the shortlist refitted on every training row, measured on every validation row --
@@ -847,11 +768,6 @@ def _given_C(row: dict[str, Any], searched: float | None) -> float | None:
 # registered on float64 features as the pipeline gives them; the fit is deterministic. Below
 # it (Adult, 200,000 rows) everything stays float64.
 FLOAT32_REFIT_ABOVE_BYTES = 200_000_000
-
-
-def refit_train_dtype(encoded_train: np.ndarray) -> type:
-    """The refitted classifiers' training input (:data:`FLOAT32_REFIT_ABOVE_BYTES`)."""
-    return np.float32 if encoded_train.nbytes > FLOAT32_REFIT_ABOVE_BYTES else np.float64
 
 
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
@@ -883,7 +799,8 @@ def refit_shortlist(
             ),
             seed=seed,
         )  # fmt: skip
-        result = SweepResult(variant)
+        result, policy = SweepResult(variant), GatePolicy.from_config(selection)
+        float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
         for index, row in enumerate(candidates):
             lam = row.get("lambda")
             one = sweep_representation(
@@ -891,24 +808,17 @@ def refit_shortlist(
                 evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
                 C=_given_C(row, C), scoring=selection.select_by,
                 lambdas=[float(lam)] if rep.supports_tradeoff else None,
-                policy=GatePolicy.from_config(selection), train_dtype=refit_train_dtype(encoded[0]),
+                policy=policy, train_dtype=np.float32 if float32 else np.float64,
             )  # fmt: skip
             (measured,) = one.rows
             result.rows.append({**measured, "lambda_index": index})
-            result.classifiers[classifier_key(result.rows[-1])] = one.classifiers[
-                classifier_key(measured)
-            ]
+            fitted = one.classifiers[classifier_key(measured)]
+            result.classifiers[classifier_key(result.rows[-1])] = fitted
     result.seconds = time.perf_counter() - start
     return rep, result
 
 
 # ---- small validation parts: the shortlist compared by repeated cross-validation ------------
-
-
-def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
-    """Label x (intersectional) group codes: the folds keep every stratum's share."""
-    keys = pd.Series(y.astype(str)) + "|" + sensitive.astype(str).agg("|".join, axis=1)
-    return pd.factorize(keys, sort=True)[0]
 
 
 def _gated_spread(y, predictions: np.ndarray, sensitive, options) -> dict[str, float]:
@@ -922,21 +832,11 @@ def _gated_spread(y, predictions: np.ndarray, sensitive, options) -> dict[str, f
     ]  # fmt: skip
     spread = {}
     for key in values[0]:
-        if key.startswith(SPREAD_MEASURES) and ":" not in key:
+        if key.startswith(COMPARED) and ":" not in key:
             column = np.array([v.get(key, np.nan) for v in values], dtype=float)
             if len(column) > 1 and np.isfinite(column).all():
                 spread[key] = float(np.std(column, ddof=1))
     return spread
-
-
-SPREAD_MEASURES = (
-    "balanced_accuracy",
-    "accuracy",
-    "dp_difference",
-    "selection_rate_ratio",
-    "eo_difference",
-    "equalized_odds_difference",
-)
 
 
 def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selection, seed):
@@ -1005,7 +905,7 @@ def cross_validate(
     Z = np.vstack(encoded)
     y = np.concatenate([split.y_train, split.y_validation])
     s = pd.concat([split.s_train, split.s_validation], ignore_index=True)
-    options = _metric_options(evaluation, seed)
+    options = metric_options(evaluation, seed)
     predictions = _cv_predictions(
         candidates, representations, Z, y, s, evaluation=evaluation, selection=selection,
         seed=seed,
@@ -1014,13 +914,13 @@ def cross_validate(
     for row, predicted in zip(candidates, predictions, strict=True):
         if (predicted < 0).any():
             continue
-        metrics = metrics_with_intervals(y, predicted[0], s, **options)
-        errors = gate_standard_errors(y, predicted[0], s, min_group_size=options["min_group_size"])
+        metrics = gated_metrics(y, predicted[0], s, options)
         spread = _gated_spread(y, predicted, s, options)
-        for key in list(errors):
-            measure, scope = key.split(".se")
-            extra = spread.get(f"{measure}{scope}", 0.0)
-            errors[key] = float(np.hypot(errors[key], extra))
+        for measure in GATED_RATES:  # the standard errors with the spread over the repeats
+            for scope in ("", INTERSECTION):
+                key, extra = f"{measure}.se{scope}", spread.get(f"{measure}{scope}", 0.0)
+                if key in metrics:
+                    metrics[key] = float(np.hypot(metrics[key], extra))
         keep = {key: row[key] for key in ("variant", "k", "C", "lambda", "lambda_index",
                                           "classifier", "n_features") if key in row}  # fmt: skip
         rows.append(
@@ -1028,7 +928,6 @@ def cross_validate(
                 **keep,
                 "one_class_share": one_class_share(predicted[0]),
                 **metrics,
-                **errors,
                 **{f"cv_spread.{key}": value for key, value in spread.items()},
                 "holdout_accuracy": row.get("accuracy", math.nan),
             }

@@ -110,10 +110,10 @@ def test_the_linear_probe_reads_a_capped_stratified_sample_of_the_validation_row
         return probe(features, sensitive, **kwargs)
 
     monkeypatch.setattr(evaluate.fm, "linear_inseparability", recorded)
-    options = {"fair_columns": 2, "constraint_rows": None, "sigma": 1.0, "max_rows": 50, "seed": 0}
-    evaluate.representation_metrics(F, F, s, s, **options)
+    options = {"fair_columns": 2, "sigma": 1.0, "max_rows": 50, "seed": 0}
+    evaluate.held_out_metrics(F, s, 0.0, **options)
     monkeypatch.setattr(evaluate, "LINEAR_PROBE_MAX_ROWS", 500)
-    evaluate.representation_metrics(F, F, s, s, **options)
+    evaluate.held_out_metrics(F, s, 0.0, **options)
     every_row, capped = read
     assert sum(every_row.values()) == n
     assert 500 <= sum(capped.values()) < 520 and capped["M"] >= 2

@@ -12,7 +12,6 @@ from fairpca.tasks.data import split_data
 from fairpca.tasks.references import (
     better_references,
     fit_references,
-    sensitive_at_prediction_note,
 )
 from fairpca.tasks.represent import fit_preprocessor
 from fairpca.tasks.select import GatePolicy
@@ -58,9 +57,6 @@ def test_references_are_fitted_on_training_rows_and_evaluated_with_intervals():
     groups = split.s_test["group"].to_numpy()
     plain_dp = abs(plain[groups == "a"].mean() - plain[groups == "b"].mean())
     assert by_name["threshold_optimizer"]["test"]["dp_difference"] < plain_dp / 2
-    note = sensitive_at_prediction_note(references)
-    assert note.startswith("threshold_optimizer and correlation_remover need the sensitive")
-    assert "Fair PCA and exponentiated_gradient need it only for training" in note
 
 
 def test_every_reference_is_chosen_on_the_validation_rows_among_its_configurations():

@@ -104,16 +104,3 @@ def test_without_the_champion_on_the_same_rows_it_stays_unless_it_cannot_be_veri
     )
     unverified = decide_promotion(_challenger(_metrics(0.9, 0.9)), _champion(unverified="pickle"))
     assert unverified.promote and "champion not comparable: pickle" in unverified.reasons[-1]
-
-
-def test_a_version_without_policy_tags_was_chosen_under_the_legacy_pair():
-    legacy = GatePolicy.from_tags(
-        {"threshold.max_dp_difference": "0.05", "threshold.max_eo_difference": "0.1",
-         "threshold.min_accuracy": "0.0", "fairness.gate": "upper_bound"}
-    )  # fmt: skip
-    assert legacy.name == "demographic_parity+equal_opportunity"
-    assert _policy(gate="upper_bound").laxer_than(legacy) == ["it does not gate equal_opportunity"]
-    assert _policy().laxer_than(legacy) == [
-        "it does not gate equal_opportunity",
-        "it judges point estimates, not the 95% interval bounds",
-    ]
