@@ -52,7 +52,7 @@ def _test_columns(record: AuditRecord) -> dict[str, dict[str, float]]:
     columns["majority class"] = selection.baselines.majority.test
     if pca is not None:  # None when the audit ran no unconstrained PCA
         columns[f"unconstrained PCA ({pca.name})"] = pca.test
-    for ref in record.references or []:
+    for ref in record.references:
         needs = "; needs the sensitive attribute to predict" * ref.needs_sensitive_at_prediction
         columns[f"{ref.name} ({ref.approach}{needs})"] = ref.test
     return columns

@@ -288,7 +288,7 @@ def group_rates_frame(
 def _gate_words(record) -> str:
     """``the gate demographic_parity+four_fifths (point estimates)``."""
     bound = "point estimates" if record.selection.gate == "point" else "upper 95% bounds"
-    name = record.policy.name if record.policy else "thresholds"
+    name = record.policy.name
     return f"the gate {name} ({bound})"
 
 
@@ -353,7 +353,7 @@ def chosen_label(record, short: bool = False) -> str:
     """How the chosen candidate is named: a candidate that was never eligible is not "chosen",
     one the gate did not pass is chosen for review only; ``short``: "Chosen" for "Chosen
     model" (where a sentence goes on, e.g. "Chosen, 95% intervals")."""
-    if not (record.eligibility is None or record.eligibility.chosen_passes):
+    if not record.eligibility.chosen_passes:
         return NOT_ELIGIBLE
     if record.selection.decision.promote:
         return "Chosen" if short else "Chosen model"
@@ -445,7 +445,7 @@ def group_rows(
     published ones with their rates; with ``attributes``, every other group of
     ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
     # each group counted on the test rows its rates describe (else over all parts)
-    frame = group_rates_frame(selection.test, selection.test_group_sizes or selection.group_sizes)
+    frame = group_rates_frame(selection.test, selection.test_group_sizes)
     frame = frame[(frame["attribute"] != "intersection") == attributes]
     rows = frame.columns[2]  # "rows (test)"
     published = tuple(
@@ -467,7 +467,7 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
 
     shown = {(g.attribute, g.group) for g in published}
     fewer = f"fewer than {min_group_size}" if min_group_size else "too few"
-    test_sizes = selection.test_group_sizes or {}
+    test_sizes = selection.test_group_sizes
     none = dict.fromkeys(GROUP_RATES, math.nan)
     out = []
     for attribute, groups in (selection.group_sizes or {}).items():
@@ -498,7 +498,7 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     majority = selection.baselines.majority
     rows.append(row(f"majority class ({majority.class_})", "baseline", majority.test,
                     "majority class"))  # fmt: skip
-    for ref in record.references or []:
+    for ref in record.references:
         needs = ", needs the sensitive attribute at prediction"
         role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
         rows.append(row(ref.name, role, ref.test, ref.name, ref.needs_sensitive_at_prediction,
@@ -510,7 +510,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
     once, rendered by every surface."""
     selection = record.selection
-    thresholds = record.policy.thresholds if record.policy else {}
+    thresholds = record.policy.thresholds
     columns = verdict_columns(selection.test, thresholds)
     promote, headline, why = decision_summary(record, promotion)
     label = chosen_label(record)
@@ -520,7 +520,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         headline=headline,
         why=why,
         chosen=selection.chosen.name,
-        gate=record.policy.description if record.policy else selection.gate,
+        gate=record.policy.description,
         chosen_label=label,
         columns=tuple(columns),
         rows=_verdict_rows(record, columns, label != NOT_ELIGIBLE),
@@ -533,7 +533,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),
         intersections=group_rows(selection, attributes=False),
-        group_part="test" if selection.test_group_sizes else "all parts",
+        group_part="test",
     )
 
 
@@ -906,7 +906,7 @@ def _facts(record) -> list[str]:
         f"sensitive attribute(s): {', '.join(record.sensitive)}",
         f"rows (train / validation / test): {split.n_train} / {split.n_validation} / "
         f"{split.n_test}",
-        f"k: {record.k.note if record.k else params.get('k', '-')}",
+        f"k: {record.k.note}",
         f"variants: {params.get('variants', '-')}",
         f"lambdas: {params.get('lambdas', '-')}",
         f"classifiers: {params.get('classifiers', '-')}",
@@ -916,8 +916,7 @@ def _facts(record) -> list[str]:
         cap = params.get("svc_max_train_rows", "")
         rows = min(int(cap), split.n_train) if cap.isdigit() and int(cap) else split.n_train
         facts.append(f"RBF SVC training rows: {rows}")
-    if record.policy is not None:
-        facts.append(f"gate: {record.policy.description}")
+    facts.append(f"gate: {record.policy.description}")
     facts += [
         f"group sizes (all parts) of {attribute}: "
         + ", ".join(f"{group} {n}" for group, n in groups.items())
@@ -939,7 +938,7 @@ def _reported_frame(record) -> pd.DataFrame:
     sizes = record.split_sizes
     shown = {
         "validation": record.validation_label(),
-        "test": f"test rows ({sizes.test:,})" if sizes else "test rows",
+        "test": f"test rows ({sizes.test:,})",
     }
     return pd.DataFrame(
         [
@@ -1020,7 +1019,7 @@ def parity_paragraph(record) -> str | None:
             "Fair PCA-S (Sec. 3.6 of the paper), which also matches the groups' covariances, "
             "was not searched: add fair_pca_s to --variants."
         )
-    for reference in record.references or []:
+    for reference in record.references:
         test = reference.test or {}
         if reference.needs_sensitive_at_prediction and "dp_difference" in test:
             lines.append(
@@ -1037,7 +1036,7 @@ def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
     """The chosen model's rates per intersection group (several attributes), if published."""
     if not groups:
         return []
-    unjudged = set(getattr(record, "cells_not_judged", None) or [])
+    unjudged = set(record.cells_not_judged or [])
     frame = pd.DataFrame(
         [{"group": g.group, "rows": g.rows, **{RATE_COLUMNS[r]: g.rates[r] for r in GROUP_RATES},
           "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
@@ -1069,7 +1068,7 @@ def candidate_rows(record) -> tuple[str | None, str | None]:
         row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
             int(row["validation_rows"])
         )
-        for row in record.candidates or []
+        for row in record.candidates
         if isinstance(row.get("validation_rows"), int | float)
         and math.isfinite(row["validation_rows"])
     }
@@ -1107,7 +1106,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         (
             "Candidates (baselines, chosen, lambda=0 and last lambda per variant and "
             f"classifier; full table: metrics.csv) on {_candidates_rows(record)}",
-            pd.DataFrame(record.candidates or []),
+            pd.DataFrame(record.candidates),
         ),
         (
             "Validation and test rows of the chosen candidate and the baselines",
@@ -1160,9 +1159,9 @@ def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
         "chosen": rows.iloc[0].to_dict() if len(rows) else {},
         "pca": pca.loc[pca["accuracy"].idxmax()].to_dict() if len(pca) else None,
         "majority_accuracy": record.selection.baselines.majority.validation.get("accuracy"),
-        "thresholds": record.policy.thresholds if record.policy else {},
+        "thresholds": record.policy.thresholds,
         "gate": record.selection.gate,
-        "references": [r.model_dump() for r in record.references or []],
+        "references": [r.model_dump() for r in record.references],
         "utility": record.params.get("select_by", "balanced_accuracy"),
     }
 
