@@ -102,19 +102,12 @@ class MlflowLoggingError(RuntimeError):
 
 def is_transient_mlflow_error(exc: BaseException | None) -> bool:
     """Whether an exception looks like a passing tracking-server problem worth retrying."""
+    import requests  # comes with mlflow
+
     if exc is None:
         return False
-    try:
-        import requests
-
-        if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
-            return True
-    except ImportError:  # pragma: no cover - requests comes with mlflow
-        pass
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    code = getattr(exc, "error_code", None)
-    if code in _TRANSIENT_CODES:
+    unreachable = requests.ConnectionError | requests.Timeout | ConnectionError | TimeoutError
+    if isinstance(exc, unreachable) or getattr(exc, "error_code", None) in _TRANSIENT_CODES:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
     return any(fragment in text for fragment in _TRANSIENT_TEXT) or bool(
@@ -123,15 +116,13 @@ def is_transient_mlflow_error(exc: BaseException | None) -> bool:
 
 
 def _retry_transient(task, task_run, state) -> bool:
-    data = getattr(state, "data", None)
-    exc = data if isinstance(data, BaseException) else None
-    if exc is None:
+    exc = getattr(state, "data", None)
+    if not isinstance(exc, BaseException):
         try:
-            result = state.result(raise_on_failure=False)
+            exc = state.result(raise_on_failure=False)
         except Exception as error:
-            result = error
-        exc = result if isinstance(result, BaseException) else None
-    return is_transient_mlflow_error(exc)
+            exc = error
+    return isinstance(exc, BaseException) and is_transient_mlflow_error(exc)
 
 
 # Retries of a step on a transient error: 1, 2 and 4 s apart (20% jitter). With MLflow's
@@ -526,8 +517,6 @@ def save_model_locally(
     """
     import mlflow.sklearn
 
-    from fairpca.tasks.mlflow_logging import model_signature
-
     signature = model_signature(input_example, pipeline.predict(input_example))
     trusted = types_to_trust(pipeline)
     target = Path(out_dir) / "model"
@@ -576,10 +565,9 @@ def read_audit(out_dir: Path) -> AuditRecord:
         audit = read_audit_record(path)
     except UnicodeDecodeError as error:
         raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from error
-    run_tags = audit.tags
     foreign = sorted(
         key
-        for key in run_tags
+        for key in audit.tags
         if not key.startswith(_OWN_TAG_PREFIXES) and key not in _ALLOWED_MLFLOW_TAGS
     )
     foreign += sorted(k for k in audit.model_tags if k.lower().startswith("mlflow."))
@@ -809,7 +797,7 @@ def input_example(
     rows: list[dict[str, Any]] = [{}, {}]
     for column in X_train.columns:
         values = X_train[column]
-        if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        if _is_numeric(values):
             rows[0][column] = _rounded(values.median())
             rows[1][column] = _rounded(values.quantile(0.25))
             continue
@@ -828,9 +816,7 @@ def as_model_input(X: pd.DataFrame) -> pd.DataFrame:
     """Categorical columns as plain strings (the model's input schema)."""
     out = X.copy()
     for column in out.columns:
-        if not pd.api.types.is_numeric_dtype(out[column]) or pd.api.types.is_bool_dtype(
-            out[column]
-        ):
+        if not _is_numeric(out[column]):
             out[column] = out[column].astype(str)
     return out
 
