@@ -73,15 +73,11 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "confidence": 0.95,
     "seed": 0,
 }
-ARTIFACT_FILES = {
-    "fairness_groups_json": "fairness_groups.json",
-    "fairness_groups_csv": "fairness_groups.csv",
-    "fairness_rates": "fairness_rates.png",
-}
-ARTIFACT_KINDS = {
-    "fairness_groups_json": JsonEvaluationArtifact,
-    "fairness_groups_csv": CsvEvaluationArtifact,
-    "fairness_rates": ImageEvaluationArtifact,
+# The artifacts logged: name -> file and MLflow's kind of evaluation artifact.
+ARTIFACTS = {
+    "fairness_groups_json": ("fairness_groups.json", JsonEvaluationArtifact),
+    "fairness_groups_csv": ("fairness_groups.csv", CsvEvaluationArtifact),
+    "fairness_rates": ("fairness_rates.png", ImageEvaluationArtifact),
 }
 
 
@@ -245,7 +241,7 @@ def write_artifacts(
 
     ``table`` is :meth:`fairpca.metrics.FairnessReport.group_table` (reported groups only).
     """
-    paths = {name: directory / file for name, file in ARTIFACT_FILES.items()}
+    paths = {name: directory / file for name, (file, _kind) in ARTIFACTS.items()}
     groups = [
         {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         for row in table.to_dict(orient="records")
@@ -323,7 +319,7 @@ class FairnessEvaluator(ModelEvaluator):
             files = write_artifacts(report.group_table(), report.notes, config, Path(tmp))
             for name, path in files.items():
                 client.log_artifact(run_id, str(path))
-                artifact = ARTIFACT_KINDS[name](uri=get_artifact_uri(run_id, path.name))
+                artifact = ARTIFACTS[name][1](uri=get_artifact_uri(run_id, path.name))
                 artifact._load(str(path))
                 artifacts[name] = artifact
         return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -450,6 +450,11 @@ def log_model(
     return {"model_id": logged.model_id, "version": version, "new": new}
 
 
+def _review_alias(audit: AuditRecord) -> str:
+    """Where a demoted champion goes: the retrain's ``needs_review_alias``."""
+    return audit.params.get("needs_review_alias", NEEDS_REVIEW_ALIAS)
+
+
 @task(name="mlflow-apply-promotion", **RETRYING)
 def apply_promotion(tracking_uri: str, audit: AuditRecord, version: str | None, promotion) -> bool:
     """Carry out the decided promotion: a champion to be demoted moves to the needs-review
@@ -459,8 +464,7 @@ def apply_promotion(tracking_uri: str, audit: AuditRecord, version: str | None, 
     if promotion.demote and promotion.champion_version is not None:
         demote(
             client, audit.model_name, promotion.champion_version,
-            from_alias=audit.champion_alias,
-            to_alias=audit.params.get("needs_review_alias", NEEDS_REVIEW_ALIAS),
+            from_alias=audit.champion_alias, to_alias=_review_alias(audit),
             why="; ".join(promotion.reasons),
         )  # fmt: skip
     if not (promotion.promote and version is not None):
@@ -561,10 +565,7 @@ def read_audit(out_dir: Path) -> AuditRecord:
         raise FileNotFoundError(
             f"{out_dir} is not a fairpca audit output directory (no {AUDIT_FILE})."
         )
-    try:
-        audit = read_audit_record(path)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from error
+    audit = read_audit_record(path)
     foreign = sorted(
         key
         for key in audit.tags
@@ -719,27 +720,24 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
     steps["log_artifacts"](uri, attempt.run_id, verified)
     attempt.step = "log and register the model"
     model = steps["log_model"](uri, attempt.run_id, verified, audit, promotion)
-    version, moved = model["version"], False
+    version, moved, tags, measured = model["version"], False, {}, {}
     if promotion is not None:
         attempt.step = "carry out the promotion"
         moved = steps["apply_promotion"](uri, audit, version, promotion)
+        tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
+        if promotion.demote:
+            tags["fairpca.champion_demoted_to"] = _review_alias(audit)
+        if promotion.comparison is not None:
+            champion = promotion.comparison.metrics.get("champion", {})
+            measured = {f"champion_test_{key}": value for key, value in champion.items()}
     attempt.step = "finish the run"
-    tags = {
+    tags |= {
         "fairpca.model_version": str(version),
         "fairpca.model_version_new": str(model["new"]).lower(),
         "fairpca.champion_moved": str(moved).lower(),
         "fairpca.decision": "promote" if moved else "keep",
     }
-    if promotion is not None:
-        tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
-    if promotion is not None and promotion.demote:
-        tags["fairpca.champion_demoted_to"] = audit.params.get(
-            "needs_review_alias", NEEDS_REVIEW_ALIAS
-        )
-    measured = {"time_mlflow_logging_s": time.perf_counter() - started}
-    if promotion is not None and promotion.comparison is not None:
-        champion = promotion.comparison.metrics.get("champion", {})
-        measured |= {f"champion_test_{key}": value for key, value in champion.items()}
+    measured["time_mlflow_logging_s"] = time.perf_counter() - started
     end_time = None if ends_now else _millis(audit.ended_at)
     steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time)
     return version, moved, model["new"]

@@ -371,6 +371,8 @@ def read_audit_record(path: Path) -> AuditRecord:
     """
     try:
         return AuditRecord.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from None
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
