@@ -321,18 +321,14 @@ def check_saved_model(model_dir: Path) -> None:
     are read as plain text/YAML. The files must pass
     :func:`~fairpca.tasks.trust.check_model_files` (skops, no pickle, no code), and the
     requirements must be ``name==version`` pins of fairpca and its runtime (no extra line, URL
-    or option). That the files are the ones the audit wrote is checked by
-    :func:`check_relog_dir` (the signed manifest).
+    or option), fairpca among them, each once, and the conda and virtualenv files must name
+    exactly those pins (or refer to requirements.txt). That the files are the ones the audit
+    wrote is checked by :func:`check_relog_dir` (the signed manifest).
     """
-    check_model_files(Path(model_dir))
-    _check_requirements(Path(model_dir))
-
-
-def _check_requirements(model_dir: Path) -> None:
-    """requirements.txt: only pins of fairpca and its runtime, fairpca among them; the
-    conda and virtualenv files name exactly those pins (or refer to requirements.txt)."""
     import yaml
 
+    model_dir = Path(model_dir)
+    check_model_files(model_dir)
     path = model_dir / "requirements.txt"
     lines = path.read_text(encoding="utf-8").split() if path.is_file() else []
     names = [line.split("==")[0] for line in lines]
