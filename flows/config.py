@@ -66,7 +66,6 @@ __all__ = [
     "resolve_tracking_uri",
     "section_of_key",
     "sections",
-    "take_credentials",
 ]
 
 DATASETS = ("adult", "german", "bank", "compas")
