@@ -147,7 +147,7 @@ class AuditResult(BaseModel):
 
     @property
     def summary(self) -> list[dict[str, Any]]:
-        return list(self.record.candidates or [])
+        return list(self.record.candidates)
 
     @property
     def skipped(self) -> dict[str, str]:
@@ -155,7 +155,7 @@ class AuditResult(BaseModel):
 
     @property
     def references(self) -> list[dict[str, Any]]:
-        return [reference.model_dump() for reference in self.record.references or []]
+        return [reference.model_dump() for reference in self.record.references]
 
     @property
     def screening(self) -> list[dict[str, Any]]:
@@ -509,7 +509,7 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
         description="audit verdict",
     )
     create_table_artifact(
-        [{k: v for k, v in row.items()} for row in record.candidates or []],
+        [{k: v for k, v in row.items()} for row in record.candidates],
         key=f"{key.strip('-')}-candidates"[:100],
         description="candidates on validation rows",
     )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     field_serializer,
@@ -64,7 +66,6 @@ __all__ = [
     "resolve_tracking_uri",
     "section_of_key",
     "sections",
-    "take_credentials",
 ]
 
 DATASETS = ("adult", "german", "bank", "compas")
@@ -77,9 +78,40 @@ ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # Section 5.2 / Appendix C.1 of the paper: lambda = (i/10)^3, i = 0..10.
 DEFAULT_LAMBDAS = tuple(round((i / 10) ** 3, 6) for i in range(11))
 
-DatasetName = Literal["adult", "german", "bank", "compas"]
-Variant = Literal["pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca"]
-Classifier = Literal[CLASSIFIER_NAMES]
+
+def _unique(value: list[str]) -> list[str]:
+    if len(set(value)) != len(value):
+        raise ValueError(f"lists a value twice: {value}; give each once.")
+    return value
+
+
+def _non_empty(value: list[str]) -> list[str]:
+    if not value:
+        raise ValueError("give at least one value.")
+    return value
+
+
+# Field types shared by several sections: a list that names each value once (and, for the
+# choices of representations and classifiers, at least one), a share or rate in [0, 1], a
+# row cap where 0 (or None) means every row.
+Names = Annotated[list[str], AfterValidator(_unique)]
+Variants = Annotated[list[Literal[VARIANTS]], AfterValidator(_unique), AfterValidator(_non_empty)]
+Classifiers = Annotated[
+    list[Literal[CLASSIFIER_NAMES]], AfterValidator(_unique), AfterValidator(_non_empty)
+]
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+Share = Annotated[float, Field(gt=0.0, lt=1.0)]
+RowCap = Annotated[int | None, BeforeValidator(lambda value: None if value == 0 else value)]
+
+
+def _part_cap(part: str) -> Any:
+    """The field of the cap on the rows of one part of the split."""
+    return Field(
+        None,
+        ge=20,
+        description=f"Cap on the {part} rows (default: no cap, the share); with all three "
+        "caps given, they are the sizes of the parts.",
+    )
 
 
 class Section(BaseModel):
@@ -95,7 +127,9 @@ class SourceConfig(Section):
     or Parquet file, with ``label`` and ``sensitive`` naming its columns) is given.
     """
 
-    dataset: DatasetName | None = Field(None, description="Dataset: adult, german, bank or compas.")
+    dataset: Literal[DATASETS] | None = Field(
+        None, description="Dataset: adult, german, bank or compas."
+    )
     data: Path | None = Field(
         None,
         description="User CSV/Parquet file (with label and sensitive columns); a folder of "
@@ -105,18 +139,18 @@ class SourceConfig(Section):
     positive_label: str | None = Field(
         None, description="Value of the user label that counts as positive (y = 1)."
     )
-    sensitive: list[str] = Field(
+    sensitive: Names = Field(
         default_factory=list,
         description="Sensitive attribute(s); several are stacked (Sec. 3.5). For a dataset, "
         "empty means the paper's default attribute.",
     )
-    keep: list[str] = Field(
+    keep: Names = Field(
         default_factory=list,
         description="Columns kept as features whatever the screening says (a user file: "
         "identifier-like, free text, dates, many categories, target leakage; any source: "
         "proxies of a sensitive attribute).",
     )
-    drop: list[str] = Field(
+    drop: Names = Field(
         default_factory=list, description="Columns of the user file excluded from the features."
     )
     sep: str | None = Field(
@@ -144,11 +178,6 @@ class SourceConfig(Section):
         "this balanced accuracy (or recodes or duplicates it) is excluded as its proxy "
         "(keep overrides).",
     )
-
-    @field_validator("sensitive", "keep", "drop")
-    @classmethod
-    def _check_unique(cls, value: list[str]) -> list[str]:
-        return _unique(value)
 
     @model_validator(mode="after")
     def _check_source(self) -> SourceConfig:
@@ -197,34 +226,15 @@ class SplitConfig(Section):
     at most its cap; when all three caps are given they are the parts' sizes (scaled down in
     proportion on a smaller table) and the shares are not used."""
 
-    train_share: float = Field(
-        0.5, gt=0.0, lt=1.0, description="Share of the rows for training (fit every model)."
+    train_share: Share = Field(0.5, description="Share of the rows for training (fit every model).")
+    validation_share: Share = Field(
+        0.25, description="Share of the rows for validation (choose, gate)."
     )
-    validation_share: float = Field(
-        0.25, gt=0.0, lt=1.0, description="Share of the rows for validation (choose, gate)."
-    )
-    test_share: float = Field(
-        0.25, gt=0.0, lt=1.0, description="Share of the rows for test (reported only)."
-    )
-    n_train: int | None = Field(
-        None,
-        ge=20,
-        description="Cap on the training rows (default: no cap, the share); with all three "
-        "caps given, they are the sizes of the parts.",
-    )
-    n_validation: int | None = Field(
-        None,
-        ge=20,
-        description="Cap on the validation rows (default: no cap, the share); with all three "
-        "caps given, they are the sizes of the parts.",
-    )
-    n_test: int | None = Field(
-        None,
-        ge=20,
-        description="Cap on the test rows (default: no cap, the share); with all three "
-        "caps given, they are the sizes of the parts.",
-    )
-    search_rows: int | None = Field(
+    test_share: Share = Field(0.25, description="Share of the rows for test (reported only).")
+    n_train: int | None = _part_cap("training")
+    n_validation: int | None = _part_cap("validation")
+    n_test: int | None = _part_cap("test")
+    search_rows: RowCap = Field(
         5000,
         ge=100,
         description="Training rows of the wide search over k, C, lambda and the classifier "
@@ -232,11 +242,6 @@ class SplitConfig(Section):
         "best candidates are then measured on every validation row, and the chosen one is "
         "fitted on every training row. 0 or None: search on every row.",
     )
-
-    @field_validator("search_rows", mode="before")
-    @classmethod
-    def _zero_is_all(cls, value: Any) -> Any:
-        return None if value == 0 else value
 
     @model_validator(mode="after")
     def _check_shares(self) -> SplitConfig:
@@ -265,7 +270,7 @@ class RepresentationConfig(Section):
         "default: 10, 20, 40, ... doubling while below the largest k the encoded training "
         "data allow, and that largest k.",
     )
-    variants: list[Variant] = Field(
+    variants: Variants = Field(
         default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"],
         description="Representations: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca.",
     )
@@ -291,17 +296,6 @@ class RepresentationConfig(Section):
     metric_max_rows: int = Field(
         1000, ge=50, description="Rows per group used for MMD^2 (quadratic cost)."
     )
-
-    @field_validator("variants")
-    @classmethod
-    def _check_variants(cls, value: list[str]) -> list[str]:
-        value = _non_empty(_unique(value))
-        if "fair_kernel_pca" in value and not fair_kernel_pca_available():
-            raise ValueError(
-                "variant fair_kernel_pca needs fairpca.FairKernelPCA, which this installation "
-                "lacks; drop it from variants."
-            )
-        return value
 
     @field_validator("k_grid")
     @classmethod
@@ -330,7 +324,7 @@ class RepresentationConfig(Section):
 class EvaluationConfig(Section):
     """Downstream classifiers and the group metrics computed on their predictions."""
 
-    classifiers: list[Classifier] = Field(
+    classifiers: Classifiers = Field(
         default_factory=lambda: list(DEFAULT_CLASSIFIERS),
         description="Downstream classifiers: the paper's logreg, linear_svm, rbf_svc and mlp "
         "(Appendix C.1), and logreg_tuned, logistic regression with its C searched over "
@@ -345,7 +339,7 @@ class EvaluationConfig(Section):
         "mitigations' logistic regression try, chosen on the validation rows; default: the "
         "paper's C = 1/(2 n 0.01) and 1.0.",
     )
-    svc_max_train_rows: int | None = Field(
+    svc_max_train_rows: RowCap = Field(
         2000,
         ge=20,
         description="Rows the RBF SVC trains on (cost is quadratic); 0 or None: all rows.",
@@ -366,11 +360,6 @@ class EvaluationConfig(Section):
         1000, ge=100, le=100_000, description="Bootstrap resamples of the 95% intervals."
     )
 
-    @field_validator("classifiers")
-    @classmethod
-    def _check_classifiers(cls, value: list[str]) -> list[str]:
-        return _non_empty(_unique(value))
-
     @field_validator("logreg_C")
     @classmethod
     def _check_logreg_C(cls, value: list[float] | None) -> list[float] | None:
@@ -379,11 +368,6 @@ class EvaluationConfig(Section):
                 f"logreg_C must list finite values above 0, e.g. [0.1, 1]; got {value}."
             )
         return None if value is None else sorted(set(value))
-
-    @field_validator("svc_max_train_rows", mode="before")
-    @classmethod
-    def _zero_is_all(cls, value: Any) -> Any:
-        return None if value == 0 else value
 
     @model_validator(mode="after")
     def _check_group_floor(self) -> EvaluationConfig:
@@ -396,26 +380,22 @@ class EvaluationConfig(Section):
 class Thresholds(Section):
     """Thresholds of the gate policy (``SelectionConfig.policy`` says which ones apply)."""
 
-    max_dp_difference: float = Field(
-        0.05, ge=0.0, le=1.0, description="Largest allowed demographic parity difference."
+    max_dp_difference: Rate = Field(
+        0.05, description="Largest allowed demographic parity difference."
     )
-    max_eo_difference: float = Field(
-        0.10, ge=0.0, le=1.0, description="Largest allowed equal opportunity (TPR) difference."
+    max_eo_difference: Rate = Field(
+        0.10, description="Largest allowed equal opportunity (TPR) difference."
     )
-    max_equalized_odds_difference: float = Field(
+    max_equalized_odds_difference: Rate = Field(
         0.10,
-        ge=0.0,
-        le=1.0,
         description="Largest allowed equalized odds difference (max of TPR and FPR differences).",
     )
-    min_selection_rate_ratio: float = Field(
+    min_selection_rate_ratio: Rate = Field(
         0.8,
-        ge=0.0,
-        le=1.0,
         description="Smallest allowed selection-rate ratio (lowest over highest group "
         "selection rate; the four-fifths rule asks for 0.8).",
     )
-    min_accuracy: float = Field(0.0, ge=0.0, le=1.0, description="Smallest allowed accuracy.")
+    min_accuracy: Rate = Field(0.0, description="Smallest allowed accuracy.")
 
 
 class GateRules(Section):
@@ -445,10 +425,8 @@ class GateRules(Section):
         "and meeting the gate (ties go to accuracy). Balanced accuracy, unlike accuracy, does "
         "not favour a classifier that rarely predicts the rarer class.",
     )
-    min_accuracy_gain: float = Field(
+    min_accuracy_gain: Rate = Field(
         MIN_ACCURACY_GAIN,
-        ge=0.0,
-        le=1.0,
         description="A candidate must beat the majority class by this much on the selection "
         "measure (select_by): its validation accuracy over the majority-class accuracy, or its "
         "balanced accuracy over the majority class's 0.5.",
@@ -460,10 +438,8 @@ class GateRules(Section):
         description="The lower 95% bound of a candidate's validation balanced accuracy must "
         "exceed chance (0.5) by this much.",
     )
-    min_positive_rate_ratio: float = Field(
+    min_positive_rate_ratio: Rate = Field(
         MIN_POSITIVE_RATE_RATIO,
-        ge=0.0,
-        le=1.0,
         description="A candidate's predicted-positive rate must reach this share of the base "
         "rate, and its predicted-negative rate this share of the negative rate.",
     )
@@ -593,10 +569,8 @@ class OutputConfig(Section):
 class PromotionConfig(Section):
     """What the scheduled retrain does with the champion."""
 
-    accuracy_tolerance: float = Field(
+    accuracy_tolerance: Rate = Field(
         0.01,
-        ge=0.0,
-        le=1.0,
         description="The new model may lose at most this much accuracy against the champion.",
     )
     needs_review_alias: str = Field(
@@ -715,27 +689,6 @@ def nest_flat_keys(model: type[AuditConfig], values: dict[str, Any]) -> dict[str
         nested[key] = values.pop(key)
         values[section] = nested
     return values
-
-
-def _unique(value: list[str]) -> list[str]:
-    if len(set(value)) != len(value):
-        raise ValueError(f"lists a value twice: {value}; give each once.")
-    return value
-
-
-def _non_empty(value: list[str]) -> list[str]:
-    if not value:
-        raise ValueError("give at least one value.")
-    return value
-
-
-def fair_kernel_pca_available() -> bool:
-    """Whether ``fairpca.FairKernelPCA`` can be imported."""
-    try:
-        from fairpca import FairKernelPCA  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def resolve_tracking_uri(uri: str | None) -> str:

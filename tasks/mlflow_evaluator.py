@@ -62,8 +62,6 @@ from fairpca.tasks.mlflow_store import log_metrics_batched, mlflow_client
 from .evaluate import DEFAULT_MIN_GROUP_SIZE
 from .report import literal_plot_text, write_safe_csv
 
-__all__ = ["CONFIG_DEFAULTS", "FairnessEvaluator", "fairness_metrics"]
-
 # evaluator_config keys of the "fairness" evaluator and their defaults (None: required).
 CONFIG_DEFAULTS: dict[str, Any] = {
     "sensitive_features": None,
@@ -75,10 +73,11 @@ CONFIG_DEFAULTS: dict[str, Any] = {
     "confidence": 0.95,
     "seed": 0,
 }
-ARTIFACT_FILES = {
-    "fairness_groups_json": "fairness_groups.json",
-    "fairness_groups_csv": "fairness_groups.csv",
-    "fairness_rates": "fairness_rates.png",
+# The artifacts logged: name -> file and MLflow's kind of evaluation artifact.
+ARTIFACTS = {
+    "fairness_groups_json": ("fairness_groups.json", JsonEvaluationArtifact),
+    "fairness_groups_csv": ("fairness_groups.csv", CsvEvaluationArtifact),
+    "fairness_rates": ("fairness_rates.png", ImageEvaluationArtifact),
 }
 
 
@@ -101,12 +100,8 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
         config["protected_features"] = _sensitive_setting(
             config["protected_features"], "protected_features"
         )
-    check_fairness_options(
-        min_group_size=config["min_group_size"],
-        n_resamples=config["n_resamples"],
-        confidence=config["confidence"],
-        allow_small_groups=config["allow_small_groups"],
-    )
+    options = ("min_group_size", "n_resamples", "confidence", "allow_small_groups")
+    check_fairness_options(**{key: config[key] for key in options})
     return config
 
 
@@ -207,17 +202,9 @@ def fairness_metrics(
     evaluate_fairness` with the evaluator's settings; ``protected_features`` are the further
     sensitive columns whose small groups and cells are left out too (rule 3 of
     :mod:`fairpca.metrics._disclosure`)."""
+    options = {key: config[key] for key in CONFIG_DEFAULTS if not key.endswith("_features")}
     return evaluate_fairness(
-        y_true,
-        y_pred,
-        sensitive_features,
-        protected_features=protected_features,
-        pos_label=config["pos_label"],
-        min_group_size=config["min_group_size"],
-        allow_small_groups=config["allow_small_groups"],
-        n_resamples=config["n_resamples"],
-        confidence=config["confidence"],
-        seed=config["seed"],
+        y_true, y_pred, sensitive_features, protected_features=protected_features, **options
     )
 
 
@@ -254,7 +241,7 @@ def write_artifacts(
 
     ``table`` is :meth:`fairpca.metrics.FairnessReport.group_table` (reported groups only).
     """
-    paths = {name: directory / file for name, file in ARTIFACT_FILES.items()}
+    paths = {name: directory / file for name, (file, _kind) in ARTIFACTS.items()}
     groups = [
         {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         for row in table.to_dict(orient="records")
@@ -321,42 +308,18 @@ class FairnessEvaluator(ModelEvaluator):
         metrics, report = fairness_metrics(
             dataset.labels_data, y_pred, sensitive, config, protected
         )
-        client = mlflow_client()
-        self._log_metrics(client, run_id, model_id, dataset, metrics)
-        artifacts = self._log_artifacts(client, run_id, report, config)
-        return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)
-
-    @staticmethod
-    def _log_metrics(client, run_id, model_id, dataset, metrics: dict[str, float]) -> None:
-        timestamp = int(time.time() * 1000)
-        batch = [
-            Metric(
-                key=key,
-                value=value,
-                timestamp=timestamp,
-                step=0,
-                model_id=model_id,
-                dataset_name=dataset.name,
-                dataset_digest=dataset.digest,
-                run_id=run_id,
-            )
+        client, now = mlflow_client(), int(time.time() * 1000)
+        batch = [  # key, value, timestamp, step, model, dataset name and digest, run
+            Metric(key, value, now, 0, model_id, dataset.name, dataset.digest, run_id)
             for key, value in metrics.items()
         ]
         log_metrics_batched(client, run_id, batch)
-
-    @staticmethod
-    def _log_artifacts(client, run_id, report, config) -> dict:
-        kinds = {
-            "fairness_groups_json": JsonEvaluationArtifact,
-            "fairness_groups_csv": CsvEvaluationArtifact,
-            "fairness_rates": ImageEvaluationArtifact,
-        }
         artifacts = {}
         with tempfile.TemporaryDirectory() as tmp:
             files = write_artifacts(report.group_table(), report.notes, config, Path(tmp))
             for name, path in files.items():
                 client.log_artifact(run_id, str(path))
-                artifact = kinds[name](uri=get_artifact_uri(run_id, path.name))
+                artifact = ARTIFACTS[name][1](uri=get_artifact_uri(run_id, path.name))
                 artifact._load(str(path))
                 artifacts[name] = artifact
-        return artifacts
+        return EvaluationResult(metrics=metrics, artifacts=artifacts, run_id=run_id)

@@ -102,19 +102,12 @@ class MlflowLoggingError(RuntimeError):
 
 def is_transient_mlflow_error(exc: BaseException | None) -> bool:
     """Whether an exception looks like a passing tracking-server problem worth retrying."""
+    import requests  # comes with mlflow
+
     if exc is None:
         return False
-    try:
-        import requests
-
-        if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
-            return True
-    except ImportError:  # pragma: no cover - requests comes with mlflow
-        pass
-    if isinstance(exc, ConnectionError | TimeoutError):
-        return True
-    code = getattr(exc, "error_code", None)
-    if code in _TRANSIENT_CODES:
+    unreachable = requests.ConnectionError | requests.Timeout | ConnectionError | TimeoutError
+    if isinstance(exc, unreachable) or getattr(exc, "error_code", None) in _TRANSIENT_CODES:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
     return any(fragment in text for fragment in _TRANSIENT_TEXT) or bool(
@@ -123,15 +116,13 @@ def is_transient_mlflow_error(exc: BaseException | None) -> bool:
 
 
 def _retry_transient(task, task_run, state) -> bool:
-    data = getattr(state, "data", None)
-    exc = data if isinstance(data, BaseException) else None
-    if exc is None:
+    exc = getattr(state, "data", None)
+    if not isinstance(exc, BaseException):
         try:
-            result = state.result(raise_on_failure=False)
+            exc = state.result(raise_on_failure=False)
         except Exception as error:
-            result = error
-        exc = result if isinstance(result, BaseException) else None
-    return is_transient_mlflow_error(exc)
+            exc = error
+    return isinstance(exc, BaseException) and is_transient_mlflow_error(exc)
 
 
 # Retries of a step on a transient error: 1, 2 and 4 s apart (20% jitter). With MLflow's
@@ -330,18 +321,14 @@ def check_saved_model(model_dir: Path) -> None:
     are read as plain text/YAML. The files must pass
     :func:`~fairpca.tasks.trust.check_model_files` (skops, no pickle, no code), and the
     requirements must be ``name==version`` pins of fairpca and its runtime (no extra line, URL
-    or option). That the files are the ones the audit wrote is checked by
-    :func:`check_relog_dir` (the signed manifest).
+    or option), fairpca among them, each once, and the conda and virtualenv files must name
+    exactly those pins (or refer to requirements.txt). That the files are the ones the audit
+    wrote is checked by :func:`check_relog_dir` (the signed manifest).
     """
-    check_model_files(Path(model_dir))
-    _check_requirements(Path(model_dir))
-
-
-def _check_requirements(model_dir: Path) -> None:
-    """requirements.txt: only pins of fairpca and its runtime, fairpca among them; the
-    conda and virtualenv files name exactly those pins (or refer to requirements.txt)."""
     import yaml
 
+    model_dir = Path(model_dir)
+    check_model_files(model_dir)
     path = model_dir / "requirements.txt"
     lines = path.read_text(encoding="utf-8").split() if path.is_file() else []
     names = [line.split("==")[0] for line in lines]
@@ -459,6 +446,11 @@ def log_model(
     return {"model_id": logged.model_id, "version": version, "new": new}
 
 
+def _review_alias(audit: AuditRecord) -> str:
+    """Where a demoted champion goes: the retrain's ``needs_review_alias``."""
+    return audit.params.get("needs_review_alias", NEEDS_REVIEW_ALIAS)
+
+
 @task(name="mlflow-apply-promotion", **RETRYING)
 def apply_promotion(tracking_uri: str, audit: AuditRecord, version: str | None, promotion) -> bool:
     """Carry out the decided promotion: a champion to be demoted moves to the needs-review
@@ -468,8 +460,7 @@ def apply_promotion(tracking_uri: str, audit: AuditRecord, version: str | None, 
     if promotion.demote and promotion.champion_version is not None:
         demote(
             client, audit.model_name, promotion.champion_version,
-            from_alias=audit.champion_alias,
-            to_alias=audit.params.get("needs_review_alias", NEEDS_REVIEW_ALIAS),
+            from_alias=audit.champion_alias, to_alias=_review_alias(audit),
             why="; ".join(promotion.reasons),
         )  # fmt: skip
     if not (promotion.promote and version is not None):
@@ -526,8 +517,6 @@ def save_model_locally(
     """
     import mlflow.sklearn
 
-    from fairpca.tasks.mlflow_logging import model_signature
-
     signature = model_signature(input_example, pipeline.predict(input_example))
     trusted = types_to_trust(pipeline)
     target = Path(out_dir) / "model"
@@ -572,14 +561,10 @@ def read_audit(out_dir: Path) -> AuditRecord:
         raise FileNotFoundError(
             f"{out_dir} is not a fairpca audit output directory (no {AUDIT_FILE})."
         )
-    try:
-        audit = read_audit_record(path)
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from error
-    run_tags = audit.tags
+    audit = read_audit_record(path)
     foreign = sorted(
         key
-        for key in run_tags
+        for key in audit.tags
         if not key.startswith(_OWN_TAG_PREFIXES) and key not in _ALLOWED_MLFLOW_TAGS
     )
     foreign += sorted(k for k in audit.model_tags if k.lower().startswith("mlflow."))
@@ -731,27 +716,24 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
     steps["log_artifacts"](uri, attempt.run_id, verified)
     attempt.step = "log and register the model"
     model = steps["log_model"](uri, attempt.run_id, verified, audit, promotion)
-    version, moved = model["version"], False
+    version, moved, tags, measured = model["version"], False, {}, {}
     if promotion is not None:
         attempt.step = "carry out the promotion"
         moved = steps["apply_promotion"](uri, audit, version, promotion)
+        tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
+        if promotion.demote:
+            tags["fairpca.champion_demoted_to"] = _review_alias(audit)
+        if promotion.comparison is not None:
+            champion = promotion.comparison.metrics.get("champion", {})
+            measured = {f"champion_test_{key}": value for key, value in champion.items()}
     attempt.step = "finish the run"
-    tags = {
+    tags |= {
         "fairpca.model_version": str(version),
         "fairpca.model_version_new": str(model["new"]).lower(),
         "fairpca.champion_moved": str(moved).lower(),
         "fairpca.decision": "promote" if moved else "keep",
     }
-    if promotion is not None:
-        tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
-    if promotion is not None and promotion.demote:
-        tags["fairpca.champion_demoted_to"] = audit.params.get(
-            "needs_review_alias", NEEDS_REVIEW_ALIAS
-        )
-    measured = {"time_mlflow_logging_s": time.perf_counter() - started}
-    if promotion is not None and promotion.comparison is not None:
-        champion = promotion.comparison.metrics.get("champion", {})
-        measured |= {f"champion_test_{key}": value for key, value in champion.items()}
+    measured["time_mlflow_logging_s"] = time.perf_counter() - started
     end_time = None if ends_now else _millis(audit.ended_at)
     steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time)
     return version, moved, model["new"]
@@ -809,7 +791,7 @@ def input_example(
     rows: list[dict[str, Any]] = [{}, {}]
     for column in X_train.columns:
         values = X_train[column]
-        if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values):
+        if _is_numeric(values):
             rows[0][column] = _rounded(values.median())
             rows[1][column] = _rounded(values.quantile(0.25))
             continue
@@ -828,9 +810,7 @@ def as_model_input(X: pd.DataFrame) -> pd.DataFrame:
     """Categorical columns as plain strings (the model's input schema)."""
     out = X.copy()
     for column in out.columns:
-        if not pd.api.types.is_numeric_dtype(out[column]) or pd.api.types.is_bool_dtype(
-            out[column]
-        ):
+        if not _is_numeric(out[column]):
             out[column] = out[column].astype(str)
     return out
 

@@ -28,13 +28,6 @@ MLFLOW_HTTP_BOUNDS = {
 }
 
 
-def bound_mlflow_requests() -> None:
-    """Put :data:`MLFLOW_HTTP_BOUNDS` into the environment where unset (a value set by the
-    user wins)."""
-    for name, value in MLFLOW_HTTP_BOUNDS.items():
-        os.environ.setdefault(name, value)
-
-
 def mlflow_client(tracking_uri: str | None = None):
     """The one way the project builds an :class:`mlflow.MlflowClient`.
 
@@ -42,9 +35,11 @@ def mlflow_client(tracking_uri: str | None = None):
     version is registered, tagged and aliased where its run is. Without ``tracking_uri`` the
     process-wide tracking URI (:func:`mlflow.get_tracking_uri`) is used, for both. Its
     requests, and every later MLflow request of the process, are bounded
-    (:func:`bound_mlflow_requests`).
+    (:data:`MLFLOW_HTTP_BOUNDS`, put into the environment where unset: a value set by the user
+    wins).
     """
-    bound_mlflow_requests()
+    for name, value in MLFLOW_HTTP_BOUNDS.items():
+        os.environ.setdefault(name, value)
     import mlflow
 
     uri = mlflow.get_tracking_uri() if tracking_uri is None else tracking_uri
@@ -105,14 +100,6 @@ def _open_local_store(uri: str, db: Path):
     return client
 
 
-def default_artifact_location(tracking_uri: str) -> str | None:
-    """For a local SQLite store, keep artifacts next to the database (``mlartifacts/``)."""
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri.removeprefix("sqlite:///")).resolve()
-        return (db.parent / "mlartifacts").as_uri()
-    return None
-
-
 def get_or_create_experiment(client, name: str, tracking_uri: str | None) -> str:
     """The id of experiment ``name``, created when missing (for a local SQLite store with its
     artifacts next to the database) and tagged ``mlflow.experimentKind =
@@ -122,7 +109,8 @@ def get_or_create_experiment(client, name: str, tracking_uri: str | None) -> str
 
     experiment = client.get_experiment_by_name(name)
     if experiment is None:
-        location = None if tracking_uri is None else default_artifact_location(tracking_uri)
+        db = None if tracking_uri is None else _sqlite_file(tracking_uri)
+        location = None if db is None else (db.resolve().parent / "mlartifacts").as_uri()
         try:
             return client.create_experiment(
                 name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}

@@ -67,7 +67,7 @@ class ChosenCandidate(_Record):
     classifier: str
     lambda_: float | None = Field(None, alias="lambda")
     name: str
-    k: int | None = None  # since k is searched (absent in older records)
+    k: int
     C: float | None = None  # the logistic regression's inverse regularisation strength
 
 
@@ -117,11 +117,11 @@ class Selection(_Record):
     diagnostics: dict[str, dict[str, Any]] = {}
     warnings: list[str] = []
     # rows per group in the test part (what the per-group test rates describe); withheld
-    # groups are one unnamed entry with the reason (absent in older records)
-    test_group_sizes: dict[str, dict[str, int | str]] | None = None
-    # per attribute, what of its groups' test numbers is withheld and why
+    # groups are one unnamed entry with the reason
+    test_group_sizes: dict[str, dict[str, int | str]]
+    # per attribute, what of its groups' test numbers is withheld and why (None: nothing)
     withheld: dict[str, str] | None = None
-    chosen_by: str | None = None  # the rows the choice was made on
+    chosen_by: str  # the rows the choice was made on
 
 
 class Definition(_Record):
@@ -161,7 +161,7 @@ class MetricStep(_Record):
     step: int
 
 
-# ---- sections the gate policy adds (optional: absent in records written before them) ---------
+# ---- the gate policy, references, screening, k, search ---------------------------------------
 
 
 class Policy(_Record):
@@ -230,8 +230,8 @@ class KRecord(_Record):
     requested: int | None = None
     fitted: int  # the chosen candidate's k
     note: str
-    grid: list[int] | None = None  # the k values searched (absent in older records)
-    largest: int | None = None  # the one largest k the encoded training data allow
+    grid: list[int]  # the k values searched
+    largest: int  # the one largest k the encoded training data allow
     chosen: dict[str, int] | None = None  # per variant, the k its search kept
 
 
@@ -308,40 +308,36 @@ class AuditRecord(_Record):
     model_tags: dict[str, str]
     hashes: dict[str, str]
     provenance: Provenance
-    policy: Policy | None = None
-    eligibility: Eligibility | None = None
-    references: list[ReferenceMitigation] | None = None
-    screening: list[ScreenedColumn] | None = None
-    champion_comparison: ChampionComparison | None = None
-    k: KRecord | None = None
-    split_sizes: SplitSizes | None = None
-    # since the audit was cut into stages (absent in older records)
-    candidates: list[dict[str, Any]] | None = None  # the summary rows (validation)
+    policy: Policy
+    eligibility: Eligibility
+    references: list[ReferenceMitigation]
+    screening: list[ScreenedColumn] | None = None  # None: the route screened no column
+    k: KRecord
+    split_sizes: SplitSizes
+    candidates: list[dict[str, Any]]  # the summary rows (validation)
     skipped: dict[str, str] | None = None  # variants that could not be fitted, and why
-    model_sha256: str | None = None  # of the saved skops file
-    model_digest: str | None = None  # of the fit: the pipeline's content and the training rows
-    training_data_sha256: str | None = None  # of the training rows (features, label, groups)
-    # since the search (absent in older records)
-    frontier: list[FrontierPoint] | None = None
-    certification: Certification | None = None
-    # why the chosen model misses parity, in numbers (:func:`parity_gap`; absent before)
+    model_sha256: str  # of the saved skops file
+    model_digest: str  # of the fit: the pipeline's content and the training rows
+    training_data_sha256: str  # of the training rows (features, label, groups)
+    frontier: list[FrontierPoint] | None = None  # None: the route searched no frontier
+    certification: Certification
+    # why the chosen model misses parity, in numbers (:func:`parity_gap`; None: it meets it)
     parity_gap: dict[str, Any] | None = None
     # the validation rows the search measured its candidates on: a stratified sample's after
-    # a wide search, else every validation row (absent in older records)
+    # a wide search, else every validation row (None: the table does not say)
     searched_validation_rows: int | None = None
     # the intersection's cells (validation rows of the chosen candidate) the gate did not
-    # judge: too few rows to resolve the policy's band (absent: none, or an older record)
+    # judge: too few rows to resolve the policy's band (None: none)
     cells_not_judged: list[str] | None = None
 
     def validation_label(self, rows: int | None = None) -> str:
         """Which validation rows a number comes from, said where it is shown: ``validation
         sample (2,500 rows)`` when ``rows`` (how many measured it; default: every one) are
         fewer than the split's validation rows, else ``validation rows (12,211)``."""
-        every = self.split_sizes.validation if self.split_sizes else None
-        if rows is not None and every is not None and rows < every:
+        every = self.split_sizes.validation
+        if rows is not None and rows < every:
             return f"validation sample ({rows:,} rows)"
-        count = every if every is not None else rows
-        return "validation rows" if count is None else f"validation rows ({count:,})"
+        return f"validation rows ({every:,})"
 
     @property
     def searched_label(self) -> str:
@@ -375,6 +371,8 @@ def read_audit_record(path: Path) -> AuditRecord:
     """
     try:
         return AuditRecord.model_validate_json(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not readable JSON ({error}); re-run the audit.") from None
     except ValidationError as error:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
@@ -410,45 +408,29 @@ def _default_sensitive(dataset: str) -> list[str]:
     return [default] if isinstance(default, str) else list(default)
 
 
-def audit_definition(
-    *,
-    dataset: str | None,
-    data: str | Path | None,
-    label: str | None,
-    positive_label: Any,
-    sensitive: Sequence[str],
-) -> dict[str, Any]:
-    """What an audit measures: data source, label (and its positive value), sensitive
-    attributes (sorted: the worst-attribute and intersection metrics ignore their order).
+def definition_of(source) -> dict[str, Any]:
+    """What an audit (its config's ``source`` section) measures: data source, label (and its
+    positive value), sensitive attributes (sorted: the worst-attribute and intersection
+    metrics ignore their order).
 
     A bundled dataset's label and default attributes are filled in, so ``--dataset adult``
     and ``--dataset adult --sensitive sex`` define the same audit.
     """
-    if dataset is not None:
-        attributes = list(sensitive) or _default_sensitive(dataset)
+    if source.dataset is not None:
+        attributes = list(source.sensitive) or _default_sensitive(source.dataset)
         return {
-            "source": dataset,
-            "label": DATASET_LABELS[dataset],
+            "source": source.dataset,
+            "label": DATASET_LABELS[source.dataset],
             "positive_label": None,
             "sensitive": sorted(attributes),
         }
+    positive = source.positive_label
     return {
-        "source": Path(data).stem,
-        "label": label,
-        "positive_label": None if positive_label is None else str(positive_label),
-        "sensitive": sorted(sensitive),
+        "source": Path(source.data).stem,
+        "label": source.label,
+        "positive_label": None if positive is None else str(positive),
+        "sensitive": sorted(source.sensitive),
     }
-
-
-def definition_of(source) -> dict[str, Any]:
-    """:func:`audit_definition` of an audit config's ``source`` section."""
-    return audit_definition(
-        dataset=source.dataset,
-        data=source.data,
-        label=source.label,
-        positive_label=source.positive_label,
-        sensitive=source.sensitive,
-    )
 
 
 def resolved_model_name(source, model_name: str | None = None) -> str:
@@ -461,7 +443,7 @@ def provenance(source) -> dict[str, Any]:
     """What the manifest records for the card: definition, data source, code version."""
     return {
         "definition": definition_of(source),
-        "data_source": data_source_facts(source.dataset, source.data),
+        "data_source": data_source_facts(source),
         "code_version": code_version(),
     }
 
@@ -495,28 +477,26 @@ def registered_model_name(definition: dict[str, Any]) -> str:
     return f"{name[: NAME_MAX_LENGTH - 9].rstrip('-_.')}-{digest}"
 
 
-def _bundled_raw_files(dataset: str) -> tuple:
-    """The published raw files a bundled or data-directory dataset is parsed from."""
+def data_source_facts(source) -> dict[str, Any]:
+    """Data source (a config's ``source`` section) and the SHA-256 of each raw file it was
+    read from.
+
+    A bundled or data-directory dataset's published files are checked against their
+    published SHA-256 when loaded, so the published sums are the ones read; a user file is
+    hashed here.
+    """
     from fairpca.datasets import _files
 
-    return {
-        "adult": (_files.ADULT_DATA, _files.ADULT_TEST),
-        "german": (_files.GERMAN_DATA,),
-        "bank": (_files.BANK_FULL,),
-        "compas": (_files.COMPAS_TWO_YEARS,),
-    }[dataset]
-
-
-def data_source_facts(dataset: str | None, data: str | Path | None) -> dict[str, Any]:
-    """Data source and the SHA-256 of each raw file it was read from.
-
-    A dataset's files are checked against their published SHA-256 when loaded, so the
-    published sums are the ones read; a user file is hashed here.
-    """
-    if dataset is not None:
-        files = {raw.relative_path: raw.sha256 for raw in _bundled_raw_files(dataset)}
-        return {"kind": "dataset", "name": dataset, "sha256": files}
-    path = Path(data)
+    if source.dataset is not None:
+        raw = {
+            "adult": (_files.ADULT_DATA, _files.ADULT_TEST),
+            "german": (_files.GERMAN_DATA,),
+            "bank": (_files.BANK_FULL,),
+            "compas": (_files.COMPAS_TWO_YEARS,),
+        }[source.dataset]
+        files = {file.relative_path: file.sha256 for file in raw}
+        return {"kind": "dataset", "name": source.dataset, "sha256": files}
+    path = Path(source.data)
     return {"kind": "file", "name": path.name, "sha256": {path.name: sha256_file(path)}}
 
 
@@ -625,9 +605,7 @@ def _frontier_point(row: dict[str, Any], measure: str, meets: bool, stage: str) 
         "value": float(row[measure]),
         "ci95_low": number(f"{measure}.ci95_low"),
         "ci95_high": number(f"{measure}.ci95_high"),
-        "dp_difference": number("dp_difference"),
-        "selection_rate_ratio": number("selection_rate_ratio"),
-        "eo_difference": number("eo_difference"),
+        **{key: number(key) for key in ("dp_difference", "selection_rate_ratio", "eo_difference")},
         "meets_gate": meets,
         "stage": stage,
     }
@@ -650,13 +628,14 @@ def frontier_points(searches: dict[str, Any], table: pd.DataFrame, selection) ->
         if key not in best or rank > best[key][0]:
             best[key] = (rank, row)
     points = [_frontier_point(row, measure, rank[0], key[3]) for key, (rank, row) in best.items()]
+
+    def gap(point: dict) -> float:
+        return math.inf if point["dp_difference"] is None else point["dp_difference"]
+
     for point in points:
-        rivals = [p for p in points if p["variant"] == point["variant"]]
-        gap = point["dp_difference"] if point["dp_difference"] is not None else math.inf
         point["pareto"] = not any(
-            p["value"] > point["value"]
-            and (p["dp_difference"] if p["dp_difference"] is not None else math.inf) < gap
-            for p in rivals
+            p["variant"] == point["variant"] and p["value"] > point["value"] and gap(p) < gap(point)
+            for p in points
         )
     return points
 
@@ -739,15 +718,16 @@ def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any
 def _selection(config, split, choice: Choice, reported, diagnostics) -> Selection:
     """The audit's result (``audit.json["selection"]``); ``baselines["pca"]`` only when the
     audit fitted standard PCA."""
-    chosen = choice.chosen
-    lam = chosen["lambda"]
+    chosen, evaluation = choice.chosen, config.evaluation
+    sizes = (evaluation.min_group_size, evaluation.allow_small_groups)
+    test_sizes = group_sizes(split, *sizes, parts=("test",))
     record = {
         "chosen": {
             "variant": chosen["variant"],
             "classifier": chosen["classifier"],
-            "lambda": None if not _finite(lam) else float(lam),
+            "lambda": float(chosen["lambda"]) if _finite(chosen["lambda"]) else None,
             "name": candidate_name(chosen),
-            "k": int(chosen["k"]) if _finite(chosen.get("k")) else None,
+            "k": int(chosen["k"]),
             "C": float(chosen["C"]) if _finite(chosen.get("C")) else None,
         },
         "gate": config.selection.gate,
@@ -756,25 +736,15 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
         "test": reported["chosen"]["test"],
         "baselines": {"majority": reported["majority"]},
         "split": {f"n_{part}": len(getattr(split, f"y_{part}")) for part in PARTS},
-        "group_sizes": group_sizes(
-            split, config.evaluation.min_group_size, config.evaluation.allow_small_groups
-        ),
-        "test_group_sizes": group_sizes(
-            split,
-            config.evaluation.min_group_size,
-            config.evaluation.allow_small_groups,
-            parts=("test",),
-        ),
-        "withheld": None,
-        "chosen_by": (choice.certification or {}).get("chosen_by"),
+        "group_sizes": group_sizes(split, *sizes),
+        "test_group_sizes": test_sizes,
+        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], sizes[0]),
+        "chosen_by": choice.certification["chosen_by"],
         "diagnostics": diagnostics.get("representations", {}),
         "warnings": list(diagnostics.get("warnings", [])),
     }
     if choice.pca_row is not None and "pca" in reported:
         record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
-    record["withheld"] = withheld_groups(
-        record["test_group_sizes"], record["test"], config.evaluation.min_group_size
-    )
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
 
 

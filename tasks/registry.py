@@ -175,8 +175,7 @@ def register_version(
     tags = {**record.model_tags, **fairness_tags(record), MODEL_FILE_SHA_TAG: model_sha256}
     if promote is not None:
         tags["fairness.decision"] = "promote" if promote else "keep"
-    if record.model_digest:
-        tags[MODEL_DIGEST_TAG] = record.model_digest
+    tags[MODEL_DIGEST_TAG] = record.model_digest
     version = client.create_model_version(
         name, source=source, run_id=run_id, model_id=model_id, tags=tags, description=description
     )

@@ -386,7 +386,7 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
 
     shown = {(g.attribute, g.group) for g in published}
     fewer = f"fewer than {min_group_size}" if min_group_size else "too few"
-    test_sizes = selection.test_group_sizes or {}
+    test_sizes = selection.test_group_sizes
     none = dict.fromkeys(GROUP_RATES, math.nan)
     out = []
     for attribute, groups in (selection.group_sizes or {}).items():
@@ -418,7 +418,7 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     majority = selection.baselines.majority
     rows.append(row(f"majority class ({majority.class_})", "baseline", majority,
                     "majority class"))  # fmt: skip
-    for ref in record.references or []:
+    for ref in record.references:
         needs = ", needs the sensitive attribute at prediction"
         role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
         rows.append(row(ref.name, role, ref, ref.name, ref.needs_sensitive_at_prediction,
@@ -430,7 +430,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
     once, rendered by every surface."""
     selection = record.selection
-    thresholds = record.policy.thresholds if record.policy else {}
+    thresholds = record.policy.thresholds
     columns = verdict_columns(selection.test, thresholds)
     # a candidate that was never eligible is not "chosen", one the gate did not pass is chosen
     # for review only; the short label goes on in a sentence ("Chosen, 95% intervals")
@@ -441,7 +441,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     return Verdict(
         **_decision(record, promotion),
         chosen=selection.chosen.name,
-        gate=record.policy.description if record.policy else selection.gate,
+        gate=record.policy.description,
         chosen_label=label,
         columns=tuple(columns),
         rows=_verdict_rows(record, columns, eligible),
@@ -452,7 +452,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),
         intersections=group_rows(selection, attributes=False),
-        group_part="test" if selection.test_group_sizes else "all parts",
+        group_part="test",
     )
 
 
@@ -774,7 +774,7 @@ def _reported_frame(record, verdict: Verdict) -> pd.DataFrame:
     sizes = record.split_sizes
     shown = {
         "validation": record.validation_label(),
-        "test": f"test rows ({sizes.test:,})" if sizes else "test rows",
+        "test": f"test rows ({sizes.test:,})",
     }
     return pd.DataFrame(
         [
@@ -872,7 +872,7 @@ def candidate_rows(record) -> str:
         row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
             int(row["validation_rows"])
         )
-        for row in record.candidates or []
+        for row in record.candidates
         if isinstance(row.get("validation_rows"), int | float)
         and math.isfinite(row["validation_rows"])
     }
@@ -948,9 +948,9 @@ def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
         "chosen": rows.iloc[0].to_dict() if len(rows) else {},
         "pca": pca.loc[pca["accuracy"].idxmax()].to_dict() if len(pca) else None,
         "majority_accuracy": record.selection.baselines.majority.validation.get("accuracy"),
-        "thresholds": record.policy.thresholds if record.policy else {},
+        "thresholds": record.policy.thresholds,
         "gate": record.selection.gate,
-        "references": [r.model_dump() for r in record.references or []],
+        "references": [r.model_dump() for r in record.references],
         "utility": record.params.get("select_by", "balanced_accuracy"),
     }
 

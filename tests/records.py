@@ -79,6 +79,7 @@ def build_audit_record() -> AuditRecord:
                     "classifier": "logreg",
                     "lambda": 0.125,
                     "name": "fair_pca/logreg@lambda=0.125",
+                    "k": 10,
                 },
                 "gate": "upper_bound",
                 "decision": {
@@ -104,8 +105,31 @@ def build_audit_record() -> AuditRecord:
                     "sex": {"Female": 1650, "Male": 3350},
                     "race": {"White": 4270, "Black": 480, "Other": "suppressed", "Eskimo": 12},
                 },
+                "test_group_sizes": {
+                    "sex": {"Female": 1650},
+                    "race": {},
+                },
+                "chosen_by": "the 2500 validation rows",
                 "diagnostics": {},
                 "warnings": ["fair_pca: a sensitive attribute is still predictable"],
+            },
+            "policy": {
+                "name": "thresholds",
+                "thresholds": {"max_dp_difference": 0.05},
+                "description": "DP difference <= 0.05",
+            },
+            "eligibility": {"rules": {"min_accuracy_gain": 0.01}, "chosen_passes": True},
+            "references": [],
+            "k": {"fitted": 10, "note": "k=10 as given", "grid": [10], "largest": 63},
+            "split_sizes": {"train": 5000, "validation": 2500, "test": 2500},
+            "candidates": [],
+            "model_sha256": "f" * 64,
+            "model_digest": "9" * 64,
+            "training_data_sha256": "8" * 64,
+            "certification": {
+                "certified": True,
+                "reasons": [],
+                "chosen_by": "the 2500 validation rows",
             },
         }
     )

@@ -229,6 +229,8 @@ def _with_references_and_screening(record):
         ScreenedColumn(column="rank", rule="leakage", score=0.8312, action="excluded"),
         ScreenedColumn(column="gender_code", rule="proxy: recodes sex", action="excluded"),
     ]
+    sizes = {"sex": {"Female": 1650, "Male": 3350}, "race": {"White": 4270}}
+    record = replaced(record, "selection", test_group_sizes=sizes)
     return replaced(record, references=references, screening=screening)
 
 

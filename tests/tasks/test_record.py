@@ -30,8 +30,7 @@ CONTRACT_ADDITIONS = {
         }
     ],
     "screening": [{"column": "relationship", "rule": "proxy", "score": 0.9, "action": "excluded"}],
-    "champion_comparison": None,
-    "k": {"requested": None, "fitted": 10, "note": "default"},
+    "k": {"requested": None, "fitted": 10, "note": "default", "grid": [10], "largest": 63},
     "split_sizes": {"train": 5000, "validation": 2500, "test": 2500},
 }
 
@@ -108,16 +107,8 @@ def test_metric_steps_carry_lambda_at_the_same_steps():
     assert steps[("pca/logreg/accuracy", 0)] == 0.8
 
 
-def test_the_search_fields_are_optional_typed_additions(audit_record):
-    """A record written before the search (no frontier, certification, test-part sizes)
-    still validates; one with them round-trips typed."""
+def test_the_search_fields_round_trip_typed(audit_record):
     data = json.loads(audit_record.model_dump_json())
-    older = {k: v for k, v in data.items() if k not in ("frontier", "certification")}
-    older["selection"] = {
-        k: v for k, v in data["selection"].items()
-        if k not in ("test_group_sizes", "withheld", "chosen_by")
-    }  # fmt: skip
-    assert AuditRecord.model_validate(older).frontier is None
     point = {"variant": "fair_pca", "k": 20, "lambda": 0.0, "classifier": "logreg_tuned",
              "C": 1.0, "measure": "balanced_accuracy", "value": 0.75, "ci95_low": 0.73,
              "ci95_high": 0.77, "dp_difference": 0.01, "selection_rate_ratio": 0.95,

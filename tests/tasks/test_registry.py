@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from records import replaced
 
@@ -11,7 +13,7 @@ from fairpca.tasks.record import (
     AuditRecord,
     DecisionRecord,
     PromotionRecord,
-    audit_definition,
+    definition_of,
     registered_model_name,
     resolved_model_name,
 )
@@ -28,22 +30,20 @@ def audit(audit_record):
 # ---- identity --------------------------------------------------------------------------------
 
 
+def _source(**given):
+    """A config's ``source`` section: a dataset or a user file (no other field read)."""
+    values = {"dataset": None, "data": None, "label": None, "positive_label": None}
+    return SimpleNamespace(**{**values, **given})
+
+
 def test_model_name_names_source_label_and_attributes():
-    name = registered_model_name(
-        audit_definition(
-            dataset="adult", data=None, label=None, positive_label=None, sensitive=["sex", "race"]
-        )
-    )
+    name = registered_model_name(definition_of(_source(dataset="adult", sensitive=["sex", "race"])))
     assert name == "fairpca-adult-income_gt_50k-race_sex"
 
 
 def test_sex_only_and_sex_race_audits_get_different_names():
     def name(sensitive):
-        return registered_model_name(
-            audit_definition(
-                dataset="adult", data=None, label=None, positive_label=None, sensitive=sensitive
-            )
-        )
+        return registered_model_name(definition_of(_source(dataset="adult", sensitive=sensitive)))
 
     assert name([]) == name(["sex"]) == "fairpca-adult-income_gt_50k-sex"  # loader default
     assert name(["sex", "race"]) == name(["race", "sex"]) != name(["sex"])
@@ -78,7 +78,7 @@ def test_lossy_names_get_a_hash_of_the_full_definition():
             "positive_label": None,
             "sensitive": ["sex"],
         }
-        return registered_model_name(audit_definition(**{**values, **changes}))
+        return registered_model_name(definition_of(SimpleNamespace(**{**values, **changes})))
 
     plain = user()
     assert plain.startswith("fairpca-loans_data-ok-sex-") and len(plain) == 34
@@ -327,14 +327,11 @@ def test_registering_the_same_run_again_returns_its_version(registered, mlflow_s
 
 
 def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
-    from fairpca.tasks.record import audit_definition
     from fairpca.tasks.registry import ModelDefinitionMismatch, check_model_definition
 
     _config, result = registered
     _uri, client = mlflow_store
-    other = audit_definition(
-        dataset="german", data=None, label=None, positive_label=None, sensitive=["sex"]
-    )
+    other = definition_of(_source(dataset="german", sensitive=["sex"]))
     with pytest.raises(ModelDefinitionMismatch, match="audited the same way"):
         check_model_definition(client, result.model_name, other)
 

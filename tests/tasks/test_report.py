@@ -243,7 +243,7 @@ def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_recor
     assert headings[1:4] == [
         "Why", "Warnings", "Intersection groups of the chosen model (test rows)",
     ]  # fmt: skip
-    assert headings.index("Trade-off on the validation rows") == 4
+    assert headings.index("Trade-off on the validation rows (2,500)") == 4
 
 
 def _decision(record, promotion=None) -> tuple[bool, str, str]:
