@@ -212,22 +212,28 @@ def _checked_run(command, kind: str, config) -> None:
     """The command's work, off the main thread: the temporary Prefect server boots (a
     process of its own, 5-10 s) while the inputs are checked (one message on an error,
     before any work; the server is stopped with the command), the flow is imported and a
-    new local store is created; then the flow."""
-    command.start_prefect_server()
-    _check_inputs(command, config)
-    _run_flow(command, kind, config)
+    new local store is created; then the flow, on the data the check loaded and split."""
+    command.start_prefect_server()  # before anything imports Prefect here
+    split = _check_inputs(command, config)
+    from fairpca.tasks.data import handed_over
+
+    with handed_over(split, config):  # the flow reads the data no second time
+        del split  # held until the flow takes it, then by the flow alone
+        _run_flow(command, kind, config)
 
 
-def _check_inputs(command, config) -> None:
+def _check_inputs(command, config):
+    """The pre-flight check (one message on an error); its warnings; the split it made."""
     from .preflight import PreflightError, check_before_run
 
     command.phase = "while the inputs were checked (nothing was written)"
     try:
-        notes = check_before_run(config)
+        notes, split = check_before_run(config)
     except PreflightError as error:
         _fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
+    return split
 
 
 def _run_flow(command, kind: str, config) -> None:

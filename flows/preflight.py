@@ -15,50 +15,13 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
-# glibc's mallopt option: the size from which malloc maps a block of its own
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 1 << 20
-
-
-def map_large_blocks() -> bool:
-    """Have glibc's malloc map every block of at least 1 MiB on its own, so that it returns
-    to the system when freed; whether it was set (False off glibc).
-
-    By default the threshold rises with each mapped block freed, up to 32 MB; larger
-    blocks then come from the heap, whose freed pages stay in the process: on a 1,000,000-row
-    audit the temporary arrays of loading and encoding left about 300 MB there, under the
-    arrays that come after. Large arrays are few and each costs its own page faults anyway.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError):  # not glibc
-        return False
-
-
-def release_freed_heap() -> bool:
-    """Hand the free pages inside glibc's heap back to the system (``malloc_trim(0)``);
-    whether it did (False off glibc).
-
-    Blocks under the mmap threshold (pandas' and Python's small objects) come from the heap,
-    and what they leave free stays in the process while anything above it is alive: after
-    the pre-flight's read of a 1,000,000-row table, 400 MB of free heap pages, 1 MB of live
-    objects.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc
-        return False
+if TYPE_CHECKING:
+    from fairpca.tasks.data import Split
 
 
 class PreflightError(ValueError):
@@ -79,22 +42,17 @@ def encoded_width(encoder, X) -> int:
     return width
 
 
-def _check_k(config, dataset) -> str | None:
+def _check_k(config, split) -> str | None:
     """The k every variant will be fitted with, decided exactly as the audit decides it (the
     same split, the same screening on the training rows, the same encoder; Algorithm 1/2 and
     Sec. 3.5 give ``k <= d - r``): a clear error when it cannot fit, else the note saying
     which k."""
-    from fairpca.tasks.data import split_data
     from fairpca.tasks.represent import make_preprocessor, resolve_k
 
-    split = split_data.fn(
-        dataset, config.split, config.source,
-        seed=config.seed, min_group_size=config.evaluation.min_group_size,
-    )  # fmt: skip
     encoder = make_preprocessor(split.X_train, config.representation.min_category_count)
     width = encoded_width(encoder, split.X_train)
-    screened = getattr(dataset, "screened", {}) or {}
-    more = f" or keep screened columns (--keep; screened: {list(screened)})" if screened else ""
+    screened = [entry["column"] for entry in split.screening if entry["action"] == "excluded"]
+    more = f" or keep screened columns (--keep; screened: {screened})" if screened else ""
     try:
         k = resolve_k(
             config.representation.k, width, split.s_train, list(config.representation.variants)
@@ -113,14 +71,16 @@ DEFAULT_MAX_FIT_SECONDS = 600.0
 SECONDS_PER_CUBED_WIDTH = 3e-9
 
 
-def _check_parts(config, dataset) -> tuple[np.ndarray, ...]:
-    """The split's row indices; refuses data too small for three parts."""
-    from fairpca.tasks.data import split_options, split_rows
+def _split(config, dataset):
+    """The audit's split of ``dataset`` (:func:`fairpca.tasks.data.split_data`: the same
+    parts and the same screening on the training rows); refuses data too small for three
+    parts, or whose every feature column is screened out."""
+    from fairpca.tasks.data import split_data
 
     try:
-        return split_rows(
-            np.asarray(dataset.y, dtype=np.int64), dataset.sensitive, seed=config.seed,
-            **split_options(config.split),
+        return split_data.fn(
+            dataset, config.split, config.source,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
         )  # fmt: skip
     except ValueError as error:
         raise PreflightError(str(error)) from error
@@ -144,23 +104,26 @@ def _undefined_difference(y: np.ndarray, groups: np.ndarray, min_size: int) -> s
     return None
 
 
-def _check_groups(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
+def _check_groups(config, split) -> None:
     """Each sensitive attribute keeps two reportable groups in the validation and test parts."""
-    y = np.asarray(dataset.y, dtype=np.int64)
-    for name, rows in zip(("validation", "test"), parts[1:], strict=True):
-        for column in dataset.sensitive.columns:
-            values = dataset.sensitive[column].to_numpy()
-            why = _undefined_difference(y[rows], values[rows], config.evaluation.min_group_size)
+    parts = ("train", "validation", "test")
+    y = np.concatenate([getattr(split, f"y_{part}") for part in parts])
+    groups = pd.concat([getattr(split, f"s_{part}") for part in parts])
+    for name in parts[1:]:
+        y_part, s_part = getattr(split, f"y_{name}"), getattr(split, f"s_{name}")
+        for column in s_part.columns:
+            min_size = config.evaluation.min_group_size
+            why = _undefined_difference(y_part, s_part[column].to_numpy(), min_size)
             if why is None:
                 continue
-            if _one_class_per_group(y, values):
+            if _one_class_per_group(y, groups[column].to_numpy()):
                 raise PreflightError(
                     f"sensitive column {column!r} determines the label: each of its groups "
                     f"holds rows of one label value only, so in the {name} part {why}. "
                     "Pass a --sensitive column that is not a copy of the label."
                 )
             raise PreflightError(
-                f"in the {name} part ({len(rows)} rows) sensitive column {column!r}: {why}. "
+                f"in the {name} part ({len(y_part)} rows) sensitive column {column!r}: {why}. "
                 "Pass more rows (more data, --n-validation, --n-test), a smaller "
                 "--min-group-size, or another --sensitive column."
             )
@@ -209,12 +172,12 @@ def _encoded_width(X, min_count: int) -> int:
     return width
 
 
-def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
-    """The chosen variants must fit in time (Fair PCA-S is cubic in the width) and in memory,
-    counting the fits that run at once."""
+def _check_cost(config, dataset, width: int) -> None:
+    """The chosen variants must fit in time (Fair PCA-S is cubic in the width ``width``) and
+    in memory, counting the fits that run at once."""
     from fairpca import _memory
+    from fairpca.tasks.data import part_sizes, split_options
 
-    width = _encoded_width(dataset.X, config.representation.min_category_count)
     try:
         limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
     except ValueError as error:
@@ -234,7 +197,11 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
             f"{width} x {width} eigenproblems, estimated at {seconds / 60:.0f} minutes, over "
             f"the limit of {limit:g} s ({MAX_FIT_SECONDS_ENV}): {fix}."
         )
-    n_train, n_groups = len(parts[0]), int(dataset.sensitive.nunique().sum())
+    try:
+        n_train = part_sizes(dataset.n_samples, **split_options(config.split))[0]
+    except ValueError as error:  # too few rows for three parts
+        raise PreflightError(str(error)) from error
+    n_groups = int(dataset.sensitive.nunique().sum())
     from fairpca.tasks.represent import DEFAULT_MAX_K
 
     k = (
@@ -279,12 +246,11 @@ def _check_file_memory(source) -> None:
         raise PreflightError(str(error)) from error
 
 
-def _check_table_memory(config, dataset) -> None:
-    """The loaded table, its parts and its encoded rows must fit in memory (the audit reads
-    every row by default); else a clear error naming the Dask route."""
+def _check_table_memory(dataset, width: int) -> None:
+    """The loaded table, its parts and its ``width`` encoded columns must fit in memory (the
+    audit reads every row by default); else a clear error naming the Dask route."""
     from fairpca import _memory
 
-    width = _encoded_width(dataset.X, config.representation.min_category_count)
     table = sum(frame.memory_usage(deep=True).sum() for frame in (dataset.X, dataset.sensitive))
     need = 2 * table + ENCODED_COPIES * _memory.FLOAT_BYTES * dataset.n_samples * width
     what = (
@@ -342,8 +308,11 @@ def _check_signing_key(output_dir: Path) -> None:
         )
 
 
-def check_before_run(config) -> list[str]:
-    """Load the data source and check k and the output directory; return the warnings.
+def check_before_run(config) -> tuple[list[str], Split | None]:
+    """Load the data source, split and screen it as the audit does, and check k and the
+    output directory; return the warnings and the split (None for a partitioned table),
+    which the flow takes (:func:`fairpca.tasks.data.handed_over`) instead of reading the data
+    again.
 
     Raises
     ------
@@ -354,6 +323,8 @@ def check_before_run(config) -> list[str]:
     from fairpca.tasks.data import load_source
     from fairpca.tasks.distributed import check_partitioned_source, on_partitions
 
+    from .runtime import map_large_blocks
+
     map_large_blocks()  # before the table is read (the audit's own process)
     if on_partitions(config.source):  # read on the Dask cluster, never here
         try:
@@ -362,7 +333,7 @@ def check_before_run(config) -> list[str]:
             raise PreflightError(str(error)) from error
         _check_output_dir(config.output.output_dir, config.output.run_name)
         _check_signing_key(config.output.output_dir)
-        return []
+        return [], None
 
     _check_file_memory(config.source)
     with warnings.catch_warnings(record=True) as caught:
@@ -371,17 +342,19 @@ def check_before_run(config) -> list[str]:
             dataset = load_source(config.source)
         except (ValueError, TypeError, OSError, LookupError) as error:
             raise PreflightError(str(error)) from error
-    _check_table_memory(config, dataset)
-    parts = _check_parts(config, dataset)
-    _check_groups(config, dataset, parts)
-    _check_cost(config, dataset, parts)
+    width = _encoded_width(dataset.X, config.representation.min_category_count)
+    _check_table_memory(dataset, width)
+    _check_cost(config, dataset, width)
     _check_encoded_names(config, dataset)
     with warnings.catch_warnings():  # the flow reports the training rows' screening
         warnings.simplefilter("ignore", ScreeningWarning)
-        k_note = _check_k(config, dataset)
+        split = _split(config, dataset)
+    del dataset  # the split holds the rows the audit reads
+    _check_groups(config, split)
+    k_note = _check_k(config, split)
     _check_output_dir(config.output.output_dir, config.output.run_name)
     _check_signing_key(config.output.output_dir)
-    # The flow takes this dataset (or loads it anew); the screening was reported here already.
+    # The flow takes this split; the load's screening was reported here already.
     warnings.filterwarnings("ignore", category=ScreeningWarning)
     found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
-    return found + ([k_note] if k_note else [])
+    return found + ([k_note] if k_note else []), split

@@ -56,3 +56,23 @@ def test_a_table_that_would_not_fit_names_the_dask_route(config, monkeypatch, li
     with pytest.raises(PreflightError, match="Not enough memory") as caught:
         check_before_run(config)
     assert "--dask-address" in str(caught.value) and "--n-train" in str(caught.value)
+
+
+def test_the_flow_takes_the_split_the_preflight_made_once(config):
+    """One read and one screening of the data per command: inside ``handed_over`` the flow's
+    ``load_split`` takes the pre-flight's split (not a later state of the file), once."""
+    from fairpca.tasks.data import handed_over, load_split
+
+    def flow_split(seed: int):
+        return load_split.fn(
+            config.source, config.split, seed=seed,
+            min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+
+    _, split = check_before_run(config)
+    with handed_over(split, config):
+        _user_file(config.source.data, n=300, seed=1)
+        assert len(flow_split(config.seed + 1).y_train) == 150  # another split: read anew
+        assert flow_split(config.seed) is split
+        assert len(flow_split(config.seed).y_train) == 150  # handed over once
+    assert len(split.y_train) == 200
