@@ -201,7 +201,7 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
         print_validation_error(error, model)
         raise typer.Exit(2) from error
     except (ValueError, OSError) as error:
-        _fail("Invalid configuration file", str(error))
+        fail("Invalid configuration file", str(error))
     _check_tracking(cfg.tracking.tracking_uri)
     results = _results_of(kind, cfg.output.output_dir, cfg.output.run_name)
     with runtime.Command(kind, results) as command:
@@ -230,7 +230,7 @@ def _check_inputs(command, config):
     try:
         notes, split = check_before_run(config)
     except PreflightError as error:
-        _fail("Invalid input (nothing was run)", str(error))
+        fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
     return split
@@ -250,15 +250,15 @@ def _run_flow(command, kind: str, config) -> None:
     try:
         runtime.create_local_store(tracking_uri)
     except ValueError as error:  # a broken local store, named with its fix
-        _fail("MLflow store unusable (nothing was run)", str(error), code=1)
+        fail("MLflow store unusable (nothing was run)", str(error), code=1)
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
         result = flow_fn(config)
     except MlflowLoggingError as error:
-        _fail("MLflow logging failed", error, code=1)
+        fail("MLflow logging failed", error, code=1)
     except (ValueError, TypeError, OSError) as error:
-        _fail("Audit failed", error, code=1)
+        fail("Audit failed", error, code=1)
     print_report(result)
 
 
@@ -268,7 +268,7 @@ def _use_prefect_server(command) -> None:
     try:
         command.use_prefect_server()
     except CommandError as error:
-        _fail("Prefect is not available (nothing was run)", str(error), code=1)
+        fail("Prefect is not available (nothing was run)", str(error), code=1)
 
 
 def _results_of(kind: str, output_dir: Path, run_name: str | None):
@@ -281,9 +281,6 @@ def _results_of(kind: str, output_dir: Path, run_name: str | None):
     return partial(describe_output, Path(output_dir).resolve(), prefix, time.time(), SEAL_FILE)
 
 
-_fail = fail
-
-
 def _check_tracking(uri: str | None) -> None:
     """The tracking URI takes an audit (seconds), before any server starts."""
     from .runtime import TrackingUnreachable, check_tracking_uri
@@ -292,7 +289,7 @@ def _check_tracking(uri: str | None) -> None:
     try:
         check_tracking_uri(resolved, mask_credentials(resolved))
     except TrackingUnreachable as error:
-        _fail("MLflow is not reachable (nothing was run)", str(error))
+        fail("MLflow is not reachable (nothing was run)", str(error))
 
 
 app.command(
@@ -357,14 +354,14 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
             read_audit(output_dir)  # the message for a directory that is no audit's
         check_relog_dir(output_dir, contents=False)  # the contents: as the flow copies them
     except (OSError, ValueError) as error:
-        _fail("Relog failed", str(error), code=1)
+        fail("Relog failed", str(error), code=1)
     command.start_prefect_server()
     _use_prefect_server(command)
     command.phase = "while the directory was logged"
     try:
         return relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
     except (MlflowLoggingError, OSError, ValueError) as error:
-        _fail("Relog failed", str(error), code=1)
+        fail("Relog failed", str(error), code=1)
 
 
 gate_app = typer.Typer(
@@ -393,7 +390,7 @@ def gate_serve(
     from . import runtime
 
     if (certfile is None) != (keyfile is None):
-        _fail("Invalid options", "give both --certfile and --keyfile, or neither")
+        fail("Invalid options", "give both --certfile and --keyfile, or neither")
     options = dict(host=host, port=port, policy_dir=policy_dir and str(policy_dir),
                    queue_path=str(queue), certfile=certfile and str(certfile),
                    keyfile=keyfile and str(keyfile))  # fmt: skip
@@ -414,7 +411,7 @@ def _serve_gate(command, options: dict[str, Any]) -> None:
     try:
         serve(prefect_then_listen, **options)
     except (PolicyError, ValueError) as error:
-        _fail("Cannot start the gate receiver", str(error))
+        fail("Cannot start the gate receiver", str(error))
 
 
 @gate_app.command("register")
@@ -429,7 +426,7 @@ def gate_register(
     try:
         secret = secret_from_env()
     except ValueError as error:
-        _fail("Webhook not registered", str(error))
+        fail("Webhook not registered", str(error))
     _check_tracking(tracking_uri)
     from mlflow.exceptions import MlflowException
 
@@ -442,7 +439,7 @@ def gate_register(
         client = mlflow_client(uri)
         action, webhook_id = register_webhook(client, url=url, models=model, secret=secret)
     except (ValueError, OSError, MlflowException) as error:
-        _fail("Webhook not registered", str(error))
+        fail("Webhook not registered", str(error))
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 
 
@@ -467,14 +464,14 @@ def gate_reconcile(
         policies = load_policies(policy_dir and str(policy_dir))
         key = gate_public_key()
     except (PolicyError, AttestationError) as error:
-        _fail("Nothing reconciled", str(error))
+        fail("Nothing reconciled", str(error))
     _check_tracking(tracking_uri)
     uri = resolve_tracking_uri(tracking_uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line a change
     try:
         checked, changes = reconcile_aliases(mlflow_client(uri), uri, policies, key)
     except (MlflowException, OSError) as error:
-        _fail("Reconcile stopped", str(error), code=1)
+        fail("Reconcile stopped", str(error), code=1)
     for line in changes:
         console.print(escape(line), soft_wrap=True)
     console.print(f"{checked} protected alias(es) checked, {len(changes)} changed.")
@@ -502,7 +499,7 @@ def gate_keygen() -> None:
             where = f"{'created' if created else 'kept the existing'} gate key {path}"
         public = public_key_hex(gate_signing_key().public_key())
     except (AttestationError, OSError) as error:
-        _fail("No gate key", str(error))
+        fail("No gate key", str(error))
     err_console.print(f"{escape(where)}; its public key ({GATE_PUBLIC_KEY_ENV}):")
     console.print(public)
 

@@ -71,21 +71,6 @@ DEFAULT_MAX_FIT_SECONDS = 600.0
 SECONDS_PER_CUBED_WIDTH = 3e-9
 
 
-def _split(config, dataset):
-    """The audit's split of ``dataset`` (:func:`fairpca.tasks.data.split_data`: the same
-    parts and the same screening on the training rows); refuses data too small for three
-    parts, or whose every feature column is screened out."""
-    from fairpca.tasks.data import split_data
-
-    try:
-        return split_data.fn(
-            dataset, config.split, config.source,
-            seed=config.seed, min_group_size=config.evaluation.min_group_size,
-        )  # fmt: skip
-    except ValueError as error:
-        raise PreflightError(str(error)) from error
-
-
 def _undefined_difference(y: np.ndarray, groups: np.ndarray, min_size: int) -> str | None:
     """Why the DP or EO difference of one attribute would be undefined on these rows."""
     labels, codes, sizes = np.unique(groups.astype(str), return_inverse=True, return_counts=True)
@@ -136,16 +121,21 @@ def _one_class_per_group(y: np.ndarray, groups: np.ndarray) -> bool:
     return bool(np.all((positives == 0) | (positives == np.bincount(codes))))
 
 
-def _check_encoded_names(config, dataset) -> None:
-    """One-hot names ``<column>_<value>`` must not collide across columns (``a_b`` = ``c``
-    and ``a`` = ``b_c`` are both ``a_b_c``)."""
+def _encoded_width(config, X) -> int:
+    """Estimated encoded width without fitting: one column per numeric feature, and per
+    categorical its values of at least ``min_category_count`` rows plus a pooled one, at most
+    the one-hot cap. One-hot names ``<column>_<value>`` must not collide across columns
+    (``a_b`` = ``c`` and ``a`` = ``b_c`` are both ``a_b_c``)."""
     from fairpca.datasets import split_feature_kinds
+    from fairpca.datasets._preprocess import MAX_CATEGORIES
 
-    categorical, _ = split_feature_kinds(dataset.X)
-    owner: dict[str, tuple[str, str]] = {}
+    categorical, numeric = split_feature_kinds(X)
+    width, owner = len(numeric), {}
     for column in categorical:
-        counts = dataset.X[column].astype(str).value_counts()
-        for value in counts.index[counts >= config.representation.min_category_count]:
+        counts = X[column].astype(str).value_counts()
+        frequent = counts.index[counts >= config.representation.min_category_count]
+        width += min(len(frequent) + int(len(frequent) < len(counts)), MAX_CATEGORIES)
+        for value in frequent:
             name = f"{column}_{value}"
             first = owner.setdefault(name, (column, value))
             if first[0] != column:
@@ -154,21 +144,6 @@ def _check_encoded_names(config, dataset) -> None:
                     f"would both be encoded as the feature {name!r}; rename one of the two "
                     f"columns in the file, or exclude one with --drop {column}."
                 )
-
-
-def _encoded_width(X, min_count: int) -> int:
-    """Estimated encoded width without fitting: one column per numeric feature, and per
-    categorical its values of at least ``min_count`` rows plus a pooled one, at most the
-    one-hot cap."""
-    from fairpca.datasets import split_feature_kinds
-    from fairpca.datasets._preprocess import MAX_CATEGORIES
-
-    categorical, numeric = split_feature_kinds(X)
-    width = len(numeric)
-    for column in categorical:
-        counts = X[column].astype(str).value_counts()
-        frequent = int((counts >= min_count).sum())
-        width += min(frequent + int(frequent < len(counts)), MAX_CATEGORIES)
     return width
 
 
@@ -197,10 +172,7 @@ def _check_cost(config, dataset, width: int) -> None:
             f"{width} x {width} eigenproblems, estimated at {seconds / 60:.0f} minutes, over "
             f"the limit of {limit:g} s ({MAX_FIT_SECONDS_ENV}): {fix}."
         )
-    try:
-        n_train = part_sizes(dataset.n_samples, **split_options(config.split))[0]
-    except ValueError as error:  # too few rows for three parts
-        raise PreflightError(str(error)) from error
+    n_train = part_sizes(dataset.n_samples, **split_options(config.split))[0]  # >= 2 rows each
     n_groups = int(dataset.sensitive.nunique().sum())
     from fairpca.tasks.represent import DEFAULT_MAX_K
 
@@ -213,10 +185,7 @@ def _check_cost(config, dataset, width: int) -> None:
     }
     if "fair_pca_s" in sizes:
         sizes["fair_pca_s"] = _memory.covariance_bytes(width, n_groups)
-    try:
-        _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}. {DASK_FIX}")
-    except _memory.InsufficientMemoryError as error:
-        raise PreflightError(str(error)) from error
+    _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}. {DASK_FIX}")
 
 
 # The audit's working set: the table and its three parts (a copy), the encoded training and
@@ -240,10 +209,7 @@ def _check_file_memory(source) -> None:
     if source.data is None or not Path(source.data).is_file():
         return
     size = Path(source.data).stat().st_size
-    try:
-        _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
-    except _memory.InsufficientMemoryError as error:
-        raise PreflightError(str(error)) from error
+    _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
 
 
 def _check_table_memory(dataset, width: int) -> None:
@@ -257,10 +223,7 @@ def _check_table_memory(dataset, width: int) -> None:
         f"the audit of {dataset.n_samples} rows ({_memory.format_bytes(table)} as loaded, "
         f"{width} encoded columns)"
     )
-    try:
-        _memory.require(need, what, DASK_FIX)
-    except _memory.InsufficientMemoryError as error:
-        raise PreflightError(str(error)) from error
+    _memory.require(need, what, DASK_FIX)
 
 
 def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
@@ -308,6 +271,36 @@ def _check_signing_key(output_dir: Path) -> None:
         )
 
 
+def _check_table(config) -> tuple[list[str], Split]:
+    """Load, check, split and screen an in-memory table: the warnings and the split."""
+    from fairpca.datasets import ScreeningWarning
+    from fairpca.tasks.data import load_source, split_data
+
+    _check_file_memory(config.source)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            dataset = load_source(config.source)
+        except (TypeError, LookupError) as error:
+            raise PreflightError(str(error)) from error
+    width = _encoded_width(config, dataset.X)
+    _check_table_memory(dataset, width)
+    _check_cost(config, dataset, width)
+    with warnings.catch_warnings():  # the flow reports the training rows' screening
+        warnings.simplefilter("ignore", ScreeningWarning)
+        split = split_data.fn(
+            dataset, config.split, config.source,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+    del dataset  # the split holds the rows the audit reads
+    _check_groups(config, split)
+    k_note = _check_k(config, split)
+    # The flow takes this split; the load's screening was reported here already.
+    warnings.filterwarnings("ignore", category=ScreeningWarning)
+    found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
+    return found + ([k_note] if k_note else []), split
+
+
 def check_before_run(config) -> tuple[list[str], Split | None]:
     """Load the data source, split and screen it as the audit does, and check k and the
     output directory; return the warnings and the split (None for a partitioned table),
@@ -319,42 +312,21 @@ def check_before_run(config) -> tuple[list[str], Split | None]:
     PreflightError
         For any input that would make the audit fail.
     """
-    from fairpca.datasets import ScreeningWarning
-    from fairpca.tasks.data import load_source
     from fairpca.tasks.distributed import check_partitioned_source, on_partitions
 
     from .runtime import map_large_blocks
 
     map_large_blocks()  # before the table is read (the audit's own process)
-    if on_partitions(config.source):  # read on the Dask cluster, never here
-        try:
+    try:
+        if on_partitions(config.source):  # read on the Dask cluster, never here
             check_partitioned_source(config)
-        except (ValueError, OSError) as error:
-            raise PreflightError(str(error)) from error
-        _check_output_dir(config.output.output_dir, config.output.run_name)
-        _check_signing_key(config.output.output_dir)
-        return [], None
-
-    _check_file_memory(config.source)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            dataset = load_source(config.source)
-        except (ValueError, TypeError, OSError, LookupError) as error:
-            raise PreflightError(str(error)) from error
-    width = _encoded_width(dataset.X, config.representation.min_category_count)
-    _check_table_memory(dataset, width)
-    _check_cost(config, dataset, width)
-    _check_encoded_names(config, dataset)
-    with warnings.catch_warnings():  # the flow reports the training rows' screening
-        warnings.simplefilter("ignore", ScreeningWarning)
-        split = _split(config, dataset)
-    del dataset  # the split holds the rows the audit reads
-    _check_groups(config, split)
-    k_note = _check_k(config, split)
+            notes, split = [], None
+        else:
+            notes, split = _check_table(config)
+    except PreflightError:
+        raise
+    except (ValueError, OSError) as error:  # the loader's, the split's, the memory budget's
+        raise PreflightError(str(error)) from error
     _check_output_dir(config.output.output_dir, config.output.run_name)
     _check_signing_key(config.output.output_dir)
-    # The flow takes this split; the load's screening was reported here already.
-    warnings.filterwarnings("ignore", category=ScreeningWarning)
-    found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
-    return found + ([k_note] if k_note else []), split
+    return notes, split

@@ -50,13 +50,6 @@ class Split:
         }
 
 
-@task(name="load-data", cache_policy=NO_CACHE, retries=0)
-def load_data(source) -> Any:
-    """The audit's data source (the config's ``source`` section: bundled dataset, data
-    directory or user file)."""
-    return load_source(source)
-
-
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
     """Integer code of each row's label x (intersectional) group stratum."""
     keys = pd.Series(np.asarray(y).astype(str))
@@ -201,7 +194,7 @@ def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Spl
 
 @task(name="load-and-split-data", cache_policy=NO_CACHE, retries=0)
 def load_split(source, sizes, *, seed: int, min_group_size: int) -> Split:
-    """:func:`load_data` and :func:`split_data` in one task run: the loaded table is then no
+    """:func:`load_source` and :func:`split_data` in one task run: the loaded table is then no
     task run's result or parameter, which Prefect keeps for the flow run's life (at
     1,000,000 rows about 200 MB that nothing reads after the split).
 
