@@ -6,7 +6,8 @@ target dimension fits the screened and encoded data, the split leaves every part
 every sensitive attribute two comparable groups in the validation and test parts, one-hot
 names are unique, the chosen variants fit in time and memory (two run at once), and the
 output directory is writable with no audit or link of the same name in it. Nothing here
-starts a Prefect server or touches MLflow.
+starts a Prefect server or touches MLflow. The split made here (loaded, split and screened
+as the audit does) is the one the flow audits: the command reads its data once.
 """
 
 from __future__ import annotations
@@ -312,7 +313,7 @@ def check_before_run(config) -> tuple[list[str], Split | None]:
     PreflightError
         For any input that would make the audit fail.
     """
-    from fairpca.tasks.distributed import check_partitioned_source, on_partitions
+    from fairpca.tasks.distributed import check_partitioned_source, connect, on_partitions
 
     from .runtime import map_large_blocks
 
@@ -320,6 +321,8 @@ def check_before_run(config) -> tuple[list[str], Split | None]:
     try:
         if on_partitions(config.source):  # read on the Dask cluster, never here
             check_partitioned_source(config)
+            if config.dask_address != "local":  # reachable (the audit starts ``local``)
+                connect(config.dask_address).close()
             notes, split = [], None
         else:
             notes, split = _check_table(config)

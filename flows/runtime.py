@@ -17,6 +17,7 @@ its child processes, and the deadlines of its calls to MLflow.
   dies with the command even after ``kill -9`` (its stdin is a pipe from the command).
 - :func:`check_tracking_uri` finds an unreachable MLflow tracking server in seconds.
 - :func:`task_runner_for` and :func:`dask_subflow` put a flow on threads or on Dask.
+- :func:`map_large_blocks` and :func:`release_freed_heap` have glibc return freed memory.
 
 Nothing here keeps state at module level: each command holds its own in its :class:`Command`.
 """

@@ -35,20 +35,6 @@ class Split:
     leaking: dict[str, str] = field(default_factory=dict)  # excluded on the training rows
     screening: list[dict[str, Any]] = field(default_factory=list)  # the audit's record
 
-    def summary(self) -> dict[str, Any]:
-        """Aggregated sizes and rates only (safe to log)."""
-        return {
-            "n_train": len(self.X_train),
-            "n_validation": len(self.X_validation),
-            "n_test": len(self.X_test),
-            "n_features_raw": self.X_train.shape[1],
-            "positive_rate_train": float(np.mean(self.y_train)),
-            "positive_rate_validation": float(np.mean(self.y_validation)),
-            "positive_rate_test": float(np.mean(self.y_test)),
-            "sensitive": list(self.s_train.columns),
-            "excluded_on_training_rows": sorted(self.leaking),
-        }
-
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
     """Integer code of each row's label x (intersectional) group stratum."""
