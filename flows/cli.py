@@ -202,13 +202,13 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
         raise typer.Exit(2) from error
     except (ValueError, OSError) as error:
         fail("Invalid configuration file", str(error))
-    _check_tracking(cfg.tracking.tracking_uri)
+    tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
     results = _results_of(kind, cfg.output.output_dir, cfg.output.run_name)
     with runtime.Command(kind, results) as command:
-        command.run(_checked_run, command, kind, cfg)
+        command.run(_checked_run, command, kind, cfg, tracking_uri)
 
 
-def _checked_run(command, kind: str, config) -> None:
+def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
     """The command's work, off the main thread: the temporary Prefect server boots (a
     process of its own, 5-10 s) while the inputs are checked (one message on an error,
     before any work; the server is stopped with the command), the flow is imported and a
@@ -219,7 +219,7 @@ def _checked_run(command, kind: str, config) -> None:
 
     with handed_over(split, config):  # the flow reads the data no second time
         del split  # held until the flow takes it, then by the flow alone
-        _run_flow(command, kind, config)
+        _run_flow(command, kind, config, tracking_uri)
 
 
 def _check_inputs(command, config):
@@ -236,7 +236,7 @@ def _check_inputs(command, config):
     return split
 
 
-def _run_flow(command, kind: str, config) -> None:
+def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from . import runtime
@@ -246,7 +246,6 @@ def _run_flow(command, kind: str, config) -> None:
         from .retrain import retrain as flow_fn
     else:
         from .audit import fairness_audit as flow_fn
-    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     try:
         runtime.create_local_store(tracking_uri)
     except ValueError as error:  # a broken local store, named with its fix
@@ -281,8 +280,9 @@ def _results_of(kind: str, output_dir: Path, run_name: str | None):
     return partial(describe_output, Path(output_dir).resolve(), prefix, time.time(), SEAL_FILE)
 
 
-def _check_tracking(uri: str | None) -> None:
-    """The tracking URI takes an audit (seconds), before any server starts."""
+def _check_tracking(uri: str | None) -> str:
+    """The tracking URI (resolved: returned) takes an audit (seconds), before any server
+    starts."""
     from .runtime import TrackingUnreachable, check_tracking_uri
 
     resolved = resolve_tracking_uri(uri)
@@ -290,6 +290,7 @@ def _check_tracking(uri: str | None) -> None:
         check_tracking_uri(resolved, mask_credentials(resolved))
     except TrackingUnreachable as error:
         fail("MLflow is not reachable (nothing was run)", str(error))
+    return resolved
 
 
 app.command(
@@ -331,10 +332,10 @@ def relog(
     show_logs(verbose)
     from . import runtime
 
-    _check_tracking(tracking_uri)
+    uri = _check_tracking(tracking_uri)
     kept = f"the results in {output_dir} are kept: run `fairpca relog {output_dir}` again"
     with runtime.Command("relog", lambda: kept) as command:
-        logged = command.run(_relog, command, output_dir, tracking_uri, force, promote)
+        logged = command.run(_relog, command, output_dir, uri, force, promote)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
@@ -342,7 +343,7 @@ def relog(
             console.print(escape(relog_alias_note(logged, promote)))
 
 
-def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, promote: bool):
+def _relog(command, output_dir: Path, tracking_uri: str, force: bool, promote: bool):
     """Check the directory (one message, before the server is waited for), then log it."""
     from fairpca.tasks.mlflow_logging import MlflowLoggingError, check_relog_dir, read_audit
 
@@ -359,7 +360,7 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
     _use_prefect_server(command)
     command.phase = "while the directory was logged"
     try:
-        return relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
+        return relog_output_dir(output_dir, tracking_uri, force, promote)
     except (MlflowLoggingError, OSError, ValueError) as error:
         fail("Relog failed", str(error), code=1)
 
@@ -427,14 +428,13 @@ def gate_register(
         secret = secret_from_env()
     except ValueError as error:
         fail("Webhook not registered", str(error))
-    _check_tracking(tracking_uri)
+    uri = _check_tracking(tracking_uri)
     from mlflow.exceptions import MlflowException
 
     from fairpca.tasks.mlflow_store import mlflow_client
 
     from .gate_server import register_webhook
 
-    uri = resolve_tracking_uri(tracking_uri)
     try:
         client = mlflow_client(uri)
         action, webhook_id = register_webhook(client, url=url, models=model, secret=secret)
@@ -465,8 +465,7 @@ def gate_reconcile(
         key = gate_public_key()
     except (PolicyError, AttestationError) as error:
         fail("Nothing reconciled", str(error))
-    _check_tracking(tracking_uri)
-    uri = resolve_tracking_uri(tracking_uri)
+    uri = _check_tracking(tracking_uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line a change
     try:
         checked, changes = reconcile_aliases(mlflow_client(uri), uri, policies, key)
