@@ -100,8 +100,7 @@ from fairpca.tasks.trust import (
 )
 
 from .config import AuditConfig, resolve_tracking_uri
-from .preflight import map_large_blocks, release_freed_heap
-from .runtime import current_task_runner_name, dask_subflow
+from .runtime import current_task_runner_name, dask_subflow, map_large_blocks, release_freed_heap
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
 

@@ -201,36 +201,42 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
         print_validation_error(error, model)
         raise typer.Exit(2) from error
     except (ValueError, OSError) as error:
-        _fail("Invalid configuration file", str(error))
-    _check_tracking(cfg.tracking.tracking_uri)
+        fail("Invalid configuration file", str(error))
+    tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
     results = _results_of(kind, cfg.output.output_dir, cfg.output.run_name)
     with runtime.Command(kind, results) as command:
-        command.run(_checked_run, command, kind, cfg)
+        command.run(_checked_run, command, kind, cfg, tracking_uri)
 
 
-def _checked_run(command, kind: str, config) -> None:
+def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
     """The command's work, off the main thread: the temporary Prefect server boots (a
     process of its own, 5-10 s) while the inputs are checked (one message on an error,
     before any work; the server is stopped with the command), the flow is imported and a
-    new local store is created; then the flow."""
-    command.start_prefect_server()
-    _check_inputs(command, config)
-    _run_flow(command, kind, config)
+    new local store is created; then the flow, on the data the check loaded and split."""
+    command.start_prefect_server()  # before anything imports Prefect here
+    split = _check_inputs(command, config)
+    from fairpca.tasks.data import handed_over
+
+    with handed_over(split, config):  # the flow reads the data no second time
+        del split  # held until the flow takes it, then by the flow alone
+        _run_flow(command, kind, config, tracking_uri)
 
 
-def _check_inputs(command, config) -> None:
+def _check_inputs(command, config):
+    """The pre-flight check (one message on an error); its warnings; the split it made."""
     from .preflight import PreflightError, check_before_run
 
     command.phase = "while the inputs were checked (nothing was written)"
     try:
-        notes = check_before_run(config)
+        notes, split = check_before_run(config)
     except PreflightError as error:
-        _fail("Invalid input (nothing was run)", str(error))
+        fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
+    return split
 
 
-def _run_flow(command, kind: str, config) -> None:
+def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
     from fairpca.tasks.mlflow_logging import MlflowLoggingError
 
     from . import runtime
@@ -240,19 +246,18 @@ def _run_flow(command, kind: str, config) -> None:
         from .retrain import retrain as flow_fn
     else:
         from .audit import fairness_audit as flow_fn
-    tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     try:
         runtime.create_local_store(tracking_uri)
     except ValueError as error:  # a broken local store, named with its fix
-        _fail("MLflow store unusable (nothing was run)", str(error), code=1)
+        fail("MLflow store unusable (nothing was run)", str(error), code=1)
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
         result = flow_fn(config)
     except MlflowLoggingError as error:
-        _fail("MLflow logging failed", error, code=1)
+        fail("MLflow logging failed", error, code=1)
     except (ValueError, TypeError, OSError) as error:
-        _fail("Audit failed", error, code=1)
+        fail("Audit failed", error, code=1)
     print_report(result)
 
 
@@ -262,7 +267,7 @@ def _use_prefect_server(command) -> None:
     try:
         command.use_prefect_server()
     except CommandError as error:
-        _fail("Prefect is not available (nothing was run)", str(error), code=1)
+        fail("Prefect is not available (nothing was run)", str(error), code=1)
 
 
 def _results_of(kind: str, output_dir: Path, run_name: str | None):
@@ -275,18 +280,17 @@ def _results_of(kind: str, output_dir: Path, run_name: str | None):
     return partial(describe_output, Path(output_dir).resolve(), prefix, time.time(), SEAL_FILE)
 
 
-_fail = fail
-
-
-def _check_tracking(uri: str | None) -> None:
-    """The tracking URI takes an audit (seconds), before any server starts."""
+def _check_tracking(uri: str | None) -> str:
+    """The tracking URI (resolved: returned) takes an audit (seconds), before any server
+    starts."""
     from .runtime import TrackingUnreachable, check_tracking_uri
 
     resolved = resolve_tracking_uri(uri)
     try:
         check_tracking_uri(resolved, mask_credentials(resolved))
     except TrackingUnreachable as error:
-        _fail("MLflow is not reachable (nothing was run)", str(error))
+        fail("MLflow is not reachable (nothing was run)", str(error))
+    return resolved
 
 
 app.command(
@@ -328,10 +332,10 @@ def relog(
     show_logs(verbose)
     from . import runtime
 
-    _check_tracking(tracking_uri)
+    uri = _check_tracking(tracking_uri)
     kept = f"the results in {output_dir} are kept: run `fairpca relog {output_dir}` again"
     with runtime.Command("relog", lambda: kept) as command:
-        logged = command.run(_relog, command, output_dir, tracking_uri, force, promote)
+        logged = command.run(_relog, command, output_dir, uri, force, promote)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
@@ -339,7 +343,7 @@ def relog(
             console.print(escape(relog_alias_note(logged, promote)))
 
 
-def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, promote: bool):
+def _relog(command, output_dir: Path, tracking_uri: str, force: bool, promote: bool):
     """Check the directory (one message, before the server is waited for), then log it."""
     from fairpca.tasks.mlflow_logging import MlflowLoggingError, check_relog_dir, read_audit
 
@@ -351,14 +355,14 @@ def _relog(command, output_dir: Path, tracking_uri: str | None, force: bool, pro
             read_audit(output_dir)  # the message for a directory that is no audit's
         check_relog_dir(output_dir, contents=False)  # the contents: as the flow copies them
     except (OSError, ValueError) as error:
-        _fail("Relog failed", str(error), code=1)
+        fail("Relog failed", str(error), code=1)
     command.start_prefect_server()
     _use_prefect_server(command)
     command.phase = "while the directory was logged"
     try:
-        return relog_output_dir(output_dir, resolve_tracking_uri(tracking_uri), force, promote)
+        return relog_output_dir(output_dir, tracking_uri, force, promote)
     except (MlflowLoggingError, OSError, ValueError) as error:
-        _fail("Relog failed", str(error), code=1)
+        fail("Relog failed", str(error), code=1)
 
 
 gate_app = typer.Typer(
@@ -387,7 +391,7 @@ def gate_serve(
     from . import runtime
 
     if (certfile is None) != (keyfile is None):
-        _fail("Invalid options", "give both --certfile and --keyfile, or neither")
+        fail("Invalid options", "give both --certfile and --keyfile, or neither")
     options = dict(host=host, port=port, policy_dir=policy_dir and str(policy_dir),
                    queue_path=str(queue), certfile=certfile and str(certfile),
                    keyfile=keyfile and str(keyfile))  # fmt: skip
@@ -408,7 +412,7 @@ def _serve_gate(command, options: dict[str, Any]) -> None:
     try:
         serve(prefect_then_listen, **options)
     except (PolicyError, ValueError) as error:
-        _fail("Cannot start the gate receiver", str(error))
+        fail("Cannot start the gate receiver", str(error))
 
 
 @gate_app.command("register")
@@ -423,20 +427,19 @@ def gate_register(
     try:
         secret = secret_from_env()
     except ValueError as error:
-        _fail("Webhook not registered", str(error))
-    _check_tracking(tracking_uri)
+        fail("Webhook not registered", str(error))
+    uri = _check_tracking(tracking_uri)
     from mlflow.exceptions import MlflowException
 
     from fairpca.tasks.mlflow_store import mlflow_client
 
     from .gate_server import register_webhook
 
-    uri = resolve_tracking_uri(tracking_uri)
     try:
         client = mlflow_client(uri)
         action, webhook_id = register_webhook(client, url=url, models=model, secret=secret)
     except (ValueError, OSError, MlflowException) as error:
-        _fail("Webhook not registered", str(error))
+        fail("Webhook not registered", str(error))
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 
 
@@ -461,14 +464,13 @@ def gate_reconcile(
         policies = load_policies(policy_dir and str(policy_dir))
         key = gate_public_key()
     except (PolicyError, AttestationError) as error:
-        _fail("Nothing reconciled", str(error))
-    _check_tracking(tracking_uri)
-    uri = resolve_tracking_uri(tracking_uri)
+        fail("Nothing reconciled", str(error))
+    uri = _check_tracking(tracking_uri)
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one line a change
     try:
         checked, changes = reconcile_aliases(mlflow_client(uri), uri, policies, key)
     except (MlflowException, OSError) as error:
-        _fail("Reconcile stopped", str(error), code=1)
+        fail("Reconcile stopped", str(error), code=1)
     for line in changes:
         console.print(escape(line), soft_wrap=True)
     console.print(f"{checked} protected alias(es) checked, {len(changes)} changed.")
@@ -496,7 +498,7 @@ def gate_keygen() -> None:
             where = f"{'created' if created else 'kept the existing'} gate key {path}"
         public = public_key_hex(gate_signing_key().public_key())
     except (AttestationError, OSError) as error:
-        _fail("No gate key", str(error))
+        fail("No gate key", str(error))
     err_console.print(f"{escape(where)}; its public key ({GATE_PUBLIC_KEY_ENV}):")
     console.print(public)
 

@@ -6,7 +6,8 @@ target dimension fits the screened and encoded data, the split leaves every part
 every sensitive attribute two comparable groups in the validation and test parts, one-hot
 names are unique, the chosen variants fit in time and memory (two run at once), and the
 output directory is writable with no audit or link of the same name in it. Nothing here
-starts a Prefect server or touches MLflow.
+starts a Prefect server or touches MLflow. The split made here (loaded, split and screened
+as the audit does) is the one the flow audits: the command reads its data once.
 """
 
 from __future__ import annotations
@@ -15,50 +16,13 @@ import os
 import tempfile
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import pandas as pd
 
-# glibc's mallopt option: the size from which malloc maps a block of its own
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 1 << 20
-
-
-def map_large_blocks() -> bool:
-    """Have glibc's malloc map every block of at least 1 MiB on its own, so that it returns
-    to the system when freed; whether it was set (False off glibc).
-
-    By default the threshold rises with each mapped block freed, up to 32 MB; larger
-    blocks then come from the heap, whose freed pages stay in the process: on a 1,000,000-row
-    audit the temporary arrays of loading and encoding left about 300 MB there, under the
-    arrays that come after. Large arrays are few and each costs its own page faults anyway.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
-    except (OSError, AttributeError):  # not glibc
-        return False
-
-
-def release_freed_heap() -> bool:
-    """Hand the free pages inside glibc's heap back to the system (``malloc_trim(0)``);
-    whether it did (False off glibc).
-
-    Blocks under the mmap threshold (pandas' and Python's small objects) come from the heap,
-    and what they leave free stays in the process while anything above it is alive: after
-    the pre-flight's read of a 1,000,000-row table, 400 MB of free heap pages, 1 MB of live
-    objects.
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc
-        return False
+if TYPE_CHECKING:
+    from fairpca.tasks.data import Split
 
 
 class PreflightError(ValueError):
@@ -79,22 +43,17 @@ def encoded_width(encoder, X) -> int:
     return width
 
 
-def _check_k(config, dataset) -> str | None:
+def _check_k(config, split) -> str | None:
     """The k every variant will be fitted with, decided exactly as the audit decides it (the
     same split, the same screening on the training rows, the same encoder; Algorithm 1/2 and
     Sec. 3.5 give ``k <= d - r``): a clear error when it cannot fit, else the note saying
     which k."""
-    from fairpca.tasks.data import split_data
     from fairpca.tasks.represent import make_preprocessor, resolve_k
 
-    split = split_data.fn(
-        dataset, config.split, config.source,
-        seed=config.seed, min_group_size=config.evaluation.min_group_size,
-    )  # fmt: skip
     encoder = make_preprocessor(split.X_train, config.representation.min_category_count)
     width = encoded_width(encoder, split.X_train)
-    screened = getattr(dataset, "screened", {}) or {}
-    more = f" or keep screened columns (--keep; screened: {list(screened)})" if screened else ""
+    screened = [entry["column"] for entry in split.screening if entry["action"] == "excluded"]
+    more = f" or keep screened columns (--keep; screened: {screened})" if screened else ""
     try:
         k = resolve_k(
             config.representation.k, width, split.s_train, list(config.representation.variants)
@@ -111,19 +70,6 @@ DEFAULT_MAX_FIT_SECONDS = 600.0
 # (d = 800: 1.6 s; d = 10,000: about 50 minutes). The other linear variants take the
 # randomized route on wide data (k much smaller than d), which is linear in d.
 SECONDS_PER_CUBED_WIDTH = 3e-9
-
-
-def _check_parts(config, dataset) -> tuple[np.ndarray, ...]:
-    """The split's row indices; refuses data too small for three parts."""
-    from fairpca.tasks.data import split_options, split_rows
-
-    try:
-        return split_rows(
-            np.asarray(dataset.y, dtype=np.int64), dataset.sensitive, seed=config.seed,
-            **split_options(config.split),
-        )  # fmt: skip
-    except ValueError as error:
-        raise PreflightError(str(error)) from error
 
 
 def _undefined_difference(y: np.ndarray, groups: np.ndarray, min_size: int) -> str | None:
@@ -144,23 +90,26 @@ def _undefined_difference(y: np.ndarray, groups: np.ndarray, min_size: int) -> s
     return None
 
 
-def _check_groups(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
+def _check_groups(config, split) -> None:
     """Each sensitive attribute keeps two reportable groups in the validation and test parts."""
-    y = np.asarray(dataset.y, dtype=np.int64)
-    for name, rows in zip(("validation", "test"), parts[1:], strict=True):
-        for column in dataset.sensitive.columns:
-            values = dataset.sensitive[column].to_numpy()
-            why = _undefined_difference(y[rows], values[rows], config.evaluation.min_group_size)
+    parts = ("train", "validation", "test")
+    y = np.concatenate([getattr(split, f"y_{part}") for part in parts])
+    groups = pd.concat([getattr(split, f"s_{part}") for part in parts])
+    for name in parts[1:]:
+        y_part, s_part = getattr(split, f"y_{name}"), getattr(split, f"s_{name}")
+        for column in s_part.columns:
+            min_size = config.evaluation.min_group_size
+            why = _undefined_difference(y_part, s_part[column].to_numpy(), min_size)
             if why is None:
                 continue
-            if _one_class_per_group(y, values):
+            if _one_class_per_group(y, groups[column].to_numpy()):
                 raise PreflightError(
                     f"sensitive column {column!r} determines the label: each of its groups "
                     f"holds rows of one label value only, so in the {name} part {why}. "
                     "Pass a --sensitive column that is not a copy of the label."
                 )
             raise PreflightError(
-                f"in the {name} part ({len(rows)} rows) sensitive column {column!r}: {why}. "
+                f"in the {name} part ({len(y_part)} rows) sensitive column {column!r}: {why}. "
                 "Pass more rows (more data, --n-validation, --n-test), a smaller "
                 "--min-group-size, or another --sensitive column."
             )
@@ -173,16 +122,21 @@ def _one_class_per_group(y: np.ndarray, groups: np.ndarray) -> bool:
     return bool(np.all((positives == 0) | (positives == np.bincount(codes))))
 
 
-def _check_encoded_names(config, dataset) -> None:
-    """One-hot names ``<column>_<value>`` must not collide across columns (``a_b`` = ``c``
-    and ``a`` = ``b_c`` are both ``a_b_c``)."""
+def _encoded_width(config, X) -> int:
+    """Estimated encoded width without fitting: one column per numeric feature, and per
+    categorical its values of at least ``min_category_count`` rows plus a pooled one, at most
+    the one-hot cap. One-hot names ``<column>_<value>`` must not collide across columns
+    (``a_b`` = ``c`` and ``a`` = ``b_c`` are both ``a_b_c``)."""
     from fairpca.datasets import split_feature_kinds
+    from fairpca.datasets._preprocess import MAX_CATEGORIES
 
-    categorical, _ = split_feature_kinds(dataset.X)
-    owner: dict[str, tuple[str, str]] = {}
+    categorical, numeric = split_feature_kinds(X)
+    width, owner = len(numeric), {}
     for column in categorical:
-        counts = dataset.X[column].astype(str).value_counts()
-        for value in counts.index[counts >= config.representation.min_category_count]:
+        counts = X[column].astype(str).value_counts()
+        frequent = counts.index[counts >= config.representation.min_category_count]
+        width += min(len(frequent) + int(len(frequent) < len(counts)), MAX_CATEGORIES)
+        for value in frequent:
             name = f"{column}_{value}"
             first = owner.setdefault(name, (column, value))
             if first[0] != column:
@@ -191,30 +145,15 @@ def _check_encoded_names(config, dataset) -> None:
                     f"would both be encoded as the feature {name!r}; rename one of the two "
                     f"columns in the file, or exclude one with --drop {column}."
                 )
-
-
-def _encoded_width(X, min_count: int) -> int:
-    """Estimated encoded width without fitting: one column per numeric feature, and per
-    categorical its values of at least ``min_count`` rows plus a pooled one, at most the
-    one-hot cap."""
-    from fairpca.datasets import split_feature_kinds
-    from fairpca.datasets._preprocess import MAX_CATEGORIES
-
-    categorical, numeric = split_feature_kinds(X)
-    width = len(numeric)
-    for column in categorical:
-        counts = X[column].astype(str).value_counts()
-        frequent = int((counts >= min_count).sum())
-        width += min(frequent + int(frequent < len(counts)), MAX_CATEGORIES)
     return width
 
 
-def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
-    """The chosen variants must fit in time (Fair PCA-S is cubic in the width) and in memory,
-    counting the fits that run at once."""
+def _check_cost(config, dataset, width: int) -> None:
+    """The chosen variants must fit in time (Fair PCA-S is cubic in the width ``width``) and
+    in memory, counting the fits that run at once."""
     from fairpca import _memory
+    from fairpca.tasks.data import part_sizes, split_options
 
-    width = _encoded_width(dataset.X, config.representation.min_category_count)
     try:
         limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
     except ValueError as error:
@@ -234,7 +173,8 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
             f"{width} x {width} eigenproblems, estimated at {seconds / 60:.0f} minutes, over "
             f"the limit of {limit:g} s ({MAX_FIT_SECONDS_ENV}): {fix}."
         )
-    n_train, n_groups = len(parts[0]), int(dataset.sensitive.nunique().sum())
+    n_train = part_sizes(dataset.n_samples, **split_options(config.split))[0]  # >= 2 rows each
+    n_groups = int(dataset.sensitive.nunique().sum())
     from fairpca.tasks.represent import DEFAULT_MAX_K
 
     k = (
@@ -246,10 +186,7 @@ def _check_cost(config, dataset, parts: tuple[np.ndarray, ...]) -> None:
     }
     if "fair_pca_s" in sizes:
         sizes["fair_pca_s"] = _memory.covariance_bytes(width, n_groups)
-    try:
-        _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}. {DASK_FIX}")
-    except _memory.InsufficientMemoryError as error:
-        raise PreflightError(str(error)) from error
+    _memory.require_parallel(sizes, f"Pass fewer --variants, or {fewer_columns}. {DASK_FIX}")
 
 
 # The audit's working set: the table and its three parts (a copy), the encoded training and
@@ -273,28 +210,21 @@ def _check_file_memory(source) -> None:
     if source.data is None or not Path(source.data).is_file():
         return
     size = Path(source.data).stat().st_size
-    try:
-        _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
-    except _memory.InsufficientMemoryError as error:
-        raise PreflightError(str(error)) from error
+    _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
 
 
-def _check_table_memory(config, dataset) -> None:
-    """The loaded table, its parts and its encoded rows must fit in memory (the audit reads
-    every row by default); else a clear error naming the Dask route."""
+def _check_table_memory(dataset, width: int) -> None:
+    """The loaded table, its parts and its ``width`` encoded columns must fit in memory (the
+    audit reads every row by default); else a clear error naming the Dask route."""
     from fairpca import _memory
 
-    width = _encoded_width(dataset.X, config.representation.min_category_count)
     table = sum(frame.memory_usage(deep=True).sum() for frame in (dataset.X, dataset.sensitive))
     need = 2 * table + ENCODED_COPIES * _memory.FLOAT_BYTES * dataset.n_samples * width
     what = (
         f"the audit of {dataset.n_samples} rows ({_memory.format_bytes(table)} as loaded, "
         f"{width} encoded columns)"
     )
-    try:
-        _memory.require(need, what, DASK_FIX)
-    except _memory.InsufficientMemoryError as error:
-        raise PreflightError(str(error)) from error
+    _memory.require(need, what, DASK_FIX)
 
 
 def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
@@ -342,46 +272,64 @@ def _check_signing_key(output_dir: Path) -> None:
         )
 
 
-def check_before_run(config) -> list[str]:
-    """Load the data source and check k and the output directory; return the warnings.
-
-    Raises
-    ------
-    PreflightError
-        For any input that would make the audit fail.
-    """
+def _check_table(config) -> tuple[list[str], Split]:
+    """Load, check, split and screen an in-memory table: the warnings and the split."""
     from fairpca.datasets import ScreeningWarning
-    from fairpca.tasks.data import load_source
-    from fairpca.tasks.distributed import check_partitioned_source, on_partitions
-
-    map_large_blocks()  # before the table is read (the audit's own process)
-    if on_partitions(config.source):  # read on the Dask cluster, never here
-        try:
-            check_partitioned_source(config)
-        except (ValueError, OSError) as error:
-            raise PreflightError(str(error)) from error
-        _check_output_dir(config.output.output_dir, config.output.run_name)
-        _check_signing_key(config.output.output_dir)
-        return []
+    from fairpca.tasks.data import load_source, split_data
 
     _check_file_memory(config.source)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             dataset = load_source(config.source)
-        except (ValueError, TypeError, OSError, LookupError) as error:
+        except (TypeError, LookupError) as error:
             raise PreflightError(str(error)) from error
-    _check_table_memory(config, dataset)
-    parts = _check_parts(config, dataset)
-    _check_groups(config, dataset, parts)
-    _check_cost(config, dataset, parts)
-    _check_encoded_names(config, dataset)
+    width = _encoded_width(config, dataset.X)
+    _check_table_memory(dataset, width)
+    _check_cost(config, dataset, width)
     with warnings.catch_warnings():  # the flow reports the training rows' screening
         warnings.simplefilter("ignore", ScreeningWarning)
-        k_note = _check_k(config, dataset)
-    _check_output_dir(config.output.output_dir, config.output.run_name)
-    _check_signing_key(config.output.output_dir)
-    # The flow takes this dataset (or loads it anew); the screening was reported here already.
+        split = split_data.fn(
+            dataset, config.split, config.source,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+    del dataset  # the split holds the rows the audit reads
+    _check_groups(config, split)
+    k_note = _check_k(config, split)
+    # The flow takes this split; the load's screening was reported here already.
     warnings.filterwarnings("ignore", category=ScreeningWarning)
     found = [str(item.message) for item in caught if issubclass(item.category, UserWarning)]
-    return found + ([k_note] if k_note else [])
+    return found + ([k_note] if k_note else []), split
+
+
+def check_before_run(config) -> tuple[list[str], Split | None]:
+    """Load the data source, split and screen it as the audit does, and check k and the
+    output directory; return the warnings and the split (None for a partitioned table),
+    which the flow takes (:func:`fairpca.tasks.data.handed_over`) instead of reading the data
+    again.
+
+    Raises
+    ------
+    PreflightError
+        For any input that would make the audit fail.
+    """
+    from fairpca.tasks.distributed import check_partitioned_source, connect, on_partitions
+
+    from .runtime import map_large_blocks
+
+    map_large_blocks()  # before the table is read (the audit's own process)
+    try:
+        if on_partitions(config.source):  # read on the Dask cluster, never here
+            check_partitioned_source(config)
+            if config.dask_address != "local":  # reachable (the audit starts ``local``)
+                connect(config.dask_address).close()
+            notes, split = [], None
+        else:
+            notes, split = _check_table(config)
+    except PreflightError:
+        raise
+    except (ValueError, OSError) as error:  # the loader's, the split's, the memory budget's
+        raise PreflightError(str(error)) from error
+    _check_output_dir(config.output.output_dir, config.output.run_name)
+    _check_signing_key(config.output.output_dir)
+    return notes, split

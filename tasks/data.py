@@ -4,7 +4,8 @@ screening the columns on the training rows."""
 from __future__ import annotations
 
 import dataclasses
-from contextlib import suppress
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,27 +34,6 @@ class Split:
     s_test: pd.DataFrame
     leaking: dict[str, str] = field(default_factory=dict)  # excluded on the training rows
     screening: list[dict[str, Any]] = field(default_factory=list)  # the audit's record
-
-    def summary(self) -> dict[str, Any]:
-        """Aggregated sizes and rates only (safe to log)."""
-        return {
-            "n_train": len(self.X_train),
-            "n_validation": len(self.X_validation),
-            "n_test": len(self.X_test),
-            "n_features_raw": self.X_train.shape[1],
-            "positive_rate_train": float(np.mean(self.y_train)),
-            "positive_rate_validation": float(np.mean(self.y_validation)),
-            "positive_rate_test": float(np.mean(self.y_test)),
-            "sensitive": list(self.s_train.columns),
-            "excluded_on_training_rows": sorted(self.leaking),
-        }
-
-
-@task(name="load-data", cache_policy=NO_CACHE, retries=0)
-def load_data(source) -> Any:
-    """The audit's data source (the config's ``source`` section: bundled dataset, data
-    directory or user file)."""
-    return load_source(source)
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
@@ -200,12 +180,48 @@ def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Spl
 
 @task(name="load-and-split-data", cache_policy=NO_CACHE, retries=0)
 def load_split(source, sizes, *, seed: int, min_group_size: int) -> Split:
-    """:func:`load_data` and :func:`split_data` in one task run: the loaded table is then no
+    """:func:`load_source` and :func:`split_data` in one task run: the loaded table is then no
     task run's result or parameter, which Prefect keeps for the flow run's life (at
-    1,000,000 rows about 200 MB that nothing reads after the split)."""
-    return split_data.fn(
-        load_source(source), sizes, source, seed=seed, min_group_size=min_group_size
-    )
+    1,000,000 rows about 200 MB that nothing reads after the split).
+
+    The split the pre-flight check made of the same source (:func:`handed_over`) is taken
+    as it is, and no longer held there: one read and one screening of the data per command.
+    """
+    box = _HANDED_OVER.get()
+    split = box.pop(_split_key(source, sizes, seed, min_group_size), None) if box else None
+    if split is None:
+        split = split_data.fn(
+            load_source(source), sizes, source, seed=seed, min_group_size=min_group_size
+        )
+    if split.leaking:
+        get_run_logger().warning("excluded on the training rows: %s", split.leaking)
+    return split
+
+
+# The split a pre-flight check made, waiting for the flow of the same command (one entry,
+# emptied by the load_split that takes it).
+_HANDED_OVER: ContextVar[dict | None] = ContextVar("fairpca_handed_over_split", default=None)
+
+
+def _split_key(source, sizes, seed: int, min_group_size: int) -> tuple:
+    return source.model_dump_json(), sizes.model_dump_json(), seed, min_group_size
+
+
+@contextmanager
+def handed_over(split: Split | None, config):
+    """Within the block, :func:`load_split` of ``config``'s source, split and seed takes
+    ``split`` (the pre-flight check's) instead of reading and screening the data again;
+    ``None`` hands nothing over."""
+    box = {}
+    if split is not None:
+        box[_split_key(config.source, config.split, config.seed,
+                       config.evaluation.min_group_size)] = split  # fmt: skip
+    del split  # held by the box alone, until load_split takes it
+    token = _HANDED_OVER.set(box)
+    try:
+        yield
+    finally:
+        _HANDED_OVER.reset(token)
 
 
 def split_options(sizes) -> dict[str, Any]:
@@ -306,9 +322,6 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_
             "deliberately with --keep NAME if that is intended."
         )
     warn_screened(ColumnScreening([c for c in X.columns if c not in excluded], excluded))
-    if excluded:
-        with suppress(Exception):  # outside a flow run there is no run logger
-            get_run_logger().warning("excluded on the training rows: %s", excluded)
     return excluded, entries
 
 

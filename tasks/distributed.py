@@ -145,8 +145,8 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S):
 
 def check_partitioned_source(config) -> list[Path]:
     """The checks before any work: a scheduler address, files that match, the columns
-    named in their schema, a reachable scheduler (closed again; ``local`` is started by the
-    audit itself). Returns the files.
+    named in their schema (the pre-flight check also reaches the scheduler). Returns the
+    files.
 
     Raises
     ------
@@ -166,8 +166,6 @@ def check_partitioned_source(config) -> list[Path]:
         raise ValueError(
             f"{files[0]} has no column(s) {missing}; its columns are {sorted(columns)[:20]}."
         )
-    if config.dask_address != "local":
-        connect(config.dask_address).close()
     return files
 
 

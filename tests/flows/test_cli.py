@@ -60,9 +60,14 @@ def test_invalid_options_fail_before_any_work(args, message, tmp_path):
 @pytest.mark.flow
 @pytest.mark.slow
 def test_cli_audit_with_config_file_prints_summary_report_and_run_id(
-    prefect_harness, mlflow_store, tmp_path
+    prefect_harness, mlflow_store, tmp_path, monkeypatch
 ):
+    from fairpca.tasks import data
+
     uri, client = mlflow_store
+    reads = []
+    load_source = data.load_source
+    monkeypatch.setattr(data, "load_source", lambda source: reads.append(1) or load_source(source))
     config = tmp_path / "audit.json"
     settings = {"dataset": "german", "k": 3, "thresholds": {"max_dp_difference": 0.2}}
     config.write_text(json.dumps({**settings, "model_name": "fairpca-cli-test"}))
@@ -87,6 +92,7 @@ def test_cli_audit_with_config_file_prints_summary_report_and_run_id(
     assert run.data.params["k"] == "3" and run.data.params["seed"] == "1"
     assert run.data.params["thresholds.max_dp_difference"] == "0.2"
     assert run.data.params["variants"] == "pca,fair_pca"
+    assert len(reads) == 1  # the flow audits the rows the pre-flight check read and split
 
 
 def test_without_the_audit_extra_the_cli_says_what_to_install():

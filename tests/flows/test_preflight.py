@@ -27,17 +27,3 @@ def test_the_encoded_width_is_the_fitted_encoders_without_encoding_every_row(nam
     assert width == encoded.shape[1]
     if name == "adult":  # 48,842 rows: the dense encoding of every row (41 MB, and its
         assert peak < encoded.nbytes  # copy when the transformers' outputs are stacked)
-
-
-def test_the_audit_returns_freed_memory_where_malloc_is_glibcs():
-    """The audit's process has glibc return every freed block of 1 MiB or more to the system,
-    and the free pages inside its heap at the stage boundaries (freed heap pages under the
-    large arrays were 300 to 400 MB of a 1,000,000-row audit)."""
-    import platform
-
-    from fairpca.flows.preflight import map_large_blocks, release_freed_heap
-
-    glibc = platform.libc_ver()[0] == "glibc"
-    assert map_large_blocks() is glibc
-    if glibc:
-        release_freed_heap()  # True when it released pages: nothing to assert on a fresh heap

@@ -9,7 +9,7 @@ import pytest
 
 from fairpca.flows.config import AuditConfig
 from fairpca.flows.preflight import check_before_run
-from fairpca.tasks.data import load_data, load_source
+from fairpca.tasks.data import load_source, load_split
 
 
 def _user_file(path, n: int = 400, seed: int = 0):
@@ -27,18 +27,21 @@ def config(tmp_path):
     return AuditConfig(data=path, label="label", sensitive=["group"], output_dir=tmp_path / "out")
 
 
-def test_the_preflight_and_the_flow_read_the_same_rows(config):
-    check_before_run(config)
-    checked = load_source(config.source)
-    loaded = load_data.fn(config.source)
-    pd.testing.assert_frame_equal(loaded.X, checked.X)
-    np.testing.assert_array_equal(loaded.y, checked.y)
+def test_the_preflight_splits_the_rows_as_the_flow_does(config):
+    _, checked = check_before_run(config)
+    loaded = load_split.fn(
+        config.source, config.split, seed=config.seed,
+        min_group_size=config.evaluation.min_group_size,
+    )  # fmt: skip
+    for part in ("train", "validation", "test"):
+        pd.testing.assert_frame_equal(getattr(loaded, f"X_{part}"), getattr(checked, f"X_{part}"))
+        np.testing.assert_array_equal(getattr(loaded, f"y_{part}"), getattr(checked, f"y_{part}"))
 
 
 def test_a_file_changed_after_the_preflight_is_read_as_it_is_now(config):
     check_before_run(config)
     _user_file(config.source.data, n=300, seed=1)
-    assert len(load_data.fn(config.source).X) == 300
+    assert len(load_source(config.source).X) == 300
 
 
 def test_a_bundled_dataset_carries_its_group_names():
@@ -56,3 +59,23 @@ def test_a_table_that_would_not_fit_names_the_dask_route(config, monkeypatch, li
     with pytest.raises(PreflightError, match="Not enough memory") as caught:
         check_before_run(config)
     assert "--dask-address" in str(caught.value) and "--n-train" in str(caught.value)
+
+
+def test_the_flow_takes_the_split_the_preflight_made_once(config):
+    """One read and one screening of the data per command: inside ``handed_over`` the flow's
+    ``load_split`` takes the pre-flight's split (not a later state of the file), once."""
+    from fairpca.tasks.data import handed_over
+
+    def flow_split(seed: int):
+        return load_split.fn(
+            config.source, config.split, seed=seed,
+            min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+
+    _, split = check_before_run(config)
+    with handed_over(split, config):
+        _user_file(config.source.data, n=300, seed=1)
+        assert len(flow_split(config.seed + 1).y_train) == 150  # another split: read anew
+        assert flow_split(config.seed) is split
+        assert len(flow_split(config.seed).y_train) == 150  # handed over once
+    assert len(split.y_train) == 200
