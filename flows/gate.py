@@ -49,24 +49,29 @@ metrics are computed and the verdict signed here."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import math
 import os
 import tempfile
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import pandas as pd
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, Failed
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
-from fairpca.flows.config import GateRules, load_config_file, resolve_tracking_uri
+from fairpca.flows.config import ALIAS_PATTERN, GateRules, load_config_file, resolve_tracking_uri
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE, HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
@@ -82,15 +87,13 @@ from fairpca.tasks.registry import (
 )
 from fairpca.tasks.report import markdown_text, render_template
 from fairpca.tasks.select import GatePolicy as NamedPolicy
-from fairpca.tasks.select import (
-    gate_failures,
-    ineligibility,
-)
+from fairpca.tasks.select import gate_failures, ineligibility
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
     StaleAttestationError,
     UntrustedModelError,
+    canonical_digest,
     check_model_files,
     files_digest,
     gate_public_key,
@@ -138,14 +141,10 @@ def _now() -> str:
 
 
 def read_reference(path: Path, label: str, sensitive: list[str]) -> pd.DataFrame:
-    """The reference table; a clear error when a named column is missing or the file is odd."""
+    """The reference table of a policy (its path checked by :class:`ReferenceData` and
+    :func:`load_policies`); a clear error when a named column is missing."""
     path = Path(path)
-    reader = _READERS.get(path.suffix.lower())
-    if reader is None:
-        raise ValueError(f"reference data {path.name} must be a .csv or .parquet file.")
-    if not path.is_file():
-        raise FileNotFoundError(f"reference data {path} does not exist.")
-    frame = reader(path)
+    frame = _READERS[path.suffix.lower()](path)
     missing = [column for column in [label, *sensitive] if column not in frame.columns]
     if missing:
         raise ValueError(
@@ -558,7 +557,6 @@ POLICY_DIR_ENV = "FAIRPCA_GATE_POLICY_DIR"
 # ``pending``, which never holds a protected alias.
 TIMEOUT_SECONDS = 900
 VERSION_CREATED = "model_version.created"
-ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 
 
 class PolicyError(ValueError):
@@ -578,7 +576,7 @@ class ReferenceData(BaseModel):
     @field_validator("path")
     @classmethod
     def _check_suffix(cls, value: Path) -> Path:
-        if value.suffix.lower() not in {".csv", ".parquet", ".pq"}:
+        if value.suffix.lower() not in _READERS:
             raise ValueError(f"reference path must be a .csv or .parquet file; got {value}.")
         return value
 
@@ -589,7 +587,9 @@ class GatePolicy(GateRules):
 
     model: str = Field(min_length=1, description="Registered model name.")
     reference: ReferenceData
-    protected_aliases: list[str] = Field(default_factory=lambda: ["champion"])
+    protected_aliases: list[Annotated[str, StringConstraints(pattern=ALIAS_PATTERN)]] = Field(
+        default_factory=lambda: ["champion"]
+    )
     min_group_size: int = Field(
         DEFAULT_MIN_GROUP_SIZE,
         ge=MIN_GROUP_SIZE_FLOOR,
@@ -598,16 +598,6 @@ class GatePolicy(GateRules):
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)
     experiment_name: str = Field("fairpca-gate", min_length=1)
-
-    @field_validator("protected_aliases")
-    @classmethod
-    def _check_aliases(cls, value: list[str]) -> list[str]:
-        import re
-
-        bad = [alias for alias in value if not re.match(ALIAS_PATTERN, alias)]
-        if bad:
-            raise ValueError(f"alias names must match {ALIAS_PATTERN}; got {bad}.")
-        return value
 
     def evaluator_config(self) -> dict:
         """``evaluator_config["fairness"]`` of the MLflow ``fairness`` evaluator."""
@@ -683,8 +673,7 @@ def policy_digest(policy: GatePolicy) -> str:
     other reference data, no longer keeps an alias."""
     fields = policy.model_dump(mode="json")
     fields["reference"]["path"] = sha256_file(policy.reference.path)
-    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_digest(fields)
 
 
 def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str | None, str]:
@@ -818,9 +807,18 @@ def _logger():
         return logging.getLogger(__name__)
 
 
-def _gate_event(model_name, version, event, alias, policy_dir, tracking_uri):
-    """The body of :func:`fairness_gate`: the final state, every refusal a Failed state
-    with its message (nothing raised, so nothing is pickled into the result store)."""
+@flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
+def fairness_gate(
+    model_name: str,
+    version: str,
+    event: Literal["model_version.created", "model_version_alias.created"],
+    alias: str | None = None,
+    policy_dir: str | None = None,
+    tracking_uri: str | None = None,
+):
+    """Gate one registry event of a watched model (see the module docstring); every refusal
+    is a Failed state with its message (nothing raised, so nothing is pickled into the result
+    store)."""
     try:
         policy_dir, uri = gate_settings(policy_dir, tracking_uri)
         policies = load_policies(policy_dir)
@@ -844,19 +842,6 @@ def _gate_event(model_name, version, event, alias, policy_dir, tracking_uri):
         description="fairness gate alias check",
     )
     return Completed(message=check.message)
-
-
-@flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
-def fairness_gate(
-    model_name: str,
-    version: str,
-    event: Literal["model_version.created", "model_version_alias.created"],
-    alias: str | None = None,
-    policy_dir: str | None = None,
-    tracking_uri: str | None = None,
-):
-    """Gate one registry event of a watched model (see the module docstring)."""
-    return _gate_event(model_name, version, event, alias, policy_dir, tracking_uri)
 
 
 @flow(name="fairness-gate-reconcile", validate_parameters=True, persist_result=False)
