@@ -250,8 +250,8 @@ def _verified_record(out_dir: Path) -> dict[str, Any]:
     path = out_dir / SEAL_FILE
     if not path.is_file():
         raise SealError(
-            f"{out_dir} has no {SEAL_FILE}: it was not written and signed by a fairpca audit "
-            "(or predates signing), so relog does not trust it. Re-run the audit."
+            f"{out_dir} has no {SEAL_FILE}: it was not written and signed by a fairpca audit, "
+            "so relog does not trust it. Re-run the audit."
         )
     if path.stat().st_size > 16 * 2**20:
         raise SealError(f"{path} is larger than any seal fairpca writes; it is not read.")

@@ -156,7 +156,7 @@ def test_policy_dir_is_read_and_reference_resolved_inside_it(policy_dir):
         (POLICY.format(model="m").replace("reference.csv", "../x.csv"), "inside the policy"),
         (POLICY.format(model="m").replace("reference.csv", "gone.csv"), "does not exist"),
         (POLICY.format(model="m").replace("reference.csv", "ref.xlsx"), ".csv or .parquet"),
-        (POLICY.format(model="m") + "protected_aliases: ['bad alias']\n", "alias names"),
+        (POLICY.format(model="m") + "protected_aliases: ['bad alias']\n", "protected_aliases"),
         ("model: [", "not valid YAML"),
     ],
 )
