@@ -12,10 +12,10 @@ Started by the webhook receiver (:mod:`fairpca.flows.gate_server`) through the d
   verdict (:func:`verdict`: the audit's thresholds and eligibility rules, so a constant
   classifier never passes) is signed: the version gets the attestation
   ``fairness.gate.attestation`` (model, version, model files' digest, policy digest, verdict,
-  gate run; Ed25519, a key only the gate holds), then the informational tags
-  (:func:`gate_tags`: ``fairness.gate.status`` ``passed`` / ``failed`` / ``error``, the
-  reasons, the metrics with their 95% intervals), a short card (:func:`gate_card`) and a
-  Prefect Markdown artifact;
+  gate run; Ed25519, a key only the gate holds), then (:func:`record_verdict`) the
+  informational tags (``fairness.gate.status`` ``passed`` / ``failed`` / ``error``, the
+  reasons, the metrics with their 95% intervals), a short card and a Prefect Markdown
+  artifact;
 * ``model_version_alias.created`` for a protected alias: :func:`enforce_alias` keeps the alias
   only on a version whose attestation verifies: the gate's signature, this version, a pass
   under the current policy, and the model files recomputed now. Any other holder loses it,
@@ -49,24 +49,29 @@ metrics are computed and the verdict signed here."""
 
 from __future__ import annotations
 
-import hashlib
 import importlib
-import json
 import math
 import os
 import tempfile
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import pandas as pd
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed, Failed
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+)
 
-from fairpca.flows.config import GateRules, load_config_file, resolve_tracking_uri
+from fairpca.flows.config import ALIAS_PATTERN, GateRules, load_config_file, resolve_tracking_uri
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE, HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
@@ -82,15 +87,13 @@ from fairpca.tasks.registry import (
 )
 from fairpca.tasks.report import markdown_text, render_template
 from fairpca.tasks.select import GatePolicy as NamedPolicy
-from fairpca.tasks.select import (
-    gate_failures,
-    ineligibility,
-)
+from fairpca.tasks.select import gate_failures, ineligibility
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
     StaleAttestationError,
     UntrustedModelError,
+    canonical_digest,
     check_model_files,
     files_digest,
     gate_public_key,
@@ -138,14 +141,10 @@ def _now() -> str:
 
 
 def read_reference(path: Path, label: str, sensitive: list[str]) -> pd.DataFrame:
-    """The reference table; a clear error when a named column is missing or the file is odd."""
+    """The reference table of a policy (its path checked by :class:`ReferenceData` and
+    :func:`load_policies`); a clear error when a named column is missing."""
     path = Path(path)
-    reader = _READERS.get(path.suffix.lower())
-    if reader is None:
-        raise ValueError(f"reference data {path.name} must be a .csv or .parquet file.")
-    if not path.is_file():
-        raise FileNotFoundError(f"reference data {path} does not exist.")
-    frame = reader(path)
+    frame = _READERS[path.suffix.lower()](path)
     missing = [column for column in [label, *sensitive] if column not in frame.columns]
     if missing:
         raise ValueError(
@@ -183,6 +182,26 @@ def model_refusal(model_dir: Path) -> str | None:
     return None
 
 
+# MLflow's evaluation, loaded before the first evaluation (not when this module is: the CLI
+# and the receiver import it for its policies). ``mlflow.models.evaluate`` loads its
+# evaluator registry on first use, and the registry fills itself in a post-import hook that
+# runs under MLflow's import-hook lock (``mlflow.utils.import_hooks``) and imports about 200
+# modules (the built-in evaluators, matplotlib, the entry-point plugins). A thread importing
+# meanwhile (Prefect's event and log threads do) holds its module's import lock and waits
+# for the hook lock in MLflow's import finder; when the hook needs that module, neither
+# thread moves again. Loaded in this order, the hook's modules first and the registry last,
+# the hook has nothing left to import.
+EVALUATION_MODULES = (
+    "mlflow.sklearn",  # a hook imports it when the evaluation first runs
+    "mlflow.models.evaluation.evaluators.classifier",
+    "mlflow.models.evaluation.evaluators.default",
+    "mlflow.models.evaluation.evaluators.regressor",
+    "mlflow.models.evaluation.evaluators.shap",
+    "fairpca.tasks.mlflow_evaluator",
+    "mlflow.models.evaluation.evaluator_registry",
+)
+
+
 def evaluate_version(
     model_dir: Path,
     frame: pd.DataFrame,
@@ -207,8 +226,11 @@ def evaluate_version(
     import mlflow
     from mlflow.models import Model
 
+    for module in EVALUATION_MODULES:
+        with suppress(ModuleNotFoundError):  # another MLflow layout: tests/flows/test_gate.py
+            importlib.import_module(module)
     from fairpca.tasks.mlflow_evaluator import model_input
-    from fairpca.tasks.mlflow_store import get_or_create_experiment, mlflow_client
+    from fairpca.tasks.mlflow_store import get_or_create_experiment
 
     signed = SimpleNamespace(metadata=Model.load(str(Path(model_dir) / "MLmodel")))
     features = frame.drop(columns=[label])
@@ -262,47 +284,53 @@ def _number(value: float) -> str:
     return "nan" if value is None or math.isnan(value) else f"{value:.6f}"
 
 
-def gate_tags(status: str, reasons: list[str], metrics: dict[str, float]) -> dict[str, str]:
-    """``fairness.gate.*`` tags: status, reasons, the headline and per-attribute DP/EO
-    differences with their 95% intervals."""
-    tags = {
-        STATUS_TAG: status,
-        REASONS_TAG: ("; ".join(reasons) or "all gate rules met")[:TAG_MAX_CHARS],
-        "fairness.gate.evaluated_at": _now(),
-    }
-    for name in sorted(metrics):
-        base = name.removesuffix(".ci95_low").removesuffix(".ci95_high")
-        if base in HEADLINE_METRICS or base.startswith(("dp_difference.", "eo_difference.")):
-            tags[f"fairness.gate.{name}"] = _number(metrics[name])
-    return tags
+def _shown_metrics(metrics: dict[str, float]) -> list[str]:
+    """The headline metrics and the per-attribute DP/EO differences present in ``metrics``."""
+    per_attribute = ("dp_difference.", "eo_difference.")
+    shown = [m for m in HEADLINE_METRICS if m in metrics]
+    shown += sorted(m for m in metrics if m.startswith(per_attribute))
+    return [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
 
 
-def gate_card(
-    *,
+def record_verdict(
+    client,
     name: str,
     version: str,
     status: str,
     reasons: list[str],
     metrics: dict[str, float],
     facts: dict[str, str],
+    signed: dict[str, str] | None = None,
 ) -> str:
-    """A short Markdown card for the version's description (template ``gate_card.md.j2``);
-    every user string is escaped."""
-    shown = [m for m in HEADLINE_METRICS if m in metrics]
-    shown += sorted(m for m in metrics if m.startswith(("dp_difference.", "eo_difference.")))
-    shown = [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
-    return render_template("gate_card.md.j2", name=name, version=version, status=status,
-                           now=_now(), reasons=reasons, metrics=metrics, shown=shown,
+    """Record a verdict on the version; the card (returned).
+
+    The ``signed`` tags (the attestation and the runs) first, then the informational
+    ``fairness.gate.*`` tags (reasons, the metrics with their 95% intervals), the card
+    (template ``gate_card.md.j2``, every user string escaped) as its description, and the
+    status last, so a reader that sees the status sees the rest; inside a flow run the card
+    is also a Prefect Markdown artifact."""
+    now = _now()
+    tags = {**(signed or {}), "fairness.gate.evaluated_at": now}
+    tags[REASONS_TAG] = ("; ".join(reasons) or "all gate rules met")[:TAG_MAX_CHARS]
+    shown = _shown_metrics(metrics)
+    for metric in shown:
+        for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
+            if key in metrics:
+                tags[f"fairness.gate.{key}"] = _number(metrics[key])
+    card = render_template("gate_card.md.j2", name=name, version=version, status=status,
+                           now=now, reasons=reasons, metrics=metrics, shown=shown,
                            facts=facts)  # fmt: skip
-
-
-def record_verdict(client, name: str, version: str, tags: dict[str, str], card: str) -> None:
-    """Set the tags (status last, so a reader that sees the status sees the rest) and card."""
     for key, value in tags.items():
-        if key != STATUS_TAG:
+        if value:
             client.set_model_version_tag(name, version, key, value)
     client.update_model_version(name, version, description=card[:TAG_MAX_CHARS])
-    client.set_model_version_tag(name, version, STATUS_TAG, tags[STATUS_TAG])
+    client.set_model_version_tag(name, version, STATUS_TAG, status)
+    if _flow_run_id():  # outside a flow run (the CLI's reconciler) the card suffices
+        key = "".join(c if c.isalnum() else "-" for c in f"fairness-gate-{name}-{version}".lower())
+        create_markdown_artifact(
+            card, key=key[:100].strip("-"), description="fairness gate verdict"
+        )
+    return card
 
 
 # ---- protected aliases -----------------------------------------------------------------------
@@ -323,11 +351,6 @@ def _version_tags(client, name: str, version: str) -> dict[str, str] | None:
         return client.get_model_version(name, version).tags
     except MlflowException:
         return None
-
-
-def _status(client, name: str, version: str) -> str | None:
-    """The informational gate status tag of a version (None: no such version or none)."""
-    return (_version_tags(client, name, version) or {}).get(STATUS_TAG)
 
 
 def _attested(client, tracking_uri: str, name: str, version: str, digest: str, key):
@@ -462,11 +485,10 @@ def _grant_requests(client, policy: GatePolicy, version: str, passed: bool) -> l
 def _refusal(client, name: str, version: str, refusal: AttestationError):
     """``(why, tampering)``: the reason a version holds no verified pass, and what was forged
     or changed (None when nothing was)."""
-    status = _status(client, name, version)
-    why = str(refusal)
-    if status == FAILED:
-        reasons = client.get_model_version(name, version).tags.get(REASONS_TAG, "")
-        why += f" ({reasons})" if reasons else ""
+    tags = _version_tags(client, name, version) or {}
+    status, why = tags.get(STATUS_TAG), str(refusal)
+    if status == FAILED and tags.get(REASONS_TAG):
+        why += f" ({tags[REASONS_TAG]})"
     if refusal.tampered:
         return why, str(refusal)
     if status == PASSED and not isinstance(refusal, StaleAttestationError):  # honest, older
@@ -499,17 +521,12 @@ def reconcile_aliases(
     neither ``pending`` nor ``error``: its event was lost; needs the gate's signing key),
     then :func:`enforce_alias` on every protected alias that is held; ``(aliases checked,
     one line per change)``. Registered models not created yet are skipped."""
-    from mlflow.exceptions import MlflowException
-
     checked, changes = 0, []
     for name, policy in sorted(policies.items()):
-        try:
-            client.get_registered_model(name)
-        except MlflowException as error:
-            if getattr(error, "error_code", None) in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"):
-                continue
-            raise
-        changes += _judge_unjudged(client, tracking_uri, policy)
+        versions = model_versions(client, name)  # none: not created yet, or no alias to hold
+        if not versions:
+            continue
+        changes += _judge_unjudged(client, tracking_uri, policy, versions)
         aliases = client.get_registered_model(name).aliases
         for alias in policy.protected_aliases:
             if alias not in aliases:
@@ -521,9 +538,9 @@ def reconcile_aliases(
     return checked, changes
 
 
-def _judge_unjudged(client, tracking_uri: str, policy: GatePolicy) -> list[str]:
+def _judge_unjudged(client, tracking_uri: str, policy: GatePolicy, versions: list) -> list[str]:
     lines = []
-    for entry in sorted(model_versions(client, policy.model), key=lambda v: int(v.version)):
+    for entry in sorted(versions, key=lambda v: int(v.version)):
         if ATTESTATION_TAG in entry.tags or entry.tags.get(STATUS_TAG) in (PENDING, ERROR):
             continue  # judged, being judged, or not loadable (a new version is judged anew)
         try:
@@ -539,9 +556,7 @@ POLICY_DIR_ENV = "FAIRPCA_GATE_POLICY_DIR"
 # minutes); a run still going after this fails (Prefect's flow timeout), and its version stays
 # ``pending``, which never holds a protected alias.
 TIMEOUT_SECONDS = 900
-VERSION_CREATED, ALIAS_CREATED = "model_version.created", "model_version_alias.created"
-EVENTS = (VERSION_CREATED, ALIAS_CREATED)
-ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
+VERSION_CREATED = "model_version.created"
 
 
 class PolicyError(ValueError):
@@ -561,7 +576,7 @@ class ReferenceData(BaseModel):
     @field_validator("path")
     @classmethod
     def _check_suffix(cls, value: Path) -> Path:
-        if value.suffix.lower() not in {".csv", ".parquet", ".pq"}:
+        if value.suffix.lower() not in _READERS:
             raise ValueError(f"reference path must be a .csv or .parquet file; got {value}.")
         return value
 
@@ -572,7 +587,9 @@ class GatePolicy(GateRules):
 
     model: str = Field(min_length=1, description="Registered model name.")
     reference: ReferenceData
-    protected_aliases: list[str] = Field(default_factory=lambda: ["champion"])
+    protected_aliases: list[Annotated[str, StringConstraints(pattern=ALIAS_PATTERN)]] = Field(
+        default_factory=lambda: ["champion"]
+    )
     min_group_size: int = Field(
         DEFAULT_MIN_GROUP_SIZE,
         ge=MIN_GROUP_SIZE_FLOOR,
@@ -581,16 +598,6 @@ class GatePolicy(GateRules):
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)
     experiment_name: str = Field("fairpca-gate", min_length=1)
-
-    @field_validator("protected_aliases")
-    @classmethod
-    def _check_aliases(cls, value: list[str]) -> list[str]:
-        import re
-
-        bad = [alias for alias in value if not re.match(ALIAS_PATTERN, alias)]
-        if bad:
-            raise ValueError(f"alias names must match {ALIAS_PATTERN}; got {bad}.")
-        return value
 
     def evaluator_config(self) -> dict:
         """``evaluator_config["fairness"]`` of the MLflow ``fairness`` evaluator."""
@@ -659,33 +666,6 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
 
 # ---- the flow --------------------------------------------------------------------------------
 
-# MLflow's evaluation, loaded when this module is. ``mlflow.models.evaluate`` loads its
-# evaluator registry on first use, and the registry fills itself in a post-import hook that
-# runs under MLflow's import-hook lock (``mlflow.utils.import_hooks``) and imports about 200
-# modules (the built-in evaluators, matplotlib, the entry-point plugins). A thread importing
-# meanwhile (Prefect's event and log threads do) holds its module's import lock and waits
-# for the hook lock in MLflow's import finder; when the hook needs that module, neither
-# thread moves again. Loaded here, the hook's modules first and the registry last, the hook
-# has nothing left to import.
-EVALUATION_MODULES = (
-    "mlflow.sklearn",  # a hook imports it when the evaluation first runs
-    "mlflow.models.evaluation.evaluators.classifier",
-    "mlflow.models.evaluation.evaluators.default",
-    "mlflow.models.evaluation.evaluators.regressor",
-    "mlflow.models.evaluation.evaluators.shap",
-    "fairpca.tasks.mlflow_evaluator",
-    "mlflow.models.evaluation.evaluator_registry",
-)
-
-
-def _load_evaluation() -> None:
-    for name in EVALUATION_MODULES:
-        with suppress(ModuleNotFoundError):  # another MLflow layout: tests/flows/test_gate.py
-            importlib.import_module(name)
-
-
-_load_evaluation()
-
 
 def policy_digest(policy: GatePolicy) -> str:
     """SHA-256 of the policy as the gate applies it: every field, and the reference data by
@@ -693,8 +673,7 @@ def policy_digest(policy: GatePolicy) -> str:
     other reference data, no longer keeps an alias."""
     fields = policy.model_dump(mode="json")
     fields["reference"]["path"] = sha256_file(policy.reference.path)
-    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return canonical_digest(fields)
 
 
 def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str | None, str]:
@@ -731,17 +710,14 @@ def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str
             f"({POLICY_DIR_ENV}); a gate run uses only its own policies. Leave policy_dir "
             "unset."
         )
-    if tracking_uri is not None and not _same_server(tracking_uri, own_uri):
+    named = shown_uri(tracking_uri or own_uri)
+    if named.rstrip("/") != shown_uri(own_uri).rstrip("/"):
         raise PolicyError(
             f"tracking_uri {shown_uri(tracking_uri)[:200]!r} is not the gate worker's tracking "
             f"server ({shown_uri(own_uri)}); a gate run judges only its own registry. Leave "
             "tracking_uri unset."
         )
     return own_dir, resolve_tracking_uri(own_uri)
-
-
-def _same_server(uri: str, other: str) -> bool:
-    return shown_uri(uri).rstrip("/") == shown_uri(other).rstrip("/")
 
 
 def _client(tracking_uri: str):
@@ -793,7 +769,10 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
                     run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
                 )
     except Exception as error:  # any loader or data failure is the version's verdict: error
-        return _record_error(client, name, version, facts, error)
+        reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
+        record_verdict(client, name, version, ERROR, reasons, {}, facts)
+        _logger().error("gate error for %s version %s: %s", name, version, reasons[0])
+        return Failed(message=f"{name} version {version}: error: {reasons[0]}")
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
     status, reasons = (FAILED, [refused]) if refused else verdict(metrics, policy, majority)
     facts["evaluation run"] = run_id or "none (not evaluated)"
@@ -804,37 +783,16 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         policy_digest=policy_digest(policy), verdict=status, gate_run_id=run_id,
         flow_run_id=facts["Prefect flow run"], signed_at=_now(),
     )  # fmt: skip
-    tags = {ATTESTATION_TAG: sign_attestation(attestation, key)}
-    tags |= gate_tags(status, reasons, metrics)
-    tags["fairness.gate.run_id"] = run_id
-    tags["fairness.gate.flow_run_id"] = facts["Prefect flow run"]
-    card = gate_card(
-        name=name, version=version, status=status, reasons=reasons, metrics=metrics, facts=facts
-    )
-    record_verdict(client, name, version, {k: v for k, v in tags.items() if v}, card)
-    _artifact(name, version, card)
+    signed = {
+        ATTESTATION_TAG: sign_attestation(attestation, key),
+        "fairness.gate.run_id": run_id,
+        "fairness.gate.flow_run_id": attestation.flow_run_id,
+    }
+    record_verdict(client, name, version, status, reasons, metrics, facts, signed)
     message = f"{name} version {version}: {status}" + (f" ({'; '.join(reasons)})" * bool(reasons))
     message = "; ".join([message, *_grant_requests(client, policy, version, status == PASSED)])
     _logger().info(message)
     return Completed(message=message)
-
-
-def _record_error(client, name: str, version: str, facts: dict, error: Exception):
-    """Status ``error`` with the reason on the version; a Failed state for the flow run."""
-    reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
-    tags = gate_tags(ERROR, reasons, {})
-    card = gate_card(
-        name=name,
-        version=version,
-        status=ERROR,
-        reasons=reasons,
-        metrics={},
-        facts=facts,
-    )
-    record_verdict(client, name, version, tags, card)
-    _artifact(name, version, card)
-    _logger().error("gate error for %s version %s: %s", name, version, reasons[0])
-    return Failed(message=f"{name} version {version}: error: {reasons[0]}")
 
 
 def _logger():
@@ -849,16 +807,18 @@ def _logger():
         return logging.getLogger(__name__)
 
 
-def _artifact(name: str, version: str, card: str) -> None:
-    if not _flow_run_id():  # outside a flow run (the CLI's reconciler): the card suffices
-        return
-    key = "".join(c if c.isalnum() else "-" for c in f"fairness-gate-{name}-{version}".lower())
-    create_markdown_artifact(card, key=key[:100].strip("-"), description="fairness gate verdict")
-
-
-def _gate_event(model_name, version, event, alias, policy_dir, tracking_uri):
-    """The body of :func:`fairness_gate`: the final state, every refusal a Failed state
-    with its message (nothing raised, so nothing is pickled into the result store)."""
+@flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
+def fairness_gate(
+    model_name: str,
+    version: str,
+    event: Literal["model_version.created", "model_version_alias.created"],
+    alias: str | None = None,
+    policy_dir: str | None = None,
+    tracking_uri: str | None = None,
+):
+    """Gate one registry event of a watched model (see the module docstring); every refusal
+    is a Failed state with its message (nothing raised, so nothing is pickled into the result
+    store)."""
     try:
         policy_dir, uri = gate_settings(policy_dir, tracking_uri)
         policies = load_policies(policy_dir)
@@ -882,19 +842,6 @@ def _gate_event(model_name, version, event, alias, policy_dir, tracking_uri):
         description="fairness gate alias check",
     )
     return Completed(message=check.message)
-
-
-@flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
-def fairness_gate(
-    model_name: str,
-    version: str,
-    event: Literal["model_version.created", "model_version_alias.created"],
-    alias: str | None = None,
-    policy_dir: str | None = None,
-    tracking_uri: str | None = None,
-):
-    """Gate one registry event of a watched model (see the module docstring)."""
-    return _gate_event(model_name, version, event, alias, policy_dir, tracking_uri)
 
 
 @flow(name="fairness-gate-reconcile", validate_parameters=True, persist_result=False)

@@ -210,13 +210,6 @@ class GateEvent:
             "alias": self.alias,
         }
 
-    @classmethod
-    def from_parameters(cls, parameters: dict[str, Any]) -> GateEvent:
-        """The event of queued flow parameters (:meth:`parameters`), checked again."""
-        fields = {**parameters, "name": parameters.get("model_name")}
-        fields.pop("model_name", None)
-        return cls(**fields)
-
 
 def parse_event(body: bytes) -> GateEvent | None:
     """The gated event in an MLflow payload, None for another event; :class:`Refused` (400)
@@ -243,49 +236,55 @@ class DeliveryQueue:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        with self._connect() as db:
-            db.execute(
-                "CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, "
-                "received_at REAL, event TEXT, parameters TEXT, state TEXT, attempts INTEGER "
-                "DEFAULT 0, next_try REAL DEFAULT 0, flow_run_id TEXT, last_error TEXT)"
-            )
+        self._write(
+            "CREATE TABLE IF NOT EXISTS deliveries (delivery_id TEXT PRIMARY KEY, "
+            "received_at REAL, event TEXT, parameters TEXT, state TEXT, attempts INTEGER "
+            "DEFAULT 0, next_try REAL DEFAULT 0, flow_run_id TEXT, last_error TEXT)"
+        )
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30, isolation_level=None)
 
+    def _write(self, statement: str, *values) -> int:
+        """Run one writing statement (one writer at a time); the rows it changed."""
+        with self._lock, closing(self._connect()) as db:
+            return db.execute(statement, values).rowcount
+
+    def _read(self, query: str, *values) -> list[tuple]:
+        with closing(self._connect()) as db:
+            return db.execute(query, values).fetchall()
+
+    def _insert(self, delivery_id: str, now: float, event, parameters, state: str) -> None:
+        self._write(
+            "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state)"
+            " VALUES (?, ?, ?, ?, ?)",
+            delivery_id, now, event, parameters, state,
+        )  # fmt: skip
+
     def accept(self, delivery_id: str, event: GateEvent | None, now: float) -> None:
         """Record the id (and the event to start); :class:`Refused` (409) if seen before."""
-        state = "ignored" if event is None else "pending"
-        params = None if event is None else json.dumps(event.parameters())
-        with self._lock, closing(self._connect()) as db:
-            try:
-                db.execute(
-                    "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (delivery_id, now, event and event.event, params, state),
-                )
-            except sqlite3.IntegrityError:
-                raise Refused(409, "delivery id already received (replay)") from None
+        try:
+            if event is None:
+                self._insert(delivery_id, now, None, None, "ignored")
+            else:
+                parameters = json.dumps(event.parameters())
+                self._insert(delivery_id, now, event.event, parameters, "pending")
+        except sqlite3.IntegrityError:
+            raise Refused(409, "delivery id already received (replay)") from None
 
     def schedule_reconcile(self, now: float) -> str:
         """Queue one run of the reconciler (the receiver does on every start); its id."""
         job_id = f"{RECONCILE}-{uuid.uuid4()}"
-        with self._lock, closing(self._connect()) as db:
-            db.execute(
-                "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state)"
-                " VALUES (?, ?, ?, '{}', 'pending')",
-                (job_id, now, RECONCILE),
-            )
+        self._insert(job_id, now, RECONCILE, "{}", "pending")
         return job_id
 
     def due(self, now: float) -> list[tuple[str, str, dict[str, Any], int]]:
         """``(id, event, flow parameters, attempts)`` of every pending job due by ``now``."""
-        with closing(self._connect()) as db:
-            rows = db.execute(
-                "SELECT delivery_id, event, parameters, attempts FROM deliveries WHERE state = "
-                "'pending' AND next_try <= ? ORDER BY received_at",
-                (now,),
-            ).fetchall()
+        rows = self._read(
+            "SELECT delivery_id, event, parameters, attempts FROM deliveries WHERE state = "
+            "'pending' AND next_try <= ? ORDER BY received_at",
+            now,
+        )
         return [(d, e, json.loads(p), a) for d, e, p, a in rows]
 
     def prune(
@@ -300,57 +299,40 @@ class DeliveryQueue:
         then the oldest beyond ``max_rows`` finished ones, never one younger than
         ``replay_window`` (its id still refuses a replay). Pending jobs stay. The number
         deleted."""
-        oldest_kept = now - max(retention, replay_window)
-        with self._lock, closing(self._connect()) as db:
-            aged = db.execute(
-                "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
-                (oldest_kept,),
-            ).rowcount
-            surplus = db.execute(
-                "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ? AND "
-                "delivery_id NOT IN (SELECT delivery_id FROM deliveries WHERE state != "
-                "'pending' ORDER BY received_at DESC LIMIT ?)",
-                (now - replay_window, max_rows),
-            ).rowcount
+        aged = self._write(
+            "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
+            now - max(retention, replay_window),
+        )
+        surplus = self._write(
+            "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ? AND "
+            "delivery_id NOT IN (SELECT delivery_id FROM deliveries WHERE state != "
+            "'pending' ORDER BY received_at DESC LIMIT ?)",
+            now - replay_window, max_rows,
+        )  # fmt: skip
         return aged + surplus
 
     def started(self, delivery_id: str, flow_run_id: str) -> None:
-        with self._lock, closing(self._connect()) as db:
-            db.execute(
-                "UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE delivery_id = ?",
-                (flow_run_id, delivery_id),
-            )
-
-    def finish(self, delivery_id: str, state: str, error: str) -> None:
-        """End a job without a flow run (``state`` says why; kept for replay protection)."""
-        with self._lock, closing(self._connect()) as db:
-            db.execute(
-                "UPDATE deliveries SET state = ?, last_error = ? WHERE delivery_id = ?",
-                (state, error[:500], delivery_id),
-            )
+        self._write(
+            "UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE delivery_id = ?",
+            flow_run_id, delivery_id,
+        )  # fmt: skip
 
     def retry_later(self, delivery_id: str, attempts: int, error: str, now: float) -> float:
         wait = min(60.0, 2.0**attempts)
-        with self._lock, closing(self._connect()) as db:
-            db.execute(
-                "UPDATE deliveries SET attempts = ?, next_try = ?, last_error = ? "
-                "WHERE delivery_id = ?",
-                (attempts + 1, now + wait, error[:500], delivery_id),
-            )
+        self._write(
+            "UPDATE deliveries SET attempts = ?, next_try = ?, last_error = ? "
+            "WHERE delivery_id = ?",
+            attempts + 1, now + wait, error[:500], delivery_id,
+        )  # fmt: skip
         return wait
 
     def counts(self) -> dict[str, int]:
-        with closing(self._connect()) as db:
-            rows = db.execute("SELECT state, COUNT(*) FROM deliveries GROUP BY state").fetchall()
-        return dict(rows)
+        return dict(self._read("SELECT state, COUNT(*) FROM deliveries GROUP BY state"))
 
     def flow_runs(self) -> dict[str, str]:
         """``{delivery id: flow run id}`` of the events started so far."""
-        with closing(self._connect()) as db:
-            rows = db.execute(
-                "SELECT delivery_id, flow_run_id FROM deliveries WHERE state = 'started'"
-            ).fetchall()
-        return dict(rows)
+        query = "SELECT delivery_id, flow_run_id FROM deliveries WHERE state = 'started'"
+        return dict(self._read(query))
 
 
 def start_flow_run(deployment: str, parameters: dict[str, Any], delivery_id: str) -> str:
@@ -376,13 +358,6 @@ def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
     started = 0
     for delivery_id, event, parameters, attempts in queue.due(time.time()):
         deployment = RECONCILE_DEPLOYMENT if event == RECONCILE else DEPLOYMENT
-        try:
-            if event != RECONCILE:
-                GateEvent.from_parameters(parameters)
-        except TypeError as error:  # queued before events were checked: never retried
-            queue.finish(delivery_id, "malformed", str(error))
-            logger.warning("delivery %s dropped: %s", delivery_id, error)
-            continue
         try:
             flow_run_id = starter(deployment, parameters, delivery_id)
         except Exception as error:

@@ -26,11 +26,6 @@ from .audit import AuditResult, run_audit
 from .config import RetrainConfig
 from .runtime import dask_subflow
 
-__all__ = [
-    "final_message",
-    "retrain",
-]
-
 
 def final_message(result: AuditResult) -> str:
     """The flow run's final-state message: the champion check first, then the challenger."""

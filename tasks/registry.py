@@ -217,9 +217,7 @@ def demote(client, name: str, version: str, *, from_alias: str, to_alias: str, w
     ``from_alias`` back through :func:`~fairpca.tasks.select.decide_promotion`)."""
     client.set_model_version_tag(name, version, NEEDS_REVIEW_TAG, why[:5000])
     move_alias(client, name, to_alias, version)
-    current = client.get_registered_model(name).aliases.get(from_alias)
-    if current is not None and str(current) == str(version):
-        move_alias(client, name, from_alias, None)
+    move_alias(client, name, from_alias, None, holder=version)
 
 
 def champion_version(client, name: str, alias: str):
@@ -260,13 +258,24 @@ def demoted_models(client, name: str) -> frozenset[str]:
 def version_with_model(client, name: str, model_digest: str | None):
     """The first version of ``name`` of this very fit: the same fitted model on the same
     training rows (:func:`fairpca.tasks.trust.model_digest`; None: none)."""
-    for version in sorted(model_versions(client, name), key=lambda v: int(v.version)):
-        if model_digest is not None and version.tags.get(MODEL_DIGEST_TAG) == model_digest:
-            return version
-    return None
+    if model_digest is None:
+        return None
+    versions = sorted(model_versions(client, name), key=lambda v: int(v.version))
+    return next((v for v in versions if v.tags.get(MODEL_DIGEST_TAG) == model_digest), None)
 
 
 # ---- loading a version we registered ---------------------------------------------------------
+
+
+def registered_sha256(tags: dict[str, str], shown: str) -> str:
+    """The SHA-256 of the skops file fairpca recorded when it registered a version (its
+    tags); :class:`UntrustedModelError` naming ``shown`` when there is none."""
+    if not tags.get(MODEL_FILE_SHA_TAG):
+        raise UntrustedModelError(
+            f"{shown} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not register it, so it is "
+            "not loaded."
+        )
+    return tags[MODEL_FILE_SHA_TAG]
 
 
 def load_registered_pipeline(tracking_uri: str, name: str, version: str):
@@ -275,21 +284,12 @@ def load_registered_pipeline(tracking_uri: str, name: str, version: str):
     Only a version fairpca registered is loaded: its ``fairpca.model_sha256`` tag must
     match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted.
     """
-    import mlflow.artifacts
-
     client = mlflow_client(tracking_uri)
-    expected = client.get_model_version(name, version).tags.get(MODEL_FILE_SHA_TAG)
-    if not expected:
-        raise UntrustedModelError(
-            f"version {version} of {name!r} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not "
-            "register it, so it is not loaded."
-        )
-    location = client.get_model_version_download_uri(name, version)
+    tags = client.get_model_version(name, version).tags
+    expected = registered_sha256(tags, f"version {version} of {name!r}")
     with tempfile.TemporaryDirectory() as tmp:
-        local = mlflow.artifacts.download_artifacts(
-            artifact_uri=location, dst_path=tmp, tracking_uri=tracking_uri
-        )
-        return load_skops_pipeline(Path(local), expected)
+        local = download_version(client, tracking_uri, name, version, tmp)
+        return load_skops_pipeline(local, expected)
 
 
 # ---- gate attestations and the scorer's loader ---------------------------------------------
@@ -402,14 +402,7 @@ def load_champion(
         raise LookupError(f"no version of {model_name!r} holds the alias {alias!r}.")
     version = str(holder.version)
     shown = f"models:/{model_name}@{alias} (version {version} on {shown_uri(uri)})"
-    expected = None
-    if not attested:
-        expected = holder.tags.get(MODEL_FILE_SHA_TAG)
-        if not expected:
-            raise UntrustedModelError(
-                f"{shown} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not register it, so it "
-                "is not loaded without a gate attestation."
-            )
+    expected = None if attested else registered_sha256(holder.tags, shown)
     with tempfile.TemporaryDirectory() as tmp:
         local = download_version(client, uri, model_name, version, Path(tmp))
         if attested:

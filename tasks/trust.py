@@ -183,6 +183,11 @@ def _canonical(record: dict[str, Any]) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
 
 
+def canonical_digest(record: dict[str, Any]) -> str:
+    """Hex SHA-256 of a record's canonical bytes (what an attestation binds)."""
+    return hashlib.sha256(_canonical(record)).hexdigest()
+
+
 def _mac(key: bytes, record: dict[str, Any]) -> str:
     return hmac.new(key, _canonical(record), hashlib.sha256).hexdigest()
 
@@ -245,8 +250,8 @@ def _verified_record(out_dir: Path) -> dict[str, Any]:
     path = out_dir / SEAL_FILE
     if not path.is_file():
         raise SealError(
-            f"{out_dir} has no {SEAL_FILE}: it was not written and signed by a fairpca audit "
-            "(or predates signing), so relog does not trust it. Re-run the audit."
+            f"{out_dir} has no {SEAL_FILE}: it was not written and signed by a fairpca audit, "
+            "so relog does not trust it. Re-run the audit."
         )
     if path.stat().st_size > 16 * 2**20:
         raise SealError(f"{path} is larger than any seal fairpca writes; it is not read.")
@@ -480,11 +485,9 @@ def sign_attestation(attestation: Attestation, key=None) -> str:
     key = key or gate_signing_key()
     statement = {"statement": _STATEMENT, **asdict(attestation)}
     signature = key.sign(_canonical(statement)).hex()
-    return json.dumps(
-        {**statement, "key": _key_id(key.public_key()), "signature": signature},
-        sort_keys=True,
-        separators=(",", ":"),
-    )
+    return _canonical(
+        {**statement, "key": _key_id(key.public_key()), "signature": signature}
+    ).decode()
 
 
 def verify_attestation(text: str, public_key=None) -> Attestation:
@@ -540,8 +543,7 @@ def files_digest(directory: str | Path) -> str:
         files = _file_listing(Path(directory), skipped=frozenset())
     except SealError as error:
         raise AttestationError(f"the model files hold a link: {error}", tampered=True) from None
-    manifest = {name: sha256_file(path) for name, path in sorted(files.items())}
-    return hashlib.sha256(_canonical(manifest)).hexdigest()
+    return canonical_digest({name: sha256_file(path) for name, path in files.items()})
 
 
 # Every type a fairpca pipeline holds beyond skops' defaults. The tests rebuild every

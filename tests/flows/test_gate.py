@@ -156,7 +156,7 @@ def test_policy_dir_is_read_and_reference_resolved_inside_it(policy_dir):
         (POLICY.format(model="m").replace("reference.csv", "../x.csv"), "inside the policy"),
         (POLICY.format(model="m").replace("reference.csv", "gone.csv"), "does not exist"),
         (POLICY.format(model="m").replace("reference.csv", "ref.xlsx"), ".csv or .parquet"),
-        (POLICY.format(model="m") + "protected_aliases: ['bad alias']\n", "alias names"),
+        (POLICY.format(model="m") + "protected_aliases: ['bad alias']\n", "protected_aliases"),
         ("model: [", "not valid YAML"),
     ],
 )
@@ -307,6 +307,7 @@ def test_protected_alias_moves_back_from_a_failed_version(prefect_harness, regis
 _UNDER_HOOK_LOCK = """
 import sys
 import fairpca.flows.gate as gate
+assert not [m for m in gate.EVALUATION_MODULES if m in sys.modules], "loaded at import"
 from mlflow.utils import import_hooks
 
 lock, seen = import_hooks._post_import_hooks_lock, []
@@ -341,8 +342,9 @@ print(f"dp_difference {metrics['dp_difference']:.3f}", "|", sorted(set(seen)))
 @pytest.mark.slow
 def test_a_gate_run_imports_nothing_under_mlflows_import_hook_lock(registry, policy_dir, tmp_path):
     """The evaluator registry's hook imported ~200 modules under the lock on the first
-    evaluation; the flow's module loads them first (deadlock reproduced with a second
-    thread importing pyparsing at that moment; see the module's EVALUATION_MODULES)."""
+    evaluation; the gate loads them first, in order, when it first evaluates (deadlock
+    reproduced with a second thread importing pyparsing at that moment; see the module's
+    EVALUATION_MODULES). Importing the gate's module imports none of them."""
     import subprocess
     import sys
 

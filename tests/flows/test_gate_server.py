@@ -463,27 +463,6 @@ def test_signed_but_malformed_events_are_refused_400_and_not_queued(tmp_path):
     assert queue.counts() == {"pending": 1}
 
 
-def test_a_malformed_event_already_queued_is_dropped_not_retried(tmp_path):
-    from fairpca.flows.gate_server import drain_once
-
-    queue = DeliveryQueue(tmp_path / "queue.db")
-    bad = {"model_name": "credit", "version": "3", "event": "model_version_alias.created",
-           "alias": {"a": 1}}  # fmt: skip
-    with queue._connect() as db:  # as a receiver before the check queued it
-        db.execute(
-            "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state) "
-            "VALUES ('old-1', 0, 'model_version_alias.created', ?, 'pending')",
-            (json.dumps(bad),),
-        )
-    queue.accept("good-1", parse_event(_alias_event("champion").encode()), time.time())
-    started = []
-    starter = lambda deployment, parameters, job: started.append(job) or "run-1"  # noqa: E731
-    assert drain_once(queue, starter) == 1
-    assert started == ["good-1"]
-    assert queue.counts() == {"malformed": 1, "started": 1}
-    assert queue.due(time.time() + 3600) == []
-
-
 # ---- `fairpca gate serve` as deployed: a connection flood, a stop signal (issue 34, 3 and 8) ---
 
 

@@ -336,6 +336,30 @@ def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
         check_model_definition(client, result.model_name, other)
 
 
+def test_a_model_that_no_audit_created_is_refused_unless_empty(mlflow_store):
+    from fairpca.tasks.record import audit_definition
+    from fairpca.tasks.registry import (
+        DEFINITION_TAG,
+        ModelDefinitionMismatch,
+        check_model_definition,
+    )
+
+    _uri, client = mlflow_store
+    definition = audit_definition(
+        dataset="german", data=None, label=None, positive_label=None, sensitive=["age"]
+    )
+    client.create_registered_model("registry-unrelated")
+    client.create_model_version("registry-unrelated", source="s3://nowhere/model")
+    client.set_registered_model_alias("registry-unrelated", "champion", "1")
+    with pytest.raises(ModelDefinitionMismatch, match="was not created by a fairpca audit"):
+        check_model_definition(client, "registry-unrelated", definition)
+    model = client.get_registered_model("registry-unrelated")
+    assert model.aliases == {"champion": 1} and model.tags == {}
+    client.create_registered_model("registry-empty")  # no versions yet: adopted
+    check_model_definition(client, "registry-empty", definition)
+    assert DEFINITION_TAG in client.get_registered_model("registry-empty").tags
+
+
 def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, mlflow_store):
     from pathlib import Path
 
@@ -365,28 +389,6 @@ def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, ml
             load_registered_pipeline(uri, name, version)
     finally:
         client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, recorded)
-
-
-def test_pickle_models_and_foreign_types_are_not_loaded(registered, tmp_path):
-    import operator
-    import shutil
-    from pathlib import Path
-
-    import skops.io
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import FunctionTransformer
-
-    from fairpca.tasks.registry import UntrustedModelError, load_skops_pipeline
-
-    _config, result = registered
-    model_dir = shutil.copytree(Path(result.output_dir) / "model", tmp_path / "model")
-    skops.io.dump(Pipeline([("f", FunctionTransformer(operator.add))]), model_dir / "model.skops")
-    with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
-        load_skops_pipeline(model_dir)
-    spec = (model_dir / "MLmodel").read_text().replace("skops", "pickle")
-    (model_dir / "MLmodel").write_text(spec)
-    with pytest.raises(UntrustedModelError, match="only 'skops' is loaded"):
-        load_skops_pipeline(model_dir)
 
 
 def test_card_and_tags_without_an_unconstrained_pca_baseline(audit):

@@ -72,6 +72,11 @@ def test_a_foreign_type_is_refused_on_every_path(tmp_path):
     skops.io.dump(foreign, crafted / "model.skops")
     with pytest.raises(UntrustedModelError, match=r"does not trust: \['_operator.add'\]"):
         load_skops_pipeline(crafted)
+    pickled = shutil.copytree(model_dir, tmp_path / "pickled")
+    spec = (pickled / "MLmodel").read_text().replace("skops", "pickle")
+    (pickled / "MLmodel").write_text(spec)
+    with pytest.raises(UntrustedModelError, match="only 'skops' is loaded"):
+        load_skops_pipeline(pickled)
     with pytest.raises(
         ValueError, match=r"holds types fairpca does not trust: \['_operator.add'\]"
     ):

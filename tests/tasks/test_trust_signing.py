@@ -89,7 +89,10 @@ def test_another_key_does_not_verify(own_key, tmp_path, monkeypatch):
 def test_a_manifest_edited_to_match_does_not_verify(own_key, tmp_path):
     out_dir = a_directory(tmp_path)
     seal_output_dir(out_dir)
-    (out_dir / "audit.json").write_text(json.dumps({"audit_id": "b"}))
+    (out_dir / "audit.json").write_text(json.dumps({"audit_id": "bb"}))
+    with pytest.raises(SealError, match=r"file 'audit\.json' has \d+ bytes, the signed"):
+        verify_output_dir(out_dir)
+    (out_dir / "audit.json").write_text(json.dumps({"audit_id": "b"}))  # same size
     with pytest.raises(SealError, match=r"file 'audit\.json' changed after the audit"):
         verify_output_dir(out_dir)
     seal = json.loads((out_dir / SEAL_FILE).read_text())
@@ -109,6 +112,18 @@ def test_missing_unsealed_and_symlinked_files_are_named(own_key, tmp_path):
         verify_output_dir(out_dir)
     (out_dir / "model" / "model.skops").symlink_to(out_dir / "audit.json")
     with pytest.raises(SealError, match=r"model\.skops is a symbolic link"):
+        verify_output_dir(out_dir)
+
+
+def test_added_files_and_files_over_the_size_caps_are_refused(own_key, tmp_path):
+    out_dir = a_directory(tmp_path)
+    seal_output_dir(out_dir)
+    with pytest.raises(SealError, match=r"file 'model/model.skops' has 0 MiB, over relog's"):
+        verify_output_dir(out_dir, max_file_bytes=999)
+    with pytest.raises(SealError, match="the files add up to"):
+        verify_output_dir(out_dir, max_total_bytes=1000)
+    (out_dir / "model" / "extra.pkl").write_bytes(b"x")
+    with pytest.raises(SealError, match=r"\['model/extra.pkl'\] were added after the audit"):
         verify_output_dir(out_dir)
 
 
