@@ -14,6 +14,11 @@ if TYPE_CHECKING:  # imported where used: the library's tests need no audit laye
     from fairpca.tasks.record import AuditRecord
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The terminal's width comes from the command's own stream, not from the shell that started
+# pytest (a developer's terminal, or pytest-xdist's workers, export COLUMNS): tests that need
+# a width pass it to the command they run.
+os.environ.pop("COLUMNS", None)
+os.environ.pop("LINES", None)
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 

@@ -337,7 +337,6 @@ def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
 
 
 def test_a_model_that_no_audit_created_is_refused_unless_empty(mlflow_store):
-    from fairpca.tasks.record import audit_definition
     from fairpca.tasks.registry import (
         DEFINITION_TAG,
         ModelDefinitionMismatch,
@@ -345,9 +344,7 @@ def test_a_model_that_no_audit_created_is_refused_unless_empty(mlflow_store):
     )
 
     _uri, client = mlflow_store
-    definition = audit_definition(
-        dataset="german", data=None, label=None, positive_label=None, sensitive=["age"]
-    )
+    definition = definition_of(_source(dataset="german", sensitive=["age"]))
     client.create_registered_model("registry-unrelated")
     client.create_model_version("registry-unrelated", source="s3://nowhere/model")
     client.set_registered_model_alias("registry-unrelated", "champion", "1")
