@@ -31,7 +31,6 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 from threadpoolctl import threadpool_limits
 
-from fairpca.tasks.card import verdict_markdown
 from fairpca.tasks.data import load_split, search_sample
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
@@ -67,7 +66,7 @@ from fairpca.tasks.record import (
 )
 from fairpca.tasks.references import reference_mitigations, with_better_references
 from fairpca.tasks.registry import find_champion
-from fairpca.tasks.report import markdown_text, write_matrices, write_report
+from fairpca.tasks.report import markdown_text, verdict_markdown, write_matrices, write_report
 from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
 from fairpca.tasks.select import (
     DEFAULT_TOLERANCE,

@@ -37,7 +37,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
-from fairpca.tasks.card import run_description
 from fairpca.tasks.mlflow_store import (
     get_or_create_experiment,
     log_metrics_batched,
@@ -45,7 +44,7 @@ from fairpca.tasks.mlflow_store import (
 )
 from fairpca.tasks.record import AuditRecord, read_audit_record
 from fairpca.tasks.registry import demote, move_alias, register_logged_model
-from fairpca.tasks.report import VERDICT_METRICS
+from fairpca.tasks.report import VERDICT_METRICS, run_description
 from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,

@@ -28,10 +28,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from fairpca.tasks.card import CARD_FILE, render_model_card, version_description
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
+from fairpca.tasks.report import CARD_FILE, render_model_card, version_description
 from fairpca.tasks.select import Champion, GatePolicy
 from fairpca.tasks.trust import (
     Attestation,
@@ -163,7 +163,7 @@ def register_version(
 
     Tags: the record's model tags, :func:`fairness_tags` and the model file's SHA-256
     (checked when it is loaded again); ``description``: the verdict and a link to the card
-    (:func:`fairpca.tasks.card.version_description`). A version already registered from
+    (:func:`fairpca.tasks.report.version_description`). A version already registered from
     ``run_id`` (a retried or re-logged step) is returned as is. Whether it becomes
     ``champion`` is decided by the caller.
     """

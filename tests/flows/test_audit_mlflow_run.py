@@ -155,7 +155,7 @@ def test_group_names_are_the_datas_own(audited, mlflow_store):
 
 
 def test_version_description_fits_and_links_the_card(audited, mlflow_store):
-    from fairpca.tasks.card import DESCRIPTION_MAX_CHARS
+    from fairpca.tasks.report import DESCRIPTION_MAX_CHARS
 
     config, result, _ = audited
     version = mlflow_store[1].get_model_version(

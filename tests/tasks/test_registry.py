@@ -7,7 +7,6 @@ from types import SimpleNamespace
 import pytest
 from records import replaced
 
-from fairpca.tasks.card import render_model_card
 from fairpca.tasks.record import (
     DATASET_LABELS,
     AuditRecord,
@@ -18,6 +17,7 @@ from fairpca.tasks.record import (
     resolved_model_name,
 )
 from fairpca.tasks.registry import fairness_tags
+from fairpca.tasks.report import render_model_card
 from fairpca.tasks.trust import mask_credentials
 
 
@@ -278,8 +278,8 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
     import json
     from pathlib import Path
 
-    from fairpca.tasks.card import DESCRIPTION_MAX_CHARS
     from fairpca.tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
+    from fairpca.tasks.report import DESCRIPTION_MAX_CHARS
     from fairpca.tasks.trust import sha256_file
 
     _config, result = registered

@@ -7,16 +7,16 @@ from __future__ import annotations
 import pytest
 from records import replaced
 
-from fairpca.tasks.card import (
+from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
+from fairpca.tasks.registry import run_ui_url
+from fairpca.tasks.report import (
     DESCRIPTION_MAX_CHARS,
+    build_verdict,
     render_model_card,
     run_description,
     verdict_markdown,
     version_description,
 )
-from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
-from fairpca.tasks.registry import run_ui_url
-from fairpca.tasks.report import build_verdict
 
 PROMOTED = PromotionRecord(promote=True, reasons=["no current champion: the gate alone decides"])
 IMG = "<img src=x onerror=alert(1)>"
