@@ -245,3 +245,32 @@ def _drawn_literally(figure, labels) -> bool:
 def drawn_literally():
     """``drawn_literally(figure, labels)``: the labels are drawn as written, no text as math."""
     return _drawn_literally
+
+
+# The files that take longest (whole audits, command-line subprocesses, gate flows), slowest
+# first: the two pytest-xdist workers take whole files in collection order, so the long ones
+# start first instead of leaving one worker alone with them at the end.
+SLOWEST_FILES = (
+    "test_hostile_inputs.py",
+    "flows/test_audit.py",
+    "flows/test_gate.py",
+    "tasks/test_trust_models.py",
+    "flows/test_retrain.py",
+    "test_wheel.py",
+    "flows/test_relog.py",
+    "flows/test_audit_decisions.py",
+    "flows/test_cli.py",
+    "tasks/test_registry.py",
+    "flows/test_audit_rows.py",
+    "tasks/test_public.py",
+    "tasks/test_sweep.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        path = item.path.as_posix()
+        return next((i for i, name in enumerate(SLOWEST_FILES) if path.endswith("/" + name)),
+                    len(SLOWEST_FILES))  # fmt: skip
+
+    items.sort(key=rank)  # stable: the order within a file, and of the other files, is kept
