@@ -211,6 +211,7 @@ def prefect_artifact_types(flow_run_id: str) -> set[str]:
     return {artifact.type for artifact in artifacts}
 
 
+@pytest.mark.e2e  # whole audits in sequence (about 30 s); CI runs them with -m e2e
 def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path):
     from fairpca.flows.audit import fairness_audit
 
@@ -308,6 +309,7 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     assert "group" not in info.signature.inputs.input_names()
 
 
+@pytest.mark.e2e  # whole audits in sequence (about 30 s); CI runs them with -m e2e
 def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, store, tmp_path):
     from fairpca.flows.config import RetrainConfig
     from fairpca.flows.retrain import retrain

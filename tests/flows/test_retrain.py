@@ -69,6 +69,7 @@ def week(tmp_path: Path, name: str, frame: pd.DataFrame, file: str = "loans.csv"
     return folder / file
 
 
+@pytest.mark.e2e  # whole audits in sequence (about 30 s); CI runs them with -m e2e
 def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow_store, tmp_path):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -129,6 +130,7 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     assert "fails the gate on the new data" in latest.data and "needs\\-review" in latest.data
 
 
+@pytest.mark.e2e  # whole audits in sequence (about 30 s); CI runs them with -m e2e
 def test_champion_and_challenger_are_compared_on_the_same_test_rows_and_a_laxer_gate_is_refused(
     prefect_harness, mlflow_store, tmp_path
 ):
