@@ -4,17 +4,15 @@ Scikit-learn compatible estimators and metrics implementing Kleindessner, Donini
 Zafar, "Efficient fair PCA for fair representation learning" (AISTATS 2023).
 """
 
-from ._chunked import ArrayChunks, IterableChunks, ParquetChunks
-from ._fair_pca import FairPCA
-from ._kernel import FairKernelPCA
-from ._memory import InsufficientMemoryError
+from ._lazy import lazy_exports
 
-__all__ = [
-    "ArrayChunks",
-    "FairKernelPCA",
-    "FairPCA",
-    "InsufficientMemoryError",
-    "IterableChunks",
-    "ParquetChunks",
-]
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._chunked": ["ArrayChunks", "IterableChunks", "ParquetChunks"],
+        "._fair_pca": ["FairPCA"],
+        "._kernel": ["FairKernelPCA"],
+        "._memory": ["InsufficientMemoryError"],
+    },
+)
 __version__ = "0.1.0"

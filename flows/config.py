@@ -27,19 +27,18 @@ from pydantic.fields import FieldInfo
 
 from fairpca.datasets import MIN_CATEGORY_COUNT
 from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
-from fairpca.metrics import check_fairness_options
-from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
-from fairpca.tasks.select import (
+from fairpca.tasks import (
+    CLASSIFIER_NAMES,
     DEFAULT_BOUND,
     DEFAULT_CERTIFY_FACTOR,
+    DEFAULT_CLASSIFIERS,
+    DEFAULT_MIN_GROUP_SIZE,
     DEFAULT_POLICY,
     MAX_ONE_CLASS_SHARE,
     MIN_ACCURACY_GAIN,
     MIN_BALANCED_ACCURACY_MARGIN,
     MIN_POSITIVE_RATE_RATIO,
-    parse_policy,
 )
-from fairpca.tasks.sweep import CLASSIFIER_NAMES, DEFAULT_CLASSIFIERS
 from fairpca.tasks.trust import mask_credentials, take_credentials
 
 __all__ = [
@@ -371,6 +370,9 @@ class EvaluationConfig(Section):
 
     @model_validator(mode="after")
     def _check_group_floor(self) -> EvaluationConfig:
+        # imported when a config is validated, not when the flags are read (SciPy)
+        from fairpca.metrics import check_fairness_options
+
         check_fairness_options(
             min_group_size=self.min_group_size, allow_small_groups=self.allow_small_groups
         )
@@ -454,6 +456,8 @@ class GateRules(Section):
     @field_validator("policy")
     @classmethod
     def _check_policy(cls, value: str) -> str:
+        from fairpca.tasks.select import parse_policy  # Prefect: not to read the flags
+
         return "+".join(parse_policy(value))
 
 

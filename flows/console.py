@@ -8,6 +8,9 @@ the console. ``--verbose`` adds the candidates on the validation rows (their tab
 wrap at spaces and, when they still do not fit, drop by priority, so no cell is ever cut
 with an ellipsis), every reason, and Prefect's and MLflow's INFO log lines
 (:func:`show_logs`).
+
+The verdict's names (:mod:`fairpca.tasks.report`, which imports Prefect and scikit-learn) are
+imported where a verdict is printed, so that a mistyped flag is answered at once.
 """
 
 from __future__ import annotations
@@ -26,8 +29,6 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-
-from fairpca.tasks.report import GROUP_RATES, METRIC_LABELS, Estimate, build_verdict, candidate_rows
 
 
 def _width(stream) -> int | None:
@@ -48,6 +49,8 @@ SUMMARY_CAPTION = (
 def summary_caption(record) -> str:
     """:data:`SUMMARY_CAPTION` after the rows the candidates were measured on
     (:func:`fairpca.tasks.report.candidate_rows`)."""
+    from fairpca.tasks.report import candidate_rows
+
     rows = candidate_rows(record)
     return f"{rows[:1].upper()}{rows[1:]}. {SUMMARY_CAPTION}"
 
@@ -66,11 +69,15 @@ def _cell(value: Any, percent: bool = False) -> str:
 
 def _with_bound(row: dict[str, Any], metric: str) -> str:
     """The estimate and its 95% upper bound: ``0.031 ≤0.052``."""
+    from fairpca.tasks.report import Estimate
+
     high, text = row.get(f"{metric}.ci95_high"), Estimate.of(row, metric).text
     return text if high is None or text == "-" else f"{text} ≤{high:.3f}"
 
 
 def _summary_cells(row: dict[str, Any]) -> dict[str, str]:
+    from fairpca.tasks.report import Estimate
+
     return {
         "row": _cell(row.get("role")),
         "variant": _cell(row.get("variant")),
@@ -132,6 +139,8 @@ def headline_table(verdict) -> Table:
     """One line per model of the :class:`~fairpca.tasks.report.Verdict` on the test rows
     (point estimates): the chosen candidate, the baselines and the reference mitigations
     (``*``: needs the sensitive attribute to predict)."""
+    from fairpca.tasks.report import METRIC_LABELS
+
     rows = [[escape(row.short + "*" * row.sensitive), *(row.estimates[m].text for m in
              verdict.columns)] for row in verdict.rows]  # fmt: skip
     titles = [METRIC_LABELS[name][2] for name in verdict.columns]
@@ -141,6 +150,8 @@ def headline_table(verdict) -> Table:
 def _notes(verdict) -> str:
     """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
     the headline names it)."""
+    from fairpca.tasks.report import METRIC_LABELS
+
     chosen = verdict.rows[0].estimates
     intervals = [f"{METRIC_LABELS[m][2]} {chosen[m].interval}" for m in verdict.columns
                  if chosen[m].interval]  # fmt: skip
@@ -153,6 +164,8 @@ def _notes(verdict) -> str:
 def group_table(verdict) -> Table | None:
     """The chosen model's rates per named group on the test rows (single attributes; the
     intersection's are in the report)."""
+    from fairpca.tasks.report import GROUP_RATES, METRIC_LABELS, Estimate
+
     if not verdict.groups:
         return None
     rows = [
@@ -239,6 +252,8 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
+    from fairpca.tasks.report import build_verdict
+
     verbose = OUTPUT["verbose"] if verbose is None else verbose
     before = before or result.promotion.champion_version
     record, verdict = result.record, build_verdict(result.record, result.promotion)

@@ -73,7 +73,8 @@ from pydantic import (
 
 from fairpca.flows.config import ALIAS_PATTERN, GateRules, load_config_file, resolve_tracking_uri
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
-from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE, HEADLINE_METRICS
+from fairpca.tasks import DEFAULT_MIN_GROUP_SIZE
+from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.registry import (
     ALIAS_REFUSED_TAG,

@@ -23,11 +23,6 @@ from .data import stratified_sample
 # The measures every record, tag, card and summary leads with (worst attribute).
 HEADLINE_METRICS = ("accuracy", "dp_difference", "eo_difference")
 
-# The audit's smallest reported group: fewer rows get no per-group number. Above the library's
-# floor (fairpca.metrics.MIN_GROUP_SIZE_FLOOR, 10), so that no published rate comes close to
-# describing a single person.
-DEFAULT_MIN_GROUP_SIZE = 30
-
 
 def classifier_metrics(
     y_true: np.ndarray,

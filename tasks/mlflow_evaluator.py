@@ -59,7 +59,7 @@ from mlflow.tracking.artifact_utils import get_artifact_uri
 from fairpca.metrics import FairnessReport, check_fairness_options, evaluate_fairness
 from fairpca.tasks.mlflow_store import log_metrics_batched, mlflow_client
 
-from .evaluate import DEFAULT_MIN_GROUP_SIZE
+from . import DEFAULT_MIN_GROUP_SIZE
 from .report import literal_plot_text, write_safe_csv
 
 # evaluator_config keys of the "fairness" evaluator and their defaults (None: required).

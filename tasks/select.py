@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import CERTIFY_Z, DEFAULT_BOUND, DEFAULT_CERTIFY_FACTOR, DEFAULT_POLICY
 from .evaluate import CELL_ROWS, INTERSECTION, extreme_pair, majority_class
 
 
@@ -86,14 +87,7 @@ CRITERIA: dict[str, Criterion] = {
         point_rule=True,
     ),
 }
-# Demographic parity with the four-fifths rule: on Adult, equal opportunity on top of it is
-# met only by classifiers that hardly ever predict the positive class.
-DEFAULT_POLICY = "demographic_parity+four_fifths"
 POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
-# Estimates by default: on 2,500 validation rows the upper 95% bound of a fair classifier's DP
-# difference at a 25% selection rate is ~0.07, so judged on it at 0.05 only classifiers that
-# rarely say yes pass. ``upper_bound`` is the strict option for large validation parts.
-DEFAULT_BOUND = "point"
 # A cell of the intersection is judged where this many standard errors of its selection rate
 # (a 95% half-width) fit in the policy's band (:meth:`GatePolicy.judged_cells`).
 RESOLVE_Z = 1.959964
@@ -376,20 +370,8 @@ def candidate_name(row: dict[str, Any]) -> str:
 
 
 # Eligibility: what a candidate must show on the validation rows before it can be chosen,
-# registered or shown "for review". One place for the defaults (the config fields use them).
-# What a candidate must gain over the majority class (saying its label to every row) on the
-# selection measure: accuracy over the majority's accuracy, or balanced accuracy over the
-# majority's 0.5. A classifier tuned for balanced accuracy trades accuracy for the rarer
-# class: on HealthInsurance (80% positives) useful ones sit near 0.70 accuracy, below the
-# majority's 0.80, so measuring them by accuracy would leave only those that say yes to all.
-MIN_ACCURACY_GAIN = 0.01
-# Lower 95% bound of balanced accuracy (mean of TPR and TNR) over chance (0.5) by this much.
-# A classifier saying "yes" for 2% of Adult rows (TPR ~0.05, TNR ~0.995) reaches ~0.52.
-MIN_BALANCED_ACCURACY_MARGIN = 0.05
-# The predicted-positive rate must be at least this share of the base rate, and the
-# predicted-negative rate this share of the negative base rate (no collapse onto one class).
-MIN_POSITIVE_RATE_RATIO = 0.25
-MAX_ONE_CLASS_SHARE = 0.98  # more of one predicted class than this is degenerate
+# registered or shown "for review". Its defaults (MIN_ACCURACY_GAIN, ...) are in fairpca.tasks,
+# which the config fields read.
 # Usefulness against what the data allow: a candidate must keep at least this share of the
 # gain over chance (balanced accuracy - 0.5) that the best candidate eligible by the rules
 # above reaches on the same rows. Saying yes to nearly everyone meets parity trivially:
@@ -519,12 +501,6 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
 # A measure judged on its point estimate must clear its limit by at least this many standard
 # errors: nearer, drawing the rows again (another seed) flips the verdict about one time in six.
 STABLE_Z = 1.0
-# Certification: 1.96 standard errors of each gated measure (a 95% resolution) may be at most
-# ``certify_factor`` times the policy's band (the limit of a difference; 1 - the minimum of a
-# ratio). At factor 1, a classifier without any disparity passes the point gate in at least
-# 95% of samples of this size, and one at twice the limit in at most 2.5%.
-CERTIFY_Z = 1.959964
-DEFAULT_CERTIFY_FACTOR = 1.0
 
 
 def _noise(row: dict[str, Any], policy: GatePolicy):

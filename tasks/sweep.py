@@ -37,6 +37,7 @@ from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
 
+from . import CERTIFY_Z, CLASSIFIER_NAMES, MAX_ONE_CLASS_SHARE, MIN_POSITIVE_RATE_RATIO
 from .data import _strata, stratified_sample
 from .evaluate import (
     GATED_RATES,
@@ -52,12 +53,9 @@ from .evaluate import (
 )
 from .represent import FittedRepresentation, fit_representation
 from .select import (
-    CERTIFY_Z,
     COMPARED,
     CRITERIA,
     INTERSECTION,
-    MAX_ONE_CLASS_SHARE,
-    MIN_POSITIVE_RATE_RATIO,
     MIN_USEFUL_SHARE,
     STABLE_Z,
     GatePolicy,
@@ -67,10 +65,6 @@ from .select import (
 
 # ---- the classifiers ------------------------------------------------------------
 
-CLASSIFIER_NAMES = ("logreg", "logreg_tuned", "rbf_svc", "linear_svm", "mlp")
-# What the audit fits unless told otherwise: only classifiers whose fitted state holds no
-# training rows, since only those can be registered (an RBF SVC keeps support vectors).
-DEFAULT_CLASSIFIERS = ("logreg", "logreg_tuned", "linear_svm")
 THRESHOLD_FOLDS = 3  # cross-validation folds of the training rows that choose the threshold
 # Training rows whose out-of-fold scores place the threshold (a seeded sample stratified by
 # label x group; the classifier itself is fitted on every row): one cut is settled long before
@@ -266,7 +260,7 @@ def _useful_cuts(labels: np.ndarray, value: np.ndarray, scoring: str) -> np.ndar
     """Cuts a reviewer could use, by the audit's eligibility rules on these rows: saying yes
     (or no) to nearly everyone meets parity trivially. The share predicted positive stays
     within :data:`~fairpca.tasks.select.MAX_ONE_CLASS_SHARE` and at least
-    :data:`~fairpca.tasks.select.MIN_POSITIVE_RATE_RATIO` of the base rate (and of the
+    :data:`~fairpca.tasks.MIN_POSITIVE_RATE_RATIO` of the base rate (and of the
     negative one), and ``scoring`` keeps :data:`~fairpca.tasks.select.MIN_USEFUL_SHARE` of
     the best cut's gain over the constant predictions."""
     n, base = len(labels), labels.mean()

@@ -6,62 +6,43 @@ feature preprocessor. Every raw file is checked against its published SHA-256 be
 parsed.
 """
 
-from ._dataset import Dataset
-from ._files import DATA_DIR_ENV, ChecksumMismatchError, DatasetNotFoundError, DataTooLargeError
-from ._paper_splits import LEE2022_DIMENSIONS, load_lee2022_split
-from ._preprocess import (
-    MIN_CATEGORY_COUNT,
-    RARE_CATEGORY,
-    RareCategoryPooler,
-    make_preprocessor,
-    split_feature_kinds,
-)
-from ._public import (
-    DATASET_NAMES,
-    load_adult,
-    load_bank,
-    load_compas,
-    load_dataset,
-    load_german,
-)
-from ._screen import (
-    ColumnScreening,
-    NumericTextWarning,
-    ScreeningWarning,
-    balanced_accuracy_alone,
-    leaking_columns,
-    screen_columns,
-    warn_screened,
-)
-from ._user import LabelValuesWarning, detect_separator, load_user_data
+from .._lazy import lazy_exports
 
-__all__ = [
-    "DATASET_NAMES",
-    "DATA_DIR_ENV",
-    "LEE2022_DIMENSIONS",
-    "MIN_CATEGORY_COUNT",
-    "RARE_CATEGORY",
-    "ChecksumMismatchError",
-    "ColumnScreening",
-    "DataTooLargeError",
-    "Dataset",
-    "DatasetNotFoundError",
-    "LabelValuesWarning",
-    "NumericTextWarning",
-    "RareCategoryPooler",
-    "ScreeningWarning",
-    "balanced_accuracy_alone",
-    "detect_separator",
-    "leaking_columns",
-    "load_adult",
-    "load_bank",
-    "load_compas",
-    "load_dataset",
-    "load_german",
-    "load_lee2022_split",
-    "load_user_data",
-    "make_preprocessor",
-    "screen_columns",
-    "split_feature_kinds",
-    "warn_screened",
-]
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._dataset": ["Dataset"],
+        "._files": [
+            "DATA_DIR_ENV",
+            "ChecksumMismatchError",
+            "DatasetNotFoundError",
+            "DataTooLargeError",
+        ],
+        "._paper_splits": ["LEE2022_DIMENSIONS", "load_lee2022_split"],
+        "._preprocess": [
+            "RareCategoryPooler",
+            "make_preprocessor",
+            "split_feature_kinds",
+        ],
+        "._public": [
+            "DATASET_NAMES",
+            "load_adult",
+            "load_bank",
+            "load_compas",
+            "load_dataset",
+            "load_german",
+        ],
+        "._screen": [
+            "MIN_CATEGORY_COUNT",
+            "RARE_CATEGORY",
+            "ColumnScreening",
+            "NumericTextWarning",
+            "ScreeningWarning",
+            "balanced_accuracy_alone",
+            "leaking_columns",
+            "screen_columns",
+            "warn_screened",
+        ],
+        "._user": ["LabelValuesWarning", "detect_separator", "load_user_data"],
+    },
+)

@@ -15,18 +15,13 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
+from ._screen import MIN_CATEGORY_COUNT, RARE_CATEGORY
+
 __all__ = [
-    "MIN_CATEGORY_COUNT",
-    "RARE_CATEGORY",
     "RareCategoryPooler",
     "make_preprocessor",
     "split_feature_kinds",
 ]
-
-RARE_CATEGORY = "<rare>"  # the one value that replaces every rare or unseen category
-# Categories of fewer training rows are pooled: a one-hot column of a handful of rows would
-# let the fitted encoder (and the logged model) name those rows' values.
-MIN_CATEGORY_COUNT = 30
 
 
 def split_feature_kinds(X: pd.DataFrame) -> tuple[list[str], list[str]]:

@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 __all__ = [
+    "MIN_CATEGORY_COUNT",
+    "RARE_CATEGORY",
     "ColumnScreening",
     "NumericTextWarning",
     "ScreeningWarning",
@@ -33,6 +35,10 @@ __all__ = [
 
 UNIQUE_FRACTION = 0.5  # text columns with at least this share of distinct values are ids
 NUMERIC_UNIQUE_FRACTION = 0.95  # integer columns distinct on (almost) every row are ids
+RARE_CATEGORY = "<rare>"  # the one value that replaces every rare or unseen category
+# Categories of fewer training rows are pooled: a one-hot column of a handful of rows would
+# let the fitted encoder (and the logged model) name those rows' values.
+MIN_CATEGORY_COUNT = 30
 MAX_CATEGORIES = 100  # categoricals with more distinct values would explode the one-hot width
 TEXT_MIN_WORDS = 4.0  # mean words per value from which a high-cardinality column is free text
 # One feature alone predicting the label this well leaks it: the best single features of the

@@ -41,54 +41,37 @@ scalar metrics report the worst attribute (the largest disparity; for
 Missing labels (NaN/None) are rejected.
 """
 
-from ._counts import MIN_GROUP_SIZE_FLOOR
-from ._disclosure import published_group_sizes
-from ._fairness import (
-    FairnessReport,
-    GroupFairness,
-    bootstrap_intervals,
-    check_fairness_options,
-    ci_metrics,
-    evaluate_fairness,
-    group_fairness,
-)
-from ._plain import (
-    accuracy,
-    demographic_parity_difference,
-    equal_opportunity_difference,
-    selection_rates,
-    true_positive_rates,
-)
-from ._representation import (
-    as_components,
-    explained_variance_fraction,
-    group_mean_gap,
-    group_reconstruction_error,
-    linear_inseparability,
-    median_heuristic_sigma,
-    mmd_squared,
-)
+from .._lazy import lazy_exports
 
-__all__ = [
-    "MIN_GROUP_SIZE_FLOOR",
-    "FairnessReport",
-    "GroupFairness",
-    "accuracy",
-    "as_components",
-    "bootstrap_intervals",
-    "check_fairness_options",
-    "ci_metrics",
-    "demographic_parity_difference",
-    "equal_opportunity_difference",
-    "evaluate_fairness",
-    "explained_variance_fraction",
-    "group_fairness",
-    "group_mean_gap",
-    "group_reconstruction_error",
-    "linear_inseparability",
-    "median_heuristic_sigma",
-    "mmd_squared",
-    "published_group_sizes",
-    "selection_rates",
-    "true_positive_rates",
-]
+__all__, __getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "._counts": ["MIN_GROUP_SIZE_FLOOR"],
+        "._disclosure": ["published_group_sizes"],
+        "._fairness": [
+            "FairnessReport",
+            "GroupFairness",
+            "bootstrap_intervals",
+            "check_fairness_options",
+            "ci_metrics",
+            "evaluate_fairness",
+            "group_fairness",
+        ],
+        "._plain": [
+            "accuracy",
+            "demographic_parity_difference",
+            "equal_opportunity_difference",
+            "selection_rates",
+            "true_positive_rates",
+        ],
+        "._representation": [
+            "as_components",
+            "explained_variance_fraction",
+            "group_mean_gap",
+            "group_reconstruction_error",
+            "linear_inseparability",
+            "median_heuristic_sigma",
+            "mmd_squared",
+        ],
+    },
+)

@@ -75,7 +75,7 @@ def test_suppression_and_pooling_are_two_settings_with_one_default_each():
     once and every function defaulting to it reads that constant."""
     from fairpca.datasets import MIN_CATEGORY_COUNT, make_preprocessor
     from fairpca.flows.gate import GatePolicy
-    from fairpca.tasks.evaluate import DEFAULT_MIN_GROUP_SIZE
+    from fairpca.tasks import DEFAULT_MIN_GROUP_SIZE
     from fairpca.tasks.mlflow_evaluator import CONFIG_DEFAULTS
     from fairpca.tasks.mlflow_logging import input_example
     from fairpca.tasks.public import evaluate_model_fairness, sweep_lambda
