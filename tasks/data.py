@@ -194,7 +194,8 @@ def load_split(source, sizes, *, seed: int, min_group_size: int) -> Split:
             load_source(source), sizes, source, seed=seed, min_group_size=min_group_size
         )
     if split.leaking:
-        get_run_logger().warning("excluded on the training rows: %s", split.leaking)
+        reasons = "; ".join(f"{column!r}: {why}" for column, why in split.leaking.items())
+        get_run_logger().warning("columns excluded on the training rows: %s", reasons)
     return split
 
 

@@ -79,3 +79,24 @@ def test_the_flow_takes_the_split_the_preflight_made_once(config):
         assert flow_split(config.seed) is split
         assert len(flow_split(config.seed).y_train) == 150  # handed over once
     assert len(split.y_train) == 200
+
+
+def test_a_column_excluded_on_the_training_rows_is_logged_with_its_reason(
+    tmp_path, monkeypatch, caplog
+):
+    """A team's flow that calls ``load_split`` sees which column was dropped and why."""
+    import logging
+
+    import fairpca.tasks.data as data
+
+    frame = pd.read_csv(_user_file(tmp_path / "leaky.csv"))
+    frame["leak"] = frame["label"] * 2.0 - 1.0
+    frame.to_csv(tmp_path / "leaky.csv", index=False)
+    config = AuditConfig(data=tmp_path / "leaky.csv", label="label", sensitive=["group"])
+    monkeypatch.setattr(data, "get_run_logger", lambda: logging.getLogger("fairpca.test"))
+    with caplog.at_level(logging.WARNING, logger="fairpca.test"), pytest.warns(UserWarning):
+        split = load_split.fn(config.source, config.split, seed=0, min_group_size=30)
+    assert list(split.leaking) == ["leak"]
+    assert caplog.messages == [
+        f"columns excluded on the training rows: 'leak': {split.leaking['leak']}"
+    ]
