@@ -47,11 +47,11 @@ def split_feature_kinds(X: pd.DataFrame) -> tuple[list[str], list[str]]:
         )
     if X.shape[1] == 0:
         raise ValueError("X has no columns; pass at least one feature column.")
+    dtypes = list(X.dtypes.items())
     temporal = [
         column
-        for column in X.columns
-        if pd.api.types.is_datetime64_any_dtype(X[column])
-        or pd.api.types.is_timedelta64_dtype(X[column])
+        for column, dtype in dtypes
+        if pd.api.types.is_datetime64_any_dtype(dtype) or pd.api.types.is_timedelta64_dtype(dtype)
     ]
     if temporal:
         raise TypeError(
@@ -59,8 +59,7 @@ def split_feature_kinds(X: pd.DataFrame) -> tuple[list[str], list[str]]:
             "days since an origin) or strings, or drop them."
         )
     categorical, numeric = [], []
-    for column in X.columns:
-        dtype = X[column].dtype
+    for column, dtype in dtypes:
         is_number = pd.api.types.is_numeric_dtype(dtype) and not pd.api.types.is_bool_dtype(dtype)
         (numeric if is_number else categorical).append(column)
     return categorical, numeric

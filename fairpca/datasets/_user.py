@@ -364,8 +364,10 @@ def load_user_data(
             + (f" after screening ({screened})" if screened else "")
             + "; keep one with keep=[...] (CLI --keep NAME)."
         )
-    numeric = frame[kept].select_dtypes(include="number").columns  # bool is not "number"
-    X = frame[kept].astype(dict.fromkeys(numeric, np.float64))
+    X = frame[kept]
+    numeric = X.select_dtypes(include="number").dtypes  # bool is not "number"
+    to_float = numeric.index[numeric != np.float64]
+    X = X.astype(dict.fromkeys(to_float, np.float64)) if len(to_float) else X
     return Dataset(
         X=X.reset_index(drop=True),
         y=y.reset_index(drop=True).rename(label),
