@@ -464,7 +464,7 @@ def promote_and_log(
     )
     decided = PromotionRecord.of(promotion, champion)
     (out_dir / PROMOTION_FILE).write_text(decided.model_dump_json(indent=2))
-    paths = write_report(out_dir, record, table, decided)
+    paths = write_report(out_dir, record, table, decided, plot=False)  # the plot: write_outputs'
     seal_output_dir(out_dir)
     logged = log_output_dir(out_dir, tracking_uri, promotion=decided, ends_now=True)
     _prefect_artifacts(record, decided, out_dir)

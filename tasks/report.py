@@ -962,12 +962,18 @@ def report_title(record) -> str:
     return f"Fairness {record.kind}: {record.provenance.definition.source} ({record.run_name})"
 
 
-def write_report(out_dir: Path, record, table: pd.DataFrame, promotion=None) -> dict[str, Path]:
-    """Write ``tradeoff.png``, ``report.md`` and ``report.html`` into ``out_dir``."""
+def write_report(
+    out_dir: Path, record, table: pd.DataFrame, promotion=None, *, plot: bool = True
+) -> dict[str, Path]:
+    """Write ``tradeoff.png``, ``report.md`` and ``report.html`` into ``out_dir``; with
+    ``plot=False`` the ``tradeoff.png`` that an earlier call for the same record and table
+    wrote there is used as it is (the plot does not depend on the promotion)."""
     out_dir = Path(out_dir)
     title = report_title(record)
     sections = report_sections(record, promotion)
-    image = plot_tradeoff(path=out_dir / "tradeoff.png", **_plot_arguments(record, table))
+    image = out_dir / "tradeoff.png"
+    if plot:
+        image = plot_tradeoff(path=image, **_plot_arguments(record, table))
     (out_dir / "report.md").write_text(render_markdown(title, sections, image.name))
     (out_dir / "report.html").write_text(render_html(title, sections, image))
     return {"md": out_dir / "report.md", "html": out_dir / "report.html", "png": image}

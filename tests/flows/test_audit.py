@@ -3,6 +3,7 @@ MlflowClient: params, metrics, projection matrices, report, registered model ver
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -164,6 +165,8 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     assert (
         page.index('id="verdict"') < page.index("Groups of the chosen model") < page.index("<img")
     )
+    plot = (Path(result.output_dir) / "tradeoff.png").read_bytes()  # drawn once, inlined as is
+    assert f"data:image/png;base64,{base64.b64encode(plot).decode()}" in page
 
     # the selection handed to the registry: chosen on validation, reported on test, baselines
     selection = json.loads((Path(result.output_dir) / "audit.json").read_text())["selection"]
