@@ -29,6 +29,22 @@ def test_clopper_pearson_matches_scipy():
         assert low <= k / n <= high
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_clopper_pearson_of_many_counts_at_once_matches_each_alone(seed):
+    rng = np.random.default_rng(seed)
+    trials = rng.choice([0, 1, 2, 7, 40, 1000, 250_000], size=12)
+    hits = np.floor(trials * rng.choice([0.0, 0.3, 0.999, 1.0], size=12))
+    alpha = rng.choice([0.05, 0.05 / 7, 1e-4], size=12)
+    low, high = _intervals.clopper_pearson(hits, trials, alpha)
+    for i in range(12):
+        if trials[i] == 0:
+            assert np.isnan(low[i]) and np.isnan(high[i])
+            continue
+        assert (low[i], high[i]) == pytest.approx(
+            _exact(hits[i], trials[i], 1 - alpha[i]), abs=1e-12
+        )
+
+
 def test_spread_and_ratio_intervals_from_simultaneous_group_intervals():
     # Three groups: selected 10/50, 30/60, 12/40; Bonferroni over m = 3 groups.
     group = np.repeat(["a", "b", "c"], [50, 60, 40])
