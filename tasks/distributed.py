@@ -695,11 +695,15 @@ def _provenance(config, files: list[Path]) -> dict:
 
 def _selection(config, passes: Passes, choice, reported) -> dict:
     """The record's ``selection``, as the in-memory audit's, with sizes from the counts."""
-    from fairpca.tasks.record import withheld_groups
+    from fairpca.tasks.record import unjudged_groups, withheld_groups
     from fairpca.tasks.select import candidate_name
 
     chosen, evaluation = choice.chosen, config.evaluation
     test_sizes = _group_sizes(passes, evaluation, parts=[PART_CODES["test"]])
+    sizes = _group_sizes(passes, evaluation)
+    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
+    unjudged = unjudged_groups(sizes, reported["chosen"]["validation"], split,
+                               evaluation.min_group_size)  # fmt: skip
     return {
         "chosen": {"variant": "fair_pca", "classifier": CLASSIFIER, "lambda": None,
                    "name": candidate_name(chosen), "k": int(chosen["k"]),
@@ -709,13 +713,13 @@ def _selection(config, passes: Passes, choice, reported) -> dict:
         "validation": reported["chosen"]["validation"],
         "test": reported["chosen"]["test"],
         "baselines": {"majority": reported["majority"]},
-        "split": {f"n_{part}": passes.rows_of(part) for part in PART_CODES},
-        "group_sizes": _group_sizes(passes, evaluation),
+        "split": split,
+        "group_sizes": sizes,
         "test_group_sizes": test_sizes,
         "withheld": withheld_groups(test_sizes, reported["chosen"]["test"],
                                     evaluation.min_group_size),
         "chosen_by": choice.certification["chosen_by"],
-        "warnings": [f"{what}: {why}" for what, why in SKIPPED.items()],
+        "warnings": [*unjudged, *(f"{what}: {why}" for what, why in SKIPPED.items())],
     }  # fmt: skip
 
 

@@ -640,27 +640,62 @@ def frontier_points(searches: dict[str, Any], table: pd.DataFrame, selection) ->
     return points
 
 
+def _unrated(sizes: dict[str, dict[str, int | str]], metrics: dict[str, float]) -> dict:
+    """Per attribute, its named groups (``sizes``) without a selection rate in ``metrics``
+    (whose names spell labels as :func:`fairpca.metrics._names.group_tokens` does)."""
+    from fairpca.metrics._names import group_tokens
+
+    named = {name: [g for g in groups if g != WITHHELD] for name, groups in sizes.items()}
+    tokens = group_tokens(named)
+    return {
+        name: [g for g in groups if "selection_rate.{}:{}".format(*tokens[name, g]) not in metrics]
+        for name, groups in named.items()
+    }
+
+
 def withheld_groups(
     sizes: dict[str, dict[str, int | str]], test: dict[str, float], min_group_size: int
 ) -> dict[str, str] | None:
     """Per attribute, a sentence for the groups of the test rows whose size or rates are not
     published, and why (the groups themselves stay unnamed when their size is withheld)."""
     out = {}
+    unrated = _unrated(sizes, test)
     for attribute, groups in sizes.items():
         parts = []
         if WITHHELD in groups:
             parts.append(f"sizes and rates of {groups[WITHHELD]}")
-        named = [g for g in groups if g != WITHHELD]
-        unrated = [g for g in named if f"selection_rate.{attribute}:{g}" not in test]
-        if unrated:
+        if unrated[attribute]:
             parts.append(
-                f"rates of {', '.join(unrated)} withheld: beside the attribute's other "
-                f"numbers they would reveal a group of fewer than {min_group_size} test rows, or "
-                "a gated rate is undefined there"
+                f"rates of {', '.join(unrated[attribute])} withheld: beside the attribute's "
+                f"other numbers they would reveal a group of fewer than {min_group_size} test "
+                "rows, or a gated rate is undefined there"
             )
         if parts:
             out[attribute] = "; ".join(parts)
     return out or None
+
+
+def unjudged_groups(
+    sizes: dict[str, dict[str, int | str]], validation: dict[str, float], split: dict[str, int],
+    min_group_size: int,
+) -> list[str]:  # fmt: skip
+    """A warning for each attribute with groups of many validation rows that the gate did not
+    judge: their rates are withheld there, so that a group of fewer than ``min_group_size``
+    rows cannot be recovered from them (complementary suppression,
+    :func:`fairpca.metrics.published_group_sizes`). ``sizes``: rows per group over all parts;
+    ``split``: the rows per part (the split is stratified by label and group)."""
+    share = split["n_validation"] / max(sum(split.values()), 1)
+    warnings = []
+    for attribute, groups in _unrated(sizes, validation).items():
+        many = [g for g in groups if sizes[attribute][g] * share >= 1.5 * min_group_size]
+        if many:
+            warnings.append(
+                f"the gate did not judge {attribute}: {', '.join(many)}: on the validation rows "
+                f"their rates are withheld so that a group of fewer than {min_group_size} rows "
+                f"cannot be recovered from them; merge or drop the rows of {attribute}'s "
+                "smallest groups to have them judged"
+            )
+    return warnings
 
 
 SUMMARY_COLUMNS = (
@@ -741,8 +776,11 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
         "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], sizes[0]),
         "chosen_by": choice.certification["chosen_by"],
         "diagnostics": diagnostics.get("representations", {}),
-        "warnings": list(diagnostics.get("warnings", [])),
     }
+    record["warnings"] = [
+        *unjudged_groups(record["group_sizes"], record["validation"], record["split"], sizes[0]),
+        *diagnostics.get("warnings", []),
+    ]
     if choice.pca_row is not None and "pca" in reported:
         record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))

@@ -37,7 +37,7 @@ import pandas as pd
 from markupsafe import Markup
 
 from .evaluate import HEADLINE_METRICS
-from .record import PARTS, AuditRecord
+from .record import PARTS, WITHHELD, AuditRecord
 from .trust import mask_credentials, sha256_file
 
 # -- escaping every user string where it is rendered ------------------------------------------
@@ -370,11 +370,20 @@ def group_rows(
     the test rows (else over all parts); with ``attributes``, every other group of
     ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
     sizes = selection.test_group_sizes or selection.group_sizes or {}
+    labels = _labels_by_token(selection.group_sizes or {}, selection.test_group_sizes or {})
     rates: dict[tuple[str, str], dict[str, float]] = {}
     for name, value in selection.test.items():
         parts = _split_group_metric(name)
         if parts is not None and (parts[1] != "intersection") == attributes:
-            rates.setdefault(parts[1:], dict.fromkeys(GROUP_RATES, math.nan))[parts[0]] = value
+            rate, attribute, group = parts
+            if attribute == "intersection":
+                group = "/".join(
+                    ":".join(labels.get(tuple(cell.split(":", 1)), cell.split(":", 1)))
+                    for cell in group.split("/")
+                )
+            else:
+                attribute, group = labels.get((attribute, group), (attribute, group))
+            rates.setdefault((attribute, group), dict.fromkeys(GROUP_RATES, math.nan))[rate] = value
     published = tuple(
         GroupRow(attribute, group, sizes.get(attribute, {}).get(group, "-"), values)
         for (attribute, group), values in rates.items()
@@ -382,11 +391,38 @@ def group_rows(
     return published + (_withheld_rows(selection, published, min_group_size) if attributes else ())
 
 
+def _labels_by_token(*sizes: dict[str, dict[str, Any]]) -> dict[tuple[str, str], tuple[str, str]]:
+    """``(attribute token, group token)`` -> ``(attribute, group)`` for the groups ``sizes``
+    name: the metric names hold tokens (:func:`fairpca.metrics._names.group_tokens`), the
+    report shows the labels. A token made unique against a label not named here has no entry
+    (it is shown as it is)."""
+    from fairpca.metrics._names import group_tokens
+
+    named = {
+        name: list(dict.fromkeys(g for part in sizes for g in part.get(name, {}) if g != WITHHELD))
+        for name in dict.fromkeys(name for part in sizes for name in part)
+    }
+    return {tokens: labels for labels, tokens in group_tokens(named).items()}
+
+
+# A group with many test rows is withheld too when its numbers would give a smaller group's
+# away (complementary suppression: fairpca.metrics.published_group_sizes).
+COMPLEMENTARY = "withheld to hide a smaller group"
+
+
+def _many_test_rows(size: Any, split, min_group_size: int | None) -> bool:
+    """Whether a group of ``size`` rows over all parts has clearly more than
+    ``min_group_size`` test rows: the split is stratified by label and group, so the test
+    part holds its share of every group's rows."""
+    total = split.n_train + split.n_validation + split.n_test
+    if not (isinstance(size, int) and min_group_size and total):
+        return False
+    return size * split.n_test / total >= 1.5 * min_group_size
+
+
 def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[GroupRow, ...]:
     """A row for each group of the single attributes without published test rates: a named
     group (its size over all parts is published) and the unnamed rest of an attribute."""
-    from .record import WITHHELD
-
     shown = {(g.attribute, g.group) for g in published}
     fewer = f"fewer than {min_group_size}" if min_group_size else "too few"
     test_sizes = selection.test_group_sizes
@@ -401,7 +437,10 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
             elif (attribute, group) not in shown:
                 counted = isinstance(test_sizes.get(attribute, {}).get(group), int)
                 why = "would reveal a group of " if counted else ""
-                out.append(GroupRow(attribute, group, f"withheld: {why}{fewer} test rows", none))
+                reason = f"withheld: {why}{fewer} test rows"
+                if _many_test_rows(size, selection.split, min_group_size):
+                    reason = COMPLEMENTARY
+                out.append(GroupRow(attribute, group, reason, none))
     return tuple(out)
 
 

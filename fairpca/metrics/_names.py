@@ -93,3 +93,21 @@ def group_label(name: str, group: Any, attributes: dict) -> str:
     if name != INTERSECTION:
         return str(group)
     return "/".join(f"{a}:{g}" for a, g in zip(attributes, group, strict=True))
+
+
+def group_tokens(groups: dict) -> dict[tuple[Any, Any], tuple[str, str]]:
+    """``(attribute, group)`` -> ``(attribute token, group token)``: how the metric names of
+    a grouping of these labels (``{attribute: [group labels]}``) spell them.
+
+    Examples
+    --------
+    >>> group_tokens({"race": ["Hispanic/Latino", "White"]})
+    {('race', 'Hispanic/Latino'): ('race', 'Hispanic_Latino'), ('race', 'White'): ('race', 'White')}
+    """
+    names = list(groups)
+    out = {}
+    for name, name_token in zip(names, attribute_tokens(names), strict=True):
+        labels = list(groups[name])
+        for label, label_token in zip(labels, unique_tokens(labels), strict=True):
+            out[(name, label)] = (name_token, label_token)
+    return out

@@ -140,6 +140,32 @@ def test_withheld_groups_say_which_numbers_are_missing_and_why():
     assert withheld_groups({"sex": sizes["sex"]}, test, 30) is None
 
 
+def test_groups_whose_labels_metric_names_respell_keep_their_rates():
+    """Metric names spell "Hispanic/Latino" as "Hispanic_Latino": its rates are found."""
+    from fairpca.tasks.record import withheld_groups
+
+    sizes = {"race": {"Hispanic/Latino": 400, "Black (non-Hispanic)": 300}}
+    test = {"selection_rate.race:Hispanic_Latino": 0.2,
+            "selection_rate.race:Black _non-Hispanic_": 0.3}  # fmt: skip
+    assert withheld_groups(sizes, test, 30) is None
+
+
+def test_a_large_group_the_gate_could_not_judge_is_a_warning_with_the_fix():
+    """A group of 400 validation rows whose rates are withheld there (to hide a smaller
+    group) was not judged by the gate: the record says so and how to have it judged; a
+    small group without rates is no news."""
+    from fairpca.tasks.record import unjudged_groups
+
+    sizes = {"marital": {"married": 10_000, "divorced": 2_000, "unknown": 80}}
+    validation = {"selection_rate.marital:married": 0.3}
+    split = {"n_train": 7_248, "n_validation": 2_416, "n_test": 2_416}
+    (warning,) = unjudged_groups(sizes, validation, split, 30)
+    assert warning.startswith("the gate did not judge marital: divorced:")
+    assert "unknown" not in warning and "merge or drop" in warning
+    validation["selection_rate.marital:divorced"] = 0.3
+    assert unjudged_groups(sizes, validation, split, 30) == []
+
+
 def test_a_classifier_swept_over_a_C_grid_has_one_curve_per_C():
     """Two ``logreg_tuned`` rows at one lambda (C 0.01 and 1) are two MLflow curves, not two
     values at one step of one curve."""

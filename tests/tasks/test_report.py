@@ -21,6 +21,7 @@ from records import replaced
 
 from fairpca.tasks.record import Policy, PromotionRecord, ReferenceMitigation
 from fairpca.tasks.report import (
+    COMPLEMENTARY,
     REPORT_TEMPLATE,
     TEMPLATES,
     Bullets,
@@ -237,7 +238,10 @@ def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_recor
         ("race", "Eskimo"),
     ]  # single attributes by name; the intersection has a section of its own
     # every group is accounted for: one without published test rates says so on its row
-    assert {g.rows for g in verdict.groups[4:]} == {"withheld: fewer than 30 test rows"}
+    # (sizes over all parts: Male 3350, Black 480, Eskimo 12; a quarter are test rows)
+    assert [g.rows for g in verdict.groups[4:]] == [
+        COMPLEMENTARY, COMPLEMENTARY, "withheld: fewer than 30 test rows"
+    ]  # fmt: skip
     assert verdict.groups[0].rows == 1650 and verdict.groups[0].rates["tpr"] == pytest.approx(0.11)
     headings = [h for h, _ in sections]
     assert headings[1:4] == [
@@ -291,6 +295,46 @@ def test_group_rates_read_every_rate_and_the_sizes():
     assert np.isnan(groups[("sex", "Male")].rates["fpr"])
     (cell,) = group_rows(selection, attributes=False)
     assert (cell.attribute, cell.group) == ("intersection", "sex:Female/race:White")
+
+
+def _measured_groups(labels: dict[str, int], seed: int = 0) -> SimpleNamespace:
+    """A selection measured as the audit measures it: test rates of groups of these sizes
+    (the metric names hold tokens of the labels), sizes over all parts (the test part is a
+    fifth of them) and on the test rows."""
+    from fairpca.metrics import published_group_sizes
+    from fairpca.tasks.evaluate import metrics_with_intervals
+
+    rng = np.random.default_rng(seed)
+    groups = pd.DataFrame({"race": np.repeat(list(labels), list(labels.values()))})
+    y, y_pred = rng.integers(0, 2, len(groups)), rng.integers(0, 2, len(groups))
+    test = metrics_with_intervals(y, y_pred, groups, min_group_size=30, n_resamples=20, seed=0)
+    sizes = {
+        name: dict(sizes)
+        for name, sizes in published_group_sizes(groups, min_group_size=30)[0].items()
+    }
+    everywhere = {"race": {g: 5 * n for g, n in labels.items()}}  # every group has 30 rows there
+    split = SimpleNamespace(n_train=3 * len(groups), n_validation=len(groups), n_test=len(groups))
+    return SimpleNamespace(test=test, test_group_sizes=sizes, group_sizes=everywhere, split=split)
+
+
+def test_group_rows_show_the_labels_that_metric_names_spell_otherwise():
+    """Labels with characters MLflow's metric names do not take ("/", "(", "ä") keep their
+    rates and sizes: none is reported as withheld."""
+    labels = {"White, non-Hispanic": 300, "Black (non-Hispanic)": 160, "Hispanic/Latino": 170,
+              "männlich": 120}  # fmt: skip
+    rows = group_rows(_measured_groups(labels), min_group_size=30)
+    assert {g.group: g.rows for g in rows} == labels
+    assert all(np.isfinite(g.rates["selection_rate"]) for g in rows)
+
+
+def test_a_large_group_withheld_to_hide_a_small_one_says_so():
+    """Complementary suppression: a group of 12 test rows is withheld, and so is the next
+    smallest (400 test rows), lest the total give the small one away; only the small one's
+    row says it has fewer than 30 test rows."""
+    selection = _measured_groups({"married": 2000, "single": 1000, "divorced": 400, "unknown": 12})
+    rows = {g.group: g.rows for g in group_rows(selection, min_group_size=30)}
+    assert rows["divorced"] == COMPLEMENTARY
+    assert rows["unknown"] == "withheld: fewer than 30 test rows" and rows["married"] == 2000
 
 
 def test_gate_limits_read_max_and_min_names():
