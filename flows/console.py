@@ -141,21 +141,26 @@ def headline_table(verdict) -> Table:
     (``*``: needs the sensitive attribute to predict)."""
     from fairpca.tasks.report import METRIC_LABELS
 
-    rows = [[escape(row.short + "*" * row.sensitive), *(row.estimates[m].text for m in
-             verdict.columns)] for row in verdict.rows]  # fmt: skip
+    rows = [
+        [escape(f"{row.short}{'*' * row.sensitive}{'†' * bool(row.ineligible)}"),
+         *(row.estimates[m].text for m in verdict.columns)]
+        for row in verdict.rows
+    ]  # fmt: skip
     titles = [METRIC_LABELS[name][2] for name in verdict.columns]
     return _plain_table("test rows", titles, rows, bold_first=True)
 
 
 def _notes(verdict) -> str:
-    """Under the test table: what ``*`` means, and the chosen model's 95% intervals (named as
-    the headline names it)."""
+    """Under the test table: what ``*`` and ``†`` mean, and the chosen model's 95% intervals
+    (named as the headline names it)."""
     from fairpca.tasks.report import METRIC_LABELS
 
     chosen = verdict.rows[0].estimates
     intervals = [f"{METRIC_LABELS[m][2]} {chosen[m].interval}" for m in verdict.columns
                  if chosen[m].interval]  # fmt: skip
     notes = ["* needs the sensitive attribute to predict."] * any(r.sensitive for r in verdict.rows)
+    notes += [f"† not eligible on the validation rows: {row.short} {row.ineligible}."
+              for row in verdict.rows if row.ineligible]  # fmt: skip
     if intervals:
         notes.append(f"{verdict.chosen_short}, 95% intervals: " + ", ".join(intervals) + ".")
     return " ".join(notes)
@@ -266,7 +271,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     chosen = f"[bold]{escape(verdict.chosen)}[/bold]"
     console.print(f"{verdict.chosen_short} on the {verdict.rows_label}: {chosen}")
     console.print(headline_table(verdict))
-    console.print(_notes(verdict), style="dim")
+    console.print(escape(_notes(verdict)), style="dim")
     groups = group_table(verdict)
     if groups is not None:
         console.print(groups)

@@ -52,8 +52,14 @@ def _check_k(config, split) -> str | None:
 
     encoder = make_preprocessor(split.X_train, config.representation.min_category_count)
     width = encoded_width(encoder, split.X_train)
-    screened = [entry["column"] for entry in split.screening if entry["action"] == "excluded"]
-    more = f" or keep screened columns (--keep; screened: {screened})" if screened else ""
+    # columns worth keeping: those screened for their many categories (not identifiers,
+    # dates, free text, empty or leaking ones)
+    wide = [
+        entry["column"]
+        for entry in split.screening
+        if entry["action"] == "excluded" and "distinct categories" in entry["rule"]
+    ]
+    more = f" or keep screened columns (--keep; screened: {wide})" if wide else ""
     try:
         k = resolve_k(
             config.representation.k, width, split.s_train, list(config.representation.variants)

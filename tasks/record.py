@@ -185,6 +185,7 @@ class ReferenceMitigation(_Record):
     validation: Metrics
     test: Metrics
     config: str | None = None  # the configuration chosen on the validation rows
+    ineligible: list[str] = []  # why it is no better than the majority class (empty: useful)
 
 
 class ScreenedColumn(_Record):

@@ -40,11 +40,12 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from .data import search_sample, stratified_sample
-from .evaluate import gated_metrics, metric_options
+from .evaluate import gated_metrics, metric_options, one_class_share
 from .select import (
     Choice,
     GatePolicy,
     difference_interval,
+    ineligibility,
     majority_accuracy_of,
     select_candidate,
 )
@@ -67,6 +68,7 @@ CAPPED = {"exponentiated_gradient": "training rows", "correlation_remover": "rem
 
 REFERENCE_KEYS = (
     "name", "approach", "needs_sensitive_at_prediction", "validation", "test", "config",
+    "ineligible",
 )  # fmt: skip
 REFERENCES = {
     "threshold_optimizer": ("post-processing", True),
@@ -221,6 +223,7 @@ def _measured(predict, part: str, parts, evaluation, seed: int) -> dict[str, flo
     metrics = gated_metrics(
         getattr(split, f"y_{part}"), y_pred, sensitive, metric_options(evaluation, seed)
     )
+    metrics["one_class_share"] = one_class_share(y_pred)
     return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
 
 
@@ -273,10 +276,13 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     rows = len(final[1].y_train)
     if rows > CAPPED_FIT_ROWS and name in CAPPED:
         config = {**config, CAPPED[name]: CAPPED_FIT_ROWS}
+    majority = majority_accuracy_of(final[1].y_train, final[1].y_validation)
     return {
         "config": f"{_describe(config)} ({len(tried)} tried on the validation rows)",
         "validation": validation,
         "test": _measured(predict, "test", final, evaluation, seed),
+        # judged as a candidate is: a reference no better than saying one class is shown so
+        "ineligible": ineligibility(validation, majority, selection),
     }
 
 
@@ -401,7 +407,7 @@ def with_better_references(
     """``choice`` whose decision also names the better references (the outcome unchanged)."""
     rows = (choice.certification or {}).get("chosen_by", "the validation rows")
     sentences = better_references(
-        [r for r in references if "skipped" not in r],
+        [r for r in references if "skipped" not in r and not r.get("ineligible")],
         choice.chosen,
         chosen_test,
         choice.policy,

@@ -302,6 +302,7 @@ class VerdictRow:
     short: str = ""
     sensitive: bool = False
     approach: str = ""
+    ineligible: str = ""  # a reference no better than one class: the first reason why
     test: dict[str, Any] = field(default_factory=dict)  # every measure on the test rows
     validation: dict[str, Any] = field(default_factory=dict)  # and on the validation rows
 
@@ -463,8 +464,10 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     for ref in record.references:
         needs = ", needs the sensitive attribute at prediction"
         role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
+        useless = ref.ineligible[0] if ref.ineligible else ""
+        role += f"; not eligible: {useless}" if useless else ""
         rows.append(row(ref.name, role, ref, ref.name, ref.needs_sensitive_at_prediction,
-                        ref.approach))  # fmt: skip
+                        ref.approach, useless))  # fmt: skip
     return tuple(rows)
 
 

@@ -169,7 +169,8 @@ def resolve_k(
         raise ValueError(
             f"the training rows encode to {n_features} feature column(s) and the sensitive "
             f"attribute(s) impose {constraints} group-mean constraint(s), so fair PCA has no "
-            "dimension left; add feature columns."
+            "dimension left; pass sensitive attributes with fewer groups (merge the small "
+            "ones) or add feature columns."
         )
     if requested is not None and requested > k_max:
         raise ValueError(

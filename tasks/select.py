@@ -671,7 +671,7 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
     margins = []
     for reference in references:
         test = reference.get("test") or {}
-        if "skipped" in reference or measure not in test:
+        if "skipped" in reference or reference.get("ineligible") or measure not in test:
             continue
         # it meets the gate where it is chosen (as the candidate), and where the margin is
         # measured it is no less fair by the gate than the chosen candidate: not failing the

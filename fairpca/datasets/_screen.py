@@ -122,12 +122,18 @@ def _sample(values: pd.Series) -> pd.Series:
     return present.iloc[:: max(1, len(present) // _SAMPLE)] if len(present) else present
 
 
+EMPTY = "empty: no values"  # imputed, it would be a constant feature
+
+
 def _kind_reason(values: pd.Series, max_categories: int) -> str | None:
-    """Why a column is no feature (date, identifier, text, too many categories) or None."""
+    """Why a column is no feature (empty, date, identifier, text, too many categories) or
+    None."""
     if pd.api.types.is_datetime64_any_dtype(values) or pd.api.types.is_timedelta64_dtype(values):
         return "date/time values"
     present = values.dropna()
-    if len(present) == 0 or pd.api.types.is_bool_dtype(values):
+    if len(present) == 0:
+        return EMPTY
+    if pd.api.types.is_bool_dtype(values):
         return None
     n_distinct = present.nunique()
     fraction = n_distinct / len(present)
@@ -178,6 +184,7 @@ def _float_identifiers(X: pd.DataFrame, columns: Sequence[str]) -> dict[str, str
         flagged = integer & (present >= 20) & (fraction >= NUMERIC_UNIQUE_FRACTION)
         for name, share in zip(np.asarray(names)[flagged], fraction[flagged], strict=True):
             reasons[name] = f"identifier-like: integer values distinct on {share:.0%} of the rows"
+        reasons |= dict.fromkeys(np.asarray(names)[present == 0], EMPTY)
     return reasons
 
 
@@ -228,13 +235,13 @@ def screen_columns(
 ) -> ColumnScreening:
     """Decide which columns of ``X`` may be features.
 
-    Excluded are: the ``drop`` columns; dates and timestamps (datetime dtype, or text in
-    which at least 90% of values look like dates); identifier-like columns (text distinct on
-    at least half of the rows, or integers distinct on at least 95%); free text (more than
-    ``max_categories`` values of 4+ words on average); categoricals with more than
-    ``max_categories`` values; and, when ``y`` is given, target leakage: a column whose best
-    single-column rule reaches a balanced accuracy of ``leakage_threshold`` (see
-    :func:`balanced_accuracy_alone`). Columns in ``keep`` are never screened out. A kept text
+    Excluded are: the ``drop`` columns; empty columns (no value); dates and timestamps
+    (datetime dtype, or text in which at least 90% of values look like dates); identifier-like
+    columns (text distinct on at least half of the rows, or integers distinct on at least
+    95%); free text (more than ``max_categories`` values of 4+ words on average); categoricals
+    with more than ``max_categories`` values; and, when ``y`` is given, target leakage: a
+    column whose best single-column rule reaches a balanced accuracy of ``leakage_threshold``
+    (see :func:`balanced_accuracy_alone`). Columns in ``keep`` are never screened out. A kept text
     column whose values are mostly numbers is listed in ``numbers_with_text`` with how many
     rows hold text (over every row; :func:`warn_screened` warns with a
     :class:`NumericTextWarning`).

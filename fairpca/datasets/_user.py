@@ -16,12 +16,15 @@ import pandas as pd
 from ._csv import LabelSearch, detect_separator, read_csv, without_repeated_columns
 from ._dataset import Dataset, as_names
 from ._files import READ_BUDGET_ENV, DataTooLargeError
-from ._screen import screen_columns, warn_screened
+from ._screen import _is_number, screen_columns, warn_screened
 
 __all__ = ["LabelValuesWarning", "detect_separator", "load_user_data"]
 
 _CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+# A sensitive column of numbers with more distinct values than this is a measurement (age,
+# income), not groups: each group costs fair PCA a dimension and needs rows of its own.
+MAX_NUMERIC_GROUPS = 20
 
 
 def _check_file(path: Path) -> None:
@@ -339,10 +342,18 @@ def load_user_data(
                 f"Sensitive column {column!r} has {int(values.isna().sum())} missing value(s); "
                 "drop those rows or fill them with an explicit group such as 'unknown'."
             )
-        if values.nunique() < 2:
+        n_groups = values.nunique()
+        if n_groups < 2:
             raise ValueError(
                 f"Sensitive column {column!r} has a single value in all {len(values)} rows; "
                 "fair PCA needs at least two groups. Pick a column that varies across rows."
+            )
+        if _is_number(values) and n_groups > MAX_NUMERIC_GROUPS:
+            raise ValueError(
+                f"Sensitive column {column!r} holds numbers with {n_groups} distinct values; "
+                "a sensitive attribute is a few groups (fair PCA constrains each group's "
+                "mean). Bin it into a column of groups (e.g. age under 25, 25-60, over 60) "
+                "and pass that column."
             )
     kept = list(chosen) if chosen else [c for c in frame.columns if c != label and c not in groups]
     _refuse_infinite(frame[[*(c for c in kept if c not in drop), label]])

@@ -338,6 +338,21 @@ def test_the_summary_leads_with_the_decision_and_fits_40_lines_at_80_columns():
     assert "Candidates" not in text and "variant" not in text  # the table of --verbose
 
 
+def test_a_useless_reference_is_marked_with_why_under_the_table():
+    """A reference no better than saying one class (Bank: correlation_remover said yes for
+    96% of the rows) is not shown as a plain row: a dagger and the reason."""
+    from records import replaced
+
+    result = _result()
+    useless = ["says no for only 3.9% of the rows against 88.6% negatives (needs at least 0.25 x)"]
+    references = [replaced(r, ineligible=useless) if r.name == "correlation_remover" else r
+                  for r in result.record.references]  # fmt: skip
+    record = replaced(result.record, references=references)
+    words = " ".join(_printed(replaced(result, record=record), width=100).split())
+    assert "correlation_remover*† " in words and "exponentiated_gradient† " not in words
+    assert f"† not eligible on the validation rows: correlation_remover {useless[0]}." in words
+
+
 def test_the_summary_shows_balanced_accuracy_references_groups_and_screening():
     text = _printed(_result(), width=100)
     chosen = next(line for line in text.splitlines() if line.startswith("chosen "))

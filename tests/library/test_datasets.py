@@ -370,6 +370,21 @@ def test_user_data_binary_label_needs_no_positive_label(tmp_path):
     assert data.y.tolist() == frame["outcome"].tolist()
 
 
+def test_a_sensitive_column_of_many_numbers_is_refused_with_the_fix(tmp_path):
+    """Age as the sensitive attribute (40 values) is a measurement, not groups: it is refused
+    before any work; a numeric column of a few codes (race 1-3) is groups."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({"age": rng.integers(20, 60, 400), "race": rng.integers(1, 4, 400),
+                          "x": rng.normal(size=400), "y": rng.integers(0, 2, 400)})  # fmt: skip
+    frame.to_csv(tmp_path / "d.csv", index=False)
+    with pytest.raises(ValueError, match=r"'age' holds numbers with 40 distinct values.*Bin it"):
+        load_user_data(tmp_path / "d.csv", label="y", sensitive="age")
+    assert (
+        load_user_data(tmp_path / "d.csv", label="y", sensitive="race").sensitive.nunique()["race"]
+        == 3
+    )
+
+
 def test_user_data_errors(tmp_path):
     frame = _user_frame()
     load = load_user_data

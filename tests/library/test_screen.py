@@ -56,3 +56,10 @@ def test_a_wide_table_keeps_its_column_order_in_the_reasons():
     excluded = screen_columns(X).excluded
     assert list(excluded) == [c for c in X.columns if c in excluded]
     assert {"name", "c0", "c6"} <= set(excluded) and "city" not in excluded
+
+
+def test_an_empty_column_is_excluded_not_imputed_into_a_constant():
+    X = pd.DataFrame({"x": np.arange(50.0) % 7, "nothing": np.nan, "blank": [None] * 50})
+    screening = screen_columns(X)
+    assert screening.kept == ["x"]
+    assert screening.excluded == {"nothing": _screen.EMPTY, "blank": _screen.EMPTY}

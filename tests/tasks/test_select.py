@@ -371,6 +371,8 @@ def test_a_candidate_a_reference_beats_on_the_test_rows_is_kept_by_default():
     assert first.startswith("dominated: the reference exponentiated_gradient (reductions)")
     assert "+0.1000 balanced accuracy (95% interval [+0.0717, +0.1283])" in first
     assert "only at training" in first
+    useless = [{**references[1], "ineligible": ["says yes for 99.0% of the rows"]}]
+    assert dominance(_promoted_choice(), useless, chosen_test, _config()).decision.promote
     anyway = dominance(_promoted_choice(), references, chosen_test,
                        _config(promote_dominated=True))  # fmt: skip
     assert anyway.decision.promote and "promoted anyway" in anyway.decision.reasons[0]
