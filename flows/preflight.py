@@ -108,6 +108,14 @@ def _check_groups(config, split) -> None:
             why = _undefined_difference(y_part, s_part[column].to_numpy(), min_size)
             if why is None:
                 continue
+            present = s_part[column].unique()
+            if len(present) < 2:  # no --min-group-size can help
+                raise PreflightError(
+                    f"in the {name} part ({len(y_part)} rows) sensitive column {column!r} holds "
+                    f"one group only ({str(present[0])!r}): its other groups have too few rows "
+                    "to reach every part. Merge or drop the rows of its smallest groups, or "
+                    "pass another --sensitive column."
+                )
             if _one_class_per_group(y, groups[column].to_numpy()):
                 raise PreflightError(
                     f"sensitive column {column!r} determines the label: each of its groups "

@@ -968,7 +968,7 @@ def decide_promotion(
     incumbent = None if champion is None or demote else champion
     digest = challenger.model_digest
     if not challenger.decision.promote:
-        promote, why = False, "the challenger did not pass the gate"
+        promote, why = False, "the audit did not promote the challenger"
     elif digest is not None and digest in demoted_models:
         promote, why = (
             False,

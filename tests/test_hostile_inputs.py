@@ -405,6 +405,7 @@ def table(n: int, minority: int, seed: int = 0) -> pd.DataFrame:
 def _crafted_tables(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     """Real-looking tables that used to fail after the work (or with a traceback)."""
     table(300, 30).to_csv(tmp_path / "minority.csv", index=False)
+    table(300, 1).to_csv(tmp_path / "lonely.csv", index=False)
     copy = table(600, 300).assign(s=lambda frame: frame["y"])
     copy.to_csv(tmp_path / "copy.csv", index=False)
     infinite = table(600, 300)
@@ -431,6 +432,11 @@ def _crafted_tables(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
         "minority, --min-group-size 10": (
             ["--data", "minority.csv", *user, "--min-group-size", "10"],
             "in the validation part (75 rows) sensitive column 'g': " + groups.format(10),
+        ),
+        "one group in a part": (
+            ["--data", "lonely.csv", *user],
+            "sensitive column 'g' holds one group only ('major'): its other groups have too "
+            "few rows to reach every part. Merge or drop",
         ),
         "sensitive copies the label": (
             ["--data", "copy.csv", "--label", "y", "--sensitive", "s"],
@@ -483,7 +489,8 @@ def _crafted_tables(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
 @pytest.mark.parametrize(
     "case",
     [
-        "minority", "minority, --min-group-size 10", "sensitive copies the label", "inf",
+        "minority", "minority, --min-group-size 10", "one group in a part",
+        "sensitive copies the label", "inf",
         "six rows", "duplicate column names", "one-hot names collide",
         "run directory links out", "run directory is a dangling link",
     ],

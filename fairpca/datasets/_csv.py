@@ -298,7 +298,8 @@ def read_csv(
     except pd.errors.ParserError as error:
         raise ValueError(
             f"Data file {path} could not be parsed as CSV with separator {sep!r}: "
-            f"{str(error).strip()}. Pass the separator explicitly (sep=..., CLI --sep)."
+            f"{str(error).strip()}. Mend that line (a value holding the separator must be in "
+            f"quotes), or pass the file's separator if it is not {sep!r} (sep=..., CLI --sep)."
         ) from error
 
 

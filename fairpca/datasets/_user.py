@@ -159,6 +159,13 @@ def _missing_columns(frame: pd.DataFrame, needed: list[str], path: Path) -> None
         return
     hints = []
     for column in missing:
+        parts = [part.strip() for part in column.split(",")]
+        if len(parts) > 1 and all(part in frame.columns for part in parts):
+            hints.append(
+                f"{column!r} names {len(parts)} columns: list them one by one (CLI: repeat "
+                f"the option, e.g. --sensitive {parts[0]} --sensitive {parts[1]})."
+            )
+            continue
         close = difflib.get_close_matches(column, list(frame.columns), n=3, cutoff=0.6)
         if close:
             hints.append(f"{column!r} -> did you mean {close}?")

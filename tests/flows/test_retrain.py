@@ -103,7 +103,10 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     assert result.reasons[0].startswith(f"champion v{before} of {name} fails the gate")
     # the old champion is not the yardstick any more: the gate alone decides
     gate_alone = "no current champion: the gate alone decides" in result.reasons
-    assert gate_alone == result.champion_moved or "did not pass the gate" in result.reasons[1]
+    assert (
+        gate_alone == result.champion_moved
+        or "the audit did not promote the challenger" in result.reasons[1]
+    )
     aliases = client.get_registered_model(name).aliases
     assert str(aliases.get("champion")) != before
     assert (str(aliases.get("champion")) == result.model_version) == result.champion_moved
@@ -202,7 +205,7 @@ def test_final_message_says_when_the_model_has_no_champion(audit_record):
     demoted = PromotionRecord(
         promote=False, demote=True, champion_version="3",
         reasons=[f"champion v3 of {name} fails the gate on the new data (DP difference 0.2 > "
-                 "max 0.05)", "champion v3: the challenger did not pass the gate"],
+                 "max 0.05)", "champion v3: the audit did not promote the challenger"],
     )  # fmt: skip
     result = AuditResult(
         record=audit_record, output_dir=".", report_path=".", tracking_uri="sqlite://",

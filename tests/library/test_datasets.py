@@ -385,6 +385,12 @@ def test_a_sensitive_column_of_many_numbers_is_refused_with_the_fix(tmp_path):
     )
 
 
+def test_two_sensitive_columns_given_as_one_comma_list_are_told_apart(tmp_path):
+    _user_frame().to_csv(tmp_path / "d.csv", index=False)
+    with pytest.raises(ValueError, match=r"'group,city' names 2 columns: list them one by one"):
+        load_user_data(tmp_path / "d.csv", label="outcome", sensitive="group,city")
+
+
 def test_user_data_errors(tmp_path):
     frame = _user_frame()
     load = load_user_data

@@ -324,3 +324,11 @@ def test_the_chunked_parse_gives_the_table_of_one_parse(tmp_path, monkeypatch):
     frame.to_csv(path, index=False)
     chunked = _csv.read_table_bounded(path, ",", "utf-8", path.stat().st_size)
     pd.testing.assert_frame_equal(chunked, pd.read_csv(path, low_memory=False))
+
+
+def test_a_row_with_too_many_fields_is_named_not_blamed_on_the_separator(tmp_path):
+    rows = [f"{20 + i},Private,{'Male' if i % 2 else 'Female'},{i % 2}" for i in range(30)]
+    rows[9] += ",extra,fields"
+    (tmp_path / "bad.csv").write_text(HEADER.decode() + "\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match=r"Expected 4 fields in line 11, saw 6\. Mend that line"):
+        load_user_data(tmp_path / "bad.csv", label="income", sensitive="sex")

@@ -94,7 +94,7 @@ def test_a_column_excluded_on_the_training_rows_is_logged_with_its_reason(
     frame.to_csv(tmp_path / "leaky.csv", index=False)
     config = AuditConfig(data=tmp_path / "leaky.csv", label="label", sensitive=["group"])
     monkeypatch.setattr(data, "get_run_logger", lambda: logging.getLogger("fairpca.test"))
-    with caplog.at_level(logging.WARNING, logger="fairpca.test"), pytest.warns(UserWarning):
+    with caplog.at_level(logging.INFO, logger="fairpca.test"), pytest.warns(UserWarning):
         split = load_split.fn(config.source, config.split, seed=0, min_group_size=30)
     assert list(split.leaking) == ["leak"]
     assert caplog.messages == [

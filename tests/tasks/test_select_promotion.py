@@ -49,7 +49,9 @@ def test_challenger_replaces_the_champion_only_when_not_worse_on_the_shared_rows
     assert as_good.promote and as_good.comparison["outcome"] == "champion replaced"
     failed = Decision(False, ("fails the gate",))
     kept = decide_promotion(_challenger(_metrics(0.9, 0.9), decision=failed), _champion({}))
-    assert not kept.promote and kept.comparison["reason"] == "the challenger did not pass the gate"
+    assert (
+        not kept.promote and kept.comparison["reason"] == "the audit did not promote the challenger"
+    )
     alone = decide_promotion(_challenger(_metrics(0.9, 0.9)), None)
     assert alone.promote and alone.comparison is None
     assert alone.reasons == ("no current champion: the gate alone decides",)
