@@ -429,10 +429,9 @@ class PrefectServer:
         self.api_url = url
         # no "View at <UI>" links: this server has no UI and is gone after the command
         self._previous_env = _set_prefect_env({"PREFECT_API_URL": url, "PREFECT_UI_URL": ""})
-        _say(
-            f"Prefect: temporary server on http://127.0.0.1:{self.port} for this command "
-            f"(start-up timeout {timeout} s; set PREFECT_API_URL to use a running server)"
-        )
+        # one line within 80 columns (the docs say how PREFECT_API_URL names a running one)
+        url_shown = f"http://127.0.0.1:{self.port}"
+        _say(f"Prefect: temporary server on {url_shown} (start-up timeout {timeout} s)")
 
     def _failure(self, code: int | None, timeout: int) -> str:
         if code == _EPHEMERAL_OFF:
