@@ -94,8 +94,9 @@ def _option(info: FieldInfo, path: tuple[str, ...]) -> ConfigOption:
         help_text += " Comma-separated."
     elif kind == list[str]:
         help_text += " Repeat the option for several."
-    shown = False if default is None or default == [] else _shown(default)
-    option = typer.Option(*flags, help=help_text, show_default=shown)
+    if default is not None and default != []:  # click would wrap a shown text in "( )"
+        help_text += f"  [default: {_shown(default)}]"
+    option = typer.Option(*flags, help=help_text, show_default=False)
     return ConfigOption(path, Annotated[kind | None, option], comma)
 
 

@@ -192,13 +192,14 @@ def test_help_shows_the_defaults_and_wraps_at_80_columns():
         assert max(len(line) for line in narrow.output.splitlines()) <= 80
     text = " ".join(runner.invoke(app, ["audit", "--help"]).output.split())
     for shown in (
-        "suppressed; still constrained by fair PCA). [default: (30)]",
-        "never appear in the logged input example. [default: (30)]",
-        "[default: (fairpca-output)]",
-        "[default: (logreg, logreg_tuned, linear_svm)]",
+        "suppressed; still constrained by fair PCA). [default: 30]",
+        "never appear in the logged input example. [default: 30]",
+        "[default: fairpca-output]",
+        "[default: logreg, logreg_tuned, linear_svm]",
         "default: 10, 20, 40, ... doubling while below the largest k the encoded training",
     ):
         assert shown in text, shown
+    assert "[default: (" not in text
 
 
 def test_a_bool_field_is_a_flag_without_a_value():
