@@ -163,7 +163,7 @@ def _notes(verdict) -> str:
               for row in verdict.rows if row.ineligible]  # fmt: skip
     if intervals:
         notes.append(f"{verdict.chosen_short}, 95% intervals: " + ", ".join(intervals) + ".")
-    return " ".join(notes)
+    return "\n".join(notes)
 
 
 def group_table(verdict) -> Table | None:
