@@ -147,13 +147,13 @@ def decided_encoding(path: Path, scan) -> str:
     if scan.first_multibyte is not None:
         utf8, other = scan.first_multibyte, scan.first_invalid
         raise ValueError(
-            f"Data file {path} mixes two text encodings: it holds UTF-8 characters (the first on "
-            f"line {line_number(path, utf8)}, byte {utf8}) and bytes that are not UTF-8 (the "
-            f"first on line {line_number(path, other)}, byte {other}), so a label written both "
-            "ways would become two groups. Re-save the whole file as UTF-8."
+            f"Data file {path} mixes two text encodings: it holds UTF-8 characters (the first "
+            f"on line {line_number(path, utf8)}, byte offset {utf8}) and bytes that are not "
+            f"UTF-8 (the first on line {line_number(path, other)}, byte offset {other}), so a "
+            "label written both ways would become two groups. Re-save the whole file as UTF-8."
         )
     warnings.warn(
-        f"Data file {path} is not UTF-8 (byte {scan.first_invalid}, on line "
+        f"Data file {path} is not UTF-8 (byte offset {scan.first_invalid}, on line "
         f"{line_number(path, scan.first_invalid)}, is not valid UTF-8); the whole file is read as "
         "Latin-1. Re-save it as UTF-8 if characters look wrong.",
         UserWarning,

@@ -137,7 +137,7 @@ def test_a_latin_1_file_is_read_as_latin_1_throughout(tmp_path, suffix):
     data, caught = _load(path)
     assert sorted(data.sensitive["lang"].unique()) == ["English", "Français"]
     assert caught == [
-        f"Data file {path} is not UTF-8 (byte 30, on line 3, is not valid UTF-8); the whole "
+        f"Data file {path} is not UTF-8 (byte offset 30, on line 3, is not valid UTF-8); the whole "
         "file is read as Latin-1. Re-save it as UTF-8 if characters look wrong."
     ]
 
