@@ -288,7 +288,7 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
     y_seen = np.concatenate([split.y_train, split.y_validation])
     chosen_by = (
         f"repeated stratified {selection.cv_folds}-fold cross-validation ({selection.cv_repeats} "
-        f"repeats) on the {len(y_seen)} training+validation rows"
+        f"repeats) on the {len(y_seen):,} training+validation rows"
     )
     return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by)
 
@@ -365,9 +365,9 @@ def choose_on_every_row(
     choice = choose(measured, split.y_train, split.y_validation, config.selection)
     note = (
         f"the {len(measured)} best candidates of the wide search on a stratified sample "
-        f"({len(sample.y_train)} training, {len(sample.y_validation)} validation rows) were "
-        f"refitted on all {len(split.y_train)} training rows and measured on all "
-        f"{len(split.y_validation)} validation rows, where the choice was made"
+        f"({len(sample.y_train):,} training, {len(sample.y_validation):,} validation rows) were "
+        f"refitted on all {len(split.y_train):,} training rows and measured on all "
+        f"{len(split.y_validation):,} validation rows, where the choice was made"
     )
     choice = dataclasses.replace(choice, decision=choice.decision.adding(note))
     measured.to_csv(out_dir / "shortlist.csv", index=False)

@@ -800,7 +800,7 @@ def choose(
     majority_accuracy = majority_accuracy_of(y_train, y_validation)
     candidates = registrable(table, selection.allow_row_storing_models)
     chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
-    chosen_by = chosen_by or f"the {len(y_validation)} validation rows"
+    chosen_by = chosen_by or f"the {len(y_validation):,} validation rows"
     policy = GatePolicy.from_config(selection)
     uncertified = certification(chosen, policy, selection.certify_factor)
     if uncertified:  # first when it is what stops a promotion
