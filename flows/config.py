@@ -211,7 +211,12 @@ class SourceConfig(Section):
             return  # said when it is read (a directory, not a file; Parquet folders: Dask)
         if not self.data.name.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
             allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
-            raise ValueError(f"data must be a .csv or .parquet file ({allowed}); got {self.data}.")
+            text = ""
+            if self.data.suffix.lower() in (".tsv", ".tab", ".txt"):
+                text = " Rename a text table to .csv: its separator is found (or pass --sep)."
+            raise ValueError(
+                f"data must be a .csv or .parquet file ({allowed}); got {self.data}.{text}"
+            )
 
     @property
     def name(self) -> str:

@@ -378,7 +378,8 @@ def print_validation_error(error: ValidationError, model: type[BaseModel]) -> No
     err_console.print("[bold red]Invalid configuration[/bold red] (nothing was run):")
     for item in error.errors():
         where = ".".join(str(part) for part in item["loc"]) or "config"
-        message = option_names(str(item["msg"]))
+        # a validator's own message, without pydantic's "Value error, " in front
+        message = option_names(str(item["msg"]).removeprefix("Value error, "))
         if item["type"] == "extra_forbidden":
             message = "unknown option" + _suggestion(model, item["loc"])
         err_console.print(f"  - {escape(where)}: {escape(message)}")

@@ -21,6 +21,7 @@ def test_default_lambdas_are_the_papers():
         ({"dataset": "adult", "data": "x.csv"}, "exactly one data source"),
         ({"data": "x.csv"}, "needs label"),
         ({"data": "x.txt", "label": "y", "sensitive": ["s"]}, ".csv or .parquet"),
+        ({"data": "x.tsv", "label": "y", "sensitive": ["s"]}, "Rename a text table to .csv"),
         ({"dataset": "adult", "label": "y"}, "apply to a user data file"),
         ({"dataset": "census"}, "Input should be 'adult'"),
         ({"dataset": "adult", "lambdas": [-0.5]}, "finite and >= 0"),
