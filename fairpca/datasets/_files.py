@@ -212,6 +212,8 @@ def _locate(raw: RawFile, data_dir) -> tuple[str | None, int, int]:
     if root is None:
         raise not_found_error(raw, None)
     path = root / raw.subdir / raw.filename
+    if not path.is_file() and (root / raw.filename).is_file():
+        path = root / raw.filename  # the folder that holds the file (its checksum decides)
     if not path.is_file():
         raise not_found_error(raw, path)
     stat = path.stat()

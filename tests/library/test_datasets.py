@@ -197,6 +197,8 @@ def test_explicit_data_dir_reads_external_copy(tmp_path):
     external, bundled = load_german(data_dir=tmp_path), load_german()
     pd.testing.assert_frame_equal(external.X, bundled.X)
     pd.testing.assert_series_equal(external.y, bundled.y)
+    # the folder that holds the file is taken too (its checksum is verified the same way)
+    pd.testing.assert_frame_equal(load_german(data_dir=tmp_path / "uci-german").X, bundled.X)
 
 
 @pytest.mark.parametrize(("subdir", "filename"), [("uci-german", "german.data")])
