@@ -182,7 +182,7 @@ def group_table(verdict) -> Table | None:
         for g in verdict.groups
     ]
     titles = ["rows", *(METRIC_LABELS[rate][0] for rate in GROUP_RATES)]
-    return _plain_table("group (chosen, test rows)", titles, rows)
+    return _plain_table("group, test rows", titles, rows)  # the chosen model's rates
 
 
 def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:
