@@ -62,6 +62,7 @@ from fairpca.tasks.record import (
     frontier_points,
     parity_gap,
     training_data_digest,
+    unjudged_in_split,
     write_audit_record,
 )
 from fairpca.tasks.references import reference_mitigations, with_better_references
@@ -77,6 +78,7 @@ from fairpca.tasks.select import (
     choose,
     decide_promotion,
     dominance,
+    judged_everywhere,
     majority_accuracy_of,
     registrable,
     require_fair_variant,
@@ -611,6 +613,8 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
             choice, reference_rows, reported["chosen"]["test"], config.selection.select_by
         )
         choice = dominance(choice, reference_rows, reported["chosen"]["test"], config.selection)
+        unjudged = unjudged_in_split(split, reported["chosen"]["validation"], config.evaluation)
+        choice = judged_everywhere(choice, unjudged)
     with clock("save_model"):
         model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
         hashes = write_matrices(out_dir, {**representations, **registered})

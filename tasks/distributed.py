@@ -629,6 +629,8 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
     record (see the module docstring), on the current ``distributed.Client``
     (:func:`connect`). The flow writes, seals and logs it as any audit."""
     from fairpca.tasks.evaluate import _finite, _validation_metrics
+    from fairpca.tasks.record import unjudged_groups
+    from fairpca.tasks.select import judged_everywhere
 
     passes = _passes(check_partitioned_source(config), config)
     table = _candidates(passes, config)
@@ -641,6 +643,10 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
         "majority": {"class": passes.majority, "test": _finite(majority_test),
                      "validation": {"accuracy": choice.majority_accuracy}},
     }  # fmt: skip
+    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
+    unjudged = unjudged_groups(_group_sizes(passes, config.evaluation), reported["chosen"][
+        "validation"], split, config.evaluation.min_group_size)  # fmt: skip
+    choice = judged_everywhere(choice, unjudged)
     pipeline = passes.pipeline(k, C)
     record = _record(config, out_dir, passes, choice, reported, pipeline, table,
                      run={"kind": kind, "started_at": started_at, "tags": tags})  # fmt: skip

@@ -699,6 +699,14 @@ def unjudged_groups(
     return warnings
 
 
+def unjudged_in_split(split, validation: dict[str, float], evaluation) -> list[str]:
+    """:func:`unjudged_groups` of an in-memory split: the chosen candidate's ``validation``
+    metrics against the groups' sizes over the three parts."""
+    sizes = group_sizes(split, evaluation.min_group_size, evaluation.allow_small_groups)
+    rows = {f"n_{part}": len(getattr(split, f"y_{part}")) for part in PARTS}
+    return unjudged_groups(sizes, validation, rows, evaluation.min_group_size)
+
+
 SUMMARY_COLUMNS = (
     "variant",
     "k",

@@ -707,6 +707,16 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
     return dataclasses.replace(choice, decision=choice.decision.leading(reason, promote=anyway))
 
 
+def judged_everywhere(choice: Choice, unjudged: list[str]) -> Choice:
+    """``choice``, not promoted when the gate could not judge groups of many validation rows
+    (``unjudged``: :func:`fairpca.tasks.record.unjudged_groups`; their rates are withheld to
+    hide a smaller group): a gate passed on some of the groups is no verdict on the others."""
+    if not unjudged or not choice.decision.promote:
+        return choice
+    reason = f"not enough data to judge every group: {unjudged[0]}; not promoted"
+    return dataclasses.replace(choice, decision=choice.decision.leading(reason, promote=False))
+
+
 def shortlist(
     table: pd.DataFrame, majority_accuracy: float, selection, size: int
 ) -> list[dict[str, Any]]:

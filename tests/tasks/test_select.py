@@ -413,3 +413,17 @@ def test_unconstrained_pca_is_named_and_no_constraint_needed_only_when_shown():
     near = [{**_gated(0.045, 0.02), "variant": "pca", "lambda": float("nan")}]
     _, decision, _ = select_candidate(pd.DataFrame(near), 0.7, _config())
     assert not decision.promote and "no fairness constraint was needed" not in decision.reasons[0]
+
+
+def test_a_gate_that_could_not_judge_a_large_group_promotes_nothing():
+    """Bank marketing's 'unknown' marital status (80 rows) hides 'divorced' (4,612 rows) on
+    the validation rows: a gate passed without them is no verdict on them."""
+    from fairpca.tasks.select import judged_everywhere
+
+    unjudged = ["the gate did not judge marital: divorced: on the validation rows ..."]
+    kept = judged_everywhere(_promoted_choice(), unjudged)
+    assert not kept.decision.promote
+    assert kept.decision.reasons[0].startswith(
+        "not enough data to judge every group: the gate did not judge marital: divorced"
+    )
+    assert judged_everywhere(_promoted_choice(), []).decision.promote
