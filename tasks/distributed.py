@@ -159,6 +159,7 @@ def check_partitioned_source(config) -> list[Path]:
             f"{source.data} is a partitioned table, audited on a Dask cluster: pass "
             "--dask-address tcp://host:8786 (or 'local' for a temporary local cluster)."
         )
+    _refuse_unfitted_choices(config)
     files = partition_files(source.data)
     columns = _columns_of(files[0], source.sep)
     missing = [c for c in [source.label, *source.sensitive, *source.drop] if c not in columns]
@@ -166,7 +167,36 @@ def check_partitioned_source(config) -> list[Path]:
         raise ValueError(
             f"{files[0]} has no column(s) {missing}; its columns are {sorted(columns)[:20]}."
         )
+    if source.positive_label is None:
+        values = _read_partition(files[0], RowSpec(source.label, None, (), (), 0, source.sep,
+                                                   (1.0, 0.0, 0.0)))[source.label]  # fmt: skip
+        classes = sorted(map(str, values.dropna().unique()))
+        if not set(classes) <= {"0", "1"}:
+            raise ValueError(
+                f"label column {source.label!r} of {files[0]} has the classes {classes[:5]}, "
+                "not 0/1; pass --positive-label <value> (e.g. the first of them)."
+            )
     return files
+
+
+def _refuse_unfitted_choices(config) -> None:
+    """The route fits fair_pca (no lambda) with :data:`CLASSIFIER`: other variants,
+    classifiers or lambdas than the defaults are refused, never silently replaced."""
+    asked = [
+        f"--{name} {getattr(getattr(config, section), name)}"
+        for section, name in (
+            ("representation", "variants"), ("representation", "lambdas"),
+            ("evaluation", "classifiers"),
+        )
+        if getattr(getattr(config, section), name)
+        != type(getattr(config, section)).model_fields[name].get_default(call_default_factory=True)
+    ]  # fmt: skip
+    if asked:
+        raise ValueError(
+            f"the Dask route fits fair_pca with {CLASSIFIER} only (no PCA trade-off lambda), "
+            f"so {'; '.join(asked)} cannot be honoured there: leave them out, or audit the "
+            "table (or a sample of it) in memory as one file."
+        )
 
 
 def _csv_options(sep: str | None) -> dict:
@@ -230,11 +260,12 @@ def _rows(file: Path, spec: RowSpec):
     if spec.positive_label is not None:
         y = (label == spec.positive_label).to_numpy(dtype=np.int64)
     else:
-        y = label.astype("int64").to_numpy()
+        y = pd.to_numeric(label, errors="coerce").to_numpy()  # text: NaN, refused below
         if not np.isin(y, (0, 1)).all():
             raise ValueError(
                 f"label column {spec.label!r} of {file} is not 0/1; pass --positive-label."
             )
+        y = y.astype(np.int64)
     groups = frame[list(spec.sensitive)].astype(str)
     return frame[list(spec.features)], y, groups, part_of_rows(frame, spec.seed, spec.shares)
 

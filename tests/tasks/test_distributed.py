@@ -279,6 +279,12 @@ def test_bad_sources_are_named_with_the_fix_before_any_work(table, tmp_path):
         route.check_partitioned_source(make_config(str(mixed / "*"), "local", tmp_path))
     with pytest.raises(ValueError, match=r"has no column\(s\) \['gender'\]"):
         route.check_partitioned_source(make_config(folder, "local", tmp_path, sensitive=["gender"]))
+    with pytest.raises(ValueError, match=r"has the classes \['<=50K', '>50K'\], not 0/1; pass"):
+        route.check_partitioned_source(make_config(folder, "local", tmp_path, positive_label=None))
+    # what the route does not fit is refused, not replaced by what it fits
+    for asked in ({"variants": ["pca"]}, {"classifiers": ["mlp"]}, {"lambdas": [0.5]}):
+        with pytest.raises(ValueError, match=f"--{next(iter(asked))} .*cannot be honoured there"):
+            route.check_partitioned_source(make_config(folder, "local", tmp_path, **asked))
 
 
 def test_a_scheduler_without_workers_is_named(monkeypatch):
