@@ -346,15 +346,20 @@ def option_names(text: str) -> str:
     def option(name: str) -> str:
         return "-k" if name == "k" else flag_name(name)
 
-    text = re.sub(rf"\b({fields})=None\b", lambda m: f"no {option(m.group(1))}", text)
-    text = re.sub(rf"\b({fields})=True\b", lambda m: option(m.group(1)), text)  # a flag
-    # "label/positive_label apply to ...": a slash-joined list of field names
-    text = re.sub(
-        rf"\b(?:{fields})(?:/(?:{fields}))+\b",
-        lambda m: "/".join(option(name) for name in m.group(0).split("/")),
-        text,
-    )
-    return re.sub(rf"\b({fields})=", lambda m: f"{option(m.group(1))} ", text)
+    def rewrite(piece: str) -> str:
+        piece = re.sub(rf"\b({fields})=None\b", lambda m: f"no {option(m.group(1))}", piece)
+        piece = re.sub(rf"\b({fields})=True\b", lambda m: option(m.group(1)), piece)  # a flag
+        # "label/positive_label apply to ...": a slash-joined list of field names
+        piece = re.sub(
+            rf"\b(?:{fields})(?:/(?:{fields}))+\b",
+            lambda m: "/".join(option(name) for name in m.group(0).split("/")),
+            piece,
+        )
+        return re.sub(rf"\b({fields})=", lambda m: f"{option(m.group(1))} ", piece)
+
+    # a URL in the text (a server's error) is quoted as it is: "?experiment_name=" stays
+    pieces = re.split(r"(\w+://\S+)", text)
+    return "".join(piece if i % 2 else rewrite(piece) for i, piece in enumerate(pieces))
 
 
 def _suggestion(model: type[BaseModel], loc: tuple) -> str:

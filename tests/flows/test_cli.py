@@ -481,6 +481,8 @@ def test_messages_name_the_cli_options(tmp_path):
     assert option_names("keep/drop/sep apply to a user data file") == (
         "--keep/--drop/--sep apply to a user data file"
     )
+    url = "http://127.0.0.1:5079/api/2.0/mlflow/experiments/get-by-name?experiment_name=x"
+    assert option_names(f"503 from {url}; set label=y") == f"503 from {url}; set --label y"
     data = tmp_path / "people.csv"
     data.write_text("x,s,y\n" + "".join(f"{i},{'ab'[i % 2]},{'ny'[i % 3 == 0]}\n"
                                         for i in range(60)))  # fmt: skip
