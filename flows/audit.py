@@ -19,6 +19,7 @@ import uuid
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+from textwrap import shorten
 from typing import Any
 
 import numpy as np
@@ -53,6 +54,7 @@ from fairpca.tasks.mlflow_logging import (
     as_model_input,
     input_example,
     log_output_dir,
+    relog_hint,
     save_model_locally,
 )
 from fairpca.tasks.record import (
@@ -457,9 +459,8 @@ def promote_and_log(
         except Exception as error:  # after the task's retries: the folder is complete
             raise MlflowLoggingError(
                 f"Looking up the current champion at {shown_uri(tracking_uri)} failed "
-                f"({type(error).__name__}: {str(error)[:300]}). All results are kept in "
-                f"{out_dir.resolve()}; log them again with `fairpca relog {out_dir}` once "
-                "the tracking server is reachable."
+                f"({type(error).__name__}: {shorten(str(error), 300, placeholder=' ...')}). "
+                f"All results are kept in {out_dir.resolve()}; {relog_hint(out_dir, tracking_uri)}"
             ) from error
     promotion = decide_promotion(
         challenger_of(record), champion, tolerance=tolerance, demoted_models=demoted

@@ -754,8 +754,18 @@ def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
         f"Logging the audit to MLflow at {mask_credentials(uri)} failed while "
         f"trying to {attempt.step} ({type(exc).__name__}: {exc}). "
         + (run_state if run_id else "")
-        + f"All results are kept in {attempt.out_dir.resolve()}; log them again with "
-        f"`fairpca relog {attempt.out_dir}` once the tracking server is reachable."
+        + f"All results are kept in {attempt.out_dir.resolve()}; {relog_hint(attempt.out_dir, uri)}"
+    )
+
+
+def relog_hint(out_dir: Path, tracking_uri: str) -> str:
+    """How to log ``out_dir`` to the same store later: the ``fairpca relog`` command with its
+    ``--tracking-uri`` (credentials are never printed: a masked URI is named, not given)."""
+    shown = mask_credentials(tracking_uri)
+    store = f"--tracking-uri {shown}" if shown == tracking_uri else "--tracking-uri <that URI>"
+    return (
+        f"log them again with `fairpca relog {out_dir} {store}` once the tracking server "
+        f"({shown}) is reachable."
     )
 
 

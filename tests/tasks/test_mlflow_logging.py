@@ -85,3 +85,12 @@ def test_the_run_list_view_is_stored_once_and_never_fails_the_logging(tmp_path):
     other = client.create_experiment("f", (tmp_path / "artifacts").as_uri())
     set_run_list_view(Refusing(f"sqlite:///{tmp_path / 'mlflow.db'}"), other)
     assert f"mlflow.sharedViewState.{RUN_LIST_VIEW}" not in client.get_experiment(other).tags
+
+
+def test_the_relog_hint_names_the_store_and_never_its_credentials(tmp_path):
+    from fairpca.tasks.mlflow_logging import relog_hint
+
+    hint = relog_hint(tmp_path / "run", "http://mlflow.example:5000")
+    assert f"`fairpca relog {tmp_path / 'run'} --tracking-uri http://mlflow.example:5000`" in hint
+    secret = relog_hint(tmp_path / "run", "postgresql://alice:s3cret@db/mlflow")
+    assert "s3cret" not in secret and "--tracking-uri <that URI>" in secret
