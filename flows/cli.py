@@ -38,6 +38,7 @@ from .console import (
     err_console,
     fail,
     flag_name,
+    labelled,
     print_report,
     print_validation_error,
     relog_alias_note,
@@ -337,11 +338,16 @@ def relog(
     kept = f"the results in {output_dir} are kept: run `fairpca relog {output_dir}` again"
     with runtime.Command("relog", lambda: kept) as command:
         logged = command.run(_relog, command, output_dir, uri, force, promote)
+    shown = mask_credentials(uri)
+    labelled("Logged to:", shown)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
-        if not logged["champion_moved"]:
-            console.print(escape(relog_alias_note(logged, promote)))
+        alias = f"{logged['champion_alias']!r} of {logged['model_name']!r}"
+        if logged["champion_moved"]:
+            console.print(escape(f"Alias {alias} now on version {logged['model_version']}."))
+        else:
+            console.print(escape(relog_alias_note(logged, promote, shown)))
 
 
 def _relog(command, output_dir: Path, tracking_uri: str, force: bool, promote: bool):

@@ -237,7 +237,7 @@ def show_logs(verbose: bool) -> None:
                 handler.setLevel(level)
 
 
-def _labelled(label: str, value: str, style: str = "") -> None:
+def labelled(label: str, value: str, style: str = "") -> None:
     """``label value`` on one line when it fits, else ``value`` (a path, a URL, a command)
     on a line of its own, never broken by the console."""
     text = f"{label} {value}"
@@ -290,10 +290,10 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
         console.print(summary_caption(record), style="dim")
         console.print("Reasons:")
         bullets([f"gate: {verdict.rule}", *result.reasons])
-    _labelled("Report:", result.report_path)
-    _labelled("MLflow run id:", result.run_id, style="[bold]")
+    labelled("Report:", result.report_path)
+    labelled("MLflow run id:", result.run_id, style="[bold]")
     for label, value in mlflow_ui_lines(result):
-        _labelled(label, value)
+        labelled(label, value)
 
 
 def mlflow_bin() -> str:
@@ -397,12 +397,20 @@ def fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
-def relog_alias_note(logged: dict[str, Any], promote: bool) -> str:
+def relog_alias_note(logged: dict[str, Any], promote: bool, tracking_uri: str) -> str:
     """Why relog left the alias alone, and the one call that moves it (relog again would
-    register a second version of the same audit)."""
+    register a second version of the same audit); ``tracking_uri`` as it may be shown."""
     alias, name, version = logged["champion_alias"], logged["model_name"], logged["model_version"]
     why = (
-        "the audit decided not to promote" if promote else "relog never moves it without --promote"
+        "the one promotion decision, against the champion now, did not move it"
+        if promote
+        else "relog moves it only with --promote, and then only if the audit's decision, "
+        "against the champion now, says so"
+    )
+    return (
+        f"Alias {alias!r} of {name!r} was left alone ({why}). A reviewer who decides to "
+        f"promote version {version}: MlflowClient({tracking_uri!r}).set_registered_model_alias("
+        f"{name!r}, {alias!r}, {version!r})."
     )
     return (
         f"Alias {alias!r} of {name!r} was left alone ({why}). A reviewer who decides to "

@@ -520,8 +520,15 @@ def test_relog_hint_never_suggests_a_second_registration():
 
     logged = {"champion_alias": "champion", "model_name": "m", "model_version": "3"}
     for promote in (False, True):
-        note = relog_alias_note(logged, promote)
-        assert "--force" not in note and "set_registered_model_alias('m', 'champion', '3')" in note
+        note = relog_alias_note(logged, promote, "sqlite:///store.db")
+        assert (
+            "--force" not in note
+            and (
+                "MlflowClient('sqlite:///store.db').set_registered_model_alias('m', 'champion', '3')"
+            )
+            in note
+        )
+    assert "only with --promote" in relog_alias_note(logged, False, "sqlite:///store.db")
 
 
 @pytest.mark.parametrize(
