@@ -277,6 +277,9 @@ def _decision(record, promotion) -> dict[str, Any]:
         headline, deciding = "Not promoted", "the champion stays"
         why = f"{passed}, but {promotion.reasons[-1] if promotion.reasons else deciding}"
     promote = words == "PROMOTED to champion"
+    first = next(iter(selection.decision.reasons), "")
+    if selection.decision.promote and first.startswith(DOMINATED):  # --promote-dominated
+        why = f"{first}; {why[:1].lower()}{why[1:]}"  # the reason that decided it, first
     if selection.chosen.variant == "pca":  # never passed off as a fair model
         needed = any(r.startswith("no fairness constraint was needed") for r in
                      selection.decision.reasons)  # fmt: skip

@@ -520,15 +520,10 @@ def test_relog_hint_never_suggests_a_second_registration():
 
     logged = {"champion_alias": "champion", "model_name": "m", "model_version": "3"}
     for promote in (False, True):
-        note = relog_alias_note(logged, promote, "sqlite:///store.db")
-        assert (
-            "--force" not in note
-            and (
-                "MlflowClient('sqlite:///store.db').set_registered_model_alias('m', 'champion', '3')"
-            )
-            in note
-        )
-    assert "only with --promote" in relog_alias_note(logged, False, "sqlite:///store.db")
+        note = relog_alias_note(logged, promote, "sqlite:///s.db")
+        call = "MlflowClient('sqlite:///s.db').set_registered_model_alias('m', 'champion', '3')"
+        assert "--force" not in note and call in note
+    assert "only with --promote" in relog_alias_note(logged, False, "sqlite:///s.db")
 
 
 @pytest.mark.parametrize(

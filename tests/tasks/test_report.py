@@ -275,6 +275,20 @@ def test_the_decision_and_why_in_one_sentence_for_each_outcome(audit_record):
     )  # fmt: skip
 
 
+def test_a_promotion_despite_a_dominating_reference_says_so_first(audit_record):
+    """--promote-dominated: the headline is the promotion, its reason starts with what it
+    overrode."""
+    dominated = ("dominated: the reference exponentiated_gradient (reductions) meets the gate "
+                 "and beats it ...; promoted anyway (--promote-dominated)")  # fmt: skip
+    anyway = replaced(audit_record, "selection.decision", promote=True,
+                      reasons=[dominated, "the highest balanced accuracy ..."])  # fmt: skip
+    promote, headline, why = _decision(anyway, PROMOTED)
+    assert (promote, headline) == (True, "Promoted to champion")
+    assert why.startswith("Dominated: the reference exponentiated_gradient") and (
+        "promoted anyway (--promote-dominated); meets the gate" in why
+    )
+
+
 def test_an_estimate_reads_its_interval_and_never_shows_nan():
     metrics = {"a": 0.78159, "a.ci95_low": 0.7649, "a.ci95_high": 0.7977, "b": float("nan"),
                "c": 0.5, "c.ci95_low": float("nan"), "c.ci95_high": 0.6}  # fmt: skip
