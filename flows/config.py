@@ -220,8 +220,16 @@ class SourceConfig(Section):
 
     @property
     def name(self) -> str:
-        """Short name of the data source (dataset name or file stem)."""
-        return self.dataset if self.dataset is not None else Path(self.data).stem
+        """Short name of the data source: the dataset's name, the file's stem, or the folder
+        of a glob of CSV parts (``parts/*.csv``: ``parts``)."""
+        from fairpca.tasks.distributed import GLOB_CHARACTERS
+
+        if self.dataset is not None:
+            return self.dataset
+        path = Path(self.data)
+        if any(character in path.name for character in GLOB_CHARACTERS):
+            return path.parent.resolve().name
+        return path.stem
 
 
 class SplitConfig(Section):

@@ -66,3 +66,10 @@ def test_config_file_round_trip(tmp_path):
     bad.write_text("k = 3")
     with pytest.raises(ValueError, match=r"\.json, \.yaml or \.yml"):
         load_config_file(bad)
+
+
+def test_a_glob_of_csv_parts_is_named_after_its_folder(tmp_path):
+    parts = AuditConfig(data=str(tmp_path / "sales" / "*.csv"), label="y", sensitive=["s"],
+                        dask_address="local")  # fmt: skip
+    assert parts.source.name == "sales"
+    assert AuditConfig(data="people.csv", label="y", sensitive=["s"]).source.name == "people"
