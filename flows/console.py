@@ -176,7 +176,7 @@ def group_table(verdict) -> Table | None:
     rows = [
         [
             escape(f"{g.attribute}: {g.group}"),
-            escape(str(g.rows)),
+            escape(f"{g.rows:,}" if isinstance(g.rows, int) else str(g.rows)),
             *(Estimate(r).text for r in g.rates.values()),
         ]
         for g in verdict.groups

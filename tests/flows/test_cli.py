@@ -361,7 +361,7 @@ def test_the_summary_shows_balanced_accuracy_references_groups_and_screening():
     words = " ".join(text.split())
     assert "* needs the sensitive attribute to predict." in words
     assert "Chosen, 95% intervals: acc 0.811–0.832, bal acc 0.630–0.670, ΔDP 0.003–0.043" in words
-    assert "sex: Female 1650 0.174 0.462 0.138 0.110" in words
+    assert "sex: Female 1,650 0.174 0.462 0.138 0.110" in words
     assert "Column screening: - excluded 'rank': target leakage (score 0.830)" in words
     assert "Warnings (1): - fair_pca: a sensitive attribute is still predictable" in words
 
