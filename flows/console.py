@@ -275,8 +275,8 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     groups = group_table(verdict)
     if groups is not None:
         console.print(groups)
-    for variant, why in result.skipped.items():
-        console.print(f"[yellow]Skipped variant {escape(variant)}:[/yellow] {escape(why)}")
+    for what, why in result.skipped.items():  # a variant, or a stage the Dask route leaves out
+        console.print(f"[yellow]Skipped {escape(what)}:[/yellow] {escape(why)}")
     if result.screening:
         console.print("Column screening:")
         bullets(_screening_rows(result.screening))

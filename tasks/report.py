@@ -972,7 +972,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
             _diagnostics_frame(record.selection.diagnostics),
         ),
         *(
-            [("Skipped variants (could not be fitted on this data)", Bullets(skipped))]
+            [("Skipped (variants that could not be fitted, stages of the route)", Bullets(skipped))]
             if skipped
             else []
         ),

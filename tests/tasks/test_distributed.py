@@ -254,8 +254,9 @@ def test_an_unreachable_scheduler_is_named_with_the_fix(table, user_cli, free_po
     fairpca, env = user_cli
     address = f"tcp://127.0.0.1:{free_port()}"
     done = subprocess.run(
-        [fairpca, "audit", "--data", str(table[1]), "--label", LABEL, "--sensitive", "sex",
-         "--dask-address", address, "--output-dir", str(tmp_path / "out")],
+        [fairpca, "audit", "--data", str(table[1]), "--label", LABEL, "--positive-label",
+         ">50K", "--sensitive", "sex", "--dask-address", address, "--output-dir",
+         str(tmp_path / "out")],
         capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     said = done.stdout + done.stderr
