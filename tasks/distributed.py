@@ -60,6 +60,8 @@ SKIPPED = {
     "screening": "column screening (leakage, proxies) needs the training rows in memory; the "
     "columns are used as given (--drop excludes)",
     "split_stratification": "the split is a seeded hash of each row, not stratified",
+    "pca_baseline": "unconstrained PCA is not fitted on the Dask route: the majority class is "
+    "the only baseline",
 }
 
 

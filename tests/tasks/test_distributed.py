@@ -148,6 +148,15 @@ def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
                        atol=0.03)  # fmt: skip
 
 
+def test_the_baseline_the_route_does_not_fit_is_recorded_as_skipped(audited):
+    """No unconstrained PCA row on the Dask route: the record says so instead of a baseline
+    that was never measured."""
+    record = audited[1].record
+    assert "pca_baseline" in record.skipped
+    assert record.selection.baselines.pca is None
+    assert record.selection.baselines.majority is not None
+
+
 @pytest.mark.parametrize("part", ["validation", "test"])
 def test_metrics_from_partition_counts_equal_those_of_the_rows(table, audited, part):
     """Every metric and interval the route reports, summed from per-partition counts,
