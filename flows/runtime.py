@@ -526,7 +526,8 @@ def _drain_prefect_workers() -> None:
 def describe_output(output_dir: Path, prefix: str, since: float, seal_file: str) -> str:
     """Where a command's results are and in what state: its newest folder in ``output_dir``
     whose name starts with ``prefix`` and that was made at ``since`` (a time stamp) or later;
-    sealed (``seal_file`` present) or not. Safe inside a signal handler (imports nothing)."""
+    sealed (``seal_file`` present) or not; an empty one is removed. Safe inside a signal
+    handler (imports nothing)."""
     folders = []
     with suppress(OSError):
         for folder in output_dir.iterdir():
@@ -541,6 +542,9 @@ def describe_output(output_dir: Path, prefix: str, since: float, seal_file: str)
             f"the results in {folder} are complete and sealed: log them with "
             f"`fairpca relog {folder}`"
         )
+    with suppress(OSError):  # only an empty folder goes: nothing of it is left behind
+        folder.rmdir()
+        return f"nothing was written to {output_dir}"
     return f"the partial results in {folder} are not sealed: run the command again"
 
 

@@ -151,8 +151,12 @@ def test_sigterm_during_the_sweep_ends_every_process_with_one_line(user_cli, tmp
     lines = said.strip().splitlines()
     assert len(lines) == 1, said
     assert lines[0].startswith("fairpca audit: interrupted by SIGTERM during the audit flow")
-    folder = next((tmp_path / "out").iterdir())
-    assert f"the partial results in {folder} are not sealed" in lines[0]
+    left = list((tmp_path / "out").iterdir())  # the run's folder, unless nothing was in it
+    if left:
+        assert f"the partial results in {left[0]} are not sealed" in lines[0]
+        assert any(left[0].iterdir())
+    else:
+        assert f"nothing was written to {tmp_path / 'out'}" in lines[0]
 
 
 @pytest.mark.e2e
@@ -220,6 +224,11 @@ def test_where_the_results_are_is_said_in_three_states(tmp_path):
     folder = tmp_path / "audit-german-1"
     folder.mkdir()
     (tmp_path / "retrain-german-2").mkdir()  # another command's folder
+    assert describe(tmp_path, "audit-", since, "seal") == f"nothing was written to {tmp_path}"
+    assert not folder.exists()  # an interrupted command leaves no empty folder behind
+    assert (tmp_path / "retrain-german-2").is_dir()
+    folder.mkdir()
+    (folder / "metrics.csv").write_text("a\n")
     assert f"partial results in {folder} are not sealed" in describe(
         tmp_path, "audit-", since, "seal"
     )
