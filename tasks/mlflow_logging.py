@@ -727,7 +727,7 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
             measured = {f"champion_test_{key}": value for key, value in champion.items()}
     attempt.step = "finish the run"
     tags |= {
-        "fairpca.model_version": str(version),
+        "fairpca.model_version": "none" if version is None else str(version),
         "fairpca.model_version_new": str(model["new"]).lower(),
         "fairpca.champion_moved": str(moved).lower(),
         "fairpca.decision": "promote" if moved else "keep",

@@ -260,7 +260,7 @@ def _retrain_outcome(flow_run_id: str, registers: bool = True):
     tags = run.data.tags
     versions = client.search_model_versions(f"run_id = '{run.info.run_id}'")
     same_fit = tags.get("fairpca.model_version_new") == "false" and tags["fairpca.model_version"]
-    if registers and not versions and same_fit not in (False, "None"):
+    if registers and not versions and same_fit not in (False, "none"):
         # the very fit of an existing version is not registered again: that version stands
         versions = [client.get_model_version(RETRAIN_MODEL, same_fit)]
     expected = 1 if registers else 0

@@ -213,6 +213,8 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
 def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path, empty_store):
     """Labels independent of the features: every classifier is near chance or constant, so
     nothing is registered and the decision says why."""
+    from mlflow import MlflowClient
+
     from fairpca.flows.audit import fairness_audit
 
     path = _six_column_table(tmp_path, noise_label=True)
@@ -223,6 +225,8 @@ def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path, empt
     assert audit["eligibility"]["chosen_passes"] is False
     assert result.decision == "keep"
     assert any("nothing is registered" in reason for reason in result.reasons)
+    tags = MlflowClient(tracking_uri=result.tracking_uri).get_run(result.run_id).data.tags
+    assert tags["fairpca.model_version"] == "none"  # not Python's None spelled as a version
 
 
 def test_diagnostics_flag_a_near_constant_direction_that_carries_the_group():
