@@ -412,8 +412,3 @@ def relog_alias_note(logged: dict[str, Any], promote: bool, tracking_uri: str) -
         f"promote version {version}: MlflowClient({tracking_uri!r}).set_registered_model_alias("
         f"{name!r}, {alias!r}, {version!r})."
     )
-    return (
-        f"Alias {alias!r} of {name!r} was left alone ({why}). A reviewer who decides to "
-        f"promote version {version} anyway: MlflowClient().set_registered_model_alias("
-        f"{name!r}, {alias!r}, {version!r})."
-    )
