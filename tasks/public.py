@@ -46,7 +46,7 @@ from .mlflow_logging import log_output_dir as log_audit_output
 from .mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from .report import Bullets, Plot, render_markdown
 from .report import write_report as write_audit_report
-from .represent import FittedRepresentation, fit_representation
+from .represent import FittedRepresentation, fit_representation, largest_k
 from .sweep import sweep_tradeoff
 from .trust import load_verified_model, shown_uri, take_credentials
 
@@ -90,24 +90,46 @@ def fit_fair_representation(
     variant: str = "fair_pca",
     n_components: int = 10,
     equalize_covariance: float = 0.5,
+    pos_label: Any = 1,
     seed: int = 0,
 ) -> FittedRepresentation:
     """Fit one representation on encoded (numeric) training rows.
 
     ``variant``: ``fair_pca`` (demographic parity, Algorithm 1), ``fair_pca_eo`` (equal
-    opportunity, Sec. 3.2), ``fair_pca_s`` (also equalises covariances, Sec. 3.6),
-    ``fair_kernel_pca`` (Sec. 3.3) or ``pca``. ``n_components`` is capped at ``d - 1``. The
-    fitted estimator is ``result.estimator``.
+    opportunity on the rows whose ``y`` is ``pos_label``, Sec. 3.2), ``fair_pca_s`` (also
+    equalises covariances, Sec. 3.6), ``fair_kernel_pca`` (Sec. 3.3) or ``pca``.
+    ``n_components`` is capped at the largest k the rows allow: ``d`` minus the group-mean
+    constraints (one per group beyond the first of each attribute, Algorithm 1). A group of
+    one training row is merged into its attribute's largest group (a one-row mean is that
+    person's row, and the estimators need two rows per group). The fitted estimator is
+    ``result.estimator``.
     """
-    return fit_representation.fn(
-        variant,
-        X,
-        y,
-        sensitive_features,
-        k=min(n_components, np.shape(X)[1] - 1),
-        equalize_covariance=equalize_covariance,
-        seed=seed,
+    groups = (
+        pd.DataFrame(sensitive_features)
+        if np.ndim(sensitive_features) > 1
+        else pd.DataFrame({"group": np.asarray(sensitive_features, dtype=object)})
     )
+    k = n_components
+    if len(groups) == np.shape(X)[0]:  # else the estimator names the mismatch
+        k = max(min(k, largest_k(np.shape(X)[1], groups, [variant])[0]), 1)
+    if variant == "fair_pca_eo":  # the constraint holds on the positive rows
+        y = _binary(y, pos_label, "y")
+    return fit_representation.fn(
+        variant, X, y, sensitive_features, k=k, equalize_covariance=equalize_covariance,
+        seed=seed,
+    )  # fmt: skip
+
+
+def _binary(y: Any, pos_label: Any, name: str) -> np.ndarray:
+    """``y == pos_label`` as 0/1; a :class:`ValueError` naming the labels when no row has it."""
+    values = np.asarray(y)
+    if not np.any(values == pos_label):
+        labels = ", ".join(repr(v) for v in pd.unique(values.ravel()).tolist()[:5])
+        raise ValueError(
+            f"no row of {name} is pos_label={pos_label!r} (its labels: {labels}); pass "
+            "pos_label= the positive class."
+        )
+    return (values == pos_label).astype(np.int64)
 
 
 @task(name="sweep-lambda", cache_policy=NO_CACHE)
@@ -145,8 +167,15 @@ def sweep_lambda(
             f"{type(estimator).__name__} has no tradeoff parameter; sweep_lambda needs a fair "
             f"representation such as FairPCA (variant 'fair_pca')."
         )
+    if not len(lambdas) or not all(np.isfinite(lam) and lam >= 0 for lam in lambdas):
+        raise ValueError(
+            f"lambdas={list(lambdas)!r}: pass one or more numbers >= 0 (the weight of the "
+            "appended PCA features, Sec. 3.1: 0 is the fairest)."
+        )
     template = LogisticRegression(max_iter=1000) if classifier is None else classifier
-    options = {"pos_label": pos_label, "min_group_size": min_group_size, "seed": seed}
+    # 0/1 labels (1: pos_label) for the classifier and every metric and standard error
+    y_train, y_eval = _binary(y_train, pos_label, "y_train"), _binary(y_eval, pos_label, "y_eval")
+    options = {"pos_label": 1, "min_group_size": min_group_size, "seed": seed}
     options.update(n_resamples=n_resamples, allow_small_groups=False)
     eval_rows = (X_eval, y_eval, sensitive_eval)
     rows, _ = sweep_tradeoff(

@@ -266,6 +266,8 @@ def fit_representation(
         estimator = make_representation(
             variant, k, equalize_covariance=equalize_covariance or 0.5, seed=seed
         )
+        if variant == "fair_kernel_pca":  # no more landmarks than training rows
+            estimator.set_params(n_landmarks=min(estimator.n_landmarks, len(encoded_train)))
         if uses_sensitive_features(estimator):
             s_train = numbered_groups(merge_single_row_groups(s_train))  # no label stored
             estimator.fit(encoded_train, y_train, sensitive_features=s_train)

@@ -318,7 +318,11 @@ def _with_tuned_threshold(
         rows = stratified_sample(y, groups, THRESHOLD_MAX_ROWS, seed)
         placing, y_placing, gate = features[rows], y[rows], gate and gate.rows(rows)
     scores = cross_val_predict(
-        clone(classifier), placing, y_placing, cv=StratifiedKFold(folds), method="predict_proba"
+        clone(classifier),
+        placing,
+        y_placing,
+        cv=StratifiedKFold(folds, shuffle=True, random_state=seed),
+        method="predict_proba",
     )[:, 1]
     threshold = (
         best_threshold(scores, y_placing, scoring)

@@ -209,6 +209,49 @@ def test_fit_and_sweep_lambda_match_a_direct_computation():
         )
 
 
+def test_text_labels_are_swept_as_their_positive_class():
+    """``pos_label`` decides the positive class for the classifier, every metric and every
+    standard error: text labels give the rows of their 0/1 coding, and the other class as
+    positive gives other selection-rate ratios and errors."""
+    rng = np.random.default_rng(0)
+    X, s = rng.normal(size=(400, 4)), rng.choice(["a", "b", "c"], 400)
+    y = (X[:, 0] + rng.normal(size=400) > 0).astype(int)
+    rep = fit_fair_representation.fn(X, y, s, n_components=2)
+    text = np.where(y == 1, "approved", "denied")
+    coded = sweep_lambda.fn(rep, X, y, X, y, s, lambdas=[0, 0.5])
+    named = sweep_lambda.fn(rep, X, text, X, text, s, lambdas=[0, 0.5], pos_label="approved")
+    columns = [c for c in coded.columns if c not in ("classifier_seconds",)]
+    pd.testing.assert_frame_equal(named[columns], coded[columns])
+    flipped = sweep_lambda.fn(rep, X, y, X, y, s, lambdas=[0], pos_label=0).iloc[0]
+    ratio = "selection_rate_ratio.se"
+    assert flipped[ratio] != pytest.approx(coded[ratio].iloc[0])
+    with pytest.raises(ValueError, match="pos_label"):
+        sweep_lambda.fn(rep, X, text, X, text, s, lambdas=[0])
+    with pytest.raises(ValueError, match="lambdas"):
+        sweep_lambda.fn(rep, X, y, X, y, s, lambdas=[-1])
+
+
+def test_each_variant_fits_where_the_rows_allow_it():
+    """Equal opportunity on text labels with their ``pos_label``; the kernel variant on fewer
+    rows than its default landmarks; ``n_components`` capped at the largest k the groups'
+    constraints leave (4 columns, 3 groups: 2)."""
+    rng = np.random.default_rng(1)
+    X, s = rng.normal(size=(300, 4)), rng.choice(["a", "b", "c"], 300)
+    y = np.where(X[:, 0] + rng.normal(size=300) > 0, "yes", "no")
+    eo = fit_fair_representation.fn(X, y, s, variant="fair_pca_eo", n_components=2, pos_label="yes")
+    positive = y == "yes"
+    F = eo.estimator.transform(X[positive])
+    means = [F[s[positive] == g].mean(axis=0) for g in ("a", "b", "c")]
+    assert np.allclose(means[0], means[1], atol=1e-10) and np.allclose(
+        means[0], means[2], atol=1e-10
+    )
+    with pytest.raises(ValueError, match="pos_label"):
+        fit_fair_representation.fn(X, y, s, variant="fair_pca_eo", n_components=2)
+    kernel = fit_fair_representation.fn(X, y, s, variant="fair_kernel_pca", n_components=2)
+    assert kernel.estimator.n_landmarks == 300
+    assert fit_fair_representation.fn(X, y, s, n_components=10).estimator.n_components_ == 2
+
+
 def test_evaluate_model_fairness_on_an_object_logs_to_a_given_run(mlflow_store, tmp_path):
     uri, client = mlflow_store
     frame = user_data(seed=2)
