@@ -202,6 +202,14 @@ class ParquetChunks:
             raise ValueError(
                 f"Column(s) {missing} are not in the Parquet data at {path}; available: {names}."
             )
+        for fragment in self.dataset.get_fragments():  # each file's own columns (its footer)
+            lacking = [c for c in wanted if c not in fragment.physical_schema.names]
+            if lacking:
+                raise ValueError(
+                    f"The Parquet file {fragment.path} lacks column(s) {lacking} that other "
+                    f"files of {path} have; write every file with the same columns, or pass "
+                    "feature_columns= the columns they share."
+                )
         self.n_rows = self.dataset.count_rows()
         self.chunk_rows = chunk_rows or rows_per_block(len(self.feature_columns))
 

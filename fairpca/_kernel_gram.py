@@ -167,6 +167,13 @@ class DeflatedGramSolver:
         values, vectors = top_eigenpairs(K_fair, k)
         if values[-1] <= self.threshold_:
             usable = int(np.sum(values > self.threshold_))
+            if usable == 0:
+                raise ValueError(
+                    f"the centred training kernel has no direction of positive variance once "
+                    f"the {rank} constraint direction(s) are removed: the rows are (nearly) "
+                    "identical, or differ only in their groups' means. Pass rows that vary "
+                    "within the groups (drop constant columns), or another kernel or gamma."
+                )
             raise ValueError(
                 f"n_components={k} is too large: with the {rank} constraint "
                 f"direction(s) removed, the centred training kernel has only {usable} "

@@ -141,7 +141,10 @@ class AuditResult(BaseModel):
 
     @property
     def reasons(self) -> list[str]:
-        return [*self.promotion.reasons, *self.record.decision.reasons]
+        """The deciding reason first: the audit's own when it did not promote (eligibility,
+        data, the gate, a better reference), else the champion comparison's."""
+        audit, champion = list(self.record.decision.reasons), list(self.promotion.reasons)
+        return [*champion, *audit] if self.record.decision.promote else [*audit, *champion]
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -639,7 +642,9 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         model_sha256=model_sha256,
         model_digest=digest,
         tags={**_flow_tags(kind), "fairpca.local_output_dir": str(out_dir.resolve())},
-        parity_gap=parity_gap(pipeline, split, table, choice, config.evaluation.min_group_size),
+        parity_gap=parity_gap(
+            pipeline, split, table, choice, config.selection, config.evaluation.min_group_size
+        ),
     )
     write_outputs(out_dir, record, table, config)
     return promote_and_log(out_dir, record, table, split, config, watch=watch, tolerance=tolerance)

@@ -34,7 +34,7 @@ from fairpca import metrics as fm
 
 from .evaluate import HEADLINE_METRICS
 from .references import REFERENCE_KEYS
-from .select import Choice, GatePolicy, candidate_name
+from .select import Choice, GatePolicy, best_useful, candidate_name, ineligibility
 from .trust import sha256_file
 
 Metrics = dict[str, float]
@@ -689,6 +689,8 @@ def unjudged_groups(
     warnings = []
     for attribute, groups in _unrated(sizes, validation).items():
         many = [g for g in groups if sizes[attribute][g] * share >= 1.5 * min_group_size]
+        many += _unjudged_withheld(attribute, sizes, validation, sum(split.values()), share,
+                                   min_group_size)  # fmt: skip
         if many:
             warnings.append(
                 f"the gate did not judge {attribute}: {', '.join(many)}: on the validation rows "
@@ -697,6 +699,30 @@ def unjudged_groups(
                 "smallest groups to have them judged"
             )
     return warnings
+
+
+def _unjudged_withheld(attribute, sizes, validation, total: int, share: float,
+                       min_group_size: int) -> list[str]:  # fmt: skip
+    """The groups of ``attribute`` whose sizes are withheld (:data:`WITHHELD`), when none of
+    them has a validation rate and their rows (the attribute's total less its named groups)
+    average many validation rows: so at least one large group went unjudged."""
+    from fairpca.metrics._names import attribute_tokens
+
+    groups = sizes[attribute]
+    if WITHHELD not in groups:
+        return []
+    count = int(str(groups[WITHHELD]).split(" ")[0])
+    rows = total - sum(size for size in groups.values() if isinstance(size, int))
+    token = attribute_tokens(list(sizes))[list(sizes).index(attribute)]
+    rated = sum(  # the rates themselves, not their intervals
+        key.startswith(f"selection_rate.{token}:")
+        and not key.endswith((".ci95_low", ".ci95_high", ".se"))
+        for key in validation
+    )
+    named_rated = len(groups) - 1 - len(_unrated(sizes, validation)[attribute])
+    if rated > named_rated or rows / max(count, 1) * share < 1.5 * min_group_size:
+        return []
+    return [f"{count} groups whose sizes are withheld ({rows:,} rows together)"]
 
 
 def unjudged_in_split(split, validation: dict[str, float], evaluation) -> list[str]:
@@ -917,12 +943,14 @@ def _scores(pipeline, X) -> np.ndarray | None:
     return None
 
 
-def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, min_group_size: int):
+def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, selection,
+               min_group_size: int):  # fmt: skip
     """Why the chosen model misses the gate, in numbers on the validation rows (None when it
     meets it or has no score): per group of each attribute and, with several, per cell of
     their intersection (only those of at least ``min_group_size`` rows; no counts), the mean
-    and standard deviation of the classifier's score, and the best Fair PCA-S candidate
-    (the least violation of the gate, then balanced accuracy). Fair PCA equalises the
+    and standard deviation of the classifier's score, and the best eligible Fair PCA-S
+    candidate (useful, :func:`fairpca.tasks.select.ineligibility`; the least violation of the
+    gate, then balanced accuracy; ``selection``: the config's section). Fair PCA equalises the
     groups' means of the representation, not the spread of the scores: one threshold on
     scores of unequal spread
     selects unequal shares, which Fair PCA-S's covariance matching (Sec. 3.6) or group-
@@ -947,8 +975,19 @@ def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, min_group_s
                     "mean": float(part.mean()),
                     "sd": float(part.std()),
                 }
-    measure = "balanced_accuracy"
-    fair_s = [r for r in table.to_dict("records") if str(r["variant"]).startswith("fair_pca_s")]
+    return {"scores": spread, "fair_pca_s": best_fair_pca_s(table, choice, selection)}
+
+
+def best_fair_pca_s(table: pd.DataFrame, choice: Choice, selection) -> dict[str, dict]:
+    """Per Fair PCA-S variant, its best eligible candidate of ``table`` (useful:
+    :func:`fairpca.tasks.select.ineligibility`), meeting the gate first, then the least
+    violating, then the highest balanced accuracy: what :func:`parity_gap` offers instead."""
+    measure, records = "balanced_accuracy", table.to_dict("records")
+    useful = best_useful(records, choice.majority_accuracy, selection)
+    fair_s = [
+        r for r in records if str(r["variant"]).startswith("fair_pca_s")
+        and not ineligibility(r, choice.majority_accuracy, selection, useful)
+    ]  # fmt: skip
     best = {}
     for variant in sorted({r["variant"] for r in fair_s}):
         rows = [r for r in fair_s if r["variant"] == variant and _finite(r.get(measure))]
@@ -960,7 +999,7 @@ def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, min_group_s
                 "meets_gate": not choice.policy.failures(row),
                 **{k: float(row[k]) for k in PARITY_GAP_METRICS if _finite(row.get(k))},
             }
-    return {"scores": spread, "fair_pca_s": best}
+    return best
 
 
 PARITY_GAP_METRICS = (

@@ -243,6 +243,15 @@ DOMINATED = "dominated: the reference "
 NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
 
 
+def _chosen_rows(record) -> str:
+    """The rows the choice was made on, as the verdict names them: the validation rows, or
+    on a small table the training and validation rows it cross-validated."""
+    if "cross-validation" not in record.selection.chosen_by:
+        return record.validation_label()
+    seen = record.split_sizes.train + record.split_sizes.validation
+    return f"cross-validated training+validation rows ({seen:,})"
+
+
 def _decision(record, promotion) -> dict[str, Any]:
     """The decision of a :class:`Verdict`: ``promote``, ``headline`` and ``why`` (in one
     sentence), ``words`` (in plain capitals) and ``deciding`` (what decided, in a few words:
@@ -436,8 +445,12 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
         for group, size in groups.items():
             if group == WITHHELD:
                 count = str(size).split(" ")[0]
-                out.append(GroupRow(attribute, f"{count} more group(s)", f"withheld: {fewer} "
-                                    "rows", none))  # fmt: skip
+                why = (
+                    f"withheld: {fewer} rows"
+                    if count == "1"
+                    else f"withheld: {fewer} rows, or would reveal such a group"
+                )
+                out.append(GroupRow(attribute, f"{count} more group(s)", why, none))  # fmt: skip
             elif (attribute, group) not in shown:
                 counted = isinstance(test_sizes.get(attribute, {}).get(group), int)
                 why = "would reveal a group of " if counted else ""
@@ -495,7 +508,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         rows=_verdict_rows(record, columns, eligible),
         groups=group_rows(selection, attributes=True, min_group_size=record.min_group_size),
         chosen_short=short,
-        rows_label=record.validation_label(),
+        rows_label=_chosen_rows(record),
         rule=selection.gate,
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),

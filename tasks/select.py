@@ -710,11 +710,13 @@ def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choic
 def judged_everywhere(choice: Choice, unjudged: list[str]) -> Choice:
     """``choice``, not promoted when the gate could not judge groups of many validation rows
     (``unjudged``: :func:`fairpca.tasks.record.unjudged_groups`; their rates are withheld to
-    hide a smaller group): a gate passed on some of the groups is no verdict on the others."""
-    if not unjudged or not choice.decision.promote:
+    hide a smaller group): a gate passed on some of the groups is no verdict on the others,
+    nor is a gate failed for want of them. Too little data comes first, after eligibility."""
+    if not unjudged:
         return choice
     reason = f"not enough data to judge every group: {unjudged[0]}; not promoted"
-    return dataclasses.replace(choice, decision=choice.decision.leading(reason, promote=False))
+    place = choice.decision.leading if choice.eligible else choice.decision.adding
+    return dataclasses.replace(choice, decision=place(reason, promote=False))
 
 
 def shortlist(
@@ -813,13 +815,13 @@ def choose(
     chosen_by = chosen_by or f"the {len(y_validation):,} validation rows"
     policy = GatePolicy.from_config(selection)
     uncertified = certification(chosen, policy, selection.certify_factor)
-    if uncertified:  # first when it is what stops a promotion
+    if uncertified:  # too little data comes before the gate, after eligibility
         reason = (
             f"not enough data to certify the gate on {chosen_by}: "
             + "; ".join(uncertified)
             + "; not promoted (more rows, or a policy with wider limits, can certify it)"
         )
-        place = decision.leading if decision.promote else decision.adding
+        place = decision.leading if eligible else decision.adding
         decision = place(reason, promote=False)
     notes = []
     if len(candidates) < len(table):

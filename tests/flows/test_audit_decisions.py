@@ -184,7 +184,7 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
     assert audit["k"]["grid"] == [5] and audit["k"]["largest"] == 5
-    assert "k not given: searching k in [5]" in audit["k"]["note"]
+    assert "k not given: k=5, the largest k" in audit["k"]["note"]
     assert audit["params"]["k_grid"] == "5"
     assert audit["metrics"]["fair_pca/k"] == 5.0
     screened = {entry["column"]: entry for entry in audit["screening"]}
@@ -428,3 +428,21 @@ def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlfl
     description = run.data.tags["mlflow.note.content"]
     for name in (group.replace("-", "\\-") for group in withheld):
         assert f"race: {name} | withheld: fewer than 30 test rows |" in description
+
+
+def test_the_results_reasons_lead_with_the_one_that_decided():
+    """``AuditResult.reasons[0]`` is the deciding reason: the audit's own when it did not
+    promote (here a better reference), the champion comparison's when the audit passed."""
+    from types import SimpleNamespace
+
+    from fairpca.flows.audit import AuditResult
+
+    champion = SimpleNamespace(reasons=["no current champion: the gate alone decides"])
+    dominated = SimpleNamespace(promote=False, reasons=["dominated: the reference ...", "x"])
+    kept = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
+                                       promotion=champion)  # fmt: skip
+    assert kept.reasons == [*dominated.reasons, *champion.reasons]
+    passed = SimpleNamespace(promote=True, reasons=["fair_pca/logreg has the highest ..."])
+    promoted = AuditResult.model_construct(record=SimpleNamespace(decision=passed),
+                                           promotion=champion)  # fmt: skip
+    assert promoted.reasons == [*champion.reasons, *passed.reasons]

@@ -173,6 +173,10 @@ def test_gram_route_rejects_what_it_cannot_do():
         FairKernelPCA(3, kernel="linear", approximation="exact").fit(
             X[:, :3], sensitive_features=groups
         )
+    # identical rows: no direction at all, and no "n_components <= 0" to follow
+    with pytest.raises(ValueError, match="no direction of positive variance") as refused:
+        FairKernelPCA(2).fit(np.ones_like(X), sensitive_features=groups)
+    assert "<= 0" not in str(refused.value)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

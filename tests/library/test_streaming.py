@@ -506,6 +506,13 @@ def test_bad_sources_raise_clear_errors(data_files, tmp_path):
         FairPCA(2).fit_chunks(root / "X.npy", sensitive_features=S[:-1])
     with pytest.raises(TypeError, match="Cannot stream"):
         FairPCA(2).fit_chunks(42)
+    parts = tmp_path / "parts"  # a data lake's files written at different times
+    parts.mkdir()
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(group=S)
+    frame.iloc[:100].to_parquet(parts / "a.parquet")
+    frame.iloc[100:].drop(columns="f1").to_parquet(parts / "b.parquet")
+    with pytest.raises(ValueError, match=r"b\.parquet lacks column\(s\) \['f1'\]"):
+        FairPCA(2, sensitive_columns="group").fit_chunks(parts)
     model = FairPCA(2).fit(X, sensitive_features=S)
     before = model.components_.copy()
     with pytest.raises(ValueError, match="NaN"):

@@ -166,6 +166,25 @@ def test_a_large_group_the_gate_could_not_judge_is_a_warning_with_the_fix():
     assert unjudged_groups(sizes, validation, split, 30) == []
 
 
+def test_groups_whose_sizes_are_all_withheld_and_unjudged_are_a_warning():
+    """A third group of 15 rows beside two of 2,500: its size is withheld, and so is the
+    other large group's (with the total it would give the small one away). Neither has a
+    validation rate, so the gate judged one group only: named by their count and rows."""
+    from fairpca.tasks.record import WITHHELD, unjudged_groups
+
+    sizes = {"group": {"A": 2_504, WITHHELD: "2 group(s), suppressed"}}
+    validation = {"selection_rate.group:A": 0.5, "selection_rate.group:A.ci95_low": 0.45}
+    split = {"n_train": 2_500, "n_validation": 1_250, "n_test": 1_250}
+    (warning,) = unjudged_groups(sizes, validation, split, 30)
+    assert warning.startswith(
+        "the gate did not judge group: 2 groups whose sizes are withheld (2,496 rows together)"
+    )
+    validation["selection_rate.group:B"] = 0.5  # one of them judged: no telling which
+    assert unjudged_groups(sizes, validation, split, 30) == []
+    few = {"group": {"A": 4_900, WITHHELD: "2 group(s), suppressed"}}  # 100 rows: both small
+    assert unjudged_groups(few, {"selection_rate.group:A": 0.5}, split, 30) == []
+
+
 def test_a_classifier_swept_over_a_C_grid_has_one_curve_per_C():
     """Two ``logreg_tuned`` rows at one lambda (C 0.01 and 1) are two MLflow curves, not two
     values at one step of one curve."""
@@ -189,3 +208,25 @@ def test_a_classifier_swept_over_a_C_grid_has_one_curve_per_C():
         ("fair_pca/logreg_tuned_C1/accuracy", 0, 0.72),
         ("fair_pca/logreg_tuned_C1/accuracy", 1, 0.74),
     ]
+
+
+def test_the_fair_pca_s_candidate_offered_instead_is_a_useful_one():
+    """Where fair PCA misses parity the report offers Fair PCA-S's best candidate: never one
+    that meets parity only by saying yes to everyone (not eligible), however small its
+    violation."""
+    import numpy as np
+    from test_select import _adult_like, _config, _rate_classifier, _row, _table
+
+    from fairpca.tasks.record import best_fair_pca_s
+    from fairpca.tasks.select import choose
+
+    rng, y, groups = _adult_like()
+    everyone = _row(y, np.ones_like(y), groups, variant="fair_pca_s")  # parity, trivially
+    male = (groups["sex"] == "Male").to_numpy()
+    unequal = np.where(male, _rate_classifier(rng, y, 0.9, 0.3), _rate_classifier(rng, y, 0.7, 0.1))
+    useful = _row(y, unequal, groups, variant="fair_pca_s")  # misses parity
+    fair = _row(y, _rate_classifier(rng, y, 0.7, 0.1), groups, variant="fair_pca")
+    table = _table([everyone, useful, fair])
+    choice = choose(table, np.ones(10, int), y, _config())
+    (offered,) = best_fair_pca_s(table, choice, _config()).values()
+    assert offered["balanced_accuracy"] == pytest.approx(useful["balanced_accuracy"])

@@ -626,6 +626,18 @@ def test_every_validation_number_says_which_rows_it_comes_from(audit_record):
     assert any(h.startswith("Candidates") and h.endswith(f"all on the {every}") for h in headings)
 
 
+def test_a_choice_by_cross_validation_names_the_rows_it_was_made_on(audit_record):
+    """A small table is chosen on its cross-validated training and validation rows: the
+    verdict says so, not "the validation rows"."""
+    from fairpca.tasks.record import SplitSizes
+
+    chosen_by = "repeated stratified 5-fold cross-validation (3 repeats) on the 750 training+..."
+    record = replaced(audit_record, "selection", chosen_by=chosen_by)
+    record = replaced(record, split_sizes=SplitSizes(train=500, validation=250, test=250))
+    assert build_verdict(record).rows_label == "cross-validated training+validation rows (750)"
+    assert build_verdict(audit_record).rows_label == audit_record.validation_label()
+
+
 def test_the_intersection_cells_the_gate_did_not_judge_are_named_on_their_rows(audit_record):
     """Every cell of the intersection table says whether the gate judged it."""
     from fairpca.tasks.report import NOT_JUDGED

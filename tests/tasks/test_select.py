@@ -3,6 +3,8 @@ the gate is a named policy, intersections are gated where their groups are large
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -427,3 +429,8 @@ def test_a_gate_that_could_not_judge_a_large_group_promotes_nothing():
         "not enough data to judge every group: the gate did not judge marital: divorced"
     )
     assert judged_everywhere(_promoted_choice(), []).decision.promote
+    # a gate failed for want of those groups: too little data decides, before the gate
+    failed = _promoted_choice()
+    failed = dataclasses.replace(failed, decision=failed.decision.leading("fails the gate", False))
+    first = judged_everywhere(failed, unjudged).decision.reasons
+    assert first[0].startswith("not enough data to judge every group") and "fails the gate" in first
