@@ -81,7 +81,9 @@ def test_run_description_states_the_verdict(audited, mlflow_store):
     assert lines[0].startswith(f"PROMOTED to champion: test ΔDP {test['dp_difference']:.3f}")
     assert lines[4].startswith(f"| chosen | {test['accuracy']:.3f} |")
     assert lines[5].startswith("| unconstrained PCA | ")
-    assert f"Chosen on the validation rows ({result.record.split_sizes.validation:,}): " in note
+    sizes = result.record.split_sizes  # a small table: chosen by cross-validation
+    seen = sizes.train + sizes.validation
+    assert f"Chosen on the cross-validated training+validation rows ({seen:,}): " in note
     chosen_row = next(line for line in lines[6:] if line.startswith("| chosen | "))
     interval = f"{test['accuracy.ci95_low']:.3f}–{test['accuracy.ci95_high']:.3f}"
     assert f"{test['accuracy']:.3f} ({interval})" in chosen_row
