@@ -438,6 +438,7 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
     group (its size over all parts is published) and the unnamed rest of an attribute."""
     shown = {(g.attribute, g.group) for g in published}
     fewer = f"fewer than {min_group_size}" if min_group_size else "too few"
+    under = f"under {min_group_size}" if min_group_size else "too few"
     test_sizes = selection.test_group_sizes
     none = dict.fromkeys(GROUP_RATES, math.nan)
     out = []
@@ -448,7 +449,7 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
                 why = (
                     f"withheld: {fewer} rows"
                     if count == "1"
-                    else f"withheld: {fewer} rows, or would reveal such a group"
+                    else f"withheld: some {under} rows"  # the others would reveal them
                 )
                 out.append(GroupRow(attribute, f"{count} more group(s)", why, none))  # fmt: skip
             elif (attribute, group) not in shown:
