@@ -141,10 +141,12 @@ class AuditResult(BaseModel):
 
     @property
     def reasons(self) -> list[str]:
-        """The deciding reason first: the audit's own when it did not promote (eligibility,
-        data, the gate, a better reference), else the champion comparison's."""
+        """The deciding reason first: the champion comparison's when it demoted the champion
+        (a retrain) or the audit passed, else the audit's own (eligibility, data, the gate, a
+        better reference)."""
         audit, champion = list(self.record.decision.reasons), list(self.promotion.reasons)
-        return [*champion, *audit] if self.record.decision.promote else [*audit, *champion]
+        first = self.record.decision.promote or self.promotion.demote
+        return [*champion, *audit] if first else [*audit, *champion]
 
     @property
     def selection(self) -> dict[str, Any]:

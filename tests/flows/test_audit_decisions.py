@@ -432,12 +432,14 @@ def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlfl
 
 def test_the_results_reasons_lead_with_the_one_that_decided():
     """``AuditResult.reasons[0]`` is the deciding reason: the audit's own when it did not
-    promote (here a better reference), the champion comparison's when the audit passed."""
+    promote (here a better reference), the champion comparison's when the audit passed or
+    the comparison demoted the champion (a retrain)."""
     from types import SimpleNamespace
 
     from fairpca.flows.audit import AuditResult
 
-    champion = SimpleNamespace(reasons=["no current champion: the gate alone decides"])
+    champion = SimpleNamespace(reasons=["no current champion: the gate alone decides"],
+                               demote=False)  # fmt: skip
     dominated = SimpleNamespace(promote=False, reasons=["dominated: the reference ...", "x"])
     kept = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
                                        promotion=champion)  # fmt: skip
@@ -446,3 +448,8 @@ def test_the_results_reasons_lead_with_the_one_that_decided():
     promoted = AuditResult.model_construct(record=SimpleNamespace(decision=passed),
                                            promotion=champion)  # fmt: skip
     assert promoted.reasons == [*champion.reasons, *passed.reasons]
+    demoted = SimpleNamespace(reasons=["champion v1 of m fails the gate on the new data"],
+                              demote=True)  # fmt: skip
+    retrain = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
+                                          promotion=demoted)  # fmt: skip
+    assert retrain.reasons[0] == demoted.reasons[0]  # a retrain's demotion decides first
