@@ -184,7 +184,7 @@ def resolve_k(
         f"k={requested} as given (the largest k the data allow is {largest})"
         if requested is not None
         else f"k not given: k={k_max}, the largest k the encoded training data allow ({largest})"
-        if len(searched) == 1
+        if searched == [k_max]
         else f"k not given: searching k in {searched} on the validation rows (the largest k "
         f"the encoded training data allow is {largest})"
     )

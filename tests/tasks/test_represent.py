@@ -56,6 +56,12 @@ def test_resolve_k_names_one_largest_k_in_its_note_and_searches_the_grid():
     fixed = resolve_k(20, 64, groups, ["fair_pca"])
     assert fixed["grid"] == [20] and fixed["fitted"] == 20 and "largest k" in fixed["note"]
     assert resolve_k(None, 64, groups, ["pca"])["largest"] == 64  # no constraint without fair PCA
+    # one k left: said as the largest when it is, else as the grid's only k that fits
+    assert resolve_k(None, 8, groups, ["fair_pca"])["note"].startswith(
+        "k not given: k=7, the largest"
+    )
+    only = resolve_k(None, 64, groups, ["fair_pca"], grid=[5, 100])
+    assert only["grid"] == [5] and "searching k in [5]" in only["note"]
 
 
 @pytest.mark.parametrize("variant", ["fair_pca", "fair_pca_s", "fair_pca_eo", "fair_kernel_pca"])
