@@ -121,15 +121,11 @@ def fit_fair_representation(
 
 
 def _binary(y: Any, pos_label: Any, name: str) -> np.ndarray:
-    """``y == pos_label`` as 0/1; a :class:`ValueError` naming the labels when no row has it."""
-    values = np.asarray(y)
-    if not np.any(values == pos_label):
-        labels = ", ".join(repr(v) for v in pd.unique(values.ravel()).tolist()[:5])
-        raise ValueError(
-            f"no row of {name} is pos_label={pos_label!r} (its labels: {labels}); pass "
-            "pos_label= the positive class."
-        )
-    return (values == pos_label).astype(np.int64)
+    """``y == pos_label`` as 0/1, checked as the metrics check labels (binary, ``pos_label``
+    one of them: :func:`fairpca.metrics._validation._positive_mask`)."""
+    from fairpca.metrics._validation import _positive_mask
+
+    return _positive_mask(y, name, pos_label).astype(np.int64)
 
 
 @task(name="sweep-lambda", cache_policy=NO_CACHE)
