@@ -100,6 +100,7 @@ from fairpca.tasks.trust import (
     sha256_file,
     shown_uri,
     signing_key,
+    skops_file,
 )
 
 from .config import AuditConfig, resolve_tracking_uri
@@ -385,15 +386,20 @@ def choose_on_every_row(
 
 
 @task(name="write-outputs", cache_policy=NO_CACHE)
-def write_outputs(out_dir: Path, record: AuditRecord, table: pd.DataFrame, config) -> Path:
+def write_outputs(
+    out_dir: Path, record: AuditRecord, table: pd.DataFrame, config
+) -> dict[str, str]:
     """Everything the audit found, on disk beside the model and the projection matrices
     (written before the record, which names their SHA-256s): the record, the report, the
-    candidates' table and the resolved config; then the folder is sealed."""
+    candidates' table and the resolved config; then the folder is sealed, with the model's
+    and the matrices' SHA-256s as the record names them. Returns the SHA-256s sealed."""
     table.to_csv(out_dir / "metrics.csv", index=False)
     (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
     write_audit_record(out_dir / AUDIT_FILE, record)
     write_report(out_dir, record, table)
-    return seal_output_dir(out_dir)
+    model = skops_file(out_dir / "model").relative_to(out_dir.resolve()).as_posix()
+    matrices = {f"projection/{name}.npy": digest for name, digest in record.hashes.items()}
+    return seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
 
 
 def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[str, str]:
@@ -405,7 +411,7 @@ def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
     digest = model_digest(pipeline, training_data_digest(split))
-    return sha256_file(next(model_dir.glob("*.skops"))), digest
+    return sha256_file(skops_file(model_dir)), digest
 
 
 def scorer_on_test_rows(split, config: AuditConfig):
@@ -445,12 +451,13 @@ def challenger_of(record: AuditRecord) -> Challenger:
 
 
 def promote_and_log(
-    out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *, watch: bool,
-    tolerance: float, score=None,
+    out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *,
+    sealed: dict[str, str], watch: bool, tolerance: float, score=None,
 ) -> AuditResult:  # fmt: skip
     """The network part: decide the promotion against the current champion (on this audit's
     test rows; ``score`` measures a pipeline there, by default on ``split``), write it beside
-    the record (the report shows it), seal again, log to MLflow."""
+    the record (the report shows it), seal again (``sealed``: the first seal's SHA-256s, kept
+    for the files not rewritten), log to MLflow."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     champion, demoted = (None, frozenset())
     if record.register_model or watch:  # a retrain re-checks its champion in any case
@@ -473,7 +480,8 @@ def promote_and_log(
     decided = PromotionRecord.of(promotion, champion)
     (out_dir / PROMOTION_FILE).write_text(decided.model_dump_json(indent=2))
     paths = write_report(out_dir, record, table, decided, plot=False)  # the plot: write_outputs'
-    seal_output_dir(out_dir)
+    rewritten = {PROMOTION_FILE, paths["md"].name, paths["html"].name}
+    seal_output_dir(out_dir, known={n: h for n, h in sealed.items() if n not in rewritten})
     logged = log_output_dir(out_dir, tracking_uri, promotion=decided, ends_now=True)
     _prefect_artifacts(record, decided, out_dir)
     return _result(record, decided, logged, out_dir, paths["html"])
@@ -550,9 +558,9 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
             on_dask = audit_partitions(
                 config, out_dir, kind=kind, started_at=started_at, tags=_flow_tags(kind)
             )
-            write_outputs(out_dir, on_dask.record, on_dask.table, config)
+            sealed = write_outputs(out_dir, on_dask.record, on_dask.table, config)
             return promote_and_log(
-                out_dir, on_dask.record, on_dask.table, None, config,
+                out_dir, on_dask.record, on_dask.table, None, config, sealed=sealed,
                 watch=watch, tolerance=tolerance, score=on_dask.score,
             )  # fmt: skip
     with clock("load_data"):
@@ -648,8 +656,10 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
             pipeline, split, table, choice, config.selection, config.evaluation.min_group_size
         ),
     )
-    write_outputs(out_dir, record, table, config)
-    return promote_and_log(out_dir, record, table, split, config, watch=watch, tolerance=tolerance)
+    sealed = write_outputs(out_dir, record, table, config)
+    return promote_and_log(
+        out_dir, record, table, split, config, sealed=sealed, watch=watch, tolerance=tolerance
+    )
 
 
 @flow(

@@ -23,7 +23,7 @@ import re
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -219,20 +219,26 @@ def _write_seal(out_dir: Path, record: dict[str, Any], key: bytes) -> Path:
     return target
 
 
-def seal_output_dir(out_dir: str | Path) -> Path:
-    """Sign the manifest (path, size, SHA-256) of every file of ``out_dir``; return the seal.
+def seal_output_dir(out_dir: str | Path, known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Sign the manifest (path, size, SHA-256) of every file of ``out_dir``; return the
+    SHA-256s sealed (posix path inside ``out_dir`` -> hex digest).
 
-    Called once, by the audit, after its last file is written and before anything is
-    logged; the key file is created on first use. The key must not lie inside ``out_dir``.
+    The audit seals its folder before any network call and again once the promotion is
+    written beside it; the key file is created on first use. The key must not lie inside
+    ``out_dir``. ``known`` holds the SHA-256s the audit computed of files it wrote and has
+    not changed since (the model's and the matrices' as the record names them, or an earlier
+    seal's): they are sealed as given, every other file is hashed here. A wrong one fails
+    closed: whatever reads the folder later (:func:`verify_output_dir`, the copy that is
+    uploaded) hashes each file again and refuses a mismatch.
     """
     out_dir = Path(out_dir)
     key = signing_key(create=True)
     _refuse_key_inside(out_dir)
-    files = {
-        name: {"size": path.stat().st_size, "sha256": sha256_file(path)}
-        for name, path in sorted(_file_listing(out_dir).items())
-    }
-    return _write_seal(out_dir, {"version": _SEAL_VERSION, "files": files, "run": None}, key)
+    listing, known = sorted(_file_listing(out_dir).items()), known or {}
+    digests = {name: known.get(name) or sha256_file(path) for name, path in listing}
+    files = {name: {"size": path.stat().st_size, "sha256": digests[name]} for name, path in listing}
+    _write_seal(out_dir, {"version": _SEAL_VERSION, "files": files, "run": None}, key)
+    return digests
 
 
 def _refuse_key_inside(out_dir: Path) -> None:

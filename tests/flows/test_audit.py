@@ -4,6 +4,7 @@ MlflowClient: params, metrics, projection matrices, report, registered model ver
 from __future__ import annotations
 
 import base64
+import collections
 import hashlib
 import json
 import time
@@ -258,10 +259,33 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
     assert_fair_constraint(U, mean, Z[positive], split.s_train[positive].reset_index(drop=True))
 
 
-def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store, tmp_path):
+def count_file_hashes(monkeypatch) -> collections.Counter:
+    """How often each file content (name, SHA-256) is hashed, wherever the project hashes."""
+    import fairpca.flows.audit
+    import fairpca.tasks.record
+    import fairpca.tasks.report
+    import fairpca.tasks.trust
+
+    hashed, real = collections.Counter(), fairpca.tasks.trust.sha256_file
+
+    def counting(path, *args, **kwargs):
+        digest = real(path, *args, **kwargs)
+        hashed[Path(path).name, digest] += 1
+        return digest
+
+    for module in (fairpca.tasks.trust, fairpca.tasks.record, fairpca.tasks.report):
+        monkeypatch.setattr(module, "sha256_file", counting)
+    monkeypatch.setattr(fairpca.flows.audit, "sha256_file", counting)
+    return hashed
+
+
+def test_user_csv_and_failed_thresholds_keep_the_champion(
+    prefect_harness, store, tmp_path, monkeypatch
+):
     from fairpca.flows.audit import fairness_audit
 
     _uri, client = store
+    hashed = count_file_hashes(monkeypatch)
     rng = np.random.default_rng(3)
     n = 600
     group = rng.choice(["a", "b"], size=n)
@@ -293,6 +317,9 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(prefect_harness, store
     result = fairness_audit(config)
     assert result.decision == "keep" and not result.champion_moved
     assert any("no eligible candidate meets the thresholds" in r for r in result.reasons)
+    # each file's content hashed twice: when written or sealed, and as its copy is uploaded
+    assert max(hashed.values()) == 2, hashed.most_common(3)
+    assert {name for name, _ in hashed} >= {"model.skops", "components_.npy", "audit.json"}
     version = client.get_model_version(
         resolved_model_name(config.source, config.tracking.model_name), result.model_version
     )
