@@ -732,36 +732,6 @@ def _provenance(config, files: list[Path]) -> dict:
     }
 
 
-def _selection(config, passes: Passes, choice, reported) -> dict:
-    """The record's ``selection``, as the in-memory audit's, with sizes from the counts."""
-    from fairpca.tasks.record import unjudged_groups, withheld_groups
-    from fairpca.tasks.select import candidate_name
-
-    chosen, evaluation = choice.chosen, config.evaluation
-    test_sizes = _group_sizes(passes, evaluation, parts=[PART_CODES["test"]])
-    sizes = _group_sizes(passes, evaluation)
-    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
-    unjudged = unjudged_groups(sizes, reported["chosen"]["validation"], split,
-                               evaluation.min_group_size)  # fmt: skip
-    return {
-        "chosen": {"variant": "fair_pca", "classifier": CLASSIFIER, "lambda": None,
-                   "name": candidate_name(chosen), "k": int(chosen["k"]),
-                   "C": float(chosen["C"])},
-        "gate": config.selection.gate,
-        "decision": choice.decision.as_dict(),
-        "validation": reported["chosen"]["validation"],
-        "test": reported["chosen"]["test"],
-        "baselines": {"majority": reported["majority"]},
-        "split": split,
-        "group_sizes": sizes,
-        "test_group_sizes": test_sizes,
-        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"],
-                                    evaluation.min_group_size),
-        "chosen_by": choice.certification["chosen_by"],
-        "warnings": unjudged,  # what the route leaves out is the record's "skipped"
-    }  # fmt: skip
-
-
 def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, table, *,
             run: dict):  # fmt: skip
     """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route; the chosen pipeline
@@ -773,6 +743,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         AuditRecord,
         _k_record,
         _metrics,
+        _selection,
         candidate_summary,
         chosen_metrics,
         resolved_model_name,
@@ -789,6 +760,9 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
     name, run_name = candidate_name(choice.chosen), Path(out_dir).name
     sensitive = list(passes.spec.sensitive)
+    split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
+    test = [PART_CODES["test"]]
+    sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
     return AuditRecord(
         audit_id=run_name, run_name=run_name, kind=run["kind"],
         experiment_name=config.tracking.experiment_name,
@@ -800,7 +774,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         started_at=run["started_at"], ended_at=datetime.now(UTC), sensitive=sensitive,
         decision=choice.decision.as_dict(),
         chosen=chosen_metrics(choice.chosen) | {"variant": "fair_pca", "classifier": CLASSIFIER},
-        selection=_selection(config, passes, choice, reported),
+        selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
         params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
         metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],
         tags={"fairpca.audit_id": run_name, "fairpca.source": config.source.name,
@@ -811,7 +785,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         hashes=write_matrices(out_dir, chosen), provenance=_provenance(config, passes.files),
         policy=choice.policy.record(), eligibility=choice.eligibility, references=[],
         k=_k_record(passes.k_record, choice.chosen, None), certification=choice.certification,
-        split_sizes={part: passes.rows_of(part) for part in PART_CODES},
+        split_sizes=split_sizes,
         candidates=candidate_summary(table, choice),
         skipped=dict(SKIPPED),
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),

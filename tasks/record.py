@@ -785,12 +785,13 @@ def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any
     return json.loads(frame.to_json(orient="records"))
 
 
-def _selection(config, split, choice: Choice, reported, diagnostics) -> Selection:
-    """The audit's result (``audit.json["selection"]``); ``baselines["pca"]`` only when the
-    audit fitted standard PCA."""
-    chosen, evaluation = choice.chosen, config.evaluation
-    sizes = (evaluation.min_group_size, evaluation.allow_small_groups)
-    test_sizes = group_sizes(split, *sizes, parts=("test",))
+def _selection(config, choice: Choice, reported, diagnostics, rows: dict[str, int], sizes,
+               test_sizes) -> Selection:  # fmt: skip
+    """The audit's result (``audit.json["selection"]``) from the rows per part (``rows``) and
+    the published rows per group over every part and over the test part (``sizes``,
+    ``test_sizes``); ``baselines["pca"]`` only when the audit fitted standard PCA."""
+    chosen, min_group_size = choice.chosen, config.evaluation.min_group_size
+    split = {f"n_{part}": n for part, n in rows.items()}
     record = {
         "chosen": {
             "variant": chosen["variant"],
@@ -805,17 +806,17 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
         "validation": reported["chosen"]["validation"],
         "test": reported["chosen"]["test"],
         "baselines": {"majority": reported["majority"]},
-        "split": {f"n_{part}": len(getattr(split, f"y_{part}")) for part in PARTS},
-        "group_sizes": group_sizes(split, *sizes),
+        "split": split,
+        "group_sizes": sizes,
         "test_group_sizes": test_sizes,
-        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], sizes[0]),
+        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], min_group_size),
         "chosen_by": choice.certification["chosen_by"],
         "diagnostics": diagnostics.get("representations", {}),
+        "warnings": [
+            *unjudged_groups(sizes, reported["chosen"]["validation"], split, min_group_size),
+            *diagnostics.get("warnings", []),
+        ],
     }
-    record["warnings"] = [
-        *unjudged_groups(record["group_sizes"], record["validation"], record["split"], sizes[0]),
-        *diagnostics.get("warnings", []),
-    ]
     if choice.pca_row is not None and "pca" in reported:
         record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
@@ -870,6 +871,9 @@ def build_record(
     name = resolved_model_name(config.source, config.tracking.model_name)
     decision = choice.decision.as_dict()
     chosen_name = candidate_name(choice.chosen)
+    groups = (config.evaluation.min_group_size, config.evaluation.allow_small_groups)
+    rows = {part: len(getattr(split, f"y_{part}")) for part in PARTS}
+    sizes = (group_sizes(split, *groups), group_sizes(split, *groups, parts=("test",)))
     return AuditRecord(
         audit_id=run_name,
         run_name=run_name,
@@ -886,7 +890,7 @@ def build_record(
         decision=decision,
         chosen=chosen_metrics(choice.chosen)
         | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
-        selection=_selection(config, split, choice, reported, diagnostics),
+        selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
         params=config.flat_params(),
         metrics=_metrics(choice, reported, representations, timings),
         metric_steps=metric_steps(table),
@@ -916,7 +920,7 @@ def build_record(
         k=_k_record(k_record, choice.chosen, frontier),
         frontier=frontier or None,
         certification=choice.certification,
-        split_sizes={part: len(getattr(split, f"y_{part}")) for part in PARTS},
+        split_sizes=rows,
         candidates=candidate_summary(table, choice),
         searched_validation_rows=searched_rows(table),
         cells_not_judged=(choice.policy.judged_cells(choice.chosen) or ([], None))[1] or None,
