@@ -37,7 +37,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -714,21 +714,15 @@ def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
     return out
 
 
-def _provenance(config, files: list[Path]) -> dict:
-    """The definition, the files' SHA-256s (named relative to their common folder) and the
-    code version."""
-    from fairpca.tasks.record import code_version, definition_of
+def _data_source(config, files: list[Path]) -> dict:
+    """The files' SHA-256s, named relative to their common folder."""
     from fairpca.tasks.trust import sha256_file
 
     root = Path(os.path.commonpath([f.parent for f in files]))
     return {
-        "definition": definition_of(config.source),
-        "data_source": {
-            "kind": "file",
-            "name": Path(config.source.data).name,
-            "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files},
-        },
-        "code_version": code_version(),
+        "kind": "file",
+        "name": Path(config.source.data).name,
+        "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files},
     }
 
 
@@ -743,13 +737,12 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         AuditRecord,
         _k_record,
         _metrics,
+        _run_fields,
         _selection,
         candidate_summary,
-        chosen_metrics,
-        resolved_model_name,
+        provenance,
     )
     from fairpca.tasks.report import write_matrices
-    from fairpca.tasks.select import candidate_name
     from fairpca.tasks.trust import model_digest, sha256_file
 
     min_count = config.representation.min_category_count
@@ -758,33 +751,18 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
     chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
-    name, run_name = candidate_name(choice.chosen), Path(out_dir).name
-    sensitive = list(passes.spec.sensitive)
     split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
     test = [PART_CODES["test"]]
     sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
     return AuditRecord(
-        audit_id=run_name, run_name=run_name, kind=run["kind"],
-        experiment_name=config.tracking.experiment_name,
-        model_name=resolved_model_name(config.source, config.tracking.model_name),
-        champion_alias=config.tracking.champion_alias,
-        register_model=config.tracking.register_model and choice.eligible,
-        mlflow_retries=config.tracking.mlflow_retries,
-        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
-        started_at=run["started_at"], ended_at=datetime.now(UTC), sensitive=sensitive,
-        decision=choice.decision.as_dict(),
-        chosen=chosen_metrics(choice.chosen) | {"variant": "fair_pca", "classifier": CLASSIFIER},
+        **_run_fields(config, choice, run["kind"], Path(out_dir).name, run["started_at"],
+                      passes.spec.sensitive, {"fairpca.route": "dask", **run["tags"]}),
         selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
         params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
         metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],
-        tags={"fairpca.audit_id": run_name, "fairpca.source": config.source.name,
-              "fairpca.sensitive": ",".join(sensitive), "fairpca.chosen": name,
-              "fairpca.gate": config.selection.gate, "fairpca.route": "dask", **run["tags"]},
-        model_tags={"fairness.chosen": name, "fairpca.audit_id": run_name,
-                    **choice.policy.tags()},
-        hashes=write_matrices(out_dir, chosen), provenance=_provenance(config, passes.files),
-        policy=choice.policy.record(), eligibility=choice.eligibility, references=[],
-        k=_k_record(passes.k_record, choice.chosen, None), certification=choice.certification,
+        hashes=write_matrices(out_dir, chosen),
+        provenance=provenance(config.source, _data_source(config, passes.files)),
+        references=[], k=_k_record(passes.k_record, choice.chosen, None),
         split_sizes=split_sizes,
         candidates=candidate_summary(table, choice),
         skipped=dict(SKIPPED),

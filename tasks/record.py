@@ -440,11 +440,12 @@ def resolved_model_name(source, model_name: str | None = None) -> str:
     return model_name or registered_model_name(definition_of(source))
 
 
-def provenance(source) -> dict[str, Any]:
-    """What the manifest records for the card: definition, data source, code version."""
+def provenance(source, data_source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the manifest records for the card: definition, data source (default:
+    :func:`data_source_facts`), code version."""
     return {
         "definition": definition_of(source),
-        "data_source": data_source_facts(source),
+        "data_source": data_source or data_source_facts(source),
         "code_version": code_version(),
     }
 
@@ -844,6 +845,46 @@ def _metrics(choice: Choice, reported, representations, timings) -> dict[str, fl
     return {k: float(v) for k, v in metrics.items() if _finite(v)}
 
 
+def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: datetime,
+               sensitive: Sequence[str], tags: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The fields of an :class:`AuditRecord` that the config, the choice and the run give,
+    whichever route measured the candidates (``tags``: the flow's, after the record's own)."""
+    tracking, chosen_name = config.tracking, candidate_name(choice.chosen)
+    return {
+        "audit_id": run_name,
+        "run_name": run_name,
+        "kind": kind,
+        "experiment_name": tracking.experiment_name,
+        "model_name": resolved_model_name(config.source, tracking.model_name),
+        "champion_alias": tracking.champion_alias,
+        "register_model": tracking.register_model and choice.eligible,
+        "mlflow_retries": tracking.mlflow_retries,
+        "mlflow_retry_backoff": tracking.mlflow_retry_backoff,
+        "started_at": started_at,
+        "ended_at": datetime.now(UTC),
+        "sensitive": list(sensitive),
+        "decision": choice.decision.as_dict(),
+        "chosen": chosen_metrics(choice.chosen)
+        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
+        "tags": {
+            "fairpca.audit_id": run_name,
+            "fairpca.source": config.source.name,
+            "fairpca.sensitive": ",".join(sensitive),
+            "fairpca.chosen": chosen_name,
+            "fairpca.gate": config.selection.gate,
+            **tags,
+        },
+        "model_tags": {
+            "fairness.chosen": chosen_name,
+            "fairpca.audit_id": run_name,
+            **choice.policy.tags(),
+        },
+        "policy": choice.policy.record(),
+        "eligibility": choice.eligibility,
+        "certification": choice.certification,
+    }
+
+
 def build_record(
     config,
     *,
@@ -868,49 +909,17 @@ def build_record(
     parity_gap: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """The one record of an audit, built once from its stages; every reader reads it."""
-    name = resolved_model_name(config.source, config.tracking.model_name)
-    decision = choice.decision.as_dict()
-    chosen_name = candidate_name(choice.chosen)
     groups = (config.evaluation.min_group_size, config.evaluation.allow_small_groups)
     rows = {part: len(getattr(split, f"y_{part}")) for part in PARTS}
     sizes = (group_sizes(split, *groups), group_sizes(split, *groups, parts=("test",)))
     return AuditRecord(
-        audit_id=run_name,
-        run_name=run_name,
-        kind=kind,
-        experiment_name=config.tracking.experiment_name,
-        model_name=name,
-        champion_alias=config.tracking.champion_alias,
-        register_model=config.tracking.register_model and choice.eligible,
-        mlflow_retries=config.tracking.mlflow_retries,
-        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
-        started_at=started_at,
-        ended_at=datetime.now(UTC),
-        sensitive=list(split.s_train.columns),
-        decision=decision,
-        chosen=chosen_metrics(choice.chosen)
-        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
+        **_run_fields(config, choice, kind, run_name, started_at, split.s_train.columns, tags),
         selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
         params=config.flat_params(),
         metrics=_metrics(choice, reported, representations, timings),
         metric_steps=metric_steps(table),
-        tags={
-            "fairpca.audit_id": run_name,
-            "fairpca.source": config.source.name,
-            "fairpca.sensitive": ",".join(split.s_train.columns),
-            "fairpca.chosen": chosen_name,
-            "fairpca.gate": config.selection.gate,
-            **tags,
-        },
-        model_tags={
-            "fairness.chosen": chosen_name,
-            "fairpca.audit_id": run_name,
-            **choice.policy.tags(),
-        },
         hashes=hashes,
         provenance=provenance(config.source),
-        policy=choice.policy.record(),
-        eligibility=choice.eligibility,
         references=[
             {key: r[key] for key in REFERENCE_KEYS if key in r}
             for r in references
@@ -919,7 +928,6 @@ def build_record(
         screening=split.screening,
         k=_k_record(k_record, choice.chosen, frontier),
         frontier=frontier or None,
-        certification=choice.certification,
         split_sizes=rows,
         candidates=candidate_summary(table, choice),
         searched_validation_rows=searched_rows(table),
