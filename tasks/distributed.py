@@ -537,7 +537,7 @@ def _fit_representations(files, spec: RowSpec, preprocessor, grid: list[int]) ->
     return fitted
 
 
-def _train(files, spec: RowSpec, preprocessor, representations: dict, C_grid, n_train: int):
+def _train(files, spec: RowSpec, preprocessor, projections: dict, C_grid, n_train: int):
     """Every (k, C) classifier, trained by ``partial_fit`` over the partitions in order.
 
     ``SGDClassifier`` minimises ``mean(log loss) + alpha / 2 * ||w||^2``; logistic
@@ -549,10 +549,9 @@ def _train(files, spec: RowSpec, preprocessor, representations: dict, C_grid, n_
 
     state = {
         (k, C): SGDClassifier(loss="log_loss", alpha=1.0 / (C * n_train), random_state=spec.seed)
-        for k in representations
+        for k in projections
         for C in C_grid
     }
-    projections = {k: rep.estimator for k, rep in representations.items()}
     step = dask.delayed(_train_step, pure=True)
     for epoch in range(EPOCHS):  # a chain of tasks: each one's models feed the next
         for index, file in enumerate(files):
@@ -586,10 +585,10 @@ def _passes(files: list[Path], config) -> Passes:
     n_train = int(sizes.loc[sizes["part"] == PART_CODES["train"], "rows"].sum())
     # the in-memory audit's default grid: the paper's C = 1 / (2 n 0.01), and 1
     C_grid = config.evaluation.logreg_C or [1.0 / (2 * n_train * 0.01), 1.0]
-    models = _train(files, spec, preprocessor, representations, C_grid, n_train)
+    projections = {k: rep.estimator for k, rep in representations.items()}
+    models = _train(files, spec, preprocessor, projections, C_grid, n_train)
     clock["time_train_s"] = time.perf_counter() - tick
     tick = time.perf_counter()
-    projections = {k: rep.estimator for k, rep in representations.items()}
     parts = _per_file(_count_cells, files, spec, preprocessor, projections, models)
     keys = ["candidate", "part", *spec.sensitive]
     cells = pd.concat(parts, ignore_index=True).groupby(keys, sort=False)[list(CELLS)].sum()
@@ -614,12 +613,10 @@ class PartitionAudit:
 
 
 def _measured(counts: pd.DataFrame, spec: RowSpec, config) -> dict[str, float]:
-    evaluation = config.evaluation
-    return counts_metrics(
-        counts, list(spec.sensitive), min_group_size=evaluation.min_group_size,
-        n_resamples=evaluation.n_bootstrap, seed=config.seed,
-        allow_small_groups=evaluation.allow_small_groups,
-    )  # fmt: skip
+    from fairpca.tasks.evaluate import metric_options
+
+    options = metric_options(config.evaluation, config.seed)
+    return counts_metrics(counts, list(spec.sensitive), **options)
 
 
 def _candidates(passes: Passes, config) -> pd.DataFrame:
@@ -692,7 +689,7 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
 
 def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
     """Published rows per group (the library's release rule, applied to the counts)."""
-    from fairpca.tasks.record import WITHHELD
+    from fairpca.tasks.record import with_withheld
 
     sizes = passes.sizes if parts is None else passes.sizes[passes.sizes["part"].isin(parts)]
     sensitive = list(passes.spec.sensitive)
@@ -701,17 +698,11 @@ def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
     _, report = released_problem(
         cells, sensitive, evaluation.min_group_size, evaluation.allow_small_groups
     )
-    out = {}
-    for attribute in sensitive:
-        published = report.attributes[attribute].group_size
-        out[attribute] = {str(k): int(v) for k, v in published.items()}
-        withheld = cells[attribute].nunique() - len(published)
-        if withheld:
-            out[attribute][WITHHELD] = (
-                f"{withheld} group(s), suppressed: fewer than {evaluation.min_group_size} of "
-                "these rows, or hidden so that a suppressed group's size cannot be recovered"
-            )
-    return out
+    published = {attribute: report.attributes[attribute].group_size for attribute in sensitive}
+    withheld = {
+        attribute: cells[attribute].nunique() - len(published[attribute]) for attribute in sensitive
+    }
+    return with_withheld(published, withheld, evaluation.min_group_size)
 
 
 def _data_source(config, files: list[Path]) -> dict:

@@ -581,13 +581,18 @@ def group_sizes(
         frame.astype(str), min_group_size=min_group_size, allow_small_groups=allow_small_groups
     )
     where = "these rows" if len(parts) > 1 else f"the {parts[0]} rows"
-    out: dict[str, dict[str, int | str]] = {}
-    for column, published in sizes.items():
-        out[column] = dict(published)
-        if withheld[column]:
+    return with_withheld(sizes, withheld, min_group_size, where)
+
+
+def with_withheld(sizes, withheld, min_group_size: int, where: str = "these rows") -> dict:
+    """The rows per published group of each attribute (``sizes``) and, where the attribute
+    has ``withheld`` groups (their number), one unnamed entry saying how many and why."""
+    out = {column: {str(g): int(n) for g, n in groups.items()} for column, groups in sizes.items()}
+    for column, count in withheld.items():
+        if count:
             out[column][WITHHELD] = (
-                f"{withheld[column]} group(s), suppressed: fewer than {min_group_size} of "
-                f"{where}, or hidden so that a suppressed group's size cannot be recovered"
+                f"{count} group(s), suppressed: fewer than {min_group_size} of {where}, or "
+                "hidden so that a suppressed group's size cannot be recovered"
             )
     return out
 
