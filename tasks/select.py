@@ -258,10 +258,9 @@ class GatePolicy:
         for criterion, limit, scope, value in self._gated(metrics):
             if (scope and math.isnan(value)) or criterion.meets(value, limit):
                 continue  # met, or too few large intersection groups: reported as ungated
-            where = " of the intersection" if scope else ""
             if math.isnan(value):
                 failures.append(
-                    f"{criterion.label}{where} is undefined (fewer than two groups large "
+                    f"{criterion.label}{_where(scope)} is undefined (fewer than two groups large "
                     "enough to compare)"
                 )
                 continue
@@ -269,7 +268,7 @@ class GatePolicy:
             side = "lower" if criterion.larger_is_fairer else "upper"
             label = f" (95% {side} bound)" if bounded else ""
             sign = "< min" if criterion.larger_is_fairer else "> max"
-            failures.append(f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}")
+            failures.append(f"{criterion.label}{_where(scope)}{label} {value:.4f} {sign} {limit:g}")
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
@@ -324,11 +323,9 @@ class GatePolicy:
                 continue  # not gated here (reported above) or not recorded there
             if mine != theirs and criterion.meets(theirs, mine):  # theirs is on the fair side
                 reasons.append(f"{criterion.threshold} {mine:g} is laxer than {theirs:g}")
-        if self.thresholds.get("min_accuracy", 0.0) < other.thresholds.get("min_accuracy", 0.0):
-            reasons.append(
-                f"min_accuracy {self.thresholds.get('min_accuracy', 0.0):g} is laxer than "
-                f"{other.thresholds.get('min_accuracy', 0.0):g}"
-            )
+        mine, theirs = (policy.thresholds.get("min_accuracy", 0.0) for policy in (self, other))
+        if mine < theirs:
+            reasons.append(f"min_accuracy {mine:g} is laxer than {theirs:g}")
         if self.bound == "point" and other.bound == "upper_bound":
             reasons.append("it judges point estimates, not the 95% interval bounds")
         return reasons
@@ -379,14 +376,15 @@ def candidate_name(row: dict[str, Any]) -> str:
 MIN_USEFUL_SHARE = 0.5
 
 
+ELIGIBILITY_RULES = (
+    "min_accuracy_gain", "min_balanced_accuracy_margin", "min_positive_rate_ratio",
+    "max_one_class_share",
+)  # fmt: skip
+
+
 def eligibility_rules(selection) -> dict[str, float]:
     """The eligibility rules of the config's selection section (``eligibility["rules"]``)."""
-    return {
-        "min_accuracy_gain": float(selection.min_accuracy_gain),
-        "min_balanced_accuracy_margin": float(selection.min_balanced_accuracy_margin),
-        "min_positive_rate_ratio": float(selection.min_positive_rate_ratio),
-        "max_one_class_share": float(selection.max_one_class_share),
-    }
+    return {rule: float(getattr(selection, rule)) for rule in ELIGIBILITY_RULES}
 
 
 def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:

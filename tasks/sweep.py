@@ -850,13 +850,17 @@ def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selecti
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
         folds_of = list(splitter.split(Z, _strata(y, s)))
+    policy = GatePolicy.from_config(selection)
     for number, (train, held) in enumerate(folds_of):
+        gate = ThresholdGate(
+            policy, s.iloc[train].reset_index(drop=True), evaluation.min_group_size
+        )
         for (variant, k), members in by_rep.items():
             equalize = representations[variant].facts.get("equalize_covariance")
             try:
                 rep = fit_representation.fn(
-                    variant, Z[train], y[train], s.iloc[train].reset_index(drop=True), k=k,
-                    equalize_covariance=equalize, seed=seed,
+                    variant, Z[train], y[train], gate.groups, k=k, equalize_covariance=equalize,
+                    seed=seed,
                 )  # fmt: skip
             except ValueError:  # e.g. a group without positive rows in this fold (EO)
                 continue
@@ -866,10 +870,7 @@ def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selecti
                     rep.estimator.set_params(tradeoff=float(row["lambda"]))
                 classifier = fit_classifier(
                     row["classifier"], rep.estimator.transform(Z[train]), y[train], seed=seed,
-                    C=row.get("C"), scoring=selection.select_by, gate=ThresholdGate(
-                        GatePolicy.from_config(selection), s.iloc[train].reset_index(drop=True),
-                        evaluation.min_group_size,
-                    ),
+                    C=row.get("C"), scoring=selection.select_by, gate=gate,
                     max_rows=evaluation.svc_max_train_rows if row["classifier"] == "rbf_svc"
                     else None,
                 )  # fmt: skip
