@@ -645,14 +645,6 @@ def _choose(passes: Passes, config, table: pd.DataFrame):
                   chosen_by=chosen_by)  # fmt: skip
 
 
-def _champion_metrics(champion, passes: Passes, config) -> dict[str, float]:
-    """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
-    parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
-    keys = list(passes.spec.sensitive)
-    counts = pd.concat(parts).groupby(keys, sort=False)[list(CELLS)].sum().reset_index()
-    return _measured(counts, passes.spec, config)
-
-
 def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
                      tags: dict[str, str]) -> PartitionAudit:  # fmt: skip
     """The Dask route of the audit, from the partitioned table to the written model and the
@@ -682,7 +674,11 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
                      run={"kind": kind, "started_at": started_at, "tags": tags})  # fmt: skip
 
     def score(champion) -> dict[str, float]:
-        return _champion_metrics(champion, passes, config)
+        """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
+        parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
+        keys = list(passes.spec.sensitive)
+        counts = pd.concat(parts).groupby(keys, sort=False)[list(CELLS)].sum().reset_index()
+        return _measured(counts, passes.spec, config)
 
     return PartitionAudit(record, table, pipeline, score)
 

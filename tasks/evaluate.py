@@ -119,11 +119,6 @@ GATED_RATES = {
 }
 
 
-def _rates(hits: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    # (hits + 1/2) / (rows + 1): a rate of 0 or 1 still has a positive variance
-    return (hits + 0.5) / (rows + 1.0)
-
-
 def extreme_pair(rate: np.ndarray, rows: np.ndarray, *, ratio: bool, clipped=None) -> tuple:
     """The spread (``max - min``) or the ratio (``min / max``) of the groups' rates and its
     standard error, from the two extreme groups (normal approximation; the ratio's by the
@@ -180,7 +175,8 @@ def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[f
         rows = np.bincount(codes[mask], minlength=n_groups).astype(float)
         hits = np.bincount(codes[mask], weights=y_pred[mask], minlength=n_groups)
         keep = rows >= min_group_size
-        return _rates(hits[keep], rows[keep]), rows[keep]
+        # (hits + 1/2) / (rows + 1): a rate of 0 or 1 still has a positive variance
+        return (hits[keep] + 0.5) / (rows[keep] + 1.0), rows[keep]
 
     def pair(rate: np.ndarray, rows: np.ndarray, ratio: bool = False) -> tuple[float, float]:
         return extreme_pair(rate, rows, ratio=ratio) if len(rate) >= 2 else (math.nan, math.nan)

@@ -757,14 +757,6 @@ SUMMARY_COLUMNS = (
 )
 
 
-def searched_rows(table: pd.DataFrame) -> int | None:
-    """How many validation rows measured the search's candidates (``validation_rows`` of the
-    table; None when the table does not say)."""
-    if "validation_rows" not in table or not table["validation_rows"].notna().any():
-        return None
-    return int(table["validation_rows"].max())
-
-
 def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any]]:
     """Rows a reader compares, all on validation rows: the majority-class baseline, the
     unconstrained PCA baseline, the chosen candidate, then per variant and classifier the
@@ -917,6 +909,8 @@ def build_record(
     groups = (config.evaluation.min_group_size, config.evaluation.allow_small_groups)
     rows = {part: len(getattr(split, f"y_{part}")) for part in PARTS}
     sizes = (group_sizes(split, *groups), group_sizes(split, *groups, parts=("test",)))
+    # the validation rows the search measured its candidates on (NaN: the table does not say)
+    searched = table.get("validation_rows", pd.Series(dtype=float)).max()
     return AuditRecord(
         **_run_fields(config, choice, kind, run_name, started_at, split.s_train.columns, tags),
         selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
@@ -935,7 +929,7 @@ def build_record(
         frontier=frontier or None,
         split_sizes=rows,
         candidates=candidate_summary(table, choice),
-        searched_validation_rows=searched_rows(table),
+        searched_validation_rows=None if pd.isna(searched) else int(searched),
         cells_not_judged=(choice.policy.judged_cells(choice.chosen) or ([], None))[1] or None,
         skipped=skipped or None,
         model_sha256=model_sha256,
