@@ -144,11 +144,9 @@ class GatePolicy:
         """One sentence a reviewer can read."""
         where = "the 95% interval bound" if self.bound == "upper_bound" else "the point estimate"
         parts = []
-        for key in self.criteria:
-            criterion = CRITERIA[key]
+        for criterion, limit in self.limits():
             sign = ">=" if criterion.larger_is_fairer else "<="
             point = " (point estimate, as the rule is defined)" if criterion.point_rule else ""
-            limit = self.thresholds[criterion.threshold]
             parts.append(f"{criterion.label} {sign} {limit:g}{point}")
         parts.append(f"accuracy >= {self.thresholds.get('min_accuracy', 0.0):g}")
         return (
@@ -170,6 +168,10 @@ class GatePolicy:
         value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds)}
         return {POLICY_TAG: json.dumps(value, sort_keys=True)}
 
+    def limits(self) -> list[tuple[Criterion, float]]:
+        """Each gated criterion with its threshold, in the canonical order."""
+        return [(CRITERIA[key], self.thresholds[CRITERIA[key].threshold]) for key in self.criteria]
+
     def _scopes(self, metrics: Mapping[str, Any]) -> list[str]:
         several = any(str(key).endswith(INTERSECTION) for key in metrics)
         return ["", INTERSECTION] if several else [""]
@@ -178,11 +180,9 @@ class GatePolicy:
         """The narrowest band of a rate the policy tells apart, at an overall selection rate
         ``rate``: a difference's limit, or for the four-fifths rule the gap ``(1 - ratio)
         rate`` between two rates at the limit."""
-        bands = []
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
-            bands.append((1.0 - limit) * rate if criterion.larger_is_fairer else limit)
+        bands = [
+            (1.0 - limit) * rate if c.larger_is_fairer else limit for c, limit in self.limits()
+        ]
         bands = [b for b in bands if b > 0]
         return min(bands) if bands else math.inf
 
@@ -245,9 +245,7 @@ class GatePolicy:
         """``(criterion, limit, scope, value)`` of every measure the policy gates, for the
         worst attribute and, with several, their intersection (:meth:`_bound`); the value of
         an undefined intersection (too few large groups) is NaN: ungated."""
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
+        for criterion, limit in self.limits():
             for scope in self._scopes(metrics):
                 yield criterion, limit, scope, self._bound(criterion, metrics, scope)
 
@@ -505,9 +503,7 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
     """``(criterion, scope, estimate, standard error, limit)`` of every gated measure whose
     standard error the row holds (``<metric>.se``, ``<metric>.se.intersection``:
     :func:`fairpca.tasks.evaluate.gate_standard_errors`)."""
-    for key in policy.criteria:
-        criterion = CRITERIA[key]
-        limit = policy.thresholds[criterion.threshold]
+    for criterion, limit in policy.limits():
         for scope in policy._scopes(row):
             value = _value(row, f"{criterion.metric}{scope}")
             error = _value(row, f"{criterion.metric}.se{scope}")

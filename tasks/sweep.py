@@ -54,7 +54,6 @@ from .evaluate import (
 from .represent import FittedRepresentation, fit_representation
 from .select import (
     COMPARED,
-    CRITERIA,
     INTERSECTION,
     MIN_USEFUL_SHARE,
     STABLE_Z,
@@ -230,9 +229,7 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     for measure, pairs in attributes.items():
         scopes[""][measure] = _worst(pairs, lowest=measure == "selection_rate_ratio")
     policy, meets = gate.policy, np.ones(len(labels), dtype=bool)
-    for key in policy.criteria:
-        criterion = CRITERIA[key]
-        limit = policy.thresholds[criterion.threshold]
+    for criterion, limit in policy.limits():
         if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
             continue  # always met
         z = STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
