@@ -662,15 +662,6 @@ def fine_lambdas(lambdas: Sequence[float], best: float | None) -> list[float] | 
     return [lam for lam in lambdas if low <= lam <= high]
 
 
-def _screening_classifiers(C_grid: Sequence[float | None], n_train: int, scoring: str) -> dict:
-    """``logreg_tuned@C=<c>`` for each C of the grid, as :func:`sweep_tradeoff` takes them."""
-
-    def fitter(strength: float):
-        return lambda F, y: fit_screening_classifier(F, y, strength, scoring)
-
-    return {f"logreg_tuned@C={c:g}": fitter(c) for c in C_values(C_grid, n_train)}
-
-
 def search_representation(
     variant: str,
     encoded_train: np.ndarray,
@@ -702,7 +693,9 @@ def search_representation(
     if len(fitted) == 1 and len(C_grid) == 1:
         (rep,) = fitted.values()
         return SearchResult(variant, rep, C_grid[0], [], time.perf_counter() - start)
-    classifiers = _screening_classifiers(C_grid, len(split.y_train), selection.select_by)
+    screen = functools.partial(fit_screening_classifier, scoring=selection.select_by)
+    C_screened = C_values(C_grid, len(split.y_train))
+    classifiers = {f"logreg_tuned@C={c:g}": functools.partial(screen, C=c) for c in C_screened}
     points = []
     for k, rep in fitted.items():
         lambdas = coarse_lambdas(representation.lambdas) if rep.supports_tradeoff else [None]
