@@ -829,13 +829,8 @@ def _metrics(choice: Choice, reported, representations, timings) -> dict[str, fl
     for name in ("majority", "pca"):
         for part in ("validation", "test"):
             values = reported.get(name, {}).get(part, {})
-            metrics.update(
-                {
-                    f"baseline.{name}.{part}.{k}": v
-                    for k, v in values.items()
-                    if k.startswith(HEADLINE_METRICS)
-                }
-            )
+            headline = {k: v for k, v in values.items() if k.startswith(HEADLINE_METRICS)}
+            metrics.update({f"baseline.{name}.{part}.{k}": v for k, v in headline.items()})
     for variant, rep in representations.items():
         metrics.update({f"{variant}/{key}": value for key, value in rep.facts.items()})
     metrics.update(timings)

@@ -840,14 +840,9 @@ def choose(
         "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
+    decision = decision.adding(*notes)
     return Choice(
-        chosen,
-        decision.adding(*notes),
-        eligibility,
-        policy,
-        majority_accuracy,
-        best_pca(table),
-        certified,
+        chosen, decision, eligibility, policy, majority_accuracy, best_pca(table), certified
     )
 
 
