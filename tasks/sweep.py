@@ -594,7 +594,21 @@ def sweep_representation(
     return result
 
 
+def _one_blas_thread(function: Callable) -> Callable:
+    """``function`` run with one BLAS thread: the task runner runs the variants' stages side
+    by side (two sweeps with one BLAS thread each: 3x faster fits on 2 busy cores than
+    oversubscribed)."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with threadpool_limits(limits=1):
+            return function(*args, **kwargs)
+
+    return run
+
+
 @task(name="lambda-sweep", cache_policy=NO_CACHE, task_run_name="sweep-{variant}")
+@_one_blas_thread
 def lambda_sweep(
     variant: str,
     rep: FittedRepresentation,
@@ -618,14 +632,11 @@ def lambda_sweep(
     def progress(_variant: str, done: int, total: int) -> None:
         update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
 
-    # Two sweeps run side by side on the task runner's threads: one BLAS thread each avoids
-    # oversubscribing the cores (3x faster fits on 2 busy cores).
-    with threadpool_limits(limits=1):
-        return sweep_representation(
-            rep, encoded_train, encoded_validation, split, representation, evaluation, seed,
-            sigma, progress, C=C, scoring=scoring, lambdas=lambdas, policy=policy,
-            C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
-        )  # fmt: skip
+    return sweep_representation(
+        rep, encoded_train, encoded_validation, split, representation, evaluation, seed,
+        sigma, progress, C=C, scoring=scoring, lambdas=lambdas, policy=policy,
+        C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
+    )  # fmt: skip
 
 
 # ---- the search: k and C per variant (coarse), then the lambda sweep (fine) ---------------------
@@ -716,18 +727,6 @@ def search_representation(
     return SearchResult(variant, fitted[int(best["k"])], C, points, seconds, lambdas)
 
 
-def _one_blas_thread(function: Callable) -> Callable:
-    """``function`` run with one BLAS thread: the task runner runs the variants' stages side
-    by side."""
-
-    @functools.wraps(function)
-    def run(*args, **kwargs):
-        with threadpool_limits(limits=1):
-            return function(*args, **kwargs)
-
-    return run
-
-
 # The Prefect task of :func:`search_representation` (one BLAS thread).
 search_variant = task(
     _one_blas_thread(search_representation),
@@ -759,6 +758,7 @@ FLOAT32_REFIT_ABOVE_BYTES = 200_000_000
 
 
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
+@_one_blas_thread
 def refit_shortlist(
     variant: str,
     candidates: list[dict[str, Any]],
@@ -779,29 +779,26 @@ def refit_shortlist(
     Returns the representation and a :class:`SweepResult` whose ``lambda_index`` numbers the
     candidates (what :func:`fairpca.tasks.evaluate.build_pipeline` looks up)."""
     start = time.perf_counter()
-    with threadpool_limits(limits=1):
-        rep = fit_representation.fn(
-            variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
-            equalize_covariance=searched.facts.get(
-                "equalize_covariance", representation.equalize_covariance
-            ),
-            seed=seed,
+    equalize = searched.facts.get("equalize_covariance", representation.equalize_covariance)
+    rep = fit_representation.fn(
+        variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
+        equalize_covariance=equalize, seed=seed,
+    )  # fmt: skip
+    result, policy = SweepResult(variant), GatePolicy.from_config(selection)
+    float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
+    for index, row in enumerate(candidates):
+        lam = row.get("lambda")
+        one = sweep_representation(
+            rep, *encoded, split, representation,
+            evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
+            C=_given_C(row, C), scoring=selection.select_by,
+            lambdas=[float(lam)] if rep.supports_tradeoff else None,
+            policy=policy, train_dtype=np.float32 if float32 else np.float64,
         )  # fmt: skip
-        result, policy = SweepResult(variant), GatePolicy.from_config(selection)
-        float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
-        for index, row in enumerate(candidates):
-            lam = row.get("lambda")
-            one = sweep_representation(
-                rep, *encoded, split, representation,
-                evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
-                C=_given_C(row, C), scoring=selection.select_by,
-                lambdas=[float(lam)] if rep.supports_tradeoff else None,
-                policy=policy, train_dtype=np.float32 if float32 else np.float64,
-            )  # fmt: skip
-            (measured,) = one.rows
-            result.rows.append({**measured, "lambda_index": index})
-            fitted = one.classifiers[classifier_key(measured)]
-            result.classifiers[classifier_key(result.rows[-1])] = fitted
+        (measured,) = one.rows
+        result.rows.append({**measured, "lambda_index": index})
+        fitted = one.classifiers[classifier_key(measured)]
+        result.classifiers[classifier_key(result.rows[-1])] = fitted
     result.seconds = time.perf_counter() - start
     return rep, result
 
