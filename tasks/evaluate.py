@@ -31,12 +31,11 @@ def classifier_metrics(
     *,
     min_group_size: int = fm.MIN_GROUP_SIZE_FLOOR,
     allow_small_groups: bool = False,
-    y_score: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Every metric of :meth:`fairpca.metrics.FairnessReport.as_metrics`, as defined once in
-    :func:`fairpca.metrics.group_fairness`: accuracy, balanced accuracy, ROC AUC (with
-    ``y_score``), positive rate, base rate, one-class share, the differences and the
-    selection-rate ratio (worst attribute; per attribute; intersection) and per-group rates.
+    :func:`fairpca.metrics.group_fairness`: accuracy, balanced accuracy, positive rate,
+    base rate, one-class share, the differences and the selection-rate ratio (worst
+    attribute; per attribute; intersection) and per-group rates.
 
     Groups with fewer than ``min_group_size`` rows are suppressed (not in any number);
     ``min_group_size`` below ``fairpca.metrics.MIN_GROUP_SIZE_FLOOR`` needs
@@ -48,7 +47,6 @@ def classifier_metrics(
         sensitive_features,
         min_group_size=min_group_size,
         allow_small_groups=allow_small_groups,
-        y_score=y_score,
     )
     return {key: float(value) for key, value in report.as_metrics().items()}
 
@@ -61,7 +59,6 @@ def metrics_with_intervals(
     min_group_size: int,
     n_resamples: int,
     seed: int,
-    y_score: np.ndarray | None = None,
     allow_small_groups: bool = False,
     pos_label: Any = 1,
 ) -> dict[str, float]:
@@ -83,7 +80,6 @@ def metrics_with_intervals(
         n_resamples=n_resamples,
         confidence=0.95,
         seed=seed,
-        y_score=y_score,
     )
     return metrics
 
