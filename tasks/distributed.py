@@ -37,7 +37,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -537,7 +537,7 @@ def _fit_representations(files, spec: RowSpec, preprocessor, grid: list[int]) ->
     return fitted
 
 
-def _train(files, spec: RowSpec, preprocessor, representations: dict, C_grid, n_train: int):
+def _train(files, spec: RowSpec, preprocessor, projections: dict, C_grid, n_train: int):
     """Every (k, C) classifier, trained by ``partial_fit`` over the partitions in order.
 
     ``SGDClassifier`` minimises ``mean(log loss) + alpha / 2 * ||w||^2``; logistic
@@ -549,10 +549,9 @@ def _train(files, spec: RowSpec, preprocessor, representations: dict, C_grid, n_
 
     state = {
         (k, C): SGDClassifier(loss="log_loss", alpha=1.0 / (C * n_train), random_state=spec.seed)
-        for k in representations
+        for k in projections
         for C in C_grid
     }
-    projections = {k: rep.estimator for k, rep in representations.items()}
     step = dask.delayed(_train_step, pure=True)
     for epoch in range(EPOCHS):  # a chain of tasks: each one's models feed the next
         for index, file in enumerate(files):
@@ -586,10 +585,10 @@ def _passes(files: list[Path], config) -> Passes:
     n_train = int(sizes.loc[sizes["part"] == PART_CODES["train"], "rows"].sum())
     # the in-memory audit's default grid: the paper's C = 1 / (2 n 0.01), and 1
     C_grid = config.evaluation.logreg_C or [1.0 / (2 * n_train * 0.01), 1.0]
-    models = _train(files, spec, preprocessor, representations, C_grid, n_train)
+    projections = {k: rep.estimator for k, rep in representations.items()}
+    models = _train(files, spec, preprocessor, projections, C_grid, n_train)
     clock["time_train_s"] = time.perf_counter() - tick
     tick = time.perf_counter()
-    projections = {k: rep.estimator for k, rep in representations.items()}
     parts = _per_file(_count_cells, files, spec, preprocessor, projections, models)
     keys = ["candidate", "part", *spec.sensitive]
     cells = pd.concat(parts, ignore_index=True).groupby(keys, sort=False)[list(CELLS)].sum()
@@ -614,12 +613,10 @@ class PartitionAudit:
 
 
 def _measured(counts: pd.DataFrame, spec: RowSpec, config) -> dict[str, float]:
-    evaluation = config.evaluation
-    return counts_metrics(
-        counts, list(spec.sensitive), min_group_size=evaluation.min_group_size,
-        n_resamples=evaluation.n_bootstrap, seed=config.seed,
-        allow_small_groups=evaluation.allow_small_groups,
-    )  # fmt: skip
+    from fairpca.tasks.evaluate import metric_options
+
+    options = metric_options(config.evaluation, config.seed)
+    return counts_metrics(counts, list(spec.sensitive), **options)
 
 
 def _candidates(passes: Passes, config) -> pd.DataFrame:
@@ -646,14 +643,6 @@ def _choose(passes: Passes, config, table: pd.DataFrame):
     chosen_by = f"the {y_validation.size} validation rows (Dask partitions)"
     return choose(table, np.array([passes.majority]), y_validation, config.selection,
                   chosen_by=chosen_by)  # fmt: skip
-
-
-def _champion_metrics(champion, passes: Passes, config) -> dict[str, float]:
-    """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
-    parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
-    keys = list(passes.spec.sensitive)
-    counts = pd.concat(parts).groupby(keys, sort=False)[list(CELLS)].sum().reset_index()
-    return _measured(counts, passes.spec, config)
 
 
 def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
@@ -685,14 +674,18 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
                      run={"kind": kind, "started_at": started_at, "tags": tags})  # fmt: skip
 
     def score(champion) -> dict[str, float]:
-        return _champion_metrics(champion, passes, config)
+        """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
+        parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
+        keys = list(passes.spec.sensitive)
+        counts = pd.concat(parts).groupby(keys, sort=False)[list(CELLS)].sum().reset_index()
+        return _measured(counts, passes.spec, config)
 
     return PartitionAudit(record, table, pipeline, score)
 
 
 def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
     """Published rows per group (the library's release rule, applied to the counts)."""
-    from fairpca.tasks.record import WITHHELD
+    from fairpca.tasks.record import with_withheld
 
     sizes = passes.sizes if parts is None else passes.sizes[passes.sizes["part"].isin(parts)]
     sensitive = list(passes.spec.sensitive)
@@ -701,65 +694,23 @@ def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
     _, report = released_problem(
         cells, sensitive, evaluation.min_group_size, evaluation.allow_small_groups
     )
-    out = {}
-    for attribute in sensitive:
-        published = report.attributes[attribute].group_size
-        out[attribute] = {str(k): int(v) for k, v in published.items()}
-        withheld = cells[attribute].nunique() - len(published)
-        if withheld:
-            out[attribute][WITHHELD] = (
-                f"{withheld} group(s), suppressed: fewer than {evaluation.min_group_size} of "
-                "these rows, or hidden so that a suppressed group's size cannot be recovered"
-            )
-    return out
+    published = {attribute: report.attributes[attribute].group_size for attribute in sensitive}
+    withheld = {
+        attribute: cells[attribute].nunique() - len(published[attribute]) for attribute in sensitive
+    }
+    return with_withheld(published, withheld, evaluation.min_group_size)
 
 
-def _provenance(config, files: list[Path]) -> dict:
-    """The definition, the files' SHA-256s (named relative to their common folder) and the
-    code version."""
-    from fairpca.tasks.record import code_version, definition_of
+def _data_source(config, files: list[Path]) -> dict:
+    """The files' SHA-256s, named relative to their common folder."""
     from fairpca.tasks.trust import sha256_file
 
     root = Path(os.path.commonpath([f.parent for f in files]))
     return {
-        "definition": definition_of(config.source),
-        "data_source": {
-            "kind": "file",
-            "name": Path(config.source.data).name,
-            "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files},
-        },
-        "code_version": code_version(),
+        "kind": "file",
+        "name": Path(config.source.data).name,
+        "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files},
     }
-
-
-def _selection(config, passes: Passes, choice, reported) -> dict:
-    """The record's ``selection``, as the in-memory audit's, with sizes from the counts."""
-    from fairpca.tasks.record import unjudged_groups, withheld_groups
-    from fairpca.tasks.select import candidate_name
-
-    chosen, evaluation = choice.chosen, config.evaluation
-    test_sizes = _group_sizes(passes, evaluation, parts=[PART_CODES["test"]])
-    sizes = _group_sizes(passes, evaluation)
-    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
-    unjudged = unjudged_groups(sizes, reported["chosen"]["validation"], split,
-                               evaluation.min_group_size)  # fmt: skip
-    return {
-        "chosen": {"variant": "fair_pca", "classifier": CLASSIFIER, "lambda": None,
-                   "name": candidate_name(chosen), "k": int(chosen["k"]),
-                   "C": float(chosen["C"])},
-        "gate": config.selection.gate,
-        "decision": choice.decision.as_dict(),
-        "validation": reported["chosen"]["validation"],
-        "test": reported["chosen"]["test"],
-        "baselines": {"majority": reported["majority"]},
-        "split": split,
-        "group_sizes": sizes,
-        "test_group_sizes": test_sizes,
-        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"],
-                                    evaluation.min_group_size),
-        "chosen_by": choice.certification["chosen_by"],
-        "warnings": unjudged,  # what the route leaves out is the record's "skipped"
-    }  # fmt: skip
 
 
 def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, table, *,
@@ -773,12 +724,12 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         AuditRecord,
         _k_record,
         _metrics,
+        _run_fields,
+        _selection,
         candidate_summary,
-        chosen_metrics,
-        resolved_model_name,
+        provenance,
     )
     from fairpca.tasks.report import write_matrices
-    from fairpca.tasks.select import candidate_name
     from fairpca.tasks.trust import model_digest, sha256_file
 
     min_count = config.representation.min_category_count
@@ -787,31 +738,19 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
     chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
-    name, run_name = candidate_name(choice.chosen), Path(out_dir).name
-    sensitive = list(passes.spec.sensitive)
+    split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
+    test = [PART_CODES["test"]]
+    sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
     return AuditRecord(
-        audit_id=run_name, run_name=run_name, kind=run["kind"],
-        experiment_name=config.tracking.experiment_name,
-        model_name=resolved_model_name(config.source, config.tracking.model_name),
-        champion_alias=config.tracking.champion_alias,
-        register_model=config.tracking.register_model and choice.eligible,
-        mlflow_retries=config.tracking.mlflow_retries,
-        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
-        started_at=run["started_at"], ended_at=datetime.now(UTC), sensitive=sensitive,
-        decision=choice.decision.as_dict(),
-        chosen=chosen_metrics(choice.chosen) | {"variant": "fair_pca", "classifier": CLASSIFIER},
-        selection=_selection(config, passes, choice, reported),
+        **_run_fields(config, choice, run["kind"], Path(out_dir).name, run["started_at"],
+                      passes.spec.sensitive, {"fairpca.route": "dask", **run["tags"]}),
+        selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
         params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
         metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],
-        tags={"fairpca.audit_id": run_name, "fairpca.source": config.source.name,
-              "fairpca.sensitive": ",".join(sensitive), "fairpca.chosen": name,
-              "fairpca.gate": config.selection.gate, "fairpca.route": "dask", **run["tags"]},
-        model_tags={"fairness.chosen": name, "fairpca.audit_id": run_name,
-                    **choice.policy.tags()},
-        hashes=write_matrices(out_dir, chosen), provenance=_provenance(config, passes.files),
-        policy=choice.policy.record(), eligibility=choice.eligibility, references=[],
-        k=_k_record(passes.k_record, choice.chosen, None), certification=choice.certification,
-        split_sizes={part: passes.rows_of(part) for part in PART_CODES},
+        hashes=write_matrices(out_dir, chosen),
+        provenance=provenance(config.source, _data_source(config, passes.files)),
+        references=[], k=_k_record(passes.k_record, choice.chosen, None),
+        split_sizes=split_sizes,
         candidates=candidate_summary(table, choice),
         skipped=dict(SKIPPED),
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),

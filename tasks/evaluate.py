@@ -31,12 +31,11 @@ def classifier_metrics(
     *,
     min_group_size: int = fm.MIN_GROUP_SIZE_FLOOR,
     allow_small_groups: bool = False,
-    y_score: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Every metric of :meth:`fairpca.metrics.FairnessReport.as_metrics`, as defined once in
-    :func:`fairpca.metrics.group_fairness`: accuracy, balanced accuracy, ROC AUC (with
-    ``y_score``), positive rate, base rate, one-class share, the differences and the
-    selection-rate ratio (worst attribute; per attribute; intersection) and per-group rates.
+    :func:`fairpca.metrics.group_fairness`: accuracy, balanced accuracy, positive rate,
+    base rate, one-class share, the differences and the selection-rate ratio (worst
+    attribute; per attribute; intersection) and per-group rates.
 
     Groups with fewer than ``min_group_size`` rows are suppressed (not in any number);
     ``min_group_size`` below ``fairpca.metrics.MIN_GROUP_SIZE_FLOOR`` needs
@@ -48,7 +47,6 @@ def classifier_metrics(
         sensitive_features,
         min_group_size=min_group_size,
         allow_small_groups=allow_small_groups,
-        y_score=y_score,
     )
     return {key: float(value) for key, value in report.as_metrics().items()}
 
@@ -61,7 +59,6 @@ def metrics_with_intervals(
     min_group_size: int,
     n_resamples: int,
     seed: int,
-    y_score: np.ndarray | None = None,
     allow_small_groups: bool = False,
     pos_label: Any = 1,
 ) -> dict[str, float]:
@@ -83,7 +80,6 @@ def metrics_with_intervals(
         n_resamples=n_resamples,
         confidence=0.95,
         seed=seed,
-        y_score=y_score,
     )
     return metrics
 
@@ -117,11 +113,6 @@ GATED_RATES = {
     "eo_difference": ("tpr", 1),
     "equalized_odds_difference": ("tpr_fpr", None),
 }
-
-
-def _rates(hits: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    # (hits + 1/2) / (rows + 1): a rate of 0 or 1 still has a positive variance
-    return (hits + 0.5) / (rows + 1.0)
 
 
 def extreme_pair(rate: np.ndarray, rows: np.ndarray, *, ratio: bool, clipped=None) -> tuple:
@@ -180,7 +171,8 @@ def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[f
         rows = np.bincount(codes[mask], minlength=n_groups).astype(float)
         hits = np.bincount(codes[mask], weights=y_pred[mask], minlength=n_groups)
         keep = rows >= min_group_size
-        return _rates(hits[keep], rows[keep]), rows[keep]
+        # (hits + 1/2) / (rows + 1): a rate of 0 or 1 still has a positive variance
+        return (hits[keep] + 0.5) / (rows[keep] + 1.0), rows[keep]
 
     def pair(rate: np.ndarray, rows: np.ndarray, ratio: bool = False) -> tuple[float, float]:
         return extreme_pair(rate, rows, ratio=ratio) if len(rate) >= 2 else (math.nan, math.nan)

@@ -440,11 +440,12 @@ def resolved_model_name(source, model_name: str | None = None) -> str:
     return model_name or registered_model_name(definition_of(source))
 
 
-def provenance(source) -> dict[str, Any]:
-    """What the manifest records for the card: definition, data source, code version."""
+def provenance(source, data_source: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What the manifest records for the card: definition, data source (default:
+    :func:`data_source_facts`), code version."""
     return {
         "definition": definition_of(source),
-        "data_source": data_source_facts(source),
+        "data_source": data_source or data_source_facts(source),
         "code_version": code_version(),
     }
 
@@ -580,13 +581,18 @@ def group_sizes(
         frame.astype(str), min_group_size=min_group_size, allow_small_groups=allow_small_groups
     )
     where = "these rows" if len(parts) > 1 else f"the {parts[0]} rows"
-    out: dict[str, dict[str, int | str]] = {}
-    for column, published in sizes.items():
-        out[column] = dict(published)
-        if withheld[column]:
+    return with_withheld(sizes, withheld, min_group_size, where)
+
+
+def with_withheld(sizes, withheld, min_group_size: int, where: str = "these rows") -> dict:
+    """The rows per published group of each attribute (``sizes``) and, where the attribute
+    has ``withheld`` groups (their number), one unnamed entry saying how many and why."""
+    out = {column: {str(g): int(n) for g, n in groups.items()} for column, groups in sizes.items()}
+    for column, count in withheld.items():
+        if count:
             out[column][WITHHELD] = (
-                f"{withheld[column]} group(s), suppressed: fewer than {min_group_size} of "
-                f"{where}, or hidden so that a suppressed group's size cannot be recovered"
+                f"{count} group(s), suppressed: fewer than {min_group_size} of {where}, or "
+                "hidden so that a suppressed group's size cannot be recovered"
             )
     return out
 
@@ -751,14 +757,6 @@ SUMMARY_COLUMNS = (
 )
 
 
-def searched_rows(table: pd.DataFrame) -> int | None:
-    """How many validation rows measured the search's candidates (``validation_rows`` of the
-    table; None when the table does not say)."""
-    if "validation_rows" not in table or not table["validation_rows"].notna().any():
-        return None
-    return int(table["validation_rows"].max())
-
-
 def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any]]:
     """Rows a reader compares, all on validation rows: the majority-class baseline, the
     unconstrained PCA baseline, the chosen candidate, then per variant and classifier the
@@ -785,12 +783,13 @@ def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any
     return json.loads(frame.to_json(orient="records"))
 
 
-def _selection(config, split, choice: Choice, reported, diagnostics) -> Selection:
-    """The audit's result (``audit.json["selection"]``); ``baselines["pca"]`` only when the
-    audit fitted standard PCA."""
-    chosen, evaluation = choice.chosen, config.evaluation
-    sizes = (evaluation.min_group_size, evaluation.allow_small_groups)
-    test_sizes = group_sizes(split, *sizes, parts=("test",))
+def _selection(config, choice: Choice, reported, diagnostics, rows: dict[str, int], sizes,
+               test_sizes) -> Selection:  # fmt: skip
+    """The audit's result (``audit.json["selection"]``) from the rows per part (``rows``) and
+    the published rows per group over every part and over the test part (``sizes``,
+    ``test_sizes``); ``baselines["pca"]`` only when the audit fitted standard PCA."""
+    chosen, min_group_size = choice.chosen, config.evaluation.min_group_size
+    split = {f"n_{part}": n for part, n in rows.items()}
     record = {
         "chosen": {
             "variant": chosen["variant"],
@@ -805,17 +804,17 @@ def _selection(config, split, choice: Choice, reported, diagnostics) -> Selectio
         "validation": reported["chosen"]["validation"],
         "test": reported["chosen"]["test"],
         "baselines": {"majority": reported["majority"]},
-        "split": {f"n_{part}": len(getattr(split, f"y_{part}")) for part in PARTS},
-        "group_sizes": group_sizes(split, *sizes),
+        "split": split,
+        "group_sizes": sizes,
         "test_group_sizes": test_sizes,
-        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], sizes[0]),
+        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], min_group_size),
         "chosen_by": choice.certification["chosen_by"],
         "diagnostics": diagnostics.get("representations", {}),
+        "warnings": [
+            *unjudged_groups(sizes, reported["chosen"]["validation"], split, min_group_size),
+            *diagnostics.get("warnings", []),
+        ],
     }
-    record["warnings"] = [
-        *unjudged_groups(record["group_sizes"], record["validation"], record["split"], sizes[0]),
-        *diagnostics.get("warnings", []),
-    ]
     if choice.pca_row is not None and "pca" in reported:
         record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
@@ -830,17 +829,52 @@ def _metrics(choice: Choice, reported, representations, timings) -> dict[str, fl
     for name in ("majority", "pca"):
         for part in ("validation", "test"):
             values = reported.get(name, {}).get(part, {})
-            metrics.update(
-                {
-                    f"baseline.{name}.{part}.{k}": v
-                    for k, v in values.items()
-                    if k.startswith(HEADLINE_METRICS)
-                }
-            )
+            headline = {k: v for k, v in values.items() if k.startswith(HEADLINE_METRICS)}
+            metrics.update({f"baseline.{name}.{part}.{k}": v for k, v in headline.items()})
     for variant, rep in representations.items():
         metrics.update({f"{variant}/{key}": value for key, value in rep.facts.items()})
     metrics.update(timings)
     return {k: float(v) for k, v in metrics.items() if _finite(v)}
+
+
+def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: datetime,
+               sensitive: Sequence[str], tags: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """The fields of an :class:`AuditRecord` that the config, the choice and the run give,
+    whichever route measured the candidates (``tags``: the flow's, after the record's own)."""
+    tracking, chosen_name = config.tracking, candidate_name(choice.chosen)
+    return {
+        "audit_id": run_name,
+        "run_name": run_name,
+        "kind": kind,
+        "experiment_name": tracking.experiment_name,
+        "model_name": resolved_model_name(config.source, tracking.model_name),
+        "champion_alias": tracking.champion_alias,
+        "register_model": tracking.register_model and choice.eligible,
+        "mlflow_retries": tracking.mlflow_retries,
+        "mlflow_retry_backoff": tracking.mlflow_retry_backoff,
+        "started_at": started_at,
+        "ended_at": datetime.now(UTC),
+        "sensitive": list(sensitive),
+        "decision": choice.decision.as_dict(),
+        "chosen": chosen_metrics(choice.chosen)
+        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
+        "tags": {
+            "fairpca.audit_id": run_name,
+            "fairpca.source": config.source.name,
+            "fairpca.sensitive": ",".join(sensitive),
+            "fairpca.chosen": chosen_name,
+            "fairpca.gate": config.selection.gate,
+            **tags,
+        },
+        "model_tags": {
+            "fairness.chosen": chosen_name,
+            "fairpca.audit_id": run_name,
+            **choice.policy.tags(),
+        },
+        "policy": choice.policy.record(),
+        "eligibility": choice.eligibility,
+        "certification": choice.certification,
+    }
 
 
 def build_record(
@@ -867,46 +901,19 @@ def build_record(
     parity_gap: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """The one record of an audit, built once from its stages; every reader reads it."""
-    name = resolved_model_name(config.source, config.tracking.model_name)
-    decision = choice.decision.as_dict()
-    chosen_name = candidate_name(choice.chosen)
+    groups = (config.evaluation.min_group_size, config.evaluation.allow_small_groups)
+    rows = {part: len(getattr(split, f"y_{part}")) for part in PARTS}
+    sizes = (group_sizes(split, *groups), group_sizes(split, *groups, parts=("test",)))
+    # the validation rows the search measured its candidates on (NaN: the table does not say)
+    searched = table.get("validation_rows", pd.Series(dtype=float)).max()
     return AuditRecord(
-        audit_id=run_name,
-        run_name=run_name,
-        kind=kind,
-        experiment_name=config.tracking.experiment_name,
-        model_name=name,
-        champion_alias=config.tracking.champion_alias,
-        register_model=config.tracking.register_model and choice.eligible,
-        mlflow_retries=config.tracking.mlflow_retries,
-        mlflow_retry_backoff=config.tracking.mlflow_retry_backoff,
-        started_at=started_at,
-        ended_at=datetime.now(UTC),
-        sensitive=list(split.s_train.columns),
-        decision=decision,
-        chosen=chosen_metrics(choice.chosen)
-        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
-        selection=_selection(config, split, choice, reported, diagnostics),
+        **_run_fields(config, choice, kind, run_name, started_at, split.s_train.columns, tags),
+        selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
         params=config.flat_params(),
         metrics=_metrics(choice, reported, representations, timings),
         metric_steps=metric_steps(table),
-        tags={
-            "fairpca.audit_id": run_name,
-            "fairpca.source": config.source.name,
-            "fairpca.sensitive": ",".join(split.s_train.columns),
-            "fairpca.chosen": chosen_name,
-            "fairpca.gate": config.selection.gate,
-            **tags,
-        },
-        model_tags={
-            "fairness.chosen": chosen_name,
-            "fairpca.audit_id": run_name,
-            **choice.policy.tags(),
-        },
         hashes=hashes,
         provenance=provenance(config.source),
-        policy=choice.policy.record(),
-        eligibility=choice.eligibility,
         references=[
             {key: r[key] for key in REFERENCE_KEYS if key in r}
             for r in references
@@ -915,10 +922,9 @@ def build_record(
         screening=split.screening,
         k=_k_record(k_record, choice.chosen, frontier),
         frontier=frontier or None,
-        certification=choice.certification,
-        split_sizes={part: len(getattr(split, f"y_{part}")) for part in PARTS},
+        split_sizes=rows,
         candidates=candidate_summary(table, choice),
-        searched_validation_rows=searched_rows(table),
+        searched_validation_rows=None if pd.isna(searched) else int(searched),
         cells_not_judged=(choice.policy.judged_cells(choice.chosen) or ([], None))[1] or None,
         skipped=skipped or None,
         model_sha256=model_sha256,

@@ -139,10 +139,7 @@ def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, pari
     # less time per fit on Adult's rows; its rows x columns work array is bounded by the cap.
     learner = LogisticRegression(C=C, solver="newton-cholesky", max_iter=1000)
     model = ExponentiatedGradient(
-        learner,
-        constraints=constraint,
-        objective=ErrorRate(costs=costs),
-        max_iter=EG_MAX_ITER,
+        learner, constraints=constraint, objective=ErrorRate(costs=costs), max_iter=EG_MAX_ITER
     ).fit(features, y, sensitive_features=_groups(sensitive))
     return lambda F, s: model.predict(F, random_state=seed)
 

@@ -144,11 +144,9 @@ class GatePolicy:
         """One sentence a reviewer can read."""
         where = "the 95% interval bound" if self.bound == "upper_bound" else "the point estimate"
         parts = []
-        for key in self.criteria:
-            criterion = CRITERIA[key]
+        for criterion, limit in self.limits():
             sign = ">=" if criterion.larger_is_fairer else "<="
             point = " (point estimate, as the rule is defined)" if criterion.point_rule else ""
-            limit = self.thresholds[criterion.threshold]
             parts.append(f"{criterion.label} {sign} {limit:g}{point}")
         parts.append(f"accuracy >= {self.thresholds.get('min_accuracy', 0.0):g}")
         return (
@@ -170,6 +168,10 @@ class GatePolicy:
         value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds)}
         return {POLICY_TAG: json.dumps(value, sort_keys=True)}
 
+    def limits(self) -> list[tuple[Criterion, float]]:
+        """Each gated criterion with its threshold, in the canonical order."""
+        return [(CRITERIA[key], self.thresholds[CRITERIA[key].threshold]) for key in self.criteria]
+
     def _scopes(self, metrics: Mapping[str, Any]) -> list[str]:
         several = any(str(key).endswith(INTERSECTION) for key in metrics)
         return ["", INTERSECTION] if several else [""]
@@ -178,11 +180,9 @@ class GatePolicy:
         """The narrowest band of a rate the policy tells apart, at an overall selection rate
         ``rate``: a difference's limit, or for the four-fifths rule the gap ``(1 - ratio)
         rate`` between two rates at the limit."""
-        bands = []
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
-            bands.append((1.0 - limit) * rate if criterion.larger_is_fairer else limit)
+        bands = [
+            (1.0 - limit) * rate if c.larger_is_fairer else limit for c, limit in self.limits()
+        ]
         bands = [b for b in bands if b > 0]
         return min(bands) if bands else math.inf
 
@@ -245,9 +245,7 @@ class GatePolicy:
         """``(criterion, limit, scope, value)`` of every measure the policy gates, for the
         worst attribute and, with several, their intersection (:meth:`_bound`); the value of
         an undefined intersection (too few large groups) is NaN: ungated."""
-        for key in self.criteria:
-            criterion = CRITERIA[key]
-            limit = self.thresholds[criterion.threshold]
+        for criterion, limit in self.limits():
             for scope in self._scopes(metrics):
                 yield criterion, limit, scope, self._bound(criterion, metrics, scope)
 
@@ -258,10 +256,9 @@ class GatePolicy:
         for criterion, limit, scope, value in self._gated(metrics):
             if (scope and math.isnan(value)) or criterion.meets(value, limit):
                 continue  # met, or too few large intersection groups: reported as ungated
-            where = " of the intersection" if scope else ""
             if math.isnan(value):
                 failures.append(
-                    f"{criterion.label}{where} is undefined (fewer than two groups large "
+                    f"{criterion.label}{_where(scope)} is undefined (fewer than two groups large "
                     "enough to compare)"
                 )
                 continue
@@ -269,7 +266,7 @@ class GatePolicy:
             side = "lower" if criterion.larger_is_fairer else "upper"
             label = f" (95% {side} bound)" if bounded else ""
             sign = "< min" if criterion.larger_is_fairer else "> max"
-            failures.append(f"{criterion.label}{where}{label} {value:.4f} {sign} {limit:g}")
+            failures.append(f"{criterion.label}{_where(scope)}{label} {value:.4f} {sign} {limit:g}")
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
@@ -324,11 +321,9 @@ class GatePolicy:
                 continue  # not gated here (reported above) or not recorded there
             if mine != theirs and criterion.meets(theirs, mine):  # theirs is on the fair side
                 reasons.append(f"{criterion.threshold} {mine:g} is laxer than {theirs:g}")
-        if self.thresholds.get("min_accuracy", 0.0) < other.thresholds.get("min_accuracy", 0.0):
-            reasons.append(
-                f"min_accuracy {self.thresholds.get('min_accuracy', 0.0):g} is laxer than "
-                f"{other.thresholds.get('min_accuracy', 0.0):g}"
-            )
+        mine, theirs = (policy.thresholds.get("min_accuracy", 0.0) for policy in (self, other))
+        if mine < theirs:
+            reasons.append(f"min_accuracy {mine:g} is laxer than {theirs:g}")
         if self.bound == "point" and other.bound == "upper_bound":
             reasons.append("it judges point estimates, not the 95% interval bounds")
         return reasons
@@ -379,14 +374,15 @@ def candidate_name(row: dict[str, Any]) -> str:
 MIN_USEFUL_SHARE = 0.5
 
 
+ELIGIBILITY_RULES = (
+    "min_accuracy_gain", "min_balanced_accuracy_margin", "min_positive_rate_ratio",
+    "max_one_class_share",
+)  # fmt: skip
+
+
 def eligibility_rules(selection) -> dict[str, float]:
     """The eligibility rules of the config's selection section (``eligibility["rules"]``)."""
-    return {
-        "min_accuracy_gain": float(selection.min_accuracy_gain),
-        "min_balanced_accuracy_margin": float(selection.min_balanced_accuracy_margin),
-        "min_positive_rate_ratio": float(selection.min_positive_rate_ratio),
-        "max_one_class_share": float(selection.max_one_class_share),
-    }
+    return {rule: float(getattr(selection, rule)) for rule in ELIGIBILITY_RULES}
 
 
 def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:
@@ -507,9 +503,7 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
     """``(criterion, scope, estimate, standard error, limit)`` of every gated measure whose
     standard error the row holds (``<metric>.se``, ``<metric>.se.intersection``:
     :func:`fairpca.tasks.evaluate.gate_standard_errors`)."""
-    for key in policy.criteria:
-        criterion = CRITERIA[key]
-        limit = policy.thresholds[criterion.threshold]
+    for criterion, limit in policy.limits():
         for scope in policy._scopes(row):
             value = _value(row, f"{criterion.metric}{scope}")
             error = _value(row, f"{criterion.metric}.se{scope}")
@@ -846,14 +840,9 @@ def choose(
         "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
+    decision = decision.adding(*notes)
     return Choice(
-        chosen,
-        decision.adding(*notes),
-        eligibility,
-        policy,
-        majority_accuracy,
-        best_pca(table),
-        certified,
+        chosen, decision, eligibility, policy, majority_accuracy, best_pca(table), certified
     )
 
 

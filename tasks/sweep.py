@@ -54,7 +54,6 @@ from .evaluate import (
 from .represent import FittedRepresentation, fit_representation
 from .select import (
     COMPARED,
-    CRITERIA,
     INTERSECTION,
     MIN_USEFUL_SHARE,
     STABLE_Z,
@@ -230,9 +229,7 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     for measure, pairs in attributes.items():
         scopes[""][measure] = _worst(pairs, lowest=measure == "selection_rate_ratio")
     policy, meets = gate.policy, np.ones(len(labels), dtype=bool)
-    for key in policy.criteria:
-        criterion = CRITERIA[key]
-        limit = policy.thresholds[criterion.threshold]
+    for criterion, limit in policy.limits():
         if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
             continue  # always met
         z = STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
@@ -597,7 +594,21 @@ def sweep_representation(
     return result
 
 
+def _one_blas_thread(function: Callable) -> Callable:
+    """``function`` run with one BLAS thread: the task runner runs the variants' stages side
+    by side (two sweeps with one BLAS thread each: 3x faster fits on 2 busy cores than
+    oversubscribed)."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        with threadpool_limits(limits=1):
+            return function(*args, **kwargs)
+
+    return run
+
+
 @task(name="lambda-sweep", cache_policy=NO_CACHE, task_run_name="sweep-{variant}")
+@_one_blas_thread
 def lambda_sweep(
     variant: str,
     rep: FittedRepresentation,
@@ -621,14 +632,11 @@ def lambda_sweep(
     def progress(_variant: str, done: int, total: int) -> None:
         update_progress_artifact(artifact_id=artifact_id, progress=100.0 * done / total)
 
-    # Two sweeps run side by side on the task runner's threads: one BLAS thread each avoids
-    # oversubscribing the cores (3x faster fits on 2 busy cores).
-    with threadpool_limits(limits=1):
-        return sweep_representation(
-            rep, encoded_train, encoded_validation, split, representation, evaluation, seed,
-            sigma, progress, C=C, scoring=scoring, lambdas=lambdas, policy=policy,
-            C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
-        )  # fmt: skip
+    return sweep_representation(
+        rep, encoded_train, encoded_validation, split, representation, evaluation, seed,
+        sigma, progress, C=C, scoring=scoring, lambdas=lambdas, policy=policy,
+        C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
+    )  # fmt: skip
 
 
 # ---- the search: k and C per variant (coarse), then the lambda sweep (fine) ---------------------
@@ -665,15 +673,6 @@ def fine_lambdas(lambdas: Sequence[float], best: float | None) -> list[float] | 
     return [lam for lam in lambdas if low <= lam <= high]
 
 
-def _screening_classifiers(C_grid: Sequence[float | None], n_train: int, scoring: str) -> dict:
-    """``logreg_tuned@C=<c>`` for each C of the grid, as :func:`sweep_tradeoff` takes them."""
-
-    def fitter(strength: float):
-        return lambda F, y: fit_screening_classifier(F, y, strength, scoring)
-
-    return {f"logreg_tuned@C={c:g}": fitter(c) for c in C_values(C_grid, n_train)}
-
-
 def search_representation(
     variant: str,
     encoded_train: np.ndarray,
@@ -705,7 +704,9 @@ def search_representation(
     if len(fitted) == 1 and len(C_grid) == 1:
         (rep,) = fitted.values()
         return SearchResult(variant, rep, C_grid[0], [], time.perf_counter() - start)
-    classifiers = _screening_classifiers(C_grid, len(split.y_train), selection.select_by)
+    screen = functools.partial(fit_screening_classifier, scoring=selection.select_by)
+    C_screened = C_values(C_grid, len(split.y_train))
+    classifiers = {f"logreg_tuned@C={c:g}": functools.partial(screen, C=c) for c in C_screened}
     points = []
     for k, rep in fitted.items():
         lambdas = coarse_lambdas(representation.lambdas) if rep.supports_tradeoff else [None]
@@ -724,18 +725,6 @@ def search_representation(
     lambdas = fine_lambdas(representation.lambdas, best.get("lambda"))
     seconds = time.perf_counter() - start
     return SearchResult(variant, fitted[int(best["k"])], C, points, seconds, lambdas)
-
-
-def _one_blas_thread(function: Callable) -> Callable:
-    """``function`` run with one BLAS thread: the task runner runs the variants' stages side
-    by side."""
-
-    @functools.wraps(function)
-    def run(*args, **kwargs):
-        with threadpool_limits(limits=1):
-            return function(*args, **kwargs)
-
-    return run
 
 
 # The Prefect task of :func:`search_representation` (one BLAS thread).
@@ -769,6 +758,7 @@ FLOAT32_REFIT_ABOVE_BYTES = 200_000_000
 
 
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
+@_one_blas_thread
 def refit_shortlist(
     variant: str,
     candidates: list[dict[str, Any]],
@@ -789,29 +779,26 @@ def refit_shortlist(
     Returns the representation and a :class:`SweepResult` whose ``lambda_index`` numbers the
     candidates (what :func:`fairpca.tasks.evaluate.build_pipeline` looks up)."""
     start = time.perf_counter()
-    with threadpool_limits(limits=1):
-        rep = fit_representation.fn(
-            variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
-            equalize_covariance=searched.facts.get(
-                "equalize_covariance", representation.equalize_covariance
-            ),
-            seed=seed,
+    equalize = searched.facts.get("equalize_covariance", representation.equalize_covariance)
+    rep = fit_representation.fn(
+        variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
+        equalize_covariance=equalize, seed=seed,
+    )  # fmt: skip
+    result, policy = SweepResult(variant), GatePolicy.from_config(selection)
+    float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
+    for index, row in enumerate(candidates):
+        lam = row.get("lambda")
+        one = sweep_representation(
+            rep, *encoded, split, representation,
+            evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
+            C=_given_C(row, C), scoring=selection.select_by,
+            lambdas=[float(lam)] if rep.supports_tradeoff else None,
+            policy=policy, train_dtype=np.float32 if float32 else np.float64,
         )  # fmt: skip
-        result, policy = SweepResult(variant), GatePolicy.from_config(selection)
-        float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
-        for index, row in enumerate(candidates):
-            lam = row.get("lambda")
-            one = sweep_representation(
-                rep, *encoded, split, representation,
-                evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
-                C=_given_C(row, C), scoring=selection.select_by,
-                lambdas=[float(lam)] if rep.supports_tradeoff else None,
-                policy=policy, train_dtype=np.float32 if float32 else np.float64,
-            )  # fmt: skip
-            (measured,) = one.rows
-            result.rows.append({**measured, "lambda_index": index})
-            fitted = one.classifiers[classifier_key(measured)]
-            result.classifiers[classifier_key(result.rows[-1])] = fitted
+        (measured,) = one.rows
+        result.rows.append({**measured, "lambda_index": index})
+        fitted = one.classifiers[classifier_key(measured)]
+        result.classifiers[classifier_key(result.rows[-1])] = fitted
     result.seconds = time.perf_counter() - start
     return rep, result
 
@@ -850,13 +837,17 @@ def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selecti
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
         folds_of = list(splitter.split(Z, _strata(y, s)))
+    policy = GatePolicy.from_config(selection)
     for number, (train, held) in enumerate(folds_of):
+        gate = ThresholdGate(
+            policy, s.iloc[train].reset_index(drop=True), evaluation.min_group_size
+        )
         for (variant, k), members in by_rep.items():
             equalize = representations[variant].facts.get("equalize_covariance")
             try:
                 rep = fit_representation.fn(
-                    variant, Z[train], y[train], s.iloc[train].reset_index(drop=True), k=k,
-                    equalize_covariance=equalize, seed=seed,
+                    variant, Z[train], y[train], gate.groups, k=k, equalize_covariance=equalize,
+                    seed=seed,
                 )  # fmt: skip
             except ValueError:  # e.g. a group without positive rows in this fold (EO)
                 continue
@@ -866,10 +857,7 @@ def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selecti
                     rep.estimator.set_params(tradeoff=float(row["lambda"]))
                 classifier = fit_classifier(
                     row["classifier"], rep.estimator.transform(Z[train]), y[train], seed=seed,
-                    C=row.get("C"), scoring=selection.select_by, gate=ThresholdGate(
-                        GatePolicy.from_config(selection), s.iloc[train].reset_index(drop=True),
-                        evaluation.min_group_size,
-                    ),
+                    C=row.get("C"), scoring=selection.select_by, gate=gate,
                     max_rows=evaluation.svc_max_train_rows if row["classifier"] == "rbf_svc"
                     else None,
                 )  # fmt: skip
