@@ -83,12 +83,13 @@ from fairpca.tasks.registry import (
     TAMPERING_TAG,
     check_attested_pass,
     download_version,
+    metric_tags,
     model_versions,
     move_alias,
 )
 from fairpca.tasks.report import markdown_text, render_template
 from fairpca.tasks.select import GatePolicy as NamedPolicy
-from fairpca.tasks.select import gate_failures, ineligibility
+from fairpca.tasks.select import ineligibility
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
@@ -272,24 +273,17 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
         "one_class_share": metrics.get("one_class_share", math.nan),
         **metrics,
     }
-    reasons = ineligibility(row, majority, policy) + gate_failures(
-        row, NamedPolicy.from_config(policy)
-    )
+    reasons = ineligibility(row, majority, policy) + NamedPolicy.from_config(policy).failures(row)
     return (FAILED, reasons) if reasons else (PASSED, [])
 
 
 # ---- what the version receives -----------------------------------------------------------
 
 
-def _number(value: float) -> str:
-    return "nan" if value is None or math.isnan(value) else f"{value:.6f}"
-
-
 def _shown_metrics(metrics: dict[str, float]) -> list[str]:
     """The headline metrics and the per-attribute DP/EO differences present in ``metrics``."""
-    per_attribute = ("dp_difference.", "eo_difference.")
-    shown = [m for m in HEADLINE_METRICS if m in metrics]
-    shown += sorted(m for m in metrics if m.startswith(per_attribute))
+    per_attribute = sorted(m for m in metrics if m.startswith(("dp_difference.", "eo_difference.")))
+    shown = [m for m in [*HEADLINE_METRICS, *per_attribute] if m in metrics]
     return [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
 
 
@@ -314,10 +308,7 @@ def record_verdict(
     tags = {**(signed or {}), "fairness.gate.evaluated_at": now}
     tags[REASONS_TAG] = ("; ".join(reasons) or "all gate rules met")[:TAG_MAX_CHARS]
     shown = _shown_metrics(metrics)
-    for metric in shown:
-        for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
-            if key in metrics:
-                tags[f"fairness.gate.{key}"] = _number(metrics[key])
+    tags.update(metric_tags("fairness.gate.", metrics, shown))
     card = render_template("gate_card.md.j2", name=name, version=version, status=status,
                            now=now, reasons=reasons, metrics=metrics, shown=shown,
                            facts=facts)  # fmt: skip
@@ -408,7 +399,7 @@ def enforce_alias(
         )
     fallback = _last_attested_holder(client, tracking_uri, name, alias, version, digest, key)
     if pending:
-        return _wait_for_verdict(client, tracking_uri, policy, alias, version, fallback, key)
+        return _wait_for_verdict(client, tracking_uri, name, digest, alias, version, fallback, key)
     why, tampering = _refusal(client, name, version, refusal)
     if not move_alias(client, name, alias, fallback, holder=version):
         return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
@@ -437,16 +428,17 @@ def _pending(tags: dict[str, str]) -> bool:
     return ATTESTATION_TAG not in tags and tags.get(STATUS_TAG) in (None, PENDING)
 
 
-def _wait_for_verdict(client, tracking_uri, policy, alias, version, fallback, key) -> AliasCheck:
+def _wait_for_verdict(
+    client, tracking_uri, name, digest, alias, version, fallback, key
+) -> AliasCheck:
     """``alias`` on a version not judged yet: record the request, give the alias back to
     ``fallback`` (None: remove it), then check the version again, so a pass signed
     meanwhile (its gate run having looked for requests before this one was written) is
     granted here. Nothing is recorded on the version: waiting is no refusal."""
-    name = policy.model
     client.set_registered_model_tag(name, requested_tag(alias), f"{version}:{fallback or ''}")
     if not move_alias(client, name, alias, fallback, holder=version):
         return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
-    if _attested(client, tracking_uri, name, version, policy_digest(policy), key) is None:
+    if _attested(client, tracking_uri, name, version, digest, key) is None:
         move_alias(client, name, alias, version, holder=fallback)
         _drop_request(client, name, alias, version)
         return AliasCheck(False, f"alias {alias!r} on version {version}: its pass arrived")
@@ -529,10 +521,9 @@ def reconcile_aliases(
             continue
         changes += _judge_unjudged(client, tracking_uri, policy, versions)
         aliases = client.get_registered_model(name).aliases
-        for alias in policy.protected_aliases:
-            if alias not in aliases:
-                continue
-            checked += 1
+        held = [alias for alias in policy.protected_aliases if alias in aliases]
+        checked += len(held)
+        for alias in held:
             check = enforce_alias(client, tracking_uri, policy, alias, str(aliases[alias]), key)
             if check.changed:
                 changes.append(f"{name}: {check.message}")

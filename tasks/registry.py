@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,20 @@ class ModelDefinitionMismatch(ValueError):
 # ---- version tags ----------------------------------------------------------------------------
 
 EXTRA_TEST_TAGS = ("balanced_accuracy", "selection_rate_ratio")  # point values, when present
+INTERVAL_SUFFIXES = ("", ".ci95_low", ".ci95_high")
 
 
-def _tag_number(value: Any) -> str:
-    return f"{float(value):.6f}"
+def metric_tags(
+    prefix: str, values: Mapping[str, Any], metrics: Iterable[str], suffixes=INTERVAL_SUFFIXES
+) -> dict[str, str]:
+    """``{prefix + metric + suffix: value with six decimals}`` of each ``metric + suffix``
+    found in ``values`` (by default the metric and its 95% interval)."""
+    return {
+        f"{prefix}{metric}{suffix}": f"{float(values[metric + suffix]):.6f}"
+        for metric in metrics
+        for suffix in suffixes
+        if metric + suffix in values
+    }
 
 
 def fairness_tags(record: AuditRecord) -> dict[str, str]:
@@ -77,22 +88,13 @@ def fairness_tags(record: AuditRecord) -> dict[str, str]:
     measured them); the majority-class test accuracy. Everything else is in the card.
     """
     selection = record.selection
-    test = selection.test
-    tags = {
+    return {
         "fairness.sensitive_features": ",".join(record.sensitive),
         "fairness.gate": selection.gate,
+        **metric_tags("fairness.test.", selection.test, HEADLINE_METRICS),
+        **metric_tags("fairness.test.", selection.test, EXTRA_TEST_TAGS, ("",)),
+        **metric_tags("fairness.baseline.", selection.baselines.majority.test, ["accuracy"], ("",)),
     }
-    for metric in HEADLINE_METRICS:
-        for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
-            if key in test:
-                tags[f"fairness.test.{key}"] = _tag_number(test[key])
-    for metric in EXTRA_TEST_TAGS:
-        if metric in test:
-            tags[f"fairness.test.{metric}"] = _tag_number(test[metric])
-    majority = selection.baselines.majority.test
-    if "accuracy" in majority:
-        tags["fairness.baseline.accuracy"] = _tag_number(majority["accuracy"])
-    return tags
 
 
 # ---- registration ----------------------------------------------------------------------------
@@ -350,11 +352,9 @@ def check_attested_pass(
             "it was judged under another gate policy (the policy file or its reference data "
             "changed since): it must pass the gate again"
         )
-    if model_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            digest = files_digest(download_version(client, tracking_uri, name, version, tmp))
-    else:
-        digest = files_digest(model_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = model_dir or download_version(client, tracking_uri, name, version, tmp)
+        digest = files_digest(local)
     if digest != attestation.model_digest:
         raise AttestationError(
             f"its model files changed after the gate judged them (digest {digest[:12]}, "
