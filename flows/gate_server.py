@@ -160,9 +160,8 @@ def _health_signed(secret: str, headers, now: float, max_age: float) -> bool:
     stamp = headers.get(HEALTH_TIMESTAMP_HEADER, "")
     given = headers.get(HEALTH_SIGNATURE_HEADER, "").encode()
     expected = sign(secret, "health", stamp, b"").encode()
-    if not (stamp.isdigit() and hmac.compare_digest(expected, given)):
-        return False
-    return abs(now - int(stamp)) <= max_age
+    signed = stamp.isdigit() and hmac.compare_digest(expected, given)
+    return signed and abs(now - int(stamp)) <= max_age
 
 
 async def read_capped(request, limit: int) -> bytes:
@@ -366,12 +365,8 @@ def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
             )
             logger.warning(
                 "could not start %s for delivery %s (attempt %d: %s); retrying in %.0f s",
-                deployment,
-                delivery_id,
-                attempts + 1,
-                type(error).__name__,
-                wait,
-            )
+                deployment, delivery_id, attempts + 1, type(error).__name__, wait,
+            )  # fmt: skip
             continue
         queue.started(delivery_id, flow_run_id)
         logger.info("delivery %s: started flow run %s %s", delivery_id, flow_run_id, parameters)
