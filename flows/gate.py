@@ -147,8 +147,7 @@ def read_reference(path: Path, label: str, sensitive: list[str]) -> pd.DataFrame
     :func:`load_policies`); a clear error when a named column is missing."""
     path = Path(path)
     frame = _READERS[path.suffix.lower()](path)
-    missing = [column for column in [label, *sensitive] if column not in frame.columns]
-    if missing:
+    if missing := [column for column in [label, *sensitive] if column not in frame.columns]:
         raise ValueError(
             f"reference data {path.name} lacks the column(s) {missing} named in the policy; "
             f"its columns are {[str(c) for c in frame.columns]}."
@@ -659,12 +658,13 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
 # ---- the flow --------------------------------------------------------------------------------
 
 
-def policy_digest(policy: GatePolicy) -> str:
+def policy_digest(policy: GatePolicy, reference_sha256: str | None = None) -> str:
     """SHA-256 of the policy as the gate applies it: every field, and the reference data by
-    its content (not its path). An attestation binds it: a pass under another policy, or on
-    other reference data, no longer keeps an alias."""
+    its content (not its path; ``reference_sha256`` when already hashed). An attestation
+    binds it: a pass under another policy, or on other reference data, no longer keeps an
+    alias."""
     fields = policy.model_dump(mode="json")
-    fields["reference"]["path"] = sha256_file(policy.reference.path)
+    fields["reference"]["path"] = reference_sha256 or sha256_file(policy.reference.path)
     return canonical_digest(fields)
 
 
@@ -744,7 +744,8 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         "Prefect flow run": _flow_run_id(),
     }
     try:
-        facts["reference data"] += f" (SHA-256 {sha256_file(reference.path)})"
+        reference_sha256 = sha256_file(reference.path)
+        facts["reference data"] += f" (SHA-256 {reference_sha256})"
         frame = read_reference(reference.path, reference.label, reference.sensitive)
         with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
             local = download_version(client, tracking_uri, name, version, Path(tmp))
@@ -772,7 +773,7 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     facts["model files (SHA-256 of the manifest)"] = model_digest
     attestation = Attestation(
         model=name, version=str(version), model_digest=model_digest,
-        policy_digest=policy_digest(policy), verdict=status, gate_run_id=run_id,
+        policy_digest=policy_digest(policy, reference_sha256), verdict=status, gate_run_id=run_id,
         flow_run_id=facts["Prefect flow run"], signed_at=_now(),
     )  # fmt: skip
     signed = {
