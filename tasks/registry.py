@@ -280,13 +280,14 @@ def registered_sha256(tags: dict[str, str], shown: str) -> str:
     return tags[MODEL_FILE_SHA_TAG]
 
 
-def load_registered_pipeline(tracking_uri: str, name: str, version: str):
+def load_registered_pipeline(tracking_uri: str, name: str, version: str, client=None):
     """The fitted pipeline of version ``version`` of ``name``, verified before loading.
 
     Only a version fairpca registered is loaded: its ``fairpca.model_sha256`` tag must
-    match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted.
+    match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted. ``client``:
+    an MLflow client of ``tracking_uri`` already open (else one is made).
     """
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     tags = client.get_model_version(name, version).tags
     expected = registered_sha256(tags, f"version {version} of {name!r}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -513,7 +514,7 @@ def find_champion(
     if evaluate is None:
         return champion, demoted
     try:
-        pipeline = load_registered_pipeline(tracking_uri, name, version)
+        pipeline = load_registered_pipeline(tracking_uri, name, version, client)
     except UntrustedModelError as error:
         why = f"fails the gate on the new data (cannot be verified: {error})" if watch else None
         return replace(champion, unverified=str(error), demoted=why), demoted
