@@ -295,8 +295,8 @@ def record_verdict(
     metrics: dict[str, float],
     facts: dict[str, str],
     signed: dict[str, str] | None = None,
-) -> str:
-    """Record a verdict on the version; the card (returned).
+) -> None:
+    """Record a verdict on the version.
 
     The ``signed`` tags (the attestation and the runs) first, then the informational
     ``fairness.gate.*`` tags (reasons, the metrics with their 95% intervals), the card
@@ -321,7 +321,6 @@ def record_verdict(
         create_markdown_artifact(
             card, key=key[:100].strip("-"), description="fairness gate verdict"
         )
-    return card
 
 
 # ---- protected aliases -----------------------------------------------------------------------

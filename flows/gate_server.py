@@ -271,11 +271,9 @@ class DeliveryQueue:
         except sqlite3.IntegrityError:
             raise Refused(409, "delivery id already received (replay)") from None
 
-    def schedule_reconcile(self, now: float) -> str:
-        """Queue one run of the reconciler (the receiver does on every start); its id."""
-        job_id = f"{RECONCILE}-{uuid.uuid4()}"
-        self._insert(job_id, now, RECONCILE, "{}", "pending")
-        return job_id
+    def schedule_reconcile(self, now: float) -> None:
+        """Queue one run of the reconciler (the receiver does on every start)."""
+        self._insert(f"{RECONCILE}-{uuid.uuid4()}", now, RECONCILE, "{}", "pending")
 
     def due(self, now: float) -> list[tuple[str, str, dict[str, Any], int]]:
         """``(id, event, flow parameters, attempts)`` of every pending job due by ``now``."""
