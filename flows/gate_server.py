@@ -32,8 +32,9 @@ one run of the reconciler (``fairness-gate-reconcile/on-schedule``, also schedul
 minutes), which checks every protected alias against the gate's attestations.
 
 The queue keeps what replay protection needs: a finished delivery is deleted once it is
-older than ``retention`` (one day, never less than twice ``max_age``: an older delivery is
-refused as stale anyway), and beyond ``max_rows`` finished deliveries the oldest go first.
+older than ``RETENTION_S`` (one day, never less than ``REPLAY_WINDOW_S``, twice ``max_age``:
+an older delivery is refused as stale anyway), and beyond ``max_rows`` finished deliveries
+the oldest go first.
 ``GET /health`` answers ``{"status": "ok"}`` to anyone; the queue's counts only to a caller
 that signs the request with the webhook secret (:func:`health_headers`).
 """
@@ -70,6 +71,7 @@ RECONCILE = "reconcile"  # the queue's event name of a reconciler run
 MAX_AGE_S = 300
 MAX_BODY_BYTES = 2**20
 RETENTION_S = 86_400
+REPLAY_WINDOW_S = 2 * MAX_AGE_S  # a delivery id kept this long still refuses a replay
 MAX_ROWS = 10_000
 PRUNE_EVERY_S = 60.0
 MAX_REQUESTS = 64  # requests handled at once (idle connections do not count)
@@ -156,12 +158,12 @@ def health_headers(secret: str, now: float | None = None) -> dict[str, str]:
     }
 
 
-def _health_signed(secret: str, headers, now: float, max_age: float) -> bool:
+def _health_signed(secret: str, headers, now: float) -> bool:
     stamp = headers.get(HEALTH_TIMESTAMP_HEADER, "")
     given = headers.get(HEALTH_SIGNATURE_HEADER, "").encode()
     expected = sign(secret, "health", stamp, b"").encode()
     signed = stamp.isdigit() and hmac.compare_digest(expected, given)
-    return signed and abs(now - int(stamp)) <= max_age
+    return signed and abs(now - int(stamp)) <= MAX_AGE_S
 
 
 async def read_capped(request, limit: int) -> bytes:
@@ -284,27 +286,20 @@ class DeliveryQueue:
         )
         return [(d, e, json.loads(p), a) for d, e, p, a in rows]
 
-    def prune(
-        self,
-        now: float,
-        *,
-        retention: float = RETENTION_S,
-        max_rows: int = MAX_ROWS,
-        replay_window: float = 2 * MAX_AGE_S,
-    ) -> int:
-        """Delete finished deliveries older than ``retention`` (at least ``replay_window``),
-        then the oldest beyond ``max_rows`` finished ones, never one younger than
-        ``replay_window`` (its id still refuses a replay). Pending jobs stay. The number
-        deleted."""
+    def prune(self, now: float, *, max_rows: int = MAX_ROWS) -> int:
+        """Delete finished deliveries older than ``RETENTION_S`` (at least
+        ``REPLAY_WINDOW_S``), then the oldest beyond ``max_rows`` finished ones, never one
+        younger than ``REPLAY_WINDOW_S`` (its id still refuses a replay). Pending jobs stay.
+        The number deleted."""
         aged = self._write(
             "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
-            now - max(retention, replay_window),
+            now - max(RETENTION_S, REPLAY_WINDOW_S),
         )
         surplus = self._write(
             "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ? AND "
             "delivery_id NOT IN (SELECT delivery_id FROM deliveries WHERE state != "
             "'pending' ORDER BY received_at DESC LIMIT ?)",
-            now - replay_window, max_rows,
+            now - REPLAY_WINDOW_S, max_rows,
         )  # fmt: skip
         return aged + surplus
 
@@ -417,7 +412,6 @@ def create_app(
     queue: DeliveryQueue,
     watched: set[str],
     *,
-    max_age: float = MAX_AGE_S,
     max_body: int = MAX_BODY_BYTES,
     drain_interval: float | None = 1.0,
     reconcile_on_start: bool = False,
@@ -437,9 +431,7 @@ def create_app(
         try:
             _signed_headers(request.headers)
             body = await read_capped(request, max_body)
-            delivery_id = check_signature(
-                secret, dict(request.headers), body, now=now, max_age=max_age
-            )
+            delivery_id = check_signature(secret, dict(request.headers), body, now=now)
             event = parse_event(body)
             if event is not None and event.name not in watched:
                 event = None
@@ -460,7 +452,7 @@ def create_app(
         return JSONResponse({"delivery_id": delivery_id, "state": state}, status_code=202)
 
     async def health(request: Request) -> JSONResponse:
-        if not _health_signed(secret, request.headers, time.time(), max_age):
+        if not _health_signed(secret, request.headers, time.time()):
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "queue": queue.counts()})
 
