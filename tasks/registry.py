@@ -45,9 +45,8 @@ from fairpca.tasks.trust import (
     load_skops_pipeline,
     load_verified_dir,
     mask_credentials,
-    sha256_file,
     shown_uri,
-    skops_file,
+    skops_file,  # noqa: F401  (tests/tasks/test_registry.py imports it from here)
     take_credentials,
     verify_attestation,
 )
@@ -438,20 +437,18 @@ def register_logged_model(
     model_id: str | None,
     tracking_uri: str | None = None,
     promotion=None,
-    model_sha256: str | None = None,
+    model_sha256: str,
 ) -> tuple[str | None, bool]:
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
     models, register the logged pipeline with its tags, a concise description linking the
-    card, and the SHA-256 of its skops file (``model_sha256`` as the caller verified it, else
-    that of the local ``out_dir/model`` the audit saved). When a version of this very fitted
-    model and training rows exists, it is not registered again. Returns the version and
-    whether it is new."""
+    card, and the SHA-256 of its skops file (``model_sha256``, as the caller verified it).
+    When a version of this very fitted model and training rows exists, it is not registered
+    again. Returns the version and whether it is new."""
     card_path = Path(out_dir) / CARD_FILE
     card_path.write_text(render_model_card(record, promotion))
     client.log_artifact(run_id, str(card_path))
     if not record.register_model:
         return None, False
-    model_sha256 = model_sha256 or sha256_file(skops_file(Path(out_dir) / "model"))
     existing = version_with_model(client, record.model_name, record.model_digest)
     if existing is not None and existing.run_id != run_id:
         return str(existing.version), False
