@@ -204,12 +204,7 @@ class GateEvent:
             raise TypeError(f"malformed {', '.join(wrong)} in a {self.event!r} event")
 
     def parameters(self) -> dict[str, Any]:
-        return {
-            "model_name": self.name,
-            "version": self.version,
-            "event": self.event,
-            "alias": self.alias,
-        }
+        return dict(model_name=self.name, version=self.version, event=self.event, alias=self.alias)
 
 
 def parse_event(body: bytes) -> GateEvent | None:
