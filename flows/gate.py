@@ -83,12 +83,13 @@ from fairpca.tasks.registry import (
     TAMPERING_TAG,
     check_attested_pass,
     download_version,
+    metric_tags,
     model_versions,
     move_alias,
 )
 from fairpca.tasks.report import markdown_text, render_template
 from fairpca.tasks.select import GatePolicy as NamedPolicy
-from fairpca.tasks.select import gate_failures, ineligibility
+from fairpca.tasks.select import ineligibility
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
@@ -146,8 +147,7 @@ def read_reference(path: Path, label: str, sensitive: list[str]) -> pd.DataFrame
     :func:`load_policies`); a clear error when a named column is missing."""
     path = Path(path)
     frame = _READERS[path.suffix.lower()](path)
-    missing = [column for column in [label, *sensitive] if column not in frame.columns]
-    if missing:
+    if missing := [column for column in [label, *sensitive] if column not in frame.columns]:
         raise ValueError(
             f"reference data {path.name} lacks the column(s) {missing} named in the policy; "
             f"its columns are {[str(c) for c in frame.columns]}."
@@ -272,24 +272,17 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
         "one_class_share": metrics.get("one_class_share", math.nan),
         **metrics,
     }
-    reasons = ineligibility(row, majority, policy) + gate_failures(
-        row, NamedPolicy.from_config(policy)
-    )
+    reasons = ineligibility(row, majority, policy) + NamedPolicy.from_config(policy).failures(row)
     return (FAILED, reasons) if reasons else (PASSED, [])
 
 
 # ---- what the version receives -----------------------------------------------------------
 
 
-def _number(value: float) -> str:
-    return "nan" if value is None or math.isnan(value) else f"{value:.6f}"
-
-
 def _shown_metrics(metrics: dict[str, float]) -> list[str]:
     """The headline metrics and the per-attribute DP/EO differences present in ``metrics``."""
-    per_attribute = ("dp_difference.", "eo_difference.")
-    shown = [m for m in HEADLINE_METRICS if m in metrics]
-    shown += sorted(m for m in metrics if m.startswith(per_attribute))
+    per_attribute = sorted(m for m in metrics if m.startswith(("dp_difference.", "eo_difference.")))
+    shown = [m for m in [*HEADLINE_METRICS, *per_attribute] if m in metrics]
     return [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
 
 
@@ -302,8 +295,8 @@ def record_verdict(
     metrics: dict[str, float],
     facts: dict[str, str],
     signed: dict[str, str] | None = None,
-) -> str:
-    """Record a verdict on the version; the card (returned).
+) -> None:
+    """Record a verdict on the version.
 
     The ``signed`` tags (the attestation and the runs) first, then the informational
     ``fairness.gate.*`` tags (reasons, the metrics with their 95% intervals), the card
@@ -314,10 +307,7 @@ def record_verdict(
     tags = {**(signed or {}), "fairness.gate.evaluated_at": now}
     tags[REASONS_TAG] = ("; ".join(reasons) or "all gate rules met")[:TAG_MAX_CHARS]
     shown = _shown_metrics(metrics)
-    for metric in shown:
-        for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
-            if key in metrics:
-                tags[f"fairness.gate.{key}"] = _number(metrics[key])
+    tags.update(metric_tags("fairness.gate.", metrics, shown))
     card = render_template("gate_card.md.j2", name=name, version=version, status=status,
                            now=now, reasons=reasons, metrics=metrics, shown=shown,
                            facts=facts)  # fmt: skip
@@ -331,7 +321,6 @@ def record_verdict(
         create_markdown_artifact(
             card, key=key[:100].strip("-"), description="fairness gate verdict"
         )
-    return card
 
 
 # ---- protected aliases -----------------------------------------------------------------------
@@ -408,7 +397,7 @@ def enforce_alias(
         )
     fallback = _last_attested_holder(client, tracking_uri, name, alias, version, digest, key)
     if pending:
-        return _wait_for_verdict(client, tracking_uri, policy, alias, version, fallback, key)
+        return _wait_for_verdict(client, tracking_uri, name, digest, alias, version, fallback, key)
     why, tampering = _refusal(client, name, version, refusal)
     if not move_alias(client, name, alias, fallback, holder=version):
         return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
@@ -437,16 +426,17 @@ def _pending(tags: dict[str, str]) -> bool:
     return ATTESTATION_TAG not in tags and tags.get(STATUS_TAG) in (None, PENDING)
 
 
-def _wait_for_verdict(client, tracking_uri, policy, alias, version, fallback, key) -> AliasCheck:
+def _wait_for_verdict(
+    client, tracking_uri, name, digest, alias, version, fallback, key
+) -> AliasCheck:
     """``alias`` on a version not judged yet: record the request, give the alias back to
     ``fallback`` (None: remove it), then check the version again, so a pass signed
     meanwhile (its gate run having looked for requests before this one was written) is
     granted here. Nothing is recorded on the version: waiting is no refusal."""
-    name = policy.model
     client.set_registered_model_tag(name, requested_tag(alias), f"{version}:{fallback or ''}")
     if not move_alias(client, name, alias, fallback, holder=version):
         return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
-    if _attested(client, tracking_uri, name, version, policy_digest(policy), key) is None:
+    if _attested(client, tracking_uri, name, version, digest, key) is None:
         move_alias(client, name, alias, version, holder=fallback)
         _drop_request(client, name, alias, version)
         return AliasCheck(False, f"alias {alias!r} on version {version}: its pass arrived")
@@ -529,10 +519,9 @@ def reconcile_aliases(
             continue
         changes += _judge_unjudged(client, tracking_uri, policy, versions)
         aliases = client.get_registered_model(name).aliases
-        for alias in policy.protected_aliases:
-            if alias not in aliases:
-                continue
-            checked += 1
+        held = [alias for alias in policy.protected_aliases if alias in aliases]
+        checked += len(held)
+        for alias in held:
             check = enforce_alias(client, tracking_uri, policy, alias, str(aliases[alias]), key)
             if check.changed:
                 changes.append(f"{name}: {check.message}")
@@ -668,12 +657,13 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
 # ---- the flow --------------------------------------------------------------------------------
 
 
-def policy_digest(policy: GatePolicy) -> str:
+def policy_digest(policy: GatePolicy, reference_sha256: str | None = None) -> str:
     """SHA-256 of the policy as the gate applies it: every field, and the reference data by
-    its content (not its path). An attestation binds it: a pass under another policy, or on
-    other reference data, no longer keeps an alias."""
+    its content (not its path; ``reference_sha256`` when already hashed). An attestation
+    binds it: a pass under another policy, or on other reference data, no longer keeps an
+    alias."""
     fields = policy.model_dump(mode="json")
-    fields["reference"]["path"] = sha256_file(policy.reference.path)
+    fields["reference"]["path"] = reference_sha256 or sha256_file(policy.reference.path)
     return canonical_digest(fields)
 
 
@@ -753,7 +743,8 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         "Prefect flow run": _flow_run_id(),
     }
     try:
-        facts["reference data"] += f" (SHA-256 {sha256_file(reference.path)})"
+        reference_sha256 = sha256_file(reference.path)
+        facts["reference data"] += f" (SHA-256 {reference_sha256})"
         frame = read_reference(reference.path, reference.label, reference.sensitive)
         with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
             local = download_version(client, tracking_uri, name, version, Path(tmp))
@@ -781,7 +772,7 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     facts["model files (SHA-256 of the manifest)"] = model_digest
     attestation = Attestation(
         model=name, version=str(version), model_digest=model_digest,
-        policy_digest=policy_digest(policy), verdict=status, gate_run_id=run_id,
+        policy_digest=policy_digest(policy, reference_sha256), verdict=status, gate_run_id=run_id,
         flow_run_id=facts["Prefect flow run"], signed_at=_now(),
     )  # fmt: skip
     signed = {

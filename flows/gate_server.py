@@ -32,8 +32,9 @@ one run of the reconciler (``fairness-gate-reconcile/on-schedule``, also schedul
 minutes), which checks every protected alias against the gate's attestations.
 
 The queue keeps what replay protection needs: a finished delivery is deleted once it is
-older than ``retention`` (one day, never less than twice ``max_age``: an older delivery is
-refused as stale anyway), and beyond ``max_rows`` finished deliveries the oldest go first.
+older than ``RETENTION_S`` (one day, never less than ``REPLAY_WINDOW_S``, twice ``max_age``:
+an older delivery is refused as stale anyway), and beyond ``max_rows`` finished deliveries
+the oldest go first.
 ``GET /health`` answers ``{"status": "ok"}`` to anyone; the queue's counts only to a caller
 that signs the request with the webhook secret (:func:`health_headers`).
 """
@@ -70,6 +71,7 @@ RECONCILE = "reconcile"  # the queue's event name of a reconciler run
 MAX_AGE_S = 300
 MAX_BODY_BYTES = 2**20
 RETENTION_S = 86_400
+REPLAY_WINDOW_S = 2 * MAX_AGE_S  # a delivery id kept this long still refuses a replay
 MAX_ROWS = 10_000
 PRUNE_EVERY_S = 60.0
 MAX_REQUESTS = 64  # requests handled at once (idle connections do not count)
@@ -156,13 +158,12 @@ def health_headers(secret: str, now: float | None = None) -> dict[str, str]:
     }
 
 
-def _health_signed(secret: str, headers, now: float, max_age: float) -> bool:
+def _health_signed(secret: str, headers, now: float) -> bool:
     stamp = headers.get(HEALTH_TIMESTAMP_HEADER, "")
     given = headers.get(HEALTH_SIGNATURE_HEADER, "").encode()
     expected = sign(secret, "health", stamp, b"").encode()
-    if not (stamp.isdigit() and hmac.compare_digest(expected, given)):
-        return False
-    return abs(now - int(stamp)) <= max_age
+    signed = stamp.isdigit() and hmac.compare_digest(expected, given)
+    return signed and abs(now - int(stamp)) <= MAX_AGE_S
 
 
 async def read_capped(request, limit: int) -> bytes:
@@ -203,12 +204,7 @@ class GateEvent:
             raise TypeError(f"malformed {', '.join(wrong)} in a {self.event!r} event")
 
     def parameters(self) -> dict[str, Any]:
-        return {
-            "model_name": self.name,
-            "version": self.version,
-            "event": self.event,
-            "alias": self.alias,
-        }
+        return dict(model_name=self.name, version=self.version, event=self.event, alias=self.alias)
 
 
 def parse_event(body: bytes) -> GateEvent | None:
@@ -272,11 +268,9 @@ class DeliveryQueue:
         except sqlite3.IntegrityError:
             raise Refused(409, "delivery id already received (replay)") from None
 
-    def schedule_reconcile(self, now: float) -> str:
-        """Queue one run of the reconciler (the receiver does on every start); its id."""
-        job_id = f"{RECONCILE}-{uuid.uuid4()}"
-        self._insert(job_id, now, RECONCILE, "{}", "pending")
-        return job_id
+    def schedule_reconcile(self, now: float) -> None:
+        """Queue one run of the reconciler (the receiver does on every start)."""
+        self._insert(f"{RECONCILE}-{uuid.uuid4()}", now, RECONCILE, "{}", "pending")
 
     def due(self, now: float) -> list[tuple[str, str, dict[str, Any], int]]:
         """``(id, event, flow parameters, attempts)`` of every pending job due by ``now``."""
@@ -287,27 +281,20 @@ class DeliveryQueue:
         )
         return [(d, e, json.loads(p), a) for d, e, p, a in rows]
 
-    def prune(
-        self,
-        now: float,
-        *,
-        retention: float = RETENTION_S,
-        max_rows: int = MAX_ROWS,
-        replay_window: float = 2 * MAX_AGE_S,
-    ) -> int:
-        """Delete finished deliveries older than ``retention`` (at least ``replay_window``),
-        then the oldest beyond ``max_rows`` finished ones, never one younger than
-        ``replay_window`` (its id still refuses a replay). Pending jobs stay. The number
-        deleted."""
+    def prune(self, now: float, *, max_rows: int = MAX_ROWS) -> int:
+        """Delete finished deliveries older than ``RETENTION_S`` (at least
+        ``REPLAY_WINDOW_S``), then the oldest beyond ``max_rows`` finished ones, never one
+        younger than ``REPLAY_WINDOW_S`` (its id still refuses a replay). Pending jobs stay.
+        The number deleted."""
         aged = self._write(
             "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
-            now - max(retention, replay_window),
+            now - max(RETENTION_S, REPLAY_WINDOW_S),
         )
         surplus = self._write(
             "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ? AND "
             "delivery_id NOT IN (SELECT delivery_id FROM deliveries WHERE state != "
             "'pending' ORDER BY received_at DESC LIMIT ?)",
-            now - replay_window, max_rows,
+            now - REPLAY_WINDOW_S, max_rows,
         )  # fmt: skip
         return aged + surplus
 
@@ -366,12 +353,8 @@ def drain_once(queue: DeliveryQueue, starter=start_flow_run) -> int:
             )
             logger.warning(
                 "could not start %s for delivery %s (attempt %d: %s); retrying in %.0f s",
-                deployment,
-                delivery_id,
-                attempts + 1,
-                type(error).__name__,
-                wait,
-            )
+                deployment, delivery_id, attempts + 1, type(error).__name__, wait,
+            )  # fmt: skip
             continue
         queue.started(delivery_id, flow_run_id)
         logger.info("delivery %s: started flow run %s %s", delivery_id, flow_run_id, parameters)
@@ -424,7 +407,6 @@ def create_app(
     queue: DeliveryQueue,
     watched: set[str],
     *,
-    max_age: float = MAX_AGE_S,
     max_body: int = MAX_BODY_BYTES,
     drain_interval: float | None = 1.0,
     reconcile_on_start: bool = False,
@@ -444,9 +426,7 @@ def create_app(
         try:
             _signed_headers(request.headers)
             body = await read_capped(request, max_body)
-            delivery_id = check_signature(
-                secret, dict(request.headers), body, now=now, max_age=max_age
-            )
+            delivery_id = check_signature(secret, dict(request.headers), body, now=now)
             event = parse_event(body)
             if event is not None and event.name not in watched:
                 event = None
@@ -467,7 +447,7 @@ def create_app(
         return JSONResponse({"delivery_id": delivery_id, "state": state}, status_code=202)
 
     async def health(request: Request) -> JSONResponse:
-        if not _health_signed(secret, request.headers, time.time(), max_age):
+        if not _health_signed(secret, request.headers, time.time()):
             return JSONResponse({"status": "ok"})
         return JSONResponse({"status": "ok", "queue": queue.counts()})
 

@@ -88,8 +88,7 @@ def _invalid(message: str) -> MlflowException:
 def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
     """The evaluator's settings: ``CONFIG_DEFAULTS`` updated by ``evaluator_config``."""
     given = dict(evaluator_config or {})
-    unknown = sorted(set(given) - set(CONFIG_DEFAULTS))
-    if unknown:
+    if unknown := sorted(set(given) - set(CONFIG_DEFAULTS)):
         raise _invalid(
             f"unknown evaluator_config key(s) {unknown} for the 'fairness' evaluator; the keys "
             f"are {sorted(CONFIG_DEFAULTS)}."
@@ -150,8 +149,7 @@ def sensitive_columns(features: pd.DataFrame, names: list[str] | pd.DataFrame) -
             f"pandas DataFrame; got {type(features).__name__}."
         )
     present = [str(column) for column in features.columns]
-    missing = [name for name in names if name not in present]
-    if missing:
+    if missing := [name for name in names if name not in present]:
         raise _invalid(
             f"sensitive feature column(s) {missing} not found in the evaluation data; its "
             f"columns are {present}. Add them to data (and keep them in feature_names if you "

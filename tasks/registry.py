@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -44,9 +45,8 @@ from fairpca.tasks.trust import (
     load_skops_pipeline,
     load_verified_dir,
     mask_credentials,
-    sha256_file,
     shown_uri,
-    skops_file,
+    skops_file,  # noqa: F401  (tests/tasks/test_registry.py imports it from here)
     take_credentials,
     verify_attestation,
 )
@@ -63,10 +63,20 @@ class ModelDefinitionMismatch(ValueError):
 # ---- version tags ----------------------------------------------------------------------------
 
 EXTRA_TEST_TAGS = ("balanced_accuracy", "selection_rate_ratio")  # point values, when present
+INTERVAL_SUFFIXES = ("", ".ci95_low", ".ci95_high")
 
 
-def _tag_number(value: Any) -> str:
-    return f"{float(value):.6f}"
+def metric_tags(
+    prefix: str, values: Mapping[str, Any], metrics: Iterable[str], suffixes=INTERVAL_SUFFIXES
+) -> dict[str, str]:
+    """``{prefix + metric + suffix: value with six decimals}`` of each ``metric + suffix``
+    found in ``values`` (by default the metric and its 95% interval)."""
+    return {
+        f"{prefix}{metric}{suffix}": f"{float(values[metric + suffix]):.6f}"
+        for metric in metrics
+        for suffix in suffixes
+        if metric + suffix in values
+    }
 
 
 def fairness_tags(record: AuditRecord) -> dict[str, str]:
@@ -77,22 +87,13 @@ def fairness_tags(record: AuditRecord) -> dict[str, str]:
     measured them); the majority-class test accuracy. Everything else is in the card.
     """
     selection = record.selection
-    test = selection.test
-    tags = {
+    return {
         "fairness.sensitive_features": ",".join(record.sensitive),
         "fairness.gate": selection.gate,
+        **metric_tags("fairness.test.", selection.test, HEADLINE_METRICS),
+        **metric_tags("fairness.test.", selection.test, EXTRA_TEST_TAGS, ("",)),
+        **metric_tags("fairness.baseline.", selection.baselines.majority.test, ["accuracy"], ("",)),
     }
-    for metric in HEADLINE_METRICS:
-        for key in (metric, f"{metric}.ci95_low", f"{metric}.ci95_high"):
-            if key in test:
-                tags[f"fairness.test.{key}"] = _tag_number(test[key])
-    for metric in EXTRA_TEST_TAGS:
-        if metric in test:
-            tags[f"fairness.test.{metric}"] = _tag_number(test[metric])
-    majority = selection.baselines.majority.test
-    if "accuracy" in majority:
-        tags["fairness.baseline.accuracy"] = _tag_number(majority["accuracy"])
-    return tags
 
 
 # ---- registration ----------------------------------------------------------------------------
@@ -278,13 +279,14 @@ def registered_sha256(tags: dict[str, str], shown: str) -> str:
     return tags[MODEL_FILE_SHA_TAG]
 
 
-def load_registered_pipeline(tracking_uri: str, name: str, version: str):
+def load_registered_pipeline(tracking_uri: str, name: str, version: str, client=None):
     """The fitted pipeline of version ``version`` of ``name``, verified before loading.
 
     Only a version fairpca registered is loaded: its ``fairpca.model_sha256`` tag must
-    match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted.
+    match the downloaded skops file, and only :data:`TRUSTED_TYPES` are accepted. ``client``:
+    an MLflow client of ``tracking_uri`` already open (else one is made).
     """
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     tags = client.get_model_version(name, version).tags
     expected = registered_sha256(tags, f"version {version} of {name!r}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -350,11 +352,9 @@ def check_attested_pass(
             "it was judged under another gate policy (the policy file or its reference data "
             "changed since): it must pass the gate again"
         )
-    if model_dir is None:
-        with tempfile.TemporaryDirectory() as tmp:
-            digest = files_digest(download_version(client, tracking_uri, name, version, tmp))
-    else:
-        digest = files_digest(model_dir)
+    with tempfile.TemporaryDirectory() as tmp:
+        local = model_dir or download_version(client, tracking_uri, name, version, tmp)
+        digest = files_digest(local)
     if digest != attestation.model_digest:
         raise AttestationError(
             f"its model files changed after the gate judged them (digest {digest[:12]}, "
@@ -437,20 +437,18 @@ def register_logged_model(
     model_id: str | None,
     tracking_uri: str | None = None,
     promotion=None,
-    model_sha256: str | None = None,
+    model_sha256: str,
 ) -> tuple[str | None, bool]:
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
     models, register the logged pipeline with its tags, a concise description linking the
-    card, and the SHA-256 of its skops file (``model_sha256`` as the caller verified it, else
-    that of the local ``out_dir/model`` the audit saved). When a version of this very fitted
-    model and training rows exists, it is not registered again. Returns the version and
-    whether it is new."""
+    card, and the SHA-256 of its skops file (``model_sha256``, as the caller verified it).
+    When a version of this very fitted model and training rows exists, it is not registered
+    again. Returns the version and whether it is new."""
     card_path = Path(out_dir) / CARD_FILE
     card_path.write_text(render_model_card(record, promotion))
     client.log_artifact(run_id, str(card_path))
     if not record.register_model:
         return None, False
-    model_sha256 = model_sha256 or sha256_file(skops_file(Path(out_dir) / "model"))
     existing = version_with_model(client, record.model_name, record.model_digest)
     if existing is not None and existing.run_id != run_id:
         return str(existing.version), False
@@ -513,7 +511,7 @@ def find_champion(
     if evaluate is None:
         return champion, demoted
     try:
-        pipeline = load_registered_pipeline(tracking_uri, name, version)
+        pipeline = load_registered_pipeline(tracking_uri, name, version, client)
     except UntrustedModelError as error:
         why = f"fails the gate on the new data (cannot be verified: {error})" if watch else None
         return replace(champion, unverified=str(error), demoted=why), demoted
