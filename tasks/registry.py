@@ -46,7 +46,6 @@ from fairpca.tasks.trust import (
     load_verified_dir,
     mask_credentials,
     shown_uri,
-    skops_file,  # noqa: F401  (tests/tasks/test_registry.py imports it from here)
     take_credentials,
     verify_attestation,
 )

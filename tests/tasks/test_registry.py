@@ -431,8 +431,8 @@ def scorer_registry(mlflow_store):
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
-    from fairpca.tasks.registry import MODEL_FILE_SHA_TAG, download_version, skops_file
-    from fairpca.tasks.trust import sha256_file
+    from fairpca.tasks.registry import MODEL_FILE_SHA_TAG, download_version
+    from fairpca.tasks.trust import sha256_file, skops_file
 
     uri, client = mlflow_store
     X = np.random.default_rng(0).normal(size=(40, 2))
