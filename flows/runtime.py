@@ -98,7 +98,7 @@ def run_and_exit(main: Callable[[], object]) -> NoReturn:
     modules Prefect, MLflow and scikit-learn loaded (2-3 s of CPU on a 2-core machine)."""
     try:
         main()
-        code: int = 0
+        code = 0
     except SystemExit as done:  # its code, or a message printed and 1
         code = 0 if done.code is None else done.code
         if not isinstance(code, int):
