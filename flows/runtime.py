@@ -548,8 +548,7 @@ def check_tracking_uri(uri: str, shown: str, timeout: float = 4.0) -> None:
     it may be printed (credentials masked). Other schemes (databases, Databricks) are left
     to MLflow.
     """
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
+    scheme = urlsplit(uri).scheme.lower()
     fix = f"start the server, or pass --tracking-uri {LOCAL_FALLBACK} to record locally"
     if scheme in {"http", "https"}:
         import httpx
@@ -644,8 +643,7 @@ def current_task_runner_name() -> str | None:
     """Class name of the running flow's task runner (``None`` outside a flow run)."""
     from prefect.context import FlowRunContext
 
-    context = FlowRunContext.get()
-    runner = getattr(context, "task_runner", None)
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
     return None if runner is None else type(runner).__name__
 
 
