@@ -73,10 +73,6 @@ class ConfigOption:
     annotation: Any
     comma: type | None = None
 
-    @property
-    def name(self) -> str:
-        return self.path[-1]
-
 
 def config_options(model: type[BaseModel]) -> list[ConfigOption]:
     """An option for every leaf field of ``model`` (its sections' fields included), with
@@ -141,12 +137,12 @@ def build_config(options: dict[str, Any], config_file: Path | None, model_class)
     """Merge ``--config FILE`` with the options given (name -> value) and validate."""
     values = nest_flat_keys(model_class, load_config_file(config_file) if config_file else {})
     for option in config_options(model_class):
-        value = options.get(option.name)
+        *sections, key = option.path
+        value = options.get(key)
         if value is None or value == []:
             continue
         if option.comma is not None:
-            value = _comma_list(value, option.comma, flag_name(option.name))
-        *sections, key = option.path
+            value = _comma_list(value, option.comma, flag_name(key))
         target = values
         for section in sections:
             nested = target.get(section)
@@ -181,7 +177,7 @@ def config_command(model: type[BaseModel], kind: str):
         _start(kind, model, options)
 
     params = [
-        inspect.Parameter(option.name, inspect.Parameter.KEYWORD_ONLY, default=None,
+        inspect.Parameter(option.path[-1], inspect.Parameter.KEYWORD_ONLY, default=None,
                           annotation=option.annotation)
         for option in [ConfigOption(("config",), CONFIG_FILE_OPTION), *config_options(model)]
     ]  # fmt: skip
@@ -194,6 +190,8 @@ def config_command(model: type[BaseModel], kind: str):
 
 def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
     """Validate the config, the tracking URI and the inputs, then run the flow."""
+    from fairpca.tasks.trust import SEAL_FILE
+
     from . import runtime
 
     config_file = options.pop("config", None)
@@ -205,7 +203,10 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
     except (ValueError, OSError) as error:
         fail("Invalid configuration file", str(error))
     tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
-    results = _results_of(kind, cfg.output.output_dir, cfg.output.run_name)
+    # where the results are, and in what state (said on a stop signal)
+    output_dir = Path(cfg.output.output_dir).resolve()
+    prefix = cfg.output.run_name or f"{kind}-"
+    results = partial(runtime.describe_output, output_dir, prefix, time.time(), SEAL_FILE)
     with runtime.Command(kind, results) as command:
         command.run(_checked_run, command, kind, cfg, tracking_uri)
 
@@ -216,16 +217,6 @@ def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
     before any work; the server is stopped with the command), the flow is imported and a
     new local store is created; then the flow, on the data the check loaded and split."""
     command.start_prefect_server()  # before anything imports Prefect here
-    split = _check_inputs(command, config)
-    from fairpca.tasks.data import handed_over
-
-    with handed_over(split, config):  # the flow reads the data no second time
-        del split  # held until the flow takes it, then by the flow alone
-        _run_flow(command, kind, config, tracking_uri)
-
-
-def _check_inputs(command, config):
-    """The pre-flight check (one message on an error); its warnings; the split it made."""
     from .preflight import PreflightError, check_before_run
 
     command.phase = "while the inputs were checked (nothing was written)"
@@ -235,7 +226,11 @@ def _check_inputs(command, config):
         fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
-    return split
+    from fairpca.tasks.data import handed_over
+
+    with handed_over(split, config):  # the flow reads the data no second time
+        del split  # held until the flow takes it, then by the flow alone
+        _run_flow(command, kind, config, tracking_uri)
 
 
 def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
@@ -272,16 +267,6 @@ def _use_prefect_server(command) -> None:
         fail("Prefect is not available (nothing was run)", str(error), code=1)
 
 
-def _results_of(kind: str, output_dir: Path, run_name: str | None):
-    """Where the results of this command are, and in what state (said on a stop signal)."""
-    from fairpca.tasks.trust import SEAL_FILE
-
-    from .runtime import describe_output
-
-    prefix = run_name or f"{kind}-"
-    return partial(describe_output, Path(output_dir).resolve(), prefix, time.time(), SEAL_FILE)
-
-
 def _check_tracking(uri: str | None) -> str:
     """The tracking URI (resolved: returned) takes an audit (seconds), before any server
     starts."""
@@ -307,6 +292,10 @@ app.command(
 TrackingOpt = Annotated[
     str | None,
     typer.Option(help=TrackingConfig.model_fields["tracking_uri"].description),
+]
+PolicyDirOpt = Annotated[
+    Path | None,
+    typer.Option(help="Folder of policy files.", show_default="$FAIRPCA_GATE_POLICY_DIR"),
 ]
 
 
@@ -384,10 +373,7 @@ app.add_typer(gate_app, name="gate")
 def gate_serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    policy_dir: Annotated[
-        Path | None,
-        typer.Option(help="Folder of policy files.", show_default="$FAIRPCA_GATE_POLICY_DIR"),
-    ] = None,
+    policy_dir: PolicyDirOpt = None,
     queue: Annotated[Path, typer.Option(help="SQLite file of the event queue.")] = Path(
         "fairpca-gate-queue.db"
     ),
@@ -429,7 +415,7 @@ def gate_register(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Create or update the MLflow webhook of the gate (idempotent)."""
-    from .gate_server import secret_from_env
+    from .gate_server import register_webhook, secret_from_env
 
     try:
         secret = secret_from_env()
@@ -439,8 +425,6 @@ def gate_register(
     from mlflow.exceptions import MlflowException
 
     from fairpca.tasks.mlflow_store import mlflow_client
-
-    from .gate_server import register_webhook
 
     try:
         client = mlflow_client(uri)
@@ -452,10 +436,7 @@ def gate_register(
 
 @gate_app.command("reconcile")
 def gate_reconcile(
-    policy_dir: Annotated[
-        Path | None,
-        typer.Option(help="Folder of policy files.", show_default="$FAIRPCA_GATE_POLICY_DIR"),
-    ] = None,
+    policy_dir: PolicyDirOpt = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Check every protected alias of every watched model against the gate's signed

@@ -41,32 +41,6 @@ from fairpca.tasks import (
 )
 from fairpca.tasks.trust import mask_credentials, take_credentials
 
-__all__ = [
-    "CLASSIFIERS",
-    "DATASETS",
-    "DEFAULT_LAMBDAS",
-    "RUN_NAME_PATTERN",
-    "VARIANTS",
-    "AuditConfig",
-    "EvaluationConfig",
-    "OutputConfig",
-    "PromotionConfig",
-    "RepresentationConfig",
-    "RetrainConfig",
-    "SelectionConfig",
-    "SourceConfig",
-    "SplitConfig",
-    "Thresholds",
-    "TrackingConfig",
-    "leaf_fields",
-    "load_config_file",
-    "mask_credentials",
-    "nest_flat_keys",
-    "resolve_tracking_uri",
-    "section_of_key",
-    "sections",
-]
-
 DATASETS = ("adult", "german", "bank", "compas")
 VARIANTS = ("pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca")
 CLASSIFIERS = CLASSIFIER_NAMES  # the names fairpca.tasks.sweep builds
@@ -205,10 +179,10 @@ class SourceConfig(Section):
         from fairpca.datasets._user import _CSV_SUFFIXES, _PARQUET_SUFFIXES
         from fairpca.tasks.distributed import on_partitions
 
-        if on_partitions(self) and self.dataset is None:  # checked where it is read
+        # a partitioned table is checked where it is read; a folder that is none is said
+        # to be one when it is read
+        if on_partitions(self) or self.data.is_dir():
             return
-        if self.data.is_dir():
-            return  # said when it is read (a directory, not a file; Parquet folders: Dask)
         if not self.data.name.lower().endswith(_CSV_SUFFIXES + _PARQUET_SUFFIXES):
             allowed = ", ".join(_CSV_SUFFIXES + _PARQUET_SUFFIXES)
             text = ""

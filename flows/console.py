@@ -272,8 +272,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     console.print(f"{verdict.chosen_short} on the {verdict.rows_label}: {chosen}")
     console.print(headline_table(verdict))
     console.print(escape(_notes(verdict)), style="dim")
-    groups = group_table(verdict)
-    if groups is not None:
+    if (groups := group_table(verdict)) is not None:
         console.print(groups)
     for what, why in result.skipped.items():  # a variant, or a stage the Dask route leaves out
         console.print(f"[yellow]Skipped {escape(what)}:[/yellow] {escape(why)}")
@@ -303,11 +302,6 @@ def mlflow_bin() -> str:
     return str(candidate) if candidate.exists() else f"{sys.executable} -m mlflow"
 
 
-def _absolute_sqlite(uri: str) -> str:
-    path = uri.removeprefix("sqlite:///")
-    return f"sqlite:///{Path(path).expanduser().absolute()}"
-
-
 def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
     """Where to see the run (and the registered version) in the MLflow UI: (label, address)
     pairs. The run list is the experiment's plain one: its shared view
@@ -318,7 +312,9 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
         base = uri.rstrip("/")
     else:
         base = f"http://127.0.0.1:{port}"
-        store = _absolute_sqlite(uri) if uri.startswith("sqlite:///") else uri
+        store = uri  # a local database by its absolute path
+        if uri.startswith("sqlite:///"):
+            store = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).expanduser().absolute()}"
         lines.append(("Open the MLflow UI:", f"{mlflow_bin()} ui --backend-store-uri {store} "
                       f"--port {port}"))  # fmt: skip
     lines.append(("Runs:", f"{base}/#/experiments/{result.experiment_id}/runs"))

@@ -34,8 +34,7 @@ def main() -> None:
     """Run ``fairpca``; without the audit extra, exit at once saying what to install."""
     runtime.set_process_defaults()
     runtime.exit_on_signals("before any work started")
-    missing = missing_audit_modules()
-    if missing:
+    if missing := missing_audit_modules():
         print(
             f"fairpca: the command line needs the audit extra (missing: {', '.join(missing)}); "
             "install it with: pip install 'fairpca[audit]'",

@@ -101,10 +101,10 @@ def _check_groups(config, split) -> None:
     parts = ("train", "validation", "test")
     y = np.concatenate([getattr(split, f"y_{part}") for part in parts])
     groups = pd.concat([getattr(split, f"s_{part}") for part in parts])
+    min_size = config.evaluation.min_group_size
     for name in parts[1:]:
         y_part, s_part = getattr(split, f"y_{name}"), getattr(split, f"s_{name}")
         for column in s_part.columns:
-            min_size = config.evaluation.min_group_size
             why = _undefined_difference(y_part, s_part[column].to_numpy(), min_size)
             if why is None:
                 continue
@@ -163,11 +163,21 @@ def _encoded_width(config, X) -> int:
 
 
 def _check_cost(config, dataset, width: int) -> None:
-    """The chosen variants must fit in time (Fair PCA-S is cubic in the width ``width``) and
-    in memory, counting the fits that run at once."""
+    """The loaded table, its parts and its ``width`` encoded columns must fit in memory (the
+    audit reads every row by default; else a clear error naming the Dask route), and the
+    chosen variants must fit in time (Fair PCA-S is cubic in the width) and in memory,
+    counting the fits that run at once."""
     from fairpca import _memory
     from fairpca.tasks.data import part_sizes, split_options
+    from fairpca.tasks.represent import DEFAULT_MAX_K
 
+    table = sum(frame.memory_usage(deep=True).sum() for frame in (dataset.X, dataset.sensitive))
+    need = 2 * table + ENCODED_COPIES * _memory.FLOAT_BYTES * dataset.n_samples * width
+    what = (
+        f"the audit of {dataset.n_samples} rows ({_memory.format_bytes(table)} as loaded, "
+        f"{width} encoded columns)"
+    )
+    _memory.require(need, what, DASK_FIX)
     try:
         limit = float(os.environ.get(MAX_FIT_SECONDS_ENV) or DEFAULT_MAX_FIT_SECONDS)
     except ValueError as error:
@@ -189,11 +199,7 @@ def _check_cost(config, dataset, width: int) -> None:
         )
     n_train = part_sizes(dataset.n_samples, **split_options(config.split))[0]  # >= 2 rows each
     n_groups = int(dataset.sensitive.nunique().sum())
-    from fairpca.tasks.represent import DEFAULT_MAX_K
-
-    k = (
-        DEFAULT_MAX_K if config.representation.k is None else config.representation.k
-    )  # the default k is at most this
+    k = config.representation.k or DEFAULT_MAX_K  # the default k is at most this
     size = k + n_groups + 10  # the randomized route's range (10 oversamples)
     sizes = {
         v: _memory.randomized_bytes(n_train, width, size) for v in config.representation.variants
@@ -225,20 +231,6 @@ def _check_file_memory(source) -> None:
         return
     size = Path(source.data).stat().st_size
     _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
-
-
-def _check_table_memory(dataset, width: int) -> None:
-    """The loaded table, its parts and its ``width`` encoded columns must fit in memory (the
-    audit reads every row by default); else a clear error naming the Dask route."""
-    from fairpca import _memory
-
-    table = sum(frame.memory_usage(deep=True).sum() for frame in (dataset.X, dataset.sensitive))
-    need = 2 * table + ENCODED_COPIES * _memory.FLOAT_BYTES * dataset.n_samples * width
-    what = (
-        f"the audit of {dataset.n_samples} rows ({_memory.format_bytes(table)} as loaded, "
-        f"{width} encoded columns)"
-    )
-    _memory.require(need, what, DASK_FIX)
 
 
 def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
@@ -299,7 +291,6 @@ def _check_table(config) -> tuple[list[str], Split]:
         except (TypeError, LookupError) as error:
             raise PreflightError(str(error)) from error
     width = _encoded_width(config, dataset.X)
-    _check_table_memory(dataset, width)
     _check_cost(config, dataset, width)
     with warnings.catch_warnings():  # the flow reports the training rows' screening
         warnings.simplefilter("ignore", ScreeningWarning)

@@ -44,9 +44,7 @@ def relog_promotion(out_dir: Path, audit: AuditRecord, tracking_uri: str, promot
     if not promote:
         return PromotionRecord(promote=False, reasons=["relog moves no alias without --promote"])
     champion, demoted = champion_lookup(tracking_uri, audit)
-    compared = _compared_champion(out_dir, champion)
-    if compared is not None:
-        champion = compared
+    champion = _compared_champion(out_dir, champion) or champion
     promotion = decide_promotion(challenger_of(audit), champion, demoted_models=demoted)
     return PromotionRecord.of(promotion, champion)
 

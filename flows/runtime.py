@@ -98,9 +98,12 @@ def run_and_exit(main: Callable[[], object]) -> NoReturn:
     modules Prefect, MLflow and scikit-learn loaded (2-3 s of CPU on a 2-core machine)."""
     try:
         main()
-        code: int = 0
-    except SystemExit as done:
-        code = _exit_code(done.code)
+        code = 0
+    except SystemExit as done:  # its code, or a message printed and 1
+        code = 0 if done.code is None else done.code
+        if not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
     except BaseException:  # an error of the command itself: shown as Python shows it
         sys.excepthook(*sys.exc_info())
         code = 1
@@ -113,16 +116,6 @@ def run_and_exit(main: Callable[[], object]) -> NoReturn:
         with suppress(Exception):
             stream.flush()
     os._exit(code)
-
-
-def _exit_code(code: object) -> int:
-    """The status ``SystemExit(code)`` ends a process with (a message is printed)."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
 
 
 def _say(line: str) -> None:
@@ -366,12 +359,6 @@ uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _prefect_api_configured() -> bool | None:
     """Whether this process's Prefect settings name an API (None: Prefect not imported yet,
     so the server program decides from the same environment and profile)."""
@@ -401,7 +388,9 @@ class PrefectServer:
 
     def _spawn(self) -> None:
         """The server process on a free port; this process keeps its stdin's other end."""
-        self.port = _free_port()
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", _SERVER_PROGRAM, str(self.port)],
@@ -414,23 +403,22 @@ class PrefectServer:
         Prefect client (and every process it starts) uses it. Raises :class:`CommandError`."""
         timeout = _startup_timeout()
         deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.port}/api"
-        while not _answers(f"{url}/health"):
+        while not _answers(f"http://127.0.0.1:{self.port}/api/health"):
             code = self.process.poll()
             if code == _NO_SERVER_NEEDED:
                 return
             if code == _UVICORN_STARTUP_FAILURE and "already in use" in self._output():
                 self._spawn()  # another process took the port meanwhile
-                url = f"http://127.0.0.1:{self.port}/api"
                 continue
             if code is not None or time.monotonic() > deadline:
                 raise CommandError(self._failure(code, timeout))
             time.sleep(0.1)
-        self.api_url = url
-        # no "View at <UI>" links: this server has no UI and is gone after the command
-        self._previous_env = _set_prefect_env({"PREFECT_API_URL": url, "PREFECT_UI_URL": ""})
-        # one line within 80 columns (the docs say how PREFECT_API_URL names a running one)
         url_shown = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{url_shown}/api"
+        # no "View at <UI>" links: this server has no UI and is gone after the command
+        env = {"PREFECT_API_URL": self.api_url, "PREFECT_UI_URL": ""}
+        self._previous_env = _set_prefect_env(env)
+        # one line within 80 columns (the docs say how PREFECT_API_URL names a running one)
         _say(f"Prefect: temporary server on {url_shown} (start-up timeout {timeout} s)")
 
     def _failure(self, code: int | None, timeout: int) -> str:
@@ -460,9 +448,13 @@ class PrefectServer:
 
     def stop(self) -> None:
         """Stop the server (once it has the queued logs and events of the command)."""
-        if self.api_url is not None:
+        if self.api_url is not None:  # the flow's queued logs and events, while it runs
             with suppress(Exception):
-                _drain_prefect_workers()
+                from prefect.events.worker import EventsWorker
+                from prefect.logging.handlers import APILogWorker
+
+                APILogWorker.drain_all(timeout=_DRAIN_SECONDS)
+                EventsWorker.drain_all(timeout=_DRAIN_SECONDS)
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -514,15 +506,6 @@ def _set_prefect_env(values: dict[str, str | None]) -> dict[str, str | None]:
     return previous
 
 
-def _drain_prefect_workers() -> None:
-    """Send the flow's queued logs and events while the temporary server still runs."""
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all(timeout=_DRAIN_SECONDS)
-    EventsWorker.drain_all(timeout=_DRAIN_SECONDS)
-
-
 def describe_output(output_dir: Path, prefix: str, since: float, seal_file: str) -> str:
     """Where a command's results are and in what state: its newest folder in ``output_dir``
     whose name starts with ``prefix`` and that was made at ``since`` (a time stamp) or later;
@@ -565,8 +548,7 @@ def check_tracking_uri(uri: str, shown: str, timeout: float = 4.0) -> None:
     it may be printed (credentials masked). Other schemes (databases, Databricks) are left
     to MLflow.
     """
-    parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
+    scheme = urlsplit(uri).scheme.lower()
     fix = f"start the server, or pass --tracking-uri {LOCAL_FALLBACK} to record locally"
     if scheme in {"http", "https"}:
         import httpx
@@ -661,8 +643,7 @@ def current_task_runner_name() -> str | None:
     """Class name of the running flow's task runner (``None`` outside a flow run)."""
     from prefect.context import FlowRunContext
 
-    context = FlowRunContext.get()
-    runner = getattr(context, "task_runner", None)
+    runner = getattr(FlowRunContext.get(), "task_runner", None)
     return None if runner is None else type(runner).__name__
 
 
