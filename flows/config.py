@@ -41,6 +41,32 @@ from fairpca.tasks import (
 )
 from fairpca.tasks.trust import mask_credentials, take_credentials
 
+__all__ = [
+    "CLASSIFIERS",
+    "DATASETS",
+    "DEFAULT_LAMBDAS",
+    "RUN_NAME_PATTERN",
+    "VARIANTS",
+    "AuditConfig",
+    "EvaluationConfig",
+    "OutputConfig",
+    "PromotionConfig",
+    "RepresentationConfig",
+    "RetrainConfig",
+    "SelectionConfig",
+    "SourceConfig",
+    "SplitConfig",
+    "Thresholds",
+    "TrackingConfig",
+    "leaf_fields",
+    "load_config_file",
+    "mask_credentials",
+    "nest_flat_keys",
+    "resolve_tracking_uri",
+    "section_of_key",
+    "sections",
+]
+
 DATASETS = ("adult", "german", "bank", "compas")
 VARIANTS = ("pca", "fair_pca", "fair_pca_eo", "fair_pca_s", "fair_kernel_pca")
 CLASSIFIERS = CLASSIFIER_NAMES  # the names fairpca.tasks.sweep builds
