@@ -62,9 +62,8 @@ def take_credentials(uri: str) -> str:
     environment variable ``MLFLOW_TRACKING_URI`` is removed from there for http(s).
     """
     parts = urlsplit(uri)
-    if parts.scheme.lower() not in {"http", "https"}:
-        return uri
-    if parts.username is None and parts.password is None:
+    no_credentials = parts.username is None and parts.password is None
+    if parts.scheme.lower() not in {"http", "https"} or no_credentials:
         return uri
     if parts.username:
         os.environ["MLFLOW_TRACKING_USERNAME"] = unquote(parts.username)
@@ -203,10 +202,8 @@ def _file_listing(out_dir: Path, skipped: frozenset[str] = UNSEALED_FILES) -> di
                     f"{path} is a symbolic link; an audit directory holds only plain files. "
                     "Remove it or re-run the audit."
                 )
-        for name in names:
-            path = Path(folder) / name
             relative = path.relative_to(out_dir).as_posix()
-            if relative not in skipped:
+            if name in names and relative not in skipped:
                 files[relative] = path
     return files
 
@@ -233,22 +230,16 @@ def seal_output_dir(out_dir: str | Path, known: Mapping[str, str] | None = None)
     """
     out_dir = Path(out_dir)
     key = signing_key(create=True)
-    _refuse_key_inside(out_dir)
+    if not os.environ.get(KEY_ENV) and key_path().resolve().is_relative_to(out_dir.resolve()):
+        raise SealError(
+            f"the signing key {key_path()} lies inside the output directory {out_dir}; set "
+            "XDG_CONFIG_HOME (or FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
+        )
     listing, known = sorted(_file_listing(out_dir).items()), known or {}
     digests = {name: known.get(name) or sha256_file(path) for name, path in listing}
     files = {name: {"size": path.stat().st_size, "sha256": digests[name]} for name, path in listing}
     _write_seal(out_dir, {"version": _SEAL_VERSION, "files": files, "run": None}, key)
     return digests
-
-
-def _refuse_key_inside(out_dir: Path) -> None:
-    if os.environ.get(KEY_ENV):
-        return
-    if key_path().resolve().is_relative_to(out_dir.resolve()):
-        raise SealError(
-            f"the signing key {key_path()} lies inside the output directory {out_dir}; set "
-            "XDG_CONFIG_HOME (or FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
-        )
 
 
 def _verified_record(out_dir: Path) -> dict[str, Any]:
