@@ -165,16 +165,13 @@ def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Spl
     y = np.asarray(dataset.y, dtype=np.int64)
     parts = split_rows(y, dataset.sensitive, seed=seed, **split_options(sizes))
 
-    def rows(frame: pd.DataFrame, idx: np.ndarray) -> pd.DataFrame:
-        return frame.iloc[idx].reset_index(drop=True)
-
     excluded, screening = screen_training_rows(dataset, y, parts[0], source, min_group_size)
     features = dataset.X.drop(columns=list(excluded))
     values = {}
     for name, idx in zip(("train", "validation", "test"), parts, strict=True):
-        values[f"X_{name}"] = rows(features, idx)
+        values[f"X_{name}"] = features.iloc[idx].reset_index(drop=True)
         values[f"y_{name}"] = y[idx]
-        values[f"s_{name}"] = rows(dataset.sensitive, idx)
+        values[f"s_{name}"] = dataset.sensitive.iloc[idx].reset_index(drop=True)
     return Split(**values, leaking=excluded, screening=screening)
 
 

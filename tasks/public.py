@@ -173,16 +173,11 @@ def sweep_lambda(
     y_train, y_eval = _binary(y_train, pos_label, "y_train"), _binary(y_eval, pos_label, "y_eval")
     options = {"pos_label": 1, "min_group_size": min_group_size, "seed": seed}
     options.update(n_resamples=n_resamples, allow_small_groups=False)
-    eval_rows = (X_eval, y_eval, sensitive_eval)
     rows, _ = sweep_tradeoff(
-        estimator,
-        [float(lam) for lam in lambdas],
-        X_train,
-        y_train,
-        *eval_rows,
+        estimator, [float(lam) for lam in lambdas], X_train, y_train, X_eval, y_eval,
+        sensitive_eval, metric_options=options,
         classifiers={type(template).__name__: lambda F, y: clone(template).fit(F, y)},
-        metric_options=options,
-    )
+    )  # fmt: skip
     return pd.DataFrame(rows)
 
 
@@ -211,15 +206,10 @@ def evaluate_model_fairness(
     ``tracking_uri`` (made MLflow's current tracking URI) resolves ``models:/`` URIs; with
     ``run_id`` the metrics are also logged to that run.
     """
-    config = read_config(
-        {
-            "sensitive_features": sensitive_features,
-            "pos_label": pos_label,
-            "min_group_size": min_group_size,
-            "n_resamples": n_resamples,
-            "seed": seed,
-        }
-    )
+    config = read_config({
+        "sensitive_features": sensitive_features, "pos_label": pos_label,
+        "min_group_size": min_group_size, "n_resamples": n_resamples, "seed": seed,
+    })  # fmt: skip
     if target not in data.columns:
         raise ValueError(
             f"target column {target!r} not in data; its columns are {list(data.columns)}."

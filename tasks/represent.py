@@ -99,12 +99,9 @@ class FittedRepresentation:
         Not the constraint basis: it spans the group-mean differences, so for a small group
         it points at those few people's average row.
         """
-        out = {}
-        for name in ("components_", "mean_", "pca_components_"):
-            value = getattr(self.estimator, name, None)
-            if isinstance(value, np.ndarray):
-                out[name] = value
-        return out
+        names = ("components_", "mean_", "pca_components_")
+        values = {name: getattr(self.estimator, name, None) for name in names}
+        return {name: value for name, value in values.items() if isinstance(value, np.ndarray)}
 
 
 def merge_single_row_groups(sensitive: pd.DataFrame) -> pd.DataFrame:
