@@ -49,7 +49,6 @@ from fairpca.tasks.mlflow_logging import (
     AUDIT_FILE,
     PROMOTION_FILE,
     RETRYING,
-    LoggedAudit,
     MlflowLoggingError,
     as_model_input,
     input_example,
@@ -214,12 +213,9 @@ def resolved_config(config: AuditConfig, split, encoded_train) -> tuple[AuditCon
     :func:`fairpca.tasks.represent.resolve_k`) and the k record."""
     representation = config.representation
     k = resolve_k(
-        representation.k,
-        encoded_train.shape[1],
-        split.s_train,
-        list(representation.variants),
+        representation.k, encoded_train.shape[1], split.s_train, list(representation.variants),
         representation.k_grid,
-    )
+    )  # fmt: skip
     sizes = {
         f"n_{part}": len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
     }
@@ -254,26 +250,14 @@ def search_representations(config: AuditConfig, split, encoded) -> tuple[dict, d
     return searches, skipped
 
 
-def mmd_sigma(config: AuditConfig, encoded_train: np.ndarray) -> float:
-    """The MMD bandwidth every representation is measured with (the search's rows)."""
-    return shared_mmd_sigma(
-        encoded_train,
-        config.representation.k_grid[0],
-        max_rows=config.representation.metric_max_rows,
-        seed=config.seed,
-    )
-
-
 def sweep_all(config: AuditConfig, split, searches, encoded, sigma) -> tuple[pd.DataFrame, dict]:
     """One lambda sweep per variant at its chosen k and C (in parallel) on training and
     validation rows: the candidates' table and every sweep's fitted classifiers."""
-    encoded_train, encoded_validation = encoded
     futures = [
         lambda_sweep.submit(
-            variant, search.representation, encoded_train, encoded_validation, split,
-            config.representation, config.evaluation, config.seed, sigma, search.C,
-            config.selection.select_by, search.lambdas,
-            policy=GatePolicy.from_config(config.selection),
+            variant, search.representation, *encoded, split, config.representation,
+            config.evaluation, config.seed, sigma, search.C, config.selection.select_by,
+            search.lambdas, policy=GatePolicy.from_config(config.selection),
         )
         for variant, search in searches.items()
     ]  # fmt: skip
@@ -484,21 +468,17 @@ def promote_and_log(
     seal_output_dir(out_dir, known={n: h for n, h in sealed.items() if n not in rewritten})
     logged = log_output_dir(out_dir, tracking_uri, promotion=decided, ends_now=True)
     _prefect_artifacts(record, decided, out_dir)
-    return _result(record, decided, logged, out_dir, paths["html"])
-
-
-def _result(record, promotion, logged: LoggedAudit, out_dir: Path, report: Path) -> AuditResult:
     return AuditResult(
         record=record,
         output_dir=str(out_dir.resolve()),
-        report_path=str(report.resolve()),
+        report_path=str(paths["html"].resolve()),
         tracking_uri=logged.tracking_uri,
         run_id=logged.run_id,
         experiment_id=logged.experiment_id,
         model_version=logged.model_version,
         model_version_new=logged.model_version_new,
         champion_moved=logged.champion_moved,
-        promotion=promotion,
+        promotion=decided,
     )
 
 
@@ -513,18 +493,19 @@ def _flow_tags(kind: str) -> dict[str, str]:
 def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
     """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, read
     from the record (aggregates only; user strings escaped)."""
-    key = re.sub(r"[^a-z0-9-]+", "-", f"fairpca-{record.provenance.definition.source}".lower())
+    source = f"fairpca-{record.provenance.definition.source}".lower()
+    key = re.sub(r"[^a-z0-9-]+", "-", source).strip("-")
     verdict = verdict_markdown(
         record, promotion, heading=f"Fairness {record.kind} {record.run_name}"
     )
     create_markdown_artifact(
         f"{verdict}\n\nLocal results: {markdown_text(out_dir.resolve())}",
-        key=f"{key.strip('-')}-summary"[:100],
+        key=f"{key}-summary"[:100],
         description="audit verdict",
     )
     create_table_artifact(
-        [{k: v for k, v in row.items()} for row in record.candidates],
-        key=f"{key.strip('-')}-candidates"[:100],
+        [dict(row) for row in record.candidates],
+        key=f"{key}-candidates"[:100],
         description="candidates on validation rows",
     )
 
@@ -583,20 +564,17 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         split, encoded, search_rows, config.seed, config.evaluation.min_group_size
     )
     reference_arguments = (
-        preprocessor,
-        split,
-        encoded,
-        config.evaluation,
-        config.seed,
-        config.selection,
-        search_rows,
-    )
+        preprocessor, split, encoded, config.evaluation, config.seed, config.selection, search_rows
+    )  # fmt: skip
     references = side_by_side(encoded) and reference_mitigations.submit(*reference_arguments)
     with clock("search_k"):
         searches, skipped = search_representations(config, sample, sample_encoded)
         representations = {variant: search.representation for variant, search in searches.items()}
     with clock("lambda_sweep"):
-        sigma = mmd_sigma(config, sample_encoded[0])
+        sigma = shared_mmd_sigma(  # the MMD bandwidth of every representation (search rows)
+            sample_encoded[0], config.representation.k_grid[0],
+            max_rows=config.representation.metric_max_rows, seed=config.seed,
+        )  # fmt: skip
         table, sweeps = sweep_all(config, sample, searches, sample_encoded, sigma)
     with clock("choose"):
         if sample is split:

@@ -193,6 +193,5 @@ def diagnose(
     }
     for variant, diag in per_variant.items():
         first = table[table["variant"] == variant].sort_values("lambda_index").iloc[0]
-        diag["mean_gap_train"] = float(first["mean_gap_train"])
-        diag["mean_gap_validation"] = float(first["mean_gap_validation"])
+        diag |= {name: float(first[name]) for name in ("mean_gap_train", "mean_gap_validation")}
     return {"representations": per_variant, "warnings": mitigation_warnings(table, per_variant)}
