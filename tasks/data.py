@@ -137,7 +137,8 @@ def split_rows(
     rng = np.random.default_rng(seed)
     members = [rng.permutation(np.flatnonzero(strata == code)) for code in range(strata.max() + 1)]
     counts = np.array([len(rows) for rows in members])
-    splittable = np.where(counts >= MIN_SPLITTABLE_STRATUM, counts - 1, 0)
+    small = counts < MIN_SPLITTABLE_STRATUM  # all its rows go to training
+    splittable = np.where(small, 0, counts - 1)
     held_out = _allocate(min(sizes[1] + sizes[2], int(splittable.sum())), splittable)
     n_validation_of = _allocate(min(sizes[1], int(held_out.sum())), held_out)
     validation, test, rest = [], [], []
@@ -145,10 +146,8 @@ def split_rows(
         validation.append(rows[:v])
         test.append(rows[v:h])
         rest.append(rows[h:])
-    tiny = [rows for rows, c in zip(rest, counts, strict=True) if c < MIN_SPLITTABLE_STRATUM]
-    rest_counts = np.array(
-        [0 if c < MIN_SPLITTABLE_STRATUM else len(r) for r, c in zip(rest, counts, strict=True)]
-    )
+    tiny = [rows for rows, is_small in zip(rest, small, strict=True) if is_small]
+    rest_counts = np.where(small, 0, [len(rows) for rows in rest])
     n_tiny = sum(len(rows) for rows in tiny)
     take = _allocate(min(max(sizes[0] - n_tiny, 0), int(rest_counts.sum())), rest_counts)
     train = tiny + [rows[:t] for rows, t in zip(rest, take, strict=True)]
@@ -247,8 +246,7 @@ def search_sample(
     # (today's 5,000 / 2,500), so that small groups keep rows there
     proportional = round(n_train * len(split.y_validation) / len(split.y_train))
     n_validation = max(proportional, n_train // 2)
-    values = {}
-    picked = []
+    values, picked = {}, []
     for part, size in (("train", n_train), ("validation", n_validation)):
         y, s = getattr(split, f"y_{part}"), getattr(split, f"s_{part}")
         rows = stratified_sample(y, s, size, seed, floor=min_group_size)
