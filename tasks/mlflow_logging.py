@@ -103,8 +103,6 @@ def is_transient_mlflow_error(exc: BaseException | None) -> bool:
     """Whether an exception looks like a passing tracking-server problem worth retrying."""
     import requests  # comes with mlflow
 
-    if exc is None:
-        return False
     unreachable = requests.ConnectionError | requests.Timeout | ConnectionError | TimeoutError
     if isinstance(exc, unreachable) or getattr(exc, "error_code", None) in _TRANSIENT_CODES:
         return True
@@ -575,8 +573,9 @@ def read_audit(out_dir: Path) -> AuditRecord:
     return audit
 
 
-def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | None:
-    """The run the signed record names, if it is this audit's unfinished run on this server.
+def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> tuple[str, str] | None:
+    """The run the signed record names (its id and its experiment's id), if it is this
+    audit's unfinished run on this server.
 
     None: no run recorded, or it is gone, deleted or FINISHED (a new run is created).
 
@@ -613,7 +612,7 @@ def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | 
         client.update_run(run.info.run_id, status="RUNNING")
         if "fairpca.logging_error" in run.data.tags:
             client.delete_tag(run.info.run_id, "fairpca.logging_error")
-    return bound["run_id"]
+    return bound["run_id"], bound["experiment_id"]
 
 
 def log_output_dir(
@@ -663,24 +662,25 @@ def log_output_dir(
             version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now)
         except Exception as exc:
             raise _logging_failed(attempt, exc) from exc
-    experiment_id = mlflow_client(tracking_uri).get_run(attempt.run_id).info.experiment_id
     _write_status(
         out_dir, {"status": "FINISHED", "run_id": attempt.run_id, "model_version": version}
     )
     return LoggedAudit(
-        attempt.run_id, experiment_id, version, moved, mask_credentials(tracking_uri), new
+        attempt.run_id, attempt.experiment_id, version, moved, mask_credentials(tracking_uri), new
     )
 
 
 @dataclass
 class _Attempt:
     """One call of :func:`log_output_dir`: its steps (Prefect tasks with its retries), the run
-    it logs to once there is one, and the step under way (named when it fails)."""
+    it logs to (and its experiment) once there is one, and the step under way (named when it
+    fails)."""
 
     out_dir: Path
     tracking_uri: str
     steps: dict[str, Any]
     run_id: str | None = None
+    experiment_id: str | None = None
     step: str = "start the run"
 
 
@@ -704,11 +704,13 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
 
     started = time.perf_counter()
     uri, steps = attempt.tracking_uri, attempt.steps
-    attempt.run_id = _resumable_run(mlflow_client(uri), verified.record, audit)
-    if attempt.run_id is None:
+    resumed = _resumable_run(mlflow_client(uri), verified.record, audit)
+    attempt.run_id, attempt.experiment_id = resumed or (None, None)
+    if resumed is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
-        attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
-        bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=experiment)
+        run = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
+        attempt.run_id, attempt.experiment_id = run
+        bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=attempt.experiment_id)
     attempt.step = "log params and metrics"
     steps["log_params_metrics"](uri, attempt.run_id, audit)
     attempt.step = "log artifacts"

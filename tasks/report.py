@@ -261,11 +261,11 @@ def _decision(record, promotion) -> dict[str, Any]:
     None before it is taken: the gate's own decision is stated.
     """
     selection, deciding, words = record.selection, None, "NOT promoted"
+    first = next(iter(selection.decision.reasons), "")
     bound = "point estimates" if selection.gate == "point" else "upper 95% bounds"
     gate = f"the gate {record.policy.name if record.policy else 'thresholds'} ({bound})"
     passed = f"meets {gate} on the validation rows"
     if not selection.decision.promote:
-        first = next(iter(selection.decision.reasons), "")
         headline, why = "Not promoted", first or f"fails {gate} on the validation rows"
         if first.startswith(DOMINATED):
             deciding = "dominated by " + first.removeprefix(DOMINATED).split()[0]
@@ -286,7 +286,6 @@ def _decision(record, promotion) -> dict[str, Any]:
         headline, deciding = "Not promoted", "the champion stays"
         why = f"{passed}, but {promotion.reasons[-1] if promotion.reasons else deciding}"
     promote = words == "PROMOTED to champion"
-    first = next(iter(selection.decision.reasons), "")
     if selection.decision.promote and first.startswith(DOMINATED):  # --promote-dominated
         why = f"{first}; {why[:1].lower()}{why[1:]}"  # the reason that decided it, first
     if selection.chosen.variant == "pca":  # never passed off as a fair model
@@ -445,12 +444,8 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
     for attribute, groups in (selection.group_sizes or {}).items():
         for group, size in groups.items():
             if group == WITHHELD:
-                count = str(size).split(" ")[0]
-                why = (
-                    f"withheld: {fewer} rows"
-                    if count == "1"
-                    else f"withheld: some {under} rows"  # the others would reveal them
-                )
+                count = str(size).split(" ")[0]  # with several, the others would reveal them
+                why = f"withheld: {fewer} rows" if count == "1" else f"withheld: some {under} rows"
                 out.append(GroupRow(attribute, f"{count} more group(s)", why, none))  # fmt: skip
             elif (attribute, group) not in shown:
                 counted = isinstance(test_sizes.get(attribute, {}).get(group), int)
@@ -514,7 +509,6 @@ def build_verdict(record, promotion=None) -> Verdict:
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),
         intersections=group_rows(selection, attributes=False),
-        group_part="test",
     )
 
 
@@ -612,8 +606,7 @@ def _baseline_line(ax, marks: dict[str, Any]) -> None:
 def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     utility = marks["utility"]
     _candidates(ax, table, metric, marks)
-    chosen = marks["chosen"]
-    pca = marks["pca"]
+    chosen, pca = marks["chosen"], marks["pca"]
     if pca is not None:
         pca_rows = table[
             (table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))
@@ -833,11 +826,8 @@ def _reported_frame(record, verdict: Verdict) -> pd.DataFrame:
     several = any(k.endswith(".intersection") for k in test)
     metrics = [k for k in test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
     metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
-    sizes = record.split_sizes
-    shown = {
-        "validation": record.validation_label(),
-        "test": f"test rows ({sizes.test:,})",
-    }
+    test_rows = f"test rows ({record.split_sizes.test:,})"
+    shown = {"validation": record.validation_label(), "test": test_rows}
     return pd.DataFrame(
         [
             {"model": row.heading, "rows": shown[part]}
@@ -854,6 +844,7 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
     records = []
     for variant, diag in per_variant.items():
         errors = diag.get("reconstruction_error") or {}
+        errors = ", ".join(f"{g}: {e:.3g}" for g, e in errors.items()) or "-"
         for attribute, probe in diag["leakage"].items():
             near = diag["near_constant_directions"].get(attribute, [])
             records.append(
@@ -864,10 +855,7 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
                     "chance": probe["chance"],
                     "mean gap (train)": diag["mean_gap_train"],
                     "mean gap (validation)": diag["mean_gap_validation"],
-                    "reconstruction error per group": ", ".join(
-                        f"{g}: {e:.3g}" for g, e in errors.items()
-                    )
-                    or "-",
+                    "reconstruction error per group": errors,
                     "near-constant directions": ", ".join(str(d["direction"]) for d in near) or "-",
                 }
             )
@@ -930,14 +918,12 @@ def candidate_rows(record) -> str:
     ``validation_rows``), e.g. ``the λ rows on the validation sample (2,500 rows); the
     baselines and the chosen candidate on the validation rows (12,211)`` after a wide search,
     else ``all on the validation rows (12,211)``."""
-    labels = {
-        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
-            int(row["validation_rows"])
-        )
-        for row in record.candidates
-        if isinstance(row.get("validation_rows"), int | float)
-        and math.isfinite(row["validation_rows"])
-    }
+    labels = {}  # False: the searched candidates, True: the baselines and the chosen one
+    for row in record.candidates:
+        rows = row.get("validation_rows")
+        if isinstance(rows, int | float) and math.isfinite(rows):
+            baseline_or_chosen = row.get("role") in ("majority", "PCA (best)", "chosen")
+            labels[baseline_or_chosen] = record.validation_label(int(rows))
     searched, chosen = labels.get(False), labels.get(True)
     if searched and chosen and searched != chosen:
         return (
@@ -953,6 +939,11 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     verdict, gap = build_verdict(record, promotion), parity_paragraph(record)
     skipped = [f"{variant}: {why}" for variant, why in (record.skipped or {}).items()]
     timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
+    timings = pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
+    plot = Plot(
+        f"validation {select_by.replace('_', ' ')} (what the choice maximises) against each "
+        "gated measure, with 95% intervals"
+    )
     notes = (
         f"All numbers are aggregates; groups with fewer than {record.min_group_size} rows are "
         "suppressed. No raw rows or per-person sensitive attributes are stored."
@@ -964,13 +955,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
         *_intersection_groups(record, verdict.intersections),
         *frontier_sections(record),
-        (
-            f"Trade-off on the {record.searched_label}",
-            Plot(
-                f"validation {select_by.replace('_', ' ')} (what the choice maximises) against "
-                "each gated measure, with 95% intervals"
-            ),
-        ),
+        (f"Trade-off on the {record.searched_label}", plot),
         (
             "Candidates (baselines, chosen, lambda=0 and last lambda per variant and "
             f"classifier; full table: metrics.csv): {candidate_rows(record)}",
@@ -990,10 +975,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
             if skipped
             else []
         ),
-        (
-            "Timings (seconds)",
-            pd.DataFrame({"step": list(timings), "seconds": list(timings.values())}),
-        ),
+        ("Timings (seconds)", timings),
         ("Notes", notes),
     ]
 
