@@ -37,11 +37,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
-from fairpca.tasks.mlflow_store import (
-    get_or_create_experiment,
-    log_metrics_batched,
-    mlflow_client,
-)
+from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from fairpca.tasks.record import AuditRecord, read_audit_record
 from fairpca.tasks.registry import demote, move_alias, register_logged_model
 from fairpca.tasks.report import VERDICT_METRICS, run_description
@@ -107,9 +103,8 @@ def is_transient_mlflow_error(exc: BaseException | None) -> bool:
     if isinstance(exc, unreachable) or getattr(exc, "error_code", None) in _TRANSIENT_CODES:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
-    return any(fragment in text for fragment in _TRANSIENT_TEXT) or bool(
-        _GATEWAY_STATUS.search(text)
-    )
+    gateway = _GATEWAY_STATUS.search(text) is not None
+    return gateway or any(fragment in text for fragment in _TRANSIENT_TEXT)
 
 
 def _retry_transient(task, task_run, state) -> bool:
@@ -166,10 +161,7 @@ def start_run(
     description = run_description(audit, promotion)
     tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": description}
     run = client.create_run(
-        experiment_id,
-        start_time=_millis(audit.started_at),
-        run_name=audit.run_name,
-        tags=tags,
+        experiment_id, start_time=_millis(audit.started_at), run_name=audit.run_name, tags=tags
     )
     return run.info.run_id, experiment_id
 
@@ -262,12 +254,10 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> in
 def _not_yet_logged(client, run_id: str, metrics: list, present: set[str]) -> list:
     """The metric points the run does not hold yet (a retry or a relog of a run that was
     interrupted while logging adds each point once, never twice)."""
-    if not present:
-        return metrics
-    logged: dict[str, set[tuple[int, float]]] = {}
-    for key in {metric.key for metric in metrics} & present:
-        history = client.get_metric_history(run_id, key)
-        logged[key] = {(point.step, point.value) for point in history}
+    logged = {
+        key: {(point.step, point.value) for point in client.get_metric_history(run_id, key)}
+        for key in {metric.key for metric in metrics} & present
+    }
     return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
 
 
