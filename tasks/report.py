@@ -29,6 +29,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass, field
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -563,12 +564,10 @@ def _point(
 
 def _candidates(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     """Every candidate: colour = variant, marker = classifier, a thin line along lambda."""
-    classifiers = list(dict.fromkeys(table["classifier"]))
     for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
-        marker = CLASSIFIER_MARKERS[classifiers.index(classifier) % len(CLASSIFIER_MARKERS)]
         _errorbar(ax, curve.sort_values("lambda"), metric, marks["utility"],
-                  color=marks["colors"][variant], marker=marker, ms=4, lw=0.6, elinewidth=0.5,
-                  alpha=0.55, capsize=0)  # fmt: skip
+                  color=marks["colors"][variant], marker=marks["markers"][classifier], ms=4,
+                  lw=0.6, elinewidth=0.5, alpha=0.55, capsize=0)  # fmt: skip
 
 
 def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -> None:
@@ -628,13 +627,12 @@ def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     ax.grid(alpha=0.3)
 
 
-def _legend_handles(table: pd.DataFrame, colors: dict[str, str], axes) -> tuple[list, list]:
+def _legend_handles(marks: dict[str, Any], axes) -> tuple[list, list]:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=c, marker="o", lw=1) for c in colors.values()]
-    labels = [f"variant {v}" for v in colors]
-    for i, classifier in enumerate(dict.fromkeys(table["classifier"])):
-        marker = CLASSIFIER_MARKERS[i % len(CLASSIFIER_MARKERS)]
+    handles = [Line2D([], [], color=c, marker="o", lw=1) for c in marks["colors"].values()]
+    labels = [f"variant {v}" for v in marks["colors"]]
+    for classifier, marker in marks["markers"].items():
         handles.append(Line2D([], [], color="grey", marker=marker, ls="none"))
         labels.append(f"classifier {classifier}")
     for ax in axes:
@@ -686,7 +684,6 @@ def plot_tradeoff(
     import matplotlib.pyplot as plt
 
     table, measures = _plotted_measures(table, thresholds)
-    variants = list(dict.fromkeys(table["variant"]))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     marks = {
         "chosen": chosen,
@@ -695,7 +692,8 @@ def plot_tradeoff(
         "utility": utility if utility in table.columns else "accuracy",
         "limits": gate_limits(thresholds),
         "references": list(references or []),
-        "colors": {v: palette[i % len(palette)] for i, v in enumerate(variants)},
+        "colors": dict(zip(dict.fromkeys(table["variant"]), cycle(palette))),
+        "markers": dict(zip(dict.fromkeys(table["classifier"]), cycle(CLASSIFIER_MARKERS))),
     }
     size = (7.2, 3.2 * len(measures) + 1.3)
     fig, axes = plt.subplots(len(measures), 1, figsize=size, squeeze=False, layout="constrained")
@@ -703,7 +701,7 @@ def plot_tradeoff(
         _panel(ax, table, metric, marks)
     rule = "whole 95% interval inside" if gate == "upper_bound" else "point estimate inside"
     fig.suptitle(f"Gate accepts a candidate with its {rule} the shaded region", fontsize=10)
-    handles, labels = _legend_handles(table, marks["colors"], axes[:, 0])
+    handles, labels = _legend_handles(marks, axes[:, 0])
     fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     fig.savefig(path, dpi=110)
     plt.close(fig)
