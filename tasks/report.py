@@ -605,17 +605,11 @@ def _baseline_line(ax, marks: dict[str, Any]) -> None:
 def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     utility = marks["utility"]
     _candidates(ax, table, metric, marks)
-    chosen, pca = marks["chosen"], marks["pca"]
-    if pca is not None:
-        pca_rows = table[
-            (table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))
-        ]
-        pca_row = pca_rows.iloc[0].to_dict() if len(pca_rows) else pca
-        _point(ax, pca_row, metric, utility, PCA_STYLE)
+    _point(ax, marks["pca"], metric, utility, PCA_STYLE)
     for i, reference in enumerate(marks["references"]):
         style = {**REFERENCE_STYLE, "color": f"C{(i + 4) % 10}", "label": reference["name"]}
         _point(ax, reference.get("validation"), metric, utility, style)
-    _point(ax, chosen, metric, utility, CHOSEN_STYLE)
+    _point(ax, marks["chosen"], metric, utility, CHOSEN_STYLE)
     _baseline_line(ax, marks)
     if not np.isfinite(table[[metric, utility]].to_numpy(float)).any():
         ax.text(0.5, 0.5, f"{metric} undefined for every candidate", transform=ax.transAxes,
@@ -685,9 +679,11 @@ def plot_tradeoff(
 
     table, measures = _plotted_measures(table, thresholds)
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # unconstrained PCA with the chosen classifier, where the table has it
+    same = table[(table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))]
     marks = {
         "chosen": chosen,
-        "pca": pca,
+        "pca": same.iloc[0].to_dict() if pca is not None and len(same) else pca,
         "majority_accuracy": float("nan") if majority_accuracy is None else majority_accuracy,
         "utility": utility if utility in table.columns else "accuracy",
         "limits": gate_limits(thresholds),
