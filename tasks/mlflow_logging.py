@@ -417,14 +417,13 @@ def log_model(
     )
     client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-    model_uri = f"models:/{logged.model_id}"
     skops_name = f"model/{skops_file(model_dir).relative_to(model_dir.resolve()).as_posix()}"
     version, new = register_logged_model(
         client,
         run_id,
         verified.out_dir,
         audit,
-        model_uri=model_uri,
+        model_uri=f"models:/{logged.model_id}",
         model_id=logged.model_id,
         tracking_uri=tracking_uri,
         promotion=promotion,
