@@ -37,11 +37,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.tasks import exponential_backoff
 
 from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
-from fairpca.tasks.mlflow_store import (
-    get_or_create_experiment,
-    log_metrics_batched,
-    mlflow_client,
-)
+from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from fairpca.tasks.record import AuditRecord, read_audit_record
 from fairpca.tasks.registry import demote, move_alias, register_logged_model
 from fairpca.tasks.report import VERDICT_METRICS, run_description
@@ -103,15 +99,12 @@ def is_transient_mlflow_error(exc: BaseException | None) -> bool:
     """Whether an exception looks like a passing tracking-server problem worth retrying."""
     import requests  # comes with mlflow
 
-    if exc is None:
-        return False
     unreachable = requests.ConnectionError | requests.Timeout | ConnectionError | TimeoutError
     if isinstance(exc, unreachable) or getattr(exc, "error_code", None) in _TRANSIENT_CODES:
         return True
     text = f"{type(exc).__name__}: {exc}".lower()
-    return any(fragment in text for fragment in _TRANSIENT_TEXT) or bool(
-        _GATEWAY_STATUS.search(text)
-    )
+    gateway = _GATEWAY_STATUS.search(text) is not None
+    return gateway or any(fragment in text for fragment in _TRANSIENT_TEXT)
 
 
 def _retry_transient(task, task_run, state) -> bool:
@@ -168,10 +161,7 @@ def start_run(
     description = run_description(audit, promotion)
     tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": description}
     run = client.create_run(
-        experiment_id,
-        start_time=_millis(audit.started_at),
-        run_name=audit.run_name,
-        tags=tags,
+        experiment_id, start_time=_millis(audit.started_at), run_name=audit.run_name, tags=tags
     )
     return run.info.run_id, experiment_id
 
@@ -264,12 +254,10 @@ def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> in
 def _not_yet_logged(client, run_id: str, metrics: list, present: set[str]) -> list:
     """The metric points the run does not hold yet (a retry or a relog of a run that was
     interrupted while logging adds each point once, never twice)."""
-    if not present:
-        return metrics
-    logged: dict[str, set[tuple[int, float]]] = {}
-    for key in {metric.key for metric in metrics} & present:
-        history = client.get_metric_history(run_id, key)
-        logged[key] = {(point.step, point.value) for point in history}
+    logged = {
+        key: {(point.step, point.value) for point in client.get_metric_history(run_id, key)}
+        for key in {metric.key for metric in metrics} & present
+    }
     return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
 
 
@@ -429,14 +417,13 @@ def log_model(
     )
     client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
-    model_uri = f"models:/{logged.model_id}"
     skops_name = f"model/{skops_file(model_dir).relative_to(model_dir.resolve()).as_posix()}"
     version, new = register_logged_model(
         client,
         run_id,
         verified.out_dir,
         audit,
-        model_uri=model_uri,
+        model_uri=f"models:/{logged.model_id}",
         model_id=logged.model_id,
         tracking_uri=tracking_uri,
         promotion=promotion,
@@ -575,8 +562,9 @@ def read_audit(out_dir: Path) -> AuditRecord:
     return audit
 
 
-def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | None:
-    """The run the signed record names, if it is this audit's unfinished run on this server.
+def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> tuple[str, str] | None:
+    """The run the signed record names (its id and its experiment's id), if it is this
+    audit's unfinished run on this server.
 
     None: no run recorded, or it is gone, deleted or FINISHED (a new run is created).
 
@@ -613,7 +601,7 @@ def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> str | 
         client.update_run(run.info.run_id, status="RUNNING")
         if "fairpca.logging_error" in run.data.tags:
             client.delete_tag(run.info.run_id, "fairpca.logging_error")
-    return bound["run_id"]
+    return bound["run_id"], bound["experiment_id"]
 
 
 def log_output_dir(
@@ -663,24 +651,25 @@ def log_output_dir(
             version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now)
         except Exception as exc:
             raise _logging_failed(attempt, exc) from exc
-    experiment_id = mlflow_client(tracking_uri).get_run(attempt.run_id).info.experiment_id
     _write_status(
         out_dir, {"status": "FINISHED", "run_id": attempt.run_id, "model_version": version}
     )
     return LoggedAudit(
-        attempt.run_id, experiment_id, version, moved, mask_credentials(tracking_uri), new
+        attempt.run_id, attempt.experiment_id, version, moved, mask_credentials(tracking_uri), new
     )
 
 
 @dataclass
 class _Attempt:
     """One call of :func:`log_output_dir`: its steps (Prefect tasks with its retries), the run
-    it logs to once there is one, and the step under way (named when it fails)."""
+    it logs to (and its experiment) once there is one, and the step under way (named when it
+    fails)."""
 
     out_dir: Path
     tracking_uri: str
     steps: dict[str, Any]
     run_id: str | None = None
+    experiment_id: str | None = None
     step: str = "start the run"
 
 
@@ -704,11 +693,13 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
 
     started = time.perf_counter()
     uri, steps = attempt.tracking_uri, attempt.steps
-    attempt.run_id = _resumable_run(mlflow_client(uri), verified.record, audit)
-    if attempt.run_id is None:
+    resumed = _resumable_run(mlflow_client(uri), verified.record, audit)
+    attempt.run_id, attempt.experiment_id = resumed or (None, None)
+    if resumed is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
-        attempt.run_id, experiment = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
-        bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=experiment)
+        run = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
+        attempt.run_id, attempt.experiment_id = run
+        bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=attempt.experiment_id)
     attempt.step = "log params and metrics"
     steps["log_params_metrics"](uri, attempt.run_id, audit)
     attempt.step = "log artifacts"

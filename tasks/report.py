@@ -29,6 +29,7 @@ import math
 import re
 import threading
 from dataclasses import dataclass, field
+from itertools import cycle
 from pathlib import Path
 from typing import Any
 
@@ -261,11 +262,11 @@ def _decision(record, promotion) -> dict[str, Any]:
     None before it is taken: the gate's own decision is stated.
     """
     selection, deciding, words = record.selection, None, "NOT promoted"
+    first = next(iter(selection.decision.reasons), "")
     bound = "point estimates" if selection.gate == "point" else "upper 95% bounds"
     gate = f"the gate {record.policy.name if record.policy else 'thresholds'} ({bound})"
     passed = f"meets {gate} on the validation rows"
     if not selection.decision.promote:
-        first = next(iter(selection.decision.reasons), "")
         headline, why = "Not promoted", first or f"fails {gate} on the validation rows"
         if first.startswith(DOMINATED):
             deciding = "dominated by " + first.removeprefix(DOMINATED).split()[0]
@@ -286,7 +287,6 @@ def _decision(record, promotion) -> dict[str, Any]:
         headline, deciding = "Not promoted", "the champion stays"
         why = f"{passed}, but {promotion.reasons[-1] if promotion.reasons else deciding}"
     promote = words == "PROMOTED to champion"
-    first = next(iter(selection.decision.reasons), "")
     if selection.decision.promote and first.startswith(DOMINATED):  # --promote-dominated
         why = f"{first}; {why[:1].lower()}{why[1:]}"  # the reason that decided it, first
     if selection.chosen.variant == "pca":  # never passed off as a fair model
@@ -445,12 +445,8 @@ def _withheld_rows(selection, published, min_group_size: int | None) -> tuple[Gr
     for attribute, groups in (selection.group_sizes or {}).items():
         for group, size in groups.items():
             if group == WITHHELD:
-                count = str(size).split(" ")[0]
-                why = (
-                    f"withheld: {fewer} rows"
-                    if count == "1"
-                    else f"withheld: some {under} rows"  # the others would reveal them
-                )
+                count = str(size).split(" ")[0]  # with several, the others would reveal them
+                why = f"withheld: {fewer} rows" if count == "1" else f"withheld: some {under} rows"
                 out.append(GroupRow(attribute, f"{count} more group(s)", why, none))  # fmt: skip
             elif (attribute, group) not in shown:
                 counted = isinstance(test_sizes.get(attribute, {}).get(group), int)
@@ -514,7 +510,6 @@ def build_verdict(record, promotion=None) -> Verdict:
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),
         intersections=group_rows(selection, attributes=False),
-        group_part="test",
     )
 
 
@@ -569,12 +564,10 @@ def _point(
 
 def _candidates(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     """Every candidate: colour = variant, marker = classifier, a thin line along lambda."""
-    classifiers = list(dict.fromkeys(table["classifier"]))
     for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
-        marker = CLASSIFIER_MARKERS[classifiers.index(classifier) % len(CLASSIFIER_MARKERS)]
         _errorbar(ax, curve.sort_values("lambda"), metric, marks["utility"],
-                  color=marks["colors"][variant], marker=marker, ms=4, lw=0.6, elinewidth=0.5,
-                  alpha=0.55, capsize=0)  # fmt: skip
+                  color=marks["colors"][variant], marker=marks["markers"][classifier], ms=4,
+                  lw=0.6, elinewidth=0.5, alpha=0.55, capsize=0)  # fmt: skip
 
 
 def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -> None:
@@ -612,18 +605,11 @@ def _baseline_line(ax, marks: dict[str, Any]) -> None:
 def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     utility = marks["utility"]
     _candidates(ax, table, metric, marks)
-    chosen = marks["chosen"]
-    pca = marks["pca"]
-    if pca is not None:
-        pca_rows = table[
-            (table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))
-        ]
-        pca_row = pca_rows.iloc[0].to_dict() if len(pca_rows) else pca
-        _point(ax, pca_row, metric, utility, PCA_STYLE)
+    _point(ax, marks["pca"], metric, utility, PCA_STYLE)
     for i, reference in enumerate(marks["references"]):
         style = {**REFERENCE_STYLE, "color": f"C{(i + 4) % 10}", "label": reference["name"]}
         _point(ax, reference.get("validation"), metric, utility, style)
-    _point(ax, chosen, metric, utility, CHOSEN_STYLE)
+    _point(ax, marks["chosen"], metric, utility, CHOSEN_STYLE)
     _baseline_line(ax, marks)
     if not np.isfinite(table[[metric, utility]].to_numpy(float)).any():
         ax.text(0.5, 0.5, f"{metric} undefined for every candidate", transform=ax.transAxes,
@@ -635,13 +621,12 @@ def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     ax.grid(alpha=0.3)
 
 
-def _legend_handles(table: pd.DataFrame, colors: dict[str, str], axes) -> tuple[list, list]:
+def _legend_handles(marks: dict[str, Any], axes) -> tuple[list, list]:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=c, marker="o", lw=1) for c in colors.values()]
-    labels = [f"variant {v}" for v in colors]
-    for i, classifier in enumerate(dict.fromkeys(table["classifier"])):
-        marker = CLASSIFIER_MARKERS[i % len(CLASSIFIER_MARKERS)]
+    handles = [Line2D([], [], color=c, marker="o", lw=1) for c in marks["colors"].values()]
+    labels = [f"variant {v}" for v in marks["colors"]]
+    for classifier, marker in marks["markers"].items():
         handles.append(Line2D([], [], color="grey", marker=marker, ls="none"))
         labels.append(f"classifier {classifier}")
     for ax in axes:
@@ -693,16 +678,18 @@ def plot_tradeoff(
     import matplotlib.pyplot as plt
 
     table, measures = _plotted_measures(table, thresholds)
-    variants = list(dict.fromkeys(table["variant"]))
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    # unconstrained PCA with the chosen classifier, where the table has it
+    same = table[(table["variant"] == "pca") & (table["classifier"] == chosen.get("classifier"))]
     marks = {
         "chosen": chosen,
-        "pca": pca,
+        "pca": same.iloc[0].to_dict() if pca is not None and len(same) else pca,
         "majority_accuracy": float("nan") if majority_accuracy is None else majority_accuracy,
         "utility": utility if utility in table.columns else "accuracy",
         "limits": gate_limits(thresholds),
         "references": list(references or []),
-        "colors": {v: palette[i % len(palette)] for i, v in enumerate(variants)},
+        "colors": dict(zip(dict.fromkeys(table["variant"]), cycle(palette))),
+        "markers": dict(zip(dict.fromkeys(table["classifier"]), cycle(CLASSIFIER_MARKERS))),
     }
     size = (7.2, 3.2 * len(measures) + 1.3)
     fig, axes = plt.subplots(len(measures), 1, figsize=size, squeeze=False, layout="constrained")
@@ -710,7 +697,7 @@ def plot_tradeoff(
         _panel(ax, table, metric, marks)
     rule = "whole 95% interval inside" if gate == "upper_bound" else "point estimate inside"
     fig.suptitle(f"Gate accepts a candidate with its {rule} the shaded region", fontsize=10)
-    handles, labels = _legend_handles(table, marks["colors"], axes[:, 0])
+    handles, labels = _legend_handles(marks, axes[:, 0])
     fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -833,11 +820,8 @@ def _reported_frame(record, verdict: Verdict) -> pd.DataFrame:
     several = any(k.endswith(".intersection") for k in test)
     metrics = [k for k in test if k.startswith(HEADLINE_METRICS) and "ci95" not in k]
     metrics = sorted(metrics) if several else list(HEADLINE_METRICS)
-    sizes = record.split_sizes
-    shown = {
-        "validation": record.validation_label(),
-        "test": f"test rows ({sizes.test:,})",
-    }
+    test_rows = f"test rows ({record.split_sizes.test:,})"
+    shown = {"validation": record.validation_label(), "test": test_rows}
     return pd.DataFrame(
         [
             {"model": row.heading, "rows": shown[part]}
@@ -854,6 +838,7 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
     records = []
     for variant, diag in per_variant.items():
         errors = diag.get("reconstruction_error") or {}
+        errors = ", ".join(f"{g}: {e:.3g}" for g, e in errors.items()) or "-"
         for attribute, probe in diag["leakage"].items():
             near = diag["near_constant_directions"].get(attribute, [])
             records.append(
@@ -864,10 +849,7 @@ def _diagnostics_frame(per_variant: dict[str, Any]) -> pd.DataFrame:
                     "chance": probe["chance"],
                     "mean gap (train)": diag["mean_gap_train"],
                     "mean gap (validation)": diag["mean_gap_validation"],
-                    "reconstruction error per group": ", ".join(
-                        f"{g}: {e:.3g}" for g, e in errors.items()
-                    )
-                    or "-",
+                    "reconstruction error per group": errors,
                     "near-constant directions": ", ".join(str(d["direction"]) for d in near) or "-",
                 }
             )
@@ -930,14 +912,12 @@ def candidate_rows(record) -> str:
     ``validation_rows``), e.g. ``the λ rows on the validation sample (2,500 rows); the
     baselines and the chosen candidate on the validation rows (12,211)`` after a wide search,
     else ``all on the validation rows (12,211)``."""
-    labels = {
-        row.get("role") in ("majority", "PCA (best)", "chosen"): record.validation_label(
-            int(row["validation_rows"])
-        )
-        for row in record.candidates
-        if isinstance(row.get("validation_rows"), int | float)
-        and math.isfinite(row["validation_rows"])
-    }
+    labels = {}  # False: the searched candidates, True: the baselines and the chosen one
+    for row in record.candidates:
+        rows = row.get("validation_rows")
+        if isinstance(rows, int | float) and math.isfinite(rows):
+            baseline_or_chosen = row.get("role") in ("majority", "PCA (best)", "chosen")
+            labels[baseline_or_chosen] = record.validation_label(int(rows))
     searched, chosen = labels.get(False), labels.get(True)
     if searched and chosen and searched != chosen:
         return (
@@ -953,6 +933,11 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
     verdict, gap = build_verdict(record, promotion), parity_paragraph(record)
     skipped = [f"{variant}: {why}" for variant, why in (record.skipped or {}).items()]
     timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
+    timings = pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
+    plot = Plot(
+        f"validation {select_by.replace('_', ' ')} (what the choice maximises) against each "
+        "gated measure, with 95% intervals"
+    )
     notes = (
         f"All numbers are aggregates; groups with fewer than {record.min_group_size} rows are "
         "suppressed. No raw rows or per-person sensitive attributes are stored."
@@ -964,13 +949,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
         *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
         *_intersection_groups(record, verdict.intersections),
         *frontier_sections(record),
-        (
-            f"Trade-off on the {record.searched_label}",
-            Plot(
-                f"validation {select_by.replace('_', ' ')} (what the choice maximises) against "
-                "each gated measure, with 95% intervals"
-            ),
-        ),
+        (f"Trade-off on the {record.searched_label}", plot),
         (
             "Candidates (baselines, chosen, lambda=0 and last lambda per variant and "
             f"classifier; full table: metrics.csv): {candidate_rows(record)}",
@@ -990,10 +969,7 @@ def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
             if skipped
             else []
         ),
-        (
-            "Timings (seconds)",
-            pd.DataFrame({"step": list(timings), "seconds": list(timings.values())}),
-        ),
+        ("Timings (seconds)", timings),
         ("Notes", notes),
     ]
 
