@@ -655,6 +655,22 @@ def _open(sock) -> bool:
         return False
 
 
+def _signed_keep_alive(port: int, source: str):
+    """A connection from ``source`` that sent one signed delivery (answered 202) and stays
+    open (HTTP/1.1 keeps it alive)."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    signed = "".join(f"{k}: {v}\r\n" for k, v in headers_for(BODY).items())
+    head = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{signed}Content-Length: {len(BODY)}\r\n\r\n"
+    sock.sendall(head.encode() + BODY.encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+        answer += sock.recv(4096)
+    assert answer.startswith(b"HTTP/1.1 202"), answer[:200]
+    return sock
+
+
 def _delivered(serve: GateServe, source: str) -> int | str:
     """The status of a signed delivery from ``source``, or the error that ended it."""
     import httpx
@@ -675,7 +691,11 @@ def test_slow_forged_uploads_do_not_deafen_the_receiver(user_cli, tmp_path, free
     or the global one (``MAX_CONNECTIONS``) the oldest unverified connection is closed, so a
     signed delivery gets 202 in each case. Each slow connection is counted only once the
     receiver's app waits for its body (``100 Continue``)."""
-    from fairpca.flows.gate_server import MAX_CONNECTIONS, MAX_CONNECTIONS_PER_CLIENT
+    from fairpca.flows.gate_server import (
+        KEEP_ALIVE_SECONDS,
+        MAX_CONNECTIONS,
+        MAX_CONNECTIONS_PER_CLIENT,
+    )
 
     serve = GateServe(user_cli, tmp_path, free_port(), PREFECT_API_URL="http://127.0.0.1:9/api")
     sockets = []
@@ -694,10 +714,16 @@ def test_slow_forged_uploads_do_not_deafen_the_receiver(user_cli, tmp_path, free
         for sock in sockets:
             sock.close()
         sockets.clear()
-        # 64 from one address: each past its bound closes that address's oldest
+        # 64 from one address: each past its bound closes that address's oldest unverified
+        # one; an older kept-alive connection that sent a signed delivery stays
+        signed = _signed_keep_alive(serve.port, "127.0.0.4")
+        started = time.monotonic()
         waiting = flood(["127.0.0.4"] * 64)
         assert _delivered(serve, "127.0.0.4") == 202
-        assert all(waiting) and [_open(sock) for sock in sockets] == [False] * 33 + [True] * 31
+        assert all(waiting) and [_open(sock) for sock in sockets] == [False] * 34 + [True] * 30
+        assert _open(signed), "the signed connection was closed"
+        assert time.monotonic() - started < KEEP_ALIVE_SECONDS  # (it closes when idle so long)
+        signed.close()
         for sock in sockets:
             sock.close()
         sockets.clear()
@@ -711,5 +737,5 @@ def test_slow_forged_uploads_do_not_deafen_the_receiver(user_cli, tmp_path, free
             sock.close()
         serve.stop()
     log = serve.log.read_text()
-    assert log.count(f"over {MAX_CONNECTIONS_PER_CLIENT} open from 127.0.0.4") == 33
+    assert log.count(f"over {MAX_CONNECTIONS_PER_CLIENT} open from 127.0.0.4") == 34
     assert f"over {MAX_CONNECTIONS} open in all" in log
