@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import typer
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
-from rich.markup import escape
 
 from .config import (
     AuditConfig,
@@ -36,6 +35,7 @@ from .config import (
 from .console import (
     console,
     err_console,
+    escape,
     fail,
     flag_name,
     labelled,

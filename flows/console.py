@@ -27,8 +27,10 @@ import typer
 from pydantic import BaseModel, ValidationError
 from rich import box
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
+
+from fairpca.tasks.trust import visible_text
 
 
 def _width(stream) -> int | None:
@@ -38,6 +40,13 @@ def _width(stream) -> int | None:
 
 console = Console(width=_width(sys.stdout))
 err_console = Console(stderr=True, width=_width(sys.stderr))
+
+
+def escape(text: str) -> str:
+    """``text`` as the console shows it literally: no rich markup, and no raw bidirectional
+    control (:func:`fairpca.tasks.trust.visible_text`)."""
+    return markup_escape(visible_text(text))
+
 
 SUMMARY_CAPTION = (
     "Shown: the majority-class and unconstrained-PCA baselines, the chosen "

@@ -53,6 +53,19 @@ def shown_text(text: str) -> str:
     return _URI.sub(lambda match: shown_uri(match.group(0)), str(text))
 
 
+# Characters that reorder the text around them when shown (Unicode bidirectional controls:
+# embeddings, overrides and isolates, and the implicit marks LRM, RLM and ALM): a name
+# holding U+202E reads reversed after it, so "A\u202e1 puorG" shows as "AGroup 1".
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def visible_text(text: str) -> str:
+    """``text`` with every bidirectional control shown as its code point (``<U+202E>``): the
+    one rule for names (groups, columns, data sets) on every surface (the report, model and
+    gate cards, MLflow descriptions, Prefect artifacts, the terminal)."""
+    return _BIDI_CONTROLS.sub(lambda match: f"<U+{ord(match.group(0)):04X}>", str(text))
+
+
 def take_credentials(uri: str) -> str:
     """An http(s) ``uri`` without ``user:password@``; the credentials go to MLflow's env variables.
 
