@@ -288,11 +288,13 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
-    """What the wide search hands to every row: the :data:`CV_SHORTLIST` best candidates by
-    the audit's order (:func:`fairpca.tasks.select.shortlist`, with the best unconstrained
-    PCA), and the best that still meet the gate once each gated measure is moved towards
-    failing by its 95% sampling error on the sample (the best on a sample sit at the gate's
-    edge, where the sample flatters them; these are likely to pass on every row too)."""
+    """What the wide search hands to every row: the :data:`CV_SHORTLIST` candidates the
+    choice would take from (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
+    then those nearest it on every gated measure of every attribute and their intersection,
+    with the best unconstrained PCA), and the best that still meet the gate once each gated
+    measure is moved towards failing by its 95% sampling error on the sample (the best on a
+    sample sit at the gate's edge, where the sample flatters them; these are likely to pass
+    on every row too)."""
     majority = majority_accuracy_of(sample.y_train, sample.y_validation)
     # only what may be registered is refitted on every row (choose() keeps to the same)
     table = registrable(table, selection.allow_row_storing_models)
