@@ -298,7 +298,12 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
     majority = majority_accuracy_of(sample.y_train, sample.y_validation)
     # only what may be registered is refitted on every row (choose() keeps to the same)
     table = registrable(table, selection.allow_row_storing_models)
+    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
+    # fair PCA) are refitted once, and take one place of the shortlist; unconstrained PCA
+    # (lambda NaN) is never a fair one's copy.
+    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
     numbered = table.assign(row=np.arange(len(table)))
+    numbered = numbered.drop_duplicates([c for c in alike if c in numbered])
     strict = numbered.copy()
     for measure in GATED_RATES:
         for scope in ("", ".intersection"):
@@ -313,11 +318,7 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
         for row in shortlist(strict, majority, selection, CV_SHORTLIST)
         if not policy.failures(row)
     ]
-    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
-    # fair PCA) are refitted once; unconstrained PCA (lambda NaN) is never a fair one's copy.
-    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
-    rows = table.iloc[list(dict.fromkeys(picked))]
-    return rows.drop_duplicates([c for c in alike if c in rows]).to_dict("records")
+    return table.iloc[list(dict.fromkeys(picked))].to_dict("records")
 
 
 # Encoded training rows above which the stages that copy them (the shortlist's refits, the

@@ -4,6 +4,7 @@ screening the columns on the training rows."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -225,7 +226,8 @@ def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Spl
     (the config's ``split`` section: shares of the rows, optional caps), screened by
     :func:`screen_training_rows`."""
     y = np.asarray(dataset.y, dtype=np.int64)
-    entities = None if dataset.entities is None else pd.factorize(dataset.entities)[0]
+    given = getattr(dataset, "entities", None)  # a panel's entity column (group_column)
+    entities = None if given is None else pd.factorize(given)[0]
     parts = split_rows(y, dataset.sensitive, seed=seed, entities=entities, **split_options(sizes))
     excluded, screening = screen_training_rows(dataset, y, parts[0], source, min_group_size)
     features = dataset.X.drop(columns=list(excluded))
@@ -393,8 +395,6 @@ def _panel_ids(dataset, excluded: dict[str, str]) -> list[dict]:
     columns that look like a panel's entity id (:func:`fairpca.datasets._screen.
     panel_id_columns`), judged on every row without the labels: it is about the split
     itself. None when the split already groups the rows by an entity column."""
-    import warnings
-
     from fairpca.datasets._screen import ScreeningWarning, panel_id_columns
 
     if getattr(dataset, "entities", None) is not None:

@@ -865,6 +865,12 @@ def repeated_folds(y, s, entities, folds: int, repeats: int, seed: int) -> list[
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
             return list(splitter.split(np.zeros(len(y)), strata))
+    folds = min(folds, len(np.unique(entities)))  # at most one fold per entity
+    if folds < 2:
+        raise ValueError(
+            "cross-validation needs the training and validation rows of at least 2 entities "
+            "(--group-column); pass a table with more entities."
+        )
     return [
         pair
         for repeat in range(repeats)
