@@ -891,6 +891,7 @@ def _cv_predictions(
     for index, row in enumerate(candidates):
         by_rep.setdefault((row["variant"], int(row["k"])), []).append(index)
     folds_of = repeated_folds(y, s, entities, folds, repeats, seed)
+    folds = len(folds_of) // repeats  # fewer with fewer entities than folds
     policy = GatePolicy.from_config(selection)
     for number, (train, held) in enumerate(folds_of):
         gate = ThresholdGate(

@@ -208,6 +208,8 @@ def test_every_cross_validation_fold_keeps_each_entity_in_one_side():
         assert not set(people[train]) & set(people[held])
         assert abs(y[held].mean() - y.mean()) < 0.08  # stratified as far as entities allow
     assert folds[0][1].tolist() != folds[5][1].tolist()  # a repeat draws the folds anew
+    few = repeated_folds(y[:18], groups.iloc[:18], people[:18], 5, 2, seed=0)  # 3 people
+    assert len(few) == 6 and all(len(set(people[held])) == 1 for _, held in few)
     plain = repeated_folds(y, groups, None, 5, 1, seed=0)
     assert any(set(people[train]) & set(people[held]) for train, held in plain)
 
