@@ -288,15 +288,22 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
-    """What the wide search hands to every row: the :data:`CV_SHORTLIST` best candidates by
-    the audit's order (:func:`fairpca.tasks.select.shortlist`, with the best unconstrained
-    PCA), and the best that still meet the gate once each gated measure is moved towards
-    failing by its 95% sampling error on the sample (the best on a sample sit at the gate's
-    edge, where the sample flatters them; these are likely to pass on every row too)."""
+    """What the wide search hands to every row: the :data:`CV_SHORTLIST` candidates the
+    choice would take from (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
+    then those nearest it on every gated measure of every attribute and their intersection,
+    with the best unconstrained PCA), and the best that still meet the gate once each gated
+    measure is moved towards failing by its 95% sampling error on the sample (the best on a
+    sample sit at the gate's edge, where the sample flatters them; these are likely to pass
+    on every row too)."""
     majority = majority_accuracy_of(sample.y_train, sample.y_validation)
     # only what may be registered is refitted on every row (choose() keeps to the same)
     table = registrable(table, selection.allow_row_storing_models)
+    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
+    # fair PCA) are refitted once, and take one place of the shortlist; unconstrained PCA
+    # (lambda NaN) is never a fair one's copy.
+    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
     numbered = table.assign(row=np.arange(len(table)))
+    numbered = numbered.drop_duplicates([c for c in alike if c in numbered])
     strict = numbered.copy()
     for measure in GATED_RATES:
         for scope in ("", ".intersection"):
@@ -311,11 +318,7 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
         for row in shortlist(strict, majority, selection, CV_SHORTLIST)
         if not policy.failures(row)
     ]
-    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
-    # fair PCA) are refitted once; unconstrained PCA (lambda NaN) is never a fair one's copy.
-    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
-    rows = table.iloc[list(dict.fromkeys(picked))]
-    return rows.drop_duplicates([c for c in alike if c in rows]).to_dict("records")
+    return table.iloc[list(dict.fromkeys(picked))].to_dict("records")
 
 
 # Encoded training rows above which the stages that copy them (the shortlist's refits, the

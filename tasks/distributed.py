@@ -183,7 +183,8 @@ def check_partitioned_source(config) -> list[Path]:
 
 def _refuse_unfitted_choices(config) -> None:
     """The route fits fair_pca (no lambda) with :data:`CLASSIFIER`: other variants,
-    classifiers or lambdas than the defaults are refused, never silently replaced."""
+    classifiers or lambdas than the defaults are refused, never silently replaced; so is a
+    ``group_column`` (its split assigns each row, not each entity, a part)."""
     asked = [
         f"--{name} {getattr(getattr(config, section), name)}"
         for section, name in (
@@ -193,6 +194,13 @@ def _refuse_unfitted_choices(config) -> None:
         if getattr(getattr(config, section), name)
         != type(getattr(config, section)).model_fields[name].get_default(call_default_factory=True)
     ]  # fmt: skip
+    if config.source.group_column is not None:
+        raise ValueError(
+            f"the Dask route splits a partitioned table row by row (a seeded hash of each "
+            f"row), so --group-column {config.source.group_column} (each entity's rows in one "
+            "part) cannot be honoured there: audit the table (or a sample of whole entities) "
+            "in memory as one file, or leave --group-column out."
+        )
     if asked:
         raise ValueError(
             f"the Dask route fits fair_pca with {CLASSIFIER} only (no PCA trade-off lambda), "

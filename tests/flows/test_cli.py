@@ -59,6 +59,7 @@ def test_the_flags_are_read_without_prefect_scikit_learn_or_scipy():
         (["--data", "x.csv"], "needs label"),
         (["--dataset", "adult", "--variants", "pca,svd"], "variants"),
         (["--dataset", "adult", "--max-dp", "3"], "thresholds.max_dp_difference"),
+        (["--dataset", "adult", "--sensitive", "sex", "--group-column", "sex"], "group_column"),
     ],
 )
 def test_invalid_options_fail_before_any_work(args, message, tmp_path):
@@ -125,7 +126,7 @@ AUDIT_OPTIONS = (
     "--config", "--seed", "--dask-address",
     # source
     "--dataset", "--data", "--label", "--positive-label", "--sensitive", "--keep", "--drop",
-    "--sep", "--data-dir", "--leakage-threshold", "--proxy-threshold",
+    "--sep", "--data-dir", "--group-column", "--leakage-threshold", "--proxy-threshold",
     # split
     "--train-share", "--validation-share", "--test-share", "--search-rows",
     "--n-train", "--n-validation", "--n-test",
@@ -234,9 +235,11 @@ def test_options_override_the_file_in_either_form(tmp_path):
     nested.write_text("source: {dataset: adult}\nevaluation: {min_group_size: 40}\n")
     flat = tmp_path / "flat.yaml"
     flat.write_text("dataset: adult\nmin_group_size: 40\nthresholds: {max_dp_difference: 0.1}\n")
-    options = {"min_group_size": 50, "max_dp_difference": 0.2, "variants": "pca,fair_pca"}
+    options = {"min_group_size": 50, "max_dp_difference": 0.2, "variants": "pca,fair_pca",
+               "group_column": "nr"}  # fmt: skip
     for path in (nested, flat):
         config = build_config(dict(options), path, AuditConfig)
+        assert config.source.group_column == "nr"
         assert config.evaluation.min_group_size == 50
         assert config.selection.thresholds.max_dp_difference == 0.2
         assert config.representation.variants == ["pca", "fair_pca"]
@@ -531,8 +534,10 @@ def test_relog_hint_never_suggests_a_second_registration():
     [
         (["--data", "missing.csv", "--label", "y", "--sensitive", "s"], "not found: missing.csv"),
         (["--data", "people.csv", "--label", "incomee", "--sensitive", "sex"], "incomee"),
+        (["--data", "people.csv", "--label", "income", "--sensitive", "sex",
+          "--group-column", "person"], "['person'] not found"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_one_line_and_leaves_no_server(user_cli, tmp_path, args, message):
     """As a user runs it: the temporary Prefect server, started while the inputs are
     checked, is stopped with the command (its log file, in TMPDIR, is gone too)."""

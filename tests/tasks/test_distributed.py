@@ -297,6 +297,14 @@ def test_bad_sources_are_named_with_the_fix_before_any_work(table, tmp_path):
             route.check_partitioned_source(make_config(folder, "local", tmp_path, **asked))
 
 
+def test_a_group_column_is_refused_on_the_route_before_any_work(table, tmp_path):
+    """Its split hashes each row, so an entity's rows would land in several parts."""
+    _, folder, _ = table
+    config = make_config(folder, "local", tmp_path, group_column="age")
+    with pytest.raises(ValueError, match=r"--group-column age .*cannot be honoured there"):
+        route.check_partitioned_source(config)
+
+
 def test_a_scheduler_without_workers_is_named(monkeypatch):
     from distributed import LocalCluster
 
