@@ -345,7 +345,8 @@ def test_metrics_are_withheld_when_a_reference_group_is_small(tmp_path):
     assert gate_tasks.published_metrics(metrics, None) == {"accuracy": 0.51, "dp_difference": 0.04}
     reasons = ["DP difference 0.1234 > max 0.1", "predicts one class for 99.7% of the rows"]
     assert gate_tasks.published_reasons(reasons, None) == [
-        "DP difference 0.12 > max 0.10", "predicts one class for 100% of the rows"
+        "DP difference 0.12 > max 0.10",
+        "predicts one class for 100% of the rows",
     ]
     assert not any(c.isdigit() for c in "".join(gate_tasks.published_reasons(reasons, withheld)))
 
