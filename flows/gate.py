@@ -704,6 +704,7 @@ def reconcile_aliases(
         if not versions:
             continue
         changes += _judge_unjudged(client, tracking_uri, policy, versions)
+        current_ledger(client, tracking_uri, name, policy_digest(policy), key)  # kept fresh
         aliases = client.get_registered_model(name).aliases
         held = [alias for alias in policy.protected_aliases if alias in aliases]
         checked += len(held)
