@@ -403,7 +403,7 @@ def judgement_budget_spent(tracking_uri: str, policy: GatePolicy, version: str) 
     (:class:`fairpca.flows.gate_state.GateState`, which no registry user can reset); why it
     is refused (None: counted) when ``policy.max_judgements_per_day`` were made in the last
     24 hours. A bound on judgements bounds what differencing their published numbers
-    reveals."""
+    reveals; a judgement that ends in ``error`` publishes none and is taken back."""
     now = time.time()
     free_at = GateState().charge(
         _registry_id(tracking_uri), policy.model, policy_digest(policy), version,
@@ -949,7 +949,8 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     key = gate_signing_key()
     mlflow.set_tracking_uri(tracking_uri)  # the evaluation run's store (also from the CLI)
     if spent := judgement_budget_spent(tracking_uri, policy, version):
-        record_verdict(client, name, version, ERROR, [spent], {}, {"Prefect flow run": ""})
+        record_verdict(client, name, version, ERROR, [spent], {},
+                       {"Prefect flow run": _flow_run_id()})  # fmt: skip
         _logger().warning("gate refused for %s version %s: %s", name, version, spent)
         return Failed(message=f"{name} version {version}: refused: {spent}")
     client.set_model_version_tag(name, version, PENDING_SINCE_TAG, _now())
@@ -983,6 +984,7 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     except Exception as error:  # any loader or data failure is the version's verdict: error
         reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
         note_verdict(client, tracking_uri, policy, version, None, key)
+        GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
         record_verdict(client, name, version, ERROR, reasons, {}, facts)
         _logger().error("gate error for %s version %s: %s", name, version, reasons[0])
         return Failed(message=f"{name} version {version}: error: {reasons[0]}")

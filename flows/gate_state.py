@@ -8,7 +8,8 @@ registry (its URI without credentials) and registered model:
   sequence, policy digest and the latest pass of each version. The published tag is a copy;
   when the copy differs (deleted, restored from an older one) the gate signs it anew from
   here (:meth:`GateState.update`).
-* the judgements made, for the judgement budget (:meth:`GateState.charge`).
+* the judgements made, for the judgement budget (:meth:`GateState.charge`; one that ends
+  in ``error`` is taken back, :meth:`GateState.refund`).
 
 Every change is one write transaction (``BEGIN IMMEDIATE``): concurrent gate runs on the
 host update the ledger one after the other, and the tag is written inside the transaction,
@@ -126,6 +127,16 @@ class GateState:
                     connection.execute("ROLLBACK")
                 raise
         return None
+
+    def refund(self, registry: str, model: str, version: str) -> None:
+        """Forget the latest judgement of ``version`` recorded by :meth:`charge` (one that
+        ended without a verdict publishes no number)."""
+        with closing(self._connect()) as connection:
+            connection.execute(
+                "DELETE FROM judgements WHERE rowid = (SELECT rowid FROM judgements WHERE "
+                "registry = ? AND model = ? AND version = ? ORDER BY at DESC LIMIT 1)",
+                (registry, model, str(version)),
+            )
 
 
 def _row_ledger(model: str, row) -> Ledger | None:

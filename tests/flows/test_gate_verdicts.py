@@ -360,27 +360,30 @@ def test_the_eleventh_judgement_of_a_model_in_a_day_is_refused(
 ):
     """Issue 53: 10 judgements of one model under one policy (the default budget), then
     the 11th is refused and says why; deleting every registry tag does not reset the count
-    (it is kept in the gate's own state); another policy has its own budget."""
+    (it is kept in the gate's own state); a judgement that ends in ``error`` is not counted;
+    another policy has its own budget."""
     uri, client = mlflow_store
     model = "verdicts-budget"
     folder = _policy_folder(tmp_path, model, _registrant().make_data(n=200, seed=2))
-    client.create_registered_model(model)
-    versions = [client.create_model_version(model, source="/nowhere").version for _ in range(11)]
-    for version in versions[:10]:  # each judged (its files cannot be read: status error)
-        state = _gate(uri, folder, model, version)
-        assert "judgement budget spent" not in state.message, state.message
-    refused = _gate(uri, folder, model, versions[10])
+    unreadable = _with_uri(uri, lambda: mlflow.register_model("/nowhere", model).version)
+    pickled = _with_uri(uri, _registrant().register, model, "fair")  # refused unloaded
+    for _ in range(3):  # its files cannot be read: error, no number published, not counted
+        assert "evaluation failed" in _gate(uri, folder, model, unreadable).message
+    for _ in range(10):
+        state = _gate(uri, folder, model, pickled)
+        assert state.is_completed() and "failed (refused unloaded" in state.message, state.message
+    refused = _gate(uri, folder, model, unreadable)
     assert refused.is_failed() and "judgement budget spent" in refused.message
-    tags = client.get_model_version(model, versions[10]).tags
-    assert tags[gate_tasks.STATUS_TAG] == "error" and "at most 10 times" in tags[
-        gate_tasks.REASONS_TAG]  # fmt: skip
+    tags = client.get_model_version(model, unreadable).tags
+    assert tags[gate_tasks.STATUS_TAG] == "error"
+    assert "at most 10 times" in tags[gate_tasks.REASONS_TAG]
 
-    for version in versions:  # a registrant deletes what the registry holds
+    for version in (unreadable, pickled):  # a registrant deletes what the registry holds
         for key in client.get_model_version(model, version).tags:
             client.delete_model_version_tag(model, version, key)
     for key in client.get_registered_model(model).tags:
         client.delete_registered_model_tag(model, key)
-    assert "judgement budget spent" in _gate(uri, folder, model, versions[10]).message
+    assert "judgement budget spent" in _gate(uri, folder, model, pickled).message
 
     (folder / "policy.yaml").write_text(POLICY.format(model=model).replace("200", "300"))
-    assert "judgement budget spent" not in _gate(uri, folder, model, versions[10]).message
+    assert "judgement budget spent" not in _gate(uri, folder, model, pickled).message
