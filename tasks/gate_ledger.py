@@ -90,8 +90,8 @@ def sign_ledger(ledger: Ledger, key) -> str:
         "passes": {v: ledger.passes[v] for v in recent},
     }
     signature = key.sign(_canonical(statement)).hex()
-    return _canonical({**statement, "key": _key_id(key.public_key()), "signature": signature}
-                      ).decode()  # fmt: skip
+    signed = {**statement, "key": _key_id(key.public_key()), "signature": signature}
+    return _canonical(signed).decode()
 
 
 def verify_ledger(text: str, model: str, public_key=None) -> Ledger:
@@ -194,7 +194,17 @@ def check_latest(ledger: Ledger, version: str, text: str, attestation: Attestati
     StaleAttestationError
         Its latest verdict, but signed under an earlier policy: to be judged again.
     """
-    if ledger.passes.get(str(version)) != attestation_digest(text):
+    named = ledger.passes.get(str(version))
+    if (
+        named is None
+        and len(ledger.passes) >= MAX_PASSES
+        and int(version) < min(map(int, ledger.passes))
+    ):
+        raise AttestationError(
+            f"the gate's ledger names only the {MAX_PASSES} most recent passing versions; "
+            "register this model again to serve it"
+        )
+    if named != attestation_digest(text):
         raise AttestationError(
             "its attestation is not the version's latest verdict in the gate's ledger (an "
             "older verdict put back)",

@@ -94,3 +94,7 @@ def test_a_ledger_names_the_most_recent_passes_within_a_tag(key):
     assert len(text) <= 5000
     kept = verify_ledger(text, "m", key.public_key()).passes
     assert len(kept) == MAX_PASSES and "999" in kept and "1" not in kept
+    old = sign_attestation(_attestation(version="1"), key)
+    with pytest.raises(AttestationError, match="most recent passing versions") as error:
+        check_latest(Ledger("m", "P2", 1, now_text(), kept), "1", old, _attestation(version="1"))
+    assert not error.value.tampered
