@@ -40,7 +40,7 @@ LEDGER_TAG = "fairness.gate.ledger"  # registered-model tag, signed by the gate
 MAX_AGE_ENV = "FAIRPCA_GATE_LEDGER_MAX_AGE"
 DEFAULT_MAX_AGE_SECONDS = 86_400
 REFRESH_SECONDS = 3_600  # the gate signs a ledger anew when the published one is older
-MAX_PASSES = 150  # the most recent passing versions named (a tag holds 5,000 characters)
+MAX_PASSES = 120  # the most recent passing versions named (a tag holds 5,000 characters)
 _STATEMENT = "fairpca.gate.ledger/v1"
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
