@@ -227,3 +227,41 @@ def test_the_options_given_override_the_config_file(content, monkeypatch, capsys
     assert config.selection.thresholds.max_eo_difference == 0.3  # from the file
     assert config.representation.k == 3 and config.tracking.register_model is True
     assert config.representation.lambdas == [0.0, 1.0]
+
+
+# The panels of ``--help`` and the config sections each shows (the top of the config: "Run").
+PANELS = {
+    "source": "Data", "split": "Data", "representation": "Search", "evaluation": "Search",
+    "selection": "Policy and deployment", "promotion": "Policy and deployment",
+    "tracking": "Registry", "output": "Output", "": "Run",
+}  # fmt: skip
+
+
+def help_panels(text: str) -> dict[str, list[str]]:
+    """The options of each panel of a cyclopts help page, in order (a panel's rows start
+    with their first option name; continuation rows are indented)."""
+    panels: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if title := re.match(r"╭─ (.+?) ─", line):
+            options = panels.setdefault(title.group(1), [])
+        elif match := re.match(r"│ (-[\w-]+)", line):
+            options.append(match.group(1))
+    return panels
+
+
+@pytest.mark.parametrize("command", sorted(MODELS))
+def test_the_help_shows_each_option_under_its_config_section(command, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "120")
+    code, text, _ = run_cli(monkeypatch, capsys, command, "--help")
+    assert code == 0, text
+    panels = help_panels(text)
+    assert list(panels)[:5] == ["Data", "Search", "Policy and deployment", "Registry", "Output"]
+    for path in leaf_fields(MODELS[command]):
+        panel = PANELS[path[0] if len(path) > 1 else ""]
+        assert flag(path[-1]) in panels[panel], (path, panel)
+    assert {"--config", "--verbose"} <= set(panels["Run"])
+    # what a first audit needs comes first
+    assert panels["Data"][:4] == ["--dataset", "--data", "--label", "--sensitive"]
+    assert panels["Search"][:2] == ["--k", "--variants"]
+    assert panels["Policy and deployment"][0] == "--policy"
+    assert panels["Registry"][0] == "--tracking-uri" and panels["Output"][0] == "--output-dir"
