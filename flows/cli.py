@@ -24,7 +24,7 @@ from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from cyclopts import App, Group, Parameter
-from cyclopts.exceptions import CycloptsError, UnknownOptionError
+from cyclopts.exceptions import CycloptsError, UnknownOptionError, UnusedCliTokensError
 from cyclopts.help import DefaultFormatter
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
@@ -53,19 +53,24 @@ from .console import (
 )
 
 
-def _usage_error(error: CycloptsError) -> None:
-    """A command line that cannot be read: one line saying why (an unknown option with the
-    close ones), one saying where the help is; cyclopts then exits with 2."""
+def _usage_error(error: CycloptsError) -> str:
+    """A command line that cannot be read, as cyclopts prints it: one line saying why (an
+    unknown option with the close ones), one saying where the help is; exit code 2."""
     message = str(error).strip()
+    chain = tuple(error.command_chain or ())
     if isinstance(error, UnknownOptionError):
         given = error.token.keyword or error.token.value
         names = [name for argument in error.argument_collection for name in argument.names]
         close = difflib.get_close_matches(given, names, n=3, cutoff=0.6)
         message = f"No such option: {given}" + (f" (Possible options: {', '.join(close)})"
                                                  if close else "")  # fmt: skip
-    command = " ".join(["fairpca", *(error.command_chain or ())])
-    err_console.print(f"[bold red]Error:[/bold red] {escape(message)}", soft_wrap=True)
-    err_console.print(escape(f"Try '{command} --help' for help."))
+    elif isinstance(error, UnusedCliTokensError):
+        extra = " ".join(error.unused_tokens or ())
+        in_group = chain in {(), ("gate",)}  # the commands that only hold commands
+        message = f"No such command: {extra}" if in_group else f"Unexpected arguments: {extra}"
+    command = " ".join(["fairpca", *chain])
+    return (f"[bold red]Error:[/bold red] {escape(message)}\n"
+            + escape(f"Try '{command} --help' for help."))  # fmt: skip
 
 
 def _help_columns(console, options, entries) -> tuple:

@@ -4,7 +4,6 @@ where the process itself matters)."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +146,7 @@ AUDIT_OPTIONS = (
     "--verbose",
 )  # fmt: skip
 RETRAIN_ONLY = ("--accuracy-tolerance", "--needs-review-alias")
+COMMANDS = ("audit", "retrain", "relog", "gate", "serve", "register", "reconcile", "keygen")
 
 
 def _flags(name: str) -> set[str]:
@@ -243,6 +243,37 @@ def test_a_misspelt_option_is_one_message_with_the_close_one():
     assert result.exit_code == 2
     assert "No such option: --min-grup-size" in result.output
     assert "--min-group-size" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["nosuch"], "nosuch"),
+        (["gate", "nosuch"], "nosuch"),
+        (["relog"], "OUTPUT_DIR"),
+        (["relog", "a", "b"], "b"),
+        (["gate", "register", "--url", "https://x/w"], "--model"),
+        (["gate", "serve", "--port", "x"], "--port"),
+        (["audit", "--dataset", "adult", "--seed", "abc"], "--seed"),
+        (["audit", "--dataset", "adult", "--lambdas", "0,x"], "--lambdas"),
+        (["audit", "--dataset", "adult", "extra"], "extra"),
+    ],
+)
+def test_a_command_line_that_cannot_be_read_is_one_line_and_exit_2(args, named):
+    result = invoke(args)
+    assert result.exit_code == 2, result.output
+    first, *rest = result.output.strip().splitlines()
+    assert first.startswith("Error: ") and named in first, result.output
+    command = " ".join(["fairpca", *(arg for arg in args[:2] if arg in COMMANDS)])
+    assert rest == [f"Try '{command} --help' for help."], rest
+    assert "Traceback" not in result.output
+
+
+def test_a_group_alone_shows_its_help_and_exits_2():
+    for args in ([], ["gate"]):
+        result = invoke(args)
+        assert result.exit_code == 2 and "Commands" in result.output
+        assert "Error" not in result.output
 
 
 def _result(record=None, promotion=None, **overrides):
