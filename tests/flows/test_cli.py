@@ -36,10 +36,11 @@ def test_importing_fairpca_does_not_import_prefect_or_mlflow():
     assert done.stdout.split() == ["False", "False"]
 
 
-def test_the_flags_are_read_without_prefect_scikit_learn_or_scipy():
+def test_the_flags_are_read_without_prefect_scikit_learn_scipy_or_pandas():
     """A mistyped flag is answered before the audit's heavy imports: the command line and
-    its settings import none of them (the verdict's modules come when a verdict is printed)."""
-    heavy = ("prefect", "mlflow", "sklearn", "scipy", "fairlearn", "matplotlib")
+    its settings import none of them (the verdict's modules come when a verdict is printed;
+    pandas and numpy when data are read)."""
+    heavy = ("prefect", "mlflow", "sklearn", "scipy", "fairlearn", "matplotlib", "pandas", "numpy")
     code = f"import sys, fairpca.flows.cli; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
