@@ -359,11 +359,13 @@ app.command(
     config_command(AuditConfig, "audit"),
     name="audit",
     help="Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met).",
+    sort_key=1,
 )
 app.command(
     config_command(RetrainConfig, "retrain"),
     name="retrain",
     help="Refit on current data, compare with the champion, promote only if fair and no worse.",
+    sort_key=2,
 )
 
 TrackingOpt = Annotated[
@@ -374,7 +376,6 @@ PolicyDirOpt = Annotated[
 ]
 
 
-@app.command
 def relog(
     output_dir: Annotated[Path, Parameter(help="A kept audit output directory.")],
     /,
@@ -442,8 +443,8 @@ gate_app = App(
     name="gate",
     help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook, reconciler, "
     "signing key).",
+    sort_key=4,
 )
-app.command(gate_app)
 
 
 @gate_app.default
@@ -453,7 +454,6 @@ def _no_gate_command() -> None:
     raise SystemExit(2)
 
 
-@gate_app.command(name="serve")
 def gate_serve(
     *,
     port: Annotated[int, Parameter(help="Port to listen on.")] = 8765,
@@ -493,7 +493,6 @@ def _serve_gate(command, options: dict[str, Any]) -> None:
         fail("Cannot start the gate receiver", str(error))
 
 
-@gate_app.command(name="register")
 def gate_register(
     *,
     model: Annotated[
@@ -522,7 +521,6 @@ def gate_register(
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 
 
-@gate_app.command(name="reconcile")
 def gate_reconcile(
     *,
     policy_dir: PolicyDirOpt = None,
@@ -553,7 +551,6 @@ def gate_reconcile(
     console.print(f"{checked} protected alias(es) checked, {len(changes)} changed.")
 
 
-@gate_app.command(name="keygen")
 def gate_keygen() -> None:
     """Create the gate's signing key (mode 0600; $FAIRPCA_GATE_KEY_FILE, else
     ~/.config/fairpca/gate.key) unless it exists, and print its public key: run it where the
@@ -578,6 +575,21 @@ def gate_keygen() -> None:
         fail("No gate key", str(error))
     err_console.print(f"{escape(where)}; its public key ({GATE_PUBLIC_KEY_ENV}):")
     console.print(public)
+
+
+def _help_text(function) -> str:
+    """A command's docstring as its help: each paragraph one line (the terminal wraps it)."""
+    paragraphs = inspect.cleandoc(function.__doc__).split("\n\n")
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+
+
+app.command(relog, name="relog", help=_help_text(relog), sort_key=3)
+app.command(gate_app)
+for order, (name, function) in enumerate(
+    [("serve", gate_serve), ("register", gate_register), ("reconcile", gate_reconcile),
+     ("keygen", gate_keygen)]
+):  # fmt: skip
+    gate_app.command(function, name=name, help=_help_text(function), sort_key=order)
 
 
 def main() -> None:
