@@ -166,6 +166,7 @@ def _parameter(path: tuple[str, ...], info: FieldInfo) -> inspect.Parameter:
         negative=None if kind is bool and default else (),  # only a flag on by default
         converter=None if comma is None else partial(_comma_list, comma),
         metavar=None if comma is None else f"{comma.__name__.upper()},...",
+        allow_leading_hyphen=True,  # a value such as a column named "-x", as before
     )
     return inspect.Parameter(path[-1], inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[kind | None, spec])  # fmt: skip

@@ -185,15 +185,16 @@ def test_the_aliases_read_as_their_long_options(alias, field, monkeypatch, capsy
     assert short == long_form == expected
 
 
-def test_a_repeated_option_keeps_every_value_and_a_boolean_goes_both_ways(
+def test_a_repeated_option_keeps_every_value_and_a_value_may_start_with_a_hyphen(
     monkeypatch, capsys, tmp_path
 ):
     monkeypatch.chdir(tmp_path)
     code, text, config = run_cli(
-        monkeypatch, capsys, "audit", "--data", "people.csv", "--label", "y",
+        monkeypatch, capsys, "audit", "--data", "people.csv", "--label", "-y",
         "--sensitive", "sex", "--sensitive", "race", "--keep", "a,b", "--no-register-model",
     )  # fmt: skip
     assert code == 0, text
+    assert config.source.label == "-y"  # a value may start with a hyphen
     assert config.source.sensitive == ["sex", "race"]
     assert config.source.keep == ["a,b"]  # a column name may hold a comma
     assert config.tracking.register_model is False
