@@ -25,8 +25,11 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from fairpca.datasets import MIN_CATEGORY_COUNT
-from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
+from fairpca.datasets._limits import (
+    LEAKAGE_BALANCED_ACCURACY,
+    MIN_CATEGORY_COUNT,
+    PROXY_BALANCED_ACCURACY,
+)
 from fairpca.tasks import (
     CLASSIFIER_NAMES,
     DEFAULT_BOUND,

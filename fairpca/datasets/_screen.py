@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ._limits import LEAKAGE_BALANCED_ACCURACY, MIN_CATEGORY_COUNT, PROXY_BALANCED_ACCURACY
+
 __all__ = [
     "MIN_CATEGORY_COUNT",
     "RARE_CATEGORY",
@@ -37,18 +39,8 @@ __all__ = [
 UNIQUE_FRACTION = 0.5  # text columns with at least this share of distinct values are ids
 NUMERIC_UNIQUE_FRACTION = 0.95  # integer columns distinct on (almost) every row are ids
 RARE_CATEGORY = "<rare>"  # the one value that replaces every rare or unseen category
-# Categories of fewer training rows are pooled: a one-hot column of a handful of rows would
-# let the fitted encoder (and the logged model) name those rows' values.
-MIN_CATEGORY_COUNT = 30
 MAX_CATEGORIES = 100  # categoricals with more distinct values would explode the one-hot width
 TEXT_MIN_WORDS = 4.0  # mean words per value from which a high-cardinality column is free text
-# One feature alone predicting the label this well leaks it: the best single features of the
-# bundled Adult, German and Bank data reach 0.68-0.76; COMPAS's outcome columns (is_recid,
-# the survival time `end`, `event`, `r_days_from_arrest`) reach 0.82-0.97.
-LEAKAGE_BALANCED_ACCURACY = 0.80
-# One feature alone predicting a sensitive attribute this well is its proxy: a linear
-# constraint on the group means cannot remove what a non-linear model reads back from it.
-PROXY_BALANCED_ACCURACY = 0.95
 RARE_CATEGORY_ROWS = 10  # rarer categories are pooled in the leakage rule (no overfitting)
 _DATE = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})"
