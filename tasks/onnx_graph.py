@@ -538,20 +538,44 @@ def graph_labels(graph_session, X: pd.DataFrame) -> np.ndarray:
     return np.concatenate(blocks).ravel() if blocks else np.zeros(0, dtype=np.int64)
 
 
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+
+
+def read_graph(data: bytes):
+    """``data`` parsed as an ONNX ``ModelProto`` (a protocol buffer: nothing is run and no
+    external file is read).
+
+    Raises
+    ------
+    ValueError
+        Not a readable ONNX model.
+    """
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        return onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as error:
+        raise ValueError(f"not a readable ONNX model ({type(error).__name__})") from None
+
+
 def check_standard(graph) -> None:
-    """The graph uses only standard operator sets and holds no external data.
+    """The graph uses only the standard operator sets (:data:`STANDARD_DOMAINS`), defines no
+    functions of its own and holds no tensor stored as external data.
 
     Raises
     ------
     NotConvertibleError
-        A custom domain or an external-data tensor (named).
+        A custom domain, a local function or an external-data tensor (named).
     """
-    from onnx.external_data_helper import uses_external_data
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     domains = {node.domain for node in graph.graph.node} | {o.domain for o in graph.opset_import}
-    if foreign := sorted(domains - {"", "ai.onnx", "ai.onnx.ml"}):
+    if foreign := sorted(domains - STANDARD_DOMAINS):
         raise NotConvertibleError(f"the graph uses the operator domain(s) {foreign}")
-    if any(uses_external_data(tensor) for tensor in graph.graph.initializer):
+    if len(graph.functions):
+        raise NotConvertibleError("the graph defines functions of its own")
+    if any(uses_external_data(tensor) for tensor in _get_all_tensors(graph)):
         raise NotConvertibleError("the graph refers to external data")
 
 
@@ -564,6 +588,7 @@ class GraphExport:
     status: str  # "exported", "no_converter" or "differs"
     reason: str | None = None
     rows_checked: int = 0
+    checked_on: str = "validation"
 
     @property
     def sha256(self) -> str | None:
@@ -577,6 +602,7 @@ class GraphExport:
             "opset": dict(OPSET) if self.data is not None else None,
             "reason": self.reason,
             "rows_checked": self.rows_checked,
+            "checked_on": self.checked_on,
         }
 
 
@@ -591,10 +617,7 @@ def export_graph(pipeline, X_validation: pd.DataFrame, labels: np.ndarray | None
     except NotConvertibleError as error:
         return GraphExport(None, "no_converter", f"{NO_GRAPH_REASON} (no exact converter: {error})")
     data = graph.SerializeToString()
-    if labels is None:
-        from .evaluate import predict_by_blocks
-
-        labels = predict_by_blocks(pipeline, X_validation)
+    labels = pipeline.predict(X_validation) if labels is None else labels
     return checked_graph(data, X_validation, labels)
 
 
@@ -635,3 +658,18 @@ def write_onnx_flavour(model_dir: Path, data: bytes) -> str:
     spec.model_size_bytes = sum(p.stat().st_size for p in model_dir.rglob("*") if p.is_file())
     spec.save(str(model_dir / "MLmodel"))
     return hashlib.sha256(data).hexdigest()
+
+
+def save_graph(
+    model_dir: Path, pipeline, X: pd.DataFrame, labels=None, *, checked_on: str = "validation"
+) -> dict[str, Any]:
+    """Export ``pipeline``'s graph, check it on the rows ``X`` (``labels``: the pipeline's
+    predictions of them, if already made) and, when it agrees on every row, add it to the
+    saved MLflow model ``model_dir`` (:func:`write_onnx_flavour`). Returns the audit
+    record's ``onnx`` field (:meth:`GraphExport.record`)."""
+    import dataclasses
+
+    export = dataclasses.replace(export_graph(pipeline, X, labels), checked_on=checked_on)
+    if export.data is not None:
+        write_onnx_flavour(model_dir, export.data)
+    return export.record()
