@@ -32,7 +32,8 @@ ONNX_FLAVOR = "onnx"
 ONNX_SHA_TAG = "fairpca.onnx_sha256"  # version tag: the SHA-256 of model.onnx
 NO_GRAPH_REASON = "no ONNX graph: the gate judges pure functions only"
 MISSING_CATEGORY = "<missing>"  # how a missing categorical value is fed to the graph
-OPSET = {"": 17, "ai.onnx.ml": 3}  # the standard operator sets the graph may use
+# the newest operator set versions the graph may use (skl2onnx picks the oldest that suffice)
+OPSET = {"": 17, "ai.onnx.ml": 3}
 LABEL_OUTPUT, SCORES_OUTPUT = "label", "probabilities"
 
 
@@ -445,35 +446,49 @@ def input_types(X: pd.DataFrame) -> list[tuple[str, Any]]:
 
 
 def pipeline_graph(pipeline, X: pd.DataFrame):
-    """The fitted ``pipeline`` as an ONNX ``ModelProto`` over the columns of ``X``.
+    """The fitted ``pipeline`` as an ONNX ``ModelProto`` over the columns of ``X``, with the
+    outputs :data:`LABEL_OUTPUT` and :data:`SCORES_OUTPUT`.
 
     Raises
     ------
     NotConvertibleError
         A step has no exact converter (e.g. :class:`fairpca.FairKernelPCA`).
     """
-    from skl2onnx import convert_sklearn
     from skl2onnx.common.data_types import DoubleTensorType, Int64TensorType
-    from skl2onnx.common.exceptions import MissingShapeCalculator
 
-    _register_own_converters()
-    converters, shapes = _exact_converters()
-    final = pipeline.steps[-1][1] if hasattr(pipeline, "steps") else pipeline
     outputs = [
         (LABEL_OUTPUT, Int64TensorType([None])),
         (SCORES_OUTPUT, DoubleTensorType([None, 2])),
     ]
+    return convert(pipeline, X, outputs)
+
+
+def convert(model, X: pd.DataFrame, outputs: list[tuple[str, Any]]):
+    """``skl2onnx``'s conversion of ``model`` over the columns of ``X`` to ``outputs`` (name,
+    type) with this module's converters; a classifier's probabilities as a tensor.
+
+    Raises
+    ------
+    NotConvertibleError
+        A step has no exact converter.
+    """
+    from skl2onnx import convert_sklearn
+    from skl2onnx.common.exceptions import MissingShapeCalculator
+
+    _register_own_converters()
+    converters, shapes = _exact_converters()
+    final = model.steps[-1][1] if hasattr(model, "steps") else model
     arguments = {
         "initial_types": input_types(X), "target_opset": OPSET, "final_types": outputs,
         "custom_conversion_functions": converters, "custom_shape_calculators": shapes,
     }  # fmt: skip
     try:
         try:  # probabilities as a tensor (not ZipMap's sequence of maps), where it applies
-            return convert_sklearn(pipeline, options={id(final): {"zipmap": False}}, **arguments)
+            return convert_sklearn(model, options={id(final): {"zipmap": False}}, **arguments)
         except NameError as error:  # skl2onnx's "Option 'zipmap' not in [...]"
             if "zipmap" not in str(error):
                 raise
-            return convert_sklearn(pipeline, **arguments)
+            return convert_sklearn(model, **arguments)
     except NotConvertibleError:
         raise
     except (KeyError, MissingShapeCalculator, RuntimeError, NotImplementedError) as error:
@@ -579,6 +594,12 @@ def check_standard(graph) -> None:
         raise NotConvertibleError("the graph refers to external data")
 
 
+def graph_opset(data: bytes) -> dict[str, int]:
+    """The operator set versions the graph ``data`` imports (``ai.onnx`` for the default
+    domain)."""
+    return {o.domain or "ai.onnx": int(o.version) for o in read_graph(data).opset_import}
+
+
 @dataclass(frozen=True)
 class GraphExport:
     """The outcome of :func:`export_graph`: the graph's bytes (None: no graph) and what the
@@ -599,7 +620,7 @@ class GraphExport:
         return {
             "status": self.status,
             "sha256": self.sha256,
-            "opset": dict(OPSET) if self.data is not None else None,
+            "opset": graph_opset(self.data) if self.data is not None else None,
             "reason": self.reason,
             "rows_checked": self.rows_checked,
             "checked_on": self.checked_on,

@@ -278,7 +278,7 @@ class OnnxGraphRecord(_Record):
 
     status: Literal["exported", "no_converter", "differs"]
     sha256: str | None = None  # of model.onnx (also the version tag fairpca.onnx_sha256)
-    opset: dict[str, int] | None = None  # operator set versions (domain "" is ai.onnx)
+    opset: dict[str, int] | None = None  # the operator set versions the graph imports
     reason: str | None = None
     rows_checked: int = 0
     checked_on: str = "validation"  # the rows compared: "validation" or "training sample"
