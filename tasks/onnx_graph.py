@@ -539,7 +539,9 @@ def session(graph):
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
 
 
-GRAPH_BLOCK_ROWS = 50_000
+# Rows per run of the graph: an RBF SVM's kernel block is rows x support vectors doubles
+# (5,000 x 3,000: 120 MB), a few of them alive at once.
+GRAPH_BLOCK_ROWS = 5_000
 
 
 def graph_labels(graph_session, X: pd.DataFrame) -> np.ndarray:
