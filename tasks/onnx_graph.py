@@ -568,11 +568,10 @@ def read_graph(data: bytes):
         Not a readable ONNX model.
     """
     import onnx
-    from google.protobuf.message import DecodeError
 
     try:
         return onnx.load_model_from_string(data)
-    except (DecodeError, ValueError, RuntimeError) as error:
+    except Exception as error:  # protobuf's DecodeError (protobuf is onnx's, not declared here)
         raise ValueError(f"not a readable ONNX model ({type(error).__name__})") from None
 
 
