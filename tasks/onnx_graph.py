@@ -3,8 +3,9 @@ judge and serve without running the registrant's Python objects.
 
 :func:`pipeline_graph` converts a fitted audit pipeline (preprocess -> representation ->
 classifier) with ``skl2onnx``; the project's own estimators and those whose ``skl2onnx``
-converters would lose precision get converters here (:data:`_CONVERTERS`), all in double
-precision and standard operator sets only (``ai.onnx``, ``ai.onnx.ml``).
+converters would lose precision, or miss infrequent and missing categories, get converters
+here (:func:`_register_own_converters`, :func:`_exact_converters`), all in double precision
+and the standard operator sets only (``ai.onnx``, ``ai.onnx.ml``).
 :func:`export_graph` converts and checks that the graph's labels equal the pipeline's on the
 validation rows; :func:`write_onnx_flavour` adds the graph to a saved MLflow model as
 MLflow's ``onnx`` flavour (``model.onnx``) beside the scikit-learn one.
@@ -145,6 +146,10 @@ def _one_hot_columns(encoder) -> list[tuple[list[str], list[int], int, int]]:
         hits = block.sum(axis=1)
         where = np.where(hits > 0, block.argmax(axis=1), -1).astype(int)
         keys = [_text(value) for value in categories]
+        if len(set(keys)) < len(keys):
+            raise NotConvertibleError(
+                f"a category equals the graph's missing marker {MISSING_CATEGORY!r}"
+            )
         columns.append((keys, list(where[:-1]), int(where[-1]), widths[position]))
     return columns
 
