@@ -56,6 +56,7 @@ from fairpca.tasks.mlflow_logging import (
     relog_hint,
     save_model_locally,
 )
+from fairpca.tasks.onnx_graph import save_graph
 from fairpca.tasks.record import (
     AuditRecord,
     PromotionRecord,
@@ -389,16 +390,24 @@ def write_outputs(
     return seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
 
 
-def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[str, str]:
+def save_pipeline(
+    out_dir: Path, pipeline, split, config: AuditConfig, validation_labels=None
+) -> tuple[str, str, dict[str, Any]]:
     """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
-    skops file and the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
-    content and of the training rows)."""
+    skops file, the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
+    content and of the training rows) and the record of its ONNX graph
+    (:func:`fairpca.tasks.onnx_graph.save_graph`: the graph is saved beside the skops file
+    only when its labels equal the pipeline's, ``validation_labels`` when already predicted,
+    on every validation row)."""
     example = input_example(as_model_input(split.X_train), config.representation.min_category_count)
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
+    if validation_labels is None:
+        validation_labels = predict_by_blocks(pipeline, split.X_validation)
+    graph = save_graph(model_dir, pipeline, split.X_validation, validation_labels)
     digest = model_digest(pipeline, training_data_digest(split))
-    return sha256_file(skops_file(model_dir)), digest
+    return sha256_file(skops_file(model_dir)), digest, graph
 
 
 def scorer_on_test_rows(split, config: AuditConfig):
@@ -595,7 +604,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         )  # fmt: skip
     with clock("evaluate_test"):
         pipeline = build_pipeline(preprocessor, registered, sweeps, choice.chosen)
-        check_pipeline(pipeline, split, choice.chosen, config.evaluation)
+        validation_labels = check_pipeline(pipeline, split, choice.chosen, config.evaluation)
         pca = choice.pca_row and build_pipeline(preprocessor, registered, sweeps, choice.pca_row)
         reported = evaluate_reported(
             split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
@@ -611,7 +620,9 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         unjudged = unjudged_in_split(split, reported["chosen"]["validation"], config.evaluation)
         choice = judged_everywhere(choice, unjudged)
     with clock("save_model"):
-        model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
+        model_sha256, digest, graph = save_pipeline(
+            out_dir, pipeline, split, config, validation_labels
+        )
         hashes = write_matrices(out_dir, {**representations, **registered})
     record = build_record(
         config,
@@ -632,6 +643,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         hashes=hashes,
         model_sha256=model_sha256,
         model_digest=digest,
+        onnx=graph,
         tags={**_flow_tags(kind), "fairpca.local_output_dir": str(out_dir.resolve())},
         parity_gap=parity_gap(
             pipeline, split, table, choice, config.selection, config.evaluation.min_group_size

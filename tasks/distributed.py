@@ -728,6 +728,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     started_at and the flow's tags)."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
+    from fairpca.tasks.onnx_graph import save_graph
     from fairpca.tasks.record import (
         AuditRecord,
         _k_record,
@@ -736,6 +737,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         _selection,
         candidate_summary,
         provenance,
+        with_graph_tag,
     )
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
@@ -745,13 +747,20 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
+    # the partitions' validation rows are not in memory: the graph is checked on the
+    # encoder's sample of training rows
+    graph = save_graph(model_dir, pipeline, passes.sample_X, checked_on="training sample")
     chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
     split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
     test = [PART_CODES["test"]]
     sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
+    flow_tags = {"fairpca.route": "dask", **run["tags"]}
+    fields = _run_fields(
+        config, choice, run["kind"], Path(out_dir).name, run["started_at"], passes.spec.sensitive,
+        flow_tags,
+    )  # fmt: skip
     return AuditRecord(
-        **_run_fields(config, choice, run["kind"], Path(out_dir).name, run["started_at"],
-                      passes.spec.sensitive, {"fairpca.route": "dask", **run["tags"]}),
+        **with_graph_tag(fields, graph), onnx=graph,
         selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
         params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
         metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],
