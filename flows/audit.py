@@ -56,7 +56,7 @@ from fairpca.tasks.mlflow_logging import (
     relog_hint,
     save_model_locally,
 )
-from fairpca.tasks.onnx_graph import save_graph
+from fairpca.tasks.onnx_export import save_graph
 from fairpca.tasks.record import (
     AuditRecord,
     PromotionRecord,
@@ -396,7 +396,7 @@ def save_pipeline(
     """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
     skops file, the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
     content and of the training rows) and the record of its ONNX graph
-    (:func:`fairpca.tasks.onnx_graph.save_graph`: the graph is saved beside the skops file
+    (:func:`fairpca.tasks.onnx_export.save_graph`: the graph is saved beside the skops file
     only when its labels equal the pipeline's, ``validation_labels`` when already predicted,
     on every validation row)."""
     example = input_example(as_model_input(split.X_train), config.representation.min_category_count)

@@ -728,7 +728,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     started_at and the flow's tags)."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
-    from fairpca.tasks.onnx_graph import save_graph
+    from fairpca.tasks.onnx_export import save_graph
     from fairpca.tasks.record import (
         AuditRecord,
         _k_record,

@@ -271,7 +271,7 @@ class Certification(_Record):
 
 class OnnxGraphRecord(_Record):
     """The registered pipeline's ONNX graph (``model/model.onnx``, MLflow's ``onnx``
-    flavour; :mod:`fairpca.tasks.onnx_graph`): the only part of the version the gate judges
+    flavour; :mod:`fairpca.tasks.onnx_export`): the only part of the version the gate judges
     and attests. ``status`` ``exported``: the graph's labels equal the pipeline's on the
     ``rows_checked`` rows (``checked_on``); ``no_converter`` or ``differs``: the pipeline is
     registered without a graph and ``reason`` says why (the gate then fails the version)."""
@@ -895,8 +895,8 @@ def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: da
 
 def with_graph_tag(fields: dict[str, Any], onnx: dict[str, Any] | None) -> dict[str, Any]:
     """The record's fields with the graph's SHA-256 among its model (version) tags
-    (:data:`fairpca.tasks.onnx_graph.ONNX_SHA_TAG`), when a graph was saved."""
-    from .onnx_graph import ONNX_SHA_TAG
+    (:data:`fairpca.tasks.onnx_export.ONNX_SHA_TAG`), when a graph was saved."""
+    from .onnx_export import ONNX_SHA_TAG
 
     if not (onnx and onnx.get("sha256")):
         return fields
@@ -928,7 +928,7 @@ def build_record(
     onnx: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """The one record of an audit, built once from its stages; every reader reads it
-    (``onnx``: :meth:`fairpca.tasks.onnx_graph.GraphExport.record` of the saved model)."""
+    (``onnx``: :meth:`fairpca.tasks.onnx_export.GraphExport.record` of the saved model)."""
     groups = (config.evaluation.min_group_size, config.evaluation.allow_small_groups)
     rows = {part: len(getattr(split, f"y_{part}")) for part in PARTS}
     sizes = (group_sizes(split, *groups), group_sizes(split, *groups, parts=("test",)))

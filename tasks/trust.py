@@ -738,7 +738,7 @@ def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc
         )
 
 
-ONNX_GRAPH_FILE = "model.onnx"  # the graph of MLflow's onnx flavour (fairpca.tasks.onnx_graph)
+ONNX_GRAPH_FILE = "model.onnx"  # the graph of MLflow's onnx flavour (fairpca.tasks.onnx_export)
 _ONNX_FLAVOUR_KEYS = frozenset(
     {"onnx_version", "data", "providers", "onnx_session_options", "code"}
 )
@@ -776,7 +776,7 @@ def check_onnx_flavour(model_dir: Path, entry: Any) -> None:
             f"{path} is missing, a link, or over {MAX_GRAPH_BYTES // 2**20} MiB; the graph is "
             "not accepted. Re-run the audit."
         )
-    from fairpca.tasks.onnx_graph import NotConvertibleError, check_standard, read_graph
+    from fairpca.tasks.onnx_export import NotConvertibleError, check_standard, read_graph
 
     try:
         check_standard(read_graph(path.read_bytes()))

@@ -211,7 +211,7 @@ def assert_registered_with_its_graph(result, version, pipeline, split, local: Pa
     which predicts what the pipeline predicts."""
     import yaml
 
-    from fairpca.tasks import onnx_graph
+    from fairpca.tasks import onnx_export
 
     graph_record = json.loads((Path(result.output_dir) / "audit.json").read_text())["onnx"]
     assert graph_record["status"] == "exported" and graph_record["reason"] is None
@@ -219,14 +219,14 @@ def assert_registered_with_its_graph(result, version, pipeline, split, local: Pa
     folder = Path(
         mlflow.artifacts.download_artifacts(version.source, dst_path=str(local / "version"))
     )
-    data = (folder / onnx_graph.ONNX_FILE).read_bytes()
+    data = (folder / onnx_export.ONNX_FILE).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    assert digest == graph_record["sha256"] == version.tags[onnx_graph.ONNX_SHA_TAG]
+    assert digest == graph_record["sha256"] == version.tags[onnx_export.ONNX_SHA_TAG]
     flavors = yaml.safe_load((folder / "MLmodel").read_text())["flavors"]
     assert flavors["onnx"]["data"] == "model.onnx"
     assert flavors["python_function"]["loader_module"] == "mlflow.sklearn"
     rows = split.X_test.head(200)
-    labels = onnx_graph.graph_labels(onnx_graph.session(data), rows)
+    labels = onnx_export.graph_labels(onnx_export.session(data), rows)
     np.testing.assert_array_equal(labels, pipeline.predict(rows))
 
 

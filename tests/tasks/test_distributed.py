@@ -327,7 +327,7 @@ def test_a_part_without_one_of_the_labels_is_named(table, cluster, tmp_path):
 def test_the_route_saves_the_graph_checked_on_its_sample_of_training_rows(audited):
     """The partitions' validation rows are not in memory: the route's ONNX graph is checked
     on the encoder's sample of training rows, and the record and the model tags say so."""
-    from fairpca.tasks.onnx_graph import ONNX_FILE, ONNX_SHA_TAG
+    from fairpca.tasks.onnx_export import ONNX_FILE, ONNX_SHA_TAG
     from fairpca.tasks.trust import sha256_file
 
     config, result = audited

@@ -254,7 +254,7 @@ def test_a_root_gate_runs_its_child_as_nobody():
 def _model_with_graph(tmp_path):
     """A saved audit-like pipeline (preprocessor, fair PCA, classifier) with its ONNX graph."""
     from fairpca.datasets import make_preprocessor
-    from fairpca.tasks.onnx_graph import save_graph
+    from fairpca.tasks.onnx_export import save_graph
 
     X, y, s = _data()
     X["kind"] = np.where(X["b"] > 0, "up", "down")

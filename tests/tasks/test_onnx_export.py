@@ -1,4 +1,4 @@
-"""The audited pipeline as an ONNX graph (fairpca.tasks.onnx_graph): the graph computes what
+"""The audited pipeline as an ONNX graph (fairpca.tasks.onnx_export): the graph computes what
 the pipeline computes, exactly for labels, over random shapes, seeds, groups and categories;
 what has no exact converter, or disagrees, gets no graph and says why."""
 
@@ -21,7 +21,7 @@ from sklearn.svm import SVC, LinearSVC
 
 from fairpca import FairKernelPCA, FairPCA
 from fairpca.datasets import make_preprocessor
-from fairpca.tasks import onnx_graph as og
+from fairpca.tasks import onnx_export as og
 
 onnx = pytest.importorskip("onnx")
 
