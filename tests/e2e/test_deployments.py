@@ -145,7 +145,9 @@ def test_the_reconciler_runs_every_five_minutes_and_is_what_the_receiver_starts(
     from fairpca.flows.gate_server import RECONCILE_DEPLOYMENT
 
     (schedule,) = deployments["on-schedule"]["schedules"]
-    assert schedule == {"interval": 300, "active": True}
+    # deployed paused: a worker without the gate's policy folder would fail every run
+    assert schedule == {"interval": 300, "active": False}
+    assert "schedule resume" in deployments["on-schedule"]["description"]
     assert deployments["on-schedule"]["concurrency_limit"] == 1
     assert f"{flows['on-schedule'].name}/on-schedule" == RECONCILE_DEPLOYMENT
     assert set(schema_of(flows["on-schedule"])["properties"]) == {"policy_dir", "tracking_uri"}
