@@ -45,17 +45,34 @@ from .trust import mask_credentials, sha256_file
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-# Every character with a meaning in CommonMark or GitHub-flavoured Markdown ($ opens GitHub's
-# math; < opens an HTML tag or autolink, & an entity): each backslash-escaped, so the
-# rendered text is the literal text and the Markdown source reads as written (no entities).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$<>&])")
+# What starts markup inside a line of CommonMark or GitHub-flavoured Markdown, each
+# backslash-escaped (the Markdown source reads as written: no entities); nothing else is, so
+# names and numbers stay readable (audit-adult-2026, 0.768, fair_pca):
+# - anywhere: the backslash, code spans, * emphasis, [links] and ![images], <HTML> and
+#   <autolinks>, &entities;, | table cells, ~strikethrough~, $math$ (GitHub);
+# - _ at a word's edge (inside a word it cannot open or close emphasis);
+# - GitHub's extended autolinks: a "." before a letter (www.x.org, x@y.org) and "://".
+_MARKDOWN_SPECIAL = re.compile(
+    r"[\\`*\[\]<>&|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\.(?=[A-Za-z])|:(?=//)"
+)
+# At the start of a line (a block quote's > is escaped anywhere): a heading, a list item, a
+# setext underline or thematic break; an ordered list item's "1." / "1)".
+_BLOCK_START = re.compile(r"#{1,6}(?:\s|$)|[+-](?:\s|$)|[=-]+\s*$")
+_ORDERED_ITEM = re.compile(r"\d{1,9}(?=[.)](?:\s|$))")
 _NEWLINES = re.compile(r"[\r\n]+")
 
 
 def markdown_text(value: object) -> str:
-    """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell or
-    HTML tag can start inside it, and it stays on one line (safe in a table cell)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", str(value)))
+    """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell,
+    HTML tag or block (heading, list, quote) can start inside it, and it stays on one line
+    (safe in a table cell); only what would start markup is escaped."""
+    # leading blanks: four would start a code block, and Markdown shows none of them
+    text = _MARKDOWN_SPECIAL.sub(r"\\\g<0>", _NEWLINES.sub(" ", str(value))).lstrip()
+    if _BLOCK_START.match(text):
+        return f"\\{text}"
+    if item := _ORDERED_ITEM.match(text):
+        return f"{item[0]}\\{text[item.end():]}"
+    return text
 
 
 def csv_cell(value: object) -> object:

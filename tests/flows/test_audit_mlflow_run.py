@@ -5,7 +5,9 @@ audit against a real MLflow SQLite store and the Prefect test server)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import time
 from pathlib import Path
 
@@ -187,7 +189,7 @@ def test_prefect_flow_run_shows_verdict_and_candidates(audited, mlflow_store):
         )
     by_type = {artifact.type: artifact for artifact in artifacts}
     markdown = by_type["markdown"].data
-    assert markdown.startswith(f"# Fairness audit {result.run_name}".replace("-", "\\-"))
+    assert markdown.startswith(f"# Fairness audit {result.run_name}")
     assert "PROMOTED to champion: test ΔDP " in markdown and "| majority class |" in markdown
     table = by_type["table"].data
     rows = json.loads(table) if isinstance(table, str) else table
@@ -214,3 +216,35 @@ def test_relog_keeps_the_audits_span(audited, mlflow_store):
 
     assert table(second) == table(first)  # the same verdict; relog without --promote keeps it
     assert "relog moves no alias without" in second.data.tags["mlflow.note.content"]
+
+
+# Written only when a champion is demoted: tests/flows/test_retrain.py
+# (test_retrain_demotes_a_champion_whose_fairness_broke) checks them.
+DEMOTION_TAGS = {"fairpca.champion_demoted_to", "fairpca.needs_review_reason"}
+
+
+def documented_tags() -> set[str]:
+    """Every ``fairpca.<name>`` the README, deployments/README.md and the docs pages name
+    that is not a module (``fairpca.metrics``) or a prefix (``fairpca.champion_*``)."""
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", root / "deployments" / "README.md", *root.glob("docs/**/*.rst")]
+    names = set()
+    for page in pages:
+        names |= set(re.findall(r"\bfairpca\.[a-z0-9_]+\b(?![.(])", page.read_text()))
+    return {
+        name for name in names
+        if not name.endswith("_") and importlib.util.find_spec(name) is None
+    }  # fmt: skip
+
+
+def test_every_documented_tag_is_written(audited, mlflow_store):
+    """The tags the pages name exist: on the audit's run, its registered version or its
+    registered model (or, for a demotion's, on a retrain that demotes)."""
+    _, result, _ = audited
+    client = mlflow_store[1]
+    written = set(client.get_run(result.run_id).data.tags)
+    written |= set(client.get_model_version(result.model_name, result.model_version).tags)
+    written |= set(client.get_registered_model(result.model_name).tags)
+    documented = documented_tags()
+    assert {"fairpca.decision", "fairpca.chosen"} <= documented
+    assert documented - written - DEMOTION_TAGS == set()
