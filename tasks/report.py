@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from . import DEFAULT_POLICY
 from .evaluate import HEADLINE_METRICS
 from .record import PARTS, WITHHELD, AuditRecord
 from .trust import mask_credentials, sha256_file
@@ -376,20 +377,39 @@ class Verdict:
     warnings: tuple[str, ...] = ()
     intersections: tuple[GroupRow, ...] = ()
     group_part: str = "test"
+    policy: str = ""  # the gate policy's name where it is not the default one
+    measures: tuple[str, ...] = ()  # the headline's metrics: the policy's, then accuracy
 
     @property
     def line(self) -> str:
         """The decision and the chosen model's headline test numbers in one line of plain
-        text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
+        text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``,
+        or under another policy its name and its own measure, ``PROMOTED to champion under
+        equal_opportunity: test ΔEO 0.041, accuracy 0.812.``"""
         words = self.words + (f" ({self.deciding})" if self.deciding else "")
+        words += f" under {self.policy}" if self.policy else ""
         chosen = self.rows[0].estimates
-        numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in LINE_METRICS
+        numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in self.measures or LINE_METRICS
                    if m in chosen and chosen[m].value is not None]  # fmt: skip
         return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
 
 
-# The headline numbers of :attr:`Verdict.line`, in this order (those measured).
+# The headline numbers of :attr:`Verdict.line` under the default policy, in this order (those
+# measured): its criteria's metrics, then accuracy.
 LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")
+
+
+def headline_policy(policy_name: str) -> tuple[str, tuple[str, ...]]:
+    """The policy a headline names (empty for the default one) and the metrics it shows: the
+    policy's criteria's, then accuracy."""
+    from .select import CRITERIA, parse_policy
+
+    try:
+        criteria = parse_policy(policy_name)
+    except ValueError:  # a record of an older policy name: the default headline
+        return "", LINE_METRICS
+    named = "" if criteria == parse_policy(DEFAULT_POLICY) else "+".join(criteria)
+    return named, (*(CRITERIA[c].metric for c in criteria), "accuracy")
 
 
 def group_rows(
@@ -513,6 +533,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     label = short = NOT_ELIGIBLE if not eligible else "Chosen for review (not promoted)"
     if eligible and selection.decision.promote:
         label, short = "Chosen model", "Chosen"
+    policy, measures = headline_policy(record.policy.name)
     return Verdict(
         **_decision(record, promotion),
         chosen=selection.chosen.name,
@@ -527,6 +548,8 @@ def build_verdict(record, promotion=None) -> Verdict:
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=tuple(selection.warnings),
         intersections=group_rows(selection, attributes=False),
+        policy=policy,
+        measures=measures,
     )
 
 

@@ -50,6 +50,30 @@ def test_sex_only_and_sex_race_audits_get_different_names():
     assert name([]) != name(["race"])
 
 
+def test_a_policy_other_than_the_default_has_a_model_of_its_own():
+    """Under equal opportunity the derived name carries the policy, so it never moves the
+    demographic-parity audit's champion; the default policy keeps the plain name, in any
+    order of its criteria; an explicit name is kept; every name fits."""
+    from fairpca.flows.config import AuditConfig
+
+    def name(**options) -> str:
+        config = AuditConfig(dataset="adult", **options)
+        return resolved_model_name(config.source, config.tracking.model_name,
+                                   config.selection.policy)  # fmt: skip
+
+    plain = "fairpca-adult-income_gt_50k-sex"
+    assert name() == plain == name(policy="four_fifths+demographic_parity")
+    assert name(policy="equal_opportunity") == f"{plain}-equal_opportunity"
+    assert name(policy="equal_opportunity", model_name="mine") == "mine"
+    everything = "demographic_parity+equal_opportunity+equalized_odds+four_fifths"
+    names = {name(policy=p) for p in ("demographic_parity", "equal_opportunity", everything)}
+    assert len(names) == 3 and plain not in names
+    long = AuditConfig(data="/d/" + "x" * 90 + ".csv", label="y", sensitive=["s"],
+                       policy=everything)  # fmt: skip
+    named = resolved_model_name(long.source, None, long.selection.policy)
+    assert len(named) <= 100 and named.endswith("-" + everything.replace("+", "."))
+
+
 def test_config_resolves_the_identity_name_and_keeps_an_explicit_one(tmp_path):
     from fairpca.flows.config import AuditConfig
 

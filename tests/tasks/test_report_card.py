@@ -121,6 +121,26 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
         assert first == lines["promoted"] and not set(first) & set("*_`[]|#\\")
 
 
+@pytest.mark.parametrize(
+    ("policy", "line"),
+    [
+        ("demographic_parity+four_fifths", "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822."),
+        ("equal_opportunity", "PROMOTED to champion under equal_opportunity: test ΔEO 0.061, "
+         "accuracy 0.822."),
+        ("four_fifths+equal_opportunity", "PROMOTED to champion under "
+         "equal_opportunity+four_fifths: test ΔEO 0.061, accuracy 0.822."),
+    ],
+)  # fmt: skip
+def test_the_headline_names_a_policy_other_than_the_default_and_its_own_measure(
+    audit_record, policy, line
+):
+    """An equal-opportunity audit's headline says so and shows ΔEO, not ΔDP (the record has
+    no selection-rate ratio: the four-fifths number is left out)."""
+    record = replaced(audit_record, "policy", name=policy)
+    assert build_verdict(record, PROMOTED).line == line
+    assert run_description(record, PROMOTED).splitlines()[0] == line
+
+
 def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record):
     references = [
         ReferenceMitigation(
