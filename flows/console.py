@@ -19,6 +19,7 @@ import difflib
 import logging
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -239,13 +240,35 @@ def show_logs(verbose: bool) -> None:
 
 def labelled(label: str, value: str, style: str = "") -> None:
     """``label value`` on one line when it fits, else ``value`` (a path, a URL, a command)
-    on a line of its own, never broken by the console."""
+    on a line of its own, never broken by the console; a command too long for its line is
+    broken between its words (:func:`command_lines`), never inside a path."""
     text = f"{label} {value}"
     if len(text) <= console.width:
         console.print(escape(label), f"{style}{escape(value)}", soft_wrap=True)
-    else:
+        return
+    if " " not in value:  # a path or a URL
         console.print(escape(label))
         console.print(f"{style}{escape(value)}", soft_wrap=True)
+        return
+    for line in command_lines(f"{label} {value}", console.width, words_kept=len(label.split())):
+        console.print(f"{style}{escape(line)}", soft_wrap=True)
+
+
+def command_lines(command: str, width: int, words_kept: int = 0) -> list[str]:
+    """A shell command as lines of at most ``width`` characters, broken only between its
+    words, each line but the last ending in `` \\`` and the next indented: pasted into a
+    shell it is the same command. A word longer than a line (a long path) stands alone. The
+    first ``words_kept`` words (a label before the command) are taken as they are."""
+    label, rest = command.split(" ")[:words_kept], " ".join(command.split(" ")[words_kept:])
+    lines, line = [], " ".join(label)
+    for word in shlex.split(rest):
+        word = shlex.quote(word)
+        if line and len(line) + 1 + len(word) + 2 > width:  # room for " \\"
+            lines.append(f"{line} \\")
+            line = f"    {word}"
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line]
 
 
 def print_report(result, before: str | None = None, *, verbose: bool | None = None) -> None:
@@ -302,6 +325,9 @@ def mlflow_bin() -> str:
     return str(candidate) if candidate.exists() else f"{sys.executable} -m mlflow"
 
 
+MLFLOW_UI_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
+
+
 def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
     """Where to see the run (and the registered version) in the MLflow UI: (label, address)
     pairs. The run list is the experiment's plain one: its shared view
@@ -315,8 +341,13 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
         store = uri  # a local database by its absolute path
         if uri.startswith("sqlite:///"):
             store = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).expanduser().absolute()}"
-        lines.append(("Open the MLflow UI:", f"{mlflow_bin()} ui --backend-store-uri {store} "
-                      f"--port {port}"))  # fmt: skip
+        program = [mlflow_bin()] if Path(mlflow_bin()).exists() else [sys.executable, "-m",
+                                                                         "mlflow"]  # fmt: skip
+        # one server process and no job runner: fairpca needs no MLflow server jobs; the
+        # store last, so that a long path ends the command on a line of its own
+        command = shlex.join([*program, "ui", "--port", str(port), "--workers", "1",
+                              "--backend-store-uri", store])  # fmt: skip
+        lines.append(("Open the MLflow UI:", f"{MLFLOW_UI_ENV} {command}"))
     lines.append(("Runs:", f"{base}/#/experiments/{result.experiment_id}/runs"))
     lines.append(("Run:", f"{base}/#/experiments/{result.experiment_id}/runs/{result.run_id}"))
     if result.model_version is not None:

@@ -193,8 +193,8 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     assert {screened[c]["action"] for c in ("group_code", "group_copy")} == {"excluded"}
     card = Path(result.output_dir, "model_card.md").read_text()
     screening = card.split("## Column screening")[1].split("## ")[0]
-    assert "| group\\_code | recoding of group | " in screening
-    assert "| group\\_copy | duplicate of group | " in screening
+    assert "| group_code | recoding of group | " in screening
+    assert "| group_copy | duplicate of group | " in screening
     sizes = {"train": 500, "validation": 250, "test": 250}
     assert audit["split_sizes"] == sizes
     assert [audit["params"][f"n_{part}"] for part in sizes] == [str(v) for v in sizes.values()]

@@ -248,3 +248,32 @@ def test_every_documented_tag_is_written(audited, mlflow_store):
     documented = documented_tags()
     assert {"fairpca.decision", "fairpca.chosen"} <= documented
     assert documented - written - DEMOTION_TAGS == set()
+
+
+def test_the_verdict_is_where_an_operator_looks(audited, mlflow_store):
+    """The MLflow run's ``fairpca.decision`` says what the terminal says (``Decision:
+    PROMOTED``); the flow run's final state message and its last log line state the decision,
+    its numbers and the deciding reason (``prefect deployment run --watch``, ``prefect
+    flow-run inspect`` and the UI show them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    from fairpca.flows.console import decision_line
+    from fairpca.tasks.report import build_verdict
+
+    _, result, _ = audited
+    tags = mlflow_store[1].get_run(result.run_id).data.tags
+    said = decision_line(result, None)
+    assert "PROMOTED" in said and tags["fairpca.decision"] == "promoted"
+    verdict = build_verdict(result.record, result.promotion)
+    expected = f"{verdict.line} {verdict.why}."
+    assert verdict.why and verdict.line.startswith("PROMOTED to champion: test ΔDP ")
+    APILogWorker.drain_all(timeout=10)
+    flow_run_id = tags["fairpca.prefect_flow_run_id"]
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run_id).state
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    assert state.is_completed() and state.message == expected
+    verdicts = [log.message for log in logs if log.message.startswith("Verdict: ")]
+    assert verdicts == [f"Verdict: {expected}"]
