@@ -97,3 +97,28 @@ def test_the_shipped_deployments_run_clean_with_the_scheduler_on(user_cli, tmp_p
     assert failed["message"].startswith("FAIRPCA_GATE_POLICY_DIR not set on this worker")
     assert "\n" not in failed["message"]
     assert "Traceback" not in worker_log, worker_log[-3000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_the_shipped_retrain_promotes_on_its_own_data(prefect_harness, empty_store, tmp_path):
+    """The retrain deployment's own parameters (Adult, its thresholds) make a champion on a
+    first run: the schedule does not register versions that can never be promoted. Its
+    outcome, champion check and verdict, is the flow run's state message."""
+    import yaml
+
+    from fairpca.flows.config import RetrainConfig
+    from fairpca.flows.retrain import retrain
+
+    spec = yaml.safe_load(PREFECT_FILE.read_text())
+    (shipped,) = [d for d in spec["deployments"] if d["name"] == "scheduled"]
+    config = RetrainConfig(**shipped["parameters"]["config"])
+    config = config.model_copy(update={
+        "tracking": config.tracking.model_copy(update={"tracking_uri": empty_store}),
+        "output": config.output.model_copy(update={"output_dir": tmp_path / "out"}),
+    })  # fmt: skip
+    state = retrain(config, return_state=True)
+    result = state.result()
+    assert result.champion_moved and result.model_version == "1", state.message
+    assert "challenger v1 became champion" in state.message
+    assert " Verdict: PROMOTED to champion: test ΔDP " in state.message
