@@ -15,6 +15,7 @@ imported where a verdict is printed, so that a mistyped flag is answered at once
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
@@ -439,3 +440,36 @@ def relog_alias_note(logged: dict[str, Any], promote: bool, tracking_uri: str) -
         f"promote version {version}: MlflowClient({tracking_uri!r}).set_registered_model_alias("
         f"{name!r}, {alias!r}, {version!r})."
     )
+
+
+class _StageProgress(logging.Handler):
+    """Counts the audit's finished stages (Prefect's task runs: "Finished in state ...") and
+    names the last one on a :class:`rich.status.Status`."""
+
+    def __init__(self, status, what: str) -> None:
+        super().__init__(logging.INFO)
+        self.status, self.what, self.done = status, what, 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stage = getattr(record, "task_name", None)
+        if stage and str(record.msg).startswith("Finished in state"):
+            self.done += 1
+            self.status.update(f"{self.what}: {self.done} stages done, last: {escape(stage)}")
+
+
+@contextlib.contextmanager
+def stage_progress(what: str):
+    """On a terminal, a spinner on stderr that counts the flow's finished stages and names the
+    last; nothing where stderr is not a terminal (a log file, CI), so output stays quiet."""
+    if not err_console.is_terminal:
+        yield
+        return
+    status = err_console.status(f"{what}: starting")
+    progress = _StageProgress(status, what)
+    logger = logging.getLogger("prefect.task_runs")
+    logger.addHandler(progress)
+    try:
+        with status:
+            yield
+    finally:
+        logger.removeHandler(progress)

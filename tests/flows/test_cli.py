@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -652,3 +654,32 @@ def test_a_printed_command_never_wraps_inside_a_path(tmp_path):
     assert words[0] == "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
     assert words[-6:] == ["--port", "5000", "--workers", "1", "--backend-store-uri",
                           f"sqlite:///{store}"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal")
+def test_a_terminal_sees_the_stages_progress_and_a_pipe_does_not(user_cli, tmp_path):
+    """On a terminal the audit counts its finished stages on stderr while it runs; with its
+    output in a pipe (a log file, CI) it prints no such line."""
+    import pty
+
+    fairpca, env = user_cli
+    args = [fairpca, "audit", "--dataset", "german", "-k", "2", "--variants", "pca,fair_pca",
+            "--lambdas", "0,1", "--classifiers", "logreg", "--tracking-uri",
+            f"sqlite:///{tmp_path}/m.db"]  # fmt: skip
+    env = {**env, "TERM": "xterm", "COLUMNS": "120"}
+    leader, follower = pty.openpty()
+    audit = subprocess.Popen([*args, "--output-dir", str(tmp_path / "tty")], cwd=tmp_path,
+                             env=env, stdin=follower, stdout=follower, stderr=follower)  # fmt: skip
+    os.close(follower)
+    seen = b""
+    with suppress(OSError):  # EIO once the command and its children closed the terminal
+        while chunk := os.read(leader, 65536):
+            seen += chunk
+    os.close(leader)
+    assert audit.wait(timeout=600) == 0, seen.decode(errors="replace")[-3000:]
+    assert re.search(rb"fairpca audit: \d+ stages done, last: \w", seen), seen[-3000:]
+    piped = subprocess.run([*args, "--output-dir", str(tmp_path / "pipe")], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert "stages done" not in piped.stdout + piped.stderr
