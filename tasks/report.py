@@ -72,7 +72,7 @@ def markdown_text(value: object) -> str:
     if _BLOCK_START.match(text):
         return f"\\{text}"
     if item := _ORDERED_ITEM.match(text):
-        return f"{item[0]}\\{text[item.end():]}"
+        return f"{item[0]}\\{text[item.end() :]}"
     return text
 
 
