@@ -28,6 +28,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
+from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 from threadpoolctl import threadpool_limits
@@ -69,7 +70,13 @@ from fairpca.tasks.record import (
 )
 from fairpca.tasks.references import reference_mitigations, with_better_references
 from fairpca.tasks.registry import find_champion
-from fairpca.tasks.report import markdown_text, verdict_markdown, write_matrices, write_report
+from fairpca.tasks.report import (
+    build_verdict,
+    markdown_text,
+    verdict_markdown,
+    write_matrices,
+    write_report,
+)
 from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
 from fairpca.tasks.select import (
     DEFAULT_TOLERANCE,
@@ -502,9 +509,18 @@ def _flow_tags(kind: str) -> dict[str, str]:
     return tags
 
 
+def verdict_summary(record: AuditRecord, promotion=None) -> str:
+    """The decision, its headline numbers and the deciding reason in one line: the flow run's
+    last log line and its final state's message (what ``prefect deployment run --watch``,
+    ``prefect flow-run inspect`` and the Prefect UI show)."""
+    verdict = build_verdict(record, promotion)
+    return f"{verdict.line} {verdict.why}."
+
+
 def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
     """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, read
-    from the record (aggregates only; user strings escaped)."""
+    from the record (aggregates only; user strings escaped); then the verdict as the run's
+    last log line."""
     source = f"fairpca-{record.provenance.definition.source}".lower()
     key = re.sub(r"[^a-z0-9-]+", "-", source).strip("-")
     verdict = verdict_markdown(
@@ -520,6 +536,7 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
         key=f"{key}-candidates"[:100],
         description="candidates on validation rows",
     )
+    get_run_logger().info("Verdict: %s", verdict_summary(record, promotion))
 
 
 def run_audit(
@@ -676,7 +693,10 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
         The audit record, where it is on disk and in MLflow, and the promotion decision.
     """
     if on_partitions(config.source):  # its own Dask client (fairpca.tasks.distributed)
-        return run_audit(config, "audit")
-    if (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
-        return on_dask(config)
-    return run_audit(config, "audit")
+        result = run_audit(config, "audit")
+    elif (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
+        result = on_dask(config)
+    else:
+        result = run_audit(config, "audit")
+    # the verdict is the run's outcome: its final state's message; a caller gets the result
+    return Completed(message=verdict_summary(result.record, result.promotion), data=result)

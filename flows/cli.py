@@ -50,6 +50,7 @@ from .console import (
     print_validation_error,
     relog_alias_note,
     show_logs,
+    stage_progress,
 )
 
 
@@ -326,7 +327,8 @@ def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
-        result = flow_fn(config)
+        with stage_progress(f"fairpca {kind}"):  # a spinner on a terminal only
+            result = flow_fn(config)
     except MlflowLoggingError as error:
         fail("MLflow logging failed", error, code=1)
     except (ValueError, TypeError, OSError) as error:

@@ -15,10 +15,12 @@ imported where a verdict is printed, so that a mistyped flag is answered at once
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import logging
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -247,13 +249,35 @@ def show_logs(verbose: bool) -> None:
 
 def labelled(label: str, value: str, style: str = "") -> None:
     """``label value`` on one line when it fits, else ``value`` (a path, a URL, a command)
-    on a line of its own, never broken by the console."""
+    on a line of its own, never broken by the console; a command too long for its line is
+    broken between its words (:func:`command_lines`), never inside a path."""
     text = f"{label} {value}"
     if len(text) <= console.width:
         console.print(escape(label), f"{style}{escape(value)}", soft_wrap=True)
-    else:
+        return
+    if " " not in value:  # a path or a URL
         console.print(escape(label))
         console.print(f"{style}{escape(value)}", soft_wrap=True)
+        return
+    for line in command_lines(f"{label} {value}", console.width, words_kept=len(label.split())):
+        console.print(f"{style}{escape(line)}", soft_wrap=True)
+
+
+def command_lines(command: str, width: int, words_kept: int = 0) -> list[str]:
+    """A shell command as lines of at most ``width`` characters, broken only between its
+    words, each line but the last ending in `` \\`` and the next indented: pasted into a
+    shell it is the same command. A word longer than a line (a long path) stands alone. The
+    first ``words_kept`` words (a label before the command) are taken as they are."""
+    label, rest = command.split(" ")[:words_kept], " ".join(command.split(" ")[words_kept:])
+    lines, line = [], " ".join(label)
+    for word in shlex.split(rest):
+        word = shlex.quote(word)
+        if line and len(line) + 1 + len(word) + 2 > width:  # room for " \\"
+            lines.append(f"{line} \\")
+            line = f"    {word}"
+        else:
+            line = f"{line} {word}" if line else word
+    return [*lines, line]
 
 
 def print_report(result, before: str | None = None, *, verbose: bool | None = None) -> None:
@@ -310,6 +334,9 @@ def mlflow_bin() -> str:
     return str(candidate) if candidate.exists() else f"{sys.executable} -m mlflow"
 
 
+MLFLOW_UI_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
+
+
 def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
     """Where to see the run (and the registered version) in the MLflow UI: (label, address)
     pairs. The run list is the experiment's plain one: its shared view
@@ -323,8 +350,13 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
         store = uri  # a local database by its absolute path
         if uri.startswith("sqlite:///"):
             store = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).expanduser().absolute()}"
-        lines.append(("Open the MLflow UI:", f"{mlflow_bin()} ui --backend-store-uri {store} "
-                      f"--port {port}"))  # fmt: skip
+        program = [mlflow_bin()] if Path(mlflow_bin()).exists() else [sys.executable, "-m",
+                                                                         "mlflow"]  # fmt: skip
+        # one server process and no job runner: fairpca needs no MLflow server jobs; the
+        # store last, so that a long path ends the command on a line of its own
+        command = shlex.join([*program, "ui", "--port", str(port), "--workers", "1",
+                              "--backend-store-uri", store])  # fmt: skip
+        lines.append(("Open the MLflow UI:", f"{MLFLOW_UI_ENV} {command}"))
     lines.append(("Runs:", f"{base}/#/experiments/{result.experiment_id}/runs"))
     lines.append(("Run:", f"{base}/#/experiments/{result.experiment_id}/runs/{result.run_id}"))
     if result.model_version is not None:
@@ -416,3 +448,36 @@ def relog_alias_note(logged: dict[str, Any], promote: bool, tracking_uri: str) -
         f"promote version {version}: MlflowClient({tracking_uri!r}).set_registered_model_alias("
         f"{name!r}, {alias!r}, {version!r})."
     )
+
+
+class _StageProgress(logging.Handler):
+    """Counts the audit's finished stages (Prefect's task runs: "Finished in state ...") and
+    names the last one on a :class:`rich.status.Status`."""
+
+    def __init__(self, status, what: str) -> None:
+        super().__init__(logging.INFO)
+        self.status, self.what, self.done = status, what, 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stage = getattr(record, "task_name", None)
+        if stage and str(record.msg).startswith("Finished in state"):
+            self.done += 1
+            self.status.update(f"{self.what}: {self.done} stages done, last: {escape(stage)}")
+
+
+@contextlib.contextmanager
+def stage_progress(what: str):
+    """On a terminal, a spinner on stderr that counts the flow's finished stages and names the
+    last; nothing where stderr is not a terminal (a log file, CI), so output stays quiet."""
+    if not err_console.is_terminal:
+        yield
+        return
+    status = err_console.status(f"{what}: starting")
+    progress = _StageProgress(status, what)
+    logger = logging.getLogger("prefect.task_runs")
+    logger.addHandler(progress)
+    try:
+        with status:
+            yield
+    finally:
+        logger.removeHandler(progress)

@@ -75,6 +75,7 @@ from pydantic import (
 
 from fairpca.flows.config import ALIAS_PATTERN, GateRules, load_config_file, resolve_tracking_uri
 from fairpca.flows.gate_state import GateState
+from fairpca.flows.runtime import failed_run
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.evaluate import HEADLINE_METRICS
@@ -904,11 +905,13 @@ def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str
         return policy_dir, resolve_tracking_uri(tracking_uri)
     own_dir = os.environ.get(POLICY_DIR_ENV)
     own_uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if not (own_dir and own_uri):
+    missing = [name for name, value in ((POLICY_DIR_ENV, own_dir), ("MLFLOW_TRACKING_URI", own_uri))
+               if not value]  # fmt: skip
+    if missing:
         raise PolicyError(
-            f"a gate deployment uses the worker's own policy folder and tracking server: set "
-            f"{POLICY_DIR_ENV} and MLFLOW_TRACKING_URI in the worker's environment (or the "
-            "deployment's job variables); parameters cannot choose them."
+            f"{' and '.join(missing)} not set on this worker: a gate run uses the worker's own "
+            "policy folder and tracking server; start the gate's worker with them (or set them "
+            "in the deployment's job variables); parameters cannot choose them."
         )
     if policy_dir is not None and Path(policy_dir).resolve() != Path(own_dir).resolve():
         raise PolicyError(
@@ -1055,7 +1058,7 @@ def fairness_gate(
         check = enforce_alias(client, uri, policy, alias, str(version), gate_public_key())
     except (PolicyError, AttestationError) as error:
         get_run_logger().error("fairness gate: %s", error)
-        return Failed(message=str(error))
+        return failed_run(str(error))
     get_run_logger().info(check.message)
     create_markdown_artifact(
         f"# Protected alias\n\n{markdown_text(check.message)}\n",
@@ -1075,7 +1078,7 @@ def fairness_gate_reconcile(policy_dir: str | None = None, tracking_uri: str | N
         checked, changes = reconcile_aliases(_client(uri), uri, policies, gate_public_key())
     except (PolicyError, AttestationError) as error:
         get_run_logger().error("fairness gate reconcile: %s", error)
-        return Failed(message=str(error))
+        return failed_run(str(error))
     for line in changes:
         get_run_logger().warning(line)
     summary = f"{checked} protected alias(es) checked, {len(changes)} changed"

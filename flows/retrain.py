@@ -22,7 +22,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from fairpca.tasks.distributed import on_partitions
 from fairpca.tasks.report import markdown_text
 
-from .audit import AuditResult, run_audit
+from .audit import AuditResult, run_audit, verdict_summary
 from .config import RetrainConfig
 from .runtime import dask_subflow
 
@@ -89,4 +89,6 @@ def retrain(config: RetrainConfig) -> AuditResult:
     message = final_message(result)
     publish_champion_check(result, message)
     (get_run_logger().warning if result.promotion.demote else get_run_logger().info)(message)
-    return Completed(message=message, data=result)
+    # the run's outcome: the champion check, then the challenger's verdict and its reason
+    verdict = verdict_summary(result.record, result.promotion)
+    return Completed(message=f"{message} Verdict: {verdict}", data=result)

@@ -11,7 +11,8 @@ its child processes, and the deadlines of its calls to MLflow.
   was interrupted and where the results are (Python cannot stop threads, so the process ends
   after its children). Prefect never installs its own SIGTERM handler (it does so only in the
   main thread).
-- The temporary Prefect server (when no ``PREFECT_API_URL`` is configured) runs in a child
+- The temporary Prefect server (when Prefect's settings name no API: the environment, the
+  profile, ``.env``, ``prefect.toml``; else the command says which API it uses) runs in a child
   process of its own session, so the terminal's Ctrl-C reaches the command alone; it is
   started once the inputs are checked, so that it boots while the flow is imported, and it
   dies with the command even after ``kill -9`` (its stdin is a pipe from the command).
@@ -231,20 +232,23 @@ class Command:
         return box.get("value")
 
     def start_prefect_server(self) -> None:
-        """Start the temporary Prefect server this command needs (none when a Prefect API is
-        configured); it boots while the command goes on. See :meth:`use_prefect_server`."""
+        """Start the temporary Prefect server this command needs (none when Prefect's settings
+        name an API); it boots while the command goes on. See :meth:`use_prefect_server`."""
         self.server = PrefectServer.launch()
 
     def use_prefect_server(self) -> None:
         """Wait until the temporary server answers (within Prefect's start-up timeout) and
-        point this process's Prefect client at it; Prefect's console lines of failed runs
-        come without tracebacks from now on. Raises :class:`CommandError`."""
+        point this process's Prefect client at it, or say which configured API the command
+        uses; Prefect's console lines of failed runs come without tracebacks from now on.
+        Raises :class:`CommandError`."""
         self._console = _prefect_console()
         if self._console is not None:
             self._console.addFilter(_without_traceback)
         if self.server is not None:
             self.phase = "while the Prefect server started"
             self.server.wait_until_up()
+        if self.server is None or self.server.api_url is None:
+            say_configured_api()
 
     def _on_signal(self, signum: int, _frame) -> None:
         """Stop every child, say what was interrupted and where the results are, exit."""
@@ -266,6 +270,15 @@ class Command:
         os._exit(128 + signum)
 
 
+def say_configured_api() -> None:
+    """One line naming the Prefect API of Prefect's settings (credentials masked)."""
+    from fairpca.tasks.trust import shown_uri
+
+    url = configured_prefect_api()
+    if url:
+        _say(f"Prefect: API {shown_uri(url)} (Prefect's settings)")
+
+
 def _without_traceback(record: logging.LogRecord) -> bool:
     """A failed task or flow run on the console: its line names the error, the command's
     last line says what happened and what to do; the traceback goes to the Prefect API
@@ -273,6 +286,35 @@ def _without_traceback(record: logging.LogRecord) -> bool:
     if record.exc_info and record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
         record.exc_info = record.exc_text = None
     return True
+
+
+class _FailedWithoutTraceback(logging.Filter):
+    """Prefect's engine line for a flow run that ended in :func:`failed_run` ``(message)``,
+    without the traceback of raising that state (the message was logged as one line)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and type(error).__name__ == "FailedRun" and str(error) == self.message:
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def failed_run(message: str):
+    """A ``Failed`` state with ``message`` for a flow run that ends on a known error (bad
+    configuration, a refusal), already logged as one line.
+
+    In a deployment run Prefect's engine raises a returned ``Failed`` state and logs "Engine
+    execution exited with unexpected exception" with the traceback of that raise (about 40
+    lines, none of them about the error): that line stays, without its traceback.
+    """
+    from prefect.states import Failed
+
+    logging.getLogger("prefect.flow_runs").addFilter(_FailedWithoutTraceback(message))
+    return Failed(message=message)
 
 
 def _prefect_console() -> logging.Handler | None:
@@ -349,24 +391,28 @@ port = int(sys.argv[1])
 os.environ.update(PREFECT_UI_ENABLED="0", PREFECT__SERVER_EPHEMERAL="1", PREFECT__SERVER_FINAL="1")
 from prefect.settings import get_current_settings
 settings = get_current_settings()
+# os._exit: sys.exit would wait for the stdin thread's lock at shutdown and abort (SIGABRT)
 if settings.api.url:
-    sys.exit({_NO_SERVER_NEEDED})
+    os._exit({_NO_SERVER_NEEDED})
 if not settings.server.ephemeral.enabled:
-    sys.exit({_EPHEMERAL_OFF})
+    os._exit({_EPHEMERAL_OFF})
 import uvicorn
 uvicorn.run("prefect.server.api.server:create_app", factory=True, host="127.0.0.1", port=port,
             log_level="error", lifespan="on")
 """
 
 
-def _prefect_api_configured() -> bool | None:
-    """Whether this process's Prefect settings name an API (None: Prefect not imported yet,
-    so the server program decides from the same environment and profile)."""
-    if "prefect" not in sys.modules:
-        return None if not os.environ.get("PREFECT_API_URL") else True
+def configured_prefect_api() -> str | None:
+    """The Prefect API URL that Prefect's own settings name (the environment, the active
+    profile, ``.env``, ``prefect.toml``), or None.
+
+    ``prefect.settings`` is read without the server or the client (measured: about 0.5 s of
+    imports that the flow needs anyway); the same settings decide in the server program, so a
+    configured API is never shadowed by a temporary server.
+    """
     from prefect.settings import get_current_settings
 
-    return bool(get_current_settings().api.url)
+    return get_current_settings().api.url or None
 
 
 class PrefectServer:
@@ -384,7 +430,7 @@ class PrefectServer:
     def launch(cls) -> PrefectServer | None:
         """Start the server process (None when a Prefect API is configured); it boots in the
         background."""
-        return None if _prefect_api_configured() else cls()
+        return None if configured_prefect_api() else cls()
 
     def _spawn(self) -> None:
         """The server process on a free port; this process keeps its stdin's other end."""

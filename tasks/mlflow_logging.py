@@ -721,7 +721,8 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
         "fairpca.model_version": "none" if version is None else str(version),
         "fairpca.model_version_new": str(model["new"]).lower(),
         "fairpca.champion_moved": str(moved).lower(),
-        "fairpca.decision": "promote" if moved else "keep",
+        # the terminal's words (its "Decision: PROMOTED / NOT promoted" line)
+        "fairpca.decision": "promoted" if moved else "not promoted",
     }
     measured["time_mlflow_logging_s"] = time.perf_counter() - started
     end_time = None if ends_now else _millis(audit.ended_at)

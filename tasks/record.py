@@ -450,10 +450,27 @@ def definition_of(source) -> dict[str, Any]:
     }
 
 
-def resolved_model_name(source, model_name: str | None = None) -> str:
+def resolved_model_name(source, model_name: str | None = None, policy: str | None = None) -> str:
     """The registered model name: ``model_name`` (the tracking section's), else the name
-    derived from the definition of ``source`` (data source, label, sensitive attributes)."""
-    return model_name or registered_model_name(definition_of(source))
+    derived from the definition of ``source`` (data source, label, sensitive attributes),
+    followed by the gate ``policy`` when it is not the default one (``DEFAULT_POLICY``), e.g.
+    ``fairpca-adult-income_gt_50k-sex-equal_opportunity``: each policy has its own model, so
+    its own champion alias, and a challenger is never compared with a champion chosen under
+    another measure."""
+    if model_name:
+        return model_name
+    from fairpca.tasks import DEFAULT_POLICY
+    from fairpca.tasks.select import parse_policy
+
+    definition = definition_of(source)
+    name, criteria = registered_model_name(definition), parse_policy(policy or DEFAULT_POLICY)
+    if criteria == parse_policy(DEFAULT_POLICY):
+        return name
+    suffix = "-" + ".".join(criteria)
+    if len(name) + len(suffix) <= NAME_MAX_LENGTH:
+        return name + suffix
+    digest = hashlib.sha256((definition_json(definition) + suffix).encode()).hexdigest()[:8]
+    return f"{name[: NAME_MAX_LENGTH - len(suffix) - 9].rstrip('-_.')}-{digest}{suffix}"
 
 
 def provenance(source, data_source: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -863,7 +880,9 @@ def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: da
         "run_name": run_name,
         "kind": kind,
         "experiment_name": tracking.experiment_name,
-        "model_name": resolved_model_name(config.source, tracking.model_name),
+        "model_name": resolved_model_name(
+            config.source, tracking.model_name, config.selection.policy
+        ),
         "champion_alias": tracking.champion_alias,
         "register_model": tracking.register_model and choice.eligible,
         "mlflow_retries": tracking.mlflow_retries,

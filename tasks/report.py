@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 from markupsafe import Markup
 
+from . import DEFAULT_POLICY
 from .evaluate import HEADLINE_METRICS
 from .record import PARTS, WITHHELD, AuditRecord
 from .trust import mask_credentials, sha256_file, visible_text
@@ -45,18 +46,35 @@ from .trust import mask_credentials, sha256_file, visible_text
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
-# Every character with a meaning in CommonMark or GitHub-flavoured Markdown ($ opens GitHub's
-# math; < opens an HTML tag or autolink, & an entity): each backslash-escaped, so the
-# rendered text is the literal text and the Markdown source reads as written (no entities).
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~$<>&])")
+# What starts markup inside a line of CommonMark or GitHub-flavoured Markdown, each
+# backslash-escaped (the Markdown source reads as written: no entities); nothing else is, so
+# names and numbers stay readable (audit-adult-2026, 0.768, fair_pca):
+# - anywhere: the backslash, code spans, * emphasis, [links] and ![images], <HTML> and
+#   <autolinks>, &entities;, | table cells, ~strikethrough~, $math$ (GitHub);
+# - _ at a word's edge (inside a word it cannot open or close emphasis);
+# - GitHub's extended autolinks: a "." before a letter (www.x.org, x@y.org) and "://".
+_MARKDOWN_SPECIAL = re.compile(
+    r"[\\`*\[\]<>&|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|\.(?=[A-Za-z])|:(?=//)"
+)
+# At the start of a line (a block quote's > is escaped anywhere): a heading, a list item, a
+# setext underline or thematic break; an ordered list item's "1." / "1)".
+_BLOCK_START = re.compile(r"#{1,6}(?:\s|$)|[+-](?:\s|$)|[=-]+\s*$")
+_ORDERED_ITEM = re.compile(r"\d{1,9}(?=[.)](?:\s|$))")
 _NEWLINES = re.compile(r"[\r\n]+")
 
 
 def markdown_text(value: object) -> str:
-    """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell or
-    HTML tag can start inside it, it stays on one line (safe in a table cell), and its
-    bidirectional controls are shown (:func:`~fairpca.tasks.trust.visible_text`)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", visible_text(value)))
+    """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell,
+    HTML tag or block (heading, list, quote) can start inside it, and it stays on one line
+    (safe in a table cell); only what would start markup is escaped, and its bidirectional
+    controls are shown (:func:`~fairpca.tasks.trust.visible_text`)."""
+    # leading blanks: four would start a code block, and Markdown shows none of them
+    text = _MARKDOWN_SPECIAL.sub(r"\\\g<0>", _NEWLINES.sub(" ", visible_text(value))).lstrip()
+    if _BLOCK_START.match(text):
+        return f"\\{text}"
+    if item := _ORDERED_ITEM.match(text):
+        return f"{item[0]}\\{text[item.end() :]}"
+    return text
 
 
 def csv_cell(value: object) -> object:
@@ -360,20 +378,39 @@ class Verdict:
     warnings: tuple[str, ...] = ()
     intersections: tuple[GroupRow, ...] = ()
     group_part: str = "test"
+    policy: str = ""  # the gate policy's name where it is not the default one
+    measures: tuple[str, ...] = ()  # the headline's metrics: the policy's, then accuracy
 
     @property
     def line(self) -> str:
         """The decision and the chosen model's headline test numbers in one line of plain
-        text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``"""
+        text, e.g. ``PROMOTED to champion: test ΔDP 0.003, SR ratio 0.982, accuracy 0.782.``,
+        or under another policy its name and its own measure, ``PROMOTED to champion under
+        equal_opportunity: test ΔEO 0.041, accuracy 0.812.``"""
         words = self.words + (f" ({self.deciding})" if self.deciding else "")
+        words += f" under {self.policy}" if self.policy else ""
         chosen = self.rows[0].estimates
-        numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in LINE_METRICS
+        numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in self.measures or LINE_METRICS
                    if m in chosen and chosen[m].value is not None]  # fmt: skip
         return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
 
 
-# The headline numbers of :attr:`Verdict.line`, in this order (those measured).
+# The headline numbers of :attr:`Verdict.line` under the default policy, in this order (those
+# measured): its criteria's metrics, then accuracy.
 LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")
+
+
+def headline_policy(policy_name: str) -> tuple[str, tuple[str, ...]]:
+    """The policy a headline names (empty for the default one) and the metrics it shows: the
+    policy's criteria's, then accuracy."""
+    from .select import CRITERIA, parse_policy
+
+    try:
+        criteria = parse_policy(policy_name)
+    except ValueError:  # a record of an older policy name: the default headline
+        return "", LINE_METRICS
+    named = "" if criteria == parse_policy(DEFAULT_POLICY) else "+".join(criteria)
+    return named, (*(CRITERIA[c].metric for c in criteria), "accuracy")
 
 
 def group_rows(
@@ -504,6 +541,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     label = short = NOT_ELIGIBLE if not eligible else "Chosen for review (not promoted)"
     if eligible and selection.decision.promote:
         label, short = "Chosen model", "Chosen"
+    policy, measures = headline_policy(record.policy.name)
     return Verdict(
         **_decision(record, promotion),
         chosen=selection.chosen.name,
@@ -518,6 +556,8 @@ def build_verdict(record, promotion=None) -> Verdict:
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
         warnings=(*selection.warnings, *graph_warnings(record)),
         intersections=group_rows(selection, attributes=False),
+        policy=policy,
+        measures=measures,
     )
 
 

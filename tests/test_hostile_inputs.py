@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from data_files import data_dir_or_skip
 
 from fairpca.datasets import (
     ScreeningWarning,
@@ -136,10 +137,8 @@ def test_target_leakage_is_excluded_with_its_score_and_keep_overrides():
 
 @pytest.mark.data
 def test_compas_file_is_screened_to_a_narrow_design():
-    data_dir = os.environ.get("FAIRPCA_DATA_DIR")
-    if not data_dir:
-        pytest.skip("FAIRPCA_DATA_DIR is not set (COMPAS file)")
-    path = Path(data_dir) / "propublica-compas" / "compas-scores-two-years.csv"
+    compas = "propublica-compas/compas-scores-two-years.csv"
+    path = data_dir_or_skip(compas) / compas
     with pytest.warns(ScreeningWarning, match="'is_recid': likely target leakage"):
         data = load_user_data(path, label="two_year_recid", positive_label=1, sensitive="race")
     for column in ("id", "name", "dob", "c_case_number", "is_recid", "end", "c_charge_desc"):

@@ -31,6 +31,7 @@ STORIES = {
     "test_wheel.py": "the wheel installed into a fresh venv, next to a Prefect project",
     "test_readme_examples.py": "the README's code blocks run as written",
     "test_docs_examples.py": "the documentation pages' code blocks run as written",
+    "test_docs_consistency.py": "the pages agree with the code and each other; links resolve",
     "test_hostile_inputs.py": "hostile and messy inputs through every entry point",
     "library/test_purity.py": "every estimator: transform is pure, pickles small, reproducible",
     "library/test_numerics.py": "every estimator: huge values and impossible n_components",

@@ -6,10 +6,17 @@ are shown and not run, each with its reason."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
 from code_blocks import RUNNABLE, markdown_blocks, run_page, skipped, undefined_names
+from servers import answers
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -74,3 +81,42 @@ def test_example_audit_yaml_is_the_default_configuration():
     loaded = build_config({}, example, AuditConfig)
     default = AuditConfig(dataset="adult", sensitive=["sex"])
     assert loaded.model_dump() == default.model_dump()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc lists the processes")
+def test_the_readme_mlflow_ui_is_light_and_sigterm_leaves_no_process(tmp_path, free_port):
+    """The README's ``mlflow ui`` command, run as written (on a free port): one server process
+    and no job runner (no huey consumer); SIGTERM to the command ends every process it
+    started."""
+    from fairpca.flows.runtime import _running, descendants
+
+    (block,) = [b for b in markdown_blocks(README.read_text()) if "mlflow ui" in b.code]
+    port = free_port()
+    assert block.code.count("--port 5000") == 1
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_SERVER")}
+    with (tmp_path / "ui.log").open("wb") as log:
+        ui = subprocess.Popen(
+            ["bash", "-c", block.code.replace("--port 5000", f"--port {port}")], cwd=tmp_path,
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while not answers(f"http://127.0.0.1:{port}/health"):
+            alive = ui.poll() is None and time.monotonic() < deadline
+            assert alive, (tmp_path / "ui.log").read_text()
+            time.sleep(0.5)
+        tree = [ui.pid, *descendants(ui.pid)]
+        commands = [Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") for pid in tree]
+        assert not [c for c in commands if any(b"huey" in part for part in c)], commands
+        assert len(tree) <= 3, commands  # bash (or the exec'd mlflow), mlflow, one server
+        ui.send_signal(signal.SIGTERM)
+        ui.wait(timeout=15)
+        deadline = time.monotonic() + 10
+        while any(_running(pid) for pid in tree) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not [pid for pid in tree if _running(pid)], commands
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(ui.pid, signal.SIGKILL)

@@ -13,6 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # a conftest is imported before the test modules beside it
 
+from data_files import HOW_TO_GET  # noqa: E402
+
 from benchmarks import methods, protocol, reproduce_tables  # noqa: E402
 
 # The split whose rows tests compute with every method and classifier: COMPAS split 0, k = 2
@@ -24,7 +26,7 @@ ONE_SPLIT = {"dataset": "compas", "split": 0, "k": 2}
 def _lee_splits_or_skip() -> Path:
     folder = protocol.data_dir()
     if folder is None:
-        pytest.skip("lee2022-splits not found: set FAIRPCA_DATA_DIR (CI: ../shared/datasets)")
+        pytest.skip(f"needs lee2022-splits, not bundled, in FAIRPCA_DATA_DIR: {HOW_TO_GET}")
     return folder
 
 

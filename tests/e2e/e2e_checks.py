@@ -296,7 +296,7 @@ def check_retrain_promote(flow_run_id: str) -> None:
     run, version, aliases = _retrain_outcome(flow_run_id)
     tags = run.data.tags
     check(
-        tags["fairpca.decision"] == "promote" and tags["fairpca.champion_moved"] == "true",
+        tags["fairpca.decision"] == "promoted" and tags["fairpca.champion_moved"] == "true",
         f"lenient first retrain was not promoted: {tags['mlflow.note.content']}",
     )
     check(
@@ -313,7 +313,7 @@ def check_retrain_keep(flow_run_id: str) -> None:
     reasons = tags["mlflow.note.content"]  # the run's description: verdict and reasons
     _champion_was_rechecked(run, before)
     check(
-        tags["fairpca.decision"] == "keep" and tags["fairpca.champion_moved"] == "false",
+        tags["fairpca.decision"] == "not promoted" and tags["fairpca.champion_moved"] == "false",
         f"retrain without an eligible challenger was promoted: {reasons}",
     )
     check(

@@ -145,7 +145,9 @@ def test_the_reconciler_runs_every_five_minutes_and_is_what_the_receiver_starts(
     from fairpca.flows.gate_server import RECONCILE_DEPLOYMENT
 
     (schedule,) = deployments["on-schedule"]["schedules"]
-    assert schedule == {"interval": 300, "active": True}
+    # deployed paused: a worker without the gate's policy folder would fail every run
+    assert schedule == {"interval": 300, "active": False}
+    assert "schedule resume" in deployments["on-schedule"]["description"]
     assert deployments["on-schedule"]["concurrency_limit"] == 1
     assert f"{flows['on-schedule'].name}/on-schedule" == RECONCILE_DEPLOYMENT
     assert set(schema_of(flows["on-schedule"])["properties"]) == {"policy_dir", "tracking_uri"}
@@ -165,9 +167,11 @@ def test_e2e_params_are_valid_configs():
         for kind in ("retrain-promote", "retrain-keep", "retrain-demote")
     }
     # one registered model: the champion of the first run is re-checked by the next ones
-    assert {resolved_model_name(c.source, c.tracking.model_name) for c in configs.values()} == {
-        checks.RETRAIN_MODEL
+    names = {
+        resolved_model_name(c.source, c.tracking.model_name, c.selection.policy)
+        for c in configs.values()
     }
+    assert names == {checks.RETRAIN_MODEL}
     keep, promote = configs["retrain-keep"].selection, configs["retrain-promote"].selection
     assert keep.thresholds == promote.thresholds
     assert configs["retrain-keep"].selection.min_accuracy_gain == 0.5  # no challenger is eligible
@@ -192,13 +196,11 @@ def test_audit_and_retrain_deployments_share_the_identity_model_name(deployments
     audit = AuditConfig(**deployments["on-demand"]["parameters"]["config"])
     retrain = RetrainConfig(**deployments["scheduled"]["parameters"]["config"])
     assert audit.tracking.model_name is None and retrain.tracking.model_name is None
-    assert resolved_model_name(audit.source, audit.tracking.model_name) == resolved_model_name(
-        retrain.source, retrain.tracking.model_name
-    )
-    assert (
-        resolved_model_name(retrain.source, retrain.tracking.model_name)
-        == "fairpca-adult-income_gt_50k-sex"
-    )
+    names = {
+        resolved_model_name(config.source, None, config.selection.policy)
+        for config in (audit, retrain)
+    }
+    assert names == {"fairpca-adult-income_gt_50k-sex"}  # the same data and policy
 
 
 def test_e2e_script_is_valid_bash():

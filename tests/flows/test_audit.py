@@ -386,7 +386,7 @@ def test_retrain_promotes_only_fair_models_that_do_not_regress(prefect_harness, 
     assert second.champion_moved, "\n".join(second.record.decision.reasons)  # no regression
     assert second.model_version == "2"
     run = client.get_run(second.run_id)
-    assert run.data.tags["fairpca.decision"] == "promote"
+    assert run.data.tags["fairpca.decision"] == "promoted"
     assert run.data.tags["fairpca.champion_version_before"] == "1"
     assert any("champion v1" in r for r in second.reasons)
     zero = {"max_dp_difference": 0.0, "max_eo_difference": 0.0}

@@ -5,7 +5,9 @@ audit against a real MLflow SQLite store and the Prefect test server)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
 import time
 from pathlib import Path
 
@@ -187,7 +189,7 @@ def test_prefect_flow_run_shows_verdict_and_candidates(audited, mlflow_store):
         )
     by_type = {artifact.type: artifact for artifact in artifacts}
     markdown = by_type["markdown"].data
-    assert markdown.startswith(f"# Fairness audit {result.run_name}".replace("-", "\\-"))
+    assert markdown.startswith(f"# Fairness audit {result.run_name}")
     assert "PROMOTED to champion: test ΔDP " in markdown and "| majority class |" in markdown
     table = by_type["table"].data
     rows = json.loads(table) if isinstance(table, str) else table
@@ -214,3 +216,64 @@ def test_relog_keeps_the_audits_span(audited, mlflow_store):
 
     assert table(second) == table(first)  # the same verdict; relog without --promote keeps it
     assert "relog moves no alias without" in second.data.tags["mlflow.note.content"]
+
+
+# Written only when a champion is demoted: tests/flows/test_retrain.py
+# (test_retrain_demotes_a_champion_whose_fairness_broke) checks them.
+DEMOTION_TAGS = {"fairpca.champion_demoted_to", "fairpca.needs_review_reason"}
+
+
+def documented_tags() -> set[str]:
+    """Every ``fairpca.<name>`` the README, deployments/README.md and the docs pages name
+    that is not a module (``fairpca.metrics``) or a prefix (``fairpca.champion_*``)."""
+    root = Path(__file__).resolve().parents[2]
+    pages = [root / "README.md", root / "deployments" / "README.md", *root.glob("docs/**/*.rst")]
+    names = set()
+    for page in pages:
+        names |= set(re.findall(r"\bfairpca\.[a-z0-9_]+\b(?![.(])", page.read_text()))
+    return {
+        name for name in names
+        if not name.endswith("_") and importlib.util.find_spec(name) is None
+    }  # fmt: skip
+
+
+def test_every_documented_tag_is_written(audited, mlflow_store):
+    """The tags the pages name exist: on the audit's run, its registered version or its
+    registered model (or, for a demotion's, on a retrain that demotes)."""
+    _, result, _ = audited
+    client = mlflow_store[1]
+    written = set(client.get_run(result.run_id).data.tags)
+    written |= set(client.get_model_version(result.model_name, result.model_version).tags)
+    written |= set(client.get_registered_model(result.model_name).tags)
+    documented = documented_tags()
+    assert {"fairpca.decision", "fairpca.chosen"} <= documented
+    assert documented - written - DEMOTION_TAGS == set()
+
+
+def test_the_verdict_is_where_an_operator_looks(audited, mlflow_store):
+    """The MLflow run's ``fairpca.decision`` says what the terminal says (``Decision:
+    PROMOTED``); the flow run's final state message and its last log line state the decision,
+    its numbers and the deciding reason (``prefect deployment run --watch``, ``prefect
+    flow-run inspect`` and the UI show them)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    from fairpca.flows.console import decision_line
+    from fairpca.tasks.report import build_verdict
+
+    _, result, _ = audited
+    tags = mlflow_store[1].get_run(result.run_id).data.tags
+    said = decision_line(result, None)
+    assert "PROMOTED" in said and tags["fairpca.decision"] == "promoted"
+    verdict = build_verdict(result.record, result.promotion)
+    expected = f"{verdict.line} {verdict.why}."
+    assert verdict.why and verdict.line.startswith("PROMOTED to champion: test ΔDP ")
+    APILogWorker.drain_all(timeout=10)
+    flow_run_id = tags["fairpca.prefect_flow_run_id"]
+    with get_client(sync_client=True) as client:
+        state = client.read_flow_run(flow_run_id).state
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])))
+    assert state.is_completed() and state.message == expected
+    verdicts = [log.message for log in logs if log.message.startswith("Verdict: ")]
+    assert verdicts == [f"Verdict: {expected}"]

@@ -4,8 +4,11 @@ where the process itself matters)."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -357,13 +360,14 @@ def test_the_summary_leads_with_the_decision_and_fits_40_lines_at_80_columns():
     models = [line.split()[0] for line in lines[header + 2 : header + 8]]
     assert models == ["chosen", "unconstrained", "majority", "threshold_optimizer*",
                       "exponentiated_gradient", "correlation_remover*"]  # fmt: skip
-    assert len(lines) <= 40, text
+    # the rows a terminal of 80 columns shows (a line longer than it takes several)
+    assert sum(max(1, -(-len(line) // 80)) for line in lines) <= 42, text
     assert "…" not in text
     long = [line for line in lines if len(line) > 80]
     report = "/tmp/" + "deep/" * 20 + "report.html"
-    store = f"sqlite:///{Path('mlflow.db').absolute()}"
-    # a path, URL or command longer than the terminal is a line of its own, never broken
-    assert all(line == report or line.endswith(f"{store} --port 5000") for line in long), long
+    # a path or URL longer than the terminal is a line of its own, never broken; a command
+    # is broken between its words (test_a_printed_command_never_wraps_inside_a_path)
+    assert all(line == report for line in long), long
     assert report in lines and "| sex: Female |" not in text
     assert any(line.startswith("sex: Female ") for line in lines)  # groups by name
     assert "Candidates" not in text and "variant" not in text  # the table of --verbose
@@ -415,13 +419,14 @@ def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():
     from fairpca.flows.console import mlflow_bin, mlflow_ui_lines
     from fairpca.tasks.record import PromotionRecord
 
-    text = _printed(_result(), before="1", width=200)
+    text = _printed(_result(), before="1", width=250)
     assert "Decision: PROMOTED, fairpca-adult-x-sex v1 -> v2 holds 'champion'." in text
     mlflow = Path(sys.executable).parent / "mlflow"
     mlflow = mlflow if mlflow.exists() else f"{sys.executable} -m mlflow"
     assert mlflow_bin() == str(mlflow) and Path(mlflow_bin().split()[0]).is_absolute()
     store = f"sqlite:///{Path('mlflow.db').absolute()}"
-    assert f"Open the MLflow UI: {mlflow} ui --backend-store-uri {store} --port 5000" in text
+    assert (f"Open the MLflow UI: MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false {mlflow} ui "
+            f"--port 5000 --workers 1 --backend-store-uri {store}") in text  # fmt: skip
     ui = "http://127.0.0.1:5000/#/experiments/1"
     assert f"Runs: {ui}/runs\n" in text  # the plain list: a shared view cuts columns off
     assert f"Run: {ui}/runs/f79fe6b6ef204cf6bc432b7163157ac2" in text
@@ -662,3 +667,52 @@ def test_piped_output_follows_columns():
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               env=env, timeout=120, check=True)  # fmt: skip
         assert done.stdout.strip() == width
+
+
+def test_a_printed_command_never_wraps_inside_a_path(tmp_path):
+    """At 80 columns the MLflow UI command of a deep store is broken between its words with
+    shell continuations: every line fits, the store's path is whole on one line, and pasted
+    into a shell it is the same command."""
+    import shlex
+
+    store = tmp_path / ("a-rather-long-folder-name/" * 3) / "mlflow.db"
+    text = _printed(_result(tracking_uri=f"sqlite:///{store}"), width=80)
+    lines = text.split("Open the MLflow UI: ", 1)[1].splitlines()
+    end = next(i for i, line in enumerate(lines) if not line.endswith("\\"))
+    command = lines[: end + 1]
+    alone = [line.strip().rstrip(" \\") for line in command if len(line) > 80]
+    assert len(command) > 1 and all(" " not in word for word in alone)  # a path on its own
+    assert any(line.strip().rstrip(" \\") == f"sqlite:///{store}" for line in command)
+    words = shlex.split(" ".join(line.rstrip("\\") for line in command))
+    assert words[0] == "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
+    assert words[-6:] == ["--port", "5000", "--workers", "1", "--backend-store-uri",
+                          f"sqlite:///{store}"]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a pseudo-terminal")
+def test_a_terminal_sees_the_stages_progress_and_a_pipe_does_not(user_cli, tmp_path):
+    """On a terminal the audit counts its finished stages on stderr while it runs; with its
+    output in a pipe (a log file, CI) it prints no such line."""
+    import pty
+
+    fairpca, env = user_cli
+    args = [fairpca, "audit", "--dataset", "german", "-k", "2", "--variants", "pca,fair_pca",
+            "--lambdas", "0,1", "--classifiers", "logreg", "--tracking-uri",
+            f"sqlite:///{tmp_path}/m.db"]  # fmt: skip
+    env = {**env, "TERM": "xterm", "COLUMNS": "120"}
+    leader, follower = pty.openpty()
+    audit = subprocess.Popen([*args, "--output-dir", str(tmp_path / "tty")], cwd=tmp_path,
+                             env=env, stdin=follower, stdout=follower, stderr=follower)  # fmt: skip
+    os.close(follower)
+    seen = b""
+    with suppress(OSError):  # EIO once the command and its children closed the terminal
+        while chunk := os.read(leader, 65536):
+            seen += chunk
+    os.close(leader)
+    assert audit.wait(timeout=600) == 0, seen.decode(errors="replace")[-3000:]
+    assert re.search(rb"fairpca audit: \d+ stages done, last: \w", seen), seen[-3000:]
+    piped = subprocess.run([*args, "--output-dir", str(tmp_path / "pipe")], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert piped.returncode == 0, piped.stderr
+    assert "stages done" not in piped.stdout + piped.stderr

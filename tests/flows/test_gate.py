@@ -235,7 +235,7 @@ def test_fair_version_passes_and_biased_fails_with_metrics_and_card(
         assert low <= value <= high
     assert float(biased_version.tags["fairness.gate.dp_difference"]) > 0.2
     assert float(fair_tags["fairness.gate.dp_difference.ci95_high"]) < 0.1
-    assert biased_version.description.startswith("# Fairness gate: gate\\-credit version")
+    assert biased_version.description.startswith("# Fairness gate: gate-credit version")
     assert "**Status: failed**" in biased_version.description
     run = client.get_run(biased_version.tags["fairness.gate.run_id"])
     assert run.data.metrics["dp_difference"] == pytest.approx(  # published with 2 decimals

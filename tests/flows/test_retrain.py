@@ -75,6 +75,7 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from fairpca.flows.retrain import retrain
+    from fairpca.tasks.report import build_verdict
 
     _uri, client = mlflow_store
     steady = week(tmp_path, "week1", people(2000, shift_b=0.0, seed=1))
@@ -91,6 +92,9 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
     assert state.is_completed()
     assert f"champion v{before} of {name} fails the gate on the new data" in state.message
     assert "moved to 'needs-review'" in state.message
+    # the challenger's verdict is the run's outcome too (prefect flow-run inspect, the UI)
+    verdict = build_verdict(result.record, result.promotion)
+    assert state.message.endswith(f" Verdict: {verdict.line} {verdict.why}.")
 
     run = client.get_run(result.run_id)
     metrics = run.data.metrics
@@ -130,7 +134,7 @@ def test_retrain_demotes_a_champion_whose_fairness_broke(prefect_harness, mlflow
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
         )
     latest = max(artifacts, key=lambda artifact: artifact.created)
-    assert "fails the gate on the new data" in latest.data and "needs\\-review" in latest.data
+    assert "fails the gate on the new data" in latest.data and "needs-review" in latest.data
 
 
 @pytest.mark.e2e  # whole audits in sequence (about 30 s); CI runs them with -m e2e

@@ -373,3 +373,75 @@ def test_the_audit_returns_freed_memory_where_malloc_is_glibcs():
     assert map_large_blocks() is glibc
     if glibc:
         release_freed_heap()  # True when it released pages: nothing to assert on a fresh heap
+
+
+# ---- Prefect's own settings ------------------------------------------------------------------
+
+
+def _prefect_cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect", *args], env=env, capture_output=True, text=True,
+        timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_an_api_in_the_prefect_profile_starts_no_server_and_a_declining_one_exits_cleanly(
+    user_cli, free_port
+):
+    """``prefect config set PREFECT_API_URL=...`` (the profile, not the environment) names
+    the API: no temporary server is launched; one started anyway sees the profile and exits
+    with its own code (not SIGABRT from its stdin thread at shutdown)."""
+    _, env = user_cli
+    url = f"http://127.0.0.1:{free_port()}/api"
+    _prefect_cli(env, "config", "set", f"PREFECT_API_URL={url}")
+    assert "PREFECT_API_URL" not in env
+    program = (
+        "from fairpca.flows import runtime\n"
+        "print('configured', runtime.configured_prefect_api())\n"
+        "print('launched', runtime.PrefectServer.launch() is not None)\n"
+        "server = runtime.PrefectServer()\n"
+        "server.wait_until_up()\n"
+        "print('exit', server.process.returncode, server.api_url)\n"
+        "server.stop()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=180,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    assert said == {
+        "configured": url,
+        "launched": "False",
+        "exit": f"{runtime._NO_SERVER_NEEDED} None",
+    }
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+@linux_only
+def test_the_audit_uses_the_prefect_server_of_the_profile(user_cli, tmp_path, free_port):
+    """As the deployments page says: ``prefect server start``, then ``prefect config set
+    PREFECT_API_URL=...``; ``fairpca audit`` runs its flow on that server, says so, and
+    starts no temporary one."""
+    from servers import prefect_server
+
+    fairpca, env = user_cli
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    with prefect_server(env, port, tmp_path / "prefect-server.log"):
+        _prefect_cli(env, "config", "set", f"PREFECT_API_URL={url}")
+        done = subprocess.run(
+            [fairpca, "audit", "--dataset", "german", "-k", "2", "--variants", "pca,fair_pca",
+             "--lambdas", "0,1", "--classifiers", "logreg", "--tracking-uri",
+             f"sqlite:///{tmp_path}/m.db", "--output-dir", str(tmp_path / "out")],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        assert f"Prefect: API {url} (Prefect's settings)" in output
+        assert "temporary server" not in output
+        flow_runs = _prefect_cli({**env, "COLUMNS": "250"}, "flow-run", "ls")
+    assert "fairness-audit" in flow_runs and "COMPLETED" in flow_runs

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from data_files import data_dir_or_skip
 
 from fairpca.datasets import (
     DATASET_NAMES,
@@ -69,14 +70,9 @@ GERMAN_FEATURES = [
 
 
 def _external_dir(*relative: str) -> Path:
-    """The FAIRPCA_DATA_DIR folder, or skip when it is unset or lacks the files."""
-    root = os.environ.get("FAIRPCA_DATA_DIR")
-    if not root:
-        pytest.skip("FAIRPCA_DATA_DIR is not set; point it at the datasets folder to run this")
-    missing = [name for name in relative if not (Path(root) / name).exists()]
-    if missing:
-        pytest.skip(f"FAIRPCA_DATA_DIR={root} lacks {missing}")
-    return Path(root)
+    """The FAIRPCA_DATA_DIR folder, or skip (saying how to get the files) when it is unset or
+    lacks them."""
+    return data_dir_or_skip(*relative)
 
 
 def _bundled_copy(tmp_path: Path, subdir: str, filename: str) -> Path:

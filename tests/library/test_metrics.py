@@ -2,14 +2,13 @@
 
 import doctest
 import math
-import os
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import scipy.sparse
+from data_files import data_dir_or_skip
 from fairlearn.metrics import demographic_parity_difference as fairlearn_dp
 from fairlearn.metrics import equal_opportunity_difference as fairlearn_eo
 from sklearn.decomposition import PCA, KernelPCA
@@ -426,13 +425,7 @@ PAPER_PCA_ROWS = {
 
 
 def _lee_splits_dir():
-    data_dir = os.environ.get("FAIRPCA_DATA_DIR")
-    if not data_dir:
-        pytest.skip("FAIRPCA_DATA_DIR is not set; it must point at the shared datasets folder")
-    folder = Path(data_dir) / "lee2022-splits"
-    if not folder.is_dir():
-        pytest.skip(f"{folder} is absent (Lee et al. 2022 splits are not bundled)")
-    return folder
+    return data_dir_or_skip("lee2022-splits") / "lee2022-splits"
 
 
 @pytest.mark.data

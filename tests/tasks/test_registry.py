@@ -50,6 +50,30 @@ def test_sex_only_and_sex_race_audits_get_different_names():
     assert name([]) != name(["race"])
 
 
+def test_a_policy_other_than_the_default_has_a_model_of_its_own():
+    """Under equal opportunity the derived name carries the policy, so it never moves the
+    demographic-parity audit's champion; the default policy keeps the plain name, in any
+    order of its criteria; an explicit name is kept; every name fits."""
+    from fairpca.flows.config import AuditConfig
+
+    def name(**options) -> str:
+        config = AuditConfig(dataset="adult", **options)
+        return resolved_model_name(config.source, config.tracking.model_name,
+                                   config.selection.policy)  # fmt: skip
+
+    plain = "fairpca-adult-income_gt_50k-sex"
+    assert name() == plain == name(policy="four_fifths+demographic_parity")
+    assert name(policy="equal_opportunity") == f"{plain}-equal_opportunity"
+    assert name(policy="equal_opportunity", model_name="mine") == "mine"
+    everything = "demographic_parity+equal_opportunity+equalized_odds+four_fifths"
+    names = {name(policy=p) for p in ("demographic_parity", "equal_opportunity", everything)}
+    assert len(names) == 3 and plain not in names
+    long = AuditConfig(data="/d/" + "x" * 90 + ".csv", label="y", sensitive=["s"],
+                       policy=everything)  # fmt: skip
+    named = resolved_model_name(long.source, None, long.selection.policy)
+    assert len(named) <= 100 and named.endswith("-" + everything.replace("+", "."))
+
+
 def test_config_resolves_the_identity_name_and_keeps_an_explicit_one(tmp_path):
     from fairpca.flows.config import AuditConfig
 
@@ -145,7 +169,7 @@ def test_model_card_content(audit):
     ):
         assert f"\n## {heading}\n" in card
     # data source and its SHA-256, split sizes
-    assert f"SHA-256 of uci\\-adult/adult\\.data: `{'d' * 64}`" in card
+    assert f"SHA-256 of uci-adult/adult\\.data: `{'d' * 64}`" in card
     assert "| train | 5000 |\n| validation | 2500 |\n| test | 2500 |" in card
     # group sizes: large ones shown, small ones suppressed (never the count 12)
     assert "| sex | Female | 1650 |" in card
@@ -153,25 +177,25 @@ def test_model_card_content(audit):
     assert "| race | Other | suppressed (< 30) |" in card
     # test metrics with intervals beside the majority baseline and unconstrained PCA
     assert "| accuracy | 0.822 (0.811–0.832) | 0.848 (0.838–0.858) | 0.761 |" in card
-    assert "| dp\\_difference | 0.023 (0.003–0.043) | 0.181 (0.161–0.201) | 0.000 |" in card
+    assert "| dp_difference | 0.023 (0.003–0.043) | 0.181 (0.161–0.201) | 0.000 |" in card
     intersection = (
-        "| dp\\_difference\\.intersection | 0.046 (0.006–0.086) | 0.362 (0.322–0.402) | - |"
+        "| dp_difference\\.intersection | 0.046 (0.006–0.086) | 0.362 (0.322–0.402) | - |"
     )
     assert intersection in card
-    assert "pca/logreg@lambda=0 \\(baseline: unconstrained PCA\\)" in card
+    assert "pca/logreg@lambda=0 (baseline: unconstrained PCA)" in card
     # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
-    assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0\\.05" in card
+    assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0.05" in card
     assert "- Decision: **PROMOTED to champion**" in card and "  - no champion yet" in card
-    assert "  - upper bound of DP 0\\.0400 \\<= 0\\.05" in card and "legacy reason" not in card
-    assert "beats majority \\| by 0\\.06" in card
+    assert "  - upper bound of DP 0.0400 \\<= 0.05" in card and "legacy reason" not in card
+    assert "beats majority \\| by 0.06" in card
     # projection hashes of the chosen variant, code version
     assert f"| fair_pca/components_ | `{'a' * 64}` |" in card and "c" * 64 not in card
     assert "fairpca 0.1.0, git commit `0123abc`" in card
-    assert "fair\\_pca: a sensitive attribute is still predictable" in card
+    assert "fair_pca: a sensitive attribute is still predictable" in card
     # config without credentials
     assert "s3cret" not in card and "alice" not in card and "do-not-print" not in card
     assert "token=abc" not in card and "api_token" not in card
-    assert "https://\\*\\*\\*@mlflow\\.example\\.org/" in card
+    assert "https\\://\\*\\*\\*@mlflow\\.example\\.org/" in card
 
 
 def test_model_card_does_not_change_its_input_and_renders_the_same_from_audit_json(audit):

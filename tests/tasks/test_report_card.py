@@ -121,6 +121,26 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
         assert first == lines["promoted"] and not set(first) & set("*_`[]|#\\")
 
 
+@pytest.mark.parametrize(
+    ("policy", "line"),
+    [
+        ("demographic_parity+four_fifths", "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822."),
+        ("equal_opportunity", "PROMOTED to champion under equal_opportunity: test ΔEO 0.061, "
+         "accuracy 0.822."),
+        ("four_fifths+equal_opportunity", "PROMOTED to champion under "
+         "equal_opportunity+four_fifths: test ΔEO 0.061, accuracy 0.822."),
+    ],
+)  # fmt: skip
+def test_the_headline_names_a_policy_other_than_the_default_and_its_own_measure(
+    audit_record, policy, line
+):
+    """An equal-opportunity audit's headline says so and shows ΔEO, not ΔDP (the record has
+    no selection-rate ratio: the four-fifths number is left out)."""
+    record = replaced(audit_record, "policy", name=policy)
+    assert build_verdict(record, PROMOTED).line == line
+    assert run_description(record, PROMOTED).splitlines()[0] == line
+
+
 def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record):
     references = [
         ReferenceMitigation(
@@ -147,7 +167,7 @@ def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record
         "\n".join(details)
     )
     assert "| majority class | 0.761 | 0.000 | - | - |" in details
-    assert "| reference: threshold\\_optimizer \\(post\\-processing\\) | 0.790 (0.770–0.810) " in (
+    assert "| reference: threshold_optimizer (post-processing) | 0.790 (0.770–0.810) " in (
         "\n".join(details)
     )
     assert "| sex: Female | 1650 | 0.174 | 0.462 | 0.138 |" in details  # groups by name
@@ -155,8 +175,8 @@ def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record
     assert "| race: Eskimo | withheld: fewer than 30 test rows | - | - | - |" in details
     # 480 rows in all, 120 of them test rows: withheld to hide a smaller group
     assert f"| race: Black | {COMPLEMENTARY} | - | - | - |" in details
-    assert "- upper bound of DP 0\\.0400 \\<= 0\\.05" in details
-    assert "- fair\\_pca: a sensitive attribute is still predictable" in details
+    assert "- upper bound of DP 0.0400 \\<= 0.05" in details
+    assert "- fair_pca: a sensitive attribute is still predictable" in details
     assert any(line.startswith("Full model card: artifact `model_card.md`") for line in details)
     assert len(lines) < 45
 
@@ -242,15 +262,15 @@ def test_card_shows_references_group_rates_and_screening(audit_record):
     test_table = card.split("## Test metrics beside the baselines and references")[1]
     test_table = test_table.split("## ")[0]
     header = next(line for line in test_table.splitlines() if line.startswith("| metric"))
-    assert "threshold\\_optimizer \\(reference: post\\-processing, needs the sensitive" in header
-    assert "exponentiated\\_gradient \\(reference: reductions\\) |" in header
-    assert "| balanced\\_accuracy |" in test_table and "0.696" in test_table
+    assert "threshold_optimizer (reference: post-processing, needs the sensitive" in header
+    assert "exponentiated_gradient (reference: reductions) |" in header
+    assert "| balanced_accuracy |" in test_table and "0.696" in test_table
     groups = card.split("## Per-group rates on the test rows")[1].split("## ")[0]
     assert "| sex | Female | 1650 | 0.174 | 0.462 | 0.138 | 0.110 |" in groups
     assert "| sex | Male | 3350 | 0.171 | - | - | - |" in groups  # not measured: a dash
     screening = card.split("## Column screening")[1].split("## ")[0]
     assert "| rank | leakage | 0.831 | excluded |" in screening
-    assert "| gender\\_code | proxy: recodes sex | - | excluded |" in screening
+    assert "| gender_code | proxy: recodes sex | - | excluded |" in screening
 
 
 def test_card_without_screened_columns_says_so(audit_record):
