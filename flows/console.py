@@ -257,6 +257,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
+    from fairpca.tasks.decision import shown
     from fairpca.tasks.report import build_verdict
 
     verbose = OUTPUT["verbose"] if verbose is None else verbose
@@ -264,6 +265,11 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     record, verdict = result.record, build_verdict(result.record, result.promotion)
     console.print(decision_line(result, before))
     console.print(escape(verdict.why) + ".")
+    deciding, others = shown(verdict.decision_reasons)
+    if deciding and not verbose:  # every reason that decided or names an alternative
+        console.print("Reasons:")
+        more = [f"{others} more in the report (or run with --verbose)"] if others else []
+        bullets(deciding + more)
     if record.kind == "retrain":
         from .retrain import final_message
 
