@@ -265,11 +265,6 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     record, verdict = result.record, build_verdict(result.record, result.promotion)
     console.print(decision_line(result, before))
     console.print(escape(verdict.why) + ".")
-    deciding, others = shown(verdict.decision_reasons)
-    if deciding and not verbose:  # every reason that decided or names an alternative
-        console.print("Reasons:")
-        more = [f"{others} more in the report (or run with --verbose)"] if others else []
-        bullets(deciding + more)
     if record.kind == "retrain":
         from .retrain import final_message
 
@@ -280,6 +275,11 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     console.print(escape(_notes(verdict)), style="dim")
     if (groups := group_table(verdict)) is not None:
         console.print(groups)
+    deciding, others = shown(r for r in verdict.decision_reasons if r not in verdict.stated)
+    if deciding and not verbose:  # every reason that decided or names an alternative
+        console.print("Reasons:")
+        more = [f"{others} more in the report (or run with --verbose)"] if others else []
+        bullets(deciding + more)
     for what, why in result.skipped.items():  # a variant, or a stage the Dask route leaves out
         console.print(f"[yellow]Skipped {escape(what)}:[/yellow] {escape(why)}")
     if result.screening:

@@ -277,8 +277,10 @@ def _decision(record, promotion) -> dict[str, Any]:
     bound = "point estimates" if selection.gate == "point" else "upper 95% bounds"
     gate = f"the gate {record.policy.name if record.policy else 'thresholds'} ({bound})"
     passed = f"meets {gate} on the validation rows"
-    champion = render(promotion_reasons(promotion)[-1]) if promotion else ""
+    outcome = promotion_reasons(promotion)[-1:] if promotion else ()
+    champion, stated = (render(outcome[0]) if outcome else ""), [*outcome]
     if not selection.decision.promote:
+        stated = [first]
         headline = "Not promoted"
         why = render(first) if first else f"fails {gate} on the validation rows"
         deciding = deciding_words(first)
@@ -299,6 +301,9 @@ def _decision(record, promotion) -> dict[str, Any]:
     promote = words == "PROMOTED to champion"
     if selection.decision.promote and first is not None and first.kind == Kind.DOMINATED:
         why = f"{render(first)}; {why[:1].lower()}{why[1:]}"  # --promote-dominated, first
+        stated.insert(0, first)
+    elif selection.decision.promote and first is not None:  # "meets the gate" says it
+        stated.insert(0, first)
     if unconstrained(_chosen_row(selection)):  # never passed off as a fair model
         needed = first is not None and first.kind == Kind.CHOSEN and "unconstrained" in first.flags
         what = "unconstrained PCA" if selection.chosen.variant == "pca" else (
@@ -311,7 +316,7 @@ def _decision(record, promotion) -> dict[str, Any]:
         )
     why = why[:1].upper() + why[1:]
     return {"promote": promote, "headline": headline, "why": why, "words": words,
-            "deciding": deciding}  # fmt: skip
+            "deciding": deciding, "stated": tuple(r for r in stated if r is not None)}  # fmt: skip
 
 
 def _chosen_row(selection) -> dict[str, Any]:
@@ -377,6 +382,7 @@ class Verdict:
     intersections: tuple[GroupRow, ...] = ()
     group_part: str = "test"
     decision_reasons: tuple[Reason, ...] = ()  # the structured reasons, in order
+    stated: tuple[Reason, ...] = ()  # those the ``why`` sentence renders
 
     @property
     def line(self) -> str:

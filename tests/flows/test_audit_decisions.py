@@ -224,7 +224,8 @@ def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path, empt
     assert audit["register_model"] is False
     assert audit["eligibility"]["chosen_passes"] is False
     assert result.decision == "keep"
-    assert any("nothing is registered" in reason for reason in result.reasons)
+    first = result.record.decision.reasons[0]
+    assert first.kind == "not_eligible" and first.decides
     tags = MlflowClient(tracking_uri=result.tracking_uri).get_run(result.run_id).data.tags
     assert tags["fairpca.model_version"] == "none"  # not Python's None spelled as a version
 
@@ -388,8 +389,8 @@ def test_too_few_rows_to_certify_the_default_gate_are_said_so_and_not_promoted()
     choice = _decide(seed=0, n_train=300, n_validation=150, n_test=150)
     assert not choice.decision.promote
     assert not choice.certification["certified"]
-    assert any(r.startswith("not enough data to certify the gate on repeated stratified")
-               for r in choice.decision.reasons)  # fmt: skip
+    first = choice.decision.deciding
+    assert (first.kind, first.rows) == ("too_little_data", "cross-validated training+validation")
 
 
 def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlflow(
@@ -437,19 +438,24 @@ def test_the_results_reasons_lead_with_the_one_that_decided():
     from types import SimpleNamespace
 
     from fairpca.flows.audit import AuditResult
+    from fairpca.tasks.decision import Kind, Reason
 
     champion = SimpleNamespace(reasons=["no current champion: the gate alone decides"],
-                               demote=False)  # fmt: skip
-    dominated = SimpleNamespace(promote=False, reasons=["dominated: the reference ...", "x"])
+                               demote=False, promote=True, comparison=None)  # fmt: skip
+    veto = Reason(kind=Kind.DOMINATED, decides=True, subject="exponentiated_gradient")
+    dominated = SimpleNamespace(promote=False, reasons=[veto, Reason(kind=Kind.NOTE)])
     kept = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
                                        promotion=champion)  # fmt: skip
-    assert kept.reasons == [*dominated.reasons, *champion.reasons]
-    passed = SimpleNamespace(promote=True, reasons=["fair_pca/logreg has the highest ..."])
+    kinds = [r.kind for r in kept.decision_reasons]
+    assert kinds == [Kind.DOMINATED, Kind.NOTE, Kind.PROMOTED]
+    passed = SimpleNamespace(promote=True, reasons=[Reason(kind=Kind.CHOSEN, decides=True)])
     promoted = AuditResult.model_construct(record=SimpleNamespace(decision=passed),
                                            promotion=champion)  # fmt: skip
-    assert promoted.reasons == [*champion.reasons, *passed.reasons]
-    demoted = SimpleNamespace(reasons=["champion v1 of m fails the gate on the new data"],
-                              demote=True)  # fmt: skip
+    assert [r.kind for r in promoted.decision_reasons] == [Kind.PROMOTED, Kind.CHOSEN]
+    assert promoted.reasons[0] == champion.reasons[0]
+    demoted = SimpleNamespace(reasons=["champion v1 of m fails the gate on the new data", "x"],
+                              demote=True, promote=False, comparison=None)  # fmt: skip
     retrain = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
                                           promotion=demoted)  # fmt: skip
-    assert retrain.reasons[0] == demoted.reasons[0]  # a retrain's demotion decides first
+    assert retrain.decision_reasons[0].kind == Kind.DEMOTED  # a retrain's demotion decides first
+    assert retrain.reasons[0] == demoted.reasons[0]
