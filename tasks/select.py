@@ -848,8 +848,8 @@ def choose(
         "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
-    if eligible and not decision.promote and (unfair := no_fair_eligible(candidates, majority_accuracy,
-                                                            selection, rows)):  # fmt: skip
+    unfair = no_fair_eligible(candidates, majority_accuracy, selection, rows)
+    if eligible and not decision.promote and unfair is not None:
         decision = decision.leading(unfair)
     decision = decision.adding(
         *(note(text) for text in [*notes, pca_note]),

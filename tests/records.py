@@ -92,7 +92,9 @@ def build_audit_record() -> AuditRecord:
                 "gate": "upper_bound",
                 "decision": {
                     "promote": True,
-                    "reasons": [CHOSEN_REASON, {"kind": "note", "facts": ["beats majority | by 0.06"]}],
+                    "reasons": [
+                        CHOSEN_REASON, {"kind": "note", "facts": ["beats majority | by 0.06"]}
+                    ],
                 },
                 "validation": _metrics(0.83, 0.02, 0.05),
                 "test": _metrics(0.8215, 0.0231, 0.0612),

@@ -285,7 +285,8 @@ def test_a_promotion_despite_a_dominating_reference_says_so_first(audit_record):
     overrode."""
     dominated = Reason(kind=Kind.DOMINATED, decides=True, subject="exponentiated_gradient",
                        measure="balanced_accuracy", rows="validation", flags=("overridden",),
-                       numbers={"margin": 0.02, "margin_low": 0.01, "margin_high": 0.03})  # fmt: skip
+                       numbers={"margin": 0.02, "margin_low": 0.01,
+                                "margin_high": 0.03})  # fmt: skip
     chosen = audit_record.selection.decision.reasons[0]
     anyway = replaced(audit_record, "selection.decision", promote=True,
                       reasons=[dominated, chosen])  # fmt: skip

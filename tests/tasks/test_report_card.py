@@ -47,8 +47,8 @@ def _hostile(record):
         group_sizes={SCRIPT: {IMG: 300, TICK: 200, LINK: "suppressed"}},
         test=test, warnings=[f"column {IMG} predicts {SCRIPT}"],
     )  # fmt: skip
-    record = replaced(record, "selection.decision",
-                      reasons=[Reason(kind=Kind.NOTE, facts=(f"group {LINK} of {TICK} is small",))])  # fmt: skip
+    small = Reason(kind=Kind.NOTE, facts=(f"group {LINK} of {TICK} is small",))
+    record = replaced(record, "selection.decision", reasons=[small])
     params = {**record.params, "label": LINK, "data": f"/data/{TICK}.csv", "sensitive": SCRIPT}
     screened = [ScreenedColumn(column=IMG, rule=LINK, score=0.97, action="excluded")]
     return replaced(record, sensitive=[SCRIPT], screening=screened, params=params)
@@ -102,7 +102,8 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
     kept = PromotionRecord(promote=False, reasons=["champion v1: the challenger is worse"])
     dominated = [Reason(kind=Kind.DOMINATED, decides=True, subject="exponentiated_gradient",
                         measure="balanced_accuracy", rows="validation",
-                        numbers={"margin": 0.02, "margin_low": 0.01, "margin_high": 0.03})]  # fmt: skip
+                        numbers={"margin": 0.02, "margin_low": 0.01,
+                                 "margin_high": 0.03})]  # fmt: skip
     records = {
         "promoted": (audit_record, PROMOTED),
         "kept": (audit_record, kept),
