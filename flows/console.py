@@ -276,10 +276,12 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     if (groups := group_table(verdict)) is not None:
         console.print(groups)
     deciding, others = shown(r for r in verdict.decision_reasons if r not in verdict.stated)
+    more = f"{others} more in the report (or run with --verbose)" if others else ""
     if deciding and not verbose:  # every reason that decided or names an alternative
         console.print("Reasons:")
-        more = [f"{others} more in the report (or run with --verbose)"] if others else []
-        bullets(deciding + more)
+        bullets(deciding + [more] * bool(more))
+    elif more and not verbose:
+        console.print(f"Reasons: {more}.")
     for what, why in result.skipped.items():  # a variant, or a stage the Dask route leaves out
         console.print(f"[yellow]Skipped {escape(what)}:[/yellow] {escape(why)}")
     if result.screening:

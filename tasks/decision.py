@@ -262,11 +262,10 @@ def render(reason: Reason) -> str:
             f"here (it {_needs(reason.needs)}); {anyway}"
         )
     if kind == Kind.EXCLUDED_BY_DEPLOYMENT:
-        enable = " and ".join(f"{NEEDS[n][0]} (if the model may use {NEEDS[n][1]})"
-                              for n in reason.needs)  # fmt: skip
+        enable = " ".join(NEEDS[n][0] for n in reason.needs)
         return (
             f"alternative the deployment excludes: {_reference(reason)}; it meets the gate but "
-            f"{_needs(reason.needs)}; enabling it takes {enable}"
+            f"{_needs(reason.needs)} (if the deployed model may: {enable})"
         )
     if kind == Kind.BETTER_REFERENCE:
         return (
