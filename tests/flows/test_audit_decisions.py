@@ -28,7 +28,7 @@ def _config(**values):
     return AuditConfig(**{**base, **values})
 
 
-def _choose_then_report(split, config):
+def _choose_then_report(split, config, k=3):
     """The compute path of the audit flow, task bodies called directly."""
     from fairpca.tasks.evaluate import build_pipeline, evaluate_reported
     from fairpca.tasks.represent import fit_preprocessor, fit_representation
@@ -38,7 +38,7 @@ def _choose_then_report(split, config):
     preprocessor, encoded_train, encoded_validation = fit_preprocessor.fn(split)
     reps = {
         v: fit_representation.fn(
-            v, encoded_train, split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
+            v, encoded_train, split.y_train, split.s_train, k=k, equalize_covariance=0.5, seed=0
         )
         for v in config.representation.variants
     }
@@ -58,7 +58,7 @@ def _choose_then_report(split, config):
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
     choice = choose(table, split.y_train, split.y_validation, config.selection)
     pipeline = build_pipeline(preprocessor, reps, sweeps, choice.chosen)
-    pca = build_pipeline(preprocessor, reps, sweeps, choice.pca_row)
+    pca = choice.pca_row and build_pipeline(preprocessor, reps, sweeps, choice.pca_row)
     reported = evaluate_reported.fn(split, config.evaluation, config.seed, pipeline, pca,
                                     choice.chosen, choice.pca_row)  # fmt: skip
     return table, choice, reported
@@ -459,3 +459,95 @@ def test_the_results_reasons_lead_with_the_one_that_decided():
                                           promotion=demoted)  # fmt: skip
     assert retrain.decision_reasons[0].kind == Kind.DEMOTED  # a retrain's demotion decides first
     assert retrain.reasons[0] == demoted.reasons[0]
+
+
+def _decided(split, config, k=3):
+    """The decision path of the audit with its reference mitigations: the choice on the
+    validation rows, the references fitted on the training rows, the veto (on the rows that
+    chose), the promotion without a champion; and the reported test numbers."""
+    from fairpca.tasks.references import fit_references
+    from fairpca.tasks.represent import fit_preprocessor
+    from fairpca.tasks.select import Challenger, decide_promotion, judge_references
+
+    _, choice, reported = _choose_then_report(split, config, k)
+    preprocessor, train, validation = fit_preprocessor.fn(split)
+    encoded = {"train": train, "validation": validation,
+               "test": preprocessor.transform(split.X_test)}  # fmt: skip
+    references = fit_references(encoded, split, config.evaluation, config.seed, config.selection)
+    choice = judge_references(choice, references, reported["chosen"]["test"], config.selection)
+    challenger = Challenger("chosen", choice.decision, choice.policy, reported["chosen"]["test"])
+    return choice, decide_promotion(challenger, None), reported, references
+
+
+def _decision_steps(choice, promotion):
+    """What was decided, without the reported test numbers: the outcome, each reason's kind,
+    subject, rows and numbers (but the test margins), the certification and the promotion."""
+    steps = [(r.kind, r.decides, r.subject, r.rows,
+              {k: v for k, v in r.numbers.items() if not k.startswith("test_")})
+             for r in choice.decision.reasons]  # fmt: skip
+    chosen = {key: choice.chosen[key] for key in ("variant", "classifier", "lambda_index")}
+    return choice.decision.promote, steps, chosen, choice.certification, promotion.promote
+
+
+def test_permuting_the_test_labels_changes_no_decision_only_the_reported_test_numbers():
+    """Choice, veto, certification and promotion are taken on the rows that chose; the test
+    rows (their labels permuted) change only the numbers reported on them."""
+    from fairpca.datasets import load_german
+    from fairpca.tasks.data import split_data
+
+    config = _config()
+    split = split_data.fn(load_german(), config.split, config.source, seed=config.seed,
+                          min_group_size=config.evaluation.min_group_size)  # fmt: skip
+    permuted = np.random.default_rng(1).permutation(split.y_test)
+    assert (permuted != split.y_test).any()
+    choice, promotion, reported, references = _decided(split, config)
+    again, promoted, reported_again, references_again = _decided(
+        dataclasses.replace(split, y_test=permuted), config
+    )
+    assert _decision_steps(choice, promotion) == _decision_steps(again, promoted)
+    assert any(r.kind in ("better_reference", "excluded_by_deployment", "dominated")
+               for r in choice.decision.reasons)  # the references were compared  # fmt: skip
+    assert reported["chosen"]["test"]["accuracy"] != reported_again["chosen"]["test"]["accuracy"]
+    assert [r["test"] for r in references] != [r["test"] for r in references_again]
+
+
+def _earnings_like(tmp_path, n=8000):
+    """An earnings-shaped table: the label depends on twelve features alike, none on the
+    group, so every model meets demographic parity; fair PCA at k=2 keeps little of the
+    signal, while the references, on every feature, keep it all."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(n, 12)), columns=[f"x{i}" for i in range(12)])
+    frame["gender"] = rng.choice(["f", "m"], size=n)
+    frame["earns_more"] = (frame.iloc[:, :12].sum(axis=1) + rng.normal(size=n) > 0).astype(int)
+    path = tmp_path / "earnings.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("sensitive_at_prediction", [False, True])
+def test_a_reference_that_needs_the_attribute_vetoes_only_where_the_deployment_has_it(
+    tmp_path, sensitive_at_prediction
+):
+    """The earnings case: correlation_remover (deterministic, needs the attribute to
+    transform) beats fair PCA on the validation rows beyond the noise. By default the
+    deployment excludes it (listed with its margin, fair PCA promoted); with
+    --sensitive-at-prediction it vetoes, and names itself first."""
+    from fairpca.tasks.data import load_source, split_data
+
+    config = AuditConfig(
+        data=_earnings_like(tmp_path), label="earns_more", sensitive=["gender"],
+        variants=["fair_pca"], lambdas=[0.0], classifiers=["logreg"], n_bootstrap=200,
+        metric_max_rows=200, sensitive_at_prediction=sensitive_at_prediction,
+    )  # fmt: skip
+    split = split_data.fn(load_source(config.source), config.split, config.source,
+                          seed=config.seed, min_group_size=30)  # fmt: skip
+    choice, promotion, _, _ = _decided(split, config, k=2)
+    remover = next(r for r in choice.decision.reasons if r.subject == "correlation_remover")
+    assert remover.rows == "validation" and remover.numbers["margin_low"] > 0
+    assert remover.needs == ("sensitive_at_prediction",)
+    if sensitive_at_prediction:
+        assert not choice.decision.promote and not promotion.promote
+        assert choice.decision.reasons[0] == remover and remover.kind == "dominated"
+    else:
+        assert choice.decision.promote and promotion.promote
+        assert remover.kind == "excluded_by_deployment" and not remover.decides
