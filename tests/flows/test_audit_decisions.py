@@ -551,3 +551,28 @@ def test_a_reference_that_needs_the_attribute_vetoes_only_where_the_deployment_h
     else:
         assert choice.decision.promote and promotion.promote
         assert remover.kind == "excluded_by_deployment" and not remover.decides
+
+
+def test_mitigation_did_nothing_compares_eligible_candidates_on_the_gated_measures():
+    """Two constant classifiers (ΔDP 0.0000 each) prove nothing; nor does an unreduced
+    eo_difference under a demographic-parity policy; an eligible fair variant no fairer
+    than eligible PCA on the gated ΔDP still warns."""
+    from fairpca.tasks.diagnostics import mitigation_warnings
+
+    useful = {"classifier": "logreg", "lambda_index": 0, "accuracy": 0.8,
+              "balanced_accuracy": 0.75, "balanced_accuracy.ci95_low": 0.72,
+              "positive_rate": 0.3, "base_rate": 0.25, "one_class_share": 0.7}  # fmt: skip
+    constant = {**useful, "balanced_accuracy": 0.5, "balanced_accuracy.ci95_low": 0.5,
+                "positive_rate": 0.0, "one_class_share": 1.0, "dp_difference": 0.0}  # fmt: skip
+    quiet = {v: {"leakage": {}, "near_constant_directions": {}} for v in ("pca", "fair_pca")}
+    selection = _config().selection  # demographic parity
+
+    def warned(pca, fair):
+        table = pd.DataFrame([{**pca, "variant": "pca"}, {**fair, "variant": "fair_pca"}])
+        warnings = mitigation_warnings(table, quiet, selection, 0.75)
+        return [w for w in warnings if w.startswith("mitigation did nothing")]
+
+    assert warned(constant, constant) == []
+    unreduced_eo = {**useful, "dp_difference": 0.01, "eo_difference": 0.2}
+    assert warned({**unreduced_eo, "dp_difference": 0.05}, unreduced_eo) == []
+    assert warned({**useful, "dp_difference": 0.05}, {**useful, "dp_difference": 0.06})

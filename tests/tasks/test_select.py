@@ -467,3 +467,79 @@ def test_a_gate_that_could_not_judge_a_large_group_promotes_nothing():
     failed = dataclasses.replace(failed, decision=failed.decision.leading(gate, False))
     kinds = [r.kind for r in judged_everywhere(failed, unjudged).decision.reasons]
     assert kinds[:2] == [Kind.TOO_LITTLE_DATA, Kind.FAILS_GATE]
+
+
+def _imbalanced(n=2500, seed=0):
+    """8% positives, two groups of 1/3 and 2/3 of the rows, independent of the label."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.08).astype(int)
+    groups = pd.DataFrame({"sex": np.where(rng.random(n) < 1 / 3, "Female", "Male")})
+    return rng, y, groups
+
+
+def _candidates(rows):
+    frame = pd.DataFrame(rows)
+    frame["lambda"] = [r.get("lambda", np.nan) for r in rows]
+    frame["lambda_index"] = range(len(rows))
+    return frame
+
+
+def test_the_unconstrained_pca_baseline_is_its_best_eligible_candidate():
+    """The imbalanced table: the most accurate PCA candidate says no to everyone; the
+    baseline is the tuned, useful one, and a constant one only when none is useful (then
+    a note says so)."""
+    rng, y, groups = _imbalanced()
+    constant = _row(y, np.zeros_like(y), groups, variant="pca", classifier="logreg")
+    useful = _row(y, _rate_classifier(rng, y, 0.6, 0.15), groups, variant="pca",
+                  classifier="logreg_tuned")  # fmt: skip
+    fair = _row(y, _rate_classifier(rng, y, 0.6, 0.15), groups, variant="fair_pca",
+                classifier="logreg_tuned", **{"lambda": 0.0})  # fmt: skip
+    assert constant["accuracy"] > useful["accuracy"]
+    majority = float(np.mean(y == 0))
+    choice = choose(_candidates([constant, useful, fair]), np.zeros(10, int), y, _config())
+    assert choice.pca_row["classifier"] == "logreg_tuned"
+    assert not any("unconstrained PCA baseline shown" in " ".join(r.facts)
+                   for r in choice.decision.reasons)  # fmt: skip
+    alone = choose(_candidates([constant, fair]), np.zeros(10, int), y, _config())
+    assert alone.pca_row["classifier"] == "logreg"
+    notes = [r for r in alone.decision.reasons if r.kind == Kind.NOTE]
+    assert any("no unconstrained PCA candidate is eligible" in " ".join(r.facts) for r in notes)
+    assert majority > 0.9
+
+
+def test_a_selection_rate_over_twice_every_groups_base_rate_is_said_with_the_accuracy_choice():
+    """The résumé case: chosen by balanced accuracy, the model says yes to ~44% at an 8%
+    base rate; the summary says so and names what --select-by accuracy would choose."""
+    rng, y, groups = _imbalanced()
+    yes_sayer = _row(y, _rate_classifier(rng, y, 0.95, 0.40), groups, variant="fair_pca",
+                     classifier="logreg_tuned", k=5)  # fmt: skip
+    cautious = _row(y, _rate_classifier(rng, y, 0.55, 0.03), groups, variant="fair_pca",
+                    classifier="logreg", k=5)  # fmt: skip
+    lax = {"policy": "demographic_parity", "thresholds": {"max_dp_difference": 0.2}}
+    choice = choose(_candidates([yes_sayer, cautious]), np.zeros(10, int), y, _config(**lax))
+    assert choice.chosen["classifier"] == "logreg_tuned"
+    (note,) = [r for r in choice.decision.reasons if "selection_rate" in r.flags]
+    assert note.subject == "fair_pca/logreg@k=5" and note.numbers["positive_rate"] > 0.4
+    assert note.numbers["accuracy_positive_rate"] < 0.1
+    by_accuracy = choose(_candidates([yes_sayer, cautious]), np.zeros(10, int), y,
+                         _config(select_by="accuracy", **lax))  # fmt: skip
+    assert not any("selection_rate" in r.flags for r in by_accuracy.decision.reasons)
+
+
+def test_when_no_fair_candidate_is_eligible_it_is_said_first_and_pca_is_never_fair():
+    """The 255k-row census case: every fair candidate says one class, the unconstrained one
+    fails the gate and is shown for review: the first reason says no fair candidate is
+    eligible and why; the review names the model as unconstrained."""
+    pca = _gated(0.3, 0.01, variant="pca", classifier="logreg", **{"lambda": float("nan")})
+    fair = _gated(0.0, 0.01, variant="fair_pca", one_class_share=0.995, positive_rate=0.005)
+    choice = choose(pd.DataFrame([pca, fair]), np.zeros(10), np.r_[np.zeros(70), np.ones(30)],
+                    _config())  # fmt: skip
+    assert not choice.decision.promote and choice.chosen["variant"] == "pca"
+    first = choice.decision.reasons[0]
+    assert first.kind == Kind.NOT_ELIGIBLE and "no_fair" in first.flags
+    assert first.subject.startswith("fair_pca/") and first.facts  # how far from the rules
+    review = next(r for r in choice.decision.reasons if r.kind == Kind.FAILS_GATE)
+    assert "unconstrained" in review.flags
+    at_one = {**_gated(0.3, 0.01), "lambda": 1.0}  # the whole PCA projection beside the fair
+    _, decision, _ = select_candidate(pd.DataFrame([at_one]), 0.7, _config())
+    assert "unconstrained" in decision.reasons[0].flags
