@@ -576,3 +576,34 @@ def test_mitigation_did_nothing_compares_eligible_candidates_on_the_gated_measur
     unreduced_eo = {**useful, "dp_difference": 0.01, "eo_difference": 0.2}
     assert warned({**unreduced_eo, "dp_difference": 0.05}, unreduced_eo) == []
     assert warned({**useful, "dp_difference": 0.05}, {**useful, "dp_difference": 0.06})
+
+
+@pytest.mark.e2e  # two default audits of Adult (a few minutes each)
+@pytest.mark.parametrize("allowed", [False, True])
+def test_the_default_adult_audit_promotes_fair_pca_unless_the_deployment_allows_a_better_one(
+    prefect_harness, tmp_path, empty_store, allowed
+):
+    """Defaults: fair PCA is promoted; exponentiated_gradient (random decisions) and
+    threshold_optimizer (the attribute and random decisions) are alternatives the deployment
+    excludes, with margins on the validation rows. With --sensitive-at-prediction
+    --randomized-decisions it is kept, the first reason naming the reference that decides."""
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.tasks.decision import Kind
+
+    config = AuditConfig(dataset="adult", output_dir=tmp_path / "out", tracking_uri=empty_store,
+                         sensitive_at_prediction=allowed, randomized_decisions=allowed)  # fmt: skip
+    result = fairness_audit(config)
+    reasons = result.record.decision.reasons
+    assert result.record.selection.chosen.variant == "fair_pca"
+    compared = {r.subject: r for r in reasons if r.measure and r.rows == "validation"
+                and r.kind in (Kind.DOMINATED, Kind.EXCLUDED_BY_DEPLOYMENT)}  # fmt: skip
+    if not allowed:
+        assert result.decision == "promote"
+        assert compared["exponentiated_gradient"].needs == ("randomized_decisions",)
+        assert "sensitive_at_prediction" in compared["threshold_optimizer"].needs
+        assert all(r.kind == Kind.EXCLUDED_BY_DEPLOYMENT and r.numbers["margin"] > 0
+                   for r in compared.values())  # fmt: skip
+    else:
+        assert result.decision == "keep"
+        assert reasons[0].kind == Kind.DOMINATED and reasons[0].decides
+        assert reasons[0].subject in {"exponentiated_gradient", "threshold_optimizer"}
