@@ -293,7 +293,8 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
         f"repeated stratified {selection.cv_folds}-fold cross-validation ({selection.cv_repeats} "
         f"repeats) on the {len(y_seen):,} training+validation rows"
     )
-    return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by)
+    return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by,
+                  rows="cross-validated training+validation")
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:

@@ -804,15 +804,16 @@ class Choice:
 
 
 def choose(
-    table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None
+    table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None,
+    rows: str = "validation",
 ) -> Choice:
     """The choice on the rows ``table`` was measured on (the validation rows, or the
     cross-validated training and validation rows ``y_validation`` when ``chosen_by`` says
-    so): majority-class accuracy, the chosen candidate with its decision, eligibility and
+    so, and ``rows`` names them for the reasons: ``cross-validated training+validation``):
+    majority-class accuracy, the chosen candidate with its decision, eligibility and
     certification, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = majority_accuracy_of(y_train, y_validation)
     candidates = registrable(table, selection.allow_row_storing_models)
-    rows = "validation" if chosen_by is None else "cross-validated training+validation"
     chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection, rows)
     chosen_by = chosen_by or f"the {len(y_validation):,} validation rows"
     policy = GatePolicy.from_config(selection)
