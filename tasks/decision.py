@@ -186,13 +186,12 @@ def _chosen(reason: Reason) -> str:
         f"{reason.subject} has the highest {_label(reason.measure)} "
         f"({numbers.get('value', float('nan')):.4f}) of {int(numbers.get('passing', 0))} of "
         f"{int(numbers.get('candidates', 0))} candidates that are eligible and meet the gate on "
-        f"{_rows(reason)}, by at least one standard error of each point-judged measure"
+        f"{_rows(reason)}"
     )
+    if reason.decides:  # else an unstable verdict says by how little
+        text += ", by at least one standard error of each point-judged measure"
     if "unconstrained" in reason.flags:
-        return (
-            "no fairness constraint was needed: unconstrained PCA meets the gate with margin; "
-            + text
-        )
+        return f"no fairness constraint was needed: an unconstrained model meets the gate; {text}"
     return text
 
 
@@ -206,77 +205,90 @@ def _reference(reason: Reason) -> str:
     )
 
 
-def render(reason: Reason) -> str:
-    """The sentence of ``reason``: the one renderer every surface uses."""
-    kind = reason.kind
-    if kind == Kind.CHOSEN:
-        return _chosen(reason)
-    if kind == Kind.UNSTABLE:
+def _unstable(reason: Reason) -> str:
+    return (
+        f"unstable verdict: each of the {int(reason.numbers.get('passing', 0))} candidates "
+        f"meeting the gate meets it by less than its noise on {_rows(reason)}, so another "
+        f"seed can reverse it; not promoted{_facts(reason)}"
+    )
+
+
+def _not_eligible(reason: Reason) -> str:
+    if "no_fair" in reason.flags:
         return (
-            f"unstable verdict: each of the {int(reason.numbers.get('passing', 0))} candidates "
-            f"meeting the gate meets it by less than its noise on {_rows(reason)}, so another "
-            f"seed can reverse it; not promoted{_facts(reason)}"
+            "no fair candidate is eligible (useful beyond the majority class and chance) on "
+            f"{_rows(reason)}: the best of them, {reason.subject}, misses the eligibility "
+            f"rules{_facts(reason)}; no model shown here is a fair one"
         )
-    if kind == Kind.NOT_ELIGIBLE:
-        if "no_fair" in reason.flags:
-            return (
-                "no fair candidate is eligible (useful beyond the majority class and chance) on "
-                f"{_rows(reason)}: the best of them, {reason.subject}, misses the eligibility "
-                f"rules{_facts(reason)}; no model shown here is a fair one"
-            )
-        if "none_eligible" in reason.flags:
-            why = f" (not eligible: {'; '.join(reason.facts)})" if reason.facts else ""
-            return (
-                "no candidate is eligible (useful beyond the majority class and chance), so "
-                "nothing is registered or promoted; the best by balanced accuracy, "
-                f"{reason.subject}, is shown for information only{why}"
-            )
+    if "none_eligible" in reason.flags:
+        why = f" (not eligible: {'; '.join(reason.facts)})" if reason.facts else ""
         return (
-            f"not eligible: the {int(reason.numbers.get('meeting_gate', 0))} candidate(s) "
-            f"meeting the gate are not useful enough to register (the best of them, "
-            f"{reason.subject}{_facts(reason)}); nothing is promoted"
+            "no candidate is eligible (useful beyond the majority class and chance), so "
+            "nothing is registered or promoted; the best by balanced accuracy, "
+            f"{reason.subject}, is shown for information only{why}"
         )
-    if kind == Kind.FAILS_GATE:
-        fair = "" if "unconstrained" not in reason.flags else (
-            " (it is unconstrained PCA: no fairness constraint, never a fair model)"
-        )  # fmt: skip
-        return (
-            f"no eligible candidate meets the gate on {_rows(reason)}; the least violating "
-            f"eligible candidate, {reason.subject}{fair}, is chosen for review{_facts(reason)}"
-        )
-    if kind == Kind.TOO_LITTLE_DATA:
-        what = (
-            "certify the gate"
-            if "certification" in reason.flags
-            else "judge every group"
-        )
-        return f"not enough data to {what} on {_rows(reason)}{_facts(reason)}; not promoted"
-    if kind == Kind.DOMINATED:
-        anyway = (
-            "promoted anyway (--promote-dominated)"
-            if "overridden" in reason.flags
-            else "not promoted (--promote-dominated promotes it anyway)"
-        )
-        return (
-            f"dominated: the reference {_reference(reason)}, meets the gate and is deployable "
-            f"here (it {_needs(reason.needs)}); {anyway}"
-        )
-    if kind == Kind.EXCLUDED_BY_DEPLOYMENT:
-        enable = " ".join(NEEDS[n][0] for n in reason.needs)
-        return (
-            f"alternative the deployment excludes: {_reference(reason)}; it meets the gate but "
-            f"{_needs(reason.needs)} (if the deployed model may: {enable})"
-        )
-    if kind == Kind.BETTER_REFERENCE:
-        return (
-            f"better reference within the noise: {_reference(reason)}; it meets the gate and "
-            f"{_needs(reason.needs)}; not registered (the audit registers Fair PCA pipelines)"
-        )
-    if kind in CHAMPION_WORDS:  # the champion comparison's own account, else its outcome
-        return "; ".join(reason.facts) or CHAMPION_WORDS[kind]
+    return (
+        f"not eligible: the {int(reason.numbers.get('meeting_gate', 0))} candidate(s) "
+        f"meeting the gate are not useful enough to register (the best of them, "
+        f"{reason.subject}{_facts(reason)}); nothing is promoted"
+    )
+
+
+def _fails_gate(reason: Reason) -> str:
+    unconstrained = "unconstrained" in reason.flags
+    unfair = " (an unconstrained model: never a fair one)" if unconstrained else ""
+    return (
+        f"no eligible candidate meets the gate on {_rows(reason)}; the least violating "
+        f"eligible candidate, {reason.subject}{unfair}, is chosen for review{_facts(reason)}"
+    )
+
+
+def _too_little_data(reason: Reason) -> str:
+    what = "certify the gate" if "certification" in reason.flags else "judge every group"
+    return f"not enough data to {what} on {_rows(reason)}{_facts(reason)}; not promoted"
+
+
+def _dominated(reason: Reason) -> str:
+    anyway = (
+        "promoted anyway (--promote-dominated)"
+        if "overridden" in reason.flags
+        else "not promoted (--promote-dominated promotes it anyway)"
+    )
+    return (
+        f"dominated: the reference {_reference(reason)}, meets the gate and is deployable "
+        f"here (it {_needs(reason.needs)}); {anyway}"
+    )
+
+
+def _excluded(reason: Reason) -> str:
+    enable = " ".join(NEEDS[n][0] for n in reason.needs)
+    return (
+        f"alternative the deployment excludes: {_reference(reason)}; it meets the gate but "
+        f"{_needs(reason.needs)} (if the deployed model may: {enable})"
+    )
+
+
+def _better(reason: Reason) -> str:
+    return (
+        f"better reference within the noise: {_reference(reason)}; it meets the gate and "
+        f"{_needs(reason.needs)}; not registered (the audit registers Fair PCA pipelines)"
+    )
+
+
+def _note(reason: Reason) -> str:
     if "selection_rate" in reason.flags:
         return _selection_rate(reason)
-    return "; ".join(reason.facts)  # a note
+    return "; ".join(reason.facts)
+
+
+def _champion(reason: Reason) -> str:
+    """The champion comparison's own account, else its outcome."""
+    return "; ".join(reason.facts) or CHAMPION_WORDS[reason.kind]
+
+
+def render(reason: Reason) -> str:
+    """The sentence of ``reason``: the one renderer every surface uses."""
+    return RENDERERS[reason.kind](reason)
 
 
 def _selection_rate(reason: Reason) -> str:
@@ -295,6 +307,13 @@ def _selection_rate(reason: Reason) -> str:
     )
 
 
+RENDERERS = {
+    Kind.CHOSEN: _chosen, Kind.UNSTABLE: _unstable, Kind.NOT_ELIGIBLE: _not_eligible,
+    Kind.FAILS_GATE: _fails_gate, Kind.TOO_LITTLE_DATA: _too_little_data,
+    Kind.DOMINATED: _dominated, Kind.EXCLUDED_BY_DEPLOYMENT: _excluded,
+    Kind.BETTER_REFERENCE: _better, Kind.NOTE: _note, Kind.PROMOTED: _champion,
+    Kind.CHAMPION_STAYS: _champion, Kind.DEMOTED: _champion,
+}  # fmt: skip
 CHAMPION_WORDS = {
     Kind.PROMOTED: "promoted",
     Kind.CHAMPION_STAYS: "the champion stays",
