@@ -501,7 +501,8 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     deployment = Deployment(**record.policy.deployment)
     for ref in record.references:
         needs = tuple(ref.needs) or ("sensitive_at_prediction",) * ref.needs_sensitive_at_prediction
-        role = f"reference: {ref.approach}" + "".join(f", needs {NEEDS[n][1]}" for n in needs)
+        wants = " and ".join(NEEDS[n][1] for n in needs)
+        role = f"reference: {ref.approach}" + (f", needs {wants}" if wants else "")
         role += "" if deployment.allows(needs) else "; the deployment excludes it"
         useless = ref.ineligible[0] if ref.ineligible else ""
         role += f"; not eligible: {useless}" if useless else ""
