@@ -196,11 +196,17 @@ def _chosen(reason: Reason) -> str:
 
 
 def _reference(reason: Reason) -> str:
+    """``name (config)``: the reference and the configuration its search chose."""
+    return reason.subject + (f" ({reason.facts[0]})" if reason.facts else "")
+
+
+def _beats(reason: Reason) -> str:
+    """By how much the reference beats the chosen candidate on the rows that chose, and
+    (reported only) on the test rows."""
     test = _margin(reason.numbers, "test_")
     on_test = f"; on the test rows (reported only) {test}" if test else ""
-    config = f" ({reason.facts[0]})" if reason.facts else ""
     return (
-        f"{reason.subject}{config} {_margin(reason.numbers)} {_label(reason.measure)} on "
+        f"beats the chosen candidate by {_margin(reason.numbers)} {_label(reason.measure)} on "
         f"{_rows(reason)}{on_test}"
     )
 
@@ -255,23 +261,24 @@ def _dominated(reason: Reason) -> str:
         else "not promoted (--promote-dominated promotes it anyway)"
     )
     return (
-        f"dominated: the reference {_reference(reason)}, meets the gate and is deployable "
-        f"here (it {_needs(reason.needs)}); {anyway}"
+        f"dominated: the reference {_reference(reason)} meets the gate, is deployable here "
+        f"(it {_needs(reason.needs)}) and {_beats(reason)}; {anyway}"
     )
 
 
 def _excluded(reason: Reason) -> str:
     enable = " ".join(NEEDS[n][0] for n in reason.needs)
     return (
-        f"alternative the deployment excludes: {_reference(reason)}; it meets the gate but "
-        f"{_needs(reason.needs)} (if the deployed model may: {enable})"
+        f"alternative the deployment excludes: {_reference(reason)} meets the gate and "
+        f"{_beats(reason)}, but it {_needs(reason.needs)} (if the deployed model may: {enable})"
     )
 
 
 def _better(reason: Reason) -> str:
     return (
-        f"better reference within the noise: {_reference(reason)}; it meets the gate and "
-        f"{_needs(reason.needs)}; not registered (the audit registers Fair PCA pipelines)"
+        f"better reference within the noise: {_reference(reason)} meets the gate and "
+        f"{_beats(reason)}; it {_needs(reason.needs)}; not registered (the audit registers "
+        "Fair PCA pipelines)"
     )
 
 
