@@ -316,7 +316,7 @@ def test_user_csv_and_failed_thresholds_keep_the_champion(
     )
     result = fairness_audit(config)
     assert result.decision == "keep" and not result.champion_moved
-    assert result.record.decision.reasons[0].kind == "fails_gate"
+    assert any(r.kind == "fails_gate" for r in result.record.decision.reasons)
     # each file's content hashed twice: when written or sealed, and as its copy is uploaded
     assert max(hashed.values()) == 2, hashed.most_common(3)
     assert {name for name, _ in hashed} >= {"model.skops", "components_.npy", "audit.json"}
