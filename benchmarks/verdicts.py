@@ -42,7 +42,6 @@ import json
 import lzma
 import os
 import pickle
-import re
 import shlex
 import subprocess
 import sys
@@ -253,9 +252,10 @@ def summarise(audit: dict, promotion: dict | None) -> dict:
     reasons = (audit.get("decision") or {}).get("reasons") or []
     counted = next(
         (
-            m.group(0)
+            f"{int(r['numbers']['passing'])} of {int(r['numbers']['candidates'])} candidates "
+            "that are eligible"
             for r in reasons
-            if (m := re.search(r"\d+ of \d+ candidates that are eligible", r))
+            if isinstance(r, dict) and r.get("kind") == "chosen"  # structured reasons
         ),
         "",
     )

@@ -34,6 +34,7 @@ from pydantic import BaseModel
 from threadpoolctl import threadpool_limits
 
 from fairpca.tasks.data import load_split, search_sample
+from fairpca.tasks.decision import Reason, note, render
 from fairpca.tasks.diagnostics import diagnose
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
 from fairpca.tasks.evaluate import (
@@ -68,7 +69,7 @@ from fairpca.tasks.record import (
     unjudged_in_split,
     write_audit_record,
 )
-from fairpca.tasks.references import reference_mitigations, with_better_references
+from fairpca.tasks.references import reference_mitigations
 from fairpca.tasks.registry import find_champion
 from fairpca.tasks.report import (
     build_verdict,
@@ -86,7 +87,7 @@ from fairpca.tasks.select import (
     GatePolicy,
     choose,
     decide_promotion,
-    dominance,
+    judge_references,
     judged_everywhere,
     majority_accuracy_of,
     registrable,
@@ -148,13 +149,21 @@ class AuditResult(BaseModel):
         return "promote" if self.promotion.promote else "keep"
 
     @property
-    def reasons(self) -> list[str]:
-        """The deciding reason first: the champion comparison's when it demoted the champion
-        (a retrain) or the audit passed, else the audit's own (eligibility, data, the gate, a
-        better reference)."""
-        audit, champion = list(self.record.decision.reasons), list(self.promotion.reasons)
+    def decision_reasons(self) -> list[Reason]:
+        """The structured reasons, the deciding one first: the champion comparison's when it
+        demoted the champion (a retrain) or the audit passed, else the audit's own
+        (eligibility, data, the gate, a better reference)."""
+        from fairpca.tasks.report import promotion_reasons
+
+        audit = list(self.record.decision.reasons)
+        champion = list(promotion_reasons(self.promotion))
         first = self.record.decision.promote or self.promotion.demote
         return [*champion, *audit] if first else [*audit, *champion]
+
+    @property
+    def reasons(self) -> list[str]:
+        """:attr:`decision_reasons` rendered (:func:`fairpca.tasks.decision.render`)."""
+        return [render(reason) for reason in self.decision_reasons]
 
     @property
     def selection(self) -> dict[str, Any]:
@@ -292,7 +301,8 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
         f"repeated stratified {selection.cv_folds}-fold cross-validation ({selection.cv_repeats} "
         f"repeats) on the {len(y_seen):,} training+validation rows"
     )
-    return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by)
+    return choose(pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by,
+                  rows="cross-validated training+validation")
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
@@ -368,13 +378,13 @@ def choose_on_every_row(
         refits = {variant: refit_shortlist(*arguments(variant)) for variant in variants}
     measured = pd.DataFrame([row for _, sweep in refits.values() for row in sweep.rows])
     choice = choose(measured, split.y_train, split.y_validation, config.selection)
-    note = (
+    refitted = (
         f"the {len(measured)} best candidates of the wide search on a stratified sample "
         f"({len(sample.y_train):,} training, {len(sample.y_validation):,} validation rows) were "
         f"refitted on all {len(split.y_train):,} training rows and measured on all "
         f"{len(split.y_validation):,} validation rows, where the choice was made"
     )
-    choice = dataclasses.replace(choice, decision=choice.decision.adding(note))
+    choice = dataclasses.replace(choice, decision=choice.decision.adding(note(refitted)))
     measured.to_csv(out_dir / "shortlist.csv", index=False)
     representations = {variant: rep for variant, (rep, _) in refits.items()}
     return choice, representations, {variant: sweep for variant, (_, sweep) in refits.items()}
@@ -618,6 +628,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         diagnostics = diagnose(
             representations, *sample_encoded, sample, table,
             seed=config.seed, min_group_size=config.evaluation.min_group_size,
+            selection=config.selection,
         )  # fmt: skip
     with clock("evaluate_test"):
         pipeline = build_pipeline(preprocessor, registered, sweeps, choice.chosen)
@@ -630,10 +641,9 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         reference_rows = (
             references.result() if references else reference_mitigations(*reference_arguments)
         )
-        choice = with_better_references(
-            choice, reference_rows, reported["chosen"]["test"], config.selection.select_by
+        choice = judge_references(
+            choice, reference_rows, reported["chosen"]["test"], config.selection
         )
-        choice = dominance(choice, reference_rows, reported["chosen"]["test"], config.selection)
         unjudged = unjudged_in_split(split, reported["chosen"]["validation"], config.evaluation)
         choice = judged_everywhere(choice, unjudged)
     with clock("save_model"):

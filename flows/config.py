@@ -491,6 +491,21 @@ class GateRules(Section):
         "validation rows is degenerate (not eligible).",
     )
 
+    sensitive_at_prediction: bool = Field(
+        False,
+        description="Deployment: the deployed model may see the sensitive attribute when it "
+        "decides. Off (as in most lending, hiring and insurance deployments), a reference "
+        "mitigation that needs it (threshold_optimizer, correlation_remover) cannot veto the "
+        "chosen model; it is listed as an alternative the deployment excludes.",
+    )
+    randomized_decisions: bool = Field(
+        False,
+        description="Deployment: the deployed model may decide at random (the same applicant, "
+        "another answer). Off, a reference mitigation that decides at random "
+        "(exponentiated_gradient, threshold_optimizer) cannot veto the chosen model; it is "
+        "listed as an alternative the deployment excludes.",
+    )
+
     @field_validator("policy")
     @classmethod
     def _check_policy(cls, value: str) -> str:
@@ -516,8 +531,9 @@ class SelectionConfig(GateRules):
     promote_dominated: bool = Field(
         False,
         description="Promote the chosen candidate even when a reference mitigation that meets "
-        "the gate beats it on the test rows by a margin whose 95% interval lies above zero "
-        "(by default such a candidate is kept, not promoted, and the reference is named).",
+        "the gate, and that the deployment allows, beats it on the rows that chose it by a "
+        "margin whose 95% interval lies above zero (by default such a candidate is kept, not "
+        "promoted, and the reference is named).",
     )
     cv_below_rows: int = Field(
         1000,

@@ -289,6 +289,7 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     run are. ``verbose`` (default: the command's ``--verbose``) adds the candidates on the
     validation rows and every reason.
     """
+    from fairpca.tasks.decision import shown
     from fairpca.tasks.report import build_verdict
 
     verbose = OUTPUT["verbose"] if verbose is None else verbose
@@ -306,6 +307,13 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     console.print(escape(_notes(verdict)), style="dim")
     if (groups := group_table(verdict)) is not None:
         console.print(groups)
+    deciding, others = shown(r for r in verdict.decision_reasons if r not in verdict.stated)
+    more = f"{others} more in the report (or run with --verbose)" if others else ""
+    if deciding and not verbose:  # every reason that decided or names an alternative
+        console.print("Reasons:")
+        bullets(deciding + [more] * bool(more))
+    elif more and not verbose:
+        console.print(f"Reasons: {more}.")
     for what, why in result.skipped.items():  # a variant, or a stage the Dask route leaves out
         console.print(f"[yellow]Skipped {escape(what)}:[/yellow] {escape(why)}")
     if result.screening:

@@ -139,24 +139,65 @@ def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict:
     return {} if rows.empty else rows.sort_values("lambda_index").iloc[0].to_dict()
 
 
-def mitigation_warnings(table: pd.DataFrame, per_variant: dict[str, dict]) -> list[str]:
+def _gated_measures(selection) -> list[tuple[str, bool]]:
+    """``(measure, larger is fairer)`` of every measure the policy of ``selection`` gates."""
+    from .select import CRITERIA, GatePolicy
+
+    policy = GatePolicy.from_config(selection)
+    return [(CRITERIA[c].metric, CRITERIA[c].larger_is_fairer) for c in policy.criteria]
+
+
+def _did_nothing(table: pd.DataFrame, variant: str, eligible, selection) -> list[str]:
+    """"mitigation did nothing" for ``variant``: among the eligible candidates only (a
+    constant classifier's zero disparity proves nothing), the variant's fairest candidate is
+    no fairer than unconstrained PCA's fairest on a measure the policy gates."""
+    warnings = []
+    fair = [r for r in table[table["variant"] == variant].to_dict("records") if eligible(r)]
+    pca = [r for r in table[table["variant"] == "pca"].to_dict("records") if eligible(r)]
+    for metric, larger in _gated_measures(selection) if fair and pca else ():
+        values = [[float(r.get(metric, np.nan)) for r in rows] for rows in (fair, pca)]
+        best = [np.nanmax(v) if larger else np.nanmin(v) for v in values if np.isfinite(v).any()]
+        if len(best) == 2 and not (best[0] > best[1] if larger else best[0] < best[1]):
+            warnings.append(
+                f"mitigation did nothing: the fairest eligible {variant} candidate has "
+                f"{metric} {best[0]:.4f} on validation rows, no better than the fairest "
+                f"eligible unconstrained PCA candidate's {best[1]:.4f}."
+            )
+    return warnings
+
+
+def mitigation_warnings(
+    table: pd.DataFrame, per_variant: dict[str, dict], selection=None, majority=None
+) -> list[str]:
     """Plain-language warnings when a fair variant does not do on held-out rows what it
-    promises: its disparity is not below unconstrained PCA's, the attribute is still
-    predictable, or near-constant directions carry the group."""
+    promises: its disparity is not below unconstrained PCA's (given ``selection`` and the
+    majority-class accuracy ``majority``: among eligible candidates, on the gated measures),
+    the attribute is still predictable, or near-constant directions carry the group."""
     warnings = []
     classifier = table["classifier"].iloc[0]
+    if selection is not None:
+        from .select import best_useful, ineligibility
+
+        best = best_useful(table.to_dict("records"), majority, selection)
+
+        def eligible(row):
+            return not ineligibility(row, majority, selection, best)
+
     for variant, diag in per_variant.items():
         if variant == "pca":
             continue
-        metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
-        fair_value = _lambda_zero(table, variant, classifier).get(metric, float("nan"))
-        pca_value = _lambda_zero(table, "pca", classifier).get(metric, float("nan"))
-        if np.isfinite(fair_value) and np.isfinite(pca_value) and not fair_value < pca_value:
-            warnings.append(
-                f"mitigation did nothing: {variant} (lambda=0, {classifier}) has {metric} "
-                f"{fair_value:.4f} on validation rows, not below unconstrained PCA's "
-                f"{pca_value:.4f}."
-            )
+        if selection is not None:
+            warnings += _did_nothing(table, variant, eligible, selection)
+        else:
+            metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
+            fair_value = _lambda_zero(table, variant, classifier).get(metric, float("nan"))
+            pca_value = _lambda_zero(table, "pca", classifier).get(metric, float("nan"))
+            if np.isfinite(fair_value) and np.isfinite(pca_value) and not fair_value < pca_value:
+                warnings.append(
+                    f"mitigation did nothing: {variant} (lambda=0, {classifier}) has {metric} "
+                    f"{fair_value:.4f} on validation rows, not below unconstrained PCA's "
+                    f"{pca_value:.4f}."
+                )
         for attribute, probe in diag["leakage"].items():
             if probe["balanced_accuracy.ci95_low"] > probe["chance"] + 0.05:
                 base = per_variant.get("pca", {}).get("leakage", {}).get(attribute)
@@ -181,7 +222,8 @@ def mitigation_warnings(table: pd.DataFrame, per_variant: dict[str, dict]) -> li
 
 @task(name="diagnostics", cache_policy=NO_CACHE)
 def diagnose(
-    representations, encoded_train, encoded_validation, split, table, *, seed, min_group_size
+    representations, encoded_train, encoded_validation, split, table, *, seed, min_group_size,
+    selection=None,
 ) -> dict[str, Any]:
     """Per representation: leakage probe, per-group reconstruction error (beside PCA's), the
     group-mean gap on training vs held-out rows; plus the warnings. Validation rows only."""
@@ -194,4 +236,8 @@ def diagnose(
     for variant, diag in per_variant.items():
         first = table[table["variant"] == variant].sort_values("lambda_index").iloc[0]
         diag |= {name: float(first[name]) for name in ("mean_gap_train", "mean_gap_validation")}
-    return {"representations": per_variant, "warnings": mitigation_warnings(table, per_variant)}
+    from .select import majority_accuracy_of
+
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    warnings = mitigation_warnings(table, per_variant, selection, majority)
+    return {"representations": per_variant, "warnings": warnings}

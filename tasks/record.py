@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from fairpca import metrics as fm
 
+from .decision import Reason
 from .evaluate import HEADLINE_METRICS
 from .references import REFERENCE_KEYS
 from .select import Choice, GatePolicy, best_useful, candidate_name, ineligibility
@@ -54,10 +55,11 @@ class _Record(BaseModel):
 
 
 class DecisionRecord(_Record):
-    """Whether the chosen candidate may become champion, and why."""
+    """Whether the chosen candidate may become champion, and why: the ordered structured
+    reasons (:class:`fairpca.tasks.decision.Reason`; each names the rows it was measured on)."""
 
     promote: StrictBool  # "true" or 1 in a crafted record is not a promotion
-    reasons: list[str] = []
+    reasons: list[Reason] = []
 
 
 class ChosenCandidate(_Record):
@@ -168,6 +170,8 @@ class Policy(_Record):
     name: str
     thresholds: dict[str, float]
     description: str
+    # what the deployed model may do (fairpca.tasks.decision.Deployment); absent: neither
+    deployment: dict[str, bool] = {}
 
 
 class Eligibility(_Record):
@@ -182,6 +186,8 @@ class ReferenceMitigation(_Record):
     name: str
     approach: Literal["post-processing", "reductions", "pre-processing"]
     needs_sensitive_at_prediction: bool
+    # what its deployment needs (fairpca.tasks.decision.NEEDS)
+    needs: list[Literal["sensitive_at_prediction", "randomized_decisions"]] = []
     validation: Metrics
     test: Metrics
     config: str | None = None  # the configuration chosen on the validation rows
@@ -395,6 +401,13 @@ def read_audit_record(path: Path) -> AuditRecord:
             f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}"
             for e in error.errors()[:3]
         )
+        if any(e["loc"][-2:-1] == ("reasons",) and isinstance(e["input"], str)
+               for e in error.errors()):  # fmt: skip
+            raise ValueError(
+                f"{path} was written by an earlier fairpca, whose decision reasons are "
+                "sentences, not the structured reasons this version reads and logs; re-run "
+                "the audit to log it."
+            ) from None
         raise ValueError(
             f"{path} is not an audit record written by this fairpca ({error.error_count()} "
             f"problem(s), e.g. {problems}). Re-run the audit to get one."
@@ -1030,7 +1043,9 @@ def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, selection,
                     "mean": float(part.mean()),
                     "sd": float(part.std()),
                 }
-    return {"scores": spread, "fair_pca_s": best_fair_pca_s(table, choice, selection)}
+    searched = sorted({str(v) for v in table["variant"] if str(v).startswith("fair_pca_s")})
+    return {"scores": spread, "fair_pca_s": best_fair_pca_s(table, choice, selection),
+            "fair_pca_s_searched": searched}  # fmt: skip
 
 
 def best_fair_pca_s(table: pd.DataFrame, choice: Choice, selection) -> dict[str, dict]:

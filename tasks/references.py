@@ -20,13 +20,14 @@ the highest ``select_by``), then measured on the test rows:
   selection measure). Its transform needs the attribute.
 
 They are recorded for comparison (``references`` of the audit record) and never registered;
-:func:`better_references` names those the choice should have preferred. Fair PCA, like
-``exponentiated_gradient``, needs the attribute at fit time only.
+:func:`fairpca.tasks.select.judge_references` compares them with the chosen candidate on the
+rows that chose it. Each states what its deployment needs (``needs``): the sensitive attribute
+at decision time, random decisions; only a reference the audit's deployment allows can veto.
+Fair PCA needs the attribute at fit time only and decides deterministically.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import warnings
 from typing import Any
@@ -42,9 +43,7 @@ from threadpoolctl import threadpool_limits
 from .data import search_sample, stratified_sample
 from .evaluate import gated_metrics, metric_options, one_class_share
 from .select import (
-    Choice,
     GatePolicy,
-    difference_interval,
     ineligibility,
     majority_accuracy_of,
     select_candidate,
@@ -67,13 +66,19 @@ CAPPED_FIT_ROWS = 20_000
 CAPPED = {"exponentiated_gradient": "training rows", "correlation_remover": "remover's rows"}
 
 REFERENCE_KEYS = (
-    "name", "approach", "needs_sensitive_at_prediction", "validation", "test", "config",
-    "ineligible",
+    "name", "approach", "needs_sensitive_at_prediction", "needs", "validation", "test",
+    "config", "ineligible",
 )  # fmt: skip
+# Each reference's approach and what its deployment needs (fairpca.tasks.decision.NEEDS):
+# ThresholdOptimizer picks a group's threshold from the attribute and mixes two thresholds at
+# random where the constraint needs it; ExponentiatedGradient draws one classifier of its
+# mixture at random for each decision; CorrelationRemover's transform reads the attribute.
 REFERENCES = {
-    "threshold_optimizer": ("post-processing", True),
-    "exponentiated_gradient": ("reductions", False),
-    "correlation_remover": ("pre-processing", True),
+    "threshold_optimizer": (
+        "post-processing", ("sensitive_at_prediction", "randomized_decisions")
+    ),
+    "exponentiated_gradient": ("reductions", ("randomized_decisions",)),
+    "correlation_remover": ("pre-processing", ("sensitive_at_prediction",)),
 }
 # fairlearn's name of each selection measure and of the parity a gate policy asks for
 OBJECTIVES = {"balanced_accuracy": "balanced_accuracy_score", "accuracy": "accuracy_score"}
@@ -304,11 +309,12 @@ def fit_references(
         # fairlearn's own pandas idiom, deprecated in pandas; harmless here
         warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
         C_base = _base_C(searched, evaluation, selection, seed, C_grid)
-        for name, (approach, needs_sensitive) in REFERENCES.items():
+        for name, (approach, needs) in REFERENCES.items():
             entry = {
                 "name": name,
                 "approach": approach,
-                "needs_sensitive_at_prediction": needs_sensitive,
+                "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
+                "needs": list(needs),
             }
             start = time.perf_counter()
             try:
@@ -346,69 +352,3 @@ def reference_mitigations(
     # It runs beside the searches and sweeps on the task runner's threads: one BLAS thread.
     with threadpool_limits(limits=1):
         return fit_references(parts, split, evaluation, seed, selection, search_rows)
-
-
-def _difference(mine: dict, theirs: dict, measure: str) -> str:
-    """``+0.044 (95% interval [0.01, 0.08])``: the difference of two independently measured
-    values, its interval from the two intervals' half-widths added in quadrature (the
-    rows are the same, so this is conservative)."""
-    delta, half = difference_interval(mine, theirs, measure)
-    return f"{delta:+.4f} (95% interval [{delta - half:+.4f}, {delta + half:+.4f}])"
-
-
-def better_references(
-    references: list[dict[str, Any]],
-    chosen_validation: dict[str, float],
-    chosen_test: dict[str, float],
-    policy: GatePolicy,
-    select_by: str,
-    rows: str = "the validation rows",
-) -> list[str]:
-    """A sentence for every reference that meets the gate on the rows the candidate was
-    chosen on and has a higher ``select_by`` there: by how much (validation and test rows,
-    with intervals), its configuration, and what it needs at prediction time."""
-    sentences = []
-    label = select_by.replace("_", " ")
-    for reference in references:
-        validation, test = reference.get("validation") or {}, reference.get("test") or {}
-        if select_by not in validation or select_by not in chosen_validation:
-            continue
-        if policy.failures(validation) or not validation[select_by] > chosen_validation[select_by]:
-            continue
-        needs = (
-            "needs the sensitive attribute at prediction time"
-            if reference["needs_sensitive_at_prediction"]
-            else "needs the sensitive attribute only for training, like Fair PCA"
-        )
-        on_test = (
-            f"; on the test rows {_difference(chosen_test, test, select_by)}"
-            if select_by in test and select_by in chosen_test
-            else ""
-        )
-        where = "the validation rows" if rows.endswith(" validation rows") else (
-            f"the validation rows (the chosen candidate: {rows})"
-        )  # fmt: skip
-        sentences.append(
-            f"better reference: {reference['name']} ({reference['approach']}, "
-            f"{reference.get('config', 'default settings')}) meets the gate with a higher "
-            f"{label} on {where}, {_difference(chosen_validation, validation, select_by)}"
-            f"{on_test}; it {needs}, and is not registered (the audit registers Fair PCA "
-            "pipelines only)"
-        )
-    return sentences
-
-
-def with_better_references(
-    choice: Choice, references: list[dict[str, Any]], chosen_test: dict[str, float], select_by
-) -> Choice:
-    """``choice`` whose decision also names the better references (the outcome unchanged)."""
-    rows = (choice.certification or {}).get("chosen_by", "the validation rows")
-    sentences = better_references(
-        [r for r in references if "skipped" not in r and not r.get("ineligible")],
-        choice.chosen,
-        chosen_test,
-        choice.policy,
-        select_by,
-        rows,
-    )
-    return dataclasses.replace(choice, decision=choice.decision.adding(*sentences))

@@ -38,8 +38,11 @@ import pandas as pd
 from markupsafe import Markup
 
 from . import DEFAULT_POLICY
+from .decision import NEEDS, Deployment, Kind, Reason, deciding_words, render
+from .decision import deciding as deciding_reason
 from .evaluate import HEADLINE_METRICS
 from .record import PARTS, WITHHELD, AuditRecord
+from .select import unconstrained
 from .trust import mask_credentials, sha256_file, visible_text
 
 # -- escaping every user string where it is rendered ------------------------------------------
@@ -251,15 +254,6 @@ def _split_group_metric(name: str) -> tuple[str, str, str] | None:
     return rate, attribute, group
 
 
-# What decided a decision that did not promote, by the start of its first reason.
-DECIDERS = (
-    ("not eligible", "not eligible"),
-    ("no candidate is eligible", "not eligible"),
-    ("not enough data", "too little data"),
-    ("unstable verdict", "too little data"),
-    ("no eligible candidate meets", "fails the gate"),
-)
-DOMINATED = "dominated: the reference "
 NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
 
 
@@ -272,53 +266,81 @@ def _chosen_rows(record) -> str:
     return f"cross-validated training+validation rows ({seen:,})"
 
 
+def promotion_reasons(promotion) -> tuple[Reason, ...]:
+    """The champion decision (a :class:`~fairpca.tasks.record.PromotionRecord`) as structured
+    reasons: demoted, then promoted or the champion stays, each with its account (on this
+    audit's test rows, where the champion is measured beside the challenger)."""
+    if promotion is None:
+        return ()
+    reasons, accounts = [], list(promotion.reasons)
+    if promotion.demote and accounts:
+        reasons.append(Reason(kind=Kind.DEMOTED, decides=True, facts=(accounts.pop(0),)))
+    kind = Kind.PROMOTED if promotion.promote else Kind.CHAMPION_STAYS
+    rows = "test" if promotion.comparison is not None else ""
+    reasons.append(Reason(kind=kind, decides=True, rows=rows, facts=tuple(accounts)))
+    return tuple(reasons)
+
+
 def _decision(record, promotion) -> dict[str, Any]:
     """The decision of a :class:`Verdict`: ``promote``, ``headline`` and ``why`` (in one
     sentence), ``words`` (in plain capitals) and ``deciding`` (what decided, in a few words:
-    ``dominated by exponentiated_gradient``, ``not eligible``, ...; None when promoted).
+    ``dominated by exponentiated_gradient``, ``not eligible``, ...; None when promoted), all
+    from the structured reasons (:mod:`fairpca.tasks.decision`), never from their sentences.
 
     ``promotion`` is the champion decision (a :class:`~fairpca.tasks.record.PromotionRecord`);
     None before it is taken: the gate's own decision is stated.
     """
     selection, deciding, words = record.selection, None, "NOT promoted"
-    first = next(iter(selection.decision.reasons), "")
+    reasons = selection.decision.reasons
+    first = deciding_reason(reasons)
     bound = "point estimates" if selection.gate == "point" else "upper 95% bounds"
     gate = f"the gate {record.policy.name if record.policy else 'thresholds'} ({bound})"
     passed = f"meets {gate} on the validation rows"
+    outcome = promotion_reasons(promotion)[-1:] if promotion else ()
+    champion, stated = (render(outcome[0]) if outcome else ""), [*outcome]
     if not selection.decision.promote:
-        headline, why = "Not promoted", first or f"fails {gate} on the validation rows"
-        if first.startswith(DOMINATED):
-            deciding = "dominated by " + first.removeprefix(DOMINATED).split()[0]
-        else:
-            deciding = next((words for start, words in DECIDERS if first.startswith(start)), None)
+        stated = [first]
+        headline = "Not promoted"
+        why = render(first) if first else f"fails {gate} on the validation rows"
+        deciding = deciding_words(first)
     elif promotion is None:
         headline, words = "Passes the gate", "PASSES the gate"
         why = f"{passed}; the promotion is decided when the audit is logged to MLflow"
     elif promotion.promote:
         headline, words = "Promoted to champion", "PROMOTED to champion"
-        why = f"{passed}; {promotion.reasons[-1]}"
+        why = f"{passed}; {champion}"
     elif not record.register_model:
         headline, deciding = "Not promoted", "not registered"
         why = (
             f"{passed}, but no version was registered (registration off, or the model stores rows)"
         )
     else:
-        headline, deciding = "Not promoted", "the champion stays"
-        why = f"{passed}, but {promotion.reasons[-1] if promotion.reasons else deciding}"
+        headline, deciding = "Not promoted", deciding_words(promotion_reasons(promotion)[-1])
+        why = f"{passed}, but {champion}"
     promote = words == "PROMOTED to champion"
-    if selection.decision.promote and first.startswith(DOMINATED):  # --promote-dominated
-        why = f"{first}; {why[:1].lower()}{why[1:]}"  # the reason that decided it, first
-    if selection.chosen.variant == "pca":  # never passed off as a fair model
-        needed = any(r.startswith("no fairness constraint was needed") for r in
-                     selection.decision.reasons)  # fmt: skip
+    if selection.decision.promote and first is not None and first.kind == Kind.DOMINATED:
+        why = f"{render(first)}; {why[:1].lower()}{why[1:]}"  # --promote-dominated, first
+        stated.insert(0, first)
+    elif selection.decision.promote and first is not None:  # "meets the gate" says it
+        stated.insert(0, first)
+    if unconstrained(_chosen_row(selection)):  # never passed off as a fair model
+        needed = first is not None and first.kind == Kind.CHOSEN and "unconstrained" in first.flags
+        what = "unconstrained PCA" if selection.chosen.variant == "pca" else (
+            "lambda >= 1, the whole PCA projection beside the fair one"
+        )  # fmt: skip
         headline += (
-            ": unconstrained PCA, no fairness constraint was needed"
+            f": {what}, no fairness constraint was needed"
             if promote and needed
-            else " (the model is unconstrained PCA: no fairness constraint)"
+            else f" (the model is {what}: no fairness constraint)"
         )
     why = why[:1].upper() + why[1:]
     return {"promote": promote, "headline": headline, "why": why, "words": words,
-            "deciding": deciding}  # fmt: skip
+            "deciding": deciding, "stated": tuple(r for r in stated if r is not None)}  # fmt: skip
+
+
+def _chosen_row(selection) -> dict[str, Any]:
+    chosen = selection.chosen
+    return {"variant": chosen.variant, "lambda": chosen.lambda_}
 
 
 @dataclass(frozen=True)
@@ -374,12 +396,14 @@ class Verdict:
     chosen_short: str = ""
     rows_label: str = "validation rows"
     rule: str = ""
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()  # the decision_reasons rendered (one renderer)
     warnings: tuple[str, ...] = ()
     intersections: tuple[GroupRow, ...] = ()
     group_part: str = "test"
     policy: str = ""  # the gate policy's name where it is not the default one
     measures: tuple[str, ...] = ()  # the headline's metrics: the policy's, then accuracy
+    decision_reasons: tuple[Reason, ...] = ()  # the structured reasons, in order
+    stated: tuple[Reason, ...] = ()  # those the ``why`` sentence renders
 
     @property
     def line(self) -> str:
@@ -512,9 +536,12 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     majority = selection.baselines.majority
     rows.append(row(f"majority class ({majority.class_})", "baseline", majority,
                     "majority class"))  # fmt: skip
+    deployment = Deployment(**record.policy.deployment)
     for ref in record.references:
-        needs = ", needs the sensitive attribute at prediction"
-        role = f"reference: {ref.approach}{needs if ref.needs_sensitive_at_prediction else ''}"
+        needs = tuple(ref.needs) or ("sensitive_at_prediction",) * ref.needs_sensitive_at_prediction
+        wants = " and ".join(NEEDS[n][1] for n in needs)
+        role = f"reference: {ref.approach}" + (f", needs {wants}" if wants else "")
+        role += "" if deployment.allows(needs) else "; the deployment excludes it"
         useless = ref.ineligible[0] if ref.ineligible else ""
         role += f"; not eligible: {useless}" if useless else ""
         rows.append(row(ref.name, role, ref, ref.name, ref.needs_sensitive_at_prediction,
@@ -553,7 +580,10 @@ def build_verdict(record, promotion=None) -> Verdict:
         chosen_short=short,
         rows_label=_chosen_rows(record),
         rule=selection.gate,
-        reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
+        reasons=tuple(
+            render(r) for r in (*selection.decision.reasons, *promotion_reasons(promotion))
+        ),
+        decision_reasons=(*selection.decision.reasons, *promotion_reasons(promotion)),
         warnings=(*selection.warnings, *graph_warnings(record)),
         intersections=group_rows(selection, attributes=False),
         policy=policy,
@@ -924,9 +954,13 @@ def parity_paragraph(record) -> str | None:
     by_spread = sorted(scores.items(), key=lambda item: item[1]["sd"])
     reference = next((r for r in record.references or [] if r.needs_sensitive_at_prediction
                       and "dp_difference" in (r.test or {})), None)  # fmt: skip
+    means = [value["mean"] for value in scores.values()]
+    # the diagnosis follows the numbers: the means' range against the spreads' range
+    means_differ = max(means) - min(means) > by_spread[-1][1]["sd"] - by_spread[0][1]["sd"]
     text = render_template(
         "parity.txt.j2", low=by_spread[0], high=by_spread[-1], reference=reference,
-        means=[value["mean"] for value in scores.values()], fair_pca_s=gap.get("fair_pca_s") or {},
+        means=means, fair_pca_s=gap.get("fair_pca_s") or {}, means_differ=means_differ,
+        searched=gap.get("fair_pca_s_searched", []),
     )  # fmt: skip
     return " ".join(line for line in text.splitlines() if line)
 

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import CERTIFY_Z, DEFAULT_BOUND, DEFAULT_CERTIFY_FACTOR, DEFAULT_POLICY
+from .decision import Decision, Deployment, Kind, Reason, note
 from .evaluate import CELL_ROWS, INTERSECTION, extreme_pair, majority_class
 
 
@@ -120,21 +121,25 @@ class GatePolicy:
     criteria: tuple[str, ...]
     thresholds: dict[str, float]
     bound: str = DEFAULT_BOUND
+    deployment: Deployment = dataclasses.field(default_factory=Deployment)
 
     @classmethod
     def from_config(cls, selection) -> GatePolicy:
-        """The policy of a selection config section (``policy``, ``thresholds``, ``gate``)."""
+        """The policy of a selection config section (``policy``, ``thresholds``, ``gate``,
+        and the deployment: ``sensitive_at_prediction``, ``randomized_decisions``)."""
         criteria = parse_policy(selection.policy)
         values = selection.thresholds.model_dump()
         used = {CRITERIA[c].threshold: float(values[CRITERIA[c].threshold]) for c in criteria}
-        return cls(criteria, used | {"min_accuracy": float(values["min_accuracy"])}, selection.gate)
+        limits = used | {"min_accuracy": float(values["min_accuracy"])}
+        return cls(criteria, limits, selection.gate, Deployment.of(selection))
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str]) -> GatePolicy:
         """The policy a registered version was chosen under (its ``fairness.policy`` tag)."""
         value = json.loads(tags[POLICY_TAG])
         thresholds = {key: float(limit) for key, limit in value["thresholds"].items()}
-        return cls(parse_policy(value["name"]), thresholds, value["bound"])
+        deployment = Deployment(**value.get("deployment", {}))
+        return cls(parse_policy(value["name"]), thresholds, value["bound"], deployment)
 
     @property
     def name(self) -> str:
@@ -152,7 +157,7 @@ class GatePolicy:
         return (
             f"{self.name}: {'; '.join(parts)}, judged on {where} on the validation rows, for "
             "the worst attribute and for their intersection's cells whose rows resolve the "
-            "policy's band"
+            f"policy's band; deployment: {self.deployment.description()}"
         )
 
     def record(self) -> dict[str, Any]:
@@ -161,11 +166,13 @@ class GatePolicy:
             "name": self.name,
             "thresholds": dict(self.thresholds),
             "description": self.description(),
+            "deployment": self.deployment.as_dict(),
         }
 
     def tags(self) -> dict[str, str]:
         """The one tag of a registered version that :meth:`from_tags` reads back."""
-        value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds)}
+        value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds),
+                 "deployment": self.deployment.as_dict()}  # fmt: skip
         return {POLICY_TAG: json.dumps(value, sort_keys=True)}
 
     def limits(self) -> list[tuple[Criterion, float]]:
@@ -331,27 +338,6 @@ class GatePolicy:
 
 ROW_STORING_VARIANTS = ("fair_kernel_pca",)  # keeps its training points (kernel map)
 ROW_STORING_CLASSIFIERS = ("rbf_svc",)  # keeps support vectors (projected training rows)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Whether the chosen candidate may become champion, and why."""
-
-    promote: bool
-    reasons: tuple[str, ...] = ()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"promote": self.promote, "reasons": list(self.reasons)}
-
-    def adding(self, *reasons: str | None, promote: bool | None = None) -> Decision:
-        """This decision with more reasons (empty or None: none; and, when given, another
-        outcome)."""
-        outcome = self.promote if promote is None else promote
-        return Decision(outcome, (*self.reasons, *(r for r in reasons if r)))
-
-    def leading(self, reason: str, promote: bool | None = None) -> Decision:
-        """This decision with ``reason`` first: the one that decided it."""
-        return Decision(self.promote if promote is None else promote, (reason, *self.reasons))
 
 
 def candidate_name(row: dict[str, Any]) -> str:
@@ -570,73 +556,69 @@ def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
     )
 
 
+def unconstrained(row: dict[str, Any]) -> bool:
+    """Whether ``row`` is not a fair model: unconstrained PCA, or a fair variant at lambda >= 1
+    (its representation carries the whole PCA projection beside the fair one)."""
+    lam = row.get("lambda")
+    return row.get("variant") == "pca" or (lam is not None and pd.notna(lam) and lam >= 1.0)
+
+
 def select_candidate(
-    table: pd.DataFrame, majority_accuracy: float, selection
+    table: pd.DataFrame, majority_accuracy: float, selection, rows: str = "validation"
 ) -> tuple[dict[str, Any], Decision, bool]:
     """Best eligible candidate passing the gate policy on validation rows, by the
     ``select_by`` measure (balanced accuracy unless ``selection`` says accuracy).
 
-    Returns the row, the decision and whether the row is eligible (may be registered).
-    When none passes, the eligible candidate with the smallest gate violation is chosen (for
-    review, not promoted); when no candidate is eligible, none may be registered.
+    Returns the row, the decision (its reasons measured on ``rows``) and whether the row is
+    eligible (may be registered). When none passes, the eligible candidate with the smallest
+    gate violation is chosen (for review, not promoted); when no candidate is eligible, none
+    may be registered.
     """
     policy = GatePolicy.from_config(selection)
     records = table.to_dict("records")
     best = best_useful(records, majority_accuracy, selection)
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
     passing = [r for r in eligible if not policy.failures(r)]
-    gate_text = f"the gate policy {policy.name} ({policy.bound})"
+    measure = selection.select_by
     if passing:
-        measure = selection.select_by
         stable = [r for r in passing if not unstable_margins(r, policy)]
-        best = max(stable or passing, key=lambda r: _selection_key(r, measure))
-        pca = best.get("variant") == "pca"
-        unconstrained = "unconstrained PCA (no fairness constraint) " if pca else ""
-        reason = (
-            f"{unconstrained}{candidate_name(best)} has the highest {measure.replace('_', ' ')} of "
-            f"{len(stable or passing)} of {len(records)} candidates that are eligible (useful "
-            f"beyond the majority class and chance) and meet {gate_text} on the rows that "
-            "choose"
-        )
+        chosen = max(stable or passing, key=lambda r: _selection_key(r, measure))
+        reason = Reason(
+            kind=Kind.CHOSEN, decides=bool(stable), subject=candidate_name(chosen),
+            measure=measure, rows=rows, flags=("unconstrained",) * unconstrained(chosen),
+            numbers={"value": _value(chosen, measure), "passing": len(stable or passing),
+                     "candidates": len(records)},
+        )  # fmt: skip
         if stable:
-            margin = f"by at least {STABLE_Z:g} standard error of each point-judged measure"
-            needed = (
-                "no fairness constraint was needed: unconstrained PCA meets the gate with "
-                "margin and is the best eligible candidate; "
-                if pca
-                else ""
-            )
-            return best, Decision(True, (f"{needed}{reason}, {margin}",)), True
-        unstable = (
-            f"unstable verdict: each of the {len(passing)} candidates meeting the gate meets it "
-            "by less than its noise, so another seed can reverse it; not promoted"
-        )
-        return best, Decision(False, (unstable, reason, *unstable_margins(best, policy))), True
-    reasons = [f"no eligible candidate meets the thresholds of {gate_text} on the rows that choose"]
+            return chosen, Decision(True, (reason,)), True
+        unstable = Reason(
+            kind=Kind.UNSTABLE, decides=True, subject=candidate_name(chosen), rows=rows,
+            numbers={"passing": len(passing)}, facts=tuple(unstable_margins(chosen, policy)),
+        )  # fmt: skip
+        return chosen, Decision(False, (unstable, reason)), True
+    reasons = []
     degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
     if degenerate:  # eligibility decided: the gate alone would have passed these
-        closest = max(degenerate, key=lambda r: _selection_key(r, selection.select_by))
-        why = "; ".join(ineligibility(closest, majority_accuracy, selection, best))
-        reasons.insert(
-            0,
-            f"not eligible: the {len(degenerate)} candidate(s) meeting the gate are not useful "
-            f"enough to register (the best of them, {candidate_name(closest)}: {why}); "
-            "nothing is promoted",
-        )
+        closest = max(degenerate, key=lambda r: _selection_key(r, measure))
+        reasons.append(Reason(
+            kind=Kind.NOT_ELIGIBLE, decides=True, subject=candidate_name(closest), rows=rows,
+            numbers={"meeting_gate": len(degenerate)},
+            facts=tuple(ineligibility(closest, majority_accuracy, selection, best)),
+        ))  # fmt: skip
     if not eligible:  # the best by balanced accuracy is shown, nothing registered
         shown = max(records, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
-        why = "; ".join(ineligibility(shown, majority_accuracy, selection, best))
-        reasons.append(
-            f"no candidate is eligible, so nothing is registered or promoted; the best by "
-            f"balanced accuracy, {candidate_name(shown)}, is shown for information only (not "
-            f"eligible: {why})"
-        )
+        reasons.append(Reason(
+            kind=Kind.NOT_ELIGIBLE, decides=not reasons, subject=candidate_name(shown), rows=rows,
+            flags=("none_eligible",),
+            facts=tuple(ineligibility(shown, majority_accuracy, selection, best)),
+        ))  # fmt: skip
         return shown, Decision(False, tuple(reasons)), False
     review = min(eligible, key=lambda r: (policy.violation(r), -_value(r, "accuracy")))
-    reasons.append(
-        f"least violating eligible candidate chosen for review: {candidate_name(review)}"
-    )
-    reasons += policy.failures(review)
+    reasons.append(Reason(
+        kind=Kind.FAILS_GATE, decides=not reasons, subject=candidate_name(review), rows=rows,
+        numbers={"violation": policy.violation(review)}, facts=tuple(policy.failures(review)),
+        flags=("unconstrained",) * unconstrained(review),
+    ))  # fmt: skip
     return review, Decision(False, tuple(reasons)), True
 
 
@@ -651,54 +633,75 @@ def difference_interval(mine: dict, theirs: dict, measure: str) -> tuple[float, 
     return theirs[measure] - mine[measure], math.hypot(*halves)
 
 
-def dominance(choice: Choice, references, chosen_test: dict, selection) -> Choice:
-    """``choice``, kept (not promoted) when a reference that meets the gate on the validation
-    rows, and on the test rows wherever the chosen candidate meets it there, beats the chosen
-    candidate on the test rows by a margin of ``select_by`` whose 95% interval lies above zero
-    (half-widths added in quadrature: conservative on shared rows); its first reason names
-    such a reference (one that needs the attribute only at training first, then the widest
-    margin), what it needs and by how much.
-    ``selection.promote_dominated`` promotes anyway (and says so)."""
-    measure = selection.select_by
-    if not choice.decision.promote or measure not in chosen_test:
-        return choice
-    margins = []
+def reference_needs(reference: dict[str, Any]) -> tuple[str, ...]:
+    """What a reference needs of the deployment (:data:`fairpca.tasks.decision.NEEDS`)."""
+    if "needs" in reference:
+        return tuple(reference["needs"])
+    return ("sensitive_at_prediction",) * bool(reference.get("needs_sensitive_at_prediction"))
+
+
+def _compared(reference: dict[str, Any], choice: Choice, measure: str):
+    """``(reason fields, lower margin)`` of a reference that meets the gate on the rows that
+    chose and has a higher ``measure`` there than the chosen candidate (None otherwise); the
+    margin on the test rows is added for the report only."""
+    validation = reference.get("validation") or {}
+    if "skipped" in reference or reference.get("ineligible") or measure not in validation:
+        return None
+    if measure not in choice.chosen or choice.policy.failures(validation):
+        return None
+    delta, half = difference_interval(choice.chosen, validation, measure)
+    if not delta > 0:
+        return None
+    numbers = {"margin": delta, "margin_low": delta - half, "margin_high": delta + half}
+    test, chosen_test = reference.get("test") or {}, reference.get("chosen_test") or {}
+    if measure in test and measure in chosen_test:
+        shown, width = difference_interval(chosen_test, test, measure)
+        numbers |= {"test_margin": shown, "test_margin_low": shown - width,
+                    "test_margin_high": shown + width}  # fmt: skip
+    fields = {
+        "subject": reference["name"], "measure": measure, "rows": choice.rows,
+        "numbers": numbers, "needs": reference_needs(reference),
+        "facts": (reference["config"],) if reference.get("config") else (),
+    }  # fmt: skip
+    return fields, delta - half
+
+
+def judge_references(choice: Choice, references, chosen_test: dict, selection) -> Choice:
+    """``choice`` judged against the reference mitigations on the rows that chose it (never
+    the test rows: ``chosen_test`` only adds the reported test margins).
+
+    A reference that meets the gate there and beats the chosen candidate on ``select_by`` by a
+    margin whose 95% interval lies above zero (half-widths added in quadrature: conservative
+    on shared rows) vetoes the promotion, but only if the deployment (``selection``'s
+    ``sensitive_at_prediction`` and ``randomized_decisions``) allows what it needs: the first
+    such reason names the one that needs least (the attribute only at training first), then
+    the widest margin; ``selection.promote_dominated`` promotes anyway (and says so). A
+    better reference the deployment excludes is listed as such, with its margin and what
+    enabling it takes; a deployable one better within the noise is listed too."""
+    measure, deployment = selection.select_by, Deployment.of(selection)
+    vetoes, listed = [], []
     for reference in references:
-        test = reference.get("test") or {}
-        if "skipped" in reference or reference.get("ineligible") or measure not in test:
+        compared = _compared({**reference, "chosen_test": chosen_test}, choice, measure)
+        if compared is None:
             continue
-        # it meets the gate where it is chosen (as the candidate), and where the margin is
-        # measured it is no less fair by the gate than the chosen candidate: not failing the
-        # gate on the test rows where the candidate meets it
-        if choice.policy.failures(reference.get("validation") or {}):
-            continue
-        if choice.policy.failures(test) and not choice.policy.failures(chosen_test):
-            continue
-        delta, half = difference_interval(chosen_test, test, measure)
-        if delta - half > 0:
-            margins.append((delta - half, delta, half, reference))
-    if not margins:
-        return choice
-    # first a reference that, like fair PCA, needs the attribute only at training
-    _, delta, half, reference = max(
-        margins, key=lambda m: (not m[3].get("needs_sensitive_at_prediction"), m[0])
-    )
-    needs = (
-        "needs the sensitive attribute at prediction"
-        if reference.get("needs_sensitive_at_prediction")
-        else "needs the sensitive attribute only at training, like Fair PCA"
-    )
-    anyway = selection.promote_dominated
-    reason = (
-        f"dominated: the reference {reference['name']} ({reference.get('approach', '')}) meets "
-        f"the gate and beats {candidate_name(choice.chosen)} "
-        f"on the test rows by "
-        f"{delta:+.4f} {measure.replace('_', ' ')} (95% interval [{delta - half:+.4f}, "
-        f"{delta + half:+.4f}]); it {needs}; "
-        + ("promoted anyway (--promote-dominated)" if anyway else
-           "not promoted (--promote-dominated promotes it anyway)")
-    )  # fmt: skip
-    return dataclasses.replace(choice, decision=choice.decision.leading(reason, promote=anyway))
+        fields, low = compared
+        if not deployment.allows(fields["needs"]):
+            listed.append(Reason(kind=Kind.EXCLUDED_BY_DEPLOYMENT, **fields))
+        elif low > 0:
+            vetoes.append((len(fields["needs"]), -low, fields))
+        else:
+            listed.append(Reason(kind=Kind.BETTER_REFERENCE, **fields))
+    decision = choice.decision
+    vetoes.sort(key=lambda v: v[:2])
+    for rank, (_, _, fields) in enumerate(vetoes):
+        first = rank == 0 and decision.promote
+        anyway = ("overridden",) * bool(first and selection.promote_dominated)
+        reason = Reason(kind=Kind.DOMINATED, decides=first, flags=anyway, **fields)
+        if first:
+            decision = decision.leading(reason, promote=bool(anyway))
+        else:
+            listed.insert(rank - 1, reason)
+    return dataclasses.replace(choice, decision=decision.adding(*listed))
 
 
 def judged_everywhere(choice: Choice, unjudged: list[str]) -> Choice:
@@ -708,7 +711,10 @@ def judged_everywhere(choice: Choice, unjudged: list[str]) -> Choice:
     nor is a gate failed for want of them. Too little data comes first, after eligibility."""
     if not unjudged:
         return choice
-    reason = f"not enough data to judge every group: {unjudged[0]}; not promoted"
+    reason = Reason(
+        kind=Kind.TOO_LITTLE_DATA, decides=choice.eligible, rows="validation",
+        facts=(unjudged[0],), flags=("unjudged_groups",),
+    )  # fmt: skip
     place = choice.decision.leading if choice.eligible else choice.decision.adding
     return dataclasses.replace(choice, decision=place(reason, promote=False))
 
@@ -800,6 +806,7 @@ class Choice:
     majority_accuracy: float
     pca_row: dict[str, Any] | None
     certification: dict[str, Any] | None = None  # certified, reasons, chosen_by
+    rows: str = "validation"  # the rows that chose: validation, or cross-validated ones
 
     @property
     def eligible(self) -> bool:
@@ -807,24 +814,25 @@ class Choice:
 
 
 def choose(
-    table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None
+    table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None,
+    rows: str = "validation",
 ) -> Choice:
     """The choice on the rows ``table`` was measured on (the validation rows, or the
     cross-validated training and validation rows ``y_validation`` when ``chosen_by`` says
-    so): majority-class accuracy, the chosen candidate with its decision, eligibility and
+    so, and ``rows`` names them for the reasons: ``cross-validated training+validation``):
+    majority-class accuracy, the chosen candidate with its decision, eligibility and
     certification, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = majority_accuracy_of(y_train, y_validation)
     candidates = registrable(table, selection.allow_row_storing_models)
-    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection)
+    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection, rows)
     chosen_by = chosen_by or f"the {len(y_validation):,} validation rows"
     policy = GatePolicy.from_config(selection)
     uncertified = certification(chosen, policy, selection.certify_factor)
     if uncertified:  # too little data comes before the gate, after eligibility
-        reason = (
-            f"not enough data to certify the gate on {chosen_by}: "
-            + "; ".join(uncertified)
-            + "; not promoted (more rows, or a policy with wider limits, can certify it)"
-        )
+        reason = Reason(
+            kind=Kind.TOO_LITTLE_DATA, decides=eligible, rows=rows, facts=tuple(uncertified),
+            flags=("certification",),
+        )  # fmt: skip
         place = decision.leading if eligible else decision.adding
         decision = place(reason, promote=False)
     notes = []
@@ -843,6 +851,7 @@ def choose(
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
     notes += [policy.ungated_note(chosen), policy.cells_note(chosen)]  # None: no note
+    pca_row, pca_note = baseline_pca(table, majority_accuracy, selection)
     useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),
@@ -850,9 +859,86 @@ def choose(
         "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
-    decision = decision.adding(*notes)
+    unfair = no_fair_eligible(candidates, majority_accuracy, selection, rows)
+    if eligible and not decision.promote and unfair is not None:
+        decision = decision.leading(unfair)
+    decision = decision.adding(
+        *(note(text) for text in [*notes, pca_note]),
+        selection_rate_note(chosen, candidates, majority_accuracy, selection, rows),
+    )
     return Choice(
-        chosen, decision, eligibility, policy, majority_accuracy, best_pca(table), certified
+        chosen, decision, eligibility, policy, majority_accuracy, pca_row, certified, rows
+    )
+
+
+def no_fair_eligible(table: pd.DataFrame, majority_accuracy: float, selection, rows: str):
+    """A reason saying no fair candidate is eligible, naming the best fair one (highest
+    balanced accuracy) and how far it is from the eligibility rules (None: one is eligible,
+    or the audit searched no fair variant)."""
+    records = table.to_dict("records")
+    fair = [r for r in records if not unconstrained(r)]
+    best = best_useful(records, majority_accuracy, selection)
+    if not fair or any(not ineligibility(r, majority_accuracy, selection, best) for r in fair):
+        return None
+    closest = max(fair, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
+    return Reason(
+        kind=Kind.NOT_ELIGIBLE, subject=candidate_name(closest), rows=rows,
+        flags=("no_fair", "summary"),
+        facts=tuple(ineligibility(closest, majority_accuracy, selection, best)),
+    )  # fmt: skip
+
+
+# The chosen model's selection rate above this multiple of every group's base rate is named in
+# the summary (balanced accuracy rewards saying yes when positives are rare).
+SELECTION_RATE_MULTIPLE = 2.0
+
+
+def selection_rate_note(chosen, table, majority_accuracy: float, selection, rows: str):
+    """A reason when ``chosen`` says yes more than :data:`SELECTION_RATE_MULTIPLE` times the
+    base rate of every group, with what choosing by accuracy gives instead (None: it does
+    not, or the choice is already by accuracy)."""
+    bases = [float(v) for k, v in chosen.items() if str(k).startswith("base_rate.")
+             and ".ci95_" not in str(k) and _finite(v)]  # fmt: skip
+    rate = _value(chosen, "positive_rate")
+    if not bases or math.isnan(rate) or not rate > SELECTION_RATE_MULTIPLE * max(bases):
+        return None
+    numbers = {"positive_rate": rate, "largest_base_rate": max(bases)}
+    subject = ""
+    if selection.select_by != "accuracy":
+        by_accuracy = selection.model_copy(update={"select_by": "accuracy"})
+        other, _, _ = select_candidate(table, majority_accuracy, by_accuracy, rows)
+        subject = candidate_name(other)
+        numbers |= {"accuracy_positive_rate": _value(other, "positive_rate"),
+                    "accuracy_balanced_accuracy": _value(other, "balanced_accuracy")}  # fmt: skip
+    return Reason(
+        kind=Kind.NOTE, subject=subject, measure=selection.select_by, rows=rows,
+        numbers=numbers, flags=("selection_rate", "summary"),
+    )  # fmt: skip
+
+
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def baseline_pca(
+    table: pd.DataFrame, majority_accuracy: float, selection
+) -> tuple[dict[str, Any] | None, str | None]:
+    """The unconstrained PCA baseline: the best eligible ``pca`` candidate by ``select_by``
+    (what the unmitigated model reaches); when none is eligible, the most accurate one (often
+    a constant classifier) and a note saying so. ``(None, None)`` without PCA candidates."""
+    records = table[table["variant"] == "pca"].to_dict("records") if "variant" in table else []
+    if not records:
+        return None, None
+    best = best_useful(table.to_dict("records"), majority_accuracy, selection)
+    eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
+    if eligible:
+        return max(eligible, key=lambda r: _selection_key(r, selection.select_by)), None
+    return best_pca(table), (
+        "no unconstrained PCA candidate is eligible: the unconstrained PCA baseline shown is "
+        "the most accurate one, not a useful model (it may say one class to nearly everyone)"
     )
 
 

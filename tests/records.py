@@ -18,6 +18,14 @@ def replaced(model, path: str = "", **fields):
     return model.model_copy(update={head: replaced(getattr(model, head), rest, **fields)})
 
 
+# The structured reason of a promoted choice (fairpca.tasks.decision.Reason), as audit.json holds it
+CHOSEN_REASON = {
+    "kind": "chosen", "decides": True, "subject": "fair_pca/logreg@lambda=0.125",
+    "measure": "balanced_accuracy", "rows": "validation",
+    "numbers": {"value": 0.76, "passing": 3, "candidates": 12},
+}  # fmt: skip
+
+
 def build_audit_record() -> AuditRecord:
     """An audit of Adult with two sensitive attributes (race, sex), promoted; validated by
     :class:`AuditRecord`, so a renamed or missing key fails here."""
@@ -35,7 +43,7 @@ def build_audit_record() -> AuditRecord:
             "started_at": datetime(2026, 11, 30, 15, 0, 0, tzinfo=UTC),
             "ended_at": datetime(2026, 11, 30, 15, 0, 31, tzinfo=UTC),
             "sensitive": ["race", "sex"],
-            "decision": {"promote": True, "reasons": ["legacy reason"]},
+            "decision": {"promote": True, "reasons": [CHOSEN_REASON]},
             "chosen": {"variant": "fair_pca", "classifier": "logreg", "accuracy": 0.83},
             "params": {
                 "dataset": "adult",
@@ -84,7 +92,9 @@ def build_audit_record() -> AuditRecord:
                 "gate": "upper_bound",
                 "decision": {
                     "promote": True,
-                    "reasons": ["upper bound of DP 0.0400 <= 0.05", "beats majority | by 0.06"],
+                    "reasons": [
+                        CHOSEN_REASON, {"kind": "note", "facts": ["beats majority | by 0.06"]}
+                    ],
                 },
                 "validation": _metrics(0.83, 0.02, 0.05),
                 "test": _metrics(0.8215, 0.0231, 0.0612),

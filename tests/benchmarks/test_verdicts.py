@@ -100,7 +100,9 @@ def test_decision_lines():
 AUDIT = {
     "decision": {
         "promote": True,
-        "reasons": ["meets the gate; 3 of 9 candidates that are eligible (useful ...)"],
+        "reasons": [
+            {"kind": "chosen", "decides": True, "numbers": {"passing": 3, "candidates": 9}}
+        ],
     },
     "eligibility": {"chosen_passes": True, "reasons": []},
     "selection": {

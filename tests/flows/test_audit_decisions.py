@@ -28,7 +28,7 @@ def _config(**values):
     return AuditConfig(**{**base, **values})
 
 
-def _choose_then_report(split, config):
+def _choose_then_report(split, config, k=3):
     """The compute path of the audit flow, task bodies called directly."""
     from fairpca.tasks.evaluate import build_pipeline, evaluate_reported
     from fairpca.tasks.represent import fit_preprocessor, fit_representation
@@ -38,7 +38,7 @@ def _choose_then_report(split, config):
     preprocessor, encoded_train, encoded_validation = fit_preprocessor.fn(split)
     reps = {
         v: fit_representation.fn(
-            v, encoded_train, split.y_train, split.s_train, k=3, equalize_covariance=0.5, seed=0
+            v, encoded_train, split.y_train, split.s_train, k=k, equalize_covariance=0.5, seed=0
         )
         for v in config.representation.variants
     }
@@ -58,7 +58,7 @@ def _choose_then_report(split, config):
     table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
     choice = choose(table, split.y_train, split.y_validation, config.selection)
     pipeline = build_pipeline(preprocessor, reps, sweeps, choice.chosen)
-    pca = build_pipeline(preprocessor, reps, sweeps, choice.pca_row)
+    pca = choice.pca_row and build_pipeline(preprocessor, reps, sweeps, choice.pca_row)
     reported = evaluate_reported.fn(split, config.evaluation, config.seed, pipeline, pca,
                                     choice.chosen, choice.pca_row)  # fmt: skip
     return table, choice, reported
@@ -224,7 +224,8 @@ def test_no_eligible_candidate_registers_nothing(prefect_harness, tmp_path, empt
     assert audit["register_model"] is False
     assert audit["eligibility"]["chosen_passes"] is False
     assert result.decision == "keep"
-    assert any("nothing is registered" in reason for reason in result.reasons)
+    first = result.record.decision.reasons[0]
+    assert first.kind == "not_eligible" and first.decides
     tags = MlflowClient(tracking_uri=result.tracking_uri).get_run(result.run_id).data.tags
     assert tags["fairpca.model_version"] == "none"  # not Python's None spelled as a version
 
@@ -388,8 +389,8 @@ def test_too_few_rows_to_certify_the_default_gate_are_said_so_and_not_promoted()
     choice = _decide(seed=0, n_train=300, n_validation=150, n_test=150)
     assert not choice.decision.promote
     assert not choice.certification["certified"]
-    assert any(r.startswith("not enough data to certify the gate on repeated stratified")
-               for r in choice.decision.reasons)  # fmt: skip
+    first = choice.decision.deciding
+    assert (first.kind, first.rows) == ("too_little_data", "cross-validated training+validation")
 
 
 def test_adult_sex_and_race_accounts_for_every_group_in_report_terminal_and_mlflow(
@@ -436,19 +437,172 @@ def test_the_results_reasons_lead_with_the_one_that_decided():
     from types import SimpleNamespace
 
     from fairpca.flows.audit import AuditResult
+    from fairpca.tasks.decision import Kind, Reason
 
     champion = SimpleNamespace(reasons=["no current champion: the gate alone decides"],
-                               demote=False)  # fmt: skip
-    dominated = SimpleNamespace(promote=False, reasons=["dominated: the reference ...", "x"])
+                               demote=False, promote=True, comparison=None)  # fmt: skip
+    veto = Reason(kind=Kind.DOMINATED, decides=True, subject="exponentiated_gradient")
+    dominated = SimpleNamespace(promote=False, reasons=[veto, Reason(kind=Kind.NOTE)])
     kept = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
                                        promotion=champion)  # fmt: skip
-    assert kept.reasons == [*dominated.reasons, *champion.reasons]
-    passed = SimpleNamespace(promote=True, reasons=["fair_pca/logreg has the highest ..."])
+    kinds = [r.kind for r in kept.decision_reasons]
+    assert kinds == [Kind.DOMINATED, Kind.NOTE, Kind.PROMOTED]
+    passed = SimpleNamespace(promote=True, reasons=[Reason(kind=Kind.CHOSEN, decides=True)])
     promoted = AuditResult.model_construct(record=SimpleNamespace(decision=passed),
                                            promotion=champion)  # fmt: skip
-    assert promoted.reasons == [*champion.reasons, *passed.reasons]
-    demoted = SimpleNamespace(reasons=["champion v1 of m fails the gate on the new data"],
-                              demote=True)  # fmt: skip
+    assert [r.kind for r in promoted.decision_reasons] == [Kind.PROMOTED, Kind.CHOSEN]
+    assert promoted.reasons[0] == champion.reasons[0]
+    demoted = SimpleNamespace(reasons=["champion v1 of m fails the gate on the new data", "x"],
+                              demote=True, promote=False, comparison=None)  # fmt: skip
     retrain = AuditResult.model_construct(record=SimpleNamespace(decision=dominated),
                                           promotion=demoted)  # fmt: skip
-    assert retrain.reasons[0] == demoted.reasons[0]  # a retrain's demotion decides first
+    assert retrain.decision_reasons[0].kind == Kind.DEMOTED  # a retrain's demotion decides first
+    assert retrain.reasons[0] == demoted.reasons[0]
+
+
+def _decided(split, config, k=3):
+    """The decision path of the audit with its reference mitigations: the choice on the
+    validation rows, the references fitted on the training rows, the veto (on the rows that
+    chose), the promotion without a champion; and the reported test numbers."""
+    from fairpca.tasks.references import fit_references
+    from fairpca.tasks.represent import fit_preprocessor
+    from fairpca.tasks.select import Challenger, decide_promotion, judge_references
+
+    _, choice, reported = _choose_then_report(split, config, k)
+    preprocessor, train, validation = fit_preprocessor.fn(split)
+    encoded = {"train": train, "validation": validation,
+               "test": preprocessor.transform(split.X_test)}  # fmt: skip
+    references = fit_references(encoded, split, config.evaluation, config.seed, config.selection)
+    choice = judge_references(choice, references, reported["chosen"]["test"], config.selection)
+    challenger = Challenger("chosen", choice.decision, choice.policy, reported["chosen"]["test"])
+    return choice, decide_promotion(challenger, None), reported, references
+
+
+def _decision_steps(choice, promotion):
+    """What was decided, without the reported test numbers: the outcome, each reason's kind,
+    subject, rows and numbers (but the test margins), the certification and the promotion."""
+    steps = [(r.kind, r.decides, r.subject, r.rows,
+              {k: v for k, v in r.numbers.items() if not k.startswith("test_")})
+             for r in choice.decision.reasons]  # fmt: skip
+    chosen = {key: choice.chosen[key] for key in ("variant", "classifier", "lambda_index")}
+    return choice.decision.promote, steps, chosen, choice.certification, promotion.promote
+
+
+def test_permuting_the_test_labels_changes_no_decision_only_the_reported_test_numbers():
+    """Choice, veto, certification and promotion are taken on the rows that chose; the test
+    rows (their labels permuted) change only the numbers reported on them."""
+    from fairpca.datasets import load_german
+    from fairpca.tasks.data import split_data
+
+    config = _config()
+    split = split_data.fn(load_german(), config.split, config.source, seed=config.seed,
+                          min_group_size=config.evaluation.min_group_size)  # fmt: skip
+    permuted = np.random.default_rng(1).permutation(split.y_test)
+    assert (permuted != split.y_test).any()
+    choice, promotion, reported, references = _decided(split, config)
+    again, promoted, reported_again, references_again = _decided(
+        dataclasses.replace(split, y_test=permuted), config
+    )
+    assert _decision_steps(choice, promotion) == _decision_steps(again, promoted)
+    assert any(r.kind in ("better_reference", "excluded_by_deployment", "dominated")
+               for r in choice.decision.reasons)  # the references were compared  # fmt: skip
+    assert reported["chosen"]["test"]["accuracy"] != reported_again["chosen"]["test"]["accuracy"]
+    assert [r["test"] for r in references] != [r["test"] for r in references_again]
+
+
+def _earnings_like(tmp_path, n=8000):
+    """An earnings-shaped table: the label depends on twelve features alike, none on the
+    group, so every model meets demographic parity; fair PCA at k=2 keeps little of the
+    signal, while the references, on every feature, keep it all."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.normal(size=(n, 12)), columns=[f"x{i}" for i in range(12)])
+    frame["gender"] = rng.choice(["f", "m"], size=n)
+    frame["earns_more"] = (frame.iloc[:, :12].sum(axis=1) + rng.normal(size=n) > 0).astype(int)
+    path = tmp_path / "earnings.csv"
+    frame.to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize("sensitive_at_prediction", [False, True])
+def test_a_reference_that_needs_the_attribute_vetoes_only_where_the_deployment_has_it(
+    tmp_path, sensitive_at_prediction
+):
+    """The earnings case: correlation_remover (deterministic, needs the attribute to
+    transform) beats fair PCA on the validation rows beyond the noise. By default the
+    deployment excludes it (listed with its margin, fair PCA promoted); with
+    --sensitive-at-prediction it vetoes, and names itself first."""
+    from fairpca.tasks.data import load_source, split_data
+
+    config = AuditConfig(
+        data=_earnings_like(tmp_path), label="earns_more", sensitive=["gender"],
+        variants=["fair_pca"], lambdas=[0.0], classifiers=["logreg"], n_bootstrap=200,
+        metric_max_rows=200, sensitive_at_prediction=sensitive_at_prediction,
+    )  # fmt: skip
+    split = split_data.fn(load_source(config.source), config.split, config.source,
+                          seed=config.seed, min_group_size=30)  # fmt: skip
+    choice, promotion, _, _ = _decided(split, config, k=2)
+    remover = next(r for r in choice.decision.reasons if r.subject == "correlation_remover")
+    assert remover.rows == "validation" and remover.numbers["margin_low"] > 0
+    assert remover.needs == ("sensitive_at_prediction",)
+    if sensitive_at_prediction:
+        assert not choice.decision.promote and not promotion.promote
+        assert choice.decision.reasons[0] == remover and remover.kind == "dominated"
+    else:
+        assert choice.decision.promote and promotion.promote
+        assert remover.kind == "excluded_by_deployment" and not remover.decides
+
+
+def test_mitigation_did_nothing_compares_eligible_candidates_on_the_gated_measures():
+    """Two constant classifiers (ΔDP 0.0000 each) prove nothing; nor does an unreduced
+    eo_difference under a demographic-parity policy; an eligible fair variant no fairer
+    than eligible PCA on the gated ΔDP still warns."""
+    from fairpca.tasks.diagnostics import mitigation_warnings
+
+    useful = {"classifier": "logreg", "lambda_index": 0, "accuracy": 0.8,
+              "balanced_accuracy": 0.75, "balanced_accuracy.ci95_low": 0.72,
+              "positive_rate": 0.3, "base_rate": 0.25, "one_class_share": 0.7}  # fmt: skip
+    constant = {**useful, "balanced_accuracy": 0.5, "balanced_accuracy.ci95_low": 0.5,
+                "positive_rate": 0.0, "one_class_share": 1.0, "dp_difference": 0.0}  # fmt: skip
+    quiet = {v: {"leakage": {}, "near_constant_directions": {}} for v in ("pca", "fair_pca")}
+    selection = _config().selection  # demographic parity
+
+    def warned(pca, fair):
+        table = pd.DataFrame([{**pca, "variant": "pca"}, {**fair, "variant": "fair_pca"}])
+        warnings = mitigation_warnings(table, quiet, selection, 0.75)
+        return [w for w in warnings if w.startswith("mitigation did nothing")]
+
+    assert warned(constant, constant) == []
+    unreduced_eo = {**useful, "dp_difference": 0.01, "eo_difference": 0.2}
+    assert warned({**unreduced_eo, "dp_difference": 0.05}, unreduced_eo) == []
+    assert warned({**useful, "dp_difference": 0.05}, {**useful, "dp_difference": 0.06})
+
+
+@pytest.mark.e2e  # two default audits of Adult (a few minutes each)
+@pytest.mark.parametrize("allowed", [False, True])
+def test_the_default_adult_audit_promotes_fair_pca_unless_the_deployment_allows_a_better_one(
+    prefect_harness, tmp_path, empty_store, allowed
+):
+    """Defaults: fair PCA is promoted; exponentiated_gradient (random decisions) and
+    threshold_optimizer (the attribute and random decisions) are alternatives the deployment
+    excludes, with margins on the validation rows. With --sensitive-at-prediction
+    --randomized-decisions it is kept, the first reason naming the reference that decides."""
+    from fairpca.flows.audit import fairness_audit
+    from fairpca.tasks.decision import Kind
+
+    config = AuditConfig(dataset="adult", output_dir=tmp_path / "out", tracking_uri=empty_store,
+                         sensitive_at_prediction=allowed, randomized_decisions=allowed)  # fmt: skip
+    result = fairness_audit(config)
+    reasons = result.record.decision.reasons
+    assert result.record.selection.chosen.variant == "fair_pca"
+    compared = {r.subject: r for r in reasons if r.measure and r.rows == "validation"
+                and r.kind in (Kind.DOMINATED, Kind.EXCLUDED_BY_DEPLOYMENT)}  # fmt: skip
+    if not allowed:
+        assert result.decision == "promote"
+        assert compared["exponentiated_gradient"].needs == ("randomized_decisions",)
+        assert "sensitive_at_prediction" in compared["threshold_optimizer"].needs
+        assert all(r.kind == Kind.EXCLUDED_BY_DEPLOYMENT and r.numbers["margin"] > 0
+                   for r in compared.values())  # fmt: skip
+    else:
+        assert result.decision == "keep"
+        assert reasons[0].kind == Kind.DOMINATED and reasons[0].decides
+        assert reasons[0].subject in {"exponentiated_gradient", "threshold_optimizer"}

@@ -38,7 +38,8 @@ def test_a_search_on_a_sample_registers_the_model_fitted_on_every_training_row(
     shortlist = pd.read_csv(out / "shortlist.csv")  # its best, on every row
     assert 0 < len(shortlist) <= len(searched)
     chosen = record["selection"]["chosen"]
-    assert any("refitted on all 1,500 training rows" in r for r in record["decision"]["reasons"])
+    notes = [" ".join(r["facts"]) for r in record["decision"]["reasons"] if r["kind"] == "note"]
+    assert any("refitted on all 1,500 training rows" in note for note in notes)
 
     pipeline = load_skops_pipeline(out / "model")  # the model the audit saved and registers
     split = split_data.fn(

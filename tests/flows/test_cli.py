@@ -141,7 +141,7 @@ AUDIT_OPTIONS = (
     "--cv-below-rows",
     "--certify-factor", "--min-accuracy-gain", "--min-balanced-accuracy-margin",
     "--min-positive-rate-ratio", "--max-one-class-share", "--allow-row-storing-models",
-    "--promote-dominated",
+    "--promote-dominated", "--sensitive-at-prediction", "--randomized-decisions",
     # tracking
     "--tracking-uri", "--experiment-name", "--model-name", "--champion-alias",
     "--register-model", "--no-register-model", "--mlflow-retries", "--mlflow-retry-backoff",

@@ -822,3 +822,18 @@ def test_cli_refuses_a_bad_policy_dir_before_serving(tmp_path, monkeypatch):
     monkeypatch.setenv("FAIRPCA_WEBHOOK_SECRET", SECRET)
     result = invoke(["gate", "serve", "--policy-dir", str(tmp_path / "none")])
     assert result.exit_code == 2 and "does not exist" in " ".join(result.output.split())
+
+
+def test_the_deployment_is_part_of_the_policy_the_attestation_binds():
+    """A pass signed for a deployment without the attribute at prediction does not hold for
+    one with it: the policy digest changes, and the card's policy sentence names it."""
+    from fairpca.tasks.select import GatePolicy as NamedPolicy
+
+    reference = {"path": "reference.csv", "label": "y", "sensitive": ["sex"]}
+    default = gate_tasks.GatePolicy(model="m", reference=reference)
+    allowed = gate_tasks.GatePolicy(model="m", reference=reference, sensitive_at_prediction=True)
+    assert default.sensitive_at_prediction is False and default.randomized_decisions is False
+    digests = {gate_tasks.policy_digest(p, reference_sha256="0" * 64) for p in (default, allowed)}
+    assert len(digests) == 2
+    assert NamedPolicy.from_config(allowed).deployment.sensitive_at_prediction
+    assert "may use the sensitive attribute" in NamedPolicy.from_config(allowed).description()

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 from records import replaced
 
+from fairpca.tasks.decision import Kind, Reason, render
 from fairpca.tasks.record import (
     DATASET_LABELS,
     AuditRecord,
@@ -17,7 +18,7 @@ from fairpca.tasks.record import (
     resolved_model_name,
 )
 from fairpca.tasks.registry import fairness_tags
-from fairpca.tasks.report import render_model_card
+from fairpca.tasks.report import markdown_text, render_model_card
 from fairpca.tasks.trust import mask_credentials
 
 
@@ -186,7 +187,8 @@ def test_model_card_content(audit):
     # thresholds, gate and decision with the reasons (a pipe in a reason is escaped)
     assert "- Gate: `upper_bound`" in card and "- `max_dp_difference` = 0.05" in card
     assert "- Decision: **PROMOTED to champion**" in card and "  - no champion yet" in card
-    assert "  - upper bound of DP 0.0400 \\<= 0.05" in card and "legacy reason" not in card
+    chosen = markdown_text(render(audit.selection.decision.reasons[0]))
+    assert f"  - {chosen}" in card
     assert "beats majority \\| by 0.06" in card
     # projection hashes of the chosen variant, code version
     assert f"| fair_pca/components_ | `{'a' * 64}` |" in card and "c" * 64 not in card
@@ -207,9 +209,12 @@ def test_model_card_does_not_change_its_input_and_renders_the_same_from_audit_js
 
 
 def test_model_card_says_not_promoted(audit):
-    decision = DecisionRecord(promote=False, reasons=["only degenerate"])
+    reason = Reason(kind=Kind.NOT_ELIGIBLE, decides=True, subject="pca/logreg",
+                    flags=("none_eligible",))  # fmt: skip
+    decision = DecisionRecord(promote=False, reasons=[reason])
     card = render_model_card(replaced(audit, "selection", decision=decision))
-    assert "- Decision: **NOT promoted**" in card and "  - only degenerate" in card
+    assert "- Decision: **NOT promoted**" in card
+    assert f"  - {markdown_text(render(reason))}" in card
 
 
 @pytest.mark.parametrize(

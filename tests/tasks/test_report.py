@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from records import replaced
 
+from fairpca.tasks.decision import Kind, Reason, render
 from fairpca.tasks.record import Policy, PromotionRecord, ReferenceMitigation
 from fairpca.tasks.report import (
     COMPLEMENTARY,
@@ -219,10 +220,10 @@ def test_verdict_comes_first_with_every_model_and_the_groups_by_name(audit_recor
         ("pca/logreg@lambda=0", "baseline: unconstrained PCA"),
         ("majority class (0)", "baseline"),
         ("threshold_optimizer", "reference: post-processing, needs the sensitive attribute at "
-         "prediction"),
+         "decision time; the deployment excludes it"),
         ("exponentiated_gradient", "reference: reductions"),
         ("correlation_remover", "reference: pre-processing, needs the sensitive attribute at "
-         "prediction"),
+         "decision time; the deployment excludes it"),
     ]  # fmt: skip
     chosen = verdict.rows[0].estimates
     assert str(chosen["accuracy"]) == "0.822 (0.811–0.832)"  # 0.8215 ± 0.01
@@ -263,30 +264,36 @@ def test_the_decision_and_why_in_one_sentence_for_each_outcome(audit_record):
     )  # fmt: skip
     assert _decision(audit_record, PROMOTED)[:2] == (True, "Promoted to champion")
     kept = PromotionRecord(promote=False, reasons=["champion v3: the challenger is worse"])
-    assert _decision(audit_record, kept) == (
-        False, "Not promoted", f"Meets {gate}, but champion v3: the challenger is worse",
+    verdict = build_verdict(audit_record, kept)
+    assert (verdict.promote, verdict.headline, verdict.deciding) == (
+        False, "Not promoted", "the champion stays",
     )  # fmt: skip
+    assert verdict.decision_reasons[-1].kind == Kind.CHAMPION_STAYS
     unregistered = replaced(audit_record, register_model=False)
-    assert "no version was registered" in _decision(unregistered, kept)[2]
-    failed = replaced(audit_record, "selection.decision", promote=False,
-                      reasons=["no eligible candidate meets the thresholds"])  # fmt: skip
-    assert _decision(failed, kept) == (
-        False, "Not promoted", "No eligible candidate meets the thresholds",
+    assert build_verdict(unregistered, kept).deciding == "not registered"
+    gate_failed = Reason(kind=Kind.FAILS_GATE, decides=True, subject="fair_pca/logreg@lambda=0")
+    failed = replaced(audit_record, "selection.decision", promote=False, reasons=[gate_failed])
+    verdict = build_verdict(failed, kept)
+    assert (verdict.promote, verdict.headline, verdict.deciding) == (
+        False, "Not promoted", "fails the gate",
     )  # fmt: skip
+    assert verdict.why == render(gate_failed)[:1].upper() + render(gate_failed)[1:]
 
 
 def test_a_promotion_despite_a_dominating_reference_says_so_first(audit_record):
     """--promote-dominated: the headline is the promotion, its reason starts with what it
     overrode."""
-    dominated = ("dominated: the reference exponentiated_gradient (reductions) meets the gate "
-                 "and beats it ...; promoted anyway (--promote-dominated)")  # fmt: skip
+    dominated = Reason(kind=Kind.DOMINATED, decides=True, subject="exponentiated_gradient",
+                       measure="balanced_accuracy", rows="validation", flags=("overridden",),
+                       numbers={"margin": 0.02, "margin_low": 0.01,
+                                "margin_high": 0.03})  # fmt: skip
+    chosen = audit_record.selection.decision.reasons[0]
     anyway = replaced(audit_record, "selection.decision", promote=True,
-                      reasons=[dominated, "the highest balanced accuracy ..."])  # fmt: skip
-    promote, headline, why = _decision(anyway, PROMOTED)
-    assert (promote, headline) == (True, "Promoted to champion")
-    assert why.startswith("Dominated: the reference exponentiated_gradient") and (
-        "promoted anyway (--promote-dominated); meets the gate" in why
-    )
+                      reasons=[dominated, chosen])  # fmt: skip
+    verdict = build_verdict(anyway, PROMOTED)
+    assert (verdict.promote, verdict.headline) == (True, "Promoted to champion")
+    assert verdict.decision_reasons[0] == dominated
+    assert verdict.why.lower().startswith(render(dominated).lower())
 
 
 def test_an_estimate_reads_its_interval_and_never_shows_nan():
@@ -497,7 +504,8 @@ def test_why_states_the_gate_in_the_policys_own_words(audit_record):
     record = _reviewed(audit_record)
     why = dict(report_sections(record))["Why"]
     assert f"Gate: {POLICY.description}." in why.items
-    assert "upper bound of DP 0.0400 <= 0.05" in why.items  # the choice's own reasons follow
+    reasons = record.selection.decision.reasons
+    assert [render(r) for r in reasons] == why.items[1:]  # the choice's own reasons follow
 
 
 def test_the_frontier_has_its_slot_after_the_verdict(audit_record):
@@ -574,8 +582,8 @@ def test_where_fair_pca_misses_parity_one_paragraph_says_why_and_what_would(audi
     from fairpca.tasks.report import report_sections
 
     gap = {
-        "scores": {"sex:Female/race:Black": {"mean": -2.1, "sd": 1.05},
-                   "sex:Male/race:White": {"mean": -0.4, "sd": 1.43}},
+        "scores": {"sex:Female/race:Black": {"mean": -1.0, "sd": 1.05},
+                   "sex:Male/race:White": {"mean": -0.9, "sd": 1.43}},
         "fair_pca_s": {"fair_pca_s_intersection": {
             "name": "fair_pca_s_intersection/logreg_tuned@k=55,lambda=0", "meets_gate": False,
             "balanced_accuracy": 0.71, "dp_difference.intersection": 0.12}},
@@ -590,6 +598,24 @@ def test_where_fair_pca_misses_parity_one_paragraph_says_why_and_what_would(audi
     assert "Why fair PCA does not reach parity here" not in dict(
         report_sections(_reviewed(audit_record), PROMOTED)
     )  # no gap recorded (the chosen model meets the gate): no paragraph
+
+
+def test_the_parity_diagnosis_follows_the_numbers_and_says_searched_when_it_was(audit_record):
+    """The 255k-row census case: score spreads 0.34 and 0.35, means -0.69 and -0.49; Fair
+    PCA-S searched with no eligible candidate. The paragraph blames the means, not the
+    spreads, and does not tell the reader to add a variant that was searched."""
+    from fairpca.tasks.report import parity_paragraph
+
+    scores = {"sex:Female": {"mean": -0.69, "sd": 0.34}, "sex:Male": {"mean": -0.49, "sd": 0.35}}
+    searched = {"scores": scores, "fair_pca_s": {}, "fair_pca_s_searched": ["fair_pca_s"]}
+    text = parity_paragraph(replaced(audit_record, parity_gap=searched))
+    assert "mean score differs between the groups, from -0.69 to -0.49" in text
+    assert "was searched, but none of its candidates is eligible" in text
+    assert "add fair_pca_s to --variants" not in text
+    unsearched = {"scores": scores, "fair_pca_s": {}}
+    assert "add fair_pca_s to --variants" in parity_paragraph(
+        replaced(audit_record, parity_gap=unsearched)
+    )
 
 
 def _searched_on_a_sample(record):

@@ -7,12 +7,14 @@ from __future__ import annotations
 import pytest
 from records import replaced
 
+from fairpca.tasks.decision import Kind, Reason, render
 from fairpca.tasks.record import PromotionRecord, ReferenceMitigation, ScreenedColumn
 from fairpca.tasks.registry import run_ui_url
 from fairpca.tasks.report import (
     COMPLEMENTARY,
     DESCRIPTION_MAX_CHARS,
     build_verdict,
+    markdown_text,
     render_model_card,
     run_description,
     verdict_markdown,
@@ -45,7 +47,8 @@ def _hostile(record):
         group_sizes={SCRIPT: {IMG: 300, TICK: 200, LINK: "suppressed"}},
         test=test, warnings=[f"column {IMG} predicts {SCRIPT}"],
     )  # fmt: skip
-    record = replaced(record, "selection.decision", reasons=[f"group {LINK} of {TICK} is small"])
+    small = Reason(kind=Kind.NOTE, facts=(f"group {LINK} of {TICK} is small",))
+    record = replaced(record, "selection.decision", reasons=[small])
     params = {**record.params, "label": LINK, "data": f"/data/{TICK}.csv", "sensitive": SCRIPT}
     screened = [ScreenedColumn(column=IMG, rule=LINK, score=0.97, action="excluded")]
     return replaced(record, sensitive=[SCRIPT], screening=screened, params=params)
@@ -97,7 +100,10 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
     """The MLflow UI lists a description's first characters as they are: no Markdown."""
     audit_record = _with_group_rates(audit_record)
     kept = PromotionRecord(promote=False, reasons=["champion v1: the challenger is worse"])
-    dominated = ["dominated: the reference exponentiated_gradient (reductions) meets ..."]
+    dominated = [Reason(kind=Kind.DOMINATED, decides=True, subject="exponentiated_gradient",
+                        measure="balanced_accuracy", rows="validation",
+                        numbers={"margin": 0.02, "margin_low": 0.01,
+                                 "margin_high": 0.03})]  # fmt: skip
     records = {
         "promoted": (audit_record, PROMOTED),
         "kept": (audit_record, kept),
@@ -175,7 +181,7 @@ def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record
     assert "| race: Eskimo | withheld: fewer than 30 test rows | - | - | - |" in details
     # 480 rows in all, 120 of them test rows: withheld to hide a smaller group
     assert f"| race: Black | {COMPLEMENTARY} | - | - | - |" in details
-    assert "- upper bound of DP 0.0400 \\<= 0.05" in details
+    assert f"- {markdown_text(render(record.selection.decision.reasons[0]))}" in details
     assert "- fair_pca: a sensitive attribute is still predictable" in details
     assert any(line.startswith("Full model card: artifact `model_card.md`") for line in details)
     assert len(lines) < 45
@@ -215,7 +221,7 @@ def test_version_description_always_fits_and_links_the_card_and_the_report(audit
     ) in local
     bare = version_description(audit_record, "abc123", None, PROMOTED)
     assert "Full model card: `runs:/abc123/model_card.md`; report: " in bare
-    reasons = [f"reason {i}: " + "x" * 2000 for i in range(50)]
+    reasons = [Reason(kind=Kind.NOTE, facts=(f"reason {i}: " + "x" * 2000,)) for i in range(50)]
     audit_record = replaced(audit_record, "selection.decision", reasons=reasons)
     audit_record = replaced(audit_record, "selection", warnings=["warning " + "y" * 2000] * 50)
     long = version_description(audit_record, "abc123", url, PROMOTED)

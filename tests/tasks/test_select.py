@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from fairpca.flows.config import AuditConfig
+from fairpca.tasks.decision import Kind, Reason
 from fairpca.tasks.evaluate import metrics_with_intervals
 from fairpca.tasks.select import GatePolicy, choose, ineligibility, parse_policy, select_candidate
 
@@ -87,8 +88,8 @@ def test_when_no_candidate_is_eligible_nothing_may_be_registered():
     assert choice.eligible is False
     assert choice.eligibility["chosen_passes"] is False
     assert not choice.decision.promote
-    text = " ".join(choice.decision.reasons)
-    assert "no candidate is eligible, so nothing is registered" in text
+    first = choice.decision.reasons[0]
+    assert first.kind == Kind.NOT_ELIGIBLE and "none_eligible" in first.flags and first.decides
 
 
 def test_policy_names_parse_and_refuse_unknown_parts():
@@ -189,10 +190,13 @@ def test_select_candidate_prefers_balanced_accuracy_over_accuracy_by_default():
     lax = {"policy": "demographic_parity", "thresholds": {"max_dp_difference": 0.2}}
     chosen, decision, _ = select_candidate(table, majority, _config(**lax))
     assert chosen["variant"] == "fair_pca"
-    assert "highest balanced accuracy of 2 of 2 candidates" in decision.reasons[0]
+    first = decision.reasons[0]
+    assert (first.kind, first.measure, first.numbers["passing"]) == (
+        Kind.CHOSEN, "balanced_accuracy", 2
+    )
     chosen, decision, _ = select_candidate(table, majority, _config(select_by="accuracy", **lax))
     assert chosen["variant"] == "pca"
-    assert "highest accuracy of 2 of 2" in decision.reasons[0]
+    assert decision.reasons[0].measure == "accuracy"
 
 
 def test_the_default_gate_compares_estimates_and_upper_bound_is_the_strict_option():
@@ -245,7 +249,7 @@ def test_a_pass_within_one_standard_error_of_the_limit_is_unstable_and_not_prefe
     assert best["k"] == 10 and decision.promote  # the clear pass, although less accurate
     alone, decision, eligible = select_candidate(pd.DataFrame([near]), 0.7, _config())
     assert alone["k"] == 40 and eligible and not decision.promote
-    assert any(reason.startswith("unstable verdict") for reason in decision.reasons)
+    assert decision.deciding.kind == Kind.UNSTABLE
 
 
 def test_an_uncertifiable_choice_is_not_promoted_and_says_so():
@@ -253,9 +257,9 @@ def test_an_uncertifiable_choice_is_not_promoted_and_says_so():
     choice = choose(rows, np.zeros(10), np.r_[np.zeros(70), np.ones(30)], _config())
     assert not choice.decision.promote
     assert choice.certification["certified"] is False
-    assert any(
-        r.startswith("not enough data to certify the gate on the 100 validation rows")
-        for r in choice.decision.reasons
+    first = choice.decision.deciding
+    assert (first.kind, first.rows, first.flags) == (
+        Kind.TOO_LITTLE_DATA, "validation", ("certification",)
     )
     certified = choose(
         pd.DataFrame([_gated(0.01, 0.01)]),
@@ -323,8 +327,8 @@ def test_saying_yes_to_nearly_everyone_is_not_eligible_whatever_the_gate_says():
     assert not choice.decision.promote
     assert choice.chosen["variant"] == "fair_pca"  # shown for review, not the trivial pass
     first = choice.decision.reasons[0]
-    assert first.startswith("not eligible: the 1 candidate(s) meeting the gate are not useful")
-    assert "says yes to 94" in first and "meets parity trivially" in first
+    assert first.kind == Kind.NOT_ELIGIBLE and first.numbers["meeting_gate"] == 1
+    assert any("says yes to 94" in fact for fact in first.facts)
 
 
 def test_below_the_majority_class_the_first_reason_is_eligibility_not_the_gate():
@@ -336,8 +340,9 @@ def test_below_the_majority_class_the_first_reason_is_eligibility_not_the_gate()
     assert weak["accuracy"] < float(np.mean(y == 1))
     choice = choose(_table([weak]), np.ones(10, int), y, _config())
     assert not choice.decision.promote and not choice.eligible
-    assert choice.decision.reasons[0].startswith("not eligible: the 1 candidate(s) meeting")
-    assert "is not above chance 0.5" in choice.decision.reasons[0]
+    first = choice.decision.reasons[0]
+    assert first.kind == Kind.NOT_ELIGIBLE and first.numbers["meeting_gate"] == 1
+    assert any("is not above chance 0.5" in fact for fact in first.facts)
 
 
 def _promoted_choice():
@@ -347,62 +352,90 @@ def _promoted_choice():
     return choice
 
 
-def _reference(name, value, half, needs, test_dp=0.01):
-    test = {**_gated(test_dp, 0.01), "balanced_accuracy": value,
-            "balanced_accuracy.ci95_low": value - half,
-            "balanced_accuracy.ci95_high": value + half}  # fmt: skip
-    validation = {**_gated(0.01, 0.01), "balanced_accuracy": value}
-    return {"name": name, "approach": "reductions", "needs_sensitive_at_prediction": needs,
+def _reference(name, value, half, needs=(), test_value=None):
+    """A reference meeting the gate on the validation rows at ``value`` +/- ``half``; its test
+    rows (reported only) at ``test_value`` (default: the same)."""
+    validation = {**_gated(0.01, 0.01), "balanced_accuracy": value,
+                  "balanced_accuracy.ci95_low": value - half,
+                  "balanced_accuracy.ci95_high": value + half}  # fmt: skip
+    test = {**validation, "balanced_accuracy": value if test_value is None else test_value}
+    return {"name": name, "approach": "reductions", "needs": list(needs),
+            "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
             "validation": validation, "test": test}  # fmt: skip
 
 
-def test_a_candidate_a_reference_beats_on_the_test_rows_is_kept_by_default():
-    """A reference meeting the gate with a test margin whose 95% interval is above zero:
-    "keep", the first line naming it, what it needs and by how much."""
-    from fairpca.tasks.select import dominance
+CHOSEN_TEST = {"balanced_accuracy": 0.75, "balanced_accuracy.ci95_low": 0.72,
+               "balanced_accuracy.ci95_high": 0.78}  # fmt: skip
 
-    chosen_test = {"balanced_accuracy": 0.70, "balanced_accuracy.ci95_low": 0.68,
-                   "balanced_accuracy.ci95_high": 0.72}  # fmt: skip
+
+def test_a_reference_better_on_the_rows_that_chose_vetoes_when_the_deployment_allows_it():
+    """The chosen candidate: balanced accuracy 0.75 [0.72, 0.78] on the validation rows. A
+    deployable reference at 0.85 +/- 0.02 there vetoes (margin +0.10, interval above 0); one
+    whose interval includes zero is listed; an ineligible one is not compared."""
+    from fairpca.tasks.select import judge_references
+
     references = [
-        _reference("threshold_optimizer", 0.72, 0.02, True),  # interval includes zero
-        _reference("exponentiated_gradient", 0.80, 0.02, False),
+        _reference("threshold_optimizer", 0.77, 0.02),  # interval includes zero
+        _reference("exponentiated_gradient", 0.85, 0.02),
     ]
-    kept = dominance(_promoted_choice(), references, chosen_test, _config())
+    kept = judge_references(_promoted_choice(), references, CHOSEN_TEST, _config())
     assert not kept.decision.promote
     first = kept.decision.reasons[0]
-    assert first.startswith("dominated: the reference exponentiated_gradient (reductions)")
-    assert "+0.1000 balanced accuracy (95% interval [+0.0717, +0.1283])" in first
-    assert "only at training" in first
+    assert (first.kind, first.subject, first.rows, first.decides) == (
+        Kind.DOMINATED, "exponentiated_gradient", "validation", True
+    )
+    assert first.numbers["margin"] == pytest.approx(0.10)
+    assert first.numbers["margin_low"] == pytest.approx(0.10 - np.hypot(0.03, 0.02))
+    listed = [r for r in kept.decision.reasons if r.kind == Kind.BETTER_REFERENCE]
+    assert [r.subject for r in listed] == ["threshold_optimizer"]
     useless = [{**references[1], "ineligible": ["says yes for 99.0% of the rows"]}]
-    assert dominance(_promoted_choice(), useless, chosen_test, _config()).decision.promote
-    anyway = dominance(_promoted_choice(), references, chosen_test,
-                       _config(promote_dominated=True))  # fmt: skip
-    assert anyway.decision.promote and "promoted anyway" in anyway.decision.reasons[0]
-    close = dominance(_promoted_choice(), references[:1], chosen_test, _config())
-    assert close.decision.promote  # +0.02 with interval [-0.008, +0.048]: not dominated
+    assert judge_references(_promoted_choice(), useless, CHOSEN_TEST, _config()).decision.promote
+    anyway = judge_references(_promoted_choice(), references, CHOSEN_TEST,
+                              _config(promote_dominated=True))  # fmt: skip
+    assert anyway.decision.promote and "overridden" in anyway.decision.reasons[0].flags
 
 
-def test_dominance_holds_only_where_the_reference_meets_the_gate_on_the_test_rows_too():
-    """COMPAS: a reference meeting the gate on the validation rows but not on the test rows,
-    where its margin is measured, does not dominate; among dominating references the first
-    line names one that, like fair PCA, needs the attribute only at training."""
-    from fairpca.tasks.select import dominance
+def test_a_reference_the_deployment_excludes_never_vetoes_and_is_listed_with_its_margin():
+    """Exponentiated gradient decides at random, the threshold optimizer also needs the
+    attribute: by default neither vetoes, both are listed as excluded with what enabling them
+    takes; with both settings on, the one that needs least decides first."""
+    from fairpca.tasks.select import judge_references
 
-    chosen_test = {**_gated(0.01, 0.01), "balanced_accuracy": 0.70,
-                   "balanced_accuracy.ci95_low": 0.68,
-                   "balanced_accuracy.ci95_high": 0.72}  # fmt: skip
-    unfair_on_test = _reference("correlation_remover", 0.80, 0.02, True, test_dp=0.30)
-    assert dominance(_promoted_choice(), [unfair_on_test], chosen_test, _config()).decision.promote
-    # symmetric: where the chosen candidate fails the gate on the test rows too, it dominates
-    unfair_chosen = {**chosen_test, "dp_difference": 0.30}
-    kept = dominance(_promoted_choice(), [unfair_on_test], unfair_chosen, _config())
+    references = [
+        _reference("threshold_optimizer", 0.90, 0.02,
+                   ("sensitive_at_prediction", "randomized_decisions")),
+        _reference("exponentiated_gradient", 0.85, 0.02, ("randomized_decisions",)),
+    ]  # fmt: skip
+    kept = judge_references(_promoted_choice(), references, CHOSEN_TEST, _config())
+    assert kept.decision.promote
+    excluded = [r for r in kept.decision.reasons if r.kind == Kind.EXCLUDED_BY_DEPLOYMENT]
+    assert {r.subject: r.needs for r in excluded} == {
+        "threshold_optimizer": ("sensitive_at_prediction", "randomized_decisions"),
+        "exponentiated_gradient": ("randomized_decisions",),
+    }
+    assert all(r.rows == "validation" and r.numbers["margin_low"] > 0 for r in excluded)
+    only_random = _config(randomized_decisions=True)
+    vetoed = judge_references(_promoted_choice(), references, CHOSEN_TEST, only_random)
+    first = vetoed.decision.reasons[0]
+    assert not vetoed.decision.promote and first.subject == "exponentiated_gradient"
+    both = _config(randomized_decisions=True, sensitive_at_prediction=True)
+    first = judge_references(_promoted_choice(), references, CHOSEN_TEST, both).decision.deciding
+    assert (first.kind, first.subject) == (Kind.DOMINATED, "exponentiated_gradient")
+
+
+def test_the_veto_never_reads_the_test_rows():
+    """A reference far better on the test rows but not on the validation rows does not
+    veto; one better on the validation rows vetoes whatever its test numbers."""
+    from fairpca.tasks.select import judge_references
+
+    only_on_test = _reference("correlation_remover", 0.76, 0.02, test_value=0.95)
+    assert judge_references(
+        _promoted_choice(), [only_on_test], CHOSEN_TEST, _config()
+    ).decision.promote
+    worse_on_test = _reference("correlation_remover", 0.85, 0.02, test_value=0.50)
+    kept = judge_references(_promoted_choice(), [worse_on_test], CHOSEN_TEST, _config())
     assert not kept.decision.promote
-    both = [
-        _reference("correlation_remover", 0.85, 0.02, True),  # the widest margin
-        _reference("exponentiated_gradient", 0.78, 0.02, False),
-    ]
-    first = dominance(_promoted_choice(), both, chosen_test, _config()).decision.reasons[0]
-    assert first.startswith("dominated: the reference exponentiated_gradient")
+    assert kept.decision.reasons[0].numbers["test_margin"] == pytest.approx(-0.25)
 
 
 def test_unconstrained_pca_is_named_and_no_constraint_needed_only_when_shown():
@@ -410,11 +443,11 @@ def test_unconstrained_pca_is_named_and_no_constraint_needed_only_when_shown():
     _, decision, _ = select_candidate(pd.DataFrame(rows), 0.7, _config())
     assert decision.promote
     first = decision.reasons[0]
-    assert first.startswith("no fairness constraint was needed")
-    assert "unconstrained PCA (no fairness constraint) pca/logreg_tuned@k=10" in first
+    assert first.kind == Kind.CHOSEN and "unconstrained" in first.flags
+    assert first.subject == "pca/logreg_tuned@k=10"
     near = [{**_gated(0.045, 0.02), "variant": "pca", "lambda": float("nan")}]
     _, decision, _ = select_candidate(pd.DataFrame(near), 0.7, _config())
-    assert not decision.promote and "no fairness constraint was needed" not in decision.reasons[0]
+    assert not decision.promote and decision.deciding.kind == Kind.UNSTABLE
 
 
 def test_a_gate_that_could_not_judge_a_large_group_promotes_nothing():
@@ -425,12 +458,88 @@ def test_a_gate_that_could_not_judge_a_large_group_promotes_nothing():
     unjudged = ["the gate did not judge marital: divorced: on the validation rows ..."]
     kept = judged_everywhere(_promoted_choice(), unjudged)
     assert not kept.decision.promote
-    assert kept.decision.reasons[0].startswith(
-        "not enough data to judge every group: the gate did not judge marital: divorced"
-    )
+    first = kept.decision.reasons[0]
+    assert first.kind == Kind.TOO_LITTLE_DATA and first.facts == tuple(unjudged)
     assert judged_everywhere(_promoted_choice(), []).decision.promote
     # a gate failed for want of those groups: too little data decides, before the gate
     failed = _promoted_choice()
-    failed = dataclasses.replace(failed, decision=failed.decision.leading("fails the gate", False))
-    first = judged_everywhere(failed, unjudged).decision.reasons
-    assert first[0].startswith("not enough data to judge every group") and "fails the gate" in first
+    gate = Reason(kind=Kind.FAILS_GATE, decides=True)
+    failed = dataclasses.replace(failed, decision=failed.decision.leading(gate, False))
+    kinds = [r.kind for r in judged_everywhere(failed, unjudged).decision.reasons]
+    assert kinds[:2] == [Kind.TOO_LITTLE_DATA, Kind.FAILS_GATE]
+
+
+def _imbalanced(n=2500, seed=0):
+    """8% positives, two groups of 1/3 and 2/3 of the rows, independent of the label."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < 0.08).astype(int)
+    groups = pd.DataFrame({"sex": np.where(rng.random(n) < 1 / 3, "Female", "Male")})
+    return rng, y, groups
+
+
+def _candidates(rows):
+    frame = pd.DataFrame(rows)
+    frame["lambda"] = [r.get("lambda", np.nan) for r in rows]
+    frame["lambda_index"] = range(len(rows))
+    return frame
+
+
+def test_the_unconstrained_pca_baseline_is_its_best_eligible_candidate():
+    """The imbalanced table: the most accurate PCA candidate says no to everyone; the
+    baseline is the tuned, useful one, and a constant one only when none is useful (then
+    a note says so)."""
+    rng, y, groups = _imbalanced()
+    constant = _row(y, np.zeros_like(y), groups, variant="pca", classifier="logreg")
+    useful = _row(y, _rate_classifier(rng, y, 0.6, 0.15), groups, variant="pca",
+                  classifier="logreg_tuned")  # fmt: skip
+    fair = _row(y, _rate_classifier(rng, y, 0.6, 0.15), groups, variant="fair_pca",
+                classifier="logreg_tuned", **{"lambda": 0.0})  # fmt: skip
+    assert constant["accuracy"] > useful["accuracy"]
+    majority = float(np.mean(y == 0))
+    choice = choose(_candidates([constant, useful, fair]), np.zeros(10, int), y, _config())
+    assert choice.pca_row["classifier"] == "logreg_tuned"
+    assert not any("unconstrained PCA baseline shown" in " ".join(r.facts)
+                   for r in choice.decision.reasons)  # fmt: skip
+    alone = choose(_candidates([constant, fair]), np.zeros(10, int), y, _config())
+    assert alone.pca_row["classifier"] == "logreg"
+    notes = [r for r in alone.decision.reasons if r.kind == Kind.NOTE]
+    assert any("no unconstrained PCA candidate is eligible" in " ".join(r.facts) for r in notes)
+    assert majority > 0.9
+
+
+def test_a_selection_rate_over_twice_every_groups_base_rate_is_said_with_the_accuracy_choice():
+    """The résumé case: chosen by balanced accuracy, the model says yes to ~44% at an 8%
+    base rate; the summary says so and names what --select-by accuracy would choose."""
+    rng, y, groups = _imbalanced()
+    yes_sayer = _row(y, _rate_classifier(rng, y, 0.95, 0.40), groups, variant="fair_pca",
+                     classifier="logreg_tuned", k=5)  # fmt: skip
+    cautious = _row(y, _rate_classifier(rng, y, 0.55, 0.03), groups, variant="fair_pca",
+                    classifier="logreg", k=5)  # fmt: skip
+    lax = {"policy": "demographic_parity", "thresholds": {"max_dp_difference": 0.2}}
+    choice = choose(_candidates([yes_sayer, cautious]), np.zeros(10, int), y, _config(**lax))
+    assert choice.chosen["classifier"] == "logreg_tuned"
+    (note,) = [r for r in choice.decision.reasons if "selection_rate" in r.flags]
+    assert note.subject == "fair_pca/logreg@k=5" and note.numbers["positive_rate"] > 0.4
+    assert note.numbers["accuracy_positive_rate"] < 0.1
+    by_accuracy = choose(_candidates([yes_sayer, cautious]), np.zeros(10, int), y,
+                         _config(select_by="accuracy", **lax))  # fmt: skip
+    assert not any("selection_rate" in r.flags for r in by_accuracy.decision.reasons)
+
+
+def test_when_no_fair_candidate_is_eligible_it_is_said_first_and_pca_is_never_fair():
+    """The 255k-row census case: every fair candidate says one class, the unconstrained one
+    fails the gate and is shown for review: the first reason says no fair candidate is
+    eligible and why; the review names the model as unconstrained."""
+    pca = _gated(0.3, 0.01, variant="pca", classifier="logreg", **{"lambda": float("nan")})
+    fair = _gated(0.0, 0.01, variant="fair_pca", one_class_share=0.995, positive_rate=0.005)
+    choice = choose(pd.DataFrame([pca, fair]), np.zeros(10), np.r_[np.zeros(70), np.ones(30)],
+                    _config())  # fmt: skip
+    assert not choice.decision.promote and choice.chosen["variant"] == "pca"
+    first = choice.decision.reasons[0]
+    assert first.kind == Kind.NOT_ELIGIBLE and "no_fair" in first.flags
+    assert first.subject.startswith("fair_pca/") and first.facts  # how far from the rules
+    review = next(r for r in choice.decision.reasons if r.kind == Kind.FAILS_GATE)
+    assert "unconstrained" in review.flags
+    at_one = {**_gated(0.3, 0.01), "lambda": 1.0}  # the whole PCA projection beside the fair
+    _, decision, _ = select_candidate(pd.DataFrame([at_one]), 0.7, _config())
+    assert "unconstrained" in decision.reasons[0].flags

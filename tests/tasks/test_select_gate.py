@@ -49,7 +49,8 @@ def test_select_candidate_without_passing_candidates_does_not_promote():
     chosen, decision, _ = select_candidate(_table(), 0.76, config)
     assert not decision.promote
     assert chosen["dp_difference"] == 0.01  # least violating
-    assert any("DP difference 0.0100 > max 0.001" in r for r in decision.reasons)
+    (reason,) = decision.reasons
+    assert reason.kind == "fails_gate" and "DP difference 0.0100 > max 0.001" in reason.facts
 
 
 def test_gate_on_the_upper_bound_rejects_what_the_point_estimate_passes():
@@ -61,7 +62,7 @@ def test_gate_on_the_upper_bound_rejects_what_the_point_estimate_passes():
     _, promoted, _ = select_candidate(table, 0.76, point)
     _, kept, _ = select_candidate(table, 0.76, upper)
     assert promoted.promote and not kept.promote
-    assert "DP difference (95% upper bound) 0.0600 > max 0.05" in kept.reasons
+    assert "DP difference (95% upper bound) 0.0600 > max 0.05" in kept.deciding.facts
 
 
 def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
@@ -76,8 +77,8 @@ def test_degenerate_candidates_are_not_eligible_and_nothing_is_promoted():
     assert not decision.promote and eligible
     assert chosen["variant"] == "pca"  # the only eligible candidate, for review
     # eligibility decided, so it comes first
-    assert decision.reasons[0].startswith("not eligible: the 2 candidate(s) meeting the gate")
-    assert decision.reasons[0].endswith("nothing is promoted")
+    first = decision.reasons[0]
+    assert (first.kind, first.decides, first.numbers["meeting_gate"]) == ("not_eligible", True, 2)
     from fairpca.tasks.select import ineligibility
 
     assert any(

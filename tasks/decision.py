@@ -1,0 +1,356 @@
+"""The audit's decision as data: an outcome and the ordered, structured reasons that led to it.
+
+Each step of the choice (:mod:`fairpca.tasks.select`) adds a :class:`Reason`: what kind of
+step it was (:class:`Kind`), whether it decided the outcome, the candidate or reference it
+names, its numbers, the rows they were measured on and, for a reference, what its deployment
+needs. Every surface (the terminal, the report, the model card, MLflow descriptions, the gate's
+card) renders the sentence from these fields with :func:`render`; nothing reads a sentence back.
+The same model is what ``audit.json`` stores (``decision.reasons``).
+
+The deployment (:class:`Deployment`) says what a deployed model may do: see the sensitive
+attribute at decision time, decide at random. A reference mitigation that needs more than the
+deployment allows cannot veto the chosen model; it is listed as an alternative the deployment
+excludes (:attr:`Kind.EXCLUDED_BY_DEPLOYMENT`), with its margin and what enabling it takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Kind(StrEnum):
+    """What a step of the decision found."""
+
+    CHOSEN = "chosen"  # the best eligible candidate meeting the gate (promotes)
+    UNSTABLE = "unstable"  # it meets the gate by less than its noise
+    NOT_ELIGIBLE = "not_eligible"  # no candidate (or none meeting the gate) is useful enough
+    FAILS_GATE = "fails_gate"  # no eligible candidate meets the gate
+    TOO_LITTLE_DATA = "too_little_data"  # the rows cannot certify the gate or judge a group
+    DOMINATED = "dominated"  # a deployable reference is better beyond the noise
+    EXCLUDED_BY_DEPLOYMENT = "excluded_by_deployment"  # better, but the deployment forbids it
+    BETTER_REFERENCE = "better_reference"  # deployable and better, within the noise
+    NOTE = "note"  # a fact the reader needs (never decides)
+    PROMOTED = "promoted"  # the champion alias moves to this model
+    CHAMPION_STAYS = "champion_stays"  # the alias stays where it is
+    DEMOTED = "demoted"  # the champion loses the alias
+
+
+# What a reference may need of the deployment (:attr:`Reason.needs`), the policy setting
+# that allows it and the words a reader sees.
+NEEDS = {
+    "sensitive_at_prediction": (
+        "--sensitive-at-prediction",
+        "the sensitive attribute at decision time",
+    ),
+    "randomized_decisions": ("--randomized-decisions", "random decisions"),
+}
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the deployed model may do: see the sensitive attribute when it decides, decide at
+    random (the same applicant, another answer)."""
+
+    sensitive_at_prediction: bool = False
+    randomized_decisions: bool = False
+
+    @classmethod
+    def of(cls, rules: Any) -> Deployment:
+        """The deployment of a config section holding the two settings (``GateRules``)."""
+        return cls(
+            bool(getattr(rules, "sensitive_at_prediction", False)),
+            bool(getattr(rules, "randomized_decisions", False)),
+        )
+
+    def allows(self, needs: Iterable[str]) -> bool:
+        return all(getattr(self, need) for need in needs)
+
+    def missing(self, needs: Iterable[str]) -> tuple[str, ...]:
+        """The needs this deployment does not allow."""
+        return tuple(need for need in needs if not getattr(self, need))
+
+    def as_dict(self) -> dict[str, bool]:
+        return {name: bool(getattr(self, name)) for name in NEEDS}
+
+    def description(self) -> str:
+        """One sentence: what the deployed model may and may not do."""
+        allowed = [NEEDS[n][1] for n in NEEDS if getattr(self, n)]
+        barred = [NEEDS[n][1] for n in NEEDS if not getattr(self, n)]
+        parts = []
+        if allowed:
+            parts.append(f"may use {' and '.join(allowed)}")
+        if barred:
+            parts.append(f"may not use {' or '.join(barred)}")
+        return "the deployed model " + "; ".join(parts)
+
+
+class Reason(BaseModel):
+    """One step of the decision.
+
+    ``kind`` says what the step found; ``decides`` whether it decided the outcome; ``subject``
+    the candidate or reference it names; ``measure`` the measure it compares; ``rows`` the rows
+    its numbers were measured on (``validation``, ``cross-validated training+validation``,
+    ``test``; empty: no measurement); ``numbers`` its
+    measured values; ``facts`` measured findings listed as they are (a gate's failures, why a
+    candidate is not eligible); ``needs`` what a reference needs of the deployment
+    (:data:`NEEDS`); ``flags`` variants of the kind (``unconstrained``: the chosen model is
+    unconstrained PCA; ``overridden``: a veto ``promote_dominated`` overrode; ``none_eligible``;
+    ``certification``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_inf_nan="constants")
+
+    kind: Kind
+    decides: bool = False
+    subject: str = ""
+    measure: str = ""
+    rows: str = ""
+    numbers: dict[str, float] = {}
+    facts: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+
+
+def note(text: str | None) -> Reason | None:
+    """A :attr:`Kind.NOTE` holding ``text`` (None: none)."""
+    return Reason(kind=Kind.NOTE, facts=(text,)) if text else None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether the chosen candidate may become champion, and the ordered reasons why."""
+
+    promote: bool
+    reasons: tuple[Reason, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"promote": self.promote, "reasons": [r.model_dump() for r in self.reasons]}
+
+    def adding(self, *reasons: Reason | None, promote: bool | None = None) -> Decision:
+        """This decision with more reasons (None: none; and, when given, another outcome)."""
+        outcome = self.promote if promote is None else promote
+        return Decision(outcome, (*self.reasons, *(r for r in reasons if r is not None)))
+
+    def leading(self, reason: Reason, promote: bool | None = None) -> Decision:
+        """This decision with ``reason`` first: the one that decided it."""
+        return Decision(self.promote if promote is None else promote, (reason, *self.reasons))
+
+    @property
+    def deciding(self) -> Reason | None:
+        return deciding(self.reasons)
+
+
+def deciding(reasons: Iterable[Reason]) -> Reason | None:
+    """The first reason that decided the outcome (None: none did)."""
+    return next((reason for reason in reasons if reason.decides), None)
+
+
+# ---- the one renderer -----------------------------------------------------------------------
+
+
+def _label(measure: str) -> str:
+    return measure.replace("_", " ")
+
+
+def _margin(numbers: dict[str, float], prefix: str = "") -> str:
+    """``+0.0140 (95% interval [+0.0050, +0.0230])`` from ``<prefix>margin``/``_low``/``_high``."""
+    value = numbers.get(f"{prefix}margin")
+    if value is None:
+        return ""
+    low, high = numbers.get(f"{prefix}margin_low"), numbers.get(f"{prefix}margin_high")
+    interval = f" (95% interval [{low:+.4f}, {high:+.4f}])" if low is not None else ""
+    return f"{value:+.4f}{interval}"
+
+
+def _rows(reason: Reason) -> str:
+    return f"the {reason.rows} rows" if reason.rows else "the rows that choose"
+
+
+def _needs(needs: tuple[str, ...]) -> str:
+    if not needs:
+        return "needs the sensitive attribute only at training, like Fair PCA"
+    return "needs " + " and ".join(NEEDS[need][1] for need in needs)
+
+
+def _facts(reason: Reason, lead: str = ": ") -> str:
+    return f"{lead}{'; '.join(reason.facts)}" if reason.facts else ""
+
+
+def _chosen(reason: Reason) -> str:
+    numbers = reason.numbers
+    text = (
+        f"{reason.subject} has the highest {_label(reason.measure)} "
+        f"({numbers.get('value', float('nan')):.4f}) of {int(numbers.get('passing', 0))} of "
+        f"{int(numbers.get('candidates', 0))} candidates that are eligible and meet the gate on "
+        f"{_rows(reason)}"
+    )
+    if reason.decides:  # else an unstable verdict says by how little
+        text += ", by at least one standard error of each point-judged measure"
+    if "unconstrained" in reason.flags:
+        return f"no fairness constraint was needed: an unconstrained model meets the gate; {text}"
+    return text
+
+
+def _reference(reason: Reason) -> str:
+    """``name (config)``: the reference and the configuration its search chose."""
+    return reason.subject + (f" ({reason.facts[0]})" if reason.facts else "")
+
+
+def _beats(reason: Reason) -> str:
+    """By how much the reference beats the chosen candidate on the rows that chose, and
+    (reported only) on the test rows."""
+    test = _margin(reason.numbers, "test_")
+    on_test = f"; on the test rows (reported only) {test}" if test else ""
+    return (
+        f"beats the chosen candidate by {_margin(reason.numbers)} {_label(reason.measure)} on "
+        f"{_rows(reason)}{on_test}"
+    )
+
+
+def _unstable(reason: Reason) -> str:
+    return (
+        f"unstable verdict: each of the {int(reason.numbers.get('passing', 0))} candidates "
+        f"meeting the gate meets it by less than its noise on {_rows(reason)}, so another "
+        f"seed can reverse it; not promoted{_facts(reason)}"
+    )
+
+
+def _not_eligible(reason: Reason) -> str:
+    if "no_fair" in reason.flags:
+        return (
+            "no fair candidate is eligible (useful beyond the majority class and chance) on "
+            f"{_rows(reason)}: the best of them, {reason.subject}, misses the eligibility "
+            f"rules{_facts(reason)}; no model shown here is a fair one"
+        )
+    if "none_eligible" in reason.flags:
+        why = f" (not eligible: {'; '.join(reason.facts)})" if reason.facts else ""
+        return (
+            "no candidate is eligible (useful beyond the majority class and chance), so "
+            "nothing is registered or promoted; the best by balanced accuracy, "
+            f"{reason.subject}, is shown for information only{why}"
+        )
+    return (
+        f"not eligible: the {int(reason.numbers.get('meeting_gate', 0))} candidate(s) "
+        f"meeting the gate are not useful enough to register (the best of them, "
+        f"{reason.subject}{_facts(reason)}); nothing is promoted"
+    )
+
+
+def _fails_gate(reason: Reason) -> str:
+    unconstrained = "unconstrained" in reason.flags
+    unfair = " (an unconstrained model: never a fair one)" if unconstrained else ""
+    return (
+        f"no eligible candidate meets the gate on {_rows(reason)}; the least violating "
+        f"eligible candidate, {reason.subject}{unfair}, is chosen for review{_facts(reason)}"
+    )
+
+
+def _too_little_data(reason: Reason) -> str:
+    what = "certify the gate" if "certification" in reason.flags else "judge every group"
+    return f"not enough data to {what} on {_rows(reason)}{_facts(reason)}; not promoted"
+
+
+def _dominated(reason: Reason) -> str:
+    anyway = (
+        "promoted anyway (--promote-dominated)"
+        if "overridden" in reason.flags
+        else "not promoted (--promote-dominated promotes it anyway)"
+    )
+    return (
+        f"dominated: the reference {_reference(reason)} meets the gate, is deployable here "
+        f"(it {_needs(reason.needs)}) and {_beats(reason)}; {anyway}"
+    )
+
+
+def _excluded(reason: Reason) -> str:
+    enable = " ".join(NEEDS[n][0] for n in reason.needs)
+    return (
+        f"alternative the deployment excludes: {_reference(reason)} meets the gate and "
+        f"{_beats(reason)}, but it {_needs(reason.needs)} (if the deployed model may: {enable})"
+    )
+
+
+def _better(reason: Reason) -> str:
+    return (
+        f"better reference within the noise: {_reference(reason)} meets the gate and "
+        f"{_beats(reason)}; it {_needs(reason.needs)}; not registered (the audit registers "
+        "Fair PCA pipelines)"
+    )
+
+
+def _note(reason: Reason) -> str:
+    if "selection_rate" in reason.flags:
+        return _selection_rate(reason)
+    return "; ".join(reason.facts)
+
+
+def _champion(reason: Reason) -> str:
+    """The champion comparison's own account, else its outcome."""
+    return "; ".join(reason.facts) or CHAMPION_WORDS[reason.kind]
+
+
+def render(reason: Reason) -> str:
+    """The sentence of ``reason``: the one renderer every surface uses."""
+    return RENDERERS[reason.kind](reason)
+
+
+def _selection_rate(reason: Reason) -> str:
+    numbers = reason.numbers
+    text = (
+        f"the chosen model says yes to {100 * numbers['positive_rate']:.1f}% of the rows, over "
+        f"twice the base rate of every group (at most {100 * numbers['largest_base_rate']:.1f}%"
+        f"): choosing by {_label(reason.measure)} favours saying yes when positives are rare"
+    )
+    if not reason.subject:
+        return text
+    return (
+        f"{text}; --select-by accuracy would choose {reason.subject} (says yes to "
+        f"{100 * numbers['accuracy_positive_rate']:.1f}%, balanced accuracy "
+        f"{numbers['accuracy_balanced_accuracy']:.4f} on {_rows(reason)})"
+    )
+
+
+RENDERERS = {
+    Kind.CHOSEN: _chosen, Kind.UNSTABLE: _unstable, Kind.NOT_ELIGIBLE: _not_eligible,
+    Kind.FAILS_GATE: _fails_gate, Kind.TOO_LITTLE_DATA: _too_little_data,
+    Kind.DOMINATED: _dominated, Kind.EXCLUDED_BY_DEPLOYMENT: _excluded,
+    Kind.BETTER_REFERENCE: _better, Kind.NOTE: _note, Kind.PROMOTED: _champion,
+    Kind.CHAMPION_STAYS: _champion, Kind.DEMOTED: _champion,
+}  # fmt: skip
+CHAMPION_WORDS = {
+    Kind.PROMOTED: "promoted",
+    Kind.CHAMPION_STAYS: "the champion stays",
+    Kind.DEMOTED: "the champion is demoted",
+}
+
+# What decided, in a few words (the verdict's ``deciding``), by kind.
+DECIDING_WORDS = {
+    Kind.NOT_ELIGIBLE: "not eligible",
+    Kind.TOO_LITTLE_DATA: "too little data",
+    Kind.UNSTABLE: "too little data",
+    Kind.FAILS_GATE: "fails the gate",
+    Kind.CHAMPION_STAYS: "the champion stays",
+}
+
+
+def deciding_words(reason: Reason | None) -> str | None:
+    """What decided, in a few words: ``dominated by exponentiated_gradient``, ``not
+    eligible``, ... (None: no reason decided against promotion)."""
+    if reason is None:
+        return None
+    if reason.kind == Kind.DOMINATED:
+        return f"dominated by {reason.subject}"
+    return DECIDING_WORDS.get(reason.kind)
+
+
+def shown(reasons: Iterable[Reason]) -> tuple[list[str], int]:
+    """What the terminal shows: every reason that decided or names an alternative, rendered;
+    and how many others there are (counted in one line)."""
+    reasons = list(reasons)
+    named = (Kind.DOMINATED, Kind.EXCLUDED_BY_DEPLOYMENT)
+    keep = [r for r in reasons if r.decides or r.kind in named or "summary" in r.flags]
+    return [render(r) for r in keep], len(reasons) - len(keep)
