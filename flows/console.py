@@ -260,7 +260,9 @@ def labelled(label: str, value: str, style: str = "") -> None:
         console.print(f"{style}{escape(value)}", soft_wrap=True)
         return
     for line in command_lines(f"{label} {value}", console.width, words_kept=len(label.split())):
-        console.print(f"{style}{escape(line)}", soft_wrap=True)
+        # printed without markup: rich's escape doubles a line's closing continuation "\\"
+        console.print(visible_text(line), style=style.strip("[]") or None, markup=False,
+                      soft_wrap=True)  # fmt: skip
 
 
 def command_lines(command: str, width: int, words_kept: int = 0) -> list[str]:

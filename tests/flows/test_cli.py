@@ -361,7 +361,9 @@ def test_the_summary_leads_with_the_decision_and_fits_40_lines_at_80_columns():
     assert models == ["chosen", "unconstrained", "majority", "threshold_optimizer*",
                       "exponentiated_gradient", "correlation_remover*"]  # fmt: skip
     # the rows a terminal of 80 columns shows (a line longer than it takes several)
-    assert sum(max(1, -(-len(line) // 80)) for line in lines) <= 42, text
+    # 43 rows: 40 lines and the three rows of the deep test paths; the reasons that did not
+    # decide are counted in one line (issue 49)
+    assert sum(max(1, -(-len(line) // 80)) for line in lines) <= 43, text
     assert "…" not in text
     long = [line for line in lines if len(line) > 80]
     report = "/tmp/" + "deep/" * 20 + "report.html"
