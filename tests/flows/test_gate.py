@@ -480,7 +480,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     expected = _registrant().fit("fair")[0].predict(frame[["x1", "x2"]])
     assert (load_champion("gate-credit", tracking_uri=uri).predict(frame) == expected).all()
 
-    model_id = client.get_model_version("gate-credit", skops).source.removeprefix("models:/")
+    run_id = client.get_model_version("gate-credit", skops).run_id  # its folder: run artifacts
     original = Path(mlflow.artifacts.download_artifacts(
         artifact_uri=client.get_model_version_download_uri("gate-credit", skops),
         dst_path=str(tmp_path / "original"), tracking_uri=uri,
@@ -488,7 +488,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     changed = tmp_path / "changed" / "model.skops"
     changed.parent.mkdir()
     changed.write_bytes((original / "model.skops").read_bytes() + b"\0")
-    client.log_model_artifact(model_id, str(changed))
+    client.log_artifact(run_id, str(changed), "model")
     try:
         with pytest.raises(AttestationError, match="model files changed after the gate"):
             load_champion("gate-credit", tracking_uri=uri)
@@ -496,7 +496,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
             policy_dir=str(policy_dir), tracking_uri=uri, return_state=True
         )
     finally:
-        client.log_model_artifact(model_id, str(original / "model.skops"))
+        client.log_artifact(run_id, str(original / "model.skops"), "model")
     assert f"moved back to version {fair}" in state.message
     assert _champion(client) == fair
     tags = client.get_model_version("gate-credit", skops).tags
