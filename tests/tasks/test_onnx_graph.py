@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pandas as pd
 import pytest
+from graphs import allocation_bomb, identity, one_output, slow, write
 from onnx import TensorProto, helper
 
 from fairpca.flows.runtime import descendants
@@ -38,33 +38,6 @@ from fairpca.tasks.onnx_graph import (
 FRAME = pd.DataFrame({"x1": np.linspace(-1, 1, 50), "x2": np.linspace(1, -1, 50)})
 
 
-def _write(folder: Path, model: onnx.ModelProto | bytes) -> Path:
-    """An MLflow model folder holding ``model`` as its ``onnx`` flavour."""
-    folder.mkdir(parents=True, exist_ok=True)
-    data = model if isinstance(model, bytes) else model.SerializeToString()
-    (folder / "model.onnx").write_bytes(data)
-    (folder / "MLmodel").write_text("flavors:\n  onnx:\n    data: model.onnx\n")
-    return folder
-
-
-def _model(nodes, *, initializers=(), domain="", opset=17, **options) -> onnx.ModelProto:
-    """``label = f(x1)`` (float [N, 1]) from ``nodes``, which end in ``label``."""
-    graph = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info("x1", TensorProto.FLOAT, [None, 1])],
-        [helper.make_tensor_value_info("label", TensorProto.FLOAT, [None, 1])],
-        list(initializers),
-    )  # fmt: skip
-    imports = [helper.make_opsetid("", opset)]
-    if domain:
-        imports.append(helper.make_opsetid(domain, 1))
-    return helper.make_model(graph, opset_imports=imports, **options)
-
-
-def _identity() -> onnx.ModelProto:
-    return _model([helper.make_node("Identity", ["x1"], ["label"])])
-
-
 def _fair_pipeline():
     from skl2onnx import to_onnx
     from skl2onnx.common.data_types import DoubleTensorType
@@ -83,49 +56,12 @@ def _fair_pipeline():
     return pipeline, graph
 
 
-def _slow() -> onnx.ModelProto:
-    """A graph that counts to 2**40 (a Loop): it runs until it is stopped."""
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond"], ["cond_out"]),
-         helper.make_node("Add", ["acc", "one"], ["acc_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc", TensorProto.FLOAT, [])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [])],
-        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])],
-    )  # fmt: skip
-    constants = [
-        helper.make_tensor("trips", TensorProto.INT64, [], [2**40]),
-        helper.make_tensor("go", TensorProto.BOOL, [], [True]),
-        helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]),
-    ]
-    nodes = [
-        helper.make_node("Loop", ["trips", "go", "zero"], ["count"], body=body),
-        helper.make_node("Add", ["x1", "count"], ["label"]),
-    ]
-    return _model(nodes, initializers=constants)
-
-
-def _allocation_bomb() -> onnx.ModelProto:
-    """A graph that asks for 2**34 floats (64 GiB) and sums them."""
-    shape = helper.make_tensor("shape", TensorProto.INT64, [1], [2**34])
-    value = helper.make_tensor("value", TensorProto.FLOAT, [1], [1.0])
-    nodes = [
-        helper.make_node("ConstantOfShape", ["shape"], ["huge"], value=value),
-        helper.make_node("ReduceSum", ["huge"], ["total"], keepdims=0),
-        helper.make_node("Add", ["x1", "total"], ["label"]),
-    ]
-    return _model(nodes, initializers=[shape])
-
-
 # ---- the checks before anything runs ---------------------------------------------------------
 
 
 def test_a_fair_pipelines_graph_predicts_as_the_pipeline_in_the_child_and_in_process(tmp_path):
     pipeline, graph = _fair_pipeline()
-    checked = read_graph(_write(tmp_path / "m", graph))
+    checked = read_graph(write(tmp_path / "m", graph))
     assert [entry.name for entry in checked.inputs] == ["x1", "x2"]
     expected = pipeline.predict(FRAME)
     np.testing.assert_array_equal(predict_isolated(checked, FRAME), expected)
@@ -135,7 +71,7 @@ def test_a_fair_pipelines_graph_predicts_as_the_pipeline_in_the_child_and_in_pro
 
 
 def test_a_folder_without_a_plain_graph_file_has_no_graph(tmp_path):
-    folder = _write(tmp_path / "m", _identity())
+    folder = write(tmp_path / "m", identity())
     (folder / "MLmodel").write_text("flavors:\n  sklearn:\n    pickled_model: model.skops\n")
     for mlmodel in ("flavors:\n  sklearn: {}\n", "flavors:\n  onnx:\n    data: ../model.onnx\n",
                     "flavors: [", "flavors:\n  onnx:\n    data: gone.onnx\n"):  # fmt: skip
@@ -143,7 +79,7 @@ def test_a_folder_without_a_plain_graph_file_has_no_graph(tmp_path):
         with pytest.raises(GraphRefused) as refused:
             read_graph(folder)
         assert str(refused.value) == NO_GRAPH
-    linked = _write(tmp_path / "linked", b"")
+    linked = write(tmp_path / "linked", b"")
     (linked / "model.onnx").unlink()
     (linked / "model.onnx").symlink_to(folder / "model.onnx")
     with pytest.raises(GraphRefused, match=NO_GRAPH):
@@ -151,7 +87,7 @@ def test_a_folder_without_a_plain_graph_file_has_no_graph(tmp_path):
 
 
 def test_a_graph_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path):
-    folder = _write(tmp_path / "m", b"")
+    folder = write(tmp_path / "m", b"")
     with (folder / "model.onnx").open("wb") as handle:  # sparse: no disk used
         handle.truncate(onnx_graph.MAX_GRAPH_BYTES + 1)
     with pytest.raises(GraphRefused) as refused:
@@ -165,24 +101,24 @@ def test_a_graph_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_pat
 
 
 def test_a_custom_domain_anywhere_is_refused_and_not_named(tmp_path):
-    custom = _model([helper.make_node("Steal", ["x1"], ["label"], domain="secret.domain")],
+    custom = one_output([helper.make_node("Steal", ["x1"], ["label"], domain="secret.domain")],
                     domain="secret.domain")  # fmt: skip
-    contrib = _model([helper.make_node("Gelu", ["x1"], ["label"], domain="com.microsoft")],
+    contrib = one_output([helper.make_node("Gelu", ["x1"], ["label"], domain="com.microsoft")],
                      domain="com.microsoft")  # fmt: skip
-    imported_only = _identity()
+    imported_only = identity()
     imported_only.opset_import.append(helper.make_opsetid("secret.domain", 1))
     inner = helper.make_graph(
         [helper.make_node("Steal", ["x1"], ["y"], domain="secret.domain")], "then", [],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])],
     )  # fmt: skip
-    branch = _model(
+    branch = one_output(
         [helper.make_node("If", ["c"], ["label"], then_branch=inner, else_branch=inner)],
         initializers=[helper.make_tensor("c", TensorProto.BOOL, [], [True])],
     )
     for name, model in [("custom", custom), ("contrib", contrib), ("import", imported_only),
                         ("subgraph", branch)]:  # fmt: skip
         with pytest.raises(GraphRefused) as refused:
-            read_graph(_write(tmp_path / name, model))
+            read_graph(write(tmp_path / name, model))
         assert str(refused.value) == FOREIGN_DOMAIN
         assert "secret" not in str(refused.value)
 
@@ -195,22 +131,22 @@ def test_a_tensor_stored_outside_the_file_is_refused(tmp_path):
     weight.ClearField("float_data")
     weight.data_location = TensorProto.EXTERNAL
     weight.external_data.add(key="location", value="weights.bin")
-    model = _model([helper.make_node("Add", ["x1", "w"], ["label"])], initializers=[weight])
+    model = one_output([helper.make_node("Add", ["x1", "w"], ["label"])], initializers=[weight])
     with pytest.raises(GraphRefused) as refused:
-        read_graph(_write(folder, model))
+        read_graph(write(folder, model))
     assert str(refused.value) == EXTERNAL_DATA
     inline = helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0])
     inline.data_location = TensorProto.EXTERNAL  # in a Constant node's attribute
-    constant = _model([helper.make_node("Constant", [], ["v"], value=inline),
+    constant = one_output([helper.make_node("Constant", [], ["v"], value=inline),
                        helper.make_node("Add", ["x1", "v"], ["label"])])  # fmt: skip
     with pytest.raises(GraphRefused, match="external data"):
-        read_graph(_write(tmp_path / "constant", constant))
+        read_graph(write(tmp_path / "constant", constant))
 
 
 def test_a_graph_that_fails_onnxs_checker_is_refused_without_its_message(tmp_path):
-    broken = _model([helper.make_node("Add", ["x1", "nowhere_SECRET"], ["label"])])
+    broken = one_output([helper.make_node("Add", ["x1", "nowhere_SECRET"], ["label"])])
     with pytest.raises(GraphRefused) as refused:
-        read_graph(_write(tmp_path / "m", broken))
+        read_graph(write(tmp_path / "m", broken))
     assert str(refused.value) == CHECKER
 
 
@@ -263,7 +199,7 @@ def _left(folder: Path) -> list[str]:
 def test_the_child_runs_limited_without_secrets_in_its_own_group(own_tmp, monkeypatch):
     monkeypatch.setenv("FAIRPCA_GATE_KEY", "s" * 64)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "hunter2")
-    checked = read_graph(_write(own_tmp / "m", _slow()))
+    checked = read_graph(write(own_tmp / "m", slow()))
     thread, box = _in_background(predict_isolated, checked, FRAME)
     pid = _child_when_limited()
     environ = Path(f"/proc/{pid}/environ").read_bytes()
@@ -286,7 +222,7 @@ def test_the_child_runs_limited_without_secrets_in_its_own_group(own_tmp, monkey
 
 
 def test_a_graph_that_allocates_past_the_limit_fails_with_the_fixed_reason(own_tmp):
-    checked = read_graph(_write(own_tmp / "m", _allocation_bomb()))
+    checked = read_graph(write(own_tmp / "m", allocation_bomb()))
     started = time.monotonic()
     with pytest.raises(GraphFailed) as failed:
         predict_isolated(checked, FRAME)
@@ -296,7 +232,7 @@ def test_a_graph_that_allocates_past_the_limit_fails_with_the_fixed_reason(own_t
 
 
 def test_the_cpu_limit_and_the_wall_deadline_stop_a_graph_that_never_ends(own_tmp):
-    checked = read_graph(_write(own_tmp / "m", _slow()))
+    checked = read_graph(write(own_tmp / "m", slow()))
     for limits in ({"cpu_seconds": 3}, {"wall_seconds": 3}):
         started = time.monotonic()
         with pytest.raises(GraphFailed):
@@ -311,7 +247,7 @@ def test_the_cpu_limit_and_the_wall_deadline_stop_a_graph_that_never_ends(own_tm
 def test_an_interrupted_evaluation_kills_its_child_and_removes_its_folder(own_tmp):
     """Ctrl-C (KeyboardInterrupt in the waiting thread) while the graph runs: the child's
     group is killed and the folder removed before the interrupt goes on."""
-    checked = read_graph(_write(own_tmp / "m", _slow()))
+    checked = read_graph(write(own_tmp / "m", slow()))
 
     def interrupt_when_running():
         interrupt_when_running.pid = _child_when_limited()
