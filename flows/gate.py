@@ -163,6 +163,7 @@ def majority_accuracy(labels: pd.Series, pos_label: Any) -> float:
 
 
 PREDICTION_COLUMN = "__fairpca_gate_prediction__"
+OTHER_LABELS = "the graph's labels are not the classes of the reference data"
 _JUDGING: list[str] = []  # what this process judges now, for the line a stop signal prints
 
 
@@ -222,7 +223,8 @@ def evaluate_version(
     Raises
     ------
     GraphRefused
-        The graph's inputs are not columns of the reference data, or it failed there
+        The graph's inputs are not columns of the reference data, its labels are not the
+        reference data's classes (:data:`OTHER_LABELS`), or it failed there
         (:class:`fairpca.tasks.onnx_graph.GraphFailed`): fixed reasons, nothing it said.
     """
     import mlflow
@@ -233,6 +235,8 @@ def evaluate_version(
     from fairpca.tasks.mlflow_store import get_or_create_experiment
 
     predictions = predict_isolated(graph, frame.drop(columns=[label]))
+    if not set(pd.unique(predictions)) <= set(frame[label].unique()):  # no value of its own
+        raise GraphRefused(OTHER_LABELS)  # reaches a message, e.g. the evaluator's
     data = frame.assign(**{PREDICTION_COLUMN: predictions})
 
     # the experiment by id, not mlflow.set_experiment (which also sets MLFLOW_EXPERIMENT_ID
