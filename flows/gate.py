@@ -175,9 +175,15 @@ def judging_now() -> str | None:
 
 @contextmanager
 def _judging(name: str, version: str):
+    """Say what is judged while the body runs; a stop that cuts it short (SIGTERM or a
+    cancellation Prefect raises into the run, Ctrl-C) is logged naming the version."""
     _JUDGING.append(f"while judging version {version} of model {name!r}")
     try:
         yield
+    except BaseException as stop:
+        if not isinstance(stop, Exception):  # an error is the version's verdict instead
+            _logger().error("fairness gate interrupted %s (%s)", _JUDGING[-1], type(stop).__name__)
+        raise
     finally:
         _JUDGING.pop()
 
