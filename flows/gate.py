@@ -38,16 +38,16 @@ server (``$MLFLOW_TRACKING_URI``): a deployment parameter naming others is refus
 (:func:`gate_settings`). One YAML policy file per watched model (:class:`GatePolicy`).
 
 **The gate judges a pure function.** Of a version it reads only the ONNX graph of MLflow's
-``onnx`` flavour (:func:`fairpca.tasks.onnx_graph.read_graph`: its size on disk before it is
+``onnx`` flavour (:func:`fairpca.tasks.onnx_runtime.read_graph`: its size on disk before it is
 parsed, the standard operator sets ``ai.onnx`` and ``ai.onnx.ml`` only, no external data,
 ONNX's checker); the scikit-learn files, a pyfunc's code or a pickle are never opened, so
 nothing of the registrant's runs or is deserialised here. A version without a graph gets the
-signed verdict ``failed`` with the reason :data:`fairpca.tasks.onnx_graph.NO_GRAPH`. The graph
-runs only in the evaluation child (:func:`fairpca.tasks.onnx_graph.predict_isolated`: no
+signed verdict ``failed`` with the reason :data:`fairpca.tasks.onnx_runtime.NO_GRAPH`. The graph
+runs only in the evaluation child (:func:`fairpca.tasks.onnx_runtime.predict_isolated`: no
 secret in its environment, ``nobody`` under a root worker, address-space, CPU and wall-clock
 limits, its own process group, killed and its folder removed when the gate run ends), which
 returns nothing but labels; whatever goes wrong there is the fixed reason
-:data:`fairpca.tasks.onnx_graph.GRAPH_FAILED`: no text of the model's reaches a tag. The
+:data:`fairpca.tasks.onnx_runtime.GRAPH_FAILED`: no text of the model's reaches a tag. The
 metrics are computed and the verdict signed here."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
-from fairpca.tasks.onnx_graph import Graph, GraphRefused, predict_isolated, read_graph
+from fairpca.tasks.onnx_runtime import Graph, GraphRefused, predict_isolated, read_graph
 from fairpca.tasks.registry import (
     ALIAS_REFUSED_TAG,
     ATTESTATION_TAG,
@@ -218,11 +218,11 @@ def evaluate_version(
     run_name: str,
     run_tags: dict[str, str],
 ) -> tuple[dict[str, float], str]:
-    """Evaluate the checked ONNX ``graph`` (:func:`fairpca.tasks.onnx_graph.read_graph`) on
+    """Evaluate the checked ONNX ``graph`` (:func:`fairpca.tasks.onnx_runtime.read_graph`) on
     ``frame`` with the ``fairness`` evaluator in a new MLflow run of ``experiment_name``; the
     metrics (with ``.ci95_low/high``) and the run id.
 
-    The graph runs only in the evaluation child (:func:`fairpca.tasks.onnx_graph.
+    The graph runs only in the evaluation child (:func:`fairpca.tasks.onnx_runtime.
     predict_isolated`: limits, no secrets), fed the columns its inputs name (never the
     label); the evaluator judges the labels it returns. Uses the process-wide tracking URI.
 
@@ -231,7 +231,7 @@ def evaluate_version(
     GraphRefused
         The graph's inputs are not columns of the reference data, its labels are not the
         reference data's classes (:data:`OTHER_LABELS`), or it failed there
-        (:class:`fairpca.tasks.onnx_graph.GraphFailed`): fixed reasons, nothing it said.
+        (:class:`fairpca.tasks.onnx_runtime.GraphFailed`): fixed reasons, nothing it said.
     """
     import mlflow
 

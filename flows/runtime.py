@@ -271,7 +271,7 @@ class Command:
             with suppress(OSError):
                 self.server.process.terminate()
         stop_descendants(os.getpid(), _TERM_GRACE)
-        if graphs := sys.modules.get("fairpca.tasks.onnx_graph"):  # the gate's evaluation
+        if graphs := sys.modules.get("fairpca.tasks.onnx_runtime"):  # the gate's evaluation
             with suppress(Exception):
                 graphs.stop_running()  # its children in their own groups, and their folders
         os._exit(128 + signum)

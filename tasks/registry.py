@@ -32,7 +32,7 @@ from typing import Any
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.mlflow_store import mlflow_client
-from fairpca.tasks.onnx_graph import GraphModel, GraphRefused, read_graph
+from fairpca.tasks.onnx_runtime import GraphModel, GraphRefused, read_graph
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
 from fairpca.tasks.report import CARD_FILE, render_model_card, version_description
 from fairpca.tasks.select import Champion, GatePolicy
@@ -381,8 +381,8 @@ def load_champion(
     gate's signed pass must verify for those very files (:func:`check_attested_pass`, with
     ``$FAIRPCA_GATE_PUBLIC_KEY``), and what is served is what the gate judged: the version's
     ONNX graph, whose SHA-256 must be the attested one, checked again as the gate checks it
-    (:func:`fairpca.tasks.onnx_graph.read_graph`) and run by onnxruntime
-    (:class:`fairpca.tasks.onnx_graph.GraphModel`: ``predict(frame)`` feeds each graph input
+    (:func:`fairpca.tasks.onnx_runtime.read_graph`) and run by onnxruntime
+    (:class:`fairpca.tasks.onnx_runtime.GraphModel`: ``predict(frame)`` feeds each graph input
     the column it names); the scikit-learn files are not opened. With ``attested=False`` (no
     gate is deployed) the scikit-learn pipeline is loaded: its skops file must match the
     SHA-256 fairpca recorded when it registered the version (tag ``fairpca.model_sha256``),

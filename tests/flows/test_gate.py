@@ -29,7 +29,7 @@ from fairpca.flows.gate import (
     load_policies,
 )
 from fairpca.flows.gate_server import register_webhook, secret_fingerprint
-from fairpca.tasks.onnx_graph import NO_GRAPH
+from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 

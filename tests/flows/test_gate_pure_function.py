@@ -38,7 +38,7 @@ import pytest
 from graphs import allocation_bomb, identity, slow
 
 from fairpca.flows import gate as gate_tasks
-from fairpca.tasks.onnx_graph import GRAPH_FAILED, NO_GRAPH
+from fairpca.tasks.onnx_runtime import GRAPH_FAILED, NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 
@@ -348,7 +348,7 @@ def _judging_child(parent: int, timeout: float = 240.0) -> int:
                 limits = Path(f"/proc/{pid}/limits").read_text()
             except OSError:
                 continue
-            if b"fairpca.tasks.onnx_graph" in command and str(2**30) in limits:
+            if b"fairpca.tasks.onnx_runtime" in command and str(2**30) in limits:
                 return pid
         time.sleep(0.1)
     raise AssertionError("the gate started no evaluation child")

@@ -481,7 +481,7 @@ def _attest(client, uri, holder, key, **changes):
     from dataclasses import replace
     from pathlib import Path
 
-    from fairpca.tasks.onnx_graph import GraphRefused, read_graph
+    from fairpca.tasks.onnx_runtime import GraphRefused, read_graph
     from fairpca.tasks.registry import ATTESTATION_TAG, download_version
     from fairpca.tasks.trust import Attestation, files_digest, sign_attestation
 
@@ -504,7 +504,7 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
 ):
     import secrets
 
-    from fairpca.tasks.onnx_graph import GraphModel
+    from fairpca.tasks.onnx_runtime import GraphModel
     from fairpca.tasks.registry import check_attested_pass, load_champion
     from fairpca.tasks.trust import (
         GATE_KEY_ENV,

@@ -19,8 +19,8 @@ from graphs import allocation_bomb, identity, one_output, slow, write
 from onnx import TensorProto, helper
 
 from fairpca.flows.runtime import descendants
-from fairpca.tasks import onnx_graph
-from fairpca.tasks.onnx_graph import (
+from fairpca.tasks import onnx_runtime
+from fairpca.tasks.onnx_runtime import (
     CHECKER,
     EXTERNAL_DATA,
     FOREIGN_DOMAIN,
@@ -89,12 +89,12 @@ def test_a_folder_without_a_plain_graph_file_has_no_graph(tmp_path):
 def test_a_graph_file_over_the_size_limit_is_refused_before_it_is_parsed(tmp_path):
     folder = write(tmp_path / "m", b"")
     with (folder / "model.onnx").open("wb") as handle:  # sparse: no disk used
-        handle.truncate(onnx_graph.MAX_GRAPH_BYTES + 1)
+        handle.truncate(onnx_runtime.MAX_GRAPH_BYTES + 1)
     with pytest.raises(GraphRefused) as refused:
         read_graph(folder)
     assert str(refused.value) == TOO_LARGE  # zeros are no ONNX model: it was never parsed
     with (folder / "model.onnx").open("r+b") as handle:
-        handle.truncate(onnx_graph.MAX_GRAPH_BYTES)
+        handle.truncate(onnx_runtime.MAX_GRAPH_BYTES)
     with pytest.raises(GraphRefused) as unreadable:
         read_graph(folder)
     assert str(unreadable.value) == UNREADABLE
@@ -164,7 +164,7 @@ def _child_when_limited(timeout: float = 60.0) -> int:
                 limits = Path(f"/proc/{pid}/limits").read_text()
             except OSError:
                 continue
-            if b"fairpca.tasks.onnx_graph" in command and str(2**30) in limits:
+            if b"fairpca.tasks.onnx_runtime" in command and str(2**30) in limits:
                 return pid
         time.sleep(0.05)
     raise AssertionError("no evaluation child started")
@@ -207,7 +207,7 @@ def test_the_child_runs_limited_without_secrets_in_its_own_group(own_tmp, monkey
     assert b"FAIRPCA_GATE_KEY" not in environ and b"hunter2" not in environ
     assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # its own session and group
     assert f"Max address space         {2**30}" in limits
-    assert f"Max cpu time              {onnx_graph.CPU_SECONDS}" in limits
+    assert f"Max cpu time              {onnx_runtime.CPU_SECONDS}" in limits
     if os.geteuid() == 0:  # a root gate's child is nobody: the 0600 key is not its to read
         status = Path(f"/proc/{pid}/status").read_text()
         uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
@@ -240,7 +240,7 @@ def test_the_cpu_limit_and_the_wall_deadline_stop_a_graph_that_never_ends(own_tm
         assert time.monotonic() - started < 30, limits
         assert _left(own_tmp) == []
         assert not [p for p in descendants(os.getpid())
-                    if b"onnx_graph" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
+                    if b"onnx_runtime" in Path(f"/proc/{p}/cmdline").read_bytes()]  # fmt: skip
 
 
 @pytest.mark.skipif(not Path("/proc/self/limits").exists(), reason="reads Linux /proc")

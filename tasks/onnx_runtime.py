@@ -15,7 +15,7 @@ runs the rest of a version's files.
 - :class:`GraphModel` serves a checked graph with onnxruntime in this process (it is pure):
   ``predict(frame)`` feeds each graph input the column it names.
 - :func:`predict_isolated` is the gate's evaluation: the graph runs in a child process
-  (``python -I -m fairpca.tasks.onnx_graph``) that holds none of the gate's secrets, runs as
+  (``python -I -m fairpca.tasks.onnx_runtime``) that holds none of the gate's secrets, runs as
   ``nobody`` when the gate is root (it drops privileges itself, after its imports), in its
   own process group, under an address-space, CPU-time and output-size limit and a wall
   deadline; it is killed and its folder removed on every exit path (:func:`stop_running`
@@ -343,7 +343,7 @@ def predict_isolated(
     """The graph's labels for the rows of the DataFrame ``frame``, computed in a child
     process; only a NumPy file of labels (no pickle) is read back.
 
-    The child (``python -I -m fairpca.tasks.onnx_graph``) gets the graph and the arrays
+    The child (``python -I -m fairpca.tasks.onnx_runtime``) gets the graph and the arrays
     (:func:`graph_feed`) on its standard input and writes the labels to its standard output,
     both files of a private temporary folder it never opens itself. Its environment holds
     none of this process's variables but ``PATH`` and the locale; it runs in a new session
@@ -380,7 +380,7 @@ def predict_isolated(
         env = {name: os.environ[name] for name in _CHILD_ENV if name in os.environ}
         env |= {"HOME": str(work / "home"), "TMPDIR": str(work / "home")}
         limits = [str(memory_bytes), str(cpu_seconds), str(_OUTPUT_BYTES), str(os.getpid())]
-        command = [sys.executable, "-I", "-m", "fairpca.tasks.onnx_graph", *limits]
+        command = [sys.executable, "-I", "-m", "fairpca.tasks.onnx_runtime", *limits]
         with (work / "request.npz").open("rb") as stdin, (work / "labels.npy").open("xb") as out:
             try:
                 child = subprocess.Popen(
