@@ -428,7 +428,7 @@ def test_demoted_models_are_the_content_digests_decide_promotion_compares(mlflow
 def scorer_registry(mlflow_store):
     """Version 1 of ``scored``: a skops LogisticRegression with fairpca's file SHA-256 tag
     and its ONNX graph (the ``onnx`` flavour beside); version 2: the same model cloudpickled,
-    no graph."""
+    no graph; version 3: skops with the SHA-256 tag, no graph."""
     import importlib.util
     import tempfile
     from pathlib import Path
@@ -457,20 +457,22 @@ def scorer_registry(mlflow_store):
             registrant.add_graph(Path(tmp, "model"), model, ["x1", "x2"])
             mlflow.log_artifacts(f"{tmp}/model", "model")
             registrant.register_folder("scored", f"{run.info.artifact_uri}/model", run.info.run_id)
-        with mlflow.start_run():
-            info = mlflow.sklearn.log_model(
-                model, name="model", serialization_format="cloudpickle",
-                pip_requirements=["scikit-learn"],
-            )  # fmt: skip
-        mlflow.register_model(info.model_uri, "scored")
+        for serialization in ("cloudpickle", "skops"):  # versions 2 and 3: no graph
+            with mlflow.start_run():
+                info = mlflow.sklearn.log_model(
+                    model, name="model", serialization_format=serialization,
+                    pip_requirements=["scikit-learn"],
+                )  # fmt: skip
+            mlflow.register_model(info.model_uri, "scored")
     finally:
         mlflow.set_tracking_uri(previous[0])
         mlflow.set_registry_uri(previous[1])
-    with tempfile.TemporaryDirectory() as tmp:
-        local = download_version(client, uri, "scored", "1", Path(tmp))
-        client.set_model_version_tag(
-            "scored", "1", MODEL_FILE_SHA_TAG, sha256_file(skops_file(local))
-        )
+    for version in ("1", "3"):
+        with tempfile.TemporaryDirectory() as tmp:
+            local = download_version(client, uri, "scored", version, Path(tmp))
+            client.set_model_version_tag(
+                "scored", version, MODEL_FILE_SHA_TAG, sha256_file(skops_file(local))
+            )
     return uri, client, model, X
 
 
@@ -525,8 +527,10 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     client.set_registered_model_alias("scored", "champion", "1")
     with pytest.raises(AttestationError, match="has not attested it"):
         load_champion("scored", tracking_uri=uri)
+    client.set_registered_model_alias("scored", "champion", "3")  # no gate: the skops file
     assert (load_champion("scored", tracking_uri=uri, attested=False).predict(X)
             == model.predict(X)).all()  # fmt: skip
+    client.set_registered_model_alias("scored", "champion", "1")
     _attest(client, uri, "1", key, verdict="failed")
     with pytest.raises(AttestationError, match="signed verdict is 'failed'"):
         load_champion("scored", tracking_uri=uri)
