@@ -52,6 +52,7 @@ FOREIGN_DOMAIN = "the ONNX graph uses an operator set other than ai.onnx and ai.
 EXTERNAL_DATA = "the ONNX graph holds a tensor stored outside its file (external data)"
 CHECKER = "the ONNX graph does not pass ONNX's checker"
 BAD_INPUTS = "the ONNX graph's inputs are not columns of the data (one tensor per column)"
+NO_OUTPUT = "the ONNX graph has no output (its first output is the predicted label)"
 
 
 class GraphRefused(ValueError):
@@ -140,6 +141,8 @@ def read_graph(model_dir: Path) -> Graph:
         raise GraphRefused(TOO_LARGE)
     model = parse_graph(data)
     check_graph(model)
+    if not model.graph.output:
+        raise GraphRefused(NO_OUTPUT)
     return Graph(data, hashlib.sha256(data).hexdigest(), graph_inputs(model),
                  model.graph.output[0].name)  # fmt: skip
 

@@ -26,6 +26,7 @@ from fairpca.tasks.onnx_runtime import (
     FOREIGN_DOMAIN,
     GRAPH_FAILED,
     NO_GRAPH,
+    NO_OUTPUT,
     TOO_LARGE,
     UNREADABLE,
     GraphFailed,
@@ -148,6 +149,11 @@ def test_a_graph_that_fails_onnxs_checker_is_refused_without_its_message(tmp_pat
     with pytest.raises(GraphRefused) as refused:
         read_graph(write(tmp_path / "m", broken))
     assert str(refused.value) == CHECKER
+    silent = identity()
+    del silent.graph.output[:]
+    with pytest.raises(GraphRefused) as no_output:
+        read_graph(write(tmp_path / "silent", silent))
+    assert str(no_output.value) in (CHECKER, NO_OUTPUT)
 
 
 # ---- the evaluation child --------------------------------------------------------------------
