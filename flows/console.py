@@ -23,12 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import typer
 from pydantic import BaseModel, ValidationError
 from rich import box
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as markup_escape
 from rich.table import Table
+
+from fairpca.tasks.trust import visible_text
 
 
 def _width(stream) -> int | None:
@@ -38,6 +39,13 @@ def _width(stream) -> int | None:
 
 console = Console(width=_width(sys.stdout))
 err_console = Console(stderr=True, width=_width(sys.stderr))
+
+
+def escape(text: str) -> str:
+    """``text`` as the console shows it literally: no rich markup, and no raw bidirectional
+    control (:func:`fairpca.tasks.trust.visible_text`)."""
+    return markup_escape(visible_text(text))
+
 
 SUMMARY_CAPTION = (
     "Shown: the majority-class and unconstrained-PCA baselines, the chosen "
@@ -390,7 +398,7 @@ def fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
     """One clear line on stderr (no traceback), then exit with ``code``."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     err_console.print(f"[bold red]{what}:[/bold red] {escape(option_names(str(text)))}")
-    raise typer.Exit(code)
+    raise SystemExit(code)
 
 
 def relog_alias_note(logged: dict[str, Any], promote: bool, tracking_uri: str) -> str:

@@ -17,9 +17,13 @@
 A connection flood cannot deafen it (:class:`GuardedH11Protocol`): a connection is closed
 when its headers are not complete ``HEADER_SECONDS`` after it opened (or after its last
 response), or its body ``BODY_SECONDS`` after its headers; idle keep-alive connections close
-after ``KEEP_ALIVE_SECONDS``; one client address holds at most ``MAX_CONNECTIONS_PER_CLIENT``
-connections (more are closed at once); and the 503 bound (``MAX_REQUESTS``) counts requests
-being handled, not open sockets.
+after ``KEEP_ALIVE_SECONDS``. The 503 bound (``MAX_REQUESTS``) counts complete requests whose
+signature checked out, until answered: a connection that has not sent one (slow headers, a
+body that never arrives, forged headers) holds no place in it. Open connections are bounded
+instead, by ``MAX_CONNECTIONS_PER_CLIENT`` per client address and ``MAX_CONNECTIONS`` in
+all: past either bound the OLDEST unverified connection (of that address, or of any) is
+closed, so a newcomer, such as MLflow's next signed delivery, is served, and a flooder
+only closes its own older connections.
 
 An accepted event of a watched model is written to a SQLite queue and answered ``202`` at
 once; a background thread drains the queue into runs of the Prefect deployment
@@ -74,8 +78,11 @@ RETENTION_S = 86_400
 REPLAY_WINDOW_S = 2 * MAX_AGE_S  # a delivery id kept this long still refuses a replay
 MAX_ROWS = 10_000
 PRUNE_EVERY_S = 60.0
-MAX_REQUESTS = 64  # requests handled at once (idle connections do not count)
+MAX_REQUESTS = 64  # verified requests handled at once (unverified connections do not count)
 MAX_CONNECTIONS_PER_CLIENT = 32  # open connections of one client address
+# open connections in all; each may hold a body of up to MAX_BODY_BYTES while it arrives
+MAX_CONNECTIONS = 128
+VERIFIED = "fairpca_gate_verified"  # request.state flag: the request's signature checked out
 HEADER_SECONDS = 5.0  # from a connection (or its next request) to complete headers
 BODY_SECONDS = 10.0  # from complete headers to the whole body
 KEEP_ALIVE_SECONDS = 5  # an idle connection between requests
@@ -427,6 +434,7 @@ def create_app(
             _signed_headers(request.headers)
             body = await read_capped(request, max_body)
             delivery_id = check_signature(secret, dict(request.headers), body, now=now)
+            setattr(request.state, VERIFIED, True)  # the protocol's bounds (GuardedH11Protocol)
             event = parse_event(body)
             if event is not None and event.name not in watched:
                 event = None
@@ -462,25 +470,56 @@ class GuardedH11Protocol(H11Protocol):
     uvicorn arms no timer before a first request completes and counts every open socket
     against ``limit_concurrency``, so sockets that send half a request line would hold its
     503 bound for ever. Here each connection carries one deadline for what it owes next
-    (complete headers, then the whole body); the bound counts requests being handled.
+    (complete headers, then the whole body); the 503 bound counts verified requests being
+    handled (:meth:`handling`); open connections are bounded per client address and in all,
+    closing the oldest unverified one first (:meth:`_make_room`).
     """
 
     deadline: asyncio.TimerHandle | None = None
     waiting_for: str | None = None
+    opened_at: float = 0.0
+    verified: bool = False  # an earlier request on this connection was signed
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        host = self.client and self.client[0]
-        same = sum(
-            1 for c in self.connections if getattr(c, "client", None) and c.client[0] == host
-        )
-        if same > MAX_CONNECTIONS_PER_CLIENT:
-            logger.warning(
-                "closed a connection from %s: over %d open", host, MAX_CONNECTIONS_PER_CLIENT
-            )
-            transport.close()
-            return
-        self._arm_deadline()
+        self.opened_at = time.monotonic()
+        self._make_room()
+        if not transport.is_closing():
+            self._arm_deadline()
+
+    def handling(self) -> bool:
+        """Whether this connection's request is complete, signed, and not yet answered."""
+        cycle = getattr(self, "cycle", None)
+        if cycle is None or cycle.more_body or cycle.response_complete:
+            return False
+        return bool(cycle.scope.get("state", {}).get(VERIFIED))
+
+    def _unverified(self) -> bool:
+        """Open, not handling a signed request, and no signed request before on it."""
+        return not (self.transport.is_closing() or self.verified or self.handling())
+
+    def _make_room(self) -> None:
+        """Past ``MAX_CONNECTIONS_PER_CLIENT`` open connections of this client's address, or
+        ``MAX_CONNECTIONS`` in all, close the oldest unverified one (of that address, then of
+        any); this new connection only if no older one is unverified."""
+        host = self.client[0] if self.client else None
+        open_ = [c for c in self.connections if c.transport and not c.transport.is_closing()]
+        same = [c for c in open_ if c.client and c.client[0] == host]
+        for crowd, bound, where in (
+            (same, MAX_CONNECTIONS_PER_CLIENT, f"from {host}"),
+            (open_, MAX_CONNECTIONS, "in all"),
+        ):
+            if len(crowd) > bound:
+                oldest = min((c for c in crowd if c._unverified()), key=lambda c: c.opened_at)
+                logger.warning(
+                    "closed the oldest unverified connection (from %s, open %.1f s): over %d "
+                    "open %s", oldest.client and oldest.client[0],
+                    time.monotonic() - oldest.opened_at, bound, where,
+                )  # fmt: skip
+                oldest.transport.close()
+                if oldest is self:
+                    return
+                open_.remove(oldest)
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -488,11 +527,13 @@ class GuardedH11Protocol(H11Protocol):
 
     def handle_events(self) -> None:
         # uvicorn answers 503 when limit_concurrency <= its count of connections or tasks:
-        # 0 while MAX_REQUESTS requests are handled, else no bound
-        self.limit_concurrency = 0 if len(self.tasks) >= MAX_REQUESTS else None
+        # 0 while MAX_REQUESTS verified requests are handled, else no bound
+        handled = sum(1 for c in self.connections if c.handling())
+        self.limit_concurrency = 0 if handled >= MAX_REQUESTS else None
         super().handle_events()
 
     def on_response_complete(self) -> None:
+        self.verified = self.verified or bool(self.scope.get("state", {}).get(VERIFIED))
         super().on_response_complete()
         self._arm_deadline()
 

@@ -183,7 +183,8 @@ def check_partitioned_source(config) -> list[Path]:
 
 def _refuse_unfitted_choices(config) -> None:
     """The route fits fair_pca (no lambda) with :data:`CLASSIFIER`: other variants,
-    classifiers or lambdas than the defaults are refused, never silently replaced."""
+    classifiers or lambdas than the defaults are refused, never silently replaced; so is a
+    ``group_column`` (its split assigns each row, not each entity, a part)."""
     asked = [
         f"--{name} {getattr(getattr(config, section), name)}"
         for section, name in (
@@ -193,6 +194,13 @@ def _refuse_unfitted_choices(config) -> None:
         if getattr(getattr(config, section), name)
         != type(getattr(config, section)).model_fields[name].get_default(call_default_factory=True)
     ]  # fmt: skip
+    if config.source.group_column is not None:
+        raise ValueError(
+            f"the Dask route splits a partitioned table row by row (a seeded hash of each "
+            f"row), so --group-column {config.source.group_column} (each entity's rows in one "
+            "part) cannot be honoured there: audit the table (or a sample of whole entities) "
+            "in memory as one file, or leave --group-column out."
+        )
     if asked:
         raise ValueError(
             f"the Dask route fits fair_pca with {CLASSIFIER} only (no PCA trade-off lambda), "
@@ -720,6 +728,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     started_at and the flow's tags)."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
+    from fairpca.tasks.onnx_export import save_graph
     from fairpca.tasks.record import (
         AuditRecord,
         _k_record,
@@ -728,6 +737,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         _selection,
         candidate_summary,
         provenance,
+        with_graph_tag,
     )
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
@@ -737,13 +747,20 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
+    # the partitions' validation rows are not in memory: the graph is checked on the
+    # encoder's sample of training rows
+    graph = save_graph(model_dir, pipeline, passes.sample_X, checked_on="training sample")
     chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
     split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
     test = [PART_CODES["test"]]
     sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
+    flow_tags = {"fairpca.route": "dask", **run["tags"]}
+    fields = _run_fields(
+        config, choice, run["kind"], Path(out_dir).name, run["started_at"], passes.spec.sensitive,
+        flow_tags,
+    )  # fmt: skip
     return AuditRecord(
-        **_run_fields(config, choice, run["kind"], Path(out_dir).name, run["started_at"],
-                      passes.spec.sensitive, {"fairpca.route": "dask", **run["tags"]}),
+        **with_graph_tag(fields, graph), onnx=graph,
         selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
         params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
         metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],

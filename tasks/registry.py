@@ -31,6 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
+from fairpca.tasks.gate_ledger import (
+    Ledger,
+    check_fresh,
+    check_latest,
+    max_age_seconds,
+    published_ledger,
+)
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.onnx_runtime import GraphModel, GraphRefused, read_graph
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
@@ -322,14 +329,17 @@ def check_attested_pass(
     policy_digest: str | None = None,
     public_key=None,
     model_dir: Path | None = None,
+    ledger: Ledger | None = None,
 ) -> Attestation:
     """The gate's attestation that version ``version`` of ``name`` passed, once verified.
 
     The signature must verify with the gate's public key (:func:`fairpca.tasks.trust.
     gate_public_key` unless given), the statement must name this model and version with the
-    verdict ``passed`` (and ``policy_digest`` when given), and the digest of the version's
-    model files, downloaded now (or the already downloaded ``model_dir``), must be the one
-    attested. Cheap checks come first; the files are downloaded last.
+    verdict ``passed`` (and ``policy_digest`` when given), with a ``ledger`` (the gate's,
+    verified: :mod:`fairpca.tasks.gate_ledger`) it must be the version's latest verdict there,
+    signed under the ledger's policy, and the digest of the version's model files, downloaded
+    now (or the already downloaded ``model_dir``), must be the one attested. Cheap checks come
+    first; the files are downloaded last.
 
     Raises
     ------
@@ -348,6 +358,8 @@ def check_attested_pass(
         )
     if attestation.verdict != "passed":
         raise AttestationError(f"the gate's signed verdict is {attestation.verdict!r}")
+    if ledger is not None:
+        check_latest(ledger, str(version), text, attestation)
     if policy_digest is not None and attestation.policy_digest != policy_digest:
         raise StaleAttestationError(
             "it was judged under another gate policy (the policy file or its reference data "
@@ -379,16 +391,18 @@ def load_champion(
 
     The version's files are downloaded once. With ``attested`` (the default) the fairness
     gate's signed pass must verify for those very files (:func:`check_attested_pass`, with
-    ``$FAIRPCA_GATE_PUBLIC_KEY``), and what is served is what the gate judged: the version's
-    ONNX graph, whose SHA-256 must be the attested one, checked again as the gate checks it
-    (:func:`fairpca.tasks.onnx_runtime.read_graph`) and run by onnxruntime
-    (:class:`fairpca.tasks.onnx_runtime.GraphModel`: ``predict(frame)`` feeds each graph input
-    the column it names); the scikit-learn files are not opened. With ``attested=False`` (no
-    gate is deployed) the scikit-learn pipeline is loaded: its skops file must match the
-    SHA-256 fairpca recorded when it registered the version (tag ``fairpca.model_sha256``),
-    which says the file is the one registered, not that its model is fair, and the directory
-    must be an MLflow scikit-learn model serialised with skops, without pickle or code,
-    holding only skops' default and :data:`TRUSTED_TYPES`
+    ``$FAIRPCA_GATE_PUBLIC_KEY``) and be the version's latest verdict under the gate's current
+    policy in the gate's signed ledger (:mod:`fairpca.tasks.gate_ledger`, signed at most
+    ``$FAIRPCA_GATE_LEDGER_MAX_AGE`` seconds ago, a day by default), and what is served is what
+    the gate judged: the version's ONNX graph, whose SHA-256 must be the attested one, checked
+    again as the gate checks it (:func:`fairpca.tasks.onnx_runtime.read_graph`) and run by
+    onnxruntime (:class:`fairpca.tasks.onnx_runtime.GraphModel`: ``predict(frame)`` feeds each
+    graph input the column it names); the scikit-learn files are not opened. With
+    ``attested=False`` (no gate is deployed) the scikit-learn pipeline is loaded: its skops
+    file must match the SHA-256 fairpca recorded when it registered the version (tag
+    ``fairpca.model_sha256``), which says the file is the one registered, not that its model
+    is fair, and the directory must be an MLflow scikit-learn model serialised with skops,
+    without pickle or code, holding only skops' default and :data:`TRUSTED_TYPES`
     (:func:`fairpca.tasks.trust.load_verified_dir`). ``mlflow.pyfunc.load_model`` is not
     used: a cloudpickled model runs its code when loaded.
 
@@ -416,10 +430,15 @@ def load_champion(
         local = download_version(client, uri, model_name, version, Path(tmp))
         if not attested:
             return load_verified_dir(local, shown, expected)
+        key = gate_public_key()
         try:
+            tags = client.get_registered_model(model_name).tags
+            ledger = published_ledger(tags, model_name, key)
+            check_fresh(ledger, max_age_seconds())
             attestation = check_attested_pass(
-                client, uri, model_name, version, public_key=gate_public_key(), model_dir=local
-            )
+                client, uri, model_name, version, public_key=key, model_dir=local,
+                ledger=ledger,
+            )  # fmt: skip
         except AttestationError as error:
             raise AttestationError(
                 f"{shown} is not loaded: {error}.", tampered=error.tampered

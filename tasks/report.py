@@ -39,7 +39,7 @@ from markupsafe import Markup
 
 from .evaluate import HEADLINE_METRICS
 from .record import PARTS, WITHHELD, AuditRecord
-from .trust import mask_credentials, sha256_file
+from .trust import mask_credentials, sha256_file, visible_text
 
 # -- escaping every user string where it is rendered ------------------------------------------
 
@@ -54,8 +54,9 @@ _NEWLINES = re.compile(r"[\r\n]+")
 
 def markdown_text(value: object) -> str:
     """``value`` as literal Markdown text: no emphasis, link, image, code span, table cell or
-    HTML tag can start inside it, and it stays on one line (safe in a table cell)."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", str(value)))
+    HTML tag can start inside it, it stays on one line (safe in a table cell), and its
+    bidirectional controls are shown (:func:`~fairpca.tasks.trust.visible_text`)."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _NEWLINES.sub(" ", visible_text(value)))
 
 
 def csv_cell(value: object) -> object:
@@ -484,6 +485,13 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     return tuple(rows)
 
 
+def graph_warnings(record) -> tuple[str, ...]:
+    """Why the registered version has no ONNX graph (the registry gate judges the graph only,
+    so it fails such a version), when the audit saved none."""
+    graph = getattr(record, "onnx", None)
+    return () if graph is None or graph.status == "exported" else (str(graph.reason),)
+
+
 def build_verdict(record, promotion=None) -> Verdict:
     """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
     once, rendered by every surface."""
@@ -508,7 +516,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         rows_label=_chosen_rows(record),
         rule=selection.gate,
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
-        warnings=tuple(selection.warnings),
+        warnings=(*selection.warnings, *graph_warnings(record)),
         intersections=group_rows(selection, attributes=False),
     )
 
@@ -729,17 +737,27 @@ def _markdown_value(value: Any) -> str:
     return markdown_text(value) if isinstance(value, str) else str(value)
 
 
+def _visible_value(value: Any) -> Any:
+    """What an HTML or text template prints for ``{{ value }}``: a string not marked safe with
+    its bidirectional controls shown (:func:`~fairpca.tasks.trust.visible_text`; HTML then
+    autoescapes it), anything else as it is."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return visible_text(value)
+    return value
+
+
 def render_template(name: str, /, **context: Any) -> str:
     """Render the template ``name``: HTML (``*.html.j2``) autoescaped; Markdown (``*.md.j2``)
     with every printed string escaped as literal text (:func:`_markdown_value`); plain text
-    (``*.txt.j2``) as it is, for a renderer that escapes it."""
+    (``*.txt.j2``) as it is, for a renderer that escapes it. No printed string keeps a raw
+    bidirectional control (:func:`_visible_value`)."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
     markdown = name.endswith(".md.j2")
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=name.endswith(".html.j2"),
-        finalize=_markdown_value if markdown else None,
+        finalize=_markdown_value if markdown else _visible_value,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,

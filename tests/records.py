@@ -149,3 +149,28 @@ def _metrics(accuracy: float, dp: float, eo: float) -> dict[str, float]:
             {name: value, f"{name}.ci95_low": value - half, f"{name}.ci95_high": value + half}
         )
     return out
+
+
+# Unicode bidirectional controls (issue 53): names that would read reversed if shown raw.
+CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+GROUP = "A\u202e1 puorG"  # reads "AGroup 1" where the control is shown raw
+ATTRIBUTE = "se\u2067x"
+SOURCE = "loans\u200f\u061c"
+
+
+def with_bidi_names(record):
+    """``record`` whose sensitive attribute, group, data set and screened column names hold
+    bidirectional controls."""
+    from fairpca.tasks.record import ScreenedColumn
+
+    record = replaced(record, "provenance.definition", source=SOURCE, sensitive=[ATTRIBUTE])
+    rates = {f"{rate}.{ATTRIBUTE}:{group}": value for group in (GROUP, "B")
+             for rate, value in (("selection_rate", 0.2), ("tpr", 0.6), ("fpr", 0.1))}  # fmt: skip
+    test = {**record.selection.test, **rates, f"dp_difference.{ATTRIBUTE}": 0.01}
+    sizes = {ATTRIBUTE: {GROUP: 1650, "B": 3350}}
+    record = replaced(
+        record, "selection", group_sizes=sizes, test_group_sizes=sizes, test=test,
+        warnings=[f"group {GROUP} is small"],
+    )  # fmt: skip
+    screened = [ScreenedColumn(column=f"id{CONTROLS}", rule="identifier", action="excluded")]
+    return replaced(record, sensitive=[ATTRIBUTE], screening=screened)

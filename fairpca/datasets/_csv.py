@@ -215,37 +215,51 @@ def _memory_budget() -> int | None:
     return max(budget, BLOCK_BYTES)  # as fairpca._memory.fits: a block always fits
 
 
+class TableTally:
+    """What a table read chunk by chunk holds, counted against the memory available (module
+    docstring, step 3); a CSV parse and a Parquet read (``fairpca.datasets._user``) share it.
+
+    ``source`` says what the file is (``"1.0 MB of text"``), ``fix`` what to do instead.
+    What the read holds is counted, not estimated: the in-memory size of the chunks so far
+    (their concatenation doubles it, ``CONCAT_FACTOR``) plus the working copies of the
+    current chunk (``PARSE_FACTOR``).
+    """
+
+    def __init__(self, path: Path, source: str, fix: str = "Give a smaller file"):
+        self.path, self.source, self.fix = path, source, fix
+        self.budget = _memory_budget()
+        self.total = self.rows = 0
+
+    def add(self, chunk: pd.DataFrame) -> None:
+        """Count ``chunk``; :class:`InsufficientMemoryError` once the read would not fit."""
+        size = int(chunk.memory_usage(deep=True, index=False).sum())
+        self.total, self.rows = self.total + size, self.rows + len(chunk)
+        need = CONCAT_FACTOR * self.total + PARSE_FACTOR * size
+        if self.budget is not None and need > self.budget:
+            raise InsufficientMemoryError(
+                f"Not enough memory: the table of data file {self.path.name} ({self.source}) "
+                f"needs more than {format_bytes(need)}: its first {self.rows} rows parse to "
+                f"{format_bytes(self.total)}, held twice while the table is put together, but "
+                f"only {format_bytes(self.budget)} are available (MemAvailable, or "
+                f"{LIMIT_VARIABLE} when set). {self.fix}, free memory, or set "
+                f"{LIMIT_VARIABLE} if more memory is available than the system reports."
+            )
+
+
 def read_table_bounded(path: Path, sep: str, encoding: str, n_bytes: int) -> pd.DataFrame:
     """Parse the whole file ``TABLE_CHUNK_ROWS`` rows at a time, refusing it as soon as the
-    parse would hold more than the memory available (module docstring, step 3).
-
-    What the parse holds is counted, not estimated: the parsed size of the chunks so far
-    (their concatenation doubles it, ``CONCAT_FACTOR``) plus the working copies of the
-    current chunk (``PARSE_FACTOR``). A column whose type differs between chunks (numbers in
-    one, text in another) is read again whole, so that its type is the one a single parse of
-    the file gives.
+    parse would hold more than the memory available (:class:`TableTally`; module docstring,
+    step 3). A column whose type differs between chunks (numbers in one, text in another) is
+    read again whole, so that its type is the one a single parse of the file gives.
     """
-    budget = _memory_budget()
-    chunks, total = [], 0
+    fix = "Give a smaller file or a Parquet file"
+    tally, chunks = TableTally(path, f"{format_bytes(n_bytes)} of text", fix), []
     reader = pd.read_csv(
         path, sep=sep, encoding=encoding, chunksize=TABLE_CHUNK_ROWS, low_memory=False
     )
     with reader:
         for chunk in reader:
-            size = int(chunk.memory_usage(deep=True, index=False).sum())
-            total += size
-            need = CONCAT_FACTOR * total + PARSE_FACTOR * size
-            if budget is not None and need > budget:
-                rows = sum(len(c) for c in chunks) + len(chunk)
-                raise InsufficientMemoryError(
-                    f"Not enough memory: the table of data file {path.name} "
-                    f"({format_bytes(n_bytes)} of text) needs more than {format_bytes(need)}: "
-                    f"its first {rows} rows parse to {format_bytes(total)}, held twice while "
-                    f"the table is put together, but only {format_bytes(budget)} are "
-                    f"available (MemAvailable, or {LIMIT_VARIABLE} when set). Give a smaller "
-                    f"file or a Parquet file, free memory, or set {LIMIT_VARIABLE} if more "
-                    "memory is available than the system reports."
-                )
+            tally.add(chunk)
             chunks.append(chunk)
     if len(chunks) == 1:
         return chunks[0]

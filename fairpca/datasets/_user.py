@@ -44,38 +44,62 @@ def _check_file(path: Path) -> None:
 
 
 def _read_parquet(path: Path, check_head: Callable) -> pd.DataFrame:
-    """A Parquet file: its columns checked from the schema and its size against the reading
-    budget and the memory available before it is read."""
+    """A Parquet file: its columns checked from the schema, then read in record batches of a
+    bounded number of rows (one large row group too) with a running count of what they hold:
+    their decoded size against the reading budget, their size as a table against the memory
+    available (:class:`~fairpca.datasets._csv.TableTally`, as for CSV). The sizes the file's
+    metadata declares can only refuse it early: a file of few bytes can decode to gigabytes
+    whatever its metadata says."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from .._memory import format_bytes, require, size_setting
+    from .._memory import format_bytes, require, rows_per_block, size_setting
+    from ._csv import TABLE_CHUNK_ROWS, TableTally
     from ._files import DEFAULT_READ_BUDGET
+
+    def unreadable(error: Exception) -> ValueError:
+        return ValueError(
+            f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
+        )
 
     try:
         parquet = pq.ParquetFile(path)
         meta, names = parquet.metadata, [str(n).strip() for n in parquet.schema_arrow.names]
     except Exception as error:
-        raise ValueError(
-            f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
-        ) from error
+        raise unreadable(error) from error
     check_head(pd.DataFrame(columns=names), True)
-    size = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     budget = size_setting(READ_BUDGET_ENV, DEFAULT_READ_BUDGET)
-    if size > budget:
+    raise_budget = f"raise {READ_BUDGET_ENV} if it is meant to be this large"
+    if declared > budget:
         raise DataTooLargeError(
-            f"Data file {path} is refused before reading: it holds {format_bytes(size)} "
-            f"uncompressed, more than {format_bytes(budget)}; raise {READ_BUDGET_ENV} "
-            "if it is meant to be this large."
+            f"Data file {path} is refused before reading: it holds {format_bytes(declared)} "
+            f"uncompressed, more than {format_bytes(budget)}; {raise_budget}."
         )
-    require(2 * size, f"the table of data file {path.name} ({format_bytes(size)}) and a copy",
-            "Give a smaller file, free memory, or set FAIRPCA_MEMORY_LIMIT if more memory is "
-            "available than the system reports.")  # fmt: skip
+    require(2 * declared, f"the table of data file {path.name} ({format_bytes(declared)}) "
+            "and a copy", "Give a smaller file, free memory, or set FAIRPCA_MEMORY_LIMIT if "
+            "more memory is available than the system reports.")  # fmt: skip
+    tally = TableTally(path, f"{format_bytes(path.stat().st_size)} of Parquet")
+    rows = rows_per_block(len(names), most=TABLE_CHUNK_ROWS)
+    batches, decoded = [], 0
     try:
-        frame = pd.read_parquet(path)
+        for batch in parquet.iter_batches(batch_size=rows, use_pandas_metadata=True):
+            decoded += batch.nbytes
+            if decoded > budget:
+                raise DataTooLargeError(
+                    f"Data file {path} is refused while reading: its first "
+                    f"{tally.rows + batch.num_rows} rows decode to {format_bytes(decoded)}, "
+                    f"more than {format_bytes(budget)}; {raise_budget}."
+                )
+            tally.add(batch.to_pandas())  # its size as a table, counted as for CSV
+            batches.append(batch)
+        table = pa.Table.from_batches(batches, schema=None if batches else parquet.schema_arrow)
+        del batches
+        frame = table.to_pandas()  # as pandas.read_parquet converts (pandas metadata too)
+    except (DataTooLargeError, MemoryError):
+        raise
     except Exception as error:
-        raise ValueError(
-            f"Data file {path} is not a readable Parquet file ({type(error).__name__}: {error})."
-        ) from error
+        raise unreadable(error) from error
     return without_repeated_columns(frame, pd.DataFrame([list(frame.columns)]), path)
 
 

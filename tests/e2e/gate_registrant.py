@@ -100,7 +100,8 @@ def add_graph(folder: Path, model, columns: list[str]) -> None:
     select = ColumnTransformer([("columns", "passthrough", columns)])
     pipeline = Pipeline([("select", select.fit(make_data(n=5)[columns])), ("model", model)])
     types = [(column, DoubleTensorType([None, 1])) for column in columns]
-    graph = to_onnx(pipeline, initial_types=types, options={id(model): {"zipmap": False}})
+    classifier = model[-1] if isinstance(model, Pipeline) else model
+    graph = to_onnx(pipeline, initial_types=types, options={id(classifier): {"zipmap": False}})
     (folder / "model.onnx").write_bytes(graph.SerializeToString())
     spec = Model.load(str(folder / "MLmodel"))
     spec.add_flavor("onnx", onnx_version=onnx.__version__, data="model.onnx", code=None)

@@ -136,3 +136,17 @@ def test_the_candidates_caption_names_the_sample_and_every_row():
         "The λ rows on the validation sample (2,500 rows); the baselines and the chosen "
         "candidate on the validation rows (12,211)." in words
     )
+
+
+def test_bidirectional_controls_in_names_are_shown_escaped_in_the_terminal():
+    """Issue 53: U+202E in a group name was printed raw, so the name read reversed. The
+    group table, the column screening and the warnings show each control as ``<U+202E>``."""
+    from records import CONTROLS, with_bidi_names
+
+    record = with_bidi_names(_result().record)
+    screening = [{"action": "excluded", "column": s.column, "rule": s.rule, "score": None}
+                 for s in record.screening]  # fmt: skip
+    printed = _printed(_result(record=record, screening=screening), verbose=True)
+    assert not set(printed) & set(CONTROLS)
+    assert "A<U+202E>1 puorG" in printed  # the group table and the warning
+    assert "id\\u202a\\u202b" in printed  # the screened column, quoted as Python does

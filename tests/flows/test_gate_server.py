@@ -611,3 +611,131 @@ def test_sigterm_ends_gate_serve_and_its_prefect_server_within_5_s(user_cli, tmp
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", serve.port))
     assert "interrupted by SIGTERM while it received webhooks" in serve.log.read_text()
+
+
+# ---- slow forged uploads (issue 53): they hold no place in the bound, the oldest goes first ---
+
+
+def _slow_forged(port: int, source: str, seconds: float = 10.0):
+    """A connection from ``source`` that sends forged signature headers, a Content-Length and
+    ``Expect: 100-continue``, and never its body: ``(socket, waiting)``, returned once the
+    receiver's app waits for the body (it answers ``100 Continue`` then: ``waiting``) or the
+    receiver closed the connection (not ``waiting``)."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    forged = "".join(f"{k}: {v}\r\n" for k, v in headers_for(BODY, secret="f" * 40).items())
+    head = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{forged}Content-Length: {len(BODY)}\r\n"
+    sock.sendall(f"{head}Expect: 100-continue\r\n\r\n".encode())
+    answer, deadline = b"", time.monotonic() + seconds
+    try:
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            sock.settimeout(max(0.01, deadline - time.monotonic()))
+            if not (chunk := sock.recv(4096)):
+                return sock, False
+            answer += chunk
+    except ConnectionResetError:
+        return sock, False
+    assert answer.startswith(b"HTTP/1.1 100"), answer[:200]
+    return sock, True
+
+
+def _open(sock) -> bool:
+    """Whether the server has not closed ``sock`` (nothing waiting to be read but its EOF)."""
+    import socket
+
+    sock.setblocking(False)
+    try:
+        return sock.recv(1, socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except ConnectionResetError:
+        return False
+
+
+def _signed_keep_alive(port: int, source: str):
+    """A connection from ``source`` that sent one signed delivery (answered 202) and stays
+    open (HTTP/1.1 keeps it alive)."""
+    import socket
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+    signed = "".join(f"{k}: {v}\r\n" for k, v in headers_for(BODY).items())
+    head = f"POST /webhook HTTP/1.1\r\nHost: x\r\n{signed}Content-Length: {len(BODY)}\r\n\r\n"
+    sock.sendall(head.encode() + BODY.encode())
+    answer = b""
+    while not answer.endswith(b"}") and (chunk := sock.recv(4096)):  # a 10 s timeout each
+        answer += chunk
+    assert answer.startswith(b"HTTP/1.1 202"), answer[:200]
+    return sock
+
+
+def _delivered(serve: GateServe, source: str) -> int | str:
+    """The status of a signed delivery from ``source``, or the error that ended it."""
+    import httpx
+
+    try:
+        return serve.deliver(source).status_code
+    except httpx.HTTPError as error:
+        return type(error).__name__
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="binds 127.0.0.x addresses")
+def test_slow_forged_uploads_do_not_deafen_the_receiver(user_cli, tmp_path, free_port):
+    """Issue 53: connections with forged signature headers whose body never arrives held the
+    bound of requests being handled (64 from two addresses: every signed delivery got 503)
+    and, from one address, the per-address bound (32: a signed delivery from the same address
+    was closed at once). Now they hold no place in the bound, and past the per-address bound
+    or the global one (``MAX_CONNECTIONS``) the oldest unverified connection is closed, so a
+    signed delivery gets 202 in each case. Each slow connection is counted only once the
+    receiver's app waits for its body (``100 Continue``)."""
+    from fairpca.flows.gate_server import (
+        KEEP_ALIVE_SECONDS,
+        MAX_CONNECTIONS,
+        MAX_CONNECTIONS_PER_CLIENT,
+    )
+
+    serve = GateServe(user_cli, tmp_path, free_port(), PREFECT_API_URL="http://127.0.0.1:9/api")
+    sockets = []
+
+    def flood(sources: list[str]) -> list[bool]:
+        opened = [_slow_forged(serve.port, source) for source in sources]
+        sockets.extend(sock for sock, _ in opened)
+        return [waiting for _, waiting in opened]
+
+    try:
+        serve.wait_ready()
+        # 64 from two addresses: the bound of MAX_REQUESTS = 64 requests being handled
+        assert all(flood(["127.0.0.1", "127.0.0.2"] * 32))
+        assert _delivered(serve, "127.0.0.3") == 202  # 503 before
+        assert _delivered(serve, "127.0.0.1") == 202  # closed at once before (33rd of .1)
+        for sock in sockets:
+            sock.close()
+        sockets.clear()
+        # 64 from one address: each past its bound closes that address's oldest unverified
+        # one; an older kept-alive connection that sent a signed delivery stays
+        signed = _signed_keep_alive(serve.port, "127.0.0.4")
+        started = time.monotonic()
+        waiting = flood(["127.0.0.4"] * 64)
+        assert _delivered(serve, "127.0.0.4") == 202
+        assert all(waiting) and [_open(sock) for sock in sockets] == [False] * 34 + [True] * 30
+        assert _open(signed), "the signed connection was closed"
+        assert time.monotonic() - started < KEEP_ALIVE_SECONDS  # (it closes when idle so long)
+        signed.close()
+        for sock in sockets:
+            sock.close()
+        sockets.clear()
+        # MAX_CONNECTIONS from several addresses (each within its bound): the global cap
+        sources = [f"127.0.1.{1 + i // MAX_CONNECTIONS_PER_CLIENT}" for i in range(MAX_CONNECTIONS)]
+        assert all(flood(sources))
+        assert _delivered(serve, "127.0.2.1") == 202
+        assert not _open(sockets[0]) and all(_open(sock) for sock in sockets[1:])
+    finally:
+        for sock in sockets:
+            sock.close()
+        serve.stop()
+    log = serve.log.read_text()
+    assert log.count(f"over {MAX_CONNECTIONS_PER_CLIENT} open from 127.0.0.4") == 34
+    assert f"over {MAX_CONNECTIONS} open in all" in log

@@ -570,6 +570,92 @@ def test_one_500_mb_line_is_refused_at_the_line_limit(tmp_path):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 < 2 * 10**9
 
 
+# Writes a Parquet file of 40M rows in ONE row group: runs of constants (a feature of zeros,
+# two groups and two labels in long runs) that compress to a few hundred kB, whose metadata
+# declares under 1 MB uncompressed. In a child process: it holds the columns at once.
+_WRITE_40M_ROWS = """
+import sys
+import numpy as np, pyarrow as pa, pyarrow.parquet as pq
+n, half = 40_000_000, 20_000_000
+runs = np.repeat(np.array([0, 1], np.int8), half)
+group = pa.DictionaryArray.from_arrays(runs, pa.array(["a", "b"]))
+table = pa.table({"x1": np.zeros(n, np.int8), "group": group,
+                  "approved": np.tile(np.repeat(np.array([0, 1], np.int8), half // 2), 2)})
+pq.write_table(table, sys.argv[1], row_group_size=n, store_schema=False)
+"""
+
+
+@pytest.fixture(scope="module")
+def parquet_of_40m_rows(tmp_path_factory) -> Path:
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    path = tmp_path_factory.mktemp("parquet") / "forty-million.parquet"
+    subprocess.run([sys.executable, "-c", _WRITE_40M_ROWS, str(path)], check=True, timeout=300)
+    meta = pq.ParquetFile(path).metadata
+    assert path.stat().st_size < 10**6 and meta.num_rows == 40_000_000
+    assert meta.num_row_groups == 1 and meta.row_group(0).total_byte_size < 10**6
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "setting, refusal",
+    [
+        # 440 MB as a table (the label and a feature as int8, the groups as strings)
+        (("FAIRPCA_MEMORY_LIMIT", "512MiB"), "InsufficientMemoryError"),
+        # 280 MB decoded (before: the 336 kB its metadata declares was checked)
+        (("FAIRPCA_MAX_READ_BYTES", "100MB"), "DataTooLargeError"),
+    ],
+)
+def test_a_small_parquet_file_of_40m_rows_stops_at_the_budget_it_crosses(
+    parquet_of_40m_rows, failed_load, setting, refusal
+):
+    # The issue: a 1 MB Parquet file of 40M rows declared 10.7 MB uncompressed in its
+    # metadata, which the budget trusted; the load took 36 s and peaked at 4.2 GB. It is read
+    # in batches of a bounded number of rows (its one row group too), counted as it decodes.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAIRPCA_M")}
+    env[setting[0]] = setting[1]
+    seconds, kind, message, peak = failed_load(
+        parquet_of_40m_rows, env, label="approved", sensitive="group"
+    )
+    assert kind == refusal, message
+    assert setting[0] in message, message  # the setting to raise is named
+    if refusal == "InsufficientMemoryError":  # the memory message of the CSV path
+        assert message.startswith("Not enough memory: the table of data file forty-million.")
+    print(f"refused {seconds:.2f} s into reading, peak RSS {peak / 1e6:.0f} MB")
+    assert seconds < 10 and peak < 10**9, (seconds, peak)
+
+
+def test_parquet_read_in_batches_is_the_table_pandas_reads(tmp_path, monkeypatch):
+    """Batches of 100 rows over row groups of 700: the table of ``pandas.read_parquet``
+    (categories, an index, missing values, text, times)."""
+    from fairpca.datasets import _csv
+
+    n = 3000
+    frame = pd.DataFrame(
+        {
+            "x": np.arange(n, dtype=float),
+            "count": pd.array(np.where(np.arange(n) % 7 == 0, None, np.arange(n)), "Int64"),
+            "city": pd.Categorical(np.resize(["b", "a", "c"], n)),
+            "note": np.where(np.arange(n) == 2000, None, np.resize(["x", "yy"], n)),
+            "when": pd.date_range("2026-01-01", periods=n, freq="h", tz="UTC"),
+            "group": np.resize(["g1", "g2"], n),
+            "y": np.resize([0, 1, 1], n),
+        },
+        index=pd.Index(np.arange(n) * 2, name="person"),
+    )
+    path = tmp_path / "mixed.parquet"
+    frame.to_parquet(path, row_group_size=700)
+    monkeypatch.setattr(_csv, "TABLE_CHUNK_ROWS", 100)
+    from fairpca.datasets._user import _read_parquet
+
+    read = _read_parquet(path, lambda head, whole: None)
+    pd.testing.assert_frame_equal(read, pd.read_parquet(path))
+
+
 def test_duplicate_and_infinite_columns_are_refused_with_the_fix(tmp_path):
     path = tmp_path / "messy.csv"
     path.write_text("x,s, s,y\n1,a,b,0\n2,b,a,1\n3,a,a,0\n4,b,b,1\n")

@@ -7,6 +7,7 @@ import io
 
 import pandas as pd
 import pytest
+from records import ATTRIBUTE, CONTROLS, GROUP, SOURCE, with_bidi_names
 
 from fairpca.tasks.report import FORMULA_START, csv_cell, markdown_text, write_safe_csv
 
@@ -75,3 +76,65 @@ def test_plots_drawn_inside_literal_plot_text_show_dollar_labels_as_written(
     assert drawn_literally(figure, dollar_labels)
     assert matplotlib.rcParams["text.parse_math"]  # restored on the way out
     assert markdown_text("$50k-$100k") == "\\$50k\\-\\$100k"  # no math in GitHub's Markdown
+
+
+# ---- bidirectional controls (issue 53): shown as their code points on every surface --------
+
+
+def test_visible_text_shows_every_bidirectional_control_as_its_code_point():
+    from fairpca.tasks.trust import visible_text
+
+    shown = visible_text(f"a{CONTROLS}b")
+    assert not set(shown) & set(CONTROLS)
+    assert shown == "a" + "".join(f"<U+{ord(c):04X}>" for c in CONTROLS) + "b"
+    assert visible_text("Müller, 東京, \u05e9\u05dc\u05d5\u05dd") == "Müller, 東京, שלום"
+
+
+def test_bidirectional_controls_in_names_are_shown_escaped_on_every_surface(audit_record):
+    """Issue 53: U+202E in a group name was shown raw in report.html (and the terminal,
+    ``tests/flows/test_console_summary.py``), so a name could read reversed. The report
+    (HTML, Markdown), the model card, the MLflow run and version descriptions, the Prefect
+    verdict and the gate's card show each control as ``<U+202E>``."""
+    import html
+
+    from markdown_it import MarkdownIt
+
+    from fairpca.tasks.report import (
+        render_html,
+        render_markdown,
+        render_model_card,
+        render_template,
+        report_sections,
+        report_title,
+        run_description,
+        verdict_markdown,
+        version_description,
+    )
+
+    record = with_bidi_names(audit_record)
+    sections, title = report_sections(record), report_title(record)
+    metrics = {"accuracy": 0.8, f"dp_difference.{ATTRIBUTE}": 0.01}
+    gate_card = render_template(  # as fairpca.flows.gate.record_verdict renders it
+        "gate_card.md.j2", name=f"credit-{SOURCE}", version="3", status="failed",
+        now="2026-12-07T00:00:00Z", reasons=[f"group {GROUP} is small"], metrics=metrics,
+        shown=list(metrics), facts={"reference": f"{SOURCE}.csv"},
+    )  # fmt: skip
+    markdown = {
+        "report.md": render_markdown(title, sections, "tradeoff.png"),
+        "model card": render_model_card(record),
+        "run description": run_description(record),
+        "version description": version_description(record, "0123abcd", "http://x/card"),
+        "Prefect verdict": verdict_markdown(record, heading=f"Fairness audit {SOURCE}"),
+        "gate card": gate_card,
+    }
+    shown = {where: MarkdownIt("commonmark").enable("table").render(text)
+             for where, text in markdown.items()}  # fmt: skip
+    shown["report.html"] = render_html(title, sections, None)
+    for where, text in {**markdown, **shown}.items():
+        assert not set(text) & set(CONTROLS), where
+    for where, page in shown.items():
+        readable = html.unescape(page)
+        assert "<U+202E>" in readable or "<U+2067>" in readable, where
+    assert "A<U+202E>1 puorG" in html.unescape(shown["report.html"])
+    assert "A<U+202E>1 puorG" in html.unescape(shown["model card"])
+    assert "<U+2067>" in html.unescape(shown["gate card"])
