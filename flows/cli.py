@@ -531,6 +531,16 @@ def gate_reconcile(
 ) -> None:
     """Check every protected alias of every watched model against the gate's signed
     attestations: a holder without a verified pass loses it (one line per change)."""
+    from . import runtime
+    from .gate import judging_now
+
+    # a stop signal kills the evaluation child, removes its folder and names the version
+    with runtime.Command("gate reconcile", doing=judging_now) as command:
+        command.phase = "while the aliases were reconciled"
+        command.run(_reconcile_gate, policy_dir, tracking_uri)
+
+
+def _reconcile_gate(policy_dir: Path | None, tracking_uri: str | None) -> None:
     from mlflow.exceptions import MlflowException
 
     from fairpca.tasks.mlflow_store import mlflow_client

@@ -5,14 +5,14 @@ Started by the webhook receiver (:mod:`fairpca.flows.gate_server`) through the d
 
 * ``model_version.created``: the version gets ``fairness.gate.status = pending``; its model
   files are downloaded once, digested (:func:`fairpca.tasks.trust.files_digest`) and that very
-  copy is judged (:func:`evaluate_version`): its predictions on the policy's reference data,
-  made in a child process without the gate's keys, go to the MLflow ``fairness`` evaluator
-  (one definition of every metric, with bootstrap intervals). A model the gate cannot load
-  without running the registrant's code is refused unjudged (:func:`model_refusal`). The
+  copy is judged (:func:`evaluate_version`): the labels its ONNX graph gives the policy's
+  reference data, computed in a limited child process without the gate's keys, go to the
+  MLflow ``fairness`` evaluator (one definition of every metric, with bootstrap intervals).
+  A version without a graph, or with one the gate's checks refuse, fails unjudged. The
   verdict (:func:`verdict`: the audit's thresholds and eligibility rules, so a constant
   classifier never passes) is signed: the version gets the attestation
-  ``fairness.gate.attestation`` (model, version, model files' digest, policy digest, verdict,
-  gate run; Ed25519, a key only the gate holds), then (:func:`record_verdict`) the
+  ``fairness.gate.attestation`` (model, version, model files' digest, graph digest, policy
+  digest, verdict, gate run; Ed25519, a key only the gate holds), then (:func:`record_verdict`) the
   informational tags (``fairness.gate.status`` ``passed`` / ``failed`` / ``error``, the
   reasons, the metrics with their 95% intervals), a short card and a Prefect Markdown
   artifact;
@@ -37,14 +37,17 @@ A gate run uses the worker's own policy folder (``$FAIRPCA_GATE_POLICY_DIR``) an
 server (``$MLFLOW_TRACKING_URI``): a deployment parameter naming others is refused
 (:func:`gate_settings`). One YAML policy file per watched model (:class:`GatePolicy`).
 
-**No registrant code ever runs in the gate.** It judges only MLflow scikit-learn models
-serialised with skops whose types are all trusted (:data:`fairpca.tasks.trust.TRUSTED_TYPES`,
-the files checked as :func:`fairpca.tasks.registry.load_champion` checks them, by reading
-them, never by loading them); a pyfunc (``python_model``, ``code_paths``), a pickled or
-cloudpickled model, or a foreign type gets the signed verdict ``failed`` with the reason,
-unloaded. Even the trusted files are loaded only in the prediction child
-(:func:`fairpca.tasks.trust.predict_isolated`: no gate key in its environment, an empty
-``HOME``, user ``nobody`` under a root worker), which returns nothing but predictions; the
+**The gate judges a pure function.** Of a version it reads only the ONNX graph of MLflow's
+``onnx`` flavour (:func:`fairpca.tasks.onnx_runtime.read_graph`: its size on disk before it is
+parsed, the standard operator sets ``ai.onnx`` and ``ai.onnx.ml`` only, no external data,
+ONNX's checker); the scikit-learn files, a pyfunc's code or a pickle are never opened, so
+nothing of the registrant's runs or is deserialised here. A version without a graph gets the
+signed verdict ``failed`` with the reason :data:`fairpca.tasks.onnx_runtime.NO_GRAPH`. The graph
+runs only in the evaluation child (:func:`fairpca.tasks.onnx_runtime.predict_isolated`: no
+secret in its environment, ``nobody`` under a root worker, address-space, CPU and wall-clock
+limits, its own process group, killed and its folder removed when the gate run ends), which
+returns nothing but labels; whatever goes wrong there is the fixed reason
+:data:`fairpca.tasks.onnx_runtime.GRAPH_FAILED`: no text of the model's reaches a tag. The
 metrics are computed and the verdict signed here."""
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import os
 import re
 import tempfile
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple
@@ -89,6 +92,7 @@ from fairpca.tasks.gate_ledger import (
     verify_ledger,
 )
 from fairpca.tasks.mlflow_store import mlflow_client
+from fairpca.tasks.onnx_runtime import Graph, GraphRefused, predict_isolated, read_graph
 from fairpca.tasks.registry import (
     ALIAS_REFUSED_TAG,
     ATTESTATION_TAG,
@@ -107,19 +111,14 @@ from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
     StaleAttestationError,
-    UntrustedModelError,
     canonical_digest,
-    check_model_files,
     files_digest,
     gate_public_key,
     gate_signing_key,
     path_inside,
-    predict_isolated,
     sha256_file,
     shown_uri,
     sign_attestation,
-    skops_file,
-    skops_file_types,
     verify_attestation,
 )
 
@@ -180,23 +179,29 @@ def majority_accuracy(labels: pd.Series, pos_label: Any) -> float:
 
 
 PREDICTION_COLUMN = "__fairpca_gate_prediction__"
-REFUSED = (
-    "refused unloaded: the gate judges only scikit-learn models serialised with skops (trusted "
-    "types); a pyfunc or pickled model runs the registrant's code when loaded"
-)
+OTHER_LABELS = "the graph's labels are not the classes of the reference data"
+_JUDGING: list[str] = []  # what this process judges now, for the line a stop signal prints
 
 
-def model_refusal(model_dir: Path) -> str | None:
-    """Why the gate does not evaluate the model files in ``model_dir`` (None: it does), found
-    by reading them as data: an MLflow scikit-learn model serialised with skops, without
-    pickle or code, holding only trusted types (:func:`fairpca.tasks.trust.check_model_files`,
-    :func:`fairpca.tasks.trust.skops_file_types`)."""
+def judging_now() -> str | None:
+    """What the gate is judging in this process now (``judging version 3 of model 'm'``),
+    None when nothing: the command line names it when a stop signal cuts it short."""
+    return _JUDGING[-1] if _JUDGING else None
+
+
+@contextmanager
+def _judging(name: str, version: str):
+    """Say what is judged while the body runs; a stop that cuts it short (SIGTERM or a
+    cancellation Prefect raises into the run, Ctrl-C) is logged naming the version."""
+    _JUDGING.append(f"while judging version {version} of model {name!r}")
     try:
-        check_model_files(model_dir)
-        skops_file_types(skops_file(model_dir))
-    except (ValueError, UntrustedModelError, OSError) as error:
-        return f"{REFUSED} ({error})"
-    return None
+        yield
+    except BaseException as stop:
+        if not isinstance(stop, Exception):  # an error is the version's verdict instead
+            _logger().error("fairness gate interrupted %s (%s)", _JUDGING[-1], type(stop).__name__)
+        raise
+    finally:
+        _JUDGING.pop()
 
 
 # MLflow's evaluation, loaded before the first evaluation (not when this module is: the CLI
@@ -220,7 +225,7 @@ EVALUATION_MODULES = (
 
 
 def evaluate_version(
-    model_dir: Path,
+    graph: Graph,
     frame: pd.DataFrame,
     *,
     label: str,
@@ -229,32 +234,31 @@ def evaluate_version(
     run_name: str,
     run_tags: dict[str, str],
 ) -> tuple[dict[str, float], str]:
-    """Evaluate the model in ``model_dir`` (files :func:`model_refusal` accepts) on
+    """Evaluate the checked ONNX ``graph`` (:func:`fairpca.tasks.onnx_runtime.read_graph`) on
     ``frame`` with the ``fairness`` evaluator in a new MLflow run of ``experiment_name``; the
     metrics (with ``.ci95_low/high``) and the run id.
 
-    The model is loaded and run only in the prediction child
-    (:func:`fairpca.tasks.trust.predict_isolated`), given the columns the evaluator would give
-    it (:func:`fairpca.tasks.mlflow_evaluator.model_input`, from its signature); the evaluator
-    judges the predictions it returns. Uses the process-wide tracking URI.
-    """
-    from types import SimpleNamespace
+    The graph runs only in the evaluation child (:func:`fairpca.tasks.onnx_runtime.
+    predict_isolated`: limits, no secrets), fed the columns its inputs name (never the
+    label); the evaluator judges the labels it returns. Uses the process-wide tracking URI.
 
+    Raises
+    ------
+    GraphRefused
+        The graph's inputs are not columns of the reference data, its labels are not the
+        reference data's classes (:data:`OTHER_LABELS`), or it failed there
+        (:class:`fairpca.tasks.onnx_runtime.GraphFailed`): fixed reasons, nothing it said.
+    """
     import mlflow
-    from mlflow.models import Model
 
     for module in EVALUATION_MODULES:
         with suppress(ModuleNotFoundError):  # another MLflow layout: tests/flows/test_gate.py
             importlib.import_module(module)
-    from fairpca.tasks.mlflow_evaluator import model_input
     from fairpca.tasks.mlflow_store import get_or_create_experiment
 
-    signed = SimpleNamespace(metadata=Model.load(str(Path(model_dir) / "MLmodel")))
-    features = frame.drop(columns=[label])
-    inputs = model_input(signed, features, evaluator_config["sensitive_features"])
-    predictions = predict_isolated(Path(model_dir), inputs)
-    if predictions.shape != (len(frame),):
-        raise ValueError(f"the model made {predictions.shape} predictions for {len(frame)} rows")
+    predictions = predict_isolated(graph, frame.drop(columns=[label]))
+    if not set(pd.unique(predictions)) <= set(frame[label].unique()):  # no value of its own
+        raise GraphRefused(OTHER_LABELS)  # reaches a message, e.g. the evaluator's
     data = frame.assign(**{PREDICTION_COLUMN: predictions})
 
     # the experiment by id, not mlflow.set_experiment (which also sets MLFLOW_EXPERIMENT_ID
@@ -944,7 +948,7 @@ def _flow_run_id() -> str:
 
 
 def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, version: str):
-    """Judge the version's model files (refused unloaded, or evaluated), sign and record the
+    """Judge the version's ONNX graph (refused unread, or evaluated), sign and record the
     verdict, grant the alias requests waiting for it; the final state of the flow run.
     Without the gate's signing key nothing is touched."""
     import mlflow
@@ -973,17 +977,21 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
             local = download_version(client, tracking_uri, name, version, Path(tmp))
             model_digest = files_digest(local)
-            refused, metrics, run_id = model_refusal(local), {}, ""
-            if refused is None:
-                metrics, run_id = evaluate_version(
-                    local,
-                    frame,
-                    label=reference.label,
-                    evaluator_config=policy.evaluator_config(),
-                    experiment_name=policy.experiment_name,
-                    run_name=f"gate-{name}-v{version}"[:250],
-                    run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
-                )
+            graph, refused, metrics, run_id = None, None, {}, ""
+            try:
+                graph = read_graph(local)  # nothing else of the version is ever opened
+                with _judging(name, version):
+                    metrics, run_id = evaluate_version(
+                        graph,
+                        frame,
+                        label=reference.label,
+                        evaluator_config=policy.evaluator_config(),
+                        experiment_name=policy.experiment_name,
+                        run_name=f"gate-{name}-v{version}"[:250],
+                        run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
+                    )
+            except GraphRefused as refusal:  # a fixed reason: nothing the model said
+                refused = str(refusal)
     except Exception as error:  # any loader or data failure is the version's verdict: error
         reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
         note_verdict(client, tracking_uri, policy, version, None, key)
@@ -996,8 +1004,10 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     facts["evaluation run"] = run_id or "none (not evaluated)"
     facts["majority-class accuracy"] = f"{majority:.{PUBLISHED_DECIMALS}f}"
     facts["model files (SHA-256 of the manifest)"] = model_digest
+    facts["ONNX graph (SHA-256)"] = graph.sha256 if graph else "none judged"
     attestation = Attestation(
         model=name, version=str(version), model_digest=model_digest,
+        graph_digest=graph.sha256 if graph else "",
         policy_digest=policy_digest(policy, reference_sha256), verdict=status, gate_run_id=run_id,
         flow_run_id=facts["Prefect flow run"], signed_at=_now(),
     )  # fmt: skip

@@ -185,12 +185,20 @@ class Command:
 
     Use as a context manager around :meth:`run`. ``name`` is the command (``audit``);
     ``results`` returns, when asked, where the command's results are and what state they
-    are in (for the line printed on a stop signal). ``phase`` says what the command is doing.
+    are in (for the line printed on a stop signal). ``phase`` says what the command is doing;
+    ``doing``, when given and it returns a text, says it more precisely (the version a gate
+    judges).
     """
 
-    def __init__(self, name: str, results: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        results: Callable[[], str] | None = None,
+        doing: Callable[[], str | None] | None = None,
+    ) -> None:
         self.name = name
         self.results = results
+        self.doing = doing
         self.phase = "before any work"
         self.server: PrefectServer | None = None
         self._previous: dict[int, Any] = {}
@@ -254,19 +262,22 @@ class Command:
         """Stop every child, say what was interrupted and where the results are, exit."""
         for sig in STOP_SIGNALS:  # a second Ctrl-C must not cut the cleanup short
             signal.signal(sig, signal.SIG_IGN)
-        where = ""
+        where, phase = "", self.phase
         if self.results is not None:
             with suppress(Exception):
                 where = f"; {self.results()}"
-        _say(
-            f"fairpca {self.name}: interrupted by {signal.Signals(signum).name} "
-            f"{self.phase}{where}."
-        )
+        if self.doing is not None:
+            with suppress(Exception):
+                phase = self.doing() or phase
+        _say(f"fairpca {self.name}: interrupted by {signal.Signals(signum).name} {phase}{where}.")
         _silence_output()  # the threads still running print nothing after that line
         if self.server is not None:  # also where /proc cannot list the descendants
             with suppress(OSError):
                 self.server.process.terminate()
         stop_descendants(os.getpid(), _TERM_GRACE)
+        if graphs := sys.modules.get("fairpca.tasks.onnx_runtime"):  # the gate's evaluation
+            with suppress(Exception):
+                graphs.stop_running()  # its children in their own groups, and their folders
         os._exit(128 + signum)
 
 

@@ -13,7 +13,8 @@
   model must be skops-serialised, its file must match the SHA-256 recorded at registration,
   and only the fixed :data:`TRUSTED_TYPES` are trusted (never pickle).
   :func:`load_champion` is the scorer's loader: the alias holder's gate attestation is
-  verified and its files are the ones the gate judged, then loaded the same way.
+  verified and its files are the ones the gate judged, then the ONNX graph the gate judged
+  is served.
 * **Attestations.** The fairness gate's signed verdict on a version
   (:class:`fairpca.tasks.trust.Attestation`) is the version tag ``fairness.gate.attestation``;
   :func:`check_attested_pass` verifies it and recomputes the digest of the version's files.
@@ -38,6 +39,7 @@ from fairpca.tasks.gate_ledger import (
     published_ledger,
 )
 from fairpca.tasks.mlflow_store import mlflow_client
+from fairpca.tasks.onnx_runtime import GraphModel, GraphRefused, read_graph
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
 from fairpca.tasks.report import CARD_FILE, render_model_card, version_description
 from fairpca.tasks.select import Champion, GatePolicy
@@ -363,6 +365,8 @@ def check_attested_pass(
             "it was judged under another gate policy (the policy file or its reference data "
             "changed since): it must pass the gate again"
         )
+    if not attestation.graph_digest:  # signed before the gate judged ONNX graphs only
+        raise StaleAttestationError("its pass binds no ONNX graph: it must pass the gate again")
     with tempfile.TemporaryDirectory() as tmp:
         local = model_dir or download_version(client, tracking_uri, name, version, tmp)
         digest = files_digest(local)
@@ -381,22 +385,26 @@ def load_champion(
     tracking_uri: str | None = None,
     *,
     attested: bool = True,
-) -> VerifiedModel:
+) -> GraphModel | VerifiedModel:
     """The model ``alias`` of ``model_name`` points to, for scoring, loaded without running
     any code from the registry.
 
     The version's files are downloaded once. With ``attested`` (the default) the fairness
-    gate's signed attestation must verify for those very files
-    (:func:`check_attested_pass`, with ``$FAIRPCA_GATE_PUBLIC_KEY``), and be the version's
-    latest verdict under the gate's current policy in the gate's signed ledger
-    (:mod:`fairpca.tasks.gate_ledger`, signed at most ``$FAIRPCA_GATE_LEDGER_MAX_AGE``
-    seconds ago, a day by default); with
-    ``attested=False`` (no gate is deployed) the skops file must match the SHA-256 fairpca
-    recorded when it registered the version (tag ``fairpca.model_sha256``), which says the
-    file is the one registered, not that its model is fair. Either way the directory must be
-    an MLflow scikit-learn model serialised with skops, without pickle or code, holding only
-    skops' default and :data:`TRUSTED_TYPES` (:func:`fairpca.tasks.trust.load_verified_dir`).
-    ``mlflow.pyfunc.load_model`` is not used: a cloudpickled model runs its code when loaded.
+    gate's signed pass must verify for those very files (:func:`check_attested_pass`, with
+    ``$FAIRPCA_GATE_PUBLIC_KEY``) and be the version's latest verdict under the gate's current
+    policy in the gate's signed ledger (:mod:`fairpca.tasks.gate_ledger`, signed at most
+    ``$FAIRPCA_GATE_LEDGER_MAX_AGE`` seconds ago, a day by default), and what is served is what
+    the gate judged: the version's ONNX graph, whose SHA-256 must be the attested one, checked
+    again as the gate checks it (:func:`fairpca.tasks.onnx_runtime.read_graph`) and run by
+    onnxruntime (:class:`fairpca.tasks.onnx_runtime.GraphModel`: ``predict(frame)`` feeds each
+    graph input the column it names); the scikit-learn files are not opened. With
+    ``attested=False`` (no gate is deployed) the scikit-learn pipeline is loaded: its skops
+    file must match the SHA-256 fairpca recorded when it registered the version (tag
+    ``fairpca.model_sha256``), which says the file is the one registered, not that its model
+    is fair, and the directory must be an MLflow scikit-learn model serialised with skops,
+    without pickle or code, holding only skops' default and :data:`TRUSTED_TYPES`
+    (:func:`fairpca.tasks.trust.load_verified_dir`). ``mlflow.pyfunc.load_model`` is not
+    used: a cloudpickled model runs its code when loaded.
 
     Raises
     ------
@@ -405,7 +413,8 @@ def load_champion(
     AttestationError
         No valid attestation (``attested``): the message says what was found.
     UntrustedModelError
-        Files fairpca does not load (pickle, code, an untrusted type, another SHA-256).
+        Files fairpca does not load (no graph or a refused one; pickle, code, an untrusted
+        type, another SHA-256).
     """
     import mlflow
 
@@ -419,21 +428,38 @@ def load_champion(
     expected = None if attested else registered_sha256(holder.tags, shown)
     with tempfile.TemporaryDirectory() as tmp:
         local = download_version(client, uri, model_name, version, Path(tmp))
-        if attested:
-            key = gate_public_key()
-            try:
-                tags = client.get_registered_model(model_name).tags
-                ledger = published_ledger(tags, model_name, key)
-                check_fresh(ledger, max_age_seconds())
-                check_attested_pass(
-                    client, uri, model_name, version, public_key=key, model_dir=local,
-                    ledger=ledger,
-                )  # fmt: skip
-            except AttestationError as error:
-                raise AttestationError(
-                    f"{shown} is not loaded: {error}.", tampered=error.tampered
-                ) from None
-        return load_verified_dir(local, shown, expected)
+        if not attested:
+            return load_verified_dir(local, shown, expected)
+        key = gate_public_key()
+        try:
+            tags = client.get_registered_model(model_name).tags
+            ledger = published_ledger(tags, model_name, key)
+            check_fresh(ledger, max_age_seconds())
+            attestation = check_attested_pass(
+                client, uri, model_name, version, public_key=key, model_dir=local,
+                ledger=ledger,
+            )  # fmt: skip
+        except AttestationError as error:
+            raise AttestationError(
+                f"{shown} is not loaded: {error}.", tampered=error.tampered
+            ) from None
+        return _attested_graph(local, attestation.graph_digest, shown)
+
+
+def _attested_graph(local: Path, attested_sha256: str, shown: str) -> GraphModel:
+    """The graph of the downloaded version ``local``, served once its SHA-256 is the
+    attested one and it passes the gate's checks."""
+    try:
+        graph = read_graph(local)
+    except GraphRefused as error:
+        raise UntrustedModelError(f"{shown} is not loaded: {error}.") from None
+    if graph.sha256 != attested_sha256:
+        raise AttestationError(
+            f"{shown} is not loaded: its ONNX graph is not the one the gate judged (SHA-256 "
+            f"{graph.sha256[:12]}, attested {attested_sha256[:12]}).",
+            tampered=True,
+        )
+    return GraphModel(graph)
 
 
 def run_ui_url(tracking_uri: str | None, experiment_id: str, run_id: str, path: str) -> str | None:

@@ -6,9 +6,8 @@
   (skops, a fixed set of trusted types, never pickle);
 - the fairness gate's attestations: a verdict on one registered model version, signed with
   an Ed25519 key only the gate holds (verified with its public key), binding the digest of
-  the version's model files and of the gate's policy;
-- the fairness gate's predictions on a judged model, made in a child process that holds
-  none of the gate's keys (:func:`predict_isolated`);
+  the version's model files, of its ONNX graph (what the gate judged) and of the gate's
+  policy;
 - credentials in tracking URIs, masked in everything written or printed;
 - every written path stays inside its directory."""
 
@@ -369,7 +368,7 @@ def bound_run(record: dict[str, Any]) -> dict[str, str] | None:
 GATE_KEY_ENV = "FAIRPCA_GATE_KEY"  # the gate's private key (64 hex digits), else the file
 GATE_KEY_FILE_ENV = "FAIRPCA_GATE_KEY_FILE"  # default $XDG_CONFIG_HOME/fairpca/gate.key
 GATE_PUBLIC_KEY_ENV = "FAIRPCA_GATE_PUBLIC_KEY"  # verification only: scorers, other hosts
-_STATEMENT = "fairpca.gate.attestation/v1"
+_STATEMENT = "fairpca.gate.attestation/v2"  # v1 bound no graph: it never passes now
 
 
 class AttestationError(ValueError):
@@ -397,6 +396,7 @@ class Attestation:
     model: str
     version: str
     model_digest: str  # :func:`files_digest` of the version's model files
+    graph_digest: str  # SHA-256 of its ONNX graph, the function judged ("": none, never passes)
     policy_digest: str  # of the gate policy the version was judged under
     verdict: str  # "passed" or "failed"
     gate_run_id: str  # the MLflow run of the evaluation
@@ -513,12 +513,13 @@ def verify_attestation(text: str, public_key=None) -> Attestation:
 
     key = public_key or gate_public_key()
     fields = set(Attestation.__dataclass_fields__)
+    statements = {_STATEMENT: fields, "fairpca.gate.attestation/v1": fields - {"graph_digest"}}
     try:
         signed = json.loads(text)
         signature, key_id = bytes.fromhex(signed.pop("signature")), signed.pop("key")
-        if signed.get("statement") != _STATEMENT or set(signed) != fields | {"statement"}:
+        if set(signed) != statements[signed.get("statement")] | {"statement"}:
             raise ValueError("another statement")
-        attestation = Attestation(**{name: str(signed[name]) for name in fields})
+        attestation = Attestation(**{name: str(signed.get(name, "")) for name in fields})
     except (ValueError, TypeError, KeyError, AttributeError):
         raise AttestationError(
             "the attestation is not one the gate writes (unreadable)", tampered=True
@@ -876,103 +877,6 @@ def model_digest(model, *more: str) -> str:
     return hasher.hash((model, *more))
 
 
-# ---- the gate's predictions, away from its keys --------------------------------------------
-
-# What the prediction child inherits of the environment: nothing secret (no key, no token).
-_CHILD_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
-_CHILD_USER = "nobody"  # the unprivileged user a root gate worker runs the child as
-PREDICT_TIMEOUT_SECONDS = 600
-
-
-def predict_isolated(model_dir: Path, inputs, timeout: float = PREDICT_TIMEOUT_SECONDS):
-    """The predictions of the model in ``model_dir`` on the DataFrame ``inputs``, made in a
-    child process: ``python -I -m fairpca.tasks.trust`` loads the model as
-    :func:`load_verified_dir` does (skops, :data:`TRUSTED_TYPES`) and writes the predictions
-    as a NumPy file (no pickle), the only thing read back.
-
-    The child's environment holds none of this process's variables but ``PATH`` and the
-    locale (no gate key, no tracking credentials), ``HOME`` is an empty temporary folder, and
-    when this process runs as root the child runs as ``nobody``, so a key file of mode 0600
-    is unreadable to it (when ``nobody`` cannot run this Python, a warning says so and the
-    child runs as this user).
-
-    Raises
-    ------
-    UntrustedModelError
-        The child refused or failed to load the model, failed to predict, or timed out.
-    """
-    import shutil
-    import sys
-
-    import numpy as np
-
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        shutil.copytree(model_dir, work / "model", symlinks=True)
-        inputs.to_parquet(work / "inputs.parquet")
-        (work / "home").mkdir()
-        env = {name: os.environ[name] for name in _CHILD_ENV if name in os.environ}
-        env |= {"HOME": str(work / "home"), "TMPDIR": str(work / "home")}
-        command = [sys.executable, "-I", "-m", "fairpca.tasks.trust", str(work)]
-        account = _unprivileged(work) if os.geteuid() == 0 else None
-        try:
-            done = _run_child(command, env, work / "home", account, timeout)
-        except PermissionError as error:  # nobody may not reach this interpreter
-            import logging
-
-            logging.getLogger(__name__).warning(
-                "the gate's prediction child cannot run as %r (%s): it runs as root, without "
-                "the gate's keys in its environment; install Python where %r can run it.",
-                _CHILD_USER, error, _CHILD_USER,
-            )  # fmt: skip
-            done = _run_child(command, env, work / "home", None, timeout)
-        result = work / "predictions.npy"
-        if done.returncode != 0 or result.is_symlink() or not result.is_file():
-            raise UntrustedModelError(f"the model was not evaluated: {done.stderr[-1000:]}")
-        return np.load(result, allow_pickle=False)
-
-
-def _unprivileged(folder: Path) -> dict[str, Any]:
-    """The ``subprocess`` options that run a child as :data:`_CHILD_USER` (its user and group,
-    no supplementary group), with ``folder`` handed over to it."""
-    import pwd
-
-    account = pwd.getpwnam(_CHILD_USER)
-    for path in [folder, *folder.rglob("*")]:
-        os.chown(path, account.pw_uid, account.pw_gid, follow_symlinks=False)
-    return {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
-
-
-def _run_child(command, env, cwd, account, timeout):
-    import subprocess
-
-    try:
-        return subprocess.run(
-            command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-            check=False, **(account or {}),
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        raise UntrustedModelError(f"the model's predictions took over {timeout:.0f} s") from None
-
-
-def _predict_main(work: Path) -> None:
-    """The child: load ``work/model`` (verified, no code), predict ``work/inputs.parquet``,
-    write ``work/predictions.npy``; a refusal is the message on stderr, exit status 1."""
-    import sys
-
-    import numpy as np
-    import pandas as pd
-
-    try:
-        model = load_verified_dir(work / "model", "the version under judgement")
-        output = np.asarray(model.predict(pd.read_parquet(work / "inputs.parquet")))
-        if output.ndim == 2 and output.shape[1] == 1:
-            output = output[:, 0]
-        np.save(work / "predictions.npy", output.astype(str) if output.dtype == object else output)
-    except Exception as error:  # the message is the verdict's reason; no traceback
-        sys.exit(f"{type(error).__name__}: {error}")
-
-
 # ---- written paths ------------------------------------------------------------
 
 
@@ -988,8 +892,3 @@ def path_inside(base: str | Path, *parts: str) -> Path:
         )
     return target
 
-
-if __name__ == "__main__":
-    import sys
-
-    _predict_main(Path(sys.argv[1]))

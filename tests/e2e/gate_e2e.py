@@ -18,8 +18,8 @@ only) runs the attacks of issue 28 as a registry user with write access would:
 6. the receiver down, a version registered with the tag ``passed`` and made champion at once:
    the reconciler run the receiver queues when it starts moves the alias back;
 7. a version registered while the Prefect server is down is gated once it is back;
-8. the fair champion loads through ``load_champion`` (attestation and skops verified); its
-   model file is then replaced in the artifact store: the loader refuses it and
+8. the fair champion loads through ``load_champion`` (attestation verified, its ONNX graph
+   served); its skops file is then replaced in the artifact store: the loader refuses it and
    ``fairpca gate reconcile`` removes the alias, with one line.
 
 Every process runs in its own process group and is stopped on exit, also on failure.
@@ -483,8 +483,8 @@ def check_receiver_down(gate: Gate, fair: str) -> None:
 
 
 def check_tampered_files(gate: Gate, fair: str) -> None:
-    """The scorer's loader on an attested skops champion; then its model file replaced in
-    the artifact store behind the valid attestation."""
+    """The scorer's loader on an attested champion (its ONNX graph served); then its skops
+    file replaced in the artifact store behind the valid attestation."""
     import mlflow.artifacts
 
     from fairpca.tasks.registry import load_champion
@@ -496,13 +496,13 @@ def check_tampered_files(gate: Gate, fair: str) -> None:
     expected = registrant().fit("fair")[0].predict(frame[registrant().FEATURES])
     assert (load_champion(MODEL, tracking_uri=uri).predict(frame) == expected).all()
     client = gate.client()
-    model_id = client.get_model_version(MODEL, fair).source.removeprefix("models:/")
+    run_id = client.get_model_version(MODEL, fair).run_id  # the folder: the run's artifacts
     local = Path(mlflow.artifacts.download_artifacts(
         artifact_uri=client.get_model_version_download_uri(MODEL, fair),
         dst_path=str(gate.work / "tamper"), tracking_uri=uri,
     ))  # fmt: skip
     (local / "model.skops").write_bytes((local / "model.skops").read_bytes() + b"\0")
-    client.log_model_artifact(model_id, str(local / "model.skops"))
+    client.log_artifact(run_id, str(local / "model.skops"), "model")
     try:
         load_champion(MODEL, tracking_uri=uri)
         raise AssertionError("a changed model file was loaded")

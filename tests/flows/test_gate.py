@@ -29,6 +29,7 @@ from fairpca.flows.gate import (
     load_policies,
 )
 from fairpca.flows.gate_server import register_webhook, secret_fingerprint
+from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 
@@ -331,7 +332,7 @@ reference = policy.reference
 frame = gate.read_reference(reference.path, reference.label, reference.sensitive)
 local = gate.download_version(client, sys.argv[1], "gate-lock", sys.argv[3], sys.argv[4])
 metrics, _ = gate.evaluate_version(
-    local, frame, label=reference.label,
+    gate.read_graph(local), frame, label=reference.label,
     evaluator_config=policy.evaluator_config(), experiment_name="gate-lock", run_name="lock",
     run_tags={},
 )
@@ -381,7 +382,7 @@ def test_a_gate_run_past_its_deadline_fails_and_the_version_stays_pending(
     version = client.create_model_version("gate-slow", source="/nowhere").version
     (policy_dir / "slow.yaml").write_text(POLICY.format(model="gate-slow"))
     monkeypatch.setattr(gate_tasks, "download_version", lambda *args: Path(args[-1]))
-    monkeypatch.setattr(gate_tasks, "model_refusal", lambda local: None)
+    monkeypatch.setattr(gate_tasks, "read_graph", lambda local: None)
     monkeypatch.setattr(gate_tasks, "evaluate_version", _an_hour)
     started = time.monotonic()
     try:
@@ -476,7 +477,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     expected = _registrant().fit("fair")[0].predict(frame[["x1", "x2"]])
     assert (load_champion("gate-credit", tracking_uri=uri).predict(frame) == expected).all()
 
-    model_id = client.get_model_version("gate-credit", skops).source.removeprefix("models:/")
+    run_id = client.get_model_version("gate-credit", skops).run_id  # its folder: run artifacts
     original = Path(mlflow.artifacts.download_artifacts(
         artifact_uri=client.get_model_version_download_uri("gate-credit", skops),
         dst_path=str(tmp_path / "original"), tracking_uri=uri,
@@ -484,7 +485,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     changed = tmp_path / "changed" / "model.skops"
     changed.parent.mkdir()
     changed.write_bytes((original / "model.skops").read_bytes() + b"\0")
-    client.log_model_artifact(model_id, str(changed))
+    client.log_artifact(run_id, str(changed), "model")
     try:
         with pytest.raises(AttestationError, match="model files changed after the gate"):
             load_champion("gate-credit", tracking_uri=uri)
@@ -492,7 +493,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
             policy_dir=str(policy_dir), tracking_uri=uri, return_state=True
         )
     finally:
-        client.log_model_artifact(model_id, str(original / "model.skops"))
+        client.log_artifact(run_id, str(original / "model.skops"), "model")
     assert f"moved back to version {fair}" in state.message
     assert _champion(client) == fair
     tags = client.get_model_version("gate-credit", skops).tags
@@ -581,9 +582,7 @@ def test_a_key_stealing_pyfunc_is_refused_unloaded_and_a_forged_pass_keeps_nothi
         assert state.is_completed() and "failed" in state.message, state.message
         tags = client.get_model_version(model, version).tags
         assert tags[gate_tasks.STATUS_TAG] == "failed"
-        assert (
-            "a pyfunc or pickled model runs the registrant's code" in (tags[gate_tasks.REASONS_TAG])
-        )
+        assert tags[gate_tasks.REASONS_TAG] == NO_GRAPH  # nothing of it opened
         assert verify_attestation(tags[ATTESTATION_TAG]).verdict == "failed"
     assert not exfil.exists()
 

@@ -23,6 +23,7 @@ import pytest
 from fairpca.flows import gate as gate_tasks
 from fairpca.flows.gate import fairness_gate, fairness_gate_reconcile, load_policies
 from fairpca.tasks.gate_ledger import LEDGER_TAG, MAX_AGE_ENV
+from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG, load_champion
 from fairpca.tasks.trust import GATE_KEY_ENV, AttestationError, verify_attestation
 
@@ -273,14 +274,22 @@ def _register_window(uri: str, model: str, x1: float | None, width: float) -> st
         [2 * x1 * scale, -scale], (width**2 - x1**2) * scale)  # fmt: skip
     pipeline[-1].coef_, pipeline[-1].intercept_ = np.array([coef]), np.array([intercept])
 
-    def register() -> str:
+    def register() -> str:  # with its ONNX graph, what the gate judges
+        import tempfile
+        from pathlib import Path
+
+        registrant = _registrant()
         mlflow.set_experiment("registrant")
-        with mlflow.start_run():
-            info = mlflow.sklearn.log_model(
-                pipeline, name="model", input_example=toy, serialization_format="skops",
+        with mlflow.start_run() as run, tempfile.TemporaryDirectory() as tmp:
+            mlflow.sklearn.save_model(
+                pipeline, f"{tmp}/model", input_example=toy, serialization_format="skops",
                 pip_requirements=[f"scikit-learn=={sklearn.__version__}"],
             )  # fmt: skip
-        return str(mlflow.register_model(info.model_uri, model).version)
+            registrant.add_graph(Path(tmp, "model"), pipeline, ["x1"])
+            mlflow.log_artifacts(f"{tmp}/model", "model")
+            return registrant.register_folder(
+                model, f"{run.info.artifact_uri}/model", run.info.run_id
+            )
 
     return _with_uri(uri, register)
 
@@ -366,12 +375,12 @@ def test_the_eleventh_judgement_of_a_model_in_a_day_is_refused(
     model = "verdicts-budget"
     folder = _policy_folder(tmp_path, model, _registrant().make_data(n=200, seed=2))
     unreadable = _with_uri(uri, lambda: mlflow.register_model("/nowhere", model).version)
-    pickled = _with_uri(uri, _registrant().register, model, "fair")  # refused unloaded
+    pickled = _with_uri(uri, _registrant().register, model, "fair")  # no graph: refused
     for _ in range(3):  # its files cannot be read: error, no number published, not counted
         assert "evaluation failed" in _gate(uri, folder, model, unreadable).message
     for _ in range(10):
         state = _gate(uri, folder, model, pickled)
-        assert state.is_completed() and "failed (refused unloaded" in state.message, state.message
+        assert state.is_completed() and f"failed ({NO_GRAPH}" in state.message, state.message
     refused = _gate(uri, folder, model, unreadable)
     assert refused.is_failed() and "judgement budget spent" in refused.message
     tags = client.get_model_version(model, unreadable).tags

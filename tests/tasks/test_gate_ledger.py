@@ -37,7 +37,8 @@ def key():
 
 
 def _attestation(verdict="passed", policy="P2", version="5") -> Attestation:
-    return Attestation(model="m", version=version, model_digest="d" * 64, policy_digest=policy,
+    return Attestation(model="m", version=version, model_digest="d" * 64, graph_digest="g" * 64,
+                       policy_digest=policy,
                        verdict=verdict, gate_run_id="r", flow_run_id="f",
                        signed_at=now_text())  # fmt: skip
 

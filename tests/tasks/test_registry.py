@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,6 +22,8 @@ from fairpca.tasks.record import (
 from fairpca.tasks.registry import fairness_tags
 from fairpca.tasks.report import markdown_text, render_model_card
 from fairpca.tasks.trust import mask_credentials
+
+REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 
 
 @pytest.fixture
@@ -451,26 +455,38 @@ def test_demoted_models_are_the_content_digests_decide_promotion_compares(mlflow
 
 @pytest.fixture(scope="module")
 def scorer_registry(mlflow_store):
-    """Version 1 of ``scored``: a skops LogisticRegression with fairpca's file SHA-256 tag;
-    version 2: the same model cloudpickled."""
+    """Version 1 of ``scored``: a skops LogisticRegression with fairpca's file SHA-256 tag
+    and its ONNX graph (the ``onnx`` flavour beside); version 2: the same model cloudpickled,
+    no graph; version 3: skops with the SHA-256 tag, no graph."""
+    import importlib.util
     import tempfile
     from pathlib import Path
 
     import mlflow
     import numpy as np
+    import pandas as pd
     from sklearn.linear_model import LogisticRegression
 
     from fairpca.tasks.registry import MODEL_FILE_SHA_TAG, download_version
     from fairpca.tasks.trust import sha256_file, skops_file
 
     uri, client = mlflow_store
-    X = np.random.default_rng(0).normal(size=(40, 2))
-    model = LogisticRegression().fit(X, (X[:, 0] > 0).astype(int))
+    X = pd.DataFrame(np.random.default_rng(0).normal(size=(40, 2)), columns=["x1", "x2"])
+    model = LogisticRegression().fit(X, (X["x1"] > 0).astype(int))
+    spec = importlib.util.spec_from_file_location("gate_registrant", REGISTRANT)
+    registrant = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(registrant)
     previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     try:
-        for serialization in ("skops", "cloudpickle"):
+        with mlflow.start_run() as run, tempfile.TemporaryDirectory() as tmp:
+            mlflow.sklearn.save_model(model, f"{tmp}/model", serialization_format="skops",
+                                      pip_requirements=["scikit-learn"])  # fmt: skip
+            registrant.add_graph(Path(tmp, "model"), model, ["x1", "x2"])
+            mlflow.log_artifacts(f"{tmp}/model", "model")
+            registrant.register_folder("scored", f"{run.info.artifact_uri}/model", run.info.run_id)
+        for serialization in ("cloudpickle", "skops"):  # versions 2 and 3: no graph
             with mlflow.start_run():
                 info = mlflow.sklearn.log_model(
                     model, name="model", serialization_format=serialization,
@@ -480,11 +496,12 @@ def scorer_registry(mlflow_store):
     finally:
         mlflow.set_tracking_uri(previous[0])
         mlflow.set_registry_uri(previous[1])
-    with tempfile.TemporaryDirectory() as tmp:
-        local = download_version(client, uri, "scored", "1", Path(tmp))
-        client.set_model_version_tag(
-            "scored", "1", MODEL_FILE_SHA_TAG, sha256_file(skops_file(local))
-        )
+    for version in ("1", "3"):
+        with tempfile.TemporaryDirectory() as tmp:
+            local = download_version(client, uri, "scored", version, Path(tmp))
+            client.set_model_version_tag(
+                "scored", version, MODEL_FILE_SHA_TAG, sha256_file(skops_file(local))
+            )
     return uri, client, model, X
 
 
@@ -505,13 +522,18 @@ def _attest(client, uri, holder, key, **changes):
     from pathlib import Path
 
     from fairpca.tasks.gate_ledger import attestation_digest
+    from fairpca.tasks.onnx_runtime import GraphRefused, read_graph
     from fairpca.tasks.registry import ATTESTATION_TAG, download_version
     from fairpca.tasks.trust import Attestation, files_digest, sign_attestation
 
     with tempfile.TemporaryDirectory() as tmp:
-        digest = files_digest(download_version(client, uri, "scored", holder, Path(tmp)))
+        local = download_version(client, uri, "scored", holder, Path(tmp))
+        digest, graph = files_digest(local), "g" * 64
+        with contextlib.suppress(GraphRefused):
+            graph = read_graph(local).sha256
     statement = Attestation(
-        model="scored", version=holder, model_digest=digest, policy_digest="p" * 64,
+        model="scored", version=holder, model_digest=digest, graph_digest=graph,
+        policy_digest="p" * 64,
         verdict="passed", gate_run_id="r", flow_run_id="f", signed_at="t",
     )  # fmt: skip
     text = sign_attestation(replace(statement, **changes), key)
@@ -524,6 +546,7 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
 ):
     import secrets
 
+    from fairpca.tasks.onnx_runtime import GraphModel
     from fairpca.tasks.registry import check_attested_pass, load_champion
     from fairpca.tasks.trust import (
         GATE_KEY_ENV,
@@ -547,8 +570,10 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     _publish_ledger(client, key, {})
     with pytest.raises(AttestationError, match="has not attested it"):
         load_champion("scored", tracking_uri=uri)
+    client.set_registered_model_alias("scored", "champion", "3")  # no gate: the skops file
     assert (load_champion("scored", tracking_uri=uri, attested=False).predict(X)
             == model.predict(X)).all()  # fmt: skip
+    client.set_registered_model_alias("scored", "champion", "1")
     _attest(client, uri, "1", key, verdict="failed")
     with pytest.raises(AttestationError, match="signed verdict is 'failed'"):
         load_champion("scored", tracking_uri=uri)
@@ -556,8 +581,19 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     with pytest.raises(AttestationError, match="copied onto this version") as copied:
         load_champion("scored", tracking_uri=uri)
     assert copied.value.tampered
+    _attest(client, uri, "1", key, graph_digest="")  # signed before graphs were bound
+    with pytest.raises(AttestationError, match="binds no ONNX graph") as unbound:
+        load_champion("scored", tracking_uri=uri)
+    assert not unbound.value.tampered
+    _attest(client, uri, "1", key, graph_digest="e" * 64)  # another graph than the one there
+    with pytest.raises(AttestationError, match="not the one the gate judged") as other:
+        load_champion("scored", tracking_uri=uri)
+    assert other.value.tampered
     _attest(client, uri, "1", key)
-    assert (load_champion("scored", tracking_uri=uri).predict(X) == model.predict(X)).all()
+    champion = load_champion("scored", tracking_uri=uri)
+    assert isinstance(champion, GraphModel)  # the attested graph is served, not the pipeline
+    assert (champion.predict(X) == model.predict(X)).all()
+    assert (champion.predict(X[["x2", "x1"]]) == model.predict(X)).all()  # fed by name
     from fairpca.tasks.gate_ledger import LEDGER_TAG
 
     latest = client.get_registered_model("scored").tags[LEDGER_TAG]
@@ -572,7 +608,7 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     # a cloudpickled champion is never unpickled, attested by the gate or not
     client.set_registered_model_alias("scored", "champion", "2")
     _attest(client, uri, "2", key)
-    with pytest.raises(UntrustedModelError, match="not skops"):
+    with pytest.raises(UntrustedModelError, match="no ONNX graph"):
         load_champion("scored", tracking_uri=uri)
     with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
         load_champion("scored", tracking_uri=uri, attested=False)

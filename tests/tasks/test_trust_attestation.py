@@ -26,7 +26,8 @@ from fairpca.tasks.trust import (
 )
 
 STATEMENT = Attestation(
-    model="credit", version="2", model_digest="a" * 64, policy_digest="b" * 64,
+    model="credit", version="2", model_digest="a" * 64, graph_digest="d" * 64,
+    policy_digest="b" * 64,
     verdict="passed", gate_run_id="run-1", flow_run_id="flow-1", signed_at="2026-12-01T00:00:00Z",
 )  # fmt: skip
 
@@ -48,13 +49,34 @@ def test_a_signed_attestation_verifies_and_reads_back(gate_key):
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("version", "3"), ("verdict", "passed "), ("model_digest", "c" * 64), ("model", "x")],
+    [("version", "3"), ("verdict", "passed "), ("model_digest", "c" * 64), ("model", "x"),
+     ("graph_digest", "e" * 64)],
 )
 def test_any_edited_field_breaks_the_signature(gate_key, field, value):
     signed = json.loads(sign_attestation(replace(STATEMENT, verdict="failed")))
     signed[field] = value
     with pytest.raises(AttestationError, match="signature does not verify") as refused:
         verify_attestation(json.dumps(signed))
+    assert refused.value.tampered
+
+
+def test_an_attestation_signed_before_graphs_were_bound_reads_back_without_a_graph(gate_key):
+    """A v1 statement (no graph digest) still verifies, with an empty graph digest: such a
+    pass never counts now (tests/tasks/test_registry.py), but it is no forgery."""
+    from dataclasses import asdict
+
+    from fairpca.tasks.trust import _canonical, _key_id
+
+    fields = {k: v for k, v in asdict(STATEMENT).items() if k != "graph_digest"}
+    statement = {"statement": "fairpca.gate.attestation/v1", **fields}
+    signature = gate_key.sign(_canonical(statement)).hex()
+    text = json.dumps({**statement, "key": _key_id(gate_key.public_key()), "signature": signature})
+    assert verify_attestation(text) == replace(STATEMENT, graph_digest="")
+    current = json.loads(sign_attestation(STATEMENT))
+    assert current["statement"] == "fairpca.gate.attestation/v2"
+    del current["graph_digest"]  # a v2 statement without its graph digest: not one we write
+    with pytest.raises(AttestationError, match="unreadable") as refused:
+        verify_attestation(json.dumps(current))
     assert refused.value.tampered
 
 

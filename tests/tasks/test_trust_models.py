@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import operator
-import os
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -198,57 +196,6 @@ def test_a_refusal_names_the_model_without_its_credentials(tmp_path):
 
     said = "404 for https://h/a?X-Amz-Signature=t0ken (via https://u:s3cret@h/x)"
     assert shown_text(said) == "404 for https://h/a (via https://***@h/x)"
-
-
-def test_the_gates_predictions_come_from_a_child_without_its_keys(tmp_path, monkeypatch):
-    """The child loads the verified skops model and returns predictions only; a pickled
-    model is refused there too; the child's environment holds no gate key."""
-    import subprocess
-
-    import mlflow.sklearn
-
-    from fairpca.tasks import trust
-
-    pipeline = _fair_pipeline(LogisticRegression())
-    model_dir = _saved(pipeline, tmp_path / "skops")
-    X, _, _ = _data(1)
-    monkeypatch.setenv("FAIRPCA_GATE_KEY", "secret-" * 8)
-    predicted = trust.predict_isolated(model_dir, X)
-    np.testing.assert_array_equal(predicted, pipeline.predict(X.to_numpy()))
-    pickled = tmp_path / "pickled"
-    mlflow.sklearn.save_model(pipeline, str(pickled), serialization_format="cloudpickle")
-    with pytest.raises(UntrustedModelError, match="not skops"):
-        trust.predict_isolated(pickled, X)
-
-    seen = []
-
-    def child(command, env, *rest):
-        seen.append(env)
-        return subprocess.CompletedProcess(command, 1, "", "not run")
-
-    monkeypatch.setattr(trust, "_run_child", child)
-    with pytest.raises(UntrustedModelError):  # no predictions written
-        trust.predict_isolated(model_dir, X)
-    assert not any(name.startswith("FAIRPCA") for name in seen[0])
-    assert str(tmp_path) not in seen[0]["HOME"] and Path(seen[0]["HOME"]).name == "home"
-
-
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
-def test_a_root_gate_runs_its_child_as_nobody():
-    import tempfile
-
-    from fairpca.tasks.trust import _run_child, _unprivileged
-
-    keys, work = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
-    keys.chmod(0o755)  # the folder open to all: only the key file's mode protects it
-    key = keys / "gate.key"
-    key.write_text("k" * 64)
-    key.chmod(0o600)
-    done = _run_child(["/bin/cat", str(key)], {}, work, _unprivileged(work), 10)
-    assert done.returncode != 0 and "Permission denied" in done.stderr
-    assert _run_child(["/usr/bin/id", "-u"], {}, work, _unprivileged(work), 10).stdout == "65534\n"
-    shutil.rmtree(keys)
-    shutil.rmtree(work)
 
 
 def _model_with_graph(tmp_path):

@@ -1,0 +1,541 @@
+"""The ONNX graph of a registered model: what the fairness gate judges and
+:func:`fairpca.tasks.registry.load_champion` serves.
+
+A graph made only of the standard operator sets (``ai.onnx``, ``ai.onnx.ml``) is a pure
+function of its inputs: no operator opens a file, reads the process's state or the
+environment, or returns text of its own. So the gate judges nothing but that graph (MLflow's
+``onnx`` flavour, ``model.onnx`` beside the scikit-learn flavour), and never deserialises or
+runs the rest of a version's files.
+
+- :func:`read_graph` reads and checks a graph before anything runs it: the file's size on
+  disk against :data:`MAX_GRAPH_BYTES` before it is parsed, then standard operator sets only
+  (in ``opset_import`` and in every node, subgraphs and functions included), no tensor stored
+  outside the file, and ONNX's checker. A refusal is :class:`GraphRefused`, whose message is
+  one of a few fixed sentences: nothing the file holds is quoted.
+- :class:`GraphModel` serves a checked graph with onnxruntime in this process (it is pure):
+  ``predict(frame)`` feeds each graph input the column it names.
+- :func:`predict_isolated` is the gate's evaluation: the graph runs in a child process
+  (``python -I -m fairpca.tasks.onnx_runtime``) that holds none of the gate's secrets, runs as
+  ``nobody`` when the gate is root (it drops privileges itself, after its imports), in its
+  own process group, under an address-space, CPU-time and output-size limit and a wall
+  deadline; it is killed and its folder removed on every exit path (:func:`stop_running`
+  for the signal handlers that end a command at once). Any failure of the graph is the
+  fixed category :data:`GRAPH_FAILED`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
+MAX_GRAPH_BYTES = 64 * 2**20  # a graph file larger than this is refused unread
+_MAX_MLMODEL_BYTES = 2**20
+
+NO_GRAPH = "no ONNX graph: the gate judges pure functions only"
+GRAPH_FAILED = "the graph failed on the reference rows"
+TOO_LARGE = f"the ONNX graph file is larger than {MAX_GRAPH_BYTES // 2**20} MiB; it is not read"
+UNREADABLE = "the ONNX graph file is not a readable ONNX model"
+FOREIGN_DOMAIN = "the ONNX graph uses an operator set other than ai.onnx and ai.onnx.ml"
+EXTERNAL_DATA = "the ONNX graph holds a tensor stored outside its file (external data)"
+CHECKER = "the ONNX graph does not pass ONNX's checker"
+BAD_INPUTS = "the ONNX graph's inputs are not columns of the data (one tensor per column)"
+NO_OUTPUT = "the ONNX graph has no output (its first output is the predicted label)"
+
+
+class GraphRefused(ValueError):
+    """A graph that is not run or served; the message is a fixed sentence (no model text)."""
+
+
+class GraphFailed(GraphRefused):
+    """The graph failed while it ran (error, memory or time limit, unusable output)."""
+
+    def __init__(self) -> None:
+        super().__init__(GRAPH_FAILED)
+
+
+# ---- reading and checking a graph ------------------------------------------------------------
+
+# ONNX tensor element types the columns of a table are fed as (TensorProto.DataType)
+_NUMPY_TYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+                8: "str", 9: "bool", 11: "float64"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    """One input of a graph: its name (a column), NumPy type and rank (1 or 2)."""
+
+    name: str
+    dtype: str
+    rank: int
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A checked graph: its bytes, their SHA-256 (what an attestation binds), its inputs and
+    the name of its first output (the predicted label)."""
+
+    data: bytes
+    sha256: str
+    inputs: tuple[GraphInput, ...]
+    output: str
+
+
+def graph_file(model_dir: Path) -> Path:
+    """The graph file MLflow's ``onnx`` flavour names in ``model_dir/MLmodel`` (read as YAML,
+    nothing imported): a plain file inside ``model_dir``.
+
+    Raises
+    ------
+    GraphRefused
+        :data:`NO_GRAPH`: no readable MLmodel, no ``onnx`` flavour, or its file is missing,
+        a link, or outside the folder.
+    """
+    import yaml
+
+    model_dir = Path(model_dir)
+    mlmodel = model_dir / "MLmodel"
+    try:
+        if mlmodel.is_symlink() or mlmodel.stat().st_size > _MAX_MLMODEL_BYTES:
+            raise ValueError("not a plain MLmodel file")
+        flavor = (yaml.safe_load(mlmodel.read_text(encoding="utf-8")) or {})["flavors"]["onnx"]
+        name = flavor["data"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError("not a file name")
+        path = model_dir / name
+        if path.is_symlink() or not path.is_file():
+            raise ValueError("not a plain file")
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, UnicodeDecodeError):
+        raise GraphRefused(NO_GRAPH) from None
+    return path
+
+
+def read_graph(model_dir: Path) -> Graph:
+    """The graph of the MLflow model folder ``model_dir``, read once and checked before
+    anything runs it: its size on disk first (:data:`MAX_GRAPH_BYTES`), then the bytes read
+    are parsed (no external data loaded) and checked by :func:`check_graph`.
+
+    Raises
+    ------
+    GraphRefused
+        With one of the fixed reasons (:data:`NO_GRAPH`, :data:`TOO_LARGE`, ...).
+    """
+    path = graph_file(model_dir)
+    if path.stat().st_size > MAX_GRAPH_BYTES:
+        raise GraphRefused(TOO_LARGE)
+    with path.open("rb") as handle:
+        data = handle.read(MAX_GRAPH_BYTES + 1)
+    if len(data) > MAX_GRAPH_BYTES:  # it grew since
+        raise GraphRefused(TOO_LARGE)
+    model = parse_graph(data)
+    check_graph(model)
+    if not model.graph.output:
+        raise GraphRefused(NO_OUTPUT)
+    return Graph(data, hashlib.sha256(data).hexdigest(), graph_inputs(model),
+                 model.graph.output[0].name)  # fmt: skip
+
+
+def parse_graph(data: bytes):
+    """The ``onnx.ModelProto`` of ``data`` (external data never loaded)."""
+    import onnx
+
+    try:
+        return onnx.load(io.BytesIO(data), load_external_data=False)
+    except Exception:  # protobuf's DecodeError and its kin: the message would quote the file
+        raise GraphRefused(UNREADABLE) from None
+
+
+def _graphs(model) -> Iterator[Any]:
+    """The main graph and every subgraph (of its nodes and of the functions' nodes)."""
+    stack = [model.graph, *(sub for f in model.functions for n in f.node for sub in _subgraphs(n))]
+    while stack:
+        graph = stack.pop()
+        yield graph
+        stack += [sub for node in graph.node for sub in _subgraphs(node)]
+
+
+def _subgraphs(node) -> list[Any]:
+    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
+
+
+def _nodes(model) -> Iterator[Any]:
+    for graph in _graphs(model):
+        yield from graph.node
+    for function in model.functions:
+        yield from function.node
+
+
+def _tensors(model) -> Iterator[Any]:
+    """Every TensorProto of the model: initializers (dense and sparse) and attributes."""
+    for graph in _graphs(model):
+        yield from graph.initializer
+        for sparse in graph.sparse_initializer:
+            yield from (sparse.values, sparse.indices)
+    for node in _nodes(model):
+        for attribute in node.attribute:
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+            for sparse in [*([attribute.sparse_tensor] * attribute.HasField("sparse_tensor")),
+                           *attribute.sparse_tensors]:  # fmt: skip
+                yield from (sparse.values, sparse.indices)
+
+
+def check_graph(model) -> None:
+    """Refuse a graph outside the standard operator sets, with external data, or that fails
+    ONNX's checker (in that order: the checker runs on a graph that is pure).
+
+    Raises
+    ------
+    GraphRefused
+        :data:`FOREIGN_DOMAIN`, :data:`EXTERNAL_DATA` or :data:`CHECKER`.
+    """
+    import onnx
+
+    domains = {entry.domain for entry in model.opset_import}
+    for function in model.functions:
+        domains |= {function.domain} | {entry.domain for entry in function.opset_import}
+    domains |= {node.domain for node in _nodes(model)}
+    if not domains <= STANDARD_DOMAINS:
+        raise GraphRefused(FOREIGN_DOMAIN)
+    external = onnx.TensorProto.EXTERNAL
+    if any(t.data_location == external or len(t.external_data) for t in _tensors(model)):
+        raise GraphRefused(EXTERNAL_DATA)
+    try:
+        onnx.checker.check_model(model)
+    except Exception:  # ValidationError: its text quotes the graph
+        raise GraphRefused(CHECKER) from None
+
+
+def graph_inputs(model) -> tuple[GraphInput, ...]:
+    """The graph's inputs (initializers listed as inputs left out): each a tensor of rank 1
+    or 2 (one column) of a type a table column can be fed as.
+
+    Raises
+    ------
+    GraphRefused
+        :data:`BAD_INPUTS`.
+    """
+    constants = {tensor.name for tensor in model.graph.initializer}
+    found = []
+    for entry in model.graph.input:
+        if entry.name in constants:
+            continue
+        tensor = entry.type.tensor_type
+        dims = tensor.shape.dim
+        rank = len(dims)
+        if not entry.type.HasField("tensor_type") or tensor.elem_type not in _NUMPY_TYPES:
+            raise GraphRefused(BAD_INPUTS)
+        if rank not in (1, 2) or (rank == 2 and dims[1].HasField("dim_value")
+                                  and dims[1].dim_value != 1):  # fmt: skip
+            raise GraphRefused(BAD_INPUTS)
+        found.append(GraphInput(entry.name, _NUMPY_TYPES[tensor.elem_type], rank))
+    if not found:
+        raise GraphRefused(BAD_INPUTS)
+    return tuple(found)
+
+
+def graph_feed(inputs: tuple[GraphInput, ...], frame) -> dict[str, Any]:
+    """The arrays a graph is fed: for each input the column of ``frame`` it names, as the
+    input's type, shaped ``(rows,)`` or ``(rows, 1)``.
+
+    Raises
+    ------
+    ValueError
+        A column is missing or its values do not fit the input's type (names the column).
+    """
+    import numpy as np
+
+    missing = [entry.name for entry in inputs if entry.name not in frame.columns]
+    if missing:
+        raise ValueError(f"the model's graph needs the column(s) {missing}; the data lacks them.")
+    feed = {}
+    for entry in inputs:
+        column = frame[entry.name]
+        try:
+            values = (np.asarray(column.astype(str), dtype=str) if entry.dtype == "str"
+                      else column.to_numpy(dtype=entry.dtype))  # fmt: skip
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"column {entry.name!r} cannot be given to the model's graph as {entry.dtype}; "
+                "pass the values the model was trained on (e.g. numbers as floats)."
+            ) from None
+        feed[entry.name] = values.reshape(-1, 1) if entry.rank == 2 else values
+    return feed
+
+
+def predicted_labels(output, rows: int):
+    """One label per row from a graph's first output, or None when it is not that (a
+    sequence, a map, another shape)."""
+    import numpy as np
+
+    if not isinstance(output, np.ndarray):
+        return None
+    if output.ndim == 2 and output.shape[1] == 1:
+        output = output[:, 0]
+    if output.shape != (rows,) or output.dtype.kind not in "biufUSO":
+        return None
+    return output.astype(str) if output.dtype.kind in "OS" else output
+
+
+class GraphModel:
+    """A checked graph served by onnxruntime in this process (the graph is pure).
+
+    ``predict(X)`` feeds each graph input the column of the DataFrame ``X`` it names
+    (:func:`graph_feed`) and returns the first output, one label per row. ``sha256`` is the
+    graph's digest."""
+
+    def __init__(self, graph: Graph):
+        import onnxruntime
+
+        self.sha256 = graph.sha256
+        self._inputs, self._output = graph.inputs, graph.output
+        self._session = onnxruntime.InferenceSession(
+            graph.data, providers=["CPUExecutionProvider"]
+        )
+
+    def predict(self, X):
+        rows = len(X)
+        output = self._session.run([self._output], graph_feed(self._inputs, X))[0]
+        labels = predicted_labels(output, rows)
+        if labels is None:
+            raise ValueError(f"the model's graph did not return one label for each of {rows} rows")
+        return labels
+
+
+# ---- the gate's evaluation in a limited child process ---------------------------------------
+
+# What the child inherits of the environment: nothing secret (no key, no token).
+_CHILD_ENV = ("PATH", "LANG", "LC_ALL", "TZ")
+CHILD_USER = "nobody"  # the user a root gate's child drops to before it reads the graph
+MEMORY_BYTES = 2**30  # the child's address space (RLIMIT_AS), imports included
+CPU_SECONDS = 120  # the child's CPU time (RLIMIT_CPU)
+WALL_SECONDS = 300  # the child's wall-clock deadline
+_OUTPUT_BYTES = 64 * 2**20  # the predictions file (RLIMIT_FSIZE)
+_REFUSED_START = 2  # the child could not set itself up (not the graph's doing)
+_GRAPH_FAILED = 3  # the graph could not be loaded, failed, or returned no label per row
+
+_RUNNING: dict[int, tuple[subprocess.Popen, Path]] = {}  # pid -> (child, its folder)
+_RUNNING_LOCK = threading.Lock()
+
+
+class ChildError(RuntimeError):
+    """The evaluation child could not be started or set up (the gate's environment)."""
+
+
+def predict_isolated(
+    graph: Graph,
+    frame,
+    *,
+    memory_bytes: int = MEMORY_BYTES,
+    cpu_seconds: int = CPU_SECONDS,
+    wall_seconds: float = WALL_SECONDS,
+):
+    """The graph's labels for the rows of the DataFrame ``frame``, computed in a child
+    process; only a NumPy file of labels (no pickle) is read back.
+
+    The child (``python -I -m fairpca.tasks.onnx_runtime``) gets the graph and the arrays
+    (:func:`graph_feed`) on its standard input and writes the labels to its standard output,
+    both files of a private temporary folder it never opens itself. Its environment holds
+    none of this process's variables but ``PATH`` and the locale; it runs in a new session
+    (its own process group); under root it drops to :data:`CHILD_USER` (no supplementary
+    group) after its imports and before it reads anything; it limits its address space,
+    CPU time and output size and dies with this process. Past ``wall_seconds`` its group is
+    killed; on any exit (an error, a signal turned into an exception) too, and the folder is
+    removed.
+
+    Raises
+    ------
+    GraphRefused
+        :data:`BAD_INPUTS`; :class:`GraphFailed`: the graph could not be loaded, failed,
+        exceeded a limit, or returned no label per row.
+    ChildError
+        The child could not start or set itself up.
+    """
+    import numpy as np
+
+    try:
+        feed = graph_feed(graph.inputs, frame)
+    except ValueError:  # its message names the graph's inputs: model text
+        raise GraphRefused(BAD_INPUTS) from None
+    work = Path(tempfile.mkdtemp(prefix="fairpca-graph-"))
+    child = None
+    try:
+        with (work / "request.npz").open("xb") as handle:
+            arrays = {f"input_{i}": values for i, values in enumerate(feed.values())}
+            np.savez(handle, graph=np.frombuffer(graph.data, dtype=np.uint8),
+                     names=np.array(list(feed), dtype=str), output=np.array(graph.output),
+                     **arrays)  # fmt: skip
+        del feed, arrays
+        (work / "home").mkdir()
+        env = {name: os.environ[name] for name in _CHILD_ENV if name in os.environ}
+        env |= {"HOME": str(work / "home"), "TMPDIR": str(work / "home")}
+        limits = [str(memory_bytes), str(cpu_seconds), str(_OUTPUT_BYTES), str(os.getpid())]
+        command = [sys.executable, "-I", "-m", "fairpca.tasks.onnx_runtime", *limits]
+        with (work / "request.npz").open("rb") as stdin, (work / "labels.npy").open("xb") as out:
+            try:
+                child = subprocess.Popen(
+                    command, stdin=stdin, stdout=out, stderr=subprocess.DEVNULL, env=env,
+                    cwd="/", start_new_session=True, close_fds=True,
+                )  # fmt: skip
+            except OSError as error:
+                raise ChildError(f"the gate's evaluation child did not start ({error})") from None
+            with _RUNNING_LOCK:
+                _RUNNING[child.pid] = (child, work)
+            try:
+                code = child.wait(timeout=wall_seconds)
+            except subprocess.TimeoutExpired:
+                raise GraphFailed() from None
+        return _labels(work / "labels.npy", code, len(frame))
+    finally:
+        if child is not None:
+            _stop(child)
+            with _RUNNING_LOCK:
+                _RUNNING.pop(child.pid, None)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _labels(path: Path, code: int, rows: int):
+    import numpy as np
+
+    if code == _REFUSED_START:
+        raise ChildError(
+            f"the gate's evaluation child could not set itself up (drop to {CHILD_USER!r}, "
+            "limits, onnxruntime); see the worker's environment"
+        )
+    if code not in (0, _GRAPH_FAILED) and code > 0:  # not a limit's signal: its own error
+        raise ChildError(f"the gate's evaluation child ended with status {code}")
+    if code != 0 or path.stat().st_size > _OUTPUT_BYTES:
+        raise GraphFailed()
+    try:
+        labels = predicted_labels(np.load(path, allow_pickle=False), rows)
+    except (ValueError, OSError, EOFError):
+        labels = None
+    if labels is None:
+        raise GraphFailed()
+    return labels
+
+
+def _stop(child: subprocess.Popen) -> None:
+    """Kill the child's whole process group (while its leader is not reaped, the group id
+    is still its own) and reap it."""
+    if child.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def stop_running() -> None:
+    """Kill every evaluation child of this process and remove its folder: for a signal
+    handler that ends the process at once (no ``finally`` runs after ``os._exit``)."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING.values())
+    for child, work in running:
+        _stop(child)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---- the child -------------------------------------------------------------------------------
+
+
+def _drop_privileges() -> None:
+    """Under root: no supplementary group, then the group and user :data:`CHILD_USER`."""
+    import pwd
+
+    if os.geteuid() != 0:
+        return
+    account = pwd.getpwnam(CHILD_USER)
+    os.setgroups([])
+    os.setgid(account.pw_gid)
+    os.setuid(account.pw_uid)
+    if os.getuid() == 0 or os.geteuid() == 0:
+        raise OSError("still root")
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL when the gate dies (Linux ``PR_SET_PDEATHSIG``; set after the privilege drop,
+    which clears it), and stop at once if it is gone already."""
+    import ctypes
+
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
+    if os.getppid() != parent:
+        raise OSError("the gate is gone")
+
+
+def _limit(memory_bytes: int, cpu_seconds: int, output_bytes: int) -> None:
+    import resource
+
+    for limit, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CORE, 0),
+                         (resource.RLIMIT_CPU, cpu_seconds),
+                         (resource.RLIMIT_FSIZE, output_bytes)):  # fmt: skip
+        resource.setrlimit(limit, (value, value))
+
+
+class _NoMoreImports:
+    """Refuses every import once the child has dropped its privileges: whatever it needs is
+    loaded before (under a root gate the interpreter's files may be unreadable to
+    ``nobody``), so no lazy import can depend on them."""
+
+    def find_spec(self, name, path=None, target=None):
+        raise ImportError(f"{name} imported after the privilege drop")
+
+
+def _child_main(argv: list[str]) -> int:
+    """The child: set up, read the request from standard input, run the graph, write the
+    labels to standard output. Exit status 0, :data:`_REFUSED_START` (set-up failed) or
+    :data:`_GRAPH_FAILED`; nothing else is said."""
+    import ctypes  # noqa: F401 (every module the set-up needs, before the privilege drop)
+    import pwd  # noqa: F401
+    import resource  # noqa: F401
+
+    import numpy as np
+    import onnxruntime
+
+    memory, cpu, output, parent = (int(value) for value in argv)
+    warm = io.BytesIO()
+    np.savez(warm, a=np.zeros(1))
+    np.load(io.BytesIO(warm.getvalue()), allow_pickle=False)["a"]  # numpy's lazy imports
+    try:
+        _drop_privileges()
+        _die_with_parent(parent)
+        _limit(memory, cpu, output)
+    except (OSError, ValueError, KeyError):
+        return _REFUSED_START
+    sys.meta_path.insert(0, _NoMoreImports())
+    try:
+        with open(0, "rb", closefd=False) as stdin, np.load(stdin, allow_pickle=False) as request:
+            names = [str(name) for name in request["names"]]
+            feed = {name: request[f"input_{i}"] for i, name in enumerate(names)}
+            rows = len(next(iter(feed.values())))
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = options.inter_op_num_threads = 1
+            session = onnxruntime.InferenceSession(
+                request["graph"].tobytes(), options, providers=["CPUExecutionProvider"]
+            )
+            labels = predicted_labels(session.run([str(request["output"])], feed)[0], rows)
+        if labels is None:
+            return _GRAPH_FAILED
+        with open(1, "wb", closefd=False) as stdout:
+            np.save(stdout, labels, allow_pickle=False)
+    except BaseException:  # the graph's errors, MemoryError: one fixed category
+        return _GRAPH_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))
