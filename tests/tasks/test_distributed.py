@@ -313,3 +313,28 @@ def test_a_part_without_one_of_the_labels_is_named(table, cluster, tmp_path):
     write_parts(table[0].iloc[:12], folder, "parquet")
     with pytest.raises(ValueError, match="needs both in each part"):
         run_route(make_config(folder, cluster[0], tmp_path), tmp_path / "run")
+
+
+def test_the_record_is_built_by_the_in_memory_routes_build_record(audited):
+    """build_record gives the route what the in-memory record has: the metric steps of the
+    candidates' table, the route's parameters beside the config's, the files' SHA-256s."""
+    record = audited[1].record
+    assert record.metric_steps
+    assert record.params["route"] == "dask" and "seed" in record.params
+    assert record.provenance.data_source.kind == "file"
+    assert len(record.provenance.data_source.sha256) == FILES
+
+
+def test_the_route_imports_no_private_helper_of_the_record():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(route))
+    private = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "fairpca.tasks.record"
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert private == []
