@@ -6,10 +6,11 @@ Parquet files (or a glob of CSV parts), one partition per file, and never gather
 every task reads its own file (only the columns it needs), so a worker holds one partition
 at a time and the client only counts, statistics and models.
 
-- the split: each row's part (train / validation / test, the config's shares: 50 / 25 / 25
-  by default) is drawn from a seeded hash of the row's values, so it does not depend on the
-  partitioning and identical rows share a part; it is not stratified (a stratified split
-  needs every row's label and group at once);
+- the split: stratified by label x group as in memory, through a seeded hash of each row's
+  values (uniform in [0, 1)) within its stratum: one pass counts each stratum's hashes in
+  :data:`SPLIT_BINS` bins, and the stratum's cut points are placed where its parts get the
+  sizes the shares give it (50 / 25 / 25 by default), so every part keeps the table's
+  proportions; the part does not depend on the partitioning, and identical rows share it;
 - the encoder (one-hot, standardisation) is fitted on a seeded sample of at most
   ``ENCODER_SAMPLE_ROWS`` training rows drawn from every partition;
 - fair PCA is fitted from partition statistics (:meth:`fairpca.FairPCA.fit` on a Dask
@@ -52,6 +53,7 @@ EPOCHS = 2
 CLASSIFIER = "sgd_logreg"
 CELLS = ("TN", "FP", "FN", "TP")  # the cell of a row is 2 * y + prediction
 GLOB_CHARACTERS = "*?["
+SPLIT_BINS = 1 << 16  # bins of the rows' hash per stratum that place the stratified cuts
 SKIPPED = {
     "lambda_sweep": "the Dask route fits fair PCA without the PCA trade-off block (lambda)",
     "references": "the reference mitigations (fairlearn) need every row in memory",
@@ -59,7 +61,6 @@ SKIPPED = {
     "diagnostics": "MMD^2 and linear inseparability need the projected rows in memory",
     "screening": "column screening (leakage, proxies) needs the training rows in memory; the "
     "columns are used as given (--drop excludes)",
-    "split_stratification": "the split is a seeded hash of each row, not stratified",
     "pca_baseline": "unconstrained PCA is not fitted on the Dask route: the majority class is "
     "the only baseline",
 }
@@ -229,10 +230,18 @@ class RowSpec:
     seed: int
     sep: str | None
     shares: tuple[float, float, float]  # train, validation, test (the config's split section)
+    cuts: dict | None = None  # stratum -> its parts' cut points (stratum_cuts)
+    excluded: tuple[str, ...] = ()  # features the screening excluded (still read: hashed)
 
     @property
     def columns(self) -> list[str]:
+        """What is read and hashed (the same before and after the screening)."""
         return [self.label, *self.sensitive, *self.features]
+
+    @property
+    def kept(self) -> list[str]:
+        """The features the audit uses."""
+        return [c for c in self.features if c not in self.excluded]
 
 
 def _read_partition(file: Path, spec: RowSpec) -> pd.DataFrame:
@@ -244,19 +253,74 @@ def _read_partition(file: Path, spec: RowSpec) -> pd.DataFrame:
     return frame[spec.columns]
 
 
-def part_of_rows(frame: pd.DataFrame, seed: int, shares: tuple[float, ...]) -> np.ndarray:
-    """Each row's part (0 train, 1 validation, 2 test, by their ``shares``; a row beyond
-    their sum, 3, is left out, as in the in-memory split): a seeded 64-bit
-    hash of the row's values (as text), whose top 53 bits read as a uniform number in
-    [0, 1) fall into one of the shares' intervals."""
+def row_uniforms(frame: pd.DataFrame, seed: int) -> np.ndarray:
+    """A seeded 64-bit hash of each row's values (as text), its top 53 bits read as a
+    uniform number in [0, 1): the row's place in its stratum, whatever the partitioning
+    (identical rows share it)."""
     hash_key = hashlib.sha256(f"fairpca-split-{seed}".encode()).hexdigest()[:16]
     hashed = pd.util.hash_pandas_object(frame.astype(str), index=False, hash_key=hash_key)
-    uniform = (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    return np.searchsorted(np.cumsum(shares), uniform, side="right").astype(np.int8)
+    return (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def _rows(file: Path, spec: RowSpec):
-    """Features, binary label, groups (as text) and part of a partition's rows."""
+def strata_of(y: np.ndarray, groups: pd.DataFrame) -> np.ndarray:
+    """Each row's stratum, ``label|group|...`` (the in-memory split's label x group
+    strata), as text: the same key on every partition."""
+    keys = pd.Series(np.asarray(y).astype(str))
+    for column in groups.columns:
+        keys = keys + "|" + groups[column].astype(str).to_numpy()
+    return keys.to_numpy()
+
+
+def part_of_rows(frame: pd.DataFrame, seed: int, shares: tuple[float, ...], strata=None,
+                 cuts: dict | None = None) -> np.ndarray:  # fmt: skip
+    """Each row's part (0 train, 1 validation, 2 test; 3: beyond the shares' sum, left out
+    as in the in-memory split): its :func:`row_uniforms` value against its stratum's
+    ``cuts`` (:func:`stratum_cuts`; the shares' cumulative sums for a stratum without)."""
+    uniform = row_uniforms(frame, seed)
+    default = np.cumsum(shares)
+    if strata is None or not cuts:
+        return np.searchsorted(default, uniform, side="right").astype(np.int8)
+    part = np.empty(len(uniform), dtype=np.int8)
+    for key in pd.unique(strata):
+        rows = strata == key
+        edges = np.asarray(cuts.get(key, default))
+        part[rows] = np.searchsorted(edges, uniform[rows], side="right")
+    return part
+
+
+def _uniform_histogram(file: Path, spec: RowSpec) -> pd.DataFrame:
+    """Rows per (stratum, bin of :data:`SPLIT_BINS` of their uniform) of a partition (the
+    non-empty bins only)."""
+    frame, y, groups = _labelled(file, spec)
+    uniform = row_uniforms(frame, spec.seed)
+    bins = np.minimum((uniform * SPLIT_BINS).astype(np.int64), SPLIT_BINS - 1)
+    table = pd.DataFrame({"stratum": strata_of(y, groups), "bin": bins})
+    return table.value_counts(sort=False).rename("rows").reset_index()
+
+
+def stratum_cuts(histogram: pd.DataFrame, shares: tuple[float, ...]) -> dict[str, tuple]:
+    """Each stratum's three cut points in [0, 1]: at the bin edges where its rows' running
+    count comes nearest the parts' sizes, which the in-memory split gives the stratum
+    (:func:`fairpca.tasks.data.part_sizes` of its rows, by the shares). So every part holds
+    each label x group stratum in the table's proportion, to a bin's rows
+    (``1 / SPLIT_BINS`` of the stratum)."""
+    from fairpca.tasks.data import _allocate
+
+    cuts = {}
+    weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
+    for key, rows in histogram.groupby("stratum", sort=True):
+        counts = np.zeros(SPLIT_BINS, dtype=np.int64)
+        np.add.at(counts, rows["bin"].to_numpy(), rows["rows"].to_numpy())
+        total = int(counts.sum())
+        wanted = _allocate(int(np.floor(total * sum(shares) + 1e-9)), weights)
+        running = np.concatenate([[0], np.cumsum(counts)])  # rows below each bin edge
+        edges = [int(np.abs(running - target).argmin()) for target in np.cumsum(wanted)]
+        cuts[str(key)] = tuple(edge / SPLIT_BINS for edge in edges)
+    return cuts
+
+
+def _labelled(file: Path, spec: RowSpec):
+    """A partition's rows, binary label and groups (as text)."""
     frame = _read_partition(file, spec).reset_index(drop=True)
     label = frame[spec.label]
     if spec.positive_label is not None:
@@ -268,8 +332,14 @@ def _rows(file: Path, spec: RowSpec):
                 f"label column {spec.label!r} of {file} is not 0/1; pass --positive-label."
             )
         y = y.astype(np.int64)
-    groups = frame[list(spec.sensitive)].astype(str)
-    return frame[list(spec.features)], y, groups, part_of_rows(frame, spec.seed, spec.shares)
+    return frame, y, frame[list(spec.sensitive)].astype(str)
+
+
+def _rows(file: Path, spec: RowSpec):
+    """Features, binary label, groups (as text) and part of a partition's rows."""
+    frame, y, groups = _labelled(file, spec)
+    part = part_of_rows(frame, spec.seed, spec.shares, strata_of(y, groups), spec.cuts)
+    return frame[spec.kept], y, groups, part
 
 
 def _first_facts(file: Path, spec: RowSpec, index: int, per_partition: int):
@@ -568,6 +638,8 @@ def _passes(files: list[Path], config) -> Passes:
     clock: dict[str, float] = {}
     tick = time.perf_counter()
     spec = _spec(config, files)
+    histogram = pd.concat(_per_file(_uniform_histogram, files, spec), ignore_index=True)
+    spec = dataclasses.replace(spec, cuts=stratum_cuts(histogram, spec.shares))
     sizes, digest, sample_X, sample_groups = _first_pass(files, spec)
     _check_parts(sizes, config.source.data)
     clock["time_load_data_s"] = time.perf_counter() - tick
@@ -713,22 +785,32 @@ def _data_source(config, files: list[Path]) -> dict:
     }
 
 
+def _row_facts(config, passes: Passes):
+    """The record's facts of the rows (:class:`fairpca.tasks.record.RowFacts`), from the
+    counts."""
+    from fairpca.tasks.record import RowFacts
+
+    test = [PART_CODES["test"]]
+    return RowFacts(
+        rows={part: passes.rows_of(part) for part in PART_CODES},
+        group_sizes=_group_sizes(passes, config.evaluation),
+        test_group_sizes=_group_sizes(passes, config.evaluation, test),
+        sensitive=list(passes.spec.sensitive),
+        screening=None,
+        training_data_sha256=passes.digest,
+        data_source=_data_source(config, passes.files),
+    )
+
+
 def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, table, *,
             run: dict):  # fmt: skip
-    """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route; the chosen pipeline
-    saved under ``out_dir/model`` and the projection matrices beside it (``run``: kind,
-    started_at and the flow's tags)."""
+    """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route, by the in-memory
+    route's :func:`fairpca.tasks.record.build_record`; the chosen pipeline saved under
+    ``out_dir/model`` and the projection matrices beside it (``run``: kind, started_at and
+    the flow's tags)."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
-    from fairpca.tasks.record import (
-        AuditRecord,
-        _k_record,
-        _metrics,
-        _run_fields,
-        _selection,
-        candidate_summary,
-        provenance,
-    )
+    from fairpca.tasks.record import build_record
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
 
@@ -738,22 +820,13 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
     chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
-    split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
-    test = [PART_CODES["test"]]
-    sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
-    return AuditRecord(
-        **_run_fields(config, choice, run["kind"], Path(out_dir).name, run["started_at"],
-                      passes.spec.sensitive, {"fairpca.route": "dask", **run["tags"]}),
-        selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
-        params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
-        metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],
-        hashes=write_matrices(out_dir, chosen),
-        provenance=provenance(config.source, _data_source(config, passes.files)),
-        references=[], k=_k_record(passes.k_record, choice.chosen, None),
-        split_sizes=split_sizes,
-        candidates=candidate_summary(table, choice),
-        skipped=dict(SKIPPED),
+    return build_record(
+        config, kind=run["kind"], run_name=Path(out_dir).name, started_at=run["started_at"],
+        split=_row_facts(config, passes), choice=choice, reported=reported, references=[],
+        diagnostics={}, representations=chosen, table=table, skipped=dict(SKIPPED),
+        k_record=passes.k_record, timings=passes.clock, hashes=write_matrices(out_dir, chosen),
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),
         model_digest=model_digest(pipeline, passes.digest),
-        training_data_sha256=passes.digest,
+        tags={"fairpca.route": "dask", **run["tags"]},
+        params={"route": "dask", "epochs": str(EPOCHS)},
     )  # fmt: skip

@@ -4,6 +4,7 @@ of CSV parts): what it records is what the same pipeline gives on the same rows 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from datetime import UTC, datetime
@@ -17,13 +18,14 @@ distributed = pytest.importorskip("distributed")
 from fairpca.flows.config import AuditConfig  # noqa: E402
 from fairpca.tasks import distributed as route  # noqa: E402
 from fairpca.tasks.data import DEFAULT_SHARES as SHARES  # noqa: E402
-from fairpca.tasks.distributed import audit_partitions, part_of_rows  # noqa: E402
+from fairpca.tasks.distributed import audit_partitions  # noqa: E402
 from fairpca.tasks.evaluate import metrics_with_intervals  # noqa: E402
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 ROWS = 8000
 FILES = 8
+FOLDER: list = []  # the table's Parquet folder, once written
 LABEL, SENSITIVE = "income", ["sex"]
 # the order in which the route reads (and hashes) a row: label, sensitive, then the rest
 COLUMNS = ["income", "sex", "age", "education_num", "hours_per_week", "workclass", "race"]
@@ -80,6 +82,7 @@ def table(tmp_path_factory):
     root = tmp_path_factory.mktemp("table")
     frame = adult_like(ROWS)
     write_parts(frame, root / "parquet", "parquet")
+    FOLDER[:] = [root / "parquet"]
     write_parts(frame, root / "csv", "csv")
     return frame, root / "parquet", str(root / "csv" / "part-*.csv")
 
@@ -134,8 +137,19 @@ def audited(table, cluster, tmp_path_factory):
     return config, run_route(config, tmp / "run")
 
 
+def split_parts(folder, seed: int) -> np.ndarray:
+    """Each row's part as the route's tasks give it (files in the table's row order)."""
+    from pathlib import Path
+
+    files = route.partition_files(folder)
+    spec = route._spec(make_config(folder, "local", Path("unused"), seed=seed), files)
+    histogram = pd.concat([route._uniform_histogram(f, spec) for f in files])
+    spec = dataclasses.replace(spec, cuts=route.stratum_cuts(histogram, spec.shares))
+    return np.concatenate([route._rows(f, spec)[3] for f in files])
+
+
 def in_memory_parts(frame: pd.DataFrame, seed: int) -> np.ndarray:
-    return part_of_rows(frame[COLUMNS], seed, SHARES)
+    return split_parts(FOLDER[0], seed)
 
 
 def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
@@ -338,3 +352,27 @@ def test_the_route_imports_no_private_helper_of_the_record():
         if alias.name.startswith("_")
     ]
     assert private == []
+
+
+def test_every_part_keeps_the_tables_label_and_group_proportions(table):
+    """The stratified hash split: each part holds every label x group stratum in the
+    table's proportion (in-process: the functions each task runs, one file at a time)."""
+    from pathlib import Path
+
+    frame, folder, _ = table
+    files = route.partition_files(folder)
+    config = make_config(folder, "local", Path("unused"))
+    spec = route._spec(config, files)
+    histogram = pd.concat([route._uniform_histogram(f, spec) for f in files])
+    spec = dataclasses.replace(spec, cuts=route.stratum_cuts(histogram, spec.shares))
+    parts = [route._rows(f, spec) for f in files]
+    y = np.concatenate([p[1] for p in parts])
+    strata = route.strata_of(y, pd.concat([p[2] for p in parts], ignore_index=True))
+    part = np.concatenate([p[3] for p in parts])
+    table_share = pd.Series(strata).value_counts(normalize=True)
+    for code, share in enumerate(SHARES):
+        assert (part == code).mean() == pytest.approx(share, abs=0.002)
+        in_part = pd.Series(strata[part == code]).value_counts(normalize=True)
+        assert np.allclose(in_part[table_share.index], table_share, atol=0.003), code
+    # without the cuts (the per-row hash alone) the proportions drift further
+    assert route.part_of_rows(frame[COLUMNS], 3, SHARES).tolist() != part.tolist()
