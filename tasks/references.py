@@ -280,6 +280,7 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
         "test": _measured(predict, "test", final, evaluation, seed),
         # judged as a candidate is: a reference no better than saying one class is shown so
         "ineligible": ineligibility(validation, majority, selection),
+        "predict": predict,  # (features, sensitive) -> 0/1; not recorded (REFERENCE_KEYS)
     }
 
 
