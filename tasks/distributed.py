@@ -1064,9 +1064,7 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
     """The Dask route of the audit, from the partitioned table to the written model and the
     record (see the module docstring), on the current ``distributed.Client``
     (:func:`connect`). The flow writes, seals and logs it as any audit."""
-    from fairpca.tasks.evaluate import _validation_metrics
-    from fairpca.tasks.record import unjudged_groups
-
+    started = time.perf_counter()
     passes = _passes(check_partitioned_source(config), config)
     tick = time.perf_counter()
     table, searches, skipped, config, k_record, searched = _search(config, passes)
@@ -1086,27 +1084,11 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
     cells = _count_all(passes, predictors)
     measured = _measured_table(cells, candidates, passes, config)
     references = _measure_references(references, cells, passes, config)
-    choice = _choose(measured, passes, config, searched)
-    chosen_test = _on_test(_counts_of(cells, passes, candidate_key(choice.chosen), "test"),
-                           passes, config)  # fmt: skip
-    reported = {
-        "chosen": {"validation": _validation_metrics(choice.chosen), "test": chosen_test},
-        "majority": {"class": passes.majority, "validation": {"accuracy": choice.majority_accuracy},
-                     "test": _on_test(_counts_of(cells, passes, "majority", "test"), passes,
-                                      config)},
-    }  # fmt: skip
-    if choice.pca_row is not None:
-        pca_test = _counts_of(cells, passes, candidate_key(choice.pca_row), "test")
-        reported["pca"] = {"validation": _validation_metrics(choice.pca_row),
-                           "test": _on_test(pca_test, passes, config)}  # fmt: skip
-    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
-    unjudged = unjudged_groups(_group_sizes(passes, config.evaluation),
-                               reported["chosen"]["validation"], split,
-                               config.evaluation.min_group_size)  # fmt: skip
-    choice = decide(choice, references, chosen_test, unjudged, config.selection)
+    choice, reported = _decided(cells, measured, references, passes, config, searched)
     passes.clock["time_evaluate_s"] = time.perf_counter() - tick
     pipeline = _pipeline(passes.preprocessor, pipelines[candidate_key(choice.chosen)])
     skipped |= _not_refitted(config)
+    passes.clock["time_total_s"] = time.perf_counter() - started
     record = _record(config, out_dir, passes, choice, reported, pipeline, table,
                      run={"kind": kind, "started_at": started_at, "tags": tags},
                      extra={"references": references, "skipped": skipped, "k_record": k_record,
@@ -1120,6 +1102,36 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
         return _on_test(counts, passes, config)
 
     return PartitionAudit(record, table, pipeline, score, measured, references)
+
+
+def _decided(cells, measured: pd.DataFrame, references: list[dict], passes: Passes, config,
+             searched):  # fmt: skip
+    """The choice on the measured shortlist, what is reported of it (validation and test,
+    the majority class and unconstrained PCA beside it) and the decision after the
+    references (:func:`decide`)."""
+    from fairpca.tasks.evaluate import _validation_metrics
+    from fairpca.tasks.record import unjudged_groups
+
+    choice = _choose(measured, passes, config, searched)
+
+    def on_test(name: str) -> dict[str, float]:
+        return _on_test(_counts_of(cells, passes, name, "test"), passes, config)
+
+    reported = {
+        "chosen": {"validation": _validation_metrics(choice.chosen),
+                   "test": on_test(candidate_key(choice.chosen))},
+        "majority": {"class": passes.majority, "test": on_test("majority"),
+                     "validation": {"accuracy": choice.majority_accuracy}},
+    }  # fmt: skip
+    if choice.pca_row is not None:
+        reported["pca"] = {"validation": _validation_metrics(choice.pca_row),
+                           "test": on_test(candidate_key(choice.pca_row))}  # fmt: skip
+    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
+    unjudged = unjudged_groups(_group_sizes(passes, config.evaluation),
+                               reported["chosen"]["validation"], split,
+                               config.evaluation.min_group_size)  # fmt: skip
+    chosen_test = reported["chosen"]["test"]
+    return decide(choice, references, chosen_test, unjudged, config.selection), reported
 
 
 def _pipeline(preprocessor, fitted):
