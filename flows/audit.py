@@ -56,6 +56,7 @@ from fairpca.tasks.mlflow_logging import (
     relog_hint,
     save_model_locally,
 )
+from fairpca.tasks.onnx_export import save_graph
 from fairpca.tasks.record import (
     AuditRecord,
     PromotionRecord,
@@ -288,15 +289,22 @@ def choose_candidate(config: AuditConfig, table, split, searches, encoded) -> Ch
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
-    """What the wide search hands to every row: the :data:`CV_SHORTLIST` best candidates by
-    the audit's order (:func:`fairpca.tasks.select.shortlist`, with the best unconstrained
-    PCA), and the best that still meet the gate once each gated measure is moved towards
-    failing by its 95% sampling error on the sample (the best on a sample sit at the gate's
-    edge, where the sample flatters them; these are likely to pass on every row too)."""
+    """What the wide search hands to every row: the :data:`CV_SHORTLIST` candidates the
+    choice would take from (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
+    then those nearest it on every gated measure of every attribute and their intersection,
+    with the best unconstrained PCA), and the best that still meet the gate once each gated
+    measure is moved towards failing by its 95% sampling error on the sample (the best on a
+    sample sit at the gate's edge, where the sample flatters them; these are likely to pass
+    on every row too)."""
     majority = majority_accuracy_of(sample.y_train, sample.y_validation)
     # only what may be registered is refitted on every row (choose() keeps to the same)
     table = registrable(table, selection.allow_row_storing_models)
+    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
+    # fair PCA) are refitted once, and take one place of the shortlist; unconstrained PCA
+    # (lambda NaN) is never a fair one's copy.
+    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
     numbered = table.assign(row=np.arange(len(table)))
+    numbered = numbered.drop_duplicates([c for c in alike if c in numbered])
     strict = numbered.copy()
     for measure in GATED_RATES:
         for scope in ("", ".intersection"):
@@ -311,11 +319,7 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
         for row in shortlist(strict, majority, selection, CV_SHORTLIST)
         if not policy.failures(row)
     ]
-    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
-    # fair PCA) are refitted once; unconstrained PCA (lambda NaN) is never a fair one's copy.
-    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
-    rows = table.iloc[list(dict.fromkeys(picked))]
-    return rows.drop_duplicates([c for c in alike if c in rows]).to_dict("records")
+    return table.iloc[list(dict.fromkeys(picked))].to_dict("records")
 
 
 # Encoded training rows above which the stages that copy them (the shortlist's refits, the
@@ -386,16 +390,24 @@ def write_outputs(
     return seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
 
 
-def save_pipeline(out_dir: Path, pipeline, split, config: AuditConfig) -> tuple[str, str]:
+def save_pipeline(
+    out_dir: Path, pipeline, split, config: AuditConfig, validation_labels=None
+) -> tuple[str, str, dict[str, Any]]:
     """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
-    skops file and the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
-    content and of the training rows)."""
+    skops file, the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
+    content and of the training rows) and the record of its ONNX graph
+    (:func:`fairpca.tasks.onnx_export.save_graph`: the graph is saved beside the skops file
+    only when its labels equal the pipeline's, ``validation_labels`` when already predicted,
+    on every validation row)."""
     example = input_example(as_model_input(split.X_train), config.representation.min_category_count)
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
+    if validation_labels is None:
+        validation_labels = predict_by_blocks(pipeline, split.X_validation)
+    graph = save_graph(model_dir, pipeline, split.X_validation, validation_labels)
     digest = model_digest(pipeline, training_data_digest(split))
-    return sha256_file(skops_file(model_dir)), digest
+    return sha256_file(skops_file(model_dir)), digest, graph
 
 
 def scorer_on_test_rows(split, config: AuditConfig):
@@ -592,7 +604,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         )  # fmt: skip
     with clock("evaluate_test"):
         pipeline = build_pipeline(preprocessor, registered, sweeps, choice.chosen)
-        check_pipeline(pipeline, split, choice.chosen, config.evaluation)
+        validation_labels = check_pipeline(pipeline, split, choice.chosen, config.evaluation)
         pca = choice.pca_row and build_pipeline(preprocessor, registered, sweeps, choice.pca_row)
         reported = evaluate_reported(
             split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
@@ -608,7 +620,9 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         unjudged = unjudged_in_split(split, reported["chosen"]["validation"], config.evaluation)
         choice = judged_everywhere(choice, unjudged)
     with clock("save_model"):
-        model_sha256, digest = save_pipeline(out_dir, pipeline, split, config)
+        model_sha256, digest, graph = save_pipeline(
+            out_dir, pipeline, split, config, validation_labels
+        )
         hashes = write_matrices(out_dir, {**representations, **registered})
     record = build_record(
         config,
@@ -629,6 +643,7 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         hashes=hashes,
         model_sha256=model_sha256,
         model_digest=digest,
+        onnx=graph,
         tags={**_flow_tags(kind), "fairpca.local_output_dir": str(out_dir.resolve())},
         parity_gap=parity_gap(
             pipeline, split, table, choice, config.selection, config.evaluation.min_group_size

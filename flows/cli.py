@@ -1,24 +1,31 @@
-"""The ``fairpca`` command line: ``fairpca audit``, ``fairpca retrain``, ``fairpca relog``.
+"""The ``fairpca`` command line: ``fairpca audit``, ``fairpca retrain``, ``fairpca relog``,
+``fairpca gate ...``, on `cyclopts <https://cyclopts.readthedocs.io>`_.
 
-The options of ``audit`` and ``retrain`` are generated from the config models
+The options of ``audit`` and ``retrain`` come from the config models
 (:class:`fairpca.flows.config.AuditConfig`, :class:`~fairpca.flows.config.RetrainConfig`):
 one ``--<field-name>`` per field, with the field's type, its description as help and its
-default. They override the values of ``--config FILE`` (YAML or JSON, sections as in
-``audit.yaml``); the config is validated before any work starts.
+default, shown in ``--help`` under its config section (:data:`HELP_SECTIONS`), the options a
+first audit needs (:data:`FIRST_OPTIONS`) at the top of theirs. An option not given stays
+unset, so the values of ``--config FILE`` (YAML or JSON, sections as in ``audit.yaml``) hold
+unless an option overrides them; the config is validated once, before any work starts.
 """
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import math
 import os
+import sys
 import time
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from types import UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import typer
+from cyclopts import App, Group, Parameter
+from cyclopts.exceptions import CycloptsError, UnknownOptionError, UnusedCliTokensError
+from cyclopts.help import DefaultFormatter
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
@@ -45,17 +52,75 @@ from .console import (
     show_logs,
 )
 
-app = typer.Typer(
+
+def _usage_error(error: CycloptsError) -> str:
+    """A command line that cannot be read, as cyclopts prints it: one line saying why (an
+    unknown option with the close ones), one saying where the help is; exit code 2."""
+    message = str(error).strip()
+    chain = tuple(error.command_chain or ())
+    if isinstance(error, UnknownOptionError):
+        given = error.token.keyword or error.token.value
+        names = [name for argument in error.argument_collection for name in argument.names]
+        close = difflib.get_close_matches(given, names, n=3, cutoff=0.6)
+        message = f"No such option: {given}" + (f" (Possible options: {', '.join(close)})"
+                                                 if close else "")  # fmt: skip
+    elif isinstance(error, UnusedCliTokensError):
+        extra = " ".join(error.unused_tokens or ())
+        in_group = chain in {(), ("gate",)}  # the commands that only hold commands
+        message = f"No such command: {extra}" if in_group else f"Unexpected arguments: {extra}"
+    command = " ".join(["fairpca", *chain])
+    return (f"[bold red]Error:[/bold red] {escape(message)}\n"
+            + escape(f"Try '{command} --help' for help."))  # fmt: skip
+
+
+def _help_columns(console, options, entries) -> tuple:
+    """The option and description columns of a ``--help`` panel (cyclopts' own, with the
+    option column as wide as the longest option name, so that no name is broken)."""
+    from cyclopts.help import ColumnSpec, DescriptionRenderer, NameRenderer
+
+    words = [word for entry in entries for label in entry.display_labels_with_metavar
+             for word in label.split()]  # fmt: skip
+    width = max([math.ceil(console.width * 0.35), *map(len, words)])
+    return (
+        ColumnSpec(renderer=NameRenderer(max_width=width), style="cyclopts.name", max_width=width),
+        ColumnSpec(renderer=DescriptionRenderer(), overflow="fold"),
+    )
+
+
+app = App(
     name="fairpca",
     help="Fairness audits of (fair) PCA representations, orchestrated by Prefect and "
     "recorded in MLflow.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,  # click's help wraps long option names; rich's tables cut them
+    help_format="plaintext",
+    help_flags=("--help",),
+    version_flags=(),
+    error_formatter=_usage_error,
+    help_formatter=DefaultFormatter(column_specs=_help_columns),
 )
 
 
+@app.default
+def _no_command() -> None:
+    """``fairpca`` alone: the help, and exit code 2 (no command was run)."""
+    app.help_print([])
+    raise SystemExit(2)
+
+
+# The panels of ``--help``, in order, and the config sections each shows (a section not
+# listed gets a panel of its own name); the fields at the top of the config go under "Run".
+HELP_SECTIONS: dict[str, tuple[str, ...]] = {
+    "Data": ("source", "split"),
+    "Search": ("representation", "evaluation"),
+    "Policy and deployment": ("selection", "promotion"),
+    "Registry": ("tracking",),
+    "Output": ("output",),
+    "Run": ("",),
+}
+# The options a first audit needs: shown first in their panels.
+FIRST_OPTIONS = (
+    "dataset", "data", "label", "sensitive", "k", "variants", "classifiers", "policy",
+    "tracking_uri", "output_dir",
+)  # fmt: skip
 # Flag names kept beside the generated ``--<field-name>`` (the README and scripts use them).
 FLAG_ALIASES: dict[str, tuple[str, ...]] = {
     "k": ("-k",),
@@ -64,42 +129,53 @@ FLAG_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass(frozen=True)
-class ConfigOption:
-    """One command-line option generated from a config field: where the value goes in the
-    config (``path``), the typer annotation, and how the text given is read (``comma``)."""
-
-    path: tuple[str, ...]
-    annotation: Any
-    comma: type | None = None
+def help_group(section: str) -> Group:
+    """The ``--help`` panel of a config section (``""``: the top of the config)."""
+    titles = list(HELP_SECTIONS)
+    title = next((t for t, shown in HELP_SECTIONS.items() if section in shown), section)
+    return Group(title, sort_key=titles.index(title) if title in titles else len(titles))
 
 
-def config_options(model: type[BaseModel]) -> list[ConfigOption]:
-    """An option for every leaf field of ``model`` (its sections' fields included), with
-    the field's type, its description as help and its default shown."""
-    return [_option(info, path) for path, info in leaf_fields(model).items()]
+def config_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
+    """A keyword parameter for every leaf field of ``model`` (its sections' fields included),
+    annotated for cyclopts, default unset: in panel order, the first options first."""
+    fields = leaf_fields(model)
+
+    def order(path: tuple[str, ...]) -> tuple:
+        group = help_group(path[0] if len(path) > 1 else "")
+        return group.sort_key, path[-1] not in FIRST_OPTIONS
+
+    return [_parameter(path, fields[path]) for path in sorted(fields, key=order)]
 
 
-def _option(info: FieldInfo, path: tuple[str, ...]) -> ConfigOption:
+def _parameter(path: tuple[str, ...], info: FieldInfo) -> inspect.Parameter:
     kind, comma = _cli_type(info.annotation)
-    flags = (flag_name(path[-1]), *FLAG_ALIASES.get(path[-1], ()))
-    if kind is bool and info.default:  # a flag that turns the default off
-        flags = (f"{flags[0]}/--no-{flags[0][2:]}",)
     default = info.get_default(call_default_factory=True)
     help_text = info.description
     if comma is not None:
         help_text += " Comma-separated."
     elif kind == list[str]:
         help_text += " Repeat the option for several."
-    if default is not None and default != []:  # click would wrap a shown text in "( )"
+    if default is not None and default != []:
         help_text += f"  [default: {_shown(default)}]"
-    option = typer.Option(*flags, help=help_text, show_default=False)
-    return ConfigOption(path, Annotated[kind | None, option], comma)
+    spec = Parameter(
+        name=(flag_name(path[-1]), *FLAG_ALIASES.get(path[-1], ())),
+        help=help_text,
+        group=help_group(path[0] if len(path) > 1 else ""),
+        show_default=False,
+        negative=None if kind is bool and default else (),  # only a flag on by default
+        converter=None if comma is None else partial(_comma_list, comma),
+        metavar=None if comma is None else f"{comma.__name__.upper()},...",
+        allow_leading_hyphen=True,  # a value such as a column named "-x", as before
+    )
+    return inspect.Parameter(path[-1], inspect.Parameter.KEYWORD_ONLY, default=None,
+                             annotation=Annotated[kind | None, spec])  # fmt: skip
 
 
 def _cli_type(annotation: Any) -> tuple[Any, type | None]:
     """The command-line type of a field type, and the item type of a comma-separated list
-    (lists of choices or numbers; lists of column names repeat the option instead)."""
+    (lists of choices or numbers; lists of column names repeat the option instead). Choices
+    are read as text: the config's validation names the allowed ones."""
     args = [arg for arg in get_args(annotation) if arg is not type(None)]
     if get_origin(annotation) in (Union, UnionType):
         annotation = args[0]
@@ -109,8 +185,8 @@ def _cli_type(annotation: Any) -> tuple[Any, type | None]:
     if get_origin(annotation) is list:
         item = args[0]
         if get_origin(item) is Literal:
-            return str, str
-        return (list[str], None) if item is str else (str, item)
+            return list[str], str
+        return (list[str], None) if item is str else (list[item], item)
     return annotation, None
 
 
@@ -123,26 +199,24 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def _comma_list(value: str, cast: type, flag: str) -> list[Any]:
-    items = [item.strip() for item in value.split(",") if item.strip()]
+def _comma_list(cast: type, type_: Any, tokens: list[Any]) -> list[Any]:
+    """The items of each comma-separated value given (cyclopts' converter)."""
+    items = [item.strip() for token in tokens for item in token.value.split(",")]
     try:
-        return [cast(item) for item in items]
+        return [cast(item) for item in items if item]
     except ValueError as error:
-        raise typer.BadParameter(
-            f"cannot read {value!r} as a comma-separated list", param_hint=flag
-        ) from error
+        given = ",".join(token.value for token in tokens)
+        raise ValueError(f"cannot read {given!r} as a comma-separated list") from error
 
 
 def build_config(options: dict[str, Any], config_file: Path | None, model_class):
-    """Merge ``--config FILE`` with the options given (name -> value) and validate."""
+    """Merge ``--config FILE`` with the options given (name -> value, None: not given) and
+    validate."""
     values = nest_flat_keys(model_class, load_config_file(config_file) if config_file else {})
-    for option in config_options(model_class):
-        *sections, key = option.path
+    for *sections, key in leaf_fields(model_class):
         value = options.get(key)
-        if value is None or value == []:
+        if value is None:
             continue
-        if option.comma is not None:
-            value = _comma_list(value, option.comma, flag_name(key))
         target = values
         for section in sections:
             nested = target.get(section)
@@ -151,38 +225,40 @@ def build_config(options: dict[str, Any], config_file: Path | None, model_class)
     return model_class.model_validate(values)
 
 
+VERBOSE_HELP = (
+    "Also print Prefect's and MLflow's INFO log lines, every candidate on the validation "
+    "rows, every reason and warning."
+)
 VERBOSE_OPTION = Annotated[
     bool,
-    typer.Option(
-        "--verbose",
-        help="Also print Prefect's and MLflow's INFO log lines, every candidate on the "
-        "validation rows, every reason and warning.",
-    ),
-]
+    Parameter(name="--verbose", negative=(), help=VERBOSE_HELP, group=help_group(""),
+              show_default=False),
+]  # fmt: skip
 CONFIG_FILE_OPTION = Annotated[
     Path | None,
-    typer.Option(
-        "--config",
+    Parameter(
+        name="--config",
         help="YAML/JSON config file (sections as in audit.yaml); the options given override it.",
+        group=help_group(""),
     ),
 ]
 
 
 def config_command(model: type[BaseModel], kind: str):
-    """A command taking ``--config`` and one option per field of ``model`` (typer reads the
-    generated signature), which validates them and runs the ``kind`` flow."""
+    """A command taking ``--config``, one option per field of ``model`` (cyclopts reads the
+    generated signature) and ``--verbose``, which validates them and runs the ``kind``
+    flow."""
 
     def command(**options: Any) -> None:
-        show_logs(options.pop("verbose"))
+        show_logs(options.pop("verbose", False))  # cyclopts passes the options given
         _start(kind, model, options)
 
+    keyword = inspect.Parameter.KEYWORD_ONLY
     params = [
-        inspect.Parameter(option.path[-1], inspect.Parameter.KEYWORD_ONLY, default=None,
-                          annotation=option.annotation)
-        for option in [ConfigOption(("config",), CONFIG_FILE_OPTION), *config_options(model)]
-    ]  # fmt: skip
-    params.append(inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, default=False,
-                                    annotation=VERBOSE_OPTION))  # fmt: skip
+        inspect.Parameter("config", keyword, default=None, annotation=CONFIG_FILE_OPTION),
+        *config_parameters(model),
+        inspect.Parameter("verbose", keyword, default=False, annotation=VERBOSE_OPTION),
+    ]
     command.__signature__ = inspect.Signature(params)
     command.__annotations__ = {param.name: param.annotation for param in params}
     return command
@@ -199,7 +275,7 @@ def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
         cfg = build_config(options, config_file, model)
     except ValidationError as error:
         print_validation_error(error, model)
-        raise typer.Exit(2) from error
+        raise SystemExit(2) from error
     except (ValueError, OSError) as error:
         fail("Invalid configuration file", str(error))
     tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
@@ -281,39 +357,42 @@ def _check_tracking(uri: str | None) -> str:
 
 
 app.command(
-    "audit",
+    config_command(AuditConfig, "audit"),
+    name="audit",
     help="Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met).",
-)(config_command(AuditConfig, "audit"))
+    sort_key=1,
+)
 app.command(
-    "retrain",
+    config_command(RetrainConfig, "retrain"),
+    name="retrain",
     help="Refit on current data, compare with the champion, promote only if fair and no worse.",
-)(config_command(RetrainConfig, "retrain"))
+    sort_key=2,
+)
 
 TrackingOpt = Annotated[
-    str | None,
-    typer.Option(help=TrackingConfig.model_fields["tracking_uri"].description),
+    str | None, Parameter(help=TrackingConfig.model_fields["tracking_uri"].description)
 ]
 PolicyDirOpt = Annotated[
-    Path | None,
-    typer.Option(help="Folder of policy files.", show_default="$FAIRPCA_GATE_POLICY_DIR"),
+    Path | None, Parameter(help="Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]")
 ]
 
 
-@app.command()
 def relog(
-    output_dir: Annotated[Path, typer.Argument(help="A kept audit output directory.")],
+    output_dir: Annotated[Path, Parameter(help="A kept audit output directory.")],
+    /,
+    *,
     tracking_uri: TrackingOpt = None,
     force: Annotated[
-        bool, typer.Option(help="Log again even if it was logged completely before.")
+        bool, Parameter(help="Log again even if it was logged completely before.")
     ] = False,
     promote: Annotated[
         bool,
-        typer.Option(
+        Parameter(
             help="Move the champion alias to the new version if the audit decided to promote "
             "(off by default: the directory's own audit.json is not trusted for that)."
         ),
     ] = False,
-    verbose: VERBOSE_OPTION = False,
+    verbose: Annotated[bool, Parameter(negative=(), help=VERBOSE_HELP, show_default=False)] = False,
 ) -> None:
     """Log a kept audit output directory to MLflow again (after a tracking outage).
 
@@ -361,24 +440,31 @@ def _relog(command, output_dir: Path, tracking_uri: str, force: bool, promote: b
         fail("Relog failed", str(error), code=1)
 
 
-gate_app = typer.Typer(
+gate_app = App(
+    name="gate",
     help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook, reconciler, "
     "signing key).",
-    no_args_is_help=True,
+    sort_key=4,
 )
-app.add_typer(gate_app, name="gate")
 
 
-@gate_app.command("serve")
+@gate_app.default
+def _no_gate_command() -> None:
+    """``fairpca gate`` alone: its help, and exit code 2."""
+    gate_app.help_print([])
+    raise SystemExit(2)
+
+
 def gate_serve(
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8765,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    *,
+    port: Annotated[int, Parameter(help="Port to listen on.")] = 8765,
+    host: Annotated[str, Parameter(help="Address to listen on.")] = "127.0.0.1",
     policy_dir: PolicyDirOpt = None,
-    queue: Annotated[Path, typer.Option(help="SQLite file of the event queue.")] = Path(
+    queue: Annotated[Path, Parameter(help="SQLite file of the event queue.")] = Path(
         "fairpca-gate-queue.db"
     ),
-    certfile: Annotated[Path | None, typer.Option(help="TLS certificate (serves HTTPS).")] = None,
-    keyfile: Annotated[Path | None, typer.Option(help="TLS private key.")] = None,
+    certfile: Annotated[Path | None, Parameter(help="TLS certificate (serves HTTPS).")] = None,
+    keyfile: Annotated[Path | None, Parameter(help="TLS private key.")] = None,
 ) -> None:
     """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs."""
     from . import runtime
@@ -408,10 +494,12 @@ def _serve_gate(command, options: dict[str, Any]) -> None:
         fail("Cannot start the gate receiver", str(error))
 
 
-@gate_app.command("register")
 def gate_register(
-    model: Annotated[list[str], typer.Option(help="Watched registered model; repeatable.")],
-    url: Annotated[str, typer.Option(help="Receiver URL, e.g. https://gate.example:8765/webhook.")],
+    *,
+    model: Annotated[
+        list[str], Parameter(help="Watched registered model; repeatable.", negative=())
+    ],
+    url: Annotated[str, Parameter(help="Receiver URL, e.g. https://gate.example:8765/webhook.")],
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Create or update the MLflow webhook of the gate (idempotent)."""
@@ -434,8 +522,8 @@ def gate_register(
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 
 
-@gate_app.command("reconcile")
 def gate_reconcile(
+    *,
     policy_dir: PolicyDirOpt = None,
     tracking_uri: TrackingOpt = None,
 ) -> None:
@@ -464,7 +552,6 @@ def gate_reconcile(
     console.print(f"{checked} protected alias(es) checked, {len(changes)} changed.")
 
 
-@gate_app.command("keygen")
 def gate_keygen() -> None:
     """Create the gate's signing key (mode 0600; $FAIRPCA_GATE_KEY_FILE, else
     ~/.config/fairpca/gate.key) unless it exists, and print its public key: run it where the
@@ -491,6 +578,21 @@ def gate_keygen() -> None:
     console.print(public)
 
 
+def _help_text(function) -> str:
+    """A command's docstring as its help: each paragraph one line (the terminal wraps it)."""
+    paragraphs = inspect.cleandoc(function.__doc__).split("\n\n")
+    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
+
+
+app.command(relog, name="relog", help=_help_text(relog), sort_key=3)
+app.command(gate_app)
+for order, (name, function) in enumerate(
+    [("serve", gate_serve), ("register", gate_register), ("reconcile", gate_reconcile),
+     ("keygen", gate_keygen)]
+):  # fmt: skip
+    gate_app.command(function, name=name, help=_help_text(function), sort_key=order)
+
+
 def main() -> None:
     """Console script entry point (``fairpca``)."""
-    app()
+    app(sys.argv[1:])

@@ -25,8 +25,11 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
-from fairpca.datasets import MIN_CATEGORY_COUNT
-from fairpca.datasets._screen import LEAKAGE_BALANCED_ACCURACY, PROXY_BALANCED_ACCURACY
+from fairpca.datasets._limits import (
+    LEAKAGE_BALANCED_ACCURACY,
+    MIN_CATEGORY_COUNT,
+    PROXY_BALANCED_ACCURACY,
+)
 from fairpca.tasks import (
     CLASSIFIER_NAMES,
     DEFAULT_BOUND,
@@ -161,6 +164,14 @@ class SourceConfig(Section):
     data_dir: Path | None = Field(
         None, description="Data directory of bank and compas; default: $FAIRPCA_DATA_DIR."
     )
+    group_column: str | None = Field(
+        None,
+        min_length=1,
+        description="Column naming each row's entity (a person, a firm) when the table holds "
+        "several rows per entity (a panel): the training, validation and test parts and every "
+        "cross-validation fold keep each entity's rows together. The column is never a "
+        "feature. Default: the rows are independent.",
+    )
     leakage_threshold: float = Field(
         LEAKAGE_BALANCED_ACCURACY,
         gt=0.5,
@@ -194,7 +205,21 @@ class SourceConfig(Section):
         both = sorted(set(self.keep) & set(self.drop))
         if both:
             raise ValueError(f"columns {both} are in both keep and drop; give each in one.")
+        self._check_group_column()
         return self
+
+    def _check_group_column(self) -> None:
+        """The entity column is neither the label, a sensitive attribute nor a feature."""
+        group = self.group_column
+        roles = {"label": [self.label], "sensitive": self.sensitive, "keep": self.keep,
+                 "drop": self.drop}  # fmt: skip
+        taken = [role for role, names in roles.items() if group is not None and group in names]
+        if taken:
+            raise ValueError(
+                f"group_column {group!r} is also given as {' and '.join(taken)}; the entity "
+                "column only groups the rows (it is never a feature, label or attribute): "
+                "name it once, as group_column."
+            )
 
     def _check_user_file(self) -> None:
         if self.label is None or not self.sensitive:

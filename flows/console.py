@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-import typer
 from pydantic import BaseModel, ValidationError
 from rich import box
 from rich.console import Console
@@ -399,7 +398,7 @@ def fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
     """One clear line on stderr (no traceback), then exit with ``code``."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     err_console.print(f"[bold red]{what}:[/bold red] {escape(option_names(str(text)))}")
-    raise typer.Exit(code)
+    raise SystemExit(code)
 
 
 def relog_alias_note(logged: dict[str, Any], promote: bool, tracking_uri: str) -> str:

@@ -17,7 +17,7 @@ AUDIT_MODULES = (
     "fairlearn",
     "matplotlib",
     "pydantic",
-    "typer",
+    "cyclopts",
     "rich",
     "yaml",
     "skops",

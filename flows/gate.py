@@ -52,7 +52,9 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import re
 import tempfile
+import time
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
@@ -72,9 +74,19 @@ from pydantic import (
 )
 
 from fairpca.flows.config import ALIAS_PATTERN, GateRules, load_config_file, resolve_tracking_uri
+from fairpca.flows.gate_state import GateState
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import DEFAULT_MIN_GROUP_SIZE
 from fairpca.tasks.evaluate import HEADLINE_METRICS
+from fairpca.tasks.gate_ledger import (
+    LEDGER_TAG,
+    REFRESH_SECONDS,
+    Ledger,
+    attestation_digest,
+    published_ledger,
+    sign_ledger,
+    verify_ledger,
+)
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.registry import (
     ALIAS_REFUSED_TAG,
@@ -107,10 +119,13 @@ from fairpca.tasks.trust import (
     sign_attestation,
     skops_file,
     skops_file_types,
+    verify_attestation,
 )
 
 STATUS_TAG = "fairness.gate.status"  # informational: only the attestation counts
 REASONS_TAG = "fairness.gate.reasons"
+PENDING_SINCE_TAG = "fairness.gate.pending_since"  # when a judgement began (UTC)
+EVALUATED_AT_TAG = "fairness.gate.evaluated_at"
 PENDING, PASSED, FAILED, ERROR = "pending", "passed", "failed", "error"
 TAG_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters of a tag value
 _READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".pq": pd.read_parquet}
@@ -286,6 +301,48 @@ def _shown_metrics(metrics: dict[str, float]) -> list[str]:
     return [m for m in shown if not m.endswith((".ci95_low", ".ci95_high"))]
 
 
+PUBLISHED_DECIMALS = 2
+WITHHELD = "metrics withheld: a group of the reference rows is under the policy's min_group_size"
+_DECIMAL = re.compile(r"(?<![\w.])(\d+\.\d+)(%?)")
+
+
+def withheld_reason(frame: pd.DataFrame, policy: GatePolicy) -> str | None:
+    """:data:`WITHHELD` when a group of the reference rows (of one sensitive attribute, or
+    of their intersection) has fewer than ``policy.min_group_size`` rows; None when every
+    group is large enough for its numbers to be published. The reason names no group and
+    no count."""
+    columns = list(policy.reference.sensitive)
+    groupings = [[column] for column in columns] + ([columns] if len(columns) > 1 else [])
+    for grouping in groupings:
+        sizes = frame.groupby(grouping, dropna=False).size()
+        if (sizes < policy.min_group_size).any():
+            return WITHHELD
+    return None
+
+
+def published_metrics(metrics: dict[str, float], withheld: str | None) -> dict[str, float]:
+    """The metrics as the gate publishes them: rounded to :data:`PUBLISHED_DECIMALS`
+    decimals (one person's row moves a rate by 1/n, hidden below the rounding step unless
+    it crosses one), none when ``withheld``."""
+    if withheld:
+        return {}
+    return {name: round(float(value), PUBLISHED_DECIMALS) for name, value in metrics.items()}
+
+
+def published_reasons(reasons: list[str], withheld: str | None) -> list[str]:
+    """The verdict's reasons as published: every measured number rounded like the metrics
+    (percentages to whole ones), or replaced by ``(withheld)`` when the metrics are."""
+
+    def shown(match: re.Match) -> str:
+        if withheld:
+            return "(withheld)"
+        if match.group(2):
+            return f"{float(match.group(1)):.0f}%"
+        return f"{float(match.group(1)):.{PUBLISHED_DECIMALS}f}"
+
+    return [_DECIMAL.sub(shown, reason) for reason in reasons]
+
+
 def record_verdict(
     client,
     name: str,
@@ -295,19 +352,27 @@ def record_verdict(
     metrics: dict[str, float],
     facts: dict[str, str],
     signed: dict[str, str] | None = None,
-) -> None:
-    """Record a verdict on the version.
+    *,
+    withheld: str | None = None,
+) -> list[str]:
+    """Record a verdict on the version; the reasons as published.
 
     The ``signed`` tags (the attestation and the runs) first, then the informational
     ``fairness.gate.*`` tags (reasons, the metrics with their 95% intervals), the card
     (template ``gate_card.md.j2``, every user string escaped) as its description, and the
     status last, so a reader that sees the status sees the rest; inside a flow run the card
-    is also a Prefect Markdown artifact."""
+    is also a Prefect Markdown artifact. Numbers are published as
+    :func:`published_metrics` and :func:`published_reasons` give them (``withheld``: the
+    reason none is)."""
     now = _now()
-    tags = {**(signed or {}), "fairness.gate.evaluated_at": now}
+    tags = {**(signed or {}), EVALUATED_AT_TAG: now}
+    metrics, reasons = published_metrics(metrics, withheld), published_reasons(reasons, withheld)
+    if withheld:
+        facts = {**facts, "metrics": withheld}
     tags[REASONS_TAG] = ("; ".join(reasons) or "all gate rules met")[:TAG_MAX_CHARS]
     shown = _shown_metrics(metrics)
-    tags.update(metric_tags("fairness.gate.", metrics, shown))
+    published = metric_tags("fairness.gate.", metrics, shown)
+    tags.update({key: f"{float(value):.{PUBLISHED_DECIMALS}f}" for key, value in published.items()})
     card = render_template("gate_card.md.j2", name=name, version=version, status=status,
                            now=now, reasons=reasons, metrics=metrics, shown=shown,
                            facts=facts)  # fmt: skip
@@ -321,6 +386,124 @@ def record_verdict(
         create_markdown_artifact(
             card, key=key[:100].strip("-"), description="fairness gate verdict"
         )
+    return reasons
+
+
+# ---- the gate's ledger and judgement budget ---------------------------------------------------
+
+BUDGET_WINDOW_SECONDS = 86_400
+
+
+def _registry_id(tracking_uri: str) -> str:
+    return shown_uri(tracking_uri).rstrip("/")
+
+
+def judgement_budget_spent(tracking_uri: str, policy: GatePolicy, version: str) -> str | None:
+    """Count one judgement of ``policy.model`` under this policy in the gate's own state
+    (:class:`fairpca.flows.gate_state.GateState`, which no registry user can reset); why it
+    is refused (None: counted) when ``policy.max_judgements_per_day`` were made in the last
+    24 hours. A bound on judgements bounds what differencing their published numbers
+    reveals; a judgement that ends in ``error`` publishes none and is taken back."""
+    now = time.time()
+    free_at = GateState().charge(
+        _registry_id(tracking_uri), policy.model, policy_digest(policy), version,
+        limit=policy.max_judgements_per_day, window=BUDGET_WINDOW_SECONDS, now=now,
+    )  # fmt: skip
+    if free_at is None:
+        return None
+    when = datetime.fromtimestamp(free_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"judgement budget spent: the gate judges a model at most "
+        f"{policy.max_judgements_per_day} times in 24 hours under one policy "
+        f"(max_judgements_per_day); the next judgement is possible after {when}, and "
+        "`fairpca gate reconcile` judges this version then"
+    )
+
+
+def _passes_now(client, name: str, public_key) -> dict[str, str]:
+    """The passes the versions of ``name`` hold now, verified (the gate's first ledger)."""
+    passes = {}
+    for entry in model_versions(client, name):
+        text = entry.tags.get(ATTESTATION_TAG)
+        with suppress(AttestationError):
+            attestation = verify_attestation(text or "", public_key)
+            if (attestation.model, attestation.version, attestation.verdict) == (
+                name, str(entry.version), PASSED
+            ):  # fmt: skip
+                passes[str(entry.version)] = attestation_digest(text)
+    return passes
+
+
+def _published(client, name: str, public_key) -> Ledger | None:
+    with suppress(AttestationError):
+        return published_ledger(client.get_registered_model(name).tags, name, public_key)
+    return None
+
+
+def _update_ledger(client, tracking_uri: str, name: str, digest: str, key, change) -> Ledger:
+    """Sign and publish the next ledger of ``name`` from the gate's state: policy ``digest``
+    and the passes ``change(passes)`` gives (the stored ones; the first time, the published
+    ledger's, else the verified passes the versions hold)."""
+
+    def next_ledger(stored: Ledger | None) -> tuple[str, dict[str, str]]:
+        if stored is None:
+            first = _published(client, name, key.public_key())
+            stored_passes = first.passes if first else _passes_now(client, name, key.public_key())
+        else:
+            stored_passes = stored.passes
+        return digest, change(dict(stored_passes))
+
+    def publish(ledger: Ledger) -> None:
+        client.set_registered_model_tag(name, LEDGER_TAG, sign_ledger(ledger, key))
+
+    return GateState().update(_registry_id(tracking_uri), name, next_ledger, publish)
+
+
+def note_verdict(client, tracking_uri: str, policy: GatePolicy, version: str, text, key) -> None:
+    """Record in the gate's ledger that ``version``'s latest verdict is the pass signed as
+    ``text`` (None: not a pass), under the current policy, and publish it."""
+
+    def change(passes: dict[str, str]) -> dict[str, str]:
+        passes.pop(str(version), None)
+        if text:
+            passes[str(version)] = attestation_digest(text)
+        return passes
+
+    _update_ledger(client, tracking_uri, policy.model, policy_digest(policy), key, change)
+
+
+def current_ledger(client, tracking_uri: str, name: str, digest: str, public_key) -> Ledger | None:
+    """The gate's ledger of ``name`` under the current policy ``digest``, for its checks.
+
+    Where the gate's signing key is (the gate's host), from the gate's state: signed anew
+    and published when the published one is not the one stored (deleted, or restored from
+    an older one: logged), names another policy, or is older than
+    :data:`~fairpca.tasks.gate_ledger.REFRESH_SECONDS`. Elsewhere, the published ledger
+    once verified (None: none that verifies)."""
+    try:
+        key = gate_signing_key()
+    except AttestationError:
+        return _published(client, name, public_key)
+    stored = GateState().stored(_registry_id(tracking_uri), name)
+    text = client.get_registered_model(name).tags.get(LEDGER_TAG, "")
+    try:
+        shown = verify_ledger(text, name, key.public_key()) if text else None
+    except AttestationError:
+        shown = None
+    if stored and shown and shown.sequence < stored.sequence:
+        _logger().warning(
+            "the published gate ledger of %s (sequence %d) is older than the gate's (%d): "
+            "restored by a registry user; signed anew", name, shown.sequence, stored.sequence,
+        )  # fmt: skip
+    if (
+        stored is not None
+        and shown is not None
+        and (shown.sequence, shown.signed_at) == (stored.sequence, stored.signed_at)
+        and stored.policy_digest == digest
+        and stored.age_seconds() < REFRESH_SECONDS
+    ):
+        return stored
+    return _update_ledger(client, tracking_uri, name, digest, key, lambda passes: passes)
 
 
 # ---- protected aliases -----------------------------------------------------------------------
@@ -344,12 +527,15 @@ def _version_tags(client, name: str, version: str) -> dict[str, str] | None:
 
 
 def _attested(client, tracking_uri: str, name: str, version: str, digest: str, key):
-    """None when ``version`` holds a verified pass under the policy ``digest``; else the
-    :class:`AttestationError` saying why not."""
+    """None when ``version`` holds a verified pass under the policy ``digest`` that is its
+    latest verdict in the gate's ledger (:func:`current_ledger`, when there is one); else
+    the :class:`AttestationError` saying why not."""
     try:
+        ledger = current_ledger(client, tracking_uri, name, digest, key)
         check_attested_pass(
-            client, tracking_uri, name, version, policy_digest=digest, public_key=key
-        )
+            client, tracking_uri, name, version, policy_digest=digest, public_key=key,
+            ledger=ledger,
+        )  # fmt: skip
     except AttestationError as error:
         return error
     return None
@@ -508,16 +694,17 @@ def _tag(client, name: str, version: str, key: str, text: str) -> None:
 def reconcile_aliases(
     client, tracking_uri: str, policies: dict[str, GatePolicy], key
 ) -> tuple[int, list[str]]:
-    """Judge every version of a watched model that has no verdict (no attestation, status
-    neither ``pending`` nor ``error``: its event was lost; needs the gate's signing key),
-    then :func:`enforce_alias` on every protected alias that is held; ``(aliases checked,
-    one line per change)``. Registered models not created yet are skipped."""
+    """Judge every version of a watched model that has no verdict (no attestation: its
+    event was lost, or it was ``pending`` / ``error`` past the gate's deadline; needs the
+    gate's signing key), then :func:`enforce_alias` on every protected alias that is held;
+    ``(aliases checked, one line per change)``. Registered models not created yet are skipped."""
     checked, changes = 0, []
     for name, policy in sorted(policies.items()):
         versions = model_versions(client, name)  # none: not created yet, or no alias to hold
         if not versions:
             continue
         changes += _judge_unjudged(client, tracking_uri, policy, versions)
+        current_ledger(client, tracking_uri, name, policy_digest(policy), key)  # kept fresh
         aliases = client.get_registered_model(name).aliases
         held = [alias for alias in policy.protected_aliases if alias in aliases]
         checked += len(held)
@@ -528,16 +715,38 @@ def reconcile_aliases(
     return checked, changes
 
 
+def _stuck_since(entry) -> float | None:
+    """Seconds since a version without a verdict began waiting (``pending``: its judgement
+    began, or it was created; ``error``: its judgement ended); None when it has a verdict or
+    was never judged."""
+    tags = entry.tags
+    status = tags.get(STATUS_TAG)
+    if ATTESTATION_TAG in tags or status not in (PENDING, ERROR):
+        return None
+    stamp = tags.get(PENDING_SINCE_TAG if status == PENDING else EVALUATED_AT_TAG, "")
+    try:
+        since = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        since = (entry.creation_timestamp or 0) / 1000
+    return time.time() - since
+
+
 def _judge_unjudged(client, tracking_uri: str, policy: GatePolicy, versions: list) -> list[str]:
+    """Judge each version with no verdict: never judged (its event was lost), or
+    ``pending`` / ``error`` for longer than the gate's deadline (:data:`TIMEOUT_SECONDS`: its
+    judgement was interrupted, failed, or refused by the budget)."""
     lines = []
     for entry in sorted(versions, key=lambda v: int(v.version)):
-        if ATTESTATION_TAG in entry.tags or entry.tags.get(STATUS_TAG) in (PENDING, ERROR):
-            continue  # judged, being judged, or not loadable (a new version is judged anew)
+        waited = _stuck_since(entry)
+        if ATTESTATION_TAG in entry.tags or (waited is not None and waited < TIMEOUT_SECONDS):
+            continue  # judged, or being judged (a judgement ends by the deadline)
         try:
             state = _gate_version(client, tracking_uri, policy, policy.model, str(entry.version))
         except AttestationError as error:  # no signing key here: the gate's worker will
             return [*lines, f"{policy.model}: version {entry.version} has no verdict: {error}"]
         lines.append(f"{policy.model}: version {entry.version} had no verdict: {state.message}")
+        if waited is not None:
+            lines[-1] += f" (was {entry.tags.get(STATUS_TAG)} for {waited / 60:.0f} min)"
     return lines
 
 
@@ -588,6 +797,12 @@ class GatePolicy(GateRules):
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)
     experiment_name: str = Field("fairpca-gate", min_length=1)
+    max_judgements_per_day: int = Field(
+        10,
+        ge=1,
+        le=10_000,
+        description="Judgements of the model per 24 hours under one policy (the budget).",
+    )
 
     def evaluator_config(self) -> dict:
         """``evaluator_config["fairness"]`` of the MLflow ``fairness`` evaluator."""
@@ -733,6 +948,12 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
 
     key = gate_signing_key()
     mlflow.set_tracking_uri(tracking_uri)  # the evaluation run's store (also from the CLI)
+    if spent := judgement_budget_spent(tracking_uri, policy, version):
+        record_verdict(client, name, version, ERROR, [spent], {},
+                       {"Prefect flow run": _flow_run_id()})  # fmt: skip
+        _logger().warning("gate refused for %s version %s: %s", name, version, spent)
+        return Failed(message=f"{name} version {version}: refused: {spent}")
+    client.set_model_version_tag(name, version, PENDING_SINCE_TAG, _now())
     client.set_model_version_tag(name, version, STATUS_TAG, PENDING)
     if ATTESTATION_TAG in client.get_model_version(name, version).tags:  # an earlier verdict
         client.delete_model_version_tag(name, version, ATTESTATION_TAG)
@@ -762,13 +983,15 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
                 )
     except Exception as error:  # any loader or data failure is the version's verdict: error
         reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
+        note_verdict(client, tracking_uri, policy, version, None, key)
+        GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
         record_verdict(client, name, version, ERROR, reasons, {}, facts)
         _logger().error("gate error for %s version %s: %s", name, version, reasons[0])
         return Failed(message=f"{name} version {version}: error: {reasons[0]}")
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
     status, reasons = (FAILED, [refused]) if refused else verdict(metrics, policy, majority)
     facts["evaluation run"] = run_id or "none (not evaluated)"
-    facts["majority-class accuracy"] = f"{majority:.4f}"
+    facts["majority-class accuracy"] = f"{majority:.{PUBLISHED_DECIMALS}f}"
     facts["model files (SHA-256 of the manifest)"] = model_digest
     attestation = Attestation(
         model=name, version=str(version), model_digest=model_digest,
@@ -780,7 +1003,12 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         "fairness.gate.run_id": run_id,
         "fairness.gate.flow_run_id": attestation.flow_run_id,
     }
-    record_verdict(client, name, version, status, reasons, metrics, facts, signed)
+    # the ledger first: a reader never sees this attestation before the ledger names it
+    note_verdict(client, tracking_uri, policy, version,
+                 signed[ATTESTATION_TAG] if status == PASSED else None, key)  # fmt: skip
+    withheld = withheld_reason(frame, policy)
+    reasons = record_verdict(client, name, version, status, reasons, metrics, facts, signed,
+                             withheld=withheld)  # fmt: skip
     message = f"{name} version {version}: {status}" + (f" ({'; '.join(reasons)})" * bool(reasons))
     message = "; ".join([message, *_grant_requests(client, policy, version, status == PASSED)])
     _logger().info(message)

@@ -4,6 +4,7 @@ screening the columns on the training rows."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -34,6 +35,11 @@ class Split:
     s_test: pd.DataFrame
     leaking: dict[str, str] = field(default_factory=dict)  # excluded on the training rows
     screening: list[dict[str, Any]] = field(default_factory=list)  # the audit's record
+    # Each row's entity as an integer code (``group_column``; None: independent rows), read by
+    # the cross-validation folds; codes only, never the entity's own name, and never logged.
+    entity_train: np.ndarray | None = None
+    entity_validation: np.ndarray | None = None
+    entity_test: np.ndarray | None = None
 
 
 def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
@@ -122,6 +128,7 @@ def split_rows(
     n_test: int | None = None,
     seed: int,
     shares: tuple[float, float, float] = DEFAULT_SHARES,
+    entities: np.ndarray | pd.Series | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Row indices of the training, validation and test parts (sorted, disjoint): each part
     its share of the rows, at most its cap (:func:`part_sizes`).
@@ -130,9 +137,14 @@ def split_rows(
     to the stratum's size (largest remainder). A stratum with fewer than 3 rows cannot be
     represented in every part, so all its rows go to training (a group of any size never
     aborts the split); every other stratum keeps at least one training row.
+
+    With ``entities`` (each row's entity: a panel's person or firm) every entity's rows go to
+    one part (:func:`split_entities`: stratified as far as whole entities allow).
     """
     y = np.asarray(y)
     sizes = part_sizes(len(y), n_train, n_validation, n_test, shares=shares)
+    if entities is not None:
+        return split_entities(y, sensitive, entities, sizes, seed)
     strata = _strata(y, sensitive)
     rng = np.random.default_rng(seed)
     members = [rng.permutation(np.flatnonzero(strata == code)) for code in range(strata.max() + 1)]
@@ -156,14 +168,67 @@ def split_rows(
     )
 
 
+def split_entities(
+    y: np.ndarray, sensitive: pd.DataFrame, entities, sizes: tuple[int, ...], seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Row indices of the training, validation and test parts of about ``sizes`` rows, each
+    entity's rows in one part, stratified by label x group as far as whole entities allow.
+
+    Seeded greedy allocation (the idea of scikit-learn's ``StratifiedGroupKFold``, for three
+    parts of unequal sizes and caps): the entities, largest first (ties in a seeded random
+    order), each go to the part whose rows of the entity's strata lag furthest behind that
+    part's share of them. Rows beyond the parts' caps are left out, whole entities again. A
+    part ends within one entity's rows of its size.
+
+    Raises
+    ------
+    ValueError
+        Fewer than three entities, or a part left with fewer than two rows.
+    """
+    codes = pd.factorize(pd.Series(entities).reset_index(drop=True))[0]
+    n_entities = int(codes.max()) + 1 if len(codes) else 0
+    if n_entities < 3:
+        raise ValueError(
+            f"the group column names {n_entities} entit{'y' if n_entities == 1 else 'ies'}; "
+            "keeping each entity's rows in one part needs at least 3 (one for each part): "
+            "leave --group-column out, or name the column of the entities (person, firm)."
+        )
+    strata = _strata(y, sensitive)
+    counts = np.zeros((n_entities, strata.max() + 1))
+    np.add.at(counts, (codes, strata), 1)
+    targets = np.array([*sizes, len(y) - sum(sizes)], dtype=float)  # the last: left out
+    wanted = targets[:, None] * counts.sum(axis=0)[None, :] / len(y)  # part x stratum rows
+    taken = np.zeros_like(wanted)
+    open_parts = np.flatnonzero(targets > 0)
+    rows_of = counts.sum(axis=1)
+    shuffled = np.random.default_rng(seed).permutation(n_entities)
+    order = shuffled[np.argsort(-rows_of[shuffled], kind="stable")]
+    part_of = np.empty(n_entities, dtype=np.int64)
+    for entity in order:
+        lag = (wanted[open_parts] - taken[open_parts]) @ counts[entity]  # rows behind, weighted
+        part = open_parts[int(np.argmax(lag))]
+        part_of[entity] = part
+        taken[part] += counts[entity]
+    parts = tuple(np.flatnonzero(part_of[codes] == part).astype(np.int64) for part in range(3))
+    short = [name for name, rows in zip(("training", "validation", "test"), parts, strict=True)
+             if len(rows) < 2]  # fmt: skip
+    if short:
+        raise ValueError(
+            f"keeping each of the {n_entities} entities' rows in one part leaves the {short} "
+            "part(s) with fewer than 2 rows: pass a table with more entities."
+        )
+    return parts
+
+
 @task(name="split-data", cache_policy=NO_CACHE)
 def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Split:
     """Seeded three-way split stratified by label and sensitive group, sized by ``sizes``
     (the config's ``split`` section: shares of the rows, optional caps), screened by
     :func:`screen_training_rows`."""
     y = np.asarray(dataset.y, dtype=np.int64)
-    parts = split_rows(y, dataset.sensitive, seed=seed, **split_options(sizes))
-
+    given = getattr(dataset, "entities", None)  # a panel's entity column (group_column)
+    entities = None if given is None else pd.factorize(given)[0]
+    parts = split_rows(y, dataset.sensitive, seed=seed, entities=entities, **split_options(sizes))
     excluded, screening = screen_training_rows(dataset, y, parts[0], source, min_group_size)
     features = dataset.X.drop(columns=list(excluded))
     values = {}
@@ -171,6 +236,7 @@ def split_data(dataset, sizes, source, *, seed: int, min_group_size: int) -> Spl
         values[f"X_{name}"] = features.iloc[idx].reset_index(drop=True)
         values[f"y_{name}"] = y[idx]
         values[f"s_{name}"] = dataset.sensitive.iloc[idx].reset_index(drop=True)
+        values[f"entity_{name}"] = None if entities is None else entities[idx]
     return Split(**values, leaking=excluded, screening=screening)
 
 
@@ -254,6 +320,8 @@ def search_sample(
         values[f"X_{part}"] = getattr(split, f"X_{part}").iloc[rows].reset_index(drop=True)
         values[f"y_{part}"] = y[rows]
         values[f"s_{part}"] = s.iloc[rows].reset_index(drop=True)
+        entities = getattr(split, f"entity_{part}")
+        values[f"entity_{part}"] = None if entities is None else entities[rows]
     sample = dataclasses.replace(split, **values)
     return sample, tuple(array[rows] for array, rows in zip(encoded, picked, strict=True))
 
@@ -286,7 +354,8 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_
 
     Returns the excluded columns with their reasons and the ``screening`` record: every
     column a rule excluded (including the load-time rules of a user file), or that
-    ``keep`` kept although a rule flagged it, with its rule and score. One warning names
+    ``keep`` kept although a rule flagged it, with its rule and score, and every column kept
+    that looks like a panel's entity id (the ``group_column`` it could be). One warning names
     the excluded columns. ``source`` is the config's ``source`` section; a proxy rule is
     scored over the groups of at least ``min_group_size`` rows.
     """
@@ -318,7 +387,23 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_
             "deliberately with --keep NAME if that is intended."
         )
     warn_screened(ColumnScreening([c for c in X.columns if c not in excluded], excluded))
-    return excluded, entries
+    return excluded, entries + _panel_ids(dataset, excluded)
+
+
+def _panel_ids(dataset, excluded: dict[str, str]) -> list[dict]:
+    """Screening entries (and one :class:`~fairpca.datasets.ScreeningWarning`) for the kept
+    columns that look like a panel's entity id (:func:`fairpca.datasets._screen.
+    panel_id_columns`), judged on every row without the labels: it is about the split
+    itself. None when the split already groups the rows by an entity column."""
+    from fairpca.datasets._screen import ScreeningWarning, panel_id_columns
+
+    if getattr(dataset, "entities", None) is not None:
+        return []
+    kept = dataset.X[[column for column in dataset.X.columns if column not in excluded]]
+    found = panel_id_columns(kept)
+    for column, (_, why) in found.items():
+        warnings.warn(f"column {column!r} {why}.", ScreeningWarning, stacklevel=3)
+    return [_entry(column, why, share, "kept") for column, (share, why) in found.items()]
 
 
 def load_source(source) -> Any:
@@ -327,21 +412,49 @@ def load_source(source) -> Any:
     the audit."""
     from fairpca import datasets
 
+    group = getattr(source, "group_column", None)
     if source.dataset is not None:
         kwargs: dict[str, Any] = {"data_dir": source.data_dir}
         if source.sensitive:
             kwargs["sensitive"] = tuple(source.sensitive)
-        return datasets.load_dataset(source.dataset, **kwargs).with_named_groups()
-    return datasets.load_user_data(
-        source.data,
-        label=source.label,
-        sensitive=tuple(source.sensitive),
-        positive_label=_typed_label(source),
-        keep=tuple(source.keep),
-        drop=tuple(source.drop),
-        sep=source.sep,
-        leakage=False,  # decided on the training rows (fairpca.tasks.data.split_data)
-    )
+        dataset = datasets.load_dataset(source.dataset, **kwargs).with_named_groups()
+    else:
+        dataset = datasets.load_user_data(
+            source.data,
+            label=source.label,
+            sensitive=tuple(source.sensitive),
+            positive_label=_typed_label(source),
+            keep=(*source.keep, *([group] if group else [])),  # read, then taken out of X
+            drop=tuple(source.drop),
+            sep=source.sep,
+            leakage=False,  # decided on the training rows (fairpca.tasks.data.split_data)
+        )
+    return dataset if group is None else with_entities(dataset, group, source.name)
+
+
+def with_entities(dataset, column: str, where: str):
+    """``dataset`` with its column ``column`` moved out of the features into ``entities``
+    (each row's entity: the split keeps an entity's rows together).
+
+    Raises
+    ------
+    ValueError
+        ``column`` is no feature column, or has missing values.
+    """
+    if column not in dataset.X.columns:
+        raise ValueError(
+            f"group_column {column!r} is not a feature column of {where}; its feature columns "
+            f"are {list(dataset.X.columns)}. Name the column of each row's entity (a person's "
+            "or a firm's id), or leave --group-column out."
+        )
+    entities = dataset.X[column].reset_index(drop=True)
+    missing = int(entities.isna().sum())
+    if missing:
+        raise ValueError(
+            f"group_column {column!r} has {missing} missing value(s): each row needs its "
+            "entity. Fill them (a row alone: an id of its own) or drop those rows."
+        )
+    return dataclasses.replace(dataset, X=dataset.X.drop(columns=[column]), entities=entities)
 
 
 def _typed_label(source) -> Any:

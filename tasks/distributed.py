@@ -200,12 +200,20 @@ def check_partitioned_source(config) -> list[Path]:
 def _refuse_unfitted_choices(config) -> None:
     """The route refits fair PCA (and its variants from statistics) with logistic
     regression: fair kernel PCA, or classifiers without logistic regression, are refused,
-    never silently replaced."""
+    never silently replaced; so is a ``group_column`` (its split assigns each row, not each
+    entity, a part)."""
     asked = []
     if "fair_kernel_pca" in config.representation.variants:
         asked.append("--variants fair_kernel_pca")
     if not set(config.evaluation.classifiers) & set(CLASSIFIERS):
         asked.append(f"--classifiers {config.evaluation.classifiers}")
+    if config.source.group_column is not None:
+        raise ValueError(
+            f"the Dask route splits a partitioned table row by row (a seeded hash of each "
+            f"row), so --group-column {config.source.group_column} (each entity's rows in one "
+            "part) cannot be honoured there: audit the table (or a sample of whole entities) "
+            "in memory as one file, or leave --group-column out."
+        )
     if asked:
         raise ValueError(
             f"the Dask route refits pca, fair_pca, fair_pca_s and fair_pca_eo with "
@@ -1208,6 +1216,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     the flow's tags; ``extra``: references, skipped, k record, searches, representations)."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
+    from fairpca.tasks.onnx_export import save_graph
     from fairpca.tasks.record import build_record, frontier_points
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
@@ -1217,6 +1226,9 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
+    # the ONNX graph checked on the validation sample (the partitions' rows are not in memory)
+    graph = save_graph(model_dir, pipeline, passes.sample.X_validation,
+                       checked_on="validation sample")  # fmt: skip
     representations = {variant: rep for (variant, _), rep in extra["representations"].items()}
     return build_record(
         config, kind=run["kind"], run_name=Path(out_dir).name, started_at=run["started_at"],
@@ -1225,6 +1237,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
         table=table, skipped={**SKIPPED, **extra["skipped"]}, k_record=extra["k_record"],
         frontier=frontier_points(extra["searches"], table, config.selection),
         timings=passes.clock, hashes=write_matrices(out_dir, representations),
+        onnx=graph,
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),
         model_digest=model_digest(pipeline, passes.digest),
         tags={"fairpca.route": "dask", **run["tags"]},

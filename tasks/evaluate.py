@@ -341,13 +341,15 @@ def predict_by_blocks(pipeline, X: pd.DataFrame) -> np.ndarray:
     return np.concatenate(blocks) if blocks else np.asarray(pipeline.predict(X))
 
 
-def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -> None:
+def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -> np.ndarray:
     """The assembled pipeline must reproduce the sweep's validation accuracy from X alone (on
     the same rows: those the metrics release, see ``evaluation.min_group_size``;
-    ``holdout_accuracy`` when the row holds cross-validated numbers)."""
+    ``holdout_accuracy`` when the row holds cross-validated numbers). Returns its labels of
+    the validation rows (what its ONNX graph must reproduce)."""
+    labels = predict_by_blocks(pipeline, split.X_validation)
     accuracy = classifier_metrics(
         split.y_validation,
-        predict_by_blocks(pipeline, split.X_validation),
+        labels,
         split.s_validation,
         min_group_size=evaluation.min_group_size,
         allow_small_groups=evaluation.allow_small_groups,
@@ -358,6 +360,7 @@ def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -
             f"the assembled pipeline scores {accuracy:.6f}, the sweep {expected:.6f}; "
             "the representation or classifier was changed after the sweep."
         )
+    return labels
 
 
 def _finite(metrics: dict[str, Any]) -> dict[str, float]:

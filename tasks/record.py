@@ -270,6 +270,21 @@ class Certification(_Record):
     chosen_by: str
 
 
+class OnnxGraphRecord(_Record):
+    """The registered pipeline's ONNX graph (``model/model.onnx``, MLflow's ``onnx``
+    flavour; :mod:`fairpca.tasks.onnx_export`): the only part of the version the gate judges
+    and attests. ``status`` ``exported``: the graph's labels equal the pipeline's on the
+    ``rows_checked`` rows (``checked_on``); ``no_converter`` or ``differs``: the pipeline is
+    registered without a graph and ``reason`` says why (the gate then fails the version)."""
+
+    status: Literal["exported", "no_converter", "differs"]
+    sha256: str | None = None  # of model.onnx (also the version tag fairpca.onnx_sha256)
+    opset: dict[str, int] | None = None  # the operator set versions the graph imports
+    reason: str | None = None
+    rows_checked: int = 0
+    checked_on: str = "validation"  # the rows compared: "validation" or "training sample"
+
+
 class SplitSizes(_Record):
     train: int
     validation: int
@@ -320,6 +335,7 @@ class AuditRecord(_Record):
     skipped: dict[str, str] | None = None  # variants that could not be fitted, and why
     model_sha256: str  # of the saved skops file
     model_digest: str  # of the fit: the pipeline's content and the training rows
+    onnx: OnnxGraphRecord | None = None  # the graph the gate judges (None: not attempted)
     training_data_sha256: str  # of the training rows (features, label, groups)
     frontier: list[FrontierPoint] | None = None  # None: the route searched no frontier
     certification: Certification
@@ -907,6 +923,16 @@ def row_facts(split, evaluation) -> RowFacts:
     )
 
 
+def with_graph_tag(fields: dict[str, Any], onnx: dict[str, Any] | None) -> dict[str, Any]:
+    """The record's fields with the graph's SHA-256 among its model (version) tags
+    (:data:`fairpca.tasks.onnx_export.ONNX_SHA_TAG`), when a graph was saved."""
+    from .onnx_export import ONNX_SHA_TAG
+
+    if not (onnx and onnx.get("sha256")):
+        return fields
+    return {**fields, "model_tags": {**fields["model_tags"], ONNX_SHA_TAG: onnx["sha256"]}}
+
+
 def build_record(
     config,
     *,
@@ -930,17 +956,21 @@ def build_record(
     tags: dict[str, str],
     parity_gap: dict[str, Any] | None = None,
     params: dict[str, str] | None = None,
+    onnx: dict[str, Any] | None = None,
 ) -> AuditRecord:
     """The one record of an audit, built once from its stages; every reader reads it.
 
     ``split``: the rows in memory, or their :class:`RowFacts` (the Dask route's, from
-    counts); ``params``: the route's own, beside the config's."""
+    counts); ``params``: the route's own, beside the config's; ``onnx``:
+    :meth:`fairpca.tasks.onnx_export.GraphExport.record` of the saved model."""
     facts = split if isinstance(split, RowFacts) else row_facts(split, config.evaluation)
     rows, sizes = facts.rows, (facts.group_sizes, facts.test_group_sizes)
     # the validation rows the search measured its candidates on (NaN: the table does not say)
     searched = table.get("validation_rows", pd.Series(dtype=float)).max()
+    fields = _run_fields(config, choice, kind, run_name, started_at, facts.sensitive, tags)
     return AuditRecord(
-        **_run_fields(config, choice, kind, run_name, started_at, facts.sensitive, tags),
+        **with_graph_tag(fields, onnx),
+        onnx=onnx,
         selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
         params=config.flat_params() | (params or {}),
         metrics=_metrics(choice, reported, representations, timings),

@@ -30,6 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
+from fairpca.tasks.gate_ledger import (
+    Ledger,
+    check_fresh,
+    check_latest,
+    max_age_seconds,
+    published_ledger,
+)
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, definition_json, registered_model_name
 from fairpca.tasks.report import CARD_FILE, render_model_card, version_description
@@ -320,14 +327,17 @@ def check_attested_pass(
     policy_digest: str | None = None,
     public_key=None,
     model_dir: Path | None = None,
+    ledger: Ledger | None = None,
 ) -> Attestation:
     """The gate's attestation that version ``version`` of ``name`` passed, once verified.
 
     The signature must verify with the gate's public key (:func:`fairpca.tasks.trust.
     gate_public_key` unless given), the statement must name this model and version with the
-    verdict ``passed`` (and ``policy_digest`` when given), and the digest of the version's
-    model files, downloaded now (or the already downloaded ``model_dir``), must be the one
-    attested. Cheap checks come first; the files are downloaded last.
+    verdict ``passed`` (and ``policy_digest`` when given), with a ``ledger`` (the gate's,
+    verified: :mod:`fairpca.tasks.gate_ledger`) it must be the version's latest verdict there,
+    signed under the ledger's policy, and the digest of the version's model files, downloaded
+    now (or the already downloaded ``model_dir``), must be the one attested. Cheap checks come
+    first; the files are downloaded last.
 
     Raises
     ------
@@ -346,6 +356,8 @@ def check_attested_pass(
         )
     if attestation.verdict != "passed":
         raise AttestationError(f"the gate's signed verdict is {attestation.verdict!r}")
+    if ledger is not None:
+        check_latest(ledger, str(version), text, attestation)
     if policy_digest is not None and attestation.policy_digest != policy_digest:
         raise StaleAttestationError(
             "it was judged under another gate policy (the policy file or its reference data "
@@ -375,7 +387,10 @@ def load_champion(
 
     The version's files are downloaded once. With ``attested`` (the default) the fairness
     gate's signed attestation must verify for those very files
-    (:func:`check_attested_pass`, with ``$FAIRPCA_GATE_PUBLIC_KEY``); with
+    (:func:`check_attested_pass`, with ``$FAIRPCA_GATE_PUBLIC_KEY``), and be the version's
+    latest verdict under the gate's current policy in the gate's signed ledger
+    (:mod:`fairpca.tasks.gate_ledger`, signed at most ``$FAIRPCA_GATE_LEDGER_MAX_AGE``
+    seconds ago, a day by default); with
     ``attested=False`` (no gate is deployed) the skops file must match the SHA-256 fairpca
     recorded when it registered the version (tag ``fairpca.model_sha256``), which says the
     file is the one registered, not that its model is fair. Either way the directory must be
@@ -407,9 +422,13 @@ def load_champion(
         if attested:
             key = gate_public_key()
             try:
+                tags = client.get_registered_model(model_name).tags
+                ledger = published_ledger(tags, model_name, key)
+                check_fresh(ledger, max_age_seconds())
                 check_attested_pass(
-                    client, uri, model_name, version, public_key=key, model_dir=local
-                )
+                    client, uri, model_name, version, public_key=key, model_dir=local,
+                    ledger=ledger,
+                )  # fmt: skip
             except AttestationError as error:
                 raise AttestationError(
                     f"{shown} is not loaded: {error}.", tampered=error.tampered

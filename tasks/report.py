@@ -485,6 +485,13 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     return tuple(rows)
 
 
+def graph_warnings(record) -> tuple[str, ...]:
+    """Why the registered version has no ONNX graph (the registry gate judges the graph only,
+    so it fails such a version), when the audit saved none."""
+    graph = getattr(record, "onnx", None)
+    return () if graph is None or graph.status == "exported" else (str(graph.reason),)
+
+
 def build_verdict(record, promotion=None) -> Verdict:
     """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
     once, rendered by every surface."""
@@ -509,7 +516,7 @@ def build_verdict(record, promotion=None) -> Verdict:
         rows_label=_chosen_rows(record),
         rule=selection.gate,
         reasons=(*selection.decision.reasons, *(promotion.reasons if promotion else [])),
-        warnings=tuple(selection.warnings),
+        warnings=(*selection.warnings, *graph_warnings(record)),
         intersections=group_rows(selection, attributes=False),
     )
 

@@ -716,15 +716,25 @@ def judged_everywhere(choice: Choice, unjudged: list[str]) -> Choice:
 def shortlist(
     table: pd.DataFrame, majority_accuracy: float, selection, size: int
 ) -> list[dict[str, Any]]:
-    """The ``size`` best candidates by the audit's own order (eligible and meeting the gate
-    first, then the highest ``select_by``), and the best unconstrained PCA candidate: what
-    cross-validation compares when the validation part is too small to choose on."""
+    """The ``size`` candidates the choice takes from, by its own rule, and the best
+    unconstrained PCA candidate: what cross-validation compares when the validation part is
+    too small to choose on, and what a wide search on a sample refits on every row.
+
+    First the eligible candidates meeting the gate (the highest ``select_by`` first), then the
+    eligible ones that come closest to it (the smallest excess over the thresholds, summed over
+    every gated measure of the worst attribute and of the intersection:
+    :meth:`GatePolicy.violation`, the rule that picks the candidate for review when none
+    meets the gate), then the rest by ``select_by``. Ordered by utility alone, the shortlist
+    of a table where no candidate meets the gate held only the most accurate, least fair
+    candidates, and the fair ones never reached the choice."""
     policy = GatePolicy.from_config(selection)
     measure = selection.select_by
 
     def order(row: dict[str, Any]) -> tuple:
         eligible = not ineligibility(row, majority_accuracy, selection)
-        return (eligible, eligible and not policy.failures(row), *_selection_key(row, measure))
+        closeness = -policy.violation(row) if eligible else 0.0  # 0 when it meets the gate
+        passes = eligible and not policy.failures(row)
+        return (eligible, passes, closeness, *_selection_key(row, measure))
 
     records = sorted(table.to_dict("records"), key=order, reverse=True)[:size]
     pca = best_pca(table)

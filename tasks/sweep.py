@@ -28,6 +28,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import (
     FixedThresholdClassifier,
     RepeatedStratifiedKFold,
+    StratifiedGroupKFold,
     StratifiedKFold,
     cross_val_predict,
 )
@@ -290,8 +291,9 @@ def gated_threshold(scores: np.ndarray, y: np.ndarray, scoring: str, gate: Thres
 
 
 def _with_tuned_threshold(
-    classifier, features, y, scoring: str, gate: ThresholdGate | None, seed: int
-):
+    classifier, features, y, scoring: str, gate: ThresholdGate | None, seed: int,
+    entities: np.ndarray | None = None,
+):  # fmt: skip
     """``classifier`` refitted on every training row, predicting 1 above the probability
     threshold that maximises ``scoring`` (the audit's selection measure) on its
     out-of-fold scores in ``THRESHOLD_FOLDS``-fold stratified cross-validation of them
@@ -304,21 +306,26 @@ def _with_tuned_threshold(
     representation it says yes for 9% of the rows against a base rate of 24%. For balanced
     accuracy the best threshold of a calibrated model is the base rate. The threshold is
     chosen on training rows only, so validation and test rows stay untouched. The fitted
-    model is a plain :class:`~sklearn.model_selection.FixedThresholdClassifier`.
+    model is a plain :class:`~sklearn.model_selection.FixedThresholdClassifier`. With
+    ``entities`` (each training row's entity, a panel's person or firm) the folds keep each
+    entity's rows together (:func:`stratified_folds`).
     """
     folds = min(THRESHOLD_FOLDS, int(np.bincount(y).min()))
+    if entities is not None:
+        folds = min(folds, len(np.unique(entities)))
     if folds < 2:  # too few rows of a class to cross-validate: the default threshold
         return classifier.fit(features, y)
-    placing, y_placing = features, y
+    placing, y_placing, entities_placing = features, y, entities
     if len(y) > THRESHOLD_MAX_ROWS:
         groups = gate.groups if gate is not None else pd.DataFrame(index=range(len(y)))
         rows = stratified_sample(y, groups, THRESHOLD_MAX_ROWS, seed)
         placing, y_placing, gate = features[rows], y[rows], gate and gate.rows(rows)
+        entities_placing = None if entities is None else entities[rows]
     scores = cross_val_predict(
         clone(classifier),
         placing,
         y_placing,
-        cv=StratifiedKFold(folds, shuffle=True, random_state=seed),
+        cv=stratified_folds(folds, y_placing, entities_placing, seed),
         method="predict_proba",
     )[:, 1]
     threshold = (
@@ -327,6 +334,23 @@ def _with_tuned_threshold(
         else gated_threshold(scores, y_placing, scoring, gate)
     )
     return FixedThresholdClassifier(clone(classifier), threshold=threshold).fit(features, y)
+
+
+def stratified_folds(
+    folds: int, y: np.ndarray, entities: np.ndarray | None, seed: int, strata=None
+):
+    """The seeded ``folds``-fold cross-validation of rows with labels ``y``, stratified by
+    ``strata`` (default: the label): :class:`~sklearn.model_selection.StratifiedKFold`, or
+    with ``entities`` (each row's entity) the index pairs of
+    :class:`~sklearn.model_selection.StratifiedGroupKFold`, every entity's rows in one fold
+    (stratified as far as whole entities allow)."""
+    if entities is None:
+        return StratifiedKFold(folds, shuffle=True, random_state=seed)
+    splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+        target = y if strata is None else strata
+        return list(splitter.split(np.zeros(len(y)), target, groups=entities))
 
 
 def fit_classifier(
@@ -339,21 +363,25 @@ def fit_classifier(
     C: float | None = None,
     scoring: str = "accuracy",
     gate: ThresholdGate | None = None,
+    entities: np.ndarray | None = None,
 ):
     """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw); ``C``,
-    ``scoring`` (the threshold's objective) and ``gate`` (the policy the threshold must meet
-    on the training rows' out-of-fold scores, with their groups) apply to ``logreg_tuned``."""
+    ``scoring`` (the threshold's objective), ``gate`` (the policy the threshold must meet
+    on the training rows' out-of-fold scores, with their groups) and ``entities`` (each
+    row's entity: the threshold's folds keep an entity's rows together) apply to
+    ``logreg_tuned``."""
     if max_rows is not None and len(y) > max_rows:
         rows = np.sort(np.random.default_rng(seed).choice(len(y), max_rows, replace=False))
         features, y = features[rows], y[rows]
         gate = gate and gate.rows(rows)
+        entities = None if entities is None else entities[rows]
     classifier = make_classifier(name, len(y), seed, C)
     if np.unique(y).size < 2:
         raise ValueError("the training rows hold one label only; a classifier needs both.")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         if name == "logreg_tuned":
-            return _with_tuned_threshold(classifier, features, y, scoring, gate, seed)
+            return _with_tuned_threshold(classifier, features, y, scoring, gate, seed, entities)
         classifier.fit(features, y)
     return classifier
 
@@ -545,12 +573,14 @@ def sweep_representation(
     """
     start = time.perf_counter()
     gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
+    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
 
     def fitter(name: str, strength: float | None) -> Callable:
         max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
         return lambda F, y: fit_classifier(
-            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate
-        )
+            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate,
+            entities=entities,
+        )  # fmt: skip
 
     by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
     grid = list(C_grid) if by_grid else [C]
@@ -824,19 +854,44 @@ def _gated_spread(y, predictions: np.ndarray, sensitive, options) -> dict[str, f
     return spread
 
 
-def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selection, seed):
+def repeated_folds(y, s, entities, folds: int, repeats: int, seed: int) -> list[tuple]:
+    """``(training rows, held-out rows)`` of ``repeats`` x ``folds``-fold cross-validation,
+    stratified by label x group and seeded; with ``entities`` (each row's entity) every
+    entity's rows in one fold of each repeat (:func:`stratified_folds`, each repeat seeded
+    anew)."""
+    strata = _strata(y, s)
+    if entities is None:
+        splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+            return list(splitter.split(np.zeros(len(y)), strata))
+    folds = min(folds, len(np.unique(entities)))  # at most one fold per entity
+    if folds < 2:
+        raise ValueError(
+            "cross-validation needs the training and validation rows of at least 2 entities "
+            "(--group-column); pass a table with more entities."
+        )
+    return [
+        pair
+        for repeat in range(repeats)
+        for pair in stratified_folds(folds, y, entities, seed + repeat, strata=strata)
+    ]
+
+
+def _cv_predictions(
+    candidates, representations, Z, y, s, *, evaluation, selection, seed, entities=None
+):
     """Out-of-fold predictions ``(candidate, repeat, row)`` of every candidate, each
     representation refitted on each fold's training rows (it is fitted on training rows);
-    -1 where a candidate could not be fitted on a fold."""
+    -1 where a candidate could not be fitted on a fold. ``entities``: each row's entity,
+    kept in one fold."""
     folds, repeats = selection.cv_folds, selection.cv_repeats
-    splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
     predictions = np.full((len(candidates), repeats, len(y)), -1, dtype=np.int64)
     by_rep: dict[tuple[str, int], list[int]] = {}
     for index, row in enumerate(candidates):
         by_rep.setdefault((row["variant"], int(row["k"])), []).append(index)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
-        folds_of = list(splitter.split(Z, _strata(y, s)))
+    folds_of = repeated_folds(y, s, entities, folds, repeats, seed)
+    folds = len(folds_of) // repeats  # fewer with fewer entities than folds
     policy = GatePolicy.from_config(selection)
     for number, (train, held) in enumerate(folds_of):
         gate = ThresholdGate(
@@ -859,7 +914,7 @@ def _cv_predictions(candidates, representations, Z, y, s, *, evaluation, selecti
                     row["classifier"], rep.estimator.transform(Z[train]), y[train], seed=seed,
                     C=row.get("C"), scoring=selection.select_by, gate=gate,
                     max_rows=evaluation.svc_max_train_rows if row["classifier"] == "rbf_svc"
-                    else None,
+                    else None, entities=None if entities is None else entities[train],
                 )  # fmt: skip
                 predicted = classifier.predict(rep.estimator.transform(Z[held]))
                 predictions[index, number // folds, held] = predicted
@@ -881,7 +936,8 @@ def cross_validate(
 ) -> list[dict[str, Any]]:
     """``candidates`` (rows of the sweep's table) measured again by repeated stratified
     cross-validation on the training and validation rows together (``cv_folds`` x
-    ``cv_repeats``; folds stratified by label and group; the test rows are never read).
+    ``cv_repeats``; folds stratified by label and group, each entity's rows in one fold when
+    the split names them; the test rows are never read).
 
     Each row's metrics and intervals are those of the first repeat's out-of-fold predictions
     (every row predicted once, by a model that did not see it); its ``<measure>.se`` standard
@@ -891,10 +947,12 @@ def cross_validate(
     Z = np.vstack(encoded)
     y = np.concatenate([split.y_train, split.y_validation])
     s = pd.concat([split.s_train, split.s_validation], ignore_index=True)
+    parts = (getattr(split, "entity_train", None), getattr(split, "entity_validation", None))
+    entities = None if parts[0] is None else np.concatenate(parts)
     options = metric_options(evaluation, seed)
     predictions = _cv_predictions(
         candidates, representations, Z, y, s, evaluation=evaluation, selection=selection,
-        seed=seed,
+        seed=seed, entities=entities,
     )  # fmt: skip
     rows = []
     for row, predicted in zip(candidates, predictions, strict=True):

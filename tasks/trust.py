@@ -668,8 +668,9 @@ def check_model_files(model_dir: Path) -> None:
     Nothing in the directory is loaded or executed: ``MLmodel`` is read as YAML and the
     other files only by name. Accepted: the flavors ``sklearn`` (skops, its
     ``skops_trusted_types`` within :data:`TRUSTED_TYPES`) and ``python_function`` (loader
-    ``mlflow.sklearn``, reading the same file, no ``data`` folder); no other ``MLmodel``, no
-    pickle, no ``code_paths``, no ``.py`` file.
+    ``mlflow.sklearn``, reading the same file, no ``data`` folder) and, beside them, ``onnx``
+    reading only the graph ``model.onnx`` (:func:`check_onnx_flavour`); no other
+    ``MLmodel``, no pickle, no ``code_paths``, no ``.py`` file.
 
     Raises
     ------
@@ -698,6 +699,8 @@ def check_model_files(model_dir: Path) -> None:
             "or cloudpickled model runs code from the file, so fairpca never logs or loads one."
         )
     _check_loader_reads_only_the_skops_file(flavors, sklearn, pyfunc)
+    if "onnx" in flavors:
+        check_onnx_flavour(model_dir, flavors["onnx"])
     nested = [p.relative_to(model_dir).as_posix() for p in model_dir.rglob("MLmodel")]
     if nested != ["MLmodel"]:
         raise ValueError(f"{model_dir} holds more than one MLmodel file ({sorted(nested)}).")
@@ -716,12 +719,12 @@ def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc
     """MLflow's pyfunc loader reads ``python_function.model_path`` (under ``data``, when
     given) with the types ``sklearn.skops_trusted_types`` names: all must be the checked
     skops file and trusted types."""
-    foreign = sorted(set(flavors) - {"sklearn", "python_function"})
+    foreign = sorted(set(flavors) - {"sklearn", "python_function", "onnx"})
     if foreign or pyfunc.get("loader_module") != "mlflow.sklearn":
         raise ValueError(
             f"MLmodel names the flavor(s) {foreign} or the loader "
             f"{pyfunc.get('loader_module')!r}; only a scikit-learn model loaded by "
-            "mlflow.sklearn is accepted."
+            "mlflow.sklearn (with its ONNX graph beside it) is accepted."
         )
     if "data" in pyfunc or pyfunc.get("model_path") != sklearn.get("pickled_model"):
         raise ValueError(
@@ -733,6 +736,52 @@ def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc
         raise ValueError(
             f"MLmodel lists skops_trusted_types {foreign} that fairpca does not trust."
         )
+
+
+ONNX_GRAPH_FILE = "model.onnx"  # the graph of MLflow's onnx flavour (fairpca.tasks.onnx_export)
+_ONNX_FLAVOUR_KEYS = frozenset(
+    {"onnx_version", "data", "providers", "onnx_session_options", "code"}
+)
+MAX_GRAPH_BYTES = 256 * 2**20  # a graph the audit writes is far smaller (kilobytes to a few MB)
+
+
+def check_onnx_flavour(model_dir: Path, entry: Any) -> None:
+    """The ``onnx`` flavour of a saved model reads only ``model.onnx``: its ``data`` is that
+    file (a plain file inside ``model_dir``, at most :data:`MAX_GRAPH_BYTES`), it names no
+    code, no other key, and the graph refers to no external data and uses only the standard
+    operator sets (read as a protocol buffer, never run).
+
+    Raises
+    ------
+    ValueError
+        Naming what was found.
+    """
+    if not isinstance(entry, dict) or set(entry) - _ONNX_FLAVOUR_KEYS:
+        raise ValueError(
+            f"MLmodel's onnx flavour is not the entry fairpca writes (keys "
+            f"{sorted(entry) if isinstance(entry, dict) else entry!r})."
+        )
+    path = Path(model_dir) / ONNX_GRAPH_FILE
+    if (
+        entry.get("data") != ONNX_GRAPH_FILE
+        or entry.get("code")
+        or entry.get("onnx_session_options")
+    ):
+        raise ValueError(
+            f"MLmodel's onnx flavour reads {entry.get('data')!r} (or names code or session "
+            f"options); only the graph file {ONNX_GRAPH_FILE!r} is accepted."
+        )
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_GRAPH_BYTES:
+        raise ValueError(
+            f"{path} is missing, a link, or over {MAX_GRAPH_BYTES // 2**20} MiB; the graph is "
+            "not accepted. Re-run the audit."
+        )
+    from fairpca.tasks.onnx_export import NotConvertibleError, check_standard, read_graph
+
+    try:
+        check_standard(read_graph(path.read_bytes()))
+    except (NotConvertibleError, ValueError) as error:
+        raise ValueError(f"{path} is not a graph fairpca writes ({error}).") from error
 
 
 class VerifiedModel:

@@ -131,6 +131,32 @@ def test_every_gallery_example_draws_a_figure():
     assert blank == []
 
 
+def _fairpca_command_lines(code: str) -> list[list[str]]:
+    """The arguments of each ``fairpca <command> ...`` of a code block (a line continued
+    with a backslash joined)."""
+    import re
+    import shlex
+
+    pattern = r"(?:^|[\s/])fairpca ((?:audit|retrain|relog|gate)\b[^#|&;\n]*)"
+    found = re.findall(pattern, code.replace("\\\n", " "), flags=re.MULTILINE)
+    return [shlex.split(command) for command in found]
+
+
+def test_every_fairpca_command_in_the_docs_is_read_by_the_command_line():
+    """Each ``fairpca ...`` in a code block of README.md, deployments/README.md or a page
+    names options the command line has (read, not run: the pages' runs are the e2e test
+    below)."""
+    from fairpca.flows.cli import app
+
+    readmes = [DOCS.parent / "README.md", DOCS.parent / "deployments" / "README.md"]
+    blocks = [*(b for path in readmes for b in markdown_blocks(path.read_text())),
+              *(b for page in PAGES for b in page_blocks(DOCS / page))]  # fmt: skip
+    commands = [args for block in blocks for args in _fairpca_command_lines(block.code)]
+    assert len(commands) > 10, "the docs' fairpca commands were not found"
+    for args in commands:
+        app.parse_args(args, exit_on_error=False, print_error=False)  # raises on an unknown
+
+
 # Code that runs a Prefect flow (the audit's command line, a flow of the page's own).
 FLOWS = ("fairpca audit", "fairpca retrain", "fairpca relog", "fairness_audit(", "@flow")
 

@@ -604,10 +604,8 @@ def _written_bytes(roots: list[Path]) -> list[tuple[Path, bytes]]:
 def test_no_unique_value_of_the_input_reaches_anything_written(
     prefect_harness, mlflow_store, tmp_path, monkeypatch
 ):
+    from cli_invoke import invoke
     from prefect.settings import get_current_settings
-    from typer.testing import CliRunner
-
-    from fairpca.flows.cli import app
 
     uri, _ = mlflow_store
     frame = people(n=400, seed=11)
@@ -615,8 +613,7 @@ def test_no_unique_value_of_the_input_reaches_anything_written(
     (tmp_path / "work").mkdir()
     frame.to_csv(tmp_path / "input" / "people.csv", index=False)
     monkeypatch.chdir(tmp_path / "work")  # everything the audit writes locally lands here
-    result = CliRunner().invoke(
-        app,
+    result = invoke(
         ["audit", "--data", "../input/people.csv", "--label", "outcome", "--sensitive", "group",
          "-k", "2", "--variants", "pca,fair_pca", "--lambdas", "0,1", "--classifiers",
          "logreg", "--tracking-uri", uri, "--output-dir", "out",
@@ -642,18 +639,15 @@ def test_no_unique_value_of_the_input_reaches_anything_written(
 def test_a_password_in_the_tracking_uri_is_never_written_or_printed(
     prefect_harness, tmp_path, monkeypatch
 ):
+    from cli_invoke import invoke
     from prefect.settings import get_current_settings
-    from typer.testing import CliRunner
-
-    from fairpca.flows.cli import app
 
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
     monkeypatch.chdir(tmp_path)
     port = _health_only_server()  # passes the CLI's reachability check, fails every logging call
     (tmp_path / "audit.yaml").write_text("mlflow_retries: 0\nmlflow_retry_backoff: 0.05\n")
-    result = CliRunner().invoke(
-        app,
+    result = invoke(
         ["audit", "--config", "audit.yaml", "--dataset", "german", "-k", "2", "--variants",
          "pca,fair_pca", "--lambdas", "0", "--classifiers", "logreg", "--output-dir", "out",
          "--tracking-uri", f"http://auditor:Pw-7f3kQz9@127.0.0.1:{port}"],
@@ -813,10 +807,9 @@ def test_relog_refuses_symlinks_naming_the_file(tmp_path, audit_record):
 @pytest.mark.flow
 @pytest.mark.slow
 def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp_path):
-    from typer.testing import CliRunner
+    from cli_invoke import invoke
 
     from fairpca.flows.audit import fairness_audit
-    from fairpca.flows.cli import app
     from fairpca.flows.config import AuditConfig
     from fairpca.flows.relog import relog_output_dir
 
@@ -833,7 +826,7 @@ def test_relog_moves_no_alias_without_promote(prefect_harness, mlflow_store, tmp
     first = fairness_audit(config)
     assert first.decision == "promote" and first.champion_moved, first.reasons
     out_dir = Path(first.output_dir)
-    result = CliRunner().invoke(app, ["relog", str(out_dir), "--tracking-uri", uri, "--force"])
+    result = invoke(["relog", str(out_dir), "--tracking-uri", uri, "--force"])
     assert result.exit_code == 0, result.output
     assert client.get_registered_model(name).aliases == {"champion": int(first.model_version)}
     assert "'champion' of" in result.output and "left alone" in result.output

@@ -32,8 +32,8 @@ __all__, __getattr__, __dir__ = lazy_exports(
             "load_dataset",
             "load_german",
         ],
+        "._limits": ["MIN_CATEGORY_COUNT"],
         "._screen": [
-            "MIN_CATEGORY_COUNT",
             "RARE_CATEGORY",
             "ColumnScreening",
             "NumericTextWarning",

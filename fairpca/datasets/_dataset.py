@@ -42,6 +42,10 @@ class Dataset:
         whose values are their own names. See :attr:`sensitive_codes`.
     screened : mapping of str to str
         Columns of the source left out of ``X`` by the column screening, each with why.
+    entities : Series or None
+        The entity (a person, a firm) of each row when the rows are a panel with several rows
+        per entity, aligned with ``X`` and not one of its columns; None: the rows are
+        independent. A split that keeps each entity's rows together reads it.
     """
 
     X: pd.DataFrame
@@ -53,6 +57,7 @@ class Dataset:
     sensitive_encoding: Mapping[str, str] = field(default_factory=dict)
     screened: Mapping[str, str] = field(default_factory=dict)
     sensitive_labels: Mapping[str, Mapping[Any, str]] = field(default_factory=dict)
+    entities: pd.Series | None = None
 
     def __post_init__(self) -> None:
         n = len(self.X)
@@ -60,6 +65,10 @@ class Dataset:
             raise ValueError(
                 f"X, y and sensitive must have the same number of rows; got {n}, "
                 f"{len(self.y)} and {len(self.sensitive)}."
+            )
+        if self.entities is not None and len(self.entities) != n:
+            raise ValueError(
+                f"entities must name the entity of each of the {n} rows; got {len(self.entities)}."
             )
         if not set(np.unique(self.y.to_numpy())) <= {0, 1}:
             raise ValueError("y must be coded 0/1; binarize the label before building a Dataset.")

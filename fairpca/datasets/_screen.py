@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ._limits import LEAKAGE_BALANCED_ACCURACY, MIN_CATEGORY_COUNT, PROXY_BALANCED_ACCURACY
+
 __all__ = [
     "MIN_CATEGORY_COUNT",
     "RARE_CATEGORY",
@@ -28,6 +30,7 @@ __all__ = [
     "balanced_accuracy_alone",
     "leakage_scores",
     "leaking_columns",
+    "panel_id_columns",
     "proxy_columns",
     "screen_columns",
     "warn_screened",
@@ -36,18 +39,8 @@ __all__ = [
 UNIQUE_FRACTION = 0.5  # text columns with at least this share of distinct values are ids
 NUMERIC_UNIQUE_FRACTION = 0.95  # integer columns distinct on (almost) every row are ids
 RARE_CATEGORY = "<rare>"  # the one value that replaces every rare or unseen category
-# Categories of fewer training rows are pooled: a one-hot column of a handful of rows would
-# let the fitted encoder (and the logged model) name those rows' values.
-MIN_CATEGORY_COUNT = 30
 MAX_CATEGORIES = 100  # categoricals with more distinct values would explode the one-hot width
 TEXT_MIN_WORDS = 4.0  # mean words per value from which a high-cardinality column is free text
-# One feature alone predicting the label this well leaks it: the best single features of the
-# bundled Adult, German and Bank data reach 0.68-0.76; COMPAS's outcome columns (is_recid,
-# the survival time `end`, `event`, `r_days_from_arrest`) reach 0.82-0.97.
-LEAKAGE_BALANCED_ACCURACY = 0.80
-# One feature alone predicting a sensitive attribute this well is its proxy: a linear
-# constraint on the group means cannot remove what a non-linear model reads back from it.
-PROXY_BALANCED_ACCURACY = 0.95
 RARE_CATEGORY_ROWS = 10  # rarer categories are pooled in the leakage rule (no overfitting)
 _DATE = re.compile(
     r"^\s*(\d{4}[-/.]\d{1,2}[-/.]\d{1,2}|\d{1,2}[-/.]\d{1,2}[-/.]\d{2,4})"
@@ -376,6 +369,110 @@ def proxy_columns(
             name = f"predicts {attribute}" if rule == "predicts" else f"{rule} of {attribute}"
             found[column] = (name, score, f"proxy: {words[rule]}")
             break
+    return found
+
+
+# A panel's entity id: at least this many entities, each in two to PANEL_MAX_ROWS rows on the
+# median (a panel's periods: 8 years, 24 months; a value in hundreds of rows is a category or
+# a measure), none in more than PANEL_MAX_SHARE of the rows; and another column constant
+# within nearly every entity (PANEL_CONSTANT_SHARE of those with several rows: a person's
+# schooling, race, a firm's sector) where chance alone would make it so for at most
+# PANEL_CHANCE_SHARE. A measure with repeated values (an age, hours worked) has no such column.
+PANEL_MIN_ENTITIES = 20
+PANEL_MAX_ROWS = 60
+PANEL_MAX_SHARE = 0.1
+PANEL_CONSTANT_SHARE = 0.95
+PANEL_CHANCE_SHARE = 0.5
+PANEL_MAX_COMPARED = 50  # other columns compared with a candidate id
+
+
+def _entity_like(values: pd.Series) -> bool:
+    """Integer or text values, repeated: each value in two to :data:`PANEL_MAX_ROWS` rows on
+    the median, none in more than :data:`PANEL_MAX_SHARE` of the rows."""
+    present = values.dropna()
+    if len(present) < 2 * PANEL_MIN_ENTITIES or pd.api.types.is_bool_dtype(values):
+        return False
+    if _is_number(values):
+        numbers = present.to_numpy(dtype=np.float64)
+        if not np.all(np.mod(numbers, 1.0) == 0.0):
+            return False
+    counts = present.value_counts()
+    return (
+        len(counts) >= PANEL_MIN_ENTITIES
+        and 2 <= float(counts.median()) <= PANEL_MAX_ROWS
+        and counts.iloc[0] <= PANEL_MAX_SHARE * len(present)
+    )
+
+
+def _constant_within(entity: np.ndarray, other: pd.Series, numeric_order: np.ndarray | None):
+    """Share of the entities (codes ``entity``) with several rows in which ``other`` holds one
+    value; NaN when it is no trait: chance alone would make it so for more than
+    :data:`PANEL_CHANCE_SHARE` of them (a column that hardly varies), or, for a numeric
+    candidate (``numeric_order``: its entities in the order of their values), it is a binning
+    of the candidate itself (``age_cat`` of ``age``: few runs of one value along that order)."""
+    codes = pd.factorize(other, use_na_sentinel=False)[0]
+    n_values, n_entities = int(codes.max()) + 1, int(entity.max()) + 1
+    sizes = np.bincount(entity, minlength=n_entities)
+    several = sizes >= 2
+    if not several.any():
+        return np.nan
+    shares = np.bincount(codes) / len(codes)
+    m, count = np.unique(sizes[several], return_counts=True)
+    chance = float(np.sum(count * (shares[None, :] ** m[:, None]).sum(axis=1)) / count.sum())
+    if chance > PANEL_CHANCE_SHARE:
+        return np.nan
+    pairs = np.unique(entity.astype(np.int64) * n_values + codes)
+    distinct = np.bincount(pairs // n_values, minlength=n_entities)
+    constant = float(np.mean(distinct[several] == 1))
+    if numeric_order is not None and constant >= PANEL_CONSTANT_SHARE:
+        value_of = np.zeros(n_entities, dtype=np.int64)
+        value_of[pairs // n_values] = pairs % n_values  # one value of each entity
+        along = value_of[numeric_order]
+        runs = 1 + int(np.count_nonzero(along[1:] != along[:-1]))
+        if runs <= 2 * len(np.unique(along)):  # each value in a stretch or two: a binning
+            return np.nan
+    return constant
+
+
+def panel_id_columns(X: pd.DataFrame) -> dict[str, tuple[float, str]]:
+    """Columns of ``X`` that look like the entity id of a panel (several rows per person or
+    firm: a split by rows puts one entity in training and test, and the held-out numbers
+    flatter the model).
+
+    A column is flagged when it holds integer or text values, at least
+    :data:`PANEL_MIN_ENTITIES` of them, each in two to :data:`PANEL_MAX_ROWS` rows on the
+    median and none in more than :data:`PANEL_MAX_SHARE` of the rows, and another column (not
+    a binning of it)
+    is constant within at least :data:`PANEL_CONSTANT_SHARE` of its values' rows where
+    chance would not make it so (a trait of the entity). Returns ``{column: (share of
+    distinct values, reason)}``.
+    """
+    found = {}
+    distinct = None
+    for column in X.columns:
+        values = X[column]
+        if not _entity_like(values):
+            continue
+        distinct = X.nunique() if distinct is None else distinct
+        present = values.notna().to_numpy()
+        entity, uniques = pd.factorize(values[present], sort=_is_number(values))
+        n_entities = len(uniques)
+        # sorted codes follow the values' order, so the entities in that order are 0, 1, ...
+        order = np.arange(n_entities) if _is_number(values) else None
+        others = [c for c in X.columns if c != column and distinct[c] < n_entities]
+        for other in others[:PANEL_MAX_COMPARED]:
+            constant = _constant_within(entity, X[other][present], order)
+            if constant >= PANEL_CONSTANT_SHARE:
+                share = n_entities / int(present.sum())
+                rows = float(np.median(np.bincount(entity)))
+                found[column] = (
+                    share,
+                    f"looks like the entity id of a panel: {n_entities} values ({share:.1%} "
+                    f"distinct), each in {rows:g} rows on the median, and {other!r} is constant "
+                    f"within {constant:.0%} of them; split by rows, one entity's rows land in "
+                    f"training and test: pass --group-column {column} to keep them together",
+                )
+                break
     return found
 
 

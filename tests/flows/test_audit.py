@@ -197,11 +197,37 @@ def test_audit_adult_end_to_end(prefect_harness, store, tmp_path):
     pyfunc = mlflow.pyfunc.load_model(f"models:/{name}/{version.version}")
     predictions = np.asarray(pyfunc.predict(as_model_input(split.X_train.head(20))))
     assert predictions.shape == (20,) and set(np.unique(predictions)) <= {0, 1}
+    assert_registered_with_its_graph(result, version, model, split, local)
 
     # the Prefect UI shows the summary (markdown + table) and the sweep progress
     assert tags["fairpca.task_runner"] == "ThreadPoolTaskRunner"
     kinds = prefect_artifact_types(tags["fairpca.prefect_flow_run_id"])
     assert {"markdown", "table", "progress"} <= kinds
+
+
+def assert_registered_with_its_graph(result, version, pipeline, split, local: Path) -> None:
+    """The registered version's model folder holds the ONNX graph the audit checked: MLflow's
+    onnx flavour reading model.onnx, whose SHA-256 the record and the version tag name, and
+    which predicts what the pipeline predicts."""
+    import yaml
+
+    from fairpca.tasks import onnx_export
+
+    graph_record = json.loads((Path(result.output_dir) / "audit.json").read_text())["onnx"]
+    assert graph_record["status"] == "exported" and graph_record["reason"] is None
+    assert graph_record["rows_checked"] == 1000 and graph_record["checked_on"] == "validation"
+    folder = Path(
+        mlflow.artifacts.download_artifacts(version.source, dst_path=str(local / "version"))
+    )
+    data = (folder / onnx_export.ONNX_FILE).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    assert digest == graph_record["sha256"] == version.tags[onnx_export.ONNX_SHA_TAG]
+    flavors = yaml.safe_load((folder / "MLmodel").read_text())["flavors"]
+    assert flavors["onnx"]["data"] == "model.onnx"
+    assert flavors["python_function"]["loader_module"] == "mlflow.sklearn"
+    rows = split.X_test.head(200)
+    labels = onnx_export.graph_labels(onnx_export.session(data), rows)
+    np.testing.assert_array_equal(labels, pipeline.predict(rows))
 
 
 def prefect_artifact_types(flow_run_id: str) -> set[str]:

@@ -1,19 +1,15 @@
-"""The ``fairpca`` command line (typer's CliRunner in-process; one real subprocess)."""
+"""The ``fairpca`` command line (in-process through tests/cli_invoke.py; real subprocesses
+where the process itself matters)."""
 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from fairpca.flows.cli import app
-
-runner = CliRunner()
+from cli_invoke import invoke
 
 
 def test_python_m_flows_help_runs_the_cli():
@@ -40,10 +36,11 @@ def test_importing_fairpca_does_not_import_prefect_or_mlflow():
     assert done.stdout.split() == ["False", "False"]
 
 
-def test_the_flags_are_read_without_prefect_scikit_learn_or_scipy():
+def test_the_flags_are_read_without_prefect_scikit_learn_scipy_or_pandas():
     """A mistyped flag is answered before the audit's heavy imports: the command line and
-    its settings import none of them (the verdict's modules come when a verdict is printed)."""
-    heavy = ("prefect", "mlflow", "sklearn", "scipy", "fairlearn", "matplotlib")
+    its settings import none of them (the verdict's modules come when a verdict is printed;
+    pandas and numpy when data are read)."""
+    heavy = ("prefect", "mlflow", "sklearn", "scipy", "fairlearn", "matplotlib", "pandas", "numpy")
     code = f"import sys, fairpca.flows.cli; print([m for m in {heavy!r} if m in sys.modules])"
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
@@ -59,10 +56,11 @@ def test_the_flags_are_read_without_prefect_scikit_learn_or_scipy():
         (["--data", "x.csv"], "needs label"),
         (["--dataset", "adult", "--variants", "pca,svd"], "variants"),
         (["--dataset", "adult", "--max-dp", "3"], "thresholds.max_dp_difference"),
+        (["--dataset", "adult", "--sensitive", "sex", "--group-column", "sex"], "group_column"),
     ],
 )
 def test_invalid_options_fail_before_any_work(args, message, tmp_path):
-    result = runner.invoke(app, ["audit", *args, "--output-dir", str(tmp_path / "out")])
+    result = invoke(["audit", *args, "--output-dir", str(tmp_path / "out")])
     assert result.exit_code == 2
     assert "Invalid configuration" in result.output and message in result.output
     assert not (tmp_path / "out").exists()
@@ -82,9 +80,7 @@ def test_cli_audit_with_config_file_prints_summary_report_and_run_id(
     config = tmp_path / "audit.json"
     settings = {"dataset": "german", "k": 3, "thresholds": {"max_dp_difference": 0.2}}
     config.write_text(json.dumps({**settings, "model_name": "fairpca-cli-test"}))
-    result = runner.invoke(
-        app,
-        [
+    result = invoke([
             "audit",
             "--config", str(config),
             "--variants", "pca,fair_pca",
@@ -125,7 +121,7 @@ AUDIT_OPTIONS = (
     "--config", "--seed", "--dask-address",
     # source
     "--dataset", "--data", "--label", "--positive-label", "--sensitive", "--keep", "--drop",
-    "--sep", "--data-dir", "--leakage-threshold", "--proxy-threshold",
+    "--sep", "--data-dir", "--group-column", "--leakage-threshold", "--proxy-threshold",
     # split
     "--train-share", "--validation-share", "--test-share", "--search-rows",
     "--n-train", "--n-validation", "--n-test",
@@ -152,16 +148,15 @@ AUDIT_OPTIONS = (
     "--verbose",
 )  # fmt: skip
 RETRAIN_ONLY = ("--accuracy-tolerance", "--needs-review-alias")
-
-
-def _click_command(name: str):
-    import typer
-
-    return typer.main.get_command(app).commands[name]
+COMMANDS = ("audit", "retrain", "relog", "gate", "serve", "register", "reconcile", "keygen")
 
 
 def _flags(name: str) -> set[str]:
-    return {flag for p in _click_command(name).params for flag in (*p.opts, *p.secondary_opts)}
+    """Every option name of a command, as cyclopts reads its signature."""
+    from fairpca.flows.cli import app
+
+    return {flag for argument in app[name].assemble_argument_collection()
+            for flag in argument.names}  # fmt: skip
 
 
 def test_audit_and_retrain_take_exactly_the_listed_options():
@@ -175,9 +170,9 @@ def test_every_config_field_is_an_option_whose_help_is_its_description():
     fields = leaf_fields(RetrainConfig)
     # -k, 2 aliases, --no-register-model, --verbose
     assert len(fields) == len(AUDIT_OPTIONS) - 5 + len(RETRAIN_ONLY) - 1
-    result = runner.invoke(app, ["retrain", "--help"], env={"COLUMNS": "100"})
+    result = invoke(["retrain", "--help"], env={"COLUMNS": "400"})  # each help on one line
     assert result.exit_code == 0
-    text = re.sub(r"(\w)- (\w)", r"\1-\2", " ".join(result.output.split()))  # "four-\nfifths"
+    text = " ".join(result.output.replace("│", " ").split())  # the panels' borders
     for path, info in fields.items():
         flag = "--" + path[-1].replace("_", "-")
         assert flag in _flags("retrain"), flag
@@ -187,10 +182,11 @@ def test_every_config_field_is_an_option_whose_help_is_its_description():
 
 def test_help_shows_the_defaults_and_wraps_at_80_columns():
     for command in ("audit", "retrain", "relog"):
-        narrow = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80"})
+        narrow = invoke([command, "--help"], env={"COLUMNS": "80"})
         assert narrow.exit_code == 0 and "…" not in narrow.output, narrow.output
         assert max(len(line) for line in narrow.output.splitlines()) <= 80
-    text = " ".join(runner.invoke(app, ["audit", "--help"]).output.split())
+    wide = invoke(["audit", "--help"], env={"COLUMNS": "400"}).output
+    text = " ".join(wide.replace("│", " ").split())
     for shown in (
         "suppressed; still constrained by fair PCA). [default: 30]",
         "never appear in the logged input example. [default: 30]",
@@ -203,13 +199,14 @@ def test_help_shows_the_defaults_and_wraps_at_80_columns():
 
 
 def test_a_bool_field_is_a_flag_without_a_value():
-    params = {p.name: p for p in _click_command("audit").params}
-    for name in ("allow_small_groups", "allow_row_storing_models", "register_model"):
-        assert params[name].is_flag, name
-    assert params["register_model"].secondary_opts == ["--no-register-model"]
-    lines = runner.invoke(app, ["audit", "--help"], env={"COLUMNS": "100"}).output.splitlines()
+    from fairpca.flows.cli import app
+
+    arguments = {a.names[0]: a for a in app["audit"].assemble_argument_collection()}
+    assert "--no-register-model" in arguments["--register-model"].names
+    assert "--no-allow-small-groups" not in _flags("audit")  # off by default: no negation
+    lines = invoke(["audit", "--help"], env={"COLUMNS": "100"}).output.splitlines()
     line = next(line for line in lines if "--allow-small-groups" in line)
-    assert line.split()[:2] == ["--allow-small-groups", "Allow"]  # no <bool> value
+    assert line.strip("│ ").split()[:2] == ["--allow-small-groups", "Allow"]  # no value
 
 
 def test_the_flag_reaches_the_config_and_the_floor_needs_it(tmp_path):
@@ -217,10 +214,10 @@ def test_the_flag_reaches_the_config_and_the_floor_needs_it(tmp_path):
     valid and the run stops at the next check (an unreachable tracking server)."""
     args = ["audit", "--dataset", "adult", "--min-group-size", "5", "--output-dir",
             str(tmp_path / "out"), "--tracking-uri", "http://127.0.0.1:9"]  # fmt: skip
-    refused = runner.invoke(app, args)
+    refused = invoke(args)
     assert refused.exit_code == 2 and "Invalid configuration" in refused.output
     assert "--allow-small-groups" in refused.output
-    allowed = runner.invoke(app, [*args, "--allow-small-groups"])
+    allowed = invoke([*args, "--allow-small-groups"])
     assert allowed.exit_code == 2, allowed.output
     assert "MLflow is not reachable" in allowed.output
     assert "Invalid configuration" not in allowed.output
@@ -234,9 +231,11 @@ def test_options_override_the_file_in_either_form(tmp_path):
     nested.write_text("source: {dataset: adult}\nevaluation: {min_group_size: 40}\n")
     flat = tmp_path / "flat.yaml"
     flat.write_text("dataset: adult\nmin_group_size: 40\nthresholds: {max_dp_difference: 0.1}\n")
-    options = {"min_group_size": 50, "max_dp_difference": 0.2, "variants": "pca,fair_pca"}
+    options = {"min_group_size": 50, "max_dp_difference": 0.2, "variants": ["pca", "fair_pca"],
+               "group_column": "nr"}  # fmt: skip
     for path in (nested, flat):
         config = build_config(dict(options), path, AuditConfig)
+        assert config.source.group_column == "nr"
         assert config.evaluation.min_group_size == 50
         assert config.selection.thresholds.max_dp_difference == 0.2
         assert config.representation.variants == ["pca", "fair_pca"]
@@ -244,10 +243,41 @@ def test_options_override_the_file_in_either_form(tmp_path):
 
 
 def test_a_misspelt_option_is_one_message_with_the_close_one():
-    result = runner.invoke(app, ["audit", "--dataset", "adult", "--min-grup-size", "5"])
+    result = invoke(["audit", "--dataset", "adult", "--min-grup-size", "5"])
     assert result.exit_code == 2
     assert "No such option: --min-grup-size" in result.output
     assert "--min-group-size" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["nosuch"], "nosuch"),
+        (["gate", "nosuch"], "nosuch"),
+        (["relog"], "OUTPUT_DIR"),
+        (["relog", "a", "b"], "b"),
+        (["gate", "register", "--url", "https://x/w"], "--model"),
+        (["gate", "serve", "--port", "x"], "--port"),
+        (["audit", "--dataset", "adult", "--seed", "abc"], "--seed"),
+        (["audit", "--dataset", "adult", "--lambdas", "0,x"], "--lambdas"),
+        (["audit", "--dataset", "adult", "extra"], "extra"),
+    ],
+)
+def test_a_command_line_that_cannot_be_read_is_one_line_and_exit_2(args, named):
+    result = invoke(args)
+    assert result.exit_code == 2, result.output
+    first, *rest = result.output.strip().splitlines()
+    assert first.startswith("Error: ") and named in first, result.output
+    command = " ".join(["fairpca", *(arg for arg in args[:2] if arg in COMMANDS)])
+    assert rest == [f"Try '{command} --help' for help."], rest
+    assert "Traceback" not in result.output
+
+
+def test_a_group_alone_shows_its_help_and_exits_2():
+    for args in ([], ["gate"]):
+        result = invoke(args)
+        assert result.exit_code == 2 and "Commands" in result.output
+        assert "Error" not in result.output
 
 
 def _result(record=None, promotion=None, **overrides):
@@ -449,7 +479,7 @@ def test_prefect_and_mlflow_info_lines_only_with_verbose():
 def test_config_file_typo_gets_did_you_mean(tmp_path):
     config = tmp_path / "audit.yaml"
     config.write_text("dataset: adult\nlamdas: [0, 1]\nthresholds:\n  max_dp_diference: 0.1\n")
-    result = runner.invoke(app, ["audit", "--config", str(config)])
+    result = invoke(["audit", "--config", str(config)])
     assert result.exit_code == 2
     assert "  - lamdas: unknown option; did you mean 'lambdas'?" in result.output
     assert (
@@ -463,7 +493,7 @@ def test_a_typo_in_a_section_gets_did_you_mean(tmp_path):
     config.write_text(
         "source: {dataset: adult}\nevaluation: {min_grup_size: 40}\nrepresentaton: {k: 2}\n"
     )
-    result = runner.invoke(app, ["audit", "--config", str(config)])
+    result = invoke(["audit", "--config", str(config)])
     assert result.exit_code == 2
     assert (
         "  - evaluation.min_grup_size: unknown option; did you mean 'min_group_size'?"
@@ -486,7 +516,7 @@ def test_messages_name_the_cli_options(tmp_path):
     data = tmp_path / "people.csv"
     data.write_text("x,s,y\n" + "".join(f"{i},{'ab'[i % 2]},{'ny'[i % 3 == 0]}\n"
                                         for i in range(60)))  # fmt: skip
-    result = runner.invoke(app, ["audit", "--data", str(data), "--label", "y", "--sensitive", "s",
+    result = invoke(["audit", "--data", str(data), "--label", "y", "--sensitive", "s",
                                  "--positive-label", "maybe", "--output-dir",
                                  str(tmp_path / "out")])  # fmt: skip
     assert result.exit_code == 2, result.output
@@ -531,8 +561,10 @@ def test_relog_hint_never_suggests_a_second_registration():
     [
         (["--data", "missing.csv", "--label", "y", "--sensitive", "s"], "not found: missing.csv"),
         (["--data", "people.csv", "--label", "incomee", "--sensitive", "sex"], "incomee"),
+        (["--data", "people.csv", "--label", "income", "--sensitive", "sex",
+          "--group-column", "person"], "['person'] not found"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_one_line_and_leaves_no_server(user_cli, tmp_path, args, message):
     """As a user runs it: the temporary Prefect server, started while the inputs are
     checked, is stopped with the command (its log file, in TMPDIR, is gone too)."""
@@ -591,7 +623,7 @@ def test_the_prefect_server_boots_while_the_inputs_are_checked(monkeypatch, tmp_
 
     monkeypatch.setattr(runtime, "PrefectServer", Server)
     monkeypatch.setattr(preflight, "check_before_run", check)
-    result = runner.invoke(app, ["audit", "--data", str(tmp_path / "missing.csv"), "--label",
+    result = invoke(["audit", "--data", str(tmp_path / "missing.csv"), "--label",
                                  "y", "--sensitive", "s", "--output-dir", str(tmp_path / "out"),
                                  "--tracking-uri", f"sqlite:///{tmp_path}/m.db"])  # fmt: skip
     assert result.exit_code == 2, result.output

@@ -31,6 +31,8 @@ def test_default_lambdas_are_the_papers():
         ({"dataset": "adult", "k": 0}, "greater than or equal to 1"),
         ({"dataset": "adult", "thresholds": {"max_dp_difference": 2}}, "less than or equal"),
         ({"dataset": "adult", "colour": "red"}, "Extra inputs are not permitted"),
+        ({"dataset": "adult", "group_column": ""}, "at least 1 character"),
+        ({"dataset": "adult", "group_column": "age", "keep": ["age"]}, "also given as keep"),
     ],
 )
 def test_config_validation_messages(values, message):

@@ -296,3 +296,22 @@ def test_the_verified_copy_is_private_complete_and_removed(kept):
             verified.record["files"]
         )
     assert not verified.files.exists()
+
+
+def test_the_seal_covers_the_graph_and_a_changed_graph_is_not_logged(kept, audited):
+    """The audit's ONNX graph (german, a linear SVM) is sealed with the folder; one bit
+    changed in it, relog's check refuses the folder and names the graph."""
+    from fairpca.tasks.mlflow_logging import check_relog_dir
+    from fairpca.tasks.trust import SEAL_FILE, SealError, sha256_file
+
+    graph_record = audited[1].record.onnx
+    assert graph_record is not None and graph_record.status == "exported"
+    sealed = json.loads((kept / SEAL_FILE).read_text())["files"]
+    graph = kept / "model" / "model.onnx"
+    assert sealed["model/model.onnx"]["sha256"] == sha256_file(graph) == graph_record.sha256
+    check_relog_dir(kept)  # as the audit wrote it: accepted
+    data = bytearray(graph.read_bytes())
+    data[-1] ^= 1
+    graph.write_bytes(bytes(data))
+    with pytest.raises(SealError, match=r"model/model\.onnx"):
+        check_relog_dir(kept)

@@ -63,3 +63,39 @@ def test_an_empty_column_is_excluded_not_imputed_into_a_constant():
     screening = screen_columns(X)
     assert screening.kept == ["x"]
     assert screening.excluded == {"nothing": _screen.EMPTY, "blank": _screen.EMPTY}
+
+
+def _wage_panel(n_people=545, years=8, seed=0) -> pd.DataFrame:
+    """The shape of an 8-year panel of 545 people: the person ``nr`` (integer ids, and as
+    text), traits constant within a person, measures that change; an age binned into a
+    category beside it."""
+    rng = np.random.default_rng(seed)
+    nr = np.repeat(rng.permutation(13_000)[:n_people], years)
+    age = rng.integers(18, 80, len(nr))
+    return pd.DataFrame({
+        "nr": nr.astype(float), "person": [f"P{i:05d}" for i in nr],
+        "year": np.tile(np.arange(1980, 1980 + years), n_people),
+        "educ": np.repeat(rng.integers(3, 17, n_people), years).astype(float),
+        "black": np.repeat(rng.random(n_people) < 0.12, years).astype(float),
+        "hours": rng.integers(500, 4000, len(nr)).astype(float),
+        "age": age.astype(float), "age_cat": pd.cut(age, [0, 25, 45, 100]).astype(str),
+    })  # fmt: skip
+
+
+def test_a_panels_entity_id_is_flagged_and_categories_measures_and_binnings_are_not():
+    panel = _wage_panel()
+    found = _screen.panel_id_columns(panel)
+    assert sorted(found) == ["nr", "person"]
+    share, why = found["nr"]
+    assert share == pytest.approx(0.125)  # 545 of 4,360 rows
+    assert "--group-column nr" in why
+    # without a trait constant within each value, a repeated integer is a measure
+    assert _screen.panel_id_columns(panel[["nr", "year", "hours", "age", "age_cat"]]) == {}
+    assert _screen.panel_id_columns(panel.drop(columns=["nr", "person"])) == {}
+
+
+@pytest.mark.parametrize("name", ["adult", "german"])
+def test_no_column_of_the_bundled_tables_is_taken_for_a_panel_id(name):
+    from fairpca.datasets import load_dataset
+
+    assert _screen.panel_id_columns(load_dataset(name).X) == {}

@@ -140,3 +140,137 @@ def test_stratified_sample_keeps_a_small_groups_rows_up_to_the_floor():
     small = floored[g[floored] == "small"]
     assert np.bincount(y[small]).tolist() == [30, 30]
     assert len(floored) == len(set(floored.tolist())) <= 1000 + 60
+
+
+# ---- panel data: each entity's rows in one part and one fold -----------------------------------
+
+
+def panel_frame(n_people=240, years=6, seed=0) -> pd.DataFrame:
+    """A balanced panel: ``nr`` the person (an integer id), six years each, traits constant
+    within a person (schooling, sex) and measures that change (hours, the label)."""
+    rng = np.random.default_rng(seed)
+    person = np.repeat(np.arange(1000, 1000 + n_people), years)
+    ability = np.repeat(rng.normal(size=n_people), years)
+    schooling = np.repeat(rng.integers(8, 18, n_people), years)
+    sex = np.repeat(rng.choice(["female", "male"], n_people, p=[0.4, 0.6]), years)
+    hours = np.round(rng.normal(2000, 300, len(person)))
+    noise = rng.normal(size=len(person))
+    latent = ability + 0.25 * (schooling - 12) + 0.3 * (sex == "male") + noise
+    return pd.DataFrame({
+        "nr": person, "year": np.tile(np.arange(1980, 1980 + years), n_people),
+        "schooling": schooling, "hours": hours, "sex": sex, "high_wage": (latent > 0.5).astype(int),
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_an_entity_split_puts_each_entity_in_one_part_seeded_and_stratified(seed):
+    frame = panel_frame()
+    y, groups = frame["high_wage"].to_numpy(), frame[["sex"]]
+    parts = split_rows(y, groups, seed=seed, entities=frame["nr"])
+    again = split_rows(y, groups, seed=seed, entities=frame["nr"])
+    for part, same in zip(parts, again, strict=True):
+        np.testing.assert_array_equal(part, same)
+    people = [set(frame["nr"].iloc[part]) for part in parts]
+    assert not (people[0] & people[1] or people[0] & people[2] or people[1] & people[2])
+    assert sum(len(part) for part in parts) == len(frame)  # every row, whole entities
+    for part, share in zip(parts, (0.5, 0.25, 0.25), strict=True):
+        assert abs(len(part) / len(frame) - share) < 6 / len(frame) + 1e-9  # one entity's rows
+        assert abs(y[part].mean() - y.mean()) < 0.05
+        assert abs((groups["sex"].iloc[part] == "male").mean() - 0.6) < 0.1
+    plain = split_rows(y, groups, seed=seed)  # by rows: people in training and test at once
+    assert set(frame["nr"].iloc[plain[0]]) & set(frame["nr"].iloc[plain[2]])
+
+
+def test_an_entity_split_with_caps_leaves_whole_entities_out_and_refuses_too_few():
+    frame = panel_frame()
+    y, groups = frame["high_wage"].to_numpy(), frame[["sex"]]
+    parts = split_rows(y, groups, n_train=300, n_validation=120, n_test=120, seed=0,
+                       entities=frame["nr"])  # fmt: skip
+    for part, size in zip(parts, (300, 120, 120), strict=True):
+        assert abs(len(part) - size) <= 6
+        counts = frame["nr"].iloc[part].value_counts()
+        assert (counts == 6).all()  # an entity is in a part with every row or none
+    with pytest.raises(ValueError, match="at least 3"):
+        split_rows(y[:12], groups.iloc[:12], seed=0, entities=frame["nr"].iloc[:12])
+
+
+def test_every_cross_validation_fold_keeps_each_entity_in_one_side():
+    from fairpca.tasks.sweep import repeated_folds, stratified_folds
+
+    frame = panel_frame()
+    y, groups, people = frame["high_wage"].to_numpy(), frame[["sex"]], frame["nr"].to_numpy()
+    folds = repeated_folds(y, groups, people, 5, 2, seed=0)
+    assert len(folds) == 10
+    for repeat in range(2):
+        held = np.concatenate([held for _, held in folds[5 * repeat : 5 * repeat + 5]])
+        assert sorted(held) == list(range(len(y)))  # each row held out once per repeat
+    for train, held in [*folds, *stratified_folds(3, y, people, seed=0)]:
+        assert not set(people[train]) & set(people[held])
+        assert abs(y[held].mean() - y.mean()) < 0.08  # stratified as far as entities allow
+    assert folds[0][1].tolist() != folds[5][1].tolist()  # a repeat draws the folds anew
+    few = repeated_folds(y[:18], groups.iloc[:18], people[:18], 5, 2, seed=0)  # 3 people
+    assert len(few) == 6 and all(len(set(people[held])) == 1 for _, held in few)
+    plain = repeated_folds(y, groups, None, 5, 1, seed=0)
+    assert any(set(people[train]) & set(people[held]) for train, held in plain)
+
+
+def _panel_config(tmp_path, **values):
+    from fairpca.flows.config import AuditConfig
+
+    path = tmp_path / "wages.csv"
+    panel_frame().to_csv(path, index=False)
+    return AuditConfig(data=path, label="high_wage", sensitive=["sex"], **values)
+
+
+def test_a_group_column_groups_the_split_and_is_no_feature_and_the_id_is_flagged_without(
+    tmp_path,
+):
+    import warnings as _warnings
+
+    from fairpca.datasets import ScreeningWarning
+    from fairpca.tasks.data import load_source, search_sample, split_data
+
+    config = _panel_config(tmp_path, group_column="nr")
+    split = split_data.fn(load_source(config.source), config.split, config.source, seed=0,
+                          min_group_size=30)  # fmt: skip
+    assert all("nr" not in getattr(split, f"X_{part}") for part in ("train", "validation", "test"))
+    entities = [getattr(split, f"entity_{part}") for part in ("train", "validation", "test")]
+    assert [len(e) for e in entities] == [len(split.y_train), len(split.y_validation),
+                                          len(split.y_test)]  # fmt: skip
+    assert not set(entities[0]) & set(entities[1]) and not set(entities[0]) & set(entities[2])
+    assert not any(entry["column"] == "nr" for entry in split.screening)
+    encoded = (np.zeros((len(split.y_train), 1)), np.zeros((len(split.y_validation), 1)))
+    sample, _ = search_sample(split, encoded, 300, seed=0)
+    assert len(sample.entity_train) == len(sample.y_train) == 300
+
+    plain = _panel_config(tmp_path)
+    with pytest.warns(ScreeningWarning, match="--group-column nr"):
+        unsplit = split_data.fn(load_source(plain.source), plain.split, plain.source, seed=0,
+                                min_group_size=30)  # fmt: skip
+    flagged = [entry for entry in unsplit.screening if entry["action"] == "kept"]
+    assert [entry["column"] for entry in flagged] == ["nr"]  # not year, hours or schooling
+    assert flagged[0]["score"] == pytest.approx(1 / 6)  # share of distinct values
+    assert "--group-column nr" in flagged[0]["rule"]
+    assert unsplit.entity_train is None and "nr" in unsplit.X_train
+    with _warnings.catch_warnings():
+        _warnings.simplefilter("error", ScreeningWarning)  # grouped: nothing left to flag
+        split_data.fn(load_source(config.source), config.split, config.source, seed=0,
+                      min_group_size=30)  # fmt: skip
+
+
+def test_a_bad_group_column_is_named_before_any_work(tmp_path):
+    from pydantic import ValidationError
+
+    from fairpca.tasks.data import load_source
+
+    with pytest.raises(ValueError, match=r"not found .*Available columns"):
+        load_source(_panel_config(tmp_path, group_column="person").source)
+    with pytest.raises(ValidationError, match="group_column 'sex' is also given as sensitive"):
+        _panel_config(tmp_path, group_column="sex")
+    with pytest.raises(ValidationError, match="also given as label"):
+        _panel_config(tmp_path, group_column="high_wage")
+    from fairpca.flows.config import AuditConfig
+
+    adult = AuditConfig(dataset="adult", group_column="person").source
+    with pytest.raises(ValueError, match="group_column 'person' is not a feature column of adult"):
+        load_source(adult)

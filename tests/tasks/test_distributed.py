@@ -8,6 +8,7 @@ import dataclasses
 import json
 import subprocess
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -396,6 +397,14 @@ def test_bad_sources_are_named_with_the_fix_before_any_work(table, tmp_path):
         route.check_partitioned_source(make_config(folder, "local", tmp_path, **fitted))
 
 
+def test_a_group_column_is_refused_on_the_route_before_any_work(table, tmp_path):
+    """Its split hashes each row, so an entity's rows would land in several parts."""
+    _, folder, _ = table
+    config = make_config(folder, "local", tmp_path, group_column="age")
+    with pytest.raises(ValueError, match=r"--group-column age .*cannot be honoured there"):
+        route.check_partitioned_source(config)
+
+
 def test_a_scheduler_without_workers_is_named(monkeypatch):
     from distributed import LocalCluster
 
@@ -544,3 +553,17 @@ def test_screened_columns_are_excluded_from_every_partition(tmp_path, cluster):
         X = route._rows(file, passes.spec)[0]
         assert not {"row_id", "outcome_code"} & set(X.columns)
         assert {"age", "hours_per_week"} <= set(X.columns)
+
+
+def test_the_route_saves_the_graph_checked_on_its_validation_sample(audited):
+    """The partitions' validation rows are not in memory: the route's ONNX graph is checked
+    on its sample of validation rows, and the record and the model tags say so."""
+    from fairpca.tasks.onnx_export import ONNX_FILE, ONNX_SHA_TAG
+    from fairpca.tasks.trust import sha256_file
+
+    config, result = audited
+    graph = result.record.onnx
+    assert graph.status == "exported" and graph.checked_on == "validation sample"
+    assert graph.rows_checked > 0
+    saved = Path(config.output.output_dir).parent / "run" / "model" / ONNX_FILE  # run_route's
+    assert sha256_file(saved) == graph.sha256 == result.record.model_tags[ONNX_SHA_TAG]

@@ -77,15 +77,13 @@ def test_a_broken_store_is_named_with_its_fix(tmp_path, damage):
 
 
 def test_an_audit_into_a_broken_store_says_so_before_it_runs(tmp_path):
-    from typer.testing import CliRunner
-
-    from fairpca.flows.cli import app
+    from cli_invoke import invoke
 
     broken = tmp_path / "mlflow.db"
     broken.write_bytes(b"not a database\n" * 100)
     args = ["audit", "--dataset", "german", "--output-dir", str(tmp_path / "out"),
             "--tracking-uri", f"sqlite:///{broken}"]  # fmt: skip
-    done = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    done = invoke(args, env={"COLUMNS": "300"})
     assert done.exit_code == 1, done.output
     assert "MLflow store unusable (nothing was run)" in done.output
     assert str(broken) in "".join(done.output.split())  # however the console wraps it

@@ -459,13 +459,23 @@ def scorer_registry(mlflow_store):
     return uri, client, model, X
 
 
+def _publish_ledger(client, key, passes: dict[str, str]) -> None:
+    """The gate's ledger of ``scored`` under the policy ``p...``, naming ``passes``."""
+    from fairpca.tasks.gate_ledger import LEDGER_TAG, Ledger, now_text, sign_ledger
+
+    text = sign_ledger(Ledger("scored", "p" * 64, 1, now_text(), passes), key)
+    client.set_registered_model_tag("scored", LEDGER_TAG, text)
+
+
 def _attest(client, uri, holder, key, **changes):
     """Sign (with ``key``) the gate's pass for version ``holder`` of ``scored``, with the
-    statement's fields ``changes`` replaced, and set it on ``holder``."""
+    statement's fields ``changes`` replaced, set it on ``holder`` and name it in the gate's
+    ledger as the holder's latest verdict."""
     import tempfile
     from dataclasses import replace
     from pathlib import Path
 
+    from fairpca.tasks.gate_ledger import attestation_digest
     from fairpca.tasks.registry import ATTESTATION_TAG, download_version
     from fairpca.tasks.trust import Attestation, files_digest, sign_attestation
 
@@ -477,6 +487,7 @@ def _attest(client, uri, holder, key, **changes):
     )  # fmt: skip
     text = sign_attestation(replace(statement, **changes), key)
     client.set_model_version_tag("scored", holder, ATTESTATION_TAG, text)
+    _publish_ledger(client, key, {holder: attestation_digest(text)})
 
 
 def test_load_champion_verifies_the_attestation_or_the_registered_file(
@@ -502,6 +513,9 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     with pytest.raises(LookupError, match="holds the alias 'champion'"):
         load_champion("scored", tracking_uri=uri)
     client.set_registered_model_alias("scored", "champion", "1")
+    with pytest.raises(AttestationError, match="published no ledger"):
+        load_champion("scored", tracking_uri=uri)
+    _publish_ledger(client, key, {})
     with pytest.raises(AttestationError, match="has not attested it"):
         load_champion("scored", tracking_uri=uri)
     assert (load_champion("scored", tracking_uri=uri, attested=False).predict(X)
@@ -515,6 +529,14 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     assert copied.value.tampered
     _attest(client, uri, "1", key)
     assert (load_champion("scored", tracking_uri=uri).predict(X) == model.predict(X)).all()
+    from fairpca.tasks.gate_ledger import LEDGER_TAG
+
+    latest = client.get_registered_model("scored").tags[LEDGER_TAG]
+    _publish_ledger(client, key, {})  # the gate's latest verdict on version 1 is not this pass
+    with pytest.raises(AttestationError, match="not the version's latest verdict") as older:
+        load_champion("scored", tracking_uri=uri)
+    assert older.value.tampered
+    client.set_registered_model_tag("scored", LEDGER_TAG, latest)
     with pytest.raises(AttestationError, match="another gate policy"):
         check_attested_pass(client, uri, "scored", "1", policy_digest="q" * 64)
 

@@ -649,3 +649,20 @@ def test_the_intersection_cells_the_gate_did_not_judge_are_named_on_their_rows(a
     record = replaced(record, cells_not_judged=list(cells[0]["group"])[:1])
     (frame,) = [g for h, g in report_sections(record) if h.startswith("Intersection groups")]
     assert frame["gate (validation rows)"].iloc[0] == NOT_JUDGED
+
+
+def test_a_version_without_a_graph_says_so_on_every_surface(audit_record):
+    """An audit that saved no ONNX graph warns, in the verdict that the report, the card and the
+    run description share, that the gate will fail the version; a graph adds no warning."""
+    from fairpca.tasks.onnx_export import NO_GRAPH_REASON
+    from fairpca.tasks.record import OnnxGraphRecord
+    from fairpca.tasks.report import build_verdict, render_model_card
+
+    reason = f"{NO_GRAPH_REASON} (no exact converter: FairKernelPCA)"
+    missing = replaced(audit_record, onnx=OnnxGraphRecord(status="no_converter", reason=reason))
+    assert reason in build_verdict(missing).warnings
+    assert NO_GRAPH_REASON in render_model_card(missing)
+    exported = OnnxGraphRecord(status="exported", sha256="a" * 64, rows_checked=10)
+    with_graph = replaced(audit_record, onnx=exported)
+    assert build_verdict(with_graph).warnings == build_verdict(audit_record).warnings
+    assert NO_GRAPH_REASON not in render_model_card(with_graph)

@@ -249,3 +249,67 @@ def test_a_root_gate_runs_its_child_as_nobody():
     assert _run_child(["/usr/bin/id", "-u"], {}, work, _unprivileged(work), 10).stdout == "65534\n"
     shutil.rmtree(keys)
     shutil.rmtree(work)
+
+
+def _model_with_graph(tmp_path):
+    """A saved audit-like pipeline (preprocessor, fair PCA, classifier) with its ONNX graph."""
+    from fairpca.datasets import make_preprocessor
+    from fairpca.tasks.onnx_export import save_graph
+
+    X, y, s = _data()
+    X["kind"] = np.where(X["b"] > 0, "up", "down")
+    preprocess = make_preprocessor(X, min_category_count=1)
+    encoded = preprocess.fit_transform(X)
+    represent = FairPCA(n_components=2).fit(encoded, sensitive_features=s)
+    classify = LogisticRegression().fit(represent.transform(encoded), y)
+    pipeline = Pipeline([("preprocess", preprocess), ("represent", represent), ("c", classify)])
+    model_dir = save_model_locally(
+        pipeline, tmp_path / "graph", input_example=X.head(2), pip_requirements=[]
+    )
+    assert save_graph(model_dir, pipeline, X)["status"] == "exported"
+    return model_dir
+
+
+def test_the_onnx_flavour_is_accepted_reading_only_its_standard_graph(tmp_path):
+    import onnx
+
+    from fairpca.tasks.trust import check_model_files
+
+    model_dir = _model_with_graph(tmp_path)
+    check_model_files(model_dir)  # the graph beside the skops file is accepted
+
+    def graph_edit(name, change):
+        crafted = shutil.copytree(model_dir, tmp_path / name)
+        graph = onnx.load_model_from_string((crafted / "model.onnx").read_bytes())
+        change(graph)
+        (crafted / "model.onnx").write_bytes(graph.SerializeToString())
+        return crafted
+
+    def external(graph):
+        tensor = graph.graph.initializer[0]
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "location", "/etc/passwd"
+
+    def custom_domain(graph):
+        graph.opset_import.add(domain="com.example", version=1)
+        graph.graph.node.append(
+            onnx.helper.make_node("ReadFile", ["label"], ["x"], domain="com.example")
+        )
+
+    refused = {
+        graph_edit("external", external): "refers to external data",
+        graph_edit("custom", custom_domain): r"operator domain\(s\) \['com.example'\]",
+        _edited_mlmodel(model_dir, tmp_path / "data", lambda spec: spec["flavors"]["onnx"].update(data="../x.onnx")): "reads '../x.onnx'",  # noqa: E501
+        _edited_mlmodel(model_dir, tmp_path / "code", lambda spec: spec["flavors"]["onnx"].update(code="code")): "names code",  # noqa: E501
+        _edited_mlmodel(model_dir, tmp_path / "keys", lambda spec: spec["flavors"]["onnx"].update(loader="x")): "not the entry fairpca writes",  # noqa: E501
+    }  # fmt: skip
+    garbage = shutil.copytree(model_dir, tmp_path / "garbage")
+    (garbage / "model.onnx").write_bytes(b"\xff" * 64)
+    refused[garbage] = "not a readable ONNX model"
+    missing = shutil.copytree(model_dir, tmp_path / "missing")
+    (missing / "model.onnx").unlink()
+    refused[missing] = "is missing"
+    for crafted, message in refused.items():
+        with pytest.raises(ValueError, match=message):
+            check_model_files(crafted)
