@@ -579,11 +579,13 @@ def _check_parts(sizes: pd.DataFrame, data) -> None:
 
 
 def _per_file(function, files: list[Path], *args) -> list:
-    """``function(file, *args)`` for every file, on the cluster."""
+    """``function(file, *args)`` for every file, on the cluster; each argument is sent
+    once, as one key of the graph that every file's task reads (not copied into each)."""
     import dask
 
     task = dask.delayed(function, pure=True)
-    return list(dask.compute(*[task(file, *args) for file in files]))
+    shared = [dask.delayed(arg, pure=False, traverse=False) for arg in args]
+    return list(dask.compute(*[task(file, *shared) for file in files]))
 
 
 def _split_pass(files: list[Path], spec: RowSpec) -> tuple[RowSpec, int]:
