@@ -18,6 +18,18 @@ processes (``getrusage`` of the waited children), its stages are the ``time_*_s`
 shared, so seconds measured under load are upper bounds.
 
 Results: ``benchmarks/results/bench_audit.csv`` (one row per size) and ``bench_audit.md``.
+
+The Dask route (``--dask``; default sizes 1,000,000 and 5,000,000)::
+
+    python -m benchmarks.bench_audit --dask --sizes 1000000 5000000
+
+writes each size's Adult-like table as Parquet parts of :data:`PART_ROWS` rows (generated
+part by part), starts ``dask scheduler`` and ``dask worker`` (two single-threaded worker
+processes of :data:`WORKER_MEMORY` each) on 127.0.0.1 and runs ``fairpca audit --data PARTS
+--dask-address tcp://127.0.0.1:PORT``; it keeps the wall time, the command's peak RSS and
+each worker's peak RSS (``getrusage`` inside the worker processes), in
+``bench_audit_dask.csv`` / ``.md``. 5,000,000 rows take tens of minutes on the shared 2-core
+machine.
 """
 
 from __future__ import annotations
@@ -118,6 +130,102 @@ def run_size(n_rows: int, seed: int) -> dict:
     return row
 
 
+PART_ROWS = 250_000  # rows per Parquet part of the Dask route's tables
+WORKER_MEMORY = "2GiB"  # each Dask worker's memory limit
+
+
+def write_parts(n_rows: int, folder: Path, seed: int) -> None:
+    """An Adult-like table of ``n_rows`` rows as Parquet parts, one part in memory at a
+    time."""
+    folder.mkdir(parents=True)
+    for index, start in enumerate(range(0, n_rows, PART_ROWS)):
+        rows = min(PART_ROWS, n_rows - start)
+        adult_like(rows, seed * 1_000_003 + index).to_parquet(
+            folder / f"part-{index:04d}.parquet", index=False
+        )
+
+
+def _worker_peak_mb() -> float:
+    """This process's peak RSS in MB (run inside each worker by ``client.run``)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _start_cluster(work: Path) -> tuple[str, list]:
+    """``dask scheduler`` and two ``dask worker`` processes on 127.0.0.1, each in its own
+    process group; returns the scheduler's address and the processes."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    address, python = f"tcp://127.0.0.1:{port}", [sys.executable, "-m"]
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
+             "start_new_session": True}  # fmt: skip
+    scheduler = subprocess.Popen(
+        [*python, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+         "--no-dashboard"], **quiet,
+    )  # fmt: skip
+    workers = subprocess.Popen(
+        [*python, "distributed.cli.dask_worker", address, "--host", "127.0.0.1", "--nworkers",
+         "2", "--nthreads", "1", "--memory-limit", WORKER_MEMORY, "--no-dashboard",
+         "--local-directory", str(work / "workers")], **quiet,
+    )  # fmt: skip
+    return address, [workers, scheduler]
+
+
+def run_dask_size(n_rows: int, seed: int) -> dict:
+    """One Dask-route audit of ``n_rows`` rows as Parquet parts on a fresh 2-worker
+    cluster: its measurements."""
+    import signal
+
+    from distributed import Client
+
+    with tempfile.TemporaryDirectory(prefix="bench-audit-dask-") as folder:
+        work = Path(folder)
+        write_parts(n_rows, work / "parts", seed)
+        address, processes = _start_cluster(work)
+        try:
+            with Client(address, timeout=60) as client:
+                client.wait_for_workers(2, timeout=120)
+                command = [
+                    str(Path(sys.executable).with_name("fairpca")), "audit",
+                    "--data", str(work / "parts"), "--label", "income", "--positive-label",
+                    ">50K", "--sensitive", "sex", "--dask-address", address,
+                    "--output-dir", str(work / "out"), "--run-name", "bench",
+                ]  # fmt: skip
+                env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+                load_before, start = os.getloadavg()[0], time.perf_counter()
+                done = subprocess.run(command, env=env, capture_output=True, text=True)
+                wall = time.perf_counter() - start
+                peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+                workers_mb = sorted(client.run(_worker_peak_mb).values())
+        finally:
+            for process in processes:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+        if done.returncode != 0:
+            raise RuntimeError(f"{n_rows} rows: exit {done.returncode}\n{done.stderr[-3000:]}")
+        record = json.loads((work / "out" / "bench" / "audit.json").read_text())
+    selection = record["selection"]
+    row = {
+        "rows": n_rows,
+        **{f"n_{part}": selection["split"][f"n_{part}"] for part in PARTS},
+        "wall_s": round(wall, 1),
+        "command_peak_rss_mb": round(peak_kb / 1024),
+        **{f"worker{i}_peak_rss_mb": round(mb) for i, mb in enumerate(workers_mb)},
+        "worker_memory_limit": WORKER_MEMORY,
+        "chosen": selection["chosen"]["name"],
+        "test_balanced_accuracy": round(selection["test"].get("balanced_accuracy", np.nan), 4),
+        "promoted": bool(record["decision"]["promote"]),
+        "load_before": round(load_before, 2),
+        "load_after": round(os.getloadavg()[0], 2),
+    }
+    print(json.dumps(row), flush=True)
+    return row
+
+
 def with_growth(table: pd.DataFrame) -> pd.DataFrame:
     """Cost per 1,000 rows, and each size's wall time and rows over the previous size's."""
     table = table.sort_values("rows").reset_index(drop=True)
@@ -134,7 +242,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--append", action="store_true", help="keep the other sizes' rows")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--dask", action="store_true", help="the Dask route, Parquet parts")
     args = parser.parse_args(argv)
+    if args.dask:
+        return dask_main(args, argv)
     rows = [run_size(n, args.seed) for n in args.sizes]
     csv = args.out / "bench_audit.csv"
     table = pd.DataFrame(rows)
@@ -149,6 +260,24 @@ def main(argv: list[str] | None = None) -> None:
         "`python -m benchmarks.bench_audit` (see its docstring). Seconds on the shared 2-core "
         "machine under the load shown (1-minute load average before and after the run).\n\n"
         + markdown_table(table)
+    )
+
+
+def dask_main(args, argv: list[str] | None) -> None:
+    """The Dask route's sizes (1,000,000 and 5,000,000 rows unless ``--sizes``)."""
+    sizes = args.sizes if "--sizes" in (argv or sys.argv) else [1_000_000, 5_000_000]
+    table = pd.DataFrame([run_dask_size(n, args.seed) for n in sizes])
+    csv = args.out / "bench_audit_dask.csv"
+    if args.append and csv.exists():
+        kept = pd.read_csv(csv)
+        table = pd.concat([kept[~kept["rows"].isin(sizes)], table], ignore_index=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    table.sort_values("rows").to_csv(csv, index=False)
+    (args.out / "bench_audit_dask.md").write_text(
+        "# The Dask route by table size\n\n`python -m benchmarks.bench_audit --dask` (see its "
+        f"docstring): Parquet parts of {PART_ROWS:,} rows, two single-threaded workers of "
+        f"{WORKER_MEMORY} each on the shared 2-core machine.\n\n"
+        + markdown_table(table.sort_values("rows"))
     )
 
 

@@ -593,8 +593,10 @@ class FairPCA(TransformerMixin, BaseEstimator):
                 self.__dict__.update(saved)
             raise
 
-    def _fit_dask(self, X, y, sensitive_features):
-        """Fit a Dask collection from statistics computed and reduced on the cluster."""
+    def _fit_dask(self, X, y, sensitive_features, statistics=None):
+        """Fit a Dask collection from statistics computed and reduced on the cluster (or
+        from ``statistics`` of the same collection that serve this fit). Returns the
+        statistics used."""
         columns = sensitive_column_list(self.sensitive_columns)
         if columns and sensitive_features is not None:
             raise ValueError(
@@ -609,8 +611,10 @@ class FairPCA(TransformerMixin, BaseEstimator):
         with self._restore_input_attributes_on_error(reset=True):
             validate_data(self, meta, dtype=[np.float64, np.float32], ensure_min_samples=0)
             spec = _streaming.StatisticsSpec.for_estimator(self, self.n_features_in_)
-            stats = _dask.fit_statistics(spec, X, sensitive_features, y, columns)
-            return self._fit_from_statistics(stats)
+            if statistics is None or not statistics.spec.satisfies(spec):
+                statistics = _dask.fit_statistics(spec, X, sensitive_features, y, columns)
+            self._fit_from_statistics(statistics)
+            return statistics
 
     def _means(self, X_obj, objective_rows, constraint_rows, encoding):
         """Objective mean, constraint-row mean and per-group means in one pass over X."""
@@ -851,3 +855,25 @@ class FairPCA(TransformerMixin, BaseEstimator):
         tags.transformer_tags.preserves_dtype = ["float64", "float32"]
         tags.target_tags.required = False
         return tags
+
+
+def fit_from_shared_statistics(estimators, X, y=None):
+    """Fit several :class:`FairPCA` estimators on the same Dask collection ``X`` (group
+    columns named by their ``sensitive_columns``), one pass over ``X`` per distinct row
+    selection: estimators that differ in ``n_components``, ``tradeoff`` or the solver share
+    the sufficient statistics (``X^T X`` and the group sums), and a Fair PCA-S fit's
+    statistics (with the group scatters) serve the plain ones. So a grid of k, every lambda
+    and the standard PCA directions (``pca_components_``) cost one pass, not one each.
+    Equal-opportunity fits (rows of ``y == pos_label``) take their own pass.
+
+    Returns the estimators, fitted.
+    """
+    shared: dict[tuple, object] = {}
+    # those that need the group scatters first: their statistics serve the others
+    for estimator in sorted(estimators, key=lambda e: e.equalize_covariance is None):
+        estimator._validate_params()
+        rows = (estimator.constraint, estimator.eo_objective, estimator.pos_label)
+        eo = estimator.constraint == "equal_opportunity"
+        key = rows if eo else ("demographic_parity",)
+        shared[key] = estimator._fit_dask(X, y if eo else None, None, shared.get(key))
+    return estimators

@@ -87,8 +87,7 @@ from fairpca.tasks.select import (
     GatePolicy,
     choose,
     decide_promotion,
-    judge_references,
-    judged_everywhere,
+    judge_chosen,
     majority_accuracy_of,
     registrable,
     require_fair_variant,
@@ -641,11 +640,10 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
         reference_rows = (
             references.result() if references else reference_mitigations(*reference_arguments)
         )
-        choice = judge_references(
-            choice, reference_rows, reported["chosen"]["test"], config.selection
-        )
         unjudged = unjudged_in_split(split, reported["chosen"]["validation"], config.evaluation)
-        choice = judged_everywhere(choice, unjudged)
+        choice = judge_chosen(
+            choice, reference_rows, reported["chosen"]["test"], unjudged, config.selection
+        )
     with clock("save_model"):
         model_sha256, digest, graph = save_pipeline(
             out_dir, pipeline, split, config, validation_labels

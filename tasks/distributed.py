@@ -1,42 +1,58 @@
 """The audit's Dask route: a table larger than one machine, kept in partitions on a
-``dask.distributed`` cluster.
+``dask.distributed`` cluster; the same audit as in memory, the heavy steps distributed and the
+rest done on samples it names.
 
 ``fairpca audit --data FOLDER_OR_GLOB --dask-address tcp://host:8786`` reads a folder of
-Parquet files (or a glob of CSV parts), one partition per file, and never gathers its rows:
-every task reads its own file (only the columns it needs), so a worker holds one partition
-at a time and the client only counts, statistics and models.
+Parquet files (or a glob of CSV parts), one partition per file, and never gathers the table:
+every task reads its own file, so a worker holds one partition at a time and the client holds
+counts, statistics, models and two bounded samples.
 
-- the split: each row's part (train / validation / test, the config's shares: 50 / 25 / 25
-  by default) is drawn from a seeded hash of the row's values, so it does not depend on the
-  partitioning and identical rows share a part; it is not stratified (a stratified split
-  needs every row's label and group at once);
-- the encoder (one-hot, standardisation) is fitted on a seeded sample of at most
-  ``ENCODER_SAMPLE_ROWS`` training rows drawn from every partition;
-- fair PCA is fitted from partition statistics (:meth:`fairpca.FairPCA.fit` on a Dask
-  DataFrame of the encoded training rows: the library's Dask route), once per k of the grid;
-- the classifiers, ``SGDClassifier(loss="log_loss")`` for each (k, C), learn by
-  ``partial_fit`` on the training rows of one partition after the other (partitions in
-  order, rows in a seeded random order, ``EPOCHS`` passes);
-- every metric and interval is computed from confusion-cell counts per intersection group
-  summed over the partitions, by the library's code (:func:`counts_metrics`): the same
-  numbers :func:`fairpca.tasks.evaluate.metrics_with_intervals` gives on the rows.
+- the split: stratified by label x group as in memory, through a seeded hash of each row's
+  values (uniform in [0, 1)) within its stratum: one pass counts each stratum's hashes in
+  :data:`SPLIT_BINS` bins, and the stratum's cut points are placed where its parts get the
+  sizes the shares give it (50 / 25 / 25 by default), so every part keeps the table's
+  proportions; the part does not depend on the partitioning, and identical rows share it;
+- the samples: seeded, stratified samples of :data:`SAMPLE_ROWS` training and validation rows
+  pulled into memory (one pass, with the counts per group and the training rows' digest);
+- the screening: the in-memory audit's (unusable columns such as identifiers, target
+  leakage, proxies) on :data:`SCREEN_ROWS` of the training sample; an excluded column is
+  never read as a feature from any partition;
+- the search: the in-memory audit's wide search (k, C, every variant's lambda sweep,
+  unconstrained PCA) on the samples, as the in-memory audit searches a sample of a large
+  table; its :data:`SHORTLIST` best logistic-regression candidates and the best PCA are then
+  refitted on every row:
+- the representations from one pass of partition statistics
+  (:func:`fairpca._fair_pca.fit_from_shared_statistics`: X^T X and the group sums; every k,
+  Fair PCA-S and the PCA directions share them, equal opportunity takes one more pass; a
+  lambda only reweights them);
+- the classifiers: logistic regression exactly as scikit-learn fits it, by Newton's method on
+  the partitions' summed gradients and Hessians (one pass per step, every candidate at
+  once); ``logreg_tuned``'s threshold chosen for ``select_by`` on every validation row
+  (:func:`fairpca.tasks.sweep.gated_threshold`);
+- the reference mitigations: the in-memory audit's, fitted on the samples, measured on every
+  validation and test row;
+- every metric and interval from confusion-cell counts per intersection group summed over the
+  partitions (:func:`counts_metrics`, :func:`rows_of_counts`): the numbers the in-memory
+  functions give on the rows;
+- the choice, the references' veto, dominance and the record: the in-memory audit's own
+  functions (:func:`fairpca.tasks.select.choose`, :func:`fairpca.tasks.select.judge_chosen`,
+  :func:`fairpca.tasks.record.build_record`).
 
-The record, report and MLflow run are the in-memory audit's, without what needs every row in
-memory (the lambda sweep, the cross-validated choice, the reference mitigations, the
-representation diagnostics, column screening): those are listed in the record's ``skipped``
-with the reason. Dask is imported only here, when this route runs (extra ``fairpca[dask]``).
+Skipped (with the reason in the record): cross-validation, the representation diagnostics,
+and classifiers other than logistic regression (searched on the samples only). Dask is
+imported only here, when this route runs (extra ``fairpca[dask]``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import glob
 import hashlib
-import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -47,21 +63,21 @@ import pandas as pd
 PART_CODES = {"train": 0, "validation": 1, "test": 2}
 CONNECT_TIMEOUT_S = 3
 WORKERS_TIMEOUT_S = 60
-ENCODER_SAMPLE_ROWS = 20_000
-EPOCHS = 2
-CLASSIFIER = "sgd_logreg"
+# Rows of each of the training and validation parts pulled into memory (seeded, stratified by
+# label x group): the wide search, the reference mitigations and the encoder run on them.
+SAMPLE_ROWS = {"train": 100_000, "validation": 50_000}
+SCREEN_ROWS = 50_000  # training rows the column screening reads (of the sample)
+SHORTLIST = 5  # the wide search's best candidates refitted on every row (and the best PCA)
+CLASSIFIERS = ("logreg", "logreg_tuned")  # what the route fits exactly on the partitions
+NEWTON_MAX_ITER = 50
+NEWTON_TOL = 1e-10  # the largest change of a weight, relative, at which Newton stops
+LABEL_COLUMN = "__label__"  # the label beside the encoded training rows (equal opportunity)
 CELLS = ("TN", "FP", "FN", "TP")  # the cell of a row is 2 * y + prediction
 GLOB_CHARACTERS = "*?["
+SPLIT_BINS = 1 << 16  # bins of the rows' hash per stratum that place the stratified cuts
 SKIPPED = {
-    "lambda_sweep": "the Dask route fits fair PCA without the PCA trade-off block (lambda)",
-    "references": "the reference mitigations (fairlearn) need every row in memory",
-    "cross_validation": "the choice is made on the validation partitions",
+    "cross_validation": "the choice is made on every validation row of the partitions",
     "diagnostics": "MMD^2 and linear inseparability need the projected rows in memory",
-    "screening": "column screening (leakage, proxies) needs the training rows in memory; the "
-    "columns are used as given (--drop excludes)",
-    "split_stratification": "the split is a seeded hash of each row, not stratified",
-    "pca_baseline": "unconstrained PCA is not fitted on the Dask route: the majority class is "
-    "the only baseline",
 }
 
 
@@ -182,18 +198,15 @@ def check_partitioned_source(config) -> list[Path]:
 
 
 def _refuse_unfitted_choices(config) -> None:
-    """The route fits fair_pca (no lambda) with :data:`CLASSIFIER`: other variants,
-    classifiers or lambdas than the defaults are refused, never silently replaced; so is a
-    ``group_column`` (its split assigns each row, not each entity, a part)."""
-    asked = [
-        f"--{name} {getattr(getattr(config, section), name)}"
-        for section, name in (
-            ("representation", "variants"), ("representation", "lambdas"),
-            ("evaluation", "classifiers"),
-        )
-        if getattr(getattr(config, section), name)
-        != type(getattr(config, section)).model_fields[name].get_default(call_default_factory=True)
-    ]  # fmt: skip
+    """The route refits fair PCA (and its variants from statistics) with logistic
+    regression: fair kernel PCA, or classifiers without logistic regression, are refused,
+    never silently replaced; so is a ``group_column`` (its split assigns each row, not each
+    entity, a part)."""
+    asked = []
+    if "fair_kernel_pca" in config.representation.variants:
+        asked.append("--variants fair_kernel_pca")
+    if not set(config.evaluation.classifiers) & set(CLASSIFIERS):
+        asked.append(f"--classifiers {config.evaluation.classifiers}")
     if config.source.group_column is not None:
         raise ValueError(
             f"the Dask route splits a partitioned table row by row (a seeded hash of each "
@@ -203,9 +216,10 @@ def _refuse_unfitted_choices(config) -> None:
         )
     if asked:
         raise ValueError(
-            f"the Dask route fits fair_pca with {CLASSIFIER} only (no PCA trade-off lambda), "
-            f"so {'; '.join(asked)} cannot be honoured there: leave them out, or audit the "
-            "table (or a sample of it) in memory as one file."
+            f"the Dask route refits pca, fair_pca, fair_pca_s and fair_pca_eo with "
+            f"{' or '.join(CLASSIFIERS)} on the partitions, so {'; '.join(asked)} cannot be "
+            "honoured there: leave them out (or add logreg_tuned), or audit the table (or a "
+            "sample of it) in memory as one file."
         )
 
 
@@ -237,10 +251,18 @@ class RowSpec:
     seed: int
     sep: str | None
     shares: tuple[float, float, float]  # train, validation, test (the config's split section)
+    cuts: dict | None = None  # stratum -> its parts' cut points (stratum_cuts)
+    excluded: tuple[str, ...] = ()  # features the screening excluded (still read: hashed)
 
     @property
     def columns(self) -> list[str]:
+        """What is read and hashed (the same before and after the screening)."""
         return [self.label, *self.sensitive, *self.features]
+
+    @property
+    def kept(self) -> list[str]:
+        """The features the audit uses."""
+        return [c for c in self.features if c not in self.excluded]
 
 
 def _read_partition(file: Path, spec: RowSpec) -> pd.DataFrame:
@@ -252,19 +274,74 @@ def _read_partition(file: Path, spec: RowSpec) -> pd.DataFrame:
     return frame[spec.columns]
 
 
-def part_of_rows(frame: pd.DataFrame, seed: int, shares: tuple[float, ...]) -> np.ndarray:
-    """Each row's part (0 train, 1 validation, 2 test, by their ``shares``; a row beyond
-    their sum, 3, is left out, as in the in-memory split): a seeded 64-bit
-    hash of the row's values (as text), whose top 53 bits read as a uniform number in
-    [0, 1) fall into one of the shares' intervals."""
+def row_uniforms(frame: pd.DataFrame, seed: int) -> np.ndarray:
+    """A seeded 64-bit hash of each row's values (as text), its top 53 bits read as a
+    uniform number in [0, 1): the row's place in its stratum, whatever the partitioning
+    (identical rows share it)."""
     hash_key = hashlib.sha256(f"fairpca-split-{seed}".encode()).hexdigest()[:16]
     hashed = pd.util.hash_pandas_object(frame.astype(str), index=False, hash_key=hash_key)
-    uniform = (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
-    return np.searchsorted(np.cumsum(shares), uniform, side="right").astype(np.int8)
+    return (hashed.to_numpy() >> np.uint64(11)).astype(np.float64) / float(1 << 53)
 
 
-def _rows(file: Path, spec: RowSpec):
-    """Features, binary label, groups (as text) and part of a partition's rows."""
+def strata_of(y: np.ndarray, groups: pd.DataFrame) -> np.ndarray:
+    """Each row's stratum, ``label|group|...`` (the in-memory split's label x group
+    strata), as text: the same key on every partition."""
+    keys = pd.Series(np.asarray(y).astype(str))
+    for column in groups.columns:
+        keys = keys + "|" + groups[column].astype(str).to_numpy()
+    return keys.to_numpy()
+
+
+def part_of_rows(frame: pd.DataFrame, seed: int, shares: tuple[float, ...], strata=None,
+                 cuts: dict | None = None) -> np.ndarray:  # fmt: skip
+    """Each row's part (0 train, 1 validation, 2 test; 3: beyond the shares' sum, left out
+    as in the in-memory split): its :func:`row_uniforms` value against its stratum's
+    ``cuts`` (:func:`stratum_cuts`; the shares' cumulative sums for a stratum without)."""
+    uniform = row_uniforms(frame, seed)
+    default = np.cumsum(shares)
+    if strata is None or not cuts:
+        return np.searchsorted(default, uniform, side="right").astype(np.int8)
+    part = np.empty(len(uniform), dtype=np.int8)
+    for key in pd.unique(strata):
+        rows = strata == key
+        edges = np.asarray(cuts.get(key, default))
+        part[rows] = np.searchsorted(edges, uniform[rows], side="right")
+    return part
+
+
+def _uniform_histogram(file: Path, spec: RowSpec) -> pd.DataFrame:
+    """Rows per (stratum, bin of :data:`SPLIT_BINS` of their uniform) of a partition (the
+    non-empty bins only)."""
+    frame, y, groups = _labelled(file, spec)
+    uniform = row_uniforms(frame, spec.seed)
+    bins = np.minimum((uniform * SPLIT_BINS).astype(np.int64), SPLIT_BINS - 1)
+    table = pd.DataFrame({"stratum": strata_of(y, groups), "bin": bins})
+    return table.value_counts(sort=False).rename("rows").reset_index()
+
+
+def stratum_cuts(histogram: pd.DataFrame, shares: tuple[float, ...]) -> dict[str, tuple]:
+    """Each stratum's three cut points in [0, 1]: at the bin edges where its rows' running
+    count comes nearest the parts' sizes, which the in-memory split gives the stratum
+    (:func:`fairpca.tasks.data.part_sizes` of its rows, by the shares). So every part holds
+    each label x group stratum in the table's proportion, to a bin's rows
+    (``1 / SPLIT_BINS`` of the stratum)."""
+    from fairpca.tasks.data import _allocate
+
+    cuts = {}
+    weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
+    for key, rows in histogram.groupby("stratum", sort=True):
+        counts = np.zeros(SPLIT_BINS, dtype=np.int64)
+        np.add.at(counts, rows["bin"].to_numpy(), rows["rows"].to_numpy())
+        total = int(counts.sum())
+        wanted = _allocate(int(np.floor(total * sum(shares) + 1e-9)), weights)
+        running = np.concatenate([[0], np.cumsum(counts)])  # rows below each bin edge
+        edges = [int(np.abs(running - target).argmin()) for target in np.cumsum(wanted)]
+        cuts[str(key)] = tuple(edge / SPLIT_BINS for edge in edges)
+    return cuts
+
+
+def _labelled(file: Path, spec: RowSpec):
+    """A partition's rows, binary label and groups (as text)."""
     frame = _read_partition(file, spec).reset_index(drop=True)
     label = frame[spec.label]
     if spec.positive_label is not None:
@@ -276,52 +353,80 @@ def _rows(file: Path, spec: RowSpec):
                 f"label column {spec.label!r} of {file} is not 0/1; pass --positive-label."
             )
         y = y.astype(np.int64)
-    groups = frame[list(spec.sensitive)].astype(str)
-    return frame[list(spec.features)], y, groups, part_of_rows(frame, spec.seed, spec.shares)
+    return frame, y, frame[list(spec.sensitive)].astype(str)
 
 
-def _first_facts(file: Path, spec: RowSpec, index: int, per_partition: int):
-    """One pass: rows per (groups, part, label), the training rows' digest and a seeded
-    sample of at most ``per_partition`` training rows (for the encoder)."""
+def _rows(file: Path, spec: RowSpec):
+    """Features, binary label, groups (as text) and part of a partition's rows."""
+    frame, y, groups = _labelled(file, spec)
+    part = part_of_rows(frame, spec.seed, spec.shares, strata_of(y, groups), spec.cuts)
+    return frame[spec.kept], y, groups, part
+
+
+def _first_facts(file: Path, spec: RowSpec, index: int, rates: dict[str, float]):
+    """One pass: rows per (groups, part, label), the training rows' digest, and seeded
+    draws of the training and validation rows (each row with its part's ``rates``)."""
     X, y, groups, part = _rows(file, spec)
     sizes = groups.assign(part=part, y=y).value_counts(sort=False).rename("rows").reset_index()
     train = np.flatnonzero(part == PART_CODES["train"])
-    rng = np.random.default_rng([spec.seed, index])
-    sample = np.sort(rng.choice(train, size=min(per_partition, train.size), replace=False))
     digest = hashlib.sha256()
     for piece in (X.iloc[train], pd.DataFrame({"y": y[train]}), groups.iloc[train]):
         digest.update(pd.util.hash_pandas_object(piece, index=False).to_numpy().tobytes())
-    return sizes, digest.hexdigest(), X.iloc[sample], groups.iloc[sample]
+    draw = np.random.default_rng([spec.seed, index]).random(len(y))
+    drawn = {}
+    for name, rate in rates.items():
+        rows = np.flatnonzero((part == PART_CODES[name]) & (draw < rate))
+        drawn[name] = (X.iloc[rows], y[rows], groups.iloc[rows])
+    return sizes, digest.hexdigest(), drawn
 
 
-def _encoded_training_rows(file: Path, spec: RowSpec, preprocessor, names: list[str]):
+def _encoded(file: Path, spec: RowSpec, preprocessor, parts: tuple[str, ...]):
+    """A partition's rows of ``parts``: encoded features (float64 frame), label, groups,
+    part."""
+    X, y, groups, part = _rows(file, spec)
+    rows = np.flatnonzero(np.isin(part, [PART_CODES[p] for p in parts]))
+    encoded = preprocessor.transform(X.iloc[rows])
+    encoded = pd.DataFrame(np.asarray(encoded, dtype=np.float64),
+                           columns=list(preprocessor.get_feature_names_out()))  # fmt: skip
+    return encoded, y[rows], groups.iloc[rows].reset_index(drop=True), part[rows]
+
+
+def _encoded_training_rows(file: Path, spec: RowSpec, preprocessor):
     """A partition's training rows encoded, with the group columns (fair PCA's
-    ``sensitive_columns``)."""
-    X, _, groups, part = _rows(file, spec)
-    train = part == PART_CODES["train"]
-    out = preprocessor.transform(X[train]).astype(np.float64).reset_index(drop=True)[names]
+    ``sensitive_columns``) and the label (equal opportunity's rows)."""
+    out, y, groups, _ = _encoded(file, spec, preprocessor, ("train",))
     for column in spec.sensitive:
-        out[f"group:{column}"] = groups[column].to_numpy()[train]
+        out[f"group:{column}"] = groups[column].to_numpy()
+    out[LABEL_COLUMN] = y
     return out
 
 
-def _train_step(models: dict, file: Path, spec: RowSpec, preprocessor, projections: dict,
-                step: tuple[int, int]) -> dict:  # fmt: skip
-    """``partial_fit`` of every (k, C) classifier on one partition's training rows, in a
-    seeded random order (``step``: epoch and partition index). Works on copies: a task
-    never changes its inputs."""
-    X, y, _, part = _rows(file, spec)
-    train = np.flatnonzero(part == PART_CODES["train"])
-    if train.size == 0:
-        return models
-    order = np.random.default_rng([spec.seed, *step]).permutation(train)
-    encoded = preprocessor.transform(X.iloc[order])
-    models = copy.deepcopy(models)
-    for k, projection in projections.items():
-        projected = projection.transform(encoded)
-        for C in (C for model_k, C in models if model_k == k):
-            models[k, C].partial_fit(projected, y[order], classes=np.array([0, 1]))
-    return models
+def _newton_terms(file: Path, spec: RowSpec, preprocessor, models: list) -> list:
+    """For each ``(representation, weights)`` of ``models``: the logistic loss, its gradient
+    and Hessian summed over the partition's training rows (features: the representation's,
+    then 1 for the intercept)."""
+    from scipy.special import expit, log_expit
+
+    encoded, y, _, _ = _encoded(file, spec, preprocessor, ("train",))
+    out = []
+    for representation, weights in models:
+        Z = np.hstack([np.asarray(representation.transform(encoded)), np.ones((len(y), 1))])
+        score = Z @ weights
+        p = expit(score)
+        loss = -np.sum(y * log_expit(score) + (1 - y) * log_expit(-score))
+        out.append((loss, Z.T @ (p - y), (Z * (p * (1 - p))[:, None]).T @ Z))
+    return out
+
+
+def _validation_scores(file: Path, spec: RowSpec, preprocessor, pipelines: dict):
+    """The positive-class probability of each pipeline on the partition's validation rows
+    (float32), their labels and groups."""
+    encoded, y, groups, _ = _encoded(file, spec, preprocessor, ("validation",))
+    scores = {
+        name: np.asarray(steps.predict_proba(encoded)[:, 1], dtype=np.float32)
+        for name, steps in pipelines.items()
+    }
+    return scores, y.astype(np.int8), groups
 
 
 def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> pd.DataFrame:
@@ -331,19 +436,18 @@ def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> pd
     return table.groupby(list(keys.columns), sort=False).sum().reset_index()
 
 
-def _count_cells(file: Path, spec: RowSpec, preprocessor, projections: dict, models: dict):
-    """Confusion-cell counts per (candidate, part, groups) of the validation and test rows;
-    candidate ``majority`` predicts 0 (flipped on the client when the majority class is 1)."""
-    X, y, groups, part = _rows(file, spec)
-    rows = np.flatnonzero(part != PART_CODES["train"])
-    encoded = preprocessor.transform(X.iloc[rows])
-    keys = groups.iloc[rows].assign(part=part[rows])
-    predictions = {"majority": np.zeros(rows.size, dtype=np.int64)}
-    for (k, C), model in models.items():
-        projected = projections[k].transform(encoded)
-        predictions[_candidate(k, C)] = model.predict(projected).astype(np.int64)
+def _count_cells(file: Path, spec: RowSpec, preprocessor, predictors: dict):
+    """Confusion-cell counts per (candidate, part, groups) of the validation and test rows:
+    ``predictors`` maps a name to ``predict(encoded, groups) -> 0/1`` (a candidate's
+    representation and classifier, a reference mitigation); ``majority`` predicts 0 (flipped
+    on the client when the majority class is 1)."""
+    encoded, y, groups, part = _encoded(file, spec, preprocessor, ("validation", "test"))
+    keys = groups.assign(part=part)
+    predictions = {"majority": np.zeros(len(y), dtype=np.int64)}
+    for name, predict in predictors.items():
+        predictions[name] = np.asarray(predict(encoded, groups)).astype(np.int64)
     tables = [
-        _cell_counts(keys, y[rows], predicted).assign(candidate=candidate)
+        _cell_counts(keys, y, predicted).assign(candidate=candidate)
         for candidate, predicted in predictions.items()
     ]
     return pd.concat(tables, ignore_index=True)
@@ -355,10 +459,6 @@ def _champion_cells(file: Path, spec: RowSpec, pipeline) -> pd.DataFrame:
     test = part == PART_CODES["test"]
     predicted = np.asarray(pipeline.predict(X[test]), dtype=np.int64)
     return _cell_counts(groups[test], y[test], predicted)
-
-
-def _candidate(k: int, C: float) -> str:
-    return f"{k}:{C!r}"
 
 
 # ---- metrics from counts ---------------------------------------------------------------------
@@ -422,20 +522,16 @@ def counts_metrics(counts: pd.DataFrame, sensitive: list[str], *, min_group_size
 
 @dataclass
 class Passes:
-    """What the passes over the partitions found; only counts, statistics, a bounded sample
-    and fitted models, never the rows."""
+    """What the passes over the partitions found; only counts, statistics, bounded samples
+    and fitted models, never the table's rows."""
 
     files: list[Path]
     spec: RowSpec
     sizes: pd.DataFrame  # rows per (groups, part, y)
     digest: str  # SHA-256 of the training rows, partition by partition
-    sample_X: pd.DataFrame  # the encoder's sample of training rows
+    sample: Any  # the in-memory samples as a Split (training, validation rows; no test rows)
     preprocessor: Any
-    k_record: dict
-    representations: dict  # k -> FittedRepresentation
-    models: dict  # (k, C) -> SGDClassifier
-    cells: pd.DataFrame  # confusion-cell counts per (candidate, part, groups)
-    clock: dict[str, float]
+    clock: dict[str, float] = field(default_factory=dict)
 
     def rows_of(self, part: str) -> int:
         return int(self.sizes.loc[self.sizes["part"] == PART_CODES[part], "rows"].sum())
@@ -446,22 +542,11 @@ class Passes:
         train = self.sizes[self.sizes["part"] == PART_CODES["train"]]
         return int(train.loc[train["y"] == 1, "rows"].sum() * 2 > train["rows"].sum())
 
-    def counts(self, candidate: str, part: str) -> pd.DataFrame:
-        """Cell counts per group of a candidate (or ``majority``) on a part."""
-        table = self.cells.xs((candidate, PART_CODES[part]), level=("candidate", "part"))
-        table = table.reset_index()
-        if candidate == "majority" and self.majority == 1:  # every row predicted 1
-            table = table.assign(FP=table["TN"], TP=table["FN"], TN=0, FN=0)
-        return table
-
-    def pipeline(self, k: int, C: float):
-        from sklearn.pipeline import Pipeline
-
-        return Pipeline([
-            ("preprocess", self.preprocessor),
-            ("represent", self.representations[k].estimator),
-            ("classify", self.models[k, C]),
-        ])  # fmt: skip
+    def labels(self, part: str) -> np.ndarray:
+        """A part's labels, sorted (one byte a row): all that the choice reads of them."""
+        sizes = self.sizes[self.sizes["part"] == PART_CODES[part]]
+        per_label = sizes.groupby("y")["rows"].sum()
+        return np.repeat(per_label.index.to_numpy(np.int8), per_label.to_numpy())
 
 
 def _spec(config, files: list[Path]) -> RowSpec:
@@ -494,118 +579,452 @@ def _check_parts(sizes: pd.DataFrame, data) -> None:
 
 
 def _per_file(function, files: list[Path], *args) -> list:
-    """``function(file, *args)`` for every file, on the cluster."""
+    """``function(file, *args)`` for every file, on the cluster; each argument is sent
+    once, as one key of the graph that every file's task reads (not copied into each)."""
     import dask
 
     task = dask.delayed(function, pure=True)
-    return list(dask.compute(*[task(file, *args) for file in files]))
+    shared = [dask.delayed(arg, pure=False, traverse=False) for arg in args]
+    return list(dask.compute(*[task(file, *shared) for file in files]))
 
 
-def _first_pass(files: list[Path], spec: RowSpec):
-    """Rows per (groups, part, label), the training digest, the encoder's sample."""
+def _split_pass(files: list[Path], spec: RowSpec) -> tuple[RowSpec, int]:
+    """The stratified split's cut points (one pass) and the table's rows."""
+    histogram = pd.concat(_per_file(_uniform_histogram, files, spec), ignore_index=True)
+    return dataclasses.replace(spec, cuts=stratum_cuts(histogram, spec.shares)), int(
+        histogram["rows"].sum()
+    )
+
+
+def _first_pass(files: list[Path], spec: RowSpec, n_rows: int, evaluation):
+    """Rows per (groups, part, label), the training digest, and the in-memory samples:
+    :data:`SAMPLE_ROWS` rows of each of the training and validation parts, seeded and
+    stratified by label x group (each partition draws a little more than its share; the
+    union is cut to size by :func:`fairpca.tasks.data.stratified_sample`)."""
     import dask
 
-    per_partition = max(1, math.ceil(ENCODER_SAMPLE_ROWS / len(files)))
+    from fairpca.tasks.data import stratified_sample
+
+    shares = dict(zip(PART_CODES, spec.shares, strict=False))
+    rates = {part: min(1.0, 1.2 * SAMPLE_ROWS[part] / max(n_rows * shares[part], 1.0))
+             for part in SAMPLE_ROWS}  # fmt: skip
     task = dask.delayed(_first_facts, pure=True)
-    facts = dask.compute(*[task(f, spec, i, per_partition) for i, f in enumerate(files)])
+    facts = dask.compute(*[task(f, spec, i, rates) for i, f in enumerate(files)])
     keys = [*spec.sensitive, "part", "y"]
     sizes = pd.concat([f[0] for f in facts]).groupby(keys, sort=False)["rows"].sum()
     digest = hashlib.sha256("".join(f[1] for f in facts).encode()).hexdigest()
-    sample_X = pd.concat([f[2] for f in facts], ignore_index=True)
-    sample_groups = pd.concat([f[3] for f in facts], ignore_index=True)
-    return sizes.reset_index(), digest, sample_X, sample_groups
+    samples = {}
+    for part in SAMPLE_ROWS:
+        X = pd.concat([f[2][part][0] for f in facts], ignore_index=True)
+        y = np.concatenate([f[2][part][1] for f in facts])
+        groups = pd.concat([f[2][part][2] for f in facts], ignore_index=True)
+        rows = stratified_sample(y, groups, SAMPLE_ROWS[part], spec.seed,
+                                 floor=evaluation.min_group_size)  # fmt: skip
+        samples[part] = (X.iloc[rows].reset_index(drop=True), y[rows],
+                         groups.iloc[rows].reset_index(drop=True))  # fmt: skip
+    return sizes.reset_index(), digest, samples
 
 
-def _fit_representations(files, spec: RowSpec, preprocessor, grid: list[int]) -> dict:
-    """Fair PCA for each k, each fitted on the cluster from partition statistics of the
-    encoded training rows (a Dask DataFrame, one partition per file, read by the task)."""
-    import dask.dataframe as dd
+def _screen(samples: dict, config) -> tuple[dict[str, str], list[dict]]:
+    """The in-memory audit's screening (identifiers and other unusable columns, target
+    leakage, proxies of a sensitive attribute) on a seeded stratified sample of at most
+    :data:`SCREEN_ROWS` training rows: the excluded columns with their reasons and the
+    record's entries."""
+    from types import SimpleNamespace
 
-    from fairpca import FairPCA
-    from fairpca.tasks.represent import FittedRepresentation
+    from fairpca.datasets import screen_columns
+    from fairpca.tasks.data import screen_training_rows, stratified_sample
 
-    columns = list(preprocessor.get_feature_names_out())
-    group_columns = [f"group:{c}" for c in spec.sensitive]
-    meta = pd.DataFrame({c: pd.Series(dtype=np.float64) for c in columns})
-    for column in group_columns:
-        meta[column] = pd.Series(dtype=object)
-    encoded = dd.from_map(
-        _encoded_training_rows, files, args=[spec, preprocessor, columns], meta=meta,
-        enforce_metadata=False,
+    X, y, groups = samples["train"]
+    rows = stratified_sample(y, groups, SCREEN_ROWS, config.seed)
+    X, y, groups = X.iloc[rows].reset_index(drop=True), y[rows], groups.iloc[rows]
+    source = config.source
+    unusable = screen_columns(X, keep=[c for c in source.keep if c in X]).excluded
+    dataset = SimpleNamespace(
+        X=X[[c for c in X.columns if c not in unusable]],
+        sensitive=groups.reset_index(drop=True), screened=unusable,
     )  # fmt: skip
-    fitted = {}
-    for k in grid:
-        start = time.perf_counter()
-        estimator = FairPCA(
-            n_components=k, sensitive_columns=group_columns, random_state=spec.seed
-        ).fit(encoded)
-        estimator.set_params(sensitive_columns=None)  # the pipeline passes features only
-        facts = {"k": float(k), "mean_gap_fit": estimator.mean_gap_}
-        fitted[k] = FittedRepresentation("fair_pca", estimator, time.perf_counter() - start, facts)
-    return fitted
+    leaking, entries = screen_training_rows(
+        dataset, y, np.arange(len(y)), source, config.evaluation.min_group_size
+    )
+    return {**unusable, **leaking}, entries
 
 
-def _train(files, spec: RowSpec, preprocessor, projections: dict, C_grid, n_train: int):
-    """Every (k, C) classifier, trained by ``partial_fit`` over the partitions in order.
+def _sample_split(samples: dict, spec: RowSpec, excluded: dict, entries: list):
+    """The samples as the in-memory audit's :class:`fairpca.tasks.data.Split` (the features
+    the screening kept; no test rows: the test part is only measured, on the partitions)."""
+    from fairpca.tasks.data import Split
 
-    ``SGDClassifier`` minimises ``mean(log loss) + alpha / 2 * ||w||^2``; logistic
-    regression's ``C * sum(log loss) + 1 / 2 * ||w||^2`` divided by ``C * n`` is that with
-    ``alpha = 1 / (C * n)``, so C means what it means in the in-memory audit.
-    """
-    import dask
-    from sklearn.linear_model import SGDClassifier
-
-    state = {
-        (k, C): SGDClassifier(loss="log_loss", alpha=1.0 / (C * n_train), random_state=spec.seed)
-        for k in projections
-        for C in C_grid
-    }
-    step = dask.delayed(_train_step, pure=True)
-    for epoch in range(EPOCHS):  # a chain of tasks: each one's models feed the next
-        for index, file in enumerate(files):
-            state = step(state, file, spec, preprocessor, projections, (epoch, index))
-    (trained,) = dask.compute(state)
-    return trained
+    values = {}
+    for part, (X, y, groups) in samples.items():
+        values |= {f"X_{part}": X[spec.kept], f"y_{part}": y, f"s_{part}": groups}
+    X, y, groups = values["X_validation"], values["y_validation"], values["s_validation"]
+    values |= {"X_test": X.iloc[:0], "y_test": y[:0], "s_test": groups.iloc[:0]}
+    return Split(**values, leaking=excluded, screening=entries)
 
 
 def _passes(files: list[Path], config) -> Passes:
-    """Every pass over the partitions: sizes and sample, encoder, fair PCA per k, the
-    classifiers, the confusion-cell counts."""
-    from fairpca.tasks.represent import make_preprocessor, resolve_k
+    """The split, the counts and the samples (two passes), the screening and the encoder
+    on the samples."""
+    from fairpca.tasks.represent import make_preprocessor
 
     clock: dict[str, float] = {}
     tick = time.perf_counter()
-    spec = _spec(config, files)
-    sizes, digest, sample_X, sample_groups = _first_pass(files, spec)
+    spec, n_rows = _split_pass(files, _spec(config, files))
+    sizes, digest, samples = _first_pass(files, spec, n_rows, config.evaluation)
     _check_parts(sizes, config.source.data)
     clock["time_load_data_s"] = time.perf_counter() - tick
     tick = time.perf_counter()
+    excluded, entries = _screen(samples, config)
+    spec = dataclasses.replace(spec, excluded=tuple(c for c in spec.features if c in excluded))
+    sample = _sample_split(samples, spec, excluded, entries)
     min_count = config.representation.min_category_count
-    preprocessor = make_preprocessor(sample_X, min_count).set_output(transform="pandas")
-    preprocessor.fit(sample_X)  # pandas output: fair PCA keeps the encoded columns' names
-    width = len(preprocessor.get_feature_names_out())
-    k_record = resolve_k(
-        config.representation.k, width, sample_groups, ["fair_pca"], config.representation.k_grid
+    # the in-memory audit's encoder, with pandas output (set before the fit, so every step
+    # sees the names it was fitted with): fair PCA keeps the encoded columns' names
+    preprocessor = make_preprocessor(sample.X_train, min_count).set_output(transform="pandas")
+    preprocessor.fit(sample.X_train)
+    clock["time_encode_s"] = time.perf_counter() - tick
+    return Passes(files, spec, sizes, digest, sample, preprocessor, clock)
+
+
+# ---- the search on the samples, the shortlist refitted on the partitions ---------------------
+
+
+def _search(config, passes: Passes):
+    """The in-memory audit's wide search (k, C, the lambda sweep of every variant) on the
+    samples, as the in-memory audit searches a sample of a large table: the candidates'
+    table, the searches, the skipped variants and the resolved config and k record."""
+    from fairpca.tasks.data import search_sample
+    from fairpca.tasks.evaluate import shared_mmd_sigma
+    from fairpca.tasks.represent import resolve_k
+    from fairpca.tasks.select import GatePolicy, require_fair_variant
+    from fairpca.tasks.sweep import DEFAULT_C_GRID, search_representation, sweep_representation
+
+    sample, representation = passes.sample, config.representation
+    encoded = tuple(np.asarray(passes.preprocessor.transform(getattr(sample, f"X_{part}")),
+                               dtype=np.float64) for part in ("train", "validation"))  # fmt: skip
+    variants = list(representation.variants)
+    k_record = resolve_k(representation.k, encoded[0].shape[1], sample.s_train, variants,
+                         representation.k_grid)  # fmt: skip
+    config = config.model_copy(update={"representation": representation.model_copy(
+        update={"k_grid": k_record["grid"]})})  # fmt: skip
+    representation, evaluation, selection = (
+        config.representation, config.evaluation, config.selection
     )
-    representations = _fit_representations(files, spec, preprocessor, k_record["grid"])
-    clock["time_represent_s"] = time.perf_counter() - tick
-    tick = time.perf_counter()
-    n_train = int(sizes.loc[sizes["part"] == PART_CODES["train"], "rows"].sum())
-    # the in-memory audit's default grid: the paper's C = 1 / (2 n 0.01), and 1
-    C_grid = config.evaluation.logreg_C or [1.0 / (2 * n_train * 0.01), 1.0]
-    projections = {k: rep.estimator for k, rep in representations.items()}
-    models = _train(files, spec, preprocessor, projections, C_grid, n_train)
-    clock["time_train_s"] = time.perf_counter() - tick
-    tick = time.perf_counter()
-    parts = _per_file(_count_cells, files, spec, preprocessor, projections, models)
-    keys = ["candidate", "part", *spec.sensitive]
-    cells = pd.concat(parts, ignore_index=True).groupby(keys, sort=False)[list(CELLS)].sum()
-    clock["time_evaluate_s"] = time.perf_counter() - tick
-    return Passes(files, spec, sizes, digest, sample_X, preprocessor, k_record,
-                  representations, models, cells, clock)  # fmt: skip
+    searched, searched_encoded = search_sample(
+        sample, encoded, config.split.search_rows, config.seed, evaluation.min_group_size
+    )
+    sigma = shared_mmd_sigma(searched_encoded[0], representation.k_grid[0],
+                             max_rows=representation.metric_max_rows, seed=config.seed)  # fmt: skip
+    searches, skipped, rows = {}, {}, []
+    for variant in variants:
+        try:
+            search = search_representation(
+                variant, *searched_encoded, searched, representation.k_grid, representation,
+                evaluation, selection, config.seed,
+            )  # fmt: skip
+        except ValueError as error:
+            skipped[variant] = str(error)
+            continue
+        searches[variant] = search
+        sweep = sweep_representation(
+            search.representation, *searched_encoded, searched, representation, evaluation,
+            config.seed, sigma, C=search.C, scoring=selection.select_by,
+            lambdas=search.lambdas, policy=GatePolicy.from_config(selection),
+            C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
+        )  # fmt: skip
+        rows += sweep.rows
+    require_fair_variant(variants, skipped, encoded[0].shape[1])
+    return pd.DataFrame(rows), searches, skipped, config, k_record, searched
 
 
-# ---- the choice and the record (on the client, from counts) ----------------------------------
+def _shortlisted(table: pd.DataFrame, searched, selection) -> list[dict]:
+    """The candidates refitted on every row: the :data:`SHORTLIST` best of the wide search
+    by the audit's own order and the best unconstrained PCA
+    (:func:`fairpca.tasks.select.shortlist`), of the classifiers the route fits."""
+    from fairpca.tasks.select import majority_accuracy_of, registrable, shortlist
+
+    majority = majority_accuracy_of(searched.y_train, searched.y_validation)
+    fitted = table[table["classifier"].isin(CLASSIFIERS)]
+    return shortlist(registrable(fitted, selection.allow_row_storing_models), majority,
+                     selection, SHORTLIST)  # fmt: skip
+
+
+def _refit_representations(passes: Passes, candidates: list[dict], searches: dict, config):
+    """Each shortlisted (variant, k) refitted on every training row from the partitions'
+    sufficient statistics (:func:`fairpca._fair_pca.fit_from_shared_statistics`: one pass
+    for fair PCA, Fair PCA-S and the standard PCA directions at every k, one more for equal
+    opportunity); standard PCA is fair PCA's ``pca_components_`` at that k."""
+    import dask.dataframe as dd
+
+    from fairpca._fair_pca import fit_from_shared_statistics
+    from fairpca.tasks.represent import FittedRepresentation, make_representation
+
+    start = time.perf_counter()
+    columns = list(passes.preprocessor.get_feature_names_out())
+    groups = [f"group:{c}" for c in passes.spec.sensitive]
+    meta = pd.DataFrame({c: pd.Series(dtype=np.float64) for c in columns})
+    for column in groups:
+        meta[column] = pd.Series(dtype=object)
+    meta[LABEL_COLUMN] = pd.Series(dtype=np.int64)
+    rows = dd.from_map(_encoded_training_rows, passes.files, args=[passes.spec,
+                       passes.preprocessor], meta=meta, enforce_metadata=False)  # fmt: skip
+    estimators = {}
+    for variant, k in dict.fromkeys((c["variant"], int(c["k"])) for c in candidates):
+        facts = searches[variant].representation.facts
+        fair = "fair_pca" if variant == "pca" else variant
+        equalize = facts.get("equalize_covariance", config.representation.equalize_covariance)
+        estimator = make_representation(fair, k, equalize_covariance=equalize, seed=config.seed)
+        estimators[variant, k] = estimator.set_params(sensitive_columns=groups)
+    fit_from_shared_statistics(list(estimators.values()), rows.drop(columns=[LABEL_COLUMN]),
+                               rows[LABEL_COLUMN])  # fmt: skip
+    seconds = time.perf_counter() - start
+    out = {}
+    for (variant, k), estimator in estimators.items():
+        estimator.set_params(sensitive_columns=None)  # the pipeline passes features only
+        fitted = _pca_of(estimator, k) if variant == "pca" else estimator
+        facts = {"k": float(k)}
+        if variant != "pca":
+            facts["mean_gap_fit"] = estimator.mean_gap_
+        out[variant, k] = FittedRepresentation(variant, fitted, seconds, facts)
+    return out
+
+
+def _pca_of(fair, k: int):
+    """Standard PCA at ``k`` as the fitted :class:`sklearn.decomposition.PCA` whose
+    directions are ``fair.pca_components_`` (the same statistics' leading eigenvectors)."""
+    from sklearn.decomposition import PCA
+
+    pca = PCA(n_components=k)
+    pca.components_ = np.array(fair.pca_components_[:k], dtype=np.float64)
+    pca.mean_ = np.array(fair.mean_, dtype=np.float64)
+    pca.n_components_, pca.n_features_in_ = k, fair.n_features_in_
+    pca.explained_variance_ = np.ones(k)  # only read when whitening, which is off
+    if hasattr(fair, "feature_names_in_"):
+        pca.feature_names_in_ = fair.feature_names_in_
+    return pca
+
+
+def _at_lambda(representation, row: dict):
+    """The representation as the candidate ``row`` uses it (its lambda set, on a copy)."""
+    estimator = copy.deepcopy(representation.estimator)
+    lam = row.get("lambda")
+    if "tradeoff" in estimator.get_params() and lam is not None and np.isfinite(lam):
+        estimator.set_params(tradeoff=float(lam))
+    return estimator
+
+
+def _fit_logistic(passes: Passes, problems: dict) -> dict:
+    """Logistic regressions fitted exactly on every training row of the partitions, as
+    scikit-learn's ``LogisticRegression(C)`` minimises ``1/2 ||w||^2 + C sum log loss``
+    (intercept not penalised): Newton's method, each step one pass over the partitions for
+    every problem at once (loss, gradient and Hessian summed on the workers); a step that
+    raises the objective is halved. ``problems``: name -> (representation, C). Returns
+    name -> fitted :class:`~sklearn.linear_model.LogisticRegression`."""
+    from sklearn.linear_model import LogisticRegression
+
+    width = {name: len(rep.get_feature_names_out()) + 1 for name, (rep, _) in problems.items()}
+    state = {name: {"w": np.zeros(width[name]), "best": None, "step": None, "iterations": 0}
+             for name in problems}  # fmt: skip
+    active = list(problems)
+    for _ in range(NEWTON_MAX_ITER):
+        if not active:
+            break
+        models = [(problems[name][0], state[name]["w"]) for name in active]
+        parts = _per_file(_newton_terms, passes.files, passes.spec, passes.preprocessor, models)
+        for j, name in enumerate(list(active)):
+            loss, gradient, hessian = (sum(part[j][i] for part in parts) for i in range(3))
+            if _newton_step(state[name], problems[name][1], loss, gradient, hessian):
+                active.remove(name)
+    fitted = {}
+    for name, (_, C) in problems.items():
+        w = state[name]["w"]
+        model = LogisticRegression(C=C, max_iter=1000)
+        model.coef_, model.intercept_ = w[None, :-1].copy(), w[-1:].copy()
+        model.classes_, model.n_features_in_ = np.array([0, 1]), w.size - 1
+        model.n_iter_ = np.array([state[name]["iterations"]], dtype=np.int32)
+        fitted[name] = model
+    return fitted
+
+
+def _newton_step(state: dict, C: float, loss: float, gradient, hessian) -> bool:
+    """One safeguarded Newton step of ``state`` (its weights ``w``); True once converged."""
+    w = state["w"]
+    penalty = np.r_[np.ones(w.size - 1), 0.0]  # the intercept is not penalised
+    objective = C * loss + 0.5 * np.sum(penalty * w * w)
+    best = state["best"]
+    if best is not None and objective > best[0] * (1 + 1e-12):  # overshot: halve the step
+        state["step"] = state["step"] / 2
+        state["w"] = best[1] - state["step"]
+        return bool(np.max(np.abs(state["step"])) < NEWTON_TOL)
+    step = np.linalg.solve(C * hessian + np.diag(penalty), C * gradient + penalty * w)
+    state["best"], state["step"] = (objective, w), step
+    state["w"], state["iterations"] = w - step, state["iterations"] + 1
+    return bool(np.max(np.abs(step)) < NEWTON_TOL * (1 + np.max(np.abs(w))))
+
+
+def _refit_classifiers(passes: Passes, candidates: list[dict], representations: dict, config,
+                       searches: dict) -> dict:  # fmt: skip
+    """Each shortlisted candidate's classifier fitted on every training row
+    (:func:`_fit_logistic`; the paper's C for ``logreg``, the searched one for
+    ``logreg_tuned``), and ``logreg_tuned``'s probability threshold chosen for
+    ``select_by`` on every validation row, meeting the gate there where it can
+    (:func:`fairpca.tasks.sweep.gated_threshold`). Returns name -> pipeline over the encoded
+    features (representation at the candidate's lambda, then the classifier)."""
+    from sklearn.model_selection import FixedThresholdClassifier
+    from sklearn.pipeline import Pipeline
+
+    from fairpca.tasks.select import GatePolicy
+    from fairpca.tasks.sweep import ThresholdGate, gated_threshold, paper_C
+
+    n_train = passes.rows_of("train")
+    problems = {}
+    for row in candidates:
+        name = candidate_key(row)
+        given = row.get("C_given", searches[row["variant"]].C)
+        tuned = row["classifier"] == "logreg_tuned" and given is not None and np.isfinite(given)
+        C = float(given) if tuned else paper_C(n_train)
+        representation = _at_lambda(representations[row["variant"], int(row["k"])], row)
+        problems[name] = (representation, C)
+    models = _fit_logistic(passes, problems)
+    pipelines = {name: Pipeline([("represent", problems[name][0]), ("classify", model)])
+                 for name, model in models.items()}  # fmt: skip
+    tuned = [candidate_key(r) for r in candidates if r["classifier"] == "logreg_tuned"]
+    if tuned:
+        parts = _per_file(_validation_scores, passes.files, passes.spec, passes.preprocessor,
+                          {name: pipelines[name] for name in tuned})  # fmt: skip
+        y = np.concatenate([part[1] for part in parts])
+        groups = pd.concat([part[2] for part in parts], ignore_index=True)
+        gate = ThresholdGate(GatePolicy.from_config(config.selection), groups,
+                             config.evaluation.min_group_size)  # fmt: skip
+        for name in tuned:
+            scores = np.concatenate([part[0][name] for part in parts]).astype(np.float64)
+            threshold = gated_threshold(scores, y, config.selection.select_by, gate)
+            model = FixedThresholdClassifier(models[name], threshold=threshold)
+            model.estimator_ = models[name]
+            pipelines[name].steps[-1] = ("classify", model)
+    return pipelines
+
+
+def candidate_key(row: dict) -> str:
+    """A shortlisted candidate's name on the cluster (variant, k, lambda, classifier, C)."""
+    return "|".join(str(row.get(key)) for key in ("variant", "k", "lambda", "classifier",
+                                                  "C_given"))  # fmt: skip
+
+
+def _predict_pipeline(pipeline, encoded: pd.DataFrame, groups: pd.DataFrame) -> np.ndarray:
+    return pipeline.predict(encoded)
+
+
+def _predict_reference(predict, encoded: pd.DataFrame, groups: pd.DataFrame) -> np.ndarray:
+    return predict(encoded.to_numpy(), groups)
+
+
+def _count_all(passes: Passes, predictors: dict) -> pd.DataFrame:
+    """Confusion-cell counts per (candidate, part, groups) on every validation and test
+    row (one pass)."""
+    parts = _per_file(_count_cells, passes.files, passes.spec, passes.preprocessor, predictors)
+    keys = ["candidate", "part", *passes.spec.sensitive]
+    return pd.concat(parts, ignore_index=True).groupby(keys, sort=False)[list(CELLS)].sum()
+
+
+def _counts_of(cells: pd.DataFrame, passes: Passes, name: str, part: str) -> pd.DataFrame:
+    """Cell counts per group of a candidate (or ``majority``) on a part."""
+    table = cells.xs((name, PART_CODES[part]), level=("candidate", "part")).reset_index()
+    if name == "majority" and passes.majority == 1:  # every row predicted 1
+        table = table.assign(FP=table["TN"], TP=table["FN"], TN=0, FN=0)
+    return table
+
+
+def rows_of_counts(counts: pd.DataFrame, sensitive: list[str]):
+    """Labels, predictions and groups of rows with these confusion-cell counts per group:
+    every measure of :mod:`fairpca.metrics` is a function of the counts, so the in-memory
+    audit's own functions give on them what they give on the rows (one byte a row)."""
+    labels, predicted, index = [], [], []
+    for cell, (y, p) in zip(CELLS, ((0, 0), (0, 1), (1, 0), (1, 1)), strict=True):
+        repeats = counts[cell].to_numpy(dtype=np.int64)
+        index.append(np.repeat(np.arange(len(counts)), repeats))
+        labels.append(np.full(repeats.sum(), y, dtype=np.int8))
+        predicted.append(np.full(repeats.sum(), p, dtype=np.int8))
+    rows = np.concatenate(index)
+    groups = counts[sensitive].iloc[rows].reset_index(drop=True)
+    return np.concatenate(labels), np.concatenate(predicted), groups
+
+
+def _gated(counts: pd.DataFrame, passes: Passes, config) -> dict[str, float]:
+    """What a candidate's row holds of its rows (the in-memory sweep's measures): metrics
+    with intervals, the gate's standard errors, the share of the more frequent class."""
+    from fairpca.tasks.evaluate import gated_metrics, metric_options, one_class_share
+
+    y, predicted, groups = rows_of_counts(counts, list(passes.spec.sensitive))
+    metrics = gated_metrics(y, predicted, groups, metric_options(config.evaluation, config.seed))
+    metrics["one_class_share"] = one_class_share(predicted)
+    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
+
+
+def _on_test(counts: pd.DataFrame, passes: Passes, config) -> dict[str, float]:
+    from fairpca.tasks.evaluate import metric_options
+
+    options = metric_options(config.evaluation, config.seed)
+    metrics = counts_metrics(counts, list(passes.spec.sensitive), **options)
+    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
+
+
+IDENTITY = ("variant", "k", "lambda", "lambda_index", "classifier", "C", "C_given", "n_features")
+
+
+def _measured_table(cells, candidates: list[dict], passes: Passes, config) -> pd.DataFrame:
+    """The shortlist measured on every validation row, one row per candidate."""
+    rows = []
+    for row in candidates:
+        counts = _counts_of(cells, passes, candidate_key(row), "validation")
+        rows.append({k: row[k] for k in IDENTITY if k in row}
+                    | {"validation_rows": passes.rows_of("validation")}
+                    | _gated(counts, passes, config))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _references(passes: Passes, config) -> list[dict]:
+    """The in-memory audit's reference mitigations
+    (:func:`fairpca.tasks.references.fit_references`), searched and fitted on the samples
+    (:data:`SAMPLE_ROWS`); each then gives its predictor, measured on every validation and
+    test row by :func:`_measure_references`."""
+    from fairpca.tasks.references import fit_references
+
+    sample = passes.sample
+    encoded = {part: np.asarray(passes.preprocessor.transform(getattr(sample, f"X_{part}")),
+                                dtype=np.float64) for part in ("train", "validation")}  # fmt: skip
+    # the test part is measured on the partitions: the sample's stands in for it here
+    encoded["test"] = encoded["validation"]
+    standing_in = dataclasses.replace(sample, X_test=sample.X_validation,
+                                      y_test=sample.y_validation, s_test=sample.s_validation)
+    return fit_references(encoded, standing_in, config.evaluation, config.seed, config.selection,
+                          config.split.search_rows)  # fmt: skip
+
+
+def _measure_references(references: list[dict], cells, passes: Passes, config) -> list[dict]:
+    """Each reference's validation and test numbers on every row of those parts (from the
+    cell counts), judged as a candidate is."""
+    from fairpca.tasks.select import ineligibility, majority_accuracy_of
+
+    majority = majority_accuracy_of(passes.labels("train"), passes.labels("validation"))
+    out = []
+    for reference in references:
+        if "predict" not in reference:
+            out.append(reference)
+            continue
+        name = f"reference:{reference['name']}"
+        validation = _gated(_counts_of(cells, passes, name, "validation"), passes, config)
+        test = _gated(_counts_of(cells, passes, name, "test"), passes, config)
+        rows = passes.sample.y_train.size
+        out.append({
+            **{k: v for k, v in reference.items() if k != "predict"},
+            "config": f"{reference['config']}; fitted on a stratified sample of {rows:,} "
+            "training rows, measured on every validation and test row",
+            "validation": validation, "test": test,
+            "ineligible": ineligibility(validation, majority, config.selection),
+        })  # fmt: skip
+    return out
 
 
 @dataclass
@@ -618,39 +1037,25 @@ class PartitionAudit:
     table: pd.DataFrame
     pipeline: Any
     score: Any
+    measured: pd.DataFrame | None = None  # the shortlist measured on every validation row
+    references: list | None = None  # the references as the decision read them
 
 
-def _measured(counts: pd.DataFrame, spec: RowSpec, config) -> dict[str, float]:
-    from fairpca.tasks.evaluate import metric_options
-
-    options = metric_options(config.evaluation, config.seed)
-    return counts_metrics(counts, list(spec.sensitive), **options)
-
-
-def _candidates(passes: Passes, config) -> pd.DataFrame:
-    """The validation table: one row per (k, C), with the columns the in-memory sweep
-    writes."""
-    rows = []
-    for k, C in passes.models:
-        values = _measured(passes.counts(_candidate(k, C), "validation"), passes.spec, config)
-        rows.append({"variant": "fair_pca", "k": k, "lambda": math.nan, "lambda_index": 0,
-                     "classifier": CLASSIFIER, "C": C, **values})  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def _choose(passes: Passes, config, table: pd.DataFrame):
-    """The in-memory audit's choice (eligibility, gate, certification) on the validation
-    partitions' metrics."""
+def _choose(measured: pd.DataFrame, passes: Passes, config, searched):
+    """The in-memory audit's choice (:func:`fairpca.tasks.select.choose`: eligibility, the
+    gate, certification) on the shortlist measured on every validation row."""
     from fairpca.tasks.select import choose
 
-    # choose() reads of the labels only the majority-class accuracy: the training majority
-    # and the validation labels (kept compact: one byte per row, sorted).
-    sizes = passes.sizes[passes.sizes["part"] == PART_CODES["validation"]]
-    per_label = sizes.groupby("y")["rows"].sum()
-    y_validation = np.repeat(per_label.index.to_numpy(np.int8), per_label.to_numpy())
-    chosen_by = f"the {y_validation.size} validation rows (Dask partitions)"
-    return choose(table, np.array([passes.majority]), y_validation, config.selection,
-                  chosen_by=chosen_by)  # fmt: skip
+    choice = choose(measured, passes.labels("train"), passes.labels("validation"),
+                    config.selection)  # fmt: skip
+    note = (
+        f"the {len(measured)} best candidates of the wide search on a stratified sample "
+        f"({len(searched.y_train):,} training, {len(searched.y_validation):,} validation rows) "
+        f"were refitted on all {passes.rows_of('train'):,} training rows of the Dask "
+        f"partitions and measured on all {passes.rows_of('validation'):,} validation rows, "
+        "where the choice was made"
+    )
+    return dataclasses.replace(choice, decision=choice.decision.adding(note))
 
 
 def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
@@ -658,37 +1063,94 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
     """The Dask route of the audit, from the partitioned table to the written model and the
     record (see the module docstring), on the current ``distributed.Client``
     (:func:`connect`). The flow writes, seals and logs it as any audit."""
-    from fairpca.tasks.evaluate import _finite, _validation_metrics
-    from fairpca.tasks.record import unjudged_groups
-    from fairpca.tasks.select import judged_everywhere
-
+    started = time.perf_counter()
     passes = _passes(check_partitioned_source(config), config)
-    table = _candidates(passes, config)
-    choice = _choose(passes, config, table)
-    k, C = int(choice.chosen["k"]), float(choice.chosen["C"])
-    chosen_test = _measured(passes.counts(_candidate(k, C), "test"), passes.spec, config)
-    majority_test = _measured(passes.counts("majority", "test"), passes.spec, config)
-    reported = {
-        "chosen": {"validation": _validation_metrics(choice.chosen), "test": _finite(chosen_test)},
-        "majority": {"class": passes.majority, "test": _finite(majority_test),
-                     "validation": {"accuracy": choice.majority_accuracy}},
-    }  # fmt: skip
-    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
-    unjudged = unjudged_groups(_group_sizes(passes, config.evaluation), reported["chosen"][
-        "validation"], split, config.evaluation.min_group_size)  # fmt: skip
-    choice = judged_everywhere(choice, unjudged)
-    pipeline = passes.pipeline(k, C)
+    tick = time.perf_counter()
+    table, searches, skipped, config, k_record, searched = _search(config, passes)
+    passes.clock["time_search_s"] = time.perf_counter() - tick
+    tick = time.perf_counter()
+    candidates = _shortlisted(table, searched, config.selection)
+    representations = _refit_representations(passes, candidates, searches, config)
+    pipelines = _refit_classifiers(passes, candidates, representations, config, searches)
+    passes.clock["time_refit_s"] = time.perf_counter() - tick
+    tick = time.perf_counter()
+    references = _references(passes, config)
+    passes.clock["time_references_s"] = time.perf_counter() - tick
+    tick = time.perf_counter()
+    predictors = {name: functools.partial(_predict_pipeline, p) for name, p in pipelines.items()}
+    predictors |= {f"reference:{r['name']}": functools.partial(_predict_reference, r["predict"])
+                   for r in references if "predict" in r}  # fmt: skip
+    cells = _count_all(passes, predictors)
+    measured = _measured_table(cells, candidates, passes, config)
+    references = _measure_references(references, cells, passes, config)
+    choice, reported = _decided(cells, measured, references, passes, config, searched)
+    passes.clock["time_evaluate_s"] = time.perf_counter() - tick
+    pipeline = _pipeline(passes.preprocessor, pipelines[candidate_key(choice.chosen)])
+    skipped |= _not_refitted(config)
+    passes.clock["time_total_s"] = time.perf_counter() - started
     record = _record(config, out_dir, passes, choice, reported, pipeline, table,
-                     run={"kind": kind, "started_at": started_at, "tags": tags})  # fmt: skip
+                     run={"kind": kind, "started_at": started_at, "tags": tags},
+                     extra={"references": references, "skipped": skipped, "k_record": k_record,
+                            "searches": searches, "representations": representations})  # fmt: skip
 
     def score(champion) -> dict[str, float]:
         """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
         parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
         keys = list(passes.spec.sensitive)
         counts = pd.concat(parts).groupby(keys, sort=False)[list(CELLS)].sum().reset_index()
-        return _measured(counts, passes.spec, config)
+        return _on_test(counts, passes, config)
 
-    return PartitionAudit(record, table, pipeline, score)
+    return PartitionAudit(record, table, pipeline, score, measured, references)
+
+
+def _decided(cells, measured: pd.DataFrame, references: list[dict], passes: Passes, config,
+             searched):  # fmt: skip
+    """The choice on the measured shortlist, what is reported of it (validation and test,
+    the majority class and unconstrained PCA beside it) and the decision after the
+    references (:func:`fairpca.tasks.select.judge_chosen`, as in memory)."""
+    from fairpca.tasks.evaluate import _validation_metrics
+    from fairpca.tasks.record import unjudged_groups
+    from fairpca.tasks.select import judge_chosen
+
+    choice = _choose(measured, passes, config, searched)
+
+    def on_test(name: str) -> dict[str, float]:
+        return _on_test(_counts_of(cells, passes, name, "test"), passes, config)
+
+    reported = {
+        "chosen": {"validation": _validation_metrics(choice.chosen),
+                   "test": on_test(candidate_key(choice.chosen))},
+        "majority": {"class": passes.majority, "test": on_test("majority"),
+                     "validation": {"accuracy": choice.majority_accuracy}},
+    }  # fmt: skip
+    if choice.pca_row is not None:
+        reported["pca"] = {"validation": _validation_metrics(choice.pca_row),
+                           "test": on_test(candidate_key(choice.pca_row))}  # fmt: skip
+    split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
+    unjudged = unjudged_groups(_group_sizes(passes, config.evaluation),
+                               reported["chosen"]["validation"], split,
+                               config.evaluation.min_group_size)  # fmt: skip
+    chosen_test = reported["chosen"]["test"]
+    return judge_chosen(choice, references, chosen_test, unjudged, config.selection), reported
+
+
+def _pipeline(preprocessor, fitted):
+    """The registered pipeline: the encoder, then the candidate's representation and
+    classifier."""
+    from sklearn.pipeline import Pipeline
+
+    return Pipeline([("preprocess", preprocessor), *fitted.steps])
+
+
+def _not_refitted(config) -> dict[str, str]:
+    """The classifiers searched on the samples but not refitted on the partitions."""
+    return {
+        f"classifier:{name}": f"{name} was searched on the sample only; the Dask route "
+        "refits logistic regression (logreg, logreg_tuned) exactly on every row, so only those "
+        "are shortlisted"
+        for name in config.evaluation.classifiers
+        if name not in CLASSIFIERS
+    }
 
 
 def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
@@ -721,56 +1183,56 @@ def _data_source(config, files: list[Path]) -> dict:
     }
 
 
+def _row_facts(config, passes: Passes):
+    """The record's facts of the rows (:class:`fairpca.tasks.record.RowFacts`), from the
+    counts."""
+    from fairpca.tasks.record import RowFacts
+
+    test = [PART_CODES["test"]]
+    return RowFacts(
+        rows={part: passes.rows_of(part) for part in PART_CODES},
+        group_sizes=_group_sizes(passes, config.evaluation),
+        test_group_sizes=_group_sizes(passes, config.evaluation, test),
+        sensitive=list(passes.spec.sensitive),
+        screening=passes.sample.screening,
+        training_data_sha256=passes.digest,
+        data_source=_data_source(config, passes.files),
+    )
+
+
 def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, table, *,
-            run: dict):  # fmt: skip
-    """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route; the chosen pipeline
-    saved under ``out_dir/model`` and the projection matrices beside it (``run``: kind,
-    started_at and the flow's tags)."""
+            run: dict, extra: dict):  # fmt: skip
+    """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route, by the in-memory
+    route's :func:`fairpca.tasks.record.build_record`; the chosen pipeline saved under
+    ``out_dir/model`` and the projection matrices beside it (``run``: kind, started_at and
+    the flow's tags; ``extra``: references, skipped, k record, searches, representations)."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
     from fairpca.tasks.onnx_export import save_graph
-    from fairpca.tasks.record import (
-        AuditRecord,
-        _k_record,
-        _metrics,
-        _run_fields,
-        _selection,
-        candidate_summary,
-        provenance,
-        with_graph_tag,
-    )
+    from fairpca.tasks.record import build_record, frontier_points
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
 
     min_count = config.representation.min_category_count
-    example = input_example(as_model_input(passes.sample_X), min_count)
+    example = input_example(as_model_input(passes.sample.X_train), min_count)
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
-    # the partitions' validation rows are not in memory: the graph is checked on the
-    # encoder's sample of training rows
-    graph = save_graph(model_dir, pipeline, passes.sample_X, checked_on="training sample")
-    chosen = {"fair_pca": passes.representations[int(choice.chosen["k"])]}
-    split_sizes = {part: passes.rows_of(part) for part in PART_CODES}
-    test = [PART_CODES["test"]]
-    sizes = (_group_sizes(passes, config.evaluation), _group_sizes(passes, config.evaluation, test))
-    flow_tags = {"fairpca.route": "dask", **run["tags"]}
-    fields = _run_fields(
-        config, choice, run["kind"], Path(out_dir).name, run["started_at"], passes.spec.sensitive,
-        flow_tags,
-    )  # fmt: skip
-    return AuditRecord(
-        **with_graph_tag(fields, graph), onnx=graph,
-        selection=_selection(config, choice, reported, {}, split_sizes, *sizes),
-        params=config.flat_params() | {"route": "dask", "epochs": str(EPOCHS)},
-        metrics=_metrics(choice, reported, chosen, passes.clock), metric_steps=[],
-        hashes=write_matrices(out_dir, chosen),
-        provenance=provenance(config.source, _data_source(config, passes.files)),
-        references=[], k=_k_record(passes.k_record, choice.chosen, None),
-        split_sizes=split_sizes,
-        candidates=candidate_summary(table, choice),
-        skipped=dict(SKIPPED),
+    # the ONNX graph checked on the validation sample (the partitions' rows are not in memory)
+    graph = save_graph(model_dir, pipeline, passes.sample.X_validation,
+                       checked_on="validation sample")  # fmt: skip
+    representations = {variant: rep for (variant, _), rep in extra["representations"].items()}
+    return build_record(
+        config, kind=run["kind"], run_name=Path(out_dir).name, started_at=run["started_at"],
+        split=_row_facts(config, passes), choice=choice, reported=reported,
+        references=extra["references"], diagnostics={}, representations=representations,
+        table=table, skipped={**SKIPPED, **extra["skipped"]}, k_record=extra["k_record"],
+        frontier=frontier_points(extra["searches"], table, config.selection),
+        timings=passes.clock, hashes=write_matrices(out_dir, representations),
+        onnx=graph,
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),
         model_digest=model_digest(pipeline, passes.digest),
-        training_data_sha256=passes.digest,
+        tags={"fairpca.route": "dask", **run["tags"]},
+        params={"route": "dask", "sample_rows": str(passes.sample.y_train.size),
+                "screening_rows": str(min(SCREEN_ROWS, passes.sample.y_train.size))},
     )  # fmt: skip

@@ -22,6 +22,7 @@ import math
 import re
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -925,6 +926,35 @@ def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: da
     }
 
 
+@dataclass(frozen=True)
+class RowFacts:
+    """What the record says of an audit's rows, however they were held: rows per part,
+    published rows per group (over every part and over the test part), the attributes, the
+    screening, the training rows' digest and (a route that read files itself) the data
+    source. :func:`row_facts` gives them for rows in memory; the Dask route from counts."""
+
+    rows: dict[str, int]
+    group_sizes: dict[str, dict[str, int | str]]
+    test_group_sizes: dict[str, dict[str, int | str]]
+    sensitive: list[str]
+    screening: list[dict[str, Any]] | None
+    training_data_sha256: str
+    data_source: dict[str, Any] | None = None
+
+
+def row_facts(split, evaluation) -> RowFacts:
+    """The :class:`RowFacts` of a split held in memory."""
+    groups = (evaluation.min_group_size, evaluation.allow_small_groups)
+    return RowFacts(
+        rows={part: len(getattr(split, f"y_{part}")) for part in PARTS},
+        group_sizes=group_sizes(split, *groups),
+        test_group_sizes=group_sizes(split, *groups, parts=("test",)),
+        sensitive=list(split.s_train.columns),
+        screening=split.screening,
+        training_data_sha256=training_data_digest(split),
+    )
+
+
 def with_graph_tag(fields: dict[str, Any], onnx: dict[str, Any] | None) -> dict[str, Any]:
     """The record's fields with the graph's SHA-256 among its model (version) tags
     (:data:`fairpca.tasks.onnx_export.ONNX_SHA_TAG`), when a graph was saved."""
@@ -957,31 +987,34 @@ def build_record(
     model_digest: str,
     tags: dict[str, str],
     parity_gap: dict[str, Any] | None = None,
+    params: dict[str, str] | None = None,
     onnx: dict[str, Any] | None = None,
 ) -> AuditRecord:
-    """The one record of an audit, built once from its stages; every reader reads it
-    (``onnx``: :meth:`fairpca.tasks.onnx_export.GraphExport.record` of the saved model)."""
-    groups = (config.evaluation.min_group_size, config.evaluation.allow_small_groups)
-    rows = {part: len(getattr(split, f"y_{part}")) for part in PARTS}
-    sizes = (group_sizes(split, *groups), group_sizes(split, *groups, parts=("test",)))
+    """The one record of an audit, built once from its stages; every reader reads it.
+
+    ``split``: the rows in memory, or their :class:`RowFacts` (the Dask route's, from
+    counts); ``params``: the route's own, beside the config's; ``onnx``:
+    :meth:`fairpca.tasks.onnx_export.GraphExport.record` of the saved model."""
+    facts = split if isinstance(split, RowFacts) else row_facts(split, config.evaluation)
+    rows, sizes = facts.rows, (facts.group_sizes, facts.test_group_sizes)
     # the validation rows the search measured its candidates on (NaN: the table does not say)
     searched = table.get("validation_rows", pd.Series(dtype=float)).max()
-    fields = _run_fields(config, choice, kind, run_name, started_at, split.s_train.columns, tags)
+    fields = _run_fields(config, choice, kind, run_name, started_at, facts.sensitive, tags)
     return AuditRecord(
         **with_graph_tag(fields, onnx),
         onnx=onnx,
         selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
-        params=config.flat_params(),
+        params=config.flat_params() | (params or {}),
         metrics=_metrics(choice, reported, representations, timings),
         metric_steps=metric_steps(table),
         hashes=hashes,
-        provenance=provenance(config.source),
+        provenance=provenance(config.source, facts.data_source),
         references=[
             {key: r[key] for key in REFERENCE_KEYS if key in r}
             for r in references
             if "skipped" not in r
         ],
-        screening=split.screening,
+        screening=facts.screening,
         k=_k_record(k_record, choice.chosen, frontier),
         frontier=frontier or None,
         split_sizes=rows,
@@ -991,7 +1024,7 @@ def build_record(
         skipped=skipped or None,
         model_sha256=model_sha256,
         model_digest=model_digest,
-        training_data_sha256=training_data_digest(split),
+        training_data_sha256=facts.training_data_sha256,
         parity_gap=parity_gap,
     )
 

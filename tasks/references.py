@@ -285,6 +285,7 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
         "test": _measured(predict, "test", final, evaluation, seed),
         # judged as a candidate is: a reference no better than saying one class is shown so
         "ineligible": ineligibility(validation, majority, selection),
+        "predict": predict,  # (features, sensitive) -> 0/1; not recorded (REFERENCE_KEYS)
     }
 
 
@@ -351,4 +352,6 @@ def reference_mitigations(
     parts = _EncodedParts({"train": encoded[0], "validation": encoded[1]}, split, preprocessor)
     # It runs beside the searches and sweeps on the task runner's threads: one BLAS thread.
     with threadpool_limits(limits=1):
-        return fit_references(parts, split, evaluation, seed, selection, search_rows)
+        rows = fit_references(parts, split, evaluation, seed, selection, search_rows)
+    # the predictors measure a reference elsewhere (the Dask route); here they are measured
+    return [{k: v for k, v in row.items() if k != "predict"} for row in rows]

@@ -719,6 +719,16 @@ def judged_everywhere(choice: Choice, unjudged: list[str]) -> Choice:
     return dataclasses.replace(choice, decision=place(reason, promote=False))
 
 
+def judge_chosen(
+    choice: Choice, references, chosen_test: dict, unjudged: list[str], selection
+) -> Choice:
+    """The decision after the choice, for both routes of the audit (in memory and Dask): the
+    reference mitigations on the rows that chose (:func:`judge_references`), then the groups
+    the gate could not judge (:func:`judged_everywhere`)."""
+    choice = judge_references(choice, references, chosen_test, selection)
+    return judged_everywhere(choice, unjudged)
+
+
 def shortlist(
     table: pd.DataFrame, majority_accuracy: float, selection, size: int
 ) -> list[dict[str, Any]]:

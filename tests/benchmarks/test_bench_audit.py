@@ -23,3 +23,15 @@ def test_growth_is_each_size_over_the_previous_one():
     assert table["wall_growth"].tolist()[1] == 1.5 and table["rows_growth"].tolist()[1] == 2.0
     assert table["wall_ms_per_row"].tolist() == [2.0, 1.5]
     assert markdown_table(table).splitlines()[0].startswith("| rows | wall_s |")
+
+
+def test_the_dask_routes_table_is_written_as_parquet_parts(tmp_path, monkeypatch):
+    from benchmarks import bench_audit
+
+    monkeypatch.setattr(bench_audit, "PART_ROWS", 250)
+    bench_audit.write_parts(600, tmp_path / "parts", seed=2)
+    files = sorted((tmp_path / "parts").glob("*.parquet"))
+    parts = [pd.read_parquet(file) for file in files]
+    assert [len(part) for part in parts] == [250, 250, 100]
+    assert {"sex", "income"} <= set(parts[0].columns)
+    assert not pd.concat(parts).duplicated().any()

@@ -179,3 +179,29 @@ def test_dataframe_fit_with_dask_labels_for_fair_pca_s_and_equal_opportunity(cli
     np.testing.assert_allclose(out, full.transform(frame), atol=1e-8)
     got_eo = FairPCA(**eo).fit(ddf, dd.from_pandas(pd.Series(y, name="y"), npartitions=4))
     assert_same_fit(got_eo, full_eo, atol=1e-9)
+
+
+def test_estimators_sharing_statistics_are_fitted_from_one_pass(client, monkeypatch):
+    """A grid of k, Fair PCA-S and a trade-off lambda from one pass over the collection
+    (equal opportunity, other rows, from a second): each fit equals its own."""
+    from fairpca import _dask
+    from fairpca._fair_pca import fit_from_shared_statistics
+
+    X, z, _, y = problem(5, eo=True)
+    frame = pd.DataFrame(X, columns=[f"p{i}" for i in range(X.shape[1])]).assign(sex=z)
+    ddf = dd.from_pandas(frame, npartitions=4)
+    params = [dict(n_components=2), dict(n_components=4, tradeoff=0.5),
+              dict(n_components=3, equalize_covariance=6),
+              dict(n_components=2, constraint="equal_opportunity")]  # fmt: skip
+    passes = []
+    original = _dask.fit_statistics
+    monkeypatch.setattr(_dask, "fit_statistics", lambda *a: passes.append(1) or original(*a))
+    estimators = [FairPCA(sensitive_columns=["sex"], **p) for p in params]
+    fit_from_shared_statistics(estimators, ddf, dd.from_pandas(pd.Series(y), npartitions=4))
+    assert len(passes) == 2
+    monkeypatch.undo()
+    for got, p in zip(estimators, params, strict=True):
+        solver = {} if "equalize_covariance" in p else {"svd_solver": "covariance_eigh"}
+        expected = FairPCA(sensitive_columns=["sex"], **solver, **p)
+        assert_same_fit(got, expected.fit(frame, y), atol=1e-9)
+        np.testing.assert_allclose(got.pca_components_, expected.pca_components_, atol=1e-8)

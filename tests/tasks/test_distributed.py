@@ -4,6 +4,7 @@ of CSV parts): what it records is what the same pipeline gives on the same rows 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from datetime import UTC, datetime
@@ -18,13 +19,14 @@ distributed = pytest.importorskip("distributed")
 from fairpca.flows.config import AuditConfig  # noqa: E402
 from fairpca.tasks import distributed as route  # noqa: E402
 from fairpca.tasks.data import DEFAULT_SHARES as SHARES  # noqa: E402
-from fairpca.tasks.distributed import audit_partitions, part_of_rows  # noqa: E402
+from fairpca.tasks.distributed import audit_partitions  # noqa: E402
 from fairpca.tasks.evaluate import metrics_with_intervals  # noqa: E402
 
 pytestmark = [pytest.mark.flow, pytest.mark.slow]
 
 ROWS = 8000
 FILES = 8
+FOLDER: list = []  # the table's Parquet folder, once written
 LABEL, SENSITIVE = "income", ["sex"]
 # the order in which the route reads (and hashes) a row: label, sensitive, then the rest
 COLUMNS = ["income", "sex", "age", "education_num", "hours_per_week", "workclass", "race"]
@@ -67,11 +69,12 @@ def write_parts(table: pd.DataFrame, folder, suffix: str) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def small_encoder_sample():
-    """The encoder's sample, at most ENCODER_SAMPLE_ROWS rows gathered from the workers, is
-    the one result of a table's size; here a tenth of the table, as on a large table."""
+def small_samples():
+    """The in-memory samples (the search, references, encoder, screening) are the one result
+    of a table's size; here a tenth of the table, as on a large table."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(route, "ENCODER_SAMPLE_ROWS", ROWS // 10)
+        patch.setattr(route, "SAMPLE_ROWS", {"train": ROWS // 10, "validation": ROWS // 20})
+        patch.setattr(route, "SCREEN_ROWS", ROWS // 10)
         yield
 
 
@@ -81,6 +84,7 @@ def table(tmp_path_factory):
     root = tmp_path_factory.mktemp("table")
     frame = adult_like(ROWS)
     write_parts(frame, root / "parquet", "parquet")
+    FOLDER[:] = [root / "parquet"]
     write_parts(frame, root / "csv", "csv")
     return frame, root / "parquet", str(root / "csv" / "part-*.csv")
 
@@ -135,8 +139,19 @@ def audited(table, cluster, tmp_path_factory):
     return config, run_route(config, tmp / "run")
 
 
+def split_parts(folder, seed: int) -> np.ndarray:
+    """Each row's part as the route's tasks give it (files in the table's row order)."""
+    from pathlib import Path
+
+    files = route.partition_files(folder)
+    spec = route._spec(make_config(folder, "local", Path("unused"), seed=seed), files)
+    histogram = pd.concat([route._uniform_histogram(f, spec) for f in files])
+    spec = dataclasses.replace(spec, cuts=route.stratum_cuts(histogram, spec.shares))
+    return np.concatenate([route._rows(f, spec)[3] for f in files])
+
+
 def in_memory_parts(frame: pd.DataFrame, seed: int) -> np.ndarray:
-    return part_of_rows(frame[COLUMNS], seed, SHARES)
+    return split_parts(FOLDER[0], seed)
 
 
 def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
@@ -149,13 +164,25 @@ def test_split_sizes_add_up_to_the_rows_in_their_shares(table, audited):
                        atol=0.03)  # fmt: skip
 
 
-def test_the_baseline_the_route_does_not_fit_is_recorded_as_skipped(audited):
-    """No unconstrained PCA row on the Dask route: the record says so instead of a baseline
-    that was never measured."""
+def test_no_stage_of_the_in_memory_audit_is_skipped(audited):
+    """References, screening, the PCA baseline and the lambda sweep, measured on the rows
+    they are reported for; the sample sizes stated."""
     record = audited[1].record
-    assert "pca_baseline" in record.skipped
-    assert record.selection.baselines.pca is None
-    assert record.selection.baselines.majority is not None
+    result = audited[1]
+    for stage in ("references", "screening", "pca_baseline", "lambda_sweep", "stratification"):
+        assert stage not in (record.skipped or {})
+    assert record.selection.baselines.pca is not None
+    assert record.selection.baselines.pca.test["balanced_accuracy"] > 0.5
+    assert record.screening is not None
+    assert record.params["sample_rows"] == str(ROWS // 10)
+    names = {reference.name for reference in record.references}
+    assert names == {"threshold_optimizer", "exponentiated_gradient", "correlation_remover"}
+    for reference in record.references:
+        assert reference.test["balanced_accuracy"] > 0.5
+        assert "measured on every validation and test row" in reference.config
+    lambdas = set(result.table.loc[result.table["variant"] == "fair_pca", "lambda"])
+    assert len(lambdas) > 1  # the trade-off block swept
+    assert set(result.measured["classifier"]) <= {"logreg", "logreg_tuned"}
 
 
 @pytest.mark.parametrize("part", ["validation", "test"])
@@ -173,8 +200,12 @@ def test_metrics_from_partition_counts_equal_those_of_the_rows(table, audited, p
     if part == "test":
         reported = result.record.selection.test
     else:
-        chosen = result.record.selection.chosen
-        row = result.table[(result.table["k"] == chosen.k) & (result.table["C"] == chosen.C)]
+        chosen, measured = result.record.selection.chosen, result.measured
+        row = measured[(measured["variant"] == chosen.variant) & (measured["k"] == chosen.k)
+                       & (measured["classifier"] == chosen.classifier)
+                       & np.isclose(measured["C"], chosen.C)
+                       & (np.isclose(measured["lambda"], chosen.lambda_ or 0.0)
+                          | (measured["lambda"].isna() & (chosen.lambda_ is None)))]
         reported = {k: v for k, v in row.iloc[0].items() if k in expected}
     assert len(expected) > 40
     assert reported.keys() == expected.keys()
@@ -183,11 +214,17 @@ def test_metrics_from_partition_counts_equal_those_of_the_rows(table, audited, p
 
 
 def test_projection_is_orthonormal_and_equalises_the_training_group_means(table, audited):
+    import copy
+
+    from fairpca import FairPCA
+
     config, result = audited
     frame = table[0]
     train = frame[in_memory_parts(frame, config.seed) == 0]
     encoded = result.pipeline["preprocess"].transform(train.drop(columns=[LABEL, *SENSITIVE]))
-    representation = result.pipeline["represent"]
+    representation = copy.deepcopy(result.pipeline["represent"])
+    assert isinstance(representation, FairPCA)
+    representation.set_params(tradeoff=0.0)  # the fair block alone
     components = representation.components_
     assert components.shape[0] == 4
     np.testing.assert_allclose(components @ components.T, np.eye(4), atol=1e-10)
@@ -221,10 +258,14 @@ def test_the_same_seed_gives_the_same_audit(table, cluster, audited, tmp_path):
                for r in (again, first)]  # fmt: skip
     assert untimed[0] == untimed[1]
     assert again.record.training_data_sha256 == first.record.training_data_sha256
-    pd.testing.assert_frame_equal(again.table, first.table)
+    untimed = [r.table.drop(columns=[c for c in r.table if c.endswith("seconds")])
+               for r in (again, first)]  # fmt: skip
+    pd.testing.assert_frame_equal(*untimed)
+    pd.testing.assert_frame_equal(again.measured, first.measured)
+    rows = table[0].drop(columns=[LABEL, *SENSITIVE])
     same = np.testing.assert_array_equal
     same(again.pipeline["represent"].components_, first.pipeline["represent"].components_)
-    same(again.pipeline["classify"].coef_, first.pipeline["classify"].coef_)
+    same(again.pipeline.predict_proba(rows), first.pipeline.predict_proba(rows))
 
 
 def test_csv_parts_give_the_audit_of_the_parquet_folder(table, cluster, audited, tmp_path):
@@ -234,9 +275,64 @@ def test_csv_parts_give_the_audit_of_the_parquet_folder(table, cluster, audited,
     assert from_csv.record.selection.test == parquet.record.selection.test
 
 
+@pytest.fixture
+def shell_cluster(tmp_path, free_port):
+    """``dask scheduler`` and ``dask worker`` (two single-threaded workers, 1 GiB each) on
+    127.0.0.1, started as a user starts them, in their own process group: yields the
+    scheduler's ``tcp://127.0.0.1:PORT``; the whole group is killed after, and none of its
+    processes is left."""
+    import os
+    import signal
+    import sys
+    import time
+
+    python = [sys.executable, "-m"]
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    scheduler = subprocess.Popen(
+        [*python, "distributed.cli.dask_scheduler", "--host", "127.0.0.1", "--port", str(port),
+         "--no-dashboard"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    workers = subprocess.Popen(
+        [*python, "distributed.cli.dask_worker", address, "--host", "127.0.0.1", "--nworkers",
+         "2", "--nthreads", "1", "--memory-limit", "1GiB", "--no-dashboard",
+         "--local-directory", str(tmp_path / "workers")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        with distributed.Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield address
+    finally:
+        for process in (workers, scheduler):  # each leads its own process group
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the nanny's worker processes, reaped by init
+            if not any(_group_alive(process.pid) for process in (workers, scheduler)):
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("a process of the Dask cluster outlived the test")
+
+
+def _group_alive(pgid: int) -> bool:
+    import os
+
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.e2e  # a real scheduler and worker processes, driven from the command line
-def test_fairpca_audit_on_a_cluster_from_the_command_line(table, cluster, user_cli, tmp_path):
-    """As a user runs it: a sealed output folder and an MLflow run of the Dask route."""
+def test_fairpca_audit_on_a_cluster_started_from_the_shell(table, shell_cluster, user_cli,
+                                                           tmp_path):  # fmt: skip
+    """As a user runs it: ``dask scheduler`` and ``dask worker`` on 127.0.0.1, then
+    ``fairpca audit --dask-address tcp://127.0.0.1:PORT``: a sealed output folder and an
+    MLflow run of the Dask route, with the references and the PCA baseline measured."""
     from mlflow import MlflowClient
 
     from fairpca.tasks.trust import verify_output_dir
@@ -245,15 +341,16 @@ def test_fairpca_audit_on_a_cluster_from_the_command_line(table, cluster, user_c
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     done = subprocess.run(
         [fairpca, "audit", "--data", str(table[1]), "--label", LABEL, "--positive-label",
-         ">50K", "--sensitive", "sex", "--dask-address", cluster[0], "--k", "4",
+         ">50K", "--sensitive", "sex", "--dask-address", shell_cluster, "--k", "4",
          "--tracking-uri", uri, "--output-dir", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (out_dir,) = (tmp_path / "out").iterdir()
     verify_output_dir(out_dir)  # sealed: every file as the audit wrote it
     record = json.loads((out_dir / "audit.json").read_text())
     assert sum(record["split_sizes"].values()) == ROWS
+    assert len(record["references"]) == 3 and record["selection"]["baselines"]["pca"]
     status = json.loads((out_dir / "mlflow_status.json").read_text())
     run = MlflowClient(tracking_uri=uri).get_run(status["run_id"])
     assert run.data.tags["fairpca.route"] == "dask"
@@ -293,9 +390,11 @@ def test_bad_sources_are_named_with_the_fix_before_any_work(table, tmp_path):
     with pytest.raises(ValueError, match=r"has the classes \['<=50K', '>50K'\], not 0/1; pass"):
         route.check_partitioned_source(make_config(folder, "local", tmp_path, positive_label=None))
     # what the route does not fit is refused, not replaced by what it fits
-    for asked in ({"variants": ["pca"]}, {"classifiers": ["mlp"]}, {"lambdas": [0.5]}):
+    for asked in ({"variants": ["fair_pca", "fair_kernel_pca"]}, {"classifiers": ["mlp"]}):
         with pytest.raises(ValueError, match=f"--{next(iter(asked))} .*cannot be honoured there"):
             route.check_partitioned_source(make_config(folder, "local", tmp_path, **asked))
+    for fitted in ({"variants": ["pca", "fair_pca"]}, {"lambdas": [0.0, 0.5]}):
+        route.check_partitioned_source(make_config(folder, "local", tmp_path, **fitted))
 
 
 def test_a_group_column_is_refused_on_the_route_before_any_work(table, tmp_path):
@@ -324,15 +423,147 @@ def test_a_part_without_one_of_the_labels_is_named(table, cluster, tmp_path):
         run_route(make_config(folder, cluster[0], tmp_path), tmp_path / "run")
 
 
-def test_the_route_saves_the_graph_checked_on_its_sample_of_training_rows(audited):
+def test_the_record_is_built_by_the_in_memory_routes_build_record(audited):
+    """build_record gives the route what the in-memory record has: the metric steps of the
+    candidates' table, the route's parameters beside the config's, the files' SHA-256s."""
+    record = audited[1].record
+    assert record.metric_steps
+    assert record.params["route"] == "dask" and "seed" in record.params
+    assert record.provenance.data_source.kind == "file"
+    assert len(record.provenance.data_source.sha256) == FILES
+
+
+def test_the_route_imports_no_private_helper_of_the_record():
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(route))
+    private = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "fairpca.tasks.record"
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert private == []
+
+
+def test_every_part_keeps_the_tables_label_and_group_proportions(table):
+    """The stratified hash split: each part holds every label x group stratum in the
+    table's proportion (in-process: the functions each task runs, one file at a time)."""
+    from pathlib import Path
+
+    frame, folder, _ = table
+    files = route.partition_files(folder)
+    config = make_config(folder, "local", Path("unused"))
+    spec = route._spec(config, files)
+    histogram = pd.concat([route._uniform_histogram(f, spec) for f in files])
+    spec = dataclasses.replace(spec, cuts=route.stratum_cuts(histogram, spec.shares))
+    parts = [route._rows(f, spec) for f in files]
+    y = np.concatenate([p[1] for p in parts])
+    strata = route.strata_of(y, pd.concat([p[2] for p in parts], ignore_index=True))
+    part = np.concatenate([p[3] for p in parts])
+    table_share = pd.Series(strata).value_counts(normalize=True)
+    for code, share in enumerate(SHARES):
+        assert (part == code).mean() == pytest.approx(share, abs=0.002)
+        in_part = pd.Series(strata[part == code]).value_counts(normalize=True)
+        assert np.allclose(in_part[table_share.index], table_share, atol=0.003), code
+    # without the cuts (the per-row hash alone) the proportions drift further
+    assert route.part_of_rows(frame[COLUMNS], 3, SHARES).tolist() != part.tolist()
+
+
+def test_the_decision_is_the_in_memory_audits_on_the_measured_candidates(audited):
+    """The in-memory audit's choice (select.choose) and its decision after the references
+    (the references' veto, dominance, groups not judged), fed the Dask route's candidates
+    measured on every validation row and its references, give the record's decision."""
+    from fairpca.tasks.select import choose, judge_chosen
+
+    config, result = audited
+    record = result.record
+    # choose() reads of the labels only the majority class's accuracy
+    y_train = np.full(3, int(record.selection.baselines.majority.class_))
+    y_validation = _validation_labels(record, record.split_sizes.validation)
+    choice = choose(result.measured, y_train, y_validation, config.selection)
+    assert choice.chosen["variant"] == record.selection.chosen.variant
+    assert choice.chosen["k"] == record.selection.chosen.k
+    decided = judge_chosen(choice, result.references, dict(record.selection.test), [],
+                           config.selection)  # fmt: skip
+    assert decided.decision.promote == record.decision.promote
+
+
+def _validation_labels(record, validation: int) -> np.ndarray:
+    """Validation labels with the record's majority-class accuracy (all choose() reads)."""
+    accuracy = record.selection.baselines.majority.validation["accuracy"]
+    majority = int(record.selection.baselines.majority.class_)
+    n_majority = round(accuracy * validation)
+    return np.r_[np.full(n_majority, majority), np.full(validation - n_majority, 1 - majority)]
+
+
+def test_logistic_regression_on_the_partitions_is_scikit_learns_on_the_rows(table, cluster):
+    """Newton's method on the partitions' summed gradients and Hessians gives the weights
+    scikit-learn's LogisticRegression(C) finds on the same training rows in memory."""
+    from pathlib import Path
+
+    from sklearn.linear_model import LogisticRegression
+
+    from fairpca import FairPCA
+
+    folder = table[1]
+    files = route.partition_files(folder)
+    config = make_config(folder, cluster[0], Path("unused"))
+    spec, n_rows = route._split_pass(files, route._spec(config, files))
+    sizes, digest, samples = route._first_pass(files, spec, n_rows, config.evaluation)
+    split = route._sample_split(samples, spec, {}, [])
+    from fairpca.tasks.represent import make_preprocessor
+
+    preprocessor = make_preprocessor(split.X_train, 1).set_output(transform="pandas")
+    preprocessor.fit(split.X_train)
+    passes = route.Passes(files, spec, sizes, digest, split, preprocessor)
+    parts = [route._encoded(f, spec, preprocessor, ("train",)) for f in files]
+    encoded = pd.concat([p[0] for p in parts], ignore_index=True)
+    y = np.concatenate([p[1] for p in parts])
+    groups = pd.concat([p[2] for p in parts], ignore_index=True)
+    representation = FairPCA(n_components=3, tradeoff=0.5).fit(encoded, sensitive_features=groups)
+    fitted = route._fit_logistic(passes, {"a": (representation, 0.01), "b": (representation, 1.0)})
+    for name, C in (("a", 0.01), ("b", 1.0)):
+        expected = LogisticRegression(C=C, tol=1e-10, max_iter=10_000).fit(
+            representation.transform(encoded), y
+        )
+        np.testing.assert_allclose(fitted[name].coef_, expected.coef_, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(fitted[name].intercept_, expected.intercept_, atol=1e-6)
+
+
+def test_screened_columns_are_excluded_from_every_partition(tmp_path, cluster):
+    """A column that leaks the label and an identifier are excluded on the training sample
+    and never read as features from any partition; the record's screening names them."""
+    from pathlib import Path
+
+    frame = adult_like(2000, seed=5)
+    frame["row_id"] = np.arange(len(frame)) * 7 + 100_003  # distinct on every row
+    frame["outcome_code"] = np.where(frame["income"] == ">50K", "A", "B")  # the label again
+    folder = tmp_path / "screened"
+    write_parts(frame, folder, "parquet")
+    files = route.partition_files(folder)
+    config = make_config(folder, cluster[0], Path("unused"))
+    passes = route._passes(files, config)
+    assert {"row_id", "outcome_code"} <= set(passes.sample.leaking)
+    rules = {entry["column"]: entry["rule"] for entry in passes.sample.screening}
+    assert "outcome_code" in rules and rules["outcome_code"] == "target leakage"
+    for file in files:
+        X = route._rows(file, passes.spec)[0]
+        assert not {"row_id", "outcome_code"} & set(X.columns)
+        assert {"age", "hours_per_week"} <= set(X.columns)
+
+
+def test_the_route_saves_the_graph_checked_on_its_validation_sample(audited):
     """The partitions' validation rows are not in memory: the route's ONNX graph is checked
-    on the encoder's sample of training rows, and the record and the model tags say so."""
+    on its sample of validation rows, and the record and the model tags say so."""
     from fairpca.tasks.onnx_export import ONNX_FILE, ONNX_SHA_TAG
     from fairpca.tasks.trust import sha256_file
 
     config, result = audited
     graph = result.record.onnx
-    assert graph.status == "exported" and graph.checked_on == "training sample"
+    assert graph.status == "exported" and graph.checked_on == "validation sample"
     assert graph.rows_checked > 0
     saved = Path(config.output.output_dir).parent / "run" / "model" / ONNX_FILE  # run_route's
     assert sha256_file(saved) == graph.sha256 == result.record.model_tags[ONNX_SHA_TAG]
