@@ -15,7 +15,7 @@ from fairpca.flows.config import AuditConfig, RetrainConfig, leaf_fields, sectio
 
 SECTIONS = {
     "source": {"dataset", "data", "label", "positive_label", "sensitive", "keep", "drop", "sep",
-               "data_dir", "leakage_threshold", "proxy_threshold"},
+               "data_dir", "leakage_threshold", "proxy_threshold", "group_column"},
     "split": {
         "train_share", "validation_share", "test_share", "n_train", "n_validation", "n_test",
         "search_rows",
