@@ -148,11 +148,13 @@ def _plain_table(first: str, titles: list[str], rows: list[list[str]], bold_firs
 def headline_table(verdict) -> Table:
     """One line per model of the :class:`~fairpca.tasks.report.Verdict` on the test rows
     (point estimates): the chosen candidate, the baselines and the reference mitigations
-    (``*``: needs the sensitive attribute to predict)."""
+    (``*``: needs the sensitive attribute to predict; ``✓``: meets the gate on the validation
+    rows)."""
     from fairpca.tasks.report import METRIC_LABELS
 
     rows = [
-        [escape(f"{row.short}{'*' * row.sensitive}{'†' * bool(row.ineligible)}"),
+        [escape(f"{row.short}{'*' * row.sensitive}{'†' * bool(row.ineligible)}"
+                f"{'✓' * bool(row.meets_gate)}"),
          *(row.estimates[m].text for m in verdict.columns)]
         for row in verdict.rows
     ]  # fmt: skip
@@ -171,6 +173,9 @@ def _notes(verdict) -> str:
     notes = ["* needs the sensitive attribute to predict."] * any(r.sensitive for r in verdict.rows)
     notes += [f"† not eligible on the validation rows: {row.short} {row.ineligible}."
               for row in verdict.rows if row.ineligible]  # fmt: skip
+    notes += ["✓ a reference that meets the gate on the validation rows."] * any(
+        r.meets_gate for r in verdict.rows
+    )
     if intervals:
         notes.append(f"{verdict.chosen_short}, 95% intervals: " + ", ".join(intervals) + ".")
     return "\n".join(notes)

@@ -193,6 +193,8 @@ class ReferenceMitigation(_Record):
     test: Metrics
     config: str | None = None  # the configuration chosen on the validation rows
     ineligible: list[str] = []  # why it is no better than the majority class (empty: useful)
+    # meets the gate policy on the validation rows (None: not measured there)
+    meets_gate: bool | None = None
 
 
 class ScreenedColumn(_Record):
@@ -965,6 +967,13 @@ def with_graph_tag(fields: dict[str, Any], onnx: dict[str, Any] | None) -> dict[
     return {**fields, "model_tags": {**fields["model_tags"], ONNX_SHA_TAG: onnx["sha256"]}}
 
 
+def _gate_met(choice, reference: dict[str, Any]) -> dict[str, bool | None]:
+    """Whether a reference meets the gate policy on the validation rows (None: not measured
+    there), as :func:`fairpca.tasks.select.judge_references` judges it."""
+    validation = reference.get("validation")
+    return {"meets_gate": not choice.policy.failures(validation) if validation else None}
+
+
 def build_record(
     config,
     *,
@@ -1010,7 +1019,7 @@ def build_record(
         hashes=hashes,
         provenance=provenance(config.source, facts.data_source),
         references=[
-            {key: r[key] for key in REFERENCE_KEYS if key in r}
+            {key: r[key] for key in REFERENCE_KEYS if key in r} | _gate_met(choice, r)
             for r in references
             if "skipped" not in r
         ],

@@ -40,7 +40,7 @@ from markupsafe import Markup
 from . import DEFAULT_POLICY
 from .decision import NEEDS, Deployment, Kind, Reason, deciding_words, render
 from .decision import deciding as deciding_reason
-from .evaluate import HEADLINE_METRICS
+from .evaluate import CELL_ROWS, HEADLINE_METRICS
 from .record import PARTS, WITHHELD, AuditRecord
 from .select import unconstrained
 from .trust import mask_credentials, sha256_file, visible_text
@@ -356,6 +356,7 @@ class VerdictRow:
     sensitive: bool = False
     approach: str = ""
     ineligible: str = ""  # a reference no better than one class: the first reason why
+    meets_gate: bool | None = None  # a reference: meets the gate on the validation rows
     test: dict[str, Any] = field(default_factory=dict)  # every measure on the test rows
     validation: dict[str, Any] = field(default_factory=dict)  # and on the validation rows
 
@@ -447,23 +448,32 @@ def group_rows(
     sizes = selection.test_group_sizes or selection.group_sizes or {}
     labels = _labels_by_token(selection.group_sizes or {}, selection.test_group_sizes or {})
     rates: dict[tuple[str, str], dict[str, float]] = {}
+    rows: dict[tuple[str, str], Any] = {}
     for name, value in selection.test.items():
         parts = _split_group_metric(name)
         if parts is not None and (parts[1] != "intersection") == attributes:
-            rate, attribute, group = parts
-            if attribute == "intersection":
+            rate, attribute, token = parts
+            if attribute == "intersection":  # a cell's test rows: cell_rows.<cell>
+                count = selection.test.get(f"{CELL_ROWS}{token}")
                 group = "/".join(
                     ":".join(labels.get(tuple(cell.split(":", 1)), cell.split(":", 1)))
-                    for cell in group.split("/")
+                    for cell in token.split("/")
                 )
             else:
-                attribute, group = labels.get((attribute, group), (attribute, group))
+                attribute, group = labels.get((attribute, token), (attribute, token))
+                count = sizes.get(attribute, {}).get(group)
+            rows[attribute, group] = "-" if count is None else count
             rates.setdefault((attribute, group), dict.fromkeys(GROUP_RATES, math.nan))[rate] = value
     published = tuple(
-        GroupRow(attribute, group, sizes.get(attribute, {}).get(group, "-"), values)
+        GroupRow(attribute, group, _count(rows[attribute, group]), values)
         for (attribute, group), values in rates.items()
     )
     return published + (_withheld_rows(selection, published, min_group_size) if attributes else ())
+
+
+def _count(value: Any) -> Any:
+    """A row count as an ``int`` (the metrics store it as a float); any other value as is."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _labels_by_token(*sizes: dict[str, dict[str, Any]]) -> dict[tuple[str, str], tuple[str, str]]:
@@ -524,10 +534,11 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
     """The chosen candidate, the baselines and the reference mitigations."""
     selection = record.selection
 
-    def row(model, role, measured, short, *reference):
+    def row(model, role, measured, short, *reference, **marks):
         test = measured.test or {}
         return VerdictRow(model, role, {m: Estimate.of(test, m) for m in columns}, short,
-                          *reference, test=test, validation=measured.validation or {})  # fmt: skip
+                          *reference, test=test, validation=measured.validation or {},
+                          **marks)  # fmt: skip
 
     rows = [row(selection.chosen.name, "chosen" if eligible else "best candidate, not eligible",
                 selection, "chosen" if eligible else "best, not eligible")]  # fmt: skip
@@ -545,7 +556,7 @@ def _verdict_rows(record, columns, eligible: bool) -> tuple[VerdictRow, ...]:
         useless = ref.ineligible[0] if ref.ineligible else ""
         role += f"; not eligible: {useless}" if useless else ""
         rows.append(row(ref.name, role, ref, ref.name, ref.needs_sensitive_at_prediction,
-                        ref.approach, useless))  # fmt: skip
+                        ref.approach, useless, meets_gate=ref.meets_gate))  # fmt: skip
     return tuple(rows)
 
 
@@ -971,7 +982,8 @@ def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
         return []
     unjudged = set(record.cells_not_judged or [])
     frame = pd.DataFrame(
-        [{"group": g.group, "rows": g.rows, **{METRIC_LABELS[r][0]: v for r, v in g.rates.items()},
+        [{"group": g.group, "rows": f"{g.rows:,}" if isinstance(g.rows, int) else g.rows,
+          **{METRIC_LABELS[r][0]: Estimate(v).text for r, v in g.rates.items()},
           "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
          for g in groups]
     )  # fmt: skip

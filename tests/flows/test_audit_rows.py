@@ -76,7 +76,9 @@ def test_a_large_table_runs_its_refits_and_references_one_after_another_with_the
             model_name=f"rows-{name}-{tmp_path.name}", register_model=False,
         )  # fmt: skip
         record = audit.fairness_audit(config).record
-        references = [(r.name, r.config, r.test) for r in record.references]
+        references = [(r.name, r.config, r.test, r.meets_gate) for r in record.references]
+        # the record says whether each reference meets the gate on the validation rows
+        assert all(isinstance(r.meets_gate, bool) for r in record.references)
         return {"chosen": record.selection.chosen, "references": references}
 
     submitted = []

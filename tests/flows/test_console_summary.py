@@ -150,3 +150,27 @@ def test_bidirectional_controls_in_names_are_shown_escaped_in_the_terminal():
     assert not set(printed) & set(CONTROLS)
     assert "A<U+202E>1 puorG" in printed  # the group table and the warning
     assert "id\\u202a\\u202b" in printed  # the screened column, quoted as Python does
+
+
+def test_the_terminal_marks_the_references_that_meet_the_gate():
+    """Issue 49: the terminal's table of models did not say which references meet the gate.
+    A reference that meets it on the validation rows is marked ``✓`` (explained under the
+    table); one that does not, or was not measured there, is not."""
+    from records import build_audit_record, replaced
+
+    from fairpca.flows.console import _notes, headline_table
+    from fairpca.tasks.record import ReferenceMitigation
+    from fairpca.tasks.report import build_verdict
+
+    record = build_audit_record()
+    references = [
+        ReferenceMitigation(name=name, approach="reductions", needs_sensitive_at_prediction=False,
+                            validation={"accuracy": 0.8}, test=dict(record.selection.test),
+                            meets_gate=meets)  # fmt: skip
+        for name, meets in (("meets", True), ("fails", False), ("unmeasured", None))
+    ]
+    verdict = build_verdict(replaced(record, references=references))
+    names = headline_table(verdict).columns[0]._cells
+    assert "meets✓" in names and "fails" in names and "unmeasured" in names
+    assert "✓ a reference that meets the gate on the validation rows." in _notes(verdict)
+    assert "✓" not in _notes(build_verdict(replaced(record, references=references[1:])))

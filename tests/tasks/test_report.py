@@ -693,3 +693,24 @@ def test_a_version_without_a_graph_says_so_on_every_surface(audit_record):
     with_graph = replaced(audit_record, onnx=exported)
     assert build_verdict(with_graph).warnings == build_verdict(audit_record).warnings
     assert NO_GRAPH_REASON not in render_model_card(with_graph)
+
+
+def test_the_intersection_table_shows_each_cells_test_rows_and_three_decimals(audit_record):
+    """Issue 49: the intersection table showed ``rows`` as "-" and the rates with 4-5
+    decimals. Each published cell shows its test rows (``cell_rows.<cell>``, thousands
+    separated) and its rates as every other table does (3 decimals)."""
+    from fairpca.tasks.report import report_sections
+
+    cells = {"sex:Female/race:White": (1234.0, 0.12345), "sex:Male/race:White": (2345.0, 0.23456)}
+    test = dict(audit_record.selection.test)
+    for cell, (rows, rate) in cells.items():
+        test |= {f"cell_rows.{cell}": rows, f"selection_rate.{cell}": rate,
+                 f"tpr.{cell}": rate, f"fpr.{cell}": rate / 2}  # fmt: skip
+    record = replaced(audit_record, "selection", test=test)
+    sections = dict(report_sections(record))
+    title = next(t for t in sections if t.startswith("Intersection groups"))
+    frame = sections[title]
+    assert frame["rows"].tolist() == ["1,234", "2,345"]
+    rates = frame.drop(columns=["group", "rows", "gate (validation rows)"])
+    assert rates.map(lambda v: bool(re.fullmatch(r"\d\.\d{3}|-", v))).all().all()
+    assert "0.123" in rates.iloc[0].tolist()
