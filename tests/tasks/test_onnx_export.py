@@ -221,3 +221,28 @@ def test_the_saved_graph_is_mlflows_onnx_flavour_beside_the_skops_file(tmp_path)
     check_saved_model(model_dir)  # the trust rule of logging and relog accepts it
     loaded = mlflow.onnx.load_model(str(model_dir))
     assert hashlib.sha256(loaded.SerializeToString()).hexdigest() == record["sha256"]
+
+
+@pytest.mark.parametrize("classifier", ["logreg", "rbf_svc"])
+def test_the_graph_the_audit_writes_passes_the_gates_checks_and_serves_its_labels(
+    tmp_path, classifier
+):
+    """The gate reads the saved graph with its own checks (size, standard operator sets, no
+    external data, ONNX's checker) and serves it: its labels, of rows with unseen and
+    missing categories and missing numbers, are the pipeline's."""
+    from fairpca.tasks import onnx_runtime
+    from fairpca.tasks.mlflow_logging import save_model_locally
+
+    X, y, groups = random_table(11)
+    pipeline = fitted_pipeline(X, y, groups, FairPCA(3), CLASSIFIERS[classifier]())
+    model_dir = save_model_locally(
+        pipeline, tmp_path, input_example=X.head(2), pip_requirements=["fairpca==0.1.0"]
+    )
+    assert og.save_graph(model_dir, pipeline, X)["status"] == "exported"
+    graph = onnx_runtime.read_graph(model_dir)
+    onnx_runtime.check_graph(onnx_runtime.parse_graph(graph.data))
+    assert [entry.name for entry in graph.inputs] == list(X.columns)
+    rows = unseen_rows(X, 11)
+    assert rows.isna().any().any()
+    served = onnx_runtime.GraphModel(graph).predict(rows)
+    np.testing.assert_array_equal(served, pipeline.predict(rows))
