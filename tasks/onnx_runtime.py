@@ -324,15 +324,18 @@ class GraphModel:
 
     ``predict(X)`` feeds each graph input the column of the DataFrame ``X`` it names
     (:func:`graph_feed`) and returns the first output, one label per row. ``sha256`` is the
-    graph's digest."""
+    graph's digest; ``threads`` (default: onnxruntime's) the threads of one operator."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, threads: int | None = None):
         import onnxruntime
 
         self.sha256 = graph.sha256
         self._inputs, self._output = graph.inputs, graph.output
+        options = onnxruntime.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
         self._session = onnxruntime.InferenceSession(
-            graph.data, providers=["CPUExecutionProvider"]
+            graph.data, options, providers=["CPUExecutionProvider"]
         )
 
     def predict(self, X):
