@@ -13,7 +13,9 @@ MLflow's ``onnx`` flavour (``model.onnx``) beside the scikit-learn one.
 The graph has one input per feature column, named as the column: ``tensor(string)`` of shape
 ``[N, 1]`` for a categorical column (its values as ``str``; a missing value is
 :data:`MISSING_CATEGORY`), ``tensor(double)`` ``[N, 1]`` for a numeric one (missing: NaN);
-:func:`graph_inputs` builds them from a DataFrame. Its outputs are ``label`` (``int64``
+:func:`fairpca.tasks.onnx_runtime.graph_feed` builds them from a DataFrame. The graph is
+read, checked and served only by :mod:`fairpca.tasks.onnx_runtime` (the gate's rules), here
+too before it is written. Its outputs are ``label`` (``int64``
 ``[N]``) and ``probabilities`` (``double`` ``[N, 2]``: the probabilities, or for a classifier
 without them its scores).
 """
@@ -28,11 +30,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-ONNX_FILE = "model.onnx"  # the graph inside the model folder (MLflow's onnx flavour)
+from fairpca.tasks.onnx_runtime import (
+    MISSING_CATEGORY,
+    NO_GRAPH,
+    ONNX_FILE,
+    Graph,
+    GraphModel,
+    GraphRefused,
+    graph_of,
+    parse_graph,
+)
+
 ONNX_FLAVOR = "onnx"
 ONNX_SHA_TAG = "fairpca.onnx_sha256"  # version tag: the SHA-256 of model.onnx
-NO_GRAPH_REASON = "no ONNX graph: the gate judges pure functions only"
-MISSING_CATEGORY = "<missing>"  # how a missing categorical value is fed to the graph
 # the newest operator set versions the graph may use (skl2onnx picks the oldest that suffice)
 OPSET = {"": 17, "ai.onnx.ml": 3}
 LABEL_OUTPUT, SCORES_OUTPUT = "label", "probabilities"
@@ -500,110 +510,27 @@ def convert(model, X: pd.DataFrame, outputs: list[tuple[str, Any]]):
         raise NotConvertibleError(f"{type(error).__name__}: {error}") from error
 
 
-def graph_inputs(X: pd.DataFrame, graph) -> dict[str, np.ndarray]:
-    """The feed of ``graph`` (a ``ModelProto`` or an ``InferenceSession``) for the rows of
-    ``X``: each input's column as ``[N, 1]``, strings as ``str`` with missing values
-    :data:`MISSING_CATEGORY`, numbers as float64 with missing values NaN.
-
-    Raises
-    ------
-    ValueError
-        ``X`` lacks a column the graph reads (named).
-    """
-    inputs = graph.get_inputs() if hasattr(graph, "get_inputs") else graph.graph.input
-    missing = [i.name for i in inputs if i.name not in X.columns]
-    if missing:
-        raise ValueError(f"the rows lack the model's input column(s) {missing}; add them.")
-    feed = {}
-    for spec in inputs:
-        column = X[spec.name]
-        if _is_text(spec):
-            text = column.astype(object).map(str).to_numpy(dtype=object)
-            text[column.isna().to_numpy()] = MISSING_CATEGORY
-            feed[spec.name] = text.reshape(-1, 1)
-        else:
-            feed[spec.name] = column.to_numpy(dtype=np.float64, na_value=np.nan).reshape(-1, 1)
-    return feed
-
-
-def _is_text(spec) -> bool:
-    """Whether a graph input (an ``onnx`` ``ValueInfoProto`` or an ``onnxruntime``
-    ``NodeArg``) is a string tensor."""
-    if hasattr(spec, "type") and isinstance(spec.type, str):
-        return spec.type == "tensor(string)"
-    return spec.type.tensor_type.elem_type == 8  # onnx.TensorProto.STRING
-
-
-def session(graph):
-    """An ``onnxruntime`` session of ``graph`` (bytes or ``ModelProto``) on the CPU."""
-    import onnxruntime as ort
-
-    data = graph if isinstance(graph, bytes) else graph.SerializeToString()
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-
-
 # Rows per run of the graph: an RBF SVM's kernel block is rows x support vectors doubles
 # (5,000 x 3,000: 120 MB), a few of them alive at once.
 GRAPH_BLOCK_ROWS = 5_000
 
 
-def graph_labels(graph_session, X: pd.DataFrame) -> np.ndarray:
-    """The graph's labels of the rows of ``X`` (by blocks of :data:`GRAPH_BLOCK_ROWS`)."""
+def graph_labels(graph: Graph, X: pd.DataFrame) -> np.ndarray:
+    """The labels of the checked ``graph`` for the rows of ``X``, served as the gate serves
+    it (:class:`fairpca.tasks.onnx_runtime.GraphModel`, one thread as in the gate's child),
+    by blocks of :data:`GRAPH_BLOCK_ROWS`."""
+    model = GraphModel(graph, threads=1)
     blocks = [
-        graph_session.run(
-            [LABEL_OUTPUT], graph_inputs(X.iloc[start : start + GRAPH_BLOCK_ROWS], graph_session)
-        )[0]
+        model.predict(X.iloc[start : start + GRAPH_BLOCK_ROWS])
         for start in range(0, len(X), GRAPH_BLOCK_ROWS)
     ]
     return np.concatenate(blocks).ravel() if blocks else np.zeros(0, dtype=np.int64)
 
 
-STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
-
-
-def read_graph(data: bytes):
-    """``data`` parsed as an ONNX ``ModelProto`` (a protocol buffer: nothing is run and no
-    external file is read).
-
-    Raises
-    ------
-    ValueError
-        Not a readable ONNX model.
-    """
-    import onnx
-
-    try:
-        return onnx.load_model_from_string(data)
-    except Exception as error:  # protobuf's DecodeError (protobuf is onnx's, not declared here)
-        raise ValueError(f"not a readable ONNX model ({type(error).__name__})") from None
-
-
-def check_standard(graph) -> None:
-    """The graph uses only the standard operator sets (:data:`STANDARD_DOMAINS`), defines no
-    functions of its own and holds no tensor stored as external data.
-
-    Raises
-    ------
-    NotConvertibleError
-        A custom domain, a local function or an external-data tensor (named).
-    """
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    domains = {node.domain for node in graph.graph.node} | {o.domain for o in graph.opset_import}
-    if foreign := sorted(domains - STANDARD_DOMAINS):
-        raise NotConvertibleError(f"the graph uses the operator domain(s) {foreign}")
-    if len(graph.functions):
-        raise NotConvertibleError("the graph defines functions of its own")
-    if any(uses_external_data(tensor) for tensor in _get_all_tensors(graph)):
-        raise NotConvertibleError("the graph refers to external data")
-
-
 def graph_opset(data: bytes) -> dict[str, int]:
     """The operator set versions the graph ``data`` imports (``ai.onnx`` for the default
     domain)."""
-    return {o.domain or "ai.onnx": int(o.version) for o in read_graph(data).opset_import}
+    return {o.domain or "ai.onnx": int(o.version) for o in parse_graph(data).opset_import}
 
 
 @dataclass(frozen=True)
@@ -636,22 +563,24 @@ class GraphExport:
 def export_graph(pipeline, X_validation: pd.DataFrame, labels: np.ndarray | None = None):
     """Convert ``pipeline`` and check the graph on the validation rows: its labels must
     equal the pipeline's (``labels``, else ``pipeline.predict``) on every row. A pipeline
-    without a converter, or whose graph disagrees, gets no graph (:class:`GraphExport`
-    says why: :data:`NO_GRAPH_REASON` and the cause)."""
+    without a converter, or whose graph the gate would refuse
+    (:func:`fairpca.tasks.onnx_runtime.graph_of`), or whose graph disagrees, gets no graph
+    (:class:`GraphExport` says why: :data:`~fairpca.tasks.onnx_runtime.NO_GRAPH` and the
+    cause)."""
     try:
-        graph = pipeline_graph(pipeline, X_validation)
-        check_standard(graph)
+        graph = graph_of(pipeline_graph(pipeline, X_validation).SerializeToString())
     except NotConvertibleError as error:
-        return GraphExport(None, "no_converter", f"{NO_GRAPH_REASON} (no exact converter: {error})")
-    data = graph.SerializeToString()
+        return GraphExport(None, "no_converter", f"{NO_GRAPH} (no exact converter: {error})")
+    except GraphRefused as error:
+        return GraphExport(None, "no_converter", f"{NO_GRAPH} ({error})")
     labels = pipeline.predict(X_validation) if labels is None else labels
-    return checked_graph(data, X_validation, labels)
+    return checked_graph(graph, X_validation, labels)
 
 
-def checked_graph(data: bytes, X: pd.DataFrame, labels: np.ndarray) -> GraphExport:
-    """``data`` if the graph's labels of ``X`` equal ``labels`` on every row, else no graph
+def checked_graph(graph: Graph, X: pd.DataFrame, labels: np.ndarray) -> GraphExport:
+    """``graph``'s bytes if its labels of ``X`` equal ``labels`` on every row, else no graph
     (status ``differs``, with the number of rows that differ)."""
-    predicted = graph_labels(session(data), X)
+    predicted = graph_labels(graph, X)
     expected = np.asarray(labels)
     differ = (
         int(np.count_nonzero(predicted != expected))
@@ -661,10 +590,10 @@ def checked_graph(data: bytes, X: pd.DataFrame, labels: np.ndarray) -> GraphExpo
     if differ:
         return GraphExport(
             None, "differs",
-            f"{NO_GRAPH_REASON} (the graph's labels differ from the pipeline's on {differ} of "
+            f"{NO_GRAPH} (the graph's labels differ from the pipeline's on {differ} of "
             f"{len(expected)} validation rows)", len(expected),
         )  # fmt: skip
-    return GraphExport(data, "exported", None, len(expected))
+    return GraphExport(graph.data, "exported", None, len(expected))
 
 
 def write_onnx_flavour(model_dir: Path, data: bytes) -> str:

@@ -41,7 +41,11 @@ from pathlib import Path
 from typing import Any
 
 STANDARD_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
-MAX_GRAPH_BYTES = 64 * 2**20  # a graph file larger than this is refused unread
+# A graph file larger than this is refused unread, by the gate, the trust rule of a saved
+# model and the audit that writes it (the audit's graphs are kilobytes to a few MiB).
+MAX_GRAPH_BYTES = 64 * 2**20
+ONNX_FILE = "model.onnx"  # the graph file of the onnx flavour the audit writes
+MISSING_CATEGORY = "<missing>"  # how a missing categorical value is fed to a graph
 _MAX_MLMODEL_BYTES = 2**20
 
 NO_GRAPH = "no ONNX graph: the gate judges pure functions only"
@@ -125,7 +129,7 @@ def graph_file(model_dir: Path) -> Path:
 def read_graph(model_dir: Path) -> Graph:
     """The graph of the MLflow model folder ``model_dir``, read once and checked before
     anything runs it: its size on disk first (:data:`MAX_GRAPH_BYTES`), then the bytes read
-    are parsed (no external data loaded) and checked by :func:`check_graph`.
+    are checked by :func:`graph_of`.
 
     Raises
     ------
@@ -137,7 +141,20 @@ def read_graph(model_dir: Path) -> Graph:
         raise GraphRefused(TOO_LARGE)
     with path.open("rb") as handle:
         data = handle.read(MAX_GRAPH_BYTES + 1)
-    if len(data) > MAX_GRAPH_BYTES:  # it grew since
+    return graph_of(data)  # refuses it too if it grew since
+
+
+def graph_of(data: bytes) -> Graph:
+    """The checked graph of the bytes ``data``: at most :data:`MAX_GRAPH_BYTES`, parsed (no
+    external data loaded), checked by :func:`check_graph`, with a first output and inputs
+    a table's columns can be fed to (:func:`graph_inputs`).
+
+    Raises
+    ------
+    GraphRefused
+        With one of the fixed reasons (:data:`TOO_LARGE`, :data:`UNREADABLE`, ...).
+    """
+    if len(data) > MAX_GRAPH_BYTES:
         raise GraphRefused(TOO_LARGE)
     model = parse_graph(data)
     check_graph(model)
@@ -249,24 +266,22 @@ def graph_inputs(model) -> tuple[GraphInput, ...]:
 
 def graph_feed(inputs: tuple[GraphInput, ...], frame) -> dict[str, Any]:
     """The arrays a graph is fed: for each input the column of ``frame`` it names, as the
-    input's type, shaped ``(rows,)`` or ``(rows, 1)``.
+    input's type, shaped ``(rows,)`` or ``(rows, 1)``; text as ``str`` with a missing value
+    :data:`MISSING_CATEGORY`, floats with a missing value NaN (as the audit's graph reads
+    them: :mod:`fairpca.tasks.onnx_export`).
 
     Raises
     ------
     ValueError
         A column is missing or its values do not fit the input's type (names the column).
     """
-    import numpy as np
-
     missing = [entry.name for entry in inputs if entry.name not in frame.columns]
     if missing:
         raise ValueError(f"the model's graph needs the column(s) {missing}; the data lacks them.")
     feed = {}
     for entry in inputs:
-        column = frame[entry.name]
         try:
-            values = (np.asarray(column.astype(str), dtype=str) if entry.dtype == "str"
-                      else column.to_numpy(dtype=entry.dtype))  # fmt: skip
+            values = _column_values(frame[entry.name], entry.dtype)
         except (TypeError, ValueError):
             raise ValueError(
                 f"column {entry.name!r} cannot be given to the model's graph as {entry.dtype}; "
@@ -274,6 +289,20 @@ def graph_feed(inputs: tuple[GraphInput, ...], frame) -> dict[str, Any]:
             ) from None
         feed[entry.name] = values.reshape(-1, 1) if entry.rank == 2 else values
     return feed
+
+
+def _column_values(column, dtype: str):
+    """A column as the NumPy type ``dtype`` (never an object array: the child reads the
+    arrays without pickle)."""
+    import numpy as np
+
+    if dtype == "str":
+        text = column.astype(object).map(str).to_numpy(dtype=object)
+        text[column.isna().to_numpy()] = MISSING_CATEGORY
+        return text.astype(str)
+    if dtype in ("float32", "float64"):
+        return column.to_numpy(dtype=dtype, na_value=np.nan)
+    return column.to_numpy(dtype=dtype)
 
 
 def predicted_labels(output, rows: int):
@@ -295,15 +324,18 @@ class GraphModel:
 
     ``predict(X)`` feeds each graph input the column of the DataFrame ``X`` it names
     (:func:`graph_feed`) and returns the first output, one label per row. ``sha256`` is the
-    graph's digest."""
+    graph's digest; ``threads`` (default: onnxruntime's) the threads of one operator."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, threads: int | None = None):
         import onnxruntime
 
         self.sha256 = graph.sha256
         self._inputs, self._output = graph.inputs, graph.output
+        options = onnxruntime.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
         self._session = onnxruntime.InferenceSession(
-            graph.data, providers=["CPUExecutionProvider"]
+            graph.data, options, providers=["CPUExecutionProvider"]
         )
 
     def predict(self, X):

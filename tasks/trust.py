@@ -739,50 +739,42 @@ def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc
         )
 
 
-ONNX_GRAPH_FILE = "model.onnx"  # the graph of MLflow's onnx flavour (fairpca.tasks.onnx_export)
 _ONNX_FLAVOUR_KEYS = frozenset(
     {"onnx_version", "data", "providers", "onnx_session_options", "code"}
 )
-MAX_GRAPH_BYTES = 256 * 2**20  # a graph the audit writes is far smaller (kilobytes to a few MB)
 
 
 def check_onnx_flavour(model_dir: Path, entry: Any) -> None:
     """The ``onnx`` flavour of a saved model reads only ``model.onnx``: its ``data`` is that
-    file (a plain file inside ``model_dir``, at most :data:`MAX_GRAPH_BYTES`), it names no
-    code, no other key, and the graph refers to no external data and uses only the standard
-    operator sets (read as a protocol buffer, never run).
+    file, it names no code and no other key, and the graph passes the gate's checks
+    (:func:`fairpca.tasks.onnx_runtime.read_graph`: a plain file inside ``model_dir`` at most
+    :data:`~fairpca.tasks.onnx_runtime.MAX_GRAPH_BYTES`, standard operator sets only, no
+    external data, ONNX's checker; read as a protocol buffer, never run).
 
     Raises
     ------
     ValueError
         Naming what was found.
     """
+    from fairpca.tasks.onnx_runtime import ONNX_FILE, GraphRefused, read_graph
+
     if not isinstance(entry, dict) or set(entry) - _ONNX_FLAVOUR_KEYS:
         raise ValueError(
             f"MLmodel's onnx flavour is not the entry fairpca writes (keys "
             f"{sorted(entry) if isinstance(entry, dict) else entry!r})."
         )
-    path = Path(model_dir) / ONNX_GRAPH_FILE
-    if (
-        entry.get("data") != ONNX_GRAPH_FILE
-        or entry.get("code")
-        or entry.get("onnx_session_options")
-    ):
+    if entry.get("data") != ONNX_FILE or entry.get("code") or entry.get("onnx_session_options"):
         raise ValueError(
             f"MLmodel's onnx flavour reads {entry.get('data')!r} (or names code or session "
-            f"options); only the graph file {ONNX_GRAPH_FILE!r} is accepted."
+            f"options); only the graph file {ONNX_FILE!r} is accepted."
         )
-    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_GRAPH_BYTES:
-        raise ValueError(
-            f"{path} is missing, a link, or over {MAX_GRAPH_BYTES // 2**20} MiB; the graph is "
-            "not accepted. Re-run the audit."
-        )
-    from fairpca.tasks.onnx_export import NotConvertibleError, check_standard, read_graph
-
     try:
-        check_standard(read_graph(path.read_bytes()))
-    except (NotConvertibleError, ValueError) as error:
-        raise ValueError(f"{path} is not a graph fairpca writes ({error}).") from error
+        read_graph(model_dir)
+    except GraphRefused as error:
+        raise ValueError(
+            f"{Path(model_dir) / ONNX_FILE} is not a graph fairpca writes ({error}); it is not "
+            "accepted. Re-run the audit."
+        ) from None
 
 
 class VerifiedModel:

@@ -211,7 +211,7 @@ def assert_registered_with_its_graph(result, version, pipeline, split, local: Pa
     which predicts what the pipeline predicts."""
     import yaml
 
-    from fairpca.tasks import onnx_export
+    from fairpca.tasks import onnx_export, onnx_runtime
 
     graph_record = json.loads((Path(result.output_dir) / "audit.json").read_text())["onnx"]
     assert graph_record["status"] == "exported" and graph_record["reason"] is None
@@ -226,7 +226,7 @@ def assert_registered_with_its_graph(result, version, pipeline, split, local: Pa
     assert flavors["onnx"]["data"] == "model.onnx"
     assert flavors["python_function"]["loader_module"] == "mlflow.sklearn"
     rows = split.X_test.head(200)
-    labels = onnx_export.graph_labels(onnx_export.session(data), rows)
+    labels = onnx_export.graph_labels(onnx_runtime.graph_of(data), rows)
     np.testing.assert_array_equal(labels, pipeline.predict(rows))
 
 

@@ -22,6 +22,7 @@ from sklearn.svm import SVC, LinearSVC
 from fairpca import FairKernelPCA, FairPCA
 from fairpca.datasets import make_preprocessor
 from fairpca.tasks import onnx_export as og
+from fairpca.tasks import onnx_runtime
 
 onnx = pytest.importorskip("onnx")
 
@@ -103,10 +104,16 @@ def representation_for(name: str, seed: int):
 
 
 def run_graph(pipeline, X_fit, X):
-    graph = og.pipeline_graph(pipeline, X_fit)
-    og.check_standard(graph)
-    session = og.session(graph)
-    return session.run(None, og.graph_inputs(X, session))
+    return run_checked(og.pipeline_graph(pipeline, X_fit), X)
+
+
+def run_checked(graph, X):
+    """Every output of ``graph`` for the rows ``X``, checked and fed as the gate does."""
+    import onnxruntime
+
+    checked = onnx_runtime.graph_of(graph.SerializeToString())
+    session = onnxruntime.InferenceSession(checked.data, providers=["CPUExecutionProvider"])
+    return session.run(None, onnx_runtime.graph_feed(checked.inputs, X))
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -145,8 +152,7 @@ def test_the_graph_encodes_rare_unseen_and_missing_categories_as_scikit_learn(se
         rows = unseen_rows(X, seed)
         width = expected_train.shape[1]
         graph = og.convert(preprocess, X, [("features", DoubleTensorType([None, width]))])
-        session = og.session(graph)
-        (features,) = session.run(None, og.graph_inputs(rows, session))
+        (features,) = run_checked(graph, rows)
         np.testing.assert_array_equal(features, preprocess.transform(rows))
 
 
@@ -162,8 +168,8 @@ def test_the_graph_reads_one_typed_input_per_column_and_standard_operators_only(
     assert {node.domain for node in graph.graph.node} <= {"", "ai.onnx.ml"}
     assert set(og.graph_opset(graph.SerializeToString())) == {"ai.onnx", "ai.onnx.ml"}
     assert all(o.version <= og.OPSET[o.domain] for o in graph.opset_import)
-    with pytest.raises(ValueError, match=r"lack the model's input column\(s\) \['cat0'\]"):
-        og.graph_inputs(X.drop(columns="cat0"), graph)
+    with pytest.raises(ValueError, match=r"column\(s\) \['cat0'\]"):
+        onnx_runtime.graph_feed(onnx_runtime.graph_inputs(graph), X.drop(columns="cat0"))
 
 
 def test_a_pipeline_without_an_exact_converter_gets_no_graph_and_says_why():
@@ -172,7 +178,7 @@ def test_a_pipeline_without_an_exact_converter_gets_no_graph_and_says_why():
     pipeline = fitted_pipeline(X, y, groups, kernel, LogisticRegression())
     export = og.export_graph(pipeline, X)
     assert export.data is None and export.status == "no_converter"
-    assert export.reason.startswith(og.NO_GRAPH_REASON)
+    assert export.reason.startswith(onnx_runtime.NO_GRAPH)
     assert export.record()["sha256"] is None
 
 
@@ -215,9 +221,34 @@ def test_the_saved_graph_is_mlflows_onnx_flavour_beside_the_skops_file(tmp_path)
     assert flavors["python_function"]["loader_module"] == "mlflow.sklearn"
     # the entry mlflow.onnx.save_model writes for the same graph
     reference = tmp_path / "reference"
-    mlflow.onnx.save_model(og.read_graph(data), reference, save_as_external_data=False)
+    mlflow.onnx.save_model(onnx_runtime.parse_graph(data), reference, save_as_external_data=False)
     written = yaml.safe_load((reference / "MLmodel").read_text())["flavors"]["onnx"]
     assert flavors["onnx"] == written and flavors["onnx"]["data"] == "model.onnx"
     check_saved_model(model_dir)  # the trust rule of logging and relog accepts it
     loaded = mlflow.onnx.load_model(str(model_dir))
     assert hashlib.sha256(loaded.SerializeToString()).hexdigest() == record["sha256"]
+
+
+@pytest.mark.parametrize("classifier", ["logreg", "rbf_svc"])
+def test_the_graph_the_audit_writes_passes_the_gates_checks_and_serves_its_labels(
+    tmp_path, classifier
+):
+    """The gate reads the saved graph with its own checks (size, standard operator sets, no
+    external data, ONNX's checker) and serves it: its labels, of rows with unseen and
+    missing categories and missing numbers, are the pipeline's."""
+    from fairpca.tasks import onnx_runtime
+    from fairpca.tasks.mlflow_logging import save_model_locally
+
+    X, y, groups = random_table(11)
+    pipeline = fitted_pipeline(X, y, groups, FairPCA(3), CLASSIFIERS[classifier]())
+    model_dir = save_model_locally(
+        pipeline, tmp_path, input_example=X.head(2), pip_requirements=["fairpca==0.1.0"]
+    )
+    assert og.save_graph(model_dir, pipeline, X)["status"] == "exported"
+    graph = onnx_runtime.read_graph(model_dir)
+    onnx_runtime.check_graph(onnx_runtime.parse_graph(graph.data))
+    assert [entry.name for entry in graph.inputs] == list(X.columns)
+    rows = unseen_rows(X, 11)
+    assert rows.isna().any().any()
+    served = onnx_runtime.GraphModel(graph).predict(rows)
+    np.testing.assert_array_equal(served, pipeline.predict(rows))

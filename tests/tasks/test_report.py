@@ -681,7 +681,7 @@ def test_the_intersection_cells_the_gate_did_not_judge_are_named_on_their_rows(a
 def test_a_version_without_a_graph_says_so_on_every_surface(audit_record):
     """An audit that saved no ONNX graph warns, in the verdict that the report, the card and the
     run description share, that the gate will fail the version; a graph adds no warning."""
-    from fairpca.tasks.onnx_export import NO_GRAPH_REASON
+    from fairpca.tasks.onnx_runtime import NO_GRAPH as NO_GRAPH_REASON
     from fairpca.tasks.record import OnnxGraphRecord
     from fairpca.tasks.report import build_verdict, render_model_card
 

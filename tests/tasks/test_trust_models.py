@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import re
 import shutil
 
 import numpy as np
@@ -220,6 +221,7 @@ def _model_with_graph(tmp_path):
 def test_the_onnx_flavour_is_accepted_reading_only_its_standard_graph(tmp_path):
     import onnx
 
+    from fairpca.tasks import onnx_runtime
     from fairpca.tasks.trust import check_model_files
 
     model_dir = _model_with_graph(tmp_path)
@@ -245,18 +247,23 @@ def test_the_onnx_flavour_is_accepted_reading_only_its_standard_graph(tmp_path):
         )
 
     refused = {
-        graph_edit("external", external): "refers to external data",
-        graph_edit("custom", custom_domain): r"operator domain\(s\) \['com.example'\]",
+        graph_edit("external", external): re.escape(onnx_runtime.EXTERNAL_DATA),
+        graph_edit("custom", custom_domain): re.escape(onnx_runtime.FOREIGN_DOMAIN),
         _edited_mlmodel(model_dir, tmp_path / "data", lambda spec: spec["flavors"]["onnx"].update(data="../x.onnx")): "reads '../x.onnx'",  # noqa: E501
         _edited_mlmodel(model_dir, tmp_path / "code", lambda spec: spec["flavors"]["onnx"].update(code="code")): "names code",  # noqa: E501
         _edited_mlmodel(model_dir, tmp_path / "keys", lambda spec: spec["flavors"]["onnx"].update(loader="x")): "not the entry fairpca writes",  # noqa: E501
     }  # fmt: skip
     garbage = shutil.copytree(model_dir, tmp_path / "garbage")
     (garbage / "model.onnx").write_bytes(b"\xff" * 64)
-    refused[garbage] = "not a readable ONNX model"
+    refused[garbage] = re.escape(onnx_runtime.UNREADABLE)
     missing = shutil.copytree(model_dir, tmp_path / "missing")
     (missing / "model.onnx").unlink()
-    refused[missing] = "is missing"
+    refused[missing] = re.escape(onnx_runtime.NO_GRAPH)
+    # the gate's one size limit, checked before the file is read (a sparse file)
+    large = shutil.copytree(model_dir, tmp_path / "large")
+    with (large / "model.onnx").open("r+b") as handle:
+        handle.truncate(onnx_runtime.MAX_GRAPH_BYTES + 1)
+    refused[large] = re.escape(onnx_runtime.TOO_LARGE)
     for crafted, message in refused.items():
         with pytest.raises(ValueError, match=message):
             check_model_files(crafted)
