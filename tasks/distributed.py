@@ -1044,18 +1044,19 @@ class PartitionAudit:
 def _choose(measured: pd.DataFrame, passes: Passes, config, searched):
     """The in-memory audit's choice (:func:`fairpca.tasks.select.choose`: eligibility, the
     gate, certification) on the shortlist measured on every validation row."""
+    from fairpca.tasks.decision import note
     from fairpca.tasks.select import choose
 
     choice = choose(measured, passes.labels("train"), passes.labels("validation"),
                     config.selection)  # fmt: skip
-    note = (
+    where = (
         f"the {len(measured)} best candidates of the wide search on a stratified sample "
         f"({len(searched.y_train):,} training, {len(searched.y_validation):,} validation rows) "
         f"were refitted on all {passes.rows_of('train'):,} training rows of the Dask "
         f"partitions and measured on all {passes.rows_of('validation'):,} validation rows, "
         "where the choice was made"
     )
-    return dataclasses.replace(choice, decision=choice.decision.adding(note))
+    return dataclasses.replace(choice, decision=choice.decision.adding(note(where)))
 
 
 def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
