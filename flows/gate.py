@@ -993,12 +993,15 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
             except GraphRefused as refusal:  # a fixed reason: nothing the model said
                 refused = str(refusal)
     except Exception as error:  # any loader or data failure is the version's verdict: error
-        reasons = [f"evaluation failed: {type(error).__name__}: {error}"[:1000]]
+        # published: a fixed category and the error's type (its text may quote the
+        # registrant's file names); the worker's log and the flow run say the rest
+        reasons = [f"evaluation failed ({type(error).__name__}): see the gate worker's log"]
+        detail = f"{type(error).__name__}: {error}"[:1000]
         note_verdict(client, tracking_uri, policy, version, None, key)
         GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
         record_verdict(client, name, version, ERROR, reasons, {}, facts)
-        _logger().error("gate error for %s version %s: %s", name, version, reasons[0])
-        return Failed(message=f"{name} version {version}: error: {reasons[0]}")
+        _logger().error("gate error for %s version %s: %s", name, version, detail)
+        return Failed(message=f"{name} version {version}: error: {reasons[0]}: {detail}")
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
     status, reasons = (FAILED, [refused]) if refused else verdict(metrics, policy, majority)
     facts["evaluation run"] = run_id or "none (not evaluated)"

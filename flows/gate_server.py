@@ -503,14 +503,18 @@ class GuardedH11Protocol(H11Protocol):
         ``MAX_CONNECTIONS`` in all, close the oldest unverified one (of that address, then of
         any); this new connection only if no older one is unverified."""
         host = self.client[0] if self.client else None
-        open_ = [c for c in self.connections if c.transport and not c.transport.is_closing()]
+        open_ = [c for c in self.connections if isinstance(c, GuardedH11Protocol)
+                 and c.transport and not c.transport.is_closing()]  # fmt: skip
         same = [c for c in open_ if c.client and c.client[0] == host]
         for crowd, bound, where in (
             (same, MAX_CONNECTIONS_PER_CLIENT, f"from {host}"),
             (open_, MAX_CONNECTIONS, "in all"),
         ):
             if len(crowd) > bound:
-                oldest = min((c for c in crowd if c._unverified()), key=lambda c: c.opened_at)
+                unverified = [c for c in crowd if c._unverified()]
+                if not unverified:  # every one verified (or handling): nothing to close
+                    continue
+                oldest = min(unverified, key=lambda c: c.opened_at)
                 logger.warning(
                     "closed the oldest unverified connection (from %s, open %.1f s): over %d "
                     "open %s", oldest.client and oldest.client[0],
@@ -528,7 +532,8 @@ class GuardedH11Protocol(H11Protocol):
     def handle_events(self) -> None:
         # uvicorn answers 503 when limit_concurrency <= its count of connections or tasks:
         # 0 while MAX_REQUESTS verified requests are handled, else no bound
-        handled = sum(1 for c in self.connections if c.handling())
+        handled = sum(1 for c in self.connections
+                      if isinstance(c, GuardedH11Protocol) and c.handling())  # fmt: skip
         self.limit_concurrency = 0 if handled >= MAX_REQUESTS else None
         super().handle_events()
 
@@ -589,6 +594,7 @@ def server_config(
     return uvicorn.Config(
         app, host=host, port=port, ssl_certfile=certfile, ssl_keyfile=keyfile,
         log_level="info", http=GuardedH11Protocol, timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        ws="none",  # webhooks are plain HTTP: an upgrade request gets no WebSocket protocol
     )  # fmt: skip
 
 

@@ -55,6 +55,7 @@ UNREADABLE = "the ONNX graph file is not a readable ONNX model"
 FOREIGN_DOMAIN = "the ONNX graph uses an operator set other than ai.onnx and ai.onnx.ml"
 EXTERNAL_DATA = "the ONNX graph holds a tensor stored outside its file (external data)"
 CHECKER = "the ONNX graph does not pass ONNX's checker"
+RANDOM = "the ONNX graph draws random numbers (its labels would differ from run to run)"
 BAD_INPUTS = "the ONNX graph's inputs are not columns of the data (one tensor per column)"
 NO_OUTPUT = "the ONNX graph has no output (its first output is the predicted label)"
 
@@ -121,7 +122,8 @@ def graph_file(model_dir: Path) -> Path:
         path = model_dir / name
         if path.is_symlink() or not path.is_file():
             raise ValueError("not a plain file")
-    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError, UnicodeDecodeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, yaml.YAMLError,
+            UnicodeDecodeError):  # a nesting deeper than the parser's stack is no MLmodel
         raise GraphRefused(NO_GRAPH) from None
     return path
 
@@ -210,14 +212,26 @@ def _tensors(model) -> Iterator[Any]:
                 yield from (sparse.values, sparse.indices)
 
 
+# Operators whose output is a random draw: a graph using one could pass the gate on one draw
+# and decide otherwise on the next (Dropout draws only in training mode, its third input).
+RANDOM_OPERATORS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal",
+                              "RandomNormalLike", "Bernoulli", "Multinomial"})  # fmt: skip
+
+
+def _draws_at_random(node) -> bool:
+    training_mode = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
+    return node.op_type in RANDOM_OPERATORS or bool(training_mode)
+
+
 def check_graph(model) -> None:
-    """Refuse a graph outside the standard operator sets, with external data, or that fails
-    ONNX's checker (in that order: the checker runs on a graph that is pure).
+    """Refuse a graph outside the standard operator sets, that draws random numbers, with
+    external data, or that fails ONNX's checker (in that order: the checker runs on a graph
+    that is pure).
 
     Raises
     ------
     GraphRefused
-        :data:`FOREIGN_DOMAIN`, :data:`EXTERNAL_DATA` or :data:`CHECKER`.
+        :data:`FOREIGN_DOMAIN`, :data:`RANDOM`, :data:`EXTERNAL_DATA` or :data:`CHECKER`.
     """
     import onnx
 
@@ -227,6 +241,8 @@ def check_graph(model) -> None:
     domains |= {node.domain for node in _nodes(model)}
     if not domains <= STANDARD_DOMAINS:
         raise GraphRefused(FOREIGN_DOMAIN)
+    if any(_draws_at_random(node) for node in _nodes(model)):
+        raise GraphRefused(RANDOM)
     external = onnx.TensorProto.EXTERNAL
     if any(t.data_location == external or len(t.external_data) for t in _tensors(model)):
         raise GraphRefused(EXTERNAL_DATA)
@@ -305,6 +321,22 @@ def _column_values(column, dtype: str):
     return column.to_numpy(dtype=dtype)
 
 
+def labels_row_by_row(session, output: str, feed: dict[str, Any], rows: int):
+    """The graph's label for each row, computed on that row alone (None when an output is not
+    one label). A graph sees a batch whole (its size, its means: standard operators read
+    them), so run on the gate's reference rows at once it could tell them from a
+    production batch; one row at a time it sees the same in both."""
+    import numpy as np
+
+    labels = []
+    for row in range(rows):
+        output_row = session.run([output], {name: v[row : row + 1] for name, v in feed.items()})
+        if (label := predicted_labels(output_row[0], 1)) is None:
+            return None
+        labels.append(label)
+    return np.concatenate(labels) if labels else predicted_labels(np.empty(0), 0)
+
+
 def predicted_labels(output, rows: int):
     """One label per row from a graph's first output, or None when it is not that (a
     sequence, a map, another shape)."""
@@ -323,7 +355,8 @@ class GraphModel:
     """A checked graph served by onnxruntime in this process (the graph is pure).
 
     ``predict(X)`` feeds each graph input the column of the DataFrame ``X`` it names
-    (:func:`graph_feed`) and returns the first output, one label per row. ``sha256`` is the
+    (:func:`graph_feed`), one row at a time as the gate ran it (:func:`labels_row_by_row`),
+    and returns the first output, one label per row. ``sha256`` is the
     graph's digest; ``threads`` (default: onnxruntime's) the threads of one operator."""
 
     def __init__(self, graph: Graph, threads: int | None = None):
@@ -340,8 +373,7 @@ class GraphModel:
 
     def predict(self, X):
         rows = len(X)
-        output = self._session.run([self._output], graph_feed(self._inputs, X))[0]
-        labels = predicted_labels(output, rows)
+        labels = labels_row_by_row(self._session, self._output, graph_feed(self._inputs, X), rows)
         if labels is None:
             raise ValueError(f"the model's graph did not return one label for each of {rows} rows")
         return labels
@@ -559,7 +591,7 @@ def _child_main(argv: list[str]) -> int:
             session = onnxruntime.InferenceSession(
                 request["graph"].tobytes(), options, providers=["CPUExecutionProvider"]
             )
-            labels = predicted_labels(session.run([str(request["output"])], feed)[0], rows)
+            labels = labels_row_by_row(session, str(request["output"]), feed, rows)
         if labels is None:
             return _GRAPH_FAILED
         with open(1, "wb", closefd=False) as stdout:

@@ -72,3 +72,28 @@ def allocation_bomb() -> onnx.ModelProto:
         helper.make_node("Add", ["x1", "total"], ["label"]),
     ]
     return one_output(nodes, initializers=[shape])
+
+
+def batch_reader() -> onnx.ModelProto:
+    """A graph that answers by the batch it is given, not by the row: 1.0 for every row of a
+    batch of more than one row, else 0.0 (``Shape`` reads the batch size)."""
+    nodes = [
+        helper.make_node("Shape", ["x1"], ["shape"]),
+        helper.make_node("Gather", ["shape", "axis0"], ["n"], axis=0),
+        helper.make_node("Greater", ["n", "one"], ["many"]),
+        helper.make_node("Cast", ["many"], ["flag"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["x1", "zero"], ["zeros"]),
+        helper.make_node("Add", ["zeros", "flag"], ["label"]),
+    ]
+    constants = [helper.make_tensor("axis0", TensorProto.INT64, [1], [0]),
+                 helper.make_tensor("one", TensorProto.INT64, [1], [1]),
+                 helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0])]  # fmt: skip
+    return one_output(nodes, initializers=constants)
+
+
+def random_draw(op_type: str = "RandomUniformLike") -> onnx.ModelProto:
+    """A graph whose label is a random draw (``x1 < U(0, 1)``)."""
+    nodes = [helper.make_node(op_type, ["x1"], ["u"]),
+             helper.make_node("Less", ["x1", "u"], ["below"]),
+             helper.make_node("Cast", ["below"], ["label"], to=TensorProto.FLOAT)]  # fmt: skip
+    return one_output(nodes)

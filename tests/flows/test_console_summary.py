@@ -166,7 +166,7 @@ def test_the_terminal_marks_the_references_that_meet_the_gate():
     references = [
         ReferenceMitigation(name=name, approach="reductions", needs_sensitive_at_prediction=False,
                             validation={"accuracy": 0.8}, test=dict(record.selection.test),
-                            meets_gate=meets)  # fmt: skip
+                            meets_gate=meets)
         for name, meets in (("meets", True), ("fails", False), ("unmeasured", None))
     ]
     verdict = build_verdict(replaced(record, references=references))

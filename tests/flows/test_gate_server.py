@@ -6,8 +6,10 @@ tracking server sends), so a change of MLflow's scheme fails these tests.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -739,3 +741,46 @@ def test_slow_forged_uploads_do_not_deafen_the_receiver(user_cli, tmp_path, free
     log = serve.log.read_text()
     assert log.count(f"over {MAX_CONNECTIONS_PER_CLIENT} open from 127.0.0.4") == 34
     assert f"over {MAX_CONNECTIONS} open in all" in log
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="binds 127.0.0.x addresses")
+def test_websocket_upgrades_are_plain_http_and_do_not_deafen_the_receiver(
+    user_cli, tmp_path, free_port
+):
+    """Review of issue 53: uvicorn upgraded ``Upgrade: websocket`` requests to its WebSocket
+    protocol, whose connections the receiver's guard then read as its own (an AttributeError
+    on every request while one was open: signed deliveries were reset). Upgrades are not
+    offered (the webhook is plain HTTP), and signed deliveries get 202 meanwhile."""
+    import socket
+
+    serve = GateServe(user_cli, tmp_path, free_port(), PREFECT_API_URL="http://127.0.0.1:9/api")
+    sockets = []
+    try:
+        serve.wait_ready()
+        upgrade = ("GET /webhook HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                   "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                   "Sec-WebSocket-Version: 13\r\n\r\n")  # fmt: skip
+        answers, stop = [], threading.Event()
+
+        def upgrades() -> None:  # one client asking to upgrade, again and again
+            while not stop.is_set() and len(answers) < 2000:
+                with socket.create_connection(("127.0.0.1", serve.port), timeout=10) as sock:
+                    sock.sendall(upgrade.encode())
+                    with contextlib.suppress(OSError):
+                        answers.append(sock.recv(4096)[:12])
+
+        flood = threading.Thread(target=upgrades)
+        flood.start()
+        try:
+            delivered = [_delivered(serve, "127.0.0.1") for _ in range(20)]
+        finally:
+            stop.set()
+            flood.join(30)
+        assert delivered == [202] * 20
+        assert answers and not any(a.startswith(b"HTTP/1.1 101") for a in answers)
+    finally:
+        for sock in sockets:
+            sock.close()
+        serve.stop()
+    assert "AttributeError" not in serve.log.read_text()

@@ -267,3 +267,48 @@ def test_an_interrupted_evaluation_kills_its_child_and_removes_its_folder(own_tm
     pid = interrupt_when_running.pid
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped
     assert _left(own_tmp) == []
+
+
+def test_a_graph_sees_one_row_at_a_time_in_the_gate_and_when_served(tmp_path):
+    """Review of issue 53: a graph reading its batch (its size, its statistics: standard
+    operators do) could answer one way on the gate's reference rows, run as one batch, and
+    another on a production batch. Run one row at a time, it sees the same in both."""
+    from graphs import batch_reader
+
+    checked = read_graph(write(tmp_path / "m", batch_reader()))
+    frame = FRAME[["x1"]].astype("float32")
+    assert set(predict_isolated(checked, frame).tolist()) == {0.0}
+    assert set(GraphModel(checked).predict(frame).tolist()) == {0.0}
+    assert set(GraphModel(checked).predict(frame.iloc[:1]).tolist()) == {0.0}
+
+
+@pytest.mark.parametrize("op_type", ["RandomUniformLike", "RandomNormalLike", "Bernoulli"])
+def test_a_graph_that_draws_random_numbers_is_refused(tmp_path, op_type):
+    """Review of issue 53: a graph that draws at random could pass on one draw and decide
+    otherwise in production; refused with a fixed reason, also in a subgraph."""
+    from graphs import random_draw
+
+    from fairpca.tasks.onnx_runtime import RANDOM
+
+    model = random_draw(op_type)
+    inner = helper.make_graph(list(model.graph.node), "then", [],
+                              [helper.make_tensor_value_info("label", TensorProto.FLOAT,
+                                                             [None, 1])])  # fmt: skip
+    nested = one_output(
+        [helper.make_node("If", ["c"], ["label"], then_branch=inner, else_branch=inner)],
+        initializers=[helper.make_tensor("c", TensorProto.BOOL, [], [True])],
+    )
+    for name, graph in (("top", model), ("nested", nested)):
+        with pytest.raises(GraphRefused) as refused:
+            read_graph(write(tmp_path / name, graph))
+        assert str(refused.value) == RANDOM
+
+
+def test_an_mlmodel_nested_past_the_parsers_stack_has_no_graph(tmp_path):
+    """Review of issue 53: a deeply nested MLmodel raised RecursionError (an ``error``
+    verdict judged again every deadline) instead of the fixed refusal."""
+    folder = write(tmp_path / "m", identity())
+    (folder / "MLmodel").write_text("flavors: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(GraphRefused) as refused:
+        read_graph(folder)
+    assert str(refused.value) == NO_GRAPH
