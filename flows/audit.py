@@ -30,7 +30,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import get_run_context
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from threadpoolctl import threadpool_limits
 
 from fairpca.tasks.data import load_split, search_sample
@@ -58,6 +58,7 @@ from fairpca.tasks.mlflow_logging import (
     relog_hint,
     save_model_locally,
 )
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.onnx_export import save_graph
 from fairpca.tasks.record import (
     AuditRecord,
@@ -130,6 +131,9 @@ class AuditResult(BaseModel):
     model_version_new: bool
     champion_moved: bool
     promotion: PromotionRecord
+    # the command's verdict (fairpca.tasks.report.build_verdict of the record and promotion),
+    # shown by every surface; not part of the result's data
+    verdict: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def run_name(self) -> str:
@@ -471,14 +475,16 @@ def promote_and_log(
     the record (the report shows it), seal again (``sealed``: the first seal's SHA-256s, kept
     for the files not rewritten), log to MLflow."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    champion, demoted = (None, frozenset())
+    champion, demoted, client = (None, frozenset(), None)  # one MLflow client for the command
     if record.register_model or watch:  # a retrain re-checks its champion in any case
         try:
+            client = mlflow_client(tracking_uri)
             champion, demoted = champion_lookup(
                 tracking_uri,
                 record,
                 watch=watch,
                 evaluate=score or scorer_on_test_rows(split, config),
+                client=client,
             )
         except Exception as error:  # after the task's retries: the folder is complete
             raise MlflowLoggingError(
@@ -490,12 +496,15 @@ def promote_and_log(
         challenger_of(record), champion, tolerance=tolerance, demoted_models=demoted
     )
     decided = PromotionRecord.of(promotion, champion)
+    verdict = build_verdict(record, decided)  # every surface from here on shows this one
     (out_dir / PROMOTION_FILE).write_text(decided.model_dump_json(indent=2))
-    paths = write_report(out_dir, record, table, decided, plot=False)  # the plot: write_outputs'
+    paths = write_report(out_dir, record, table, decided, plot=False, verdict=verdict)
     rewritten = {PROMOTION_FILE, paths["md"].name, paths["html"].name}
     seal_output_dir(out_dir, known={n: h for n, h in sealed.items() if n not in rewritten})
-    logged = log_output_dir(out_dir, tracking_uri, promotion=decided, ends_now=True)
-    _prefect_artifacts(record, decided, out_dir)
+    logged = log_output_dir(
+        out_dir, tracking_uri, promotion=decided, ends_now=True, client=client, verdict=verdict
+    )
+    _prefect_artifacts(record, decided, out_dir, verdict)
     return AuditResult(
         record=record,
         output_dir=str(out_dir.resolve()),
@@ -507,6 +516,7 @@ def promote_and_log(
         model_version_new=logged.model_version_new,
         champion_moved=logged.champion_moved,
         promotion=decided,
+        verdict=verdict,
     )
 
 
@@ -518,25 +528,26 @@ def _flow_tags(kind: str) -> dict[str, str]:
     return tags
 
 
-def verdict_summary(record: AuditRecord, promotion=None) -> str:
+def verdict_summary(record: AuditRecord, promotion=None, verdict=None) -> str:
     """The decision, its headline numbers and the deciding reason in one line: the flow run's
     last log line and its final state's message (what ``prefect deployment run --watch``,
-    ``prefect flow-run inspect`` and the Prefect UI show)."""
-    verdict = build_verdict(record, promotion)
+    ``prefect flow-run inspect`` and the Prefect UI show). ``verdict``: the command's
+    :func:`fairpca.tasks.report.build_verdict` of ``record`` and ``promotion``, when built."""
+    verdict = verdict or build_verdict(record, promotion)
     return f"{verdict.line} {verdict.why}."
 
 
-def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
+def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path, verdict=None) -> None:
     """The verdict (Markdown) and the candidates (table) as artifacts of the flow run, read
     from the record (aggregates only; user strings escaped); then the verdict as the run's
     last log line."""
     source = f"fairpca-{record.provenance.definition.source}".lower()
     key = re.sub(r"[^a-z0-9-]+", "-", source).strip("-")
-    verdict = verdict_markdown(
-        record, promotion, heading=f"Fairness {record.kind} {record.run_name}"
+    text = verdict_markdown(
+        record, promotion, heading=f"Fairness {record.kind} {record.run_name}", verdict=verdict
     )
     create_markdown_artifact(
-        f"{verdict}\n\nLocal results: {markdown_text(out_dir.resolve())}",
+        f"{text}\n\nLocal results: {markdown_text(out_dir.resolve())}",
         key=f"{key}-summary"[:100],
         description="audit verdict",
     )
@@ -545,7 +556,7 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path) -> None:
         key=f"{key}-candidates"[:100],
         description="candidates on validation rows",
     )
-    get_run_logger().info("Verdict: %s", verdict_summary(record, promotion))
+    get_run_logger().info("Verdict: %s", verdict_summary(record, promotion, verdict))
 
 
 def run_audit(
@@ -707,4 +718,5 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     else:
         result = run_audit(config, "audit")
     # the verdict is the run's outcome: its final state's message; a caller gets the result
-    return Completed(message=verdict_summary(result.record, result.promotion), data=result)
+    summary = verdict_summary(result.record, result.promotion, result.verdict)
+    return Completed(message=summary, data=result)
