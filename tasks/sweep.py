@@ -39,7 +39,7 @@ from threadpoolctl import threadpool_limits
 from fairpca import metrics as fm
 
 from . import CERTIFY_Z, CLASSIFIER_NAMES, MAX_ONE_CLASS_SHARE, MIN_POSITIVE_RATE_RATIO
-from .data import _strata, stratified_sample
+from .data import stratified_sample, stratum_labels
 from .evaluate import (
     GATED_RATES,
     classifier_key,
@@ -859,7 +859,7 @@ def repeated_folds(y, s, entities, folds: int, repeats: int, seed: int) -> list[
     stratified by label x group and seeded; with ``entities`` (each row's entity) every
     entity's rows in one fold of each repeat (:func:`stratified_folds`, each repeat seeded
     anew)."""
-    strata = _strata(y, s)
+    strata = stratum_labels(y, s)
     if entities is None:
         splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
         with warnings.catch_warnings():
