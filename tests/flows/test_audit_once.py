@@ -115,9 +115,6 @@ def test_a_registering_audit_does_each_piece_of_work_once(profiled_audit):
     assert counts["_write_seal"] <= 3, counts
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 50's stages: flows/audit.py still calls 48 functions of tasks/"
-)
 def test_the_flow_calls_few_functions_of_tasks(profiled_audit):
     _result, profile = profiled_audit
     assert profile.stages  # the hook saw the flow's calls
