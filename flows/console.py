@@ -301,7 +301,8 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
 
     verbose = OUTPUT["verbose"] if verbose is None else verbose
     before = before or result.promotion.champion_version
-    record, verdict = result.record, build_verdict(result.record, result.promotion)
+    record = result.record
+    verdict = getattr(result, "verdict", None) or build_verdict(record, result.promotion)
     console.print(decision_line(result, before))
     console.print(escape(verdict.why) + ".")
     if record.kind == "retrain":

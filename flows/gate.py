@@ -947,6 +947,32 @@ def _flow_run_id() -> str:
     return str(flow_run.id or "")
 
 
+def _judge_files(client, tracking_uri: str, policy: GatePolicy, name: str, version: str, frame):
+    """The version's files downloaded and digested, its ONNX graph read (refused unread, with
+    a fixed reason) and evaluated on the reference rows ``frame``: the files' digest, the
+    graph (None when refused), the refusal, the metrics and the evaluation run's id."""
+    reference = policy.reference
+    with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
+        local = download_version(client, tracking_uri, name, version, Path(tmp))
+        model_digest = files_digest(local)
+        graph, refused, metrics, run_id = None, None, {}, ""
+        try:
+            graph = read_graph(local)  # nothing else of the version is ever opened
+            with _judging(name, version):
+                metrics, run_id = evaluate_version(
+                    graph,
+                    frame,
+                    label=reference.label,
+                    evaluator_config=policy.evaluator_config(),
+                    experiment_name=policy.experiment_name,
+                    run_name=f"gate-{name}-v{version}"[:250],
+                    run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
+                )
+        except GraphRefused as refusal:  # a fixed reason: nothing the model said
+            refused = str(refusal)
+    return model_digest, graph, refused, metrics, run_id
+
+
 def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, version: str):
     """Judge the version's ONNX graph (refused unread, or evaluated), sign and record the
     verdict, grant the alias requests waiting for it; the final state of the flow run.
@@ -974,24 +1000,9 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         reference_sha256 = sha256_file(reference.path)
         facts["reference data"] += f" (SHA-256 {reference_sha256})"
         frame = read_reference(reference.path, reference.label, reference.sensitive)
-        with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
-            local = download_version(client, tracking_uri, name, version, Path(tmp))
-            model_digest = files_digest(local)
-            graph, refused, metrics, run_id = None, None, {}, ""
-            try:
-                graph = read_graph(local)  # nothing else of the version is ever opened
-                with _judging(name, version):
-                    metrics, run_id = evaluate_version(
-                        graph,
-                        frame,
-                        label=reference.label,
-                        evaluator_config=policy.evaluator_config(),
-                        experiment_name=policy.experiment_name,
-                        run_name=f"gate-{name}-v{version}"[:250],
-                        run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
-                    )
-            except GraphRefused as refusal:  # a fixed reason: nothing the model said
-                refused = str(refusal)
+        model_digest, graph, refused, metrics, run_id = _judge_files(
+            client, tracking_uri, policy, name, version, frame
+        )
     except Exception as error:  # any loader or data failure is the version's verdict: error
         # published: a fixed category and the error's type (its text may quote the
         # registrant's file names); the worker's log and the flow run say the rest

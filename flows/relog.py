@@ -30,6 +30,7 @@ from fairpca.tasks.mlflow_logging import (
     read_audit,
     verified_copy,
 )
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, PromotionRecord
 from fairpca.tasks.select import decide_promotion
 
@@ -37,13 +38,16 @@ from .audit import challenger_of, champion_lookup
 from .config import mask_credentials, resolve_tracking_uri
 
 
-def relog_promotion(out_dir: Path, audit: AuditRecord, tracking_uri: str, promote: bool):
+def relog_promotion(
+    out_dir: Path, audit: AuditRecord, tracking_uri: str, promote: bool, client=None
+):
     """The promotion of a relogged audit: none without ``promote``; otherwise the one
     decision against the registry's champion now, on the rows the audit compared it on when
-    the audit's own comparison (``promotion.json``) measured that very version."""
+    the audit's own comparison (``promotion.json``) measured that very version. ``client``:
+    the command's MLflow client of ``tracking_uri`` (else one is made)."""
     if not promote:
         return PromotionRecord(promote=False, reasons=["relog moves no alias without --promote"])
-    champion, demoted = champion_lookup(tracking_uri, audit)
+    champion, demoted = champion_lookup(tracking_uri, audit, client=client)
     champion = _compared_champion(out_dir, champion) or champion
     promotion = decide_promotion(challenger_of(audit), champion, demoted_models=demoted)
     return PromotionRecord.of(promotion, champion)
@@ -87,8 +91,11 @@ def relog(
     # that is read or uploaded afterwards comes from the verified copy
     with verified_copy(Path(output_dir)) as verified:
         audit = read_audit(verified.files)
-        promotion = relog_promotion(verified.files, audit, uri, promote)
-        logged = log_output_dir(Path(output_dir), uri, promotion=promotion, verified=verified)
+        client = mlflow_client(uri) if promote else None  # else log_output_dir makes it
+        promotion = relog_promotion(verified.files, audit, uri, promote, client)
+        logged = log_output_dir(
+            Path(output_dir), uri, promotion=promotion, verified=verified, client=client
+        )
     return {
         "run_id": logged.run_id,
         "model_version": logged.model_version,

@@ -42,7 +42,7 @@ class Split:
     entity_test: np.ndarray | None = None
 
 
-def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
+def stratum_labels(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
     """Integer code of each row's label x (intersectional) group stratum."""
     keys = pd.Series(np.asarray(y).astype(str))
     for column in sensitive.columns:
@@ -50,7 +50,7 @@ def _strata(y: np.ndarray, sensitive: pd.DataFrame) -> np.ndarray:
     return pd.factorize(keys, sort=True)[0]
 
 
-def _allocate(total: int, counts: np.ndarray) -> np.ndarray:
+def allocate(total: int, counts: np.ndarray) -> np.ndarray:
     """Split ``total <= counts.sum()`` rows over strata in proportion to ``counts``.
 
     Largest-remainder rounding (ties to the lower stratum index): the result sums to
@@ -83,10 +83,10 @@ def part_sizes(
     caps = [n_train, n_validation, n_test]
     if None not in caps:
         wanted = np.array(caps, dtype=np.int64)
-        wanted = _allocate(n_samples, wanted) if wanted.sum() > n_samples else wanted
+        wanted = allocate(n_samples, wanted) if wanted.sum() > n_samples else wanted
     else:
         weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
-        wanted = _allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
+        wanted = allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
         capped = zip(wanted, caps, strict=True)
         wanted = np.array([w if c is None else min(w, c) for w, c in capped])
     if wanted.min() < 2:
@@ -106,9 +106,9 @@ def stratified_sample(
     may exceed ``size`` by those); every row when ``size`` is not smaller than the rows."""
     if size >= len(y):
         return np.arange(len(y))
-    strata = _strata(y, sensitive)
+    strata = stratum_labels(y, sensitive)
     counts = np.bincount(strata)
-    take = np.maximum(_allocate(size, counts), np.minimum(counts, floor))
+    take = np.maximum(allocate(size, counts), np.minimum(counts, floor))
     rng = np.random.default_rng(seed)
     chosen = [
         rng.permutation(np.flatnonzero(strata == code))[:n] for code, n in enumerate(take) if n
@@ -145,14 +145,14 @@ def split_rows(
     sizes = part_sizes(len(y), n_train, n_validation, n_test, shares=shares)
     if entities is not None:
         return split_entities(y, sensitive, entities, sizes, seed)
-    strata = _strata(y, sensitive)
+    strata = stratum_labels(y, sensitive)
     rng = np.random.default_rng(seed)
     members = [rng.permutation(np.flatnonzero(strata == code)) for code in range(strata.max() + 1)]
     counts = np.array([len(rows) for rows in members])
     small = counts < MIN_SPLITTABLE_STRATUM  # all its rows go to training
     splittable = np.where(small, 0, counts - 1)
-    held_out = _allocate(min(sizes[1] + sizes[2], int(splittable.sum())), splittable)
-    n_validation_of = _allocate(min(sizes[1], int(held_out.sum())), held_out)
+    held_out = allocate(min(sizes[1] + sizes[2], int(splittable.sum())), splittable)
+    n_validation_of = allocate(min(sizes[1], int(held_out.sum())), held_out)
     validation, test, rest = [], [], []
     for rows, h, v in zip(members, held_out, n_validation_of, strict=True):
         validation.append(rows[:v])
@@ -161,7 +161,7 @@ def split_rows(
     tiny = [rows for rows, is_small in zip(rest, small, strict=True) if is_small]
     rest_counts = np.where(small, 0, [len(rows) for rows in rest])
     n_tiny = sum(len(rows) for rows in tiny)
-    take = _allocate(min(max(sizes[0] - n_tiny, 0), int(rest_counts.sum())), rest_counts)
+    take = allocate(min(max(sizes[0] - n_tiny, 0), int(rest_counts.sum())), rest_counts)
     train = tiny + [rows[:t] for rows, t in zip(rest, take, strict=True)]
     return tuple(
         np.sort(np.concatenate(part)).astype(np.int64) for part in (train, validation, test)
@@ -193,7 +193,7 @@ def split_entities(
             "keeping each entity's rows in one part needs at least 3 (one for each part): "
             "leave --group-column out, or name the column of the entities (person, firm)."
         )
-    strata = _strata(y, sensitive)
+    strata = stratum_labels(y, sensitive)
     counts = np.zeros((n_entities, strata.max() + 1))
     np.add.at(counts, (codes, strata), 1)
     targets = np.array([*sizes, len(y) - sum(sizes)], dtype=float)  # the last: left out
@@ -423,7 +423,7 @@ def load_source(source) -> Any:
             source.data,
             label=source.label,
             sensitive=tuple(source.sensitive),
-            positive_label=_typed_label(source),
+            positive_label=typed_label(source),
             keep=(*source.keep, *([group] if group else [])),  # read, then taken out of X
             drop=tuple(source.drop),
             sep=source.sep,
@@ -457,7 +457,7 @@ def with_entities(dataset, column: str, where: str):
     return dataclasses.replace(dataset, X=dataset.X.drop(columns=[column]), entities=entities)
 
 
-def _typed_label(source) -> Any:
+def typed_label(source) -> Any:
     """``positive_label`` arrives as text (CLI, YAML); match it to a numeric label column."""
     value = source.positive_label
     if value is None:

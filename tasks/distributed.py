@@ -325,7 +325,7 @@ def stratum_cuts(histogram: pd.DataFrame, shares: tuple[float, ...]) -> dict[str
     (:func:`fairpca.tasks.data.part_sizes` of its rows, by the shares). So every part holds
     each label x group stratum in the table's proportion, to a bin's rows
     (``1 / SPLIT_BINS`` of the stratum)."""
-    from fairpca.tasks.data import _allocate
+    from fairpca.tasks.data import allocate
 
     cuts = {}
     weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
@@ -333,7 +333,7 @@ def stratum_cuts(histogram: pd.DataFrame, shares: tuple[float, ...]) -> dict[str
         counts = np.zeros(SPLIT_BINS, dtype=np.int64)
         np.add.at(counts, rows["bin"].to_numpy(), rows["rows"].to_numpy())
         total = int(counts.sum())
-        wanted = _allocate(int(np.floor(total * sum(shares) + 1e-9)), weights)
+        wanted = allocate(int(np.floor(total * sum(shares) + 1e-9)), weights)
         running = np.concatenate([[0], np.cumsum(counts)])  # rows below each bin edge
         edges = [int(np.abs(running - target).argmin()) for target in np.cumsum(wanted)]
         cuts[str(key)] = tuple(edge / SPLIT_BINS for edge in edges)
@@ -550,14 +550,14 @@ class Passes:
 
 
 def _spec(config, files: list[Path]) -> RowSpec:
-    from fairpca.tasks.data import _typed_label
+    from fairpca.tasks.data import typed_label
 
     source = config.source
     taken = {source.label, *source.sensitive, *source.drop}
     features = tuple(c for c in _columns_of(files[0], source.sep) if c not in taken)
     if not features:
         raise ValueError(f"{source.data} has no feature column besides label and sensitive.")
-    label = _typed_label(source)
+    label = typed_label(source)
     split = config.split
     shares = (split.train_share, split.validation_share, split.test_share)
     return RowSpec(
@@ -1109,7 +1109,7 @@ def _decided(cells, measured: pd.DataFrame, references: list[dict], passes: Pass
     """The choice on the measured shortlist, what is reported of it (validation and test,
     the majority class and unconstrained PCA beside it) and the decision after the
     references (:func:`fairpca.tasks.select.judge_chosen`, as in memory)."""
-    from fairpca.tasks.evaluate import _validation_metrics
+    from fairpca.tasks.evaluate import validation_metrics
     from fairpca.tasks.record import unjudged_groups
     from fairpca.tasks.select import judge_chosen
 
@@ -1119,13 +1119,13 @@ def _decided(cells, measured: pd.DataFrame, references: list[dict], passes: Pass
         return _on_test(_counts_of(cells, passes, name, "test"), passes, config)
 
     reported = {
-        "chosen": {"validation": _validation_metrics(choice.chosen),
+        "chosen": {"validation": validation_metrics(choice.chosen),
                    "test": on_test(candidate_key(choice.chosen))},
         "majority": {"class": passes.majority, "test": on_test("majority"),
                      "validation": {"accuracy": choice.majority_accuracy}},
     }  # fmt: skip
     if choice.pca_row is not None:
-        reported["pca"] = {"validation": _validation_metrics(choice.pca_row),
+        reported["pca"] = {"validation": validation_metrics(choice.pca_row),
                            "test": on_test(candidate_key(choice.pca_row))}  # fmt: skip
     split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
     unjudged = unjudged_groups(_group_sizes(passes, config.evaluation),

@@ -371,7 +371,7 @@ def _finite(metrics: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def _validation_metrics(row: dict[str, Any]) -> dict[str, float]:
+def validation_metrics(row: dict[str, Any]) -> dict[str, float]:
     """The classifier metrics of a table row (accuracy, differences, rates, intervals)."""
     prefixes = ("accuracy", "dp_difference", "eo_difference", "selection_rate.", "tpr.")
     return _finite({k: v for k, v in row.items() if k.startswith(prefixes)})
@@ -398,7 +398,7 @@ def evaluate_reported(
     majority = majority_class(split.y_train)
     out: dict[str, Any] = {
         "chosen": {
-            "validation": _validation_metrics(chosen),
+            "validation": validation_metrics(chosen),
             "test": on_test(predict_by_blocks(chosen_pipeline, split.X_test)),
         },
         "majority": {
@@ -409,7 +409,7 @@ def evaluate_reported(
     }
     if pca_pipeline is not None:
         out["pca"] = {
-            "validation": _validation_metrics(pca_row),
+            "validation": validation_metrics(pca_row),
             "test": on_test(predict_by_blocks(pca_pipeline, split.X_test)),
         }
     return out

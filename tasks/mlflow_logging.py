@@ -40,7 +40,7 @@ from fairpca.datasets import MIN_CATEGORY_COUNT, RARE_CATEGORY
 from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from fairpca.tasks.record import AuditRecord, read_audit_record
 from fairpca.tasks.registry import demote, move_alias, register_logged_model
-from fairpca.tasks.report import VERDICT_METRICS, run_description
+from fairpca.tasks.report import VERDICT_METRICS, build_verdict, run_description
 from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,
@@ -138,17 +138,19 @@ ATTEMPT_TAG = "fairpca.logging_attempt"
 
 @task(name="mlflow-start-run", **RETRYING)
 def start_run(
-    tracking_uri: str, audit: AuditRecord, attempt: str, promotion=None
-) -> tuple[str, str]:
+    tracking_uri: str, audit: AuditRecord, attempt: str, promotion=None, *, client=None,
+    verdict=None,
+) -> tuple[str, str]:  # fmt: skip
     """Create (or, on a retry, find again) the audit's RUNNING run; return its id and its
     experiment's id.
 
     The run starts when the audit started (not when it is logged), carries the record's
     curated tags and, as its description, the verdict in a few lines. A retry finds again
     only the run this logging call created (tagged with ``attempt``), so another run with the
-    same audit id is never taken over.
+    same audit id is never taken over. ``client``: the command's client of ``tracking_uri``
+    (else one is made); ``verdict``: the command's verdict of ``audit`` and ``promotion``.
     """
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
@@ -158,7 +160,7 @@ def start_run(
     if existing:
         return existing[0].info.run_id, experiment_id
     set_run_list_view(client, experiment_id)
-    description = run_description(audit, promotion)
+    description = run_description(audit, promotion, verdict)
     tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": description}
     run = client.create_run(
         experiment_id, start_time=_millis(audit.started_at), run_name=audit.run_name, tags=tags
@@ -227,12 +229,12 @@ def _display_order(key: str) -> tuple[int, int]:
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
-def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord) -> int:
+def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord, *, client=None) -> int:
     """Log params, tags, metrics (summary, per-lambda curves as steps, timings) and the
     matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     stamp = _millis(audit.ended_at)
     params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
     tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
@@ -272,14 +274,16 @@ ARTIFACT_FILES = (
 
 
 @task(name="mlflow-log-artifacts", **RETRYING)
-def log_artifacts(tracking_uri: str, run_id: str, verified: VerifiedCopy) -> list[str]:
+def log_artifacts(
+    tracking_uri: str, run_id: str, verified: VerifiedCopy, *, client=None
+) -> list[str]:
     """Log the report, plot, resolved config, metrics table and projection matrices.
 
     Read from the ``verified`` copy of the folder only (:func:`verified_copy`), so the bytes
     uploaded are the bytes checked against the seal. Each file is uploaded on its own (never
     a whole folder).
     """
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     out_dir, sealed = verified.files, set(verified.record["files"])
     logged = []
     for name in ARTIFACT_FILES:
@@ -397,8 +401,9 @@ def _check_trusted_types(model_dir: Path) -> None:
 
 @task(name="mlflow-log-model", **RETRYING)
 def log_model(
-    tracking_uri: str, run_id: str, verified: VerifiedCopy, audit: AuditRecord, promotion=None
-) -> dict:
+    tracking_uri: str, run_id: str, verified: VerifiedCopy, audit: AuditRecord, promotion=None,
+    *, client=None, verdict=None,
+) -> dict:  # fmt: skip
     """Log the saved model's files (never loaded here) and register a version (unless one
     of this very model and training rows exists).
 
@@ -409,7 +414,7 @@ def log_model(
     """
     from mlflow.entities import LoggedModelStatus
 
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     model_dir = verified.files / "model"
     experiment_id = client.get_run(run_id).info.experiment_id
     logged = client.create_logged_model(
@@ -428,6 +433,7 @@ def log_model(
         tracking_uri=tracking_uri,
         promotion=promotion,
         model_sha256=verified.record["files"][skops_name]["sha256"],
+        verdict=verdict,
     )
     return {"model_id": logged.model_id, "version": version, "new": new}
 
@@ -438,11 +444,13 @@ def _review_alias(audit: AuditRecord) -> str:
 
 
 @task(name="mlflow-apply-promotion", **RETRYING)
-def apply_promotion(tracking_uri: str, audit: AuditRecord, version: str | None, promotion) -> bool:
+def apply_promotion(
+    tracking_uri: str, audit: AuditRecord, version: str | None, promotion, *, client=None
+) -> bool:
     """Carry out the decided promotion: a champion to be demoted moves to the needs-review
     alias, the challenger takes the champion alias when the decision promotes it. Whether
     the alias moved to ``version``."""
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     if promotion.demote and promotion.champion_version is not None:
         demote(
             client, audit.model_name, promotion.champion_version,
@@ -463,12 +471,13 @@ def finish_run(
     tags: dict[str, str],
     metrics: dict[str, float] | None = None,
     end_time: int | None = None,
+    client=None,
 ) -> None:
     """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)
     at ``end_time`` (milliseconds since the epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
@@ -613,6 +622,8 @@ def log_output_dir(
     retry_backoff: float | None = None,
     ends_now: bool = False,
     verified: VerifiedCopy | None = None,
+    client=None,
+    verdict=None,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -635,6 +646,12 @@ def log_output_dir(
     verified : VerifiedCopy, default=None
         The copy of ``out_dir`` the caller verified (:func:`verified_copy`); None makes one.
         Everything logged is read from it.
+    client : mlflow.MlflowClient, default=None
+        The command's client of ``tracking_uri`` (:func:`fairpca.tasks.mlflow_store.mlflow_client`),
+        used by every step; None makes one.
+    verdict : Verdict, default=None
+        The command's :func:`fairpca.tasks.report.build_verdict` of the record and
+        ``promotion`` (the run and version descriptions, the model card); None builds it.
 
     Raises
     ------
@@ -647,8 +664,9 @@ def log_output_dir(
     with checked as verified:  # what is logged is what the audit sealed, as it was checked
         audit = read_audit(verified.files)
         attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
+        attempt.client = client
         try:
-            version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now)
+            version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now, verdict)
         except Exception as exc:
             raise _logging_failed(attempt, exc) from exc
     _write_status(
@@ -671,6 +689,7 @@ class _Attempt:
     run_id: str | None = None
     experiment_id: str | None = None
     step: str = "start the run"
+    client: Any = None  # the command's MLflow client, used by every step
 
 
 def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | None) -> dict:
@@ -686,30 +705,39 @@ def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | No
     return {step.fn.__name__: step.with_options(**retry) for step in steps}
 
 
-def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, promotion, ends_now):
+def _log_steps(
+    attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, promotion, ends_now,
+    verdict=None,
+):  # fmt: skip
     """Run, params and metrics, artifacts, model, the promotion, end: the registered version
     and whether the alias moved to it."""
     from fairpca.tasks.trust import bind_run
 
     started = time.perf_counter()
     uri, steps = attempt.tracking_uri, attempt.steps
-    resumed = _resumable_run(mlflow_client(uri), verified.record, audit)
+    client = attempt.client = attempt.client or mlflow_client(uri)
+    verdict = verdict or build_verdict(audit, promotion)  # once, for every surface below
+    resumed = _resumable_run(client, verified.record, audit)
     attempt.run_id, attempt.experiment_id = resumed or (None, None)
     if resumed is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
-        run = steps["start_run"](uri, audit, uuid.uuid4().hex, promotion)
+        run = steps["start_run"](
+            uri, audit, uuid.uuid4().hex, promotion, client=client, verdict=verdict
+        )
         attempt.run_id, attempt.experiment_id = run
         bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=attempt.experiment_id)
     attempt.step = "log params and metrics"
-    steps["log_params_metrics"](uri, attempt.run_id, audit)
+    steps["log_params_metrics"](uri, attempt.run_id, audit, client=client)
     attempt.step = "log artifacts"
-    steps["log_artifacts"](uri, attempt.run_id, verified)
+    steps["log_artifacts"](uri, attempt.run_id, verified, client=client)
     attempt.step = "log and register the model"
-    model = steps["log_model"](uri, attempt.run_id, verified, audit, promotion)
+    model = steps["log_model"](
+        uri, attempt.run_id, verified, audit, promotion, client=client, verdict=verdict
+    )
     version, moved, tags, measured = model["version"], False, {}, {}
     if promotion is not None:
         attempt.step = "carry out the promotion"
-        moved = steps["apply_promotion"](uri, audit, version, promotion)
+        moved = steps["apply_promotion"](uri, audit, version, promotion, client=client)
         tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
         if promotion.demote:
             tags["fairpca.champion_demoted_to"] = _review_alias(audit)
@@ -726,7 +754,9 @@ def _log_steps(attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, pr
     }
     measured["time_mlflow_logging_s"] = time.perf_counter() - started
     end_time = None if ends_now else _millis(audit.ended_at)
-    steps["finish_run"](uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time)
+    steps["finish_run"](
+        uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time, client=client
+    )
     return version, moved, model["new"]
 
 

@@ -482,14 +482,17 @@ def register_logged_model(
     tracking_uri: str | None = None,
     promotion=None,
     model_sha256: str,
+    verdict=None,
 ) -> tuple[str | None, bool]:
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
     models, register the logged pipeline with its tags, a concise description linking the
     card, and the SHA-256 of its skops file (``model_sha256``, as the caller verified it).
     When a version of this very fitted model and training rows exists, it is not registered
-    again. Returns the version and whether it is new."""
+    again. ``verdict``: the command's :func:`fairpca.tasks.report.build_verdict` of the
+    record and ``promotion`` (built here when None). Returns the version and whether it is
+    new."""
     card_path = Path(out_dir) / CARD_FILE
-    card_path.write_text(render_model_card(record, promotion))
+    card_path.write_text(render_model_card(record, promotion, verdict))
     client.log_artifact(run_id, str(card_path))
     if not record.register_model:
         return None, False
@@ -508,7 +511,7 @@ def register_logged_model(
         run_id=run_id,
         model_id=model_id,
         description=version_description(
-            record, run_id, ui_url, promotion, experiment_id=experiment_id
+            record, run_id, ui_url, promotion, experiment_id=experiment_id, verdict=verdict
         ),
         model_sha256=model_sha256,
         promote=None if promotion is None else promotion.promote,
@@ -517,7 +520,7 @@ def register_logged_model(
 
 
 def find_champion(
-    tracking_uri: str, record: AuditRecord, *, evaluate=None, watch: bool = False
+    tracking_uri: str, record: AuditRecord, *, evaluate=None, watch: bool = False, client=None
 ) -> tuple[Champion | None, frozenset[str]]:
     """The version the record's champion alias points to and the models that lost a
     protected alias before (:func:`demoted_models`).
@@ -525,14 +528,15 @@ def find_champion(
     With ``evaluate`` (``score(pipeline) -> metrics``, the audit's test rows) the champion,
     loaded and verified (:func:`load_registered_pipeline`), is measured on the rows the
     challenger was; with ``watch`` (retrain) a champion that fails the record's gate there, or
-    cannot be verified, is to be demoted.
+    cannot be verified, is to be demoted. ``client``: the command's client of
+    ``tracking_uri`` (else one is made).
 
     Raises
     ------
     ModelDefinitionMismatch
         The registered model holds audits of another definition.
     """
-    client = mlflow_client(tracking_uri)
+    client = client or mlflow_client(tracking_uri)
     name = record.model_name
     holder = champion_version(client, name, record.champion_alias)
     demoted = demoted_models(client, name)

@@ -1030,11 +1030,12 @@ def candidate_rows(record) -> str:
     return f"all on the {searched or chosen or 'validation rows'}"
 
 
-def report_sections(record, promotion=None) -> list[tuple[str, Any]]:
+def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any]]:
     """The report's sections, in order, all read from the audit record (and the promotion
-    decided afterwards, when there is one): the verdict first."""
+    decided afterwards, when there is one): the verdict first (``verdict``: the command's,
+    when it has built it)."""
     select_by = record.params.get("select_by", "balanced_accuracy")
-    verdict, gap = build_verdict(record, promotion), parity_paragraph(record)
+    verdict, gap = verdict or build_verdict(record, promotion), parity_paragraph(record)
     skipped = [f"{variant}: {why}" for variant, why in (record.skipped or {}).items()]
     timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
     timings = pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
@@ -1102,14 +1103,16 @@ def report_title(record) -> str:
 
 
 def write_report(
-    out_dir: Path, record, table: pd.DataFrame, promotion=None, *, plot: bool = True
-) -> dict[str, Path]:
+    out_dir: Path, record, table: pd.DataFrame, promotion=None, *, plot: bool = True,
+    verdict=None,
+) -> dict[str, Path]:  # fmt: skip
     """Write ``tradeoff.png``, ``report.md`` and ``report.html`` into ``out_dir``; with
     ``plot=False`` the ``tradeoff.png`` that an earlier call for the same record and table
-    wrote there is used as it is (the plot does not depend on the promotion)."""
+    wrote there is used as it is (the plot does not depend on the promotion). ``verdict``:
+    the command's :func:`build_verdict` of ``record`` and ``promotion``, when built."""
     out_dir = Path(out_dir)
     title = report_title(record)
-    sections = report_sections(record, promotion)
+    sections = report_sections(record, promotion, verdict)
     image = out_dir / "tradeoff.png"
     if plot:
         image = plot_tradeoff(path=image, **_plot_arguments(record, table))
@@ -1146,7 +1149,7 @@ def _group_sizes(record: AuditRecord) -> list[list[str]]:
             for group, size in sizes.items()]  # fmt: skip
 
 
-def render_model_card(record: AuditRecord, promotion=None) -> str:
+def render_model_card(record: AuditRecord, promotion=None, verdict=None) -> str:
     """The Markdown model card of the version an audit registers (template
     ``templates/model_card.md.j2``).
 
@@ -1162,7 +1165,7 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
         names, group labels, file names, reasons) is escaped as literal Markdown text.
     """
     selection, lam, params = record.selection, record.selection.chosen.lambda_, record.params
-    verdict = build_verdict(record, promotion)
+    verdict = verdict or build_verdict(record, promotion)
     # the published groups, the intersection's, then every other group with why it is withheld
     groups = sorted(
         (*verdict.groups, *verdict.intersections), key=lambda g: str(g.rows).startswith("withheld")
@@ -1203,16 +1206,18 @@ def render_model_card(record: AuditRecord, promotion=None) -> str:
 DESCRIPTION_MAX_CHARS = 5000  # MLflow's SQL stores keep at most 5,000 characters
 
 
-def verdict_markdown(record: AuditRecord, promotion=None, *, heading: str | None = None) -> str:
+def verdict_markdown(
+    record: AuditRecord, promotion=None, *, heading: str | None = None, verdict=None
+) -> str:
     """The verdict in a few lines (template ``verdict.md.j2``) under ``heading``: the
     decision and headline numbers in one plain line, the chosen candidate, every model's test
     numbers with 95% intervals, the chosen model's rates per named group, then reasons and
     warnings (at most 10 of each; fewer where it would exceed
     :data:`DESCRIPTION_MAX_CHARS`)."""
-    return _bounded(build_verdict(record, promotion), heading=heading)
+    return _bounded(verdict or build_verdict(record, promotion), heading=heading)
 
 
-def run_description(record: AuditRecord, promotion=None) -> str:
+def run_description(record: AuditRecord, promotion=None, verdict=None) -> str:
     """The MLflow run's description (``mlflow.note.content``): the verdict line and the
     chosen model beside unconstrained PCA in a compact table (the part the run page shows
     before "Show more"), then :func:`verdict_markdown` without its first line."""
@@ -1220,7 +1225,7 @@ def run_description(record: AuditRecord, promotion=None) -> str:
         "Full model card: artifact `model_card.md`; report: `report/report.html` (the run's "
         "Artifacts tab); matrix SHA-256: `hashes.json`."
     )
-    return _bounded(build_verdict(record, promotion), links, compact=True)
+    return _bounded(verdict or build_verdict(record, promotion), links, compact=True)
 
 
 def artifact_links(run_id: str, ui_url: str | None = None, experiment_id: str | None = None) -> str:
@@ -1248,12 +1253,14 @@ def version_description(
     promotion=None,
     *,
     experiment_id: str | None = None,
+    verdict=None,
 ) -> str:
     """The registered version's description: :func:`verdict_markdown` and links to the run's
     full ``model_card.md`` and report (:func:`artifact_links`); always within
     :data:`DESCRIPTION_MAX_CHARS`. Its first line is plain text: the registered model's page
     lists it as it is."""
-    return _bounded(build_verdict(record, promotion), artifact_links(run_id, ui_url, experiment_id))
+    verdict = verdict or build_verdict(record, promotion)
+    return _bounded(verdict, artifact_links(run_id, ui_url, experiment_id))
 
 
 def _bounded(verdict, links: str | None = None, compact: bool = False, heading=None) -> str:

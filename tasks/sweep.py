@@ -39,7 +39,7 @@ from threadpoolctl import threadpool_limits
 from fairpca import metrics as fm
 
 from . import CERTIFY_Z, CLASSIFIER_NAMES, MAX_ONE_CLASS_SHARE, MIN_POSITIVE_RATE_RATIO
-from .data import _strata, stratified_sample
+from .data import stratified_sample, stratum_labels
 from .evaluate import (
     GATED_RATES,
     classifier_key,
@@ -537,6 +537,35 @@ def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Calla
     return describe
 
 
+def sweep_classifiers(
+    split, evaluation, seed: int, C, scoring: str, policy, C_grid
+) -> tuple[dict[str, Callable], list]:
+    """The classifiers :func:`sweep_representation` fits at every lambda (name -> ``fit(F,
+    y)``) and the C grid its rows index: with ``C_grid``, ``logreg_tuned`` once per C of it
+    (``logreg_tuned@<i>``), else at ``C``; ``logreg_tuned``'s threshold meets ``policy`` on
+    the training rows where it can."""
+    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
+    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
+
+    def fitter(name: str, strength: float | None) -> Callable:
+        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
+        return lambda F, y: fit_classifier(
+            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate,
+            entities=entities,
+        )  # fmt: skip
+
+    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
+    grid = list(C_grid) if by_grid else [C]
+    classifiers = {
+        name: fitter(name, C)
+        for name in evaluation.classifiers
+        if not (by_grid and name == "logreg_tuned")
+    }
+    if by_grid:
+        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
+    return classifiers, grid
+
+
 def sweep_representation(
     rep: FittedRepresentation,
     encoded_train: np.ndarray,
@@ -572,25 +601,7 @@ def sweep_representation(
     classifiers' training input (:func:`sweep_tradeoff`).
     """
     start = time.perf_counter()
-    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
-    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
-
-    def fitter(name: str, strength: float | None) -> Callable:
-        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
-        return lambda F, y: fit_classifier(
-            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate,
-            entities=entities,
-        )  # fmt: skip
-
-    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
-    grid = list(C_grid) if by_grid else [C]
-    classifiers = {
-        name: fitter(name, C)
-        for name in evaluation.classifiers
-        if not (by_grid and name == "logreg_tuned")
-    }
-    if by_grid:
-        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
+    classifiers, grid = sweep_classifiers(split, evaluation, seed, C, scoring, policy, C_grid)
     encoded = (encoded_train, encoded_validation)
     rows, fitted = sweep_tradeoff(
         rep.estimator,
@@ -859,7 +870,7 @@ def repeated_folds(y, s, entities, folds: int, repeats: int, seed: int) -> list[
     stratified by label x group and seeded; with ``entities`` (each row's entity) every
     entity's rows in one fold of each repeat (:func:`stratified_folds`, each repeat seeded
     anew)."""
-    strata = _strata(y, s)
+    strata = stratum_labels(y, s)
     if entities is None:
         splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
         with warnings.catch_warnings():

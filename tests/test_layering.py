@@ -93,7 +93,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_graph_sees_the_layers():
     graph = _graph()
     assert "fairpca.tasks.registry" in graph and "fairpca.flows.audit" in graph
-    assert "fairpca.tasks.data" in graph["fairpca.flows.audit"]
+    assert "fairpca.tasks.stages" in graph["fairpca.flows.audit"]
 
 
 def test_no_import_cycle():

@@ -287,9 +287,9 @@ def test_multi_attribute_and_equal_opportunity(prefect_harness, store, tmp_path)
 
 def count_file_hashes(monkeypatch) -> collections.Counter:
     """How often each file content (name, SHA-256) is hashed, wherever the project hashes."""
-    import fairpca.flows.audit
     import fairpca.tasks.record
     import fairpca.tasks.report
+    import fairpca.tasks.stages
     import fairpca.tasks.trust
 
     hashed, real = collections.Counter(), fairpca.tasks.trust.sha256_file
@@ -301,7 +301,7 @@ def count_file_hashes(monkeypatch) -> collections.Counter:
 
     for module in (fairpca.tasks.trust, fairpca.tasks.record, fairpca.tasks.report):
         monkeypatch.setattr(module, "sha256_file", counting)
-    monkeypatch.setattr(fairpca.flows.audit, "sha256_file", counting)
+    monkeypatch.setattr(fairpca.tasks.stages, "sha256_file", counting)
     return hashed
 
 

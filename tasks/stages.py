@@ -1,0 +1,558 @@
+"""The audit's stages, in the order the ``fairness_audit`` flow (:mod:`fairpca.flows.audit`)
+calls them: load and encode -> represent and search -> choose -> evaluate -> references ->
+record -> write; each takes the earlier stages' values and returns its own (see
+``docs/architecture.rst``). The network part (the champion look-up, the promotion, MLflow)
+follows in the flow, once these results are written and sealed."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from fairpca.tasks.data import load_split, search_sample
+from fairpca.tasks.decision import note
+from fairpca.tasks.diagnostics import diagnose
+from fairpca.tasks.evaluate import (
+    GATED_RATES,
+    build_pipeline,
+    check_pipeline,
+    evaluate_reported,
+    metrics_with_intervals,
+    pip_requirements,
+    predict_by_blocks,
+    shared_mmd_sigma,
+)
+from fairpca.tasks.mlflow_logging import (
+    AUDIT_FILE,
+    RETRYING,
+    as_model_input,
+    input_example,
+    save_model_locally,
+)
+from fairpca.tasks.onnx_export import save_graph
+from fairpca.tasks.record import (
+    AuditRecord,
+    build_record,
+    frontier_points,
+    parity_gap,
+    training_data_digest,
+    unjudged_in_split,
+    write_audit_record,
+)
+from fairpca.tasks.references import reference_mitigations
+from fairpca.tasks.registry import find_champion
+from fairpca.tasks.report import write_matrices, write_report
+from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
+from fairpca.tasks.select import (
+    Challenger,
+    Choice,
+    Decision,
+    GatePolicy,
+    choose,
+    judge_chosen,
+    majority_accuracy_of,
+    registrable,
+    require_fair_variant,
+    shortlist,
+)
+from fairpca.tasks.sweep import (
+    CV_SHORTLIST,
+    cross_validate,
+    lambda_sweep,
+    refit_shortlist,
+    search_variant,
+)
+from fairpca.tasks.trust import (
+    model_digest,
+    path_inside,
+    seal_output_dir,
+    sha256_file,
+    signing_key,
+    skops_file,
+)
+
+
+class Stopwatch:
+    """Wall time of the recipe's consecutive stages (``time_<stage>_s``; they add up to the
+    audit's wall time) and of tasks that ran beside them (``time_<task>_task_s``)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, stage: str):
+        begin = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[f"time_{stage}_s"] = time.perf_counter() - begin
+
+    def timings(self, **beside: float) -> dict[str, float]:
+        total = {"time_total_s": time.perf_counter() - self.start}
+        return {**self.seconds, **{f"time_{k}_task_s": v for k, v in beside.items()}, **total}
+
+
+def unique_run_name(config, kind: str) -> str:
+    """``<kind>-<source>-<UTC time>-<random>``: unique across concurrent audits."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    source = re.sub(r"[^a-z0-9-]+", "-", config.source.name.lower()).strip("-") or "data"
+    return f"{kind}-{source}-{stamp}-{uuid.uuid4().hex[:6]}"
+
+
+def open_output_dir(config, kind: str) -> Path:
+    """The audit's new output folder (the signing key exists before any work, so the folder
+    can be sealed)."""
+    signing_key(create=True)
+    out_dir = path_inside(
+        config.output.output_dir, config.output.run_name or unique_run_name(config, kind)
+    )
+    out_dir.mkdir(parents=True, exist_ok=False)
+    return out_dir
+
+
+def resolved_config(config, split, encoded_train) -> tuple[Any, dict]:
+    """The config as fitted (the split sizes used, the attributes, the k every variant gets:
+    :func:`fairpca.tasks.represent.resolve_k`) and the k record."""
+    representation = config.representation
+    k = resolve_k(
+        representation.k, encoded_train.shape[1], split.s_train, list(representation.variants),
+        representation.k_grid,
+    )  # fmt: skip
+    sizes = {
+        f"n_{part}": len(getattr(split, f"y_{part}")) for part in ("train", "validation", "test")
+    }
+    update = {
+        "source": config.source.model_copy(update={"sensitive": list(split.s_train.columns)}),
+        "representation": representation.model_copy(update={"k_grid": k["grid"]}),
+        "split": config.split.model_copy(update=sizes),
+    }
+    return config.model_copy(update=update), k
+
+
+def search_representations(config, split, encoded) -> tuple[dict, dict]:
+    """Every variant searched over the k grid (and logreg_tuned's C) on the validation rows,
+    in parallel; a variant that cannot be fitted is skipped with its reason (the audit fails
+    when no fair variant remains)."""
+    several = split.s_train.shape[1] > 1 and "fair_pca_s" in config.representation.variants
+    futures = {  # with several attributes, also Fair PCA-S on their intersection's cells
+        variant: search_variant.submit(
+            variant, *encoded, split, config.representation.k_grid, config.representation,
+            config.evaluation, config.selection, config.seed,
+        )
+        for variant in [*config.representation.variants, *[INTERSECTION_VARIANT] * several]
+    }  # fmt: skip
+    searches, skipped = {}, {}
+    for variant, future in futures.items():
+        try:
+            searches[variant] = future.result()
+        except ValueError as error:  # e.g. a group without positive rows (EO)
+            skipped[variant] = str(error)
+            get_run_logger().warning("variant %s skipped: %s", variant, error)
+    require_fair_variant(config.representation.variants, skipped, encoded[0].shape[1])
+    return searches, skipped
+
+
+def sweep_all(config, split, searches, encoded, sigma) -> tuple[pd.DataFrame, dict]:
+    """One lambda sweep per variant at its chosen k and C (in parallel) on training and
+    validation rows: the candidates' table and every sweep's fitted classifiers."""
+    futures = [
+        lambda_sweep.submit(
+            variant, search.representation, *encoded, split, config.representation,
+            config.evaluation, config.seed, sigma, search.C, config.selection.select_by,
+            search.lambdas, policy=GatePolicy.from_config(config.selection),
+        )
+        for variant, search in searches.items()
+    ]  # fmt: skip
+    sweeps = {sweep.variant: sweep for sweep in (future.result() for future in futures)}
+    table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
+    return table, sweeps
+
+
+def choose_candidate(config, table, split, searches, encoded) -> Choice:
+    """The choice on the validation rows; when they are fewer than ``cv_below_rows``, the
+    shortlist of the best candidates on them compared by repeated stratified cross-validation
+    on the training and validation rows (:func:`fairpca.tasks.sweep.cross_validate`)."""
+    selection = config.selection
+    if len(split.y_validation) >= selection.cv_below_rows:
+        return choose(table, split.y_train, split.y_validation, selection)
+    majority = majority_accuracy_of(split.y_train, split.y_validation)
+    representations = {variant: search.representation for variant, search in searches.items()}
+    rows = cross_validate(
+        shortlist(table, majority, selection, CV_SHORTLIST), representations, encoded, split,
+        evaluation=config.evaluation, selection=selection, seed=config.seed,
+    )  # fmt: skip
+    y_seen = np.concatenate([split.y_train, split.y_validation])
+    chosen_by = (
+        f"repeated stratified {selection.cv_folds}-fold cross-validation ({selection.cv_repeats} "
+        f"repeats) on the {len(y_seen):,} training+validation rows"
+    )
+    return choose(
+        pd.DataFrame(rows),
+        split.y_train,
+        y_seen,
+        selection,
+        chosen_by=chosen_by,
+        rows="cross-validated training+validation",
+    )
+
+
+def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
+    """What the wide search hands to every row: the :data:`CV_SHORTLIST` candidates the
+    choice would take from (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
+    then those nearest it on every gated measure of every attribute and their intersection,
+    with the best unconstrained PCA), and the best that still meet the gate once each gated
+    measure is moved towards failing by its 95% sampling error on the sample (the best on a
+    sample sit at the gate's edge, where the sample flatters them; these are likely to pass
+    on every row too)."""
+    majority = majority_accuracy_of(sample.y_train, sample.y_validation)
+    # only what may be registered is refitted on every row (choose() keeps to the same)
+    table = registrable(table, selection.allow_row_storing_models)
+    # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
+    # fair PCA) are refitted once, and take one place of the shortlist; unconstrained PCA
+    # (lambda NaN) is never a fair one's copy.
+    alike = ["classifier", "lambda", "accuracy", "balanced_accuracy", "dp_difference"]
+    numbered = table.assign(row=np.arange(len(table)))
+    numbered = numbered.drop_duplicates([c for c in alike if c in numbered])
+    strict = numbered.copy()
+    for measure in GATED_RATES:
+        for scope in ("", ".intersection"):
+            value, error = f"{measure}{scope}", f"{measure}.se{scope}"
+            if value in strict and error in strict:
+                towards = -1.0 if measure == "selection_rate_ratio" else 1.0
+                strict[value] = strict[value] + towards * 1.96 * strict[error].fillna(0.0)
+    policy = GatePolicy.from_config(selection)
+    picked = [row["row"] for row in shortlist(numbered, majority, selection, CV_SHORTLIST)]
+    picked += [
+        row["row"]
+        for row in shortlist(strict, majority, selection, CV_SHORTLIST)
+        if not policy.failures(row)
+    ]
+    return table.iloc[list(dict.fromkeys(picked))].to_dict("records")
+
+
+# Encoded training rows above which the stages that copy them (the shortlist's refits, the
+# reference mitigations) run one after another, not side by side on the task runner's two
+# threads: each holds a few copies of the rows it fits (at 500,000 rows of 106 columns,
+# 424 MB a copy), so side by side they would add up.
+SIDE_BY_SIDE_MAX_BYTES = 200_000_000
+
+
+def side_by_side(encoded: tuple[np.ndarray, ...]) -> bool:
+    """Whether the stages that copy the encoded training rows may run at the same time."""
+    return encoded[0].nbytes <= SIDE_BY_SIDE_MAX_BYTES
+
+
+def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, out_dir: Path):
+    """After a wide search on a sample: its best candidates (:data:`CV_SHORTLIST` and the
+    best unconstrained PCA, by the audit's own order) refitted on every training row and
+    measured on every validation row (:func:`fairpca.tasks.sweep.refit_shortlist`, variants
+    in parallel), and the choice among them there: the gate, the certification and the
+    references are judged on the rows of the model that is registered. Returns the choice,
+    the refitted representations and their sweeps (the measured shortlist is written to
+    ``out_dir/shortlist.csv``)."""
+    candidates = sample_shortlist(table, sample, config.selection)
+
+    def arguments(variant: str) -> tuple:
+        return (
+            variant, [row for row in candidates if row["variant"] == variant],
+            searches[variant].representation, encoded, split, config.representation,
+            config.evaluation, config.selection, config.seed, sigma, searches[variant].C,
+        )  # fmt: skip
+
+    variants = dict.fromkeys(row["variant"] for row in candidates)
+    if side_by_side(encoded):
+        futures = {variant: refit_shortlist.submit(*arguments(variant)) for variant in variants}
+        refits = {variant: future.result() for variant, future in futures.items()}
+    else:
+        refits = {variant: refit_shortlist(*arguments(variant)) for variant in variants}
+    measured = pd.DataFrame([row for _, sweep in refits.values() for row in sweep.rows])
+    choice = choose(measured, split.y_train, split.y_validation, config.selection)
+    refitted = (
+        f"the {len(measured)} best candidates of the wide search on a stratified sample "
+        f"({len(sample.y_train):,} training, {len(sample.y_validation):,} validation rows) were "
+        f"refitted on all {len(split.y_train):,} training rows and measured on all "
+        f"{len(split.y_validation):,} validation rows, where the choice was made"
+    )
+    choice = dataclasses.replace(choice, decision=choice.decision.adding(note(refitted)))
+    measured.to_csv(out_dir / "shortlist.csv", index=False)
+    representations = {variant: rep for variant, (rep, _) in refits.items()}
+    return choice, representations, {variant: sweep for variant, (_, sweep) in refits.items()}
+
+
+@task(name="write-outputs", cache_policy=NO_CACHE)
+def write_outputs(
+    out_dir: Path, record: AuditRecord, table: pd.DataFrame, config
+) -> dict[str, str]:
+    """Everything the audit found, on disk beside the model and the projection matrices
+    (written before the record, which names their SHA-256s): the record, the report, the
+    candidates' table and the resolved config; then the folder is sealed, with the model's
+    and the matrices' SHA-256s as the record names them. Returns the SHA-256s sealed."""
+    table.to_csv(out_dir / "metrics.csv", index=False)
+    (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
+    write_audit_record(out_dir / AUDIT_FILE, record)
+    write_report(out_dir, record, table)
+    model = skops_file(out_dir / "model").relative_to(out_dir.resolve()).as_posix()
+    matrices = {f"projection/{name}.npy": digest for name, digest in record.hashes.items()}
+    return seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
+
+
+def save_pipeline(
+    out_dir: Path, pipeline, split, config, validation_labels=None
+) -> tuple[str, str, dict[str, Any]]:
+    """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
+    skops file, the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
+    content and of the training rows) and the record of its ONNX graph
+    (:func:`fairpca.tasks.onnx_export.save_graph`: the graph is saved beside the skops file
+    only when its labels equal the pipeline's, ``validation_labels`` when already predicted,
+    on every validation row)."""
+    example = input_example(as_model_input(split.X_train), config.representation.min_category_count)
+    model_dir = save_model_locally(
+        pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
+    )
+    if validation_labels is None:
+        validation_labels = predict_by_blocks(pipeline, split.X_validation)
+    graph = save_graph(model_dir, pipeline, split.X_validation, validation_labels)
+    digest = model_digest(pipeline, training_data_digest(split))
+    return sha256_file(skops_file(model_dir)), digest, graph
+
+
+def scorer_on_test_rows(split, config):
+    """``score(pipeline) -> metrics with intervals`` on this audit's test rows: how the
+    champion is measured beside the challenger."""
+
+    def score(pipeline) -> dict[str, float]:
+        return metrics_with_intervals(
+            split.y_test,
+            predict_by_blocks(pipeline, split.X_test),
+            split.s_test,
+            min_group_size=config.evaluation.min_group_size,
+            allow_small_groups=config.evaluation.allow_small_groups,
+            n_resamples=config.evaluation.n_bootstrap,
+            seed=config.seed,
+        )
+
+    return score
+
+
+# The champion's look-up and evaluation over the network, retried on transient errors.
+champion_lookup = task(name="mlflow-find-champion", **RETRYING)(find_champion)
+
+
+def challenger_of(record: AuditRecord) -> Challenger:
+    """What the signed record says about the version the audit would promote: it may be
+    promoted only if the gate passed it on the validation rows and it was registered."""
+    return Challenger(
+        name=record.selection.chosen.name,
+        decision=Decision(
+            record.decision.promote and record.register_model, tuple(record.decision.reasons)
+        ),
+        policy=GatePolicy.from_tags(record.model_tags),
+        test=dict(record.selection.test),
+        model_digest=record.model_digest,
+    )
+
+
+@dataclass
+class Loaded:
+    """The load-and-encode stage's values: the config as fitted, the split, the fitted
+    encoder, the encoded training and validation rows and the k record."""
+
+    config: Any
+    split: Any
+    preprocessor: Any
+    encoded: tuple
+    k_record: dict
+
+
+def load_and_encode(config, clock: Stopwatch) -> Loaded:
+    """Stage 1: the rows loaded and split (:func:`fairpca.tasks.data.load_split`), the
+    encoder fitted on the training rows, and the config resolved against them."""
+    with clock("load_data"):
+        split = load_split(
+            config.source, config.split,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+        )  # fmt: skip
+    with clock("encode"):
+        preprocessor, encoded_train, encoded_validation = fit_preprocessor(
+            split, config.representation.min_category_count
+        )
+        config, k_record = resolved_config(config, split, encoded_train)
+    return Loaded(config, split, preprocessor, (encoded_train, encoded_validation), k_record)
+
+
+@dataclass
+class Searched:
+    """The represent-and-search stage's values: the search's rows (the sample, or every row),
+    the reference mitigations under way (a future, or False: run after the choice), the
+    searches and what was skipped, the MMD bandwidth, the candidates' table and sweeps."""
+
+    sample: Any
+    sample_encoded: tuple
+    reference_arguments: tuple
+    references: Any
+    searches: dict
+    skipped: dict
+    representations: dict
+    sigma: float
+    table: pd.DataFrame
+    sweeps: dict
+
+
+def represent_and_search(loaded: Loaded, clock: Stopwatch) -> Searched:
+    """Stage 2: every variant searched over the k grid and swept over lambda on the search's
+    rows; the reference mitigations start beside it when the rows allow."""
+    config, split, encoded = loaded.config, loaded.split, loaded.encoded
+    # Below cv_below_rows validation rows the choice cross-validates on every row instead.
+    search_rows = None if len(split.y_validation) < config.selection.cv_below_rows else (
+        config.split.search_rows
+    )  # fmt: skip
+    sample, sample_encoded = search_sample(
+        split, encoded, search_rows, config.seed, config.evaluation.min_group_size
+    )
+    reference_arguments = (
+        loaded.preprocessor, split, encoded, config.evaluation, config.seed, config.selection,
+        search_rows,
+    )  # fmt: skip
+    references = side_by_side(encoded) and reference_mitigations.submit(*reference_arguments)
+    with clock("search_k"):
+        searches, skipped = search_representations(config, sample, sample_encoded)
+        representations = {variant: search.representation for variant, search in searches.items()}
+    with clock("lambda_sweep"):
+        sigma = shared_mmd_sigma(  # the MMD bandwidth of every representation (search rows)
+            sample_encoded[0], config.representation.k_grid[0],
+            max_rows=config.representation.metric_max_rows, seed=config.seed,
+        )  # fmt: skip
+        table, sweeps = sweep_all(config, sample, searches, sample_encoded, sigma)
+    return Searched(
+        sample, sample_encoded, reference_arguments, references, searches, skipped,
+        representations, sigma, table, sweeps,
+    )  # fmt: skip
+
+
+def choose_model(loaded: Loaded, searched: Searched, out_dir: Path, clock: Stopwatch):
+    """Stage 3: the choice on the validation rows (after a search on a sample, among the
+    shortlist refitted on every row). Returns the choice, the representations it may
+    register and their sweeps."""
+    config, split, encoded = loaded.config, loaded.split, loaded.encoded
+    with clock("choose"):
+        if searched.sample is split:
+            choice = choose_candidate(config, searched.table, split, searched.searches, encoded)
+            return choice, searched.representations, searched.sweeps
+        return choose_on_every_row(
+            config, searched.table, split, searched.sample, searched.searches, encoded,
+            searched.sigma, out_dir,
+        )  # fmt: skip
+
+
+@dataclass
+class Evaluated:
+    """The evaluate stage's values: the diagnostics, the chosen pipeline, its validation
+    labels and the measures reported on the test rows."""
+
+    diagnostics: Any
+    pipeline: Any
+    validation_labels: Any
+    reported: dict
+
+
+def evaluate_choice(loaded: Loaded, searched: Searched, chosen, clock: Stopwatch) -> Evaluated:
+    """Stage 4: the search's representations diagnosed on its rows, and the chosen pipeline
+    (and the best PCA) built and measured on the test rows, which only report."""
+    config, split = loaded.config, loaded.split
+    choice, registered, sweeps = chosen
+    with clock("diagnostics"):  # the search's representations on its rows (a capped sample)
+        diagnostics = diagnose(
+            searched.representations, *searched.sample_encoded, searched.sample, searched.table,
+            seed=config.seed, min_group_size=config.evaluation.min_group_size,
+            selection=config.selection,
+        )  # fmt: skip
+    with clock("evaluate_test"):
+        pipeline = build_pipeline(loaded.preprocessor, registered, sweeps, choice.chosen)
+        validation_labels = check_pipeline(pipeline, split, choice.chosen, config.evaluation)
+        pca = choice.pca_row and build_pipeline(
+            loaded.preprocessor, registered, sweeps, choice.pca_row
+        )
+        reported = evaluate_reported(
+            split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
+        )
+    return Evaluated(diagnostics, pipeline, validation_labels, reported)
+
+
+def judge_references(
+    loaded: Loaded, searched: Searched, choice: Choice, evaluated: Evaluated, clock: Stopwatch
+) -> tuple[list[dict], Choice]:
+    """Stage 5: the reference mitigations (waited for, or run now) and the choice judged
+    against them. Returns their rows and the judged choice."""
+    config, split = loaded.config, loaded.split
+    with clock("wait_references"):
+        references = searched.references
+        reference_rows = (
+            references.result() if references
+            else reference_mitigations(*searched.reference_arguments)
+        )  # fmt: skip
+        chosen_validation = evaluated.reported["chosen"]["validation"]
+        unjudged = unjudged_in_split(split, chosen_validation, config.evaluation)
+        choice = judge_chosen(
+            choice, reference_rows, evaluated.reported["chosen"]["test"], unjudged,
+            config.selection,
+        )  # fmt: skip
+    return reference_rows, choice
+
+
+def record_audit(
+    loaded: Loaded, searched: Searched, chosen, evaluated: Evaluated, references: list[dict],
+    out_dir: Path, clock: Stopwatch, *, kind: str, started_at: datetime, tags: dict[str, str],
+) -> AuditRecord:  # fmt: skip
+    """Stage 6: the chosen pipeline saved beside the matrices, and the one audit record
+    every later surface reads."""
+    config, split = loaded.config, loaded.split
+    choice, registered, _sweeps = chosen
+    representations = {**searched.representations, **registered}
+    with clock("save_model"):
+        model_sha256, digest, graph = save_pipeline(
+            out_dir, evaluated.pipeline, split, config, evaluated.validation_labels
+        )
+        hashes = write_matrices(out_dir, representations)
+    return build_record(
+        config,
+        kind=kind,
+        run_name=out_dir.name,
+        started_at=started_at,
+        split=split,
+        choice=choice,
+        reported=evaluated.reported,
+        references=references,
+        diagnostics=evaluated.diagnostics,
+        representations=representations,
+        table=searched.table,
+        skipped=searched.skipped,
+        k_record=loaded.k_record,
+        frontier=frontier_points(searched.searches, searched.table, config.selection),
+        timings=clock.timings(reference_mitigations=sum(r["seconds"] for r in references)),
+        hashes=hashes,
+        model_sha256=model_sha256,
+        model_digest=digest,
+        onnx=graph,
+        tags={**tags, "fairpca.local_output_dir": str(out_dir.resolve())},
+        parity_gap=parity_gap(
+            evaluated.pipeline,
+            split,
+            searched.table,
+            choice,
+            config.selection,
+            config.evaluation.min_group_size,
+        ),
+    )
