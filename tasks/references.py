@@ -149,11 +149,12 @@ def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, pari
     return lambda F, s: model.predict(F, random_state=seed)
 
 
-def _correlation_remover(features, y, sensitive, *, C, objective, seed):
+def _correlation_remover(features, y, sensitive, *, C, objective, seed, entities=None):
     """CorrelationRemover fitted on at most :data:`CAPPED_FIT_ROWS` stratified training
     rows (a least-squares fit of each feature on the group indicators: its coefficients are
     settled long before that), then the tuned logistic regression on every training row as
-    it transforms them."""
+    it transforms them (``entities``: each training row's entity, kept together by the
+    threshold's folds)."""
     from fairlearn.preprocessing import CorrelationRemover
 
     rows = stratified_sample(y, sensitive, CAPPED_FIT_ROWS, seed)
@@ -166,7 +167,8 @@ def _correlation_remover(features, y, sensitive, *, C, objective, seed):
         return _by_chunks(remover.transform, F, s, columns)
 
     classifier = fit_classifier(
-        "logreg_tuned", removed(features, sensitive), y, seed=seed, C=C, scoring=objective
+        "logreg_tuned", removed(features, sensitive), y, seed=seed, C=C, scoring=objective,
+        entities=entities,
     )
     return lambda F, s: classifier.predict(removed(F, s))
 
@@ -209,7 +211,7 @@ def _fit(name: str, config: dict, encoded, split, objective: str, parity: str, s
         rows = stratified_sample(split.y_train, split.s_train, CAPPED_FIT_ROWS, seed)
         capped = (train[0][rows], train[1][rows], train[2].iloc[rows])
         return _exponentiated_gradient(*capped, bound=config["bound"], parity=parity, **options)
-    return _correlation_remover(*train, **options)
+    return _correlation_remover(*train, entities=getattr(split, "entity_train", None), **options)
 
 
 def _describe(config: dict) -> str:
@@ -238,7 +240,7 @@ def _base_C(parts, evaluation, selection, seed, C_grid) -> float:
     for C in C_grid:
         classifier = fit_classifier(
             "logreg_tuned", encoded["train"], split.y_train, seed=seed, C=C,
-            scoring=selection.select_by,
+            scoring=selection.select_by, entities=getattr(split, "entity_train", None),
         )  # fmt: skip
         validation = _measured(
             lambda F, s, c=classifier: c.predict(F), "validation", parts, evaluation, seed

@@ -420,6 +420,25 @@ class Verdict:
         return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
 
 
+    @property
+    def group_line(self) -> str:
+        """The chosen model's selection rate per published group on the test rows, in one line
+        of text (Markdown-escaped names), e.g. ``Selection rate on the test rows: sex: Female
+        0.174, Male 0.171.``; empty when no group is published. Each group's rows are at least
+        ``min_group_size``: withheld groups are left out."""
+        rates: dict[str, list[str]] = {}
+        for group in self.groups:
+            rate = group.rates.get("selection_rate", math.nan)
+            if not str(group.rows).startswith("withheld") and not math.isnan(rate):
+                rates.setdefault(group.attribute, []).append(
+                    f"{markdown_text(group.group)} {rate:.3f}"
+                )
+        if not rates:
+            return ""
+        shown = "; ".join(f"{markdown_text(a)}: {', '.join(r)}" for a, r in rates.items())
+        return f"Selection rate on the test rows: {shown}."
+
+
 # The headline numbers of :attr:`Verdict.line` under the default policy, in this order (those
 # measured): its criteria's metrics, then accuracy.
 LINE_METRICS = ("dp_difference", "selection_rate_ratio", "accuracy")

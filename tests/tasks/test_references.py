@@ -94,3 +94,29 @@ def test_correlation_remover_by_chunks_equals_one_transform(monkeypatch):
                               frame.columns),
         remover.transform(frame.iloc[ordered]),
     )  # fmt: skip
+
+
+def test_a_panels_entities_stay_together_in_the_references_threshold_folds(monkeypatch):
+    """Issue 49 (panel data): the references' tuned logistic regressions chose their
+    threshold on folds split by row, so one person's rows sat on both sides of a fold. They
+    are given each training row's entity, as the candidates are."""
+    from fairpca.tasks import references
+
+    data = _Data(n=800)
+    data.entities = pd.Series(np.repeat(np.arange(200), 4))  # four rows a person
+    config = AuditConfig(dataset="adult", n_bootstrap=100, logreg_C=[1.0])
+    split = split_data.fn(data, config.split, config.source, seed=config.seed, min_group_size=30)
+    preprocessor, train, validation = fit_preprocessor.fn(split)
+    encoded = {"train": train, "validation": validation,
+               "test": preprocessor.transform(split.X_test)}  # fmt: skip
+    given = []
+
+    def fit_classifier(*args, **kwargs):
+        given.append(kwargs.get("entities"))
+        return real(*args, **kwargs)
+
+    real = references.fit_classifier
+    monkeypatch.setattr(references, "fit_classifier", fit_classifier)
+    fit_references(encoded, split, config.evaluation, config.seed, config.selection)
+    assert given and all(e is not None and len(e) == len(split.y_train) for e in given)
+    assert all(np.array_equal(e, split.entity_train) for e in given)

@@ -714,3 +714,18 @@ def test_the_intersection_table_shows_each_cells_test_rows_and_three_decimals(au
     rates = frame.drop(columns=["group", "rows", "gate (validation rows)"])
     assert rates.map(lambda v: bool(re.fullmatch(r"\d\.\d{3}|-", v))).all().all()
     assert "0.123" in rates.iloc[0].tolist()
+
+
+def test_the_run_descriptions_first_line_holds_decision_reason_and_group_rates(audit_record):
+    """Issue 51: the MLflow run page shows a description's first line before "Show more": it
+    holds the decision, what decided it, and the chosen model's selection rate per published
+    group (withheld groups left out)."""
+    from fairpca.tasks.report import build_verdict, run_description, verdict_markdown
+
+    rates = {"selection_rate.sex:Female": 0.174, "selection_rate.sex:Male": 0.171}
+    record = replaced(audit_record, "selection", test={**audit_record.selection.test, **rates})
+    first = run_description(record).splitlines()[0]
+    verdict = build_verdict(record)
+    assert first.startswith(verdict.line)
+    assert first.endswith("Selection rate on the test rows: sex: Female 0.174, Male 0.171.")
+    assert "Selection rate" not in verdict_markdown(record).splitlines()[0]  # not compact
