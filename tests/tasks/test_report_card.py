@@ -123,8 +123,8 @@ def test_the_first_line_is_the_decision_in_plain_text(audit_record):
     }
     for text in (run_description(audit_record, PROMOTED), version_description(
             audit_record, "abc123", None, PROMOTED, experiment_id="3")):  # fmt: skip
-        first = text.splitlines()[0]
-        assert first == lines["promoted"] and not set(first) & set("*_`[]|#\\")
+        first = text.splitlines()[0]  # the run's: with the groups' selection rates after it
+        assert first.startswith(lines["promoted"]) and not set(first) & set("*_`[]|#\\")
 
 
 @pytest.mark.parametrize(
@@ -161,7 +161,8 @@ def test_run_description_opens_with_the_verdict_and_a_compact_table(audit_record
     lines = run_description(record, PROMOTED).splitlines()
     # what the run page shows above "Show more" (100 px): the line, then a table of 2 rows
     assert lines[:6] == [
-        "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822.",
+        "PROMOTED to champion: test ΔDP 0.023, accuracy 0.822. Selection rate on the test "
+        "rows: sex: Female 0.174, Male 0.171.",
         "",
         "| test rows | accuracy | ΔDP | ΔEO | ΔDP ∩ |",
         "|:--|--:|--:|--:|--:|",
