@@ -41,7 +41,7 @@ EXCEPTIONS: dict[str, dict[str, str]] = {
         ),
         ".venv/bin/mlflow ui": "starts the MLflow web server, which runs until stopped",
         '.venv/bin/pip install -q -e ".[dev]"': (
-            "installs the checkout and runs this whole test suite (about 14 minutes on 2 idle "
+            "installs the checkout and runs this whole test suite (about 7 minutes on 2 idle "
             "cores): CI runs it verbatim (.ci/run)"
         ),
     },

@@ -31,7 +31,7 @@ EXCEPTIONS = {
     ),
     ".venv/bin/mlflow ui": "starts the MLflow web server, which runs until stopped",
     '.venv/bin/pip install -q -e ".[dev]"': (
-        "installs the checkout and runs this whole test suite (under 10 minutes on 2 idle "
+        "installs the checkout and runs this whole test suite (about 7 minutes on 2 idle "
         "cores): CI runs it verbatim (.ci/run)"
     ),
 }
