@@ -289,6 +289,13 @@ def _svc_converter(scope, operator, container) -> None:
         _node(scope, container, "MatMul", [kernel, coefficients]),
         _constant(scope, container, "intercept", svc.intercept_.astype(np.float64)),
     ])  # fmt: skip
+    _binary_outputs(scope, operator, container, score, classes, "GreaterOrEqual")
+
+
+def _binary_outputs(scope, operator, container, score: str, classes, rule: str) -> None:
+    """A binary classifier's outputs from its ``[N, 1]`` decision ``score``: the label
+    ``classes[1]`` where ``rule`` (``Greater`` or ``GreaterOrEqual``) holds against 0, and the
+    scores ``[-d, d]``."""
     flat = _node(
         scope,
         container,
@@ -297,12 +304,9 @@ def _svc_converter(scope, operator, container) -> None:
     )
     zero = _constant(scope, container, "zero", np.array(0.0))
     _labels_from(
-        scope,
-        container,
-        _node(scope, container, "GreaterOrEqual", [flat, zero]),
-        classes,
+        scope, container, _node(scope, container, rule, [flat, zero]), classes,
         operator.outputs[0].full_name,
-    )
+    )  # fmt: skip
     negative = _node(scope, container, "Neg", [score])
     container.add_node("Concat", [negative, score], [operator.outputs[1].full_name], axis=1,
                        name=scope.get_unique_operator_name("Concat"))  # fmt: skip
@@ -322,23 +326,7 @@ def _linear_svc_converter(scope, operator, container) -> None:
     score = _node(
         scope, container, "Add", [_node(scope, container, "MatMul", [x, weights]), intercept]
     )
-    flat = _node(
-        scope,
-        container,
-        "Reshape",
-        [score, _constant(scope, container, "flat", np.array([-1], dtype=np.int64))],
-    )
-    zero = _constant(scope, container, "zero", np.array(0.0))
-    _labels_from(
-        scope,
-        container,
-        _node(scope, container, "Greater", [flat, zero]),
-        classes,
-        operator.outputs[0].full_name,
-    )
-    negative = _node(scope, container, "Neg", [score])
-    container.add_node("Concat", [negative, score], [operator.outputs[1].full_name], axis=1,
-                       name=scope.get_unique_operator_name("Concat"))  # fmt: skip
+    _binary_outputs(scope, operator, container, score, classes, "Greater")
 
 
 def _fixed_threshold_converter(scope, operator, container) -> None:
