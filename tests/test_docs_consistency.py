@@ -15,7 +15,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT_FILE = ROOT / "deployments" / "prefect.yaml"
 MARKDOWN = [ROOT / "README.md", ROOT / "deployments" / "README.md", *(ROOT / "docs").glob("*.md")]
-RST = sorted((ROOT / "docs").rglob("*.rst"))
+# the pages of the checkout, not what a docs build generates beside them (.gitignore)
+GENERATED = ("auto_examples", "generated")
+RST = sorted(p for p in (ROOT / "docs").rglob("*.rst")
+             if not set(GENERATED) & set(p.relative_to(ROOT / "docs").parts)
+             and p.name != "sg_execution_times.rst")  # fmt: skip
 PAGES = [*MARKDOWN, *RST]
 # Where users read commands besides the pages: the deployment file's comments and descriptions.
 TEXTS = [*PAGES, PREFECT_FILE]
