@@ -48,6 +48,11 @@ class Kind(StrEnum):
     BUDGET_SPENT = "budget_spent"  # the model's judgements for 24 hours are spent
 
 
+# The kinds of the fairness gate's verdict on a registered version: an audit's decision never
+# holds them (it lists the rules a candidate fails as facts of its own reasons, rendered).
+GATE_KINDS = (Kind.FAILS_RULE, Kind.NO_GRAPH, Kind.EVALUATION_ERROR, Kind.BUDGET_SPENT)
+
+
 # What a reference may need of the deployment (:attr:`Reason.needs`), the policy setting
 # that allows it and the words a reader sees.
 NEEDS = {
