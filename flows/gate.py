@@ -1007,17 +1007,7 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
             client, tracking_uri, policy, name, version, frame
         )
     except Exception as error:  # any loader or data failure is the version's verdict: error
-        # published: a fixed category and the error's type (its text may quote the
-        # registrant's file names); the worker's log and the flow run say the rest
-        reasons = [Reason(kind=Kind.EVALUATION_ERROR, decides=True,
-                          subject=type(error).__name__)]  # fmt: skip
-        detail = f"{type(error).__name__}: {error}"[:1000]
-        note_verdict(client, tracking_uri, policy, version, None, key)
-        GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
-        record_verdict(client, name, version, ERROR, reasons, {}, facts)
-        _logger().error("gate error for %s version %s: %s", name, version, detail)
-        why = render(reasons[0])
-        return Failed(message=f"{name} version {version}: error: {why}: {detail}")
+        return _record_error(client, tracking_uri, policy, version, facts, error, key)
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
     if refused:  # a fixed sentence of the gate's (onnx_runtime), never the model's text
         status, reasons = FAILED, [Reason(kind=Kind.NO_GRAPH, decides=True, facts=(refused,))]
@@ -1048,6 +1038,21 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     message = "; ".join([message, *_grant_requests(client, policy, version, status == PASSED)])
     _logger().info(message)
     return Completed(message=message)
+
+
+def _record_error(client, tracking_uri: str, policy: GatePolicy, version: str, facts, error, key):
+    """Record that judging ``version`` failed with ``error`` (no verdict, no number
+    published, the judgement not counted); the flow run's Failed state. Published: the
+    error's category, its type (its text may quote the registrant's file names); the
+    worker's log and the flow run say the rest."""
+    name = policy.model
+    reason = Reason(kind=Kind.EVALUATION_ERROR, decides=True, subject=type(error).__name__)
+    detail = f"{type(error).__name__}: {error}"[:1000]
+    note_verdict(client, tracking_uri, policy, version, None, key)
+    GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
+    record_verdict(client, name, version, ERROR, [reason], {}, facts)
+    _logger().error("gate error for %s version %s: %s", name, version, detail)
+    return Failed(message=f"{name} version {version}: error: {render(reason)}: {detail}")
 
 
 def _logger():
