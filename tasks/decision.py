@@ -5,7 +5,10 @@ step it was (:class:`Kind`), whether it decided the outcome, the candidate or re
 names, its numbers, the rows they were measured on and, for a reference, what its deployment
 needs. Every surface (the terminal, the report, the model card, MLflow descriptions, the gate's
 card) renders the sentence from these fields with :func:`render`; nothing reads a sentence back.
-The same model is what ``audit.json`` stores (``decision.reasons``).
+The same model is what ``audit.json`` stores (``decision.reasons``). The fairness gate's
+verdict on a registered version (:mod:`fairpca.flows.gate`) is made of the same reasons, of its
+own kinds (:data:`GATE_KINDS`: each rule failed with its measured value, threshold and rows),
+published with their numbers rounded or withheld (:func:`published`).
 
 The deployment (:class:`Deployment`) says what a deployed model may do: see the sensitive
 attribute at decision time, decide at random. A reference mitigation that needs more than the
