@@ -55,7 +55,6 @@ from __future__ import annotations
 import importlib
 import math
 import os
-import re
 import tempfile
 import time
 from contextlib import contextmanager, suppress
@@ -81,6 +80,7 @@ from fairpca.flows.gate_state import GateState
 from fairpca.flows.runtime import failed_run
 from fairpca.metrics import MIN_GROUP_SIZE_FLOOR
 from fairpca.tasks import DEFAULT_MIN_GROUP_SIZE
+from fairpca.tasks.decision import Kind, Reason, published, render
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.gate_ledger import (
     LEDGER_TAG,
@@ -106,7 +106,7 @@ from fairpca.tasks.registry import (
 )
 from fairpca.tasks.report import markdown_text, render_template
 from fairpca.tasks.select import GatePolicy as NamedPolicy
-from fairpca.tasks.select import ineligibility
+from fairpca.tasks.select import ineligible_rules
 from fairpca.tasks.trust import (
     Attestation,
     AttestationError,
@@ -277,8 +277,13 @@ def evaluate_version(
     return dict(result.metrics), run.info.run_id
 
 
-def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, list[str]]:
-    """``passed`` or ``failed`` and the reasons, by the audit's own rules.
+REFERENCE_ROWS = "reference"  # the rows a verdict's numbers are measured on
+
+
+def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, list[Reason]]:
+    """``passed`` or ``failed`` and the reasons, by the audit's own rules: one
+    :attr:`~fairpca.tasks.decision.Kind.FAILS_RULE` reason per rule failed, measured on the
+    reference rows, with the raw numbers (:func:`published_reasons` rounds them).
 
     ``policy`` has ``thresholds`` (``max_dp_difference``, ``max_eo_difference``,
     ``min_accuracy``), ``gate`` (``upper_bound`` / ``point``), ``min_accuracy_gain`` and
@@ -292,7 +297,9 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
         "one_class_share": metrics.get("one_class_share", math.nan),
         **metrics,
     }
-    reasons = ineligibility(row, majority, policy) + NamedPolicy.from_config(policy).failures(row)
+    rules = ineligible_rules(row, majority, policy, REFERENCE_ROWS)
+    rules += NamedPolicy.from_config(policy).failed_rules(row, REFERENCE_ROWS)
+    reasons = [rule.model_copy(update={"decides": True}) for rule in rules]
     return (FAILED, reasons) if reasons else (PASSED, [])
 
 
@@ -308,7 +315,6 @@ def _shown_metrics(metrics: dict[str, float]) -> list[str]:
 
 PUBLISHED_DECIMALS = 2
 WITHHELD = "metrics withheld: a group of the reference rows is under the policy's min_group_size"
-_DECIMAL = re.compile(r"(?<![\w.])(\d+\.\d+)(%?)")
 
 
 def withheld_reason(frame: pd.DataFrame, policy: GatePolicy) -> str | None:
@@ -334,18 +340,18 @@ def published_metrics(metrics: dict[str, float], withheld: str | None) -> dict[s
     return {name: round(float(value), PUBLISHED_DECIMALS) for name, value in metrics.items()}
 
 
-def published_reasons(reasons: list[str], withheld: str | None) -> list[str]:
-    """The verdict's reasons as published: every measured number rounded like the metrics
-    (percentages to whole ones), or replaced by ``(withheld)`` when the metrics are."""
+def published_reasons(reasons: list[Reason], withheld: str | None) -> list[Reason]:
+    """The verdict's reasons as published (:func:`fairpca.tasks.decision.published`): every
+    number rounded like the metrics (a percentage to a whole one), the measured ones
+    dropped, shown as ``(withheld)``, when the metrics are withheld. Only these reach a tag,
+    the card or the artifact."""
+    return [published(reason, PUBLISHED_DECIMALS, bool(withheld)) for reason in reasons]
 
-    def shown(match: re.Match) -> str:
-        if withheld:
-            return "(withheld)"
-        if match.group(2):
-            return f"{float(match.group(1)):.0f}%"
-        return f"{float(match.group(1)):.{PUBLISHED_DECIMALS}f}"
 
-    return [_DECIMAL.sub(shown, reason) for reason in reasons]
+def rendered(reasons: list[Reason]) -> str:
+    """The reasons tag's text: each reason rendered (:func:`fairpca.tasks.decision.render`),
+    in order."""
+    return "; ".join(render(reason) for reason in reasons) or "all gate rules met"
 
 
 def record_verdict(
@@ -353,13 +359,13 @@ def record_verdict(
     name: str,
     version: str,
     status: str,
-    reasons: list[str],
+    reasons: list[Reason],
     metrics: dict[str, float],
     facts: dict[str, str],
     signed: dict[str, str] | None = None,
     *,
     withheld: str | None = None,
-) -> list[str]:
+) -> list[Reason]:
     """Record a verdict on the version; the reasons as published.
 
     The ``signed`` tags (the attestation and the runs) first, then the informational
@@ -368,18 +374,20 @@ def record_verdict(
     status last, so a reader that sees the status sees the rest; inside a flow run the card
     is also a Prefect Markdown artifact. Numbers are published as
     :func:`published_metrics` and :func:`published_reasons` give them (``withheld``: the
-    reason none is)."""
+    reason none is); the tag, the card and the artifact show the reasons in the one
+    renderer's words."""
     now = _now()
     tags = {**(signed or {}), EVALUATED_AT_TAG: now}
     metrics, reasons = published_metrics(metrics, withheld), published_reasons(reasons, withheld)
     if withheld:
         facts = {**facts, "metrics": withheld}
-    tags[REASONS_TAG] = ("; ".join(reasons) or "all gate rules met")[:TAG_MAX_CHARS]
+    tags[REASONS_TAG] = rendered(reasons)[:TAG_MAX_CHARS]
     shown = _shown_metrics(metrics)
     published = metric_tags("fairness.gate.", metrics, shown)
     tags.update({key: f"{float(value):.{PUBLISHED_DECIMALS}f}" for key, value in published.items()})
     card = render_template("gate_card.md.j2", name=name, version=version, status=status,
-                           now=now, reasons=reasons, metrics=metrics, shown=shown,
+                           now=now, reasons=[render(reason) for reason in reasons],
+                           metrics=metrics, shown=shown,
                            facts=facts)  # fmt: skip
     for key, value in tags.items():
         if value:
@@ -403,7 +411,7 @@ def _registry_id(tracking_uri: str) -> str:
     return shown_uri(tracking_uri).rstrip("/")
 
 
-def judgement_budget_spent(tracking_uri: str, policy: GatePolicy, version: str) -> str | None:
+def judgement_budget_spent(tracking_uri: str, policy: GatePolicy, version: str) -> Reason | None:
     """Count one judgement of ``policy.model`` under this policy in the gate's own state
     (:class:`fairpca.flows.gate_state.GateState`, which no registry user can reset); why it
     is refused (None: counted) when ``policy.max_judgements_per_day`` were made in the last
@@ -416,13 +424,8 @@ def judgement_budget_spent(tracking_uri: str, policy: GatePolicy, version: str) 
     )  # fmt: skip
     if free_at is None:
         return None
-    when = datetime.fromtimestamp(free_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return (
-        f"judgement budget spent: the gate judges a model at most "
-        f"{policy.max_judgements_per_day} times in 24 hours under one policy "
-        f"(max_judgements_per_day); the next judgement is possible after {when}, and "
-        "`fairpca gate reconcile` judges this version then"
-    )
+    numbers = {"limit": policy.max_judgements_per_day, "free_at": free_at}
+    return Reason(kind=Kind.BUDGET_SPENT, decides=True, numbers=numbers)
 
 
 def _passes_now(client, name: str, public_key) -> dict[str, str]:
@@ -984,8 +987,8 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     if spent := judgement_budget_spent(tracking_uri, policy, version):
         record_verdict(client, name, version, ERROR, [spent], {},
                        {"Prefect flow run": _flow_run_id()})  # fmt: skip
-        _logger().warning("gate refused for %s version %s: %s", name, version, spent)
-        return Failed(message=f"{name} version {version}: refused: {spent}")
+        _logger().warning("gate refused for %s version %s: %s", name, version, render(spent))
+        return Failed(message=f"{name} version {version}: refused: {render(spent)}")
     client.set_model_version_tag(name, version, PENDING_SINCE_TAG, _now())
     client.set_model_version_tag(name, version, STATUS_TAG, PENDING)
     if ATTESTATION_TAG in client.get_model_version(name, version).tags:  # an earlier verdict
@@ -1004,17 +1007,12 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
             client, tracking_uri, policy, name, version, frame
         )
     except Exception as error:  # any loader or data failure is the version's verdict: error
-        # published: a fixed category and the error's type (its text may quote the
-        # registrant's file names); the worker's log and the flow run say the rest
-        reasons = [f"evaluation failed ({type(error).__name__}): see the gate worker's log"]
-        detail = f"{type(error).__name__}: {error}"[:1000]
-        note_verdict(client, tracking_uri, policy, version, None, key)
-        GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
-        record_verdict(client, name, version, ERROR, reasons, {}, facts)
-        _logger().error("gate error for %s version %s: %s", name, version, detail)
-        return Failed(message=f"{name} version {version}: error: {reasons[0]}: {detail}")
+        return _record_error(client, tracking_uri, policy, version, facts, error, key)
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
-    status, reasons = (FAILED, [refused]) if refused else verdict(metrics, policy, majority)
+    if refused:  # a fixed sentence of the gate's (onnx_runtime), never the model's text
+        status, reasons = FAILED, [Reason(kind=Kind.NO_GRAPH, decides=True, facts=(refused,))]
+    else:
+        status, reasons = verdict(metrics, policy, majority)
     facts["evaluation run"] = run_id or "none (not evaluated)"
     facts["majority-class accuracy"] = f"{majority:.{PUBLISHED_DECIMALS}f}"
     facts["model files (SHA-256 of the manifest)"] = model_digest
@@ -1036,10 +1034,25 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
     withheld = withheld_reason(frame, policy)
     reasons = record_verdict(client, name, version, status, reasons, metrics, facts, signed,
                              withheld=withheld)  # fmt: skip
-    message = f"{name} version {version}: {status}" + (f" ({'; '.join(reasons)})" * bool(reasons))
+    message = f"{name} version {version}: {status}" + (f" ({rendered(reasons)})" * bool(reasons))
     message = "; ".join([message, *_grant_requests(client, policy, version, status == PASSED)])
     _logger().info(message)
     return Completed(message=message)
+
+
+def _record_error(client, tracking_uri: str, policy: GatePolicy, version: str, facts, error, key):
+    """Record that judging ``version`` failed with ``error`` (no verdict, no number
+    published, the judgement not counted); the flow run's Failed state. Published: the
+    error's category, its type (its text may quote the registrant's file names); the
+    worker's log and the flow run say the rest."""
+    name = policy.model
+    reason = Reason(kind=Kind.EVALUATION_ERROR, decides=True, subject=type(error).__name__)
+    detail = f"{type(error).__name__}: {error}"[:1000]
+    note_verdict(client, tracking_uri, policy, version, None, key)
+    GateState().refund(_registry_id(tracking_uri), name, version)  # no number published
+    record_verdict(client, name, version, ERROR, [reason], {}, facts)
+    _logger().error("gate error for %s version %s: %s", name, version, detail)
+    return Failed(message=f"{name} version {version}: error: {render(reason)}: {detail}")
 
 
 def _logger():

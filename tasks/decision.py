@@ -5,7 +5,10 @@ step it was (:class:`Kind`), whether it decided the outcome, the candidate or re
 names, its numbers, the rows they were measured on and, for a reference, what its deployment
 needs. Every surface (the terminal, the report, the model card, MLflow descriptions, the gate's
 card) renders the sentence from these fields with :func:`render`; nothing reads a sentence back.
-The same model is what ``audit.json`` stores (``decision.reasons``).
+The same model is what ``audit.json`` stores (``decision.reasons``). The fairness gate's
+verdict on a registered version (:mod:`fairpca.flows.gate`) is made of the same reasons, of its
+own kinds (:data:`GATE_KINDS`: each rule failed with its measured value, threshold and rows),
+published with their numbers rounded or withheld (:func:`published`).
 
 The deployment (:class:`Deployment`) says what a deployed model may do: see the sensitive
 attribute at decision time, decide at random. A reference mitigation that needs more than the
@@ -18,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -38,6 +42,18 @@ class Kind(StrEnum):
     PROMOTED = "promoted"  # the champion alias moves to this model
     CHAMPION_STAYS = "champion_stays"  # the alias stays where it is
     DEMOTED = "demoted"  # the champion loses the alias
+    # a rule the measured numbers fail (eligibility or the gate's: :data:`RULES`); the gate's
+    # verdict lists one per rule, the audit renders them as the facts of its reasons
+    FAILS_RULE = "fails_rule"
+    # the fairness gate's verdict on a registered version (:mod:`fairpca.flows.gate`)
+    NO_GRAPH = "no_graph"  # no ONNX graph it can judge: none, one its checks refuse, or failed
+    EVALUATION_ERROR = "evaluation_error"  # the judgement failed: its category only
+    BUDGET_SPENT = "budget_spent"  # the model's judgements for 24 hours are spent
+
+
+# The kinds of the fairness gate's verdict on a registered version: an audit's decision never
+# holds them (it lists the rules a candidate fails as facts of its own reasons, rendered).
+GATE_KINDS = (Kind.FAILS_RULE, Kind.NO_GRAPH, Kind.EVALUATION_ERROR, Kind.BUDGET_SPENT)
 
 
 # What a reference may need of the deployment (:attr:`Reason.needs`), the policy setting
@@ -314,12 +330,143 @@ def _selection_rate(reason: Reason) -> str:
     )
 
 
+# ---- the rules a measurement fails, and the gate's verdict ---------------------------------
+
+# The rules of :attr:`Kind.FAILS_RULE` (its first flag) and the numbers each holds: the
+# measured ones (:data:`MEASURED`) and the policy's (``limit``, ``gain``, ``margin``,
+# ``ratio``). ``gate``: a gated measure (or the accuracy floor) on the wrong side of its limit
+# (flags ``intersection``: of the attributes' intersection; ``bound``: its 95% interval end;
+# ``minimum``: the limit is a floor); ``undefined``: a gated measure with fewer than two
+# groups large enough to compare; ``majority``: not better than the majority class;
+# ``chance``: not above chance; ``says_yes`` / ``says_no``: the positive (negative) rate
+# collapsed against the base rate; ``one_class``: (nearly) one class predicted;
+# ``no_metrics``: every group withheld; ``no_rates``: no positive or base rate.
+RULES = ("gate", "undefined", "majority", "chance", "says_yes", "says_no", "one_class",
+         "no_metrics", "no_rates")  # fmt: skip
+MEASURED = ("value", "low", "baseline", "rate", "base", "share")
+# Labels of the measures a rule names; others read as their name with spaces.
+MEASURE_LABELS = {
+    "dp_difference": "DP difference",
+    "eo_difference": "EO (TPR) difference",
+    "equalized_odds_difference": "equalized odds difference (max of TPR and FPR differences)",
+    "selection_rate_ratio": "selection-rate ratio",
+}
+
+
+def measure_label(measure: str) -> str:
+    """How a reason names ``measure`` (``dp_difference``: ``DP difference``)."""
+    return MEASURE_LABELS.get(measure, _label(measure))
+
+
+def published(reason: Reason, decimals: int, withheld: bool) -> Reason:
+    """``reason`` as it may be published: its numbers rounded to ``decimals`` (flag
+    ``rounded``: rendered so), or its measured numbers (:data:`MEASURED`) dropped when
+    ``withheld`` (flag ``withheld``); the policy's limits stay."""
+    numbers = {key: round(float(value), decimals) for key, value in reason.numbers.items()
+               if not (withheld and key in MEASURED)}  # fmt: skip
+    flags = (*reason.flags, "rounded", *(("withheld",) if withheld else ()))
+    return reason.model_copy(update={"numbers": numbers, "flags": flags})
+
+
+def _number(reason: Reason, key: str, percent: bool = False, complement: bool = False) -> str:
+    """A measured number as the reason shows it: 4 decimals (a percentage 1), 2 once
+    published (a whole percentage); ``(withheld)`` or ``undefined`` when absent."""
+    value = reason.numbers.get(key)
+    if value is None:
+        return "(withheld)" if "withheld" in reason.flags else "undefined"
+    value = 1.0 - value if complement else value
+    rounded = "rounded" in reason.flags
+    if percent:
+        return f"{100 * value:.0f}%" if rounded else f"{100 * value:.1f}%"
+    return f"{value:.2f}" if rounded else f"{value:.4f}"
+
+
+def _rule_gate(reason: Reason) -> str:
+    where = " of the intersection" if "intersection" in reason.flags else ""
+    minimum = "minimum" in reason.flags
+    bound = f" (95% {'lower' if minimum else 'upper'} bound)" if "bound" in reason.flags else ""
+    sign = "< min" if minimum else "> max"
+    return (
+        f"{measure_label(reason.measure)}{where}{bound} {_number(reason, 'value')} {sign} "
+        f"{reason.numbers.get('limit', float('nan')):g}"
+    )
+
+
+def _rule_sentence(reason: Reason) -> str:
+    rule, numbers, n = reason.flags[0], reason.numbers, partial(_number, reason)
+    limit = numbers.get("limit", numbers.get("ratio", float("nan")))
+    sentences = {
+        "undefined": lambda: (
+            f"{measure_label(reason.measure)}"
+            f"{' of the intersection' if 'intersection' in reason.flags else ''} is undefined "
+            "(fewer than two groups large enough to compare)"
+        ),
+        "majority": lambda: (
+            f"{_label(reason.measure)} {n('value')} does not beat the majority class's "
+            f"({n('baseline')}) by {numbers.get('gain', float('nan')):g}"
+        ),
+        "chance": lambda: (
+            f"balanced accuracy {n('value')} (95% lower bound {n('low')}) is not above chance "
+            f"0.5 by {numbers.get('margin', float('nan')):g}"
+        ),
+        "says_yes": lambda: (
+            f"says yes for {n('rate', percent=True)} of the rows against a base rate of "
+            f"{n('base', percent=True)} (needs at least {limit:g} x the base rate)"
+        ),
+        "says_no": lambda: (
+            f"says no for only {n('rate', percent=True, complement=True)} of the rows against "
+            f"{n('base', percent=True, complement=True)} negatives (needs at least {limit:g} x)"
+        ),
+        "one_class": lambda: (
+            f"predicts one class for {n('share', percent=True)} of the rows (degenerate above "
+            f"{100 * limit:g}%)"
+        ),
+        "no_metrics": lambda: (
+            "no metrics: every group of these rows is withheld (fewer than min_group_size rows)"
+        ),
+        "no_rates": lambda: "positive rate or base rate unavailable",
+    }
+    return _rule_gate(reason) if rule == "gate" else sentences[rule]()
+
+
+def _fails_rule(reason: Reason) -> str:
+    """One failed rule (:data:`RULES`), and the rows it was measured on when they are named
+    (the audit lists them as facts of a reason that names its rows)."""
+    text = _rule_sentence(reason)
+    return f"{text} on the {reason.rows} rows" if reason.rows else text
+
+
+def _no_graph(reason: Reason) -> str:
+    """The gate's fixed sentence (:mod:`fairpca.tasks.onnx_runtime`), never the model's."""
+    return "; ".join(reason.facts) or "no ONNX graph the gate can judge"
+
+
+def _evaluation_error(reason: Reason) -> str:
+    """Published: the error's category (its type) only; its text may quote the registrant's
+    file names."""
+    return f"evaluation failed ({reason.subject}): see the gate worker's log"
+
+
+def _budget_spent(reason: Reason) -> str:
+    from datetime import UTC, datetime
+
+    limit, free_at = reason.numbers.get("limit", 0), reason.numbers.get("free_at", 0)
+    when = datetime.fromtimestamp(free_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (
+        f"judgement budget spent: the gate judges a model at most {int(limit)} times in 24 "
+        "hours under one policy (max_judgements_per_day); the next judgement is possible "
+        f"after {when}, and `fairpca gate reconcile` judges this version then"
+    )
+
+
 RENDERERS = {
     Kind.CHOSEN: _chosen, Kind.UNSTABLE: _unstable, Kind.NOT_ELIGIBLE: _not_eligible,
     Kind.FAILS_GATE: _fails_gate, Kind.TOO_LITTLE_DATA: _too_little_data,
     Kind.DOMINATED: _dominated, Kind.EXCLUDED_BY_DEPLOYMENT: _excluded,
     Kind.BETTER_REFERENCE: _better, Kind.NOTE: _note, Kind.PROMOTED: _champion,
-    Kind.CHAMPION_STAYS: _champion, Kind.DEMOTED: _champion,
+    Kind.CHAMPION_STAYS: _champion, Kind.DEMOTED: _champion, Kind.FAILS_RULE: _fails_rule,
+    Kind.NO_GRAPH: _no_graph, Kind.EVALUATION_ERROR: _evaluation_error,
+    Kind.BUDGET_SPENT: _budget_spent,
 }  # fmt: skip
 CHAMPION_WORDS = {
     Kind.PROMOTED: "promoted",

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from . import CERTIFY_Z, DEFAULT_BOUND, DEFAULT_CERTIFY_FACTOR, DEFAULT_POLICY
-from .decision import Decision, Deployment, Kind, Reason, note
+from .decision import Decision, Deployment, Kind, Reason, note, render
 from .evaluate import CELL_ROWS, INTERSECTION, extreme_pair, majority_class
 
 
@@ -257,30 +257,40 @@ class GatePolicy:
                 yield criterion, limit, scope, self._bound(criterion, metrics, scope)
 
     def failures(self, metrics: Mapping[str, Any]) -> list[str]:
-        """Why ``metrics`` fail the policy (empty: they pass). An undefined worst-attribute
-        value fails; an undefined intersection (groups too small) is not gated."""
+        """Why ``metrics`` fail the policy, in words (empty: they pass): :meth:`failed_rules`
+        rendered."""
+        return [render(reason) for reason in self.failed_rules(metrics)]
+
+    def failed_rules(self, metrics: Mapping[str, Any], rows: str = "") -> list[Reason]:
+        """Each rule of the policy ``metrics`` fail (empty: they pass), as a
+        :attr:`~fairpca.tasks.decision.Kind.FAILS_RULE` reason measured on ``rows`` (empty:
+        not named). An undefined worst-attribute value fails; an undefined intersection
+        (groups too small) is not gated."""
         failures = []
         for criterion, limit, scope, value in self._gated(metrics):
             if (scope and math.isnan(value)) or criterion.meets(value, limit):
                 continue  # met, or too few large intersection groups: reported as ungated
+            where = ("intersection",) if scope else ()
             if math.isnan(value):
-                failures.append(
-                    f"{criterion.label}{_where(scope)} is undefined (fewer than two groups large "
-                    "enough to compare)"
-                )
+                failures.append(Reason(kind=Kind.FAILS_RULE, measure=criterion.metric,
+                                       rows=rows, flags=("undefined", *where)))  # fmt: skip
                 continue
-            bounded = self.bound == "upper_bound" and not criterion.point_rule
-            side = "lower" if criterion.larger_is_fairer else "upper"
-            label = f" (95% {side} bound)" if bounded else ""
-            sign = "< min" if criterion.larger_is_fairer else "> max"
-            failures.append(f"{criterion.label}{_where(scope)}{label} {value:.4f} {sign} {limit:g}")
+            bounded = ("bound",) if self.bound == "upper_bound" and not criterion.point_rule else ()
+            floor = ("minimum",) if criterion.larger_is_fairer else ()
+            failures.append(Reason(
+                kind=Kind.FAILS_RULE, measure=criterion.metric, rows=rows,
+                numbers={"value": value, "limit": limit}, flags=("gate", *where, *bounded, *floor),
+            ))  # fmt: skip
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
         if accuracy is None or not float(accuracy) >= floor:
-            low = " (95% lower bound)" if bounded else ""
-            shown = "undefined" if accuracy is None else f"{float(accuracy):.4f}"
-            failures.append(f"accuracy{low} {shown} < min {floor:g}")
+            measured = {} if accuracy is None else {"value": float(accuracy)}
+            failures.append(Reason(
+                kind=Kind.FAILS_RULE, measure="accuracy", rows=rows,
+                numbers={**measured, "limit": floor},
+                flags=("gate", *(("bound",) if bounded else ()), "minimum"),
+            ))  # fmt: skip
         return failures
 
     def violation(self, metrics: Mapping[str, Any]) -> float:
@@ -376,7 +386,7 @@ def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _rate_collapse(row: dict[str, Any], ratio: float) -> list[str]:
+def _rate_collapse(row: dict[str, Any], ratio: float, rows: str = "") -> list[Reason]:
     """Reasons when the predicted-positive rate collapsed against the base rate: the interval
     of the positive rate must reach ``ratio * base`` and that of the negative rate
     ``ratio * (1 - base)``."""
@@ -385,18 +395,15 @@ def _rate_collapse(row: dict[str, Any], ratio: float) -> list[str]:
     low = _value(row, "positive_rate.ci95_low", "positive_rate")
     rate = _value(row, "positive_rate")
     if math.isnan(base) or math.isnan(rate):
-        return ["positive rate or base rate unavailable"]
+        return [Reason(kind=Kind.FAILS_RULE, rows=rows, flags=("no_rates",))]
+    numbers = {"rate": rate, "base": base, "ratio": ratio}
     reasons = []
     if not high >= ratio * base:
-        reasons.append(
-            f"says yes for {100 * rate:.1f}% of the rows against a base rate of "
-            f"{100 * base:.1f}% (needs at least {ratio:g} x the base rate)"
-        )
+        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="positive_rate", rows=rows,
+                              numbers=numbers, flags=("says_yes",)))  # fmt: skip
     if not 1.0 - low >= ratio * (1.0 - base):
-        reasons.append(
-            f"says no for only {100 * (1 - rate):.1f}% of the rows against "
-            f"{100 * (1 - base):.1f}% negatives (needs at least {ratio:g} x)"
-        )
+        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="positive_rate", rows=rows,
+                              numbers=numbers, flags=("says_no",)))  # fmt: skip
     return reasons
 
 
@@ -410,40 +417,47 @@ def ineligibility(
     the majority's 0.5); the lower 95% bound of its balanced accuracy must exceed chance
     (0.5) by ``min_balanced_accuracy_margin``; its predicted-positive rate must not collapse
     against the base rate (``min_positive_rate_ratio``); and it must not predict one class
-    for more than ``max_one_class_share`` of the rows. A constant or near-constant
-    classifier fails: its DP and EO differences are trivially near 0. Given ``best`` (the
-    best candidate by those rules, :func:`best_useful`), it must also keep
-    :data:`MIN_USEFUL_SHARE` of ``best``'s balanced accuracy over chance
+    for more than ``max_one_class_share`` of the rows (:func:`ineligible_rules`). A
+    constant or near-constant classifier fails: its DP and EO differences are trivially
+    near 0. Given ``best`` (the best candidate by those rules, :func:`best_useful`), it must
+    also keep :data:`MIN_USEFUL_SHARE` of ``best``'s balanced accuracy over chance
     (:func:`uselessness`).
     """
+    rules = ineligible_rules(row, majority_accuracy, selection)
+    return [render(reason) for reason in rules] + uselessness(row, best)
+
+
+def ineligible_rules(
+    row: dict[str, Any], majority_accuracy: float, selection, rows: str = ""
+) -> list[Reason]:
+    """Each eligibility rule ``row`` fails (:func:`ineligibility`, without the usefulness
+    against the best candidate), as a :attr:`~fairpca.tasks.decision.Kind.FAILS_RULE`
+    reason measured on ``rows`` (empty: not named)."""
     rules = eligibility_rules(selection)
     reasons = []
     gain, measure = rules["min_accuracy_gain"], selection.select_by
     baseline = 0.5 if measure == "balanced_accuracy" else majority_accuracy
     value = _value(row, measure)
     if math.isnan(_value(row, "accuracy")):  # no group large enough to publish: no judgement
-        reasons.append(
-            "no metrics: every group of these rows is withheld (fewer than min_group_size rows)"
-        )
+        reasons.append(Reason(kind=Kind.FAILS_RULE, rows=rows, flags=("no_metrics",)))
     elif not value >= baseline + gain:
-        reasons.append(
-            f"{measure.replace('_', ' ')} {value:.4f} does not beat the majority class's "
-            f"({baseline:.4f}) by {gain:g}"
-        )
-    chance = 0.5 + rules["min_balanced_accuracy_margin"]
+        reasons.append(Reason(
+            kind=Kind.FAILS_RULE, measure=measure, rows=rows, flags=("majority",),
+            numbers={"value": value, "baseline": baseline, "gain": gain},
+        ))  # fmt: skip
+    margin = rules["min_balanced_accuracy_margin"]
     low = _value(row, "balanced_accuracy.ci95_low")
-    if not low >= chance:
-        reasons.append(
-            f"balanced accuracy {_value(row, 'balanced_accuracy'):.4f} (95% lower bound "
-            f"{low:.4f}) is not above chance 0.5 by {rules['min_balanced_accuracy_margin']:g}"
-        )
-    reasons += _rate_collapse(row, rules["min_positive_rate_ratio"])
+    if not low >= 0.5 + margin:
+        numbers = {"value": _value(row, "balanced_accuracy"), "low": low, "margin": margin}
+        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="balanced_accuracy", rows=rows,
+                              numbers=numbers, flags=("chance",)))  # fmt: skip
+    reasons += _rate_collapse(row, rules["min_positive_rate_ratio"], rows)
     if not row["one_class_share"] <= rules["max_one_class_share"]:
-        reasons.append(
-            f"predicts one class for {100 * row['one_class_share']:.1f}% of the rows "
-            f"(degenerate above {100 * rules['max_one_class_share']:g}%)"
-        )
-    return reasons + uselessness(row, best)
+        reasons.append(Reason(
+            kind=Kind.FAILS_RULE, measure="one_class_share", rows=rows, flags=("one_class",),
+            numbers={"share": row["one_class_share"], "limit": rules["max_one_class_share"]},
+        ))  # fmt: skip
+    return reasons
 
 
 def best_useful(records: list[dict[str, Any]], majority_accuracy: float, selection):

@@ -12,6 +12,7 @@ before the verdict, an event lost, a policy edited.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import secrets
 import time
@@ -29,6 +30,7 @@ from fairpca.flows.gate import (
     load_policies,
 )
 from fairpca.flows.gate_server import register_webhook, secret_fingerprint
+from fairpca.tasks.decision import Kind
 from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
@@ -193,7 +195,10 @@ def test_constant_classifier_never_passes(policy_dir):
     constant.update({"accuracy.ci95_low": 0.5, "accuracy.ci95_high": 0.54})
     status, reasons = gate_tasks.verdict(constant, policy, majority=0.52)
     assert status == gate_tasks.FAILED
-    assert any("is not above chance" in r for r in reasons)  # no balanced accuracy
+    assert all(r.kind == Kind.FAILS_RULE and r.decides for r in reasons)
+    assert {r.rows for r in reasons} == {"reference"}  # measured on the policy's reference rows
+    chance = next(r for r in reasons if "chance" in r.flags)  # no balanced accuracy
+    assert math.isnan(chance.numbers["value"]) and chance.numbers["margin"] > 0
     # the same differences from a classifier that is useful (audit's eligibility rules)
     useful = {
         **constant,

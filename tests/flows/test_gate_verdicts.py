@@ -352,12 +352,22 @@ def test_metrics_are_withheld_when_a_reference_group_is_small(tmp_path):
     metrics = {"accuracy": 0.51234, "dp_difference": 0.0412}
     assert gate_tasks.published_metrics(metrics, withheld) == {}
     assert gate_tasks.published_metrics(metrics, None) == {"accuracy": 0.51, "dp_difference": 0.04}
-    reasons = ["DP difference 0.1234 > max 0.1", "predicts one class for 99.7% of the rows"]
-    assert gate_tasks.published_reasons(reasons, None) == [
-        "DP difference 0.12 > max 0.10",
-        "predicts one class for 100% of the rows",
-    ]
-    assert not any(c.isdigit() for c in "".join(gate_tasks.published_reasons(reasons, withheld)))
+    dp_interval = {"dp_difference.ci95_low": 0.08, "dp_difference.ci95_high": 0.16}
+    measured = {"dp_difference": 0.1234, **dp_interval, "one_class_share": 0.997, "accuracy": 0.7}
+    _, reasons = gate_tasks.verdict(measured, policy, majority=0.6)
+    dp, one_class = (next(r for r in reasons if rule in r.flags) for rule in ("gate", "one_class"))
+    assert dp.numbers == {"value": 0.1234, "limit": 0.1}  # the verdict: raw numbers
+    published = gate_tasks.published_reasons(reasons, None)
+    assert all("rounded" in r.flags and "withheld" not in r.flags for r in published)
+    assert published[reasons.index(dp)].numbers == {"value": 0.12, "limit": 0.1}
+    assert published[reasons.index(one_class)].numbers["share"] == 1.0
+    shown = gate_tasks.rendered(published)  # the tag's text: no more than two decimals
+    assert "0.1234" not in shown and "99.7" not in shown and "0.12" in shown
+    hidden = gate_tasks.published_reasons(reasons, withheld)
+    assert all(set(r.numbers) <= {"limit", "gain", "margin", "ratio"} for r in hidden)
+    assert all("withheld" in r.flags for r in hidden)
+    assert "(withheld)" in gate_tasks.rendered(hidden)
+    assert not {"0.1234", "0.12", "99.7", "100%"} & set(gate_tasks.rendered(hidden).split())
 
 
 # ---- the judgement budget -----------------------------------------------------------------------
