@@ -403,6 +403,8 @@ def relog(
     each checked against the SHA-256 manifest the audit wrote.
     """
     show_logs(verbose)
+    from fairpca.tasks.decision import OUTCOMES
+
     from . import runtime
 
     uri = _check_tracking(tracking_uri)
@@ -412,6 +414,7 @@ def relog(
     shown = mask_credentials(uri)
     labelled("Logged to:", shown)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
+    console.print(f"Decision: {OUTCOMES[logged['decision']]}", markup=False)  # the run's tag
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
         alias = f"{logged['champion_alias']!r} of {logged['model_name']!r}"
