@@ -46,6 +46,7 @@ from .console import (
     fail,
     flag_name,
     labelled,
+    print_message,
     print_report,
     print_validation_error,
     relog_alias_note,
@@ -302,7 +303,7 @@ def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
     except PreflightError as error:
         fail("Invalid input (nothing was run)", str(error))
     for note in notes:
-        err_console.print(f"[yellow]Warning:[/yellow] {escape(note)}")
+        print_message(err_console, note, head="[yellow]Warning:[/yellow] ")
     from fairpca.tasks.data import handed_over
 
     with handed_over(split, config):  # the flow reads the data no second time
@@ -402,6 +403,8 @@ def relog(
     each checked against the SHA-256 manifest the audit wrote.
     """
     show_logs(verbose)
+    from fairpca.tasks.decision import OUTCOMES
+
     from . import runtime
 
     uri = _check_tracking(tracking_uri)
@@ -411,13 +414,14 @@ def relog(
     shown = mask_credentials(uri)
     labelled("Logged to:", shown)
     console.print(f"MLflow run id: [bold]{logged['run_id']}[/bold]")
+    console.print(f"Decision: {OUTCOMES[logged['decision']]}", markup=False)  # the run's tag
     if logged["model_version"] is not None:
         console.print(f"Registered model version: {logged['model_version']}")
         alias = f"{logged['champion_alias']!r} of {logged['model_name']!r}"
         if logged["champion_moved"]:
             console.print(escape(f"Alias {alias} now on version {logged['model_version']}."))
         else:
-            console.print(escape(relog_alias_note(logged, promote, shown)))
+            print_message(console, relog_alias_note(logged, promote, shown))
 
 
 def _relog(command, output_dir: Path, tracking_uri: str, force: bool, promote: bool):

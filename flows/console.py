@@ -22,6 +22,7 @@ import os
 import re
 import shlex
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,6 +31,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape as markup_escape
 from rich.table import Table
+from rich.text import Text
 
 from fairpca.tasks.trust import visible_text
 
@@ -208,20 +210,30 @@ def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+OUTCOME_STYLES = {"promoted": "green", "not promoted": "yellow", "refused": "red"}
+
+
 def decision_line(result, before: str | None) -> str:
-    """One sentence, one reading: what happened to the champion alias."""
+    """One sentence, one reading: what happened to the champion alias, in the words of the
+    MLflow run's ``fairpca.decision`` tag (:func:`fairpca.tasks.decision.outcome`)."""
+    from fairpca.tasks.decision import OUTCOMES, PROMOTED, REFUSED, outcome
+
     alias, name, version = result.champion_alias, result.model_name, result.model_version
-    if result.champion_moved:
+    word = outcome(result.promotion, result.champion_moved)
+    said = f"[{OUTCOME_STYLES[word]}]{OUTCOMES[word]}[/{OUTCOME_STYLES[word]}]"
+    if word == PROMOTED:
         move = f"v{before} -> v{version}" if before and before != version else f"v{version}"
-        return f"Decision: [green]PROMOTED[/green], {name} {move} holds {alias!r}."
+        return f"Decision: {said}, {name} {move} holds {alias!r}."
     if version is None:
-        return "Decision: [yellow]NOT promoted[/yellow] (no model version registered)."
+        return f"Decision: {said} (no model version registered)."
     stays = f"stays on v{before}" if before else "is not set"
     if not result.model_version_new:  # the registry already held this fit: nothing was added
         registered = f"same fit as version {version}; nothing registered"
     else:
         registered = f"v{version} registered"
-    return f"Decision: [yellow]NOT promoted[/yellow], {registered}; {alias!r} {stays}."
+    if word == REFUSED:  # the gate took a protected alias from this very model before
+        registered += ", but this model lost a protected alias before and may not take it back"
+    return f"Decision: {said}, {registered}; {alias!r} {stays}."
 
 
 # What this command prints besides the verdict (``--verbose``).
@@ -355,8 +367,11 @@ MLFLOW_UI_ENV = "MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false"
 
 def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
     """Where to see the run (and the registered version) in the MLflow UI: (label, address)
-    pairs. The run list is the experiment's plain one: its shared view
-    (:func:`fairpca.tasks.mlflow_logging.run_list_url`) cuts the verdict columns off."""
+    pairs. The run list opens in the experiment's verdict view
+    (:func:`fairpca.tasks.mlflow_logging.run_list_url`: each run's description, whose first
+    line is the decision, and the headline test metrics as columns)."""
+    from fairpca.tasks.mlflow_logging import run_list_url
+
     uri = result.tracking_uri
     lines = []
     if uri.startswith(("http://", "https://")):
@@ -373,7 +388,7 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
         command = shlex.join([*program, "ui", "--port", str(port), "--workers", "1",
                               "--backend-store-uri", store])  # fmt: skip
         lines.append(("Open the MLflow UI:", f"{MLFLOW_UI_ENV} {command}"))
-    lines.append(("Runs:", f"{base}/#/experiments/{result.experiment_id}/runs"))
+    lines.append(("Runs:", run_list_url(base, result.experiment_id)))
     lines.append(("Run:", f"{base}/#/experiments/{result.experiment_id}/runs/{result.run_id}"))
     if result.model_version is not None:
         lines.append(("Model version:", f"{base}/#/models/{result.model_name}/versions/"
@@ -442,10 +457,53 @@ def print_validation_error(error: ValidationError, model: type[BaseModel]) -> No
         err_console.print(f"  - {escape(where)}: {escape(message)}")
 
 
+# A command quoted in a message (``log them again with `fairpca relog DIR` once ...``).
+QUOTED_COMMAND = re.compile(r"`([^`\n]+)`")
+
+
+def print_message(target: Console, text: str, head: str = "", style: str | None = None) -> None:
+    """``text`` (plain, after the markup ``head``) wrapped at spaces and never inside a word:
+    a path or a URL longer than a line stands whole on a line of its own. A command quoted in
+    backticks that does not fit on its line is printed on lines of its own, broken between
+    its words with shell continuations (:func:`command_lines`), so that pasted into a shell it
+    is the one command; the text around it goes on after it."""
+    shown = visible_text(text)
+    plain_head = Text.from_markup(head).plain if head else ""
+    if len(plain_head) + len(shown) <= target.width or not QUOTED_COMMAND.search(shown):
+        pieces = [shown]
+    else:
+        pieces = QUOTED_COMMAND.split(shown)  # prose, command, prose, ...
+    for i, piece in enumerate(pieces):
+        if i % 2:  # a command: on lines of its own, without markup (its "\\" stays one)
+            for line in command_lines(piece, target.width):
+                target.print(line, style=style, markup=False, soft_wrap=True)
+            continue
+        lead = plain_head if i == 0 else ""
+        for n, line in enumerate(word_lines(lead + piece.strip(), target.width)):
+            # rich's own wrapping would fold a word longer than the line: the lines are ours
+            shown_line = markup_escape(line[len(lead) :] if n == 0 else line)
+            target.print((head if n == 0 and lead else "") + shown_line, style=style,
+                         soft_wrap=True)  # fmt: skip
+
+
+def word_lines(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken at spaces only (a longer
+    word, a path or a URL, stands whole on a line of its own); its own newlines kept."""
+    return [
+        line
+        for paragraph in text.split("\n")
+        for line in textwrap.wrap(paragraph, width, break_long_words=False,
+                                  break_on_hyphens=False) or [""]
+    ]  # fmt: skip
+
+
 def fail(what: str, error: BaseException | str, code: int = 2) -> NoReturn:
-    """One clear line on stderr (no traceback), then exit with ``code``."""
+    """One clear message on stderr (no traceback; a command it names never broken inside a
+    path: :func:`print_message`), then exit with ``code``."""
     text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-    err_console.print(f"[bold red]{what}:[/bold red] {escape(option_names(str(text)))}")
+    print_message(
+        err_console, option_names(str(text)), head=f"[bold red]{markup_escape(what)}:[/bold red] "
+    )
     raise SystemExit(code)
 
 

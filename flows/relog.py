@@ -21,6 +21,7 @@ from typing import Any
 
 from prefect import flow
 
+from fairpca.tasks.decision import outcome
 from fairpca.tasks.mlflow_logging import (
     AUDIT_FILE,
     PROMOTION_FILE,
@@ -102,6 +103,7 @@ def relog(
         "model_name": audit.model_name,
         "champion_alias": audit.champion_alias,
         "champion_moved": logged.champion_moved,
+        "decision": outcome(promotion, logged.champion_moved),  # as the run's tag says
         "reasons": list(promotion.reasons),
     }
 

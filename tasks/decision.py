@@ -484,6 +484,24 @@ DECIDING_WORDS = {
 }
 
 
+# The champion decision as every surface names it: the MLflow run's ``fairpca.decision`` tag
+# holds the word, the terminal's ``Decision:`` line (and the verdict's line) its shown form.
+# An audit's model that lost a protected alias before is refused one again (the gate's
+# ``fairness.gate.alias_refused``), however good it is: not the same as not promoted.
+PROMOTED, NOT_PROMOTED, REFUSED = "promoted", "not promoted", "refused"
+OUTCOMES = {PROMOTED: "PROMOTED", NOT_PROMOTED: "NOT promoted", REFUSED: "REFUSED"}
+
+
+def outcome(promotion: Any, moved: bool) -> str:
+    """The decision's word (:data:`OUTCOMES`): :data:`PROMOTED` when the champion alias moved
+    to this audit's version, :data:`REFUSED` when the audit promoted its model but the registry
+    refused it the alias (``promotion.refused``, a
+    :class:`~fairpca.tasks.record.PromotionRecord`), else :data:`NOT_PROMOTED`."""
+    if moved:
+        return PROMOTED
+    return REFUSED if getattr(promotion, "refused", False) else NOT_PROMOTED
+
+
 def deciding_words(reason: Reason | None) -> str | None:
     """What decided, in a few words: ``dominated by exponentiated_gradient``, ``not
     eligible``, ... (None: no reason decided against promotion)."""

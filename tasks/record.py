@@ -223,6 +223,7 @@ class PromotionRecord(_Record):
     reasons: list[str] = []
     champion_version: str | None = None
     comparison: ChampionComparison | None = None
+    refused: StrictBool = False  # promoted by the audit; its model may not take an alias back
 
     @classmethod
     def of(cls, promotion, champion) -> PromotionRecord:
@@ -233,6 +234,7 @@ class PromotionRecord(_Record):
             reasons=list(promotion.reasons),
             champion_version=None if champion is None else champion.version,
             comparison=promotion.comparison,
+            refused=promotion.refused,
         )
 
 

@@ -38,7 +38,16 @@ import pandas as pd
 from markupsafe import Markup
 
 from . import DEFAULT_POLICY
-from .decision import NEEDS, Deployment, Kind, Reason, deciding_words, render
+from .decision import (
+    NEEDS,
+    OUTCOMES,
+    REFUSED,
+    Deployment,
+    Kind,
+    Reason,
+    deciding_words,
+    render,
+)
 from .decision import deciding as deciding_reason
 from .evaluate import CELL_ROWS, HEADLINE_METRICS
 from .record import PARTS, WITHHELD, AuditRecord
@@ -314,6 +323,9 @@ def _decision(record, promotion) -> dict[str, Any]:
         why = (
             f"{passed}, but no version was registered (registration off, or the model stores rows)"
         )
+    elif promotion.refused:  # the model lost a protected alias before: the registry's "no"
+        headline, words, deciding = "Refused", OUTCOMES[REFUSED], "lost a protected alias before"
+        why = f"{passed}, but {champion}"
     else:
         headline, deciding = "Not promoted", deciding_words(promotion_reasons(promotion)[-1])
         why = f"{passed}, but {champion}"

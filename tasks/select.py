@@ -1007,12 +1007,15 @@ class Champion:
 @dataclass(frozen=True)
 class Promotion:
     """The outcome of :func:`decide_promotion`: whether the alias moves to the challenger,
-    whether the champion loses it, why, and the side-by-side record."""
+    whether the champion loses it, why, and the side-by-side record. ``refused``: the audit
+    promoted the challenger, but its model lost a protected alias before and may not take
+    one back."""
 
     promote: bool
     reasons: tuple[str, ...]
     demote: bool = False
     comparison: dict[str, Any] | None = None
+    refused: bool = False
 
 
 def _outcome(challenger: dict, champion: dict, tolerance: float) -> tuple[bool, str]:
@@ -1088,9 +1091,10 @@ def decide_promotion(
         reasons.append(f"champion v{champion.version} of {champion.name} {champion.demoted}")
     incumbent = None if champion is None or demote else champion
     digest = challenger.model_digest
+    refused = challenger.decision.promote and digest is not None and digest in demoted_models
     if not challenger.decision.promote:
         promote, why = False, "the audit did not promote the challenger"
-    elif digest is not None and digest in demoted_models:
+    elif refused:
         promote, why = (
             False,
             (
@@ -1116,4 +1120,4 @@ def decide_promotion(
             "outcome": "champion demoted" if demote else outcome,
             "reason": reasons[0] if demote else why,
         }
-    return Promotion(promote, tuple(reasons), demote, comparison)
+    return Promotion(promote, tuple(reasons), demote, comparison, refused)

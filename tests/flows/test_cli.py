@@ -430,12 +430,12 @@ def test_summary_names_the_champion_move_the_ui_and_a_working_mlflow_command():
     assert (f"Open the MLflow UI: MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false {mlflow} ui "
             f"--port 5000 --workers 1 --backend-store-uri {store}") in text  # fmt: skip
     ui = "http://127.0.0.1:5000/#/experiments/1"
-    assert f"Runs: {ui}/runs\n" in text  # the plain list: a shared view cuts columns off
+    assert f"Runs: {ui}/runs?viewStateShareKey=fairpca" in text  # the verdict columns' view
     assert f"Run: {ui}/runs/f79fe6b6ef204cf6bc432b7163157ac2" in text
     assert "Model version: http://127.0.0.1:5000/#/models/fairpca-adult-x-sex/versions/2" in text
     remote = dict(mlflow_ui_lines(_result(tracking_uri="https://mlflow.example.org/")))
     assert "Open the MLflow UI:" not in remote
-    assert remote["Runs:"] == "https://mlflow.example.org/#/experiments/1/runs"
+    assert remote["Runs:"].startswith("https://mlflow.example.org/#/experiments/1/runs?")
     kept = PromotionRecord(promote=False, reasons=["champion v1: the challenger is worse"])
     text = _printed(_result(promotion=kept, champion_moved=False), before="1", width=200)
     assert "Decision: NOT promoted, v2 registered; 'champion' stays on v1." in text

@@ -1,5 +1,6 @@
-"""The printed summary says what happened in the registry, links the plain run list, and
-carries no MLflow progress bar (``flows/console.py``)."""
+"""The printed summary says what happened in the registry in the run tag's words, links the
+run list's verdict view, carries no MLflow progress bar, and never breaks a printed path or
+command (``flows/console.py``)."""
 
 from __future__ import annotations
 
@@ -41,14 +42,61 @@ def test_a_repeated_audit_says_nothing_was_registered(new, expected):
     assert line.replace("[yellow]", "").replace("[/yellow]", "") == f"Decision: {expected}"
 
 
-@pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "https://mlflow.example.org/"])
-def test_the_run_list_link_is_the_experiments_plain_run_list(uri):
-    """MLflow's shared view (``?viewStateShareKey=``) opens with the verdict columns cut off."""
-    from fairpca.flows.console import mlflow_ui_lines
+def test_the_printed_run_list_link_opens_the_verdict_view_the_run_wrote(tmp_path):
+    """Issue 51: the printed run list was the plain one (run name, created, dataset). It is
+    the experiment's shared view, which the logging's first step stores in a real MLflow
+    store: the link's ``viewStateShareKey`` names that experiment tag, whose columns are the
+    description (the decision) and the headline metrics."""
+    import json
+    from urllib.parse import parse_qs, urlsplit
 
-    runs = dict(mlflow_ui_lines(_result(tracking_uri=uri)))["Runs:"]
-    base = "https://mlflow.example.org" if uri.startswith("https") else "http://127.0.0.1:5000"
-    assert runs == f"{base}/#/experiments/7/runs"
+    from mlflow import MlflowClient
+    from records import build_audit_record
+
+    from fairpca.flows.console import mlflow_ui_lines
+    from fairpca.tasks.mlflow_logging import RUN_LIST_METRICS, start_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    record = build_audit_record()
+    run_id, experiment_id = start_run.fn(uri, record, "attempt-1")
+    printed = _printed(_result(record=record, tracking_uri=uri, run_id=run_id,
+                               experiment_id=experiment_id), width=250)  # fmt: skip
+    runs = printed.split("Runs: ", 1)[1].split()[0]
+    key = parse_qs(urlsplit(runs).fragment.split("?", 1)[1])["viewStateShareKey"][0]
+    assert runs.startswith(f"http://127.0.0.1:5000/#/experiments/{experiment_id}/runs?")
+    tags = MlflowClient(uri).get_experiment(experiment_id).tags
+    view = json.loads(tags[f"mlflow.sharedViewState.{key}"])
+    assert view["selectedColumns"] == [
+        "attributes.`Description`",
+        *(f"metrics.`{m}`" for m in RUN_LIST_METRICS),
+    ]
+    remote = dict(mlflow_ui_lines(_result(tracking_uri="https://mlflow.example.org/")))
+    assert remote["Runs:"] == (
+        f"https://mlflow.example.org/#/experiments/7/runs?viewStateShareKey={key}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("moved", "refused", "word"),
+    [(True, False, "promoted"), (False, False, "not promoted"), (False, True, "refused")],
+)
+def test_the_terminal_and_the_run_tag_say_the_decision_in_the_same_words(moved, refused, word):
+    """Issue 51: the run tag ``fairpca.decision`` and the terminal's ``Decision:`` line name
+    the outcome from one place: promoted, not promoted, or refused (the audit promoted a model
+    that lost a protected alias before, which may not take one back)."""
+    from fairpca.flows.console import decision_line
+    from fairpca.tasks.decision import OUTCOMES, outcome
+    from fairpca.tasks.record import PromotionRecord
+    from fairpca.tasks.report import build_verdict
+
+    promotion = PromotionRecord(promote=moved, refused=refused, reasons=["champion v1: x"])
+    result = _result(promotion=promotion, champion_moved=moved)
+    assert outcome(promotion, moved) == word and OUTCOMES[word].lower() == word
+    line = decision_line(result, before="1")
+    said = line.split(":", 1)[1].split("[/", 1)[0].split("]", 1)[1]
+    assert said == OUTCOMES[word]
+    verdict = build_verdict(result.record, promotion)
+    assert verdict.line.startswith(OUTCOMES[word])  # the Prefect log line, the report
 
 
 def test_no_mlflow_progress_bar_unless_verbose(tmp_path):
@@ -164,9 +212,14 @@ def test_the_terminal_marks_the_references_that_meet_the_gate():
 
     record = build_audit_record()
     references = [
-        ReferenceMitigation(name=name, approach="reductions", needs_sensitive_at_prediction=False,
-                            validation={"accuracy": 0.8}, test=dict(record.selection.test),
-                            meets_gate=meets)
+        ReferenceMitigation(
+            name=name,
+            approach="reductions",
+            needs_sensitive_at_prediction=False,
+            validation={"accuracy": 0.8},
+            test=dict(record.selection.test),
+            meets_gate=meets,
+        )
         for name, meets in (("meets", True), ("fails", False), ("unmeasured", None))
     ]
     verdict = build_verdict(replaced(record, references=references))
@@ -174,3 +227,32 @@ def test_the_terminal_marks_the_references_that_meet_the_gate():
     assert "meets✓" in names and "fails" in names and "unmeasured" in names
     assert "✓ a reference that meets the gate on the validation rows." in _notes(verdict)
     assert "✓" not in _notes(build_verdict(replaced(record, references=references[1:])))
+
+
+def test_a_command_in_an_error_message_is_never_broken_inside_a_path(tmp_path, monkeypatch):
+    """Issue 51: at 80 columns rich broke the ``fairpca relog`` command of a failed logging
+    inside its paths, so a pasted command was wrong. Prose wraps at spaces, a path longer
+    than a line stands whole on a line of its own, and the command is on lines of its own,
+    broken between its words with continuations: pasted into a shell it is the command."""
+    import io
+    import shlex
+
+    from rich.console import Console
+
+    from fairpca.flows import console as shown
+    from fairpca.tasks.mlflow_logging import relog_hint
+
+    out_dir = tmp_path / ("a-rather-long-folder-name/" * 3) / "audit-adult-20261207T2140Z-abc"
+    store = f"sqlite:///{tmp_path / ('another-long-folder-name/' * 3) / 'mlflow.db'}"
+    err = Console(width=80, file=io.StringIO(), record=True)
+    monkeypatch.setattr(shown, "err_console", err)
+    with pytest.raises(SystemExit):
+        shown.fail("MLflow logging failed", f"Kept in {out_dir}; {relog_hint(out_dir, store)}")
+    lines = err.export_text().splitlines()
+    assert all(len(line) <= 80 or " " not in line.strip().removesuffix(" \\") for line in lines)
+    assert any(line.strip().startswith(str(out_dir)) for line in lines)  # whole, in the prose
+    assert any(line.strip().startswith(f"({store})") for line in lines)
+    start = next(i for i, line in enumerate(lines) if line.startswith("fairpca relog"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].endswith("\\"))
+    command = " ".join(line.rstrip("\\") for line in lines[start : end + 1])
+    assert shlex.split(command) == ["fairpca", "relog", str(out_dir), "--tracking-uri", store]

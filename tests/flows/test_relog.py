@@ -56,7 +56,7 @@ def kept(audited, tmp_path):
 def relog_cli(out_dir: Path, uri: str, *flags: str) -> tuple[int, str]:
     """``fairpca relog`` in a subprocess on the session's Prefect API (as on a machine with a
     Prefect server; the temporary server of a bare shell is tests/flows/test_runtime.py's):
-    exit code and stderr with the wrapping undone."""
+    exit code and stderr then stdout, with the wrapping undone."""
     from prefect.settings import PREFECT_API_URL
 
     done = subprocess.run(
@@ -64,7 +64,7 @@ def relog_cli(out_dir: Path, uri: str, *flags: str) -> tuple[int, str]:
         capture_output=True, text=True, timeout=300, check=False,
         env={**os.environ, "COLUMNS": "200", "PREFECT_API_URL": PREFECT_API_URL.value()},
     )  # fmt: skip
-    return done.returncode, " ".join(done.stderr.split())
+    return done.returncode, " ".join((done.stderr + done.stdout).split())
 
 
 def runs_of(client, experiment_name: str):
@@ -217,9 +217,12 @@ def test_planted_files_are_refused_before_anything_is_uploaded(kept, audited, ml
 def test_promote_follows_the_one_decision_and_a_demotion_holds(kept, audited, mlflow_store):
     """Relog moves no alias without --promote; with it, only when the promotion decision
     says so: the audit's own champion, demoted for review, cannot take the alias back by a
-    relog of its sealed folder (the same model is not registered again either)."""
+    relog of its sealed folder (the same model is not registered again either). The runs
+    say so in the terminal's words (issue 51): ``not promoted`` without --promote,
+    ``refused`` with it."""
     from pydantic import ValidationError
 
+    from fairpca.tasks.decision import OUTCOMES
     from fairpca.tasks.record import DecisionRecord
     from fairpca.tasks.registry import demote
 
@@ -230,10 +233,16 @@ def test_promote_follows_the_one_decision_and_a_demotion_holds(kept, audited, ml
     demote(client, name, version, from_alias="champion", to_alias="needs-review", why="drift")
     versions = {v.version for v in client.search_model_versions(f"name = '{name}'")}
 
-    code, said = relog_cli(kept, uri, "--force")
-    assert code == 0, said
-    code, said = relog_cli(kept, uri, "--force", "--promote")
-    assert code == 0, said
+    experiment = result.record.experiment_name
+    decisions = []
+    for flags in (("--force",), ("--force", "--promote")):
+        before = {run.info.run_id for run in runs_of(client, experiment)}
+        code, said = relog_cli(kept, uri, *flags)
+        assert code == 0, said
+        (new,) = [run for run in runs_of(client, experiment) if run.info.run_id not in before]
+        decisions.append(new.data.tags["fairpca.decision"])
+        assert f"Decision: {OUTCOMES[decisions[-1]]} " in said  # the terminal's same words
+    assert decisions == ["not promoted", "refused"]
     model = client.get_registered_model(name)
     assert "champion" not in model.aliases and str(model.aliases["needs-review"]) == str(version)
     assert {v.version for v in client.search_model_versions(f"name = '{name}'")} == versions

@@ -67,7 +67,11 @@ def test_the_run_list_view_is_stored_once_and_never_fails_the_logging(tmp_path):
     view = run_list_view()
     assert view["selectedColumns"][0] == "attributes.`Description`"  # its first line: decision
     assert view["selectedColumns"][1:] == [f"metrics.`{m}`" for m in RUN_LIST_METRICS]
-    assert sum(view["columnWidths"].values()) + 73 <= 1026  # the table's room at 1280 px
+    widths = view["columnWidths"]
+    assert sum(widths.values()) + 85 <= 1026  # the table's room at 1280 px (85: selection)
+    # with MLflow's assistant panel open: the description and the first four metrics
+    first = ["attributes.`Run Name`", "runDateAndNestInfo", *view["selectedColumns"][:5]]
+    assert list(widths)[: len(first)] == first and sum(widths[c] for c in first) + 85 <= 682
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = client.create_experiment("e", (tmp_path / "artifacts").as_uri())
     set_run_list_view(client, experiment)

@@ -80,10 +80,11 @@ def test_a_demoted_model_never_takes_the_alias_back_and_the_champion_never_repla
     refused = decide_promotion(
         _challenger(better, digest="d1"), None, demoted_models=frozenset({"d1"})
     )
-    assert not refused.promote
+    assert not refused.promote and refused.refused  # the terminal and the run tag: "refused"
     assert "demoted from a protected alias before" in refused.reasons[-1]
     itself = decide_promotion(_challenger(better, digest="old"), _champion(_metrics(0.8, 0.7)))
     assert not itself.promote and "champion v3's own model" in itself.reasons[-1]
+    assert not itself.refused  # not promoted: nothing was refused
 
 
 def test_a_champion_that_fails_on_new_rows_is_demoted_whatever_the_challenger_does():
