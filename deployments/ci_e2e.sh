@@ -207,6 +207,9 @@ export PREFECT_SERVER_DATABASE_CONNECTION_URL="sqlite+aiosqlite:///$WORK/prefect
 export PREFECT_SERVER_ANALYTICS_ENABLED=false
 # No automatic runs from the cron schedule while the test runs (the schedule itself is checked).
 export PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED=false
+# The flow runs' logs reach `prefect deployment run --watch` (as the deployments page sets up).
+export PREFECT_SERVER_LOGS_STREAM_OUT_ENABLED=true
+export PREFECT_SERVER_LOGS_STREAM_PUBLISHING_ENABLED=true
 export PREFECT_WORKER_QUERY_SECONDS=2
 export PREFECT_CLI_COLORS=false
 export COLUMNS=200
@@ -279,6 +282,7 @@ step "run deployment fairness-audit/on-demand (--watch) while the worker execute
     "$WORK/run-audit.log $WORKER_LOG $MLFLOW_LOG"
 run_deployment "fairness-audit/on-demand" audit "$WORK/run-audit.log"
 AUDIT_RUN=$FLOW_RUN_ID
+grep -q "Verdict: " "$WORK/run-audit.log" || fail "--watch did not show the flow run's verdict line"
 step_ok
 
 step "check the audit run through MlflowClient" "$WORKER_LOG $MLFLOW_LOG"
