@@ -19,6 +19,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from messages import matching
 
 from fairpca.flows import gate as gate_tasks
 from fairpca.flows.gate import (
@@ -465,7 +466,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     """A fair skops version passes and holds ``champion``; its model file is then replaced
     in the artifact store (the attestation is untouched): the scorer's loader refuses it and
     the reconciler moves the alias back to the earlier fair holder."""
-    from fairpca.tasks.registry import load_champion
+    from fairpca.tasks.registry import FILES_CHANGED_AFTER_THE_GATE, load_champion
     from fairpca.tasks.trust import AttestationError
 
     uri, client, versions = registry
@@ -487,7 +488,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     changed.write_bytes((original / "model.skops").read_bytes() + b"\0")
     client.log_artifact(run_id, str(changed), "model")
     try:
-        with pytest.raises(AttestationError, match="model files changed after the gate"):
+        with pytest.raises(AttestationError, match=matching(FILES_CHANGED_AFTER_THE_GATE)):
             load_champion("gate-credit", tracking_uri=uri)
         state = fairness_gate_reconcile(
             policy_dir=str(policy_dir), tracking_uri=uri, return_state=True
