@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from messages import matching
 
 from fairpca.flows.config import AuditConfig
 
@@ -122,7 +123,7 @@ def test_a_given_k_too_large_fails_before_anything_runs_naming_the_largest(tmp_p
     """7 features and a 3-group attribute leave 7 - 2 = 5 fair directions: k=10 is refused
     by the preflight (no Prefect server started) and by the flow's own check, naming 5."""
     from fairpca.flows.preflight import PreflightError, check_before_run
-    from fairpca.tasks.represent import resolve_k
+    from fairpca.tasks.represent import K_TOO_LARGE, resolve_k
 
     rng = np.random.default_rng(0)
     n = 400
@@ -134,9 +135,10 @@ def test_a_given_k_too_large_fails_before_anything_runs_naming_the_largest(tmp_p
     config = AuditConfig(
         data=path, label="label", sensitive=["group"], k=10, output_dir=tmp_path / "out"
     )
-    with pytest.raises(PreflightError, match="at most k=5; pass -k 5"):
+    too_large = matching(K_TOO_LARGE, requested=10, n_features=7, constraints=2, k_max=5)
+    with pytest.raises(PreflightError, match=too_large):
         check_before_run(config)
-    with pytest.raises(ValueError, match="at most k=5; pass -k 5"):
+    with pytest.raises(ValueError, match=too_large):
         resolve_k(10, 7, frame[["group"]], ["pca", "fair_pca"])
     assert resolve_k(None, 7, frame[["group"]], ["pca", "fair_pca"])["fitted"] == 5
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
