@@ -86,6 +86,10 @@ NOT_ONE_DATA_SOURCE = (
     "CSV/Parquet file with label and sensitive columns)."
 )
 GIVEN_TWICE = "{key} is given twice: at the top and in {section}; give it once."
+GROUP_COLUMN_TAKEN = (
+    "group_column {group!r} is also given as {roles}; the entity column only groups the rows "
+    "(it is never a feature, label or attribute): name it once, as group_column."
+)
 
 
 def _unique(value: list[str]) -> list[str]:
@@ -219,11 +223,7 @@ class SourceConfig(Section):
                  "drop": self.drop}  # fmt: skip
         taken = [role for role, names in roles.items() if group is not None and group in names]
         if taken:
-            raise ValueError(
-                f"group_column {group!r} is also given as {' and '.join(taken)}; the entity "
-                "column only groups the rows (it is never a feature, label or attribute): "
-                "name it once, as group_column."
-            )
+            raise ValueError(GROUP_COLUMN_TAKEN.format(group=group, roles=" and ".join(taken)))
 
     def _check_user_file(self) -> None:
         if self.label is None or not self.sensitive:

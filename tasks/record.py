@@ -412,11 +412,15 @@ def read_audit_record(path: Path) -> AuditRecord:
                 "the audit to log it."
             ) from None
         raise ValueError(
-            f"{path} is not an audit record written by this fairpca ({error.error_count()} "
-            f"problem(s), e.g. {problems}). Re-run the audit to get one."
+            NOT_AN_AUDIT_RECORD.format(path=path, count=error.error_count(), problems=problems)
         ) from None
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+NOT_AN_AUDIT_RECORD = (
+    "{path} is not an audit record written by this fairpca ({count} problem(s), e.g. "
+    "{problems}). Re-run the audit to get one."
+)
 NAME_MAX_LENGTH = 100  # well under MLflow's limit, and readable in the UI
 _NAME_TOKEN = re.compile(r"[^A-Za-z0-9_.]+")
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from messages import matching
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.exceptions import MlflowException  # noqa: E402
@@ -25,6 +26,7 @@ from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 
 from fairpca import FairPCA  # noqa: E402
+from fairpca.tasks.mlflow_evaluator import ROWS_DIFFER, UNKNOWN_CONFIG_KEYS  # noqa: E402
 
 DP_GATE = {"dp_difference": MetricThreshold(threshold=0.05, greater_is_better=False)}
 
@@ -219,7 +221,8 @@ def test_missing_sensitive_column_is_a_clear_error(tracking):
     uri = log_model(frame, ["x_fair"])
     with pytest.raises(MlflowException, match=r"\['religion'\] not found .* columns are \["):
         evaluate(uri, frame, sensitive_features=["sex", "religion"])
-    with pytest.raises(MlflowException, match="unknown evaluator_config key"):
+    unknown = matching(UNKNOWN_CONFIG_KEYS, unknown=["sensitive_feature"])
+    with pytest.raises(MlflowException, match=unknown):
         evaluate(uri, frame, sensitive_feature=["sex"])
     with pytest.raises(MlflowException, match="needs evaluator_config"):
         evaluate(uri, frame, sensitive_features=[])
@@ -291,7 +294,7 @@ def test_model_trained_without_the_sensitive_columns(tracking):
             },
         )
     assert {"true_positives", "dp_difference.sex", "balanced_accuracy"} <= set(result.metrics)
-    with pytest.raises(MlflowException, match="has 10 rows but data has 2000"):
+    with pytest.raises(MlflowException, match=matching(ROWS_DIFFER, names=10, rows=2000)):
         evaluate(uri, frame, sensitive_features=frame[["sex"]].head(10))
 
 
