@@ -411,6 +411,7 @@ def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, ml
         load_registered_pipeline,
         load_skops_pipeline,
     )
+    from fairpca.tasks.trust import SHA256_CHANGED
 
     _config, result = registered
     uri, client = mlflow_store
@@ -423,7 +424,8 @@ def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, ml
     recorded = client.get_model_version(name, version).tags[MODEL_FILE_SHA_TAG]
     client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, "0" * 64)
     try:
-        with pytest.raises(UntrustedModelError, match="changed after fairpca registered it"):
+        changed = matching(SHA256_CHANGED, expected="0" * 64)
+        with pytest.raises(UntrustedModelError, match=changed):
             load_registered_pipeline(uri, name, version)
         client.delete_model_version_tag(name, version, MODEL_FILE_SHA_TAG)
         with pytest.raises(UntrustedModelError, match=matching(NOT_REGISTERED_BY_FAIRPCA)):
