@@ -179,7 +179,7 @@ def test_missing_or_empty_policy_dir_and_duplicate_models(tmp_path, monkeypatch)
     (tmp_path / "reference.csv").write_text("x1,group,approved\n1,0,1\n")
     (tmp_path / "a.yaml").write_text(POLICY.format(model="same"))
     (tmp_path / "b.yml").write_text(POLICY.format(model="same"))
-    with pytest.raises(PolicyError, match="two policy files"):
+    with pytest.raises(PolicyError, match=matching(gate_tasks.TWO_POLICY_FILES, model="same")):
         load_policies(tmp_path)
 
 
@@ -725,15 +725,18 @@ def test_gate_parameters_are_the_workers_own(policy_dir, tmp_path, monkeypatch):
     assert gate_settings(str(tmp_path), uri) == (str(tmp_path), uri)  # called directly
     monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "a-deployment")
     monkeypatch.delenv("FAIRPCA_GATE_POLICY_DIR", raising=False)
-    with pytest.raises(PolicyError, match="uses the worker's own policy folder"):
+    unset = matching(gate_tasks.WORKER_SETTINGS_MISSING)
+    with pytest.raises(PolicyError, match=unset) as refused:
         gate_settings(str(policy_dir), uri)
+    assert str(refused.value).startswith("FAIRPCA_GATE_POLICY_DIR")
     monkeypatch.setenv("FAIRPCA_GATE_POLICY_DIR", str(policy_dir))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     assert gate_settings(None, None) == (str(policy_dir), uri)
     assert gate_settings(str(policy_dir / "."), uri + "/") == (str(policy_dir), uri)
-    with pytest.raises(PolicyError, match="not the gate worker's policy folder"):
+    with pytest.raises(PolicyError, match=matching(gate_tasks.NOT_THE_WORKERS_POLICY_DIR)):
         gate_settings(str(tmp_path), None)
-    with pytest.raises(PolicyError, match=r"evil.example:5000' is not the gate worker's tracking"):
+    other = matching(gate_tasks.NOT_THE_WORKERS_TRACKING, given="http://***@evil.example:5000")
+    with pytest.raises(PolicyError, match=other):
         gate_settings(None, "http://user:pw@evil.example:5000")
 
 

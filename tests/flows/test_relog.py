@@ -146,7 +146,7 @@ def test_swapped_model_with_forged_verdict_is_refused_and_no_champion_moves(
 def test_a_signed_binding_to_another_audits_run_is_refused(kept, audited, mlflow_store):
     """Even a record signed with the key (a bug, a copied directory) only resumes a run whose
     audit id and run name are its own on the server."""
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError, log_output_dir
+    from fairpca.tasks.mlflow_logging import NOT_ITS_RUN, MlflowLoggingError, log_output_dir
     from fairpca.tasks.trust import bind_run
 
     uri, client = mlflow_store
@@ -155,7 +155,7 @@ def test_a_signed_binding_to_another_audits_run_is_refused(kept, audited, mlflow
         result.experiment_id, run_name="audit-other", tags={"fairpca.audit_id": "audit-other"}
     )
     bind_run(kept, run_id=victim.info.run_id, experiment_id=result.experiment_id)
-    with pytest.raises(MlflowLoggingError, match="is not its run on this tracking server"):
+    with pytest.raises(MlflowLoggingError, match=matching(NOT_ITS_RUN, run_id=victim.info.run_id)):
         log_output_dir(kept, uri, retries=0)
     after = client.get_run(victim.info.run_id)
     assert after.info.status == "RUNNING" and after.data.tags == victim.data.tags

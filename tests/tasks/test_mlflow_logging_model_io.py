@@ -92,7 +92,11 @@ def test_loading_the_model_leaves_import_fairpca_alone(saved, flavor):
 def test_code_and_requirements_added_to_the_model_are_refused(saved):
     """The reviewer's scenario: a tampered code/fairpca/__init__.py, the manifest edited to
     match, an extra requirements line. Refused by the seal, and by the model check alone."""
-    from fairpca.tasks.mlflow_logging import check_relog_dir, check_saved_model
+    from fairpca.tasks.mlflow_logging import (
+        NOT_THE_PINNED_RUNTIME,
+        check_relog_dir,
+        check_saved_model,
+    )
     from fairpca.tasks.trust import (
         CARRIES_CODE,
         SEAL_DOES_NOT_VERIFY,
@@ -119,7 +123,8 @@ def test_code_and_requirements_added_to_the_model_are_refused(saved):
     import shutil
 
     shutil.rmtree(model / "code")
-    with pytest.raises(ValueError, match=r"requirements \['evil-package==1.0'\] are not"):
+    evil = matching(NOT_THE_PINNED_RUNTIME, given=["evil-package==1.0"])
+    with pytest.raises(ValueError, match=evil):
         check_saved_model(model)
 
 
@@ -127,12 +132,12 @@ def test_code_and_requirements_added_to_the_model_are_refused(saved):
     "line", ["fairpca @ git+https://evil/fairpca", "-e /tmp/x", "--index-url=https://evil"]
 )
 def test_requirements_that_are_not_plain_pins_are_refused(saved, line):
-    from fairpca.tasks.mlflow_logging import check_saved_model
+    from fairpca.tasks.mlflow_logging import NOT_THE_PINNED_RUNTIME, check_saved_model
 
     check_saved_model(saved / "model")  # as saved: accepted
     path = saved / "model" / "requirements.txt"
     path.write_text(path.read_text().replace(f"fairpca=={version('fairpca')}", line))
-    with pytest.raises(ValueError, match="not the pinned fairpca runtime"):
+    with pytest.raises(ValueError, match=matching(NOT_THE_PINNED_RUNTIME)):
         check_saved_model(saved / "model")
 
 
