@@ -36,6 +36,7 @@ STORIES = {
     "test_private_imports.py": "no module of tasks/ or flows/ imports another's underscore name",
     "test_function_length.py": "no function of tasks/ or flows/ over 60 code lines",
     "test_architecture_doc.py": "the architecture page's modules and stage functions exist",
+    "test_message_style.py": "refusals are checked by type and message constant, not sentences",
     "library/test_purity.py": "every estimator: transform is pure, pickles small, reproducible",
     "library/test_numerics.py": "every estimator: huge values and impossible n_components",
     "benchmarks/test_committed_results.py": "the committed tables of benchmarks/results/",
