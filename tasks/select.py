@@ -1037,16 +1037,25 @@ def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float
     }
 
 
+# The reasons a promotion is refused (str.format templates; tests name them, not their words)
+POLICY_LAXER = (
+    "this audit's gate policy ({name}, {bound}) is laxer than the one champion v{version} was "
+    "chosen under: {laxer}; the champion stays (audit with at least its policy to replace it)"
+)
+DEMOTED_BEFORE = (
+    "this model was demoted from a protected alias before; it cannot take the alias back (a "
+    "reviewer decides, see the version's needs-review reason)"
+)
+
+
 def _against_champion(challenger: Challenger, champion: Champion, tolerance: float):
     """``(promote, reason)`` of a challenger that passed the gate, against a champion that
     keeps its alias."""
     laxer = challenger.policy.laxer_than(champion.policy)
     if laxer:
         policy = challenger.policy
-        return False, (
-            f"this audit's gate policy ({policy.name}, {policy.bound}) is laxer than the one "
-            f"champion v{champion.version} was chosen under: {'; '.join(laxer)}; the champion "
-            "stays (audit with at least its policy to replace it)"
+        return False, POLICY_LAXER.format(
+            name=policy.name, bound=policy.bound, version=champion.version, laxer="; ".join(laxer)
         )
     if champion.unverified:
         return True, f"champion not comparable: {champion.unverified}"
@@ -1083,13 +1092,7 @@ def decide_promotion(
     if not challenger.decision.promote:
         promote, why = False, "the audit did not promote the challenger"
     elif digest is not None and digest in demoted_models:
-        promote, why = (
-            False,
-            (
-                "this model was demoted from a protected alias before; it cannot take the alias "
-                "back (a reviewer decides, see the version's needs-review reason)"
-            ),
-        )
+        promote, why = False, DEMOTED_BEFORE
     elif incumbent is not None and digest is not None and digest == incumbent.model_digest:
         promote, why = False, f"the challenger is champion v{incumbent.version}'s own model"
     elif incumbent is None:
