@@ -1037,14 +1037,10 @@ def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float
     }
 
 
-# The reasons a promotion is refused (str.format templates; tests name them, not their words)
+# The reason a laxer policy keeps the champion (a str.format template; tests name it)
 POLICY_LAXER = (
     "this audit's gate policy ({name}, {bound}) is laxer than the one champion v{version} was "
     "chosen under: {laxer}; the champion stays (audit with at least its policy to replace it)"
-)
-DEMOTED_BEFORE = (
-    "this model was demoted from a protected alias before; it cannot take the alias back (a "
-    "reviewer decides, see the version's needs-review reason)"
 )
 
 
@@ -1092,7 +1088,13 @@ def decide_promotion(
     if not challenger.decision.promote:
         promote, why = False, "the audit did not promote the challenger"
     elif digest is not None and digest in demoted_models:
-        promote, why = False, DEMOTED_BEFORE
+        promote, why = (
+            False,
+            (
+                "this model was demoted from a protected alias before; it cannot take the alias "
+                "back (a reviewer decides, see the version's needs-review reason)"
+            ),
+        )
     elif incumbent is not None and digest is not None and digest == incumbent.model_digest:
         promote, why = False, f"the challenger is champion v{incumbent.version}'s own model"
     elif incumbent is None:
