@@ -85,6 +85,14 @@ ARTIFACTS = {
 UNKNOWN_CONFIG_KEYS = (
     "unknown evaluator_config key(s) {unknown} for the 'fairness' evaluator; the keys are {keys}."
 )
+DATA_NOT_A_FRAME = (
+    "the 'fairness' evaluator reads the sensitive columns by name, so data must be a pandas "
+    "DataFrame; got {given}."
+)
+MISSING_SENSITIVE_COLUMNS = (
+    "sensitive feature column(s) {missing} not found in the evaluation data; its columns are "
+    "{columns}. Add them to data (and keep them in feature_names if you pass feature_names)."
+)
 ROWS_DIFFER = (
     "sensitive_features has {names} rows but data has {rows}; give one row of labels per row of "
     "data, in the same order."
@@ -148,17 +156,10 @@ def sensitive_columns(features: pd.DataFrame, names: list[str] | pd.DataFrame) -
             raise _invalid(ROWS_DIFFER.format(names=len(names), rows=len(features)))
         return names.reset_index(drop=True)
     if not isinstance(features, pd.DataFrame):
-        raise _invalid(
-            f"the 'fairness' evaluator reads the sensitive columns by name, so data must be a "
-            f"pandas DataFrame; got {type(features).__name__}."
-        )
+        raise _invalid(DATA_NOT_A_FRAME.format(given=type(features).__name__))
     present = [str(column) for column in features.columns]
     if missing := [name for name in names if name not in present]:
-        raise _invalid(
-            f"sensitive feature column(s) {missing} not found in the evaluation data; its "
-            f"columns are {present}. Add them to data (and keep them in feature_names if you "
-            f"pass feature_names)."
-        )
+        raise _invalid(MISSING_SENSITIVE_COLUMNS.format(missing=missing, columns=present))
     return features[names]
 
 
