@@ -144,6 +144,10 @@ FILE_OVER_CAP = (
     "{out_dir}: file {name!r} has {mib:.0f} MiB, over relog's cap of {cap:.0f} MiB per file; it "
     "is not uploaded."
 )
+KEY_INSIDE_OUTPUT = (
+    "the signing key {key} lies inside the output directory {out_dir}; set XDG_CONFIG_HOME (or "
+    "FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
+)
 TOTAL_OVER_CAP = (
     "{out_dir}: the files add up to {mib:.0f} MiB, over relog's cap of {cap:.0f} MiB; nothing "
     "is uploaded."
@@ -278,10 +282,7 @@ def seal_output_dir(out_dir: str | Path, known: Mapping[str, str] | None = None)
     out_dir = Path(out_dir)
     key = signing_key(create=True)
     if not os.environ.get(KEY_ENV) and key_path().resolve().is_relative_to(out_dir.resolve()):
-        raise SealError(
-            f"the signing key {key_path()} lies inside the output directory {out_dir}; set "
-            "XDG_CONFIG_HOME (or FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
-        )
+        raise SealError(KEY_INSIDE_OUTPUT.format(key=key_path(), out_dir=out_dir))
     listing, known = sorted(_file_listing(out_dir).items()), known or {}
     digests = {name: known.get(name) or sha256_file(path) for name, path in listing}
     files = {name: {"size": path.stat().st_size, "sha256": digests[name]} for name, path in listing}
@@ -629,6 +630,11 @@ CARRIES_CODE = (
     "on fairpca through a pinned requirement instead."
 )
 MLMODEL_TYPES_UNTRUSTED = "MLmodel lists skops_trusted_types {foreign} that fairpca does not trust."
+MODEL_NOT_LOADED = (
+    "the model at {shown} is not loaded: {error} Log it with mlflow.sklearn.log_model(model, ..., "
+    "serialization_format='skops'), or load a model you trust yourself and pass the object "
+    "(anything with predict)."
+)
 
 
 def foreign_types(types: Iterable[str]) -> list[str]:
@@ -893,9 +899,7 @@ def load_verified_dir(local: Path, shown: str, expected_sha256: str | None = Non
         model = load_skops_pipeline(Path(local), expected_sha256)
     except Exception as error:  # a refusal, or files no reader could parse (not a zip)
         raise UntrustedModelError(
-            f"the model at {shown} is not loaded: {shown_text(error)} Log it with "
-            "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
-            "a model you trust yourself and pass the object (anything with predict)."
+            MODEL_NOT_LOADED.format(shown=shown, error=shown_text(error))
         ) from None
     return VerifiedModel(model, metadata)
 

@@ -21,6 +21,7 @@ from fairpca.tasks.mlflow_logging import _check_trusted_types, save_model_locall
 from fairpca.tasks.registry import load_skops_pipeline
 from fairpca.tasks.trust import (
     FILE_TYPES_UNTRUSTED,
+    MODEL_NOT_LOADED,
     NESTED_MLMODEL,
     NOT_SKOPS,
     PIPELINE_TYPES_UNTRUSTED,
@@ -194,7 +195,7 @@ def test_a_model_whose_loader_would_read_another_file_is_refused(tmp_path):
     assert not (tmp_path / "marker").exists()
     broken = shutil.copytree(tmp_path / "skops", tmp_path / "broken")
     (broken / "model.skops").write_bytes(b"not a zip file")
-    with pytest.raises(UntrustedModelError, match="is not loaded"):
+    with pytest.raises(UntrustedModelError, match=matching(MODEL_NOT_LOADED, shown=broken)):
         load_verified_model(str(broken))
 
 

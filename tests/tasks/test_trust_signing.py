@@ -18,6 +18,7 @@ from fairpca.tasks.trust import (
     FILES_MISSING,
     KEY_ENV,
     KEY_FILE_OPEN,
+    KEY_INSIDE_OUTPUT,
     NO_SEAL,
     NO_SIGNING_KEY,
     SEAL_DOES_NOT_VERIFY,
@@ -147,7 +148,8 @@ def test_a_key_inside_the_output_directory_is_refused(tmp_path, monkeypatch):
     out_dir = a_directory(tmp_path)
     monkeypatch.delenv(KEY_ENV, raising=False)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(out_dir / "config"))
-    with pytest.raises(SealError, match="lies inside the output directory"):
+    inside = matching(KEY_INSIDE_OUTPUT, key=key_path(), out_dir=out_dir)
+    with pytest.raises(SealError, match=inside):
         seal_output_dir(out_dir)
 
 
