@@ -386,6 +386,13 @@ def write_audit_record(path: Path, record: AuditRecord) -> Path:
     return Path(path)
 
 
+# The message of a refusal below (a str.format template; tests name it, not its words)
+NOT_AN_AUDIT_RECORD = (
+    "{path} is not an audit record written by this fairpca ({count} problem(s), e.g. "
+    "{problems}). Re-run the audit to get one."
+)
+
+
 def read_audit_record(path: Path) -> AuditRecord:
     """The :class:`AuditRecord` in ``path``.
 
@@ -416,11 +423,6 @@ def read_audit_record(path: Path) -> AuditRecord:
         ) from None
 
 
-# The messages of the refusals below (str.format templates; tests name them, not their words)
-NOT_AN_AUDIT_RECORD = (
-    "{path} is not an audit record written by this fairpca ({count} problem(s), e.g. "
-    "{problems}). Re-run the audit to get one."
-)
 NAME_MAX_LENGTH = 100  # well under MLflow's limit, and readable in the UI
 _NAME_TOKEN = re.compile(r"[^A-Za-z0-9_.]+")
 
