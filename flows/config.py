@@ -80,6 +80,17 @@ ALIAS_PATTERN = r"^[A-Za-z][A-Za-z0-9_-]*$"
 # Section 5.2 / Appendix C.1 of the paper: lambda = (i/10)^3, i = 0..10.
 DEFAULT_LAMBDAS = tuple(round((i / 10) ** 3, 6) for i in range(11))
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+NOT_ONE_DATA_SOURCE = (
+    "give exactly one data source: dataset (adult, german, bank, compas) or data (a "
+    "CSV/Parquet file with label and sensitive columns)."
+)
+GIVEN_TWICE = "{key} is given twice: at the top and in {section}; give it once."
+GROUP_COLUMN_TAKEN = (
+    "group_column {group!r} is also given as {roles}; the entity column only groups the rows "
+    "(it is never a feature, label or attribute): name it once, as group_column."
+)
+
 
 def _unique(value: list[str]) -> list[str]:
     if len(set(value)) != len(value):
@@ -192,10 +203,7 @@ class SourceConfig(Section):
     @model_validator(mode="after")
     def _check_source(self) -> SourceConfig:
         if (self.dataset is None) == (self.data is None):
-            raise ValueError(
-                "give exactly one data source: dataset (adult, german, bank, compas) or data "
-                "(a CSV/Parquet file with label and sensitive columns)."
-            )
+            raise ValueError(NOT_ONE_DATA_SOURCE)
         if self.data is not None:
             self._check_user_file()
         elif self.label is not None or self.positive_label is not None:
@@ -215,11 +223,7 @@ class SourceConfig(Section):
                  "drop": self.drop}  # fmt: skip
         taken = [role for role, names in roles.items() if group is not None and group in names]
         if taken:
-            raise ValueError(
-                f"group_column {group!r} is also given as {' and '.join(taken)}; the entity "
-                "column only groups the rows (it is never a feature, label or attribute): "
-                "name it once, as group_column."
-            )
+            raise ValueError(GROUP_COLUMN_TAKEN.format(group=group, roles=" and ".join(taken)))
 
     def _check_user_file(self) -> None:
         if self.label is None or not self.sensitive:
@@ -743,7 +747,7 @@ def nest_flat_keys(model: type[AuditConfig], values: dict[str, Any]) -> dict[str
         nested = values.get(section)
         nested = dict(nested) if isinstance(nested, dict) else {}
         if key in nested:
-            raise ValueError(f"{key} is given twice: at the top and in {section}; give it once.")
+            raise ValueError(GIVEN_TWICE.format(key=key, section=section))
         nested[key] = values.pop(key)
         values[section] = nested
     return values

@@ -770,6 +770,23 @@ class PolicyError(ValueError):
     """A policy file or directory that cannot be used; the message names the file and fix."""
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+TWO_POLICY_FILES = "two policy files in {root} name the model {model!r}."
+WORKER_SETTINGS_MISSING = (
+    "{missing} not set on this worker: a gate run uses the worker's own policy folder and "
+    "tracking server; start the gate's worker with them (or set them in the deployment's job "
+    "variables); parameters cannot choose them."
+)
+NOT_THE_WORKERS_POLICY_DIR = (
+    "policy_dir {given!r} is not the gate worker's policy folder ({env}); a gate run uses only "
+    "its own policies. Leave policy_dir unset."
+)
+NOT_THE_WORKERS_TRACKING = (
+    "tracking_uri {given!r} is not the gate worker's tracking server ({own}); a gate run judges "
+    "only its own registry. Leave tracking_uri unset."
+)
+
+
 class ReferenceData(BaseModel):
     """The reference table the gate evaluates every version on."""
 
@@ -870,7 +887,7 @@ def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePol
     for path in sorted([*root.glob("*.yaml"), *root.glob("*.yml")]):
         policy = _read_policy(path, root)
         if policy.model in policies:
-            raise PolicyError(f"two policy files in {root} name the model {policy.model!r}.")
+            raise PolicyError(TWO_POLICY_FILES.format(root=root, model=policy.model))
         policies[policy.model] = policy
     if not policies:
         raise PolicyError(f"policy directory {root} holds no *.yaml policy file.")
@@ -915,23 +932,17 @@ def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str
     missing = [name for name, value in ((POLICY_DIR_ENV, own_dir), ("MLFLOW_TRACKING_URI", own_uri))
                if not value]  # fmt: skip
     if missing:
-        raise PolicyError(
-            f"{' and '.join(missing)} not set on this worker: a gate run uses the worker's own "
-            "policy folder and tracking server; start the gate's worker with them (or set them "
-            "in the deployment's job variables); parameters cannot choose them."
-        )
+        raise PolicyError(WORKER_SETTINGS_MISSING.format(missing=" and ".join(missing)))
     if policy_dir is not None and Path(policy_dir).resolve() != Path(own_dir).resolve():
         raise PolicyError(
-            f"policy_dir {str(policy_dir)[:200]!r} is not the gate worker's policy folder "
-            f"({POLICY_DIR_ENV}); a gate run uses only its own policies. Leave policy_dir "
-            "unset."
+            NOT_THE_WORKERS_POLICY_DIR.format(given=str(policy_dir)[:200], env=POLICY_DIR_ENV)
         )
     named = shown_uri(tracking_uri or own_uri)
     if named.rstrip("/") != shown_uri(own_uri).rstrip("/"):
         raise PolicyError(
-            f"tracking_uri {shown_uri(tracking_uri)[:200]!r} is not the gate worker's tracking "
-            f"server ({shown_uri(own_uri)}); a gate run judges only its own registry. Leave "
-            "tracking_uri unset."
+            NOT_THE_WORKERS_TRACKING.format(
+                given=shown_uri(tracking_uri)[:200], own=shown_uri(own_uri)
+            )
         )
     return own_dir, resolve_tracking_uri(own_uri)
 

@@ -597,6 +597,13 @@ class TrackingUnreachable(ValueError):
     """The tracking URI cannot be used; the message names the URI and the fix."""
 
 
+# The message of a refusal below (a str.format template; tests name it, not its words)
+NO_DATABASE_FOLDER = (
+    "the folder {folder} of the MLflow database {shown} does not exist; create it or pass "
+    "another --tracking-uri."
+)
+
+
 def check_tracking_uri(uri: str, shown: str, timeout: float = 4.0) -> None:
     """Raise :class:`TrackingUnreachable` if ``uri`` cannot take an audit.
 
@@ -624,10 +631,7 @@ def check_tracking_uri(uri: str, shown: str, timeout: float = 4.0) -> None:
     elif scheme == "sqlite" and uri.startswith("sqlite:///") and ":memory:" not in uri:
         folder = Path(uri.removeprefix("sqlite:///")).expanduser().absolute().parent
         if not folder.is_dir():
-            raise TrackingUnreachable(
-                f"the folder {folder} of the MLflow database {shown} does not exist; create "
-                "it or pass another --tracking-uri."
-            )
+            raise TrackingUnreachable(NO_DATABASE_FOLDER.format(folder=folder, shown=shown))
 
 
 def create_local_store(uri: str) -> None:

@@ -117,6 +117,12 @@ def stratified_sample(
 
 
 MIN_SPLITTABLE_STRATUM = 3  # one row for each of the three parts
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+TOO_FEW_ENTITIES = (
+    "the group column names {count} {entities}; keeping each entity's rows in one part needs at "
+    "least 3 (one for each part): leave --group-column out, or name the column of the entities "
+    "(person, firm)."
+)
 
 
 def split_rows(
@@ -188,11 +194,8 @@ def split_entities(
     codes = pd.factorize(pd.Series(entities).reset_index(drop=True))[0]
     n_entities = int(codes.max()) + 1 if len(codes) else 0
     if n_entities < 3:
-        raise ValueError(
-            f"the group column names {n_entities} entit{'y' if n_entities == 1 else 'ies'}; "
-            "keeping each entity's rows in one part needs at least 3 (one for each part): "
-            "leave --group-column out, or name the column of the entities (person, firm)."
-        )
+        entities = "entity" if n_entities == 1 else "entities"
+        raise ValueError(TOO_FEW_ENTITIES.format(count=n_entities, entities=entities))
     strata = stratum_labels(y, sensitive)
     counts = np.zeros((n_entities, strata.max() + 1))
     np.add.at(counts, (codes, strata), 1)

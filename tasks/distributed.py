@@ -80,6 +80,29 @@ SKIPPED = {
     "diagnostics": "MMD^2 and linear inseparability need the projected rows in memory",
 }
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+MIXED_FILES = "{data} must name Parquet files only or CSV files only; it matches {suffixes}."
+MISSING_COLUMNS = "{file} has no column(s) {missing}; its columns are {columns}."
+LABEL_CLASSES_NOT_BINARY = (
+    "label column {label!r} of {file} has the classes {classes}, not 0/1; pass "
+    "--positive-label <value> (e.g. the first of them)."
+)
+GROUP_COLUMN_ON_PARTITIONS = (
+    "the Dask route splits a partitioned table row by row (a seeded hash of each row), so "
+    "--group-column {column} (each entity's rows in one part) cannot be honoured there: audit "
+    "the table (or a sample of whole entities) in memory as one file, or leave --group-column "
+    "out."
+)
+UNFITTED_CHOICES = (
+    "the Dask route refits pca, fair_pca, fair_pca_s and fair_pca_eo with {classifiers} on the "
+    "partitions, so {asked} cannot be honoured there: leave them out (or add logreg_tuned), or "
+    "audit the table (or a sample of it) in memory as one file."
+)
+ONE_LABEL_IN_A_PART = (
+    "the {part} rows of {data} hold {negative} negative and {positive} positive labels; the "
+    "Dask route needs both in each part: a larger table, or the in-memory audit (a single file)."
+)
+
 
 # ---- the source and the cluster -------------------------------------------------------------
 
@@ -115,10 +138,8 @@ def partition_files(data: str | Path) -> list[Path]:
         raise ValueError(f"{what}; give a folder of Parquet files or a glob of CSV parts.")
     kinds = {_kind(file) for file in files}
     if len(kinds) != 1 or None in kinds:
-        raise ValueError(
-            f"{data} must name Parquet files only or CSV files only; it matches "
-            f"{', '.join(sorted({f.suffix or f.name for f in files}))}."
-        )
+        suffixes = ", ".join(sorted({f.suffix or f.name for f in files}))
+        raise ValueError(MIXED_FILES.format(data=data, suffixes=suffixes))
     return files
 
 
@@ -183,7 +204,7 @@ def check_partitioned_source(config) -> list[Path]:
     missing = [c for c in [source.label, *source.sensitive, *source.drop] if c not in columns]
     if missing:
         raise ValueError(
-            f"{files[0]} has no column(s) {missing}; its columns are {sorted(columns)[:20]}."
+            MISSING_COLUMNS.format(file=files[0], missing=missing, columns=sorted(columns)[:20])
         )
     if source.positive_label is None:
         values = _read_partition(files[0], RowSpec(source.label, None, (), (), 0, source.sep,
@@ -191,8 +212,9 @@ def check_partitioned_source(config) -> list[Path]:
         classes = sorted(map(str, values.dropna().unique()))
         if not set(classes) <= {"0", "1"}:
             raise ValueError(
-                f"label column {source.label!r} of {files[0]} has the classes {classes[:5]}, "
-                "not 0/1; pass --positive-label <value> (e.g. the first of them)."
+                LABEL_CLASSES_NOT_BINARY.format(
+                    label=source.label, file=files[0], classes=classes[:5]
+                )
             )
     return files
 
@@ -208,18 +230,10 @@ def _refuse_unfitted_choices(config) -> None:
     if not set(config.evaluation.classifiers) & set(CLASSIFIERS):
         asked.append(f"--classifiers {config.evaluation.classifiers}")
     if config.source.group_column is not None:
-        raise ValueError(
-            f"the Dask route splits a partitioned table row by row (a seeded hash of each "
-            f"row), so --group-column {config.source.group_column} (each entity's rows in one "
-            "part) cannot be honoured there: audit the table (or a sample of whole entities) "
-            "in memory as one file, or leave --group-column out."
-        )
+        raise ValueError(GROUP_COLUMN_ON_PARTITIONS.format(column=config.source.group_column))
     if asked:
         raise ValueError(
-            f"the Dask route refits pca, fair_pca, fair_pca_s and fair_pca_eo with "
-            f"{' or '.join(CLASSIFIERS)} on the partitions, so {'; '.join(asked)} cannot be "
-            "honoured there: leave them out (or add logreg_tuned), or audit the table (or a "
-            "sample of it) in memory as one file."
+            UNFITTED_CHOICES.format(classifiers=" or ".join(CLASSIFIERS), asked="; ".join(asked))
         )
 
 
@@ -572,9 +586,9 @@ def _check_parts(sizes: pd.DataFrame, data) -> None:
         rows = [int(found.get((code, label), 0)) for label in (0, 1)]
         if min(rows) == 0:
             raise ValueError(
-                f"the {part} rows of {data} hold {rows[0]} negative and {rows[1]} positive "
-                "labels; the Dask route needs both in each part: a larger table, or the "
-                "in-memory audit (a single file)."
+                ONE_LABEL_IN_A_PART.format(
+                    part=part, data=data, negative=rows[0], positive=rows[1]
+                )
             )
 
 

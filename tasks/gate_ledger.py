@@ -42,6 +42,30 @@ DEFAULT_MAX_AGE_SECONDS = 86_400
 REFRESH_SECONDS = 3_600  # the gate signs a ledger anew when the published one is older
 MAX_PASSES = 120  # the most recent passing versions named (a tag holds 5,000 characters)
 _STATEMENT = "fairpca.gate.ledger/v1"
+
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+NO_LEDGER = (
+    "the gate has published no ledger for {model!r} (tag {tag}); run `fairpca gate reconcile` "
+    "where the gate's worker runs"
+)
+NOT_A_MAX_AGE = "{env}={given!r} is not a positive number of seconds"
+LEDGER_TOO_OLD = (
+    "the gate's ledger was signed {age_hours:.1f} h ago, more than the {max_hours:.1f} h "
+    "allowed ({env}): the gate has not confirmed its verdicts since (is its reconciler "
+    "running?), or older tags were restored"
+)
+OLDER_THAN_THE_LEDGER = (
+    "the gate's ledger names only the {count} most recent passing versions; register this "
+    "model again to serve it"
+)
+NOT_THE_LATEST_VERDICT = (
+    "its attestation is not the version's latest verdict in the gate's ledger (an older "
+    "verdict put back)"
+)
+JUDGED_UNDER_ANOTHER_POLICY = (
+    "it was judged under another gate policy (the policy file or its reference data changed "
+    "since): it must pass the gate again"
+)
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
@@ -148,10 +172,7 @@ def published_ledger(model_tags: dict[str, str], model: str, public_key=None) ->
     """
     text = model_tags.get(LEDGER_TAG)
     if not text:
-        raise AttestationError(
-            f"the gate has published no ledger for {model!r} (tag {LEDGER_TAG}); run `fairpca "
-            "gate reconcile` where the gate's worker runs"
-        )
+        raise AttestationError(NO_LEDGER.format(model=model, tag=LEDGER_TAG))
     return verify_ledger(text, model, public_key)
 
 
@@ -165,9 +186,7 @@ def max_age_seconds() -> float:
         if not value > 0:
             raise ValueError
     except ValueError:
-        raise AttestationError(
-            f"{MAX_AGE_ENV}={given[:40]!r} is not a positive number of seconds"
-        ) from None
+        raise AttestationError(NOT_A_MAX_AGE.format(env=MAX_AGE_ENV, given=given[:40])) from None
     return value
 
 
@@ -177,9 +196,7 @@ def check_fresh(ledger: Ledger, max_age: float) -> None:
     age = ledger.age_seconds()
     if age > max_age:
         raise AttestationError(
-            f"the gate's ledger was signed {age / 3600:.1f} h ago, more than the "
-            f"{max_age / 3600:.1f} h allowed ({MAX_AGE_ENV}): the gate has not confirmed its "
-            "verdicts since (is its reconciler running?), or older tags were restored"
+            LEDGER_TOO_OLD.format(age_hours=age / 3600, max_hours=max_age / 3600, env=MAX_AGE_ENV)
         )
 
 
@@ -200,18 +217,8 @@ def check_latest(ledger: Ledger, version: str, text: str, attestation: Attestati
         and len(ledger.passes) >= MAX_PASSES
         and int(version) < min(map(int, ledger.passes))
     ):
-        raise AttestationError(
-            f"the gate's ledger names only the {MAX_PASSES} most recent passing versions; "
-            "register this model again to serve it"
-        )
+        raise AttestationError(OLDER_THAN_THE_LEDGER.format(count=MAX_PASSES))
     if named != attestation_digest(text):
-        raise AttestationError(
-            "its attestation is not the version's latest verdict in the gate's ledger (an "
-            "older verdict put back)",
-            tampered=True,
-        )
+        raise AttestationError(NOT_THE_LATEST_VERDICT, tampered=True)
     if attestation.policy_digest != ledger.policy_digest:
-        raise StaleAttestationError(
-            "it was judged under another gate policy (the policy file or its reference data "
-            "changed since): it must pass the gate again"
-        )
+        raise StaleAttestationError(JUDGED_UNDER_ANOTHER_POLICY)

@@ -81,6 +81,24 @@ ARTIFACTS = {
 }
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+UNKNOWN_CONFIG_KEYS = (
+    "unknown evaluator_config key(s) {unknown} for the 'fairness' evaluator; the keys are {keys}."
+)
+DATA_NOT_A_FRAME = (
+    "the 'fairness' evaluator reads the sensitive columns by name, so data must be a pandas "
+    "DataFrame; got {given}."
+)
+MISSING_SENSITIVE_COLUMNS = (
+    "sensitive feature column(s) {missing} not found in the evaluation data; its columns are "
+    "{columns}. Add them to data (and keep them in feature_names if you pass feature_names)."
+)
+ROWS_DIFFER = (
+    "sensitive_features has {names} rows but data has {rows}; give one row of labels per row of "
+    "data, in the same order."
+)
+
+
 def _invalid(message: str) -> MlflowException:
     return MlflowException(message, error_code=INVALID_PARAMETER_VALUE)
 
@@ -89,10 +107,7 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
     """The evaluator's settings: ``CONFIG_DEFAULTS`` updated by ``evaluator_config``."""
     given = dict(evaluator_config or {})
     if unknown := sorted(set(given) - set(CONFIG_DEFAULTS)):
-        raise _invalid(
-            f"unknown evaluator_config key(s) {unknown} for the 'fairness' evaluator; the keys "
-            f"are {sorted(CONFIG_DEFAULTS)}."
-        )
+        raise _invalid(UNKNOWN_CONFIG_KEYS.format(unknown=unknown, keys=sorted(CONFIG_DEFAULTS)))
     config = {**CONFIG_DEFAULTS, **given}
     config["sensitive_features"] = _sensitive_setting(config["sensitive_features"])
     if config["protected_features"] is not None:
@@ -138,23 +153,13 @@ def sensitive_columns(features: pd.DataFrame, names: list[str] | pd.DataFrame) -
     a clear error names any column that is missing."""
     if isinstance(names, pd.DataFrame):
         if len(names) != len(features):
-            raise _invalid(
-                f"sensitive_features has {len(names)} rows but data has {len(features)}; give "
-                "one row of labels per row of data, in the same order."
-            )
+            raise _invalid(ROWS_DIFFER.format(names=len(names), rows=len(features)))
         return names.reset_index(drop=True)
     if not isinstance(features, pd.DataFrame):
-        raise _invalid(
-            f"the 'fairness' evaluator reads the sensitive columns by name, so data must be a "
-            f"pandas DataFrame; got {type(features).__name__}."
-        )
+        raise _invalid(DATA_NOT_A_FRAME.format(given=type(features).__name__))
     present = [str(column) for column in features.columns]
     if missing := [name for name in names if name not in present]:
-        raise _invalid(
-            f"sensitive feature column(s) {missing} not found in the evaluation data; its "
-            f"columns are {present}. Add them to data (and keep them in feature_names if you "
-            f"pass feature_names)."
-        )
+        raise _invalid(MISSING_SENSITIVE_COLUMNS.format(missing=missing, columns=present))
     return features[names]
 
 

@@ -309,6 +309,14 @@ def log_artifacts(
 _REQUIREMENT = re.compile(r"(fairpca|mlflow|numpy|scipy|scikit-learn|pandas)==[0-9][\w.+!-]*")
 
 
+# The message of a refusal below (a str.format template; tests name it, not its words)
+NOT_THE_PINNED_RUNTIME = (
+    "{path}: requirements {given} are not the pinned fairpca runtime the audit writes "
+    "(name==version of fairpca, mlflow, numpy, scipy, scikit-learn, pandas, each once); the "
+    "model is not logged. Re-run the audit."
+)
+
+
 def check_saved_model(model_dir: Path) -> None:
     """The saved model may be logged: skops-serialized, no source code, pinned requirements.
 
@@ -329,11 +337,7 @@ def check_saved_model(model_dir: Path) -> None:
     names = [line.split("==")[0] for line in lines]
     bad = [line for line in lines if not _REQUIREMENT.fullmatch(line)]
     if bad or "fairpca" not in names or len(set(names)) != len(names):
-        raise ValueError(
-            f"{path}: requirements {bad or lines} are not the pinned fairpca runtime the audit "
-            "writes (name==version of fairpca, mlflow, numpy, scipy, scikit-learn, pandas, "
-            "each once); the model is not logged. Re-run the audit."
-        )
+        raise ValueError(NOT_THE_PINNED_RUNTIME.format(path=path, given=bad or lines))
     try:
         conda = yaml.safe_load((model_dir / "conda.yaml").read_text(encoding="utf-8"))
         env = yaml.safe_load((model_dir / "python_env.yaml").read_text(encoding="utf-8"))
@@ -575,6 +579,13 @@ def read_audit(out_dir: Path) -> AuditRecord:
     return audit
 
 
+# The message of a refusal below (a str.format template; tests name it, not its words)
+NOT_ITS_RUN = (
+    "run {run_id} recorded by the audit is not its run on this tracking server (experiment, "
+    "audit id or run name differ); nothing was logged."
+)
+
+
 def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> tuple[str, str] | None:
     """The run the signed record names (its id and its experiment's id), if it is this
     audit's unfinished run on this server.
@@ -606,10 +617,7 @@ def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> tuple[
         or run.data.tags.get("fairpca.audit_id") != audit.audit_id
         or run.info.run_name != audit.run_name
     ):
-        raise ValueError(
-            f"run {bound['run_id']} recorded by the audit is not its run on this tracking "
-            f"server (experiment, audit id or run name differ); nothing was logged."
-        )
+        raise ValueError(NOT_ITS_RUN.format(run_id=bound["run_id"]))
     if run.info.status != "RUNNING":  # marked FAILED by the interrupted logging: complete it
         client.update_run(run.info.run_id, status="RUNNING")
         if "fairpca.logging_error" in run.data.tags:

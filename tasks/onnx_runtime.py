@@ -50,6 +50,7 @@ _MAX_MLMODEL_BYTES = 2**20
 
 NO_GRAPH = "no ONNX graph: the gate judges pure functions only"
 GRAPH_FAILED = "the graph failed on the reference rows"
+MISSING_COLUMNS = "the model's graph needs the column(s) {missing}; the data lacks them."
 TOO_LARGE = f"the ONNX graph file is larger than {MAX_GRAPH_BYTES // 2**20} MiB; it is not read"
 UNREADABLE = "the ONNX graph file is not a readable ONNX model"
 FOREIGN_DOMAIN = "the ONNX graph uses an operator set other than ai.onnx and ai.onnx.ml"
@@ -293,7 +294,7 @@ def graph_feed(inputs: tuple[GraphInput, ...], frame) -> dict[str, Any]:
     """
     missing = [entry.name for entry in inputs if entry.name not in frame.columns]
     if missing:
-        raise ValueError(f"the model's graph needs the column(s) {missing}; the data lacks them.")
+        raise ValueError(MISSING_COLUMNS.format(missing=missing))
     feed = {}
     for entry in inputs:
         try:

@@ -50,6 +50,12 @@ from .represent import FittedRepresentation, fit_representation, largest_k
 from .sweep import sweep_tradeoff
 from .trust import load_verified_model, shown_uri, take_credentials
 
+# The message of a refusal below (a str.format template; tests name it, not its words)
+NO_TRADEOFF = (
+    "{estimator} has no tradeoff parameter; sweep_lambda needs a fair representation such as "
+    "FairPCA (variant 'fair_pca')."
+)
+
 __all__ = [
     "FairnessEvaluation",
     "FittedRepresentation",
@@ -159,10 +165,7 @@ def sweep_lambda(
     # a copy: concurrent sweeps of one fitted estimator must not set each other's lambda
     estimator = copy.deepcopy(getattr(representation, "estimator", representation))
     if "tradeoff" not in estimator.get_params():
-        raise ValueError(
-            f"{type(estimator).__name__} has no tradeoff parameter; sweep_lambda needs a fair "
-            f"representation such as FairPCA (variant 'fair_pca')."
-        )
+        raise ValueError(NO_TRADEOFF.format(estimator=type(estimator).__name__))
     if not len(lambdas) or not all(np.isfinite(lam) and lam >= 0 for lam in lambdas):
         raise ValueError(
             f"lambdas={list(lambdas)!r}: pass one or more numbers >= 0 (the weight of the "

@@ -388,6 +388,13 @@ def write_audit_record(path: Path, record: AuditRecord) -> Path:
     return Path(path)
 
 
+# The message of a refusal below (a str.format template; tests name it, not its words)
+NOT_AN_AUDIT_RECORD = (
+    "{path} is not an audit record written by this fairpca ({count} problem(s), e.g. "
+    "{problems}). Re-run the audit to get one."
+)
+
+
 def read_audit_record(path: Path) -> AuditRecord:
     """The :class:`AuditRecord` in ``path``.
 
@@ -414,8 +421,7 @@ def read_audit_record(path: Path) -> AuditRecord:
                 "the audit to log it."
             ) from None
         raise ValueError(
-            f"{path} is not an audit record written by this fairpca ({error.error_count()} "
-            f"problem(s), e.g. {problems}). Re-run the audit to get one."
+            NOT_AN_AUDIT_RECORD.format(path=path, count=error.error_count(), problems=problems)
         ) from None
 
 

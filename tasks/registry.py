@@ -32,6 +32,7 @@ from typing import Any
 
 from fairpca.tasks.evaluate import HEADLINE_METRICS
 from fairpca.tasks.gate_ledger import (
+    JUDGED_UNDER_ANOTHER_POLICY,
     Ledger,
     check_fresh,
     check_latest,
@@ -66,6 +67,40 @@ MODEL_DIGEST_TAG = "fairpca.model_digest"  # the fitted pipeline's content, see 
 
 class ModelDefinitionMismatch(ValueError):
     """A registered model already holds versions of an audit with another definition."""
+
+
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+NOT_CREATED_BY_AN_AUDIT = (
+    "registered model {name!r} was not created by a fairpca audit (it has versions but no "
+    "{tag} tag); fairpca registers nothing under it. Leave model_name unset or choose another "
+    "model_name."
+)
+AUDITED_ANOTHER_WAY = (
+    "registered model {name!r} holds audits of {recorded}, not of {text}: a champion must only "
+    "be compared with challengers audited the same way. Leave model_name unset (the name is "
+    "then derived from the definition, e.g. {derived!r}) or choose another model_name."
+)
+CHAMPION_AUDITED_ANOTHER_WAY = (
+    "registered model {name!r} holds audits of {defined}, but this audit is of {expected}; "
+    "leave model_name unset or choose another one."
+)
+NOT_REGISTERED_BY_FAIRPCA = (
+    "{shown} has no {tag} tag: fairpca did not register it, so it is not loaded."
+)
+NO_ALIAS_HOLDER = "no version of {model!r} holds the alias {alias!r}."
+NOT_ATTESTED = "the gate has not attested it (no signed verdict)"
+ATTESTATION_COPIED = (
+    "its attestation is about {model!r} version {version}, copied onto this version"
+)
+VERDICT_NOT_PASSED = "the gate's signed verdict is {verdict!r}"
+NO_GRAPH_BOUND = "its pass binds no ONNX graph: it must pass the gate again"
+FILES_CHANGED_AFTER_THE_GATE = (
+    "its model files changed after the gate judged them (digest {digest}, attested {attested})"
+)
+GRAPH_NOT_JUDGED = (
+    "{shown} is not loaded: its ONNX graph is not the one the gate judged (SHA-256 {digest}, "
+    "attested {attested})."
+)
 
 
 # ---- version tags ----------------------------------------------------------------------------
@@ -144,16 +179,10 @@ def check_model_definition(client, name: str, definition: dict[str, Any] | None)
         client.set_registered_model_tag(name, DEFINITION_TAG, text)  # an empty model: adopt
         return
     if recorded is None:
-        raise ModelDefinitionMismatch(
-            f"registered model {name!r} was not created by a fairpca audit (it has versions "
-            f"but no {DEFINITION_TAG} tag); fairpca registers nothing under it. Leave "
-            "model_name unset or choose another model_name."
-        )
+        raise ModelDefinitionMismatch(NOT_CREATED_BY_AN_AUDIT.format(name=name, tag=DEFINITION_TAG))
+    derived = registered_model_name(definition)
     raise ModelDefinitionMismatch(
-        f"registered model {name!r} holds audits of {recorded}, not of {text}: a champion must "
-        "only be compared with challengers audited the same way. Leave model_name unset (the "
-        f"name is then derived from the definition, e.g. {registered_model_name(definition)!r}) "
-        "or choose another model_name."
+        AUDITED_ANOTHER_WAY.format(name=name, recorded=recorded, text=text, derived=derived)
     )
 
 
@@ -281,8 +310,7 @@ def registered_sha256(tags: dict[str, str], shown: str) -> str:
     tags); :class:`UntrustedModelError` naming ``shown`` when there is none."""
     if not tags.get(MODEL_FILE_SHA_TAG):
         raise UntrustedModelError(
-            f"{shown} has no {MODEL_FILE_SHA_TAG} tag: fairpca did not register it, so it is "
-            "not loaded."
+            NOT_REGISTERED_BY_FAIRPCA.format(shown=shown, tag=MODEL_FILE_SHA_TAG)
         )
     return tags[MODEL_FILE_SHA_TAG]
 
@@ -348,32 +376,29 @@ def check_attested_pass(
     """
     text = client.get_model_version(name, str(version)).tags.get(ATTESTATION_TAG)
     if not text:
-        raise AttestationError("the gate has not attested it (no signed verdict)")
+        raise AttestationError(NOT_ATTESTED)
     attestation = verify_attestation(text, public_key)
     if (attestation.model, attestation.version) != (name, str(version)):
         raise AttestationError(
-            f"its attestation is about {attestation.model!r} version {attestation.version}, "
-            "copied onto this version",
+            ATTESTATION_COPIED.format(model=attestation.model, version=attestation.version),
             tampered=True,
         )
     if attestation.verdict != "passed":
-        raise AttestationError(f"the gate's signed verdict is {attestation.verdict!r}")
+        raise AttestationError(VERDICT_NOT_PASSED.format(verdict=attestation.verdict))
     if ledger is not None:
         check_latest(ledger, str(version), text, attestation)
     if policy_digest is not None and attestation.policy_digest != policy_digest:
-        raise StaleAttestationError(
-            "it was judged under another gate policy (the policy file or its reference data "
-            "changed since): it must pass the gate again"
-        )
+        raise StaleAttestationError(JUDGED_UNDER_ANOTHER_POLICY)
     if not attestation.graph_digest:  # signed before the gate judged ONNX graphs only
-        raise StaleAttestationError("its pass binds no ONNX graph: it must pass the gate again")
+        raise StaleAttestationError(NO_GRAPH_BOUND)
     with tempfile.TemporaryDirectory() as tmp:
         local = model_dir or download_version(client, tracking_uri, name, version, tmp)
         digest = files_digest(local)
     if digest != attestation.model_digest:
         raise AttestationError(
-            f"its model files changed after the gate judged them (digest {digest[:12]}, "
-            f"attested {attestation.model_digest[:12]})",
+            FILES_CHANGED_AFTER_THE_GATE.format(
+                digest=digest[:12], attested=attestation.model_digest[:12]
+            ),
             tampered=True,
         )
     return attestation
@@ -422,7 +447,7 @@ def load_champion(
     client = mlflow_client(uri)
     holder = champion_version(client, model_name, alias)
     if holder is None:
-        raise LookupError(f"no version of {model_name!r} holds the alias {alias!r}.")
+        raise LookupError(NO_ALIAS_HOLDER.format(model=model_name, alias=alias))
     version = str(holder.version)
     shown = f"models:/{model_name}@{alias} (version {version} on {shown_uri(uri)})"
     expected = None if attested else registered_sha256(holder.tags, shown)
@@ -455,8 +480,9 @@ def _attested_graph(local: Path, attested_sha256: str, shown: str) -> GraphModel
         raise UntrustedModelError(f"{shown} is not loaded: {error}.") from None
     if graph.sha256 != attested_sha256:
         raise AttestationError(
-            f"{shown} is not loaded: its ONNX graph is not the one the gate judged (SHA-256 "
-            f"{graph.sha256[:12]}, attested {attested_sha256[:12]}).",
+            GRAPH_NOT_JUDGED.format(
+                shown=shown, digest=graph.sha256[:12], attested=attested_sha256[:12]
+            ),
             tampered=True,
         )
     return GraphModel(graph)
@@ -546,8 +572,7 @@ def find_champion(
     expected = definition_json(record.provenance.definition.model_dump())
     if defined not in (None, expected):
         raise ModelDefinitionMismatch(
-            f"registered model {name!r} holds audits of {defined}, but this audit is of "
-            f"{expected}; leave model_name unset or choose another one."
+            CHAMPION_AUDITED_ANOTHER_WAY.format(name=name, defined=defined, expected=expected)
         )
     version = str(holder.version)
     champion = Champion(

@@ -16,6 +16,17 @@ from sklearn.decomposition import PCA
 from fairpca._groups import MIN_ROWS_PER_GROUP, numbered_groups
 from fairpca.datasets import MIN_CATEGORY_COUNT
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+NO_DIMENSION_LEFT = (
+    "the training rows encode to {n_features} feature column(s) and the sensitive attribute(s) "
+    "impose {constraints} group-mean constraint(s), so fair PCA has no dimension left; pass "
+    "sensitive attributes with fewer groups (merge the small ones) or add feature columns."
+)
+K_TOO_LARGE = (
+    "k={requested} is larger than possible: the training rows encode to {n_features} feature "
+    "column(s) and the sensitive attribute(s) impose {constraints} group-mean constraint(s), so "
+    "at most k={k_max}; pass -k {k_max} or less."
+)
 
 def make_preprocessor(X, min_category_count: int = MIN_CATEGORY_COUNT) -> Any:
     """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,
@@ -164,16 +175,13 @@ def resolve_k(
     k_max, constraints = largest_k(n_features, sensitive, variants)
     if k_max < 1:
         raise ValueError(
-            f"the training rows encode to {n_features} feature column(s) and the sensitive "
-            f"attribute(s) impose {constraints} group-mean constraint(s), so fair PCA has no "
-            "dimension left; pass sensitive attributes with fewer groups (merge the small "
-            "ones) or add feature columns."
+            NO_DIMENSION_LEFT.format(n_features=n_features, constraints=constraints)
         )
     if requested is not None and requested > k_max:
         raise ValueError(
-            f"k={requested} is larger than possible: the training rows encode to {n_features} "
-            f"feature column(s) and the sensitive attribute(s) impose {constraints} group-mean "
-            f"constraint(s), so at most k={k_max}; pass -k {k_max} or less."
+            K_TOO_LARGE.format(
+                requested=requested, n_features=n_features, constraints=constraints, k_max=k_max
+            )
         )
     largest = f"{k_max} = {n_features} columns - {constraints} constraints"
     searched = [requested] if requested is not None else k_grid(k_max, grid)

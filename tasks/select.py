@@ -88,6 +88,11 @@ CRITERIA: dict[str, Criterion] = {
         point_rule=True,
     ),
 }
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+UNKNOWN_POLICY_PARTS = (
+    "unknown gate policy part(s) {unknown} in {name!r}; use one of {known} or several joined "
+    "by '+', e.g. {default!r}."
+)
 POLICY_TAG = "fairness.policy"  # a registered version's policy, as JSON
 # A cell of the intersection is judged where this many standard errors of its selection rate
 # (a 95% half-width) fit in the policy's band (:meth:`GatePolicy.judged_cells`).
@@ -106,8 +111,9 @@ def parse_policy(name: str) -> tuple[str, ...]:
     unknown = [part for part in parts if part not in CRITERIA]
     if unknown or not parts:
         raise ValueError(
-            f"unknown gate policy part(s) {unknown} in {name!r}; use one of "
-            f"{', '.join(CRITERIA)} or several joined by '+', e.g. {DEFAULT_POLICY!r}."
+            UNKNOWN_POLICY_PARTS.format(
+                unknown=unknown, name=name, known=", ".join(CRITERIA), default=DEFAULT_POLICY
+            )
         )
     if len(set(parts)) != len(parts):
         raise ValueError(f"gate policy {name!r} names a criterion twice; give each once.")
@@ -1048,16 +1054,21 @@ def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float
     }
 
 
+# The reason a laxer policy keeps the champion (a str.format template; tests name it)
+POLICY_LAXER = (
+    "this audit's gate policy ({name}, {bound}) is laxer than the one champion v{version} was "
+    "chosen under: {laxer}; the champion stays (audit with at least its policy to replace it)"
+)
+
+
 def _against_champion(challenger: Challenger, champion: Champion, tolerance: float):
     """``(promote, reason)`` of a challenger that passed the gate, against a champion that
     keeps its alias."""
     laxer = challenger.policy.laxer_than(champion.policy)
     if laxer:
         policy = challenger.policy
-        return False, (
-            f"this audit's gate policy ({policy.name}, {policy.bound}) is laxer than the one "
-            f"champion v{champion.version} was chosen under: {'; '.join(laxer)}; the champion "
-            "stays (audit with at least its policy to replace it)"
+        return False, POLICY_LAXER.format(
+            name=policy.name, bound=policy.bound, version=champion.version, laxer="; ".join(laxer)
         )
     if champion.unverified:
         return True, f"champion not comparable: {champion.unverified}"

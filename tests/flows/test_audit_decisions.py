@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from messages import matching
 
 from fairpca.flows.config import AuditConfig
 
@@ -122,7 +123,7 @@ def test_a_given_k_too_large_fails_before_anything_runs_naming_the_largest(tmp_p
     """7 features and a 3-group attribute leave 7 - 2 = 5 fair directions: k=10 is refused
     by the preflight (no Prefect server started) and by the flow's own check, naming 5."""
     from fairpca.flows.preflight import PreflightError, check_before_run
-    from fairpca.tasks.represent import resolve_k
+    from fairpca.tasks.represent import K_TOO_LARGE, resolve_k
 
     rng = np.random.default_rng(0)
     n = 400
@@ -134,9 +135,10 @@ def test_a_given_k_too_large_fails_before_anything_runs_naming_the_largest(tmp_p
     config = AuditConfig(
         data=path, label="label", sensitive=["group"], k=10, output_dir=tmp_path / "out"
     )
-    with pytest.raises(PreflightError, match="at most k=5; pass -k 5"):
+    too_large = matching(K_TOO_LARGE, requested=10, n_features=7, constraints=2, k_max=5)
+    with pytest.raises(PreflightError, match=too_large):
         check_before_run(config)
-    with pytest.raises(ValueError, match="at most k=5; pass -k 5"):
+    with pytest.raises(ValueError, match=too_large):
         resolve_k(10, 7, frame[["group"]], ["pca", "fair_pca"])
     assert resolve_k(None, 7, frame[["group"]], ["pca", "fair_pca"])["fitted"] == 5
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
@@ -184,7 +186,6 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     audit = json.loads(Path(result.output_dir, "audit.json").read_text())
     assert audit["k"]["requested"] is None and audit["k"]["fitted"] == 5
     assert audit["k"]["grid"] == [5] and audit["k"]["largest"] == 5
-    assert "k not given: k=5, the largest k" in audit["k"]["note"]
     assert audit["params"]["k_grid"] == "5"
     assert audit["metrics"]["fair_pca/k"] == 5.0
     screened = {entry["column"]: entry for entry in audit["screening"]}
@@ -192,9 +193,8 @@ def test_default_k_proxies_split_sizes_and_references_on_a_six_column_table(
     assert screened["group_copy"]["rule"] == "duplicate of group"
     assert {screened[c]["action"] for c in ("group_code", "group_copy")} == {"excluded"}
     card = Path(result.output_dir, "model_card.md").read_text()
-    screening = card.split("## Column screening")[1].split("## ")[0]
-    assert "| group_code | recoding of group | " in screening
-    assert "| group_copy | duplicate of group | " in screening
+    screening = card.split("## Column screening")[1].split("## ")[0]  # its rows: test_report_card
+    assert "group_code" in screening and "group_copy" in screening
     sizes = {"train": 500, "validation": 250, "test": 250}
     assert audit["split_sizes"] == sizes
     assert [audit["params"][f"n_{part}"] for part in sizes] == [str(v) for v in sizes.values()]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
-from fairpca.flows.config import DEFAULT_LAMBDAS, AuditConfig
+from fairpca.flows.config import DEFAULT_LAMBDAS, NOT_ONE_DATA_SOURCE, AuditConfig
 from fairpca.tasks.record import resolved_model_name
 
 
@@ -17,8 +19,8 @@ def test_default_lambdas_are_the_papers():
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({}, "exactly one data source"),
-        ({"dataset": "adult", "data": "x.csv"}, "exactly one data source"),
+        ({}, re.escape(NOT_ONE_DATA_SOURCE)),
+        ({"dataset": "adult", "data": "x.csv"}, re.escape(NOT_ONE_DATA_SOURCE)),
         ({"data": "x.csv"}, "needs label"),
         ({"data": "x.txt", "label": "y", "sensitive": ["s"]}, ".csv or .parquet"),
         ({"data": "x.tsv", "label": "y", "sensitive": ["s"]}, "Rename a text table to .csv"),

@@ -9,9 +9,16 @@ import subprocess
 import sys
 
 import pytest
+from messages import matching
 from pydantic import ValidationError
 
-from fairpca.flows.config import AuditConfig, RetrainConfig, leaf_fields, section_of_key
+from fairpca.flows.config import (
+    GIVEN_TWICE,
+    AuditConfig,
+    RetrainConfig,
+    leaf_fields,
+    section_of_key,
+)
 
 SECTIONS = {
     "source": {"dataset", "data", "label", "positive_label", "sensitive", "keep", "drop", "sep",
@@ -56,10 +63,9 @@ def test_the_flat_form_of_earlier_files_is_the_same_config():
     assert flat == nested and flat.selection.thresholds.max_dp_difference == 0.05
     retrain = RetrainConfig(dataset="adult", accuracy_tolerance=0.02)
     assert retrain.promotion.accuracy_tolerance == 0.02
-    with pytest.raises(ValidationError, match="k is given twice"):
+    twice = matching(GIVEN_TWICE, key="k", section="representation")
+    with pytest.raises(ValidationError, match=twice):
         AuditConfig(dataset="adult", k=3, representation={"k": 4})
-    with pytest.raises(ValidationError, match="exactly one data source"):
-        AuditConfig()
 
 
 def test_flat_params_keep_their_names():

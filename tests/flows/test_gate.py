@@ -14,12 +14,14 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import secrets
 import time
 from pathlib import Path
 
 import mlflow
 import pytest
+from messages import matching
 
 from fairpca.flows import gate as gate_tasks
 from fairpca.flows.gate import (
@@ -180,7 +182,7 @@ def test_missing_or_empty_policy_dir_and_duplicate_models(tmp_path, monkeypatch)
     (tmp_path / "reference.csv").write_text("x1,group,approved\n1,0,1\n")
     (tmp_path / "a.yaml").write_text(POLICY.format(model="same"))
     (tmp_path / "b.yml").write_text(POLICY.format(model="same"))
-    with pytest.raises(PolicyError, match="two policy files"):
+    with pytest.raises(PolicyError, match=matching(gate_tasks.TWO_POLICY_FILES, model="same")):
         load_policies(tmp_path)
 
 
@@ -470,7 +472,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     """A fair skops version passes and holds ``champion``; its model file is then replaced
     in the artifact store (the attestation is untouched): the scorer's loader refuses it and
     the reconciler moves the alias back to the earlier fair holder."""
-    from fairpca.tasks.registry import load_champion
+    from fairpca.tasks.registry import FILES_CHANGED_AFTER_THE_GATE, load_champion
     from fairpca.tasks.trust import AttestationError
 
     uri, client, versions = registry
@@ -492,7 +494,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     changed.write_bytes((original / "model.skops").read_bytes() + b"\0")
     client.log_artifact(run_id, str(changed), "model")
     try:
-        with pytest.raises(AttestationError, match="model files changed after the gate"):
+        with pytest.raises(AttestationError, match=matching(FILES_CHANGED_AFTER_THE_GATE)):
             load_champion("gate-credit", tracking_uri=uri)
         state = fairness_gate_reconcile(
             policy_dir=str(policy_dir), tracking_uri=uri, return_state=True
@@ -502,7 +504,7 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     assert f"moved back to version {fair}" in state.message
     assert _champion(client) == fair
     tags = client.get_model_version("gate-credit", skops).tags
-    assert "model files changed after the gate judged them" in tags[TAMPERING_TAG]
+    assert re.search(matching(FILES_CHANGED_AFTER_THE_GATE), tags[TAMPERING_TAG])
 
 
 def test_version_whose_gate_has_not_finished_waits_for_its_verdict(registry, policy_dir):
@@ -729,15 +731,18 @@ def test_gate_parameters_are_the_workers_own(policy_dir, tmp_path, monkeypatch):
     assert gate_settings(str(tmp_path), uri) == (str(tmp_path), uri)  # called directly
     monkeypatch.setenv("PREFECT__RUNTIME__DEPLOYMENT__ID", "a-deployment")
     monkeypatch.delenv("FAIRPCA_GATE_POLICY_DIR", raising=False)
-    with pytest.raises(PolicyError, match="uses the worker's own policy folder"):
+    unset = matching(gate_tasks.WORKER_SETTINGS_MISSING)
+    with pytest.raises(PolicyError, match=unset) as refused:
         gate_settings(str(policy_dir), uri)
+    assert str(refused.value).startswith("FAIRPCA_GATE_POLICY_DIR")
     monkeypatch.setenv("FAIRPCA_GATE_POLICY_DIR", str(policy_dir))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     assert gate_settings(None, None) == (str(policy_dir), uri)
     assert gate_settings(str(policy_dir / "."), uri + "/") == (str(policy_dir), uri)
-    with pytest.raises(PolicyError, match="not the gate worker's policy folder"):
+    with pytest.raises(PolicyError, match=matching(gate_tasks.NOT_THE_WORKERS_POLICY_DIR)):
         gate_settings(str(tmp_path), None)
-    with pytest.raises(PolicyError, match=r"evil.example:5000' is not the gate worker's tracking"):
+    other = matching(gate_tasks.NOT_THE_WORKERS_TRACKING, given="http://***@evil.example:5000")
+    with pytest.raises(PolicyError, match=other):
         gate_settings(None, "http://user:pw@evil.example:5000")
 
 

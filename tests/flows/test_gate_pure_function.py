@@ -36,10 +36,11 @@ import mlflow
 import numpy as np
 import pytest
 from graphs import allocation_bomb, identity, slow
+from messages import matching
 
 from fairpca.flows import gate as gate_tasks
 from fairpca.tasks.onnx_runtime import GRAPH_FAILED, NO_GRAPH
-from fairpca.tasks.registry import ATTESTATION_TAG
+from fairpca.tasks.registry import ATTESTATION_TAG, VERDICT_NOT_PASSED
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 
 REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
@@ -251,7 +252,8 @@ def test_the_key_reader_and_the_two_faced_model_fail_unopened_and_never_load(
     try:
         for version in versions:
             client.set_registered_model_alias(model, "champion", version)
-            with pytest.raises(AttestationError, match="signed verdict is 'failed'"):
+            refused = matching(VERDICT_NOT_PASSED, verdict="failed")
+            with pytest.raises(AttestationError, match=refused):
                 load_champion(model, tracking_uri=uri)
     finally:
         os.environ.pop("FAIRPCA_GATE_PUBLIC_KEY")

@@ -9,6 +9,7 @@ runs once more against a real ``mlflow server`` on 127.0.0.1 (``-m e2e``).
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -19,10 +20,16 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from messages import matching
 
 from fairpca.flows import gate as gate_tasks
 from fairpca.flows.gate import fairness_gate, fairness_gate_reconcile, load_policies
-from fairpca.tasks.gate_ledger import LEDGER_TAG, MAX_AGE_ENV
+from fairpca.tasks.gate_ledger import (
+    LEDGER_TAG,
+    LEDGER_TOO_OLD,
+    MAX_AGE_ENV,
+    NOT_THE_LATEST_VERDICT,
+)
 from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG, load_champion
 from fairpca.tasks.trust import GATE_KEY_ENV, AttestationError, verify_attestation
@@ -129,7 +136,7 @@ def restored_pass_is_refused(uri: str, client, tmp_path: Path, model: str) -> No
         client.set_registered_model_alias(model, "champion", version)
 
     put_back()
-    with pytest.raises(AttestationError, match="not the version's latest verdict") as refused:
+    with pytest.raises(AttestationError, match=re.escape(NOT_THE_LATEST_VERDICT)) as refused:
         load_champion(model, tracking_uri=uri)
     assert refused.value.tampered
     event = _gate(uri, folder, model, version, "model_version_alias.created", "champion")
@@ -144,7 +151,7 @@ def restored_pass_is_refused(uri: str, client, tmp_path: Path, model: str) -> No
     os.environ[MAX_AGE_ENV] = "1"
     try:
         time.sleep(2.1)
-        with pytest.raises(AttestationError, match="ledger was signed"):
+        with pytest.raises(AttestationError, match=matching(LEDGER_TOO_OLD)):
             load_champion(model, tracking_uri=uri)
     finally:
         os.environ.pop(MAX_AGE_ENV)

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from messages import matching
 
-from fairpca.tasks.data import split_rows
+from fairpca.flows.config import GROUP_COLUMN_TAKEN
+from fairpca.tasks.data import TOO_FEW_ENTITIES, split_rows
 
 
 @pytest.mark.parametrize("seed", [0, 1, 7])
@@ -190,7 +192,7 @@ def test_an_entity_split_with_caps_leaves_whole_entities_out_and_refuses_too_few
         assert abs(len(part) - size) <= 6
         counts = frame["nr"].iloc[part].value_counts()
         assert (counts == 6).all()  # an entity is in a part with every row or none
-    with pytest.raises(ValueError, match="at least 3"):
+    with pytest.raises(ValueError, match=matching(TOO_FEW_ENTITIES, count=2)):
         split_rows(y[:12], groups.iloc[:12], seed=0, entities=frame["nr"].iloc[:12])
 
 
@@ -265,9 +267,10 @@ def test_a_bad_group_column_is_named_before_any_work(tmp_path):
 
     with pytest.raises(ValueError, match=r"not found .*Available columns"):
         load_source(_panel_config(tmp_path, group_column="person").source)
-    with pytest.raises(ValidationError, match="group_column 'sex' is also given as sensitive"):
+    taken = matching(GROUP_COLUMN_TAKEN, group="sex", roles="sensitive")
+    with pytest.raises(ValidationError, match=taken):
         _panel_config(tmp_path, group_column="sex")
-    with pytest.raises(ValidationError, match="also given as label"):
+    with pytest.raises(ValidationError, match=matching(GROUP_COLUMN_TAKEN, roles="label")):
         _panel_config(tmp_path, group_column="high_wage")
     from fairpca.flows.config import AuditConfig
 

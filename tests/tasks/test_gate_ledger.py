@@ -4,13 +4,21 @@ policy, and how old the gate's word is."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import pytest
+from messages import matching
 
 from fairpca.tasks.gate_ledger import (
     LEDGER_TAG,
+    LEDGER_TOO_OLD,
+    MAX_AGE_ENV,
     MAX_PASSES,
+    NO_LEDGER,
+    NOT_A_MAX_AGE,
+    NOT_THE_LATEST_VERDICT,
+    OLDER_THAN_THE_LEDGER,
     Ledger,
     attestation_digest,
     check_fresh,
@@ -58,7 +66,7 @@ def test_a_signed_ledger_verifies_and_any_edit_is_tampering(key):
 
     with pytest.raises(AttestationError, match="another key"):
         verify_ledger(text, "m", Ed25519PrivateKey.generate().public_key())
-    with pytest.raises(AttestationError, match="no ledger") as missing:
+    with pytest.raises(AttestationError, match=matching(NO_LEDGER, model="m")) as missing:
         published_ledger({}, "m", key.public_key())
     assert not missing.value.tampered
 
@@ -68,7 +76,7 @@ def test_only_the_latest_pass_under_the_ledgers_policy_counts(key):
     verdict (tampering); a latest pass under P1 while the ledger says P2 is stale."""
     old_pass = sign_attestation(_attestation(policy="P1"), key)
     ledger = Ledger("m", "P2", 7, now_text(), {})
-    with pytest.raises(AttestationError, match="latest verdict") as put_back:
+    with pytest.raises(AttestationError, match=re.escape(NOT_THE_LATEST_VERDICT)) as put_back:
         check_latest(ledger, "5", old_pass, _attestation(policy="P1"))
     assert put_back.value.tampered
     not_yet_judged = replace(ledger, passes={"5": attestation_digest(old_pass)})
@@ -81,11 +89,11 @@ def test_only_the_latest_pass_under_the_ledgers_policy_counts(key):
 
 def test_a_ledger_past_its_age_is_refused(monkeypatch):
     ledger = Ledger("m", "P", 1, "2026-01-01T00:00:00Z", {})
-    with pytest.raises(AttestationError, match="ledger was signed"):
+    with pytest.raises(AttestationError, match=matching(LEDGER_TOO_OLD, env=MAX_AGE_ENV)):
         check_fresh(ledger, max_age_seconds())
     check_fresh(replace(ledger, signed_at=now_text()), 60)
-    monkeypatch.setenv("FAIRPCA_GATE_LEDGER_MAX_AGE", "-3")
-    with pytest.raises(AttestationError, match="positive number of seconds"):
+    monkeypatch.setenv(MAX_AGE_ENV, "-3")
+    with pytest.raises(AttestationError, match=matching(NOT_A_MAX_AGE, given="-3")):
         max_age_seconds()
 
 
@@ -96,6 +104,7 @@ def test_a_ledger_names_the_most_recent_passes_within_a_tag(key):
     kept = verify_ledger(text, "m", key.public_key()).passes
     assert len(kept) == MAX_PASSES and "999" in kept and "1" not in kept
     old = sign_attestation(_attestation(version="1"), key)
-    with pytest.raises(AttestationError, match="most recent passing versions") as error:
+    refused = matching(OLDER_THAN_THE_LEDGER, count=MAX_PASSES)
+    with pytest.raises(AttestationError, match=refused) as error:
         check_latest(Ledger("m", "P2", 1, now_text(), kept), "1", old, _attestation(version="1"))
     assert not error.value.tampered

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from messages import matching
 
 mlflow = pytest.importorskip("mlflow")
 from mlflow.exceptions import MlflowException  # noqa: E402
@@ -25,6 +26,13 @@ from sklearn.linear_model import LogisticRegression  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 
 from fairpca import FairPCA  # noqa: E402
+from fairpca.metrics._counts import MIN_GROUP_SIZE_BELOW_ONE  # noqa: E402
+from fairpca.tasks.mlflow_evaluator import (  # noqa: E402
+    DATA_NOT_A_FRAME,
+    MISSING_SENSITIVE_COLUMNS,
+    ROWS_DIFFER,
+    UNKNOWN_CONFIG_KEYS,
+)
 
 DP_GATE = {"dp_difference": MetricThreshold(threshold=0.05, greater_is_better=False)}
 
@@ -217,15 +225,18 @@ def test_sensitive_columns_reach_the_model_only_if_its_signature_names_them(trac
 def test_missing_sensitive_column_is_a_clear_error(tracking):
     frame = audit_data(seed=3)
     uri = log_model(frame, ["x_fair"])
-    with pytest.raises(MlflowException, match=r"\['religion'\] not found .* columns are \["):
+    missing = matching(MISSING_SENSITIVE_COLUMNS, missing=["religion"])
+    with pytest.raises(MlflowException, match=missing):
         evaluate(uri, frame, sensitive_features=["sex", "religion"])
-    with pytest.raises(MlflowException, match="unknown evaluator_config key"):
+    unknown = matching(UNKNOWN_CONFIG_KEYS, unknown=["sensitive_feature"])
+    with pytest.raises(MlflowException, match=unknown):
         evaluate(uri, frame, sensitive_feature=["sex"])
     with pytest.raises(MlflowException, match="needs evaluator_config"):
         evaluate(uri, frame, sensitive_features=[])
-    with pytest.raises(ValueError, match="min_group_size must be at least 1"):
+    with pytest.raises(ValueError, match=matching(MIN_GROUP_SIZE_BELOW_ONE, value=0)):
         evaluate(uri, frame, sensitive_features=["sex"], min_group_size=0)
-    with pytest.raises(MlflowException, match="must be a pandas DataFrame"), mlflow.start_run():
+    not_a_frame = matching(DATA_NOT_A_FRAME, given="ndarray")
+    with pytest.raises(MlflowException, match=not_a_frame), mlflow.start_run():
         mlflow.models.evaluate(
             uri,
             frame[["x_fair"]].to_numpy(),
@@ -291,7 +302,7 @@ def test_model_trained_without_the_sensitive_columns(tracking):
             },
         )
     assert {"true_positives", "dp_difference.sex", "balanced_accuracy"} <= set(result.metrics)
-    with pytest.raises(MlflowException, match="has 10 rows but data has 2000"):
+    with pytest.raises(MlflowException, match=matching(ROWS_DIFFER, names=10, rows=2000)):
         evaluate(uri, frame, sensitive_features=frame[["sex"]].head(10))
 
 

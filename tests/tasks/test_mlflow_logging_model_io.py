@@ -5,7 +5,6 @@ model was given code or extra requirements is refused."""
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 from importlib.metadata import version
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from messages import matching
 
 from fairpca.datasets import load_dataset, make_preprocessor
 
@@ -92,8 +92,18 @@ def test_loading_the_model_leaves_import_fairpca_alone(saved, flavor):
 def test_code_and_requirements_added_to_the_model_are_refused(saved):
     """The reviewer's scenario: a tampered code/fairpca/__init__.py, the manifest edited to
     match, an extra requirements line. Refused by the seal, and by the model check alone."""
-    from fairpca.tasks.mlflow_logging import check_relog_dir, check_saved_model
-    from fairpca.tasks.trust import SEAL_FILE, SealError, sha256_file
+    from fairpca.tasks.mlflow_logging import (
+        NOT_THE_PINNED_RUNTIME,
+        check_relog_dir,
+        check_saved_model,
+    )
+    from fairpca.tasks.trust import (
+        CARRIES_CODE,
+        SEAL_DOES_NOT_VERIFY,
+        SEAL_FILE,
+        SealError,
+        sha256_file,
+    )
 
     model = saved / "model"
     (model / "code" / "fairpca").mkdir(parents=True)
@@ -105,15 +115,16 @@ def test_code_and_requirements_added_to_the_model_are_refused(saved):
         name = path.relative_to(saved).as_posix()
         seal["files"][name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
     (saved / SEAL_FILE).write_text(json.dumps(seal))
-    with pytest.raises(SealError, match="does not verify with this user's signing key"):
+    with pytest.raises(SealError, match=matching(SEAL_DOES_NOT_VERIFY)):
         check_relog_dir(saved)
-    code = re.escape("carries source code (['code/fairpca/__init__.py'])")
+    code = matching(CARRIES_CODE, model_dir=model, code=["code/fairpca/__init__.py"])
     with pytest.raises(ValueError, match=code):
         check_saved_model(model)
     import shutil
 
     shutil.rmtree(model / "code")
-    with pytest.raises(ValueError, match=r"requirements \['evil-package==1.0'\] are not"):
+    evil = matching(NOT_THE_PINNED_RUNTIME, given=["evil-package==1.0"])
+    with pytest.raises(ValueError, match=evil):
         check_saved_model(model)
 
 
@@ -121,12 +132,12 @@ def test_code_and_requirements_added_to_the_model_are_refused(saved):
     "line", ["fairpca @ git+https://evil/fairpca", "-e /tmp/x", "--index-url=https://evil"]
 )
 def test_requirements_that_are_not_plain_pins_are_refused(saved, line):
-    from fairpca.tasks.mlflow_logging import check_saved_model
+    from fairpca.tasks.mlflow_logging import NOT_THE_PINNED_RUNTIME, check_saved_model
 
     check_saved_model(saved / "model")  # as saved: accepted
     path = saved / "model" / "requirements.txt"
     path.write_text(path.read_text().replace(f"fairpca=={version('fairpca')}", line))
-    with pytest.raises(ValueError, match="not the pinned fairpca runtime"):
+    with pytest.raises(ValueError, match=matching(NOT_THE_PINNED_RUNTIME)):
         check_saved_model(saved / "model")
 
 
@@ -135,6 +146,7 @@ def test_a_model_saved_with_code_paths_is_refused(tmp_path):
     from sklearn.dummy import DummyClassifier
 
     from fairpca.tasks.mlflow_logging import check_saved_model
+    from fairpca.tasks.trust import CARRIES_CODE
 
     source = tmp_path / "helper.py"
     source.write_text("X = 1\n")
@@ -143,5 +155,5 @@ def test_a_model_saved_with_code_paths_is_refused(tmp_path):
         serialization_format="skops", code_paths=[str(source)],
         pip_requirements=[f"fairpca=={version('fairpca')}"],
     )  # fmt: skip
-    with pytest.raises(ValueError, match="carries source code"):
+    with pytest.raises(ValueError, match=matching(CARRIES_CODE, model_dir=tmp_path / "model")):
         check_saved_model(Path(tmp_path / "model"))

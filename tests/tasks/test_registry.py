@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from messages import matching
 from records import replaced
 
 from fairpca.tasks.decision import Kind, Reason, render
@@ -15,6 +17,7 @@ from fairpca.tasks.record import (
     AuditRecord,
     DecisionRecord,
     PromotionRecord,
+    definition_json,
     definition_of,
     registered_model_name,
     resolved_model_name,
@@ -360,18 +363,24 @@ def test_registering_the_same_run_again_returns_its_version(registered, mlflow_s
 
 
 def test_a_model_of_another_definition_is_refused(registered, mlflow_store):
-    from fairpca.tasks.registry import ModelDefinitionMismatch, check_model_definition
+    from fairpca.tasks.registry import (
+        AUDITED_ANOTHER_WAY,
+        ModelDefinitionMismatch,
+        check_model_definition,
+    )
 
     _config, result = registered
     _uri, client = mlflow_store
     other = definition_of(_source(dataset="german", sensitive=["sex"]))
-    with pytest.raises(ModelDefinitionMismatch, match="audited the same way"):
+    refused = matching(AUDITED_ANOTHER_WAY, name=result.model_name, text=definition_json(other))
+    with pytest.raises(ModelDefinitionMismatch, match=refused):
         check_model_definition(client, result.model_name, other)
 
 
 def test_a_model_that_no_audit_created_is_refused_unless_empty(mlflow_store):
     from fairpca.tasks.registry import (
         DEFINITION_TAG,
+        NOT_CREATED_BY_AN_AUDIT,
         ModelDefinitionMismatch,
         check_model_definition,
     )
@@ -381,7 +390,8 @@ def test_a_model_that_no_audit_created_is_refused_unless_empty(mlflow_store):
     client.create_registered_model("registry-unrelated")
     client.create_model_version("registry-unrelated", source="s3://nowhere/model")
     client.set_registered_model_alias("registry-unrelated", "champion", "1")
-    with pytest.raises(ModelDefinitionMismatch, match="was not created by a fairpca audit"):
+    refused = matching(NOT_CREATED_BY_AN_AUDIT, name="registry-unrelated", tag=DEFINITION_TAG)
+    with pytest.raises(ModelDefinitionMismatch, match=refused):
         check_model_definition(client, "registry-unrelated", definition)
     model = client.get_registered_model("registry-unrelated")
     assert model.aliases == {"champion": 1} and model.tags == {}
@@ -396,10 +406,12 @@ def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, ml
     from fairpca.datasets import load_dataset
     from fairpca.tasks.registry import (
         MODEL_FILE_SHA_TAG,
+        NOT_REGISTERED_BY_FAIRPCA,
         UntrustedModelError,
         load_registered_pipeline,
         load_skops_pipeline,
     )
+    from fairpca.tasks.trust import SHA256_CHANGED
 
     _config, result = registered
     uri, client = mlflow_store
@@ -412,10 +424,11 @@ def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, ml
     recorded = client.get_model_version(name, version).tags[MODEL_FILE_SHA_TAG]
     client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, "0" * 64)
     try:
-        with pytest.raises(UntrustedModelError, match="changed after fairpca registered it"):
+        changed = matching(SHA256_CHANGED, expected="0" * 64)
+        with pytest.raises(UntrustedModelError, match=changed):
             load_registered_pipeline(uri, name, version)
         client.delete_model_version_tag(name, version, MODEL_FILE_SHA_TAG)
-        with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
+        with pytest.raises(UntrustedModelError, match=matching(NOT_REGISTERED_BY_FAIRPCA)):
             load_registered_pipeline(uri, name, version)
     finally:
         client.set_model_version_tag(name, version, MODEL_FILE_SHA_TAG, recorded)
@@ -546,8 +559,23 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
 ):
     import secrets
 
-    from fairpca.tasks.onnx_runtime import GraphModel
-    from fairpca.tasks.registry import check_attested_pass, load_champion
+    from fairpca.tasks.gate_ledger import (
+        JUDGED_UNDER_ANOTHER_POLICY,
+        NO_LEDGER,
+        NOT_THE_LATEST_VERDICT,
+    )
+    from fairpca.tasks.onnx_runtime import NO_GRAPH, GraphModel
+    from fairpca.tasks.registry import (
+        ATTESTATION_COPIED,
+        GRAPH_NOT_JUDGED,
+        NO_ALIAS_HOLDER,
+        NO_GRAPH_BOUND,
+        NOT_ATTESTED,
+        NOT_REGISTERED_BY_FAIRPCA,
+        VERDICT_NOT_PASSED,
+        check_attested_pass,
+        load_champion,
+    )
     from fairpca.tasks.trust import (
         GATE_KEY_ENV,
         GATE_PUBLIC_KEY_ENV,
@@ -562,31 +590,32 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
     key = gate_signing_key()
     monkeypatch.delenv(GATE_KEY_ENV)  # a scorer holds the public key only
     monkeypatch.setenv(GATE_PUBLIC_KEY_ENV, public_key_hex(key.public_key()))
-    with pytest.raises(LookupError, match="holds the alias 'champion'"):
+    with pytest.raises(LookupError, match=matching(NO_ALIAS_HOLDER, alias="champion")):
         load_champion("scored", tracking_uri=uri)
     client.set_registered_model_alias("scored", "champion", "1")
-    with pytest.raises(AttestationError, match="published no ledger"):
+    with pytest.raises(AttestationError, match=matching(NO_LEDGER, model="scored")):
         load_champion("scored", tracking_uri=uri)
     _publish_ledger(client, key, {})
-    with pytest.raises(AttestationError, match="has not attested it"):
+    with pytest.raises(AttestationError, match=re.escape(NOT_ATTESTED)):
         load_champion("scored", tracking_uri=uri)
     client.set_registered_model_alias("scored", "champion", "3")  # no gate: the skops file
     assert (load_champion("scored", tracking_uri=uri, attested=False).predict(X)
             == model.predict(X)).all()  # fmt: skip
     client.set_registered_model_alias("scored", "champion", "1")
     _attest(client, uri, "1", key, verdict="failed")
-    with pytest.raises(AttestationError, match="signed verdict is 'failed'"):
+    with pytest.raises(AttestationError, match=matching(VERDICT_NOT_PASSED, verdict="failed")):
         load_champion("scored", tracking_uri=uri)
     _attest(client, uri, "1", key, version="2")
-    with pytest.raises(AttestationError, match="copied onto this version") as copied:
+    copied_from = matching(ATTESTATION_COPIED, model="scored", version="2")
+    with pytest.raises(AttestationError, match=copied_from) as copied:
         load_champion("scored", tracking_uri=uri)
     assert copied.value.tampered
     _attest(client, uri, "1", key, graph_digest="")  # signed before graphs were bound
-    with pytest.raises(AttestationError, match="binds no ONNX graph") as unbound:
+    with pytest.raises(AttestationError, match=re.escape(NO_GRAPH_BOUND)) as unbound:
         load_champion("scored", tracking_uri=uri)
     assert not unbound.value.tampered
     _attest(client, uri, "1", key, graph_digest="e" * 64)  # another graph than the one there
-    with pytest.raises(AttestationError, match="not the one the gate judged") as other:
+    with pytest.raises(AttestationError, match=matching(GRAPH_NOT_JUDGED)) as other:
         load_champion("scored", tracking_uri=uri)
     assert other.value.tampered
     _attest(client, uri, "1", key)
@@ -598,19 +627,19 @@ def test_load_champion_verifies_the_attestation_or_the_registered_file(
 
     latest = client.get_registered_model("scored").tags[LEDGER_TAG]
     _publish_ledger(client, key, {})  # the gate's latest verdict on version 1 is not this pass
-    with pytest.raises(AttestationError, match="not the version's latest verdict") as older:
+    with pytest.raises(AttestationError, match=re.escape(NOT_THE_LATEST_VERDICT)) as older:
         load_champion("scored", tracking_uri=uri)
     assert older.value.tampered
     client.set_registered_model_tag("scored", LEDGER_TAG, latest)
-    with pytest.raises(AttestationError, match="another gate policy"):
+    with pytest.raises(AttestationError, match=re.escape(JUDGED_UNDER_ANOTHER_POLICY)):
         check_attested_pass(client, uri, "scored", "1", policy_digest="q" * 64)
 
     # a cloudpickled champion is never unpickled, attested by the gate or not
     client.set_registered_model_alias("scored", "champion", "2")
     _attest(client, uri, "2", key)
-    with pytest.raises(UntrustedModelError, match="no ONNX graph"):
+    with pytest.raises(UntrustedModelError, match=re.escape(NO_GRAPH)):
         load_champion("scored", tracking_uri=uri)
-    with pytest.raises(UntrustedModelError, match="fairpca did not register it"):
+    with pytest.raises(UntrustedModelError, match=matching(NOT_REGISTERED_BY_FAIRPCA)):
         load_champion("scored", tracking_uri=uri, attested=False)
 
 

@@ -448,26 +448,6 @@ def test_the_verdict_fits_the_first_screen_at_1280_and_becomes_cards_at_390(tmp_
     assert_verdict_first(page, tmp_path)
 
 
-def test_the_verdict_probe_finds_a_scrolling_table_and_a_verdict_below_the_fold(
-    tmp_path, audit_record
-):
-    """The browser check can fail: a verdict table in a scrolling box, one wider than the
-    verdict, and a verdict pushed below the fold are each found."""
-    chromium()
-    record = _reviewed(audit_record)
-    page = render_html(report_title(record), report_sections(record, PROMOTED), None)
-    boxed = tmp_path / "boxed.html"
-    boxed.write_text(page.replace('<table class="verdict-table" id="verdict-models"',
-                                  '<div style="overflow-x:auto"><table class="verdict-table" '
-                                  'id="verdict-models" style="width:1500px"', 1))  # fmt: skip
-    seen = layout(boxed, 1280, 900, tmp_path)
-    models = next(t for t in seen["tables"] if t["id"] == "verdict-models")
-    assert models["scrolled"] and models["right"] > models["edge"]
-    low = tmp_path / "low.html"
-    low.write_text(page.replace("<h1>", "<div style='height:700px'></div><h1>", 1))
-    assert layout(low, 1280, 900, tmp_path)["bottom"] > 900
-
-
 def _audit_report(store_uri: str, out: Path, **overrides) -> Path:
     """report.html of a real audit: default variants, classifiers and gate; fewer rows and
     lambdas (the page's width depends on names and columns, not on row counts)."""

@@ -6,10 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import skops.io
+from messages import matching
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import FixedThresholdClassifier
 
-from fairpca.tasks.sweep import CLASSIFIER_NAMES, fit_classifier, make_classifier
+from fairpca.tasks.sweep import (
+    CLASSIFIER_NAMES,
+    UNKNOWN_THRESHOLD_OBJECTIVE,
+    fit_classifier,
+    make_classifier,
+)
 from fairpca.tasks.trust import TRUSTED_TYPES
 
 
@@ -119,7 +125,7 @@ def test_best_threshold_is_the_best_cut_by_brute_force(scoring):
     found = best_threshold(scores, y, scoring)
     assert score(y, (scores >= found).astype(int)) == pytest.approx(best, abs=1e-12)
     assert found not in set(scores)  # a midpoint: no row sits on the threshold
-    with pytest.raises(ValueError, match="unknown threshold objective"):
+    with pytest.raises(ValueError, match=matching(UNKNOWN_THRESHOLD_OBJECTIVE, scoring="f1")):
         best_threshold(scores, y, "f1")
 
 
