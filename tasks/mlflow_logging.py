@@ -393,6 +393,34 @@ def verified_copy(out_dir: Path) -> Iterator[VerifiedCopy]:
         yield VerifiedCopy(Path(out_dir), files, record)
 
 
+REPORT_FILES = ("report.md", "report.html")
+
+
+def with_report(verified: VerifiedCopy, audit: AuditRecord, promotion, verdict) -> VerifiedCopy:
+    """``verified`` with the report, when the audit sealed its folder without one (it was
+    stopped during its champion look-up, where the report waits for the promotion): the
+    report of ``audit`` showing ``verdict`` (the relog's, of ``promotion``) is written into
+    the verified copy, which is sealed again (its verified files and the report, nothing
+    else) and copied back into the folder: the report, then the seal. A folder with its
+    report is returned as it is."""
+    from fairpca.tasks.report import write_report
+    from fairpca.tasks.trust import SEAL_FILE, bound_run, seal_output_dir, verify_output_dir
+
+    files, sealed = verified.files, verified.record["files"]
+    if REPORT_FILES[0] in sealed or not {AUDIT_FILE, "metrics.csv", "tradeoff.png"} <= set(sealed):
+        return verified
+    table = pd.read_csv(files / "metrics.csv")
+    write_report(files, audit, table, promotion, plot=False, verdict=verdict)
+    known = {name: entry["sha256"] for name, entry in sealed.items()}
+    seal_output_dir(files, known=known, run=bound_run(verified.record))
+    record = verify_output_dir(files, contents=False)
+    for name in (*REPORT_FILES, SEAL_FILE):  # the seal last: the folder verifies again
+        shutil.copyfile(files / name, verified.out_dir / f"{name}.tmp")
+        (verified.out_dir / f"{name}.tmp").replace(verified.out_dir / name)
+    (files / SEAL_FILE).unlink()  # the copy holds the sealed files only
+    return VerifiedCopy(verified.out_dir, files, record)
+
+
 def _check_trusted_types(model_dir: Path) -> None:
     """The types the saved model's skops file needs are all in the project's fixed list
     (the types its ``MLmodel`` lists are checked by :func:`check_model_files`)."""
