@@ -169,7 +169,7 @@ def promote_and_log(
     )
     logged = log_output_dir(
         out_dir, tracking_uri, promotion=decided, ends_now=True, client=begun.client,
-        verdict=verdict,
+        verdict=verdict, run=begun.run,
     )  # fmt: skip
     _prefect_artifacts(record, decided, out_dir, verdict)
     return AuditResult(

@@ -655,6 +655,7 @@ def log_output_dir(
     verified: VerifiedCopy | None = None,
     client=None,
     verdict=None,
+    run: dict[str, str] | None = None,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -683,6 +684,10 @@ def log_output_dir(
     verdict : Verdict, default=None
         The command's :func:`fairpca.tasks.report.build_verdict` of the record and
         ``promotion`` (the run and version descriptions, the model card); None builds it.
+    run : dict, default=None
+        The run the audit started (:func:`open_run`: ``run_id``, ``experiment_id``) and
+        sealed with the folder, logged to without asking the server again; None: the
+        unfinished run the seal names, else a new one (a relog).
 
     Raises
     ------
@@ -696,7 +701,11 @@ def log_output_dir(
         audit = read_audit(verified.files)
         attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
         attempt.client = client
+        if run is not None:  # the audit's own: marked FAILED below if anything goes wrong
+            attempt.run_id, attempt.experiment_id = run["run_id"], run["experiment_id"]
         try:
+            if run is not None:
+                _check_bound(verified.record, run)
             version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now, verdict)
         except Exception as exc:
             raise _logging_failed(attempt, exc) from exc
@@ -766,10 +775,11 @@ def _log_steps(
     uri, steps = attempt.tracking_uri, attempt.steps
     client = attempt.client = attempt.client or mlflow_client(uri)
     verdict = verdict or build_verdict(audit, promotion)  # once, for every surface below
-    # the run the seal names (the audit's own, or one an interrupted logging started)
-    resumed = _resumable_run(client, verified.record, audit)
-    attempt.run_id, attempt.experiment_id = resumed or (None, None)
-    if resumed is None:
+    if attempt.run_id is None:  # else the audit's own run, started and sealed before
+        # the unfinished run the seal names (one an interrupted logging started), else a new one
+        resumed = _resumable_run(client, verified.record, audit)
+        attempt.run_id, attempt.experiment_id = resumed or (None, None)
+    if attempt.run_id is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
         run = steps["start_run"](uri, audit, uuid.uuid4().hex, client=client)
         attempt.run_id, attempt.experiment_id = run
@@ -807,6 +817,17 @@ def _log_steps(
         uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time, client=client
     )
     return version, moved, model["new"]
+
+
+def _check_bound(record: dict[str, Any], run: dict[str, str]) -> None:
+    """The verified seal names ``run``: the audit's run is logged only from its own folder."""
+    from fairpca.tasks.trust import bound_run
+
+    if bound_run(record) != {"run_id": run["run_id"], "experiment_id": run["experiment_id"]}:
+        raise ValueError(
+            f"the folder's seal does not name run {run['run_id']} (it names "
+            f"{bound_run(record)}); nothing was logged."
+        )
 
 
 def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
