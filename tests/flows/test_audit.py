@@ -443,10 +443,14 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
 def test_unreachable_tracking_server_fails_clearly_and_keeps_a_folder_relog_logs(
     prefect_harness, store, tmp_path, monkeypatch
 ):
-    """The champion look-up (the first network call) fails after its retries: the error names
-    the kept folder, which holds the report (written once, without a promotion) and verifies
-    with no run bound; relog logs it to a reachable store."""
+    """The champion look-up (the first network call) fails after the audit's retries (one
+    here, as for every MLflow step): the error names the kept folder, which holds the report
+    (written once, without a promotion) and verifies with no run bound; relog logs it to a
+    reachable store."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    import sys
+    import threading
+
     from fairpca.flows.audit import fairness_audit
     from fairpca.flows.relog import relog_output_dir
     from fairpca.tasks.mlflow_logging import (
@@ -455,7 +459,14 @@ def test_unreachable_tracking_server_fails_clearly_and_keeps_a_folder_relog_logs
         MlflowLoggingError,
         check_relog_dir,
     )
+    from fairpca.tasks.registry import find_champion
     from fairpca.tasks.trust import bound_run
+
+    lookups = []
+
+    def count(frame, event, _arg):
+        if event == "call" and frame.f_code is find_champion.__code__:
+            lookups.append(threading.get_ident())
 
     config = make_config(
         ("http://127.0.0.1:9", None),
@@ -464,8 +475,15 @@ def test_unreachable_tracking_server_fails_clearly_and_keeps_a_folder_relog_logs
         mlflow_retries=1,
         mlflow_retry_backoff=0.05,
     )
-    with pytest.raises(MlflowLoggingError, match="All results are kept in") as info:
-        fairness_audit(config)
+    sys.setprofile(count)
+    threading.setprofile(count)
+    try:
+        with pytest.raises(MlflowLoggingError, match="All results are kept in") as info:
+            fairness_audit(config)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    assert len(lookups) == 2  # mlflow_retries=1: one try, one retry
     out_dirs = list((tmp_path / "out").iterdir())
     assert len(out_dirs) == 1 and str(out_dirs[0].resolve()) in str(info.value)
     out_dir = out_dirs[0]
