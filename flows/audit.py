@@ -1,7 +1,8 @@
 """The ``fairness_audit`` flow: load and split -> encode -> fit the representations -> the
 lambda sweep -> choose on validation rows -> evaluate on test rows -> one record, written and
-sealed locally -> (only then, over the network) the champion comparison and the promotion
-decision -> MLflow (run, model, registered version, alias).
+sealed locally -> (only then, over the network) the champion look-up and the MLflow run
+started -> the promotion decided, the one verdict built, the report written and the folder
+sealed with the run -> MLflow (params, artifacts, model, registered version, alias).
 
 :func:`run_audit` is the recipe, shared by ``fairness_audit`` and the scheduled ``retrain``
 (which also demotes a champion that fails the gate on the new rows). Every stage is a task or a

@@ -46,6 +46,7 @@ from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,
     mask_credentials,
+    shown_uri,
     skops_file,
     skops_file_types,
     types_to_trust,
@@ -860,7 +861,7 @@ def logging_not_begun(
     _write_status(out_dir, {"status": "FAILED", "run_id": None, "step": doing})
     why = textwrap.shorten(str(error), 300, placeholder=" ...")
     return MlflowLoggingError(
-        f"{doing} at {mask_credentials(tracking_uri)} failed ({type(error).__name__}: {why}). "
+        f"{doing} at {shown_uri(tracking_uri)} failed ({type(error).__name__}: {why}). "
         f"All results are kept in {Path(out_dir).resolve()}; {relog_hint(out_dir, tracking_uri)}"
     )
 
