@@ -1,7 +1,8 @@
 """The ``fairness_audit`` flow: load and split -> encode -> fit the representations -> the
 lambda sweep -> choose on validation rows -> evaluate on test rows -> one record, written and
-sealed locally -> (only then, over the network) the champion comparison and the promotion
-decision -> MLflow (run, model, registered version, alias).
+sealed locally -> (only then, over the network) the champion look-up and the MLflow run
+started -> the promotion decided, the one verdict built, the report written and the folder
+sealed with the run -> MLflow (params, artifacts, model, registered version, alias).
 
 :func:`run_audit` is the recipe, shared by ``fairness_audit`` and the scheduled ``retrain``
 (which also demotes a champion that fails the gate on the new rows). Every stage is a task or a
@@ -16,7 +17,6 @@ import re
 from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from textwrap import shorten
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -24,7 +24,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import get_run_context
 from prefect.states import Completed
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from threadpoolctl import threadpool_limits
 
 from fairpca.tasks.decision import Reason, render
@@ -37,18 +37,19 @@ from fairpca.tasks.mlflow_logging import (  # noqa: F401 (the model's input, as 
     log_output_dir,
     relog_hint,
 )
-from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, PromotionRecord
-from fairpca.tasks.report import build_verdict, markdown_text, verdict_markdown, write_report
-from fairpca.tasks.select import DEFAULT_TOLERANCE, decide_promotion
+from fairpca.tasks.report import build_verdict, markdown_text, verdict_markdown
+from fairpca.tasks.select import DEFAULT_TOLERANCE
 from fairpca.tasks.stages import (  # noqa: F401 (the stages' helpers, importable here as before)
     SIDE_BY_SIDE_MAX_BYTES,
     Stopwatch,
+    begin_logging,
     challenger_of,
     champion_lookup,
     choose_candidate,
     choose_model,
     choose_on_every_row,
+    decide_and_report,
     evaluate_choice,
     judge_references,
     load_and_encode,
@@ -65,7 +66,6 @@ from fairpca.tasks.stages import (  # noqa: F401 (the stages' helpers, importabl
     unique_run_name,
     write_outputs,
 )
-from fairpca.tasks.trust import seal_output_dir, shown_uri
 
 from .config import AuditConfig, resolve_tracking_uri
 from .runtime import current_task_runner_name, dask_subflow, map_large_blocks, release_freed_heap
@@ -88,8 +88,14 @@ class AuditResult(BaseModel):
     champion_moved: bool
     promotion: PromotionRecord
     # the command's verdict (fairpca.tasks.report.build_verdict of the record and promotion),
-    # shown by every surface; not part of the result's data
+    # shown by every surface; not part of the result's data (built here when not given)
     verdict: Any = Field(default=None, exclude=True, repr=False)
+
+    @model_validator(mode="after")
+    def _the_verdict(self) -> AuditResult:
+        if self.verdict is None:
+            self.verdict = build_verdict(self.record, self.promotion)
+        return self
 
     @property
     def run_name(self) -> str:
@@ -149,45 +155,28 @@ def promote_and_log(
     out_dir: Path, record: AuditRecord, table, split, config: AuditConfig, *,
     sealed: dict[str, str], watch: bool, tolerance: float, score=None,
 ) -> AuditResult:  # fmt: skip
-    """The network part: decide the promotion against the current champion (on this audit's
-    test rows; ``score`` measures a pipeline there, by default on ``split``), write it beside
-    the record (the report shows it), seal again (``sealed``: the first seal's SHA-256s, kept
-    for the files not rewritten), log to MLflow."""
+    """The network part, once the results are written and sealed (``sealed``: that seal's
+    SHA-256s): the champion looked up (measured on this audit's test rows: ``score``, by
+    default on ``split``) and the audit's MLflow run started; the promotion decided, and with
+    it the one verdict every surface shows, written beside the record and sealed with the
+    run; then everything logged to that run."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    champion, demoted, client = (None, frozenset(), None)  # one MLflow client for the command
-    if record.register_model or watch:  # a retrain re-checks its champion in any case
-        try:
-            client = mlflow_client(tracking_uri)
-            champion, demoted = champion_lookup(
-                tracking_uri,
-                record,
-                watch=watch,
-                evaluate=score or scorer_on_test_rows(split, config),
-                client=client,
-            )
-        except Exception as error:  # after the task's retries: the folder is complete
-            raise MlflowLoggingError(
-                f"Looking up the current champion at {shown_uri(tracking_uri)} failed "
-                f"({type(error).__name__}: {shorten(str(error), 300, placeholder=' ...')}). "
-                f"All results are kept in {out_dir.resolve()}; {relog_hint(out_dir, tracking_uri)}"
-            ) from error
-    promotion = decide_promotion(
-        challenger_of(record), champion, tolerance=tolerance, demoted_models=demoted
+    begun = begin_logging(
+        out_dir, record, table, tracking_uri, sealed=sealed, watch=watch,
+        evaluate=score or scorer_on_test_rows(split, config),
+    )  # fmt: skip
+    decided, verdict, report = decide_and_report(
+        out_dir, record, table, begun, sealed=sealed, tolerance=tolerance
     )
-    decided = PromotionRecord.of(promotion, champion)
-    verdict = build_verdict(record, decided)  # every surface from here on shows this one
-    (out_dir / PROMOTION_FILE).write_text(decided.model_dump_json(indent=2))
-    paths = write_report(out_dir, record, table, decided, plot=False, verdict=verdict)
-    rewritten = {PROMOTION_FILE, paths["md"].name, paths["html"].name}
-    seal_output_dir(out_dir, known={n: h for n, h in sealed.items() if n not in rewritten})
     logged = log_output_dir(
-        out_dir, tracking_uri, promotion=decided, ends_now=True, client=client, verdict=verdict
-    )
+        out_dir, tracking_uri, promotion=decided, ends_now=True, client=begun.client,
+        verdict=verdict, run=begun.run,
+    )  # fmt: skip
     _prefect_artifacts(record, decided, out_dir, verdict)
     return AuditResult(
         record=record,
         output_dir=str(out_dir.resolve()),
-        report_path=str(paths["html"].resolve()),
+        report_path=str(report.resolve()),
         tracking_uri=logged.tracking_uri,
         run_id=logged.run_id,
         experiment_id=logged.experiment_id,
@@ -207,12 +196,11 @@ def _flow_tags(kind: str) -> dict[str, str]:
     return tags
 
 
-def verdict_summary(record: AuditRecord, promotion=None, verdict=None) -> str:
+def verdict_summary(verdict) -> str:
     """The decision, its headline numbers and the deciding reason in one line: the flow run's
     last log line and its final state's message (what ``prefect deployment run --watch``,
     ``prefect flow-run inspect`` and the Prefect UI show). ``verdict``: the command's
-    :func:`fairpca.tasks.report.build_verdict` of ``record`` and ``promotion``, when built."""
-    verdict = verdict or build_verdict(record, promotion)
+    (:attr:`AuditResult.verdict`)."""
     return f"{verdict.line} {verdict.why}."
 
 
@@ -235,7 +223,7 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path, verdict=No
         key=f"{key}-candidates"[:100],
         description="candidates on validation rows",
     )
-    get_run_logger().info("Verdict: %s", verdict_summary(record, promotion, verdict))
+    get_run_logger().info("Verdict: %s", verdict_summary(verdict))
 
 
 def run_audit(
@@ -317,5 +305,5 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     else:
         result = run_audit(config, "audit")
     # the verdict is the run's outcome: its final state's message; a caller gets the result
-    summary = verdict_summary(result.record, result.promotion, result.verdict)
+    summary = verdict_summary(result.verdict)
     return Completed(message=summary, data=result)

@@ -309,12 +309,10 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     validation rows and every reason.
     """
     from fairpca.tasks.decision import shown
-    from fairpca.tasks.report import build_verdict
 
     verbose = OUTPUT["verbose"] if verbose is None else verbose
     before = before or result.promotion.champion_version
-    record = result.record
-    verdict = getattr(result, "verdict", None) or build_verdict(record, result.promotion)
+    record, verdict = result.record, result.verdict  # the command's one verdict
     console.print(decision_line(result, before))
     console.print(escape(verdict.why) + ".")
     if record.kind == "retrain":

@@ -5,8 +5,10 @@ Only what the audit wrote and signed is logged: the directory must verify agains
 HMAC with this user's key, which the directory does not hold), and the model must pass
 :func:`fairpca.tasks.mlflow_logging.check_relog_dir` (skops only, no code, pinned
 requirements, only the project's fixed trusted types). Nothing in the directory is executed
-or unpickled. Relog completes the run the audit created (recorded in the seal and checked on
-the server) or creates a new one, and registers the model unless a version of the same model
+or unpickled. An audit stopped during its champion look-up sealed its folder before writing
+its report: relog writes it (:func:`fairpca.tasks.mlflow_logging.with_report`). Relog
+completes the run the audit created (recorded in the seal and checked on the server) or
+creates a new one, and registers the model unless a version of the same model
 and training rows exists. The alias moves only with ``promote`` and only when the one
 promotion decision (:func:`fairpca.tasks.select.decide_promotion`), against the current
 champion and every demotion the registry recorded, says so.
@@ -30,9 +32,11 @@ from fairpca.tasks.mlflow_logging import (
     log_output_dir,
     read_audit,
     verified_copy,
+    with_report,
 )
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, PromotionRecord
+from fairpca.tasks.report import build_verdict
 from fairpca.tasks.select import decide_promotion
 
 from .audit import challenger_of, champion_lookup
@@ -94,9 +98,12 @@ def relog(
         audit = read_audit(verified.files)
         client = mlflow_client(uri) if promote else None  # else log_output_dir makes it
         promotion = relog_promotion(verified.files, audit, uri, promote, client)
+        verdict = build_verdict(audit, promotion)  # the command's one verdict
+        verified = with_report(verified, audit, promotion, verdict)  # an audit stopped early
         logged = log_output_dir(
-            Path(output_dir), uri, promotion=promotion, verified=verified, client=client
-        )
+            Path(output_dir), uri, promotion=promotion, verified=verified, client=client,
+            verdict=verdict,
+        )  # fmt: skip
     return {
         "run_id": logged.run_id,
         "model_version": logged.model_version,

@@ -90,5 +90,5 @@ def retrain(config: RetrainConfig) -> AuditResult:
     publish_champion_check(result, message)
     (get_run_logger().warning if result.promotion.demote else get_run_logger().info)(message)
     # the run's outcome: the champion check, then the challenger's verdict and its reason
-    verdict = verdict_summary(result.record, result.promotion)
+    verdict = verdict_summary(result.verdict)
     return Completed(message=f"{message} Verdict: {verdict}", data=result)

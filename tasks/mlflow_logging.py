@@ -23,6 +23,7 @@ import json
 import re
 import shutil
 import tempfile
+import textwrap
 import time
 import uuid
 from collections.abc import Iterator
@@ -46,6 +47,7 @@ from fairpca.tasks.trust import (
     UntrustedModelError,
     check_model_files,
     mask_credentials,
+    shown_uri,
     skops_file,
     skops_file_types,
     types_to_trust,
@@ -139,17 +141,16 @@ ATTEMPT_TAG = "fairpca.logging_attempt"
 
 @task(name="mlflow-start-run", **RETRYING)
 def start_run(
-    tracking_uri: str, audit: AuditRecord, attempt: str, promotion=None, *, client=None,
-    verdict=None,
-) -> tuple[str, str]:  # fmt: skip
+    tracking_uri: str, audit: AuditRecord, attempt: str, *, client=None
+) -> tuple[str, str]:
     """Create (or, on a retry, find again) the audit's RUNNING run; return its id and its
     experiment's id.
 
-    The run starts when the audit started (not when it is logged), carries the record's
-    curated tags and, as its description, the verdict in a few lines. A retry finds again
-    only the run this logging call created (tagged with ``attempt``), so another run with the
-    same audit id is never taken over. ``client``: the command's client of ``tracking_uri``
-    (else one is made); ``verdict``: the command's verdict of ``audit`` and ``promotion``.
+    The run starts when the audit started (not when it is logged) and carries the record's
+    curated tags; its description (the verdict) is written with its params
+    (:func:`log_params_metrics`), once the promotion is decided. A retry finds again only the
+    run this call created (tagged with ``attempt``), so another run with the same audit id is
+    never taken over. ``client``: the command's client of ``tracking_uri`` (else one is made).
     """
     client = client or mlflow_client(tracking_uri)
     experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
@@ -161,8 +162,7 @@ def start_run(
     if existing:
         return existing[0].info.run_id, experiment_id
     set_run_list_view(client, experiment_id)
-    description = run_description(audit, promotion, verdict)
-    tags = {**audit.tags, ATTEMPT_TAG: attempt, "mlflow.note.content": description}
+    tags = {**audit.tags, ATTEMPT_TAG: attempt}
     run = client.create_run(
         experiment_id, start_time=_millis(audit.started_at), run_name=audit.run_name, tags=tags
     )
@@ -233,15 +233,19 @@ def _display_order(key: str) -> tuple[int, int]:
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
-def log_params_metrics(tracking_uri: str, run_id: str, audit: AuditRecord, *, client=None) -> int:
-    """Log params, tags, metrics (summary, per-lambda curves as steps, timings) and the
-    matrices' SHA-256 (artifact ``hashes.json``)."""
+def log_params_metrics(
+    tracking_uri: str, run_id: str, audit: AuditRecord, *, client=None, description=None
+) -> int:
+    """Log params, tags, the run's ``description`` (``mlflow.note.content``: the verdict,
+    :func:`fairpca.tasks.report.run_description`), metrics (summary, per-lambda curves as
+    steps, timings) and the matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
     client = client or mlflow_client(tracking_uri)
     stamp = _millis(audit.ended_at)
     params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
-    tags = [RunTag(key, str(value)[:5000]) for key, value in audit.tags.items()]
+    noted = {} if description is None else {"mlflow.note.content": description}
+    tags = [RunTag(key, str(value)[:5000]) for key, value in {**audit.tags, **noted}.items()]
     summary = sorted(audit.metrics.items(), key=lambda item: _display_order(item[0]))
     metrics = [Metric(key, float(value), stamp, 0) for key, value in summary] + [
         Metric(item.key, item.value, stamp, item.step) for item in audit.metric_steps
@@ -396,6 +400,34 @@ def verified_copy(out_dir: Path) -> Iterator[VerifiedCopy]:
         files = Path(private) / "audit"
         record = check_relog_dir(Path(out_dir), copy_to=files)
         yield VerifiedCopy(Path(out_dir), files, record)
+
+
+REPORT_FILES = ("report.md", "report.html")
+
+
+def with_report(verified: VerifiedCopy, audit: AuditRecord, promotion, verdict) -> VerifiedCopy:
+    """``verified`` with the report, when the audit sealed its folder without one (it was
+    stopped during its champion look-up, where the report waits for the promotion): the
+    report of ``audit`` showing ``verdict`` (the relog's, of ``promotion``) is written into
+    the verified copy, which is sealed again (its verified files and the report, nothing
+    else) and copied back into the folder: the report, then the seal. A folder with its
+    report is returned as it is."""
+    from fairpca.tasks.report import write_report
+    from fairpca.tasks.trust import SEAL_FILE, bound_run, seal_output_dir, verify_output_dir
+
+    files, sealed = verified.files, verified.record["files"]
+    if REPORT_FILES[0] in sealed or not {AUDIT_FILE, "metrics.csv", "tradeoff.png"} <= set(sealed):
+        return verified
+    table = pd.read_csv(files / "metrics.csv")
+    write_report(files, audit, table, promotion, plot=False, verdict=verdict)
+    known = {name: entry["sha256"] for name, entry in sealed.items()}
+    seal_output_dir(files, known=known, run=bound_run(verified.record))
+    record = verify_output_dir(files, contents=False)
+    for name in (*REPORT_FILES, SEAL_FILE):  # the seal last: the folder verifies again
+        shutil.copyfile(files / name, verified.out_dir / f"{name}.tmp")
+        (verified.out_dir / f"{name}.tmp").replace(verified.out_dir / name)
+    (files / SEAL_FILE).unlink()  # the copy holds the sealed files only
+    return VerifiedCopy(verified.out_dir, files, record)
 
 
 def _check_trusted_types(model_dir: Path) -> None:
@@ -636,6 +668,7 @@ def log_output_dir(
     verified: VerifiedCopy | None = None,
     client=None,
     verdict=None,
+    run: dict[str, str] | None = None,
 ) -> LoggedAudit:
     """Log a kept audit directory to MLflow: run, params/metrics, artifacts, model, alias.
 
@@ -664,6 +697,10 @@ def log_output_dir(
     verdict : Verdict, default=None
         The command's :func:`fairpca.tasks.report.build_verdict` of the record and
         ``promotion`` (the run and version descriptions, the model card); None builds it.
+    run : dict, default=None
+        The run the audit started (:func:`open_run`: ``run_id``, ``experiment_id``) and
+        sealed with the folder, logged to without asking the server again; None: the
+        unfinished run the seal names, else a new one (a relog).
 
     Raises
     ------
@@ -677,7 +714,11 @@ def log_output_dir(
         audit = read_audit(verified.files)
         attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
         attempt.client = client
+        if run is not None:  # the audit's own: marked FAILED below if anything goes wrong
+            attempt.run_id, attempt.experiment_id = run["run_id"], run["experiment_id"]
         try:
+            if run is not None:
+                _check_bound(verified.record, run)
             version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now, verdict)
         except Exception as exc:
             raise _logging_failed(attempt, exc) from exc
@@ -704,17 +745,35 @@ class _Attempt:
     client: Any = None  # the command's MLflow client, used by every step
 
 
-def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | None) -> dict:
-    """The logging steps, each retried ``retries`` times (default: the audit's config) with
-    an exponential back-off."""
-    retry = {
+def retrying(audit: AuditRecord, retries: int | None = None, backoff: float | None = None) -> dict:
+    """The audit's retry options of an MLflow task (``task.with_options(**retrying(audit))``):
+    ``retries`` (default: the audit's config) with an exponential back-off of factor
+    ``backoff`` (default: the config's). They replace the task's own retry options
+    (:data:`RETRYING`: transient errors only), never add a layer around them."""
+    return {
         "retries": audit.mlflow_retries if retries is None else retries,
         "retry_delay_seconds": exponential_backoff(
             backoff_factor=audit.mlflow_retry_backoff if backoff is None else backoff
         ),
     }
+
+
+def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | None) -> dict:
+    """The logging steps with the audit's :func:`retrying` options."""
+    retry = retrying(audit, retries, backoff)
     steps = (start_run, log_params_metrics, log_artifacts, log_model, apply_promotion, finish_run)
     return {step.fn.__name__: step.with_options(**retry) for step in steps}
+
+
+def open_run(tracking_uri: str, audit: AuditRecord, *, client) -> dict[str, str]:
+    """Start the audit's MLflow run (:func:`start_run`, with the audit's retries) before its
+    promotion is decided: the run id is then sealed into the folder with the promotion
+    (:func:`fairpca.tasks.trust.seal_output_dir`), and :func:`log_output_dir` completes
+    that run. Returns ``run_id`` and ``experiment_id``."""
+    step = start_run.with_options(**retrying(audit))
+    # a fresh id per call: a retried step finds this call's run again, not another's
+    run_id, experiment_id = step(tracking_uri, audit, uuid.uuid4().hex, client=client)
+    return {"run_id": run_id, "experiment_id": experiment_id}
 
 
 def _log_steps(
@@ -729,17 +788,18 @@ def _log_steps(
     uri, steps = attempt.tracking_uri, attempt.steps
     client = attempt.client = attempt.client or mlflow_client(uri)
     verdict = verdict or build_verdict(audit, promotion)  # once, for every surface below
-    resumed = _resumable_run(client, verified.record, audit)
-    attempt.run_id, attempt.experiment_id = resumed or (None, None)
-    if resumed is None:
+    if attempt.run_id is None:  # else the audit's own run, started and sealed before
+        # the unfinished run the seal names (one an interrupted logging started), else a new one
+        resumed = _resumable_run(client, verified.record, audit)
+        attempt.run_id, attempt.experiment_id = resumed or (None, None)
+    if attempt.run_id is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
-        run = steps["start_run"](
-            uri, audit, uuid.uuid4().hex, promotion, client=client, verdict=verdict
-        )
+        run = steps["start_run"](uri, audit, uuid.uuid4().hex, client=client)
         attempt.run_id, attempt.experiment_id = run
         bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=attempt.experiment_id)
     attempt.step = "log params and metrics"
-    steps["log_params_metrics"](uri, attempt.run_id, audit, client=client)
+    description = run_description(audit, promotion, verdict)
+    steps["log_params_metrics"](uri, attempt.run_id, audit, client=client, description=description)
     attempt.step = "log artifacts"
     steps["log_artifacts"](uri, attempt.run_id, verified, client=client)
     attempt.step = "log and register the model"
@@ -771,11 +831,23 @@ def _log_steps(
     return version, moved, model["new"]
 
 
+def _check_bound(record: dict[str, Any], run: dict[str, str]) -> None:
+    """The verified seal names ``run``: the audit's run is logged only from its own folder."""
+    from fairpca.tasks.trust import bound_run
+
+    if bound_run(record) != {"run_id": run["run_id"], "experiment_id": run["experiment_id"]}:
+        raise ValueError(
+            f"the folder's seal does not name run {run['run_id']} (it names "
+            f"{bound_run(record)}); nothing was logged."
+        )
+
+
 def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
     """Mark the run FAILED (when there is one and the server answers), record the failure
     in the directory, and the error that says where the results are kept."""
     run_id, uri = attempt.run_id, attempt.tracking_uri
-    marked = run_id is not None and _mark_failed(uri, run_id, f"{attempt.step}: {exc}")
+    why = f"{attempt.step}: {exc}"
+    marked = run_id is not None and _mark_failed(uri, run_id, why, attempt.client)
     _write_status(attempt.out_dir, {"status": "FAILED", "run_id": run_id, "step": attempt.step})
     run_state = (
         f"Run {run_id} is marked FAILED. "
@@ -791,6 +863,20 @@ def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
     )
 
 
+def logging_not_begun(
+    out_dir: Path, tracking_uri: str, doing: str, error: BaseException
+) -> MlflowLoggingError:
+    """The error of an audit whose MLflow part could not begin (``doing``, e.g. the champion
+    look-up or the run's start, failed after its retries: no run holds anything of it). The
+    caller has sealed the complete folder; its status file says FAILED."""
+    _write_status(out_dir, {"status": "FAILED", "run_id": None, "step": doing})
+    why = textwrap.shorten(str(error), 300, placeholder=" ...")
+    return MlflowLoggingError(
+        f"{doing} at {shown_uri(tracking_uri)} failed ({type(error).__name__}: {why}). "
+        f"All results are kept in {Path(out_dir).resolve()}; {relog_hint(out_dir, tracking_uri)}"
+    )
+
+
 def relog_hint(out_dir: Path, tracking_uri: str) -> str:
     """How to log ``out_dir`` to the same store later: the ``fairpca relog`` command with its
     ``--tracking-uri`` (credentials are never printed: a masked URI is named, not given)."""
@@ -802,11 +888,12 @@ def relog_hint(out_dir: Path, tracking_uri: str) -> str:
     )
 
 
-def _mark_failed(tracking_uri: str, run_id: str, why: str) -> bool:
-    """Best effort: the run must not stay RUNNING or look FINISHED. Whether it is FAILED."""
+def _mark_failed(tracking_uri: str, run_id: str, why: str, client=None) -> bool:
+    """Best effort: the run must not stay RUNNING or look FINISHED. Whether it is FAILED.
+    ``client``: the command's (else one is made)."""
     for attempt in range(3):
         try:
-            client = mlflow_client(tracking_uri)
+            client = client or mlflow_client(tracking_uri)
             client.set_tag(run_id, "fairpca.logging_error", why[:5000])
             client.set_terminated(run_id, status="FAILED")
             return True

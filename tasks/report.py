@@ -1133,20 +1133,24 @@ def report_title(record) -> str:
     return f"Fairness {record.kind}: {record.provenance.definition.source} ({record.run_name})"
 
 
+def write_plot(out_dir: Path, record, table: pd.DataFrame) -> Path:
+    """The report's plot ``out_dir/tradeoff.png`` (it does not depend on the promotion: the
+    audit draws it with its results, before the champion look-up)."""
+    return plot_tradeoff(path=Path(out_dir) / "tradeoff.png", **_plot_arguments(record, table))
+
+
 def write_report(
     out_dir: Path, record, table: pd.DataFrame, promotion=None, *, plot: bool = True,
     verdict=None,
 ) -> dict[str, Path]:  # fmt: skip
     """Write ``tradeoff.png``, ``report.md`` and ``report.html`` into ``out_dir``; with
-    ``plot=False`` the ``tradeoff.png`` that an earlier call for the same record and table
-    wrote there is used as it is (the plot does not depend on the promotion). ``verdict``:
+    ``plot=False`` the ``tradeoff.png`` that :func:`write_plot` wrote there for the same
+    record and table is used as it is (the plot does not depend on the promotion). ``verdict``:
     the command's :func:`build_verdict` of ``record`` and ``promotion``, when built."""
     out_dir = Path(out_dir)
     title = report_title(record)
     sections = report_sections(record, promotion, verdict)
-    image = out_dir / "tradeoff.png"
-    if plot:
-        image = plot_tradeoff(path=image, **_plot_arguments(record, table))
+    image = write_plot(out_dir, record, table) if plot else out_dir / "tradeoff.png"
     (out_dir / "report.md").write_text(render_markdown(title, sections, image.name))
     (out_dir / "report.html").write_text(render_html(title, sections, image))
     return {"md": out_dir / "report.md", "html": out_dir / "report.html", "png": image}

@@ -1,8 +1,10 @@
 """The audit's stages, in the order the ``fairness_audit`` flow (:mod:`fairpca.flows.audit`)
 calls them: load and encode -> represent and search -> choose -> evaluate -> references ->
-record -> write; each takes the earlier stages' values and returns its own (see
-``docs/architecture.rst``). The network part (the champion look-up, the promotion, MLflow)
-follows in the flow, once these results are written and sealed."""
+record -> write (and seal) -> begin logging (the champion look-up and the MLflow run, over
+the network) -> decide and report (the promotion, the one verdict, the report, the second
+seal); each takes the earlier stages' values and returns its own (see
+``docs/architecture.rst``). The flow then logs the folder to that run
+(:func:`fairpca.tasks.mlflow_logging.log_output_dir`)."""
 
 from __future__ import annotations
 
@@ -36,14 +38,20 @@ from fairpca.tasks.evaluate import (
 )
 from fairpca.tasks.mlflow_logging import (
     AUDIT_FILE,
+    PROMOTION_FILE,
     RETRYING,
     as_model_input,
     input_example,
+    logging_not_begun,
+    open_run,
+    retrying,
     save_model_locally,
 )
+from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.onnx_export import save_graph
 from fairpca.tasks.record import (
     AuditRecord,
+    PromotionRecord,
     build_record,
     frontier_points,
     parity_gap,
@@ -53,7 +61,7 @@ from fairpca.tasks.record import (
 )
 from fairpca.tasks.references import reference_mitigations
 from fairpca.tasks.registry import find_champion
-from fairpca.tasks.report import write_matrices, write_report
+from fairpca.tasks.report import Verdict, build_verdict, write_matrices, write_plot, write_report
 from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
 from fairpca.tasks.select import (
     Challenger,
@@ -61,6 +69,7 @@ from fairpca.tasks.select import (
     Decision,
     GatePolicy,
     choose,
+    decide_promotion,
     judge_chosen,
     majority_accuracy_of,
     registrable,
@@ -297,13 +306,15 @@ def write_outputs(
     out_dir: Path, record: AuditRecord, table: pd.DataFrame, config
 ) -> dict[str, str]:
     """Everything the audit found, on disk beside the model and the projection matrices
-    (written before the record, which names their SHA-256s): the record, the report, the
-    candidates' table and the resolved config; then the folder is sealed, with the model's
-    and the matrices' SHA-256s as the record names them. Returns the SHA-256s sealed."""
+    (written before the record, which names their SHA-256s): the record, the candidates'
+    table, the report's plot and the resolved config; then the folder is sealed, with the
+    model's and the matrices' SHA-256s as the record names them, before any network call.
+    Returns the SHA-256s sealed. The report itself shows the promotion: it is written once
+    that is decided, or the look-up has failed (:func:`fairpca.flows.audit.promote_and_log`)."""
     table.to_csv(out_dir / "metrics.csv", index=False)
     (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
     write_audit_record(out_dir / AUDIT_FILE, record)
-    write_report(out_dir, record, table)
+    write_plot(out_dir, record, table)
     model = skops_file(out_dir / "model").relative_to(out_dir.resolve()).as_posix()
     matrices = {f"projection/{name}.npy": digest for name, digest in record.hashes.items()}
     return seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
@@ -556,3 +567,82 @@ def record_audit(
             config.evaluation.min_group_size,
         ),
     )
+
+
+@dataclass
+class Begun:
+    """The begin-logging stage's values: the command's one MLflow client, the current
+    champion (None: none, or not looked up), the versions the registry demoted, and the
+    audit's MLflow run (``run_id``, ``experiment_id``)."""
+
+    client: Any
+    champion: Any
+    demoted: frozenset
+    run: dict[str, str]
+
+
+def begin_logging(
+    out_dir: Path, record: AuditRecord, table: pd.DataFrame, tracking_uri: str, *,
+    sealed: dict[str, str], watch: bool, evaluate,
+) -> Begun:  # fmt: skip
+    """Stage 8, the first over the network: the command's MLflow client, the current
+    champion (when the audit registers, and always in a retrain, which re-checks it;
+    ``evaluate`` measures it on the audit's test rows) and the audit's run, started before
+    the promotion is decided so that the second seal can name it.
+
+    Raises
+    ------
+    MlflowLoggingError
+        One of them failed after its retries (the audit's). The report (without a
+        promotion) is written and the folder sealed again first (``sealed``: the first
+        seal's SHA-256s), as on an interrupt: ``fairpca relog`` logs it as it is.
+    """
+    doing, champion, demoted = "Opening the MLflow tracking store", None, frozenset()
+    try:
+        client = mlflow_client(tracking_uri)
+        if record.register_model or watch:
+            doing = "Looking up the current champion"
+            lookup = champion_lookup.with_options(**retrying(record))
+            champion, demoted = lookup(
+                tracking_uri, record, watch=watch, evaluate=evaluate, client=client
+            )
+        doing = "Starting the audit's MLflow run"
+        run = open_run(tracking_uri, record, client=client)
+    except BaseException as error:  # the folder is complete before the error goes up
+        report_and_seal(out_dir, record, table, sealed, build_verdict(record))
+        if not isinstance(error, Exception):
+            raise
+        raise logging_not_begun(out_dir, tracking_uri, doing, error) from error
+    return Begun(client, champion, demoted, run)
+
+
+def decide_and_report(
+    out_dir: Path, record: AuditRecord, table: pd.DataFrame, begun: Begun, *,
+    sealed: dict[str, str], tolerance: float,
+) -> tuple[PromotionRecord, Verdict, Path]:  # fmt: skip
+    """Stage 9: the promotion decided against the champion ``begun`` found
+    (:func:`fairpca.tasks.select.decide_promotion`), the one verdict every surface shows from
+    here on, and both written beside the record, sealed with the audit's run. Returns the
+    promotion, the verdict and the HTML report's path."""
+    promotion = decide_promotion(
+        challenger_of(record), begun.champion, tolerance=tolerance, demoted_models=begun.demoted
+    )
+    decided = PromotionRecord.of(promotion, begun.champion)
+    verdict = build_verdict(record, decided)
+    report = report_and_seal(out_dir, record, table, sealed, verdict, decided, begun.run)
+    return decided, verdict, report
+
+
+def report_and_seal(
+    out_dir: Path, record: AuditRecord, table: pd.DataFrame, sealed: dict[str, str], verdict,
+    promotion: PromotionRecord | None = None, run: dict[str, str] | None = None,
+) -> Path:  # fmt: skip
+    """The promotion (when decided) and the report (showing ``verdict``, with the plot
+    :func:`write_outputs` drew) beside the record, then the folder sealed again, with the
+    audit's ``run`` when it started (``sealed``: the first seal's SHA-256s, of files not
+    rewritten since). Returns the HTML report's path."""
+    if promotion is not None:
+        (out_dir / PROMOTION_FILE).write_text(promotion.model_dump_json(indent=2))
+    paths = write_report(out_dir, record, table, promotion, plot=False, verdict=verdict)
+    seal_output_dir(out_dir, known=sealed, run=run)
+    return paths["html"]

@@ -267,17 +267,22 @@ def _write_seal(out_dir: Path, record: dict[str, Any], key: bytes) -> Path:
     return target
 
 
-def seal_output_dir(out_dir: str | Path, known: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Sign the manifest (path, size, SHA-256) of every file of ``out_dir``; return the
-    SHA-256s sealed (posix path inside ``out_dir`` -> hex digest).
+def seal_output_dir(
+    out_dir: str | Path, known: Mapping[str, str] | None = None, *, run: Mapping | None = None
+) -> dict[str, str]:
+    """Sign the manifest (path, size, SHA-256) of every file of ``out_dir``, and the MLflow
+    run that logs it when known; return the SHA-256s sealed (posix path inside ``out_dir``
+    -> hex digest).
 
-    The audit seals its folder before any network call and again once the promotion is
-    written beside it; the key file is created on first use. The key must not lie inside
-    ``out_dir``. ``known`` holds the SHA-256s the audit computed of files it wrote and has
-    not changed since (the model's and the matrices' as the record names them, or an earlier
-    seal's): they are sealed as given, every other file is hashed here. A wrong one fails
-    closed: whatever reads the folder later (:func:`verify_output_dir`, the copy that is
-    uploaded) hashes each file again and refuses a mismatch.
+    The audit seals its folder twice: before any network call, and once the promotion and
+    the report are written beside it, with its run (``run``: ``run_id`` and
+    ``experiment_id``; a later relog completes that run and no other, :func:`bound_run`).
+    The key file is created on first use. The key must not lie inside ``out_dir``.
+    ``known`` holds the SHA-256s the audit computed of files it wrote and has not changed
+    since (the model's and the matrices' as the record names them, or an earlier seal's):
+    they are sealed as given, every other file is hashed here. A wrong one fails closed:
+    whatever reads the folder later (:func:`verify_output_dir`, the copy that is uploaded)
+    hashes each file again and refuses a mismatch.
     """
     out_dir = Path(out_dir)
     key = signing_key(create=True)
@@ -286,7 +291,8 @@ def seal_output_dir(out_dir: str | Path, known: Mapping[str, str] | None = None)
     listing, known = sorted(_file_listing(out_dir).items()), known or {}
     digests = {name: known.get(name) or sha256_file(path) for name, path in listing}
     files = {name: {"size": path.stat().st_size, "sha256": digests[name]} for name, path in listing}
-    _write_seal(out_dir, {"version": _SEAL_VERSION, "files": files, "run": None}, key)
+    bound = None if run is None else {name: str(run[name]) for name in ("run_id", "experiment_id")}
+    _write_seal(out_dir, {"version": _SEAL_VERSION, "files": files, "run": bound}, key)
     return digests
 
 
@@ -373,7 +379,8 @@ def _check_sizes(out_dir, sealed, present, max_file_bytes: int, max_total_bytes:
 
 def bind_run(out_dir: str | Path, *, run_id: str, experiment_id: str) -> None:
     """Record (and sign) the MLflow run that logs this directory, so a later relog completes
-    that run and no other. The directory must still verify."""
+    that run and no other (a relog's run; the audit seals its own with the folder,
+    :func:`seal_output_dir`). The directory must still verify."""
     out_dir = Path(out_dir)
     record = _verified_record(out_dir)
     record["run"] = {"run_id": str(run_id), "experiment_id": str(experiment_id)}

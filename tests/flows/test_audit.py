@@ -440,12 +440,33 @@ def test_logging_failure_marks_run_failed_keeps_results_and_relogs(
     assert logged["model_version"] is not None
 
 
-def test_unreachable_tracking_server_fails_clearly_after_retries(
-    prefect_harness, tmp_path, monkeypatch
+def test_unreachable_tracking_server_fails_clearly_and_keeps_a_folder_relog_logs(
+    prefect_harness, store, tmp_path, monkeypatch
 ):
+    """The champion look-up (the first network call) fails after the audit's retries (one
+    here, as for every MLflow step): the error names the kept folder, which holds the report
+    (written once, without a promotion) and verifies with no run bound; relog logs it to a
+    reachable store."""
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    import sys
+    import threading
+
     from fairpca.flows.audit import fairness_audit
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import (
+        PROMOTION_FILE,
+        STATUS_FILE,
+        MlflowLoggingError,
+        check_relog_dir,
+    )
+    from fairpca.tasks.registry import find_champion
+    from fairpca.tasks.trust import bound_run
+
+    lookups = []
+
+    def count(frame, event, _arg):
+        if event == "call" and frame.f_code is find_champion.__code__:
+            lookups.append(threading.get_ident())
 
     config = make_config(
         ("http://127.0.0.1:9", None),
@@ -454,13 +475,30 @@ def test_unreachable_tracking_server_fails_clearly_after_retries(
         mlflow_retries=1,
         mlflow_retry_backoff=0.05,
     )
-    with pytest.raises(MlflowLoggingError) as info:
-        fairness_audit(config)
-    out_dirs = list((tmp_path / "out").iterdir())  # named in the error, each file kept there
+    sys.setprofile(count)
+    threading.setprofile(count)
+    try:
+        with pytest.raises(MlflowLoggingError) as info:
+            fairness_audit(config)
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+    assert len(lookups) == 2  # mlflow_retries=1: one try, one retry
+    out_dirs = list((tmp_path / "out").iterdir())  # named in the error
     assert len(out_dirs) == 1 and str(out_dirs[0].resolve()) in str(info.value)
+    out_dir = out_dirs[0]
+    sealed = check_relog_dir(out_dir)  # complete, every file as the seal lists it
     for name in ("report.md", "report.html", "tradeoff.png", "metrics.csv", "audit.json"):
-        assert (out_dirs[0] / name).is_file()
-    assert (out_dirs[0] / "projection" / "fair_pca" / "components_.npy").is_file()
+        assert name in sealed["files"], name
+    assert "projection/fair_pca/components_.npy" in sealed["files"]
+    assert bound_run(sealed) is None and PROMOTION_FILE not in sealed["files"]
+    assert json.loads((out_dir / STATUS_FILE).read_text())["status"] == "FAILED"
+
+    uri, client = store
+    logged = relog_output_dir(out_dir, uri)
+    run = client.get_run(logged["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["mlflow.note.content"]
+    assert {"report/report.md", "report/report.html"} <= artifact_paths(client, run.info.run_id)
 
 
 def test_bad_parameters_fail_validation_before_any_task(prefect_harness, tmp_path):

@@ -2,13 +2,13 @@
 stage calls (counted by a profile hook on every thread, through the real flow, store and
 registry).
 
-One MLflow client serves the whole command, and one verdict each report written. The results
-are written and sealed before any network call, and the promotion is decided after the
-champion look-up (over the network): so the report is written twice (without, then with the
-promotion), each from its own verdict (the second one is the one every surface after the
-promotion shows: the report, the run and version descriptions, the model card, the Prefect
-artifact and log line, the final state's message); the seal is written before the look-up,
-after the promotion, and once more when the MLflow run is known (its id is signed into it).
+One MLflow client serves the whole command. The results are written and sealed before any
+network call; the champion is looked up and the audit's MLflow run started (so its id is
+known); then the promotion is decided and, from it, the one verdict every surface shows (the
+report, the run and version descriptions, the model card, the Prefect artifact and log line,
+the final state's message). So the verdict is built once, the report written once (with the
+promotion), and the seal written twice: before the look-up, and after the promotion with the
+run's id signed into it.
 """
 
 from __future__ import annotations
@@ -109,10 +109,11 @@ def test_a_registering_audit_does_each_piece_of_work_once(profiled_audit):
     result, profile = profiled_audit
     counts = profile.counts
     assert result.model_version is not None and result.champion_moved  # a registering audit
+    print(f"counted in one registering audit: {dict(counts)}")  # shown with -s
     assert counts["mlflow_client"] == 1, counts
-    assert counts["write_report"] == 2, counts  # before the look-up, after the promotion
-    assert counts["build_verdict"] == counts["write_report"], counts  # one for each
-    assert counts["_write_seal"] <= 3, counts
+    assert counts["build_verdict"] == 1, counts
+    assert counts["write_report"] == 1, counts  # after the promotion
+    assert counts["_write_seal"] <= 2, counts  # before the look-up, after the promotion
 
 
 def test_the_flow_calls_few_functions_of_tasks(profiled_audit):

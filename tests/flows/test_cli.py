@@ -380,12 +380,15 @@ def test_a_useless_reference_is_marked_with_why_under_the_table():
     96% of the rows) is not shown as a plain row: a dagger and the reason."""
     from records import replaced
 
+    from fairpca.flows.audit import AuditResult
+
     result = _result()
     useless = ["says no for only 3.9% of the rows against 88.6% negatives (needs at least 0.25 x)"]
     references = [replaced(r, ineligible=useless) if r.name == "correlation_remover" else r
                   for r in result.record.references]  # fmt: skip
     record = replaced(result.record, references=references)
-    words = " ".join(_printed(replaced(result, record=record), width=100).split())
+    shown = AuditResult(**{**dict(result), "record": record, "verdict": None})  # its own verdict
+    words = " ".join(_printed(shown, width=100).split())
     assert "correlation_remover*† " in words and "exponentiated_gradient† " not in words
     assert f"† not eligible on the validation rows: correlation_remover {useless[0]}." in words
 

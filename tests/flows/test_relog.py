@@ -107,6 +107,29 @@ def test_the_audit_seals_its_directory_and_binds_its_run(audited, mlflow_store):
     assert not key_path().resolve().is_relative_to(out_dir.resolve())
 
 
+def test_a_folder_sealed_before_its_report_gets_it_at_relog(kept, mlflow_store, tmp_path):
+    """An audit stopped during its champion look-up (a stop signal, a killed process) left
+    its results sealed without the report, which waits for the promotion: relog writes the
+    report, seals it with the folder, and logs it."""
+    from fairpca.flows.relog import relog_output_dir
+    from fairpca.tasks.mlflow_logging import PROMOTION_FILE, STATUS_FILE, check_relog_dir
+    from fairpca.tasks.trust import seal_output_dir
+
+    uri, client = mlflow_store
+    for name in ("report.md", "report.html", PROMOTION_FILE, STATUS_FILE, "model_card.md"):
+        (kept / name).unlink(missing_ok=True)
+    seal_output_dir(kept)  # as the audit's first seal, before any network call
+    assert "report.md" not in check_relog_dir(kept)["files"]
+
+    logged = relog_output_dir(kept, uri)
+    sealed = check_relog_dir(kept)  # the folder verifies, its report sealed with it
+    assert {"report.md", "report.html"} <= set(sealed["files"])
+    assert sealed["run"]["run_id"] == logged["run_id"]
+    assert client.get_run(logged["run_id"]).info.status == "FINISHED"
+    uploaded = client.download_artifacts(logged["run_id"], "report/report.md", str(tmp_path))
+    assert Path(uploaded).read_bytes() == (kept / "report.md").read_bytes()
+
+
 def test_swapped_model_with_forged_verdict_is_refused_and_no_champion_moves(
     kept, audited, mlflow_store, tmp_path
 ):
