@@ -68,6 +68,23 @@ def _tests_run_outside_the_checkout(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
+def _stop_signal_handlers_restored():
+    """Each test leaves the next one the SIGINT/SIGTERM handlers it found (a command's, a
+    server's handler left installed would take a later test's simulated Ctrl-C)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in found.items():
+        if handler is not None and signal.getsignal(sig) is not handler:
+            signal.signal(sig, handler)
+
+
+@pytest.fixture(autouse=True)
 def _test_adds_nothing_to_the_checkout(request):
     """The checkout's top level is the same after each test (a quick check naming the test;
     the session's check above covers every folder)."""

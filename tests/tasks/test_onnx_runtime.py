@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import _thread
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -259,13 +260,19 @@ def test_an_interrupted_evaluation_kills_its_child_and_removes_its_folder(own_tm
 
     def interrupt_when_running():
         interrupt_when_running.pid = _child_when_limited()
-        _thread.interrupt_main()
+        _thread.interrupt_main(signal.SIGINT)
 
+    # Ctrl-C as a plain Python process takes it (``interrupt_main`` calls the installed
+    # handler, whatever an earlier test in this worker left); a lost interrupt fails in 20 s
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     watcher = threading.Thread(target=interrupt_when_running)
     watcher.start()
-    with pytest.raises(KeyboardInterrupt):
-        predict_isolated(checked, FRAME)
-    watcher.join()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            predict_isolated(checked, FRAME, cpu_seconds=20)
+    finally:
+        watcher.join()
+        signal.signal(signal.SIGINT, previous)
     pid = interrupt_when_running.pid
     assert not Path(f"/proc/{pid}").exists()  # killed and reaped
     assert _left(own_tmp) == []
