@@ -11,7 +11,6 @@ before the verdict, an event lost, a policy edited.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 import re
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import mlflow
 import pytest
+from gate_setup import POLICY, registrant
 from messages import matching
 
 from fairpca.flows import gate as gate_tasks
@@ -37,20 +37,7 @@ from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 
-REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 SECRET = "k" * 40
-POLICY = """model: {model}
-reference: {{path: reference.csv, label: approved, sensitive: [group]}}
-thresholds: {{max_dp_difference: 0.1, max_eo_difference: 0.15}}
-n_resamples: 200
-"""
-
-
-def _registrant():
-    spec = importlib.util.spec_from_file_location("gate_registrant", REGISTRANT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -68,7 +55,7 @@ def gate_key():
 @pytest.fixture(scope="module")
 def policy_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("policies")
-    _registrant().make_data(seed=2).to_csv(folder / "reference.csv", index=False)
+    registrant().make_data(seed=2).to_csv(folder / "reference.csv", index=False)
     (folder / "credit.yaml").write_text(POLICY.format(model="gate-credit"))
     return folder
 
@@ -80,11 +67,11 @@ def registry(mlflow_store):
     previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    registrant = _registrant()
+    script = registrant()
     versions = {
-        kind: registrant.register("gate-credit", kind, "skops") for kind in ("fair", "biased")
+        kind: script.register("gate-credit", kind, "skops") for kind in ("fair", "biased")
     }
-    versions["fair_skops"] = registrant.register("gate-credit", "fair", "skops")
+    versions["fair_skops"] = script.register("gate-credit", "fair", "skops")
     mlflow.set_tracking_uri(previous[0])
     mlflow.set_registry_uri(previous[1])
     return uri, client, versions
@@ -115,7 +102,7 @@ def _register(uri, kind, name="gate-credit", **options) -> str:
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     try:
-        return _registrant().register(name, kind, **options)
+        return registrant().register(name, kind, **options)
     finally:
         mlflow.set_tracking_uri(previous[0])
         mlflow.set_registry_uri(previous[1])
@@ -480,8 +467,8 @@ def test_model_files_changed_behind_a_valid_attestation_are_refused(
     _gated(uri, client, policy_dir, fair, skops)
     _hold(uri, client, policy_dir, fair)
     _hold(uri, client, policy_dir, skops)
-    frame = _registrant().make_data(n=20, seed=5)
-    expected = _registrant().fit("fair")[0].predict(frame[["x1", "x2"]])
+    frame = registrant().make_data(n=20, seed=5)
+    expected = registrant().fit("fair")[0].predict(frame[["x1", "x2"]])
     assert (load_champion("gate-credit", tracking_uri=uri).predict(frame) == expected).all()
 
     run_id = client.get_model_version("gate-credit", skops).run_id  # its folder: run artifacts

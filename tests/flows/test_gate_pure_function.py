@@ -21,7 +21,6 @@ version it was judging.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -35,6 +34,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+from gate_setup import POLICY, registrant
 from graphs import allocation_bomb, identity, slow
 from messages import matching
 
@@ -43,20 +43,7 @@ from fairpca.tasks.onnx_runtime import GRAPH_FAILED, NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, VERDICT_NOT_PASSED
 from fairpca.tasks.trust import GATE_KEY_ENV, verify_attestation
 
-REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 TESTS = Path(__file__).resolve().parents[1]
-POLICY = """model: {model}
-reference: {{path: reference.csv, label: approved, sensitive: [group]}}
-thresholds: {{max_dp_difference: 0.1, max_eo_difference: 0.15}}
-n_resamples: 200
-"""
-
-
-def _registrant():
-    spec = importlib.util.spec_from_file_location("gate_registrant", REGISTRANT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +71,7 @@ def store(mlflow_store, gate_key):
 def _policy(tmp_path: Path, model: str) -> Path:
     folder = tmp_path / f"policies-{model}"
     folder.mkdir()
-    _registrant().make_data(seed=2).to_csv(folder / "reference.csv", index=False)
+    registrant().make_data(seed=2).to_csv(folder / "reference.csv", index=False)
     (folder / "policy.yaml").write_text(POLICY.format(model=model))
     return folder
 
@@ -93,12 +80,12 @@ def _register(name: str, model, columns: list[str], *, graph=None, replace=None)
     """Register ``model`` as a registrant does: MLflow's scikit-learn flavour with skops, no
     ONNX graph unless ``graph`` (an ``onnx.ModelProto``, logged as the ``onnx`` flavour);
     ``replace`` maps a file name of the folder to the bytes it then holds."""
-    registrant = _registrant()
+    script = registrant()
     with mlflow.start_run() as run, tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp, "model")
         mlflow.sklearn.save_model(
             model, str(folder), serialization_format="skops", pip_requirements=["scikit-learn"],
-            input_example=registrant.make_data(n=5, seed=9)[columns],
+            input_example=script.make_data(n=5, seed=9)[columns],
         )  # fmt: skip
         if graph is not None:
             from mlflow.models import Model
@@ -110,7 +97,7 @@ def _register(name: str, model, columns: list[str], *, graph=None, replace=None)
         for name_in_folder, data in (replace or {}).items():
             (folder / name_in_folder).write_bytes(data)
         mlflow.log_artifacts(str(folder), "model")
-        return registrant.register_folder(name, f"{run.info.artifact_uri}/model", run.info.run_id)
+        return script.register_folder(name, f"{run.info.artifact_uri}/model", run.info.run_id)
 
 
 # ---- the models of the issue ----------------------------------------------------------------
@@ -171,7 +158,7 @@ def two_faced(scratch: Path):
     from sklearn.preprocessing import PolynomialFeatures
 
     scratch.write_text("nothing")
-    rows = _registrant().make_data(n=10)[["x1", "x2", "group"]]
+    rows = registrant().make_data(n=10)[["x1", "x2", "group"]]
     columns = ColumnTransformer([("x", "passthrough", ["x1", "x2", "group"])]).fit(rows)
     in_gate = Pipeline([
         ("path", _rows_become("/proc/self/cmdline")),
@@ -222,12 +209,12 @@ def test_the_key_reader_and_the_two_faced_model_fail_unopened_and_never_load(
     key.write_text("0123456789abcdef" * 4)
     key.chmod(0o600)
     thief = key_reader(key, 3, tmp_path / "scratch-1")
-    frame = _registrant().make_data(n=5)
+    frame = registrant().make_data(n=5)
     with pytest.raises(ValueError, match="Found unknown categories"):  # what it would say
         thief.predict(frame[["x1", "x2"]])
     liar = two_faced(tmp_path / "scratch-2")
-    outside = liar.predict(_registrant().make_data(n=400, seed=3)[["x1", "x2", "group"]])
-    assert outside[_registrant().make_data(n=400, seed=3)["group"] == 1].mean() < 0.1
+    outside = liar.predict(registrant().make_data(n=400, seed=3)[["x1", "x2", "group"]])
+    assert outside[registrant().make_data(n=400, seed=3)["group"] == 1].mean() < 0.1
     for pipeline, columns in ((thief, ["x1", "x2"]), (liar, ["x1", "x2", "group"])):
         with pytest.raises(Exception):  # noqa: B017 (no converter reads files: no graph for them)
             to_onnx(pipeline, frame[columns].to_numpy()[:1])

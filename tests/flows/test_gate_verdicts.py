@@ -20,6 +20,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+from gate_setup import POLICY, registrant
 from messages import matching
 
 from fairpca.flows import gate as gate_tasks
@@ -34,22 +35,7 @@ from fairpca.tasks.onnx_runtime import NO_GRAPH
 from fairpca.tasks.registry import ATTESTATION_TAG, TAMPERING_TAG, load_champion
 from fairpca.tasks.trust import GATE_KEY_ENV, AttestationError, verify_attestation
 
-REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
-POLICY = """model: {model}
-reference: {{path: reference.csv, label: approved, sensitive: [group]}}
-thresholds: {{max_dp_difference: 0.1, max_eo_difference: 0.15}}
-n_resamples: 200
-"""
 TIGHTENED = "min_accuracy_gain: 0.4\n"  # no classifier of these rows beats the majority by 0.4
-
-
-def _registrant():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gate_registrant", REGISTRANT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -113,8 +99,8 @@ def restored_pass_is_refused(uri: str, client, tmp_path: Path, model: str) -> No
     event and the reconciler take the alias at once and report tampering; restoring the
     gate's older ledger too is undone by the reconciler, and a ledger past its age is
     refused."""
-    folder = _policy_folder(tmp_path, model, _registrant().make_data(seed=2))
-    version = _with_uri(uri, _registrant().register, model, "fair", "skops")
+    folder = _policy_folder(tmp_path, model, registrant().make_data(seed=2))
+    version = _with_uri(uri, registrant().register, model, "fair", "skops")
     assert "passed" in _gate(uri, folder, model, version).message
     client.set_registered_model_alias(model, "champion", version)
     assert "stays on" in _gate(uri, folder, model, version, "model_version_alias.created",
@@ -221,8 +207,8 @@ def test_a_version_left_pending_is_judged_by_the_next_reconcile(
     judgement may still run); past it, the reconciler judges it and grants the request."""
     uri, client = mlflow_store
     model = "verdicts-stuck"
-    folder = _policy_folder(tmp_path, model, _registrant().make_data(seed=2))
-    version = _with_uri(uri, _registrant().register, model, "fair", "skops")
+    folder = _policy_folder(tmp_path, model, registrant().make_data(seed=2))
+    version = _with_uri(uri, registrant().register, model, "fair", "skops")
     policy = load_policies(folder)[model]
 
     def interrupted(*args, **kwargs):
@@ -285,16 +271,16 @@ def _register_window(uri: str, model: str, x1: float | None, width: float) -> st
         import tempfile
         from pathlib import Path
 
-        registrant = _registrant()
+        script = registrant()
         mlflow.set_experiment("registrant")
         with mlflow.start_run() as run, tempfile.TemporaryDirectory() as tmp:
             mlflow.sklearn.save_model(
                 pipeline, f"{tmp}/model", input_example=toy, serialization_format="skops",
                 pip_requirements=[f"scikit-learn=={sklearn.__version__}"],
             )  # fmt: skip
-            registrant.add_graph(Path(tmp, "model"), pipeline, ["x1"])
+            script.add_graph(Path(tmp, "model"), pipeline, ["x1"])
             mlflow.log_artifacts(f"{tmp}/model", "model")
-            return registrant.register_folder(
+            return script.register_folder(
                 model, f"{run.info.artifact_uri}/model", run.info.run_id
             )
 
@@ -390,9 +376,9 @@ def test_the_eleventh_judgement_of_a_model_in_a_day_is_refused(
     another policy has its own budget."""
     uri, client = mlflow_store
     model = "verdicts-budget"
-    folder = _policy_folder(tmp_path, model, _registrant().make_data(n=200, seed=2))
+    folder = _policy_folder(tmp_path, model, registrant().make_data(n=200, seed=2))
     unreadable = _with_uri(uri, lambda: mlflow.register_model("/nowhere", model).version)
-    pickled = _with_uri(uri, _registrant().register, model, "fair")  # no graph: refused
+    pickled = _with_uri(uri, registrant().register, model, "fair")  # no graph: refused
     for _ in range(3):  # its files cannot be read: error, no number published, not counted
         assert "evaluation failed" in _gate(uri, folder, model, unreadable).message
     for _ in range(10):

@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from gate_setup import registrant
 from messages import matching
 from records import replaced
 
@@ -25,8 +26,6 @@ from fairpca.tasks.record import (
 from fairpca.tasks.registry import fairness_tags
 from fairpca.tasks.report import markdown_text, render_model_card
 from fairpca.tasks.trust import mask_credentials
-
-REGISTRANT = Path(__file__).resolve().parents[1] / "e2e" / "gate_registrant.py"
 
 
 @pytest.fixture
@@ -312,7 +311,6 @@ def registered(prefect_harness, mlflow_store, tmp_path_factory):
 
 def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlflow_store):
     import json
-    from pathlib import Path
 
     from fairpca.tasks.registry import DEFINITION_TAG, MODEL_FILE_SHA_TAG
     from fairpca.tasks.report import DESCRIPTION_MAX_CHARS
@@ -346,7 +344,6 @@ def test_audit_registers_under_its_definition_with_card_and_tags(registered, mlf
 
 
 def test_registering_the_same_run_again_returns_its_version(registered, mlflow_store):
-    from pathlib import Path
 
     from fairpca.tasks.mlflow_logging import read_audit
     from fairpca.tasks.registry import register_version
@@ -401,7 +398,6 @@ def test_a_model_that_no_audit_created_is_refused_unless_empty(mlflow_store):
 
 
 def test_registered_pipeline_loads_verified_and_refuses_tampering(registered, mlflow_store):
-    from pathlib import Path
 
     from fairpca.datasets import load_dataset
     from fairpca.tasks.registry import (
@@ -471,9 +467,7 @@ def scorer_registry(mlflow_store):
     """Version 1 of ``scored``: a skops LogisticRegression with fairpca's file SHA-256 tag
     and its ONNX graph (the ``onnx`` flavour beside); version 2: the same model cloudpickled,
     no graph; version 3: skops with the SHA-256 tag, no graph."""
-    import importlib.util
     import tempfile
-    from pathlib import Path
 
     import mlflow
     import numpy as np
@@ -486,9 +480,7 @@ def scorer_registry(mlflow_store):
     uri, client = mlflow_store
     X = pd.DataFrame(np.random.default_rng(0).normal(size=(40, 2)), columns=["x1", "x2"])
     model = LogisticRegression().fit(X, (X["x1"] > 0).astype(int))
-    spec = importlib.util.spec_from_file_location("gate_registrant", REGISTRANT)
-    registrant = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(registrant)
+    script = registrant()
     previous = mlflow.get_tracking_uri(), mlflow.get_registry_uri()
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
@@ -496,9 +488,9 @@ def scorer_registry(mlflow_store):
         with mlflow.start_run() as run, tempfile.TemporaryDirectory() as tmp:
             mlflow.sklearn.save_model(model, f"{tmp}/model", serialization_format="skops",
                                       pip_requirements=["scikit-learn"])  # fmt: skip
-            registrant.add_graph(Path(tmp, "model"), model, ["x1", "x2"])
+            script.add_graph(Path(tmp, "model"), model, ["x1", "x2"])
             mlflow.log_artifacts(f"{tmp}/model", "model")
-            registrant.register_folder("scored", f"{run.info.artifact_uri}/model", run.info.run_id)
+            script.register_folder("scored", f"{run.info.artifact_uri}/model", run.info.run_id)
         for serialization in ("cloudpickle", "skops"):  # versions 2 and 3: no graph
             with mlflow.start_run():
                 info = mlflow.sklearn.log_model(
@@ -532,7 +524,6 @@ def _attest(client, uri, holder, key, **changes):
     ledger as the holder's latest verdict."""
     import tempfile
     from dataclasses import replace
-    from pathlib import Path
 
     from fairpca.tasks.gate_ledger import attestation_digest
     from fairpca.tasks.onnx_runtime import GraphRefused, read_graph
