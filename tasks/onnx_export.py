@@ -116,11 +116,6 @@ def _classifier_shape(operator) -> None:
     operator.outputs[1].type = DoubleTensorType([None, 2])
 
 
-def _text(value: Any) -> str:
-    """A fitted category as the graph holds it (a missing one: :data:`MISSING_CATEGORY`)."""
-    return MISSING_CATEGORY if pd.isna(value) else str(value)
-
-
 def _pooler_converter(scope, operator, container) -> None:
     """:class:`fairpca.datasets.RareCategoryPooler`: per column, a kept category (and the
     missing marker) maps to itself, every other string to the placeholder."""
@@ -159,7 +154,7 @@ def _one_hot_columns(encoder) -> list[tuple[list[str], list[int], int, int]]:
         encoded = encoded.toarray() if hasattr(encoded, "toarray") else np.asarray(encoded)
         block = encoded[:, starts[position] : starts[position + 1]]
         where = np.where(block.sum(axis=1) > 0, block.argmax(axis=1), -1).tolist()
-        keys = [_text(value) for value in categories]
+        keys = [MISSING_CATEGORY if pd.isna(value) else str(value) for value in categories]
         if len(set(keys)) < len(keys):
             raise NotConvertibleError(
                 f"a category equals the graph's missing marker {MISSING_CATEGORY!r}"
@@ -201,11 +196,6 @@ def _scaler_converter(scope, operator, container) -> None:
         x = nodes.node("Sub", x, nodes.constant("mean", scaler.mean_))
     scale = scaler.scale_ if scaler.with_std else np.ones(scaler.n_features_in_)
     nodes.node("Div", x, nodes.constant("scale", scale), out=nodes.outputs[0])
-
-
-def _fair_pca_width(estimator) -> int:
-    k = estimator.components_.shape[0]
-    return 2 * k if estimator.tradeoff > 0 else k
 
 
 def _fair_pca_converter(scope, operator, container) -> None:
@@ -318,9 +308,8 @@ def _register_own_converters() -> None:
     update_registered_converter(
         RareCategoryPooler, "FairpcaRareCategoryPooler", _shape_like_input, _pooler_converter
     )
-    update_registered_converter(
-        FairPCA, "FairpcaFairPCA", _double_shape(_fair_pca_width), _fair_pca_converter
-    )
+    width = _double_shape(lambda fair: len(fair.components_) * (2 if fair.tradeoff > 0 else 1))
+    update_registered_converter(FairPCA, "FairpcaFairPCA", width, _fair_pca_converter)
     update_registered_converter(
         FixedThresholdClassifier, "SklearnFixedThresholdClassifier", _classifier_shape,
         _fixed_threshold_converter, options=classifier,
@@ -353,20 +342,6 @@ def _exact_converters() -> tuple[dict, dict]:
 # ---- conversion and check -----------------------------------------------------------------
 
 
-def input_types(X: pd.DataFrame) -> list[tuple[str, Any]]:
-    """One graph input per column of ``X``: string for a categorical column, double for a
-    numeric one (:func:`fairpca.datasets.split_feature_kinds`), each ``[N, 1]``."""
-    from skl2onnx.common.data_types import DoubleTensorType, StringTensorType
-
-    from fairpca.datasets import split_feature_kinds
-
-    categorical, _ = split_feature_kinds(X)
-    return [
-        (str(c), (StringTensorType if c in categorical else DoubleTensorType)([None, 1]))
-        for c in X.columns
-    ]
-
-
 def pipeline_graph(pipeline, X: pd.DataFrame):
     """The fitted ``pipeline`` as an ONNX ``ModelProto`` over the columns of ``X``, with the
     outputs :data:`LABEL_OUTPUT` and :data:`SCORES_OUTPUT`.
@@ -387,7 +362,10 @@ def pipeline_graph(pipeline, X: pd.DataFrame):
 
 def convert(model, X: pd.DataFrame, outputs: list[tuple[str, Any]]):
     """``skl2onnx``'s conversion of ``model`` over the columns of ``X`` to ``outputs`` (name,
-    type) with this module's converters; a classifier's probabilities as a tensor.
+    type) with this module's converters; a classifier's probabilities as a tensor (not
+    ZipMap's sequence of maps). One graph input per column of ``X``: string for a categorical
+    column, double for a numeric one (:func:`fairpca.datasets.split_feature_kinds`), each
+    ``[N, 1]``.
 
     Raises
     ------
@@ -395,25 +373,25 @@ def convert(model, X: pd.DataFrame, outputs: list[tuple[str, Any]]):
         A step has no exact converter.
     """
     from skl2onnx import convert_sklearn
-    from skl2onnx.common.exceptions import MissingShapeCalculator
+    from skl2onnx.common.data_types import DoubleTensorType, StringTensorType
+    from sklearn.base import is_classifier
+
+    from fairpca.datasets import split_feature_kinds
 
     _register_own_converters()
     converters, shapes = _exact_converters()
+    categorical, _ = split_feature_kinds(X)
+    inputs = [(str(c), (StringTensorType if c in categorical else DoubleTensorType)([None, 1]))
+              for c in X.columns]  # fmt: skip
     final = model.steps[-1][1] if hasattr(model, "steps") else model
-    arguments = {
-        "initial_types": input_types(X), "target_opset": OPSET, "final_types": outputs,
-        "custom_conversion_functions": converters, "custom_shape_calculators": shapes,
-    }  # fmt: skip
     try:
-        try:  # probabilities as a tensor (not ZipMap's sequence of maps), where it applies
-            return convert_sklearn(model, options={id(final): {"zipmap": False}}, **arguments)
-        except NameError as error:  # skl2onnx's "Option 'zipmap' not in [...]"
-            if "zipmap" not in str(error):
-                raise
-            return convert_sklearn(model, **arguments)
-    except NotConvertibleError:
-        raise
-    except (KeyError, MissingShapeCalculator, RuntimeError, NotImplementedError) as error:
+        return convert_sklearn(
+            model, initial_types=inputs, final_types=outputs, target_opset=OPSET,
+            options={id(final): {"zipmap": False}} if is_classifier(final) else None,
+            custom_conversion_functions=converters, custom_shape_calculators=shapes,
+        )  # fmt: skip
+    # (every classifier converter of skl2onnx and of this module takes the zipmap option)
+    except (KeyError, RuntimeError, NotImplementedError) as error:  # e.g. MissingShapeCalculator
         raise NotConvertibleError(f"{type(error).__name__}: {error}") from error
 
 
@@ -505,10 +483,10 @@ def export_graph(
     return GraphExport(graph.data, "exported", None, len(expected), checked_on)
 
 
-def write_onnx_flavour(model_dir: Path, data: bytes) -> str:
+def write_onnx_flavour(model_dir: Path, data: bytes) -> None:
     """Write ``data`` as ``model_dir/model.onnx`` and add MLflow's ``onnx`` flavour to the
     folder's ``MLmodel`` (the keys ``mlflow.onnx.save_model`` writes; no external data);
-    the ``python_function`` loader stays ``mlflow.sklearn``. Returns the graph's SHA-256."""
+    the ``python_function`` loader stays ``mlflow.sklearn``."""
     import onnx
     from mlflow.models import Model
     from mlflow.onnx import ONNX_EXECUTION_PROVIDERS
@@ -522,7 +500,6 @@ def write_onnx_flavour(model_dir: Path, data: bytes) -> str:
     )  # fmt: skip
     spec.model_size_bytes = sum(p.stat().st_size for p in model_dir.rglob("*") if p.is_file())
     spec.save(str(model_dir / "MLmodel"))
-    return hashlib.sha256(data).hexdigest()
 
 
 def save_graph(
