@@ -133,18 +133,18 @@ def _pooler_converter(scope, operator, container) -> None:
     nodes.node("Concat", *pooled, out=nodes.outputs[0], axis=1)
 
 
-def _one_hot_columns(encoder) -> list[tuple[list[str], list[int], int, int]]:
-    """Per input column of a fitted ``OneHotEncoder``: its categories (as the graph holds
-    them), the output column of each within the column's block, the output column of an
-    unseen value (-1: none, all zeros) and the block's width; read off the encoder's own
-    ``transform`` of each category and of an unseen value, so that infrequent categories
+def _one_hot_converter(scope, operator, container) -> None:
+    """``OneHotEncoder`` of string columns: each value to its output column by a
+    ``LabelEncoder``, then ``Equal`` against the block's column numbers. The output column
+    of each category, and of an unseen value (-1: none, all zeros), is read off the encoder's
+    own ``transform`` of each category and of an unseen value, so that infrequent categories
     and ``handle_unknown`` map as scikit-learn maps them."""
+    encoder, nodes = operator.raw_operator, _Nodes(scope, operator, container)
     if encoder.drop is not None or encoder.handle_unknown == "error":
         raise NotConvertibleError("a OneHotEncoder with drop or handle_unknown='error'")
-    widths = list(encoder._n_features_outs)
-    starts = np.cumsum([0, *widths])
+    starts = np.cumsum([0, *encoder._n_features_outs])
     first = [categories[0] for categories in encoder.categories_]
-    columns = []
+    blocks = []
     for position, categories in enumerate(encoder.categories_):
         if categories.dtype.kind not in "OUS":
             raise NotConvertibleError("a OneHotEncoder of numeric columns")
@@ -159,20 +159,9 @@ def _one_hot_columns(encoder) -> list[tuple[list[str], list[int], int, int]]:
             raise NotConvertibleError(
                 f"a category equals the graph's missing marker {MISSING_CATEGORY!r}"
             )
-        columns.append((keys, where[:-1], where[-1], widths[position]))
-    return columns
-
-
-def _one_hot_converter(scope, operator, container) -> None:
-    """``OneHotEncoder`` of string columns: each value to its output column by a
-    ``LabelEncoder`` (unseen values as scikit-learn's ``handle_unknown`` maps them), then
-    ``Equal`` against the block's column numbers."""
-    nodes, blocks = _Nodes(scope, operator, container), []
-    for position, (keys, where, unknown, width) in enumerate(
-        _one_hot_columns(operator.raw_operator)
-    ):
-        code = nodes.encode(position, keys_strings=keys, values_int64s=where, default_int64=unknown)
-        numbers = nodes.constant("block", np.arange(width, dtype=np.int64)[None, :])
+        code = nodes.encode(position, keys_strings=keys, values_int64s=where[:-1],
+                            default_int64=where[-1])  # fmt: skip
+        numbers = nodes.constant("block", np.arange(block.shape[1], dtype=np.int64)[None, :])
         blocks.append(nodes.node("Cast", nodes.node("Equal", code, numbers), to=11))  # double
     nodes.node("Concat", *blocks, out=nodes.outputs[0], axis=1)
 
