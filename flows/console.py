@@ -35,6 +35,8 @@ from rich.text import Text
 
 from fairpca.tasks.trust import visible_text
 
+from .runtime import prefect_console
+
 
 def _width(stream) -> int | None:
     """A terminal's own width (or ``$COLUMNS``); piped output (CI logs, files) 120 columns."""
@@ -125,8 +127,10 @@ def summary_table(result, width: int | None = None) -> Table:
     return table
 
 
-def bullets(items: list[str]) -> None:
-    """One bullet per item; a long item wraps under its own text, never mid-word."""
+def bullets(title: str, items: list[str]) -> None:
+    """``title``, then one bullet per item; a long item wraps under its own text, never
+    mid-word."""
+    console.print(title)
     grid = Table.grid(padding=(0, 1))
     grid.add_column(no_wrap=True)
     grid.add_column(overflow="fold")
@@ -202,14 +206,6 @@ def group_table(verdict) -> Table | None:
     return _plain_table("group, test rows", titles, rows)  # the chosen model's rates
 
 
-def _screening_rows(screening: list[dict[str, Any]]) -> list[str]:
-    return [
-        f"{entry['action']} {entry['column']!r}: {entry['rule']}"
-        + ("" if entry.get("score") is None else f" (score {entry['score']:.3f})")
-        for entry in screening
-    ]
-
-
 OUTCOME_STYLES = {"promoted": "green", "not promoted": "yellow", "refused": "red"}
 
 
@@ -256,25 +252,18 @@ def show_logs(verbose: bool) -> None:
     os.environ["MLFLOW_LOGGING_LEVEL"] = level
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = str(verbose).lower()
     logging.getLogger("mlflow").setLevel(level)
-    if "prefect.logging.handlers" in sys.modules:
-        from prefect.logging.handlers import PrefectConsoleHandler
-
-        for handler in logging.getLogger().handlers:
-            if isinstance(handler, PrefectConsoleHandler):
-                handler.setLevel(level)
+    if (handler := prefect_console()) is not None:
+        handler.setLevel(level)
 
 
 def labelled(label: str, value: str, style: str = "") -> None:
     """``label value`` on one line when it fits, else ``value`` (a path, a URL, a command)
     on a line of its own, never broken by the console; a command too long for its line is
     broken between its words (:func:`command_lines`), never inside a path."""
-    text = f"{label} {value}"
-    if len(text) <= console.width:
-        console.print(escape(label), f"{style}{escape(value)}", soft_wrap=True)
-        return
-    if " " not in value:  # a path or a URL
-        console.print(escape(label))
-        console.print(f"{style}{escape(value)}", soft_wrap=True)
+    fits = len(f"{label} {value}") <= console.width
+    if fits or " " not in value:  # else a path or a URL on a line of its own
+        console.print(escape(label), f"{style}{escape(value)}", sep=" " if fits else "\n",
+                      soft_wrap=True)  # fmt: skip
         return
     for line in command_lines(f"{label} {value}", console.width, words_kept=len(label.split())):
         # printed without markup: rich's escape doubles a line's closing continuation "\\"
@@ -297,6 +286,10 @@ def command_lines(command: str, width: int, words_kept: int = 0) -> list[str]:
         else:
             line = f"{line} {word}" if line else word
     return [*lines, line]
+
+
+def _more(count: int) -> list[str]:
+    return [f"{count} more in the report (or run with --verbose)"] if count else []
 
 
 def print_report(result, before: str | None = None, *, verbose: bool | None = None) -> None:
@@ -326,27 +319,26 @@ def print_report(result, before: str | None = None, *, verbose: bool | None = No
     if (groups := group_table(verdict)) is not None:
         console.print(groups)
     deciding, others = shown(r for r in verdict.decision_reasons if r not in verdict.stated)
-    more = f"{others} more in the report (or run with --verbose)" if others else ""
     if deciding and not verbose:  # every reason that decided or names an alternative
-        console.print("Reasons:")
-        bullets(deciding + [more] * bool(more))
-    elif more and not verbose:
-        console.print(f"Reasons: {more}.")
+        bullets("Reasons:", deciding + _more(others))
+    elif others and not verbose:
+        console.print(f"Reasons: {_more(others)[0]}.")
     for what, why in result.skipped.items():  # a variant, or a stage the Dask route leaves out
         console.print(f"[yellow]Skipped {escape(what)}:[/yellow] {escape(why)}")
-    if result.screening:
-        console.print("Column screening:")
-        bullets(_screening_rows(result.screening))
+    if screening := result.screening:
+        bullets("Column screening:", [
+            f"{entry['action']} {entry['column']!r}: {entry['rule']}"
+            + ("" if entry.get("score") is None else f" (score {entry['score']:.3f})")
+            for entry in screening
+        ])  # fmt: skip
     if warnings := list(verdict.warnings):
-        shown = warnings if verbose else warnings[:1]
-        more = len(warnings) - len(shown)
-        console.print(f"[yellow]Warnings ({len(warnings)}):[/yellow]")
-        bullets(shown + ([f"{more} more in the report (or run with --verbose)"] if more else []))
+        kept = warnings if verbose else warnings[:1]
+        more = _more(len(warnings) - len(kept))
+        bullets(f"[yellow]Warnings ({len(warnings)}):[/yellow]", kept + more)
     if verbose:
         console.print(summary_table(result))
         console.print(summary_caption(record), style="dim")
-        console.print("Reasons:")
-        bullets([f"gate: {verdict.rule}", *result.reasons])
+        bullets("Reasons:", [f"gate: {verdict.rule}", *result.reasons])
     labelled("Report:", result.report_path)
     labelled("MLflow run id:", result.run_id, style="[bold]")
     for label, value in mlflow_ui_lines(result):
@@ -379,8 +371,8 @@ def mlflow_ui_lines(result, port: int = 5000) -> list[tuple[str, str]]:
         store = uri  # a local database by its absolute path
         if uri.startswith("sqlite:///"):
             store = f"sqlite:///{Path(uri.removeprefix('sqlite:///')).expanduser().absolute()}"
-        program = [mlflow_bin()] if Path(mlflow_bin()).exists() else [sys.executable, "-m",
-                                                                         "mlflow"]  # fmt: skip
+        mlflow = mlflow_bin()
+        program = [mlflow] if Path(mlflow).exists() else [sys.executable, "-m", "mlflow"]
         # one server process and no job runner: fairpca needs no MLflow server jobs; the
         # store last, so that a long path ends the command on a line of its own
         command = shlex.join([*program, "ui", "--port", str(port), "--workers", "1",
@@ -467,10 +459,8 @@ def print_message(target: Console, text: str, head: str = "", style: str | None 
     is the one command; the text around it goes on after it."""
     shown = visible_text(text)
     plain_head = Text.from_markup(head).plain if head else ""
-    if len(plain_head) + len(shown) <= target.width or not QUOTED_COMMAND.search(shown):
-        pieces = [shown]
-    else:
-        pieces = QUOTED_COMMAND.split(shown)  # prose, command, prose, ...
+    fits = len(plain_head) + len(shown) <= target.width
+    pieces = [shown] if fits else QUOTED_COMMAND.split(shown)  # prose, command, prose, ...
     for i, piece in enumerate(pieces):
         if i % 2:  # a command: on lines of its own, without markup (its "\\" stays one)
             for line in command_lines(piece, target.width):

@@ -108,22 +108,20 @@ def run_and_exit(main: Callable[[], object]) -> NoReturn:
     except BaseException:  # an error of the command itself: shown as Python shows it
         sys.excepthook(*sys.exc_info())
         code = 1
-    # CPython's own exit handlers (logging, Prefect's and MLflow's queues) as at a normal exit
-    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
-    if run_exit_handlers is None:  # pragma: no cover - another Python: the normal exit
-        raise SystemExit(code)
-    run_exit_handlers()
+    atexit._run_exitfuncs()  # logging's, Prefect's and MLflow's queues, as at a normal exit
+    _flush()
+    os._exit(code)
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with suppress(Exception):
             stream.flush()
-    os._exit(code)
 
 
 def _say(line: str) -> None:
     """One line on stderr, safe inside a signal handler (no Python-level buffer or lock)."""
-    for stream in (sys.stdout, sys.stderr):
-        with suppress(Exception):
-            stream.flush()
+    _flush()
     with suppress(OSError):
         os.write(2, (line + "\n").encode(errors="replace"))
 
@@ -249,14 +247,16 @@ class Command:
         point this process's Prefect client at it, or say which configured API the command
         uses; Prefect's console lines of failed runs come without tracebacks from now on.
         Raises :class:`CommandError`."""
-        self._console = _prefect_console()
+        self._console = prefect_console()
         if self._console is not None:
             self._console.addFilter(_without_traceback)
         if self.server is not None:
             self.phase = "while the Prefect server started"
             self.server.wait_until_up()
-        if self.server is None or self.server.api_url is None:
-            say_configured_api()
+        if (self.server is None or self.server.api_url is None) and configured_prefect_api():
+            from fairpca.tasks.trust import shown_uri
+
+            _say(f"Prefect: API {shown_uri(configured_prefect_api())} (Prefect's settings)")
 
     def _on_signal(self, signum: int, _frame) -> None:
         """Stop every child, say what was interrupted and where the results are, exit."""
@@ -281,15 +281,6 @@ class Command:
         os._exit(128 + signum)
 
 
-def say_configured_api() -> None:
-    """One line naming the Prefect API of Prefect's settings (credentials masked)."""
-    from fairpca.tasks.trust import shown_uri
-
-    url = configured_prefect_api()
-    if url:
-        _say(f"Prefect: API {shown_uri(url)} (Prefect's settings)")
-
-
 def _without_traceback(record: logging.LogRecord) -> bool:
     """A failed task or flow run on the console: its line names the error, the command's
     last line says what happened and what to do; the traceback goes to the Prefect API
@@ -297,21 +288,6 @@ def _without_traceback(record: logging.LogRecord) -> bool:
     if record.exc_info and record.name.startswith(("prefect.flow_runs", "prefect.task_runs")):
         record.exc_info = record.exc_text = None
     return True
-
-
-class _FailedWithoutTraceback(logging.Filter):
-    """Prefect's engine line for a flow run that ended in :func:`failed_run` ``(message)``,
-    without the traceback of raising that state (the message was logged as one line)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__()
-        self.message = message
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if error is not None and type(error).__name__ == "FailedRun" and str(error) == self.message:
-            record.exc_info = record.exc_text = None
-        return True
 
 
 def failed_run(message: str):
@@ -324,11 +300,17 @@ def failed_run(message: str):
     """
     from prefect.states import Failed
 
-    logging.getLogger("prefect.flow_runs").addFilter(_FailedWithoutTraceback(message))
+    def without_traceback(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if type(error).__name__ == "FailedRun" and str(error) == message:
+            record.exc_info = record.exc_text = None
+        return True
+
+    logging.getLogger("prefect.flow_runs").addFilter(without_traceback)
     return Failed(message=message)
 
 
-def _prefect_console() -> logging.Handler | None:
+def prefect_console() -> logging.Handler | None:
     """Prefect's console handler (on the root logger once Prefect configured logging)."""
     if "prefect.logging.handlers" not in sys.modules:
         return None
@@ -498,10 +480,9 @@ class PrefectServer:
         )
 
     def _output(self) -> str:
-        try:
+        with suppress(OSError):
             return self.log.read_text(errors="replace")
-        except OSError:
-            return ""
+        return ""
 
     def stop(self) -> None:
         """Stop the server (once it has the queued logs and events of the command)."""

@@ -35,10 +35,11 @@ from fairpca.tasks.onnx_runtime import (
     NO_GRAPH,
     ONNX_FILE,
     Graph,
-    GraphModel,
     GraphRefused,
+    graph_feed,
     graph_of,
     parse_graph,
+    predicted_labels,
 )
 
 ONNX_FLAVOR = "onnx"
@@ -55,6 +56,44 @@ class NotConvertibleError(ValueError):
 # ---- converters ---------------------------------------------------------------------------
 
 
+class _Nodes:
+    """What one converter adds to the graph: ``x`` is its operator's input, ``outputs`` the
+    names of its outputs; every node and constant gets a name unique in its scope."""
+
+    def __init__(self, scope, operator, container) -> None:
+        self.scope, self.container = scope, container
+        self.x = operator.inputs[0].full_name
+        self.outputs = [variable.full_name for variable in operator.outputs]
+
+    def constant(self, name: str, value) -> str:
+        """An initializer holding ``value`` (double, int64 or string), by its unique name."""
+        from onnx import numpy_helper
+
+        unique = self.scope.get_unique_variable_name(name)
+        self.container.initializers.append(numpy_helper.from_array(np.asarray(value), unique))
+        return unique
+
+    def node(self, op: str, *inputs: str, out: str | None = None, **attributes) -> str:
+        """A node ``op`` of ``inputs`` into ``out`` (default: a new variable), whose name it
+        returns; ``op_domain`` and ``op_version`` among ``attributes`` name its operator set."""
+        out = out or self.scope.get_unique_variable_name(op.lower())
+        name = self.scope.get_unique_operator_name(op)
+        self.container.add_node(op, list(inputs), [out], name=name, **attributes)
+        return out
+
+    def encode(self, position: int, **attributes) -> str:
+        """Column ``position`` of the ``[N, c]`` input, as ``[N, 1]``, through an
+        ``ai.onnx.ml`` ``LabelEncoder`` of ``attributes``."""
+        index = self.constant("column", np.array([position], dtype=np.int64))
+        column = self.node("Gather", self.x, index, axis=1)
+        return self.node("LabelEncoder", column, op_domain="ai.onnx.ml", op_version=2, **attributes)
+
+    def labels(self, chosen: str, classes: np.ndarray) -> None:
+        """``classes[chosen]`` (``chosen``: a boolean ``[N]``) into the first output."""
+        table = self.constant("classes", np.asarray(classes, dtype=np.int64))
+        self.node("Gather", table, self.node("Cast", chosen, to=7), out=self.outputs[0], axis=0)
+
+
 def _shape_like_input(operator) -> None:
     """The output: the input's type, as many columns as the step saw at fit."""
     kind = operator.inputs[0].type.__class__
@@ -65,51 +104,23 @@ def _double_shape(width) -> Any:
     from skl2onnx.common.data_types import DoubleTensorType
 
     def shape(operator) -> None:
-        operator.outputs[0].type = DoubleTensorType([None, width(operator.raw_operator)])
+        operator.outputs[0].type = DoubleTensorType([None, int(width(operator.raw_operator))])
 
     return shape
 
 
-def _constant(scope, container, name: str, value: np.ndarray) -> str:
-    """An initializer holding ``value`` (double, int64 or string), by its unique name."""
-    from onnx import numpy_helper
+def _classifier_shape(operator) -> None:
+    from skl2onnx.common.data_types import DoubleTensorType, Int64TensorType
 
-    unique = scope.get_unique_variable_name(name)
-    container.initializers.append(numpy_helper.from_array(np.asarray(value), unique))
-    return unique
-
-
-def _column(scope, container, source: str, position: int) -> str:
-    """Column ``position`` of the ``[N, c]`` tensor ``source``, as ``[N, 1]``."""
-    index = _constant(scope, container, "column", np.array([position], dtype=np.int64))
-    out = scope.get_unique_variable_name("column")
-    container.add_node(
-        "Gather", [source, index], [out], axis=1, name=scope.get_unique_operator_name("Gather")
-    )
-    return out
-
-
-def _node(scope, container, op: str, inputs: list[str], **attributes) -> str:
-    out = scope.get_unique_variable_name(op.lower())
-    domain = attributes.pop("op_domain", "")
-    version = attributes.pop("op_version", None)
-    container.add_node(
-        op, inputs, [out], name=scope.get_unique_operator_name(op), op_domain=domain,
-        op_version=version, **attributes,
-    )  # fmt: skip
-    return out
-
-
-def _text(value: Any) -> str:
-    """A fitted category as the graph holds it (a missing one: :data:`MISSING_CATEGORY`)."""
-    return MISSING_CATEGORY if pd.isna(value) else str(value)
+    operator.outputs[0].type = Int64TensorType([None])
+    operator.outputs[1].type = DoubleTensorType([None, 2])
 
 
 def _pooler_converter(scope, operator, container) -> None:
     """:class:`fairpca.datasets.RareCategoryPooler`: per column, a kept category (and the
     missing marker) maps to itself, every other string to the placeholder."""
-    pooler = operator.raw_operator
-    source, pooled = operator.inputs[0].full_name, []
+    pooler, nodes = operator.raw_operator, _Nodes(scope, operator, container)
+    pooled = []
     for position, kept in enumerate(pooler.categories_):
         keys = [str(value) for value in kept]
         if MISSING_CATEGORY in keys:
@@ -117,141 +128,79 @@ def _pooler_converter(scope, operator, container) -> None:
                 f"a kept category equals the graph's missing marker {MISSING_CATEGORY!r}."
             )
         keys.append(MISSING_CATEGORY)
-        pooled.append(
-            _node(
-                scope,
-                container,
-                "LabelEncoder",
-                [_column(scope, container, source, position)],
-                op_domain="ai.onnx.ml",
-                op_version=2,
-                keys_strings=keys,
-                values_strings=keys,
-                default_string=pooler.placeholder,
-            )
-        )
-    container.add_node("Concat", pooled, [operator.outputs[0].full_name], axis=1,
-                       name=scope.get_unique_operator_name("Concat"))  # fmt: skip
-
-
-def _one_hot_columns(encoder) -> list[tuple[list[str], list[int], int, int]]:
-    """Per input column of a fitted ``OneHotEncoder``: its categories (as the graph holds
-    them), the output column of each within the column's block, the output column of an
-    unseen value (-1: none, all zeros) and the block's width; read off the encoder's own
-    ``transform`` of each category and of an unseen value, so that infrequent categories
-    and ``handle_unknown`` map as scikit-learn maps them."""
-    if encoder.drop is not None or encoder.handle_unknown == "error":
-        raise NotConvertibleError("a OneHotEncoder with drop or handle_unknown='error'")
-    widths = list(encoder._n_features_outs)
-    starts = np.cumsum([0, *widths])
-    first = [categories[0] for categories in encoder.categories_]
-    unseen = "\x00fairpca-unseen"
-    columns = []
-    for position, categories in enumerate(encoder.categories_):
-        if categories.dtype.kind not in "OUS":
-            raise NotConvertibleError("a OneHotEncoder of numeric columns")
-        probe = np.array([first] * (len(categories) + 1), dtype=object)
-        probe[:, position] = [*categories, unseen]
-        block = _dense(encoder.transform(probe))[:, starts[position] : starts[position + 1]]
-        hits = block.sum(axis=1)
-        where = np.where(hits > 0, block.argmax(axis=1), -1).astype(int)
-        keys = [_text(value) for value in categories]
-        if len(set(keys)) < len(keys):
-            raise NotConvertibleError(
-                f"a category equals the graph's missing marker {MISSING_CATEGORY!r}"
-            )
-        columns.append((keys, list(where[:-1]), int(where[-1]), widths[position]))
-    return columns
-
-
-def _dense(matrix) -> np.ndarray:
-    return np.asarray(matrix.toarray() if hasattr(matrix, "toarray") else matrix, dtype=float)
+        pooled.append(nodes.encode(position, keys_strings=keys, values_strings=keys,
+                                   default_string=pooler.placeholder))  # fmt: skip
+    nodes.node("Concat", *pooled, out=nodes.outputs[0], axis=1)
 
 
 def _one_hot_converter(scope, operator, container) -> None:
     """``OneHotEncoder`` of string columns: each value to its output column by a
-    ``LabelEncoder`` (unseen values as scikit-learn's ``handle_unknown`` maps them), then
-    ``Equal`` against the block's column numbers."""
-    encoder = operator.raw_operator
-    source, blocks = operator.inputs[0].full_name, []
-    for position, (keys, where, unknown, width) in enumerate(_one_hot_columns(encoder)):
-        column = _column(scope, container, source, position)
-        code = _node(
-            scope, container, "LabelEncoder", [column], op_domain="ai.onnx.ml", op_version=2,
-            keys_strings=keys, values_int64s=[int(w) for w in where], default_int64=unknown,
-        )  # fmt: skip
-        numbers = _constant(scope, container, "block", np.arange(width, dtype=np.int64)[None, :])
-        hit = _node(scope, container, "Equal", [code, numbers])
-        blocks.append(_node(scope, container, "Cast", [hit], to=11))  # 11: double
-    container.add_node("Concat", blocks, [operator.outputs[0].full_name], axis=1,
-                       name=scope.get_unique_operator_name("Concat"))  # fmt: skip
+    ``LabelEncoder``, then ``Equal`` against the block's column numbers. The output column
+    of each category, and of an unseen value (-1: none, all zeros), is read off the encoder's
+    own ``transform`` of each category and of an unseen value, so that infrequent categories
+    and ``handle_unknown`` map as scikit-learn maps them."""
+    encoder, nodes = operator.raw_operator, _Nodes(scope, operator, container)
+    if encoder.drop is not None or encoder.handle_unknown == "error":
+        raise NotConvertibleError("a OneHotEncoder with drop or handle_unknown='error'")
+    starts = np.cumsum([0, *encoder._n_features_outs])
+    first = [categories[0] for categories in encoder.categories_]
+    blocks = []
+    for position, categories in enumerate(encoder.categories_):
+        if categories.dtype.kind not in "OUS":
+            raise NotConvertibleError("a OneHotEncoder of numeric columns")
+        probe = np.array([first] * (len(categories) + 1), dtype=object)
+        probe[:, position] = [*categories, "\x00fairpca-unseen"]
+        encoded = encoder.transform(probe)
+        encoded = encoded.toarray() if hasattr(encoded, "toarray") else np.asarray(encoded)
+        block = encoded[:, starts[position] : starts[position + 1]]
+        where = np.where(block.sum(axis=1) > 0, block.argmax(axis=1), -1).tolist()
+        keys = [MISSING_CATEGORY if pd.isna(value) else str(value) for value in categories]
+        if len(set(keys)) < len(keys):
+            raise NotConvertibleError(
+                f"a category equals the graph's missing marker {MISSING_CATEGORY!r}"
+            )
+        code = nodes.encode(position, keys_strings=keys, values_int64s=where[:-1],
+                            default_int64=where[-1])  # fmt: skip
+        numbers = nodes.constant("block", np.arange(block.shape[1], dtype=np.int64)[None, :])
+        blocks.append(nodes.node("Cast", nodes.node("Equal", code, numbers), to=11))  # double
+    nodes.node("Concat", *blocks, out=nodes.outputs[0], axis=1)
 
 
 def _imputer_converter(scope, operator, container) -> None:
     """``SimpleImputer`` of NaN: a missing value becomes the column's fitted statistic."""
-    imputer = operator.raw_operator
+    imputer, nodes = operator.raw_operator, _Nodes(scope, operator, container)
     if not (isinstance(imputer.missing_values, float) and np.isnan(imputer.missing_values)):
         raise NotConvertibleError("a SimpleImputer of a value other than NaN")
     if imputer.add_indicator or len(imputer.statistics_) != imputer.n_features_in_:
         raise NotConvertibleError("a SimpleImputer that adds or drops columns")
-    x = operator.inputs[0].full_name
-    statistics = _constant(scope, container, "statistics", imputer.statistics_[None, :])
-    missing = _node(scope, container, "IsNaN", [x])
-    container.add_node("Where", [missing, statistics, x], [operator.outputs[0].full_name],
-                       name=scope.get_unique_operator_name("Where"))  # fmt: skip
+    statistics = nodes.constant("statistics", imputer.statistics_[None, :])
+    nodes.node("Where", nodes.node("IsNaN", nodes.x), statistics, nodes.x, out=nodes.outputs[0])
 
 
 def _scaler_converter(scope, operator, container) -> None:
     """``StandardScaler``: ``(x - mean_) / scale_``, as scikit-learn computes it."""
-    scaler = operator.raw_operator
-    x = operator.inputs[0].full_name
+    scaler, nodes = operator.raw_operator, _Nodes(scope, operator, container)
+    x = nodes.x
     if scaler.with_mean:
-        x = _node(scope, container, "Sub", [x, _constant(scope, container, "mean", scaler.mean_)])
+        x = nodes.node("Sub", x, nodes.constant("mean", scaler.mean_))
     scale = scaler.scale_ if scaler.with_std else np.ones(scaler.n_features_in_)
-    container.add_node(
-        "Div",
-        [x, _constant(scope, container, "scale", scale)],
-        [operator.outputs[0].full_name],
-        name=scope.get_unique_operator_name("Div"),
-    )
-
-
-def _fair_pca_width(estimator) -> int:
-    k = estimator.components_.shape[0]
-    return 2 * k if estimator.tradeoff > 0 else k
+    nodes.node("Div", x, nodes.constant("scale", scale), out=nodes.outputs[0])
 
 
 def _fair_pca_converter(scope, operator, container) -> None:
     """:class:`fairpca.FairPCA`: ``(x - mean_) @ components_.T``, followed by ``tradeoff *
     (x - mean_) @ pca_components_.T`` when ``tradeoff > 0`` (its ``transform``)."""
-    estimator = operator.raw_operator
+    estimator, nodes = operator.raw_operator, _Nodes(scope, operator, container)
     if estimator.sensitive_columns:
         raise NotConvertibleError("a FairPCA that drops sensitive columns itself")
-    x = operator.inputs[0].full_name
-    centred = _node(
-        scope, container, "Sub", [x, _constant(scope, container, "mean", estimator.mean_)]
-    )
-    fair = _constant(scope, container, "components", estimator.components_.T.astype(np.float64))
-    if estimator.tradeoff <= 0:
-        container.add_node("MatMul", [centred, fair], [operator.outputs[0].full_name],
-                           name=scope.get_unique_operator_name("MatMul"))  # fmt: skip
-        return
-    pca = _constant(scope, container, "pca", estimator.pca_components_.T.astype(np.float64))
-    tradeoff = _constant(scope, container, "tradeoff", np.array(float(estimator.tradeoff)))
-    appended = _node(
-        scope, container, "Mul", [_node(scope, container, "MatMul", [centred, pca]), tradeoff]
-    )
-    container.add_node("Concat", [_node(scope, container, "MatMul", [centred, fair]), appended],
-                       [operator.outputs[0].full_name], axis=1,
-                       name=scope.get_unique_operator_name("Concat"))  # fmt: skip
-
-
-def _labels_from(scope, container, chosen: str, classes: np.ndarray, label: str) -> None:
-    """``classes[chosen]`` (``chosen``: a boolean ``[N]``) into the output ``label``."""
-    index = _node(scope, container, "Cast", [chosen], to=7)  # 7: int64
-    table = _constant(scope, container, "classes", np.asarray(classes, dtype=np.int64))
-    container.add_node("Gather", [table, index], [label], axis=0,
-                       name=scope.get_unique_operator_name("Gather"))  # fmt: skip
+    centred = nodes.node("Sub", nodes.x, nodes.constant("mean", estimator.mean_))
+    fair = nodes.constant("components", estimator.components_.T.astype(np.float64))
+    parts = [nodes.node("MatMul", centred, fair)]
+    if estimator.tradeoff > 0:
+        pca = nodes.constant("pca", estimator.pca_components_.T.astype(np.float64))
+        tradeoff = nodes.constant("tradeoff", np.array(float(estimator.tradeoff)))
+        parts.append(nodes.node("Mul", nodes.node("MatMul", centred, pca), tradeoff))
+    nodes.node("Concat", *parts, out=nodes.outputs[0], axis=1)
 
 
 def _binary_classes(classifier) -> np.ndarray:
@@ -261,55 +210,37 @@ def _binary_classes(classifier) -> np.ndarray:
     return classes
 
 
+def _decision_outputs(nodes: _Nodes, features: str, classifier, coefficients, rule: str) -> None:
+    """A binary classifier's outputs from its decision ``d = features @ coefficients +
+    intercept_`` (``[N, 1]``): the label ``classes_[1]`` where ``rule`` (``Greater`` or
+    ``GreaterOrEqual``) holds against 0, and the scores ``[-d, d]``."""
+    classes = _binary_classes(classifier)
+    weights = nodes.constant("coef", np.asarray(coefficients, dtype=np.float64))
+    intercept = nodes.constant("intercept", np.asarray(classifier.intercept_, dtype=np.float64))
+    score = nodes.node("Add", nodes.node("MatMul", features, weights), intercept)
+    flat = nodes.node("Reshape", score, nodes.constant("flat", np.array([-1], dtype=np.int64)))
+    nodes.labels(nodes.node(rule, flat, nodes.constant("zero", np.array(0.0))), classes)
+    nodes.node("Concat", nodes.node("Neg", score), score, out=nodes.outputs[1], axis=1)
+
+
 def _svc_converter(scope, operator, container) -> None:
     """A binary RBF ``SVC`` in double precision (``skl2onnx``'s ``SVMClassifier`` computes
     in float, which moves labels near the boundary): ``d = sum_i a_i exp(-gamma |x -
     s_i|^2) + b`` and the label ``classes_[1]`` where ``d >= 0`` (libsvm's rule: class 0
     only for a positive score of its own sign); scores ``[-d, d]``."""
-    svc = operator.raw_operator
-    classes = _binary_classes(svc)
+    svc, nodes = operator.raw_operator, _Nodes(scope, operator, container)
     if svc.kernel != "rbf" or svc.probability is True:
         raise NotConvertibleError("an SVC other than a binary RBF one without probabilities")
-    x = operator.inputs[0].full_name
     vectors = np.asarray(svc.support_vectors_, dtype=np.float64)
-    # |x - s|^2 = |x|^2 + |s|^2 - 2 x.s (one product of the rows with the support vectors)
-    squares = _node(scope, container, "ReduceSumSquare", [x], axes=[1], keepdims=1)
-    cross = _node(scope, container, "MatMul", [x, _constant(scope, container, "sv", vectors.T)])
-    twice = _node(
-        scope, container, "Mul", [cross, _constant(scope, container, "two", np.array(2.0))]
-    )
-    norms = _constant(scope, container, "sv_norms", (vectors**2).sum(axis=1)[None, :])
-    distance = _node(
-        scope, container, "Sub", [_node(scope, container, "Add", [squares, norms]), twice]
-    )
-    gamma = _constant(scope, container, "gamma", np.array(-float(svc._gamma)))
-    kernel = _node(scope, container, "Exp", [_node(scope, container, "Mul", [distance, gamma])])
-    coefficients = _constant(scope, container, "dual", svc.dual_coef_.T.astype(np.float64))
-    score = _node(scope, container, "Add", [
-        _node(scope, container, "MatMul", [kernel, coefficients]),
-        _constant(scope, container, "intercept", svc.intercept_.astype(np.float64)),
-    ])  # fmt: skip
-    _binary_outputs(scope, operator, container, score, classes, "GreaterOrEqual")
-
-
-def _binary_outputs(scope, operator, container, score: str, classes, rule: str) -> None:
-    """A binary classifier's outputs from its ``[N, 1]`` decision ``score``: the label
-    ``classes[1]`` where ``rule`` (``Greater`` or ``GreaterOrEqual``) holds against 0, and the
-    scores ``[-d, d]``."""
-    flat = _node(
-        scope,
-        container,
-        "Reshape",
-        [score, _constant(scope, container, "flat", np.array([-1], dtype=np.int64))],
-    )
-    zero = _constant(scope, container, "zero", np.array(0.0))
-    _labels_from(
-        scope, container, _node(scope, container, rule, [flat, zero]), classes,
-        operator.outputs[0].full_name,
-    )  # fmt: skip
-    negative = _node(scope, container, "Neg", [score])
-    container.add_node("Concat", [negative, score], [operator.outputs[1].full_name], axis=1,
-                       name=scope.get_unique_operator_name("Concat"))  # fmt: skip
+    # |x - s|^2 = |x|^2 + |s|^2 - 2 x.s (one product of the rows with the support vectors;
+    # x @ (2 s) is exactly 2 (x @ s): a power of two scales every rounding alike)
+    squares = nodes.node("ReduceSumSquare", nodes.x, axes=[1], keepdims=1)
+    norms = nodes.constant("sv_norms", (vectors**2).sum(axis=1)[None, :])
+    twice = nodes.node("MatMul", nodes.x, nodes.constant("sv", 2 * vectors.T))
+    distance = nodes.node("Sub", nodes.node("Add", squares, norms), twice)
+    gamma = nodes.constant("gamma", np.array(-float(svc._gamma)))
+    kernel = nodes.node("Exp", nodes.node("Mul", distance, gamma))
+    _decision_outputs(nodes, kernel, svc, svc.dual_coef_.T, "GreaterOrEqual")
 
 
 def _linear_svc_converter(scope, operator, container) -> None:
@@ -317,16 +248,8 @@ def _linear_svc_converter(scope, operator, container) -> None:
     + intercept_``, the label ``classes_[1]`` where ``d > 0`` (scikit-learn's rule); scores
     ``[-d, d]``."""
     svc = operator.raw_operator
-    classes = _binary_classes(svc)
-    x = operator.inputs[0].full_name
-    weights = _constant(scope, container, "coef", svc.coef_.T.astype(np.float64))
-    intercept = _constant(
-        scope, container, "intercept", np.asarray(svc.intercept_, dtype=np.float64)
-    )
-    score = _node(
-        scope, container, "Add", [_node(scope, container, "MatMul", [x, weights]), intercept]
-    )
-    _binary_outputs(scope, operator, container, score, classes, "Greater")
+    nodes = _Nodes(scope, operator, container)
+    _decision_outputs(nodes, nodes.x, svc, svc.coef_.T, "Greater")
 
 
 def _fixed_threshold_converter(scope, operator, container) -> None:
@@ -334,10 +257,10 @@ def _fixed_threshold_converter(scope, operator, container) -> None:
     ``FrozenEstimator`` is unwrapped): ``classes_[1]`` where the probability of
     ``classes_[1]`` is at least the threshold (scikit-learn's rule), the inner classifier's
     probabilities as scores."""
-    from skl2onnx._supported_operators import sklearn_operator_name_map
+    from skl2onnx import get_model_alias
     from skl2onnx.common.data_types import DoubleTensorType, Int64TensorType
 
-    wrapper = operator.raw_operator
+    wrapper, nodes = operator.raw_operator, _Nodes(scope, operator, container)
     inner = wrapper.estimator_
     inner = (
         getattr(inner, "estimator", inner) if type(inner).__name__ == "FrozenEstimator" else inner
@@ -349,30 +272,16 @@ def _fixed_threshold_converter(scope, operator, container) -> None:
         raise NotConvertibleError(
             "a FixedThresholdClassifier over a classifier without probabilities"
         )
-    inner_op = scope.declare_local_operator(sklearn_operator_name_map[type(inner)], inner)
+    inner_op = scope.declare_local_operator(get_model_alias(type(inner)), inner)
     inner_op.inputs = operator.inputs
-    inner_label = scope.declare_local_variable("inner_label", Int64TensorType())
     probabilities = scope.declare_local_variable("inner_proba", DoubleTensorType())
+    inner_label = scope.declare_local_variable("inner_label", Int64TensorType())
     inner_op.outputs.extend([inner_label, probabilities])
-    positive = _node(
-        scope,
-        container,
-        "Gather",
-        [probabilities.onnx_name, _constant(scope, container, "one", np.array(1, dtype=np.int64))],
-        axis=1,
-    )
-    threshold = _constant(scope, container, "threshold", np.array(float(wrapper.threshold)))
-    chosen = _node(scope, container, "GreaterOrEqual", [positive, threshold])
-    _labels_from(scope, container, chosen, classes, operator.outputs[0].full_name)
-    container.add_node("Identity", [probabilities.onnx_name], [operator.outputs[1].full_name],
-                       name=scope.get_unique_operator_name("Identity"))  # fmt: skip
-
-
-def _classifier_shape(operator) -> None:
-    from skl2onnx.common.data_types import DoubleTensorType, Int64TensorType
-
-    operator.outputs[0].type = Int64TensorType([None])
-    operator.outputs[1].type = DoubleTensorType([None, 2])
+    one = nodes.constant("one", np.array(1, dtype=np.int64))
+    positive = nodes.node("Gather", probabilities.onnx_name, one, axis=1)
+    threshold = nodes.constant("threshold", np.array(float(wrapper.threshold)))
+    nodes.labels(nodes.node("GreaterOrEqual", positive, threshold), classes)
+    nodes.node("Identity", probabilities.onnx_name, out=nodes.outputs[1])
 
 
 def _register_own_converters() -> None:
@@ -384,22 +293,20 @@ def _register_own_converters() -> None:
     from fairpca import FairPCA
     from fairpca.datasets import RareCategoryPooler
 
-    classifier_options = {"zipmap": [True, False, "columns"], "nocl": [True, False]}
+    classifier = {"zipmap": [True, False, "columns"], "nocl": [True, False]}
     update_registered_converter(
         RareCategoryPooler, "FairpcaRareCategoryPooler", _shape_like_input, _pooler_converter
     )
-    update_registered_converter(
-        FairPCA, "FairpcaFairPCA", _double_shape(_fair_pca_width), _fair_pca_converter
-    )
+    width = _double_shape(lambda fair: len(fair.components_) * (2 if fair.tradeoff > 0 else 1))
+    update_registered_converter(FairPCA, "FairpcaFairPCA", width, _fair_pca_converter)
     update_registered_converter(
         FixedThresholdClassifier, "SklearnFixedThresholdClassifier", _classifier_shape,
-        _fixed_threshold_converter, options=classifier_options,
+        _fixed_threshold_converter, options=classifier,
     )  # fmt: skip
     # skl2onnx's LinearSVC computes in float only; this one is exact in double (binary)
     update_registered_converter(
-        LinearSVC, "SklearnLinearSVC", _classifier_shape, _linear_svc_converter,
-        options=classifier_options,
-    )  # fmt: skip
+        LinearSVC, "SklearnLinearSVC", _classifier_shape, _linear_svc_converter, options=classifier
+    )
 
 
 def _exact_converters() -> tuple[dict, dict]:
@@ -410,42 +317,18 @@ def _exact_converters() -> tuple[dict, dict]:
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
     from sklearn.svm import SVC
 
-    def one_hot_width(encoder) -> int:
-        return int(sum(encoder._n_features_outs))
-
-    def same_width(estimator) -> int:
-        return int(estimator.n_features_in_)
-
-    converters = {
-        OneHotEncoder: _one_hot_converter,
-        SimpleImputer: _imputer_converter,
-        StandardScaler: _scaler_converter,
-        SVC: _svc_converter,
+    same_width = _double_shape(lambda estimator: estimator.n_features_in_)
+    exact = {
+        OneHotEncoder: (_one_hot_converter, _double_shape(lambda e: sum(e._n_features_outs))),
+        SimpleImputer: (_imputer_converter, same_width),
+        StandardScaler: (_scaler_converter, same_width),
+        SVC: (_svc_converter, _classifier_shape),
     }
-    shapes = {
-        OneHotEncoder: _double_shape(one_hot_width),
-        SimpleImputer: _double_shape(same_width),
-        StandardScaler: _double_shape(same_width),
-        SVC: _classifier_shape,
-    }
-    return converters, shapes
+    converters = {step: converter for step, (converter, _) in exact.items()}
+    return converters, {step: shape for step, (_, shape) in exact.items()}
 
 
 # ---- conversion and check -----------------------------------------------------------------
-
-
-def input_types(X: pd.DataFrame) -> list[tuple[str, Any]]:
-    """One graph input per column of ``X``: string for a categorical column, double for a
-    numeric one (:func:`fairpca.datasets.split_feature_kinds`), each ``[N, 1]``."""
-    from skl2onnx.common.data_types import DoubleTensorType, StringTensorType
-
-    from fairpca.datasets import split_feature_kinds
-
-    categorical, _ = split_feature_kinds(X)
-    return [
-        (str(c), (StringTensorType if c in categorical else DoubleTensorType)([None, 1]))
-        for c in X.columns
-    ]
 
 
 def pipeline_graph(pipeline, X: pd.DataFrame):
@@ -468,7 +351,10 @@ def pipeline_graph(pipeline, X: pd.DataFrame):
 
 def convert(model, X: pd.DataFrame, outputs: list[tuple[str, Any]]):
     """``skl2onnx``'s conversion of ``model`` over the columns of ``X`` to ``outputs`` (name,
-    type) with this module's converters; a classifier's probabilities as a tensor.
+    type) with this module's converters; a classifier's probabilities as a tensor (not
+    ZipMap's sequence of maps). One graph input per column of ``X``: string for a categorical
+    column, double for a numeric one (:func:`fairpca.datasets.split_feature_kinds`), each
+    ``[N, 1]``.
 
     Raises
     ------
@@ -476,25 +362,25 @@ def convert(model, X: pd.DataFrame, outputs: list[tuple[str, Any]]):
         A step has no exact converter.
     """
     from skl2onnx import convert_sklearn
-    from skl2onnx.common.exceptions import MissingShapeCalculator
+    from skl2onnx.common.data_types import DoubleTensorType, StringTensorType
+    from sklearn.base import is_classifier
+
+    from fairpca.datasets import split_feature_kinds
 
     _register_own_converters()
     converters, shapes = _exact_converters()
+    categorical, _ = split_feature_kinds(X)
+    inputs = [(str(c), (StringTensorType if c in categorical else DoubleTensorType)([None, 1]))
+              for c in X.columns]  # fmt: skip
     final = model.steps[-1][1] if hasattr(model, "steps") else model
-    arguments = {
-        "initial_types": input_types(X), "target_opset": OPSET, "final_types": outputs,
-        "custom_conversion_functions": converters, "custom_shape_calculators": shapes,
-    }  # fmt: skip
     try:
-        try:  # probabilities as a tensor (not ZipMap's sequence of maps), where it applies
-            return convert_sklearn(model, options={id(final): {"zipmap": False}}, **arguments)
-        except NameError as error:  # skl2onnx's "Option 'zipmap' not in [...]"
-            if "zipmap" not in str(error):
-                raise
-            return convert_sklearn(model, **arguments)
-    except NotConvertibleError:
-        raise
-    except (KeyError, MissingShapeCalculator, RuntimeError, NotImplementedError) as error:
+        return convert_sklearn(
+            model, initial_types=inputs, final_types=outputs, target_opset=OPSET,
+            options={id(final): {"zipmap": False}} if is_classifier(final) else None,
+            custom_conversion_functions=converters, custom_shape_calculators=shapes,
+        )  # fmt: skip
+    # (every classifier converter of skl2onnx and of this module takes the zipmap option)
+    except (KeyError, RuntimeError, NotImplementedError) as error:  # e.g. MissingShapeCalculator
         raise NotConvertibleError(f"{type(error).__name__}: {error}") from error
 
 
@@ -504,15 +390,29 @@ GRAPH_BLOCK_ROWS = 5_000
 
 
 def graph_labels(graph: Graph, X: pd.DataFrame) -> np.ndarray:
-    """The labels of the checked ``graph`` for the rows of ``X``, served as the gate serves
-    it (:class:`fairpca.tasks.onnx_runtime.GraphModel`, one thread as in the gate's child),
-    by blocks of :data:`GRAPH_BLOCK_ROWS`."""
-    model = GraphModel(graph, threads=1)
-    blocks = [
-        model.predict(X.iloc[start : start + GRAPH_BLOCK_ROWS])
-        for start in range(0, len(X), GRAPH_BLOCK_ROWS)
-    ]
-    return np.concatenate(blocks).ravel() if blocks else np.zeros(0, dtype=np.int64)
+    """The labels of the checked ``graph`` for the rows of ``X``, fed as the gate feeds it
+    (:func:`fairpca.tasks.onnx_runtime.graph_feed`) to onnxruntime on one thread (as in the
+    gate's child), one run per block of :data:`GRAPH_BLOCK_ROWS`.
+
+    The gate and :class:`~fairpca.tasks.onnx_runtime.GraphModel` run a graph one row at a
+    time, so that a graph that reads its batch cannot tell the gate's rows from production
+    ones; the audit's own graphs compute each row from that row alone (each operator is
+    row-wise or a product with constant matrices), so a block gives each row the label it
+    gets alone, at a fraction of the cost (one run instead of one per row).
+    """
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = onnxruntime.InferenceSession(graph.data, options, providers=["CPUExecutionProvider"])
+    blocks = []
+    for start in range(0, len(X), GRAPH_BLOCK_ROWS):
+        rows = X.iloc[start : start + GRAPH_BLOCK_ROWS]
+        output = session.run([graph.output], graph_feed(graph.inputs, rows))[0]
+        if (labels := predicted_labels(output, len(rows))) is None:
+            raise ValueError(f"the graph did not return one label for each of {len(rows)} rows")
+        blocks.append(labels)
+    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
 
 
 def graph_opset(data: bytes) -> dict[str, int]:
@@ -532,62 +432,50 @@ class GraphExport:
     rows_checked: int = 0
     checked_on: str = "validation"
 
-    @property
-    def sha256(self) -> str | None:
-        return None if self.data is None else hashlib.sha256(self.data).hexdigest()
-
     def record(self) -> dict[str, Any]:
         """The audit record's ``onnx`` field."""
+        data = self.data
         return {
             "status": self.status,
-            "sha256": self.sha256,
-            "opset": graph_opset(self.data) if self.data is not None else None,
+            "sha256": None if data is None else hashlib.sha256(data).hexdigest(),
+            "opset": None if data is None else graph_opset(data),
             "reason": self.reason,
             "rows_checked": self.rows_checked,
             "checked_on": self.checked_on,
         }
 
 
-def export_graph(pipeline, X_validation: pd.DataFrame, labels: np.ndarray | None = None):
+def export_graph(
+    pipeline, X_validation: pd.DataFrame, labels: np.ndarray | None = None, *,
+    checked_on: str = "validation",
+) -> GraphExport:  # fmt: skip
     """Convert ``pipeline`` and check the graph on the validation rows: its labels must
     equal the pipeline's (``labels``, else ``pipeline.predict``) on every row. A pipeline
     without a converter, or whose graph the gate would refuse
     (:func:`fairpca.tasks.onnx_runtime.graph_of`), or whose graph disagrees, gets no graph
     (:class:`GraphExport` says why: :data:`~fairpca.tasks.onnx_runtime.NO_GRAPH` and the
-    cause)."""
+    cause, or the number of rows that differ); ``checked_on`` names the rows."""
     try:
         graph = graph_of(pipeline_graph(pipeline, X_validation).SerializeToString())
     except NotConvertibleError as error:
-        return GraphExport(None, "no_converter", f"{NO_GRAPH} (no exact converter: {error})")
+        why = f"{NO_GRAPH} (no exact converter: {error})"
+        return GraphExport(None, "no_converter", why, checked_on=checked_on)
     except GraphRefused as error:
-        return GraphExport(None, "no_converter", f"{NO_GRAPH} ({error})")
-    labels = pipeline.predict(X_validation) if labels is None else labels
-    return checked_graph(graph, X_validation, labels)
-
-
-def checked_graph(graph: Graph, X: pd.DataFrame, labels: np.ndarray) -> GraphExport:
-    """``graph``'s bytes if its labels of ``X`` equal ``labels`` on every row, else no graph
-    (status ``differs``, with the number of rows that differ)."""
-    predicted = graph_labels(graph, X)
-    expected = np.asarray(labels)
-    differ = (
-        int(np.count_nonzero(predicted != expected))
-        if len(predicted) == len(expected)
-        else len(expected)
-    )
-    if differ:
-        return GraphExport(
-            None, "differs",
+        return GraphExport(None, "no_converter", f"{NO_GRAPH} ({error})", checked_on=checked_on)
+    expected = np.asarray(pipeline.predict(X_validation) if labels is None else labels)
+    if differ := int(np.count_nonzero(graph_labels(graph, X_validation) != expected)):
+        why = (
             f"{NO_GRAPH} (the graph's labels differ from the pipeline's on {differ} of "
-            f"{len(expected)} validation rows)", len(expected),
-        )  # fmt: skip
-    return GraphExport(graph.data, "exported", None, len(expected))
+            f"{len(expected)} validation rows)"
+        )
+        return GraphExport(None, "differs", why, len(expected), checked_on)
+    return GraphExport(graph.data, "exported", None, len(expected), checked_on)
 
 
-def write_onnx_flavour(model_dir: Path, data: bytes) -> str:
+def write_onnx_flavour(model_dir: Path, data: bytes) -> None:
     """Write ``data`` as ``model_dir/model.onnx`` and add MLflow's ``onnx`` flavour to the
     folder's ``MLmodel`` (the keys ``mlflow.onnx.save_model`` writes; no external data);
-    the ``python_function`` loader stays ``mlflow.sklearn``. Returns the graph's SHA-256."""
+    the ``python_function`` loader stays ``mlflow.sklearn``."""
     import onnx
     from mlflow.models import Model
     from mlflow.onnx import ONNX_EXECUTION_PROVIDERS
@@ -601,7 +489,6 @@ def write_onnx_flavour(model_dir: Path, data: bytes) -> str:
     )  # fmt: skip
     spec.model_size_bytes = sum(p.stat().st_size for p in model_dir.rglob("*") if p.is_file())
     spec.save(str(model_dir / "MLmodel"))
-    return hashlib.sha256(data).hexdigest()
 
 
 def save_graph(
@@ -611,9 +498,7 @@ def save_graph(
     predictions of them, if already made) and, when it agrees on every row, add it to the
     saved MLflow model ``model_dir`` (:func:`write_onnx_flavour`). Returns the audit
     record's ``onnx`` field (:meth:`GraphExport.record`)."""
-    import dataclasses
-
-    export = dataclasses.replace(export_graph(pipeline, X, labels), checked_on=checked_on)
+    export = export_graph(pipeline, X, labels, checked_on=checked_on)
     if export.data is not None:
         write_onnx_flavour(model_dir, export.data)
     return export.record()
