@@ -87,8 +87,7 @@ def part_sizes(
     else:
         weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
         wanted = allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
-        capped = zip(wanted, caps, strict=True)
-        wanted = np.array([w if c is None else min(w, c) for w, c in capped])
+        wanted = np.minimum(wanted, [n_samples if cap is None else cap for cap in caps])
     if wanted.min() < 2:
         raise ValueError(
             f"{n_samples} rows are too few for training, validation and test parts "
