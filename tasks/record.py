@@ -444,9 +444,8 @@ def definition_of(source) -> dict[str, Any]:
     and ``--dataset adult --sensitive sex`` define the same audit.
     """
     if source.dataset is None:
-        positive = source.positive_label
         name, label, attributes = Path(source.data).stem, source.label, source.sensitive
-        positive = None if positive is None else str(positive)
+        positive = None if source.positive_label is None else str(source.positive_label)
     else:
         from fairpca import datasets
 
