@@ -87,8 +87,7 @@ def part_sizes(
     else:
         weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
         wanted = allocate(min(n_samples, int(np.floor(n_samples * sum(shares) + 1e-9))), weights)
-        capped = zip(wanted, caps, strict=True)
-        wanted = np.array([w if c is None else min(w, c) for w, c in capped])
+        wanted = np.minimum(wanted, [n_samples if cap is None else cap for cap in caps])
     if wanted.min() < 2:
         raise ValueError(
             f"{n_samples} rows are too few for training, validation and test parts "
@@ -159,11 +158,9 @@ def split_rows(
     splittable = np.where(small, 0, counts - 1)
     held_out = allocate(min(sizes[1] + sizes[2], int(splittable.sum())), splittable)
     n_validation_of = allocate(min(sizes[1], int(held_out.sum())), held_out)
-    validation, test, rest = [], [], []
-    for rows, h, v in zip(members, held_out, n_validation_of, strict=True):
-        validation.append(rows[:v])
-        test.append(rows[v:h])
-        rest.append(rows[h:])
+    validation = [rows[:v] for rows, v in zip(members, n_validation_of, strict=True)]
+    test = [rows[v:h] for rows, v, h in zip(members, n_validation_of, held_out, strict=True)]
+    rest = [rows[h:] for rows, h in zip(members, held_out, strict=True)]
     tiny = [rows for rows, is_small in zip(rest, small, strict=True) if is_small]
     rest_counts = np.where(small, 0, [len(rows) for rows in rest])
     n_tiny = sum(len(rows) for rows in tiny)
@@ -278,10 +275,8 @@ def handed_over(split: Split | None, config):
     """Within the block, :func:`load_split` of ``config``'s source, split and seed takes
     ``split`` (the pre-flight check's) instead of reading and screening the data again;
     ``None`` hands nothing over."""
-    box = {}
-    if split is not None:
-        box[_split_key(config.source, config.split, config.seed,
-                       config.evaluation.min_group_size)] = split  # fmt: skip
+    key = _split_key(config.source, config.split, config.seed, config.evaluation.min_group_size)
+    box = {} if split is None else {key: split}
     del split  # held by the box alone, until load_split takes it
     token = _HANDED_OVER.set(box)
     try:
@@ -292,12 +287,8 @@ def handed_over(split: Split | None, config):
 
 def split_options(sizes) -> dict[str, Any]:
     """:func:`split_rows`' size options from the config's ``split`` section."""
-    return {
-        "n_train": sizes.n_train,
-        "n_validation": sizes.n_validation,
-        "n_test": sizes.n_test,
-        "shares": (sizes.train_share, sizes.validation_share, sizes.test_share),
-    }
+    shares = (sizes.train_share, sizes.validation_share, sizes.test_share)
+    return sizes.model_dump(include={"n_train", "n_validation", "n_test"}) | {"shares": shares}
 
 
 def search_sample(
@@ -333,23 +324,6 @@ def _entry(column: str, rule: str, score: float | None, action: str = "excluded"
     return {"column": column, "rule": rule, "score": score, "action": action}
 
 
-def _leakage(X: pd.DataFrame, y: np.ndarray, source, entries: list) -> dict[str, str]:
-    """The target-leakage rule (``leakage_threshold``); appends to ``entries``."""
-    from fairpca.datasets._screen import leakage_scores
-
-    excluded = {}
-    for column, score in leakage_scores(X, y).items():
-        if score >= source.leakage_threshold:
-            action = "kept" if column in source.keep else "excluded"
-            entries.append(_entry(column, "target leakage", score, action))
-            if action == "excluded":
-                excluded[column] = (
-                    f"likely target leakage: alone it predicts the label with balanced "
-                    f"accuracy {score:.3f} (>= {source.leakage_threshold})"
-                )
-    return excluded
-
-
 def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_group_size: int):
     """The screening decided on the training rows: a user file's target-leakage rule
     (``leakage_threshold``) and, for every source, proxies of a sensitive attribute
@@ -362,7 +336,12 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_
     the excluded columns. ``source`` is the config's ``source`` section; a proxy rule is
     scored over the groups of at least ``min_group_size`` rows.
     """
-    from fairpca.datasets._screen import ColumnScreening, proxy_columns, warn_screened
+    from fairpca.datasets._screen import (
+        ColumnScreening,
+        leakage_scores,
+        proxy_columns,
+        warn_screened,
+    )
 
     unknown = [name for name in source.keep if name not in dataset.X.columns]
     if unknown:
@@ -374,16 +353,24 @@ def screen_training_rows(dataset, y: np.ndarray, train: np.ndarray, source, min_
     s_train = dataset.sensitive.iloc[train].reset_index(drop=True)
     entries = [_entry(name, why, None) for name, why in (dataset.screened or {}).items()]
     excluded: dict[str, str] = {}
-    if source.data is not None:
-        excluded = _leakage(X, y[train], source, entries)
-    candidates = X[[column for column in X.columns if column not in excluded]]
-    for column, (rule, score, why) in proxy_columns(
-        candidates, s_train, threshold=source.proxy_threshold, min_rows=min_group_size
-    ).items():
+
+    def flag(column: str, rule: str, score: float, why: str) -> None:
         action = "kept" if column in source.keep else "excluded"
         entries.append(_entry(column, rule, score, action))
         if action == "excluded":
             excluded[column] = why
+
+    if source.data is not None:  # a user file's target-leakage rule
+        for column, score in leakage_scores(X, y[train]).items():
+            if score >= source.leakage_threshold:
+                why = (f"likely target leakage: alone it predicts the label with balanced "
+                       f"accuracy {score:.3f} (>= {source.leakage_threshold})")  # fmt: skip
+                flag(column, "target leakage", score, why)
+    candidates = X[[column for column in X.columns if column not in excluded]]
+    for column, (rule, score, why) in proxy_columns(
+        candidates, s_train, threshold=source.proxy_threshold, min_rows=min_group_size
+    ).items():
+        flag(column, rule, score, why)
     if len(excluded) == X.shape[1]:
         raise ValueError(
             f"every feature column is excluded on the training rows ({excluded}); keep one "
@@ -417,10 +404,9 @@ def load_source(source) -> Any:
 
     group = getattr(source, "group_column", None)
     if source.dataset is not None:
-        kwargs: dict[str, Any] = {"data_dir": source.data_dir}
-        if source.sensitive:
-            kwargs["sensitive"] = tuple(source.sensitive)
-        dataset = datasets.load_dataset(source.dataset, **kwargs).with_named_groups()
+        sensitive = {"sensitive": tuple(source.sensitive)} if source.sensitive else {}
+        dataset = datasets.load_dataset(source.dataset, data_dir=source.data_dir, **sensitive)
+        dataset = dataset.with_named_groups()
     else:
         dataset = datasets.load_user_data(
             source.data,

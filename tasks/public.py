@@ -174,8 +174,8 @@ def sweep_lambda(
     template = LogisticRegression(max_iter=1000) if classifier is None else classifier
     # 0/1 labels (1: pos_label) for the classifier and every metric and standard error
     y_train, y_eval = _binary(y_train, pos_label, "y_train"), _binary(y_eval, pos_label, "y_eval")
-    options = {"pos_label": 1, "min_group_size": min_group_size, "seed": seed}
-    options.update(n_resamples=n_resamples, allow_small_groups=False)
+    options = {"pos_label": 1, "min_group_size": min_group_size, "seed": seed,
+               "n_resamples": n_resamples, "allow_small_groups": False}  # fmt: skip
     rows, _ = sweep_tradeoff(
         estimator, [float(lam) for lam in lambdas], X_train, y_train, X_eval, y_eval,
         sensitive_eval, metric_options=options,
@@ -269,9 +269,7 @@ def write_fairness_report(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = write_artifacts(evaluation.groups, evaluation.notes, evaluation.config, out_dir)
-    headline = pd.DataFrame(
-        [{"metric": name, "value": value} for name, value in evaluation.metrics.items()]
-    )
+    headline = pd.DataFrame(list(evaluation.metrics.items()), columns=["metric", "value"])
     attributes = ", ".join(map(str, evaluation.config["sensitive_features"]))
     intro = (
         f"Sensitive attributes: {attributes}; groups with fewer than "
@@ -314,9 +312,7 @@ def log_fairness_to_mlflow(
     batch = [Metric(key, float(value), now, 0) for key, value in evaluation.metrics.items()]
     log_metrics_batched(client, run_id, batch)
     if new_run and evaluation.params:
-        client.log_batch(
-            run_id, params=[Param(key, value) for key, value in evaluation.params.items()]
-        )
+        client.log_batch(run_id, params=[Param(*item) for item in evaluation.params.items()])
     for path in (files or {}).values():
         client.log_artifact(run_id, str(path), artifact_path="fairness")
     if new_run:

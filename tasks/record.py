@@ -15,6 +15,8 @@ JSON constant ``NaN``, as Python's :mod:`json` does).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -22,7 +24,6 @@ import math
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -228,14 +229,8 @@ class PromotionRecord(_Record):
     @classmethod
     def of(cls, promotion, champion) -> PromotionRecord:
         """The record of a :class:`fairpca.tasks.select.Promotion` against ``champion``."""
-        return cls(
-            promote=promotion.promote,
-            demote=promotion.demote,
-            reasons=list(promotion.reasons),
-            champion_version=None if champion is None else champion.version,
-            comparison=promotion.comparison,
-            refused=promotion.refused,
-        )
+        version = None if champion is None else champion.version
+        return cls(**dataclasses.asdict(promotion), champion_version=version)
 
 
 class KRecord(_Record):
@@ -440,15 +435,6 @@ DATASET_LABELS = {
 }
 
 
-def _default_sensitive(dataset: str) -> list[str]:
-    """The sensitive attribute(s) a bundled loader uses when none is asked for."""
-    from fairpca import datasets
-
-    loader = getattr(datasets, f"load_{dataset}")
-    default = inspect.signature(loader).parameters["sensitive"].default
-    return [default] if isinstance(default, str) else list(default)
-
-
 def definition_of(source) -> dict[str, Any]:
     """What an audit (its config's ``source`` section) measures: data source, label (and its
     positive value), sensitive attributes (sorted: the worst-attribute and intersection
@@ -457,21 +443,20 @@ def definition_of(source) -> dict[str, Any]:
     A bundled dataset's label and default attributes are filled in, so ``--dataset adult``
     and ``--dataset adult --sensitive sex`` define the same audit.
     """
-    if source.dataset is not None:
-        attributes = list(source.sensitive) or _default_sensitive(source.dataset)
-        return {
-            "source": source.dataset,
-            "label": DATASET_LABELS[source.dataset],
-            "positive_label": None,
-            "sensitive": sorted(attributes),
-        }
-    positive = source.positive_label
-    return {
-        "source": Path(source.data).stem,
-        "label": source.label,
-        "positive_label": None if positive is None else str(positive),
-        "sensitive": sorted(source.sensitive),
-    }
+    if source.dataset is None:
+        name, label, attributes = Path(source.data).stem, source.label, source.sensitive
+        positive = None if source.positive_label is None else str(source.positive_label)
+    else:
+        from fairpca import datasets
+
+        name, label, positive = source.dataset, DATASET_LABELS[source.dataset], None
+        attributes = list(source.sensitive)
+        if not attributes:  # the attribute(s) the bundled loader uses when none is asked for
+            loader = getattr(datasets, f"load_{source.dataset}")
+            default = inspect.signature(loader).parameters["sensitive"].default
+            attributes = [default] if isinstance(default, str) else list(default)
+    return {"source": name, "label": label, "positive_label": positive,
+            "sensitive": sorted(attributes)}  # fmt: skip
 
 
 def resolved_model_name(source, model_name: str | None = None, policy: str | None = None) -> str:
@@ -493,18 +478,14 @@ def resolved_model_name(source, model_name: str | None = None, policy: str | Non
     suffix = "-" + ".".join(criteria)
     if len(name) + len(suffix) <= NAME_MAX_LENGTH:
         return name + suffix
-    digest = hashlib.sha256((definition_json(definition) + suffix).encode()).hexdigest()[:8]
+    return _hashed(name, definition_json(definition) + suffix, suffix)
+
+
+def _hashed(name: str, text: str, suffix: str = "") -> str:
+    """``name`` cut to ``NAME_MAX_LENGTH`` with an 8-hex-digit SHA-256 of ``text`` and
+    ``suffix`` appended: two different ``text`` never share a name."""
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8]
     return f"{name[: NAME_MAX_LENGTH - len(suffix) - 9].rstrip('-_.')}-{digest}{suffix}"
-
-
-def provenance(source, data_source: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What the manifest records for the card: definition, data source (default:
-    :func:`data_source_facts`), code version."""
-    return {
-        "definition": definition_of(source),
-        "data_source": data_source or data_source_facts(source),
-        "code_version": code_version(),
-    }
 
 
 def definition_json(definition: dict[str, Any]) -> str:
@@ -530,10 +511,7 @@ def registered_model_name(definition: dict[str, Any]) -> str:
         and len(name) <= NAME_MAX_LENGTH
         and all("_" not in attribute for attribute in definition["sensitive"])
     )
-    if lossless:
-        return name
-    digest = hashlib.sha256(definition_json(definition).encode()).hexdigest()[:8]
-    return f"{name[: NAME_MAX_LENGTH - 9].rstrip('-_.')}-{digest}"
+    return name if lossless else _hashed(name, definition_json(definition))
 
 
 def data_source_facts(source) -> dict[str, Any]:
@@ -564,21 +542,14 @@ def code_version() -> dict[str, str]:
     tracked files differ from it)."""
     import fairpca
 
-    version = {"fairpca": fairpca.__version__, "git_commit": "unknown"}
-    root = Path(fairpca.__file__).resolve().parent.parent
+    git = ["git", "-C", str(Path(fairpca.__file__).resolve().parent.parent)]
+    run = functools.partial(subprocess.run, capture_output=True, text=True, timeout=10)
     try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True, text=True, timeout=10, check=True,
-        ).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"],
-            capture_output=True, timeout=10,
-        ).returncode  # fmt: skip
+        commit = run([*git, "rev-parse", "HEAD"], check=True).stdout.strip()
+        dirty = run([*git, "diff", "--quiet", "HEAD", "--"]).returncode
     except (OSError, subprocess.SubprocessError):
-        return version
-    version["git_commit"] = commit + ("+dirty" if dirty else "")
-    return version
+        commit, dirty = "unknown", 0
+    return {"fairpca": fairpca.__version__, "git_commit": commit + ("+dirty" if dirty else "")}
 
 
 # ---- building the record from the audit's stages ---------------------------------------------
@@ -591,6 +562,10 @@ REPRESENTATION_CURVES = ("mmd2", "linear_inseparability", "mean_gap_train", "mea
 
 def _finite(value: Any) -> bool:
     return isinstance(value, int | float) and not (isinstance(value, float) and math.isnan(value))
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if _finite(value) else None
 
 
 def chosen_metrics(chosen: dict[str, Any]) -> dict[str, float]:
@@ -655,21 +630,15 @@ def with_withheld(sizes, withheld, min_group_size: int, where: str = "these rows
 
 
 def _frontier_point(row: dict[str, Any], measure: str, meets: bool, stage: str) -> dict:
-    def number(key: str) -> float | None:
-        value = row.get(key)
-        return float(value) if _finite(value) else None
-
-    return {
+    numbers = ("lambda", "C", "dp_difference", "selection_rate_ratio", "eo_difference")
+    return {key: _number(row.get(key)) for key in numbers} | {
         "variant": row["variant"],
         "k": int(row["k"]),
-        "lambda": number("lambda"),
         "classifier": str(row["classifier"]).split("@")[0],
-        "C": number("C"),
         "measure": measure,
         "value": float(row[measure]),
-        "ci95_low": number(f"{measure}.ci95_low"),
-        "ci95_high": number(f"{measure}.ci95_high"),
-        **{key: number(key) for key in ("dp_difference", "selection_rate_ratio", "eo_difference")},
+        "ci95_low": _number(row.get(f"{measure}.ci95_low")),
+        "ci95_high": _number(row.get(f"{measure}.ci95_high")),
         "meets_gate": meets,
         "stage": stage,
     }
@@ -722,12 +691,9 @@ def withheld_groups(
 ) -> dict[str, str] | None:
     """Per attribute, a sentence for the groups of the test rows whose size or rates are not
     published, and why (the groups themselves stay unnamed when their size is withheld)."""
-    out = {}
-    unrated = _unrated(sizes, test)
+    out, unrated = {}, _unrated(sizes, test)
     for attribute, groups in sizes.items():
-        parts = []
-        if WITHHELD in groups:
-            parts.append(f"sizes and rates of {groups[WITHHELD]}")
+        parts = [f"sizes and rates of {groups[WITHHELD]}"] if WITHHELD in groups else []
         if unrated[attribute]:
             parts.append(
                 f"rates of {', '.join(unrated[attribute])} withheld: beside the attribute's "
@@ -748,12 +714,27 @@ def unjudged_groups(
     rows cannot be recovered from them (complementary suppression,
     :func:`fairpca.metrics.published_group_sizes`). ``sizes``: rows per group over all parts;
     ``split``: the rows per part (the split is stratified by label and group)."""
-    share = split["n_validation"] / max(sum(split.values()), 1)
-    warnings = []
-    for attribute, groups in _unrated(sizes, validation).items():
-        many = [g for g in groups if sizes[attribute][g] * share >= 1.5 * min_group_size]
-        many += _unjudged_withheld(attribute, sizes, validation, sum(split.values()), share,
-                                   min_group_size)  # fmt: skip
+    from fairpca.metrics._names import attribute_tokens
+
+    total = sum(split.values())
+    share, many_rows = split["n_validation"] / max(total, 1), 1.5 * min_group_size
+    unrated, tokens, warnings = _unrated(sizes, validation), attribute_tokens(list(sizes)), []
+    for (attribute, groups), token in zip(sizes.items(), tokens, strict=True):
+        many = [g for g in unrated[attribute] if groups[g] * share >= many_rows]
+        if WITHHELD in groups:
+            # The withheld groups (their rows: the attribute's total less its named groups):
+            # when none of them has a validation rate and they average many validation rows,
+            # at least one large group went unjudged.
+            count = int(str(groups[WITHHELD]).split(" ")[0])
+            rows = total - sum(size for size in groups.values() if isinstance(size, int))
+            rated = sum(  # the rates themselves, not their intervals
+                key.startswith(f"selection_rate.{token}:")
+                and not key.endswith((".ci95_low", ".ci95_high", ".se"))
+                for key in validation
+            )
+            named_rated = len(groups) - 1 - len(unrated[attribute])
+            if rated <= named_rated and rows / max(count, 1) * share >= many_rows:
+                many.append(f"{count} groups whose sizes are withheld ({rows:,} rows together)")
         if many:
             warnings.append(
                 f"the gate did not judge {attribute}: {', '.join(many)}: on the validation rows "
@@ -762,30 +743,6 @@ def unjudged_groups(
                 "smallest groups to have them judged"
             )
     return warnings
-
-
-def _unjudged_withheld(attribute, sizes, validation, total: int, share: float,
-                       min_group_size: int) -> list[str]:  # fmt: skip
-    """The groups of ``attribute`` whose sizes are withheld (:data:`WITHHELD`), when none of
-    them has a validation rate and their rows (the attribute's total less its named groups)
-    average many validation rows: so at least one large group went unjudged."""
-    from fairpca.metrics._names import attribute_tokens
-
-    groups = sizes[attribute]
-    if WITHHELD not in groups:
-        return []
-    count = int(str(groups[WITHHELD]).split(" ")[0])
-    rows = total - sum(size for size in groups.values() if isinstance(size, int))
-    token = attribute_tokens(list(sizes))[list(sizes).index(attribute)]
-    rated = sum(  # the rates themselves, not their intervals
-        key.startswith(f"selection_rate.{token}:")
-        and not key.endswith((".ci95_low", ".ci95_high", ".se"))
-        for key in validation
-    )
-    named_rated = len(groups) - 1 - len(_unrated(sizes, validation)[attribute])
-    if rated > named_rated or rows / max(count, 1) * share < 1.5 * min_group_size:
-        return []
-    return [f"{count} groups whose sizes are withheld ({rows:,} rows together)"]
 
 
 def unjudged_in_split(split, validation: dict[str, float], evaluation) -> list[str]:
@@ -797,21 +754,10 @@ def unjudged_in_split(split, validation: dict[str, float], evaluation) -> list[s
 
 
 SUMMARY_COLUMNS = (
-    "variant",
-    "k",
-    "lambda",
-    "classifier",
-    "C",
-    "accuracy",
-    "accuracy.ci95_low",
-    "accuracy.ci95_high",
-    "balanced_accuracy",
-    "dp_difference",
-    "dp_difference.ci95_high",
-    "eo_difference",
-    "eo_difference.ci95_high",
-    "var_explained",
-)
+    "variant", "k", "lambda", "classifier", "C", "accuracy", "accuracy.ci95_low",
+    "accuracy.ci95_high", "balanced_accuracy", "dp_difference", "dp_difference.ci95_high",
+    "eo_difference", "eo_difference.ci95_high", "var_explained",
+)  # fmt: skip
 
 
 def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any]]:
@@ -840,40 +786,41 @@ def candidate_summary(table: pd.DataFrame, choice: Choice) -> list[dict[str, Any
     return json.loads(frame.to_json(orient="records"))
 
 
-def _selection(config, choice: Choice, reported, diagnostics, rows: dict[str, int], sizes,
-               test_sizes) -> Selection:  # fmt: skip
-    """The audit's result (``audit.json["selection"]``) from the rows per part (``rows``) and
-    the published rows per group over every part and over the test part (``sizes``,
-    ``test_sizes``); ``baselines["pca"]`` only when the audit fitted standard PCA."""
+def _selection(config, choice: Choice, reported, diagnostics, facts: RowFacts) -> Selection:
+    """The audit's result (``audit.json["selection"]``) from the rows per part and the
+    published rows per group over every part and over the test part (``facts``);
+    ``baselines["pca"]`` only when the audit fitted standard PCA."""
     chosen, min_group_size = choice.chosen, config.evaluation.min_group_size
-    split = {f"n_{part}": n for part, n in rows.items()}
+    split = {f"n_{part}": n for part, n in facts.rows.items()}
+    validation, test = reported["chosen"]["validation"], reported["chosen"]["test"]
+    baselines = {"majority": reported["majority"]}
+    if choice.pca_row is not None and "pca" in reported:
+        baselines["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
     record = {
         "chosen": {
             "variant": chosen["variant"],
             "classifier": chosen["classifier"],
-            "lambda": float(chosen["lambda"]) if _finite(chosen["lambda"]) else None,
+            "lambda": _number(chosen["lambda"]),
             "name": candidate_name(chosen),
             "k": int(chosen["k"]),
-            "C": float(chosen["C"]) if _finite(chosen.get("C")) else None,
+            "C": _number(chosen.get("C")),
         },
         "gate": config.selection.gate,
         "decision": choice.decision.as_dict(),
-        "validation": reported["chosen"]["validation"],
-        "test": reported["chosen"]["test"],
-        "baselines": {"majority": reported["majority"]},
+        "validation": validation,
+        "test": test,
+        "baselines": baselines,
         "split": split,
-        "group_sizes": sizes,
-        "test_group_sizes": test_sizes,
-        "withheld": withheld_groups(test_sizes, reported["chosen"]["test"], min_group_size),
+        "group_sizes": facts.group_sizes,
+        "test_group_sizes": facts.test_group_sizes,
+        "withheld": withheld_groups(facts.test_group_sizes, test, min_group_size),
         "chosen_by": choice.certification["chosen_by"],
         "diagnostics": diagnostics.get("representations", {}),
         "warnings": [
-            *unjudged_groups(sizes, reported["chosen"]["validation"], split, min_group_size),
+            *unjudged_groups(facts.group_sizes, validation, split, min_group_size),
             *diagnostics.get("warnings", []),
         ],
     }
-    if choice.pca_row is not None and "pca" in reported:
-        record["baselines"]["pca"] = {"name": candidate_name(choice.pca_row), **reported["pca"]}
     return Selection.model_validate(json.loads(json.dumps(record, default=float)))
 
 
@@ -894,49 +841,7 @@ def _metrics(choice: Choice, reported, representations, timings) -> dict[str, fl
     return {k: float(v) for k, v in metrics.items() if _finite(v)}
 
 
-def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: datetime,
-               sensitive: Sequence[str], tags: dict[str, str]) -> dict[str, Any]:  # fmt: skip
-    """The fields of an :class:`AuditRecord` that the config, the choice and the run give,
-    whichever route measured the candidates (``tags``: the flow's, after the record's own)."""
-    tracking, chosen_name = config.tracking, candidate_name(choice.chosen)
-    return {
-        "audit_id": run_name,
-        "run_name": run_name,
-        "kind": kind,
-        "experiment_name": tracking.experiment_name,
-        "model_name": resolved_model_name(
-            config.source, tracking.model_name, config.selection.policy
-        ),
-        "champion_alias": tracking.champion_alias,
-        "register_model": tracking.register_model and choice.eligible,
-        "mlflow_retries": tracking.mlflow_retries,
-        "mlflow_retry_backoff": tracking.mlflow_retry_backoff,
-        "started_at": started_at,
-        "ended_at": datetime.now(UTC),
-        "sensitive": list(sensitive),
-        "decision": choice.decision.as_dict(),
-        "chosen": chosen_metrics(choice.chosen)
-        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
-        "tags": {
-            "fairpca.audit_id": run_name,
-            "fairpca.source": config.source.name,
-            "fairpca.sensitive": ",".join(sensitive),
-            "fairpca.chosen": chosen_name,
-            "fairpca.gate": config.selection.gate,
-            **tags,
-        },
-        "model_tags": {
-            "fairness.chosen": chosen_name,
-            "fairpca.audit_id": run_name,
-            **choice.policy.tags(),
-        },
-        "policy": choice.policy.record(),
-        "eligibility": choice.eligibility,
-        "certification": choice.certification,
-    }
-
-
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class RowFacts:
     """What the record says of an audit's rows, however they were held: rows per part,
     published rows per group (over every part and over the test part), the attributes, the
@@ -965,21 +870,52 @@ def row_facts(split, evaluation) -> RowFacts:
     )
 
 
-def with_graph_tag(fields: dict[str, Any], onnx: dict[str, Any] | None) -> dict[str, Any]:
-    """The record's fields with the graph's SHA-256 among its model (version) tags
-    (:data:`fairpca.tasks.onnx_export.ONNX_SHA_TAG`), when a graph was saved."""
+def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: datetime,
+               facts: RowFacts, tags: dict[str, str], onnx) -> dict[str, Any]:  # fmt: skip
+    """The fields of an :class:`AuditRecord` that the config, the choice, the run and the
+    rows' ``facts`` give, whichever route measured the candidates (``tags``: the flow's, after
+    the record's own; the saved graph's SHA-256 among the model (version) tags:
+    :data:`fairpca.tasks.onnx_export.ONNX_SHA_TAG`)."""
     from .onnx_export import ONNX_SHA_TAG
 
-    if not (onnx and onnx.get("sha256")):
-        return fields
-    return {**fields, "model_tags": {**fields["model_tags"], ONNX_SHA_TAG: onnx["sha256"]}}
-
-
-def _gate_met(choice, reference: dict[str, Any]) -> dict[str, bool | None]:
-    """Whether a reference meets the gate policy on the validation rows (None: not measured
-    there), as :func:`fairpca.tasks.select.judge_references` judges it."""
-    validation = reference.get("validation")
-    return {"meets_gate": not choice.policy.failures(validation) if validation else None}
+    tracking, chosen_name = config.tracking, candidate_name(choice.chosen)
+    sensitive, source = facts.sensitive, config.source
+    model_tags = {"fairness.chosen": chosen_name, "fairpca.audit_id": run_name}
+    model_tags |= choice.policy.tags()
+    if onnx and onnx.get("sha256"):
+        model_tags[ONNX_SHA_TAG] = onnx["sha256"]
+    return tracking.model_dump(
+        include={"experiment_name", "champion_alias", "mlflow_retries", "mlflow_retry_backoff"}
+    ) | {
+        "audit_id": run_name,
+        "run_name": run_name,
+        "kind": kind,
+        "model_name": resolved_model_name(source, tracking.model_name, config.selection.policy),
+        "register_model": tracking.register_model and choice.eligible,
+        "started_at": started_at,
+        "ended_at": datetime.now(UTC),
+        "sensitive": list(sensitive),
+        "decision": choice.decision.as_dict(),
+        "chosen": chosen_metrics(choice.chosen)
+        | {"variant": choice.chosen["variant"], "classifier": choice.chosen["classifier"]},
+        "tags": {
+            "fairpca.audit_id": run_name,
+            "fairpca.source": source.name,
+            "fairpca.sensitive": ",".join(sensitive),
+            "fairpca.chosen": chosen_name,
+            "fairpca.gate": config.selection.gate,
+            **tags,
+        },
+        "model_tags": model_tags,
+        "policy": choice.policy.record(),
+        "eligibility": choice.eligibility,
+        "certification": choice.certification,
+        "provenance": {  # what the card says the audit measured, on which data, by which code
+            "definition": definition_of(source),
+            "data_source": facts.data_source or data_source_facts(source),
+            "code_version": code_version(),
+        },
+    }
 
 
 def build_record(
@@ -1013,28 +949,27 @@ def build_record(
     counts); ``params``: the route's own, beside the config's; ``onnx``:
     :meth:`fairpca.tasks.onnx_export.GraphExport.record` of the saved model."""
     facts = split if isinstance(split, RowFacts) else row_facts(split, config.evaluation)
-    rows, sizes = facts.rows, (facts.group_sizes, facts.test_group_sizes)
     # the validation rows the search measured its candidates on (NaN: the table does not say)
     searched = table.get("validation_rows", pd.Series(dtype=float)).max()
-    fields = _run_fields(config, choice, kind, run_name, started_at, facts.sensitive, tags)
+    fails = choice.policy.failures  # a reference meets the gate on the validation rows
     return AuditRecord(
-        **with_graph_tag(fields, onnx),
+        **_run_fields(config, choice, kind, run_name, started_at, facts, tags, onnx),
         onnx=onnx,
-        selection=_selection(config, choice, reported, diagnostics, rows, *sizes),
+        selection=_selection(config, choice, reported, diagnostics, facts),
         params=config.flat_params() | (params or {}),
         metrics=_metrics(choice, reported, representations, timings),
         metric_steps=metric_steps(table),
         hashes=hashes,
-        provenance=provenance(config.source, facts.data_source),
         references=[
-            {key: r[key] for key in REFERENCE_KEYS if key in r} | _gate_met(choice, r)
+            {key: r[key] for key in REFERENCE_KEYS if key in r}
+            | {"meets_gate": not fails(r["validation"]) if r.get("validation") else None}
             for r in references
             if "skipped" not in r
         ],
         screening=facts.screening,
         k=_k_record(k_record, choice.chosen, frontier),
         frontier=frontier or None,
-        split_sizes=rows,
+        split_sizes=facts.rows,
         candidates=candidate_summary(table, choice),
         searched_validation_rows=None if pd.isna(searched) else int(searched),
         cells_not_judged=(choice.policy.judged_cells(choice.chosen) or ([], None))[1] or None,
@@ -1079,14 +1014,13 @@ def parity_gap(pipeline, split, table: pd.DataFrame, choice: Choice, selection,
     if scores is None:
         return None
     frame = pd.DataFrame(split.s_validation).astype(str).reset_index(drop=True)
-    labels = {column: frame[column] for column in frame.columns}
     if frame.shape[1] > 1:
-        labels["intersection"] = frame.apply(
-            lambda row: "/".join(f"{c}:{row[c]}" for c in frame.columns), axis=1
+        frame["intersection"] = frame.apply(
+            lambda row: "/".join(f"{c}:{row[c]}" for c in row.index), axis=1
         )
     spread = {}
-    for attribute, values in labels.items():
-        for group, rows in values.groupby(values).groups.items():
+    for attribute in frame.columns:
+        for group, rows in frame.groupby(attribute).groups.items():
             if len(rows) >= min_group_size:
                 part = scores[np.asarray(rows)]
                 spread[f"{attribute}:{group}"] = {
@@ -1105,20 +1039,19 @@ def best_fair_pca_s(table: pd.DataFrame, choice: Choice, selection) -> dict[str,
     measure, records = "balanced_accuracy", table.to_dict("records")
     useful = best_useful(records, choice.majority_accuracy, selection)
     fair_s = [
-        r for r in records if str(r["variant"]).startswith("fair_pca_s")
+        r for r in records if str(r["variant"]).startswith("fair_pca_s") and _finite(r.get(measure))
         and not ineligibility(r, choice.majority_accuracy, selection, useful)
     ]  # fmt: skip
     best = {}
     for variant in sorted({r["variant"] for r in fair_s}):
-        rows = [r for r in fair_s if r["variant"] == variant and _finite(r.get(measure))]
-        if rows:
-            # meeting the gate first, then the least violating, then ``measure``
-            row = max(rows, key=lambda r: (-choice.policy.violation(r), float(r[measure])))
-            best[variant] = {
-                "name": candidate_name(row),
-                "meets_gate": not choice.policy.failures(row),
-                **{k: float(row[k]) for k in PARITY_GAP_METRICS if _finite(row.get(k))},
-            }
+        # meeting the gate first, then the least violating, then ``measure``
+        row = max((r for r in fair_s if r["variant"] == variant),
+                  key=lambda r: (-choice.policy.violation(r), float(r[measure])))  # fmt: skip
+        best[variant] = {
+            "name": candidate_name(row),
+            "meets_gate": not choice.policy.failures(row),
+            **{k: float(row[k]) for k in PARITY_GAP_METRICS if _finite(row.get(k))},
+        }
     return best
 
 
