@@ -74,6 +74,7 @@ NEWTON_TOL = 1e-10  # the largest change of a weight, relative, at which Newton 
 LABEL_COLUMN = "__label__"  # the label beside the encoded training rows (equal opportunity)
 CELLS = ("TN", "FP", "FN", "TP")  # the cell of a row is 2 * y + prediction
 GLOB_CHARACTERS = "*?["
+KINDS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv"}  # a partition file's ending
 SPLIT_BINS = 1 << 16  # bins of the rows' hash per stratum that place the stratified cuts
 SKIPPED = {
     "cross_validation": "the choice is made on every validation row of the partitions",
@@ -145,9 +146,7 @@ def partition_files(data: str | Path) -> list[Path]:
 
 def _kind(file: Path) -> str | None:
     name = file.name.lower()
-    if name.endswith(".parquet"):
-        return "parquet"
-    return "csv" if name.endswith((".csv", ".csv.gz")) else None
+    return next((kind for end, kind in KINDS.items() if name.endswith(end)), None)
 
 
 def _read(file: Path, sep: str | None, columns: list[str] | None = None) -> pd.DataFrame:
@@ -238,11 +237,9 @@ def check_partitioned_source(config) -> list[Path]:
         values = _read(files[0], source.sep, [source.label])[source.label]
         classes = sorted(map(str, values.dropna().unique()))
         if not set(classes) <= {"0", "1"}:
-            raise ValueError(
-                LABEL_CLASSES_NOT_BINARY.format(
-                    label=source.label, file=files[0], classes=classes[:5]
-                )
-            )
+            raise ValueError(LABEL_CLASSES_NOT_BINARY.format(
+                label=source.label, file=files[0], classes=classes[:5]
+            ))  # fmt: skip
     return files
 
 
@@ -372,9 +369,8 @@ def _encoded(file: Path, spec: RowSpec, preprocessor, parts: tuple[str, ...]):
     part."""
     X, y, groups, part = _rows(file, spec)
     rows = np.flatnonzero(np.isin(part, [PART_CODES[p] for p in parts]))
-    encoded = preprocessor.transform(X.iloc[rows])
-    encoded = pd.DataFrame(np.asarray(encoded, dtype=np.float64),
-                           columns=list(preprocessor.get_feature_names_out()))  # fmt: skip
+    # the encoder's output is a frame of the encoded columns' names (_passes sets it)
+    encoded = preprocessor.transform(X.iloc[rows]).astype(np.float64).reset_index(drop=True)
     return encoded, y[rows], groups.iloc[rows].reset_index(drop=True), part[rows]
 
 
@@ -407,10 +403,8 @@ def _validation_scores(file: Path, spec: RowSpec, preprocessor, pipelines: dict)
     """The positive-class probability of each pipeline on the partition's validation rows
     (float32), their labels and groups."""
     encoded, y, groups, _ = _encoded(file, spec, preprocessor, ("validation",))
-    scores = {
-        name: np.asarray(steps.predict_proba(encoded)[:, 1], dtype=np.float32)
-        for name, steps in pipelines.items()
-    }
+    scores = {name: steps.predict_proba(encoded)[:, 1].astype(np.float32)
+              for name, steps in pipelines.items()}  # fmt: skip
     return scores, y.astype(np.int8), groups
 
 
@@ -569,8 +563,7 @@ class Passes:
 
     def labels(self, part: str) -> np.ndarray:
         """A part's labels, sorted (one byte a row): all that the choice reads of them."""
-        sizes = self.sizes[self.sizes["part"] == PART_CODES[part]]
-        per_label = sizes.groupby("y")["rows"].sum()
+        per_label = self.sizes[self.sizes["part"] == PART_CODES[part]].groupby("y")["rows"].sum()
         return np.repeat(per_label.index.to_numpy(np.int8), per_label.to_numpy())
 
 
@@ -700,14 +693,14 @@ def _search(config, passes: Passes):
     from fairpca.tasks.select import GatePolicy, require_fair_variant
     from fairpca.tasks.sweep import DEFAULT_C_GRID, search_representation, sweep_representation
 
-    representation = config.representation
+    representation, evaluation, selection = (
+        config.representation, config.evaluation, config.selection
+    )  # fmt: skip
     variants, width = list(representation.variants), passes.encoded[0].shape[1]
     k_record = resolve_k(representation.k, width, passes.sample.s_train, variants,
                          representation.k_grid)  # fmt: skip
-    config = config.model_copy(update={"representation": representation.model_copy(
-        update={"k_grid": k_record["grid"]})})  # fmt: skip
-    representation = config.representation
-    evaluation, selection = config.evaluation, config.selection
+    representation = representation.model_copy(update={"k_grid": k_record["grid"]})
+    config = config.model_copy(update={"representation": representation})
     searched, encoded = search_sample(
         passes.sample, passes.encoded, config.split.search_rows, config.seed,
         evaluation.min_group_size,
@@ -798,9 +791,8 @@ def _fit_logistic(passes: Passes, problems: dict) -> dict:
     name -> fitted :class:`~sklearn.linear_model.LogisticRegression`."""
     from sklearn.linear_model import LogisticRegression
 
-    width = {name: len(rep.get_feature_names_out()) + 1 for name, (rep, _) in problems.items()}
-    state = {name: {"w": np.zeros(width[name]), "best": None, "step": None, "iterations": 0}
-             for name in problems}  # fmt: skip
+    state = {name: {"w": np.zeros(len(rep.get_feature_names_out()) + 1), "iterations": 0}
+             for name, (rep, _) in problems.items()}  # fmt: skip
     active = list(problems)
     for _ in range(NEWTON_MAX_ITER):
         if not active:
@@ -823,11 +815,12 @@ def _fit_logistic(passes: Passes, problems: dict) -> dict:
 
 
 def _newton_step(state: dict, C: float, loss: float, gradient, hessian) -> bool:
-    """One safeguarded Newton step of ``state`` (its weights ``w``); True once converged."""
+    """One safeguarded Newton step of ``state`` (its weights ``w``; after a step, the best
+    objective with its weights and the step); True once converged."""
     w = state["w"]
     penalty = np.r_[np.ones(w.size - 1), 0.0]  # the intercept is not penalised
     objective = C * loss + 0.5 * np.sum(penalty * w * w)
-    best = state["best"]
+    best = state.get("best")
     if best is not None and objective > best[0] * (1 + 1e-12):  # overshot: halve the step
         state["step"] = state["step"] / 2
         state["w"] = best[1] - state["step"]
@@ -895,7 +888,7 @@ def _references(passes: Passes, config) -> list[dict]:
     """The in-memory audit's reference mitigations
     (:func:`fairpca.tasks.references.fit_references`), searched and fitted on the samples
     (:data:`SAMPLE_ROWS`); each then gives its predictor, measured on every validation and
-    test row by :func:`_measure_references`."""
+    test row by :func:`_decided`."""
     from fairpca.tasks.references import fit_references
 
     sample, (train, validation) = passes.sample, passes.encoded
@@ -906,30 +899,6 @@ def _references(passes: Passes, config) -> list[dict]:
     encoded = {"train": train, "validation": validation, "test": validation}
     return fit_references(encoded, standing_in, config.evaluation, config.seed, config.selection,
                           config.split.search_rows)  # fmt: skip
-
-
-def _measure_references(references: list[dict], measure, passes: Passes, config) -> list[dict]:
-    """Each reference's validation and test numbers on every row of those parts
-    (``measure``: :func:`_measure` of the cell counts), judged as a candidate is."""
-    from fairpca.tasks.select import ineligibility, majority_accuracy_of
-
-    majority = majority_accuracy_of(passes.labels("train"), passes.labels("validation"))
-    out = []
-    for reference in references:
-        if "predict" not in reference:
-            out.append(reference)
-            continue
-        name = f"reference:{reference['name']}"
-        validation, test = measure(name, "validation"), measure(name, "test")
-        out.append({
-            **{k: v for k, v in reference.items() if k != "predict"},
-            "config": f"{reference['config']}; fitted on a stratified sample of "
-            f"{passes.sample.y_train.size:,} training rows, measured on every validation and "
-            "test row",
-            "validation": validation, "test": test,
-            "ineligible": ineligibility(validation, majority, config.selection),
-        })  # fmt: skip
-    return out
 
 
 @dataclass
@@ -981,15 +950,14 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
                                  | {"validation_rows": passes.rows_of("validation")}
                                  | measure(candidate_key(row), "validation")
                                  for row in candidates])  # fmt: skip
-        references = _measure_references(references, measure, passes, config)
-        choice, reported = _decided(measure, measured, references, passes, config, searched)
+        choice, reported, references = _decided(measure, measured, references, passes, config,
+                                                searched)  # fmt: skip
     steps = pipelines[candidate_key(choice.chosen)].steps
     pipeline = Pipeline([("preprocess", passes.preprocessor), *steps])
-    record = _record(config, out_dir, passes, choice, reported, pipeline, table,
-                     run={"kind": kind, "started_at": started_at, "tags": tags},
-                     extra={"references": references, "skipped": skipped, "k_record": k_record,
-                            "searches": searches, "representations": representations,
-                            "timings": clock.timings()})  # fmt: skip
+    record = _record(config, out_dir, passes, pipeline, representations, searches, kind=kind,
+                     started_at=started_at, choice=choice, reported=reported, table=table,
+                     references=references, skipped={**SKIPPED, **skipped}, k_record=k_record,
+                     timings=clock.timings(), tags={"fairpca.route": "dask", **tags})  # fmt: skip
 
     def score(champion) -> dict[str, float]:
         """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
@@ -1002,14 +970,16 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
 def _decided(measure, measured: pd.DataFrame, references: list[dict], passes: Passes, config,
              searched):  # fmt: skip
     """The in-memory audit's choice (:func:`fairpca.tasks.select.choose`: eligibility, the
-    gate, certification) on the shortlist measured on every validation row, what is reported
-    of it (validation and test, the majority class and unconstrained PCA beside it) and the
-    decision after the references (:func:`fairpca.tasks.select.judge_chosen`, as in
-    memory)."""
+    gate, certification) on the shortlist measured on every validation row; each reference's
+    validation and test numbers on every row of those parts, judged as a candidate is; what
+    is reported of the choice (validation and test, the majority class and unconstrained PCA
+    beside it) and the decision after the references
+    (:func:`fairpca.tasks.select.judge_chosen`, as in memory). ``measure``: :func:`_measure`
+    of the cell counts. Returns the choice, what is reported and the references."""
     from fairpca.tasks.decision import note
     from fairpca.tasks.evaluate import validation_metrics
     from fairpca.tasks.record import unjudged_groups
-    from fairpca.tasks.select import choose, judge_chosen
+    from fairpca.tasks.select import choose, ineligibility, judge_chosen
 
     choice = choose(measured, passes.labels("train"), passes.labels("validation"),
                     config.selection)  # fmt: skip
@@ -1021,6 +991,20 @@ def _decided(measure, measured: pd.DataFrame, references: list[dict], passes: Pa
         "where the choice was made"
     )
     choice = dataclasses.replace(choice, decision=choice.decision.adding(note(where)))
+    fitted_on = (f"; fitted on a stratified sample of {passes.sample.y_train.size:,} training "
+                 "rows, measured on every validation and test row")  # fmt: skip
+    judged = []
+    for reference in references:
+        name = f"reference:{reference['name']}"
+        if "predict" in reference:
+            validation = measure(name, "validation")
+            reference = {
+                **{k: v for k, v in reference.items() if k != "predict"},
+                "config": reference["config"] + fitted_on,
+                "validation": validation, "test": measure(name, "test"),
+                "ineligible": ineligibility(validation, choice.majority_accuracy, config.selection),
+            }  # fmt: skip
+        judged.append(reference)
     reported = {"majority": {"class": passes.majority, "test": measure("majority", "test", False),
                              "validation": {"accuracy": choice.majority_accuracy}}}  # fmt: skip
     for name, row in (("chosen", choice.chosen), ("pca", choice.pca_row)):
@@ -1031,8 +1015,8 @@ def _decided(measure, measured: pd.DataFrame, references: list[dict], passes: Pa
     unjudged = unjudged_groups(_group_sizes(passes, config.evaluation),
                                reported["chosen"]["validation"], split,
                                config.evaluation.min_group_size)  # fmt: skip
-    chosen_test = reported["chosen"]["test"]
-    return judge_chosen(choice, references, chosen_test, unjudged, config.selection), reported
+    decided = judge_chosen(choice, judged, reported["chosen"]["test"], unjudged, config.selection)
+    return decided, reported, judged
 
 
 def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
@@ -1047,20 +1031,18 @@ def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
         cells, sensitive, evaluation.min_group_size, evaluation.allow_small_groups
     )
     published = {attribute: report.attributes[attribute].group_size for attribute in sensitive}
-    withheld = {
-        attribute: cells[attribute].nunique() - len(published[attribute]) for attribute in sensitive
-    }
+    withheld = {attribute: cells[attribute].nunique() - len(published[attribute])
+                for attribute in sensitive}  # fmt: skip
     return with_withheld(published, withheld, evaluation.min_group_size)
 
 
-def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, table, *,
-            run: dict, extra: dict):  # fmt: skip
+def _record(config, out_dir: Path, passes: Passes, pipeline, representations: dict,
+            searches: dict, **fields):  # fmt: skip
     """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route, by the in-memory
-    route's :func:`fairpca.tasks.record.build_record`, with the facts of the rows from the
-    counts and the files' SHA-256s (named relative to their common folder); the chosen
-    pipeline saved under ``out_dir/model`` and the projection matrices beside it (``run``:
-    kind, started_at and the flow's tags; ``extra``: references, skipped, k record,
-    searches, representations, timings)."""
+    route's :func:`fairpca.tasks.record.build_record` (``fields``: what the route passes it
+    as it is), with the facts of the rows from the counts and the files' SHA-256s (named
+    relative to their common folder); the chosen pipeline saved under ``out_dir/model`` and
+    the projection matrices beside it."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
     from fairpca.tasks.onnx_export import save_graph
@@ -1076,7 +1058,7 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
     )
     # the ONNX graph checked on the validation sample (the partitions' rows are not in memory)
     graph = save_graph(model_dir, pipeline, sample.X_validation, checked_on="validation sample")
-    representations = {variant: rep for (variant, _), rep in extra["representations"].items()}
+    representations = {variant: rep for (variant, _), rep in representations.items()}
     root = Path(os.path.commonpath([f.parent for f in files]))
     facts = RowFacts(
         rows={part: passes.rows_of(part) for part in PART_CODES},
@@ -1088,16 +1070,11 @@ def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, t
                      "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files}},
     )  # fmt: skip
     return build_record(
-        config, kind=run["kind"], run_name=Path(out_dir).name, started_at=run["started_at"],
-        split=facts, choice=choice, reported=reported,
-        references=extra["references"], diagnostics={}, representations=representations,
-        table=table, skipped={**SKIPPED, **extra["skipped"]}, k_record=extra["k_record"],
-        frontier=frontier_points(extra["searches"], table, config.selection),
-        timings=extra["timings"], hashes=write_matrices(out_dir, representations),
-        onnx=graph,
+        config, run_name=Path(out_dir).name, split=facts, diagnostics={},
+        representations=representations, hashes=write_matrices(out_dir, representations),
+        frontier=frontier_points(searches, fields["table"], config.selection), onnx=graph,
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),
         model_digest=model_digest(pipeline, passes.digest),
-        tags={"fairpca.route": "dask", **run["tags"]},
         params={"route": "dask", "sample_rows": str(sample.y_train.size),
-                "screening_rows": str(min(SCREEN_ROWS, sample.y_train.size))},
+                "screening_rows": str(min(SCREEN_ROWS, sample.y_train.size))}, **fields,
     )  # fmt: skip
