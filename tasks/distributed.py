@@ -884,23 +884,6 @@ def candidate_key(row: dict) -> str:
 IDENTITY = ("variant", "k", "lambda", "lambda_index", "classifier", "C", "C_given", "n_features")
 
 
-def _references(passes: Passes, config) -> list[dict]:
-    """The in-memory audit's reference mitigations
-    (:func:`fairpca.tasks.references.fit_references`), searched and fitted on the samples
-    (:data:`SAMPLE_ROWS`); each then gives its predictor, measured on every validation and
-    test row by :func:`_decided`."""
-    from fairpca.tasks.references import fit_references
-
-    sample, (train, validation) = passes.sample, passes.encoded
-    # the test part is measured on the partitions: the sample's validation rows stand in here
-    standing_in = dataclasses.replace(
-        sample, X_test=sample.X_validation, y_test=sample.y_validation, s_test=sample.s_validation
-    )
-    encoded = {"train": train, "validation": validation, "test": validation}
-    return fit_references(encoded, standing_in, config.evaluation, config.seed, config.selection,
-                          config.split.search_rows)  # fmt: skip
-
-
 @dataclass
 class PartitionAudit:
     """What the Dask route returns to the flow: the record, the candidates' table, the
@@ -922,6 +905,7 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
     (:func:`connect`). The flow writes, seals and logs it as any audit."""
     from sklearn.pipeline import Pipeline
 
+    from fairpca.tasks.references import fit_references
     from fairpca.tasks.select import majority_accuracy_of, registrable, shortlist
     from fairpca.tasks.stages import Stopwatch
 
@@ -940,7 +924,15 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
         representations = _refit_representations(passes, candidates, searches, config)
         pipelines = _refit_classifiers(passes, candidates, representations, config, searches)
     with clock("references"):
-        references = _references(passes, config)
+        # the in-memory audit's reference mitigations, searched and fitted on the samples;
+        # the test part is measured on the partitions: the validation sample stands in here
+        train, validation = passes.encoded
+        standing_in = dataclasses.replace(passes.sample, **{
+            f"{name}_test": getattr(passes.sample, f"{name}_validation") for name in ("X", "y", "s")
+        })  # fmt: skip
+        references = fit_references({"train": train, "validation": validation, "test": validation},
+                                    standing_in, config.evaluation, config.seed, config.selection,
+                                    config.split.search_rows)  # fmt: skip
     with clock("evaluate"):  # one pass: every candidate's and reference's cell counts
         predictors = {f"reference:{r['name']}": r["predict"] for r in references if "predict" in r}
         cells = _summed(_per_file(_count_cells, passes.files, passes.spec, passes.preprocessor,
