@@ -408,11 +408,14 @@ def _validation_scores(file: Path, spec: RowSpec, preprocessor, pipelines: dict)
     return scores, y.astype(np.int8), groups
 
 
-def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> pd.DataFrame:
-    """Rows per confusion cell (columns :data:`CELLS`) for each distinct row of ``keys``."""
-    onehot = pd.DataFrame(np.eye(4, dtype=np.int64)[2 * y + predicted], columns=list(CELLS))
+def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted, candidate: str) -> pd.DataFrame:
+    """Rows per confusion cell (columns :data:`CELLS`) of ``candidate``'s 0/1 predictions for
+    each distinct row of ``keys``."""
+    cell = 2 * y + np.asarray(predicted).astype(np.int64)
+    onehot = pd.DataFrame(np.eye(4, dtype=np.int64)[cell], columns=list(CELLS))
     table = pd.concat([keys.reset_index(drop=True), onehot], axis=1)
-    return table.groupby(list(keys.columns), sort=False).sum().reset_index()
+    counts = table.groupby(list(keys.columns), sort=False).sum().reset_index()
+    return counts.assign(candidate=candidate)
 
 
 def _count_cells(file: Path, spec: RowSpec, preprocessor, pipelines: dict, references: dict):
@@ -426,10 +429,8 @@ def _count_cells(file: Path, spec: RowSpec, preprocessor, pipelines: dict, refer
     predictions |= {name: predict(encoded.to_numpy(), groups)
                     for name, predict in references.items()}  # fmt: skip
     keys = groups.assign(part=part)
-    return pd.concat([
-        _cell_counts(keys, y, np.asarray(predicted).astype(np.int64)).assign(candidate=name)
-        for name, predicted in predictions.items()
-    ], ignore_index=True)  # fmt: skip
+    counts = [_cell_counts(keys, y, predicted, name) for name, predicted in predictions.items()]
+    return pd.concat(counts, ignore_index=True)
 
 
 def _champion_cells(file: Path, spec: RowSpec, pipeline) -> pd.DataFrame:
@@ -437,10 +438,8 @@ def _champion_cells(file: Path, spec: RowSpec, pipeline) -> pd.DataFrame:
     :func:`_count_cells` gives them, of the candidate ``champion``)."""
     X, y, groups, part = _rows(file, spec)
     test = part == PART_CODES["test"]
-    predicted = np.asarray(pipeline.predict(X[test]), dtype=np.int64)
-    return _cell_counts(groups[test].assign(part=part[test]), y[test], predicted).assign(
-        candidate="champion"
-    )
+    predicted = pipeline.predict(X[test])
+    return _cell_counts(groups[test].assign(part=part[test]), y[test], predicted, "champion")
 
 
 # ---- metrics from counts ---------------------------------------------------------------------
