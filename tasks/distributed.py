@@ -418,13 +418,14 @@ def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted, candidate: str) -
     return counts.assign(candidate=candidate)
 
 
-def _count_cells(file: Path, spec: RowSpec, preprocessor, pipelines: dict, references: dict):
+def _count_cells(file: Path, spec: RowSpec, preprocessor, pipelines: dict, references: dict,
+                 majority: int):  # fmt: skip
     """Confusion-cell counts per (candidate, part, groups) of the validation and test rows:
     of each candidate's pipeline (representation and classifier over the encoded features),
     each reference mitigation's ``predict(encoded, groups) -> 0/1``, and ``majority``, which
-    predicts 0 (flipped on the client when the majority class is 1)."""
+    predicts the training rows' majority class."""
     encoded, y, groups, part = _encoded(file, spec, preprocessor, ("validation", "test"))
-    predictions = {"majority": np.zeros(len(y), dtype=np.int64)}
+    predictions = {"majority": np.full(len(y), majority)}
     predictions |= {name: pipeline.predict(encoded) for name, pipeline in pipelines.items()}
     predictions |= {name: predict(encoded.to_numpy(), groups)
                     for name, predict in references.items()}  # fmt: skip
@@ -523,8 +524,6 @@ def _measure(cells: pd.DataFrame, passes: Passes, config, name: str, part: str,
     from fairpca.tasks.evaluate import gated_metrics, metric_options, one_class_share
 
     counts = cells.xs((name, PART_CODES[part]), level=("candidate", "part")).reset_index()
-    if name == "majority" and passes.majority == 1:  # every row predicted 1
-        counts = counts.assign(FP=counts["TN"], TP=counts["FN"], TN=0, FN=0)
     sensitive, options = list(passes.spec.sensitive), metric_options(config.evaluation, config.seed)
     if gated:
         y, predicted, groups = rows_of_counts(counts, sensitive)
@@ -935,7 +934,7 @@ def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
     with clock("evaluate"):  # one pass: every candidate's and reference's cell counts
         predictors = {f"reference:{r['name']}": r["predict"] for r in references if "predict" in r}
         cells = _summed(_per_file(_count_cells, passes.files, passes.spec, passes.preprocessor,
-                                  pipelines, predictors), sensitive)  # fmt: skip
+                                  pipelines, predictors, passes.majority), sensitive)  # fmt: skip
         measure = functools.partial(_measure, cells, passes, config)
         measured = pd.DataFrame([{k: row[k] for k in IDENTITY if k in row}
                                  | {"validation_rows": passes.rows_of("validation")}
