@@ -52,7 +52,7 @@ import glob
 import hashlib
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,7 @@ NEWTON_TOL = 1e-10  # the largest change of a weight, relative, at which Newton 
 LABEL_COLUMN = "__label__"  # the label beside the encoded training rows (equal opportunity)
 CELLS = ("TN", "FP", "FN", "TP")  # the cell of a row is 2 * y + prediction
 GLOB_CHARACTERS = "*?["
+KINDS = {".parquet": "parquet", ".csv": "csv", ".csv.gz": "csv"}  # a partition file's ending
 SPLIT_BINS = 1 << 16  # bins of the rows' hash per stratum that place the stratified cuts
 SKIPPED = {
     "cross_validation": "the choice is made on every validation row of the partitions",
@@ -145,9 +146,22 @@ def partition_files(data: str | Path) -> list[Path]:
 
 def _kind(file: Path) -> str | None:
     name = file.name.lower()
-    if name.endswith(".parquet"):
-        return "parquet"
-    return "csv" if name.endswith((".csv", ".csv.gz")) else None
+    return next((kind for end, kind in KINDS.items() if name.endswith(end)), None)
+
+
+def _read(file: Path, sep: str | None, columns: list[str] | None = None) -> pd.DataFrame:
+    """A partition file's ``columns``, in that order; without ``columns``, its header only
+    (no row)."""
+    if _kind(file) == "parquet":
+        import pyarrow.parquet as pq
+
+        if columns is None:
+            return pd.DataFrame(columns=pq.read_schema(file).names)
+        return pd.read_parquet(file, columns=columns)[columns]
+    # sep=None: the separator is sniffed from the file (python engine), as for a single file
+    options = {"sep": sep} if sep else {"sep": None, "engine": "python"}
+    frame = pd.read_csv(file, usecols=columns, nrows=0 if columns is None else None, **options)
+    return frame if columns is None else frame[columns]
 
 
 def connect(address: str, timeout: float = CONNECT_TIMEOUT_S):
@@ -183,9 +197,12 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT_S):
 
 
 def check_partitioned_source(config) -> list[Path]:
-    """The checks before any work: a scheduler address, files that match, the columns
-    named in their schema (the pre-flight check also reaches the scheduler). Returns the
-    files.
+    """The checks before any work: a scheduler address; what the route fits (fair PCA and
+    its variants from statistics, with logistic regression: fair kernel PCA, or classifiers
+    without logistic regression, are refused, never silently replaced; so is a
+    ``group_column``, since the split assigns each row, not each entity, a part); files that
+    match, the columns named in their schema (the pre-flight check also reaches the
+    scheduler). Returns the files.
 
     Raises
     ------
@@ -198,56 +215,32 @@ def check_partitioned_source(config) -> list[Path]:
             f"{source.data} is a partitioned table, audited on a Dask cluster: pass "
             "--dask-address tcp://host:8786 (or 'local' for a temporary local cluster)."
         )
-    _refuse_unfitted_choices(config)
+    if source.group_column is not None:
+        raise ValueError(GROUP_COLUMN_ON_PARTITIONS.format(column=source.group_column))
+    asked = []
+    if "fair_kernel_pca" in config.representation.variants:
+        asked.append("--variants fair_kernel_pca")
+    if not set(config.evaluation.classifiers) & set(CLASSIFIERS):
+        asked.append(f"--classifiers {config.evaluation.classifiers}")
+    if asked:
+        raise ValueError(
+            UNFITTED_CHOICES.format(classifiers=" or ".join(CLASSIFIERS), asked="; ".join(asked))
+        )
     files = partition_files(source.data)
-    columns = _columns_of(files[0], source.sep)
+    columns = list(_read(files[0], source.sep).columns)
     missing = [c for c in [source.label, *source.sensitive, *source.drop] if c not in columns]
     if missing:
         raise ValueError(
             MISSING_COLUMNS.format(file=files[0], missing=missing, columns=sorted(columns)[:20])
         )
     if source.positive_label is None:
-        values = _read_partition(files[0], RowSpec(source.label, None, (), (), 0, source.sep,
-                                                   (1.0, 0.0, 0.0)))[source.label]  # fmt: skip
+        values = _read(files[0], source.sep, [source.label])[source.label]
         classes = sorted(map(str, values.dropna().unique()))
         if not set(classes) <= {"0", "1"}:
-            raise ValueError(
-                LABEL_CLASSES_NOT_BINARY.format(
-                    label=source.label, file=files[0], classes=classes[:5]
-                )
-            )
+            raise ValueError(LABEL_CLASSES_NOT_BINARY.format(
+                label=source.label, file=files[0], classes=classes[:5]
+            ))  # fmt: skip
     return files
-
-
-def _refuse_unfitted_choices(config) -> None:
-    """The route refits fair PCA (and its variants from statistics) with logistic
-    regression: fair kernel PCA, or classifiers without logistic regression, are refused,
-    never silently replaced; so is a ``group_column`` (its split assigns each row, not each
-    entity, a part)."""
-    asked = []
-    if "fair_kernel_pca" in config.representation.variants:
-        asked.append("--variants fair_kernel_pca")
-    if not set(config.evaluation.classifiers) & set(CLASSIFIERS):
-        asked.append(f"--classifiers {config.evaluation.classifiers}")
-    if config.source.group_column is not None:
-        raise ValueError(GROUP_COLUMN_ON_PARTITIONS.format(column=config.source.group_column))
-    if asked:
-        raise ValueError(
-            UNFITTED_CHOICES.format(classifiers=" or ".join(CLASSIFIERS), asked="; ".join(asked))
-        )
-
-
-def _csv_options(sep: str | None) -> dict:
-    # sep=None: the separator is sniffed from the file (python engine), as for a single file
-    return {"sep": sep} if sep else {"sep": None, "engine": "python"}
-
-
-def _columns_of(file: Path, sep: str | None) -> list[str]:
-    if _kind(file) == "parquet":
-        import pyarrow.parquet as pq
-
-        return list(pq.read_schema(file).names)
-    return list(pd.read_csv(file, nrows=0, **_csv_options(sep)).columns)
 
 
 # ---- what runs on the workers, one partition at a time ---------------------------------------
@@ -256,7 +249,8 @@ def _columns_of(file: Path, sep: str | None) -> list[str]:
 @dataclass(frozen=True)
 class RowSpec:
     """How a partition file's rows become features, label, groups and part (sent to
-    workers)."""
+    workers): ``label``, ``sensitive`` and ``features`` are read and hashed (the same before
+    and after the screening), ``kept`` are the features the audit uses."""
 
     label: str
     positive_label: Any
@@ -265,27 +259,8 @@ class RowSpec:
     seed: int
     sep: str | None
     shares: tuple[float, float, float]  # train, validation, test (the config's split section)
+    kept: tuple[str, ...]  # the features the screening kept
     cuts: dict | None = None  # stratum -> its parts' cut points (stratum_cuts)
-    excluded: tuple[str, ...] = ()  # features the screening excluded (still read: hashed)
-
-    @property
-    def columns(self) -> list[str]:
-        """What is read and hashed (the same before and after the screening)."""
-        return [self.label, *self.sensitive, *self.features]
-
-    @property
-    def kept(self) -> list[str]:
-        """The features the audit uses."""
-        return [c for c in self.features if c not in self.excluded]
-
-
-def _read_partition(file: Path, spec: RowSpec) -> pd.DataFrame:
-    """One partition: the file's rows, only the columns the audit uses, in ``spec`` order."""
-    if _kind(file) == "parquet":
-        frame = pd.read_parquet(file, columns=spec.columns)
-    else:
-        frame = pd.read_csv(file, usecols=spec.columns, **_csv_options(spec.sep))
-    return frame[spec.columns]
 
 
 def row_uniforms(frame: pd.DataFrame, seed: int) -> np.ndarray:
@@ -313,13 +288,10 @@ def part_of_rows(frame: pd.DataFrame, seed: int, shares: tuple[float, ...], stra
     ``cuts`` (:func:`stratum_cuts`; the shares' cumulative sums for a stratum without)."""
     uniform = row_uniforms(frame, seed)
     default = np.cumsum(shares)
-    if strata is None or not cuts:
-        return np.searchsorted(default, uniform, side="right").astype(np.int8)
-    part = np.empty(len(uniform), dtype=np.int8)
-    for key in pd.unique(strata):
+    part = np.searchsorted(default, uniform, side="right").astype(np.int8)
+    for key in pd.unique(strata) if strata is not None and cuts else ():
         rows = strata == key
-        edges = np.asarray(cuts.get(key, default))
-        part[rows] = np.searchsorted(edges, uniform[rows], side="right")
+        part[rows] = np.searchsorted(cuts.get(key, default), uniform[rows], side="right")
     return part
 
 
@@ -344,10 +316,8 @@ def stratum_cuts(histogram: pd.DataFrame, shares: tuple[float, ...]) -> dict[str
     cuts = {}
     weights = np.round(np.asarray(shares, dtype=float) * 1e6).astype(np.int64)
     for key, rows in histogram.groupby("stratum", sort=True):
-        counts = np.zeros(SPLIT_BINS, dtype=np.int64)
-        np.add.at(counts, rows["bin"].to_numpy(), rows["rows"].to_numpy())
-        total = int(counts.sum())
-        wanted = allocate(int(np.floor(total * sum(shares) + 1e-9)), weights)
+        counts = np.bincount(rows["bin"], weights=rows["rows"], minlength=SPLIT_BINS)
+        wanted = allocate(int(np.floor(counts.sum() * sum(shares) + 1e-9)), weights)
         running = np.concatenate([[0], np.cumsum(counts)])  # rows below each bin edge
         edges = [int(np.abs(running - target).argmin()) for target in np.cumsum(wanted)]
         cuts[str(key)] = tuple(edge / SPLIT_BINS for edge in edges)
@@ -356,7 +326,8 @@ def stratum_cuts(histogram: pd.DataFrame, shares: tuple[float, ...]) -> dict[str
 
 def _labelled(file: Path, spec: RowSpec):
     """A partition's rows, binary label and groups (as text)."""
-    frame = _read_partition(file, spec).reset_index(drop=True)
+    columns = [spec.label, *spec.sensitive, *spec.features]
+    frame = _read(file, spec.sep, columns).reset_index(drop=True)
     label = frame[spec.label]
     if spec.positive_label is not None:
         y = (label == spec.positive_label).to_numpy(dtype=np.int64)
@@ -374,24 +345,23 @@ def _rows(file: Path, spec: RowSpec):
     """Features, binary label, groups (as text) and part of a partition's rows."""
     frame, y, groups = _labelled(file, spec)
     part = part_of_rows(frame, spec.seed, spec.shares, strata_of(y, groups), spec.cuts)
-    return frame[spec.kept], y, groups, part
+    return frame[list(spec.kept)], y, groups, part
 
 
-def _first_facts(file: Path, spec: RowSpec, index: int, rates: dict[str, float]):
-    """One pass: rows per (groups, part, label), the training rows' digest, and seeded
-    draws of the training and validation rows (each row with its part's ``rates``)."""
+def _first_facts(numbered: tuple[int, Path], spec: RowSpec, rates: dict[str, float]):
+    """One pass over the ``(index, file)`` partition: rows per (groups, part, label), the
+    training rows' digest, and a seeded draw of the training and validation rows (each row
+    with its part's ``rates``) with their labels, groups and parts."""
+    index, file = numbered
     X, y, groups, part = _rows(file, spec)
     sizes = groups.assign(part=part, y=y).value_counts(sort=False).rename("rows").reset_index()
     train = np.flatnonzero(part == PART_CODES["train"])
     digest = hashlib.sha256()
     for piece in (X.iloc[train], pd.DataFrame({"y": y[train]}), groups.iloc[train]):
         digest.update(pd.util.hash_pandas_object(piece, index=False).to_numpy().tobytes())
-    draw = np.random.default_rng([spec.seed, index]).random(len(y))
-    drawn = {}
-    for name, rate in rates.items():
-        rows = np.flatnonzero((part == PART_CODES[name]) & (draw < rate))
-        drawn[name] = (X.iloc[rows], y[rows], groups.iloc[rows])
-    return sizes, digest.hexdigest(), drawn
+    rate = np.array([rates.get(name, 0.0) for name in PART_CODES] + [0.0])[part]
+    drawn = np.flatnonzero(np.random.default_rng([spec.seed, index]).random(len(y)) < rate)
+    return sizes, digest.hexdigest(), X.iloc[drawn], y[drawn], groups.iloc[drawn], part[drawn]
 
 
 def _encoded(file: Path, spec: RowSpec, preprocessor, parts: tuple[str, ...]):
@@ -399,20 +369,17 @@ def _encoded(file: Path, spec: RowSpec, preprocessor, parts: tuple[str, ...]):
     part."""
     X, y, groups, part = _rows(file, spec)
     rows = np.flatnonzero(np.isin(part, [PART_CODES[p] for p in parts]))
-    encoded = preprocessor.transform(X.iloc[rows])
-    encoded = pd.DataFrame(np.asarray(encoded, dtype=np.float64),
-                           columns=list(preprocessor.get_feature_names_out()))  # fmt: skip
+    # the encoder's output is a frame of the encoded columns' names (_passes sets it)
+    encoded = preprocessor.transform(X.iloc[rows]).astype(np.float64).reset_index(drop=True)
     return encoded, y[rows], groups.iloc[rows].reset_index(drop=True), part[rows]
 
 
-def _encoded_training_rows(file: Path, spec: RowSpec, preprocessor):
+def _encoded_training_rows(file: Path, spec: RowSpec, preprocessor) -> pd.DataFrame:
     """A partition's training rows encoded, with the group columns (fair PCA's
     ``sensitive_columns``) and the label (equal opportunity's rows)."""
     out, y, groups, _ = _encoded(file, spec, preprocessor, ("train",))
-    for column in spec.sensitive:
-        out[f"group:{column}"] = groups[column].to_numpy()
-    out[LABEL_COLUMN] = y
-    return out
+    groups = {f"group:{column}": groups[column].to_numpy() for column in spec.sensitive}
+    return out.assign(**groups, **{LABEL_COLUMN: y})
 
 
 def _newton_terms(file: Path, spec: RowSpec, preprocessor, models: list) -> list:
@@ -436,43 +403,44 @@ def _validation_scores(file: Path, spec: RowSpec, preprocessor, pipelines: dict)
     """The positive-class probability of each pipeline on the partition's validation rows
     (float32), their labels and groups."""
     encoded, y, groups, _ = _encoded(file, spec, preprocessor, ("validation",))
-    scores = {
-        name: np.asarray(steps.predict_proba(encoded)[:, 1], dtype=np.float32)
-        for name, steps in pipelines.items()
-    }
+    scores = {name: steps.predict_proba(encoded)[:, 1].astype(np.float32)
+              for name, steps in pipelines.items()}  # fmt: skip
     return scores, y.astype(np.int8), groups
 
 
-def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> pd.DataFrame:
-    """Rows per confusion cell (columns :data:`CELLS`) for each distinct row of ``keys``."""
-    onehot = pd.DataFrame(np.eye(4, dtype=np.int64)[2 * y + predicted], columns=list(CELLS))
+def _cell_counts(keys: pd.DataFrame, y: np.ndarray, predicted, candidate: str) -> pd.DataFrame:
+    """Rows per confusion cell (columns :data:`CELLS`) of ``candidate``'s 0/1 predictions for
+    each distinct row of ``keys``."""
+    cell = 2 * y + np.asarray(predicted).astype(np.int64)
+    onehot = pd.DataFrame(np.eye(4, dtype=np.int64)[cell], columns=list(CELLS))
     table = pd.concat([keys.reset_index(drop=True), onehot], axis=1)
-    return table.groupby(list(keys.columns), sort=False).sum().reset_index()
+    counts = table.groupby(list(keys.columns), sort=False).sum().reset_index()
+    return counts.assign(candidate=candidate)
 
 
-def _count_cells(file: Path, spec: RowSpec, preprocessor, predictors: dict):
+def _count_cells(file: Path, spec: RowSpec, preprocessor, pipelines: dict, references: dict,
+                 majority: int):  # fmt: skip
     """Confusion-cell counts per (candidate, part, groups) of the validation and test rows:
-    ``predictors`` maps a name to ``predict(encoded, groups) -> 0/1`` (a candidate's
-    representation and classifier, a reference mitigation); ``majority`` predicts 0 (flipped
-    on the client when the majority class is 1)."""
+    of each candidate's pipeline (representation and classifier over the encoded features),
+    each reference mitigation's ``predict(encoded, groups) -> 0/1``, and ``majority``, which
+    predicts the training rows' majority class."""
     encoded, y, groups, part = _encoded(file, spec, preprocessor, ("validation", "test"))
+    predictions = {"majority": np.full(len(y), majority)}
+    predictions |= {name: pipeline.predict(encoded) for name, pipeline in pipelines.items()}
+    predictions |= {name: predict(encoded.to_numpy(), groups)
+                    for name, predict in references.items()}  # fmt: skip
     keys = groups.assign(part=part)
-    predictions = {"majority": np.zeros(len(y), dtype=np.int64)}
-    for name, predict in predictors.items():
-        predictions[name] = np.asarray(predict(encoded, groups)).astype(np.int64)
-    tables = [
-        _cell_counts(keys, y, predicted).assign(candidate=candidate)
-        for candidate, predicted in predictions.items()
-    ]
-    return pd.concat(tables, ignore_index=True)
+    counts = [_cell_counts(keys, y, predicted, name) for name, predicted in predictions.items()]
+    return pd.concat(counts, ignore_index=True)
 
 
 def _champion_cells(file: Path, spec: RowSpec, pipeline) -> pd.DataFrame:
-    """Confusion-cell counts per group of a pipeline's predictions on the test rows."""
+    """Confusion-cell counts per group of a pipeline's predictions on the test rows (as
+    :func:`_count_cells` gives them, of the candidate ``champion``)."""
     X, y, groups, part = _rows(file, spec)
     test = part == PART_CODES["test"]
-    predicted = np.asarray(pipeline.predict(X[test]), dtype=np.int64)
-    return _cell_counts(groups[test], y[test], predicted)
+    predicted = pipeline.predict(X[test])
+    return _cell_counts(groups[test].assign(part=part[test]), y[test], predicted, "champion")
 
 
 # ---- metrics from counts ---------------------------------------------------------------------
@@ -531,6 +499,41 @@ def counts_metrics(counts: pd.DataFrame, sensitive: list[str], *, min_group_size
     return metrics
 
 
+def rows_of_counts(counts: pd.DataFrame, sensitive: list[str]):
+    """Labels, predictions and groups of rows with these confusion-cell counts per group:
+    every measure of :mod:`fairpca.metrics` is a function of the counts, so the in-memory
+    audit's own functions give on them what they give on the rows (one byte a row)."""
+    repeats = counts[list(CELLS)].to_numpy(dtype=np.int64).T.ravel()  # cell by cell
+    cell = np.repeat(np.arange(4, dtype=np.int8).repeat(len(counts)), repeats)  # 2 * y + p
+    rows = np.repeat(np.tile(np.arange(len(counts)), 4), repeats)
+    return cell // 2, cell % 2, counts[sensitive].iloc[rows].reset_index(drop=True)
+
+
+def _summed(parts: list[pd.DataFrame], sensitive) -> pd.DataFrame:
+    """The partitions' cell counts summed per (candidate, part, groups)."""
+    keys = ["candidate", "part", *sensitive]
+    return pd.concat(parts, ignore_index=True).groupby(keys, sort=False)[list(CELLS)].sum()
+
+
+def _measure(cells: pd.DataFrame, passes: Passes, config, name: str, part: str,
+             gated: bool = True) -> dict[str, float]:  # fmt: skip
+    """A candidate's (or ``majority``'s) numbers on every row of ``part``, from its summed
+    cell counts per group (:func:`_summed`): with ``gated``, what a candidate's row holds
+    (the in-memory sweep's measures: metrics with intervals, the gate's standard errors, the
+    share of the more frequent class), else :func:`counts_metrics`."""
+    from fairpca.tasks.evaluate import gated_metrics, metric_options, one_class_share
+
+    counts = cells.xs((name, PART_CODES[part]), level=("candidate", "part")).reset_index()
+    sensitive, options = list(passes.spec.sensitive), metric_options(config.evaluation, config.seed)
+    if gated:
+        y, predicted, groups = rows_of_counts(counts, sensitive)
+        metrics = gated_metrics(y, predicted, groups, options)
+        metrics["one_class_share"] = one_class_share(predicted)
+    else:
+        metrics = counts_metrics(counts, sensitive, **options)
+    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
+
+
 # ---- the passes over the partitions (on the cluster) -----------------------------------------
 
 
@@ -545,7 +548,7 @@ class Passes:
     digest: str  # SHA-256 of the training rows, partition by partition
     sample: Any  # the in-memory samples as a Split (training, validation rows; no test rows)
     preprocessor: Any
-    clock: dict[str, float] = field(default_factory=dict)
+    encoded: tuple  # the samples' training and validation rows, encoded (float64)
 
     def rows_of(self, part: str) -> int:
         return int(self.sizes.loc[self.sizes["part"] == PART_CODES[part], "rows"].sum())
@@ -558,41 +561,24 @@ class Passes:
 
     def labels(self, part: str) -> np.ndarray:
         """A part's labels, sorted (one byte a row): all that the choice reads of them."""
-        sizes = self.sizes[self.sizes["part"] == PART_CODES[part]]
-        per_label = sizes.groupby("y")["rows"].sum()
+        per_label = self.sizes[self.sizes["part"] == PART_CODES[part]].groupby("y")["rows"].sum()
         return np.repeat(per_label.index.to_numpy(np.int8), per_label.to_numpy())
 
 
 def _spec(config, files: list[Path]) -> RowSpec:
     from fairpca.tasks.data import typed_label
 
-    source = config.source
+    source, split = config.source, config.split
     taken = {source.label, *source.sensitive, *source.drop}
-    features = tuple(c for c in _columns_of(files[0], source.sep) if c not in taken)
+    features = tuple(c for c in _read(files[0], source.sep).columns if c not in taken)
     if not features:
         raise ValueError(f"{source.data} has no feature column besides label and sensitive.")
-    label = typed_label(source)
-    split = config.split
     shares = (split.train_share, split.validation_share, split.test_share)
-    return RowSpec(
-        source.label, label, tuple(source.sensitive), features, config.seed, source.sep, shares
-    )
+    return RowSpec(source.label, typed_label(source), tuple(source.sensitive), features,
+                   config.seed, source.sep, shares, kept=features)  # fmt: skip
 
 
-def _check_parts(sizes: pd.DataFrame, data) -> None:
-    """Every part needs rows of both labels (to train, to choose and to test)."""
-    found = sizes.groupby(["part", "y"])["rows"].sum()
-    for part, code in PART_CODES.items():
-        rows = [int(found.get((code, label), 0)) for label in (0, 1)]
-        if min(rows) == 0:
-            raise ValueError(
-                ONE_LABEL_IN_A_PART.format(
-                    part=part, data=data, negative=rows[0], positive=rows[1]
-                )
-            )
-
-
-def _per_file(function, files: list[Path], *args) -> list:
+def _per_file(function, files: list, *args) -> list:
     """``function(file, *args)`` for every file, on the cluster; each argument is sent
     once, as one key of the graph that every file's task reads (not copied into each)."""
     import dask
@@ -602,44 +588,45 @@ def _per_file(function, files: list[Path], *args) -> list:
     return list(dask.compute(*[task(file, *shared) for file in files]))
 
 
-def _split_pass(files: list[Path], spec: RowSpec) -> tuple[RowSpec, int]:
-    """The stratified split's cut points (one pass) and the table's rows."""
-    histogram = pd.concat(_per_file(_uniform_histogram, files, spec), ignore_index=True)
-    return dataclasses.replace(spec, cuts=stratum_cuts(histogram, spec.shares)), int(
-        histogram["rows"].sum()
-    )
-
-
-def _first_pass(files: list[Path], spec: RowSpec, n_rows: int, evaluation):
-    """Rows per (groups, part, label), the training digest, and the in-memory samples:
-    :data:`SAMPLE_ROWS` rows of each of the training and validation parts, seeded and
-    stratified by label x group (each partition draws a little more than its share; the
-    union is cut to size by :func:`fairpca.tasks.data.stratified_sample`)."""
-    import dask
-
-    from fairpca.tasks.data import stratified_sample
+def _first_pass(files: list[Path], spec: RowSpec, n_rows: int, config):
+    """Rows per (groups, part, label) (each part needs rows of both labels: to train, to
+    choose and to test), the training digest, and the in-memory samples as a
+    :class:`fairpca.tasks.data.Split`: :data:`SAMPLE_ROWS` rows of each of the training and
+    validation parts, seeded and stratified by label x group (each partition draws a little
+    more than its share; the union is cut to size by
+    :func:`fairpca.tasks.data.stratified_sample`), with every feature and no test rows (the
+    test part is only measured, on the partitions)."""
+    from fairpca.tasks.data import Split, stratified_sample
 
     shares = dict(zip(PART_CODES, spec.shares, strict=False))
     rates = {part: min(1.0, 1.2 * SAMPLE_ROWS[part] / max(n_rows * shares[part], 1.0))
              for part in SAMPLE_ROWS}  # fmt: skip
-    task = dask.delayed(_first_facts, pure=True)
-    facts = dask.compute(*[task(f, spec, i, rates) for i, f in enumerate(files)])
+    facts = _per_file(_first_facts, list(enumerate(files)), spec, rates)
     keys = [*spec.sensitive, "part", "y"]
     sizes = pd.concat([f[0] for f in facts]).groupby(keys, sort=False)["rows"].sum()
+    found = sizes.groupby(["part", "y"]).sum()
+    for part, code in PART_CODES.items():
+        negative, positive = (int(found.get((code, label), 0)) for label in (0, 1))
+        if not negative or not positive:
+            raise ValueError(ONE_LABEL_IN_A_PART.format(
+                part=part, data=config.source.data, negative=negative, positive=positive
+            ))  # fmt: skip
+    X, groups = (pd.concat([f[i] for f in facts], ignore_index=True) for i in (2, 4))
+    y, part = (np.concatenate([f[i] for f in facts]) for i in (3, 5))
+    values = {}
+    for name in SAMPLE_ROWS:
+        inside = np.flatnonzero(part == PART_CODES[name])
+        drawn = stratified_sample(y[inside], groups.iloc[inside], SAMPLE_ROWS[name], spec.seed,
+                                  floor=config.evaluation.min_group_size)  # fmt: skip
+        rows = inside[drawn]
+        values |= {f"X_{name}": X.iloc[rows].reset_index(drop=True), f"y_{name}": y[rows],
+                   f"s_{name}": groups.iloc[rows].reset_index(drop=True)}  # fmt: skip
+    values |= {"X_test": X.iloc[:0], "y_test": y[:0], "s_test": groups.iloc[:0]}
     digest = hashlib.sha256("".join(f[1] for f in facts).encode()).hexdigest()
-    samples = {}
-    for part in SAMPLE_ROWS:
-        X = pd.concat([f[2][part][0] for f in facts], ignore_index=True)
-        y = np.concatenate([f[2][part][1] for f in facts])
-        groups = pd.concat([f[2][part][2] for f in facts], ignore_index=True)
-        rows = stratified_sample(y, groups, SAMPLE_ROWS[part], spec.seed,
-                                 floor=evaluation.min_group_size)  # fmt: skip
-        samples[part] = (X.iloc[rows].reset_index(drop=True), y[rows],
-                         groups.iloc[rows].reset_index(drop=True))  # fmt: skip
-    return sizes.reset_index(), digest, samples
+    return sizes.reset_index(), digest, Split(**values)
 
 
-def _screen(samples: dict, config) -> tuple[dict[str, str], list[dict]]:
+def _screen(sample, config) -> tuple[dict[str, str], list[dict]]:
     """The in-memory audit's screening (identifiers and other unusable columns, target
     leakage, proxies of a sensitive attribute) on a seeded stratified sample of at most
     :data:`SCREEN_ROWS` training rows: the excluded columns with their reasons and the
@@ -649,14 +636,13 @@ def _screen(samples: dict, config) -> tuple[dict[str, str], list[dict]]:
     from fairpca.datasets import screen_columns
     from fairpca.tasks.data import screen_training_rows, stratified_sample
 
-    X, y, groups = samples["train"]
-    rows = stratified_sample(y, groups, SCREEN_ROWS, config.seed)
-    X, y, groups = X.iloc[rows].reset_index(drop=True), y[rows], groups.iloc[rows]
+    rows = stratified_sample(sample.y_train, sample.s_train, SCREEN_ROWS, config.seed)
+    X, y = sample.X_train.iloc[rows].reset_index(drop=True), sample.y_train[rows]
     source = config.source
     unusable = screen_columns(X, keep=[c for c in source.keep if c in X]).excluded
     dataset = SimpleNamespace(
         X=X[[c for c in X.columns if c not in unusable]],
-        sensitive=groups.reset_index(drop=True), screened=unusable,
+        sensitive=sample.s_train.iloc[rows].reset_index(drop=True), screened=unusable,
     )  # fmt: skip
     leaking, entries = screen_training_rows(
         dataset, y, np.arange(len(y)), source, config.evaluation.min_group_size
@@ -664,41 +650,31 @@ def _screen(samples: dict, config) -> tuple[dict[str, str], list[dict]]:
     return {**unusable, **leaking}, entries
 
 
-def _sample_split(samples: dict, spec: RowSpec, excluded: dict, entries: list):
-    """The samples as the in-memory audit's :class:`fairpca.tasks.data.Split` (the features
-    the screening kept; no test rows: the test part is only measured, on the partitions)."""
-    from fairpca.tasks.data import Split
-
-    values = {}
-    for part, (X, y, groups) in samples.items():
-        values |= {f"X_{part}": X[spec.kept], f"y_{part}": y, f"s_{part}": groups}
-    X, y, groups = values["X_validation"], values["y_validation"], values["s_validation"]
-    values |= {"X_test": X.iloc[:0], "y_test": y[:0], "s_test": groups.iloc[:0]}
-    return Split(**values, leaking=excluded, screening=entries)
-
-
-def _passes(files: list[Path], config) -> Passes:
+def _passes(files: list[Path], config, clock) -> Passes:
     """The split, the counts and the samples (two passes), the screening and the encoder
-    on the samples."""
+    on the samples (timed by the :class:`fairpca.tasks.stages.Stopwatch` ``clock``)."""
     from fairpca.tasks.represent import make_preprocessor
 
-    clock: dict[str, float] = {}
-    tick = time.perf_counter()
-    spec, n_rows = _split_pass(files, _spec(config, files))
-    sizes, digest, samples = _first_pass(files, spec, n_rows, config.evaluation)
-    _check_parts(sizes, config.source.data)
-    clock["time_load_data_s"] = time.perf_counter() - tick
-    tick = time.perf_counter()
-    excluded, entries = _screen(samples, config)
-    spec = dataclasses.replace(spec, excluded=tuple(c for c in spec.features if c in excluded))
-    sample = _sample_split(samples, spec, excluded, entries)
-    min_count = config.representation.min_category_count
-    # the in-memory audit's encoder, with pandas output (set before the fit, so every step
-    # sees the names it was fitted with): fair PCA keeps the encoded columns' names
-    preprocessor = make_preprocessor(sample.X_train, min_count).set_output(transform="pandas")
-    preprocessor.fit(sample.X_train)
-    clock["time_encode_s"] = time.perf_counter() - tick
-    return Passes(files, spec, sizes, digest, sample, preprocessor, clock)
+    with clock("load_data"):
+        spec = _spec(config, files)
+        histogram = pd.concat(_per_file(_uniform_histogram, files, spec), ignore_index=True)
+        spec = dataclasses.replace(spec, cuts=stratum_cuts(histogram, spec.shares))
+        sizes, digest, sample = _first_pass(files, spec, int(histogram["rows"].sum()), config)
+    with clock("encode"):
+        excluded, entries = _screen(sample, config)
+        kept = [c for c in spec.features if c not in excluded]
+        spec = dataclasses.replace(spec, kept=tuple(kept))
+        sample = dataclasses.replace(
+            sample, X_train=sample.X_train[kept], X_validation=sample.X_validation[kept],
+            X_test=sample.X_test[kept], leaking=excluded, screening=entries,
+        )  # fmt: skip
+        # the in-memory audit's encoder, with pandas output (set before the fit, so every
+        # step sees the names it was fitted with): fair PCA keeps the encoded columns' names
+        preprocessor = make_preprocessor(sample.X_train, config.representation.min_category_count)
+        preprocessor.set_output(transform="pandas").fit(sample.X_train)
+        encoded = tuple(np.asarray(preprocessor.transform(X), dtype=np.float64)
+                        for X in (sample.X_train, sample.X_validation))  # fmt: skip
+    return Passes(files, spec, sizes, digest, sample, preprocessor, encoded)
 
 
 # ---- the search on the samples, the shortlist refitted on the partitions ---------------------
@@ -707,69 +683,65 @@ def _passes(files: list[Path], config) -> Passes:
 def _search(config, passes: Passes):
     """The in-memory audit's wide search (k, C, the lambda sweep of every variant) on the
     samples, as the in-memory audit searches a sample of a large table: the candidates'
-    table, the searches, the skipped variants and the resolved config and k record."""
+    table, the searches, what was skipped (variants that cannot be fitted, classifiers
+    searched but not refitted), the resolved config, the k record and the searched rows."""
     from fairpca.tasks.data import search_sample
     from fairpca.tasks.evaluate import shared_mmd_sigma
     from fairpca.tasks.represent import resolve_k
     from fairpca.tasks.select import GatePolicy, require_fair_variant
     from fairpca.tasks.sweep import DEFAULT_C_GRID, search_representation, sweep_representation
 
-    sample, representation = passes.sample, config.representation
-    encoded = tuple(np.asarray(passes.preprocessor.transform(getattr(sample, f"X_{part}")),
-                               dtype=np.float64) for part in ("train", "validation"))  # fmt: skip
-    variants = list(representation.variants)
-    k_record = resolve_k(representation.k, encoded[0].shape[1], sample.s_train, variants,
-                         representation.k_grid)  # fmt: skip
-    config = config.model_copy(update={"representation": representation.model_copy(
-        update={"k_grid": k_record["grid"]})})  # fmt: skip
     representation, evaluation, selection = (
         config.representation, config.evaluation, config.selection
-    )
-    searched, searched_encoded = search_sample(
-        sample, encoded, config.split.search_rows, config.seed, evaluation.min_group_size
-    )
-    sigma = shared_mmd_sigma(searched_encoded[0], representation.k_grid[0],
+    )  # fmt: skip
+    variants, width = list(representation.variants), passes.encoded[0].shape[1]
+    k_record = resolve_k(representation.k, width, passes.sample.s_train, variants,
+                         representation.k_grid)  # fmt: skip
+    representation = representation.model_copy(update={"k_grid": k_record["grid"]})
+    config = config.model_copy(update={"representation": representation})
+    searched, encoded = search_sample(
+        passes.sample, passes.encoded, config.split.search_rows, config.seed,
+        evaluation.min_group_size,
+    )  # fmt: skip
+    sigma = shared_mmd_sigma(encoded[0], representation.k_grid[0],
                              max_rows=representation.metric_max_rows, seed=config.seed)  # fmt: skip
     searches, skipped, rows = {}, {}, []
     for variant in variants:
         try:
             search = search_representation(
-                variant, *searched_encoded, searched, representation.k_grid, representation,
+                variant, *encoded, searched, representation.k_grid, representation,
                 evaluation, selection, config.seed,
             )  # fmt: skip
         except ValueError as error:
             skipped[variant] = str(error)
             continue
         searches[variant] = search
-        sweep = sweep_representation(
-            search.representation, *searched_encoded, searched, representation, evaluation,
+        rows += sweep_representation(
+            search.representation, *encoded, searched, representation, evaluation,
             config.seed, sigma, C=search.C, scoring=selection.select_by,
             lambdas=search.lambdas, policy=GatePolicy.from_config(selection),
             C_grid=list(evaluation.logreg_C or DEFAULT_C_GRID),
-        )  # fmt: skip
-        rows += sweep.rows
-    require_fair_variant(variants, skipped, encoded[0].shape[1])
+        ).rows  # fmt: skip
+    require_fair_variant(variants, skipped, width)
+    skipped |= {
+        f"classifier:{name}": f"{name} was searched on the sample only; the Dask route "
+        "refits logistic regression (logreg, logreg_tuned) exactly on every row, so only those "
+        "are shortlisted"
+        for name in evaluation.classifiers
+        if name not in CLASSIFIERS
+    }
     return pd.DataFrame(rows), searches, skipped, config, k_record, searched
-
-
-def _shortlisted(table: pd.DataFrame, searched, selection) -> list[dict]:
-    """The candidates refitted on every row: the :data:`SHORTLIST` best of the wide search
-    by the audit's own order and the best unconstrained PCA
-    (:func:`fairpca.tasks.select.shortlist`), of the classifiers the route fits."""
-    from fairpca.tasks.select import majority_accuracy_of, registrable, shortlist
-
-    majority = majority_accuracy_of(searched.y_train, searched.y_validation)
-    fitted = table[table["classifier"].isin(CLASSIFIERS)]
-    return shortlist(registrable(fitted, selection.allow_row_storing_models), majority,
-                     selection, SHORTLIST)  # fmt: skip
 
 
 def _refit_representations(passes: Passes, candidates: list[dict], searches: dict, config):
     """Each shortlisted (variant, k) refitted on every training row from the partitions'
     sufficient statistics (:func:`fairpca._fair_pca.fit_from_shared_statistics`: one pass
     for fair PCA, Fair PCA-S and the standard PCA directions at every k, one more for equal
-    opportunity); standard PCA is fair PCA's ``pca_components_`` at that k."""
+    opportunity); standard PCA is the fitted :class:`sklearn.decomposition.PCA` whose
+    directions are fair PCA's ``pca_components_`` at that k (the same statistics' leading
+    eigenvectors)."""
     import dask.dataframe as dd
+    from sklearn.decomposition import PCA
 
     from fairpca._fair_pca import fit_from_shared_statistics
     from fairpca.tasks.represent import FittedRepresentation, make_representation
@@ -777,10 +749,8 @@ def _refit_representations(passes: Passes, candidates: list[dict], searches: dic
     start = time.perf_counter()
     columns = list(passes.preprocessor.get_feature_names_out())
     groups = [f"group:{c}" for c in passes.spec.sensitive]
-    meta = pd.DataFrame({c: pd.Series(dtype=np.float64) for c in columns})
-    for column in groups:
-        meta[column] = pd.Series(dtype=object)
-    meta[LABEL_COLUMN] = pd.Series(dtype=np.int64)
+    dtypes = dict.fromkeys(columns, np.float64) | dict.fromkeys(groups, object)
+    meta = pd.DataFrame(columns=[*dtypes, LABEL_COLUMN]).astype(dtypes | {LABEL_COLUMN: np.int64})
     rows = dd.from_map(_encoded_training_rows, passes.files, args=[passes.spec,
                        passes.preprocessor], meta=meta, enforce_metadata=False)  # fmt: skip
     estimators = {}
@@ -792,40 +762,22 @@ def _refit_representations(passes: Passes, candidates: list[dict], searches: dic
         estimators[variant, k] = estimator.set_params(sensitive_columns=groups)
     fit_from_shared_statistics(list(estimators.values()), rows.drop(columns=[LABEL_COLUMN]),
                                rows[LABEL_COLUMN])  # fmt: skip
-    seconds = time.perf_counter() - start
-    out = {}
-    for (variant, k), estimator in estimators.items():
-        estimator.set_params(sensitive_columns=None)  # the pipeline passes features only
-        fitted = _pca_of(estimator, k) if variant == "pca" else estimator
-        facts = {"k": float(k)}
+    seconds, out = time.perf_counter() - start, {}
+    for (variant, k), fair in estimators.items():
+        fair.set_params(sensitive_columns=None)  # the pipeline passes features only
         if variant != "pca":
-            facts["mean_gap_fit"] = estimator.mean_gap_
-        out[variant, k] = FittedRepresentation(variant, fitted, seconds, facts)
+            facts = {"k": float(k), "mean_gap_fit": fair.mean_gap_}
+            out[variant, k] = FittedRepresentation(variant, fair, seconds, facts)
+            continue
+        pca = PCA(n_components=k)
+        pca.components_ = np.array(fair.pca_components_[:k], dtype=np.float64)
+        pca.mean_ = np.array(fair.mean_, dtype=np.float64)
+        pca.n_components_, pca.n_features_in_ = k, fair.n_features_in_
+        pca.explained_variance_ = np.ones(k)  # only read when whitening, which is off
+        if hasattr(fair, "feature_names_in_"):
+            pca.feature_names_in_ = fair.feature_names_in_
+        out[variant, k] = FittedRepresentation(variant, pca, seconds, {"k": float(k)})
     return out
-
-
-def _pca_of(fair, k: int):
-    """Standard PCA at ``k`` as the fitted :class:`sklearn.decomposition.PCA` whose
-    directions are ``fair.pca_components_`` (the same statistics' leading eigenvectors)."""
-    from sklearn.decomposition import PCA
-
-    pca = PCA(n_components=k)
-    pca.components_ = np.array(fair.pca_components_[:k], dtype=np.float64)
-    pca.mean_ = np.array(fair.mean_, dtype=np.float64)
-    pca.n_components_, pca.n_features_in_ = k, fair.n_features_in_
-    pca.explained_variance_ = np.ones(k)  # only read when whitening, which is off
-    if hasattr(fair, "feature_names_in_"):
-        pca.feature_names_in_ = fair.feature_names_in_
-    return pca
-
-
-def _at_lambda(representation, row: dict):
-    """The representation as the candidate ``row`` uses it (its lambda set, on a copy)."""
-    estimator = copy.deepcopy(representation.estimator)
-    lam = row.get("lambda")
-    if "tradeoff" in estimator.get_params() and lam is not None and np.isfinite(lam):
-        estimator.set_params(tradeoff=float(lam))
-    return estimator
 
 
 def _fit_logistic(passes: Passes, problems: dict) -> dict:
@@ -837,9 +789,8 @@ def _fit_logistic(passes: Passes, problems: dict) -> dict:
     name -> fitted :class:`~sklearn.linear_model.LogisticRegression`."""
     from sklearn.linear_model import LogisticRegression
 
-    width = {name: len(rep.get_feature_names_out()) + 1 for name, (rep, _) in problems.items()}
-    state = {name: {"w": np.zeros(width[name]), "best": None, "step": None, "iterations": 0}
-             for name in problems}  # fmt: skip
+    state = {name: {"w": np.zeros(len(rep.get_feature_names_out()) + 1), "iterations": 0}
+             for name, (rep, _) in problems.items()}  # fmt: skip
     active = list(problems)
     for _ in range(NEWTON_MAX_ITER):
         if not active:
@@ -862,11 +813,12 @@ def _fit_logistic(passes: Passes, problems: dict) -> dict:
 
 
 def _newton_step(state: dict, C: float, loss: float, gradient, hessian) -> bool:
-    """One safeguarded Newton step of ``state`` (its weights ``w``); True once converged."""
+    """One safeguarded Newton step of ``state`` (its weights ``w``; after a step, the best
+    objective with its weights and the step); True once converged."""
     w = state["w"]
     penalty = np.r_[np.ones(w.size - 1), 0.0]  # the intercept is not penalised
     objective = C * loss + 0.5 * np.sum(penalty * w * w)
-    best = state["best"]
+    best = state.get("best")
     if best is not None and objective > best[0] * (1 + 1e-12):  # overshot: halve the step
         state["step"] = state["step"] / 2
         state["w"] = best[1] - state["step"]
@@ -881,25 +833,26 @@ def _refit_classifiers(passes: Passes, candidates: list[dict], representations: 
                        searches: dict) -> dict:  # fmt: skip
     """Each shortlisted candidate's classifier fitted on every training row
     (:func:`_fit_logistic`; the paper's C for ``logreg``, the searched one for
-    ``logreg_tuned``), and ``logreg_tuned``'s probability threshold chosen for
-    ``select_by`` on every validation row, meeting the gate there where it can
-    (:func:`fairpca.tasks.sweep.gated_threshold`). Returns name -> pipeline over the encoded
-    features (representation at the candidate's lambda, then the classifier)."""
+    ``logreg_tuned``) on its representation at its lambda (a copy), and ``logreg_tuned``'s
+    probability threshold chosen for ``select_by`` on every validation row, meeting the gate
+    there where it can (:func:`fairpca.tasks.sweep.gated_threshold`). Returns name ->
+    pipeline over the encoded features (representation, then the classifier)."""
     from sklearn.model_selection import FixedThresholdClassifier
     from sklearn.pipeline import Pipeline
 
     from fairpca.tasks.select import GatePolicy
     from fairpca.tasks.sweep import ThresholdGate, gated_threshold, paper_C
 
-    n_train = passes.rows_of("train")
     problems = {}
     for row in candidates:
-        name = candidate_key(row)
         given = row.get("C_given", searches[row["variant"]].C)
         tuned = row["classifier"] == "logreg_tuned" and given is not None and np.isfinite(given)
-        C = float(given) if tuned else paper_C(n_train)
-        representation = _at_lambda(representations[row["variant"], int(row["k"])], row)
-        problems[name] = (representation, C)
+        estimator = copy.deepcopy(representations[row["variant"], int(row["k"])].estimator)
+        lam = row.get("lambda")
+        if "tradeoff" in estimator.get_params() and lam is not None and np.isfinite(lam):
+            estimator.set_params(tradeoff=float(lam))
+        problems[candidate_key(row)] = (estimator, float(given) if tuned else
+                                        paper_C(passes.rows_of("train")))  # fmt: skip
     models = _fit_logistic(passes, problems)
     pipelines = {name: Pipeline([("represent", problems[name][0]), ("classify", model)])
                  for name, model in models.items()}  # fmt: skip
@@ -926,119 +879,7 @@ def candidate_key(row: dict) -> str:
                                                   "C_given"))  # fmt: skip
 
 
-def _predict_pipeline(pipeline, encoded: pd.DataFrame, groups: pd.DataFrame) -> np.ndarray:
-    return pipeline.predict(encoded)
-
-
-def _predict_reference(predict, encoded: pd.DataFrame, groups: pd.DataFrame) -> np.ndarray:
-    return predict(encoded.to_numpy(), groups)
-
-
-def _count_all(passes: Passes, predictors: dict) -> pd.DataFrame:
-    """Confusion-cell counts per (candidate, part, groups) on every validation and test
-    row (one pass)."""
-    parts = _per_file(_count_cells, passes.files, passes.spec, passes.preprocessor, predictors)
-    keys = ["candidate", "part", *passes.spec.sensitive]
-    return pd.concat(parts, ignore_index=True).groupby(keys, sort=False)[list(CELLS)].sum()
-
-
-def _counts_of(cells: pd.DataFrame, passes: Passes, name: str, part: str) -> pd.DataFrame:
-    """Cell counts per group of a candidate (or ``majority``) on a part."""
-    table = cells.xs((name, PART_CODES[part]), level=("candidate", "part")).reset_index()
-    if name == "majority" and passes.majority == 1:  # every row predicted 1
-        table = table.assign(FP=table["TN"], TP=table["FN"], TN=0, FN=0)
-    return table
-
-
-def rows_of_counts(counts: pd.DataFrame, sensitive: list[str]):
-    """Labels, predictions and groups of rows with these confusion-cell counts per group:
-    every measure of :mod:`fairpca.metrics` is a function of the counts, so the in-memory
-    audit's own functions give on them what they give on the rows (one byte a row)."""
-    labels, predicted, index = [], [], []
-    for cell, (y, p) in zip(CELLS, ((0, 0), (0, 1), (1, 0), (1, 1)), strict=True):
-        repeats = counts[cell].to_numpy(dtype=np.int64)
-        index.append(np.repeat(np.arange(len(counts)), repeats))
-        labels.append(np.full(repeats.sum(), y, dtype=np.int8))
-        predicted.append(np.full(repeats.sum(), p, dtype=np.int8))
-    rows = np.concatenate(index)
-    groups = counts[sensitive].iloc[rows].reset_index(drop=True)
-    return np.concatenate(labels), np.concatenate(predicted), groups
-
-
-def _gated(counts: pd.DataFrame, passes: Passes, config) -> dict[str, float]:
-    """What a candidate's row holds of its rows (the in-memory sweep's measures): metrics
-    with intervals, the gate's standard errors, the share of the more frequent class."""
-    from fairpca.tasks.evaluate import gated_metrics, metric_options, one_class_share
-
-    y, predicted, groups = rows_of_counts(counts, list(passes.spec.sensitive))
-    metrics = gated_metrics(y, predicted, groups, metric_options(config.evaluation, config.seed))
-    metrics["one_class_share"] = one_class_share(predicted)
-    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
-
-
-def _on_test(counts: pd.DataFrame, passes: Passes, config) -> dict[str, float]:
-    from fairpca.tasks.evaluate import metric_options
-
-    options = metric_options(config.evaluation, config.seed)
-    metrics = counts_metrics(counts, list(passes.spec.sensitive), **options)
-    return {k: float(v) for k, v in metrics.items() if np.isfinite(v)}
-
-
 IDENTITY = ("variant", "k", "lambda", "lambda_index", "classifier", "C", "C_given", "n_features")
-
-
-def _measured_table(cells, candidates: list[dict], passes: Passes, config) -> pd.DataFrame:
-    """The shortlist measured on every validation row, one row per candidate."""
-    rows = []
-    for row in candidates:
-        counts = _counts_of(cells, passes, candidate_key(row), "validation")
-        rows.append({k: row[k] for k in IDENTITY if k in row}
-                    | {"validation_rows": passes.rows_of("validation")}
-                    | _gated(counts, passes, config))  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-def _references(passes: Passes, config) -> list[dict]:
-    """The in-memory audit's reference mitigations
-    (:func:`fairpca.tasks.references.fit_references`), searched and fitted on the samples
-    (:data:`SAMPLE_ROWS`); each then gives its predictor, measured on every validation and
-    test row by :func:`_measure_references`."""
-    from fairpca.tasks.references import fit_references
-
-    sample = passes.sample
-    encoded = {part: np.asarray(passes.preprocessor.transform(getattr(sample, f"X_{part}")),
-                                dtype=np.float64) for part in ("train", "validation")}  # fmt: skip
-    # the test part is measured on the partitions: the sample's stands in for it here
-    encoded["test"] = encoded["validation"]
-    standing_in = dataclasses.replace(sample, X_test=sample.X_validation,
-                                      y_test=sample.y_validation, s_test=sample.s_validation)
-    return fit_references(encoded, standing_in, config.evaluation, config.seed, config.selection,
-                          config.split.search_rows)  # fmt: skip
-
-
-def _measure_references(references: list[dict], cells, passes: Passes, config) -> list[dict]:
-    """Each reference's validation and test numbers on every row of those parts (from the
-    cell counts), judged as a candidate is."""
-    from fairpca.tasks.select import ineligibility, majority_accuracy_of
-
-    majority = majority_accuracy_of(passes.labels("train"), passes.labels("validation"))
-    out = []
-    for reference in references:
-        if "predict" not in reference:
-            out.append(reference)
-            continue
-        name = f"reference:{reference['name']}"
-        validation = _gated(_counts_of(cells, passes, name, "validation"), passes, config)
-        test = _gated(_counts_of(cells, passes, name, "test"), passes, config)
-        rows = passes.sample.y_train.size
-        out.append({
-            **{k: v for k, v in reference.items() if k != "predict"},
-            "config": f"{reference['config']}; fitted on a stratified sample of {rows:,} "
-            "training rows, measured on every validation and test row",
-            "validation": validation, "test": test,
-            "ineligible": ineligibility(validation, majority, config.selection),
-        })  # fmt: skip
-    return out
 
 
 @dataclass
@@ -1055,11 +896,80 @@ class PartitionAudit:
     references: list | None = None  # the references as the decision read them
 
 
-def _choose(measured: pd.DataFrame, passes: Passes, config, searched):
+def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
+                     tags: dict[str, str]) -> PartitionAudit:  # fmt: skip
+    """The Dask route of the audit, from the partitioned table to the written model and the
+    record (see the module docstring), on the current ``distributed.Client``
+    (:func:`connect`). The flow writes, seals and logs it as any audit."""
+    from sklearn.pipeline import Pipeline
+
+    from fairpca.tasks.references import fit_references
+    from fairpca.tasks.select import majority_accuracy_of, registrable, shortlist
+    from fairpca.tasks.stages import Stopwatch
+
+    clock = Stopwatch()
+    passes = _passes(check_partitioned_source(config), config, clock)
+    sensitive = passes.spec.sensitive
+    with clock("search"):
+        table, searches, skipped, config, k_record, searched = _search(config, passes)
+    with clock("refit"):
+        # the SHORTLIST best of the wide search by the audit's own order and the best
+        # unconstrained PCA (select.shortlist), of the classifiers the route fits
+        majority = majority_accuracy_of(searched.y_train, searched.y_validation)
+        fitted = registrable(table[table["classifier"].isin(CLASSIFIERS)],
+                             config.selection.allow_row_storing_models)  # fmt: skip
+        candidates = shortlist(fitted, majority, config.selection, SHORTLIST)
+        representations = _refit_representations(passes, candidates, searches, config)
+        pipelines = _refit_classifiers(passes, candidates, representations, config, searches)
+    with clock("references"):
+        # the in-memory audit's reference mitigations, searched and fitted on the samples;
+        # the test part is measured on the partitions: the validation sample stands in here
+        train, validation = passes.encoded
+        standing_in = dataclasses.replace(passes.sample, **{
+            f"{name}_test": getattr(passes.sample, f"{name}_validation") for name in ("X", "y", "s")
+        })  # fmt: skip
+        references = fit_references({"train": train, "validation": validation, "test": validation},
+                                    standing_in, config.evaluation, config.seed, config.selection,
+                                    config.split.search_rows)  # fmt: skip
+    with clock("evaluate"):  # one pass: every candidate's and reference's cell counts
+        predictors = {f"reference:{r['name']}": r["predict"] for r in references if "predict" in r}
+        cells = _summed(_per_file(_count_cells, passes.files, passes.spec, passes.preprocessor,
+                                  pipelines, predictors, passes.majority), sensitive)  # fmt: skip
+        measure = functools.partial(_measure, cells, passes, config)
+        measured = pd.DataFrame([{k: row[k] for k in IDENTITY if k in row}
+                                 | {"validation_rows": passes.rows_of("validation")}
+                                 | measure(candidate_key(row), "validation")
+                                 for row in candidates])  # fmt: skip
+        choice, reported, references = _decided(measure, measured, references, passes, config,
+                                                searched)  # fmt: skip
+    steps = pipelines[candidate_key(choice.chosen)].steps
+    pipeline = Pipeline([("preprocess", passes.preprocessor), *steps])
+    record = _record(config, out_dir, passes, pipeline, representations, searches, kind=kind,
+                     started_at=started_at, choice=choice, reported=reported, table=table,
+                     references=references, skipped={**SKIPPED, **skipped}, k_record=k_record,
+                     timings=clock.timings(), tags={"fairpca.route": "dask", **tags})  # fmt: skip
+
+    def score(champion) -> dict[str, float]:
+        """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
+        parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
+        return _measure(_summed(parts, sensitive), passes, config, "champion", "test", gated=False)
+
+    return PartitionAudit(record, table, pipeline, score, measured, references)
+
+
+def _decided(measure, measured: pd.DataFrame, references: list[dict], passes: Passes, config,
+             searched):  # fmt: skip
     """The in-memory audit's choice (:func:`fairpca.tasks.select.choose`: eligibility, the
-    gate, certification) on the shortlist measured on every validation row."""
+    gate, certification) on the shortlist measured on every validation row; each reference's
+    validation and test numbers on every row of those parts, judged as a candidate is; what
+    is reported of the choice (validation and test, the majority class and unconstrained PCA
+    beside it) and the decision after the references
+    (:func:`fairpca.tasks.select.judge_chosen`, as in memory). ``measure``: :func:`_measure`
+    of the cell counts. Returns the choice, what is reported and the references."""
     from fairpca.tasks.decision import note
-    from fairpca.tasks.select import choose
+    from fairpca.tasks.evaluate import validation_metrics
+    from fairpca.tasks.record import unjudged_groups
+    from fairpca.tasks.select import choose, ineligibility, judge_chosen
 
     choice = choose(measured, passes.labels("train"), passes.labels("validation"),
                     config.selection)  # fmt: skip
@@ -1070,102 +980,33 @@ def _choose(measured: pd.DataFrame, passes: Passes, config, searched):
         f"partitions and measured on all {passes.rows_of('validation'):,} validation rows, "
         "where the choice was made"
     )
-    return dataclasses.replace(choice, decision=choice.decision.adding(note(where)))
-
-
-def audit_partitions(config, out_dir: Path, *, kind: str, started_at: datetime,
-                     tags: dict[str, str]) -> PartitionAudit:  # fmt: skip
-    """The Dask route of the audit, from the partitioned table to the written model and the
-    record (see the module docstring), on the current ``distributed.Client``
-    (:func:`connect`). The flow writes, seals and logs it as any audit."""
-    started = time.perf_counter()
-    passes = _passes(check_partitioned_source(config), config)
-    tick = time.perf_counter()
-    table, searches, skipped, config, k_record, searched = _search(config, passes)
-    passes.clock["time_search_s"] = time.perf_counter() - tick
-    tick = time.perf_counter()
-    candidates = _shortlisted(table, searched, config.selection)
-    representations = _refit_representations(passes, candidates, searches, config)
-    pipelines = _refit_classifiers(passes, candidates, representations, config, searches)
-    passes.clock["time_refit_s"] = time.perf_counter() - tick
-    tick = time.perf_counter()
-    references = _references(passes, config)
-    passes.clock["time_references_s"] = time.perf_counter() - tick
-    tick = time.perf_counter()
-    predictors = {name: functools.partial(_predict_pipeline, p) for name, p in pipelines.items()}
-    predictors |= {f"reference:{r['name']}": functools.partial(_predict_reference, r["predict"])
-                   for r in references if "predict" in r}  # fmt: skip
-    cells = _count_all(passes, predictors)
-    measured = _measured_table(cells, candidates, passes, config)
-    references = _measure_references(references, cells, passes, config)
-    choice, reported = _decided(cells, measured, references, passes, config, searched)
-    passes.clock["time_evaluate_s"] = time.perf_counter() - tick
-    pipeline = _pipeline(passes.preprocessor, pipelines[candidate_key(choice.chosen)])
-    skipped |= _not_refitted(config)
-    passes.clock["time_total_s"] = time.perf_counter() - started
-    record = _record(config, out_dir, passes, choice, reported, pipeline, table,
-                     run={"kind": kind, "started_at": started_at, "tags": tags},
-                     extra={"references": references, "skipped": skipped, "k_record": k_record,
-                            "searches": searches, "representations": representations})  # fmt: skip
-
-    def score(champion) -> dict[str, float]:
-        """A champion's metrics on this audit's test partitions (counts summed on the cluster)."""
-        parts = _per_file(_champion_cells, passes.files, passes.spec, champion)
-        keys = list(passes.spec.sensitive)
-        counts = pd.concat(parts).groupby(keys, sort=False)[list(CELLS)].sum().reset_index()
-        return _on_test(counts, passes, config)
-
-    return PartitionAudit(record, table, pipeline, score, measured, references)
-
-
-def _decided(cells, measured: pd.DataFrame, references: list[dict], passes: Passes, config,
-             searched):  # fmt: skip
-    """The choice on the measured shortlist, what is reported of it (validation and test,
-    the majority class and unconstrained PCA beside it) and the decision after the
-    references (:func:`fairpca.tasks.select.judge_chosen`, as in memory)."""
-    from fairpca.tasks.evaluate import validation_metrics
-    from fairpca.tasks.record import unjudged_groups
-    from fairpca.tasks.select import judge_chosen
-
-    choice = _choose(measured, passes, config, searched)
-
-    def on_test(name: str) -> dict[str, float]:
-        return _on_test(_counts_of(cells, passes, name, "test"), passes, config)
-
-    reported = {
-        "chosen": {"validation": validation_metrics(choice.chosen),
-                   "test": on_test(candidate_key(choice.chosen))},
-        "majority": {"class": passes.majority, "test": on_test("majority"),
-                     "validation": {"accuracy": choice.majority_accuracy}},
-    }  # fmt: skip
-    if choice.pca_row is not None:
-        reported["pca"] = {"validation": validation_metrics(choice.pca_row),
-                           "test": on_test(candidate_key(choice.pca_row))}  # fmt: skip
+    choice = dataclasses.replace(choice, decision=choice.decision.adding(note(where)))
+    fitted_on = (f"; fitted on a stratified sample of {passes.sample.y_train.size:,} training "
+                 "rows, measured on every validation and test row")  # fmt: skip
+    judged = []
+    for reference in references:
+        name = f"reference:{reference['name']}"
+        if "predict" in reference:
+            validation = measure(name, "validation")
+            reference = {
+                **{k: v for k, v in reference.items() if k != "predict"},
+                "config": reference["config"] + fitted_on,
+                "validation": validation, "test": measure(name, "test"),
+                "ineligible": ineligibility(validation, choice.majority_accuracy, config.selection),
+            }  # fmt: skip
+        judged.append(reference)
+    reported = {"majority": {"class": passes.majority, "test": measure("majority", "test", False),
+                             "validation": {"accuracy": choice.majority_accuracy}}}  # fmt: skip
+    for name, row in (("chosen", choice.chosen), ("pca", choice.pca_row)):
+        if row is not None:
+            reported[name] = {"validation": validation_metrics(row),
+                              "test": measure(candidate_key(row), "test", False)}  # fmt: skip
     split = {f"n_{part}": passes.rows_of(part) for part in PART_CODES}
     unjudged = unjudged_groups(_group_sizes(passes, config.evaluation),
                                reported["chosen"]["validation"], split,
                                config.evaluation.min_group_size)  # fmt: skip
-    chosen_test = reported["chosen"]["test"]
-    return judge_chosen(choice, references, chosen_test, unjudged, config.selection), reported
-
-
-def _pipeline(preprocessor, fitted):
-    """The registered pipeline: the encoder, then the candidate's representation and
-    classifier."""
-    from sklearn.pipeline import Pipeline
-
-    return Pipeline([("preprocess", preprocessor), *fitted.steps])
-
-
-def _not_refitted(config) -> dict[str, str]:
-    """The classifiers searched on the samples but not refitted on the partitions."""
-    return {
-        f"classifier:{name}": f"{name} was searched on the sample only; the Dask route "
-        "refits logistic regression (logreg, logreg_tuned) exactly on every row, so only those "
-        "are shortlisted"
-        for name in config.evaluation.classifiers
-        if name not in CLASSIFIERS
-    }
+    decided = judge_chosen(choice, judged, reported["chosen"]["test"], unjudged, config.selection)
+    return decided, reported, judged
 
 
 def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
@@ -1180,74 +1021,50 @@ def _group_sizes(passes: Passes, evaluation, parts=None) -> dict:
         cells, sensitive, evaluation.min_group_size, evaluation.allow_small_groups
     )
     published = {attribute: report.attributes[attribute].group_size for attribute in sensitive}
-    withheld = {
-        attribute: cells[attribute].nunique() - len(published[attribute]) for attribute in sensitive
-    }
+    withheld = {attribute: cells[attribute].nunique() - len(published[attribute])
+                for attribute in sensitive}  # fmt: skip
     return with_withheld(published, withheld, evaluation.min_group_size)
 
 
-def _data_source(config, files: list[Path]) -> dict:
-    """The files' SHA-256s, named relative to their common folder."""
-    from fairpca.tasks.trust import sha256_file
-
-    root = Path(os.path.commonpath([f.parent for f in files]))
-    return {
-        "kind": "file",
-        "name": Path(config.source.data).name,
-        "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files},
-    }
-
-
-def _row_facts(config, passes: Passes):
-    """The record's facts of the rows (:class:`fairpca.tasks.record.RowFacts`), from the
-    counts."""
-    from fairpca.tasks.record import RowFacts
-
-    test = [PART_CODES["test"]]
-    return RowFacts(
-        rows={part: passes.rows_of(part) for part in PART_CODES},
-        group_sizes=_group_sizes(passes, config.evaluation),
-        test_group_sizes=_group_sizes(passes, config.evaluation, test),
-        sensitive=list(passes.spec.sensitive),
-        screening=passes.sample.screening,
-        training_data_sha256=passes.digest,
-        data_source=_data_source(config, passes.files),
-    )
-
-
-def _record(config, out_dir: Path, passes: Passes, choice, reported, pipeline, table, *,
-            run: dict, extra: dict):  # fmt: skip
+def _record(config, out_dir: Path, passes: Passes, pipeline, representations: dict,
+            searches: dict, **fields):  # fmt: skip
     """The :class:`fairpca.tasks.record.AuditRecord` of the Dask route, by the in-memory
-    route's :func:`fairpca.tasks.record.build_record`; the chosen pipeline saved under
-    ``out_dir/model`` and the projection matrices beside it (``run``: kind, started_at and
-    the flow's tags; ``extra``: references, skipped, k record, searches, representations)."""
+    route's :func:`fairpca.tasks.record.build_record` (``fields``: what the route passes it
+    as it is), with the facts of the rows from the counts and the files' SHA-256s (named
+    relative to their common folder); the chosen pipeline saved under ``out_dir/model`` and
+    the projection matrices beside it."""
     from fairpca.tasks.evaluate import pip_requirements
     from fairpca.tasks.mlflow_logging import as_model_input, input_example, save_model_locally
     from fairpca.tasks.onnx_export import save_graph
-    from fairpca.tasks.record import build_record, frontier_points
+    from fairpca.tasks.record import RowFacts, build_record, frontier_points
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
 
-    min_count = config.representation.min_category_count
-    example = input_example(as_model_input(passes.sample.X_train), min_count)
+    sample, files = passes.sample, passes.files
+    example = input_example(as_model_input(sample.X_train),
+                            config.representation.min_category_count)  # fmt: skip
     model_dir = save_model_locally(
         pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
     )
     # the ONNX graph checked on the validation sample (the partitions' rows are not in memory)
-    graph = save_graph(model_dir, pipeline, passes.sample.X_validation,
-                       checked_on="validation sample")  # fmt: skip
-    representations = {variant: rep for (variant, _), rep in extra["representations"].items()}
+    graph = save_graph(model_dir, pipeline, sample.X_validation, checked_on="validation sample")
+    representations = {variant: rep for (variant, _), rep in representations.items()}
+    root = Path(os.path.commonpath([f.parent for f in files]))
+    facts = RowFacts(
+        rows={part: passes.rows_of(part) for part in PART_CODES},
+        group_sizes=_group_sizes(passes, config.evaluation),
+        test_group_sizes=_group_sizes(passes, config.evaluation, [PART_CODES["test"]]),
+        sensitive=list(passes.spec.sensitive), screening=sample.screening,
+        training_data_sha256=passes.digest,
+        data_source={"kind": "file", "name": Path(config.source.data).name,
+                     "sha256": {str(f.relative_to(root)): sha256_file(f) for f in files}},
+    )  # fmt: skip
     return build_record(
-        config, kind=run["kind"], run_name=Path(out_dir).name, started_at=run["started_at"],
-        split=_row_facts(config, passes), choice=choice, reported=reported,
-        references=extra["references"], diagnostics={}, representations=representations,
-        table=table, skipped={**SKIPPED, **extra["skipped"]}, k_record=extra["k_record"],
-        frontier=frontier_points(extra["searches"], table, config.selection),
-        timings=passes.clock, hashes=write_matrices(out_dir, representations),
-        onnx=graph,
+        config, run_name=Path(out_dir).name, split=facts, diagnostics={},
+        representations=representations, hashes=write_matrices(out_dir, representations),
+        frontier=frontier_points(searches, fields["table"], config.selection), onnx=graph,
         model_sha256=sha256_file(next(model_dir.glob("*.skops"))),
         model_digest=model_digest(pipeline, passes.digest),
-        tags={"fairpca.route": "dask", **run["tags"]},
-        params={"route": "dask", "sample_rows": str(passes.sample.y_train.size),
-                "screening_rows": str(min(SCREEN_ROWS, passes.sample.y_train.size))},
+        params={"route": "dask", "sample_rows": str(sample.y_train.size),
+                "screening_rows": str(min(SCREEN_ROWS, sample.y_train.size))}, **fields,
     )  # fmt: skip

@@ -511,19 +511,13 @@ def test_logistic_regression_on_the_partitions_is_scikit_learns_on_the_rows(tabl
     from sklearn.linear_model import LogisticRegression
 
     from fairpca import FairPCA
+    from fairpca.tasks.stages import Stopwatch
 
     folder = table[1]
     files = route.partition_files(folder)
     config = make_config(folder, cluster[0], Path("unused"))
-    spec, n_rows = route._split_pass(files, route._spec(config, files))
-    sizes, digest, samples = route._first_pass(files, spec, n_rows, config.evaluation)
-    split = route._sample_split(samples, spec, {}, [])
-    from fairpca.tasks.represent import make_preprocessor
-
-    preprocessor = make_preprocessor(split.X_train, 1).set_output(transform="pandas")
-    preprocessor.fit(split.X_train)
-    passes = route.Passes(files, spec, sizes, digest, split, preprocessor)
-    parts = [route._encoded(f, spec, preprocessor, ("train",)) for f in files]
+    passes = route._passes(files, config, Stopwatch())
+    parts = [route._encoded(f, passes.spec, passes.preprocessor, ("train",)) for f in files]
     encoded = pd.concat([p[0] for p in parts], ignore_index=True)
     y = np.concatenate([p[1] for p in parts])
     groups = pd.concat([p[2] for p in parts], ignore_index=True)
@@ -542,6 +536,8 @@ def test_screened_columns_are_excluded_from_every_partition(tmp_path, cluster):
     and never read as features from any partition; the record's screening names them."""
     from pathlib import Path
 
+    from fairpca.tasks.stages import Stopwatch
+
     frame = adult_like(2000, seed=5)
     frame["row_id"] = np.arange(len(frame)) * 7 + 100_003  # distinct on every row
     frame["outcome_code"] = np.where(frame["income"] == ">50K", "A", "B")  # the label again
@@ -549,7 +545,7 @@ def test_screened_columns_are_excluded_from_every_partition(tmp_path, cluster):
     write_parts(frame, folder, "parquet")
     files = route.partition_files(folder)
     config = make_config(folder, cluster[0], Path("unused"))
-    passes = route._passes(files, config)
+    passes = route._passes(files, config, Stopwatch())
     assert {"row_id", "outcome_code"} <= set(passes.sample.leaking)
     rules = {entry["column"]: entry["rule"] for entry in passes.sample.screening}
     assert "outcome_code" in rules and rules["outcome_code"] == "target leakage"
