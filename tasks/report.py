@@ -931,18 +931,15 @@ def parity_paragraph(record) -> str | None:
     return " ".join(line for line in text.splitlines() if line)
 
 
-def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
+def _intersection_groups(record, groups) -> pd.DataFrame | None:
     """The chosen model's rates per intersection group (several attributes), if published."""
-    if not groups:
-        return []
     unjudged = set(record.cells_not_judged or [])
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         [{"group": g.group, "rows": f"{g.rows:,}" if isinstance(g.rows, int) else g.rows,
           **{METRIC_LABELS[r][0]: Estimate(v).text for r, v in g.rates.items()},
           "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
          for g in groups]
-    )  # fmt: skip
-    return [("Intersection groups of the chosen model (test rows)", frame)]
+    ) if groups else None  # fmt: skip
 
 
 NOT_JUDGED = "not judged: too few rows to resolve the policy's band"
@@ -990,10 +987,9 @@ def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any
     decided afterwards, when there is one): the verdict first (``verdict``: the command's,
     when it has built it)."""
     select_by = record.params.get("select_by", "balanced_accuracy")
-    verdict, gap = verdict or build_verdict(record, promotion), parity_paragraph(record)
+    verdict = verdict or build_verdict(record, promotion)
     skipped = [f"{variant}: {why}" for variant, why in (record.skipped or {}).items()]
-    timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
-    timings = pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
+    timings = [(k, v) for k, v in record.metrics.items() if k.startswith("time_")]
     plot = Plot(
         f"validation {select_by.replace('_', ' ')} (what the choice maximises) against each "
         "gated measure, with 95% intervals"
@@ -1002,12 +998,15 @@ def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any
         f"All numbers are aggregates; groups with fewer than {record.min_group_size} rows are "
         "suppressed. No raw rows or per-person sensitive attributes are stored."
     )
-    return [
+    sections = [  # None: a section this audit has not
         ("Verdict (test rows, never used for a choice; 95% intervals)", verdict),
         ("Why", Bullets([f"Gate: {verdict.gate}.", *verdict.reasons])),
-        *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
-        *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
-        *_intersection_groups(record, verdict.intersections),
+        ("Why fair PCA does not reach parity here, and what would", parity_paragraph(record)),
+        ("Warnings", Bullets(list(verdict.warnings)) if verdict.warnings else None),
+        (
+            "Intersection groups of the chosen model (test rows)",
+            _intersection_groups(record, verdict.intersections),
+        ),
         *frontier_sections(record),
         (f"Trade-off on the {record.searched_label}", plot),
         (
@@ -1024,14 +1023,14 @@ def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any
             "Diagnostics: does fairness carry over to held-out rows?",
             _diagnostics_frame(record.selection.diagnostics),
         ),
-        *(
-            [("Skipped (variants that could not be fitted, stages of the route)", Bullets(skipped))]
-            if skipped
-            else []
+        (
+            "Skipped (variants that could not be fitted, stages of the route)",
+            Bullets(skipped) if skipped else None,
         ),
-        ("Timings (seconds)", timings),
+        ("Timings (seconds)", pd.DataFrame(timings, columns=["step", "seconds"])),
         ("Notes", notes),
     ]
+    return [(heading, content) for heading, content in sections if content is not None]
 
 
 def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
@@ -1206,20 +1205,15 @@ def artifact_links(run_id: str, ui_url: str | None = None, experiment_id: str | 
 
 
 def version_description(
-    record: AuditRecord,
-    run_id: str,
-    ui_url: str | None = None,
-    promotion=None,
-    *,
-    experiment_id: str | None = None,
-    verdict=None,
-) -> str:
+    record: AuditRecord, run_id: str, ui_url: str | None = None, promotion=None, *,
+    experiment_id: str | None = None, verdict=None,
+) -> str:  # fmt: skip
     """The registered version's description: :func:`verdict_markdown` and links to the run's
     full ``model_card.md`` and report (:func:`artifact_links`); always within
     :data:`DESCRIPTION_MAX_CHARS`. Its first line is plain text: the registered model's page
     lists it as it is."""
-    verdict = verdict or build_verdict(record, promotion)
-    return _bounded(verdict, artifact_links(run_id, ui_url, experiment_id))
+    links = artifact_links(run_id, ui_url, experiment_id)
+    return _bounded(verdict or build_verdict(record, promotion), links)
 
 
 def _bounded(verdict, links: str | None = None, compact: bool = False, heading=None) -> str:
