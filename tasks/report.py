@@ -405,9 +405,8 @@ class Verdict:
         for group in self.groups:
             rate = group.rates.get("selection_rate", math.nan)
             if not str(group.rows).startswith("withheld") and not math.isnan(rate):
-                rates.setdefault(group.attribute, []).append(
-                    f"{markdown_text(group.group)} {rate:.3f}"
-                )
+                text = f"{markdown_text(group.group)} {rate:.3f}"
+                rates.setdefault(group.attribute, []).append(text)
         if not rates:
             return ""
         shown = "; ".join(f"{markdown_text(a)}: {', '.join(r)}" for a, r in rates.items())
@@ -564,8 +563,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
     once, rendered by every surface."""
     selection = record.selection
-    thresholds = record.policy.thresholds
-    columns = verdict_columns(selection.test, thresholds)
+    columns = verdict_columns(selection.test, record.policy.thresholds)
     # a candidate that was never eligible is not "chosen", one the gate did not pass is chosen
     # for review only; the short label goes on in a sentence ("Chosen, 95% intervals")
     eligible = record.eligibility is None or record.eligibility.chosen_passes
@@ -639,8 +637,7 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -
     when the panel's vertical axis is accuracy)."""
     upper, lower = limits
     ax.autoscale_view()
-    x0, x1 = ax.get_xlim()
-    y0, y1 = ax.get_ylim()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     for limit in (upper.get(metric), lower.get(metric)):
         if limit is not None:
             x0, x1 = min(x0, limit - 0.02), max(x1, limit + 0.02)
@@ -652,8 +649,7 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -
                         label="accepted by the gate")  # fmt: skip
     if np.isfinite(floor) and floor > y0:
         ax.axhline(floor, color="tab:green", ls="--", lw=1)
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(y0, y1)
+    ax.set(xlim=(x0, x1), ylim=(y0, y1))
 
 
 def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
@@ -679,8 +675,8 @@ def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
                 ha="center", va="center", color="grey")  # fmt: skip
     _accepted_region(ax, metric, marks["limits"], utility)
     better = "higher" if metric in marks["limits"][1] else "lower"
-    ax.set_xlabel(f"{metric}, validation rows ({better} is fairer)")
-    ax.set_ylabel(f"validation {utility.replace('_', ' ')}")
+    ax.set(xlabel=f"{metric}, validation rows ({better} is fairer)",
+           ylabel=f"validation {utility.replace('_', ' ')}")  # fmt: skip
     ax.grid(alpha=0.3)
 
 
