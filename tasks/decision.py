@@ -185,8 +185,8 @@ def _needs(needs: tuple[str, ...]) -> str:
     return "needs " + " and ".join(NEEDS[need][1] for need in needs)
 
 
-def _facts(reason: Reason, lead: str = ": ") -> str:
-    return f"{lead}{'; '.join(reason.facts)}" if reason.facts else ""
+def _facts(reason: Reason) -> str:
+    return f": {'; '.join(reason.facts)}" if reason.facts else ""
 
 
 def _chosen(reason: Reason) -> str:

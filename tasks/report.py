@@ -627,8 +627,7 @@ def _point(
 ) -> None:
     """One candidate with its 95% intervals, skipped when a coordinate is undefined."""
     if values:
-        ends = [f"{m}.ci95_{end}" for m in (metric, utility) for end in ("low", "high")]
-        frame = pd.DataFrame([values]).reindex(columns=[metric, utility, *ends])
+        frame = pd.DataFrame([{metric: np.nan, utility: np.nan, **values}])
         _errorbar(ax, frame, metric, utility, linestyle="none", capsize=2, elinewidth=1, **style)
 
 
