@@ -102,9 +102,8 @@ def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
     (:func:`csv_cell`); every string is quoted, so a carriage return or newline inside a cell
     can never start a new row."""
     safe = frame.rename(columns=csv_cell)
-    for column in safe.columns:
-        if safe[column].dtype == object or isinstance(safe[column].dtype, pd.StringDtype):
-            safe[column] = safe[column].map(csv_cell)
+    text = safe.select_dtypes(include=["object", "string"]).columns
+    safe[text] = safe[text].map(csv_cell)
     safe.to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
 
 
@@ -768,10 +767,8 @@ REPORT_TEMPLATE = "report.html.j2"
 def _cell(value: Any) -> str:
     """A table cell: a number at 4 significant digits and ``-`` for an undefined one (our own
     text: safe), anything else as text."""
-    if value is None or (isinstance(value, float | np.floating) and math.isnan(value)):
-        return Markup("-")
-    if isinstance(value, float | np.floating):
-        return Markup(f"{value:.4g}")
+    if value is None or isinstance(value, float | np.floating):
+        return Markup("-" if pd.isna(value) else f"{value:.4g}")
     number = isinstance(value, int | np.integer) and not isinstance(value, bool)
     return Markup(value) if number else str(value)
 
