@@ -78,10 +78,7 @@ class Deployment:
     @classmethod
     def of(cls, rules: Any) -> Deployment:
         """The deployment of a config section holding the two settings (``GateRules``)."""
-        return cls(
-            bool(getattr(rules, "sensitive_at_prediction", False)),
-            bool(getattr(rules, "randomized_decisions", False)),
-        )
+        return cls(**{need: bool(getattr(rules, need, False)) for need in NEEDS})
 
     def allows(self, needs: Iterable[str]) -> bool:
         return all(getattr(self, need) for need in needs)
