@@ -78,30 +78,20 @@ class Deployment:
     @classmethod
     def of(cls, rules: Any) -> Deployment:
         """The deployment of a config section holding the two settings (``GateRules``)."""
-        return cls(
-            bool(getattr(rules, "sensitive_at_prediction", False)),
-            bool(getattr(rules, "randomized_decisions", False)),
-        )
+        return cls(**{need: bool(getattr(rules, need, False)) for need in NEEDS})
 
     def allows(self, needs: Iterable[str]) -> bool:
         return all(getattr(self, need) for need in needs)
-
-    def missing(self, needs: Iterable[str]) -> tuple[str, ...]:
-        """The needs this deployment does not allow."""
-        return tuple(need for need in needs if not getattr(self, need))
 
     def as_dict(self) -> dict[str, bool]:
         return {name: bool(getattr(self, name)) for name in NEEDS}
 
     def description(self) -> str:
         """One sentence: what the deployed model may and may not do."""
-        allowed = [NEEDS[n][1] for n in NEEDS if getattr(self, n)]
-        barred = [NEEDS[n][1] for n in NEEDS if not getattr(self, n)]
-        parts = []
-        if allowed:
-            parts.append(f"may use {' and '.join(allowed)}")
-        if barred:
-            parts.append(f"may not use {' or '.join(barred)}")
+        allowed = [words for need, (_, words) in NEEDS.items() if getattr(self, need)]
+        barred = [words for need, (_, words) in NEEDS.items() if not getattr(self, need)]
+        parts = [f"may use {' and '.join(allowed)}"] if allowed else []
+        parts += [f"may not use {' or '.join(barred)}"] if barred else []
         return "the deployed model " + "; ".join(parts)
 
 
@@ -192,8 +182,8 @@ def _needs(needs: tuple[str, ...]) -> str:
     return "needs " + " and ".join(NEEDS[need][1] for need in needs)
 
 
-def _facts(reason: Reason, lead: str = ": ") -> str:
-    return f"{lead}{'; '.join(reason.facts)}" if reason.facts else ""
+def _facts(reason: Reason) -> str:
+    return f": {'; '.join(reason.facts)}" if reason.facts else ""
 
 
 def _chosen(reason: Reason) -> str:
@@ -298,15 +288,13 @@ def _better(reason: Reason) -> str:
     )
 
 
-def _note(reason: Reason) -> str:
-    if "selection_rate" in reason.flags:
+def _stated(reason: Reason) -> str:
+    """A note, the champion comparison's own account or the gate's fixed sentence about the
+    graph (:mod:`fairpca.tasks.onnx_runtime`, never the model's): its facts, else what its
+    kind says (:data:`STATED`)."""
+    if reason.kind == Kind.NOTE and "selection_rate" in reason.flags:
         return _selection_rate(reason)
-    return "; ".join(reason.facts)
-
-
-def _champion(reason: Reason) -> str:
-    """The champion comparison's own account, else its outcome."""
-    return "; ".join(reason.facts) or CHAMPION_WORDS[reason.kind]
+    return "; ".join(reason.facts) or STATED[reason.kind]
 
 
 def render(reason: Reason) -> str:
@@ -381,25 +369,22 @@ def _number(reason: Reason, key: str, percent: bool = False, complement: bool = 
     return f"{value:.2f}" if rounded else f"{value:.4f}"
 
 
-def _rule_gate(reason: Reason) -> str:
+def _fails_rule(reason: Reason) -> str:
+    """One failed rule (:data:`RULES`), and the rows it was measured on when they are named
+    (the audit lists them as facts of a reason that names its rows)."""
+    rule, numbers, n = reason.flags[0], reason.numbers, partial(_number, reason)
+    limit = numbers.get("limit", numbers.get("ratio", float("nan")))
     where = " of the intersection" if "intersection" in reason.flags else ""
     minimum = "minimum" in reason.flags
     bound = f" (95% {'lower' if minimum else 'upper'} bound)" if "bound" in reason.flags else ""
-    sign = "< min" if minimum else "> max"
-    return (
-        f"{measure_label(reason.measure)}{where}{bound} {_number(reason, 'value')} {sign} "
-        f"{reason.numbers.get('limit', float('nan')):g}"
-    )
-
-
-def _rule_sentence(reason: Reason) -> str:
-    rule, numbers, n = reason.flags[0], reason.numbers, partial(_number, reason)
-    limit = numbers.get("limit", numbers.get("ratio", float("nan")))
     sentences = {
+        "gate": lambda: (
+            f"{measure_label(reason.measure)}{where}{bound} {n('value')} "
+            f"{'< min' if minimum else '> max'} {numbers.get('limit', float('nan')):g}"
+        ),
         "undefined": lambda: (
-            f"{measure_label(reason.measure)}"
-            f"{' of the intersection' if 'intersection' in reason.flags else ''} is undefined "
-            "(fewer than two groups large enough to compare)"
+            f"{measure_label(reason.measure)}{where} is undefined (fewer than two groups large "
+            "enough to compare)"
         ),
         "majority": lambda: (
             f"{_label(reason.measure)} {n('value')} does not beat the majority class's "
@@ -426,19 +411,8 @@ def _rule_sentence(reason: Reason) -> str:
         ),
         "no_rates": lambda: "positive rate or base rate unavailable",
     }
-    return _rule_gate(reason) if rule == "gate" else sentences[rule]()
-
-
-def _fails_rule(reason: Reason) -> str:
-    """One failed rule (:data:`RULES`), and the rows it was measured on when they are named
-    (the audit lists them as facts of a reason that names its rows)."""
-    text = _rule_sentence(reason)
+    text = sentences[rule]()
     return f"{text} on the {reason.rows} rows" if reason.rows else text
-
-
-def _no_graph(reason: Reason) -> str:
-    """The gate's fixed sentence (:mod:`fairpca.tasks.onnx_runtime`), never the model's."""
-    return "; ".join(reason.facts) or "no ONNX graph the gate can judge"
 
 
 def _evaluation_error(reason: Reason) -> str:
@@ -463,15 +437,17 @@ RENDERERS = {
     Kind.CHOSEN: _chosen, Kind.UNSTABLE: _unstable, Kind.NOT_ELIGIBLE: _not_eligible,
     Kind.FAILS_GATE: _fails_gate, Kind.TOO_LITTLE_DATA: _too_little_data,
     Kind.DOMINATED: _dominated, Kind.EXCLUDED_BY_DEPLOYMENT: _excluded,
-    Kind.BETTER_REFERENCE: _better, Kind.NOTE: _note, Kind.PROMOTED: _champion,
-    Kind.CHAMPION_STAYS: _champion, Kind.DEMOTED: _champion, Kind.FAILS_RULE: _fails_rule,
-    Kind.NO_GRAPH: _no_graph, Kind.EVALUATION_ERROR: _evaluation_error,
+    Kind.BETTER_REFERENCE: _better, Kind.NOTE: _stated, Kind.PROMOTED: _stated,
+    Kind.CHAMPION_STAYS: _stated, Kind.DEMOTED: _stated, Kind.FAILS_RULE: _fails_rule,
+    Kind.NO_GRAPH: _stated, Kind.EVALUATION_ERROR: _evaluation_error,
     Kind.BUDGET_SPENT: _budget_spent,
 }  # fmt: skip
-CHAMPION_WORDS = {
+STATED = {
+    Kind.NOTE: "",
     Kind.PROMOTED: "promoted",
     Kind.CHAMPION_STAYS: "the champion stays",
     Kind.DEMOTED: "the champion is demoted",
+    Kind.NO_GRAPH: "no ONNX graph the gate can judge",
 }
 
 # What decided, in a few words (the verdict's ``deciding``), by kind.
@@ -505,11 +481,9 @@ def outcome(promotion: Any, moved: bool) -> str:
 def deciding_words(reason: Reason | None) -> str | None:
     """What decided, in a few words: ``dominated by exponentiated_gradient``, ``not
     eligible``, ... (None: no reason decided against promotion)."""
-    if reason is None:
-        return None
-    if reason.kind == Kind.DOMINATED:
+    if reason is not None and reason.kind == Kind.DOMINATED:
         return f"dominated by {reason.subject}"
-    return DECIDING_WORDS.get(reason.kind)
+    return None if reason is None else DECIDING_WORDS.get(reason.kind)
 
 
 def shown(reasons: Iterable[Reason]) -> tuple[list[str], int]:

@@ -102,9 +102,8 @@ def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
     (:func:`csv_cell`); every string is quoted, so a carriage return or newline inside a cell
     can never start a new row."""
     safe = frame.rename(columns=csv_cell)
-    for column in safe.columns:
-        if safe[column].dtype == object or isinstance(safe[column].dtype, pd.StringDtype):
-            safe[column] = safe[column].map(csv_cell)
+    text = safe.select_dtypes(include=["object", "string"]).columns
+    safe[text] = safe[text].map(csv_cell)
     safe.to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
 
 
@@ -186,10 +185,6 @@ METRIC_LABELS = {
 }  # fmt: skip
 
 
-def _defined(value: Any) -> bool:
-    return value is not None and not (isinstance(value, float) and math.isnan(value))
-
-
 @dataclass(frozen=True)
 class Estimate:
     """A measure and its 95% interval, as every renderer shows it: 3 decimals, the interval
@@ -201,20 +196,15 @@ class Estimate:
 
     @classmethod
     def of(cls, metrics: dict[str, Any], name: str) -> Estimate:
-        value, low, high = (metrics.get(name + end) for end in ("", ".ci95_low", ".ci95_high"))
-        if not _defined(value):
-            return cls(None)
-        if not (_defined(low) and _defined(high)):
-            return cls(float(value))
-        return cls(float(value), float(low), float(high))
+        return cls(*(metrics.get(name + end) for end in ("", ".ci95_low", ".ci95_high")))
 
     @property
     def text(self) -> str:
-        return f"{self.value:.3f}" if _defined(self.value) else "-"
+        return f"{self.value:.3f}" if pd.notna(self.value) else "-"
 
     @property
     def interval(self) -> str:
-        bounds = _defined(self.low) and _defined(self.high) and _defined(self.value)
+        bounds = pd.notna([self.value, self.low, self.high]).all()
         return f"{self.low:.3f}–{self.high:.3f}" if bounds else ""
 
     def __str__(self) -> str:
@@ -231,15 +221,9 @@ def gate_limits(thresholds: Any) -> tuple[dict[str, float], dict[str, float]]:
     limits ``dp_difference``.
     """
     values = thresholds.model_dump() if hasattr(thresholds, "model_dump") else thresholds
-    upper, lower = {}, {}
-    for key, limit in values.items():
-        if limit is None:
-            continue
-        if key.startswith("min_"):
-            lower[key[4:]] = float(limit)
-        else:
-            upper[key.removeprefix("max_")] = float(limit)
-    return upper, lower
+    limits = {key: float(limit) for key, limit in values.items() if limit is not None}
+    upper = {k.removeprefix("max_"): v for k, v in limits.items() if not k.startswith("min_")}
+    return upper, {k[4:]: v for k, v in limits.items() if k.startswith("min_")}
 
 
 def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
@@ -249,18 +233,6 @@ def verdict_columns(test: dict[str, Any], thresholds: Any = None) -> list[str]:
     gated = [m for m in (*upper, *lower) if m in METRIC_LABELS]
     intersection = ("dp_difference.intersection", "eo_difference.intersection")
     return [m for m in dict.fromkeys((*VERDICT_METRICS, *gated, *intersection)) if m in test]
-
-
-def _split_group_metric(name: str) -> tuple[str, str, str] | None:
-    """``tpr.sex:Female`` -> ``("tpr", "sex", "Female")``; intersections keep the whole
-    ``sex:Female/race:White`` as the group of attribute ``intersection``."""
-    rate, _, rest = name.partition(".")
-    if rate not in GROUP_RATES or ":" not in rest or ".ci95_" in rest:
-        return None
-    if "/" in rest:
-        return rate, "intersection", rest
-    attribute, _, group = rest.partition(":")
-    return rate, attribute, group
 
 
 NOT_ELIGIBLE = "Best candidate (not eligible, not registered)"
@@ -299,45 +271,41 @@ def _decision(record, promotion) -> dict[str, Any]:
     ``promotion`` is the champion decision (a :class:`~fairpca.tasks.record.PromotionRecord`);
     None before it is taken: the gate's own decision is stated.
     """
-    selection, deciding, words = record.selection, None, "NOT promoted"
-    reasons = selection.decision.reasons
-    first = deciding_reason(reasons)
+    selection, first = record.selection, deciding_reason(record.selection.decision.reasons)
     bound = "point estimates" if selection.gate == "point" else "upper 95% bounds"
     gate = f"the gate {record.policy.name if record.policy else 'thresholds'} ({bound})"
     passed = f"meets {gate} on the validation rows"
-    outcome = promotion_reasons(promotion)[-1:] if promotion else ()
-    champion, stated = (render(outcome[0]) if outcome else ""), [*outcome]
+    stated = list(promotion_reasons(promotion)[-1:])  # the champion decision's outcome
+    but = f"{passed}, but {render(stated[0])}" if stated else ""
+    headline, words, deciding = "Not promoted", "NOT promoted", None
     if not selection.decision.promote:
-        stated = [first]
-        headline = "Not promoted"
+        stated, deciding = [], deciding_words(first)
         why = render(first) if first else f"fails {gate} on the validation rows"
-        deciding = deciding_words(first)
     elif promotion is None:
         headline, words = "Passes the gate", "PASSES the gate"
         why = f"{passed}; the promotion is decided when the audit is logged to MLflow"
     elif promotion.promote:
         headline, words = "Promoted to champion", "PROMOTED to champion"
-        why = f"{passed}; {champion}"
+        why = f"{passed}; {render(stated[0])}"
     elif not record.register_model:
-        headline, deciding = "Not promoted", "not registered"
+        deciding = "not registered"
         why = (
             f"{passed}, but no version was registered (registration off, or the model stores rows)"
         )
     elif promotion.refused:  # the model lost a protected alias before: the registry's "no"
         headline, words, deciding = "Refused", OUTCOMES[REFUSED], "lost a protected alias before"
-        why = f"{passed}, but {champion}"
+        why = but
     else:
-        headline, deciding = "Not promoted", deciding_words(promotion_reasons(promotion)[-1])
-        why = f"{passed}, but {champion}"
+        deciding, why = deciding_words(stated[0]), but
     promote = words == "PROMOTED to champion"
-    if selection.decision.promote and first is not None and first.kind == Kind.DOMINATED:
-        why = f"{render(first)}; {why[:1].lower()}{why[1:]}"  # --promote-dominated, first
+    if first is not None:  # the gate's deciding reason goes first
         stated.insert(0, first)
-    elif selection.decision.promote and first is not None:  # "meets the gate" says it
-        stated.insert(0, first)
-    if unconstrained(_chosen_row(selection)):  # never passed off as a fair model
+        if selection.decision.promote and first.kind == Kind.DOMINATED:  # --promote-dominated
+            why = f"{render(first)}; {why[:1].lower()}{why[1:]}"
+    chosen = selection.chosen
+    if unconstrained({"variant": chosen.variant, "lambda": chosen.lambda_}):  # never a fair one
         needed = first is not None and first.kind == Kind.CHOSEN and "unconstrained" in first.flags
-        what = "unconstrained PCA" if selection.chosen.variant == "pca" else (
+        what = "unconstrained PCA" if chosen.variant == "pca" else (
             "lambda >= 1, the whole PCA projection beside the fair one"
         )  # fmt: skip
         headline += (
@@ -347,12 +315,7 @@ def _decision(record, promotion) -> dict[str, Any]:
         )
     why = why[:1].upper() + why[1:]
     return {"promote": promote, "headline": headline, "why": why, "words": words,
-            "deciding": deciding, "stated": tuple(r for r in stated if r is not None)}  # fmt: skip
-
-
-def _chosen_row(selection) -> dict[str, Any]:
-    chosen = selection.chosen
-    return {"variant": chosen.variant, "lambda": chosen.lambda_}
+            "deciding": deciding, "stated": tuple(stated)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -412,7 +375,6 @@ class Verdict:
     reasons: tuple[str, ...] = ()  # the decision_reasons rendered (one renderer)
     warnings: tuple[str, ...] = ()
     intersections: tuple[GroupRow, ...] = ()
-    group_part: str = "test"
     policy: str = ""  # the gate policy's name where it is not the default one
     measures: tuple[str, ...] = ()  # the headline's metrics: the policy's, then accuracy
     decision_reasons: tuple[Reason, ...] = ()  # the structured reasons, in order
@@ -428,7 +390,7 @@ class Verdict:
         words += f" under {self.policy}" if self.policy else ""
         chosen = self.rows[0].estimates
         numbers = [f"{METRIC_LABELS[m][0]} {chosen[m].text}" for m in self.measures or LINE_METRICS
-                   if m in chosen and chosen[m].value is not None]  # fmt: skip
+                   if m in chosen and pd.notna(chosen[m].value)]  # fmt: skip
         return f"{words}: test {', '.join(numbers)}." if numbers else f"{words}."
 
 
@@ -442,9 +404,8 @@ class Verdict:
         for group in self.groups:
             rate = group.rates.get("selection_rate", math.nan)
             if not str(group.rows).startswith("withheld") and not math.isnan(rate):
-                rates.setdefault(group.attribute, []).append(
-                    f"{markdown_text(group.group)} {rate:.3f}"
-                )
+                text = f"{markdown_text(group.group)} {rate:.3f}"
+                rates.setdefault(group.attribute, []).append(text)
         if not rates:
             return ""
         shown = "; ".join(f"{markdown_text(a)}: {', '.join(r)}" for a, r in rates.items())
@@ -478,33 +439,32 @@ def group_rows(
     ``selection.group_sizes`` on a row of its own saying why its numbers are withheld."""
     sizes = selection.test_group_sizes or selection.group_sizes or {}
     labels = _labels_by_token(selection.group_sizes or {}, selection.test_group_sizes or {})
-    rates: dict[tuple[str, str], dict[str, float]] = {}
-    rows: dict[tuple[str, str], Any] = {}
+
+    def label(cell: str) -> tuple[str, str]:  # "attribute:group" of the metric names: labels
+        return labels.get(tuple(cell.split(":", 1)), tuple(cell.split(":", 1)))
+
+    found: dict[tuple[str, str], GroupRow] = {}
     for name, value in selection.test.items():
-        parts = _split_group_metric(name)
-        if parts is not None and (parts[1] != "intersection") == attributes:
-            rate, attribute, token = parts
-            if attribute == "intersection":  # a cell's test rows: cell_rows.<cell>
-                count = selection.test.get(f"{CELL_ROWS}{token}")
-                group = "/".join(
-                    ":".join(labels.get(tuple(cell.split(":", 1)), cell.split(":", 1)))
-                    for cell in token.split("/")
-                )
-            else:
-                attribute, group = labels.get((attribute, token), (attribute, token))
-                count = sizes.get(attribute, {}).get(group)
-            rows[attribute, group] = "-" if count is None else count
-            rates.setdefault((attribute, group), dict.fromkeys(GROUP_RATES, math.nan))[rate] = value
-    published = tuple(
-        GroupRow(attribute, group, _count(rows[attribute, group]), values)
-        for (attribute, group), values in rates.items()
-    )
+        # tpr.sex:Female, or an intersection's cell tpr.sex:Female/race:White
+        rate, _, cell = name.partition(".")
+        if rate not in GROUP_RATES or ":" not in cell or ".ci95_" in cell:
+            continue
+        if ("/" in cell) == attributes:
+            continue
+        if "/" in cell:  # a cell's test rows: cell_rows.<cell>
+            attribute, count = "intersection", selection.test.get(f"{CELL_ROWS}{cell}")
+            group = "/".join(":".join(label(part)) for part in cell.split("/"))
+        else:
+            attribute, group = label(cell)
+            count = sizes.get(attribute, {}).get(group)
+        if isinstance(count, float) and count.is_integer():  # the metrics store floats
+            count = int(count)
+        rates = dict.fromkeys(GROUP_RATES, math.nan)
+        count = "-" if count is None else count
+        found.setdefault((attribute, group), GroupRow(attribute, group, count, rates))
+        found[attribute, group].rates[rate] = value
+    published = tuple(found.values())
     return published + (_withheld_rows(selection, published, min_group_size) if attributes else ())
-
-
-def _count(value: Any) -> Any:
-    """A row count as an ``int`` (the metrics store it as a float); any other value as is."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 def _labels_by_token(*sizes: dict[str, dict[str, Any]]) -> dict[tuple[str, str], tuple[str, str]]:
@@ -602,8 +562,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     """The :class:`Verdict` of an audit record (and of the promotion, once decided): built
     once, rendered by every surface."""
     selection = record.selection
-    thresholds = record.policy.thresholds
-    columns = verdict_columns(selection.test, thresholds)
+    columns = verdict_columns(selection.test, record.policy.thresholds)
     # a candidate that was never eligible is not "chosen", one the gate did not pass is chosen
     # for review only; the short label goes on in a sentence ("Chosen, 95% intervals")
     eligible = record.eligibility is None or record.eligibility.chosen_passes
@@ -611,6 +570,7 @@ def build_verdict(record, promotion=None) -> Verdict:
     if eligible and selection.decision.promote:
         label, short = "Chosen model", "Chosen"
     policy, measures = headline_policy(record.policy.name)
+    reasons = (*selection.decision.reasons, *promotion_reasons(promotion))
     return Verdict(
         **_decision(record, promotion),
         chosen=selection.chosen.name,
@@ -622,10 +582,8 @@ def build_verdict(record, promotion=None) -> Verdict:
         chosen_short=short,
         rows_label=_chosen_rows(record),
         rule=selection.gate,
-        reasons=tuple(
-            render(r) for r in (*selection.decision.reasons, *promotion_reasons(promotion))
-        ),
-        decision_reasons=(*selection.decision.reasons, *promotion_reasons(promotion)),
+        reasons=tuple(map(render, reasons)),
+        decision_reasons=reasons,
         warnings=(*selection.warnings, *graph_warnings(record)),
         intersections=group_rows(selection, attributes=False),
         policy=policy,
@@ -635,30 +593,21 @@ def build_verdict(record, promotion=None) -> Verdict:
 
 # -- the trade-off plot ----------------------------------------------------------------------
 
-CHOSEN_STYLE = {
-    "marker": "*",
-    "ms": 16,
-    "color": "gold",
-    "markeredgecolor": "black",
-    "zorder": 5,
-    "label": "chosen",
-}
-PCA_STYLE = {
-    "marker": "X",
-    "ms": 9,
-    "color": "black",
-    "zorder": 4,
-    "label": "unconstrained PCA (chosen classifier)",
-}
-REFERENCE_STYLE = {"marker": "D", "ms": 7, "markeredgecolor": "black", "zorder": 4}
+CHOSEN_STYLE = dict(
+    marker="*", ms=16, color="gold", markeredgecolor="black", zorder=5, label="chosen"
+)
+PCA_STYLE = dict(
+    marker="X", ms=9, color="black", zorder=4, label="unconstrained PCA (chosen classifier)"
+)
+REFERENCE_STYLE = dict(marker="D", ms=7, markeredgecolor="black", zorder=4)
 CLASSIFIER_MARKERS = ("o", "s", "^", "v", "P", "<", ">")
 
 
 def _errors(frame: pd.DataFrame, metric: str) -> np.ndarray:
     """Asymmetric error bars (2, n) from the 95% interval columns; 0 where undefined."""
     value = frame[metric].to_numpy(float)
-    low = frame.get(f"{metric}.ci95_low", pd.Series(value, index=frame.index)).to_numpy(float)
-    high = frame.get(f"{metric}.ci95_high", pd.Series(value, index=frame.index)).to_numpy(float)
+    ends = frame.reindex(columns=[f"{metric}.ci95_low", f"{metric}.ci95_high"])
+    low, high = ends.to_numpy(float).T
     bars = np.vstack([value - low, high - value])
     return np.where(np.isfinite(bars), np.clip(bars, 0.0, None), 0.0)
 
@@ -677,17 +626,8 @@ def _point(
 ) -> None:
     """One candidate with its 95% intervals, skipped when a coordinate is undefined."""
     if values:
-        ends = [f"{m}.ci95_{end}" for m in (metric, utility) for end in ("low", "high")]
-        frame = pd.DataFrame([values]).reindex(columns=[metric, utility, *ends])
+        frame = pd.DataFrame([{metric: np.nan, utility: np.nan, **values}])
         _errorbar(ax, frame, metric, utility, linestyle="none", capsize=2, elinewidth=1, **style)
-
-
-def _candidates(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
-    """Every candidate: colour = variant, marker = classifier, a thin line along lambda."""
-    for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
-        _errorbar(ax, curve.sort_values("lambda"), metric, marks["utility"],
-                  color=marks["colors"][variant], marker=marks["markers"][classifier], ms=4,
-                  lw=0.6, elinewidth=0.5, alpha=0.55, capsize=0)  # fmt: skip
 
 
 def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -> None:
@@ -695,8 +635,7 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -
     when the panel's vertical axis is accuracy)."""
     upper, lower = limits
     ax.autoscale_view()
-    x0, x1 = ax.get_xlim()
-    y0, y1 = ax.get_ylim()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     for limit in (upper.get(metric), lower.get(metric)):
         if limit is not None:
             x0, x1 = min(x0, limit - 0.02), max(x1, limit + 0.02)
@@ -708,53 +647,48 @@ def _accepted_region(ax, metric: str, limits: tuple[dict, dict], utility: str) -
                         label="accepted by the gate")  # fmt: skip
     if np.isfinite(floor) and floor > y0:
         ax.axhline(floor, color="tab:green", ls="--", lw=1)
-    ax.set_xlim(x0, x1)
-    ax.set_ylim(y0, y1)
-
-
-def _baseline_line(ax, marks: dict[str, Any]) -> None:
-    """The majority class: its accuracy, or chance (0.5) in balanced accuracy."""
-    if marks["utility"] == "balanced_accuracy":
-        ax.axhline(0.5, color="grey", ls=":", lw=1, label="majority class (chance, 0.5)")
-    elif np.isfinite(marks["majority_accuracy"]):
-        ax.axhline(
-            marks["majority_accuracy"], color="grey", ls=":", lw=1, label="majority-class accuracy"
-        )
+    ax.set(xlim=(x0, x1), ylim=(y0, y1))
 
 
 def _panel(ax, table: pd.DataFrame, metric: str, marks: dict[str, Any]) -> None:
     utility = marks["utility"]
-    _candidates(ax, table, metric, marks)
+    # every candidate: colour = variant, marker = classifier, a thin line along lambda
+    for (variant, classifier), curve in table.groupby(["variant", "classifier"], sort=False):
+        _errorbar(ax, curve.sort_values("lambda"), metric, utility, color=marks["colors"][variant],
+                  marker=marks["markers"][classifier], ms=4, lw=0.6, elinewidth=0.5, alpha=0.55,
+                  capsize=0)  # fmt: skip
     _point(ax, marks["pca"], metric, utility, PCA_STYLE)
     for i, reference in enumerate(marks["references"]):
         style = {**REFERENCE_STYLE, "color": f"C{(i + 4) % 10}", "label": reference["name"]}
         _point(ax, reference.get("validation"), metric, utility, style)
     _point(ax, marks["chosen"], metric, utility, CHOSEN_STYLE)
-    _baseline_line(ax, marks)
+    # the majority class: its accuracy, or chance (0.5) in balanced accuracy
+    if utility == "balanced_accuracy":
+        ax.axhline(0.5, color="grey", ls=":", lw=1, label="majority class (chance, 0.5)")
+    elif np.isfinite(marks["majority_accuracy"]):
+        majority = marks["majority_accuracy"]
+        ax.axhline(majority, color="grey", ls=":", lw=1, label="majority-class accuracy")
     if not np.isfinite(table[[metric, utility]].to_numpy(float)).any():
         ax.text(0.5, 0.5, f"{metric} undefined for every candidate", transform=ax.transAxes,
                 ha="center", va="center", color="grey")  # fmt: skip
     _accepted_region(ax, metric, marks["limits"], utility)
     better = "higher" if metric in marks["limits"][1] else "lower"
-    ax.set_xlabel(f"{metric}, validation rows ({better} is fairer)")
-    ax.set_ylabel(f"validation {utility.replace('_', ' ')}")
+    ax.set(xlabel=f"{metric}, validation rows ({better} is fairer)",
+           ylabel=f"validation {utility.replace('_', ' ')}")  # fmt: skip
     ax.grid(alpha=0.3)
 
 
 def _legend_handles(marks: dict[str, Any], axes) -> tuple[list, list]:
     from matplotlib.lines import Line2D
 
-    handles = [Line2D([], [], color=c, marker="o", lw=1) for c in marks["colors"].values()]
-    labels = [f"variant {v}" for v in marks["colors"]]
-    for classifier, marker in marks["markers"].items():
-        handles.append(Line2D([], [], color="grey", marker=marker, ls="none"))
-        labels.append(f"classifier {classifier}")
-    for ax in axes:
+    legend = {f"variant {v}": Line2D([], [], color=c, marker="o", lw=1)
+              for v, c in marks["colors"].items()}  # fmt: skip
+    legend |= {f"classifier {c}": Line2D([], [], color="grey", marker=m, ls="none")
+               for c, m in marks["markers"].items()}  # fmt: skip
+    for ax in axes:  # the first handle of each other label
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-            if label not in labels:
-                handles.append(handle)
-                labels.append(label)
-    return handles, labels
+            legend.setdefault(label, handle)
+    return list(legend.values()), list(legend)
 
 
 def _plotted_measures(table: pd.DataFrame, thresholds) -> tuple[pd.DataFrame, list[str]]:
@@ -833,43 +767,29 @@ REPORT_TEMPLATE = "report.html.j2"
 def _cell(value: Any) -> str:
     """A table cell: a number at 4 significant digits and ``-`` for an undefined one (our own
     text: safe), anything else as text."""
-    if value is None or (isinstance(value, float | np.floating) and math.isnan(value)):
-        return Markup("-")
-    if isinstance(value, float | np.floating):
-        return Markup(f"{value:.4g}")
+    if value is None or isinstance(value, float | np.floating):
+        return Markup("-" if pd.isna(value) else f"{value:.4g}")
     number = isinstance(value, int | np.integer) and not isinstance(value, bool)
     return Markup(value) if number else str(value)
 
 
-def _markdown_value(value: Any) -> str:
-    """What a Markdown template prints for ``{{ value }}``: every string escaped
-    (:func:`markdown_text`) unless marked safe (our own Markdown), other values as text."""
-    if isinstance(value, Markup):
-        return value
-    return markdown_text(value) if isinstance(value, str) else str(value)
-
-
-def _visible_value(value: Any) -> Any:
-    """What an HTML or text template prints for ``{{ value }}``: a string not marked safe with
-    its bidirectional controls shown (:func:`~fairpca.tasks.trust.visible_text`; HTML then
-    autoescapes it), anything else as it is."""
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return visible_text(value)
-    return value
-
-
 def render_template(name: str, /, **context: Any) -> str:
     """Render the template ``name``: HTML (``*.html.j2``) autoescaped; Markdown (``*.md.j2``)
-    with every printed string escaped as literal text (:func:`_markdown_value`); plain text
+    with every printed string escaped as literal text (:func:`markdown_text`); plain text
     (``*.txt.j2``) as it is, for a renderer that escapes it. No printed string keeps a raw
-    bidirectional control (:func:`_visible_value`)."""
+    bidirectional control (:func:`~fairpca.tasks.trust.visible_text`). A string marked safe
+    (our own Markdown or HTML) is printed as it is."""
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    markdown = name.endswith(".md.j2")
+    escape = markdown_text if name.endswith(".md.j2") else visible_text
+
+    def finalize(value: Any) -> Any:  # what ``{{ value }}`` prints (HTML then autoescapes it)
+        return escape(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=name.endswith(".html.j2"),
-        finalize=_markdown_value if markdown else _visible_value,
+        finalize=finalize,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -900,15 +820,11 @@ def _blocks(content: Any, plot: str | None) -> list[dict[str, Any]]:
     return [{"kind": "text", "paragraphs": str(content).split("\n\n")}]
 
 
-def _slug(heading: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")[:40] or "section"
-
-
 def _section(heading: str, content: Any, plot: str | None) -> dict[str, Any]:
     if isinstance(content, Verdict):
         return {"verdict": content, "heading": heading, "id": "verdict"}
-    blocks = _blocks(content, plot)
-    return {"verdict": None, "heading": heading, "id": _slug(heading), "blocks": blocks}
+    slug = re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-")[:40] or "section"
+    return {"verdict": None, "heading": heading, "id": slug, "blocks": _blocks(content, plot)}
 
 
 def render_html(title: str, sections: list[tuple[str, Any]], image: Path | None) -> str:
@@ -1007,18 +923,15 @@ def parity_paragraph(record) -> str | None:
     return " ".join(line for line in text.splitlines() if line)
 
 
-def _intersection_groups(record, groups) -> list[tuple[str, Any]]:
+def _intersection_groups(record, groups) -> pd.DataFrame | None:
     """The chosen model's rates per intersection group (several attributes), if published."""
-    if not groups:
-        return []
     unjudged = set(record.cells_not_judged or [])
-    frame = pd.DataFrame(
+    return pd.DataFrame(
         [{"group": g.group, "rows": f"{g.rows:,}" if isinstance(g.rows, int) else g.rows,
           **{METRIC_LABELS[r][0]: Estimate(v).text for r, v in g.rates.items()},
           "gate (validation rows)": NOT_JUDGED if g.group in unjudged else "judged"}
          for g in groups]
-    )  # fmt: skip
-    return [("Intersection groups of the chosen model (test rows)", frame)]
+    ) if groups else None  # fmt: skip
 
 
 NOT_JUDGED = "not judged: too few rows to resolve the policy's band"
@@ -1066,10 +979,9 @@ def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any
     decided afterwards, when there is one): the verdict first (``verdict``: the command's,
     when it has built it)."""
     select_by = record.params.get("select_by", "balanced_accuracy")
-    verdict, gap = verdict or build_verdict(record, promotion), parity_paragraph(record)
+    verdict = verdict or build_verdict(record, promotion)
     skipped = [f"{variant}: {why}" for variant, why in (record.skipped or {}).items()]
-    timings = {k: v for k, v in record.metrics.items() if k.startswith("time_")}
-    timings = pd.DataFrame({"step": list(timings), "seconds": list(timings.values())})
+    timings = [(k, v) for k, v in record.metrics.items() if k.startswith("time_")]
     plot = Plot(
         f"validation {select_by.replace('_', ' ')} (what the choice maximises) against each "
         "gated measure, with 95% intervals"
@@ -1078,12 +990,15 @@ def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any
         f"All numbers are aggregates; groups with fewer than {record.min_group_size} rows are "
         "suppressed. No raw rows or per-person sensitive attributes are stored."
     )
-    return [
+    sections = [  # None: a section this audit has not
         ("Verdict (test rows, never used for a choice; 95% intervals)", verdict),
         ("Why", Bullets([f"Gate: {verdict.gate}.", *verdict.reasons])),
-        *([("Why fair PCA does not reach parity here, and what would", gap)] if gap else []),
-        *([("Warnings", Bullets(list(verdict.warnings)))] if verdict.warnings else []),
-        *_intersection_groups(record, verdict.intersections),
+        ("Why fair PCA does not reach parity here, and what would", parity_paragraph(record)),
+        ("Warnings", Bullets(list(verdict.warnings)) if verdict.warnings else None),
+        (
+            "Intersection groups of the chosen model (test rows)",
+            _intersection_groups(record, verdict.intersections),
+        ),
         *frontier_sections(record),
         (f"Trade-off on the {record.searched_label}", plot),
         (
@@ -1100,14 +1015,14 @@ def report_sections(record, promotion=None, verdict=None) -> list[tuple[str, Any
             "Diagnostics: does fairness carry over to held-out rows?",
             _diagnostics_frame(record.selection.diagnostics),
         ),
-        *(
-            [("Skipped (variants that could not be fitted, stages of the route)", Bullets(skipped))]
-            if skipped
-            else []
+        (
+            "Skipped (variants that could not be fitted, stages of the route)",
+            Bullets(skipped) if skipped else None,
         ),
-        ("Timings (seconds)", timings),
+        ("Timings (seconds)", pd.DataFrame(timings, columns=["step", "seconds"])),
         ("Notes", notes),
     ]
+    return [(heading, content) for heading, content in sections if content is not None]
 
 
 def _plot_arguments(record, table: pd.DataFrame) -> dict[str, Any]:
@@ -1282,20 +1197,15 @@ def artifact_links(run_id: str, ui_url: str | None = None, experiment_id: str | 
 
 
 def version_description(
-    record: AuditRecord,
-    run_id: str,
-    ui_url: str | None = None,
-    promotion=None,
-    *,
-    experiment_id: str | None = None,
-    verdict=None,
-) -> str:
+    record: AuditRecord, run_id: str, ui_url: str | None = None, promotion=None, *,
+    experiment_id: str | None = None, verdict=None,
+) -> str:  # fmt: skip
     """The registered version's description: :func:`verdict_markdown` and links to the run's
     full ``model_card.md`` and report (:func:`artifact_links`); always within
     :data:`DESCRIPTION_MAX_CHARS`. Its first line is plain text: the registered model's page
     lists it as it is."""
-    verdict = verdict or build_verdict(record, promotion)
-    return _bounded(verdict, artifact_links(run_id, ui_url, experiment_id))
+    links = artifact_links(run_id, ui_url, experiment_id)
+    return _bounded(verdict or build_verdict(record, promotion), links)
 
 
 def _bounded(verdict, links: str | None = None, compact: bool = False, heading=None) -> str:
