@@ -98,12 +98,12 @@ def csv_cell(value: object) -> object:
 
 
 def write_safe_csv(frame: pd.DataFrame, path, **kwargs) -> None:
-    """Write ``frame`` as CSV whose string cells and column names cannot start a formula
-    (:func:`csv_cell`); every string is quoted, so a carriage return or newline inside a cell
-    can never start a new row."""
-    safe = frame.rename(columns=csv_cell)
-    text = safe.select_dtypes(include=["object", "string"]).columns
-    safe[text] = safe[text].map(csv_cell)
+    """Write ``frame`` as CSV whose string cells (also categories), index labels and column
+    names cannot start a formula (:func:`csv_cell`); every string is quoted, so a carriage
+    return or newline inside a cell can never start a new row."""
+    safe = frame.rename(columns=csv_cell, index=csv_cell)
+    text = safe.select_dtypes(include=["object", "string", "category"]).columns
+    safe[text] = safe[text].astype(object).map(csv_cell)
     safe.to_csv(path, quoting=csv.QUOTE_NONNUMERIC, **kwargs)
 
 

@@ -79,6 +79,18 @@ def test_csv_cells_cannot_start_a_formula(start):
     assert csv_cell(3) == 3 and csv_cell("ok") == "ok"
 
 
+@pytest.mark.parametrize("start", FORMULA_START)
+def test_categorical_cells_and_index_labels_cannot_start_a_formula(start):
+    """A group name read as a pandas category, or kept as the index, is escaped too."""
+    names = pd.Categorical([f"{start}cmd|' /C calc'!A0", "plain"])
+    frame = pd.DataFrame({"group": names, "n": [1, 2]}, index=[f"{start}row", "ok"])
+    buffer = io.StringIO()
+    write_safe_csv(frame, buffer)
+    rows = list(csv.reader(io.StringIO(buffer.getvalue(), newline="")))
+    assert not any(cell.startswith(FORMULA_START) for row in rows for cell in row)
+    assert [row[2] for row in rows] == ["n", "1", "2"]
+
+
 def test_plots_drawn_inside_literal_plot_text_show_dollar_labels_as_written(
     tmp_path, dollar_labels, drawn_literally
 ):
