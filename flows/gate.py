@@ -626,9 +626,9 @@ def _last_attested_holder(client, tracking_uri, name, alias, refused, digest, ke
         if previous == str(refused):
             continue
         tags = _version_tags(client, name, previous)
-        if tags is not None and NEEDS_REVIEW_TAG not in tags and (
-            _attested(client, tracking_uri, name, previous, digest, key) is None
-        ):
+        if tags is None or NEEDS_REVIEW_TAG in tags:  # gone, or demoted for review since
+            continue
+        if _attested(client, tracking_uri, name, previous, digest, key) is None:
             return previous
     return None
 

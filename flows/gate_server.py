@@ -257,8 +257,9 @@ class DeliveryQueue:
             return db.execute(query, values).fetchall()
 
     def _insert(self, delivery_id: str, now: float, event, parameters, state: str) -> None:
-        self._write("INSERT INTO deliveries (delivery_id, received_at, event, parameters, "
-                    "state) VALUES (?, ?, ?, ?, ?)", delivery_id, now, event, parameters, state)
+        row = (delivery_id, now, event, parameters, state)
+        self._write("INSERT INTO deliveries (delivery_id, received_at, event, parameters, state) "
+                    "VALUES (?, ?, ?, ?, ?)", *row)  # fmt: skip
 
     def accept(self, delivery_id: str, event: GateEvent | None, now: float) -> None:
         """Record the id (and the event to start); :class:`Refused` (409) if seen before."""
@@ -276,7 +277,8 @@ class DeliveryQueue:
     def due(self, now: float) -> list[tuple[str, str, dict[str, Any], int]]:
         """``(id, event, flow parameters, attempts)`` of every pending job due by ``now``."""
         rows = self._read("SELECT delivery_id, event, parameters, attempts FROM deliveries "
-                          "WHERE state = 'pending' AND next_try <= ? ORDER BY received_at", now)
+                          "WHERE state = 'pending' AND next_try <= ? ORDER BY received_at",
+                          now)  # fmt: skip
         return [(d, e, json.loads(p), a) for d, e, p, a in rows]
 
     def prune(self, now: float, *, max_rows: int = MAX_ROWS) -> int:
@@ -295,13 +297,14 @@ class DeliveryQueue:
         return aged + surplus
 
     def started(self, delivery_id: str, flow_run_id: str) -> None:
-        self._write("UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE "
-                    "delivery_id = ?", flow_run_id, delivery_id)
+        sql = "UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE delivery_id = ?"
+        self._write(sql, flow_run_id, delivery_id)
 
     def retry_later(self, delivery_id: str, attempts: int, error: str, now: float) -> float:
         wait = min(60.0, 2.0**attempts)
         self._write("UPDATE deliveries SET attempts = ?, next_try = ?, last_error = ? "
-                    "WHERE delivery_id = ?", attempts + 1, now + wait, error[:500], delivery_id)
+                    "WHERE delivery_id = ?", attempts + 1, now + wait, error[:500],
+                    delivery_id)  # fmt: skip
         return wait
 
     def counts(self) -> dict[str, int]:
@@ -587,10 +590,9 @@ def _find_webhook(client, name: str):
     token = None
     while True:
         page = client.list_webhooks(max_results=100, page_token=token)
-        if found := next((webhook for webhook in page if webhook.name == name), None):
+        found = next((webhook for webhook in page if webhook.name == name), None)
+        if found is not None or not (token := page.token):
             return found
-        if not (token := page.token):
-            return None
 
 
 def register_webhook(

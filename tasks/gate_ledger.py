@@ -145,14 +145,11 @@ def verify_ledger(text: str, model: str, public_key=None) -> Ledger:
     try:
         key.verify(signature, _statement(ledger))
     except InvalidSignature:
-        raise AttestationError(
-            "the gate's ledger does not verify: written or edited by someone other than the gate",
-            tampered=True,
-        ) from None
+        raise AttestationError("the gate's ledger does not verify: written or edited by someone "
+                               "other than the gate", tampered=True) from None  # fmt: skip
     if ledger.model != model:
-        raise AttestationError(
-            f"the gate's ledger is about {ledger.model!r}, copied onto this model", tampered=True
-        )
+        raise AttestationError(f"the gate's ledger is about {ledger.model!r}, copied onto this "
+                               "model", tampered=True)  # fmt: skip
     return ledger
 
 
@@ -189,11 +186,9 @@ def max_age_seconds() -> float:
 def check_fresh(ledger: Ledger, max_age: float) -> None:
     """Refuse a ledger the gate signed more than ``max_age`` seconds ago (not refreshed:
     the gate is down, or older tags were restored)."""
-    age = ledger.age_seconds()
-    if age > max_age:
-        raise AttestationError(
-            LEDGER_TOO_OLD.format(age_hours=age / 3600, max_hours=max_age / 3600, env=MAX_AGE_ENV)
-        )
+    if (age := ledger.age_seconds()) > max_age:
+        hours = {"age_hours": age / 3600, "max_hours": max_age / 3600}
+        raise AttestationError(LEDGER_TOO_OLD.format(**hours, env=MAX_AGE_ENV))
 
 
 def check_latest(ledger: Ledger, version: str, text: str, attestation: Attestation) -> None:

@@ -197,11 +197,6 @@ RANDOM_OPERATORS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNorma
                               "RandomNormalLike", "Bernoulli", "Multinomial"})  # fmt: skip
 
 
-def _draws_at_random(node) -> bool:
-    training_mode = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
-    return node.op_type in RANDOM_OPERATORS or bool(training_mode)
-
-
 def check_graph(model) -> None:
     """Refuse a graph outside the standard operator sets, that draws random numbers, with
     external data, or that fails ONNX's checker (in that order: the checker runs on a graph
@@ -215,12 +210,13 @@ def check_graph(model) -> None:
     import onnx
 
     messages = list(_messages(model))
-    nodes = [m for m in messages if isinstance(m, onnx.NodeProto)]
     named = (onnx.NodeProto, onnx.OperatorSetIdProto, onnx.FunctionProto)
     if not {m.domain for m in messages if isinstance(m, named)} <= STANDARD_DOMAINS:
         raise GraphRefused(FOREIGN_DOMAIN)
-    if any(_draws_at_random(node) for node in nodes):
-        raise GraphRefused(RANDOM)
+    for node in (m for m in messages if isinstance(m, onnx.NodeProto)):
+        training = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
+        if node.op_type in RANDOM_OPERATORS or training:
+            raise GraphRefused(RANDOM)
     tensors = [m for m in messages if isinstance(m, onnx.TensorProto)]
     if any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) for t in tensors):
         raise GraphRefused(EXTERNAL_DATA)
