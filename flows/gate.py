@@ -87,9 +87,9 @@ from fairpca.tasks.gate_ledger import (
     REFRESH_SECONDS,
     Ledger,
     attestation_digest,
+    now_text,
     published_ledger,
     sign_ledger,
-    verify_ledger,
 )
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.onnx_runtime import Graph, GraphRefused, predict_isolated, read_graph
@@ -148,10 +148,6 @@ def requested_tag(alias: str) -> str:
 
 def _holders(tags: dict[str, str], alias: str) -> list[str]:
     return [v for v in tags.get(last_passed_tag(alias), "").split(",") if v.strip().isdigit()]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---- evaluation ------------------------------------------------------------------------------
@@ -225,15 +221,9 @@ EVALUATION_MODULES = (
 
 
 def evaluate_version(
-    graph: Graph,
-    frame: pd.DataFrame,
-    *,
-    label: str,
-    evaluator_config: dict[str, Any],
-    experiment_name: str,
-    run_name: str,
-    run_tags: dict[str, str],
-) -> tuple[dict[str, float], str]:
+    graph: Graph, frame: pd.DataFrame, *, label: str, evaluator_config: dict[str, Any],
+    experiment_name: str, run_name: str, run_tags: dict[str, str],
+) -> tuple[dict[str, float], str]:  # fmt: skip
     """Evaluate the checked ONNX ``graph`` (:func:`fairpca.tasks.onnx_runtime.read_graph`) on
     ``frame`` with the ``fairness`` evaluator in a new MLflow run of ``experiment_name``; the
     metrics (with ``.ci95_low/high``) and the run id.
@@ -267,13 +257,9 @@ def evaluate_version(
     experiment_id = get_or_create_experiment(client, experiment_name, mlflow.get_tracking_uri())
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags) as run:
         result = mlflow.models.evaluate(
-            data=data,
-            predictions=PREDICTION_COLUMN,
-            targets=label,
-            model_type="classifier",
-            evaluators=["fairness"],
-            evaluator_config={"fairness": evaluator_config},
-        )
+            data=data, predictions=PREDICTION_COLUMN, targets=label, model_type="classifier",
+            evaluators=["fairness"], evaluator_config={"fairness": evaluator_config},
+        )  # fmt: skip
     return dict(result.metrics), run.info.run_id
 
 
@@ -291,12 +277,9 @@ def verdict(metrics: dict[str, float], policy, majority: float) -> tuple[str, li
     DP = EO = 0 because it predicts one class fails). A NaN (fewer than two groups of
     ``min_group_size`` rows) fails.
     """
-    row = {
-        "accuracy": metrics.get("accuracy", math.nan),
-        # NaN when the evaluator does not report it: then only the accuracy rule applies
-        "one_class_share": metrics.get("one_class_share", math.nan),
-        **metrics,
-    }
+    # NaN where the evaluator does not report them (without a one-class share only the
+    # accuracy rule applies)
+    row = {"accuracy": math.nan, "one_class_share": math.nan, **metrics}
     rules = ineligible_rules(row, majority, policy, REFERENCE_ROWS)
     rules += NamedPolicy.from_config(policy).failed_rules(row, REFERENCE_ROWS)
     reasons = [rule.model_copy(update={"decides": True}) for rule in rules]
@@ -324,20 +307,16 @@ def withheld_reason(frame: pd.DataFrame, policy: GatePolicy) -> str | None:
     no count."""
     columns = list(policy.reference.sensitive)
     groupings = [[column] for column in columns] + ([columns] if len(columns) > 1 else [])
-    for grouping in groupings:
-        sizes = frame.groupby(grouping, dropna=False).size()
-        if (sizes < policy.min_group_size).any():
-            return WITHHELD
-    return None
+    sizes = [frame.groupby(grouping, dropna=False).size() for grouping in groupings]
+    return WITHHELD if any((size < policy.min_group_size).any() for size in sizes) else None
 
 
 def published_metrics(metrics: dict[str, float], withheld: str | None) -> dict[str, float]:
     """The metrics as the gate publishes them: rounded to :data:`PUBLISHED_DECIMALS`
     decimals (one person's row moves a rate by 1/n, hidden below the rounding step unless
     it crosses one), none when ``withheld``."""
-    if withheld:
-        return {}
-    return {name: round(float(value), PUBLISHED_DECIMALS) for name, value in metrics.items()}
+    rounded = {name: round(float(value), PUBLISHED_DECIMALS) for name, value in metrics.items()}
+    return {} if withheld else rounded
 
 
 def published_reasons(reasons: list[Reason], withheld: str | None) -> list[Reason]:
@@ -355,17 +334,10 @@ def rendered(reasons: list[Reason]) -> str:
 
 
 def record_verdict(
-    client,
-    name: str,
-    version: str,
-    status: str,
-    reasons: list[Reason],
-    metrics: dict[str, float],
-    facts: dict[str, str],
-    signed: dict[str, str] | None = None,
-    *,
-    withheld: str | None = None,
-) -> list[Reason]:
+    client, name: str, version: str, status: str, reasons: list[Reason],
+    metrics: dict[str, float], facts: dict[str, str], signed: dict[str, str] | None = None,
+    *, withheld: str | None = None,
+) -> list[Reason]:  # fmt: skip
     """Record a verdict on the version; the reasons as published.
 
     The ``signed`` tags (the attestation and the runs) first, then the informational
@@ -376,19 +348,17 @@ def record_verdict(
     :func:`published_metrics` and :func:`published_reasons` give them (``withheld``: the
     reason none is); the tag, the card and the artifact show the reasons in the one
     renderer's words."""
-    now = _now()
-    tags = {**(signed or {}), EVALUATED_AT_TAG: now}
+    now = now_text()
     metrics, reasons = published_metrics(metrics, withheld), published_reasons(reasons, withheld)
     if withheld:
         facts = {**facts, "metrics": withheld}
-    tags[REASONS_TAG] = rendered(reasons)[:TAG_MAX_CHARS]
     shown = _shown_metrics(metrics)
     published = metric_tags("fairness.gate.", metrics, shown)
-    tags.update({key: f"{float(value):.{PUBLISHED_DECIMALS}f}" for key, value in published.items()})
-    card = render_template("gate_card.md.j2", name=name, version=version, status=status,
-                           now=now, reasons=[render(reason) for reason in reasons],
-                           metrics=metrics, shown=shown,
-                           facts=facts)  # fmt: skip
+    tags = {**(signed or {}), EVALUATED_AT_TAG: now, REASONS_TAG: rendered(reasons)[:TAG_MAX_CHARS]}
+    tags |= {key: f"{float(value):.{PUBLISHED_DECIMALS}f}" for key, value in published.items()}
+    card = render_template("gate_card.md.j2", name=name, version=version, status=status, now=now,
+                           reasons=[render(reason) for reason in reasons], metrics=metrics,
+                           shown=shown, facts=facts)  # fmt: skip
     for key, value in tags.items():
         if value:
             client.set_model_version_tag(name, version, key, value)
@@ -417,10 +387,9 @@ def judgement_budget_spent(tracking_uri: str, policy: GatePolicy, version: str) 
     is refused (None: counted) when ``policy.max_judgements_per_day`` were made in the last
     24 hours. A bound on judgements bounds what differencing their published numbers
     reveals; a judgement that ends in ``error`` publishes none and is taken back."""
-    now = time.time()
     free_at = GateState().charge(
         _registry_id(tracking_uri), policy.model, policy_digest(policy), version,
-        limit=policy.max_judgements_per_day, window=BUDGET_WINDOW_SECONDS, now=now,
+        limit=policy.max_judgements_per_day, window=BUDGET_WINDOW_SECONDS, now=time.time(),
     )  # fmt: skip
     if free_at is None:
         return None
@@ -432,13 +401,11 @@ def _passes_now(client, name: str, public_key) -> dict[str, str]:
     """The passes the versions of ``name`` hold now, verified (the gate's first ledger)."""
     passes = {}
     for entry in model_versions(client, name):
-        text = entry.tags.get(ATTESTATION_TAG)
+        text, version = entry.tags.get(ATTESTATION_TAG, ""), str(entry.version)
         with suppress(AttestationError):
-            attestation = verify_attestation(text or "", public_key)
-            if (attestation.model, attestation.version, attestation.verdict) == (
-                name, str(entry.version), PASSED
-            ):  # fmt: skip
-                passes[str(entry.version)] = attestation_digest(text)
+            attested = verify_attestation(text, public_key)
+            if (attested.model, attested.version, attested.verdict) == (name, version, PASSED):
+                passes[version] = attestation_digest(text)
     return passes
 
 
@@ -448,18 +415,16 @@ def _published(client, name: str, public_key) -> Ledger | None:
     return None
 
 
-def _update_ledger(client, tracking_uri: str, name: str, digest: str, key, change) -> Ledger:
+def _update_ledger(client, tracking_uri: str, name: str, digest: str, key, latest=None) -> Ledger:
     """Sign and publish the next ledger of ``name`` from the gate's state: policy ``digest``
-    and the passes ``change(passes)`` gives (the stored ones; the first time, the published
-    ledger's, else the verified passes the versions hold)."""
+    and the stored passes (the first time, the published ledger's, else the verified passes
+    the versions hold) updated by ``latest`` (version: the digest of its latest verdict's
+    attestation if a pass, else None)."""
 
     def next_ledger(stored: Ledger | None) -> tuple[str, dict[str, str]]:
-        if stored is None:
-            first = _published(client, name, key.public_key())
-            stored_passes = first.passes if first else _passes_now(client, name, key.public_key())
-        else:
-            stored_passes = stored.passes
-        return digest, change(dict(stored_passes))
+        first = stored or _published(client, name, key.public_key())
+        passes = first.passes if first else _passes_now(client, name, key.public_key())
+        return digest, {v: d for v, d in {**passes, **(latest or {})}.items() if d}
 
     def publish(ledger: Ledger) -> None:
         client.set_registered_model_tag(name, LEDGER_TAG, sign_ledger(ledger, key))
@@ -471,13 +436,8 @@ def note_verdict(client, tracking_uri: str, policy: GatePolicy, version: str, te
     """Record in the gate's ledger that ``version``'s latest verdict is the pass signed as
     ``text`` (None: not a pass), under the current policy, and publish it."""
 
-    def change(passes: dict[str, str]) -> dict[str, str]:
-        passes.pop(str(version), None)
-        if text:
-            passes[str(version)] = attestation_digest(text)
-        return passes
-
-    _update_ledger(client, tracking_uri, policy.model, policy_digest(policy), key, change)
+    latest = {str(version): attestation_digest(text) if text else None}
+    _update_ledger(client, tracking_uri, policy.model, policy_digest(policy), key, latest)
 
 
 def current_ledger(client, tracking_uri: str, name: str, digest: str, public_key) -> Ledger | None:
@@ -493,25 +453,17 @@ def current_ledger(client, tracking_uri: str, name: str, digest: str, public_key
     except AttestationError:
         return _published(client, name, public_key)
     stored = GateState().stored(_registry_id(tracking_uri), name)
-    text = client.get_registered_model(name).tags.get(LEDGER_TAG, "")
-    try:
-        shown = verify_ledger(text, name, key.public_key()) if text else None
-    except AttestationError:
-        shown = None
-    if stored and shown and shown.sequence < stored.sequence:
-        _logger().warning(
-            "the published gate ledger of %s (sequence %d) is older than the gate's (%d): "
-            "restored by a registry user; signed anew", name, shown.sequence, stored.sequence,
-        )  # fmt: skip
-    if (
-        stored is not None
-        and shown is not None
-        and (shown.sequence, shown.signed_at) == (stored.sequence, stored.signed_at)
-        and stored.policy_digest == digest
-        and stored.age_seconds() < REFRESH_SECONDS
-    ):
-        return stored
-    return _update_ledger(client, tracking_uri, name, digest, key, lambda passes: passes)
+    shown = _published(client, name, key.public_key())
+    if stored and shown:
+        if shown.sequence < stored.sequence:
+            _logger().warning(
+                "the published gate ledger of %s (sequence %d) is older than the gate's (%d): "
+                "restored by a registry user; signed anew", name, shown.sequence, stored.sequence,
+            )  # fmt: skip
+        fresh = stored.policy_digest == digest and stored.age_seconds() < REFRESH_SECONDS
+        if fresh and (shown.sequence, shown.signed_at) == (stored.sequence, stored.signed_at):
+            return stored
+    return _update_ledger(client, tracking_uri, name, digest, key)
 
 
 # ---- protected aliases -----------------------------------------------------------------------
@@ -540,10 +492,8 @@ def _attested(client, tracking_uri: str, name: str, version: str, digest: str, k
     the :class:`AttestationError` saying why not."""
     try:
         ledger = current_ledger(client, tracking_uri, name, digest, key)
-        check_attested_pass(
-            client, tracking_uri, name, version, policy_digest=digest, public_key=key,
-            ledger=ledger,
-        )  # fmt: skip
+        check_attested_pass(client, tracking_uri, name, version, policy_digest=digest,
+                            public_key=key, ledger=ledger)  # fmt: skip
     except AttestationError as error:
         return error
     return None
@@ -578,7 +528,8 @@ def enforce_alias(
         message = f"alias {alias!r} no longer points to version {version} (now: {holder})"
         return AliasCheck(False, f"{message}; no change")
     digest = policy_digest(policy)
-    pending = _pending(_version_tags(client, name, version) or {})  # read before the check
+    tags = _version_tags(client, name, version) or {}  # read before the check
+    pending = ATTESTATION_TAG not in tags and tags.get(STATUS_TAG) in (None, PENDING)
     refusal = _attested(client, tracking_uri, name, version, digest, key)
     if isinstance(refusal, StaleAttestationError):  # honest, under an older policy: judge again
         with suppress(AttestationError):  # no signing key here: the refusal stands
@@ -586,20 +537,16 @@ def enforce_alias(
             refusal = _attested(client, tracking_uri, name, version, digest, key)
     if refusal is None:
         _record_holder(client, name, alias, version)
-        return AliasCheck(
-            False, f"alias {alias!r} stays on version {version}: its signed gate pass verifies"
-        )
+        return AliasCheck(False, f"alias {alias!r} stays on version {version}: its signed gate "
+                          "pass verifies")  # fmt: skip
     fallback = _last_attested_holder(client, tracking_uri, name, alias, version, digest, key)
     if pending:
         return _wait_for_verdict(client, tracking_uri, name, digest, alias, version, fallback, key)
     why, tampering = _refusal(client, name, version, refusal)
     if not move_alias(client, name, alias, fallback, holder=version):
         return AliasCheck(False, f"alias {alias!r} moved on from version {version}; no change")
-    action = (
-        f"moved back to version {fallback}, the last holder whose pass verifies"
-        if fallback
-        else "removed (no earlier holder whose pass verifies)"
-    )
+    action = (f"moved back to version {fallback}, the last holder whose pass verifies"
+              if fallback else "removed (no earlier holder whose pass verifies)")  # fmt: skip
     message = f"protected alias {alias!r} refused for version {version}: {why}; {action}"
     if tampering:
         _tag(client, name, version, TAMPERING_TAG, tampering)
@@ -615,14 +562,7 @@ def _record_holder(client, name: str, alias: str, version: str) -> None:
         client.set_registered_model_tag(name, last_passed_tag(alias), text)
 
 
-def _pending(tags: dict[str, str]) -> bool:
-    """Not judged yet: no attestation, and the status ``pending`` or none."""
-    return ATTESTATION_TAG not in tags and tags.get(STATUS_TAG) in (None, PENDING)
-
-
-def _wait_for_verdict(
-    client, tracking_uri, name, digest, alias, version, fallback, key
-) -> AliasCheck:
+def _wait_for_verdict(client, tracking_uri, name, digest, alias, version, fallback, key):
     """``alias`` on a version not judged yet: record the request, give the alias back to
     ``fallback`` (None: remove it), then check the version again, so a pass signed
     meanwhile (its gate run having looked for requests before this one was written) is
@@ -635,11 +575,9 @@ def _wait_for_verdict(
         _drop_request(client, name, alias, version)
         return AliasCheck(False, f"alias {alias!r} on version {version}: its pass arrived")
     action = f"back on version {fallback}" if fallback else "removed"
-    return AliasCheck(
-        True,
-        f"protected alias {alias!r} waits for the gate's verdict on version {version} (not "
-        f"judged yet): {action} until then; the gate gives it to the version if it passes",
-    )
+    return AliasCheck(True, f"protected alias {alias!r} waits for the gate's verdict on version "
+                      f"{version} (not judged yet): {action} until then; the gate gives it to "
+                      "the version if it passes")  # fmt: skip
 
 
 def _drop_request(client, name: str, alias: str, version: str) -> str | None:
@@ -688,7 +626,7 @@ def _last_attested_holder(client, tracking_uri, name, alias, refused, digest, ke
         if previous == str(refused):
             continue
         tags = _version_tags(client, name, previous)
-        if tags is None or NEEDS_REVIEW_TAG in tags:
+        if tags is None or NEEDS_REVIEW_TAG in tags:  # gone, or demoted for review since
             continue
         if _attested(client, tracking_uri, name, previous, digest, key) is None:
             return previous
@@ -696,7 +634,7 @@ def _last_attested_holder(client, tracking_uri, name, alias, refused, digest, ke
 
 
 def _tag(client, name: str, version: str, key: str, text: str) -> None:
-    client.set_model_version_tag(name, version, key, f"{_now()}: {text}"[:TAG_MAX_CHARS])
+    client.set_model_version_tag(name, version, key, f"{now_text()}: {text}"[:TAG_MAX_CHARS])
 
 
 def reconcile_aliases(
@@ -727,11 +665,10 @@ def _stuck_since(entry) -> float | None:
     """Seconds since a version without a verdict began waiting (``pending``: its judgement
     began, or it was created; ``error``: its judgement ended); None when it has a verdict or
     was never judged."""
-    tags = entry.tags
-    status = tags.get(STATUS_TAG)
-    if ATTESTATION_TAG in tags or status not in (PENDING, ERROR):
+    status = entry.tags.get(STATUS_TAG)
+    if ATTESTATION_TAG in entry.tags or status not in (PENDING, ERROR):
         return None
-    stamp = tags.get(PENDING_SINCE_TAG if status == PENDING else EVALUATED_AT_TAG, "")
+    stamp = entry.tags.get(PENDING_SINCE_TAG if status == PENDING else EVALUATED_AT_TAG, "")
     try:
         since = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
     except ValueError:
@@ -814,40 +751,29 @@ class GatePolicy(GateRules):
     protected_aliases: list[Annotated[str, StringConstraints(pattern=ALIAS_PATTERN)]] = Field(
         default_factory=lambda: ["champion"]
     )
-    min_group_size: int = Field(
-        DEFAULT_MIN_GROUP_SIZE,
-        ge=MIN_GROUP_SIZE_FLOOR,
-        description="Smaller groups are suppressed.",
-    )
+    min_group_size: int = Field(DEFAULT_MIN_GROUP_SIZE, ge=MIN_GROUP_SIZE_FLOOR,
+                                description="Smaller groups are suppressed.")  # fmt: skip
     n_resamples: int = Field(1000, ge=100, le=100_000, description="Bootstrap resamples.")
     seed: int = Field(0, ge=0)
     experiment_name: str = Field("fairpca-gate", min_length=1)
     max_judgements_per_day: int = Field(
-        10,
-        ge=1,
-        le=10_000,
+        10, ge=1, le=10_000,
         description="Judgements of the model per 24 hours under one policy (the budget).",
-    )
+    )  # fmt: skip
 
     def evaluator_config(self) -> dict:
         """``evaluator_config["fairness"]`` of the MLflow ``fairness`` evaluator."""
-        return {
-            "sensitive_features": list(self.reference.sensitive),
-            "pos_label": self.reference.positive_label,
-            "min_group_size": self.min_group_size,
-            "n_resamples": self.n_resamples,
-            "seed": self.seed,
-        }
+        return {"sensitive_features": list(self.reference.sensitive),
+                "pos_label": self.reference.positive_label,
+                **self.model_dump(include={"min_group_size", "n_resamples", "seed"})}  # fmt: skip
 
 
 def _read_policy(path: Path, root: Path) -> GatePolicy:
     try:
         policy = GatePolicy.model_validate(load_config_file(path))
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or 'policy'}: {item['msg']}"
-            for item in error.errors()
-        )
+        problems = "; ".join(f"{'.'.join(map(str, item['loc'])) or 'policy'}: {item['msg']}"
+                             for item in error.errors())  # fmt: skip
         raise PolicyError(f"policy file {path.name}: {problems}") from None
     except ValueError as error:
         raise PolicyError(str(error)) from None
@@ -860,9 +786,8 @@ def _read_policy(path: Path, root: Path) -> GatePolicy:
         ) from None
     if not resolved.is_file():
         raise PolicyError(f"policy file {path.name}: reference data {resolved} does not exist.")
-    return policy.model_copy(
-        update={"reference": policy.reference.model_copy(update={"path": resolved})}
-    )
+    reference = policy.reference.model_copy(update={"path": resolved})
+    return policy.model_copy(update={"reference": reference})
 
 
 def load_policies(directory: str | os.PathLike[str] | None) -> dict[str, GatePolicy]:
@@ -927,23 +852,16 @@ def gate_settings(policy_dir: str | None, tracking_uri: str | None) -> tuple[str
 
     if deployment.id is None:
         return policy_dir, resolve_tracking_uri(tracking_uri)
-    own_dir = os.environ.get(POLICY_DIR_ENV)
-    own_uri = os.environ.get("MLFLOW_TRACKING_URI")
-    missing = [name for name, value in ((POLICY_DIR_ENV, own_dir), ("MLFLOW_TRACKING_URI", own_uri))
-               if not value]  # fmt: skip
-    if missing:
+    settings = (POLICY_DIR_ENV, "MLFLOW_TRACKING_URI")
+    if missing := [env for env in settings if not os.environ.get(env)]:
         raise PolicyError(WORKER_SETTINGS_MISSING.format(missing=" and ".join(missing)))
+    own_dir, own_uri = (os.environ[env] for env in settings)
     if policy_dir is not None and Path(policy_dir).resolve() != Path(own_dir).resolve():
-        raise PolicyError(
-            NOT_THE_WORKERS_POLICY_DIR.format(given=str(policy_dir)[:200], env=POLICY_DIR_ENV)
-        )
-    named = shown_uri(tracking_uri or own_uri)
-    if named.rstrip("/") != shown_uri(own_uri).rstrip("/"):
-        raise PolicyError(
-            NOT_THE_WORKERS_TRACKING.format(
-                given=shown_uri(tracking_uri)[:200], own=shown_uri(own_uri)
-            )
-        )
+        given = str(policy_dir)[:200]
+        raise PolicyError(NOT_THE_WORKERS_POLICY_DIR.format(given=given, env=POLICY_DIR_ENV))
+    if _registry_id(tracking_uri or own_uri) != _registry_id(own_uri):
+        given, own = shown_uri(tracking_uri)[:200], shown_uri(own_uri)
+        raise PolicyError(NOT_THE_WORKERS_TRACKING.format(given=given, own=own))
     return own_dir, resolve_tracking_uri(own_uri)
 
 
@@ -965,7 +883,6 @@ def _judge_files(client, tracking_uri: str, policy: GatePolicy, name: str, versi
     """The version's files downloaded and digested, its ONNX graph read (refused unread, with
     a fixed reason) and evaluated on the reference rows ``frame``: the files' digest, the
     graph (None when refused), the refusal, the metrics and the evaluation run's id."""
-    reference = policy.reference
     with tempfile.TemporaryDirectory() as tmp:  # the files digested are the ones judged
         local = download_version(client, tracking_uri, name, version, Path(tmp))
         model_digest = files_digest(local)
@@ -974,14 +891,12 @@ def _judge_files(client, tracking_uri: str, policy: GatePolicy, name: str, versi
             graph = read_graph(local)  # nothing else of the version is ever opened
             with _judging(name, version):
                 metrics, run_id = evaluate_version(
-                    graph,
-                    frame,
-                    label=reference.label,
+                    graph, frame, label=policy.reference.label,
                     evaluator_config=policy.evaluator_config(),
                     experiment_name=policy.experiment_name,
                     run_name=f"gate-{name}-v{version}"[:250],
                     run_tags={"fairness.gate.model": name, "fairness.gate.version": version},
-                )
+                )  # fmt: skip
         except GraphRefused as refusal:  # a fixed reason: nothing the model said
             refused = str(refusal)
     return model_digest, graph, refused, metrics, run_id
@@ -1000,25 +915,22 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
                        {"Prefect flow run": _flow_run_id()})  # fmt: skip
         _logger().warning("gate refused for %s version %s: %s", name, version, render(spent))
         return Failed(message=f"{name} version {version}: refused: {render(spent)}")
-    client.set_model_version_tag(name, version, PENDING_SINCE_TAG, _now())
+    client.set_model_version_tag(name, version, PENDING_SINCE_TAG, now_text())
     client.set_model_version_tag(name, version, STATUS_TAG, PENDING)
     if ATTESTATION_TAG in client.get_model_version(name, version).tags:  # an earlier verdict
         client.delete_model_version_tag(name, version, ATTESTATION_TAG)
     reference = policy.reference
-    facts = {
-        "reference data": reference.path.name,
-        "policy": NamedPolicy.from_config(policy).description(),
-        "Prefect flow run": _flow_run_id(),
-    }
+    facts = {"reference data": reference.path.name,
+             "policy": NamedPolicy.from_config(policy).description(),
+             "Prefect flow run": _flow_run_id()}  # fmt: skip
     try:
         reference_sha256 = sha256_file(reference.path)
         facts["reference data"] += f" (SHA-256 {reference_sha256})"
         frame = read_reference(reference.path, reference.label, reference.sensitive)
-        model_digest, graph, refused, metrics, run_id = _judge_files(
-            client, tracking_uri, policy, name, version, frame
-        )
+        judged = _judge_files(client, tracking_uri, policy, name, version, frame)
     except Exception as error:  # any loader or data failure is the version's verdict: error
         return _record_error(client, tracking_uri, policy, version, facts, error, key)
+    model_digest, graph, refused, metrics, run_id = judged
     majority = majority_accuracy(frame[reference.label], reference.positive_label)
     if refused:  # a fixed sentence of the gate's (onnx_runtime), never the model's text
         status, reasons = FAILED, [Reason(kind=Kind.NO_GRAPH, decides=True, facts=(refused,))]
@@ -1032,13 +944,10 @@ def _gate_version(client, tracking_uri: str, policy: GatePolicy, name: str, vers
         model=name, version=str(version), model_digest=model_digest,
         graph_digest=graph.sha256 if graph else "",
         policy_digest=policy_digest(policy, reference_sha256), verdict=status, gate_run_id=run_id,
-        flow_run_id=facts["Prefect flow run"], signed_at=_now(),
+        flow_run_id=facts["Prefect flow run"], signed_at=now_text(),
     )  # fmt: skip
-    signed = {
-        ATTESTATION_TAG: sign_attestation(attestation, key),
-        "fairness.gate.run_id": run_id,
-        "fairness.gate.flow_run_id": attestation.flow_run_id,
-    }
+    signed = {ATTESTATION_TAG: sign_attestation(attestation, key), "fairness.gate.run_id": run_id,
+              "fairness.gate.flow_run_id": attestation.flow_run_id}  # fmt: skip
     # the ledger first: a reader never sees this attestation before the ledger names it
     note_verdict(client, tracking_uri, policy, version,
                  signed[ATTESTATION_TAG] if status == PASSED else None, key)  # fmt: skip
@@ -1080,22 +989,18 @@ def _logger():
 
 @flow(name="fairness-gate", validate_parameters=True, timeout_seconds=TIMEOUT_SECONDS)
 def fairness_gate(
-    model_name: str,
-    version: str,
+    model_name: str, version: str,
     event: Literal["model_version.created", "model_version_alias.created"],
-    alias: str | None = None,
-    policy_dir: str | None = None,
-    tracking_uri: str | None = None,
-):
+    alias: str | None = None, policy_dir: str | None = None, tracking_uri: str | None = None,
+):  # fmt: skip
     """Gate one registry event of a watched model (see the module docstring); every refusal
     is a Failed state with its message (nothing raised, so nothing is pickled into the result
     store)."""
     try:
         policy_dir, uri = gate_settings(policy_dir, tracking_uri)
-        policies = load_policies(policy_dir)
-        if model_name not in policies:
+        policy = load_policies(policy_dir).get(model_name)
+        if policy is None:
             return Completed(message=f"model {model_name!r} has no gate policy; nothing to do")
-        policy = policies[model_name]
         client = _client(uri)
         if event == VERSION_CREATED:
             return _gate_version(client, uri, policy, model_name, str(version))
@@ -1108,10 +1013,8 @@ def fairness_gate(
         get_run_logger().error("fairness gate: %s", error)
         return failed_run(str(error))
     get_run_logger().info(check.message)
-    create_markdown_artifact(
-        f"# Protected alias\n\n{markdown_text(check.message)}\n",
-        description="fairness gate alias check",
-    )
+    create_markdown_artifact(f"# Protected alias\n\n{markdown_text(check.message)}\n",
+                             description="fairness gate alias check")  # fmt: skip
     return Completed(message=check.message)
 
 

@@ -86,6 +86,8 @@ VERIFIED = "fairpca_gate_verified"  # request.state flag: the request's signatur
 HEADER_SECONDS = 5.0  # from a connection (or its next request) to complete headers
 BODY_SECONDS = 10.0  # from complete headers to the whole body
 KEEP_ALIVE_SECONDS = 5  # an idle connection between requests
+# what a connection owes next in each state of its peer, and for how long
+_OWED = {h11.IDLE: ("headers", HEADER_SECONDS), h11.SEND_BODY: ("body", BODY_SECONDS)}
 SIGNATURE_HEADER = "X-MLflow-Signature"
 DELIVERY_HEADER = "X-MLflow-Delivery-Id"
 TIMESTAMP_HEADER = "X-MLflow-Timestamp"
@@ -125,9 +127,8 @@ def _signed_headers(headers) -> tuple[str, str, str]:
     """The delivery id, timestamp and signature headers; :class:`Refused` (401) when one is
     missing, so an unsigned request is refused before its body is read."""
     lower = {key.lower(): value for key, value in headers.items()}
-    found = tuple(
-        lower.get(h.lower(), "") for h in (DELIVERY_HEADER, TIMESTAMP_HEADER, SIGNATURE_HEADER)
-    )
+    found = tuple(lower.get(h.lower(), "") for h in (DELIVERY_HEADER, TIMESTAMP_HEADER,
+                                                     SIGNATURE_HEADER))  # fmt: skip
     if not all(found):
         raise Refused(401, "missing signature, delivery id or timestamp header")
     return found
@@ -159,10 +160,8 @@ def health_headers(secret: str, now: float | None = None) -> dict[str, str]:
     """Headers that show the receiver's queue in ``GET /health``: the webhook secret's HMAC
     of ``health.<timestamp>.`` (MLflow's scheme, with the id ``health``)."""
     stamp = str(int(time.time() if now is None else now))
-    return {
-        HEALTH_TIMESTAMP_HEADER: stamp,
-        HEALTH_SIGNATURE_HEADER: sign(secret, "health", stamp, b""),
-    }
+    signature = sign(secret, "health", stamp, b"")
+    return {HEALTH_TIMESTAMP_HEADER: stamp, HEALTH_SIGNATURE_HEADER: signature}
 
 
 def _health_signed(secret: str, headers, now: float) -> bool:
@@ -258,20 +257,16 @@ class DeliveryQueue:
             return db.execute(query, values).fetchall()
 
     def _insert(self, delivery_id: str, now: float, event, parameters, state: str) -> None:
-        self._write(
-            "INSERT INTO deliveries (delivery_id, received_at, event, parameters, state)"
-            " VALUES (?, ?, ?, ?, ?)",
-            delivery_id, now, event, parameters, state,
-        )  # fmt: skip
+        row = (delivery_id, now, event, parameters, state)
+        self._write("INSERT INTO deliveries (delivery_id, received_at, event, parameters, state) "
+                    "VALUES (?, ?, ?, ?, ?)", *row)  # fmt: skip
 
     def accept(self, delivery_id: str, event: GateEvent | None, now: float) -> None:
         """Record the id (and the event to start); :class:`Refused` (409) if seen before."""
+        parameters = event and json.dumps(event.parameters())
         try:
-            if event is None:
-                self._insert(delivery_id, now, None, None, "ignored")
-            else:
-                parameters = json.dumps(event.parameters())
-                self._insert(delivery_id, now, event.event, parameters, "pending")
+            self._insert(delivery_id, now, event and event.event, parameters,
+                         "ignored" if event is None else "pending")  # fmt: skip
         except sqlite3.IntegrityError:
             raise Refused(409, "delivery id already received (replay)") from None
 
@@ -281,11 +276,9 @@ class DeliveryQueue:
 
     def due(self, now: float) -> list[tuple[str, str, dict[str, Any], int]]:
         """``(id, event, flow parameters, attempts)`` of every pending job due by ``now``."""
-        rows = self._read(
-            "SELECT delivery_id, event, parameters, attempts FROM deliveries WHERE state = "
-            "'pending' AND next_try <= ? ORDER BY received_at",
-            now,
-        )
+        rows = self._read("SELECT delivery_id, event, parameters, attempts FROM deliveries "
+                          "WHERE state = 'pending' AND next_try <= ? ORDER BY received_at",
+                          now)  # fmt: skip
         return [(d, e, json.loads(p), a) for d, e, p, a in rows]
 
     def prune(self, now: float, *, max_rows: int = MAX_ROWS) -> int:
@@ -293,10 +286,8 @@ class DeliveryQueue:
         ``REPLAY_WINDOW_S``), then the oldest beyond ``max_rows`` finished ones, never one
         younger than ``REPLAY_WINDOW_S`` (its id still refuses a replay). Pending jobs stay.
         The number deleted."""
-        aged = self._write(
-            "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
-            now - max(RETENTION_S, REPLAY_WINDOW_S),
-        )
+        aged = self._write("DELETE FROM deliveries WHERE state != 'pending' AND received_at < ?",
+                           now - max(RETENTION_S, REPLAY_WINDOW_S))  # fmt: skip
         surplus = self._write(
             "DELETE FROM deliveries WHERE state != 'pending' AND received_at < ? AND "
             "delivery_id NOT IN (SELECT delivery_id FROM deliveries WHERE state != "
@@ -306,18 +297,14 @@ class DeliveryQueue:
         return aged + surplus
 
     def started(self, delivery_id: str, flow_run_id: str) -> None:
-        self._write(
-            "UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE delivery_id = ?",
-            flow_run_id, delivery_id,
-        )  # fmt: skip
+        sql = "UPDATE deliveries SET state = 'started', flow_run_id = ? WHERE delivery_id = ?"
+        self._write(sql, flow_run_id, delivery_id)
 
     def retry_later(self, delivery_id: str, attempts: int, error: str, now: float) -> float:
         wait = min(60.0, 2.0**attempts)
-        self._write(
-            "UPDATE deliveries SET attempts = ?, next_try = ?, last_error = ? "
-            "WHERE delivery_id = ?",
-            attempts + 1, now + wait, error[:500], delivery_id,
-        )  # fmt: skip
+        self._write("UPDATE deliveries SET attempts = ?, next_try = ?, last_error = ? "
+                    "WHERE delivery_id = ?", attempts + 1, now + wait, error[:500],
+                    delivery_id)  # fmt: skip
         return wait
 
     def counts(self) -> dict[str, int]:
@@ -336,13 +323,9 @@ def start_flow_run(deployment: str, parameters: dict[str, Any], delivery_id: str
     params = {k: v for k, v in parameters.items() if v is not None}
     name = f"gate-{params['model_name']}-v{params['version']}" if params else "gate-reconcile"
     flow_run = run_deployment(
-        deployment,
-        parameters=params,
-        timeout=0,
-        idempotency_key=f"mlflow-delivery-{delivery_id}",
-        flow_run_name=name[:100],
-        as_subflow=False,
-    )
+        deployment, parameters=params, timeout=0, idempotency_key=f"mlflow-delivery-{delivery_id}",
+        flow_run_name=name[:100], as_subflow=False,
+    )  # fmt: skip
     return str(flow_run.id)
 
 
@@ -389,35 +372,27 @@ def _draining(queue: DeliveryQueue, interval: float | None, reconcile_on_start: 
 
     @asynccontextmanager
     async def lifespan(app):
-        stop = threading.Event()
-        thread = None
         if reconcile_on_start:
             queue.schedule_reconcile(time.time())
             logger.info("queued a run of %s (every start)", RECONCILE_DEPLOYMENT)
+        stop = threading.Event()
+        thread = threading.Thread(target=_drain_forever, args=(queue, stop, interval), daemon=True)
         if interval is not None:
-            thread = threading.Thread(
-                target=_drain_forever, args=(queue, stop, interval), daemon=True
-            )
             thread.start()
         try:
             yield
         finally:
             stop.set()
-            if thread is not None:
+            if thread.is_alive():
                 thread.join(timeout=10)
 
     return lifespan
 
 
 def create_app(
-    secret: str,
-    queue: DeliveryQueue,
-    watched: set[str],
-    *,
-    max_body: int = MAX_BODY_BYTES,
-    drain_interval: float | None = 1.0,
-    reconcile_on_start: bool = False,
-):
+    secret: str, queue: DeliveryQueue, watched: set[str], *, max_body: int = MAX_BODY_BYTES,
+    drain_interval: float | None = 1.0, reconcile_on_start: bool = False,
+):  # fmt: skip
     """The Starlette app: ``POST /webhook`` and ``GET /health``. With ``drain_interval`` a
     background thread drains the queue while the app runs (None: no thread, for tests);
     with ``reconcile_on_start`` a reconciler run is queued when it starts."""
@@ -440,10 +415,9 @@ def create_app(
                 event = None
             queue.accept(delivery_id, event, now)
         except Refused as refusal:
-            logger.warning(
-                "refused delivery from %s: %d %s", client, refusal.status, refusal.reason
-            )
-            return JSONResponse({"refused": refusal.reason}, status_code=refusal.status)
+            status, reason = refusal.status, refusal.reason
+            logger.warning("refused delivery from %s: %d %s", client, status, reason)
+            return JSONResponse({"refused": reason}, status_code=status)
         except ClientDisconnect:  # the sender went away mid-body: nothing to answer
             logger.warning("delivery from %s: the sender disconnected mid-body", client)
             return JSONResponse({"refused": "disconnected"}, status_code=400)
@@ -506,10 +480,8 @@ class GuardedH11Protocol(H11Protocol):
         open_ = [c for c in self.connections if isinstance(c, GuardedH11Protocol)
                  and c.transport and not c.transport.is_closing()]  # fmt: skip
         same = [c for c in open_ if c.client and c.client[0] == host]
-        for crowd, bound, where in (
-            (same, MAX_CONNECTIONS_PER_CLIENT, f"from {host}"),
-            (open_, MAX_CONNECTIONS, "in all"),
-        ):
+        for crowd, bound, where in ((same, MAX_CONNECTIONS_PER_CLIENT, f"from {host}"),
+                                    (open_, MAX_CONNECTIONS, "in all")):  # fmt: skip
             if len(crowd) > bound:
                 unverified = [c for c in crowd if c._unverified()]
                 if not unverified:  # every one verified (or handling): nothing to close
@@ -550,35 +522,27 @@ class GuardedH11Protocol(H11Protocol):
     def _arm_deadline(self) -> None:
         """A deadline when the connection starts to owe headers or a body (not renewed by
         more bytes: a trickle does not extend it); none while the app handles a request."""
-        owed = {h11.IDLE: "headers", h11.SEND_BODY: "body"}.get(self.conn.their_state)
+        owed, seconds = _OWED.get(self.conn.their_state, (None, None))
         if owed == self.waiting_for:
             return
         if self.deadline is not None:
             self.deadline.cancel()
         self.waiting_for, self.deadline = owed, None
         if owed is not None:
-            seconds = HEADER_SECONDS if owed == "headers" else BODY_SECONDS
             self.deadline = self.loop.call_later(seconds, self._expire, owed, seconds)
 
     def _expire(self, owed: str, seconds: float) -> None:
         if not self.transport.is_closing():
             host = self.client and self.client[0]
-            logger.warning(
-                "closed a connection from %s: no complete %s within %.0f s", host, owed, seconds
-            )
+            logger.warning("closed a connection from %s: no complete %s within %.0f s",
+                           host, owed, seconds)  # fmt: skip
             self.transport.close()
 
 
 def server_config(
-    *,
-    host: str,
-    port: int,
-    policy_dir: str | None,
-    queue_path: str,
-    certfile: str | None = None,
-    keyfile: str | None = None,
-    drain_interval: float | None = 1.0,
-):
+    *, host: str, port: int, policy_dir: str | None, queue_path: str,
+    certfile: str | None = None, keyfile: str | None = None, drain_interval: float | None = 1.0,
+):  # fmt: skip
     """The uvicorn configuration of the receiver (HTTPS when given a certificate and key);
     the secret and the policies are checked here, before anything listens."""
     import uvicorn
@@ -626,12 +590,9 @@ def _find_webhook(client, name: str):
     token = None
     while True:
         page = client.list_webhooks(max_results=100, page_token=token)
-        for webhook in page:
-            if webhook.name == name:
-                return webhook
-        token = page.token
-        if not token:
-            return None
+        found = next((webhook for webhook in page if webhook.name == name), None)
+        if found is not None or not (token := page.token):
+            return found
 
 
 def register_webhook(
@@ -650,13 +611,8 @@ def register_webhook(
     if existing is None:
         webhook = client.create_webhook(name=name, secret=secret, status="ACTIVE", **wanted)
         return "created", webhook.webhook_id
-    same = (
-        existing.url == url
-        and sorted(str(e) for e in existing.events) == sorted(GATED_EVENTS)
-        and existing.description == description
-        and existing.status.is_active()
-    )
-    if same:
+    found = (existing.url, sorted(map(str, existing.events)), existing.description)
+    if found == (url, sorted(GATED_EVENTS), description) and existing.status.is_active():
         return "unchanged", existing.webhook_id
     client.update_webhook(existing.webhook_id, secret=secret, status="ACTIVE", **wanted)
     return "updated", existing.webhook_id

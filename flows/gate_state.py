@@ -22,7 +22,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 from fairpca.tasks.gate_ledger import Ledger, now_text
@@ -49,23 +49,29 @@ class GateState:
     def __init__(self, path: str | os.PathLike[str] | None = None):
         self.path = Path(path) if path else state_path()
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextmanager
+    def _transaction(self, begin: str = "BEGIN IMMEDIATE"):
+        """A connection in one transaction (a write one unless ``begin`` says otherwise),
+        committed when the body ends, rolled back when it raises."""
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fresh = not self.path.exists()
-        connection = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        if fresh:
-            os.chmod(self.path, 0o600)
-        for statement in _SCHEMA:
-            connection.execute(statement)
-        return connection
+        with closing(sqlite3.connect(self.path, timeout=60, isolation_level=None)) as connection:
+            if fresh:
+                os.chmod(self.path, 0o600)
+            for statement in _SCHEMA:
+                connection.execute(statement)
+            connection.execute(begin)
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
 
     def stored(self, registry: str, model: str) -> Ledger | None:
         """The ledger the gate last signed for ``model`` of ``registry`` (None: none)."""
-        with closing(self._connect()) as connection:
-            return _row_ledger(model, connection.execute(
-                "SELECT policy_digest, sequence, signed_at, passes FROM ledgers "
-                "WHERE registry = ? AND model = ?", (registry, model),
-            ).fetchone())  # fmt: skip
+        with self._transaction("BEGIN") as connection:
+            return _stored(connection, registry, model)
 
     def update(
         self,
@@ -77,26 +83,17 @@ class GateState:
         """In one write transaction: ``change(stored)`` gives the policy digest and passes
         of the next ledger (sequence one more, signed now), ``publish`` writes it to the
         registry, and it is stored. Nothing is stored when ``publish`` raises."""
-        with closing(self._connect()) as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                stored = _row_ledger(model, connection.execute(
-                    "SELECT policy_digest, sequence, signed_at, passes FROM ledgers "
-                    "WHERE registry = ? AND model = ?", (registry, model),
-                ).fetchone())  # fmt: skip
-                digest, passes = change(stored)
-                ledger = Ledger(model, digest, (stored.sequence if stored else 0) + 1,
-                                now_text(), dict(passes))  # fmt: skip
-                publish(ledger)
-                connection.execute(
-                    "INSERT OR REPLACE INTO ledgers VALUES (?, ?, ?, ?, ?, ?)",
-                    (registry, model, digest, ledger.sequence, ledger.signed_at,
-                     json.dumps(ledger.passes)),
-                )  # fmt: skip
-                connection.execute("COMMIT")
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
+        with self._transaction() as connection:
+            stored = _stored(connection, registry, model)
+            digest, passes = change(stored)
+            ledger = Ledger(model, digest, (stored.sequence if stored else 0) + 1,
+                            now_text(), dict(passes))  # fmt: skip
+            publish(ledger)
+            connection.execute(
+                "INSERT OR REPLACE INTO ledgers VALUES (?, ?, ?, ?, ?, ?)",
+                (registry, model, digest, ledger.sequence, ledger.signed_at,
+                 json.dumps(ledger.passes)),
+            )  # fmt: skip
         return ledger
 
     def charge(
@@ -106,32 +103,24 @@ class GateState:
         """Record one judgement of ``model`` under ``policy_digest`` unless ``limit`` were
         recorded in the ``window`` seconds before ``now``: None when recorded, else when
         (seconds since the epoch) the oldest of those leaves the window."""
-        with closing(self._connect()) as connection:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                times = [row[0] for row in connection.execute(
-                    "SELECT at FROM judgements WHERE registry = ? AND model = ? AND "
-                    "policy_digest = ? AND at > ? ORDER BY at",
-                    (registry, model, policy_digest, now - window),
-                )]  # fmt: skip
-                if len(times) >= limit:
-                    connection.execute("ROLLBACK")
-                    return times[len(times) - limit] + window
-                connection.execute(
-                    "INSERT INTO judgements VALUES (?, ?, ?, ?, ?)",
-                    (registry, model, policy_digest, str(version), now),
-                )
-                connection.execute("COMMIT")
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-                raise
+        with self._transaction() as connection:
+            times = [row[0] for row in connection.execute(
+                "SELECT at FROM judgements WHERE registry = ? AND model = ? AND "
+                "policy_digest = ? AND at > ? ORDER BY at",
+                (registry, model, policy_digest, now - window),
+            )]  # fmt: skip
+            if len(times) >= limit:
+                return times[len(times) - limit] + window
+            connection.execute(
+                "INSERT INTO judgements VALUES (?, ?, ?, ?, ?)",
+                (registry, model, policy_digest, str(version), now),
+            )
         return None
 
     def refund(self, registry: str, model: str, version: str) -> None:
         """Forget the latest judgement of ``version`` recorded by :meth:`charge` (one that
         ended without a verdict publishes no number)."""
-        with closing(self._connect()) as connection:
+        with self._transaction() as connection:
             connection.execute(
                 "DELETE FROM judgements WHERE rowid = (SELECT rowid FROM judgements WHERE "
                 "registry = ? AND model = ? AND version = ? ORDER BY at DESC LIMIT 1)",
@@ -139,7 +128,11 @@ class GateState:
             )
 
 
-def _row_ledger(model: str, row) -> Ledger | None:
+def _stored(connection: sqlite3.Connection, registry: str, model: str) -> Ledger | None:
+    row = connection.execute(
+        "SELECT policy_digest, sequence, signed_at, passes FROM ledgers "
+        "WHERE registry = ? AND model = ?", (registry, model),
+    ).fetchone()  # fmt: skip
     if row is None:
         return None
     digest, sequence, signed_at, passes = row

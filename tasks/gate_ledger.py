@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 
 from fairpca.tasks.trust import (
@@ -95,6 +95,11 @@ def _canonical(record: dict) -> bytes:
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
+def _statement(ledger: Ledger) -> bytes:
+    """The bytes the gate signs: the ledger's fields and what kind of statement it is."""
+    return _canonical({"statement": _STATEMENT, **asdict(ledger)})
+
+
 def _key_id(public) -> str:
     return hashlib.sha256(bytes.fromhex(public_key_hex(public))).hexdigest()[:16]
 
@@ -108,13 +113,9 @@ def sign_ledger(ledger: Ledger, key) -> str:
     """The ledger as signed JSON text (the tag's value); the most recent
     :data:`MAX_PASSES` passing versions are kept."""
     recent = sorted(ledger.passes, key=int, reverse=True)[:MAX_PASSES]
-    statement = {
-        "statement": _STATEMENT,
-        **asdict(ledger),
-        "passes": {v: ledger.passes[v] for v in recent},
-    }
-    signature = key.sign(_canonical(statement)).hex()
-    signed = {**statement, "key": _key_id(key.public_key()), "signature": signature}
+    ledger = replace(ledger, passes={v: ledger.passes[v] for v in recent})
+    signed = {"statement": _STATEMENT, **asdict(ledger), "key": _key_id(key.public_key()),
+              "signature": key.sign(_statement(ledger)).hex()}  # fmt: skip
     return _canonical(signed).decode()
 
 
@@ -133,30 +134,22 @@ def verify_ledger(text: str, model: str, public_key=None) -> Ledger:
     try:
         signed = json.loads(text)
         signature, key_id = bytes.fromhex(signed.pop("signature")), signed.pop("key")
-        names = set(Ledger.__dataclass_fields__) | {"statement"}
-        if signed.get("statement") != _STATEMENT or set(signed) != names:
+        if signed.pop("statement", None) != _STATEMENT:
             raise ValueError("another statement")
-        ledger = Ledger(
-            model=str(signed["model"]), policy_digest=str(signed["policy_digest"]),
-            sequence=int(signed["sequence"]), signed_at=str(signed["signed_at"]),
-            passes={str(v): str(d) for v, d in dict(signed["passes"]).items()},
-        )  # fmt: skip
+        ledger = Ledger(**signed)  # its fields, no other (TypeError); the gate signs their types
         ledger.age_seconds()  # a readable time
     except (ValueError, TypeError, KeyError, AttributeError):
         raise AttestationError("the gate's ledger is unreadable", tampered=True) from None
     if key_id != _key_id(key):
         raise AttestationError("the gate's ledger is signed with another key", tampered=True)
     try:
-        key.verify(signature, _canonical(signed))
+        key.verify(signature, _statement(ledger))
     except InvalidSignature:
-        raise AttestationError(
-            "the gate's ledger does not verify: written or edited by someone other than the gate",
-            tampered=True,
-        ) from None
+        raise AttestationError("the gate's ledger does not verify: written or edited by someone "
+                               "other than the gate", tampered=True) from None  # fmt: skip
     if ledger.model != model:
-        raise AttestationError(
-            f"the gate's ledger is about {ledger.model!r}, copied onto this model", tampered=True
-        )
+        raise AttestationError(f"the gate's ledger is about {ledger.model!r}, copied onto this "
+                               "model", tampered=True)  # fmt: skip
     return ledger
 
 
@@ -193,11 +186,9 @@ def max_age_seconds() -> float:
 def check_fresh(ledger: Ledger, max_age: float) -> None:
     """Refuse a ledger the gate signed more than ``max_age`` seconds ago (not refreshed:
     the gate is down, or older tags were restored)."""
-    age = ledger.age_seconds()
-    if age > max_age:
-        raise AttestationError(
-            LEDGER_TOO_OLD.format(age_hours=age / 3600, max_hours=max_age / 3600, env=MAX_AGE_ENV)
-        )
+    if (age := ledger.age_seconds()) > max_age:
+        hours = {"age_hours": age / 3600, "max_hours": max_age / 3600}
+        raise AttestationError(LEDGER_TOO_OLD.format(**hours, env=MAX_AGE_ENV))
 
 
 def check_latest(ledger: Ledger, version: str, text: str, attestation: Attestation) -> None:
@@ -212,11 +203,8 @@ def check_latest(ledger: Ledger, version: str, text: str, attestation: Attestati
         Its latest verdict, but signed under an earlier policy: to be judged again.
     """
     named = ledger.passes.get(str(version))
-    if (
-        named is None
-        and len(ledger.passes) >= MAX_PASSES
-        and int(version) < min(map(int, ledger.passes))
-    ):
+    full = len(ledger.passes) >= MAX_PASSES
+    if named is None and full and int(version) < min(map(int, ledger.passes)):
         raise AttestationError(OLDER_THAN_THE_LEDGER.format(count=MAX_PASSES))
     if named != attestation_digest(text):
         raise AttestationError(NOT_THE_LATEST_VERDICT, tampered=True)

@@ -177,51 +177,24 @@ def parse_graph(data: bytes):
         raise GraphRefused(UNREADABLE) from None
 
 
-def _graphs(model) -> Iterator[Any]:
-    """The main graph and every subgraph (of its nodes and of the functions' nodes)."""
-    stack = [model.graph, *(sub for f in model.functions for n in f.node for sub in _subgraphs(n))]
-    while stack:
-        graph = stack.pop()
-        yield graph
-        stack += [sub for node in graph.node for sub in _subgraphs(node)]
+def _messages(message) -> Iterator[Any]:
+    """``message`` and every protobuf message inside it, however deep: of a model, the graph
+    and every subgraph and function, their nodes, operator set imports and tensors (of
+    initializers, sparse ones and attributes alike). Nothing can hide from a check that
+    reads all of them."""
+    from google.protobuf.message import Message
 
-
-def _subgraphs(node) -> list[Any]:
-    return [g for a in node.attribute for g in ([a.g] if a.HasField("g") else []) + list(a.graphs)]
-
-
-def _nodes(model) -> Iterator[Any]:
-    for graph in _graphs(model):
-        yield from graph.node
-    for function in model.functions:
-        yield from function.node
-
-
-def _tensors(model) -> Iterator[Any]:
-    """Every TensorProto of the model: initializers (dense and sparse) and attributes."""
-    for graph in _graphs(model):
-        yield from graph.initializer
-        for sparse in graph.sparse_initializer:
-            yield from (sparse.values, sparse.indices)
-    for node in _nodes(model):
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-            for sparse in [*([attribute.sparse_tensor] * attribute.HasField("sparse_tensor")),
-                           *attribute.sparse_tensors]:  # fmt: skip
-                yield from (sparse.values, sparse.indices)
+    yield message
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:  # one message, or a repeated field of them
+            for item in [value] if isinstance(value, Message) else value:
+                yield from _messages(item)
 
 
 # Operators whose output is a random draw: a graph using one could pass the gate on one draw
 # and decide otherwise on the next (Dropout draws only in training mode, its third input).
 RANDOM_OPERATORS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal",
                               "RandomNormalLike", "Bernoulli", "Multinomial"})  # fmt: skip
-
-
-def _draws_at_random(node) -> bool:
-    training_mode = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
-    return node.op_type in RANDOM_OPERATORS or bool(training_mode)
 
 
 def check_graph(model) -> None:
@@ -236,16 +209,16 @@ def check_graph(model) -> None:
     """
     import onnx
 
-    domains = {entry.domain for entry in model.opset_import}
-    for function in model.functions:
-        domains |= {function.domain} | {entry.domain for entry in function.opset_import}
-    domains |= {node.domain for node in _nodes(model)}
-    if not domains <= STANDARD_DOMAINS:
+    messages = list(_messages(model))
+    named = (onnx.NodeProto, onnx.OperatorSetIdProto, onnx.FunctionProto)
+    if not {m.domain for m in messages if isinstance(m, named)} <= STANDARD_DOMAINS:
         raise GraphRefused(FOREIGN_DOMAIN)
-    if any(_draws_at_random(node) for node in _nodes(model)):
-        raise GraphRefused(RANDOM)
-    external = onnx.TensorProto.EXTERNAL
-    if any(t.data_location == external or len(t.external_data) for t in _tensors(model)):
+    for node in (m for m in messages if isinstance(m, onnx.NodeProto)):
+        training = node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]
+        if node.op_type in RANDOM_OPERATORS or training:
+            raise GraphRefused(RANDOM)
+    tensors = [m for m in messages if isinstance(m, onnx.TensorProto)]
+    if any(t.data_location == onnx.TensorProto.EXTERNAL or len(t.external_data) for t in tensors):
         raise GraphRefused(EXTERNAL_DATA)
     try:
         onnx.checker.check_model(model)
@@ -264,16 +237,12 @@ def graph_inputs(model) -> tuple[GraphInput, ...]:
     """
     constants = {tensor.name for tensor in model.graph.initializer}
     found = []
-    for entry in model.graph.input:
-        if entry.name in constants:
-            continue
+    for entry in (entry for entry in model.graph.input if entry.name not in constants):
         tensor = entry.type.tensor_type
-        dims = tensor.shape.dim
-        rank = len(dims)
-        if not entry.type.HasField("tensor_type") or tensor.elem_type not in _NUMPY_TYPES:
-            raise GraphRefused(BAD_INPUTS)
-        if rank not in (1, 2) or (rank == 2 and dims[1].HasField("dim_value")
-                                  and dims[1].dim_value != 1):  # fmt: skip
+        rank, dims = len(tensor.shape.dim), tensor.shape.dim
+        wide = rank == 2 and dims[1].HasField("dim_value") and dims[1].dim_value != 1
+        typed = entry.type.HasField("tensor_type") and tensor.elem_type in _NUMPY_TYPES
+        if not typed or rank not in (1, 2) or wide:
             raise GraphRefused(BAD_INPUTS)
         found.append(GraphInput(entry.name, _NUMPY_TYPES[tensor.elem_type], rank))
     if not found:
@@ -292,8 +261,7 @@ def graph_feed(inputs: tuple[GraphInput, ...], frame) -> dict[str, Any]:
     ValueError
         A column is missing or its values do not fit the input's type (names the column).
     """
-    missing = [entry.name for entry in inputs if entry.name not in frame.columns]
-    if missing:
+    if missing := [entry.name for entry in inputs if entry.name not in frame.columns]:
         raise ValueError(MISSING_COLUMNS.format(missing=missing))
     feed = {}
     for entry in inputs:
@@ -352,6 +320,17 @@ def predicted_labels(output, rows: int):
     return output.astype(str) if output.dtype.kind in "OS" else output
 
 
+def _session(data: bytes, threads: int | None):
+    """An onnxruntime session of the graph ``data`` on the CPU; ``threads`` (default:
+    onnxruntime's) the threads of one operator."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = options.inter_op_num_threads = threads
+    return onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+
+
 class GraphModel:
     """A checked graph served by onnxruntime in this process (the graph is pure).
 
@@ -361,16 +340,9 @@ class GraphModel:
     graph's digest; ``threads`` (default: onnxruntime's) the threads of one operator."""
 
     def __init__(self, graph: Graph, threads: int | None = None):
-        import onnxruntime
-
         self.sha256 = graph.sha256
         self._inputs, self._output = graph.inputs, graph.output
-        options = onnxruntime.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        self._session = onnxruntime.InferenceSession(
-            graph.data, options, providers=["CPUExecutionProvider"]
-        )
+        self._session = _session(graph.data, threads)
 
     def predict(self, X):
         rows = len(X)
@@ -392,7 +364,7 @@ _OUTPUT_BYTES = 64 * 2**20  # the predictions file (RLIMIT_FSIZE)
 _REFUSED_START = 2  # the child could not set itself up (not the graph's doing)
 _GRAPH_FAILED = 3  # the graph could not be loaded, failed, or returned no label per row
 
-_RUNNING: dict[int, tuple[subprocess.Popen, Path]] = {}  # pid -> (child, its folder)
+_RUNNING: dict[Path, subprocess.Popen | None] = {}  # folder -> its child (None: not yet)
 _RUNNING_LOCK = threading.Lock()
 
 
@@ -401,13 +373,9 @@ class ChildError(RuntimeError):
 
 
 def predict_isolated(
-    graph: Graph,
-    frame,
-    *,
-    memory_bytes: int = MEMORY_BYTES,
-    cpu_seconds: int = CPU_SECONDS,
+    graph: Graph, frame, *, memory_bytes: int = MEMORY_BYTES, cpu_seconds: int = CPU_SECONDS,
     wall_seconds: float = WALL_SECONDS,
-):
+):  # fmt: skip
     """The graph's labels for the rows of the DataFrame ``frame``, computed in a child
     process; only a NumPy file of labels (no pickle) is read back.
 
@@ -436,7 +404,8 @@ def predict_isolated(
     except ValueError:  # its message names the graph's inputs: model text
         raise GraphRefused(BAD_INPUTS) from None
     work = Path(tempfile.mkdtemp(prefix="fairpca-graph-"))
-    child = None
+    with _RUNNING_LOCK:
+        _RUNNING[work] = child = None
     try:
         with (work / "request.npz").open("xb") as handle:
             arrays = {f"input_{i}": values for i, values in enumerate(feed.values())}
@@ -458,7 +427,7 @@ def predict_isolated(
             except OSError as error:
                 raise ChildError(f"the gate's evaluation child did not start ({error})") from None
             with _RUNNING_LOCK:
-                _RUNNING[child.pid] = (child, work)
+                _RUNNING[work] = child
             try:
                 code = child.wait(timeout=wall_seconds)
             except subprocess.TimeoutExpired:
@@ -467,9 +436,9 @@ def predict_isolated(
     finally:
         if child is not None:
             _stop(child)
-            with _RUNNING_LOCK:
-                _RUNNING.pop(child.pid, None)
         shutil.rmtree(work, ignore_errors=True)
+        with _RUNNING_LOCK:  # only now: a stop signal before this removes the folder itself
+            _RUNNING.pop(work, None)
 
 
 def _labels(path: Path, code: int, rows: int):
@@ -506,45 +475,38 @@ def stop_running() -> None:
     """Kill every evaluation child of this process and remove its folder: for a signal
     handler that ends the process at once (no ``finally`` runs after ``os._exit``)."""
     with _RUNNING_LOCK:
-        running = list(_RUNNING.values())
-    for child, work in running:
-        _stop(child)
+        running = list(_RUNNING.items())
+    for work, child in running:
+        if child is not None:
+            _stop(child)
         shutil.rmtree(work, ignore_errors=True)
 
 
 # ---- the child -------------------------------------------------------------------------------
 
 
-def _drop_privileges() -> None:
-    """Under root: no supplementary group, then the group and user :data:`CHILD_USER`."""
-    import pwd
-
-    if os.geteuid() != 0:
-        return
-    account = pwd.getpwnam(CHILD_USER)
-    os.setgroups([])
-    os.setgid(account.pw_gid)
-    os.setuid(account.pw_uid)
-    if os.getuid() == 0 or os.geteuid() == 0:
-        raise OSError("still root")
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL when the gate dies (Linux ``PR_SET_PDEATHSIG``; set after the privilege drop,
-    which clears it), and stop at once if it is gone already."""
+def _confine(memory_bytes: int, cpu_seconds: int, output_bytes: int, parent: int) -> None:
+    """The child's set-up, in this order: under root, no supplementary group, then the group
+    and user :data:`CHILD_USER`; SIGKILL when the gate dies (Linux ``PR_SET_PDEATHSIG``, set
+    after the privilege drop, which clears it), and stop at once if it is gone already; then
+    the limits. The modules it needs are imported first, before the privilege drop."""
     import ctypes
+    import pwd
+    import resource
 
+    if os.geteuid() == 0:
+        account = pwd.getpwnam(CHILD_USER)
+        os.setgroups([])
+        os.setgid(account.pw_gid)
+        os.setuid(account.pw_uid)
+        if os.getuid() == 0 or os.geteuid() == 0:
+            raise OSError("still root")
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(1, signal.SIGKILL, 0, 0, 0) != 0:  # PR_SET_PDEATHSIG
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG)")
     if os.getppid() != parent:
         raise OSError("the gate is gone")
-
-
-def _limit(memory_bytes: int, cpu_seconds: int, output_bytes: int) -> None:
-    import resource
-
     for limit, value in ((resource.RLIMIT_AS, memory_bytes), (resource.RLIMIT_CORE, 0),
                          (resource.RLIMIT_CPU, cpu_seconds),
                          (resource.RLIMIT_FSIZE, output_bytes)):  # fmt: skip
@@ -564,21 +526,14 @@ def _child_main(argv: list[str]) -> int:
     """The child: set up, read the request from standard input, run the graph, write the
     labels to standard output. Exit status 0, :data:`_REFUSED_START` (set-up failed) or
     :data:`_GRAPH_FAILED`; nothing else is said."""
-    import ctypes  # noqa: F401 (every module the set-up needs, before the privilege drop)
-    import pwd  # noqa: F401
-    import resource  # noqa: F401
-
     import numpy as np
-    import onnxruntime
+    import onnxruntime  # noqa: F401 (loaded before the privilege drop; _session uses it)
 
-    memory, cpu, output, parent = (int(value) for value in argv)
     warm = io.BytesIO()
     np.savez(warm, a=np.zeros(1))
     np.load(io.BytesIO(warm.getvalue()), allow_pickle=False)["a"]  # numpy's lazy imports
     try:
-        _drop_privileges()
-        _die_with_parent(parent)
-        _limit(memory, cpu, output)
+        _confine(*(int(value) for value in argv))
     except (OSError, ValueError, KeyError):
         return _REFUSED_START
     sys.meta_path.insert(0, _NoMoreImports())
@@ -587,11 +542,7 @@ def _child_main(argv: list[str]) -> int:
             names = [str(name) for name in request["names"]]
             feed = {name: request[f"input_{i}"] for i, name in enumerate(names)}
             rows = len(next(iter(feed.values())))
-            options = onnxruntime.SessionOptions()
-            options.intra_op_num_threads = options.inter_op_num_threads = 1
-            session = onnxruntime.InferenceSession(
-                request["graph"].tobytes(), options, providers=["CPUExecutionProvider"]
-            )
+            session = _session(request["graph"].tobytes(), threads=1)
             labels = labels_row_by_row(session, str(request["output"]), feed, rows)
         if labels is None:
             return _GRAPH_FAILED
