@@ -35,11 +35,10 @@ from fairpca.tasks.onnx_runtime import (
     NO_GRAPH,
     ONNX_FILE,
     Graph,
+    GraphModel,
     GraphRefused,
-    graph_feed,
     graph_of,
     parse_graph,
-    predicted_labels,
 )
 
 ONNX_FLAVOR = "onnx"
@@ -390,29 +389,20 @@ GRAPH_BLOCK_ROWS = 5_000
 
 
 def graph_labels(graph: Graph, X: pd.DataFrame) -> np.ndarray:
-    """The labels of the checked ``graph`` for the rows of ``X``, fed as the gate feeds it
-    (:func:`fairpca.tasks.onnx_runtime.graph_feed`) to onnxruntime on one thread (as in the
-    gate's child), one run per block of :data:`GRAPH_BLOCK_ROWS`.
+    """The labels of the checked ``graph`` for the rows of ``X``, served as the gate serves
+    it (:class:`fairpca.tasks.onnx_runtime.GraphModel`: one row per run, one thread as in the
+    gate's child), by blocks of :data:`GRAPH_BLOCK_ROWS`.
 
-    The gate and :class:`~fairpca.tasks.onnx_runtime.GraphModel` run a graph one row at a
-    time, so that a graph that reads its batch cannot tell the gate's rows from production
-    ones; the audit's own graphs compute each row from that row alone (each operator is
-    row-wise or a product with constant matrices), so a block gives each row the label it
-    gets alone, at a fraction of the cost (one run instead of one per row).
+    Row by row, not one run per block: a kernel or a network sums in another order over a
+    block than over one row, and a decision within rounding of its threshold can then get
+    another label than the gate gives it.
     """
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    session = onnxruntime.InferenceSession(graph.data, options, providers=["CPUExecutionProvider"])
-    blocks = []
-    for start in range(0, len(X), GRAPH_BLOCK_ROWS):
-        rows = X.iloc[start : start + GRAPH_BLOCK_ROWS]
-        output = session.run([graph.output], graph_feed(graph.inputs, rows))[0]
-        if (labels := predicted_labels(output, len(rows))) is None:
-            raise ValueError(f"the graph did not return one label for each of {len(rows)} rows")
-        blocks.append(labels)
-    return np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.int64)
+    model = GraphModel(graph, threads=1)
+    blocks = [
+        model.predict(X.iloc[start : start + GRAPH_BLOCK_ROWS])
+        for start in range(0, len(X), GRAPH_BLOCK_ROWS)
+    ]
+    return np.concatenate(blocks).ravel() if blocks else np.zeros(0, dtype=np.int64)
 
 
 def graph_opset(data: bytes) -> dict[str, int]:
