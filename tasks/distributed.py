@@ -524,7 +524,8 @@ def _measure(cells: pd.DataFrame, passes: Passes, config, name: str, part: str,
     from fairpca.tasks.evaluate import gated_metrics, metric_options, one_class_share
 
     counts = cells.xs((name, PART_CODES[part]), level=("candidate", "part")).reset_index()
-    sensitive, options = list(passes.spec.sensitive), metric_options(config.evaluation, config.seed)
+    sensitive = list(passes.spec.sensitive)
+    options = metric_options(config.evaluation, config.seed)
     if gated:
         y, predicted, groups = rows_of_counts(counts, sensitive)
         metrics = gated_metrics(y, predicted, groups, options)
@@ -568,7 +569,8 @@ class Passes:
 def _spec(config, files: list[Path]) -> RowSpec:
     from fairpca.tasks.data import typed_label
 
-    source, split = config.source, config.split
+    source = config.source
+    split = config.split
     taken = {source.label, *source.sensitive, *source.drop}
     features = tuple(c for c in _read(files[0], source.sep).columns if c not in taken)
     if not features:
@@ -694,7 +696,8 @@ def _search(config, passes: Passes):
     representation, evaluation, selection = (
         config.representation, config.evaluation, config.selection
     )  # fmt: skip
-    variants, width = list(representation.variants), passes.encoded[0].shape[1]
+    variants = list(representation.variants)
+    width = passes.encoded[0].shape[1]
     k_record = resolve_k(representation.k, width, passes.sample.s_train, variants,
                          representation.k_grid)  # fmt: skip
     representation = representation.model_copy(update={"k_grid": k_record["grid"]})
@@ -762,7 +765,8 @@ def _refit_representations(passes: Passes, candidates: list[dict], searches: dic
         estimators[variant, k] = estimator.set_params(sensitive_columns=groups)
     fit_from_shared_statistics(list(estimators.values()), rows.drop(columns=[LABEL_COLUMN]),
                                rows[LABEL_COLUMN])  # fmt: skip
-    seconds, out = time.perf_counter() - start, {}
+    seconds = time.perf_counter() - start
+    out = {}
     for (variant, k), fair in estimators.items():
         fair.set_params(sensitive_columns=None)  # the pipeline passes features only
         if variant != "pca":
@@ -1040,7 +1044,8 @@ def _record(config, out_dir: Path, passes: Passes, pipeline, representations: di
     from fairpca.tasks.report import write_matrices
     from fairpca.tasks.trust import model_digest, sha256_file
 
-    sample, files = passes.sample, passes.files
+    sample = passes.sample
+    files = passes.files
     example = input_example(as_model_input(sample.X_train),
                             config.representation.min_category_count)  # fmt: skip
     model_dir = save_model_locally(

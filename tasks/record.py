@@ -230,7 +230,8 @@ class PromotionRecord(_Record):
     def of(cls, promotion, champion) -> PromotionRecord:
         """The record of a :class:`fairpca.tasks.select.Promotion` against ``champion``."""
         version = None if champion is None else champion.version
-        return cls(**dataclasses.asdict(promotion), champion_version=version)
+        fields = {k: v for k, v in dataclasses.asdict(promotion).items() if k in cls.model_fields}
+        return cls(**fields, champion_version=version)
 
 
 class KRecord(_Record):
@@ -691,7 +692,8 @@ def withheld_groups(
 ) -> dict[str, str] | None:
     """Per attribute, a sentence for the groups of the test rows whose size or rates are not
     published, and why (the groups themselves stay unnamed when their size is withheld)."""
-    out, unrated = {}, _unrated(sizes, test)
+    out = {}
+    unrated = _unrated(sizes, test)
     for attribute, groups in sizes.items():
         parts = [f"sizes and rates of {groups[WITHHELD]}"] if WITHHELD in groups else []
         if unrated[attribute]:
@@ -717,8 +719,11 @@ def unjudged_groups(
     from fairpca.metrics._names import attribute_tokens
 
     total = sum(split.values())
-    share, many_rows = split["n_validation"] / max(total, 1), 1.5 * min_group_size
-    unrated, tokens, warnings = _unrated(sizes, validation), attribute_tokens(list(sizes)), []
+    share = split["n_validation"] / max(total, 1)
+    many_rows = 1.5 * min_group_size
+    unrated = _unrated(sizes, validation)
+    tokens = attribute_tokens(list(sizes))
+    warnings = []
     for (attribute, groups), token in zip(sizes.items(), tokens, strict=True):
         many = [g for g in unrated[attribute] if groups[g] * share >= many_rows]
         if WITHHELD in groups:
@@ -879,7 +884,8 @@ def _run_fields(config, choice: Choice, kind: str, run_name: str, started_at: da
     from .onnx_export import ONNX_SHA_TAG
 
     tracking, chosen_name = config.tracking, candidate_name(choice.chosen)
-    sensitive, source = facts.sensitive, config.source
+    sensitive = facts.sensitive
+    source = config.source
     model_tags = {"fairness.chosen": chosen_name, "fairpca.audit_id": run_name}
     model_tags |= choice.policy.tags()
     if onnx and onnx.get("sha256"):
