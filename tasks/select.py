@@ -56,8 +56,7 @@ class Criterion:
         name = f"{self.metric}{scope}"
         if bound == "upper_bound" and not self.point_rule:
             name += ".ci95_low" if self.larger_is_fairer else ".ci95_high"
-        value = metrics.get(name, math.nan)
-        return math.nan if value is None else float(value)
+        return _value(metrics, name)
 
     def meets(self, value: float, limit: float) -> bool:
         return value >= limit if self.larger_is_fairer else value <= limit
@@ -166,20 +165,16 @@ class GatePolicy:
             f"policy's band; deployment: {self.deployment.description()}"
         )
 
-    def record(self) -> dict[str, Any]:
-        """The ``policy`` entry of the audit record."""
-        return {
-            "name": self.name,
-            "thresholds": dict(self.thresholds),
-            "description": self.description(),
-            "deployment": self.deployment.as_dict(),
-        }
+    def record(self, tag: bool = False) -> dict[str, Any]:
+        """The ``policy`` entry of the audit record (``tag``: with the bound, as :meth:`tags`
+        writes it, instead of the description)."""
+        value = {"name": self.name, "thresholds": dict(self.thresholds)}
+        value |= {"bound": self.bound} if tag else {"description": self.description()}
+        return value | {"deployment": self.deployment.as_dict()}
 
     def tags(self) -> dict[str, str]:
         """The one tag of a registered version that :meth:`from_tags` reads back."""
-        value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds),
-                 "deployment": self.deployment.as_dict()}  # fmt: skip
-        return {POLICY_TAG: json.dumps(value, sort_keys=True)}
+        return {POLICY_TAG: json.dumps(self.record(tag=True), sort_keys=True)}
 
     def limits(self) -> list[tuple[Criterion, float]]:
         """Each gated criterion with its threshold, in the canonical order."""
@@ -225,9 +220,7 @@ class GatePolicy:
         cells = self.judged_cells(metrics)
         if cells is None:
             return None
-        judged = cells[0]
-        if len(judged) < 2:
-            return math.nan, math.nan
+        judged = cells[0]  # fewer than two: NaN (pair)
         rows = np.array([_value(metrics, f"{CELL_ROWS}{c}") for c in judged])
         base = np.array([_value(metrics, f"base_rate.{c}") for c in judged])
 
@@ -247,20 +240,18 @@ class GatePolicy:
         fpr = pair("fpr", np.round((1 - base) * rows))
         return max(eo, fpr, key=lambda v: -math.inf if math.isnan(v[0]) else v[0])
 
-    def _bound(self, criterion: Criterion, metrics: Mapping[str, Any], scope: str) -> float:
-        """:meth:`Criterion.bound`; for a point-judged measure of the intersection, its value
-        over the cells that resolve the policy (:meth:`judged_cells`)."""
-        point = self.bound == "point" or criterion.point_rule
-        judged = self._judged(metrics, criterion.metric) if scope and point else None
-        return criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
-
     def _gated(self, metrics: Mapping[str, Any]):
         """``(criterion, limit, scope, value)`` of every measure the policy gates, for the
-        worst attribute and, with several, their intersection (:meth:`_bound`); the value of
-        an undefined intersection (too few large groups) is NaN: ungated."""
+        worst attribute and, with several, their intersection: :meth:`Criterion.bound`, or for
+        a point-judged measure of the intersection its value over the cells that resolve the
+        policy (:meth:`judged_cells`). The value of an undefined intersection (too few large
+        groups) is NaN: ungated."""
         for criterion, limit in self.limits():
+            point = self.bound == "point" or criterion.point_rule
             for scope in self._scopes(metrics):
-                yield criterion, limit, scope, self._bound(criterion, metrics, scope)
+                judged = self._judged(metrics, criterion.metric) if scope and point else None
+                value = criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
+                yield criterion, limit, scope, value
 
     def failures(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why ``metrics`` fail the policy, in words (empty: they pass): :meth:`failed_rules`
@@ -276,17 +267,14 @@ class GatePolicy:
         for criterion, limit, scope, value in self._gated(metrics):
             if (scope and math.isnan(value)) or criterion.meets(value, limit):
                 continue  # met, or too few large intersection groups: reported as ungated
-            where = ("intersection",) if scope else ()
-            if math.isnan(value):
-                failures.append(Reason(kind=Kind.FAILS_RULE, measure=criterion.metric,
-                                       rows=rows, flags=("undefined", *where)))  # fmt: skip
-                continue
-            bounded = ("bound",) if self.bound == "upper_bound" and not criterion.point_rule else ()
-            floor = ("minimum",) if criterion.larger_is_fairer else ()
-            failures.append(Reason(
-                kind=Kind.FAILS_RULE, measure=criterion.metric, rows=rows,
-                numbers={"value": value, "limit": limit}, flags=("gate", *where, *bounded, *floor),
-            ))  # fmt: skip
+            where = ("intersection",) * bool(scope)
+            numbers, flags = {}, ("undefined", *where)
+            if not math.isnan(value):
+                bounded = ("bound",) * (self.bound == "upper_bound" and not criterion.point_rule)
+                numbers = {"value": value, "limit": limit}
+                flags = ("gate", *where, *bounded, *("minimum",) * criterion.larger_is_fairer)
+            failures.append(Reason(kind=Kind.FAILS_RULE, measure=criterion.metric, rows=rows,
+                                   numbers=numbers, flags=flags))  # fmt: skip
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
@@ -294,10 +282,11 @@ class GatePolicy:
             measured = {} if accuracy is None else {"value": float(accuracy)}
             failures.append(Reason(
                 kind=Kind.FAILS_RULE, measure="accuracy", rows=rows,
-                numbers={**measured, "limit": floor},
-                flags=("gate", *(("bound",) if bounded else ()), "minimum"),
+                numbers=measured | {"limit": floor}, flags=
+("gate", *("bound",) * bounded, "minimum"),
             ))  # fmt: skip
         return failures
+
 
     def violation(self, metrics: Mapping[str, Any]) -> float:
         """Total excess over the thresholds (0 when the policy is met); ranks candidates."""
@@ -392,26 +381,6 @@ def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _rate_collapse(row: dict[str, Any], ratio: float, rows: str = "") -> list[Reason]:
-    """Reasons when the predicted-positive rate collapsed against the base rate: the interval
-    of the positive rate must reach ``ratio * base`` and that of the negative rate
-    ``ratio * (1 - base)``."""
-    base = _value(row, "base_rate")
-    high = _value(row, "positive_rate.ci95_high", "positive_rate")
-    low = _value(row, "positive_rate.ci95_low", "positive_rate")
-    rate = _value(row, "positive_rate")
-    if math.isnan(base) or math.isnan(rate):
-        return [Reason(kind=Kind.FAILS_RULE, rows=rows, flags=("no_rates",))]
-    numbers = {"rate": rate, "base": base, "ratio": ratio}
-    reasons = []
-    if not high >= ratio * base:
-        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="positive_rate", rows=rows,
-                              numbers=numbers, flags=("says_yes",)))  # fmt: skip
-    if not 1.0 - low >= ratio * (1.0 - base):
-        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="positive_rate", rows=rows,
-                              numbers=numbers, flags=("says_no",)))  # fmt: skip
-    return reasons
-
 
 def ineligibility(
     row: dict[str, Any], majority_accuracy: float, selection, best: dict | None = None
@@ -440,30 +409,42 @@ def ineligible_rules(
     against the best candidate), as a :attr:`~fairpca.tasks.decision.Kind.FAILS_RULE`
     reason measured on ``rows`` (empty: not named)."""
     rules = eligibility_rules(selection)
-    reasons = []
     gain, measure = rules["min_accuracy_gain"], selection.select_by
     baseline = 0.5 if measure == "balanced_accuracy" else majority_accuracy
     value = _value(row, measure)
+    failed = []  # (measure, rule, numbers)
     if math.isnan(_value(row, "accuracy")):  # no group large enough to publish: no judgement
-        reasons.append(Reason(kind=Kind.FAILS_RULE, rows=rows, flags=("no_metrics",)))
+        failed.append(("", "no_metrics", {}))
     elif not value >= baseline + gain:
-        reasons.append(Reason(
-            kind=Kind.FAILS_RULE, measure=measure, rows=rows, flags=("majority",),
-            numbers={"value": value, "baseline": baseline, "gain": gain},
-        ))  # fmt: skip
+        failed.append((measure, "majority", {"value": value, "baseline": baseline, "gain": gain}))
     margin = rules["min_balanced_accuracy_margin"]
     low = _value(row, "balanced_accuracy.ci95_low")
     if not low >= 0.5 + margin:
         numbers = {"value": _value(row, "balanced_accuracy"), "low": low, "margin": margin}
-        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="balanced_accuracy", rows=rows,
-                              numbers=numbers, flags=("chance",)))  # fmt: skip
-    reasons += _rate_collapse(row, rules["min_positive_rate_ratio"], rows)
-    if not row["one_class_share"] <= rules["max_one_class_share"]:
-        reasons.append(Reason(
-            kind=Kind.FAILS_RULE, measure="one_class_share", rows=rows, flags=("one_class",),
-            numbers={"share": row["one_class_share"], "limit": rules["max_one_class_share"]},
-        ))  # fmt: skip
-    return reasons
+        failed.append(("balanced_accuracy", "chance", numbers))
+    # The predicted-positive rate collapsed against the base rate: the interval of the
+    # positive rate must reach ratio * base and that of the negative rate ratio * (1 - base).
+    ratio = rules["min_positive_rate_ratio"]
+    base, rate = _value(row, "base_rate"), _value(row, "positive_rate")
+    high = _value(row, "positive_rate.ci95_high", "positive_rate")
+    low = _value(row, "positive_rate.ci95_low", "positive_rate")
+    numbers = {"rate": rate, "base": base, "ratio": ratio}
+    if math.isnan(base) or math.isnan(rate):
+        failed.append(("", "no_rates", {}))
+    else:
+        if not high >= ratio * base:
+            failed.append(("positive_rate", "says_yes", numbers))
+        if not 1.0 - low >= ratio * (1.0 - base):
+            failed.append(("positive_rate", "says_no", numbers))
+
+    share, limit = row["one_class_share"], rules["max_one_class_share"]
+    if not share <= limit:
+        failed.append(("one_class_share", "one_class", {"share": share, "limit": limit}))
+    return [
+        Reason(kind=Kind.FAILS_RULE, measure=measure, rows=rows, numbers=numbers, flags=(rule,))
+        for measure, rule, numbers in failed
+    ]
+
 
 
 def best_useful(records: list[dict[str, Any]], majority_accuracy: float, selection):
