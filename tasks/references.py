@@ -193,13 +193,6 @@ def _by_chunks(transform, features: np.ndarray, sensitive: pd.DataFrame, columns
     return out
 
 
-def _configurations(name: str, C_grid: list[float], C_base: float) -> list[dict[str, float]]:
-    """The configurations a reference tries: every C of the search, and for the reductions
-    approach (50 fits each) the base search's C with every bound."""
-    if name == "exponentiated_gradient":
-        return [{"C": C_base, "bound": bound} for bound in EG_BOUNDS]
-    return [{"C": C} for C in C_grid]
-
 
 def _fit(name: str, config: dict, encoded, split, objective: str, parity: str, seed: int):
     """Fit reference ``name`` in ``config``: ``predict(features, sensitive) -> 0/1``."""
@@ -245,9 +238,8 @@ def _base_C(parts, evaluation, selection, seed, C_grid) -> float:
         validation = _measured(
             lambda F, s, c=classifier: c.predict(F), "validation", parts, evaluation, seed
         )
-        rows.append(
-            {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C} | validation
-        )
+        row = {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C}
+        rows.append(row | validation)
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     best, _, _ = select_candidate(pd.DataFrame(rows), majority, selection)
     return float(best["C"])
@@ -260,18 +252,19 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     its validation and test rows, those of the chosen candidate."""
     policy = GatePolicy.from_config(selection)
     objective, parity = selection.select_by, _parity(policy)
+    # every C of the search; for the reductions approach (50 fits each) the base search's C
+    # with every bound
+    configs = [{"C": C} for C in C_grid]
+    if name == "exponentiated_gradient":
+        configs = [{"C": C_base, "bound": bound} for bound in EG_BOUNDS]
     tried = []
-    for config in _configurations(name, C_grid, C_base):
+    for config in configs:
         predict = _fit(name, config, *searched, objective, parity, seed)
         validation = _measured(predict, "validation", searched, evaluation, seed)
         tried.append((config, predict, validation))
     majority = majority_accuracy_of(searched[1].y_train, searched[1].y_validation)
-    table = pd.DataFrame(
-        [
-            {"variant": name, "classifier": _describe(config), "index": i, **row}
-            for i, (config, _, row) in enumerate(tried)
-        ]
-    )
+    table = pd.DataFrame([{"variant": name, "classifier": _describe(config), "index": i, **row}
+                          for i, (config, _, row) in enumerate(tried)])  # fmt: skip
     best, _, _ = select_candidate(table, majority, selection)
     config, predict, validation = tried[int(best["index"])]
     if final[1] is not searched[1]:
@@ -313,12 +306,11 @@ def fit_references(
         warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
         C_base = _base_C(searched, evaluation, selection, seed, C_grid)
         for name, (approach, needs) in REFERENCES.items():
-            entry = {
-                "name": name,
-                "approach": approach,
-                "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
-                "needs": list(needs),
-            }
+            entry = {"name": name, "approach": approach,
+                     "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
+                     "needs": list(needs)}  # fmt: skip
+
+
             start = time.perf_counter()
             try:
                 entry |= _search(

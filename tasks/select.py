@@ -246,9 +246,10 @@ class GatePolicy:
         a point-judged measure of the intersection its value over the cells that resolve the
         policy (:meth:`judged_cells`). The value of an undefined intersection (too few large
         groups) is NaN: ungated."""
+        scopes = self._scopes(metrics)
         for criterion, limit in self.limits():
             point = self.bound == "point" or criterion.point_rule
-            for scope in self._scopes(metrics):
+            for scope in scopes:
                 judged = self._judged(metrics, criterion.metric) if scope and point else None
                 value = criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
                 yield criterion, limit, scope, value
@@ -490,8 +491,10 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
     """``(criterion, scope, estimate, standard error, limit)`` of every gated measure whose
     standard error the row holds (``<metric>.se``, ``<metric>.se.intersection``:
     :func:`fairpca.tasks.evaluate.gate_standard_errors`)."""
+    scopes = policy._scopes(row)
     for criterion, limit in policy.limits():
-        for scope in policy._scopes(row):
+        for scope in scopes:
+
             value = _value(row, f"{criterion.metric}{scope}")
             error = _value(row, f"{criterion.metric}.se{scope}")
             judged = policy._judged(row, criterion.metric) if scope else None
@@ -565,10 +568,12 @@ def unconstrained(row: dict[str, Any]) -> bool:
 
 
 def select_candidate(
-    table: pd.DataFrame, majority_accuracy: float, selection, rows: str = "validation"
-) -> tuple[dict[str, Any], Decision, bool]:
-    """Best eligible candidate passing the gate policy on validation rows, by the
-    ``select_by`` measure (balanced accuracy unless ``selection`` says accuracy).
+    table: pd.DataFrame | list[dict[str, Any]], majority_accuracy: float, selection,
+    rows: str = "validation",
+) -> tuple[dict[str, Any], Decision, bool]:  # fmt: skip
+    """Best eligible candidate of ``table`` (or its rows as dicts) passing the gate policy on
+    validation rows, by the ``select_by`` measure (balanced accuracy unless ``selection``
+    says accuracy).
 
     Returns the row, the decision (its reasons measured on ``rows``) and whether the row is
     eligible (may be registered). When none passes, the eligible candidate with the smallest
@@ -576,7 +581,7 @@ def select_candidate(
     may be registered.
     """
     policy = GatePolicy.from_config(selection)
-    records = table.to_dict("records")
+    records = table if isinstance(table, list) else table.to_dict("records")
     best = best_useful(records, majority_accuracy, selection)
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
     passing = [r for r in eligible if not policy.failures(r)]
@@ -835,7 +840,8 @@ def choose(
     certification, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = majority_accuracy_of(y_train, y_validation)
     candidates = registrable(table, selection.allow_row_storing_models)
-    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection, rows)
+    records = candidates.to_dict("records")  # once: each rule below reads every row
+    chosen, decision, eligible = select_candidate(records, majority_accuracy, selection, rows)
     chosen_by = chosen_by or f"the {len(y_validation):,} validation rows"
     policy = GatePolicy.from_config(selection)
     uncertified = certification(chosen, policy, selection.certify_factor)
@@ -863,32 +869,31 @@ def choose(
         )
     notes += [policy.ungated_note(chosen), policy.cells_note(chosen)]  # None: no note
     pca_row, pca_note = baseline_pca(table, majority_accuracy, selection)
-    useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
+    useful = best_useful(records, majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),
         "chosen_passes": eligible,
         "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
-    unfair = no_fair_eligible(candidates, majority_accuracy, selection, rows)
+    unfair = no_fair_eligible(records, majority_accuracy, selection, rows, useful)
     if eligible and not decision.promote and unfair is not None:
         decision = decision.leading(unfair)
     decision = decision.adding(
         *(note(text) for text in [*notes, pca_note]),
-        selection_rate_note(chosen, candidates, majority_accuracy, selection, rows),
+        selection_rate_note(chosen, records, majority_accuracy, selection, rows),
     )
     return Choice(
         chosen, decision, eligibility, policy, majority_accuracy, pca_row, certified, rows
     )
 
 
-def no_fair_eligible(table: pd.DataFrame, majority_accuracy: float, selection, rows: str):
-    """A reason saying no fair candidate is eligible, naming the best fair one (highest
-    balanced accuracy) and how far it is from the eligibility rules (None: one is eligible,
-    or the audit searched no fair variant)."""
-    records = table.to_dict("records")
+def no_fair_eligible(records: list[dict], majority_accuracy: float, selection, rows: str, best):
+    """A reason saying no fair candidate among ``records`` is eligible (``best``: what the
+    data allow, :func:`best_useful`), naming the best fair one (highest balanced accuracy) and
+    how far it is from the eligibility rules (None: one is eligible, or the audit searched no
+    fair variant)."""
     fair = [r for r in records if not unconstrained(r)]
-    best = best_useful(records, majority_accuracy, selection)
     if not fair or any(not ineligibility(r, majority_accuracy, selection, best) for r in fair):
         return None
     closest = max(fair, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
@@ -940,10 +945,11 @@ def baseline_pca(
     """The unconstrained PCA baseline: the best eligible ``pca`` candidate by ``select_by``
     (what the unmitigated model reaches); when none is eligible, the most accurate one (often
     a constant classifier) and a note saying so. ``(None, None)`` without PCA candidates."""
-    records = table[table["variant"] == "pca"].to_dict("records") if "variant" in table else []
+    everything = table.to_dict("records")
+    records = [r for r in everything if r.get("variant") == "pca"]
     if not records:
         return None, None
-    best = best_useful(table.to_dict("records"), majority_accuracy, selection)
+    best = best_useful(everything, majority_accuracy, selection)
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
     if eligible:
         return max(eligible, key=lambda r: _selection_key(r, selection.select_by)), None
@@ -956,14 +962,9 @@ def baseline_pca(
 # ---- promotion: the one decision that moves the champion alias -------------------------------
 
 # Measures shown side by side; the comparison itself uses accuracy and balanced accuracy.
-COMPARED = (
-    "accuracy",
-    "balanced_accuracy",
-    "dp_difference",
-    "selection_rate_ratio",
-    "eo_difference",
-    "equalized_odds_difference",
-)
+COMPARED = ("accuracy", "balanced_accuracy", "dp_difference", "selection_rate_ratio",
+            "eo_difference", "equalized_odds_difference")  # fmt: skip
+
 DEFAULT_TOLERANCE = 0.01  # the audit's tolerance; retrain has ``accuracy_tolerance``
 
 
@@ -1008,13 +1009,12 @@ class Promotion:
 def _outcome(challenger: dict, champion: dict, tolerance: float) -> tuple[bool, str]:
     """Promote iff the challenger loses at most ``tolerance`` of accuracy and of balanced
     accuracy against the champion on the same test rows."""
-    losses = []
-    for metric in ("accuracy", "balanced_accuracy"):
-        mine, theirs = challenger.get(metric), champion.get(metric)
-        if mine is None or theirs is None:
-            continue
-        if mine < theirs - tolerance:
-            losses.append(f"{metric} {mine:.4f} < champion {theirs:.4f} - {tolerance:g}")
+    pairs = {m: (challenger.get(m), champion.get(m)) for m in ("accuracy", "balanced_accuracy")}
+    losses = [
+        f"{metric} {mine:.4f} < champion {theirs:.4f} - {tolerance:g}"
+        for metric, (mine, theirs) in pairs.items()
+        if mine is not None and theirs is not None and mine < theirs - tolerance
+    ]
     if losses:
         return False, "the challenger is worse on the shared test rows: " + "; ".join(losses)
     return True, (
@@ -1024,15 +1024,11 @@ def _outcome(challenger: dict, champion: dict, tolerance: float) -> tuple[bool, 
 
 
 def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float]]:
-    return {
-        who: {
-            f"{m}{end}": float(metrics[f"{m}{end}"])
-            for m in COMPARED
-            for end in ("", ".ci95_low", ".ci95_high")
-            if f"{m}{end}" in metrics
-        }
-        for who, metrics in (("challenger", challenger), ("champion", champion))
-    }
+    keys = [f"{m}{end}" for m in COMPARED for end in ("", ".ci95_low", ".ci95_high")]
+    pair = {"challenger": challenger, "champion": champion}
+    return {who: {k: float(row[k]) for k in keys if k in row} for who, row in pair.items()}
+
+
 
 
 # The reason a laxer policy keeps the champion (a str.format template; tests name it)
@@ -1087,13 +1083,9 @@ def decide_promotion(
     if not challenger.decision.promote:
         promote, why = False, "the audit did not promote the challenger"
     elif refused:
-        promote, why = (
-            False,
-            (
-                "this model was demoted from a protected alias before; it cannot take the alias "
-                "back (a reviewer decides, see the version's needs-review reason)"
-            ),
-        )
+        promote = False
+        why = ("this model was demoted from a protected alias before; it cannot take the alias "
+               "back (a reviewer decides, see the version's needs-review reason)")  # fmt: skip
     elif incumbent is not None and digest is not None and digest == incumbent.model_digest:
         promote, why = False, f"the challenger is champion v{incumbent.version}'s own model"
     elif incumbent is None:
