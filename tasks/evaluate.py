@@ -145,7 +145,6 @@ def group_codes(sensitive: pd.DataFrame) -> dict[str, np.ndarray]:
 def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[float, float]]:
     """(estimate, standard error) of each gated measure over one grouping's groups of at
     least ``min_group_size`` rows (for the TPR: rows with label 1; FPR: label 0)."""
-    out = {}
     n_groups = int(codes.max()) + 1 if len(codes) else 0
 
     def rate_of(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,16 +157,15 @@ def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[f
     def pair(rate: np.ndarray, rows: np.ndarray, ratio: bool = False) -> tuple[float, float]:
         return extreme_pair(rate, rows, ratio=ratio) if len(rate) >= 2 else (math.nan, math.nan)
 
-    everyone = np.ones(len(codes), dtype=bool)
-    selection, rows = rate_of(everyone)
-    out["dp_difference"] = pair(selection, rows)
-    out["selection_rate_ratio"] = pair(selection, rows, ratio=True)
-    tpr, positives = rate_of(y_true == 1)
-    out["eo_difference"] = pair(tpr, positives)
-    fpr, negatives = rate_of(y_true == 0)
-    odds = pair(fpr, negatives)
-    out["equalized_odds_difference"] = max(out["eo_difference"], odds, key=lambda v: v[0])
-    return out
+    selection = rate_of(np.ones(len(codes), dtype=bool))
+    eo, odds = pair(*rate_of(y_true == 1)), pair(*rate_of(y_true == 0))
+    return {
+        "dp_difference": pair(*selection),
+        "selection_rate_ratio": pair(*selection, ratio=True),
+        "eo_difference": eo,
+        "equalized_odds_difference": max(eo, odds, key=lambda v: v[0]),
+    }
+
 
 
 def gate_standard_errors(

@@ -188,11 +188,8 @@ class GatePolicy:
         """The narrowest band of a rate the policy tells apart, at an overall selection rate
         ``rate``: a difference's limit, or for the four-fifths rule the gap ``(1 - ratio)
         rate`` between two rates at the limit."""
-        bands = [
-            (1.0 - limit) * rate if c.larger_is_fairer else limit for c, limit in self.limits()
-        ]
-        bands = [b for b in bands if b > 0]
-        return min(bands) if bands else math.inf
+        bands = [(1.0 - lim) * rate if c.larger_is_fairer else lim for c, lim in self.limits()]
+        return min((band for band in bands if band > 0), default=math.inf)
 
     def judged_cells(self, metrics: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
         """The intersection's reported cells the gate judges and those it leaves out (None
@@ -299,11 +296,8 @@ class GatePolicy:
 
     def ungated_note(self, metrics: Mapping[str, Any]) -> str | None:
         """A sentence when several attributes are audited but the intersection is ungated."""
-        undefined = [
-            criterion.label
-            for criterion, _, scope, value in self._gated(metrics)
-            if scope and math.isnan(value)
-        ]
+        gated = self._gated(metrics)
+        undefined = [c.label for c, _, scope, value in gated if scope and math.isnan(value)]
         if not undefined:
             return None
         return (
@@ -314,13 +308,13 @@ class GatePolicy:
     def cells_note(self, metrics: Mapping[str, Any]) -> str | None:
         """A sentence naming the intersection's cells the gate did not judge (None: every
         reported cell was judged)."""
-        cells = self.judged_cells(metrics)
-        if not cells or not cells[1]:
+        judged, left_out = self.judged_cells(metrics) or ([], [])
+        if not left_out:
             return None
         return (
-            f"not judged by the gate: {len(cells[1])} intersection cell(s) with too few rows "
-            f"to resolve the policy's band ({', '.join(cells[1])}); the intersection is judged "
-            f"on the {len(cells[0])} cell(s) that resolve it"
+            f"not judged by the gate: {len(left_out)} intersection cell(s) with too few rows "
+            f"to resolve the policy's band ({', '.join(left_out)}); the intersection is judged "
+            f"on the {len(judged)} cell(s) that resolve it"
         )
 
     def laxer_than(self, other: GatePolicy) -> list[str]:
@@ -451,7 +445,7 @@ def ineligible_rules(
 def best_useful(records: list[dict[str, Any]], majority_accuracy: float, selection):
     """What the data allow: the candidate of highest balanced accuracy among those eligible
     by :func:`ineligibility`'s rules alone (None when there is none)."""
-    basic = [r for r in records if not ineligibility(r, majority_accuracy, selection)]
+    basic = [r for r in records if not ineligible_rules(r, majority_accuracy, selection)]
     return max(basic, key=lambda r: _value(r, "balanced_accuracy"), default=None)
 
 
@@ -584,7 +578,7 @@ def select_candidate(
     records = table if isinstance(table, list) else table.to_dict("records")
     best = best_useful(records, majority_accuracy, selection)
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
-    passing = [r for r in eligible if not policy.failures(r)]
+    passing = [r for r in eligible if not policy.failed_rules(r)]
     measure = selection.select_by
     if passing:
         stable = [r for r in passing if not unstable_margins(r, policy)]
@@ -603,7 +597,8 @@ def select_candidate(
         )  # fmt: skip
         return chosen, Decision(False, (unstable, reason)), True
     reasons = []
-    degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
+    degenerate = [r for r in records if r not in eligible and not policy.failed_rules(r)]
+
     if degenerate:  # eligibility decided: the gate alone would have passed these
         closest = max(degenerate, key=lambda r: _selection_key(r, measure))
         reasons.append(Reason(
@@ -631,29 +626,22 @@ def select_candidate(
 def difference_interval(mine: dict, theirs: dict, measure: str) -> tuple[float, float]:
     """``theirs - mine`` of ``measure`` and its 95% half-width: the two intervals'
     half-widths added in quadrature (the rows are the same, so this is conservative)."""
-    halves = [
-        (values.get(f"{measure}.ci95_high", values[measure])
-         - values.get(f"{measure}.ci95_low", values[measure])) / 2
-        for values in (mine, theirs)
-    ]  # fmt: skip
+    high, low = f"{measure}.ci95_high", f"{measure}.ci95_low"
+    halves = [(v.get(high, v[measure]) - v.get(low, v[measure])) / 2 for v in (mine, theirs)]
     return theirs[measure] - mine[measure], math.hypot(*halves)
 
-
-def reference_needs(reference: dict[str, Any]) -> tuple[str, ...]:
-    """What a reference needs of the deployment (:data:`fairpca.tasks.decision.NEEDS`)."""
-    if "needs" in reference:
-        return tuple(reference["needs"])
-    return ("sensitive_at_prediction",) * bool(reference.get("needs_sensitive_at_prediction"))
 
 
 def _compared(reference: dict[str, Any], choice: Choice, measure: str):
     """``(reason fields, lower margin)`` of a reference that meets the gate on the rows that
     chose and has a higher ``measure`` there than the chosen candidate (None otherwise); the
-    margin on the test rows is added for the report only."""
+    margin on the test rows is added for the report only. What it needs of the deployment
+    (:data:`fairpca.tasks.decision.NEEDS`): ``needs``, or in an older record the attribute
+    at prediction time alone."""
     validation = reference.get("validation") or {}
     if "skipped" in reference or reference.get("ineligible") or measure not in validation:
         return None
-    if measure not in choice.chosen or choice.policy.failures(validation):
+    if measure not in choice.chosen or choice.policy.failed_rules(validation):
         return None
     delta, half = difference_interval(choice.chosen, validation, measure)
     if not delta > 0:
@@ -664,11 +652,13 @@ def _compared(reference: dict[str, Any], choice: Choice, measure: str):
         shown, width = difference_interval(chosen_test, test, measure)
         numbers |= {"test_margin": shown, "test_margin_low": shown - width,
                     "test_margin_high": shown + width}  # fmt: skip
+    older = ("sensitive_at_prediction",) * bool(reference.get("needs_sensitive_at_prediction"))
     fields = {
         "subject": reference["name"], "measure": measure, "rows": choice.rows,
-        "numbers": numbers, "needs": reference_needs(reference),
+        "numbers": numbers, "needs": tuple(reference.get("needs", older)),
         "facts": (reference["config"],) if reference.get("config") else (),
     }  # fmt: skip
+
     return fields, delta - half
 
 
@@ -753,9 +743,9 @@ def shortlist(
     measure = selection.select_by
 
     def order(row: dict[str, Any]) -> tuple:
-        eligible = not ineligibility(row, majority_accuracy, selection)
+        eligible = not ineligible_rules(row, majority_accuracy, selection)
         closeness = -policy.violation(row) if eligible else 0.0  # 0 when it meets the gate
-        passes = eligible and not policy.failures(row)
+        passes = eligible and not policy.failed_rules(row)
         return (eligible, passes, closeness, *_selection_key(row, measure))
 
     records = sorted(table.to_dict("records"), key=order, reverse=True)[:size]
