@@ -479,6 +479,7 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
 # A measure judged on its point estimate must clear its limit by at least this many standard
 # errors: nearer, drawing the rows again (another seed) flips the verdict about one time in six.
 STABLE_Z = 1.0
+_WHERE = {"": "", INTERSECTION: " of the intersection"}  # a measure's scope, in words
 
 
 def _noise(row: dict[str, Any], policy: GatePolicy):
@@ -498,10 +499,6 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
                 yield criterion, scope, value, error, limit
 
 
-def _where(scope: str) -> str:
-    return " of the intersection" if scope else ""
-
-
 def unstable_margins(row: dict[str, Any], policy: GatePolicy) -> list[str]:
     """Why ``row``'s pass of the gate would not survive another draw of the rows: a measure
     judged on its point estimate within :data:`STABLE_Z` standard errors of its limit (a
@@ -515,7 +512,7 @@ def unstable_margins(row: dict[str, Any], policy: GatePolicy) -> list[str]:
         margin = value - limit if criterion.larger_is_fairer else limit - value
         if margin < STABLE_Z * error:
             reasons.append(
-                f"{criterion.label}{_where(scope)} {value:.4f} is within {STABLE_Z:g} standard "
+                f"{criterion.label}{_WHERE[scope]} {value:.4f} is within {STABLE_Z:g} standard "
                 f"error ({error:.4f}) of its limit {limit:g}"
             )
     return reasons
@@ -532,7 +529,7 @@ def certification(
         band = 1.0 - limit if criterion.larger_is_fairer else limit
         if CERTIFY_Z * error > factor * band:
             reasons.append(
-                f"{criterion.label}{_where(scope)} is resolved to +/-{CERTIFY_Z * error:.3f} "
+                f"{criterion.label}{_WHERE[scope]} is resolved to +/-{CERTIFY_Z * error:.3f} "
                 f"(95%), wider than {factor:g} x the policy's band of {band:g}"
             )
     return reasons
@@ -858,7 +855,8 @@ def choose(
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
     notes += [policy.ungated_note(chosen), policy.cells_note(chosen)]  # None: no note
-    pca_row, pca_note = baseline_pca(table, majority_accuracy, selection)
+    everything = records if len(candidates) == len(table) else table.to_dict("records")
+    pca_row, pca_note = baseline_pca(table, everything, majority_accuracy, selection)
     useful = best_useful(records, majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),
@@ -930,12 +928,12 @@ def _finite(value) -> bool:
 
 
 def baseline_pca(
-    table: pd.DataFrame, majority_accuracy: float, selection
+    table: pd.DataFrame, everything: list[dict[str, Any]], majority_accuracy: float, selection
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """The unconstrained PCA baseline: the best eligible ``pca`` candidate by ``select_by``
-    (what the unmitigated model reaches); when none is eligible, the most accurate one (often
-    a constant classifier) and a note saying so. ``(None, None)`` without PCA candidates."""
-    everything = table.to_dict("records")
+    """The unconstrained PCA baseline among the candidates of ``table`` (``everything``: its
+    rows as dicts): the best eligible ``pca`` candidate by ``select_by`` (what the
+    unmitigated model reaches); when none is eligible, the most accurate one (often a
+    constant classifier) and a note saying so. ``(None, None)`` without PCA candidates."""
     records = [r for r in everything if r.get("variant") == "pca"]
     if not records:
         return None, None
