@@ -142,7 +142,7 @@ def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict:
 
 
 def _did_nothing(table: pd.DataFrame, variant: str, eligible, gated) -> list[str]:
-    """"mitigation did nothing" for ``variant``. Given the ``eligible`` rows (a constant
+    """The "mitigation did nothing" warning of ``variant``. Given the ``eligible`` rows (a constant
     classifier's zero disparity proves nothing) and the ``gated`` criteria: the variant's
     fairest eligible candidate is no fairer than unconstrained PCA's fairest on a gated
     measure. Without them (None): its lambda = 0 candidate of the table's first classifier
@@ -226,10 +226,11 @@ def diagnose(
     per_variant = {}
     for variant, rep in representations.items():
         first = table[table["variant"] == variant].sort_values("lambda_index").iloc[0]
-        gaps = {name: float(first[name]) for name in ("mean_gap_train", "mean_gap_validation")}
-        per_variant[variant] = diagnose_representation(
+        diag = diagnose_representation(
             rep, encoded_train, encoded_validation, split, seed=seed, min_group_size=min_group_size
-        ) | gaps
+        )
+        gaps = ("mean_gap_train", "mean_gap_validation")
+        per_variant[variant] = diag | {name: float(first[name]) for name in gaps}
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     warnings = mitigation_warnings(table, per_variant, selection, majority)
     return {"representations": per_variant, "warnings": warnings}

@@ -167,7 +167,6 @@ def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[f
     }
 
 
-
 def gate_standard_errors(
     y_true: np.ndarray, y_pred: np.ndarray, sensitive_features, *, min_group_size: int
 ) -> dict[str, float]:
@@ -256,8 +255,6 @@ def training_mean_gap(
     return fm.group_mean_gap(features_train[rows, :fair_columns], s_train.iloc[rows])
 
 
-
-
 def held_out_metrics(
     features_validation: np.ndarray, s_validation: pd.DataFrame, mean_gap_train: float, *,
     fair_columns: int, sigma: float, max_rows: int, seed: int,
@@ -271,17 +268,14 @@ def held_out_metrics(
     construction) and on the held-out validation rows (whether it carries over)."""
     no_label = np.zeros(len(s_validation), dtype=np.int64)
     probe = stratified_sample(no_label, s_validation, LINEAR_PROBE_MAX_ROWS, seed, floor=2)
+    F, s = features_validation, s_validation
     return {
-        "mmd2": fm.mmd_squared(
-            features_validation, s_validation, sigma=sigma, max_samples=max_rows, random_state=seed
-        ),
+        "mmd2": fm.mmd_squared(F, s, sigma=sigma, max_samples=max_rows, random_state=seed),
         "linear_inseparability": fm.linear_inseparability(
-            features_validation[probe], s_validation.iloc[probe], random_state=seed
+            F[probe], s.iloc[probe], random_state=seed
         ),
         "mean_gap_train": mean_gap_train,
-        "mean_gap_validation": fm.group_mean_gap(
-            features_validation[:, :fair_columns], s_validation
-        ),
+        "mean_gap_validation": fm.group_mean_gap(F[:, :fair_columns], s),
     }
 
 

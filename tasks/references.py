@@ -74,9 +74,7 @@ REFERENCE_KEYS = (
 # random where the constraint needs it; ExponentiatedGradient draws one classifier of its
 # mixture at random for each decision; CorrelationRemover's transform reads the attribute.
 REFERENCES = {
-    "threshold_optimizer": (
-        "post-processing", ("sensitive_at_prediction", "randomized_decisions")
-    ),
+    "threshold_optimizer": ("post-processing", ("sensitive_at_prediction", "randomized_decisions")),
     "exponentiated_gradient": ("reductions", ("randomized_decisions",)),
     "correlation_remover": ("pre-processing", ("sensitive_at_prediction",)),
 }
@@ -121,18 +119,12 @@ def _threshold_optimizer(features, y, sensitive, *, C, objective, parity, seed):
 def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, parity, seed):
     """EG minimising the selection measure's error: for balanced accuracy the cost-weighted
     error ``FN / (2 n_1) + FP / (2 n_0) = 1 - balanced accuracy``."""
-    from fairlearn.reductions import (
-        DemographicParity,
-        EqualizedOdds,
-        ErrorRate,
-        ExponentiatedGradient,
-        TruePositiveRateParity,
-    )
+    from fairlearn import reductions
 
     constraint = {
-        "demographic_parity": DemographicParity,
-        "true_positive_rate_parity": TruePositiveRateParity,
-        "equalized_odds": EqualizedOdds,
+        "demographic_parity": reductions.DemographicParity,
+        "true_positive_rate_parity": reductions.TruePositiveRateParity,
+        "equalized_odds": reductions.EqualizedOdds,
     }[parity](difference_bound=bound)
     costs = None
     if objective == "balanced_accuracy":
@@ -143,8 +135,9 @@ def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, pari
     # optimum (the loss is strictly convex) in ~6 iterations where lbfgs takes 60-90, 2.5x
     # less time per fit on Adult's rows; its rows x columns work array is bounded by the cap.
     learner = LogisticRegression(C=C, solver="newton-cholesky", max_iter=1000)
-    model = ExponentiatedGradient(
-        learner, constraints=constraint, objective=ErrorRate(costs=costs), max_iter=EG_MAX_ITER
+    error = reductions.ErrorRate(costs=costs)
+    model = reductions.ExponentiatedGradient(
+        learner, constraints=constraint, objective=error, max_iter=EG_MAX_ITER
     ).fit(features, y, sensitive_features=_groups(sensitive))
     return lambda F, s: model.predict(F, random_state=seed)
 

@@ -133,9 +133,8 @@ class GatePolicy:
         """The policy of a selection config section (``policy``, ``thresholds``, ``gate``,
         and the deployment: ``sensitive_at_prediction``, ``randomized_decisions``)."""
         criteria = parse_policy(selection.policy)
-        values = selection.thresholds.model_dump()
-        used = {CRITERIA[c].threshold: float(values[CRITERIA[c].threshold]) for c in criteria}
-        limits = used | {"min_accuracy": float(values["min_accuracy"])}
+        names = [*(CRITERIA[c].threshold for c in criteria), "min_accuracy"]
+        limits = {name: float(getattr(selection.thresholds, name)) for name in names}
         return cls(criteria, limits, selection.gate, Deployment.of(selection))
 
     @classmethod
@@ -285,7 +284,6 @@ class GatePolicy:
             ))  # fmt: skip
         return failures
 
-
     def violation(self, metrics: Mapping[str, Any]) -> float:
         """Total excess over the thresholds (0 when the policy is met); ranks candidates."""
         return sum(
@@ -376,7 +374,6 @@ def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:
     return math.nan if value is None else float(value)
 
 
-
 def ineligibility(
     row: dict[str, Any], majority_accuracy: float, selection, best: dict | None = None
 ) -> list[str]:
@@ -441,7 +438,6 @@ def ineligible_rules(
     ]
 
 
-
 def best_useful(records: list[dict[str, Any]], majority_accuracy: float, selection):
     """What the data allow: the candidate of highest balanced accuracy among those eligible
     by :func:`ineligibility`'s rules alone (None when there is none)."""
@@ -489,7 +485,6 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
     scopes = policy._scopes(row)
     for criterion, limit in policy.limits():
         for scope in scopes:
-
             value = _value(row, f"{criterion.metric}{scope}")
             error = _value(row, f"{criterion.metric}.se{scope}")
             judged = policy._judged(row, criterion.metric) if scope else None
@@ -626,7 +621,6 @@ def difference_interval(mine: dict, theirs: dict, measure: str) -> tuple[float, 
     high, low = f"{measure}.ci95_high", f"{measure}.ci95_low"
     halves = [(v.get(high, v[measure]) - v.get(low, v[measure])) / 2 for v in (mine, theirs)]
     return theirs[measure] - mine[measure], math.hypot(*halves)
-
 
 
 def _compared(reference: dict[str, Any], choice: Choice, measure: str):
@@ -819,7 +813,7 @@ class Choice:
 def choose(
     table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None,
     rows: str = "validation",
-) -> Choice:
+) -> Choice:  # fmt: skip
     """The choice on the rows ``table`` was measured on (the validation rows, or the
     cross-validated training and validation rows ``y_validation`` when ``chosen_by`` says
     so, and ``rows`` names them for the reasons: ``cross-validated training+validation``):
@@ -1015,8 +1009,6 @@ def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float
     keys = [f"{m}{end}" for m in COMPARED for end in ("", ".ci95_low", ".ci95_high")]
     pair = {"challenger": challenger, "champion": champion}
     return {who: {k: float(row[k]) for k in keys if k in row} for who, row in pair.items()}
-
-
 
 
 # The reason a laxer policy keeps the champion (a str.format template; tests name it)
