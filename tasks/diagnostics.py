@@ -120,20 +120,18 @@ def diagnose_representation(
 ) -> dict:
     """Probe, reconstruction error and near-constant directions of one representation;
     reconstruction errors of groups below ``min_group_size`` rows are suppressed."""
-    F_train = fair_block(rep, encoded_train)
-    F_validation = fair_block(rep, encoded_validation)
-    out: dict[str, Any] = {"leakage": {}, "near_constant_directions": {}}
-    for column in split.s_train.columns:
-        out["leakage"][column] = leakage_probe(
-            F_train, split.s_train[column], F_validation, split.s_validation[column], seed
-        )
-        flagged = near_constant_directions(F_validation, split.s_validation[column])
-        if flagged:
-            out["near_constant_directions"][column] = flagged
-    out["reconstruction_error"] = _reconstruction(
-        rep, encoded_validation, split.s_validation, min_group_size
-    )
-    return out
+    F_train, F_held_out = fair_block(rep, encoded_train), fair_block(rep, encoded_validation)
+    s_train, s_held_out = split.s_train, split.s_validation
+    flagged = {c: near_constant_directions(F_held_out, s_held_out[c]) for c in s_train.columns}
+    errors = _reconstruction(rep, encoded_validation, s_held_out, min_group_size)
+    return {
+        "leakage": {
+            c: leakage_probe(F_train, s_train[c], F_held_out, s_held_out[c], seed)
+            for c in s_train.columns
+        },
+        "near_constant_directions": {c: found for c, found in flagged.items() if found},
+        "reconstruction_error": errors,
+    }
 
 
 def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict:

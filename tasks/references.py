@@ -162,7 +162,7 @@ def _correlation_remover(features, y, sensitive, *, C, objective, seed, entities
     classifier = fit_classifier(
         "logreg_tuned", removed(features, sensitive), y, seed=seed, C=C, scoring=objective,
         entities=entities,
-    )
+    )  # fmt: skip
     return lambda F, s: classifier.predict(removed(F, s))
 
 
@@ -184,7 +184,6 @@ def _by_chunks(transform, features: np.ndarray, sensitive: pd.DataFrame, columns
             out = np.empty((len(features), block.shape[1]), dtype=block.dtype)
         out[rows] = block
     return out
-
 
 
 def _fit(name: str, config: dict, encoded, split, objective: str, parity: str, seed: int):
@@ -243,8 +242,7 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     ``(encoded, split)`` pair: the wide search's rows); the chosen one (the audit's rule)
     refitted on the training rows of ``final`` (every row) when they differ, and measured on
     its validation and test rows, those of the chosen candidate."""
-    policy = GatePolicy.from_config(selection)
-    objective, parity = selection.select_by, _parity(policy)
+    objective, parity = selection.select_by, _parity(GatePolicy.from_config(selection))
     # every C of the search; for the reductions approach (50 fits each) the base search's C
     # with every bound
     configs = [{"C": C} for C in C_grid]
@@ -263,8 +261,7 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     if final[1] is not searched[1]:
         predict = _fit(name, config, *final, objective, parity, seed)
         validation = _measured(predict, "validation", final, evaluation, seed)
-    rows = len(final[1].y_train)
-    if rows > CAPPED_FIT_ROWS and name in CAPPED:
+    if len(final[1].y_train) > CAPPED_FIT_ROWS and name in CAPPED:
         config = {**config, CAPPED[name]: CAPPED_FIT_ROWS}
     majority = majority_accuracy_of(final[1].y_train, final[1].y_validation)
     return {
@@ -302,7 +299,6 @@ def fit_references(
             entry = {"name": name, "approach": approach,
                      "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
                      "needs": list(needs)}  # fmt: skip
-
 
             start = time.perf_counter()
             try:

@@ -988,23 +988,6 @@ class Promotion:
     refused: bool = False
 
 
-def _outcome(challenger: dict, champion: dict, tolerance: float) -> tuple[bool, str]:
-    """Promote iff the challenger loses at most ``tolerance`` of accuracy and of balanced
-    accuracy against the champion on the same test rows."""
-    pairs = {m: (challenger.get(m), champion.get(m)) for m in ("accuracy", "balanced_accuracy")}
-    losses = [
-        f"{metric} {mine:.4f} < champion {theirs:.4f} - {tolerance:g}"
-        for metric, (mine, theirs) in pairs.items()
-        if mine is not None and theirs is not None and mine < theirs - tolerance
-    ]
-    if losses:
-        return False, "the challenger is worse on the shared test rows: " + "; ".join(losses)
-    return True, (
-        "on the shared test rows the challenger loses at most "
-        f"{tolerance:g} of accuracy and balanced accuracy against the champion"
-    )
-
-
 def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float]]:
     keys = [f"{m}{end}" for m in COMPARED for end in ("", ".ci95_low", ".ci95_high")]
     pair = {"challenger": challenger, "champion": champion}
@@ -1034,7 +1017,21 @@ def _against_champion(challenger: Challenger, champion: Champion, tolerance: flo
             "the champion could not be evaluated on this audit's test rows (a relog has no rows "
             "to compare on), so it stays; audit or retrain again to compare them"
         )
-    return _outcome(challenger.test, champion.test, tolerance)
+    # promote iff the challenger loses at most ``tolerance`` of accuracy and of balanced
+    # accuracy against the champion on the same test rows
+    mine, theirs = challenger.test, champion.test
+    pairs = {m: (mine.get(m), theirs.get(m)) for m in ("accuracy", "balanced_accuracy")}
+    losses = [
+        f"{metric} {ours:.4f} < champion {its:.4f} - {tolerance:g}"
+        for metric, (ours, its) in pairs.items()
+        if ours is not None and its is not None and ours < its - tolerance
+    ]
+    if losses:
+        return False, "the challenger is worse on the shared test rows: " + "; ".join(losses)
+    return True, (
+        "on the shared test rows the challenger loses at most "
+        f"{tolerance:g} of accuracy and balanced accuracy against the champion"
+    )
 
 
 def decide_promotion(
