@@ -322,9 +322,9 @@ class GatePolicy:
             criterion = CRITERIA[key]
             mine = self.thresholds.get(criterion.threshold)
             theirs = other.thresholds.get(criterion.threshold)
-            if mine is None or theirs is None:
-                continue  # not gated here (reported above) or not recorded there
-            if mine != theirs and criterion.meets(theirs, mine):  # theirs is on the fair side
+            # None: not gated here (reported above) or not recorded there
+            recorded = mine is not None and theirs is not None
+            if recorded and mine != theirs and criterion.meets(theirs, mine):  # theirs is fairer
                 reasons.append(f"{criterion.threshold} {mine:g} is laxer than {theirs:g}")
         mine, theirs = (policy.thresholds.get("min_accuracy", 0.0) for policy in (self, other))
         if mine < theirs:
@@ -538,12 +538,8 @@ def majority_accuracy_of(y_train, y_eval) -> float:
 def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
     """Order of the passing candidates: ``measure``, then accuracy, then the smaller DP
     difference (NaN sorts last)."""
-    value, accuracy = _value(row, measure), _value(row, "accuracy")
-    return (
-        -math.inf if math.isnan(value) else value,
-        -math.inf if math.isnan(accuracy) else accuracy,
-        -row.get("dp_difference", 0.0),
-    )
+    utility = [_value(row, key) for key in (measure, "accuracy")]
+    return (*(-math.inf if math.isnan(v) else v for v in utility), -row.get("dp_difference", 0.0))
 
 
 def unconstrained(row: dict[str, Any]) -> bool:
