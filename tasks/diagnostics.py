@@ -17,6 +17,8 @@ from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
 
+from .select import CRITERIA, GatePolicy, best_useful, ineligibility, majority_accuracy_of
+
 PROBE_RESAMPLES = 200  # the probe's interval needs less precision than the gate's
 PROBE_MAX_TRAIN_ROWS = 2500  # the probe learns from a seeded subsample (cost: trees x classes)
 NEAR_CONSTANT = 1e-3  # a direction whose within-group std is below 0.1% of the median one
@@ -118,20 +120,18 @@ def diagnose_representation(
 ) -> dict:
     """Probe, reconstruction error and near-constant directions of one representation;
     reconstruction errors of groups below ``min_group_size`` rows are suppressed."""
-    F_train = fair_block(rep, encoded_train)
-    F_validation = fair_block(rep, encoded_validation)
-    out: dict[str, Any] = {"leakage": {}, "near_constant_directions": {}}
-    for column in split.s_train.columns:
-        out["leakage"][column] = leakage_probe(
-            F_train, split.s_train[column], F_validation, split.s_validation[column], seed
-        )
-        flagged = near_constant_directions(F_validation, split.s_validation[column])
-        if flagged:
-            out["near_constant_directions"][column] = flagged
-    out["reconstruction_error"] = _reconstruction(
-        rep, encoded_validation, split.s_validation, min_group_size
-    )
-    return out
+    F_train, F_held_out = fair_block(rep, encoded_train), fair_block(rep, encoded_validation)
+    s_train, s_held_out = split.s_train, split.s_validation
+    flagged = {c: near_constant_directions(F_held_out, s_held_out[c]) for c in s_train.columns}
+    errors = _reconstruction(rep, encoded_validation, s_held_out, min_group_size)
+    return {
+        "leakage": {
+            c: leakage_probe(F_train, s_train[c], F_held_out, s_held_out[c], seed)
+            for c in s_train.columns
+        },
+        "near_constant_directions": {c: found for c, found in flagged.items() if found},
+        "reconstruction_error": errors,
+    }
 
 
 def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict:
@@ -139,22 +139,30 @@ def _lambda_zero(table: pd.DataFrame, variant: str, classifier: str) -> dict:
     return {} if rows.empty else rows.sort_values("lambda_index").iloc[0].to_dict()
 
 
-def _gated_measures(selection) -> list[tuple[str, bool]]:
-    """``(measure, larger is fairer)`` of every measure the policy of ``selection`` gates."""
-    from .select import CRITERIA, GatePolicy
-
-    policy = GatePolicy.from_config(selection)
-    return [(CRITERIA[c].metric, CRITERIA[c].larger_is_fairer) for c in policy.criteria]
-
-
-def _did_nothing(table: pd.DataFrame, variant: str, eligible, selection) -> list[str]:
-    """"mitigation did nothing" for ``variant``: among the eligible candidates only (a
-    constant classifier's zero disparity proves nothing), the variant's fairest candidate is
-    no fairer than unconstrained PCA's fairest on a measure the policy gates."""
+def _did_nothing(table: pd.DataFrame, variant: str, eligible, gated) -> list[str]:
+    """The "mitigation did nothing" warning of ``variant``. Given the ``eligible`` rows (a constant
+    classifier's zero disparity proves nothing) and the ``gated`` criteria: the variant's
+    fairest eligible candidate is no fairer than unconstrained PCA's fairest on a gated
+    measure. Without them (None): its lambda = 0 candidate of the table's first classifier
+    is no fairer than PCA's on its own measure (DP, or EO for an ``_eo`` variant)."""
+    if eligible is None:
+        classifier = table["classifier"].iloc[0]
+        metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
+        fair_value, pca_value = (
+            _lambda_zero(table, name, classifier).get(metric, float("nan"))
+            for name in (variant, "pca")
+        )
+        if np.isfinite(fair_value) and np.isfinite(pca_value) and not fair_value < pca_value:
+            return [
+                f"mitigation did nothing: {variant} (lambda=0, {classifier}) has {metric} "
+                f"{fair_value:.4f} on validation rows, not below unconstrained PCA's "
+                f"{pca_value:.4f}."
+            ]
+        return []
     warnings = []
-    fair = [r for r in table[table["variant"] == variant].to_dict("records") if eligible(r)]
-    pca = [r for r in table[table["variant"] == "pca"].to_dict("records") if eligible(r)]
-    for metric, larger in _gated_measures(selection) if fair and pca else ():
+    fair, pca = ([r for r in eligible if r["variant"] == name] for name in (variant, "pca"))
+    for criterion in gated if fair and pca else ():
+        metric, larger = criterion.metric, criterion.larger_is_fairer
         values = [[float(r.get(metric, np.nan)) for r in rows] for rows in (fair, pca)]
         best = [np.nanmax(v) if larger else np.nanmin(v) for v in values if np.isfinite(v).any()]
         if len(best) == 2 and not (best[0] > best[1] if larger else best[0] < best[1]):
@@ -173,31 +181,17 @@ def mitigation_warnings(
     promises: its disparity is not below unconstrained PCA's (given ``selection`` and the
     majority-class accuracy ``majority``: among eligible candidates, on the gated measures),
     the attribute is still predictable, or near-constant directions carry the group."""
-    warnings = []
-    classifier = table["classifier"].iloc[0]
+    eligible = gated = None
     if selection is not None:
-        from .select import best_useful, ineligibility
-
-        best = best_useful(table.to_dict("records"), majority, selection)
-
-        def eligible(row):
-            return not ineligibility(row, majority, selection, best)
-
+        records = table.to_dict("records")
+        best = best_useful(records, majority, selection)
+        eligible = [r for r in records if not ineligibility(r, majority, selection, best)]
+        gated = [CRITERIA[c] for c in GatePolicy.from_config(selection).criteria]
+    warnings = []
     for variant, diag in per_variant.items():
         if variant == "pca":
             continue
-        if selection is not None:
-            warnings += _did_nothing(table, variant, eligible, selection)
-        else:
-            metric = "eo_difference" if variant.endswith("_eo") else "dp_difference"
-            fair_value = _lambda_zero(table, variant, classifier).get(metric, float("nan"))
-            pca_value = _lambda_zero(table, "pca", classifier).get(metric, float("nan"))
-            if np.isfinite(fair_value) and np.isfinite(pca_value) and not fair_value < pca_value:
-                warnings.append(
-                    f"mitigation did nothing: {variant} (lambda=0, {classifier}) has {metric} "
-                    f"{fair_value:.4f} on validation rows, not below unconstrained PCA's "
-                    f"{pca_value:.4f}."
-                )
+        warnings += _did_nothing(table, variant, eligible, gated)
         for attribute, probe in diag["leakage"].items():
             if probe["balanced_accuracy.ci95_low"] > probe["chance"] + 0.05:
                 base = per_variant.get("pca", {}).get("leakage", {}).get(attribute)
@@ -227,17 +221,14 @@ def diagnose(
 ) -> dict[str, Any]:
     """Per representation: leakage probe, per-group reconstruction error (beside PCA's), the
     group-mean gap on training vs held-out rows; plus the warnings. Validation rows only."""
-    per_variant = {
-        variant: diagnose_representation(
+    per_variant = {}
+    for variant, rep in representations.items():
+        first = table[table["variant"] == variant].sort_values("lambda_index").iloc[0]
+        diag = diagnose_representation(
             rep, encoded_train, encoded_validation, split, seed=seed, min_group_size=min_group_size
         )
-        for variant, rep in representations.items()
-    }
-    for variant, diag in per_variant.items():
-        first = table[table["variant"] == variant].sort_values("lambda_index").iloc[0]
-        diag |= {name: float(first[name]) for name in ("mean_gap_train", "mean_gap_validation")}
-    from .select import majority_accuracy_of
-
+        gaps = ("mean_gap_train", "mean_gap_validation")
+        per_variant[variant] = diag | {name: float(first[name]) for name in gaps}
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     warnings = mitigation_warnings(table, per_variant, selection, majority)
     return {"representations": per_variant, "warnings": warnings}

@@ -25,13 +25,9 @@ HEADLINE_METRICS = ("accuracy", "dp_difference", "eo_difference")
 
 
 def classifier_metrics(
-    y_true: np.ndarray,
-    y_pred: np.ndarray,
-    sensitive_features: pd.DataFrame,
-    *,
-    min_group_size: int = fm.MIN_GROUP_SIZE_FLOOR,
-    allow_small_groups: bool = False,
-) -> dict[str, float]:
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive_features: pd.DataFrame, *,
+    min_group_size: int = fm.MIN_GROUP_SIZE_FLOOR, allow_small_groups: bool = False,
+) -> dict[str, float]:  # fmt: skip
     """Every metric of :meth:`fairpca.metrics.FairnessReport.as_metrics`, as defined once in
     :func:`fairpca.metrics.group_fairness`: accuracy, balanced accuracy, positive rate,
     base rate, one-class share, the differences and the selection-rate ratio (worst
@@ -42,26 +38,17 @@ def classifier_metrics(
     ``allow_small_groups=True``.
     """
     report = fm.group_fairness(
-        y_true,
-        y_pred,
-        sensitive_features,
-        min_group_size=min_group_size,
+        y_true, y_pred, sensitive_features, min_group_size=min_group_size,
         allow_small_groups=allow_small_groups,
-    )
+    )  # fmt: skip
     return {key: float(value) for key, value in report.as_metrics().items()}
 
 
 def metrics_with_intervals(
-    y_true: np.ndarray,
-    y_pred: np.ndarray,
-    sensitive_features: pd.DataFrame,
-    *,
-    min_group_size: int,
-    n_resamples: int,
-    seed: int,
-    allow_small_groups: bool = False,
+    y_true: np.ndarray, y_pred: np.ndarray, sensitive_features: pd.DataFrame, *,
+    min_group_size: int, n_resamples: int, seed: int, allow_small_groups: bool = False,
     pos_label: Any = 1,
-) -> dict[str, float]:
+) -> dict[str, float]:  # fmt: skip
     """:func:`classifier_metrics` plus 95% intervals (``<metric>.ci95_low`` /
     ``<metric>.ci95_high``) of every metric, each containing its estimate (methods in
     :func:`fairpca.metrics.bootstrap_intervals`).
@@ -71,16 +58,10 @@ def metrics_with_intervals(
     is the favourable label of ``y_true`` and ``y_pred``.
     """
     metrics, _ = fm.evaluate_fairness(
-        y_true,
-        y_pred,
-        sensitive_features,
-        pos_label=pos_label,
-        min_group_size=min_group_size,
-        allow_small_groups=allow_small_groups,
-        n_resamples=n_resamples,
-        confidence=0.95,
+        y_true, y_pred, sensitive_features, pos_label=pos_label, min_group_size=min_group_size,
+        allow_small_groups=allow_small_groups, n_resamples=n_resamples, confidence=0.95,
         seed=seed,
-    )
+    )  # fmt: skip
     return metrics
 
 
@@ -164,7 +145,6 @@ def group_codes(sensitive: pd.DataFrame) -> dict[str, np.ndarray]:
 def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[float, float]]:
     """(estimate, standard error) of each gated measure over one grouping's groups of at
     least ``min_group_size`` rows (for the TPR: rows with label 1; FPR: label 0)."""
-    out = {}
     n_groups = int(codes.max()) + 1 if len(codes) else 0
 
     def rate_of(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -177,16 +157,14 @@ def _grouping_errors(y_true, y_pred, codes, min_group_size) -> dict[str, tuple[f
     def pair(rate: np.ndarray, rows: np.ndarray, ratio: bool = False) -> tuple[float, float]:
         return extreme_pair(rate, rows, ratio=ratio) if len(rate) >= 2 else (math.nan, math.nan)
 
-    everyone = np.ones(len(codes), dtype=bool)
-    selection, rows = rate_of(everyone)
-    out["dp_difference"] = pair(selection, rows)
-    out["selection_rate_ratio"] = pair(selection, rows, ratio=True)
-    tpr, positives = rate_of(y_true == 1)
-    out["eo_difference"] = pair(tpr, positives)
-    fpr, negatives = rate_of(y_true == 0)
-    odds = pair(fpr, negatives)
-    out["equalized_odds_difference"] = max(out["eo_difference"], odds, key=lambda v: v[0])
-    return out
+    selection = rate_of(np.ones(len(codes), dtype=bool))
+    eo, odds = pair(*rate_of(y_true == 1)), pair(*rate_of(y_true == 0))
+    return {
+        "dp_difference": pair(*selection),
+        "selection_rate_ratio": pair(*selection, ratio=True),
+        "eo_difference": eo,
+        "equalized_odds_difference": max(eo, odds, key=lambda v: v[0]),
+    }
 
 
 def gate_standard_errors(
@@ -274,8 +252,7 @@ def training_mean_gap(
     Sec. 3.2): the part of the representation metrics that reads the training features, so
     that they can be released before the held-out rows are transformed."""
     rows = slice(None) if constraint_rows is None else constraint_rows
-    s_fit = s_train.iloc[rows] if constraint_rows is not None else s_train
-    return fm.group_mean_gap(features_train[rows, :fair_columns], s_fit)
+    return fm.group_mean_gap(features_train[rows, :fair_columns], s_train.iloc[rows])
 
 
 def held_out_metrics(
@@ -291,17 +268,14 @@ def held_out_metrics(
     construction) and on the held-out validation rows (whether it carries over)."""
     no_label = np.zeros(len(s_validation), dtype=np.int64)
     probe = stratified_sample(no_label, s_validation, LINEAR_PROBE_MAX_ROWS, seed, floor=2)
+    F, s = features_validation, s_validation
     return {
-        "mmd2": fm.mmd_squared(
-            features_validation, s_validation, sigma=sigma, max_samples=max_rows, random_state=seed
-        ),
+        "mmd2": fm.mmd_squared(F, s, sigma=sigma, max_samples=max_rows, random_state=seed),
         "linear_inseparability": fm.linear_inseparability(
-            features_validation[probe], s_validation.iloc[probe], random_state=seed
+            F[probe], s.iloc[probe], random_state=seed
         ),
         "mean_gap_train": mean_gap_train,
-        "mean_gap_validation": fm.group_mean_gap(
-            features_validation[:, :fair_columns], s_validation
-        ),
+        "mean_gap_validation": fm.group_mean_gap(F[:, :fair_columns], s),
     }
 
 
@@ -348,12 +322,10 @@ def check_pipeline(pipeline: Pipeline, split, row: dict[str, Any], evaluation) -
     the validation rows (what its ONNX graph must reproduce)."""
     labels = predict_by_blocks(pipeline, split.X_validation)
     accuracy = classifier_metrics(
-        split.y_validation,
-        labels,
-        split.s_validation,
-        min_group_size=evaluation.min_group_size,
-        allow_small_groups=evaluation.allow_small_groups,
-    ).get("accuracy", math.nan)
+        split.y_validation, labels, split.s_validation,
+        min_group_size=evaluation.min_group_size, allow_small_groups=evaluation.allow_small_groups,
+    ).get("accuracy", math.nan)  # fmt: skip
+
     expected = float(row.get("holdout_accuracy", row.get("accuracy", math.nan)))
     if not (abs(accuracy - expected) <= 1e-9 or (math.isnan(accuracy) and math.isnan(expected))):
         raise RuntimeError(
@@ -379,14 +351,9 @@ def validation_metrics(row: dict[str, Any]) -> dict[str, float]:
 
 @task(name="evaluate-test-part", cache_policy=NO_CACHE)
 def evaluate_reported(
-    split,
-    evaluation,
-    seed: int,
-    chosen_pipeline: Pipeline,
-    pca_pipeline: Pipeline | None,
-    chosen,
-    pca_row,
-) -> dict[str, Any]:
+    split, evaluation, seed: int, chosen_pipeline: Pipeline, pca_pipeline: Pipeline | None,
+    chosen, pca_row,
+) -> dict[str, Any]:  # fmt: skip
     """Validation and test metrics of what the audit reports: the chosen candidate, the
     majority-class baseline and unconstrained PCA. Runs after the choice; only here are the
     test rows read."""

@@ -74,9 +74,7 @@ REFERENCE_KEYS = (
 # random where the constraint needs it; ExponentiatedGradient draws one classifier of its
 # mixture at random for each decision; CorrelationRemover's transform reads the attribute.
 REFERENCES = {
-    "threshold_optimizer": (
-        "post-processing", ("sensitive_at_prediction", "randomized_decisions")
-    ),
+    "threshold_optimizer": ("post-processing", ("sensitive_at_prediction", "randomized_decisions")),
     "exponentiated_gradient": ("reductions", ("randomized_decisions",)),
     "correlation_remover": ("pre-processing", ("sensitive_at_prediction",)),
 }
@@ -121,18 +119,12 @@ def _threshold_optimizer(features, y, sensitive, *, C, objective, parity, seed):
 def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, parity, seed):
     """EG minimising the selection measure's error: for balanced accuracy the cost-weighted
     error ``FN / (2 n_1) + FP / (2 n_0) = 1 - balanced accuracy``."""
-    from fairlearn.reductions import (
-        DemographicParity,
-        EqualizedOdds,
-        ErrorRate,
-        ExponentiatedGradient,
-        TruePositiveRateParity,
-    )
+    from fairlearn import reductions
 
     constraint = {
-        "demographic_parity": DemographicParity,
-        "true_positive_rate_parity": TruePositiveRateParity,
-        "equalized_odds": EqualizedOdds,
+        "demographic_parity": reductions.DemographicParity,
+        "true_positive_rate_parity": reductions.TruePositiveRateParity,
+        "equalized_odds": reductions.EqualizedOdds,
     }[parity](difference_bound=bound)
     costs = None
     if objective == "balanced_accuracy":
@@ -143,8 +135,9 @@ def _exponentiated_gradient(features, y, sensitive, *, C, bound, objective, pari
     # optimum (the loss is strictly convex) in ~6 iterations where lbfgs takes 60-90, 2.5x
     # less time per fit on Adult's rows; its rows x columns work array is bounded by the cap.
     learner = LogisticRegression(C=C, solver="newton-cholesky", max_iter=1000)
-    model = ExponentiatedGradient(
-        learner, constraints=constraint, objective=ErrorRate(costs=costs), max_iter=EG_MAX_ITER
+    error = reductions.ErrorRate(costs=costs)
+    model = reductions.ExponentiatedGradient(
+        learner, constraints=constraint, objective=error, max_iter=EG_MAX_ITER
     ).fit(features, y, sensitive_features=_groups(sensitive))
     return lambda F, s: model.predict(F, random_state=seed)
 
@@ -169,7 +162,7 @@ def _correlation_remover(features, y, sensitive, *, C, objective, seed, entities
     classifier = fit_classifier(
         "logreg_tuned", removed(features, sensitive), y, seed=seed, C=C, scoring=objective,
         entities=entities,
-    )
+    )  # fmt: skip
     return lambda F, s: classifier.predict(removed(F, s))
 
 
@@ -191,14 +184,6 @@ def _by_chunks(transform, features: np.ndarray, sensitive: pd.DataFrame, columns
             out = np.empty((len(features), block.shape[1]), dtype=block.dtype)
         out[rows] = block
     return out
-
-
-def _configurations(name: str, C_grid: list[float], C_base: float) -> list[dict[str, float]]:
-    """The configurations a reference tries: every C of the search, and for the reductions
-    approach (50 fits each) the base search's C with every bound."""
-    if name == "exponentiated_gradient":
-        return [{"C": C_base, "bound": bound} for bound in EG_BOUNDS]
-    return [{"C": C} for C in C_grid]
 
 
 def _fit(name: str, config: dict, encoded, split, objective: str, parity: str, seed: int):
@@ -245,9 +230,8 @@ def _base_C(parts, evaluation, selection, seed, C_grid) -> float:
         validation = _measured(
             lambda F, s, c=classifier: c.predict(F), "validation", parts, evaluation, seed
         )
-        rows.append(
-            {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C} | validation
-        )
+        row = {"variant": "features", "classifier": f"logreg_tuned C={C:g}", "C": C}
+        rows.append(row | validation)
     majority = majority_accuracy_of(split.y_train, split.y_validation)
     best, _, _ = select_candidate(pd.DataFrame(rows), majority, selection)
     return float(best["C"])
@@ -258,27 +242,26 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     ``(encoded, split)`` pair: the wide search's rows); the chosen one (the audit's rule)
     refitted on the training rows of ``final`` (every row) when they differ, and measured on
     its validation and test rows, those of the chosen candidate."""
-    policy = GatePolicy.from_config(selection)
-    objective, parity = selection.select_by, _parity(policy)
+    objective, parity = selection.select_by, _parity(GatePolicy.from_config(selection))
+    # every C of the search; for the reductions approach (50 fits each) the base search's C
+    # with every bound
+    configs = [{"C": C} for C in C_grid]
+    if name == "exponentiated_gradient":
+        configs = [{"C": C_base, "bound": bound} for bound in EG_BOUNDS]
     tried = []
-    for config in _configurations(name, C_grid, C_base):
+    for config in configs:
         predict = _fit(name, config, *searched, objective, parity, seed)
         validation = _measured(predict, "validation", searched, evaluation, seed)
         tried.append((config, predict, validation))
     majority = majority_accuracy_of(searched[1].y_train, searched[1].y_validation)
-    table = pd.DataFrame(
-        [
-            {"variant": name, "classifier": _describe(config), "index": i, **row}
-            for i, (config, _, row) in enumerate(tried)
-        ]
-    )
+    table = pd.DataFrame([{"variant": name, "classifier": _describe(config), "index": i, **row}
+                          for i, (config, _, row) in enumerate(tried)])  # fmt: skip
     best, _, _ = select_candidate(table, majority, selection)
     config, predict, validation = tried[int(best["index"])]
     if final[1] is not searched[1]:
         predict = _fit(name, config, *final, objective, parity, seed)
         validation = _measured(predict, "validation", final, evaluation, seed)
-    rows = len(final[1].y_train)
-    if rows > CAPPED_FIT_ROWS and name in CAPPED:
+    if len(final[1].y_train) > CAPPED_FIT_ROWS and name in CAPPED:
         config = {**config, CAPPED[name]: CAPPED_FIT_ROWS}
     majority = majority_accuracy_of(final[1].y_train, final[1].y_validation)
     return {
@@ -313,12 +296,10 @@ def fit_references(
         warnings.filterwarnings("ignore", message="Setting a value on a Series via .at")
         C_base = _base_C(searched, evaluation, selection, seed, C_grid)
         for name, (approach, needs) in REFERENCES.items():
-            entry = {
-                "name": name,
-                "approach": approach,
-                "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
-                "needs": list(needs),
-            }
+            entry = {"name": name, "approach": approach,
+                     "needs_sensitive_at_prediction": "sensitive_at_prediction" in needs,
+                     "needs": list(needs)}  # fmt: skip
+
             start = time.perf_counter()
             try:
                 entry |= _search(

@@ -56,8 +56,7 @@ class Criterion:
         name = f"{self.metric}{scope}"
         if bound == "upper_bound" and not self.point_rule:
             name += ".ci95_low" if self.larger_is_fairer else ".ci95_high"
-        value = metrics.get(name, math.nan)
-        return math.nan if value is None else float(value)
+        return _value(metrics, name)
 
     def meets(self, value: float, limit: float) -> bool:
         return value >= limit if self.larger_is_fairer else value <= limit
@@ -134,9 +133,8 @@ class GatePolicy:
         """The policy of a selection config section (``policy``, ``thresholds``, ``gate``,
         and the deployment: ``sensitive_at_prediction``, ``randomized_decisions``)."""
         criteria = parse_policy(selection.policy)
-        values = selection.thresholds.model_dump()
-        used = {CRITERIA[c].threshold: float(values[CRITERIA[c].threshold]) for c in criteria}
-        limits = used | {"min_accuracy": float(values["min_accuracy"])}
+        names = [*(CRITERIA[c].threshold for c in criteria), "min_accuracy"]
+        limits = {name: float(getattr(selection.thresholds, name)) for name in names}
         return cls(criteria, limits, selection.gate, Deployment.of(selection))
 
     @classmethod
@@ -166,20 +164,16 @@ class GatePolicy:
             f"policy's band; deployment: {self.deployment.description()}"
         )
 
-    def record(self) -> dict[str, Any]:
-        """The ``policy`` entry of the audit record."""
-        return {
-            "name": self.name,
-            "thresholds": dict(self.thresholds),
-            "description": self.description(),
-            "deployment": self.deployment.as_dict(),
-        }
+    def record(self, tag: bool = False) -> dict[str, Any]:
+        """The ``policy`` entry of the audit record (``tag``: with the bound, as :meth:`tags`
+        writes it, instead of the description)."""
+        value = {"name": self.name, "thresholds": dict(self.thresholds)}
+        value |= {"bound": self.bound} if tag else {"description": self.description()}
+        return value | {"deployment": self.deployment.as_dict()}
 
     def tags(self) -> dict[str, str]:
         """The one tag of a registered version that :meth:`from_tags` reads back."""
-        value = {"name": self.name, "bound": self.bound, "thresholds": dict(self.thresholds),
-                 "deployment": self.deployment.as_dict()}  # fmt: skip
-        return {POLICY_TAG: json.dumps(value, sort_keys=True)}
+        return {POLICY_TAG: json.dumps(self.record(tag=True), sort_keys=True)}
 
     def limits(self) -> list[tuple[Criterion, float]]:
         """Each gated criterion with its threshold, in the canonical order."""
@@ -193,11 +187,8 @@ class GatePolicy:
         """The narrowest band of a rate the policy tells apart, at an overall selection rate
         ``rate``: a difference's limit, or for the four-fifths rule the gap ``(1 - ratio)
         rate`` between two rates at the limit."""
-        bands = [
-            (1.0 - limit) * rate if c.larger_is_fairer else limit for c, limit in self.limits()
-        ]
-        bands = [b for b in bands if b > 0]
-        return min(bands) if bands else math.inf
+        bands = [(1.0 - lim) * rate if c.larger_is_fairer else lim for c, lim in self.limits()]
+        return min((band for band in bands if band > 0), default=math.inf)
 
     def judged_cells(self, metrics: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
         """The intersection's reported cells the gate judges and those it leaves out (None
@@ -225,9 +216,7 @@ class GatePolicy:
         cells = self.judged_cells(metrics)
         if cells is None:
             return None
-        judged = cells[0]
-        if len(judged) < 2:
-            return math.nan, math.nan
+        judged = cells[0]  # fewer than two: NaN (pair)
         rows = np.array([_value(metrics, f"{CELL_ROWS}{c}") for c in judged])
         base = np.array([_value(metrics, f"base_rate.{c}") for c in judged])
 
@@ -247,20 +236,19 @@ class GatePolicy:
         fpr = pair("fpr", np.round((1 - base) * rows))
         return max(eo, fpr, key=lambda v: -math.inf if math.isnan(v[0]) else v[0])
 
-    def _bound(self, criterion: Criterion, metrics: Mapping[str, Any], scope: str) -> float:
-        """:meth:`Criterion.bound`; for a point-judged measure of the intersection, its value
-        over the cells that resolve the policy (:meth:`judged_cells`)."""
-        point = self.bound == "point" or criterion.point_rule
-        judged = self._judged(metrics, criterion.metric) if scope and point else None
-        return criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
-
     def _gated(self, metrics: Mapping[str, Any]):
         """``(criterion, limit, scope, value)`` of every measure the policy gates, for the
-        worst attribute and, with several, their intersection (:meth:`_bound`); the value of
-        an undefined intersection (too few large groups) is NaN: ungated."""
+        worst attribute and, with several, their intersection: :meth:`Criterion.bound`, or for
+        a point-judged measure of the intersection its value over the cells that resolve the
+        policy (:meth:`judged_cells`). The value of an undefined intersection (too few large
+        groups) is NaN: ungated."""
+        scopes = self._scopes(metrics)
         for criterion, limit in self.limits():
-            for scope in self._scopes(metrics):
-                yield criterion, limit, scope, self._bound(criterion, metrics, scope)
+            point = self.bound == "point" or criterion.point_rule
+            for scope in scopes:
+                judged = self._judged(metrics, criterion.metric) if scope and point else None
+                value = criterion.bound(metrics, scope, self.bound) if judged is None else judged[0]
+                yield criterion, limit, scope, value
 
     def failures(self, metrics: Mapping[str, Any]) -> list[str]:
         """Why ``metrics`` fail the policy, in words (empty: they pass): :meth:`failed_rules`
@@ -276,17 +264,14 @@ class GatePolicy:
         for criterion, limit, scope, value in self._gated(metrics):
             if (scope and math.isnan(value)) or criterion.meets(value, limit):
                 continue  # met, or too few large intersection groups: reported as ungated
-            where = ("intersection",) if scope else ()
-            if math.isnan(value):
-                failures.append(Reason(kind=Kind.FAILS_RULE, measure=criterion.metric,
-                                       rows=rows, flags=("undefined", *where)))  # fmt: skip
-                continue
-            bounded = ("bound",) if self.bound == "upper_bound" and not criterion.point_rule else ()
-            floor = ("minimum",) if criterion.larger_is_fairer else ()
-            failures.append(Reason(
-                kind=Kind.FAILS_RULE, measure=criterion.metric, rows=rows,
-                numbers={"value": value, "limit": limit}, flags=("gate", *where, *bounded, *floor),
-            ))  # fmt: skip
+            where = ("intersection",) * bool(scope)
+            numbers, flags = {}, ("undefined", *where)
+            if not math.isnan(value):
+                bounded = ("bound",) * (self.bound == "upper_bound" and not criterion.point_rule)
+                numbers = {"value": value, "limit": limit}
+                flags = ("gate", *where, *bounded, *("minimum",) * criterion.larger_is_fairer)
+            failures.append(Reason(kind=Kind.FAILS_RULE, measure=criterion.metric, rows=rows,
+                                   numbers=numbers, flags=flags))  # fmt: skip
         bounded = self.bound == "upper_bound"
         accuracy = metrics.get("accuracy.ci95_low" if bounded else "accuracy")
         floor = self.thresholds.get("min_accuracy", 0.0)
@@ -294,8 +279,8 @@ class GatePolicy:
             measured = {} if accuracy is None else {"value": float(accuracy)}
             failures.append(Reason(
                 kind=Kind.FAILS_RULE, measure="accuracy", rows=rows,
-                numbers={**measured, "limit": floor},
-                flags=("gate", *(("bound",) if bounded else ()), "minimum"),
+                numbers=measured | {"limit": floor}, flags=
+("gate", *("bound",) * bounded, "minimum"),
             ))  # fmt: skip
         return failures
 
@@ -309,11 +294,8 @@ class GatePolicy:
 
     def ungated_note(self, metrics: Mapping[str, Any]) -> str | None:
         """A sentence when several attributes are audited but the intersection is ungated."""
-        undefined = [
-            criterion.label
-            for criterion, _, scope, value in self._gated(metrics)
-            if scope and math.isnan(value)
-        ]
+        gated = self._gated(metrics)
+        undefined = [c.label for c, _, scope, value in gated if scope and math.isnan(value)]
         if not undefined:
             return None
         return (
@@ -324,13 +306,13 @@ class GatePolicy:
     def cells_note(self, metrics: Mapping[str, Any]) -> str | None:
         """A sentence naming the intersection's cells the gate did not judge (None: every
         reported cell was judged)."""
-        cells = self.judged_cells(metrics)
-        if not cells or not cells[1]:
+        judged, left_out = self.judged_cells(metrics) or ([], [])
+        if not left_out:
             return None
         return (
-            f"not judged by the gate: {len(cells[1])} intersection cell(s) with too few rows "
-            f"to resolve the policy's band ({', '.join(cells[1])}); the intersection is judged "
-            f"on the {len(cells[0])} cell(s) that resolve it"
+            f"not judged by the gate: {len(left_out)} intersection cell(s) with too few rows "
+            f"to resolve the policy's band ({', '.join(left_out)}); the intersection is judged "
+            f"on the {len(judged)} cell(s) that resolve it"
         )
 
     def laxer_than(self, other: GatePolicy) -> list[str]:
@@ -340,9 +322,9 @@ class GatePolicy:
             criterion = CRITERIA[key]
             mine = self.thresholds.get(criterion.threshold)
             theirs = other.thresholds.get(criterion.threshold)
-            if mine is None or theirs is None:
-                continue  # not gated here (reported above) or not recorded there
-            if mine != theirs and criterion.meets(theirs, mine):  # theirs is on the fair side
+            # None: not gated here (reported above) or not recorded there
+            recorded = mine is not None and theirs is not None
+            if recorded and mine != theirs and criterion.meets(theirs, mine):  # theirs is fairer
                 reasons.append(f"{criterion.threshold} {mine:g} is laxer than {theirs:g}")
         mine, theirs = (policy.thresholds.get("min_accuracy", 0.0) for policy in (self, other))
         if mine < theirs:
@@ -392,27 +374,6 @@ def _value(row: dict[str, Any], key: str, fallback: str | None = None) -> float:
     return math.nan if value is None else float(value)
 
 
-def _rate_collapse(row: dict[str, Any], ratio: float, rows: str = "") -> list[Reason]:
-    """Reasons when the predicted-positive rate collapsed against the base rate: the interval
-    of the positive rate must reach ``ratio * base`` and that of the negative rate
-    ``ratio * (1 - base)``."""
-    base = _value(row, "base_rate")
-    high = _value(row, "positive_rate.ci95_high", "positive_rate")
-    low = _value(row, "positive_rate.ci95_low", "positive_rate")
-    rate = _value(row, "positive_rate")
-    if math.isnan(base) or math.isnan(rate):
-        return [Reason(kind=Kind.FAILS_RULE, rows=rows, flags=("no_rates",))]
-    numbers = {"rate": rate, "base": base, "ratio": ratio}
-    reasons = []
-    if not high >= ratio * base:
-        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="positive_rate", rows=rows,
-                              numbers=numbers, flags=("says_yes",)))  # fmt: skip
-    if not 1.0 - low >= ratio * (1.0 - base):
-        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="positive_rate", rows=rows,
-                              numbers=numbers, flags=("says_no",)))  # fmt: skip
-    return reasons
-
-
 def ineligibility(
     row: dict[str, Any], majority_accuracy: float, selection, best: dict | None = None
 ) -> list[str]:
@@ -440,36 +401,47 @@ def ineligible_rules(
     against the best candidate), as a :attr:`~fairpca.tasks.decision.Kind.FAILS_RULE`
     reason measured on ``rows`` (empty: not named)."""
     rules = eligibility_rules(selection)
-    reasons = []
     gain, measure = rules["min_accuracy_gain"], selection.select_by
     baseline = 0.5 if measure == "balanced_accuracy" else majority_accuracy
     value = _value(row, measure)
+    failed = []  # (measure, rule, numbers)
     if math.isnan(_value(row, "accuracy")):  # no group large enough to publish: no judgement
-        reasons.append(Reason(kind=Kind.FAILS_RULE, rows=rows, flags=("no_metrics",)))
+        failed.append(("", "no_metrics", {}))
     elif not value >= baseline + gain:
-        reasons.append(Reason(
-            kind=Kind.FAILS_RULE, measure=measure, rows=rows, flags=("majority",),
-            numbers={"value": value, "baseline": baseline, "gain": gain},
-        ))  # fmt: skip
+        failed.append((measure, "majority", {"value": value, "baseline": baseline, "gain": gain}))
     margin = rules["min_balanced_accuracy_margin"]
     low = _value(row, "balanced_accuracy.ci95_low")
     if not low >= 0.5 + margin:
         numbers = {"value": _value(row, "balanced_accuracy"), "low": low, "margin": margin}
-        reasons.append(Reason(kind=Kind.FAILS_RULE, measure="balanced_accuracy", rows=rows,
-                              numbers=numbers, flags=("chance",)))  # fmt: skip
-    reasons += _rate_collapse(row, rules["min_positive_rate_ratio"], rows)
-    if not row["one_class_share"] <= rules["max_one_class_share"]:
-        reasons.append(Reason(
-            kind=Kind.FAILS_RULE, measure="one_class_share", rows=rows, flags=("one_class",),
-            numbers={"share": row["one_class_share"], "limit": rules["max_one_class_share"]},
-        ))  # fmt: skip
-    return reasons
+        failed.append(("balanced_accuracy", "chance", numbers))
+    # The predicted-positive rate collapsed against the base rate: the interval of the
+    # positive rate must reach ratio * base and that of the negative rate ratio * (1 - base).
+    ratio = rules["min_positive_rate_ratio"]
+    base, rate = _value(row, "base_rate"), _value(row, "positive_rate")
+    high = _value(row, "positive_rate.ci95_high", "positive_rate")
+    low = _value(row, "positive_rate.ci95_low", "positive_rate")
+    numbers = {"rate": rate, "base": base, "ratio": ratio}
+    if math.isnan(base) or math.isnan(rate):
+        failed.append(("", "no_rates", {}))
+    else:
+        if not high >= ratio * base:
+            failed.append(("positive_rate", "says_yes", numbers))
+        if not 1.0 - low >= ratio * (1.0 - base):
+            failed.append(("positive_rate", "says_no", numbers))
+
+    share, limit = row["one_class_share"], rules["max_one_class_share"]
+    if not share <= limit:
+        failed.append(("one_class_share", "one_class", {"share": share, "limit": limit}))
+    return [
+        Reason(kind=Kind.FAILS_RULE, measure=measure, rows=rows, numbers=numbers, flags=(rule,))
+        for measure, rule, numbers in failed
+    ]
 
 
 def best_useful(records: list[dict[str, Any]], majority_accuracy: float, selection):
     """What the data allow: the candidate of highest balanced accuracy among those eligible
     by :func:`ineligibility`'s rules alone (None when there is none)."""
-    basic = [r for r in records if not ineligibility(r, majority_accuracy, selection)]
+    basic = [r for r in records if not ineligible_rules(r, majority_accuracy, selection)]
     return max(basic, key=lambda r: _value(r, "balanced_accuracy"), default=None)
 
 
@@ -503,14 +475,16 @@ def gate_failures(row: dict[str, Any], policy: GatePolicy) -> list[str]:
 # A measure judged on its point estimate must clear its limit by at least this many standard
 # errors: nearer, drawing the rows again (another seed) flips the verdict about one time in six.
 STABLE_Z = 1.0
+_WHERE = {"": "", INTERSECTION: " of the intersection"}  # a measure's scope, in words
 
 
 def _noise(row: dict[str, Any], policy: GatePolicy):
     """``(criterion, scope, estimate, standard error, limit)`` of every gated measure whose
     standard error the row holds (``<metric>.se``, ``<metric>.se.intersection``:
     :func:`fairpca.tasks.evaluate.gate_standard_errors`)."""
+    scopes = policy._scopes(row)
     for criterion, limit in policy.limits():
-        for scope in policy._scopes(row):
+        for scope in scopes:
             value = _value(row, f"{criterion.metric}{scope}")
             error = _value(row, f"{criterion.metric}.se{scope}")
             judged = policy._judged(row, criterion.metric) if scope else None
@@ -518,10 +492,6 @@ def _noise(row: dict[str, Any], policy: GatePolicy):
                 value, error = judged
             if not (math.isnan(value) or math.isnan(error)):
                 yield criterion, scope, value, error, limit
-
-
-def _where(scope: str) -> str:
-    return " of the intersection" if scope else ""
 
 
 def unstable_margins(row: dict[str, Any], policy: GatePolicy) -> list[str]:
@@ -537,7 +507,7 @@ def unstable_margins(row: dict[str, Any], policy: GatePolicy) -> list[str]:
         margin = value - limit if criterion.larger_is_fairer else limit - value
         if margin < STABLE_Z * error:
             reasons.append(
-                f"{criterion.label}{_where(scope)} {value:.4f} is within {STABLE_Z:g} standard "
+                f"{criterion.label}{_WHERE[scope]} {value:.4f} is within {STABLE_Z:g} standard "
                 f"error ({error:.4f}) of its limit {limit:g}"
             )
     return reasons
@@ -554,7 +524,7 @@ def certification(
         band = 1.0 - limit if criterion.larger_is_fairer else limit
         if CERTIFY_Z * error > factor * band:
             reasons.append(
-                f"{criterion.label}{_where(scope)} is resolved to +/-{CERTIFY_Z * error:.3f} "
+                f"{criterion.label}{_WHERE[scope]} is resolved to +/-{CERTIFY_Z * error:.3f} "
                 f"(95%), wider than {factor:g} x the policy's band of {band:g}"
             )
     return reasons
@@ -568,12 +538,8 @@ def majority_accuracy_of(y_train, y_eval) -> float:
 def _selection_key(row: dict[str, Any], measure: str) -> tuple[float, ...]:
     """Order of the passing candidates: ``measure``, then accuracy, then the smaller DP
     difference (NaN sorts last)."""
-    value, accuracy = _value(row, measure), _value(row, "accuracy")
-    return (
-        -math.inf if math.isnan(value) else value,
-        -math.inf if math.isnan(accuracy) else accuracy,
-        -row.get("dp_difference", 0.0),
-    )
+    utility = [_value(row, key) for key in (measure, "accuracy")]
+    return (*(-math.inf if math.isnan(v) else v for v in utility), -row.get("dp_difference", 0.0))
 
 
 def unconstrained(row: dict[str, Any]) -> bool:
@@ -584,10 +550,12 @@ def unconstrained(row: dict[str, Any]) -> bool:
 
 
 def select_candidate(
-    table: pd.DataFrame, majority_accuracy: float, selection, rows: str = "validation"
-) -> tuple[dict[str, Any], Decision, bool]:
-    """Best eligible candidate passing the gate policy on validation rows, by the
-    ``select_by`` measure (balanced accuracy unless ``selection`` says accuracy).
+    table: pd.DataFrame | list[dict[str, Any]], majority_accuracy: float, selection,
+    rows: str = "validation",
+) -> tuple[dict[str, Any], Decision, bool]:  # fmt: skip
+    """Best eligible candidate of ``table`` (or its rows as dicts) passing the gate policy on
+    validation rows, by the ``select_by`` measure (balanced accuracy unless ``selection``
+    says accuracy).
 
     Returns the row, the decision (its reasons measured on ``rows``) and whether the row is
     eligible (may be registered). When none passes, the eligible candidate with the smallest
@@ -595,10 +563,10 @@ def select_candidate(
     may be registered.
     """
     policy = GatePolicy.from_config(selection)
-    records = table.to_dict("records")
+    records = table if isinstance(table, list) else table.to_dict("records")
     best = best_useful(records, majority_accuracy, selection)
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
-    passing = [r for r in eligible if not policy.failures(r)]
+    passing = [r for r in eligible if not policy.failed_rules(r)]
     measure = selection.select_by
     if passing:
         stable = [r for r in passing if not unstable_margins(r, policy)]
@@ -617,7 +585,8 @@ def select_candidate(
         )  # fmt: skip
         return chosen, Decision(False, (unstable, reason)), True
     reasons = []
-    degenerate = [r for r in records if r not in eligible and not policy.failures(r)]
+    degenerate = [r for r in records if r not in eligible and not policy.failed_rules(r)]
+
     if degenerate:  # eligibility decided: the gate alone would have passed these
         closest = max(degenerate, key=lambda r: _selection_key(r, measure))
         reasons.append(Reason(
@@ -645,29 +614,21 @@ def select_candidate(
 def difference_interval(mine: dict, theirs: dict, measure: str) -> tuple[float, float]:
     """``theirs - mine`` of ``measure`` and its 95% half-width: the two intervals'
     half-widths added in quadrature (the rows are the same, so this is conservative)."""
-    halves = [
-        (values.get(f"{measure}.ci95_high", values[measure])
-         - values.get(f"{measure}.ci95_low", values[measure])) / 2
-        for values in (mine, theirs)
-    ]  # fmt: skip
+    high, low = f"{measure}.ci95_high", f"{measure}.ci95_low"
+    halves = [(v.get(high, v[measure]) - v.get(low, v[measure])) / 2 for v in (mine, theirs)]
     return theirs[measure] - mine[measure], math.hypot(*halves)
-
-
-def reference_needs(reference: dict[str, Any]) -> tuple[str, ...]:
-    """What a reference needs of the deployment (:data:`fairpca.tasks.decision.NEEDS`)."""
-    if "needs" in reference:
-        return tuple(reference["needs"])
-    return ("sensitive_at_prediction",) * bool(reference.get("needs_sensitive_at_prediction"))
 
 
 def _compared(reference: dict[str, Any], choice: Choice, measure: str):
     """``(reason fields, lower margin)`` of a reference that meets the gate on the rows that
     chose and has a higher ``measure`` there than the chosen candidate (None otherwise); the
-    margin on the test rows is added for the report only."""
+    margin on the test rows is added for the report only. What it needs of the deployment
+    (:data:`fairpca.tasks.decision.NEEDS`): ``needs``, or in an older record the attribute
+    at prediction time alone."""
     validation = reference.get("validation") or {}
     if "skipped" in reference or reference.get("ineligible") or measure not in validation:
         return None
-    if measure not in choice.chosen or choice.policy.failures(validation):
+    if measure not in choice.chosen or choice.policy.failed_rules(validation):
         return None
     delta, half = difference_interval(choice.chosen, validation, measure)
     if not delta > 0:
@@ -678,11 +639,13 @@ def _compared(reference: dict[str, Any], choice: Choice, measure: str):
         shown, width = difference_interval(chosen_test, test, measure)
         numbers |= {"test_margin": shown, "test_margin_low": shown - width,
                     "test_margin_high": shown + width}  # fmt: skip
+    older = ("sensitive_at_prediction",) * bool(reference.get("needs_sensitive_at_prediction"))
     fields = {
         "subject": reference["name"], "measure": measure, "rows": choice.rows,
-        "numbers": numbers, "needs": reference_needs(reference),
+        "numbers": numbers, "needs": tuple(reference.get("needs", older)),
         "facts": (reference["config"],) if reference.get("config") else (),
     }  # fmt: skip
+
     return fields, delta - half
 
 
@@ -767,9 +730,9 @@ def shortlist(
     measure = selection.select_by
 
     def order(row: dict[str, Any]) -> tuple:
-        eligible = not ineligibility(row, majority_accuracy, selection)
+        eligible = not ineligible_rules(row, majority_accuracy, selection)
         closeness = -policy.violation(row) if eligible else 0.0  # 0 when it meets the gate
-        passes = eligible and not policy.failures(row)
+        passes = eligible and not policy.failed_rules(row)
         return (eligible, passes, closeness, *_selection_key(row, measure))
 
     records = sorted(table.to_dict("records"), key=order, reverse=True)[:size]
@@ -846,7 +809,7 @@ class Choice:
 def choose(
     table: pd.DataFrame, y_train, y_validation, selection, *, chosen_by: str | None = None,
     rows: str = "validation",
-) -> Choice:
+) -> Choice:  # fmt: skip
     """The choice on the rows ``table`` was measured on (the validation rows, or the
     cross-validated training and validation rows ``y_validation`` when ``chosen_by`` says
     so, and ``rows`` names them for the reasons: ``cross-validated training+validation``):
@@ -854,7 +817,8 @@ def choose(
     certification, and the unconstrained PCA baseline. Never reads test rows."""
     majority_accuracy = majority_accuracy_of(y_train, y_validation)
     candidates = registrable(table, selection.allow_row_storing_models)
-    chosen, decision, eligible = select_candidate(candidates, majority_accuracy, selection, rows)
+    records = candidates.to_dict("records")  # once: each rule below reads every row
+    chosen, decision, eligible = select_candidate(records, majority_accuracy, selection, rows)
     chosen_by = chosen_by or f"the {len(y_validation):,} validation rows"
     policy = GatePolicy.from_config(selection)
     uncertified = certification(chosen, policy, selection.certify_factor)
@@ -881,33 +845,33 @@ def choose(
             "eo_difference: rows with label 1), so no candidate can meet the thresholds"
         )
     notes += [policy.ungated_note(chosen), policy.cells_note(chosen)]  # None: no note
-    pca_row, pca_note = baseline_pca(table, majority_accuracy, selection)
-    useful = best_useful(candidates.to_dict("records"), majority_accuracy, selection)
+    everything = records if len(candidates) == len(table) else table.to_dict("records")
+    pca_row, pca_note = baseline_pca(table, everything, majority_accuracy, selection)
+    useful = best_useful(records, majority_accuracy, selection)
     eligibility = {
         "rules": eligibility_rules(selection),
         "chosen_passes": eligible,
         "reasons": ineligibility(chosen, majority_accuracy, selection, useful),
     }
     certified = {"certified": not uncertified, "reasons": uncertified, "chosen_by": chosen_by}
-    unfair = no_fair_eligible(candidates, majority_accuracy, selection, rows)
+    unfair = no_fair_eligible(records, majority_accuracy, selection, rows, useful)
     if eligible and not decision.promote and unfair is not None:
         decision = decision.leading(unfair)
     decision = decision.adding(
         *(note(text) for text in [*notes, pca_note]),
-        selection_rate_note(chosen, candidates, majority_accuracy, selection, rows),
+        selection_rate_note(chosen, records, majority_accuracy, selection, rows),
     )
     return Choice(
         chosen, decision, eligibility, policy, majority_accuracy, pca_row, certified, rows
     )
 
 
-def no_fair_eligible(table: pd.DataFrame, majority_accuracy: float, selection, rows: str):
-    """A reason saying no fair candidate is eligible, naming the best fair one (highest
-    balanced accuracy) and how far it is from the eligibility rules (None: one is eligible,
-    or the audit searched no fair variant)."""
-    records = table.to_dict("records")
+def no_fair_eligible(records: list[dict], majority_accuracy: float, selection, rows: str, best):
+    """A reason saying no fair candidate among ``records`` is eligible (``best``: what the
+    data allow, :func:`best_useful`), naming the best fair one (highest balanced accuracy) and
+    how far it is from the eligibility rules (None: one is eligible, or the audit searched no
+    fair variant)."""
     fair = [r for r in records if not unconstrained(r)]
-    best = best_useful(records, majority_accuracy, selection)
     if not fair or any(not ineligibility(r, majority_accuracy, selection, best) for r in fair):
         return None
     closest = max(fair, key=lambda r: (_value(r, "balanced_accuracy"), _value(r, "accuracy")))
@@ -954,15 +918,16 @@ def _finite(value) -> bool:
 
 
 def baseline_pca(
-    table: pd.DataFrame, majority_accuracy: float, selection
+    table: pd.DataFrame, everything: list[dict[str, Any]], majority_accuracy: float, selection
 ) -> tuple[dict[str, Any] | None, str | None]:
-    """The unconstrained PCA baseline: the best eligible ``pca`` candidate by ``select_by``
-    (what the unmitigated model reaches); when none is eligible, the most accurate one (often
-    a constant classifier) and a note saying so. ``(None, None)`` without PCA candidates."""
-    records = table[table["variant"] == "pca"].to_dict("records") if "variant" in table else []
+    """The unconstrained PCA baseline among the candidates of ``table`` (``everything``: its
+    rows as dicts): the best eligible ``pca`` candidate by ``select_by`` (what the
+    unmitigated model reaches); when none is eligible, the most accurate one (often a
+    constant classifier) and a note saying so. ``(None, None)`` without PCA candidates."""
+    records = [r for r in everything if r.get("variant") == "pca"]
     if not records:
         return None, None
-    best = best_useful(table.to_dict("records"), majority_accuracy, selection)
+    best = best_useful(everything, majority_accuracy, selection)
     eligible = [r for r in records if not ineligibility(r, majority_accuracy, selection, best)]
     if eligible:
         return max(eligible, key=lambda r: _selection_key(r, selection.select_by)), None
@@ -975,14 +940,9 @@ def baseline_pca(
 # ---- promotion: the one decision that moves the champion alias -------------------------------
 
 # Measures shown side by side; the comparison itself uses accuracy and balanced accuracy.
-COMPARED = (
-    "accuracy",
-    "balanced_accuracy",
-    "dp_difference",
-    "selection_rate_ratio",
-    "eo_difference",
-    "equalized_odds_difference",
-)
+COMPARED = ("accuracy", "balanced_accuracy", "dp_difference", "selection_rate_ratio",
+            "eo_difference", "equalized_odds_difference")  # fmt: skip
+
 DEFAULT_TOLERANCE = 0.01  # the audit's tolerance; retrain has ``accuracy_tolerance``
 
 
@@ -1024,34 +984,10 @@ class Promotion:
     refused: bool = False
 
 
-def _outcome(challenger: dict, champion: dict, tolerance: float) -> tuple[bool, str]:
-    """Promote iff the challenger loses at most ``tolerance`` of accuracy and of balanced
-    accuracy against the champion on the same test rows."""
-    losses = []
-    for metric in ("accuracy", "balanced_accuracy"):
-        mine, theirs = challenger.get(metric), champion.get(metric)
-        if mine is None or theirs is None:
-            continue
-        if mine < theirs - tolerance:
-            losses.append(f"{metric} {mine:.4f} < champion {theirs:.4f} - {tolerance:g}")
-    if losses:
-        return False, "the challenger is worse on the shared test rows: " + "; ".join(losses)
-    return True, (
-        "on the shared test rows the challenger loses at most "
-        f"{tolerance:g} of accuracy and balanced accuracy against the champion"
-    )
-
-
 def _side_by_side(challenger: dict, champion: dict) -> dict[str, dict[str, float]]:
-    return {
-        who: {
-            f"{m}{end}": float(metrics[f"{m}{end}"])
-            for m in COMPARED
-            for end in ("", ".ci95_low", ".ci95_high")
-            if f"{m}{end}" in metrics
-        }
-        for who, metrics in (("challenger", challenger), ("champion", champion))
-    }
+    keys = [f"{m}{end}" for m in COMPARED for end in ("", ".ci95_low", ".ci95_high")]
+    pair = {"challenger": challenger, "champion": champion}
+    return {who: {k: float(row[k]) for k in keys if k in row} for who, row in pair.items()}
 
 
 # The reason a laxer policy keeps the champion (a str.format template; tests name it)
@@ -1077,7 +1013,21 @@ def _against_champion(challenger: Challenger, champion: Champion, tolerance: flo
             "the champion could not be evaluated on this audit's test rows (a relog has no rows "
             "to compare on), so it stays; audit or retrain again to compare them"
         )
-    return _outcome(challenger.test, champion.test, tolerance)
+    # promote iff the challenger loses at most ``tolerance`` of accuracy and of balanced
+    # accuracy against the champion on the same test rows
+    mine, theirs = challenger.test, champion.test
+    pairs = {m: (mine.get(m), theirs.get(m)) for m in ("accuracy", "balanced_accuracy")}
+    losses = [
+        f"{metric} {ours:.4f} < champion {its:.4f} - {tolerance:g}"
+        for metric, (ours, its) in pairs.items()
+        if ours is not None and its is not None and ours < its - tolerance
+    ]
+    if losses:
+        return False, "the challenger is worse on the shared test rows: " + "; ".join(losses)
+    return True, (
+        "on the shared test rows the challenger loses at most "
+        f"{tolerance:g} of accuracy and balanced accuracy against the champion"
+    )
 
 
 def decide_promotion(
@@ -1106,13 +1056,9 @@ def decide_promotion(
     if not challenger.decision.promote:
         promote, why = False, "the audit did not promote the challenger"
     elif refused:
-        promote, why = (
-            False,
-            (
-                "this model was demoted from a protected alias before; it cannot take the alias "
-                "back (a reviewer decides, see the version's needs-review reason)"
-            ),
-        )
+        promote = False
+        why = ("this model was demoted from a protected alias before; it cannot take the alias "
+               "back (a reviewer decides, see the version's needs-review reason)")  # fmt: skip
     elif incumbent is not None and digest is not None and digest == incumbent.model_digest:
         promote, why = False, f"the challenger is champion v{incumbent.version}'s own model"
     elif incumbent is None:
