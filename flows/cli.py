@@ -108,8 +108,8 @@ def _no_command() -> None:
     raise SystemExit(2)
 
 
-# The panels of ``--help``, in order, and the config sections each shows (a section not
-# listed gets a panel of its own name); the fields at the top of the config go under "Run".
+# The panels of ``--help``, in order, and the config sections each shows; the fields at the
+# top of the config go under "Run".
 HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "Data": ("source", "split"),
     "Search": ("representation", "evaluation"),
@@ -117,6 +117,11 @@ HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "Registry": ("tracking",),
     "Output": ("output",),
     "Run": ("",),
+}
+PANELS = {
+    section: Group(title, sort_key=order)
+    for order, (title, shown) in enumerate(HELP_SECTIONS.items())
+    for section in shown
 }
 # The options a first audit needs: shown first in their panels.
 FIRST_OPTIONS = (
@@ -131,29 +136,19 @@ FLAG_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def help_group(section: str) -> Group:
-    """The ``--help`` panel of a config section (``""``: the top of the config)."""
-    titles = list(HELP_SECTIONS)
-    title = next((t for t, shown in HELP_SECTIONS.items() if section in shown), section)
-    return Group(title, sort_key=titles.index(title) if title in titles else len(titles))
-
-
 def config_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
     """A keyword parameter for every leaf field of ``model`` (its sections' fields included),
     annotated for cyclopts, default unset: in panel order, the first options first."""
     fields = leaf_fields(model)
-
-    def order(path: tuple[str, ...]) -> tuple:
-        group = help_group(path[0] if len(path) > 1 else "")
-        return group.sort_key, path[-1] not in FIRST_OPTIONS
-
-    return [_parameter(path, fields[path]) for path in sorted(fields, key=order)]
+    panel = {path: PANELS[path[0] if len(path) > 1 else ""] for path in fields}
+    order = sorted(fields, key=lambda path: (panel[path].sort_key, path[-1] not in FIRST_OPTIONS))
+    return [_parameter(path[-1], fields[path], panel[path]) for path in order]
 
 
-def _parameter(path: tuple[str, ...], info: FieldInfo) -> inspect.Parameter:
+def _parameter(name: str, info: FieldInfo, group: Group) -> inspect.Parameter:
     kind, comma = _cli_type(info.annotation)
     default = info.get_default(call_default_factory=True)
-    help_text = info.description
+    help_text = " ".join(info.description.split())  # a field's docstring: one paragraph
     if comma is not None:
         help_text += " Comma-separated."
     elif kind == list[str]:
@@ -161,16 +156,16 @@ def _parameter(path: tuple[str, ...], info: FieldInfo) -> inspect.Parameter:
     if default is not None and default != []:
         help_text += f"  [default: {_shown(default)}]"
     spec = Parameter(
-        name=(flag_name(path[-1]), *FLAG_ALIASES.get(path[-1], ())),
+        name=(flag_name(name), *FLAG_ALIASES.get(name, ())),
         help=help_text,
-        group=help_group(path[0] if len(path) > 1 else ""),
+        group=group,
         show_default=False,
         negative=None if kind is bool and default else (),  # only a flag on by default
         converter=None if comma is None else partial(_comma_list, comma),
         metavar=None if comma is None else f"{comma.__name__.upper()},...",
         allow_leading_hyphen=True,  # a value such as a column named "-x", as before
     )
-    return inspect.Parameter(path[-1], inspect.Parameter.KEYWORD_ONLY, default=None,
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[kind | None, spec])  # fmt: skip
 
 
@@ -178,18 +173,17 @@ def _cli_type(annotation: Any) -> tuple[Any, type | None]:
     """The command-line type of a field type, and the item type of a comma-separated list
     (lists of choices or numbers; lists of column names repeat the option instead). Choices
     are read as text: the config's validation names the allowed ones."""
-    args = [arg for arg in get_args(annotation) if arg is not type(None)]
     if get_origin(annotation) in (Union, UnionType):
-        annotation = args[0]
-        args = list(get_args(annotation))
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
     if get_origin(annotation) is Literal:
         return str, None
-    if get_origin(annotation) is list:
-        item = args[0]
-        if get_origin(item) is Literal:
-            return list[str], str
-        return (list[str], None) if item is str else (list[item], item)
-    return annotation, None
+    if get_origin(annotation) is not list:
+        return annotation, None
+    item = get_args(annotation)[0]
+    if item is str:
+        return list[str], None
+    item = str if get_origin(item) is Literal else item
+    return list[item], item
 
 
 def _shown(value: Any) -> str:
@@ -233,7 +227,7 @@ VERBOSE_HELP = (
 )
 VERBOSE_OPTION = Annotated[
     bool,
-    Parameter(name="--verbose", negative=(), help=VERBOSE_HELP, group=help_group(""),
+    Parameter(name="--verbose", negative=(), help=VERBOSE_HELP, group=PANELS[""],
               show_default=False),
 ]  # fmt: skip
 CONFIG_FILE_OPTION = Annotated[
@@ -241,7 +235,7 @@ CONFIG_FILE_OPTION = Annotated[
     Parameter(
         name="--config",
         help="YAML/JSON config file (sections as in audit.yaml); the options given override it.",
-        group=help_group(""),
+        group=PANELS[""],
     ),
 ]
 
