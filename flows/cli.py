@@ -289,6 +289,10 @@ def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
     before any work; the server is stopped with the command), the flow is imported and a
     new local store is created; then the flow, on the data the check loaded and split."""
     command.start_prefect_server()  # before anything imports Prefect here
+    from fairpca.tasks.data import handed_over
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+
+    from . import runtime
     from .preflight import PreflightError, check_before_run
 
     command.phase = "while the inputs were checked (nothing was written)"
@@ -298,18 +302,6 @@ def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
         fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         print_message(err_console, note, head="[yellow]Warning:[/yellow] ")
-    from fairpca.tasks.data import handed_over
-
-    with handed_over(split, config):  # the flow reads the data no second time
-        del split  # held until the flow takes it, then by the flow alone
-        _run_flow(command, kind, config, tracking_uri)
-
-
-def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError
-
-    from . import runtime
-
     command.phase = "while the flow was loaded (nothing was written)"
     if kind == "retrain":
         from .retrain import retrain as flow_fn
@@ -322,8 +314,10 @@ def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
-        with stage_progress(f"fairpca {kind}"):  # a spinner on a terminal only
-            result = flow_fn(config)
+        with handed_over(split, config):  # the flow reads the data no second time
+            del split  # held until the flow takes it, then by the flow alone
+            with stage_progress(f"fairpca {kind}"):  # a spinner on a terminal only
+                result = flow_fn(config)
     except MlflowLoggingError as error:
         fail("MLflow logging failed", error, code=1)
     except (ValueError, TypeError, OSError) as error:
@@ -353,18 +347,13 @@ def _check_tracking(uri: str | None) -> str:
     return resolved
 
 
-app.command(
-    config_command(AuditConfig, "audit"),
-    name="audit",
-    help="Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met).",
-    sort_key=1,
-)
-app.command(
-    config_command(RetrainConfig, "retrain"),
-    name="retrain",
-    help="Refit on current data, compare with the champion, promote only if fair and no worse.",
-    sort_key=2,
-)
+for order, (kind, model, text) in enumerate([
+    ("audit", AuditConfig, "Run a fairness audit and record it in MLflow (moves 'champion' if "
+     "thresholds are met)."),
+    ("retrain", RetrainConfig, "Refit on current data, compare with the champion, promote "
+     "only if fair and no worse."),
+], start=1):  # fmt: skip
+    app.command(config_command(model, kind), name=kind, help=text, sort_key=order)
 
 TrackingOpt = Annotated[
     str | None, Parameter(help=TrackingConfig.model_fields["tracking_uri"].description)
