@@ -555,25 +555,18 @@ def gate_keygen() -> None:
     """Create the gate's signing key (mode 0600; $FAIRPCA_GATE_KEY_FILE, else
     ~/.config/fairpca/gate.key) unless it exists, and print its public key: run it where the
     gate's worker runs; scorers and reconcilers elsewhere set $FAIRPCA_GATE_PUBLIC_KEY."""
-    from fairpca.tasks.trust import (
-        GATE_KEY_ENV,
-        GATE_PUBLIC_KEY_ENV,
-        AttestationError,
-        create_gate_key,
-        gate_signing_key,
-        public_key_hex,
-    )
+    from fairpca.tasks import trust
 
     try:
-        if os.environ.get(GATE_KEY_ENV):
-            where = f"the gate key comes from ${GATE_KEY_ENV}"
+        if os.environ.get(trust.GATE_KEY_ENV):
+            where = f"the gate key comes from ${trust.GATE_KEY_ENV}"
         else:
-            path, created = create_gate_key()
+            path, created = trust.create_gate_key()
             where = f"{'created' if created else 'kept the existing'} gate key {path}"
-        public = public_key_hex(gate_signing_key().public_key())
-    except (AttestationError, OSError) as error:
+        public = trust.public_key_hex(trust.gate_signing_key().public_key())
+    except (trust.AttestationError, OSError) as error:
         fail("No gate key", str(error))
-    err_console.print(f"{escape(where)}; its public key ({GATE_PUBLIC_KEY_ENV}):")
+    err_console.print(f"{escape(where)}; its public key ({trust.GATE_PUBLIC_KEY_ENV}):")
     console.print(public)
 
 

@@ -130,16 +130,6 @@ RowCap = Annotated[int | None, BeforeValidator(lambda value: None if value == 0 
 AboveHalf = Annotated[float, Field(gt=0.5, le=1.0)]
 
 
-def _part_cap(part: str) -> Any:
-    """The field of the cap on the rows of one part of the split."""
-    return Field(
-        None,
-        ge=20,
-        description=f"Cap on the {part} rows (default: no cap, the share); with all three "
-        "caps given, they are the sizes of the parts.",
-    )
-
-
 class Section(BaseModel):
     """A part of the audit config: unknown keys are errors, assignments are validated; the
     docstring under each field is its description (the command line's help)."""
@@ -203,17 +193,14 @@ class SourceConfig(Section):
         both = sorted(set(self.keep) & set(self.drop))
         if both:
             raise ValueError(f"columns {both} are in both keep and drop; give each in one.")
-        self._check_group_column()
-        return self
-
-    def _check_group_column(self) -> None:
-        """The entity column is neither the label, a sensitive attribute nor a feature."""
+        # the entity column is neither the label, a sensitive attribute nor a feature
         group = self.group_column
         roles = {"label": [self.label], "sensitive": self.sensitive, "keep": self.keep,
                  "drop": self.drop}  # fmt: skip
         taken = [role for role, names in roles.items() if group is not None and group in names]
         if taken:
             raise ValueError(GROUP_COLUMN_TAKEN.format(group=group, roles=" and ".join(taken)))
+        return self
 
     def _check_user_file(self) -> None:
         if self.label is None or not self.sensitive:
@@ -263,9 +250,15 @@ class SplitConfig(Section):
     """Share of the rows for validation (choose, gate)."""
     test_share: Share = 0.25
     """Share of the rows for test (reported only)."""
-    n_train: int | None = _part_cap("training")
-    n_validation: int | None = _part_cap("validation")
-    n_test: int | None = _part_cap("test")
+    n_train: int | None = Field(None, ge=20)
+    """Cap on the training rows (default: no cap, the share); with all three caps given,
+    they are the sizes of the parts."""
+    n_validation: int | None = Field(None, ge=20)
+    """Cap on the validation rows (default: no cap, the share); with all three caps given,
+    they are the sizes of the parts."""
+    n_test: int | None = Field(None, ge=20)
+    """Cap on the test rows (default: no cap, the share); with all three caps given, they
+    are the sizes of the parts."""
     search_rows: RowCap = Field(5000, ge=100)
     """Training rows of the wide search over k, C, lambda and the classifier (a seeded
     stratified sample; its validation rows in the split's proportion). The best candidates
