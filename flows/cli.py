@@ -32,7 +32,6 @@ from pydantic.fields import FieldInfo
 from .config import (
     AuditConfig,
     RetrainConfig,
-    TrackingConfig,
     leaf_fields,
     load_config_file,
     mask_credentials,
@@ -355,35 +354,32 @@ for order, (kind, model, text) in enumerate([
 ], start=1):  # fmt: skip
     app.command(config_command(model, kind), name=kind, help=text, sort_key=order)
 
-TrackingOpt = Annotated[
-    str | None, Parameter(help=TrackingConfig.model_fields["tracking_uri"].description)
-]
-PolicyDirOpt = Annotated[
-    Path | None, Parameter(help="Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]")
-]
-
 
 def relog(
-    output_dir: Annotated[Path, Parameter(help="A kept audit output directory.")],
+    output_dir: Path,
     /,
     *,
-    tracking_uri: TrackingOpt = None,
-    force: Annotated[
-        bool, Parameter(help="Log again even if it was logged completely before.")
-    ] = False,
-    promote: Annotated[
-        bool,
-        Parameter(
-            help="Move the champion alias to the new version if the audit decided to promote "
-            "(off by default: the directory's own audit.json is not trusted for that)."
-        ),
-    ] = False,
+    tracking_uri: str | None = None,
+    force: bool = False,
+    promote: bool = False,
     verbose: Annotated[bool, Parameter(negative=(), help=VERBOSE_HELP, show_default=False)] = False,
 ) -> None:
     """Log a kept audit output directory to MLflow again (after a tracking outage).
 
     Nothing in the directory is executed or unpickled: the saved model is logged as files,
     each checked against the SHA-256 manifest the audit wrote.
+
+    Parameters
+    ----------
+    output_dir
+        A kept audit output directory.
+    tracking_uri
+        MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.
+    force
+        Log again even if it was logged completely before.
+    promote
+        Move the champion alias to the new version if the audit decided to promote (off by
+        default: the directory's own audit.json is not trusted for that).
     """
     show_logs(verbose)
     from fairpca.tasks.decision import OUTCOMES
@@ -433,6 +429,7 @@ gate_app = App(
     name="gate",
     help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook, reconciler, "
     "signing key).",
+    help_format="md",
     sort_key=4,
 )
 
@@ -446,16 +443,30 @@ def _no_gate_command() -> None:
 
 def gate_serve(
     *,
-    port: Annotated[int, Parameter(help="Port to listen on.")] = 8765,
-    host: Annotated[str, Parameter(help="Address to listen on.")] = "127.0.0.1",
-    policy_dir: PolicyDirOpt = None,
-    queue: Annotated[Path, Parameter(help="SQLite file of the event queue.")] = Path(
-        "fairpca-gate-queue.db"
-    ),
-    certfile: Annotated[Path | None, Parameter(help="TLS certificate (serves HTTPS).")] = None,
-    keyfile: Annotated[Path | None, Parameter(help="TLS private key.")] = None,
+    port: int = 8765,
+    host: str = "127.0.0.1",
+    policy_dir: Path | None = None,
+    queue: Path = Path("fairpca-gate-queue.db"),
+    certfile: Path | None = None,
+    keyfile: Path | None = None,
 ) -> None:
-    """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs."""
+    """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs.
+
+    Parameters
+    ----------
+    port
+        Port to listen on.
+    host
+        Address to listen on.
+    policy_dir
+        Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]
+    queue
+        SQLite file of the event queue.
+    certfile
+        TLS certificate (serves HTTPS).
+    keyfile
+        TLS private key.
+    """
     from . import runtime
 
     if (certfile is None) != (keyfile is None):
@@ -485,13 +496,21 @@ def _serve_gate(command, options: dict[str, Any]) -> None:
 
 def gate_register(
     *,
-    model: Annotated[
-        list[str], Parameter(help="Watched registered model; repeatable.", negative=())
-    ],
-    url: Annotated[str, Parameter(help="Receiver URL, e.g. https://gate.example:8765/webhook.")],
-    tracking_uri: TrackingOpt = None,
+    model: Annotated[list[str], Parameter(negative=())],
+    url: str,
+    tracking_uri: str | None = None,
 ) -> None:
-    """Create or update the MLflow webhook of the gate (idempotent)."""
+    """Create or update the MLflow webhook of the gate (idempotent).
+
+    Parameters
+    ----------
+    model
+        Watched registered model; repeatable.
+    url
+        Receiver URL, e.g. https://gate.example:8765/webhook.
+    tracking_uri
+        MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.
+    """
     from .gate_server import register_webhook, secret_from_env
 
     try:
@@ -511,13 +530,17 @@ def gate_register(
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 
 
-def gate_reconcile(
-    *,
-    policy_dir: PolicyDirOpt = None,
-    tracking_uri: TrackingOpt = None,
-) -> None:
+def gate_reconcile(*, policy_dir: Path | None = None, tracking_uri: str | None = None) -> None:
     """Check every protected alias of every watched model against the gate's signed
-    attestations: a holder without a verified pass loses it (one line per change)."""
+    attestations: a holder without a verified pass loses it (one line per change).
+
+    Parameters
+    ----------
+    policy_dir
+        Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]
+    tracking_uri
+        MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.
+    """
     from . import runtime
     from .gate import judging_now
 
@@ -570,19 +593,11 @@ def gate_keygen() -> None:
     console.print(public)
 
 
-def _help_text(function) -> str:
-    """A command's docstring as its help: each paragraph one line (the terminal wraps it)."""
-    paragraphs = inspect.cleandoc(function.__doc__).split("\n\n")
-    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
-
-
-app.command(relog, name="relog", help=_help_text(relog), sort_key=3)
+# their docstrings are their help: Markdown reflows a paragraph to the terminal's width
+app.command(relog, name="relog", help_format="md", sort_key=3)
 app.command(gate_app)
-for order, (name, function) in enumerate(
-    [("serve", gate_serve), ("register", gate_register), ("reconcile", gate_reconcile),
-     ("keygen", gate_keygen)]
-):  # fmt: skip
-    gate_app.command(function, name=name, help=_help_text(function), sort_key=order)
+for order, function in enumerate([gate_serve, gate_register, gate_reconcile, gate_keygen]):
+    gate_app.command(function, name=function.__name__.removeprefix("gate_"), sort_key=order)
 
 
 def main() -> None:
