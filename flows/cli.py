@@ -100,11 +100,13 @@ app = App(
 )
 
 
-@app.default
-def _no_command() -> None:
-    """``fairpca`` alone: the help, and exit code 2 (no command was run)."""
-    app.help_print([])
+def _help_alone(group: App) -> None:
+    """``fairpca`` or ``fairpca gate`` alone: its help, and exit code 2 (no command was run)."""
+    group.help_print([])
     raise SystemExit(2)
+
+
+app.default(partial(_help_alone, app))
 
 
 # The panels of ``--help``, in order, and the config sections each shows; the fields at the
@@ -244,9 +246,28 @@ def config_command(model: type[BaseModel], kind: str):
     generated signature) and ``--verbose``, which validates them and runs the ``kind``
     flow."""
 
-    def command(**options: Any) -> None:
+    def start(**options: Any) -> None:
+        """Validate the config, the tracking URI and the inputs, then run the flow."""
+        from fairpca.tasks.trust import SEAL_FILE
+
+        from . import runtime
+
         show_logs(options.pop("verbose", False))  # cyclopts passes the options given
-        _start(kind, model, options)
+        config_file = options.pop("config", None)
+        try:
+            cfg = build_config(options, config_file, model)
+        except ValidationError as error:
+            print_validation_error(error, model)
+            raise SystemExit(2) from error
+        except (ValueError, OSError) as error:
+            fail("Invalid configuration file", str(error))
+        tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
+        # where the results are, and in what state (said on a stop signal)
+        output_dir = cfg.output.output_dir.resolve()
+        prefix = cfg.output.run_name or f"{kind}-"
+        results = partial(runtime.describe_output, output_dir, prefix, time.time(), SEAL_FILE)
+        with runtime.Command(kind, results) as command:
+            command.run(_checked_run, command, kind, cfg, tracking_uri)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     params = [
@@ -254,32 +275,9 @@ def config_command(model: type[BaseModel], kind: str):
         *config_parameters(model),
         inspect.Parameter("verbose", keyword, default=False, annotation=VERBOSE_OPTION),
     ]
-    command.__signature__ = inspect.Signature(params)
-    command.__annotations__ = {param.name: param.annotation for param in params}
-    return command
-
-
-def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
-    """Validate the config, the tracking URI and the inputs, then run the flow."""
-    from fairpca.tasks.trust import SEAL_FILE
-
-    from . import runtime
-
-    config_file = options.pop("config", None)
-    try:
-        cfg = build_config(options, config_file, model)
-    except ValidationError as error:
-        print_validation_error(error, model)
-        raise SystemExit(2) from error
-    except (ValueError, OSError) as error:
-        fail("Invalid configuration file", str(error))
-    tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
-    # where the results are, and in what state (said on a stop signal)
-    output_dir = Path(cfg.output.output_dir).resolve()
-    prefix = cfg.output.run_name or f"{kind}-"
-    results = partial(runtime.describe_output, output_dir, prefix, time.time(), SEAL_FILE)
-    with runtime.Command(kind, results) as command:
-        command.run(_checked_run, command, kind, cfg, tracking_uri)
+    start.__signature__ = inspect.Signature(params)
+    start.__annotations__ = {param.name: param.annotation for param in params}
+    return start
 
 
 def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
@@ -433,12 +431,7 @@ gate_app = App(
     sort_key=4,
 )
 
-
-@gate_app.default
-def _no_gate_command() -> None:
-    """``fairpca gate`` alone: its help, and exit code 2."""
-    gate_app.help_print([])
-    raise SystemExit(2)
+gate_app.default(partial(_help_alone, gate_app))
 
 
 def gate_serve(
