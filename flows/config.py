@@ -665,10 +665,6 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
     if isinstance(value, dict):
-        flat: dict[str, str] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}{key}."))
-        return flat
-    if isinstance(value, list):
-        return {prefix[:-1]: ",".join(str(item) for item in value)}
-    return {prefix[:-1]: "None" if value is None else str(value)}
+        return {key: text for name, item in value.items()
+                for key, text in _flatten(item, f"{prefix}{name}.").items()}  # fmt: skip
+    return {prefix[:-1]: ",".join(map(str, value)) if isinstance(value, list) else str(value)}

@@ -216,17 +216,6 @@ DASK_FIX = (
 )
 
 
-def _check_file_memory(source) -> None:
-    """A user file whose text alone would not fit twice in memory is refused before it is
-    read (parsed, a table takes at least the size of its text)."""
-    from fairpca import _memory
-
-    if source.data is None or not source.data.is_file():
-        return
-    size = source.data.stat().st_size
-    _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
-
-
 def _check_output_dir(base: Path, run_name: str | None) -> None:
     try:
         base.mkdir(parents=True, exist_ok=True)
@@ -270,10 +259,16 @@ def _check_signing_key(output_dir: Path) -> None:
 
 def _check_table(config) -> tuple[list[str], Split]:
     """Load, check, split and screen an in-memory table: the warnings and the split."""
+    from fairpca import _memory
     from fairpca.datasets import ScreeningWarning
     from fairpca.tasks.data import load_source, split_data
 
-    _check_file_memory(config.source)
+    data = config.source.data
+    if data is not None and data.is_file():
+        # refused before it is read when its text alone would not fit twice in memory
+        # (parsed, a table takes at least the size of its text)
+        size = data.stat().st_size
+        _memory.require(2 * size, f"reading {data} ({_memory.format_bytes(size)})", DASK_FIX)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
