@@ -32,7 +32,6 @@ from pydantic.fields import FieldInfo
 from .config import (
     AuditConfig,
     RetrainConfig,
-    TrackingConfig,
     leaf_fields,
     load_config_file,
     mask_credentials,
@@ -101,15 +100,17 @@ app = App(
 )
 
 
-@app.default
-def _no_command() -> None:
-    """``fairpca`` alone: the help, and exit code 2 (no command was run)."""
-    app.help_print([])
+def _help_alone(group: App) -> None:
+    """``fairpca`` or ``fairpca gate`` alone: its help, and exit code 2 (no command was run)."""
+    group.help_print([])
     raise SystemExit(2)
 
 
-# The panels of ``--help``, in order, and the config sections each shows (a section not
-# listed gets a panel of its own name); the fields at the top of the config go under "Run".
+app.default(partial(_help_alone, app))
+
+
+# The panels of ``--help``, in order, and the config sections each shows; the fields at the
+# top of the config go under "Run".
 HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "Data": ("source", "split"),
     "Search": ("representation", "evaluation"),
@@ -117,6 +118,11 @@ HELP_SECTIONS: dict[str, tuple[str, ...]] = {
     "Registry": ("tracking",),
     "Output": ("output",),
     "Run": ("",),
+}
+PANELS = {
+    section: Group(title, sort_key=order)
+    for order, (title, shown) in enumerate(HELP_SECTIONS.items())
+    for section in shown
 }
 # The options a first audit needs: shown first in their panels.
 FIRST_OPTIONS = (
@@ -131,29 +137,19 @@ FLAG_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
-def help_group(section: str) -> Group:
-    """The ``--help`` panel of a config section (``""``: the top of the config)."""
-    titles = list(HELP_SECTIONS)
-    title = next((t for t, shown in HELP_SECTIONS.items() if section in shown), section)
-    return Group(title, sort_key=titles.index(title) if title in titles else len(titles))
-
-
 def config_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
     """A keyword parameter for every leaf field of ``model`` (its sections' fields included),
     annotated for cyclopts, default unset: in panel order, the first options first."""
     fields = leaf_fields(model)
-
-    def order(path: tuple[str, ...]) -> tuple:
-        group = help_group(path[0] if len(path) > 1 else "")
-        return group.sort_key, path[-1] not in FIRST_OPTIONS
-
-    return [_parameter(path, fields[path]) for path in sorted(fields, key=order)]
+    panel = {path: PANELS[path[0] if len(path) > 1 else ""] for path in fields}
+    order = sorted(fields, key=lambda path: (panel[path].sort_key, path[-1] not in FIRST_OPTIONS))
+    return [_parameter(path[-1], fields[path], panel[path]) for path in order]
 
 
-def _parameter(path: tuple[str, ...], info: FieldInfo) -> inspect.Parameter:
+def _parameter(name: str, info: FieldInfo, group: Group) -> inspect.Parameter:
     kind, comma = _cli_type(info.annotation)
     default = info.get_default(call_default_factory=True)
-    help_text = info.description
+    help_text = " ".join(info.description.split())  # a field's docstring: one paragraph
     if comma is not None:
         help_text += " Comma-separated."
     elif kind == list[str]:
@@ -161,16 +157,16 @@ def _parameter(path: tuple[str, ...], info: FieldInfo) -> inspect.Parameter:
     if default is not None and default != []:
         help_text += f"  [default: {_shown(default)}]"
     spec = Parameter(
-        name=(flag_name(path[-1]), *FLAG_ALIASES.get(path[-1], ())),
+        name=(flag_name(name), *FLAG_ALIASES.get(name, ())),
         help=help_text,
-        group=help_group(path[0] if len(path) > 1 else ""),
+        group=group,
         show_default=False,
         negative=None if kind is bool and default else (),  # only a flag on by default
         converter=None if comma is None else partial(_comma_list, comma),
         metavar=None if comma is None else f"{comma.__name__.upper()},...",
         allow_leading_hyphen=True,  # a value such as a column named "-x", as before
     )
-    return inspect.Parameter(path[-1], inspect.Parameter.KEYWORD_ONLY, default=None,
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
                              annotation=Annotated[kind | None, spec])  # fmt: skip
 
 
@@ -178,18 +174,17 @@ def _cli_type(annotation: Any) -> tuple[Any, type | None]:
     """The command-line type of a field type, and the item type of a comma-separated list
     (lists of choices or numbers; lists of column names repeat the option instead). Choices
     are read as text: the config's validation names the allowed ones."""
-    args = [arg for arg in get_args(annotation) if arg is not type(None)]
     if get_origin(annotation) in (Union, UnionType):
-        annotation = args[0]
-        args = list(get_args(annotation))
+        annotation = next(arg for arg in get_args(annotation) if arg is not type(None))
     if get_origin(annotation) is Literal:
         return str, None
-    if get_origin(annotation) is list:
-        item = args[0]
-        if get_origin(item) is Literal:
-            return list[str], str
-        return (list[str], None) if item is str else (list[item], item)
-    return annotation, None
+    if get_origin(annotation) is not list:
+        return annotation, None
+    item = get_args(annotation)[0]
+    if item is str:
+        return list[str], None
+    item = str if get_origin(item) is Literal else item
+    return list[item], item
 
 
 def _shown(value: Any) -> str:
@@ -233,7 +228,7 @@ VERBOSE_HELP = (
 )
 VERBOSE_OPTION = Annotated[
     bool,
-    Parameter(name="--verbose", negative=(), help=VERBOSE_HELP, group=help_group(""),
+    Parameter(name="--verbose", negative=(), help=VERBOSE_HELP, group=PANELS[""],
               show_default=False),
 ]  # fmt: skip
 CONFIG_FILE_OPTION = Annotated[
@@ -241,7 +236,7 @@ CONFIG_FILE_OPTION = Annotated[
     Parameter(
         name="--config",
         help="YAML/JSON config file (sections as in audit.yaml); the options given override it.",
-        group=help_group(""),
+        group=PANELS[""],
     ),
 ]
 
@@ -251,9 +246,28 @@ def config_command(model: type[BaseModel], kind: str):
     generated signature) and ``--verbose``, which validates them and runs the ``kind``
     flow."""
 
-    def command(**options: Any) -> None:
+    def start(**options: Any) -> None:
+        """Validate the config, the tracking URI and the inputs, then run the flow."""
+        from fairpca.tasks.trust import SEAL_FILE
+
+        from . import runtime
+
         show_logs(options.pop("verbose", False))  # cyclopts passes the options given
-        _start(kind, model, options)
+        config_file = options.pop("config", None)
+        try:
+            cfg = build_config(options, config_file, model)
+        except ValidationError as error:
+            print_validation_error(error, model)
+            raise SystemExit(2) from error
+        except (ValueError, OSError) as error:
+            fail("Invalid configuration file", str(error))
+        tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
+        # where the results are, and in what state (said on a stop signal)
+        output_dir = cfg.output.output_dir.resolve()
+        prefix = cfg.output.run_name or f"{kind}-"
+        results = partial(runtime.describe_output, output_dir, prefix, time.time(), SEAL_FILE)
+        with runtime.Command(kind, results) as command:
+            command.run(_checked_run, command, kind, cfg, tracking_uri)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     params = [
@@ -261,32 +275,9 @@ def config_command(model: type[BaseModel], kind: str):
         *config_parameters(model),
         inspect.Parameter("verbose", keyword, default=False, annotation=VERBOSE_OPTION),
     ]
-    command.__signature__ = inspect.Signature(params)
-    command.__annotations__ = {param.name: param.annotation for param in params}
-    return command
-
-
-def _start(kind: str, model: type[BaseModel], options: dict[str, Any]) -> None:
-    """Validate the config, the tracking URI and the inputs, then run the flow."""
-    from fairpca.tasks.trust import SEAL_FILE
-
-    from . import runtime
-
-    config_file = options.pop("config", None)
-    try:
-        cfg = build_config(options, config_file, model)
-    except ValidationError as error:
-        print_validation_error(error, model)
-        raise SystemExit(2) from error
-    except (ValueError, OSError) as error:
-        fail("Invalid configuration file", str(error))
-    tracking_uri = _check_tracking(cfg.tracking.tracking_uri)
-    # where the results are, and in what state (said on a stop signal)
-    output_dir = Path(cfg.output.output_dir).resolve()
-    prefix = cfg.output.run_name or f"{kind}-"
-    results = partial(runtime.describe_output, output_dir, prefix, time.time(), SEAL_FILE)
-    with runtime.Command(kind, results) as command:
-        command.run(_checked_run, command, kind, cfg, tracking_uri)
+    start.__signature__ = inspect.Signature(params)
+    start.__annotations__ = {param.name: param.annotation for param in params}
+    return start
 
 
 def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
@@ -295,6 +286,10 @@ def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
     before any work; the server is stopped with the command), the flow is imported and a
     new local store is created; then the flow, on the data the check loaded and split."""
     command.start_prefect_server()  # before anything imports Prefect here
+    from fairpca.tasks.data import handed_over
+    from fairpca.tasks.mlflow_logging import MlflowLoggingError
+
+    from . import runtime
     from .preflight import PreflightError, check_before_run
 
     command.phase = "while the inputs were checked (nothing was written)"
@@ -304,18 +299,6 @@ def _checked_run(command, kind: str, config, tracking_uri: str) -> None:
         fail("Invalid input (nothing was run)", str(error))
     for note in notes:
         print_message(err_console, note, head="[yellow]Warning:[/yellow] ")
-    from fairpca.tasks.data import handed_over
-
-    with handed_over(split, config):  # the flow reads the data no second time
-        del split  # held until the flow takes it, then by the flow alone
-        _run_flow(command, kind, config, tracking_uri)
-
-
-def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
-    from fairpca.tasks.mlflow_logging import MlflowLoggingError
-
-    from . import runtime
-
     command.phase = "while the flow was loaded (nothing was written)"
     if kind == "retrain":
         from .retrain import retrain as flow_fn
@@ -328,8 +311,10 @@ def _run_flow(command, kind: str, config, tracking_uri: str) -> None:
     _use_prefect_server(command)
     command.phase = f"during the {kind} flow"
     try:
-        with stage_progress(f"fairpca {kind}"):  # a spinner on a terminal only
-            result = flow_fn(config)
+        with handed_over(split, config):  # the flow reads the data no second time
+            del split  # held until the flow takes it, then by the flow alone
+            with stage_progress(f"fairpca {kind}"):  # a spinner on a terminal only
+                result = flow_fn(config)
     except MlflowLoggingError as error:
         fail("MLflow logging failed", error, code=1)
     except (ValueError, TypeError, OSError) as error:
@@ -359,48 +344,40 @@ def _check_tracking(uri: str | None) -> str:
     return resolved
 
 
-app.command(
-    config_command(AuditConfig, "audit"),
-    name="audit",
-    help="Run a fairness audit and record it in MLflow (moves 'champion' if thresholds are met).",
-    sort_key=1,
-)
-app.command(
-    config_command(RetrainConfig, "retrain"),
-    name="retrain",
-    help="Refit on current data, compare with the champion, promote only if fair and no worse.",
-    sort_key=2,
-)
-
-TrackingOpt = Annotated[
-    str | None, Parameter(help=TrackingConfig.model_fields["tracking_uri"].description)
-]
-PolicyDirOpt = Annotated[
-    Path | None, Parameter(help="Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]")
-]
+for order, (kind, model, text) in enumerate([
+    ("audit", AuditConfig, "Run a fairness audit and record it in MLflow (moves 'champion' if "
+     "thresholds are met)."),
+    ("retrain", RetrainConfig, "Refit on current data, compare with the champion, promote "
+     "only if fair and no worse."),
+], start=1):  # fmt: skip
+    app.command(config_command(model, kind), name=kind, help=text, sort_key=order)
 
 
 def relog(
-    output_dir: Annotated[Path, Parameter(help="A kept audit output directory.")],
+    output_dir: Path,
     /,
     *,
-    tracking_uri: TrackingOpt = None,
-    force: Annotated[
-        bool, Parameter(help="Log again even if it was logged completely before.")
-    ] = False,
-    promote: Annotated[
-        bool,
-        Parameter(
-            help="Move the champion alias to the new version if the audit decided to promote "
-            "(off by default: the directory's own audit.json is not trusted for that)."
-        ),
-    ] = False,
+    tracking_uri: str | None = None,
+    force: bool = False,
+    promote: bool = False,
     verbose: Annotated[bool, Parameter(negative=(), help=VERBOSE_HELP, show_default=False)] = False,
 ) -> None:
     """Log a kept audit output directory to MLflow again (after a tracking outage).
 
     Nothing in the directory is executed or unpickled: the saved model is logged as files,
     each checked against the SHA-256 manifest the audit wrote.
+
+    Parameters
+    ----------
+    output_dir
+        A kept audit output directory.
+    tracking_uri
+        MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.
+    force
+        Log again even if it was logged completely before.
+    promote
+        Move the champion alias to the new version if the audit decided to promote (off by
+        default: the directory's own audit.json is not trusted for that).
     """
     show_logs(verbose)
     from fairpca.tasks.decision import OUTCOMES
@@ -450,29 +427,39 @@ gate_app = App(
     name="gate",
     help="Fairness gate on the MLflow Model Registry (webhook receiver, webhook, reconciler, "
     "signing key).",
+    help_format="md",
     sort_key=4,
 )
 
-
-@gate_app.default
-def _no_gate_command() -> None:
-    """``fairpca gate`` alone: its help, and exit code 2."""
-    gate_app.help_print([])
-    raise SystemExit(2)
+gate_app.default(partial(_help_alone, gate_app))
 
 
 def gate_serve(
     *,
-    port: Annotated[int, Parameter(help="Port to listen on.")] = 8765,
-    host: Annotated[str, Parameter(help="Address to listen on.")] = "127.0.0.1",
-    policy_dir: PolicyDirOpt = None,
-    queue: Annotated[Path, Parameter(help="SQLite file of the event queue.")] = Path(
-        "fairpca-gate-queue.db"
-    ),
-    certfile: Annotated[Path | None, Parameter(help="TLS certificate (serves HTTPS).")] = None,
-    keyfile: Annotated[Path | None, Parameter(help="TLS private key.")] = None,
+    port: int = 8765,
+    host: str = "127.0.0.1",
+    policy_dir: Path | None = None,
+    queue: Path = Path("fairpca-gate-queue.db"),
+    certfile: Path | None = None,
+    keyfile: Path | None = None,
 ) -> None:
-    """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs."""
+    """Receive signed MLflow webhooks ($FAIRPCA_WEBHOOK_SECRET) and start gate runs.
+
+    Parameters
+    ----------
+    port
+        Port to listen on.
+    host
+        Address to listen on.
+    policy_dir
+        Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]
+    queue
+        SQLite file of the event queue.
+    certfile
+        TLS certificate (serves HTTPS).
+    keyfile
+        TLS private key.
+    """
     from . import runtime
 
     if (certfile is None) != (keyfile is None):
@@ -502,13 +489,21 @@ def _serve_gate(command, options: dict[str, Any]) -> None:
 
 def gate_register(
     *,
-    model: Annotated[
-        list[str], Parameter(help="Watched registered model; repeatable.", negative=())
-    ],
-    url: Annotated[str, Parameter(help="Receiver URL, e.g. https://gate.example:8765/webhook.")],
-    tracking_uri: TrackingOpt = None,
+    model: Annotated[list[str], Parameter(negative=())],
+    url: str,
+    tracking_uri: str | None = None,
 ) -> None:
-    """Create or update the MLflow webhook of the gate (idempotent)."""
+    """Create or update the MLflow webhook of the gate (idempotent).
+
+    Parameters
+    ----------
+    model
+        Watched registered model; repeatable.
+    url
+        Receiver URL, e.g. https://gate.example:8765/webhook.
+    tracking_uri
+        MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.
+    """
     from .gate_server import register_webhook, secret_from_env
 
     try:
@@ -528,13 +523,17 @@ def gate_register(
     console.print(f"Webhook {webhook_id} {action} on {mask_credentials(uri)} -> {url}")
 
 
-def gate_reconcile(
-    *,
-    policy_dir: PolicyDirOpt = None,
-    tracking_uri: TrackingOpt = None,
-) -> None:
+def gate_reconcile(*, policy_dir: Path | None = None, tracking_uri: str | None = None) -> None:
     """Check every protected alias of every watched model against the gate's signed
-    attestations: a holder without a verified pass loses it (one line per change)."""
+    attestations: a holder without a verified pass loses it (one line per change).
+
+    Parameters
+    ----------
+    policy_dir
+        Folder of policy files.  [default: $FAIRPCA_GATE_POLICY_DIR]
+    tracking_uri
+        MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.
+    """
     from . import runtime
     from .gate import judging_now
 
@@ -572,41 +571,26 @@ def gate_keygen() -> None:
     """Create the gate's signing key (mode 0600; $FAIRPCA_GATE_KEY_FILE, else
     ~/.config/fairpca/gate.key) unless it exists, and print its public key: run it where the
     gate's worker runs; scorers and reconcilers elsewhere set $FAIRPCA_GATE_PUBLIC_KEY."""
-    from fairpca.tasks.trust import (
-        GATE_KEY_ENV,
-        GATE_PUBLIC_KEY_ENV,
-        AttestationError,
-        create_gate_key,
-        gate_signing_key,
-        public_key_hex,
-    )
+    from fairpca.tasks import trust
 
     try:
-        if os.environ.get(GATE_KEY_ENV):
-            where = f"the gate key comes from ${GATE_KEY_ENV}"
+        if os.environ.get(trust.GATE_KEY_ENV):
+            where = f"the gate key comes from ${trust.GATE_KEY_ENV}"
         else:
-            path, created = create_gate_key()
+            path, created = trust.create_gate_key()
             where = f"{'created' if created else 'kept the existing'} gate key {path}"
-        public = public_key_hex(gate_signing_key().public_key())
-    except (AttestationError, OSError) as error:
+        public = trust.public_key_hex(trust.gate_signing_key().public_key())
+    except (trust.AttestationError, OSError) as error:
         fail("No gate key", str(error))
-    err_console.print(f"{escape(where)}; its public key ({GATE_PUBLIC_KEY_ENV}):")
+    err_console.print(f"{escape(where)}; its public key ({trust.GATE_PUBLIC_KEY_ENV}):")
     console.print(public)
 
 
-def _help_text(function) -> str:
-    """A command's docstring as its help: each paragraph one line (the terminal wraps it)."""
-    paragraphs = inspect.cleandoc(function.__doc__).split("\n\n")
-    return "\n\n".join(" ".join(paragraph.split()) for paragraph in paragraphs)
-
-
-app.command(relog, name="relog", help=_help_text(relog), sort_key=3)
+# their docstrings are their help: Markdown reflows a paragraph to the terminal's width
+app.command(relog, name="relog", help_format="md", sort_key=3)
 app.command(gate_app)
-for order, (name, function) in enumerate(
-    [("serve", gate_serve), ("register", gate_register), ("reconcile", gate_reconcile),
-     ("keygen", gate_keygen)]
-):  # fmt: skip
-    gate_app.command(function, name=name, help=_help_text(function), sort_key=order)
+for order, function in enumerate([gate_serve, gate_register, gate_reconcile, gate_keygen]):
+    gate_app.command(function, name=function.__name__.removeprefix("gate_"), sort_key=order)
 
 
 def main() -> None:

@@ -104,6 +104,17 @@ def _non_empty(value: list[str]) -> list[str]:
     return value
 
 
+def _sorted_above_zero(message: str) -> AfterValidator:
+    """A list of numbers above 0 (finite), sorted and each named once; None: the default."""
+
+    def check(value: list | None) -> list | None:
+        if value is not None and (not value or not all(0 < v < float("inf") for v in value)):
+            raise ValueError(message.format(value=value))
+        return None if value is None else sorted(set(value))
+
+    return AfterValidator(check)
+
+
 # Field types shared by several sections: a list that names each value once (and, for the
 # choices of representations and classifiers, at least one), a share or rate in [0, 1], a
 # row cap where 0 (or None) means every row.
@@ -115,22 +126,17 @@ Classifiers = Annotated[
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Share = Annotated[float, Field(gt=0.0, lt=1.0)]
 RowCap = Annotated[int | None, BeforeValidator(lambda value: None if value == 0 else value)]
-
-
-def _part_cap(part: str) -> Any:
-    """The field of the cap on the rows of one part of the split."""
-    return Field(
-        None,
-        ge=20,
-        description=f"Cap on the {part} rows (default: no cap, the share); with all three "
-        "caps given, they are the sizes of the parts.",
-    )
+# above one half: a balanced accuracy above chance, the share of a majority
+AboveHalf = Annotated[float, Field(gt=0.5, le=1.0)]
 
 
 class Section(BaseModel):
-    """A part of the audit config: unknown keys are errors, assignments are validated."""
+    """A part of the audit config: unknown keys are errors, assignments are validated; the
+    docstring under each field is its description (the command line's help)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(
+        extra="forbid", validate_assignment=True, use_attribute_docstrings=True
+    )
 
 
 class SourceConfig(Section):
@@ -140,65 +146,39 @@ class SourceConfig(Section):
     or Parquet file, with ``label`` and ``sensitive`` naming its columns) is given.
     """
 
-    dataset: Literal[DATASETS] | None = Field(
-        None, description="Dataset: adult, german, bank or compas."
-    )
-    data: Path | None = Field(
-        None,
-        description="User CSV/Parquet file (with label and sensitive columns); a folder of "
-        "Parquet files or a glob of CSV parts is audited on Dask (dask_address).",
-    )
-    label: str | None = Field(None, description="Label column of the user file.")
-    positive_label: str | None = Field(
-        None, description="Value of the user label that counts as positive (y = 1)."
-    )
-    sensitive: Names = Field(
-        default_factory=list,
-        description="Sensitive attribute(s); several are stacked (Sec. 3.5). For a dataset, "
-        "empty means the paper's default attribute.",
-    )
-    keep: Names = Field(
-        default_factory=list,
-        description="Columns kept as features whatever the screening says (a user file: "
-        "identifier-like, free text, dates, many categories, target leakage; any source: "
-        "proxies of a sensitive attribute).",
-    )
-    drop: Names = Field(
-        default_factory=list, description="Columns of the user file excluded from the features."
-    )
-    sep: str | None = Field(
-        None,
-        min_length=1,
-        max_length=1,
-        description="CSV separator of the user file; default: detected from the header.",
-    )
-    data_dir: Path | None = Field(
-        None, description="Data directory of bank and compas; default: $FAIRPCA_DATA_DIR."
-    )
-    group_column: str | None = Field(
-        None,
-        min_length=1,
-        description="Column naming each row's entity (a person, a firm) when the table holds "
-        "several rows per entity (a panel): the training, validation and test parts and every "
-        "cross-validation fold keep each entity's rows together. The column is never a "
-        "feature. Default: the rows are independent.",
-    )
-    leakage_threshold: float = Field(
-        LEAKAGE_BALANCED_ACCURACY,
-        gt=0.5,
-        le=1.0,
-        description="A user file's column that alone predicts the label with at least this "
-        "balanced accuracy on the training rows is excluded as target leakage (keep "
-        "overrides).",
-    )
-    proxy_threshold: float = Field(
-        PROXY_BALANCED_ACCURACY,
-        gt=0.5,
-        le=1.0,
-        description="A feature column that alone predicts a sensitive attribute with at least "
-        "this balanced accuracy (or recodes or duplicates it) is excluded as its proxy "
-        "(keep overrides).",
-    )
+    dataset: Literal[DATASETS] | None = None
+    """Dataset: adult, german, bank or compas."""
+    data: Path | None = None
+    """User CSV/Parquet file (with label and sensitive columns); a folder of Parquet files or
+    a glob of CSV parts is audited on Dask (dask_address)."""
+    label: str | None = None
+    """Label column of the user file."""
+    positive_label: str | None = None
+    """Value of the user label that counts as positive (y = 1)."""
+    sensitive: Names = Field(default_factory=list)
+    """Sensitive attribute(s); several are stacked (Sec. 3.5). For a dataset, empty means the
+    paper's default attribute."""
+    keep: Names = Field(default_factory=list)
+    """Columns kept as features whatever the screening says (a user file: identifier-like,
+    free text, dates, many categories, target leakage; any source: proxies of a sensitive
+    attribute)."""
+    drop: Names = Field(default_factory=list)
+    """Columns of the user file excluded from the features."""
+    sep: str | None = Field(None, min_length=1, max_length=1)
+    """CSV separator of the user file; default: detected from the header."""
+    data_dir: Path | None = None
+    """Data directory of bank and compas; default: $FAIRPCA_DATA_DIR."""
+    group_column: str | None = Field(None, min_length=1)
+    """Column naming each row's entity (a person, a firm) when the table holds several rows
+    per entity (a panel): the training, validation and test parts and every cross-validation
+    fold keep each entity's rows together. The column is never a feature. Default: the rows
+    are independent."""
+    leakage_threshold: AboveHalf = LEAKAGE_BALANCED_ACCURACY
+    """A user file's column that alone predicts the label with at least this balanced
+    accuracy on the training rows is excluded as target leakage (keep overrides)."""
+    proxy_threshold: AboveHalf = PROXY_BALANCED_ACCURACY
+    """A feature column that alone predicts a sensitive attribute with at least this balanced
+    accuracy (or recodes or duplicates it) is excluded as its proxy (keep overrides)."""
 
     @model_validator(mode="after")
     def _check_source(self) -> SourceConfig:
@@ -213,17 +193,14 @@ class SourceConfig(Section):
         both = sorted(set(self.keep) & set(self.drop))
         if both:
             raise ValueError(f"columns {both} are in both keep and drop; give each in one.")
-        self._check_group_column()
-        return self
-
-    def _check_group_column(self) -> None:
-        """The entity column is neither the label, a sensitive attribute nor a feature."""
+        # the entity column is neither the label, a sensitive attribute nor a feature
         group = self.group_column
         roles = {"label": [self.label], "sensitive": self.sensitive, "keep": self.keep,
                  "drop": self.drop}  # fmt: skip
         taken = [role for role, names in roles.items() if group is not None and group in names]
         if taken:
             raise ValueError(GROUP_COLUMN_TAKEN.format(group=group, roles=" and ".join(taken)))
+        return self
 
     def _check_user_file(self) -> None:
         if self.label is None or not self.sensitive:
@@ -267,22 +244,26 @@ class SplitConfig(Section):
     at most its cap; when all three caps are given they are the parts' sizes (scaled down in
     proportion on a smaller table) and the shares are not used."""
 
-    train_share: Share = Field(0.5, description="Share of the rows for training (fit every model).")
-    validation_share: Share = Field(
-        0.25, description="Share of the rows for validation (choose, gate)."
-    )
-    test_share: Share = Field(0.25, description="Share of the rows for test (reported only).")
-    n_train: int | None = _part_cap("training")
-    n_validation: int | None = _part_cap("validation")
-    n_test: int | None = _part_cap("test")
-    search_rows: RowCap = Field(
-        5000,
-        ge=100,
-        description="Training rows of the wide search over k, C, lambda and the classifier "
-        "(a seeded stratified sample; its validation rows in the split's proportion). The "
-        "best candidates are then measured on every validation row, and the chosen one is "
-        "fitted on every training row. 0 or None: search on every row.",
-    )
+    train_share: Share = 0.5
+    """Share of the rows for training (fit every model)."""
+    validation_share: Share = 0.25
+    """Share of the rows for validation (choose, gate)."""
+    test_share: Share = 0.25
+    """Share of the rows for test (reported only)."""
+    n_train: int | None = Field(None, ge=20)
+    """Cap on the training rows (default: no cap, the share); with all three caps given,
+    they are the sizes of the parts."""
+    n_validation: int | None = Field(None, ge=20)
+    """Cap on the validation rows (default: no cap, the share); with all three caps given,
+    they are the sizes of the parts."""
+    n_test: int | None = Field(None, ge=20)
+    """Cap on the test rows (default: no cap, the share); with all three caps given, they
+    are the sizes of the parts."""
+    search_rows: RowCap = Field(5000, ge=100)
+    """Training rows of the wide search over k, C, lambda and the classifier (a seeded
+    stratified sample; its validation rows in the split's proportion). The best candidates
+    are then measured on every validation row, and the chosen one is fitted on every training
+    row. 0 or None: search on every row."""
 
     @model_validator(mode="after")
     def _check_shares(self) -> SplitConfig:
@@ -298,56 +279,32 @@ class SplitConfig(Section):
 class RepresentationConfig(Section):
     """The encoded features and the representations fitted on them."""
 
-    k: int | None = Field(
-        None,
-        ge=1,
-        le=10_000,
-        description="Target dimension of the representations, fixed; default: the k of "
-        "k_grid that the validation rows choose.",
-    )
-    k_grid: list[int] | None = Field(
-        None,
-        description="The k values searched when k is not given (those the data allow); "
-        "default: 10, 20, 40, ... doubling while below the largest k the encoded training "
-        "data allow, and that largest k.",
-    )
+    k: int | None = Field(None, ge=1, le=10_000)
+    """Target dimension of the representations, fixed; default: the k of k_grid that the
+    validation rows choose."""
+    k_grid: Annotated[
+        list[int] | None,
+        _sorted_above_zero("k_grid must list k values of at least 1, e.g. [10, 20]; got {value}."),
+    ] = None
+    """The k values searched when k is not given (those the data allow); default: 10, 20, 40,
+    ... doubling while below the largest k the encoded training data allow, and that largest
+    k."""
     variants: Variants = Field(
-        default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"],
-        description="Representations: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca.",
+        default_factory=lambda: ["pca", "fair_pca", "fair_pca_s", "fair_pca_eo"]
     )
-    equalize_covariance: float | None = Field(
-        None,
-        gt=0.0,
-        le=1.0,
-        description="Fair PCA-S keeps l = max(k, floor(f * d)) directions (Sec. 3.6), f = this; "
-        "default: the smallest f of a short grid whose k directions keep at least half the "
-        "variance plain fair PCA keeps (smaller l erases the signal on real data).",
-    )
-    lambdas: list[float] = Field(
-        default_factory=lambda: list(DEFAULT_LAMBDAS),
-        description="Trade-off weights of the PCA block appended to the fair features "
-        "(Sec. 3.1; default (i/10)^3, i = 0..10).",
-    )
-    min_category_count: int = Field(
-        MIN_CATEGORY_COUNT,
-        ge=1,
-        description="Categories of fewer training rows are pooled into one '<rare>' column by "
-        "the encoder and never appear in the logged input example.",
-    )
-    metric_max_rows: int = Field(
-        1000, ge=50, description="Rows per group used for MMD^2 (quadratic cost)."
-    )
-
-    @field_validator("k_grid")
-    @classmethod
-    def _check_k_grid(cls, value: list[int] | None) -> list[int] | None:
-        if value is None:
-            return None
-        if not value or any(k < 1 for k in value):
-            raise ValueError(
-                f"k_grid must list k values of at least 1, e.g. [10, 20]; got {value}."
-            )
-        return sorted(set(value))
+    """Representations: pca, fair_pca, fair_pca_eo, fair_pca_s, fair_kernel_pca."""
+    equalize_covariance: float | None = Field(None, gt=0.0, le=1.0)
+    """Fair PCA-S keeps l = max(k, floor(f * d)) directions (Sec. 3.6), f = this; default: the
+    smallest f of a short grid whose k directions keep at least half the variance plain fair
+    PCA keeps (smaller l erases the signal on real data)."""
+    lambdas: list[float] = Field(default_factory=lambda: list(DEFAULT_LAMBDAS))
+    """Trade-off weights of the PCA block appended to the fair features (Sec. 3.1; default
+    (i/10)^3, i = 0..10)."""
+    min_category_count: int = Field(MIN_CATEGORY_COUNT, ge=1)
+    """Categories of fewer training rows are pooled into one '<rare>' column by the encoder
+    and never appear in the logged input example."""
+    metric_max_rows: int = Field(1000, ge=50)
+    """Rows per group used for MMD^2 (quadratic cost)."""
 
     @field_validator("lambdas")
     @classmethod
@@ -365,50 +322,30 @@ class RepresentationConfig(Section):
 class EvaluationConfig(Section):
     """Downstream classifiers and the group metrics computed on their predictions."""
 
-    classifiers: Classifiers = Field(
-        default_factory=lambda: list(DEFAULT_CLASSIFIERS),
-        description="Downstream classifiers: the paper's logreg, linear_svm, rbf_svc and mlp "
-        "(Appendix C.1), and logreg_tuned, logistic regression with its C searched over "
-        "logreg_C on the validation rows and its probability threshold chosen for the "
-        "selection measure (select_by) by cross-validation on the training rows. rbf_svc is "
-        "opt-in: its support vectors are training rows, so it cannot be registered unless "
-        "allow_row_storing_models; the MLP (10, 5) is opt-in ('mlp'): ~1 s per fit.",
-    )
-    logreg_C: list[float] | None = Field(
-        None,
-        description="Inverse regularisation strengths C that logreg_tuned and the reference "
-        "mitigations' logistic regression try, chosen on the validation rows; default: the "
-        "paper's C = 1/(2 n 0.01) and 1.0.",
-    )
-    svc_max_train_rows: RowCap = Field(
-        2000,
-        ge=20,
-        description="Rows the RBF SVC trains on (cost is quadratic); 0 or None: all rows.",
-    )
-    min_group_size: int = Field(
-        DEFAULT_MIN_GROUP_SIZE,
-        ge=1,
-        description="Groups with fewer rows get no per-group metrics (reported as "
-        "suppressed; still constrained by fair PCA).",
-    )
-    allow_small_groups: bool = Field(
-        False,
-        description="Allow min_group_size below the floor of 10: rates of groups that small "
-        "come close to describing single people (publish them only for data that may be "
-        "disclosed).",
-    )
-    n_bootstrap: int = Field(
-        1000, ge=100, le=100_000, description="Bootstrap resamples of the 95% intervals."
-    )
-
-    @field_validator("logreg_C")
-    @classmethod
-    def _check_logreg_C(cls, value: list[float] | None) -> list[float] | None:
-        if value is not None and (not value or not all(0 < c < float("inf") for c in value)):
-            raise ValueError(
-                f"logreg_C must list finite values above 0, e.g. [0.1, 1]; got {value}."
-            )
-        return None if value is None else sorted(set(value))
+    classifiers: Classifiers = Field(default_factory=lambda: list(DEFAULT_CLASSIFIERS))
+    """Downstream classifiers: the paper's logreg, linear_svm, rbf_svc and mlp (Appendix
+    C.1), and logreg_tuned, logistic regression with its C searched over logreg_C on the
+    validation rows and its probability threshold chosen for the selection measure
+    (select_by) by cross-validation on the training rows. rbf_svc is opt-in: its support
+    vectors are training rows, so it cannot be registered unless allow_row_storing_models;
+    the MLP (10, 5) is opt-in ('mlp'): ~1 s per fit."""
+    logreg_C: Annotated[
+        list[float] | None,
+        _sorted_above_zero("logreg_C must list finite values above 0, e.g. [0.1, 1]; got {value}."),
+    ] = None
+    """Inverse regularisation strengths C that logreg_tuned and the reference mitigations'
+    logistic regression try, chosen on the validation rows; default: the paper's
+    C = 1/(2 n 0.01) and 1.0."""
+    svc_max_train_rows: RowCap = Field(2000, ge=20)
+    """Rows the RBF SVC trains on (cost is quadratic); 0 or None: all rows."""
+    min_group_size: int = Field(DEFAULT_MIN_GROUP_SIZE, ge=1)
+    """Groups with fewer rows get no per-group metrics (reported as suppressed; still
+    constrained by fair PCA)."""
+    allow_small_groups: bool = False
+    """Allow min_group_size below the floor of 10: rates of groups that small come close to
+    describing single people (publish them only for data that may be disclosed)."""
+    n_bootstrap: int = Field(1000, ge=100, le=100_000)
+    """Bootstrap resamples of the 95% intervals."""
 
     @model_validator(mode="after")
     def _check_group_floor(self) -> EvaluationConfig:
@@ -424,22 +361,17 @@ class EvaluationConfig(Section):
 class Thresholds(Section):
     """Thresholds of the gate policy (``SelectionConfig.policy`` says which ones apply)."""
 
-    max_dp_difference: Rate = Field(
-        0.05, description="Largest allowed demographic parity difference."
-    )
-    max_eo_difference: Rate = Field(
-        0.10, description="Largest allowed equal opportunity (TPR) difference."
-    )
-    max_equalized_odds_difference: Rate = Field(
-        0.10,
-        description="Largest allowed equalized odds difference (max of TPR and FPR differences).",
-    )
-    min_selection_rate_ratio: Rate = Field(
-        0.8,
-        description="Smallest allowed selection-rate ratio (lowest over highest group "
-        "selection rate; the four-fifths rule asks for 0.8).",
-    )
-    min_accuracy: Rate = Field(0.0, description="Smallest allowed accuracy.")
+    max_dp_difference: Rate = 0.05
+    """Largest allowed demographic parity difference."""
+    max_eo_difference: Rate = 0.10
+    """Largest allowed equal opportunity (TPR) difference."""
+    max_equalized_odds_difference: Rate = 0.10
+    """Largest allowed equalized odds difference (max of TPR and FPR differences)."""
+    min_selection_rate_ratio: Rate = 0.8
+    """Smallest allowed selection-rate ratio (lowest over highest group selection rate; the
+    four-fifths rule asks for 0.8)."""
+    min_accuracy: Rate = 0.0
+    """Smallest allowed accuracy."""
 
 
 class GateRules(Section):
@@ -447,68 +379,44 @@ class GateRules(Section):
     ``selection`` section and the registry gate's policy file
     (:class:`fairpca.flows.gate.GatePolicy`) both include them."""
 
-    policy: str = Field(
-        DEFAULT_POLICY,
-        description="Gate policy: demographic_parity, equal_opportunity, equalized_odds, "
-        "four_fifths, or several joined by '+' (all must hold), with the thresholds of "
-        "'thresholds'.",
-    )
-    thresholds: Thresholds = Field(
-        default_factory=Thresholds, description="Thresholds of the gate policy."
-    )
-    gate: Literal["upper_bound", "point"] = Field(
-        DEFAULT_BOUND,
-        description="point: the validation estimates of the gated differences must meet the "
-        "thresholds; upper_bound: their upper 95% bounds (strict: on 2,500 validation rows "
-        "the upper bound of a fair classifier's DP difference at a 25% selection rate is "
-        "about 0.07, so only classifiers that rarely say yes pass 0.05).",
-    )
-    select_by: Literal["balanced_accuracy", "accuracy"] = Field(
-        "balanced_accuracy",
-        description="Validation measure that picks the chosen candidate among those eligible "
-        "and meeting the gate (ties go to accuracy). Balanced accuracy, unlike accuracy, does "
-        "not favour a classifier that rarely predicts the rarer class.",
-    )
-    min_accuracy_gain: Rate = Field(
-        MIN_ACCURACY_GAIN,
-        description="A candidate must beat the majority class by this much on the selection "
-        "measure (select_by): its validation accuracy over the majority-class accuracy, or its "
-        "balanced accuracy over the majority class's 0.5.",
-    )
-    min_balanced_accuracy_margin: float = Field(
-        MIN_BALANCED_ACCURACY_MARGIN,
-        ge=0.0,
-        lt=0.5,
-        description="The lower 95% bound of a candidate's validation balanced accuracy must "
-        "exceed chance (0.5) by this much.",
-    )
-    min_positive_rate_ratio: Rate = Field(
-        MIN_POSITIVE_RATE_RATIO,
-        description="A candidate's predicted-positive rate must reach this share of the base "
-        "rate, and its predicted-negative rate this share of the negative rate.",
-    )
-    max_one_class_share: float = Field(
-        MAX_ONE_CLASS_SHARE,
-        gt=0.5,
-        le=1.0,
-        description="A candidate predicting one class for more than this share of the "
-        "validation rows is degenerate (not eligible).",
-    )
+    policy: str = DEFAULT_POLICY
+    """Gate policy: demographic_parity, equal_opportunity, equalized_odds, four_fifths, or
+    several joined by '+' (all must hold), with the thresholds of 'thresholds'."""
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    """Thresholds of the gate policy."""
+    gate: Literal["upper_bound", "point"] = DEFAULT_BOUND
+    """point: the validation estimates of the gated differences must meet the thresholds;
+    upper_bound: their upper 95% bounds (strict: on 2,500 validation rows the upper bound of
+    a fair classifier's DP difference at a 25% selection rate is about 0.07, so only
+    classifiers that rarely say yes pass 0.05)."""
+    select_by: Literal["balanced_accuracy", "accuracy"] = "balanced_accuracy"
+    """Validation measure that picks the chosen candidate among those eligible and meeting
+    the gate (ties go to accuracy). Balanced accuracy, unlike accuracy, does not favour a
+    classifier that rarely predicts the rarer class."""
+    min_accuracy_gain: Rate = MIN_ACCURACY_GAIN
+    """A candidate must beat the majority class by this much on the selection measure
+    (select_by): its validation accuracy over the majority-class accuracy, or its balanced
+    accuracy over the majority class's 0.5."""
+    min_balanced_accuracy_margin: float = Field(MIN_BALANCED_ACCURACY_MARGIN, ge=0.0, lt=0.5)
+    """The lower 95% bound of a candidate's validation balanced accuracy must exceed chance
+    (0.5) by this much."""
+    min_positive_rate_ratio: Rate = MIN_POSITIVE_RATE_RATIO
+    """A candidate's predicted-positive rate must reach this share of the base rate, and its
+    predicted-negative rate this share of the negative rate."""
+    max_one_class_share: AboveHalf = MAX_ONE_CLASS_SHARE
+    """A candidate predicting one class for more than this share of the validation rows is
+    degenerate (not eligible)."""
 
-    sensitive_at_prediction: bool = Field(
-        False,
-        description="Deployment: the deployed model may see the sensitive attribute when it "
-        "decides. Off (as in most lending, hiring and insurance deployments), a reference "
-        "mitigation that needs it (threshold_optimizer, correlation_remover) cannot veto the "
-        "chosen model; it is listed as an alternative the deployment excludes.",
-    )
-    randomized_decisions: bool = Field(
-        False,
-        description="Deployment: the deployed model may decide at random (the same applicant, "
-        "another answer). Off, a reference mitigation that decides at random "
-        "(exponentiated_gradient, threshold_optimizer) cannot veto the chosen model; it is "
-        "listed as an alternative the deployment excludes.",
-    )
+    sensitive_at_prediction: bool = False
+    """Deployment: the deployed model may see the sensitive attribute when it decides. Off
+    (as in most lending, hiring and insurance deployments), a reference mitigation that needs
+    it (threshold_optimizer, correlation_remover) cannot veto the chosen model; it is listed
+    as an alternative the deployment excludes."""
+    randomized_decisions: bool = False
+    """Deployment: the deployed model may decide at random (the same applicant, another
+    answer). Off, a reference mitigation that decides at random (exponentiated_gradient,
+    threshold_optimizer) cannot veto the chosen model; it is listed as an alternative the
+    deployment excludes."""
 
     @field_validator("policy")
     @classmethod
@@ -522,73 +430,49 @@ class SelectionConfig(GateRules):
     """How the candidate is chosen on the validation rows and gated (the gate's rules,
     :class:`GateRules`, and how the rows decide)."""
 
-    certify_factor: float = Field(
-        DEFAULT_CERTIFY_FACTOR,
-        ge=0.0,
-        le=10.0,
-        description="Certification before promotion: the 95% resolution (1.96 standard errors) "
-        "of each gated measure on the rows that chose the candidate may be at most this many "
-        "times the policy's band (the limit of a difference, 1 - the minimum of a ratio); "
-        "wider, the audit says there is not enough data to certify and does not promote. "
-        "0 turns the check off.",
-    )
-    promote_dominated: bool = Field(
-        False,
-        description="Promote the chosen candidate even when a reference mitigation that meets "
-        "the gate, and that the deployment allows, beats it on the rows that chose it by a "
-        "margin whose 95% interval lies above zero (by default such a candidate is kept, not "
-        "promoted, and the reference is named).",
-    )
-    cv_below_rows: int = Field(
-        1000,
-        ge=0,
-        description="A validation part of fewer rows is too noisy to choose on: the best "
-        "candidates on it are then compared by repeated stratified cross-validation on the "
-        "training and validation rows (the test rows stay untouched). 0: never.",
-    )
-    cv_folds: int = Field(5, ge=2, le=20, description="Folds of that cross-validation.")
-    cv_repeats: int = Field(
-        3,
-        ge=1,
-        le=20,
-        description="Repeats of that cross-validation (different fold draws); their spread "
-        "widens the standard errors that the stability and certification checks use.",
-    )
-    allow_row_storing_models: bool = Field(
-        False,
-        description="Let the registered pipeline be one that stores (projected) training rows: "
-        "an RBF SVC keeps support vectors, fair kernel PCA keeps its training points. Off by "
-        "default (privacy); such candidates are still audited and reported.",
-    )
+    certify_factor: float = Field(DEFAULT_CERTIFY_FACTOR, ge=0.0, le=10.0)
+    """Certification before promotion: the 95% resolution (1.96 standard errors) of each
+    gated measure on the rows that chose the candidate may be at most this many times the
+    policy's band (the limit of a difference, 1 - the minimum of a ratio); wider, the audit
+    says there is not enough data to certify and does not promote. 0 turns the check off."""
+    promote_dominated: bool = False
+    """Promote the chosen candidate even when a reference mitigation that meets the gate, and
+    that the deployment allows, beats it on the rows that chose it by a margin whose 95%
+    interval lies above zero (by default such a candidate is kept, not promoted, and the
+    reference is named)."""
+    cv_below_rows: int = Field(1000, ge=0)
+    """A validation part of fewer rows is too noisy to choose on: the best candidates on it
+    are then compared by repeated stratified cross-validation on the training and validation
+    rows (the test rows stay untouched). 0: never."""
+    cv_folds: int = Field(5, ge=2, le=20)
+    """Folds of that cross-validation."""
+    cv_repeats: int = Field(3, ge=1, le=20)
+    """Repeats of that cross-validation (different fold draws); their spread widens the
+    standard errors that the stability and certification checks use."""
+    allow_row_storing_models: bool = False
+    """Let the registered pipeline be one that stores (projected) training rows: an RBF SVC
+    keeps support vectors, fair kernel PCA keeps its training points. Off by default
+    (privacy); such candidates are still audited and reported."""
 
 
 class TrackingConfig(Section):
     """Where and how the audit is recorded in MLflow."""
 
-    tracking_uri: str | None = Field(
-        None,
-        description="MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db.",
-    )
-    experiment_name: str = Field("fairpca-audit", min_length=1, description="MLflow experiment.")
-    model_name: str | None = Field(
-        None,
-        description="Registered model name; default derived from the data source, label and "
-        "sensitive attributes, e.g. fairpca-adult-income_gt_50k-sex.",
-    )
-    champion_alias: str = Field(
-        "champion",
-        pattern=ALIAS_PATTERN,
-        description="Registry alias of the model in use; moved only when the gate passes.",
-    )
-    register_model: bool = Field(
-        True, description="Register the chosen pipeline in the MLflow Model Registry."
-    )
-    mlflow_retries: int = Field(
-        3, ge=0, le=10, description="Retries of each MLflow logging task on transient errors."
-    )
-    mlflow_retry_backoff: float = Field(
-        2.0, ge=0.0, le=60.0, description="Back-off factor: retry i waits factor * 2**i seconds."
-    )
+    tracking_uri: str | None = None
+    """MLflow tracking URI; default: $MLFLOW_TRACKING_URI or sqlite:///mlflow.db."""
+    experiment_name: str = Field("fairpca-audit", min_length=1)
+    """MLflow experiment."""
+    model_name: str | None = None
+    """Registered model name; default derived from the data source, label and sensitive
+    attributes, e.g. fairpca-adult-income_gt_50k-sex."""
+    champion_alias: str = Field("champion", pattern=ALIAS_PATTERN)
+    """Registry alias of the model in use; moved only when the gate passes."""
+    register_model: bool = True
+    """Register the chosen pipeline in the MLflow Model Registry."""
+    mlflow_retries: int = Field(3, ge=0, le=10)
+    """Retries of each MLflow logging task on transient errors."""
+    mlflow_retry_backoff: float = Field(2.0, ge=0.0, le=60.0)
+    """Back-off factor: retry i waits factor * 2**i seconds."""
 
     @field_validator("tracking_uri")
     @classmethod
@@ -610,36 +494,22 @@ class TrackingConfig(Section):
 class OutputConfig(Section):
     """The local results of one run."""
 
-    output_dir: Path = Field(
-        Path("fairpca-output"), description="Local results directory, written first."
-    )
-    run_name: str | None = Field(
-        None,
-        pattern=RUN_NAME_PATTERN,
-        description="Unique run name (letters, digits, '.', '_', '-'; no path separators); "
-        "default <kind>-<source>-<time>.",
-    )
-
-    @field_validator("run_name")
-    @classmethod
-    def _check_run_name(cls, value: str | None) -> str | None:
-        if value is not None and set(value) <= {"."}:
-            raise ValueError(f"run_name {value!r} is not a name; use e.g. 'audit-2024-01'.")
-        return value
+    output_dir: Path = Path("fairpca-output")
+    """Local results directory, written first."""
+    # the pattern refuses path separators and names of dots only (the first is a letter
+    # or digit)
+    run_name: str | None = Field(None, pattern=RUN_NAME_PATTERN)
+    """Unique run name (letters, digits, '.', '_', '-'; no path separators); default
+    <kind>-<source>-<time>."""
 
 
 class PromotionConfig(Section):
     """What the scheduled retrain does with the champion."""
 
-    accuracy_tolerance: Rate = Field(
-        0.01,
-        description="The new model may lose at most this much accuracy against the champion.",
-    )
-    needs_review_alias: str = Field(
-        "needs-review",
-        pattern=ALIAS_PATTERN,
-        description="Alias the champion moves to when it fails the gate on new data.",
-    )
+    accuracy_tolerance: Rate = 0.01
+    """The new model may lose at most this much accuracy against the champion."""
+    needs_review_alias: str = Field("needs-review", pattern=ALIAS_PATTERN)
+    """Alias the champion moves to when it fails the gate on new data."""
 
 
 class AuditConfig(BaseModel):
@@ -650,34 +520,31 @@ class AuditConfig(BaseModel):
     unique across the sections).
     """
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = Section.model_config
 
-    seed: int = Field(
-        0, ge=0, description="Seed of the split, subsampling, classifiers and bootstrap."
-    )
-    dask_address: str | None = Field(
-        None,
-        description="Run the flow's independent tasks (representations, lambda sweeps) on "
-        "Dask through prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a "
-        "temporary LocalCluster, or a scheduler address such as 'tcp://host:8786'. "
-        "A deployment run starts on threads and runs the flow as a subflow on Dask. "
-        "With data a Parquet folder or CSV parts, the table stays in the cluster's "
-        "partitions (the Dask route of the audit). "
-        "Default: a thread pool.",
-    )
-    source: SourceConfig = Field(description="Where the rows come from.")
-    split: SplitConfig = Field(default_factory=SplitConfig, description="Split sizes.")
-    representation: RepresentationConfig = Field(
-        default_factory=RepresentationConfig, description="Encoder and representations."
-    )
-    evaluation: EvaluationConfig = Field(
-        default_factory=EvaluationConfig, description="Classifiers and group metrics."
-    )
-    selection: SelectionConfig = Field(
-        default_factory=SelectionConfig, description="Choice on validation rows and the gate."
-    )
-    tracking: TrackingConfig = Field(default_factory=TrackingConfig, description="MLflow.")
-    output: OutputConfig = Field(default_factory=OutputConfig, description="Local results.")
+    seed: int = Field(0, ge=0)
+    """Seed of the split, subsampling, classifiers and bootstrap."""
+    dask_address: str | None = None
+    """Run the flow's independent tasks (representations, lambda sweeps) on Dask through
+    prefect-dask's DaskTaskRunner (extra fairpca[dask]): 'local' for a temporary
+    LocalCluster, or a scheduler address such as 'tcp://host:8786'. A deployment run starts
+    on threads and runs the flow as a subflow on Dask. With data a Parquet folder or CSV
+    parts, the table stays in the cluster's partitions (the Dask route of the audit).
+    Default: a thread pool."""
+    source: SourceConfig
+    """Where the rows come from."""
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    """Split sizes."""
+    representation: RepresentationConfig = Field(default_factory=RepresentationConfig)
+    """Encoder and representations."""
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    """Classifiers and group metrics."""
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    """Choice on validation rows and the gate."""
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
+    """MLflow."""
+    output: OutputConfig = Field(default_factory=OutputConfig)
+    """Local results."""
 
     @model_validator(mode="before")
     @classmethod
@@ -696,9 +563,8 @@ class AuditConfig(BaseModel):
 class RetrainConfig(AuditConfig):
     """Audit configuration plus the promotion rule of the scheduled retrain flow."""
 
-    promotion: PromotionConfig = Field(
-        default_factory=PromotionConfig, description="The retrain's promotion rule."
-    )
+    promotion: PromotionConfig = Field(default_factory=PromotionConfig)
+    """The retrain's promotion rule."""
 
     @model_validator(mode="after")
     def _check_review_alias(self) -> RetrainConfig:
@@ -799,10 +665,6 @@ def load_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
     if isinstance(value, dict):
-        flat: dict[str, str] = {}
-        for key, item in value.items():
-            flat.update(_flatten(item, f"{prefix}{key}."))
-        return flat
-    if isinstance(value, list):
-        return {prefix[:-1]: ",".join(str(item) for item in value)}
-    return {prefix[:-1]: "None" if value is None else str(value)}
+        return {key: text for name, item in value.items()
+                for key, text in _flatten(item, f"{prefix}{name}.").items()}  # fmt: skip
+    return {prefix[:-1]: ",".join(map(str, value)) if isinstance(value, list) else str(value)}

@@ -116,7 +116,8 @@ def _check_groups(config, split) -> None:
                     "to reach every part. Merge or drop the rows of its smallest groups, or "
                     "pass another --sensitive column."
                 )
-            if _one_class_per_group(y, groups[column].to_numpy()):
+            labels = pd.Series(y == 1).groupby(groups[column].astype(str).to_numpy())
+            if labels.nunique().eq(1).all():  # each group holds rows of one label value
                 raise PreflightError(
                     f"sensitive column {column!r} determines the label: each of its groups "
                     f"holds rows of one label value only, so in the {name} part {why}. "
@@ -127,13 +128,6 @@ def _check_groups(config, split) -> None:
                 "Pass more rows (more data, --n-validation, --n-test), a smaller "
                 "--min-group-size, or another --sensitive column."
             )
-
-
-def _one_class_per_group(y: np.ndarray, groups: np.ndarray) -> bool:
-    """Whether every group holds rows of one label value only."""
-    _, codes = np.unique(groups.astype(str), return_inverse=True)
-    positives = np.bincount(codes, weights=y == 1)
-    return bool(np.all((positives == 0) | (positives == np.bincount(codes))))
 
 
 def _encoded_width(config, X) -> int:
@@ -222,21 +216,7 @@ DASK_FIX = (
 )
 
 
-def _check_file_memory(source) -> None:
-    """A user file whose text alone would not fit twice in memory is refused before it is
-    read (parsed, a table takes at least the size of its text)."""
-    from fairpca import _memory
-
-    if source.data is None or not Path(source.data).is_file():
-        return
-    size = Path(source.data).stat().st_size
-    _memory.require(2 * size, f"reading {source.data} ({_memory.format_bytes(size)})", DASK_FIX)
-
-
-def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
-    from fairpca.tasks.trust import path_inside
-
-    base = Path(output_dir)
+def _check_output_dir(base: Path, run_name: str | None) -> None:
     try:
         base.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=base):
@@ -252,10 +232,9 @@ def _check_output_dir(output_dir: Path, run_name: str | None) -> None:
                 f"{base / run_name} is a symbolic link (run_name {run_name!r}); an audit "
                 "writes only into a new directory of its own: choose another run_name."
             )
-        try:
-            target = path_inside(base, run_name)
-        except ValueError as error:
-            raise PreflightError(str(error)) from error
+        # RUN_NAME_PATTERN (config) allows no path separator and no leading dot, and the
+        # link is refused above: the run's directory lies inside the output directory
+        target = base.resolve() / run_name
         if target.exists():
             raise PreflightError(
                 f"{target} already exists (run_name {run_name!r}); nothing is overwritten: "
@@ -280,10 +259,16 @@ def _check_signing_key(output_dir: Path) -> None:
 
 def _check_table(config) -> tuple[list[str], Split]:
     """Load, check, split and screen an in-memory table: the warnings and the split."""
+    from fairpca import _memory
     from fairpca.datasets import ScreeningWarning
     from fairpca.tasks.data import load_source, split_data
 
-    _check_file_memory(config.source)
+    data = config.source.data
+    if data is not None and data.is_file():
+        # refused before it is read when its text alone would not fit twice in memory
+        # (parsed, a table takes at least the size of its text)
+        size = data.stat().st_size
+        _memory.require(2 * size, f"reading {data} ({_memory.format_bytes(size)})", DASK_FIX)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
