@@ -251,23 +251,19 @@ def log_params_metrics(client, run_id: str, audit: AuditRecord, description=None
     ]
     run = client.get_run(run_id)
     params = [p for p in params if p.key not in run.data.params]
-    metrics = _not_yet_logged(client, run_id, metrics, set(run.data.metrics))
+    # only the points the run does not hold yet: a retry or a relog of a run interrupted while
+    # logging adds each point once, never twice
+    logged = {
+        key: {(point.step, point.value) for point in client.get_metric_history(run_id, key)}
+        for key in {metric.key for metric in metrics} & set(run.data.metrics)
+    }
+    metrics = [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
     for start in range(0, max(len(params), 1), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     client.log_batch(run_id, tags=tags)
     log_metrics_batched(client, run_id, metrics)
     client.log_dict(run_id, audit.hashes, HASHES_FILE)
     return len(metrics)
-
-
-def _not_yet_logged(client, run_id: str, metrics: list, present: set[str]) -> list:
-    """The metric points the run does not hold yet (a retry or a relog of a run that was
-    interrupted while logging adds each point once, never twice)."""
-    logged = {
-        key: {(point.step, point.value) for point in client.get_metric_history(run_id, key)}
-        for key in {metric.key for metric in metrics} & present
-    }
-    return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
 
 
 ARTIFACT_FILES = (
