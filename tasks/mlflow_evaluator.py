@@ -286,8 +286,6 @@ class FairnessEvaluator(ModelEvaluator):
         run_id,
         evaluator_config,
         model=None,
-        extra_metrics=None,
-        custom_artifacts=None,
         predictions=None,
         model_id=None,
         **kwargs,

@@ -826,14 +826,14 @@ def check_onnx_flavour(model_dir: Path, entry: Any) -> None:
         ) from None
 
 
+@dataclass(eq=False)  # compared and hashed by identity, as the model it holds
 class VerifiedModel:
     """A scikit-learn model loaded from a verified skops file, with its MLflow ``metadata``
     (the ``MLmodel`` read as YAML: the signature). ``predict`` passes the columns the
     signature names, in its order, as MLflow's pyfunc wrapper does."""
 
-    def __init__(self, model, metadata):
-        self.model = model
-        self.metadata = metadata
+    model: Any
+    metadata: Any
 
     def predict(self, X):
         schema = self.metadata.get_input_schema() if self.metadata is not None else None
