@@ -294,7 +294,7 @@ def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store, audit
     from fairpca.tasks.mlflow_logging import log_params_metrics
     from fairpca.tasks.record import MetricStep
 
-    uri, client = mlflow_store
+    _, client = mlflow_store
     experiment = client.create_experiment(f"hostile-{time.time_ns()}", tmp_path.as_uri())
     run_id = client.create_run(experiment).info.run_id
     audit = audit_record.model_copy(
