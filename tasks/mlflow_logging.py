@@ -674,13 +674,11 @@ def log_output_dir(
         if run is not None:  # the audit's own: marked FAILED below if anything goes wrong
             attempt.run_id, attempt.experiment_id = run["run_id"], run["experiment_id"]
         try:
-            if run is not None and bound_run(verified.record) != {
-                "run_id": run["run_id"],
-                "experiment_id": run["experiment_id"],
-            }:
+            named = bound_run(verified.record)
+            if run is not None and named != {key: run[key] for key in ("run_id", "experiment_id")}:
                 raise ValueError(
-                    f"the folder's seal does not name run {run['run_id']} (it names "
-                    f"{bound_run(verified.record)}); nothing was logged."
+                    f"the folder's seal does not name run {run['run_id']} (it names {named}); "
+                    "nothing was logged."
                 )
             version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now, verdict)
         except Exception as exc:
