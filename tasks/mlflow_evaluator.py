@@ -109,17 +109,15 @@ def read_config(evaluator_config: dict[str, Any] | None) -> dict[str, Any]:
     if unknown := sorted(set(given) - set(CONFIG_DEFAULTS)):
         raise _invalid(UNKNOWN_CONFIG_KEYS.format(unknown=unknown, keys=sorted(CONFIG_DEFAULTS)))
     config = {**CONFIG_DEFAULTS, **given}
-    config["sensitive_features"] = _sensitive_setting(config["sensitive_features"])
-    if config["protected_features"] is not None:
-        config["protected_features"] = _sensitive_setting(
-            config["protected_features"], "protected_features"
-        )
+    for key in ("sensitive_features", "protected_features"):  # the latter optional
+        if key == "sensitive_features" or config[key] is not None:
+            config[key] = _sensitive_setting(config[key], key)
     options = ("min_group_size", "n_resamples", "confidence", "allow_small_groups")
     check_fairness_options(**{key: config[key] for key in options})
     return config
 
 
-def _sensitive_setting(value: Any, key: str = "sensitive_features") -> list[str] | pd.DataFrame:
+def _sensitive_setting(value: Any, key: str) -> list[str] | pd.DataFrame:
     """Column names of ``data`` (a list), or the labels themselves (a one-column-per-attribute
     DataFrame; a Series becomes one column)."""
     if isinstance(value, pd.Series):
@@ -288,8 +286,6 @@ class FairnessEvaluator(ModelEvaluator):
         run_id,
         evaluator_config,
         model=None,
-        extra_metrics=None,
-        custom_artifacts=None,
         predictions=None,
         model_id=None,
         **kwargs,

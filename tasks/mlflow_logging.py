@@ -42,15 +42,20 @@ from fairpca.tasks.decision import outcome
 from fairpca.tasks.mlflow_store import get_or_create_experiment, log_metrics_batched, mlflow_client
 from fairpca.tasks.record import AuditRecord, read_audit_record
 from fairpca.tasks.registry import demote, move_alias, register_logged_model
-from fairpca.tasks.report import VERDICT_METRICS, build_verdict, run_description
+from fairpca.tasks.report import VERDICT_METRICS, build_verdict, run_description, write_report
 from fairpca.tasks.trust import (
+    SEAL_FILE,
     UntrustedModelError,
+    bind_run,
+    bound_run,
     check_model_files,
     mask_credentials,
+    seal_output_dir,
     shown_uri,
     skops_file,
     skops_file_types,
     types_to_trust,
+    verify_output_dir,
 )
 
 AUDIT_FILE = "audit.json"
@@ -140,9 +145,7 @@ ATTEMPT_TAG = "fairpca.logging_attempt"
 
 
 @task(name="mlflow-start-run", **RETRYING)
-def start_run(
-    tracking_uri: str, audit: AuditRecord, attempt: str, *, client=None
-) -> tuple[str, str]:
+def start_run(client, tracking_uri: str, audit: AuditRecord, attempt: str) -> tuple[str, str]:
     """Create (or, on a retry, find again) the audit's RUNNING run; return its id and its
     experiment's id.
 
@@ -150,9 +153,8 @@ def start_run(
     curated tags; its description (the verdict) is written with its params
     (:func:`log_params_metrics`), once the promotion is decided. A retry finds again only the
     run this call created (tagged with ``attempt``), so another run with the same audit id is
-    never taken over. ``client``: the command's client of ``tracking_uri`` (else one is made).
+    never taken over. ``client``: the command's client of ``tracking_uri``.
     """
-    client = client or mlflow_client(tracking_uri)
     experiment_id = get_or_create_experiment(client, audit.experiment_name, tracking_uri)
     existing = client.search_runs(
         [experiment_id],
@@ -233,15 +235,12 @@ def _display_order(key: str) -> tuple[int, int]:
 
 
 @task(name="mlflow-log-params-metrics", **RETRYING)
-def log_params_metrics(
-    tracking_uri: str, run_id: str, audit: AuditRecord, *, client=None, description=None
-) -> int:
+def log_params_metrics(client, run_id: str, audit: AuditRecord, description=None) -> int:
     """Log params, tags, the run's ``description`` (``mlflow.note.content``: the verdict,
     :func:`fairpca.tasks.report.run_description`), metrics (summary, per-lambda curves as
     steps, timings) and the matrices' SHA-256 (artifact ``hashes.json``)."""
     from mlflow.entities import Metric, Param, RunTag
 
-    client = client or mlflow_client(tracking_uri)
     stamp = _millis(audit.ended_at)
     params = [Param(key, str(value)[:6000]) for key, value in audit.params.items()]
     noted = {} if description is None else {"mlflow.note.content": description}
@@ -252,23 +251,19 @@ def log_params_metrics(
     ]
     run = client.get_run(run_id)
     params = [p for p in params if p.key not in run.data.params]
-    metrics = _not_yet_logged(client, run_id, metrics, set(run.data.metrics))
+    # only the points the run does not hold yet: a retry or a relog of a run interrupted while
+    # logging adds each point once, never twice
+    logged = {
+        key: {(point.step, point.value) for point in client.get_metric_history(run_id, key)}
+        for key in {metric.key for metric in metrics} & set(run.data.metrics)
+    }
+    metrics = [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
     for start in range(0, max(len(params), 1), 100):
         client.log_batch(run_id, params=params[start : start + 100])
     client.log_batch(run_id, tags=tags)
     log_metrics_batched(client, run_id, metrics)
     client.log_dict(run_id, audit.hashes, HASHES_FILE)
     return len(metrics)
-
-
-def _not_yet_logged(client, run_id: str, metrics: list, present: set[str]) -> list:
-    """The metric points the run does not hold yet (a retry or a relog of a run that was
-    interrupted while logging adds each point once, never twice)."""
-    logged = {
-        key: {(point.step, point.value) for point in client.get_metric_history(run_id, key)}
-        for key in {metric.key for metric in metrics} & present
-    }
-    return [m for m in metrics if (m.step, m.value) not in logged.get(m.key, set())]
 
 
 ARTIFACT_FILES = (
@@ -282,31 +277,21 @@ ARTIFACT_FILES = (
 
 
 @task(name="mlflow-log-artifacts", **RETRYING)
-def log_artifacts(
-    tracking_uri: str, run_id: str, verified: VerifiedCopy, *, client=None
-) -> list[str]:
+def log_artifacts(client, run_id: str, verified: VerifiedCopy) -> None:
     """Log the report, plot, resolved config, metrics table and projection matrices.
 
     Read from the ``verified`` copy of the folder only (:func:`verified_copy`), so the bytes
     uploaded are the bytes checked against the seal. Each file is uploaded on its own (never
     a whole folder).
     """
-    client = client or mlflow_client(tracking_uri)
     out_dir, sealed = verified.files, set(verified.record["files"])
-    logged = []
-    for name in ARTIFACT_FILES:
-        if name in sealed:
-            client.log_artifact(run_id, str(out_dir / name), artifact_path="report")
-            logged.append(f"report/{name}")
-    for name in sorted(n for n in sealed if n.startswith("projection/")):
-        folder = Path(name).parent.as_posix()
+    matrices = sorted(name for name in sealed if name.startswith("projection/"))
+    for name in [name for name in ARTIFACT_FILES if name in sealed] + matrices:
+        folder = Path(name).parent.as_posix() if name in matrices else "report"
         client.log_artifact(run_id, str(out_dir / name), artifact_path=folder)
-        logged.append(name)
     if "metrics.csv" in sealed:
         table = pd.read_csv(out_dir / "metrics.csv")
         client.log_table(run_id, data=table, artifact_file="metrics_table.json")
-        logged.append("metrics_table.json")
-    return logged
 
 
 # What a saved model's requirements may name: the pinned runtime of the pipeline and MLflow.
@@ -375,8 +360,6 @@ def check_relog_dir(
     ValueError
         Naming the file and the fix (:class:`fairpca.tasks.trust.SealError` for the seal).
     """
-    from fairpca.tasks.trust import verify_output_dir
-
     out_dir = Path(out_dir)
     if out_dir.is_symlink() or not out_dir.is_dir():
         raise ValueError(
@@ -412,9 +395,6 @@ def with_report(verified: VerifiedCopy, audit: AuditRecord, promotion, verdict) 
     the verified copy, which is sealed again (its verified files and the report, nothing
     else) and copied back into the folder: the report, then the seal. A folder with its
     report is returned as it is."""
-    from fairpca.tasks.report import write_report
-    from fairpca.tasks.trust import SEAL_FILE, bound_run, seal_output_dir, verify_output_dir
-
     files, sealed = verified.files, verified.record["files"]
     if REPORT_FILES[0] in sealed or not {AUDIT_FILE, "metrics.csv", "tradeoff.png"} <= set(sealed):
         return verified
@@ -441,11 +421,11 @@ def _check_trusted_types(model_dir: Path) -> None:
 
 @task(name="mlflow-log-model", **RETRYING)
 def log_model(
-    tracking_uri: str, run_id: str, verified: VerifiedCopy, audit: AuditRecord, promotion=None,
-    *, client=None, verdict=None,
-) -> dict:  # fmt: skip
+    client, tracking_uri: str, run_id: str, verified: VerifiedCopy, audit: AuditRecord,
+    promotion, verdict,
+) -> tuple[str | None, bool]:  # fmt: skip
     """Log the saved model's files (never loaded here) and register a version (unless one
-    of this very model and training rows exists).
+    of this very model and training rows exists): the version and whether it is new.
 
     The files are uploaded from the ``verified`` copy (:func:`verified_copy`), so nothing
     added or changed in the folder after the check reaches MLflow; the version carries the
@@ -454,7 +434,6 @@ def log_model(
     """
     from mlflow.entities import LoggedModelStatus
 
-    client = client or mlflow_client(tracking_uri)
     model_dir = verified.files / "model"
     experiment_id = client.get_run(run_id).info.experiment_id
     logged = client.create_logged_model(
@@ -463,19 +442,10 @@ def log_model(
     client.log_model_artifacts(logged.model_id, str(model_dir))
     client.finalize_logged_model(logged.model_id, LoggedModelStatus.READY)
     skops_name = f"model/{skops_file(model_dir).relative_to(model_dir.resolve()).as_posix()}"
-    version, new = register_logged_model(
-        client,
-        run_id,
-        verified.out_dir,
-        audit,
-        model_uri=f"models:/{logged.model_id}",
-        model_id=logged.model_id,
-        tracking_uri=tracking_uri,
-        promotion=promotion,
-        model_sha256=verified.record["files"][skops_name]["sha256"],
-        verdict=verdict,
-    )
-    return {"model_id": logged.model_id, "version": version, "new": new}
+    return register_logged_model(
+        client, logged, verified.out_dir, audit, tracking_uri=tracking_uri, promotion=promotion,
+        model_sha256=verified.record["files"][skops_name]["sha256"], verdict=verdict,
+    )  # fmt: skip
 
 
 def _review_alias(audit: AuditRecord) -> str:
@@ -484,13 +454,10 @@ def _review_alias(audit: AuditRecord) -> str:
 
 
 @task(name="mlflow-apply-promotion", **RETRYING)
-def apply_promotion(
-    tracking_uri: str, audit: AuditRecord, version: str | None, promotion, *, client=None
-) -> bool:
+def apply_promotion(client, audit: AuditRecord, version: str | None, promotion) -> bool:
     """Carry out the decided promotion: a champion to be demoted moves to the needs-review
     alias, the challenger takes the champion alias when the decision promotes it. Whether
     the alias moved to ``version``."""
-    client = client or mlflow_client(tracking_uri)
     if promotion.demote and promotion.champion_version is not None:
         demote(
             client, audit.model_name, promotion.champion_version,
@@ -505,26 +472,19 @@ def apply_promotion(
 
 @task(name="mlflow-finish-run", **RETRYING)
 def finish_run(
-    tracking_uri: str,
-    run_id: str,
-    status: str,
-    tags: dict[str, str],
-    metrics: dict[str, float] | None = None,
-    end_time: int | None = None,
-    client=None,
+    client, run_id: str, tags: dict[str, str], metrics: dict[str, float], end_time: int | None
 ) -> None:
-    """Final tags and metrics, then terminate the run with ``status`` (FINISHED or FAILED)
-    at ``end_time`` (milliseconds since the epoch; None: now)."""
+    """Final tags and metrics, then the run FINISHED at ``end_time`` (milliseconds since the
+    epoch; None: now)."""
     from mlflow.entities import Metric, RunTag
 
-    client = client or mlflow_client(tracking_uri)
     stamp = int(time.time() * 1000) if end_time is None else end_time
     client.log_batch(
         run_id,
-        metrics=[Metric(k, float(v), stamp, 0) for k, v in (metrics or {}).items()],
+        metrics=[Metric(k, float(v), stamp, 0) for k, v in metrics.items()],
         tags=[RunTag(k, str(v)) for k, v in tags.items()],
     )
-    client.set_terminated(run_id, status=status, end_time=end_time)
+    client.set_terminated(run_id, status="FINISHED", end_time=end_time)
 
 
 @dataclass
@@ -631,8 +591,6 @@ def _resumable_run(client, record: dict[str, Any], audit: AuditRecord) -> tuple[
     """
     from mlflow.exceptions import MlflowException
 
-    from fairpca.tasks.trust import bound_run
-
     bound = bound_run(record)
     if bound is None:
         return None
@@ -712,13 +670,16 @@ def log_output_dir(
     checked = contextlib.nullcontext(verified) if verified else verified_copy(out_dir)
     with checked as verified:  # what is logged is what the audit sealed, as it was checked
         audit = read_audit(verified.files)
-        attempt = _Attempt(out_dir, tracking_uri, _retrying_steps(audit, retries, retry_backoff))
-        attempt.client = client
+        attempt = _Attempt(out_dir, tracking_uri, retrying(audit, retries, retry_backoff), client)
         if run is not None:  # the audit's own: marked FAILED below if anything goes wrong
             attempt.run_id, attempt.experiment_id = run["run_id"], run["experiment_id"]
         try:
-            if run is not None:
-                _check_bound(verified.record, run)
+            named = bound_run(verified.record)
+            if run is not None and named != {key: run[key] for key in ("run_id", "experiment_id")}:
+                raise ValueError(
+                    f"the folder's seal does not name run {run['run_id']} (it names {named}); "
+                    "nothing was logged."
+                )
             version, moved, new = _log_steps(attempt, verified, audit, promotion, ends_now, verdict)
         except Exception as exc:
             raise _logging_failed(attempt, exc) from exc
@@ -732,17 +693,23 @@ def log_output_dir(
 
 @dataclass
 class _Attempt:
-    """One call of :func:`log_output_dir`: its steps (Prefect tasks with its retries), the run
-    it logs to (and its experiment) once there is one, and the step under way (named when it
-    fails)."""
+    """One call of :func:`log_output_dir`: the audit's retry options of its steps, the
+    command's MLflow client, the run it logs to (and its experiment) once there is one, and
+    the step under way (named when it fails)."""
 
     out_dir: Path
     tracking_uri: str
-    steps: dict[str, Any]
+    retry: dict[str, Any]
+    client: Any = None
     run_id: str | None = None
     experiment_id: str | None = None
     step: str = "start the run"
-    client: Any = None  # the command's MLflow client, used by every step
+
+    def __call__(self, doing: str, step, *args):
+        """Run ``step`` (a Prefect task, with the audit's retries) with the client;
+        ``doing`` names it if it fails."""
+        self.step = doing
+        return step.with_options(**self.retry)(self.client, *args)
 
 
 def retrying(audit: AuditRecord, retries: int | None = None, backoff: float | None = None) -> dict:
@@ -758,13 +725,6 @@ def retrying(audit: AuditRecord, retries: int | None = None, backoff: float | No
     }
 
 
-def _retrying_steps(audit: AuditRecord, retries: int | None, backoff: float | None) -> dict:
-    """The logging steps with the audit's :func:`retrying` options."""
-    retry = retrying(audit, retries, backoff)
-    steps = (start_run, log_params_metrics, log_artifacts, log_model, apply_promotion, finish_run)
-    return {step.fn.__name__: step.with_options(**retry) for step in steps}
-
-
 def open_run(tracking_uri: str, audit: AuditRecord, *, client) -> dict[str, str]:
     """Start the audit's MLflow run (:func:`start_run`, with the audit's retries) before its
     promotion is decided: the run id is then sealed into the folder with the promotion
@@ -772,20 +732,17 @@ def open_run(tracking_uri: str, audit: AuditRecord, *, client) -> dict[str, str]
     that run. Returns ``run_id`` and ``experiment_id``."""
     step = start_run.with_options(**retrying(audit))
     # a fresh id per call: a retried step finds this call's run again, not another's
-    run_id, experiment_id = step(tracking_uri, audit, uuid.uuid4().hex, client=client)
+    run_id, experiment_id = step(client, tracking_uri, audit, uuid.uuid4().hex)
     return {"run_id": run_id, "experiment_id": experiment_id}
 
 
 def _log_steps(
-    attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, promotion, ends_now,
-    verdict=None,
+    attempt: _Attempt, verified: VerifiedCopy, audit: AuditRecord, promotion, ends_now, verdict
 ):  # fmt: skip
     """Run, params and metrics, artifacts, model, the promotion, end: the registered version
     and whether the alias moved to it."""
-    from fairpca.tasks.trust import bind_run
-
     started = time.perf_counter()
-    uri, steps = attempt.tracking_uri, attempt.steps
+    uri = attempt.tracking_uri
     client = attempt.client = attempt.client or mlflow_client(uri)
     verdict = verdict or build_verdict(audit, promotion)  # once, for every surface below
     if attempt.run_id is None:  # else the audit's own run, started and sealed before
@@ -794,60 +751,49 @@ def _log_steps(
         attempt.run_id, attempt.experiment_id = resumed or (None, None)
     if attempt.run_id is None:
         # a fresh id per call: a retried step finds this call's run again, not another's
-        run = steps["start_run"](uri, audit, uuid.uuid4().hex, client=client)
+        run = attempt("start the run", start_run, uri, audit, uuid.uuid4().hex)
         attempt.run_id, attempt.experiment_id = run
         bind_run(attempt.out_dir, run_id=attempt.run_id, experiment_id=attempt.experiment_id)
-    attempt.step = "log params and metrics"
-    description = run_description(audit, promotion, verdict)
-    steps["log_params_metrics"](uri, attempt.run_id, audit, client=client, description=description)
-    attempt.step = "log artifacts"
-    steps["log_artifacts"](uri, attempt.run_id, verified, client=client)
-    attempt.step = "log and register the model"
-    model = steps["log_model"](
-        uri, attempt.run_id, verified, audit, promotion, client=client, verdict=verdict
+    run_id, description = attempt.run_id, run_description(audit, promotion, verdict)
+    attempt("log params and metrics", log_params_metrics, run_id, audit, description)
+    attempt("log artifacts", log_artifacts, run_id, verified)
+    version, new = attempt(
+        "log and register the model", log_model, uri, run_id, verified, audit, promotion, verdict
     )
-    version, moved, tags, measured = model["version"], False, {}, {}
+    moved, tags, measured = False, {}, {}
     if promotion is not None:
-        attempt.step = "carry out the promotion"
-        moved = steps["apply_promotion"](uri, audit, version, promotion, client=client)
+        moved = attempt("carry out the promotion", apply_promotion, audit, version, promotion)
         tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
         if promotion.demote:
             tags["fairpca.champion_demoted_to"] = _review_alias(audit)
         if promotion.comparison is not None:
             champion = promotion.comparison.metrics.get("champion", {})
             measured = {f"champion_test_{key}": value for key, value in champion.items()}
-    attempt.step = "finish the run"
     tags |= {
         "fairpca.model_version": "none" if version is None else str(version),
-        "fairpca.model_version_new": str(model["new"]).lower(),
+        "fairpca.model_version_new": str(new).lower(),
         "fairpca.champion_moved": str(moved).lower(),
         "fairpca.decision": outcome(promotion, moved),  # the terminal's "Decision:" words
     }
     measured["time_mlflow_logging_s"] = time.perf_counter() - started
     end_time = None if ends_now else _millis(audit.ended_at)
-    steps["finish_run"](
-        uri, attempt.run_id, "FINISHED", tags, measured, end_time=end_time, client=client
-    )
-    return version, moved, model["new"]
-
-
-def _check_bound(record: dict[str, Any], run: dict[str, str]) -> None:
-    """The verified seal names ``run``: the audit's run is logged only from its own folder."""
-    from fairpca.tasks.trust import bound_run
-
-    if bound_run(record) != {"run_id": run["run_id"], "experiment_id": run["experiment_id"]}:
-        raise ValueError(
-            f"the folder's seal does not name run {run['run_id']} (it names "
-            f"{bound_run(record)}); nothing was logged."
-        )
+    attempt("finish the run", finish_run, run_id, tags, measured, end_time)
+    return version, moved, new
 
 
 def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
     """Mark the run FAILED (when there is one and the server answers), record the failure
     in the directory, and the error that says where the results are kept."""
-    run_id, uri = attempt.run_id, attempt.tracking_uri
-    why = f"{attempt.step}: {exc}"
-    marked = run_id is not None and _mark_failed(uri, run_id, why, attempt.client)
+    run_id, uri, marked = attempt.run_id, attempt.tracking_uri, False
+    for wait in range(3 if run_id else 0):  # best effort: neither RUNNING nor FINISHED
+        try:
+            client = attempt.client = attempt.client or mlflow_client(uri)
+            client.set_tag(run_id, "fairpca.logging_error", f"{attempt.step}: {exc}"[:5000])
+            client.set_terminated(run_id, status="FAILED")
+            marked = True
+            break
+        except Exception:
+            time.sleep(2**wait)
     _write_status(attempt.out_dir, {"status": "FAILED", "run_id": run_id, "step": attempt.step})
     run_state = (
         f"Run {run_id} is marked FAILED. "
@@ -888,20 +834,6 @@ def relog_hint(out_dir: Path, tracking_uri: str) -> str:
     )
 
 
-def _mark_failed(tracking_uri: str, run_id: str, why: str, client=None) -> bool:
-    """Best effort: the run must not stay RUNNING or look FINISHED. Whether it is FAILED.
-    ``client``: the command's (else one is made)."""
-    for attempt in range(3):
-        try:
-            client = client or mlflow_client(tracking_uri)
-            client.set_tag(run_id, "fairpca.logging_error", why[:5000])
-            client.set_terminated(run_id, status="FAILED")
-            return True
-        except Exception:
-            time.sleep(2**attempt)
-    return False
-
-
 PLACEHOLDER_CATEGORY = RARE_CATEGORY  # the pooled bucket of rare categories
 
 
@@ -917,31 +849,20 @@ def input_example(
     :data:`PLACEHOLDER_CATEGORY`. No raw row and no sensitive attribute is used (sensitive
     columns are not features).
     """
-    rows: list[dict[str, Any]] = [{}, {}]
-    for column in X_train.columns:
-        values = X_train[column]
-        if _is_numeric(values):
-            rows[0][column] = _rounded(values.median())
-            rows[1][column] = _rounded(values.quantile(0.25))
+    columns = {}
+    for column, values in X_train.items():
+        if _is_numeric(values):  # 3 significant digits
+            columns[column] = [float(f"{values.quantile(q):.3g}") for q in (0.5, 0.25)]
             continue
         counts = values.astype(str).value_counts()
-        common = [str(value) for value, n in counts.items() if n >= min_category_count][:2]
-        common += [PLACEHOLDER_CATEGORY] * (2 - len(common))
-        rows[0][column], rows[1][column] = common
-    return pd.DataFrame(rows, columns=list(X_train.columns))
-
-
-def _rounded(value: float) -> float:
-    return float(f"{value:.3g}")
+        common = list(counts.index[counts >= min_category_count][:2])
+        columns[column] = common + [PLACEHOLDER_CATEGORY] * (2 - len(common))
+    return pd.DataFrame(columns, index=range(2), columns=list(X_train.columns))
 
 
 def as_model_input(X: pd.DataFrame) -> pd.DataFrame:
     """Categorical columns as plain strings (the model's input schema)."""
-    out = X.copy()
-    for column in out.columns:
-        if not _is_numeric(out[column]):
-            out[column] = out[column].astype(str)
-    return out
+    return X.astype({column: str for column in X.columns if not _is_numeric(X[column])})
 
 
 def _is_numeric(values: pd.Series) -> bool:

@@ -468,24 +468,19 @@ def load_champion(
             raise AttestationError(
                 f"{shown} is not loaded: {error}.", tampered=error.tampered
             ) from None
-        return _attested_graph(local, attestation.graph_digest, shown)
-
-
-def _attested_graph(local: Path, attested_sha256: str, shown: str) -> GraphModel:
-    """The graph of the downloaded version ``local``, served once its SHA-256 is the
-    attested one and it passes the gate's checks."""
-    try:
-        graph = read_graph(local)
-    except GraphRefused as error:
-        raise UntrustedModelError(f"{shown} is not loaded: {error}.") from None
-    if graph.sha256 != attested_sha256:
-        raise AttestationError(
-            GRAPH_NOT_JUDGED.format(
-                shown=shown, digest=graph.sha256[:12], attested=attested_sha256[:12]
-            ),
-            tampered=True,
-        )
-    return GraphModel(graph)
+        # what is served is the graph the gate judged, checked again as the gate checks it
+        try:
+            graph = read_graph(local)
+        except GraphRefused as error:
+            raise UntrustedModelError(f"{shown} is not loaded: {error}.") from None
+        if graph.sha256 != (judged := attestation.graph_digest):
+            raise AttestationError(
+                GRAPH_NOT_JUDGED.format(
+                    shown=shown, digest=graph.sha256[:12], attested=judged[:12]
+                ),
+                tampered=True,
+            )
+        return GraphModel(graph)
 
 
 def run_ui_url(tracking_uri: str | None, experiment_id: str, run_id: str, path: str) -> str | None:
@@ -498,25 +493,17 @@ def run_ui_url(tracking_uri: str | None, experiment_id: str, run_id: str, path: 
 
 
 def register_logged_model(
-    client,
-    run_id: str,
-    out_dir: Path,
-    record: AuditRecord,
-    *,
-    model_uri: str,
-    model_id: str | None,
-    tracking_uri: str | None = None,
-    promotion=None,
-    model_sha256: str,
-    verdict=None,
-) -> tuple[str | None, bool]:
+    client, logged, out_dir: Path, record: AuditRecord, *, tracking_uri: str, promotion,
+    model_sha256: str, verdict,
+) -> tuple[str | None, bool]:  # fmt: skip
     """Log the model card (run artifact ``model_card.md``) and, when the audit registers
-    models, register the logged pipeline with its tags, a concise description linking the
-    card, and the SHA-256 of its skops file (``model_sha256``, as the caller verified it).
-    When a version of this very fitted model and training rows exists, it is not registered
-    again. ``verdict``: the command's :func:`fairpca.tasks.report.build_verdict` of the
-    record and ``promotion`` (built here when None). Returns the version and whether it is
-    new."""
+    models, register the logged pipeline (``logged``: its :class:`mlflow.entities.LoggedModel`
+    of the run) with its tags, a concise description linking the card, and the SHA-256 of its
+    skops file (``model_sha256``, as the caller verified it). When a version of this very
+    fitted model and training rows exists, it is not registered again. ``verdict``: the
+    command's :func:`fairpca.tasks.report.build_verdict` of the record and ``promotion``.
+    Returns the version and whether it is new."""
+    run_id, experiment_id = logged.source_run_id, logged.experiment_id
     card_path = Path(out_dir) / CARD_FILE
     card_path.write_text(render_model_card(record, promotion, verdict))
     client.log_artifact(run_id, str(card_path))
@@ -525,28 +512,22 @@ def register_logged_model(
     existing = version_with_model(client, record.model_name, record.model_digest)
     if existing is not None and existing.run_id != run_id:
         return str(existing.version), False
+    ui_url = run_ui_url(tracking_uri, experiment_id, run_id, CARD_FILE)
+    description = version_description(
+        record, run_id, ui_url, promotion, experiment_id=experiment_id, verdict=verdict
+    )
     # The logged model's storage location, not ``models:/<id>``: a SQL store resolves that
     # URI through the process-wide tracking URI, which may name another store.
-    source = client.get_logged_model(model_id).artifact_location if model_id else model_uri
-    experiment_id = client.get_run(run_id).info.experiment_id
-    ui_url = run_ui_url(tracking_uri, experiment_id, run_id, CARD_FILE)
     version = register_version(
-        client,
-        record,
-        source=source,
-        run_id=run_id,
-        model_id=model_id,
-        description=version_description(
-            record, run_id, ui_url, promotion, experiment_id=experiment_id, verdict=verdict
-        ),
-        model_sha256=model_sha256,
+        client, record, source=logged.artifact_location, run_id=run_id,
+        model_id=logged.model_id, description=description, model_sha256=model_sha256,
         promote=None if promotion is None else promotion.promote,
-    )
+    )  # fmt: skip
     return version, True
 
 
 def find_champion(
-    tracking_uri: str, record: AuditRecord, *, evaluate=None, watch: bool = False, client=None
+    tracking_uri: str, record: AuditRecord, *, client, evaluate=None, watch: bool = False
 ) -> tuple[Champion | None, frozenset[str]]:
     """The version the record's champion alias points to and the models that lost a
     protected alias before (:func:`demoted_models`).
@@ -555,14 +536,13 @@ def find_champion(
     loaded and verified (:func:`load_registered_pipeline`), is measured on the rows the
     challenger was; with ``watch`` (retrain) a champion that fails the record's gate there, or
     cannot be verified, is to be demoted. ``client``: the command's client of
-    ``tracking_uri`` (else one is made).
+    ``tracking_uri``.
 
     Raises
     ------
     ModelDefinitionMismatch
         The registered model holds audits of another definition.
     """
-    client = client or mlflow_client(tracking_uri)
     name = record.model_name
     holder = champion_version(client, name, record.champion_alias)
     demoted = demoted_models(client, name)

@@ -338,13 +338,24 @@ def verify_output_dir(
     out_dir = Path(out_dir)
     record = _verified_record(out_dir)
     sealed, present = record["files"], _file_listing(out_dir)
-    added = sorted(set(present) - set(sealed))
-    if added:
+    if added := sorted(set(present) - set(sealed)):
         raise SealError(FILES_ADDED.format(out_dir=out_dir, added=added))
-    missing = sorted(set(sealed) - set(present))
-    if missing:
+    if missing := sorted(set(sealed) - set(present)):
         raise SealError(FILES_MISSING.format(out_dir=out_dir, missing=missing))
-    _check_sizes(out_dir, sealed, present, max_file_bytes, max_total_bytes)
+    sizes = {name: present[name].stat().st_size for name in sealed}
+    for name, size in sizes.items():
+        if size != sealed[name]["size"]:
+            raise SealError(
+                SIZE_CHANGED.format(
+                    out_dir=out_dir, name=name, size=size, sealed=sealed[name]["size"]
+                )
+            )
+        if size > max_file_bytes:
+            mib, cap = size / 2**20, max_file_bytes / 2**20
+            raise SealError(FILE_OVER_CAP.format(out_dir=out_dir, name=name, mib=mib, cap=cap))
+    if (total := sum(sizes.values())) > max_total_bytes:
+        mib, cap = total / 2**20, max_total_bytes / 2**20
+        raise SealError(TOTAL_OVER_CAP.format(out_dir=out_dir, mib=mib, cap=cap))
     if not contents:
         return record
     for name, entry in sealed.items():
@@ -354,27 +365,6 @@ def verify_output_dir(
         if sha256_file(present[name], copy) != entry["sha256"]:
             raise SealError(FILE_CHANGED.format(out_dir=out_dir, name=name))
     return record
-
-
-def _check_sizes(out_dir, sealed, present, max_file_bytes: int, max_total_bytes: int) -> None:
-    total = 0
-    for name, entry in sealed.items():
-        size = present[name].stat().st_size
-        if size != entry["size"]:
-            raise SealError(
-                SIZE_CHANGED.format(out_dir=out_dir, name=name, size=size, sealed=entry["size"])
-            )
-        if size > max_file_bytes:
-            raise SealError(
-                FILE_OVER_CAP.format(
-                    out_dir=out_dir, name=name, mib=size / 2**20, cap=max_file_bytes / 2**20
-                )
-            )
-        total += size
-    if total > max_total_bytes:
-        raise SealError(
-            TOTAL_OVER_CAP.format(out_dir=out_dir, mib=total / 2**20, cap=max_total_bytes / 2**20)
-        )
 
 
 def bind_run(out_dir: str | Path, *, run_id: str, experiment_id: str) -> None:
@@ -485,8 +475,11 @@ def _ed25519(text: str, where: str, *, public: bool):
             raise ValueError
     except ValueError:
         raise AttestationError(GATE_KEY_NOT_HEX.format(where=where)) from None
-    reader = Ed25519PublicKey if public else Ed25519PrivateKey
-    return reader.from_public_bytes(raw) if public else reader.from_private_bytes(raw)
+    return (
+        Ed25519PublicKey.from_public_bytes(raw)
+        if public
+        else Ed25519PrivateKey.from_private_bytes(raw)
+    )
 
 
 def gate_signing_key():
@@ -833,14 +826,14 @@ def check_onnx_flavour(model_dir: Path, entry: Any) -> None:
         ) from None
 
 
+@dataclass(eq=False)  # compared and hashed by identity, as the model it holds
 class VerifiedModel:
     """A scikit-learn model loaded from a verified skops file, with its MLflow ``metadata``
     (the ``MLmodel`` read as YAML: the signature). ``predict`` passes the columns the
     signature names, in its order, as MLflow's pyfunc wrapper does."""
 
-    def __init__(self, model, metadata):
-        self.model = model
-        self.metadata = metadata
+    model: Any
+    metadata: Any
 
     def predict(self, X):
         schema = self.metadata.get_input_schema() if self.metadata is not None else None
@@ -937,4 +930,3 @@ def path_inside(base: str | Path, *parts: str) -> Path:
             f"{target}); use a plain name without '/', '..' or an absolute path."
         )
     return target
-

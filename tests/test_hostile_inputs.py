@@ -294,7 +294,7 @@ def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store, audit
     from fairpca.tasks.mlflow_logging import log_params_metrics
     from fairpca.tasks.record import MetricStep
 
-    uri, client = mlflow_store
+    _, client = mlflow_store
     experiment = client.create_experiment(f"hostile-{time.time_ns()}", tmp_path.as_uri())
     run_id = client.create_run(experiment).info.run_id
     audit = audit_record.model_copy(
@@ -309,7 +309,7 @@ def test_logging_metrics_twice_keeps_one_copy_of_every_point(mlflow_store, audit
         }
     )
     for _ in range(2):  # an interrupted logging, then `fairpca relog`
-        log_params_metrics.fn(uri, run_id, audit)
+        log_params_metrics.fn(client, run_id, audit)
     history = client.get_metric_history(run_id, "fair_pca/logreg/accuracy")
     assert sorted((m.step, m.value) for m in history) == [(0, 0.6), (1, 0.7), (2, 0.8)]
     assert len(client.get_metric_history(run_id, "accuracy")) == 1

@@ -58,7 +58,7 @@ def test_the_printed_run_list_link_opens_the_verdict_view_the_run_wrote(tmp_path
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     record = build_audit_record()
-    run_id, experiment_id = start_run.fn(uri, record, "attempt-1")
+    run_id, experiment_id = start_run.fn(MlflowClient(uri), uri, record, "attempt-1")
     printed = _printed(_result(record=record, tracking_uri=uri, run_id=run_id,
                                experiment_id=experiment_id), width=250)  # fmt: skip
     runs = printed.split("Runs: ", 1)[1].split()[0]
