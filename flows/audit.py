@@ -13,6 +13,7 @@ a sealed folder that ``fairpca relog`` can log.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -30,25 +31,18 @@ from threadpoolctl import threadpool_limits
 from fairpca.tasks.decision import Reason, render
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
 from fairpca.tasks.mlflow_logging import (  # noqa: F401 (the model's input, as before)
-    PROMOTION_FILE,
-    MlflowLoggingError,
     as_model_input,
     input_example,
     log_output_dir,
-    relog_hint,
 )
 from fairpca.tasks.record import AuditRecord, PromotionRecord
-from fairpca.tasks.report import build_verdict, markdown_text, verdict_markdown
+from fairpca.tasks.report import build_verdict, markdown_text, promotion_reasons, verdict_markdown
 from fairpca.tasks.select import DEFAULT_TOLERANCE
 from fairpca.tasks.stages import (  # noqa: F401 (the stages' helpers, importable here as before)
-    SIDE_BY_SIDE_MAX_BYTES,
     Stopwatch,
     begin_logging,
-    challenger_of,
-    champion_lookup,
     choose_candidate,
     choose_model,
-    choose_on_every_row,
     decide_and_report,
     evaluate_choice,
     judge_references,
@@ -58,12 +52,7 @@ from fairpca.tasks.stages import (  # noqa: F401 (the stages' helpers, importabl
     represent_and_search,
     resolved_config,
     sample_shortlist,
-    save_pipeline,
     scorer_on_test_rows,
-    search_representations,
-    side_by_side,
-    sweep_all,
-    unique_run_name,
     write_outputs,
 )
 
@@ -118,8 +107,6 @@ class AuditResult(BaseModel):
         """The structured reasons, the deciding one first: the champion comparison's when it
         demoted the champion (a retrain) or the audit passed, else the audit's own
         (eligibility, data, the gate, a better reference)."""
-        from fairpca.tasks.report import promotion_reasons
-
         audit = list(self.record.decision.reasons)
         champion = list(promotion_reasons(self.promotion))
         first = self.record.decision.promote or self.promotion.demote
@@ -163,7 +150,7 @@ def promote_and_log(
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
     begun = begin_logging(
         out_dir, record, table, tracking_uri, sealed=sealed, watch=watch,
-        evaluate=score or scorer_on_test_rows(split, config),
+        score=score or scorer_on_test_rows(split, config),
     )  # fmt: skip
     decided, verdict, report = decide_and_report(
         out_dir, record, table, begun, sealed=sealed, tolerance=tolerance
@@ -174,18 +161,9 @@ def promote_and_log(
     )  # fmt: skip
     _prefect_artifacts(record, decided, out_dir, verdict)
     return AuditResult(
-        record=record,
-        output_dir=str(out_dir.resolve()),
-        report_path=str(report.resolve()),
-        tracking_uri=logged.tracking_uri,
-        run_id=logged.run_id,
-        experiment_id=logged.experiment_id,
-        model_version=logged.model_version,
-        model_version_new=logged.model_version_new,
-        champion_moved=logged.champion_moved,
-        promotion=decided,
-        verdict=verdict,
-    )
+        record=record, output_dir=str(out_dir.resolve()), report_path=str(report.resolve()),
+        promotion=decided, verdict=verdict, **dataclasses.asdict(logged),
+    )  # fmt: skip
 
 
 def _flow_tags(kind: str) -> dict[str, str]:
@@ -213,26 +191,19 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path, verdict=No
     text = verdict_markdown(
         record, promotion, heading=f"Fairness {record.kind} {record.run_name}", verdict=verdict
     )
-    create_markdown_artifact(
-        f"{text}\n\nLocal results: {markdown_text(out_dir.resolve())}",
-        key=f"{key}-summary"[:100],
-        description="audit verdict",
-    )
+    text += f"\n\nLocal results: {markdown_text(out_dir.resolve())}"
+    create_markdown_artifact(text, key=f"{key}-summary"[:100], description="audit verdict")
+    candidates = [dict(row) for row in record.candidates]
     create_table_artifact(
-        [dict(row) for row in record.candidates],
-        key=f"{key}-candidates"[:100],
-        description="candidates on validation rows",
+        candidates, key=f"{key}-candidates"[:100], description="candidates on validation rows"
     )
     get_run_logger().info("Verdict: %s", verdict_summary(verdict))
 
 
 def run_audit(
-    config: AuditConfig,
-    kind: str = "audit",
-    *,
-    watch: bool = False,
+    config: AuditConfig, kind: str = "audit", *, watch: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
-) -> AuditResult:
+) -> AuditResult:  # fmt: skip
     """The recipe of ``fairness_audit`` and ``retrain`` (see the module docstring): ``watch``
     demotes a champion that fails the gate on this audit's test rows; ``tolerance`` is the
     accuracy a challenger may lose against the champion."""
@@ -278,12 +249,14 @@ def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float)
     )  # fmt: skip
 
 
-@flow(
-    name="fairness-audit",
-    task_runner=ThreadPoolTaskRunner(max_workers=2),
-    validate_parameters=True,
-    persist_result=False,
-)
+def audit_flow(name: str):
+    """The decorator of the flows that run :func:`run_audit`: the tasks on two threads, the
+    config validated before the body runs, no result persisted."""
+    threads = ThreadPoolTaskRunner(max_workers=2)
+    return flow(name=name, task_runner=threads, validate_parameters=True, persist_result=False)
+
+
+@audit_flow("fairness-audit")
 def fairness_audit(config: AuditConfig) -> AuditResult:
     """Fairness audit of (fair) PCA representations with downstream classifiers.
 
@@ -298,12 +271,9 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     AuditResult
         The audit record, where it is on disk and in MLflow, and the promotion decision.
     """
-    if on_partitions(config.source):  # its own Dask client (fairpca.tasks.distributed)
-        result = run_audit(config, "audit")
-    elif (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
-        result = on_dask(config)
-    else:
-        result = run_audit(config, "audit")
+    # a partitioned table has its own Dask client (fairpca.tasks.distributed): no subflow
+    address = None if on_partitions(config.source) else config.dask_address
+    on_dask = dask_subflow(fairness_audit, address)
+    result = run_audit(config, "audit") if on_dask is None else on_dask(config)
     # the verdict is the run's outcome: its final state's message; a caller gets the result
-    summary = verdict_summary(result.verdict)
-    return Completed(message=summary, data=result)
+    return Completed(message=verdict_summary(result.verdict), data=result)

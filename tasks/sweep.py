@@ -9,6 +9,7 @@ public :func:`fairpca.tasks.public.sweep_lambda` are entries over it."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 import warnings
@@ -195,12 +196,9 @@ def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int
     fpr, negatives = rates(labels == 0)
     if len(positives) >= 2:
         out["eo_difference"] = extreme_pair(tpr, positives, ratio=False)
-        if len(negatives) >= 2:
-            odds = extreme_pair(fpr, negatives, ratio=False)
-            larger = odds[0] > out["eo_difference"][0]
-            out["equalized_odds_difference"] = tuple(
-                np.where(larger, a, b) for a, b in zip(odds, out["eo_difference"], strict=True)
-            )
+        if len(negatives) >= 2:  # the larger of the TPR and the FPR difference
+            odds = [out["eo_difference"], extreme_pair(fpr, negatives, ratio=False)]
+            out["equalized_odds_difference"] = _worst(odds, lowest=False)
     return out
 
 
@@ -219,25 +217,19 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     point-judged measure by :data:`~fairpca.tasks.select.STABLE_Z` standard errors, a
     bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
     with several, the intersection's cells of at least ``min_group_size`` rows."""
-    groupings = group_codes(groups)
-    attributes: dict[str, list] = {}
-    scopes: dict[str, dict] = {"": {}}
-    for name, codes in groupings.items():
-        measured = _measures_at_cuts(labels, codes, gate.min_group_size)
-        for measure, pair in measured.items():
-            if name == INTERSECTION:
-                scopes.setdefault(INTERSECTION, {})[measure] = pair
-            else:
-                attributes.setdefault(measure, []).append(pair)
-    for measure, pairs in attributes.items():
+    measured = {name: _measures_at_cuts(labels, codes, gate.min_group_size)
+                for name, codes in group_codes(groups).items()}  # fmt: skip
+    scopes = {INTERSECTION: measured.pop(INTERSECTION, {}), "": {}}
+    for measure in dict.fromkeys(key for pairs in measured.values() for key in pairs):
+        pairs = [each[measure] for each in measured.values() if measure in each]
         scopes[""][measure] = _worst(pairs, lowest=measure == "selection_rate_ratio")
     policy, meets = gate.policy, np.ones(len(labels), dtype=bool)
     for criterion, limit in policy.limits():
         if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
             continue  # always met
         z = STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
-        for scope in ("", INTERSECTION) if len(groupings) > 1 else ("",):
-            pair = scopes.get(scope, {}).get(criterion.metric)
+        for scope in ("", INTERSECTION):
+            pair = scopes[scope].get(criterion.metric)
             if pair is None:
                 if scope:
                     continue  # too few large cells: the gate does not judge it either
@@ -247,12 +239,11 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
                 meets &= (value - z * error >= limit) if criterion.larger_is_fairer else (
                     value + z * error <= limit
                 )  # fmt: skip
-    true_pos = np.cumsum(labels)
-    false_pos = np.arange(1, len(labels) + 1) - true_pos
-    accuracy = (true_pos + (len(labels) - true_pos[-1]) - false_pos) / len(labels)
+    n = len(labels)  # accuracy at each cut: true positives + true negatives
+    accuracy = (2 * np.cumsum(labels) - np.arange(1, n + 1) + n - labels.sum()) / n
     z = CERTIFY_Z if policy.bound == "upper_bound" else 0.0
     floor = policy.thresholds.get("min_accuracy", 0.0)
-    meets &= accuracy - z * np.sqrt(accuracy * (1 - accuracy) / len(labels)) >= floor
+    meets &= accuracy - z * np.sqrt(accuracy * (1 - accuracy) / n) >= floor
     return meets
 
 
@@ -323,13 +314,9 @@ def _with_tuned_threshold(
         rows = stratified_sample(y, groups, THRESHOLD_MAX_ROWS, seed)
         placing, y_placing, gate = features[rows], y[rows], gate and gate.rows(rows)
         entities_placing = None if entities is None else entities[rows]
-    scores = cross_val_predict(
-        clone(classifier),
-        placing,
-        y_placing,
-        cv=stratified_folds(folds, y_placing, entities_placing, seed),
-        method="predict_proba",
-    )[:, 1]
+    cv = stratified_folds(folds, y_placing, entities_placing, seed)
+    scores = cross_val_predict(clone(classifier), placing, y_placing, cv=cv, method="predict_proba")
+    scores = scores[:, 1]
     threshold = (
         best_threshold(scores, y_placing, scoring)
         if gate is None
@@ -356,17 +343,10 @@ def stratified_folds(
 
 
 def fit_classifier(
-    name: str,
-    features: np.ndarray,
-    y: np.ndarray,
-    *,
-    seed: int,
-    max_rows: int | None = None,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    gate: ThresholdGate | None = None,
+    name: str, features: np.ndarray, y: np.ndarray, *, seed: int, max_rows: int | None = None,
+    C: float | None = None, scoring: str = "accuracy", gate: ThresholdGate | None = None,
     entities: np.ndarray | None = None,
-):
+):  # fmt: skip
     """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw); ``C``,
     ``scoring`` (the threshold's objective), ``gate`` (the policy the threshold must meet
     on the training rows' out-of-fold scores, with their groups) and ``entities`` (each
@@ -410,20 +390,12 @@ class SweepResult:
 
 
 def sweep_tradeoff(
-    estimator,
-    lambdas: Sequence[float | None],
-    X_train: np.ndarray,
-    y_train: np.ndarray,
-    X_eval: np.ndarray,
-    y_eval: np.ndarray,
-    sensitive_eval: Any,
-    *,
+    estimator, lambdas: Sequence[float | None], X_train: np.ndarray, y_train: np.ndarray,
+    X_eval: np.ndarray, y_eval: np.ndarray, sensitive_eval: Any, *,
     classifiers: dict[str, Callable[[np.ndarray, np.ndarray], Any]],
-    metric_options: dict[str, Any],
-    describe: Callable[[np.ndarray], dict[str, Any]] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    train_dtype: type = np.float64,
-) -> tuple[list[dict[str, Any]], dict[tuple[int, str], Any]]:
+    metric_options: dict[str, Any], describe: Callable[[np.ndarray], dict[str, Any]] | None = None,
+    progress: Callable[[int, int], None] | None = None, train_dtype: type = np.float64,
+) -> tuple[list[dict[str, Any]], dict[tuple[int, str], Any]]:  # fmt: skip
     """The one lambda sweep: every classifier at every trade-off ``lambda`` of ``estimator``.
 
     Fair PCA is fitted once; changing ``tradeoff`` only changes how many PCA features are
@@ -452,16 +424,21 @@ def sweep_tradeoff(
             F_train = transformed(estimator, X_train, train_dtype)
             shared = {"lambda_index": index, "lambda": np.nan if lam is None else float(lam)}
             shared["n_features"] = F_train.shape[1]
-            trained = {name: _timed_fit(fit, F_train, y_train) for name, fit in classifiers.items()}
+            seconds = {}  # each classifier's: its fit, then its predictions and metrics
+            for name, fit in classifiers.items():
+                start = time.perf_counter()
+                fitted[(index, name)] = fit(F_train, y_train)
+                seconds[name] = time.perf_counter() - start
             del F_train
             F_eval = np.asarray(estimator.transform(X_eval), dtype=np.float64)
             shared.update(describe(F_eval) if describe is not None else {})
-            for name, (classifier, seconds) in trained.items():
-                fitted[(index, name)] = classifier
-                measured = _measure(
-                    classifier, seconds, F_eval, y_eval, sensitive_eval, metric_options
-                )
-                rows.append({**shared, "classifier": name, **measured})
+            for name, fit_seconds in seconds.items():
+                start = time.perf_counter() - fit_seconds
+                y_pred = fitted[(index, name)].predict(F_eval)
+                metrics = gated_metrics(y_eval, y_pred, sensitive_eval, metric_options)
+                share = one_class_share(y_pred)
+                rows.append({**shared, "classifier": name, "one_class_share": share, **metrics,
+                             "classifier_seconds": time.perf_counter() - start})  # fmt: skip
             del F_eval
             if progress is not None:
                 progress(index + 1, len(lambdas))
@@ -489,22 +466,6 @@ def transformed(estimator, X: np.ndarray, dtype: type = np.float64) -> np.ndarra
     return out
 
 
-def _timed_fit(fit, F_train: np.ndarray, y_train: np.ndarray) -> tuple:
-    """The classifier ``fit`` gives on the training rows and the seconds it took."""
-    t0 = time.perf_counter()
-    return fit(F_train, y_train), time.perf_counter() - t0
-
-
-def _measure(classifier, fit_seconds, F_eval, y_eval, sensitive_eval, options) -> dict:
-    """On the evaluation rows: how often ``classifier`` predicts its more frequent class, its
-    metrics with intervals and the seconds taken (with its fit's ``fit_seconds``)."""
-    t0 = time.perf_counter() - fit_seconds
-    y_pred = classifier.predict(F_eval)
-    metrics = gated_metrics(y_eval, y_pred, sensitive_eval, options)
-    seconds = time.perf_counter() - t0
-    return {"one_class_share": one_class_share(y_pred), **metrics, "classifier_seconds": seconds}
-
-
 def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Callable:
     """``describe(F_validation)`` of :func:`sweep_tradeoff`: the variance the components
     explain on the validation rows, and the representation metrics at a lambda
@@ -513,79 +474,32 @@ def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Calla
     ``encoded`` holds the encoded training and validation rows. The fair block does not
     depend on lambda, so its training gap is measured once, on the estimator as it is."""
     encoded_train, encoded_validation = encoded
-    components = getattr(rep.estimator, "components_", None)
-    var_explained = (
-        fm.explained_variance_fraction(encoded_validation, components)
-        if components is not None
-        else np.nan
-    )
+    var_explained = np.nan
+    if (components := getattr(rep.estimator, "components_", None)) is not None:
+        var_explained = fm.explained_variance_fraction(encoded_validation, components)
     k = int(rep.facts["k"])
     eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
     constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
-
     fair = np.asarray(rep.estimator.transform(encoded_train), dtype=np.float64)
     gap = training_mean_gap(fair, split.s_train, k, constraint_rows)
-    del fair
 
     def describe(F_validation: np.ndarray) -> dict[str, Any]:
-        return {
-            "var_explained": float(var_explained),
-            **held_out_metrics(
-                F_validation, split.s_validation, gap,
-                fair_columns=k, sigma=sigma, max_rows=max_rows, seed=seed,
-            ),
-        }  # fmt: skip
+        measured = held_out_metrics(
+            F_validation, split.s_validation, gap, fair_columns=k, sigma=sigma,
+            max_rows=max_rows, seed=seed,
+        )  # fmt: skip
+        return {"var_explained": float(var_explained), **measured}
 
     return describe
 
 
-def sweep_classifiers(
-    split, evaluation, seed: int, C, scoring: str, policy, C_grid
-) -> tuple[dict[str, Callable], list]:
-    """The classifiers :func:`sweep_representation` fits at every lambda (name -> ``fit(F,
-    y)``) and the C grid its rows index: with ``C_grid``, ``logreg_tuned`` once per C of it
-    (``logreg_tuned@<i>``), else at ``C``; ``logreg_tuned``'s threshold meets ``policy`` on
-    the training rows where it can."""
-    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
-    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
-
-    def fitter(name: str, strength: float | None) -> Callable:
-        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
-        return lambda F, y: fit_classifier(
-            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate,
-            entities=entities,
-        )  # fmt: skip
-
-    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
-    grid = list(C_grid) if by_grid else [C]
-    classifiers = {
-        name: fitter(name, C)
-        for name in evaluation.classifiers
-        if not (by_grid and name == "logreg_tuned")
-    }
-    if by_grid:
-        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
-    return classifiers, grid
-
-
 def sweep_representation(
-    rep: FittedRepresentation,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    representation,
-    evaluation,
-    seed: int,
-    sigma: float,
-    progress=None,
-    *,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    lambdas: Sequence[float] | None = None,
-    policy: GatePolicy | None = None,
-    C_grid: Sequence[float | None] | None = None,
+    rep: FittedRepresentation, encoded_train: np.ndarray, encoded_validation: np.ndarray, split,
+    representation, evaluation, seed: int, sigma: float, progress=None, *, C: float | None = None,
+    scoring: str = "accuracy", lambdas: Sequence[float] | None = None,
+    policy: GatePolicy | None = None, C_grid: Sequence[float | None] | None = None,
     train_dtype: type = np.float64,
-) -> SweepResult:
+) -> SweepResult:  # fmt: skip
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
 
@@ -603,24 +517,32 @@ def sweep_representation(
     classifiers' training input (:func:`sweep_tradeoff`).
     """
     start = time.perf_counter()
-    classifiers, grid = sweep_classifiers(split, evaluation, seed, C, scoring, policy, C_grid)
-    encoded = (encoded_train, encoded_validation)
-    rows, fitted = sweep_tradeoff(
-        rep.estimator,
-        list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
-        encoded_train,
-        split.y_train,
-        encoded_validation,
-        split.y_validation,
-        split.s_validation,
-        classifiers=classifiers,
-        metric_options=metric_options(evaluation, seed),
-        describe=_representation_columns(
-            rep, encoded, split, representation.metric_max_rows, seed, sigma
-        ),
-        progress=progress and (lambda done, total: progress(rep.variant, done, total)),
-        train_dtype=train_dtype,
+    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
+    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
+
+    def fitter(name: str, strength: float | None) -> Callable:  # fit(F, y) -> fitted
+        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
+        return functools.partial(
+            fit_classifier, name, seed=seed, max_rows=max_rows, C=strength, scoring=scoring,
+            gate=gate, entities=entities,
+        )  # fmt: skip
+
+    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
+    grid = list(C_grid) if by_grid else [C]  # the C each row's classifier indexes
+    single = [name for name in evaluation.classifiers if not (by_grid and name == "logreg_tuned")]
+    classifiers = {name: fitter(name, C) for name in single}
+    if by_grid:
+        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
+    describe = _representation_columns(
+        rep, (encoded_train, encoded_validation), split, representation.metric_max_rows, seed, sigma
     )
+    rows, fitted = sweep_tradeoff(
+        rep.estimator, list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
+        encoded_train, split.y_train, encoded_validation, split.y_validation, split.s_validation,
+        classifiers=classifiers, metric_options=metric_options(evaluation, seed),
+        describe=describe, train_dtype=train_dtype,
+        progress=progress and (lambda done, total: progress(rep.variant, done, total)),
+    )  # fmt: skip
     k, paper = int(rep.facts["k"]), paper_C(len(split.y_train))
     measured_on = len(split.y_validation)  # which rows: a search sample or every row
     result = SweepResult(rep.variant)
@@ -640,7 +562,8 @@ def sweep_representation(
 def _one_blas_thread(function: Callable) -> Callable:
     """``function`` run with one BLAS thread: the task runner runs the variants' stages side
     by side (two sweeps with one BLAS thread each: 3x faster fits on 2 busy cores than
-    oversubscribed)."""
+    oversubscribed). Not threadpoolctl's ``threadpool_limits.wrap``: it holds a thread-local,
+    which a task sent to a Dask cluster cannot pickle."""
 
     @functools.wraps(function)
     def run(*args, **kwargs):
@@ -653,20 +576,11 @@ def _one_blas_thread(function: Callable) -> Callable:
 @task(name="lambda-sweep", cache_policy=NO_CACHE, task_run_name="sweep-{variant}")
 @_one_blas_thread
 def lambda_sweep(
-    variant: str,
-    rep: FittedRepresentation,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    representation,
-    evaluation,
-    seed: int,
-    sigma: float,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    lambdas: Sequence[float] | None = None,
+    variant: str, rep: FittedRepresentation, encoded_train: np.ndarray,
+    encoded_validation: np.ndarray, split, representation, evaluation, seed: int, sigma: float,
+    C: float | None = None, scoring: str = "accuracy", lambdas: Sequence[float] | None = None,
     policy: GatePolicy | None = None,
-) -> SweepResult:
+) -> SweepResult:  # fmt: skip
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
     artifact_id = create_progress_artifact(
         progress=0.0, description=f"lambda sweep of {variant} (% of lambdas done)"
@@ -717,16 +631,9 @@ def fine_lambdas(lambdas: Sequence[float], best: float | None) -> list[float] | 
 
 
 def search_representation(
-    variant: str,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    k_grid: Sequence[int],
-    representation,
-    evaluation,
-    selection,
-    seed: int,
-) -> SearchResult:
+    variant: str, encoded_train: np.ndarray, encoded_validation: np.ndarray, split,
+    k_grid: Sequence[int], representation, evaluation, selection, seed: int,
+) -> SearchResult:  # fmt: skip
     """Coarse search of one variant on the validation rows: refit it at every k of
     ``k_grid`` (one eigenproblem each: the fair directions of a smaller k are the leading
     ones of a larger fit for plain fair PCA, which solves one eigenproblem of ``R^T Sigma R``
@@ -736,13 +643,11 @@ def search_representation(
     (:func:`fairpca.tasks.select.select_candidate`: eligible, meeting the gate, the highest
     ``select_by``). One k in the grid: nothing to choose, no screening."""
     start = time.perf_counter()
-    fitted = {
-        k: fit_representation.fn(
-            variant, encoded_train, split.y_train, split.s_train, k=k,
-            equalize_covariance=representation.equalize_covariance, seed=seed,
-        )
-        for k in k_grid
-    }  # fmt: skip
+    fit = functools.partial(
+        fit_representation.fn, variant, encoded_train, split.y_train, split.s_train,
+        equalize_covariance=representation.equalize_covariance, seed=seed,
+    )  # fmt: skip
+    fitted = {k: fit(k=k) for k in k_grid}
     C_grid = list(evaluation.logreg_C or DEFAULT_C_GRID)
     if len(fitted) == 1 and len(C_grid) == 1:
         (rep,) = fitted.values()
@@ -772,23 +677,12 @@ def search_representation(
 
 # The Prefect task of :func:`search_representation` (one BLAS thread).
 search_variant = task(
-    _one_blas_thread(search_representation),
-    name="search-representation",
-    cache_policy=NO_CACHE,
-    task_run_name="search-{variant}",
-)
+    _one_blas_thread(search_representation), name="search-representation",
+    cache_policy=NO_CACHE, task_run_name="search-{variant}",
+)  # fmt: skip
 
 
 # ---- many rows: the shortlist refitted on every training row, measured on every validation row --
-
-
-def _given_C(row: dict[str, Any], searched: float | None) -> float | None:
-    """The C a candidate was swept with as the grid gives it (None: the paper's rule, which
-    scales with the training rows), else the variant's searched C."""
-    if "C_given" not in row:
-        return searched
-    given = row["C_given"]
-    return None if given is None or not np.isfinite(given) else float(given)
 
 
 # Encoded training rows above which the refitted classifiers train on float32 features: there
@@ -803,18 +697,10 @@ FLOAT32_REFIT_ABOVE_BYTES = 200_000_000
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
 @_one_blas_thread
 def refit_shortlist(
-    variant: str,
-    candidates: list[dict[str, Any]],
-    searched: FittedRepresentation,
-    encoded: tuple[np.ndarray, np.ndarray],
-    split,
-    representation,
-    evaluation,
-    selection,
-    seed: int,
-    sigma: float,
-    C: float | None,
-) -> tuple[FittedRepresentation, SweepResult]:
+    variant: str, candidates: list[dict[str, Any]], searched: FittedRepresentation,
+    encoded: tuple[np.ndarray, np.ndarray], split, representation, evaluation, selection,
+    seed: int, sigma: float, C: float | None,
+) -> tuple[FittedRepresentation, SweepResult]:  # fmt: skip
     """The shortlisted ``candidates`` of one variant (rows of the wide search's table, on a
     sample), each refitted on every training row of ``split`` and measured on every
     validation row: the representation fitted once at the searched k (Fair PCA-S at the
@@ -828,19 +714,20 @@ def refit_shortlist(
         equalize_covariance=equalize, seed=seed,
     )  # fmt: skip
     result, policy = SweepResult(variant), GatePolicy.from_config(selection)
-    float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
+    dtype = np.float32 if encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES else np.float64
     for index, row in enumerate(candidates):
-        lam = row.get("lambda")
+        # the C the candidate was swept with as the grid gives it (NaN: the paper's rule,
+        # which scales with the training rows), else the variant's searched C
+        given = row.get("C_given", C)
         one = sweep_representation(
             rep, *encoded, split, representation,
             evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
-            C=_given_C(row, C), scoring=selection.select_by,
-            lambdas=[float(lam)] if rep.supports_tradeoff else None,
-            policy=policy, train_dtype=np.float32 if float32 else np.float64,
+            C=None if given is None or not np.isfinite(given) else float(given),
+            scoring=selection.select_by, policy=policy, train_dtype=dtype,
+            lambdas=[float(row["lambda"])] if rep.supports_tradeoff else None,
         )  # fmt: skip
-        (measured,) = one.rows
+        (measured,), (fitted,) = one.rows, one.classifiers.values()  # the candidate's
         result.rows.append({**measured, "lambda_index": index})
-        fitted = one.classifiers[classifier_key(measured)]
         result.classifiers[classifier_key(result.rows[-1])] = fitted
     result.seconds = time.perf_counter() - start
     return rep, result
@@ -938,15 +825,9 @@ CV_SHORTLIST = 6  # candidates (best on the validation rows) that cross-validati
 
 
 def cross_validate(
-    candidates: list[dict[str, Any]],
-    representations: dict[str, FittedRepresentation],
-    encoded: tuple[np.ndarray, np.ndarray],
-    split,
-    *,
-    evaluation,
-    selection,
-    seed: int,
-) -> list[dict[str, Any]]:
+    candidates: list[dict[str, Any]], representations: dict[str, FittedRepresentation],
+    encoded: tuple[np.ndarray, np.ndarray], split, *, evaluation, selection, seed: int,
+) -> list[dict[str, Any]]:  # fmt: skip
     """``candidates`` (rows of the sweep's table) measured again by repeated stratified
     cross-validation on the training and validation rows together (``cv_folds`` x
     ``cv_repeats``; folds stratified by label and group, each entity's rows in one fold when
@@ -973,20 +854,16 @@ def cross_validate(
             continue
         metrics = gated_metrics(y, predicted[0], s, options)
         spread = _gated_spread(y, predicted, s, options)
-        for measure in GATED_RATES:  # the standard errors with the spread over the repeats
-            for scope in ("", INTERSECTION):
-                key, extra = f"{measure}.se{scope}", spread.get(f"{measure}{scope}", 0.0)
-                if key in metrics:
-                    metrics[key] = float(np.hypot(metrics[key], extra))
+        # the standard errors with the spread over the repeats
+        for measure, scope in itertools.product(GATED_RATES, ("", INTERSECTION)):
+            key, extra = f"{measure}.se{scope}", spread.get(f"{measure}{scope}", 0.0)
+            if key in metrics:
+                metrics[key] = float(np.hypot(metrics[key], extra))
         keep = {key: row[key] for key in ("variant", "k", "C", "lambda", "lambda_index",
                                           "classifier", "n_features") if key in row}  # fmt: skip
-        rows.append(
-            {
-                **keep,
-                "one_class_share": one_class_share(predicted[0]),
-                **metrics,
-                **{f"cv_spread.{key}": value for key, value in spread.items()},
-                "holdout_accuracy": row.get("accuracy", math.nan),
-            }
-        )
+        rows.append({
+            **keep, "one_class_share": one_class_share(predicted[0]), **metrics,
+            **{f"cv_spread.{key}": value for key, value in spread.items()},
+            "holdout_accuracy": row.get("accuracy", math.nan),
+        })  # fmt: skip
     return rows
