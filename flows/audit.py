@@ -28,38 +28,21 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, model_validator
 from threadpoolctl import threadpool_limits
 
+from fairpca.tasks import stages
 from fairpca.tasks.decision import Reason, render
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
-from fairpca.tasks.mlflow_logging import (  # noqa: F401 (the model's input, as before)
-    as_model_input,
-    input_example,
-    log_output_dir,
-)
+from fairpca.tasks.mlflow_logging import as_model_input, input_example, log_output_dir  # noqa: F401
 from fairpca.tasks.record import AuditRecord, PromotionRecord
 from fairpca.tasks.report import build_verdict, markdown_text, promotion_reasons, verdict_markdown
 from fairpca.tasks.select import DEFAULT_TOLERANCE
-from fairpca.tasks.stages import (  # noqa: F401 (the stages' helpers, importable here as before)
-    Stopwatch,
-    begin_logging,
-    choose_candidate,
-    choose_model,
-    decide_and_report,
-    evaluate_choice,
-    judge_references,
-    load_and_encode,
-    open_output_dir,
-    record_audit,
-    represent_and_search,
-    resolved_config,
-    sample_shortlist,
-    scorer_on_test_rows,
-    write_outputs,
-)
+from fairpca.tasks.stages import choose_candidate, resolved_config, sample_shortlist  # noqa: F401
 
 from .config import AuditConfig, resolve_tracking_uri
 from .runtime import current_task_runner_name, dask_subflow, map_large_blocks, release_freed_heap
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
+# as before, the model's input (as_model_input, input_example) and the stages' helpers
+# choose_candidate, resolved_config and sample_shortlist are importable from here too
 
 
 class AuditResult(BaseModel):
@@ -148,11 +131,11 @@ def promote_and_log(
     it the one verdict every surface shows, written beside the record and sealed with the
     run; then everything logged to that run."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    begun = begin_logging(
+    begun = stages.begin_logging(
         out_dir, record, table, tracking_uri, sealed=sealed, watch=watch,
-        score=score or scorer_on_test_rows(split, config),
+        score=score or stages.scorer_on_test_rows(split, config),
     )  # fmt: skip
-    decided, verdict, report = decide_and_report(
+    decided, verdict, report = stages.decide_and_report(
         out_dir, record, table, begun, sealed=sealed, tolerance=tolerance
     )
     logged = log_output_dir(
@@ -217,32 +200,32 @@ def run_audit(
 
 
 def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float) -> AuditResult:
-    clock, started_at = Stopwatch(), datetime.now(UTC)
+    clock, started_at = stages.Stopwatch(), datetime.now(UTC)
     map_large_blocks()
     release_freed_heap()  # what the pre-flight's read of the table left
-    out_dir = open_output_dir(config, kind)
+    out_dir = stages.open_output_dir(config, kind)
     if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
         with connect(config.dask_address):  # open until the champion is scored there
             on_dask = audit_partitions(
                 config, out_dir, kind=kind, started_at=started_at, tags=_flow_tags(kind)
             )
-            sealed = write_outputs(out_dir, on_dask.record, on_dask.table, config)
+            sealed = stages.write_outputs(out_dir, on_dask.record, on_dask.table, config)
             return promote_and_log(
                 out_dir, on_dask.record, on_dask.table, None, config, sealed=sealed,
                 watch=watch, tolerance=tolerance, score=on_dask.score,
             )  # fmt: skip
-    loaded = load_and_encode(config, clock)
+    loaded = stages.load_and_encode(config, clock)
     release_freed_heap()  # what loading, screening and encoding left under the encoded rows
-    searched = represent_and_search(loaded, clock)
-    chosen = choose_model(loaded, searched, out_dir, clock)
+    searched = stages.represent_and_search(loaded, clock)
+    chosen = stages.choose_model(loaded, searched, out_dir, clock)
     release_freed_heap()  # what the refits left, before the references' copies of the rows
-    evaluated = evaluate_choice(loaded, searched, chosen, clock)
-    references, choice = judge_references(loaded, searched, chosen[0], evaluated, clock)
-    record = record_audit(
+    evaluated = stages.evaluate_choice(loaded, searched, chosen, clock)
+    references, choice = stages.judge_references(loaded, searched, chosen[0], evaluated, clock)
+    record = stages.record_audit(
         loaded, searched, (choice, *chosen[1:]), evaluated, references, out_dir, clock,
         kind=kind, started_at=started_at, tags=_flow_tags(kind),
     )  # fmt: skip
-    sealed = write_outputs(out_dir, record, searched.table, loaded.config)
+    sealed = stages.write_outputs(out_dir, record, searched.table, loaded.config)
     return promote_and_log(
         out_dir, record, searched.table, loaded.split, loaded.config, sealed=sealed,
         watch=watch, tolerance=tolerance,

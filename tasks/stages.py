@@ -26,7 +26,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from fairpca.tasks import evaluate, mlflow_logging, select, trust
+from fairpca.tasks import evaluate, mlflow_logging, select, sweep, trust
 from fairpca.tasks.data import load_split, search_sample
 from fairpca.tasks.decision import note
 from fairpca.tasks.diagnostics import diagnose
@@ -46,13 +46,6 @@ from fairpca.tasks.references import reference_mitigations
 from fairpca.tasks.registry import find_champion
 from fairpca.tasks.report import Verdict, build_verdict, write_matrices, write_plot, write_report
 from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
-from fairpca.tasks.sweep import (
-    CV_SHORTLIST,
-    cross_validate,
-    lambda_sweep,
-    refit_shortlist,
-    search_variant,
-)
 
 
 class Stopwatch:
@@ -112,7 +105,7 @@ def search_representations(config, split, encoded) -> tuple[dict, dict]:
     when no fair variant remains)."""
     several = split.s_train.shape[1] > 1 and "fair_pca_s" in config.representation.variants
     futures = {  # with several attributes, also Fair PCA-S on their intersection's cells
-        variant: search_variant.submit(
+        variant: sweep.search_variant.submit(
             variant, *encoded, split, config.representation.k_grid, config.representation,
             config.evaluation, config.selection, config.seed,
         )
@@ -133,15 +126,15 @@ def sweep_all(config, split, searches, encoded, sigma) -> tuple[pd.DataFrame, di
     """One lambda sweep per variant at its chosen k and C (in parallel) on training and
     validation rows: the candidates' table and every sweep's fitted classifiers."""
     futures = [
-        lambda_sweep.submit(
+        sweep.lambda_sweep.submit(
             variant, search.representation, *encoded, split, config.representation,
             config.evaluation, config.seed, sigma, search.C, config.selection.select_by,
             search.lambdas, policy=select.GatePolicy.from_config(config.selection),
         )
         for variant, search in searches.items()
     ]  # fmt: skip
-    sweeps = {sweep.variant: sweep for sweep in (future.result() for future in futures)}
-    table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
+    sweeps = {swept.variant: swept for swept in (future.result() for future in futures)}
+    table = pd.DataFrame([row for swept in sweeps.values() for row in swept.rows])
     return table, sweeps
 
 
@@ -154,8 +147,8 @@ def choose_candidate(config, table, split, searches, encoded) -> select.Choice:
         return select.choose(table, split.y_train, split.y_validation, selection)
     majority = select.majority_accuracy_of(split.y_train, split.y_validation)
     representations = {variant: search.representation for variant, search in searches.items()}
-    shortlisted = select.shortlist(table, majority, selection, CV_SHORTLIST)
-    rows = cross_validate(
+    shortlisted = select.shortlist(table, majority, selection, sweep.CV_SHORTLIST)
+    rows = sweep.cross_validate(
         shortlisted, representations, encoded, split, evaluation=config.evaluation,
         selection=selection, seed=config.seed,
     )  # fmt: skip
@@ -171,8 +164,9 @@ def choose_candidate(config, table, split, searches, encoded) -> select.Choice:
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
-    """What the wide search hands to every row: the :data:`CV_SHORTLIST` candidates the
-    choice would take from (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
+    """What the wide search hands to every row: the
+    :data:`~fairpca.tasks.sweep.CV_SHORTLIST` candidates the choice would take from
+    (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
     then those nearest it on every gated measure of every attribute and their intersection,
     with the best unconstrained PCA), and the best that still meet the gate once each gated
     measure is moved towards failing by its 95% sampling error on the sample (the best on a
@@ -194,10 +188,11 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
             towards = -1.0 if measure == "selection_rate_ratio" else 1.0
             strict[value] = strict[value] + towards * 1.96 * strict[error].fillna(0.0)
     policy = select.GatePolicy.from_config(selection)
-    picked = [row["row"] for row in select.shortlist(numbered, majority, selection, CV_SHORTLIST)]
+    size = sweep.CV_SHORTLIST
+    picked = [row["row"] for row in select.shortlist(numbered, majority, selection, size)]
     picked += [
         row["row"]
-        for row in select.shortlist(strict, majority, selection, CV_SHORTLIST)
+        for row in select.shortlist(strict, majority, selection, size)
         if not policy.failures(row)
     ]
     return table.iloc[list(dict.fromkeys(picked))].to_dict("records")
@@ -211,8 +206,9 @@ SIDE_BY_SIDE_MAX_BYTES = 200_000_000
 
 
 def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, out_dir: Path):
-    """After a wide search on a sample: its best candidates (:data:`CV_SHORTLIST` and the
-    best unconstrained PCA, by the audit's own order) refitted on every training row and
+    """After a wide search on a sample: its best candidates
+    (:data:`~fairpca.tasks.sweep.CV_SHORTLIST` and the best unconstrained PCA, by the audit's
+    own order) refitted on every training row and
     measured on every validation row (:func:`fairpca.tasks.sweep.refit_shortlist`, variants
     in parallel), and the choice among them there: the gate, the certification and the
     references are judged on the rows of the model that is registered. Returns the choice,
@@ -228,12 +224,13 @@ def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, 
         )  # fmt: skip
 
     variants = dict.fromkeys(row["variant"] for row in candidates)
+    refit = sweep.refit_shortlist
     if encoded[0].nbytes <= SIDE_BY_SIDE_MAX_BYTES:
-        futures = {variant: refit_shortlist.submit(*arguments(variant)) for variant in variants}
+        futures = {variant: refit.submit(*arguments(variant)) for variant in variants}
         refits = {variant: future.result() for variant, future in futures.items()}
     else:
-        refits = {variant: refit_shortlist(*arguments(variant)) for variant in variants}
-    measured = pd.DataFrame([row for _, sweep in refits.values() for row in sweep.rows])
+        refits = {variant: refit(*arguments(variant)) for variant in variants}
+    measured = pd.DataFrame([row for _, swept in refits.values() for row in swept.rows])
     choice = select.choose(measured, split.y_train, split.y_validation, config.selection)
     refitted = (
         f"the {len(measured)} best candidates of the wide search on a stratified sample "
@@ -244,7 +241,7 @@ def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, 
     choice = dataclasses.replace(choice, decision=choice.decision.adding(note(refitted)))
     measured.to_csv(out_dir / "shortlist.csv", index=False)
     representations = {variant: rep for variant, (rep, _) in refits.items()}
-    return choice, representations, {variant: sweep for variant, (_, sweep) in refits.items()}
+    return choice, representations, {variant: swept for variant, (_, swept) in refits.items()}
 
 
 @task(name="write-outputs", cache_policy=NO_CACHE)
@@ -414,12 +411,11 @@ def evaluate_choice(loaded: Loaded, searched: Searched, chosen, clock: Stopwatch
             selection=config.selection,
         )  # fmt: skip
     with clock("evaluate_test"):
-        pipeline = evaluate.build_pipeline(loaded.preprocessor, registered, sweeps, choice.chosen)
+        build = functools.partial(evaluate.build_pipeline, loaded.preprocessor, registered, sweeps)
+        pipeline = build(choice.chosen)
+        pca = choice.pca_row and build(choice.pca_row)  # the best unconstrained PCA
         validation_labels = evaluate.check_pipeline(
             pipeline, split, choice.chosen, config.evaluation
-        )
-        pca = choice.pca_row and evaluate.build_pipeline(
-            loaded.preprocessor, registered, sweeps, choice.pca_row
         )
         reported = evaluate.evaluate_reported(
             split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
@@ -436,12 +432,11 @@ def judge_references(
     config, split = loaded.config, loaded.split
     with clock("wait_references"):
         reference_rows = searched.references()
-        chosen_validation = evaluated.reported["chosen"]["validation"]
-        unjudged = unjudged_in_split(split, chosen_validation, config.evaluation)
+        chosen = evaluated.reported["chosen"]
+        unjudged = unjudged_in_split(split, chosen["validation"], config.evaluation)
         choice = select.judge_chosen(
-            choice, reference_rows, evaluated.reported["chosen"]["test"], unjudged,
-            config.selection,
-        )  # fmt: skip
+            choice, reference_rows, chosen["test"], unjudged, config.selection
+        )
     return reference_rows, choice
 
 

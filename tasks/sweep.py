@@ -38,31 +38,11 @@ from sklearn.svm import SVC, LinearSVC
 from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
+from fairpca.tasks import evaluate, select
 
 from . import CERTIFY_Z, CLASSIFIER_NAMES, MAX_ONE_CLASS_SHARE, MIN_POSITIVE_RATE_RATIO
 from .data import stratified_sample, stratum_labels
-from .evaluate import (
-    GATED_RATES,
-    classifier_key,
-    classifier_metrics,
-    extreme_pair,
-    gated_metrics,
-    group_codes,
-    held_out_metrics,
-    metric_options,
-    one_class_share,
-    training_mean_gap,
-)
 from .represent import FittedRepresentation, fit_representation
-from .select import (
-    COMPARED,
-    INTERSECTION,
-    MIN_USEFUL_SHARE,
-    STABLE_Z,
-    GatePolicy,
-    majority_accuracy_of,
-    select_candidate,
-)
 
 # ---- the classifiers ------------------------------------------------------------
 
@@ -164,7 +144,7 @@ class ThresholdGate:
     ``groups`` (one column per attribute, aligned with the rows) and the smallest group
     the gate judges (``min_group_size``)."""
 
-    policy: GatePolicy
+    policy: select.GatePolicy
     groups: pd.DataFrame
     min_group_size: int = 0
 
@@ -190,14 +170,14 @@ def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int
     out = {}
     selection, rows = rates(np.ones(len(labels), dtype=bool))
     if len(rows) >= 2:
-        out["dp_difference"] = extreme_pair(selection, rows, ratio=False)
-        out["selection_rate_ratio"] = extreme_pair(selection, rows, ratio=True)
+        out["dp_difference"] = evaluate.extreme_pair(selection, rows, ratio=False)
+        out["selection_rate_ratio"] = evaluate.extreme_pair(selection, rows, ratio=True)
     tpr, positives = rates(labels == 1)
     fpr, negatives = rates(labels == 0)
     if len(positives) >= 2:
-        out["eo_difference"] = extreme_pair(tpr, positives, ratio=False)
+        out["eo_difference"] = evaluate.extreme_pair(tpr, positives, ratio=False)
         if len(negatives) >= 2:  # the larger of the TPR and the FPR difference
-            odds = [out["eo_difference"], extreme_pair(fpr, negatives, ratio=False)]
+            odds = [out["eo_difference"], evaluate.extreme_pair(fpr, negatives, ratio=False)]
             out["equalized_odds_difference"] = _worst(odds, lowest=False)
     return out
 
@@ -218,8 +198,8 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
     with several, the intersection's cells of at least ``min_group_size`` rows."""
     measured = {name: _measures_at_cuts(labels, codes, gate.min_group_size)
-                for name, codes in group_codes(groups).items()}  # fmt: skip
-    scopes = {INTERSECTION: measured.pop(INTERSECTION, {}), "": {}}
+                for name, codes in evaluate.group_codes(groups).items()}  # fmt: skip
+    scopes = {select.INTERSECTION: measured.pop(select.INTERSECTION, {}), "": {}}
     for measure in dict.fromkeys(key for pairs in measured.values() for key in pairs):
         pairs = [each[measure] for each in measured.values() if measure in each]
         scopes[""][measure] = _worst(pairs, lowest=measure == "selection_rate_ratio")
@@ -227,8 +207,8 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     for criterion, limit in policy.limits():
         if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
             continue  # always met
-        z = STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
-        for scope in ("", INTERSECTION):
+        z = select.STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
+        for scope in ("", select.INTERSECTION):
             pair = scopes[scope].get(criterion.metric)
             if pair is None:
                 if scope:
@@ -262,7 +242,7 @@ def _useful_cuts(labels: np.ndarray, value: np.ndarray, scoring: str) -> np.ndar
         (np.maximum(positive, 1 - positive) <= MAX_ONE_CLASS_SHARE)
         & (positive >= MIN_POSITIVE_RATE_RATIO * base)
         & (1 - positive >= MIN_POSITIVE_RATE_RATIO * (1 - base))
-        & (value - constant >= MIN_USEFUL_SHARE * gain)
+        & (value - constant >= select.MIN_USEFUL_SHARE * gain)
         & (gain > 0)
     )
 
@@ -278,9 +258,7 @@ def gated_threshold(scores: np.ndarray, y: np.ndarray, scoring: str, gate: Thres
     allowed = _useful_cuts(labels, value, scoring) & _meets_gate_at_cuts(
         labels, gate.groups.iloc[order], gate
     )
-    if not allowed.any():
-        return _threshold_at(ranked, value)
-    return _threshold_at(ranked, np.where(allowed, value, -np.inf))
+    return _threshold_at(ranked, np.where(allowed, value, -np.inf) if allowed.any() else value)
 
 
 def _with_tuned_threshold(
@@ -317,11 +295,10 @@ def _with_tuned_threshold(
     cv = stratified_folds(folds, y_placing, entities_placing, seed)
     scores = cross_val_predict(clone(classifier), placing, y_placing, cv=cv, method="predict_proba")
     scores = scores[:, 1]
-    threshold = (
-        best_threshold(scores, y_placing, scoring)
-        if gate is None
-        else gated_threshold(scores, y_placing, scoring, gate)
-    )
+    if gate is None:
+        threshold = best_threshold(scores, y_placing, scoring)
+    else:
+        threshold = gated_threshold(scores, y_placing, scoring, gate)
     return FixedThresholdClassifier(clone(classifier), threshold=threshold).fit(features, y)
 
 
@@ -336,8 +313,8 @@ def stratified_folds(
     if entities is None:
         return StratifiedKFold(folds, shuffle=True, random_state=seed)
     splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+    # (a UserWarning when strata are smaller than the folds)
+    with warnings.catch_warnings(action="ignore", category=UserWarning):
         target = y if strata is None else strata
         return list(splitter.split(np.zeros(len(y)), target, groups=entities))
 
@@ -360,8 +337,7 @@ def fit_classifier(
     classifier = make_classifier(name, len(y), seed, C)
     if np.unique(y).size < 2:
         raise ValueError("the training rows hold one label only; a classifier needs both.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with warnings.catch_warnings(action="ignore", category=ConvergenceWarning):
         if name == "logreg_tuned":
             return _with_tuned_threshold(classifier, features, y, scoring, gate, seed, entities)
         classifier.fit(features, y)
@@ -372,8 +348,7 @@ def fit_screening_classifier(features: np.ndarray, y: np.ndarray, C: float, scor
     """The coarse search's cheap ``logreg_tuned``: one fit, its threshold chosen for
     ``scoring`` on the same training rows (:func:`best_threshold`; no cross-validation, a
     screening only; never saved or registered)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with warnings.catch_warnings(action="ignore", category=ConvergenceWarning):
         fitted = LogisticRegression(C=C, max_iter=1000).fit(features, y)
     threshold = best_threshold(fitted.predict_proba(features)[:, 1], y, scoring)
     return FixedThresholdClassifier(FrozenEstimator(fitted), threshold=threshold).fit(features, y)
@@ -435,8 +410,8 @@ def sweep_tradeoff(
             for name, fit_seconds in seconds.items():
                 start = time.perf_counter() - fit_seconds
                 y_pred = fitted[(index, name)].predict(F_eval)
-                metrics = gated_metrics(y_eval, y_pred, sensitive_eval, metric_options)
-                share = one_class_share(y_pred)
+                metrics = evaluate.gated_metrics(y_eval, y_pred, sensitive_eval, metric_options)
+                share = evaluate.one_class_share(y_pred)
                 rows.append({**shared, "classifier": name, "one_class_share": share, **metrics,
                              "classifier_seconds": time.perf_counter() - start})  # fmt: skip
             del F_eval
@@ -481,10 +456,10 @@ def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Calla
     eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
     constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
     fair = np.asarray(rep.estimator.transform(encoded_train), dtype=np.float64)
-    gap = training_mean_gap(fair, split.s_train, k, constraint_rows)
+    gap = evaluate.training_mean_gap(fair, split.s_train, k, constraint_rows)
 
     def describe(F_validation: np.ndarray) -> dict[str, Any]:
-        measured = held_out_metrics(
+        measured = evaluate.held_out_metrics(
             F_validation, split.s_validation, gap, fair_columns=k, sigma=sigma,
             max_rows=max_rows, seed=seed,
         )  # fmt: skip
@@ -497,7 +472,7 @@ def sweep_representation(
     rep: FittedRepresentation, encoded_train: np.ndarray, encoded_validation: np.ndarray, split,
     representation, evaluation, seed: int, sigma: float, progress=None, *, C: float | None = None,
     scoring: str = "accuracy", lambdas: Sequence[float] | None = None,
-    policy: GatePolicy | None = None, C_grid: Sequence[float | None] | None = None,
+    policy: select.GatePolicy | None = None, C_grid: Sequence[float | None] | None = None,
     train_dtype: type = np.float64,
 ) -> SweepResult:  # fmt: skip
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
@@ -539,7 +514,7 @@ def sweep_representation(
     rows, fitted = sweep_tradeoff(
         rep.estimator, list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
         encoded_train, split.y_train, encoded_validation, split.y_validation, split.s_validation,
-        classifiers=classifiers, metric_options=metric_options(evaluation, seed),
+        classifiers=classifiers, metric_options=evaluate.metric_options(evaluation, seed),
         describe=describe, train_dtype=train_dtype,
         progress=progress and (lambda done, total: progress(rep.variant, done, total)),
     )  # fmt: skip
@@ -554,7 +529,8 @@ def sweep_representation(
                  "C_given": np.nan if given is None else float(given),
                  "validation_rows": measured_on, **row, "classifier": name}  # fmt: skip
         result.rows.append(named)
-        result.classifiers[classifier_key(named)] = fitted[(row["lambda_index"], row["classifier"])]
+        key = (row["lambda_index"], row["classifier"])
+        result.classifiers[evaluate.classifier_key(named)] = fitted[key]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -579,7 +555,7 @@ def lambda_sweep(
     variant: str, rep: FittedRepresentation, encoded_train: np.ndarray,
     encoded_validation: np.ndarray, split, representation, evaluation, seed: int, sigma: float,
     C: float | None = None, scoring: str = "accuracy", lambdas: Sequence[float] | None = None,
-    policy: GatePolicy | None = None,
+    policy: select.GatePolicy | None = None,
 ) -> SweepResult:  # fmt: skip
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
     artifact_id = create_progress_artifact(
@@ -661,14 +637,14 @@ def search_representation(
         rows, _ = sweep_tradeoff(
             rep.estimator, lambdas, encoded_train, split.y_train, encoded_validation,
             split.y_validation, split.s_validation, classifiers=classifiers,
-            metric_options=metric_options(evaluation, seed),
+            metric_options=evaluate.metric_options(evaluation, seed),
         )  # fmt: skip
         for row in rows:
             C = float(row["classifier"].partition("=")[2])
             points.append({"variant": variant, "k": k, "C": C, **row, "stage": "coarse",
                            "validation_rows": len(split.y_validation)})  # fmt: skip
-    majority = majority_accuracy_of(split.y_train, split.y_validation)
-    best, _, _ = select_candidate(pd.DataFrame(points), majority, selection)
+    majority = select.majority_accuracy_of(split.y_train, split.y_validation)
+    best, _, _ = select.select_candidate(pd.DataFrame(points), majority, selection)
     C = None if best["C"] == paper_C(len(split.y_train)) else float(best["C"])
     lambdas = fine_lambdas(representation.lambdas, best.get("lambda"))
     seconds = time.perf_counter() - start
@@ -713,7 +689,7 @@ def refit_shortlist(
         variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
         equalize_covariance=equalize, seed=seed,
     )  # fmt: skip
-    result, policy = SweepResult(variant), GatePolicy.from_config(selection)
+    result, policy = SweepResult(variant), select.GatePolicy.from_config(selection)
     dtype = np.float32 if encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES else np.float64
     for index, row in enumerate(candidates):
         # the C the candidate was swept with as the grid gives it (NaN: the paper's rule,
@@ -728,7 +704,7 @@ def refit_shortlist(
         )  # fmt: skip
         (measured,), (fitted,) = one.rows, one.classifiers.values()  # the candidate's
         result.rows.append({**measured, "lambda_index": index})
-        result.classifiers[classifier_key(result.rows[-1])] = fitted
+        result.classifiers[evaluate.classifier_key(result.rows[-1])] = fitted
     result.seconds = time.perf_counter() - start
     return rep, result
 
@@ -741,13 +717,13 @@ def _gated_spread(y, predictions: np.ndarray, sensitive, options) -> dict[str, f
     same rows, other folds): how much the choice's numbers move when the rows are split
     again."""
     values = [
-        classifier_metrics(y, repeat, sensitive, min_group_size=options["min_group_size"],
-                           allow_small_groups=options["allow_small_groups"])
+        evaluate.classifier_metrics(y, repeat, sensitive, min_group_size=options["min_group_size"],
+                                    allow_small_groups=options["allow_small_groups"])
         for repeat in predictions
     ]  # fmt: skip
     spread = {}
     for key in values[0]:
-        if key.startswith(COMPARED) and ":" not in key:
+        if key.startswith(select.COMPARED) and ":" not in key:
             column = np.array([v.get(key, np.nan) for v in values], dtype=float)
             if len(column) > 1 and np.isfinite(column).all():
                 spread[key] = float(np.std(column, ddof=1))
@@ -762,8 +738,8 @@ def repeated_folds(y, s, entities, folds: int, repeats: int, seed: int) -> list[
     strata = stratum_labels(y, s)
     if entities is None:
         splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+        # (a UserWarning when strata are smaller than the folds)
+        with warnings.catch_warnings(action="ignore", category=UserWarning):
             return list(splitter.split(np.zeros(len(y)), strata))
     folds = min(folds, len(np.unique(entities)))  # at most one fold per entity
     if folds < 2:
@@ -792,7 +768,7 @@ def _cv_predictions(
         by_rep.setdefault((row["variant"], int(row["k"])), []).append(index)
     folds_of = repeated_folds(y, s, entities, folds, repeats, seed)
     folds = len(folds_of) // repeats  # fewer with fewer entities than folds
-    policy = GatePolicy.from_config(selection)
+    policy = select.GatePolicy.from_config(selection)
     for number, (train, held) in enumerate(folds_of):
         gate = ThresholdGate(
             policy, s.iloc[train].reset_index(drop=True), evaluation.min_group_size
@@ -843,7 +819,7 @@ def cross_validate(
     s = pd.concat([split.s_train, split.s_validation], ignore_index=True)
     parts = (getattr(split, "entity_train", None), getattr(split, "entity_validation", None))
     entities = None if parts[0] is None else np.concatenate(parts)
-    options = metric_options(evaluation, seed)
+    options = evaluate.metric_options(evaluation, seed)
     predictions = _cv_predictions(
         candidates, representations, Z, y, s, evaluation=evaluation, selection=selection,
         seed=seed, entities=entities,
@@ -852,17 +828,17 @@ def cross_validate(
     for row, predicted in zip(candidates, predictions, strict=True):
         if (predicted < 0).any():
             continue
-        metrics = gated_metrics(y, predicted[0], s, options)
+        metrics = evaluate.gated_metrics(y, predicted[0], s, options)
         spread = _gated_spread(y, predicted, s, options)
         # the standard errors with the spread over the repeats
-        for measure, scope in itertools.product(GATED_RATES, ("", INTERSECTION)):
+        for measure, scope in itertools.product(evaluate.GATED_RATES, ("", select.INTERSECTION)):
             key, extra = f"{measure}.se{scope}", spread.get(f"{measure}{scope}", 0.0)
             if key in metrics:
                 metrics[key] = float(np.hypot(metrics[key], extra))
         keep = {key: row[key] for key in ("variant", "k", "C", "lambda", "lambda_index",
                                           "classifier", "n_features") if key in row}  # fmt: skip
         rows.append({
-            **keep, "one_class_share": one_class_share(predicted[0]), **metrics,
+            **keep, "one_class_share": evaluate.one_class_share(predicted[0]), **metrics,
             **{f"cv_spread.{key}": value for key, value in spread.items()},
             "holdout_accuracy": row.get("accuracy", math.nan),
         })  # fmt: skip
