@@ -183,8 +183,9 @@ def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int
 
 
 def _worst(pairs: list[tuple], lowest: bool) -> tuple:
-    """Per cut, the attribute whose value is least fair (the lowest ratio, the largest
-    difference), with its standard error."""
+    """Per cut, the least fair of ``pairs`` (``(value, standard error)`` of attributes, or
+    of the TPR and FPR differences): the lowest ratio, the largest difference; ties to the
+    first."""
     value, error = pairs[0]
     for other, other_error in pairs[1:]:
         worse = other < value if lowest else other > value
