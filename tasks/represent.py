@@ -29,6 +29,7 @@ K_TOO_LARGE = (
     "at most k={k_max}; pass -k {k_max} or less."
 )
 
+
 def make_preprocessor(X, min_category_count: int = MIN_CATEGORY_COUNT) -> Any:
     """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,
     standardized numerics)."""
