@@ -13,6 +13,7 @@ a sealed folder that ``fairpca relog`` can log.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -27,50 +28,21 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, model_validator
 from threadpoolctl import threadpool_limits
 
+from fairpca.tasks import stages
 from fairpca.tasks.decision import Reason, render
 from fairpca.tasks.distributed import audit_partitions, connect, on_partitions
-from fairpca.tasks.mlflow_logging import (  # noqa: F401 (the model's input, as before)
-    PROMOTION_FILE,
-    MlflowLoggingError,
-    as_model_input,
-    input_example,
-    log_output_dir,
-    relog_hint,
-)
+from fairpca.tasks.mlflow_logging import as_model_input, input_example, log_output_dir  # noqa: F401
 from fairpca.tasks.record import AuditRecord, PromotionRecord
-from fairpca.tasks.report import build_verdict, markdown_text, verdict_markdown
+from fairpca.tasks.report import build_verdict, markdown_text, promotion_reasons, verdict_markdown
 from fairpca.tasks.select import DEFAULT_TOLERANCE
-from fairpca.tasks.stages import (  # noqa: F401 (the stages' helpers, importable here as before)
-    SIDE_BY_SIDE_MAX_BYTES,
-    Stopwatch,
-    begin_logging,
-    challenger_of,
-    champion_lookup,
-    choose_candidate,
-    choose_model,
-    choose_on_every_row,
-    decide_and_report,
-    evaluate_choice,
-    judge_references,
-    load_and_encode,
-    open_output_dir,
-    record_audit,
-    represent_and_search,
-    resolved_config,
-    sample_shortlist,
-    save_pipeline,
-    scorer_on_test_rows,
-    search_representations,
-    side_by_side,
-    sweep_all,
-    unique_run_name,
-    write_outputs,
-)
+from fairpca.tasks.stages import choose_candidate, resolved_config, sample_shortlist  # noqa: F401
 
 from .config import AuditConfig, resolve_tracking_uri
 from .runtime import current_task_runner_name, dask_subflow, map_large_blocks, release_freed_heap
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
+# as before, the model's input (as_model_input, input_example) and the stages' helpers
+# choose_candidate, resolved_config and sample_shortlist are importable from here too
 
 
 class AuditResult(BaseModel):
@@ -118,8 +90,6 @@ class AuditResult(BaseModel):
         """The structured reasons, the deciding one first: the champion comparison's when it
         demoted the champion (a retrain) or the audit passed, else the audit's own
         (eligibility, data, the gate, a better reference)."""
-        from fairpca.tasks.report import promotion_reasons
-
         audit = list(self.record.decision.reasons)
         champion = list(promotion_reasons(self.promotion))
         first = self.record.decision.promote or self.promotion.demote
@@ -161,11 +131,11 @@ def promote_and_log(
     it the one verdict every surface shows, written beside the record and sealed with the
     run; then everything logged to that run."""
     tracking_uri = resolve_tracking_uri(config.tracking.tracking_uri)
-    begun = begin_logging(
+    begun = stages.begin_logging(
         out_dir, record, table, tracking_uri, sealed=sealed, watch=watch,
-        evaluate=score or scorer_on_test_rows(split, config),
+        score=score or stages.scorer_on_test_rows(split, config),
     )  # fmt: skip
-    decided, verdict, report = decide_and_report(
+    decided, verdict, report = stages.decide_and_report(
         out_dir, record, table, begun, sealed=sealed, tolerance=tolerance
     )
     logged = log_output_dir(
@@ -174,18 +144,9 @@ def promote_and_log(
     )  # fmt: skip
     _prefect_artifacts(record, decided, out_dir, verdict)
     return AuditResult(
-        record=record,
-        output_dir=str(out_dir.resolve()),
-        report_path=str(report.resolve()),
-        tracking_uri=logged.tracking_uri,
-        run_id=logged.run_id,
-        experiment_id=logged.experiment_id,
-        model_version=logged.model_version,
-        model_version_new=logged.model_version_new,
-        champion_moved=logged.champion_moved,
-        promotion=decided,
-        verdict=verdict,
-    )
+        record=record, output_dir=str(out_dir.resolve()), report_path=str(report.resolve()),
+        promotion=decided, verdict=verdict, **dataclasses.asdict(logged),
+    )  # fmt: skip
 
 
 def _flow_tags(kind: str) -> dict[str, str]:
@@ -213,26 +174,19 @@ def _prefect_artifacts(record: AuditRecord, promotion, out_dir: Path, verdict=No
     text = verdict_markdown(
         record, promotion, heading=f"Fairness {record.kind} {record.run_name}", verdict=verdict
     )
-    create_markdown_artifact(
-        f"{text}\n\nLocal results: {markdown_text(out_dir.resolve())}",
-        key=f"{key}-summary"[:100],
-        description="audit verdict",
-    )
+    text += f"\n\nLocal results: {markdown_text(out_dir.resolve())}"
+    create_markdown_artifact(text, key=f"{key}-summary"[:100], description="audit verdict")
+    candidates = [dict(row) for row in record.candidates]
     create_table_artifact(
-        [dict(row) for row in record.candidates],
-        key=f"{key}-candidates"[:100],
-        description="candidates on validation rows",
+        candidates, key=f"{key}-candidates"[:100], description="candidates on validation rows"
     )
     get_run_logger().info("Verdict: %s", verdict_summary(verdict))
 
 
 def run_audit(
-    config: AuditConfig,
-    kind: str = "audit",
-    *,
-    watch: bool = False,
+    config: AuditConfig, kind: str = "audit", *, watch: bool = False,
     tolerance: float = DEFAULT_TOLERANCE,
-) -> AuditResult:
+) -> AuditResult:  # fmt: skip
     """The recipe of ``fairness_audit`` and ``retrain`` (see the module docstring): ``watch``
     demotes a champion that fails the gate on this audit's test rows; ``tolerance`` is the
     accuracy a challenger may lose against the champion."""
@@ -246,44 +200,46 @@ def run_audit(
 
 
 def _run_audit(config: AuditConfig, kind: str, *, watch: bool, tolerance: float) -> AuditResult:
-    clock, started_at = Stopwatch(), datetime.now(UTC)
+    clock, started_at = stages.Stopwatch(), datetime.now(UTC)
     map_large_blocks()
     release_freed_heap()  # what the pre-flight's read of the table left
-    out_dir = open_output_dir(config, kind)
+    out_dir = stages.open_output_dir(config, kind)
     if on_partitions(config.source):  # a partitioned table stays on the Dask cluster
         with connect(config.dask_address):  # open until the champion is scored there
             on_dask = audit_partitions(
                 config, out_dir, kind=kind, started_at=started_at, tags=_flow_tags(kind)
             )
-            sealed = write_outputs(out_dir, on_dask.record, on_dask.table, config)
+            sealed = stages.write_outputs(out_dir, on_dask.record, on_dask.table, config)
             return promote_and_log(
                 out_dir, on_dask.record, on_dask.table, None, config, sealed=sealed,
                 watch=watch, tolerance=tolerance, score=on_dask.score,
             )  # fmt: skip
-    loaded = load_and_encode(config, clock)
+    loaded = stages.load_and_encode(config, clock)
     release_freed_heap()  # what loading, screening and encoding left under the encoded rows
-    searched = represent_and_search(loaded, clock)
-    chosen = choose_model(loaded, searched, out_dir, clock)
+    searched = stages.represent_and_search(loaded, clock)
+    chosen = stages.choose_model(loaded, searched, out_dir, clock)
     release_freed_heap()  # what the refits left, before the references' copies of the rows
-    evaluated = evaluate_choice(loaded, searched, chosen, clock)
-    references, choice = judge_references(loaded, searched, chosen[0], evaluated, clock)
-    record = record_audit(
+    evaluated = stages.evaluate_choice(loaded, searched, chosen, clock)
+    references, choice = stages.judge_references(loaded, searched, chosen[0], evaluated, clock)
+    record = stages.record_audit(
         loaded, searched, (choice, *chosen[1:]), evaluated, references, out_dir, clock,
         kind=kind, started_at=started_at, tags=_flow_tags(kind),
     )  # fmt: skip
-    sealed = write_outputs(out_dir, record, searched.table, loaded.config)
+    sealed = stages.write_outputs(out_dir, record, searched.table, loaded.config)
     return promote_and_log(
         out_dir, record, searched.table, loaded.split, loaded.config, sealed=sealed,
         watch=watch, tolerance=tolerance,
     )  # fmt: skip
 
 
-@flow(
-    name="fairness-audit",
-    task_runner=ThreadPoolTaskRunner(max_workers=2),
-    validate_parameters=True,
-    persist_result=False,
-)
+def audit_flow(name: str):
+    """The decorator of the flows that run :func:`run_audit`: the tasks on two threads, the
+    config validated before the body runs, no result persisted."""
+    threads = ThreadPoolTaskRunner(max_workers=2)
+    return flow(name=name, task_runner=threads, validate_parameters=True, persist_result=False)
+
+
+@audit_flow("fairness-audit")
 def fairness_audit(config: AuditConfig) -> AuditResult:
     """Fairness audit of (fair) PCA representations with downstream classifiers.
 
@@ -298,12 +254,9 @@ def fairness_audit(config: AuditConfig) -> AuditResult:
     AuditResult
         The audit record, where it is on disk and in MLflow, and the promotion decision.
     """
-    if on_partitions(config.source):  # its own Dask client (fairpca.tasks.distributed)
-        result = run_audit(config, "audit")
-    elif (on_dask := dask_subflow(fairness_audit, config.dask_address)) is not None:
-        result = on_dask(config)
-    else:
-        result = run_audit(config, "audit")
+    # a partitioned table has its own Dask client (fairpca.tasks.distributed): no subflow
+    address = None if on_partitions(config.source) else config.dask_address
+    on_dask = dask_subflow(fairness_audit, address)
+    result = run_audit(config, "audit") if on_dask is None else on_dask(config)
     # the verdict is the run's outcome: its final state's message; a caller gets the result
-    summary = verdict_summary(result.verdict)
-    return Completed(message=summary, data=result)
+    return Completed(message=verdict_summary(result.verdict), data=result)

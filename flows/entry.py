@@ -12,17 +12,9 @@ from . import runtime
 
 # Import names of the packages the command line needs (the ``fairpca[audit]`` extra).
 AUDIT_MODULES = (
-    "prefect",
-    "mlflow",
-    "fairlearn",
-    "matplotlib",
-    "pydantic",
-    "cyclopts",
-    "rich",
-    "yaml",
-    "skops",
+    "prefect", "mlflow", "fairlearn", "matplotlib", "pydantic", "cyclopts", "rich", "yaml", "skops",
     "requests",
-)
+)  # fmt: skip
 
 
 def missing_audit_modules() -> list[str]:

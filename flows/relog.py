@@ -16,6 +16,7 @@ champion and every demotion the registry recorded, says so.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -38,8 +39,8 @@ from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.record import AuditRecord, PromotionRecord
 from fairpca.tasks.report import build_verdict
 from fairpca.tasks.select import decide_promotion
+from fairpca.tasks.stages import challenger_of, champion_lookup
 
-from .audit import challenger_of, champion_lookup
 from .config import mask_credentials, resolve_tracking_uri
 
 
@@ -48,29 +49,19 @@ def relog_promotion(
 ):
     """The promotion of a relogged audit: none without ``promote``; otherwise the one
     decision against the registry's champion now, on the rows the audit compared it on when
-    the audit's own comparison (``promotion.json``) measured that very version. ``client``:
-    the command's MLflow client of ``tracking_uri`` (else one is made)."""
+    the audit's own comparison (its sealed ``promotion.json``) measured that very version.
+    ``client``: the command's MLflow client of ``tracking_uri`` (else one is made)."""
     if not promote:
         return PromotionRecord(promote=False, reasons=["relog moves no alias without --promote"])
     champion, demoted = champion_lookup(tracking_uri, audit, client=client)
-    champion = _compared_champion(out_dir, champion) or champion
+    path = Path(out_dir) / PROMOTION_FILE
+    if champion is not None and path.is_file():
+        compared = PromotionRecord.model_validate_json(path.read_text()).comparison
+        if compared is not None and compared.champion_version == champion.version:
+            test = dict(compared.metrics.get("champion", {})) or None
+            champion = dataclasses.replace(champion, test=test)
     promotion = decide_promotion(challenger_of(audit), champion, demoted_models=demoted)
     return PromotionRecord.of(promotion, champion)
-
-
-def _compared_champion(out_dir: Path, champion):
-    """``champion`` with the metrics the audit measured it with on its own test rows, when
-    the audit's sealed ``promotion.json`` compared this very version (else None)."""
-    from dataclasses import replace
-
-    path = Path(out_dir) / PROMOTION_FILE
-    if champion is None or not path.is_file():
-        return None
-    decided = PromotionRecord.model_validate_json(path.read_text())
-    comparison = decided.comparison
-    if comparison is None or comparison.champion_version != champion.version:
-        return None
-    return replace(champion, test=dict(comparison.metrics.get("champion", {})) or None)
 
 
 @flow(name="fairness-relog", persist_result=False)

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import re
 
-from prefect import flow, get_run_logger
+from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.states import Completed
-from prefect.task_runners import ThreadPoolTaskRunner
 
 from fairpca.tasks.distributed import on_partitions
 from fairpca.tasks.report import markdown_text
 
-from .audit import AuditResult, run_audit, verdict_summary
+from .audit import AuditResult, audit_flow, run_audit, verdict_summary
 from .config import RetrainConfig
 from .runtime import dask_subflow
 
@@ -57,12 +56,7 @@ def publish_champion_check(result: AuditResult, message: str) -> None:
     create_markdown_artifact("\n".join(lines), key=key, description="champion check")
 
 
-@flow(
-    name="fairness-retrain",
-    task_runner=ThreadPoolTaskRunner(max_workers=2),
-    validate_parameters=True,
-    persist_result=False,
-)
+@audit_flow("fairness-retrain")
 def retrain(config: RetrainConfig) -> AuditResult:
     """Scheduled retraining that watches its champion.
 
@@ -79,11 +73,9 @@ def retrain(config: RetrainConfig) -> AuditResult:
         became the champion; the flow run's final state (Completed) carries
         :func:`final_message`.
     """
-    # a partitioned table has its own Dask client (fairpca.tasks.distributed)
-    if (
-        not on_partitions(config.source)
-        and (on_dask := dask_subflow(retrain, config.dask_address)) is not None
-    ):
+    # a partitioned table has its own Dask client (fairpca.tasks.distributed): no subflow
+    on_dask = dask_subflow(retrain, None if on_partitions(config.source) else config.dask_address)
+    if on_dask is not None:
         return on_dask(config)
     result = run_audit(config, "retrain", watch=True, tolerance=config.promotion.accuracy_tolerance)
     message = final_message(result)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ K_TOO_LARGE = (
     "column(s) and the sensitive attribute(s) impose {constraints} group-mean constraint(s), so "
     "at most k={k_max}; pass -k {k_max} or less."
 )
+
 
 def make_preprocessor(X, min_category_count: int = MIN_CATEGORY_COUNT) -> Any:
     """Unfitted ColumnTransformer (rare categories pooled, one-hot categoricals,
@@ -62,17 +64,16 @@ def make_representation(variant: str, k: int, *, equalize_covariance: float, see
     """
     if variant == "pca":
         return PCA(n_components=k, random_state=seed)
-    from fairpca import FairPCA
+    from fairpca import FairKernelPCA, FairPCA
 
-    if variant == "fair_pca":
-        return FairPCA(n_components=k, random_state=seed)
-    if variant == "fair_pca_eo":
-        return FairPCA(n_components=k, constraint="equal_opportunity", random_state=seed)
-    if variant == "fair_pca_s":
-        return FairPCA(n_components=k, equalize_covariance=equalize_covariance, random_state=seed)
+    fair = {
+        "fair_pca": {},
+        "fair_pca_eo": {"constraint": "equal_opportunity"},
+        "fair_pca_s": {"equalize_covariance": equalize_covariance},
+    }
+    if variant in fair:
+        return FairPCA(n_components=k, random_state=seed, **fair[variant])
     if variant == "fair_kernel_pca":
-        from fairpca import FairKernelPCA
-
         # Nystroem with 500 landmarks bounds the cost (exact is O(n^3) in the training rows).
         return FairKernelPCA(
             n_components=k, approximation="nystroem", n_landmarks=500, random_state=seed
@@ -154,35 +155,24 @@ def k_grid(k_max: int, given: list[int] | None = None) -> list[int]:
     (the projection is fair at every k, Algorithm 1), at the cost of a wider classifier."""
     if given:
         return sorted({k for k in given if k <= k_max}) or [k_max]
-    grid, k = [], DEFAULT_MAX_K
-    while k < k_max:
-        grid.append(k)
-        k *= 2
-    return [*grid, k_max]
+    doubling = (DEFAULT_MAX_K * 2**i for i in itertools.count())
+    return [*itertools.takewhile(lambda k: k < k_max, doubling), k_max]
 
 
 def resolve_k(
-    requested: int | None,
-    n_features: int,
-    sensitive: pd.DataFrame,
-    variants: list[str],
+    requested: int | None, n_features: int, sensitive: pd.DataFrame, variants: list[str],
     grid: list[int] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """The k the audit fits, as it records it (``k``): ``requested`` when it fits (the only k
     tried), else a :class:`ValueError` naming the largest; when None, the search grid
     :func:`k_grid` up to the largest k the encoded training data allow (``grid``: the k values
     asked for). ``largest`` is that one largest k; ``fitted`` the largest k fitted."""
     k_max, constraints = largest_k(n_features, sensitive, variants)
+    facts = dict(requested=requested, n_features=n_features, constraints=constraints, k_max=k_max)
     if k_max < 1:
-        raise ValueError(
-            NO_DIMENSION_LEFT.format(n_features=n_features, constraints=constraints)
-        )
+        raise ValueError(NO_DIMENSION_LEFT.format(**facts))
     if requested is not None and requested > k_max:
-        raise ValueError(
-            K_TOO_LARGE.format(
-                requested=requested, n_features=n_features, constraints=constraints, k_max=k_max
-            )
-        )
+        raise ValueError(K_TOO_LARGE.format(**facts))
     largest = f"{k_max} = {n_features} columns - {constraints} constraints"
     searched = [requested] if requested is not None else k_grid(k_max, grid)
     note = (
@@ -193,13 +183,7 @@ def resolve_k(
         else f"k not given: searching k in {searched} on the validation rows (the largest k "
         f"the encoded training data allow is {largest})"
     )
-    return {
-        "requested": requested,
-        "fitted": searched[-1],
-        "grid": searched,
-        "largest": k_max,
-        "note": note,
-    }
+    return dict(requested=requested, fitted=searched[-1], grid=searched, largest=k_max, note=note)
 
 
 # Fair PCA-S: the fractions f (l = floor(f d)) tried when none is given, most equalizing
@@ -209,19 +193,16 @@ EQUALIZE_COVARIANCE_GRID = (0.5, 0.75, 0.9, 0.95, 0.98)
 KEPT_VARIANCE_SHARE = 0.5
 
 
-def _kept_variance(estimator: Any) -> float:
-    return float(np.sum(estimator.explained_variance_ratio_))
-
-
 def _fit_fair_pca_s(encoded_train, s_train, k: int, seed: int) -> tuple[Any, dict[str, float]]:
     """Fair PCA-S at the smallest grid fraction that keeps the signal (see the grid)."""
     from fairpca import FairPCA
 
-    plain = _kept_variance(FairPCA(n_components=k).fit(encoded_train, sensitive_features=s_train))
+    plain = FairPCA(n_components=k).fit(encoded_train, sensitive_features=s_train)
+    plain = float(np.sum(plain.explained_variance_ratio_))
     for fraction in EQUALIZE_COVARIANCE_GRID:
         estimator = FairPCA(n_components=k, equalize_covariance=fraction, random_state=seed)
         estimator.fit(encoded_train, sensitive_features=s_train)
-        kept = _kept_variance(estimator)
+        kept = float(np.sum(estimator.explained_variance_ratio_))
         if kept >= KEPT_VARIANCE_SHARE * plain:
             break
     facts = {"equalize_covariance": fraction, "kept_variance": kept, "kept_variance_fair": plain}
@@ -242,15 +223,9 @@ def intersection_cells(sensitive) -> pd.DataFrame:
 
 @task(name="fit-representation", cache_policy=NO_CACHE, task_run_name="fit-{variant}")
 def fit_representation(
-    variant: str,
-    encoded_train: np.ndarray,
-    y_train: np.ndarray,
-    s_train,
-    *,
-    k: int,
-    equalize_covariance: float | None,
-    seed: int,
-) -> FittedRepresentation:
+    variant: str, encoded_train: np.ndarray, y_train: np.ndarray, s_train, *, k: int,
+    equalize_covariance: float | None, seed: int,
+) -> FittedRepresentation:  # fmt: skip
     """Fit one variant with ``k`` components on the encoded training rows (sensitive
     features passed at fit only). Fair PCA-S without ``equalize_covariance`` picks its ``l``
     from :data:`EQUALIZE_COVARIANCE_GRID`."""

@@ -9,9 +9,12 @@ seal); each takes the earlier stages' values and returns its own (see
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import re
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,30 +26,10 @@ import pandas as pd
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from fairpca.tasks import evaluate, mlflow_logging, select, sweep, trust
 from fairpca.tasks.data import load_split, search_sample
 from fairpca.tasks.decision import note
 from fairpca.tasks.diagnostics import diagnose
-from fairpca.tasks.evaluate import (
-    GATED_RATES,
-    build_pipeline,
-    check_pipeline,
-    evaluate_reported,
-    metrics_with_intervals,
-    pip_requirements,
-    predict_by_blocks,
-    shared_mmd_sigma,
-)
-from fairpca.tasks.mlflow_logging import (
-    AUDIT_FILE,
-    PROMOTION_FILE,
-    RETRYING,
-    as_model_input,
-    input_example,
-    logging_not_begun,
-    open_run,
-    retrying,
-    save_model_locally,
-)
 from fairpca.tasks.mlflow_store import mlflow_client
 from fairpca.tasks.onnx_export import save_graph
 from fairpca.tasks.record import (
@@ -63,34 +46,6 @@ from fairpca.tasks.references import reference_mitigations
 from fairpca.tasks.registry import find_champion
 from fairpca.tasks.report import Verdict, build_verdict, write_matrices, write_plot, write_report
 from fairpca.tasks.represent import INTERSECTION_VARIANT, fit_preprocessor, resolve_k
-from fairpca.tasks.select import (
-    Challenger,
-    Choice,
-    Decision,
-    GatePolicy,
-    choose,
-    decide_promotion,
-    judge_chosen,
-    majority_accuracy_of,
-    registrable,
-    require_fair_variant,
-    shortlist,
-)
-from fairpca.tasks.sweep import (
-    CV_SHORTLIST,
-    cross_validate,
-    lambda_sweep,
-    refit_shortlist,
-    search_variant,
-)
-from fairpca.tasks.trust import (
-    model_digest,
-    path_inside,
-    seal_output_dir,
-    sha256_file,
-    signing_key,
-    skops_file,
-)
 
 
 class Stopwatch:
@@ -104,30 +59,23 @@ class Stopwatch:
     @contextmanager
     def __call__(self, stage: str):
         begin = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[f"time_{stage}_s"] = time.perf_counter() - begin
+        yield  # a stage that fails ends the audit: its time is not recorded
+        self.seconds[f"time_{stage}_s"] = time.perf_counter() - begin
 
     def timings(self, **beside: float) -> dict[str, float]:
         total = {"time_total_s": time.perf_counter() - self.start}
         return {**self.seconds, **{f"time_{k}_task_s": v for k, v in beside.items()}, **total}
 
 
-def unique_run_name(config, kind: str) -> str:
-    """``<kind>-<source>-<UTC time>-<random>``: unique across concurrent audits."""
+def open_output_dir(config, kind: str) -> Path:
+    """The audit's new output folder, named ``config.output.run_name`` or
+    ``<kind>-<source>-<UTC time>-<random>`` (unique across concurrent audits); the signing
+    key exists before any work, so the folder can be sealed."""
+    trust.signing_key(create=True)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     source = re.sub(r"[^a-z0-9-]+", "-", config.source.name.lower()).strip("-") or "data"
-    return f"{kind}-{source}-{stamp}-{uuid.uuid4().hex[:6]}"
-
-
-def open_output_dir(config, kind: str) -> Path:
-    """The audit's new output folder (the signing key exists before any work, so the folder
-    can be sealed)."""
-    signing_key(create=True)
-    out_dir = path_inside(
-        config.output.output_dir, config.output.run_name or unique_run_name(config, kind)
-    )
+    run_name = config.output.run_name or f"{kind}-{source}-{stamp}-{uuid.uuid4().hex[:6]}"
+    out_dir = trust.path_inside(config.output.output_dir, run_name)
     out_dir.mkdir(parents=True, exist_ok=False)
     return out_dir
 
@@ -157,7 +105,7 @@ def search_representations(config, split, encoded) -> tuple[dict, dict]:
     when no fair variant remains)."""
     several = split.s_train.shape[1] > 1 and "fair_pca_s" in config.representation.variants
     futures = {  # with several attributes, also Fair PCA-S on their intersection's cells
-        variant: search_variant.submit(
+        variant: sweep.search_variant.submit(
             variant, *encoded, split, config.representation.k_grid, config.representation,
             config.evaluation, config.selection, config.seed,
         )
@@ -170,7 +118,7 @@ def search_representations(config, split, encoded) -> tuple[dict, dict]:
         except ValueError as error:  # e.g. a group without positive rows (EO)
             skipped[variant] = str(error)
             get_run_logger().warning("variant %s skipped: %s", variant, error)
-    require_fair_variant(config.representation.variants, skipped, encoded[0].shape[1])
+    select.require_fair_variant(config.representation.variants, skipped, encoded[0].shape[1])
     return searches, skipped
 
 
@@ -178,57 +126,55 @@ def sweep_all(config, split, searches, encoded, sigma) -> tuple[pd.DataFrame, di
     """One lambda sweep per variant at its chosen k and C (in parallel) on training and
     validation rows: the candidates' table and every sweep's fitted classifiers."""
     futures = [
-        lambda_sweep.submit(
+        sweep.lambda_sweep.submit(
             variant, search.representation, *encoded, split, config.representation,
             config.evaluation, config.seed, sigma, search.C, config.selection.select_by,
-            search.lambdas, policy=GatePolicy.from_config(config.selection),
+            search.lambdas, policy=select.GatePolicy.from_config(config.selection),
         )
         for variant, search in searches.items()
     ]  # fmt: skip
-    sweeps = {sweep.variant: sweep for sweep in (future.result() for future in futures)}
-    table = pd.DataFrame([row for sweep in sweeps.values() for row in sweep.rows])
+    sweeps = {swept.variant: swept for swept in (future.result() for future in futures)}
+    table = pd.DataFrame([row for swept in sweeps.values() for row in swept.rows])
     return table, sweeps
 
 
-def choose_candidate(config, table, split, searches, encoded) -> Choice:
+def choose_candidate(config, table, split, searches, encoded) -> select.Choice:
     """The choice on the validation rows; when they are fewer than ``cv_below_rows``, the
     shortlist of the best candidates on them compared by repeated stratified cross-validation
     on the training and validation rows (:func:`fairpca.tasks.sweep.cross_validate`)."""
     selection = config.selection
     if len(split.y_validation) >= selection.cv_below_rows:
-        return choose(table, split.y_train, split.y_validation, selection)
-    majority = majority_accuracy_of(split.y_train, split.y_validation)
+        return select.choose(table, split.y_train, split.y_validation, selection)
+    majority = select.majority_accuracy_of(split.y_train, split.y_validation)
     representations = {variant: search.representation for variant, search in searches.items()}
-    rows = cross_validate(
-        shortlist(table, majority, selection, CV_SHORTLIST), representations, encoded, split,
-        evaluation=config.evaluation, selection=selection, seed=config.seed,
+    shortlisted = select.shortlist(table, majority, selection, sweep.CV_SHORTLIST)
+    rows = sweep.cross_validate(
+        shortlisted, representations, encoded, split, evaluation=config.evaluation,
+        selection=selection, seed=config.seed,
     )  # fmt: skip
     y_seen = np.concatenate([split.y_train, split.y_validation])
     chosen_by = (
         f"repeated stratified {selection.cv_folds}-fold cross-validation ({selection.cv_repeats} "
         f"repeats) on the {len(y_seen):,} training+validation rows"
     )
-    return choose(
-        pd.DataFrame(rows),
-        split.y_train,
-        y_seen,
-        selection,
-        chosen_by=chosen_by,
+    return select.choose(
+        pd.DataFrame(rows), split.y_train, y_seen, selection, chosen_by=chosen_by,
         rows="cross-validated training+validation",
-    )
+    )  # fmt: skip
 
 
 def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
-    """What the wide search hands to every row: the :data:`CV_SHORTLIST` candidates the
-    choice would take from (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
+    """What the wide search hands to every row: the
+    :data:`~fairpca.tasks.sweep.CV_SHORTLIST` candidates the choice would take from
+    (:func:`fairpca.tasks.select.shortlist`: those meeting the gate,
     then those nearest it on every gated measure of every attribute and their intersection,
     with the best unconstrained PCA), and the best that still meet the gate once each gated
     measure is moved towards failing by its 95% sampling error on the sample (the best on a
     sample sit at the gate's edge, where the sample flatters them; these are likely to pass
     on every row too)."""
-    majority = majority_accuracy_of(sample.y_train, sample.y_validation)
+    majority = select.majority_accuracy_of(sample.y_train, sample.y_validation)
     # only what may be registered is refitted on every row (choose() keeps to the same)
-    table = registrable(table, selection.allow_row_storing_models)
+    table = select.registrable(table, selection.allow_row_storing_models)
     # Candidates of two variants that predict alike on the sample (Fair PCA-S at a large l is
     # fair PCA) are refitted once, and take one place of the shortlist; unconstrained PCA
     # (lambda NaN) is never a fair one's copy.
@@ -236,17 +182,17 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
     numbered = table.assign(row=np.arange(len(table)))
     numbered = numbered.drop_duplicates([c for c in alike if c in numbered])
     strict = numbered.copy()
-    for measure in GATED_RATES:
-        for scope in ("", ".intersection"):
-            value, error = f"{measure}{scope}", f"{measure}.se{scope}"
-            if value in strict and error in strict:
-                towards = -1.0 if measure == "selection_rate_ratio" else 1.0
-                strict[value] = strict[value] + towards * 1.96 * strict[error].fillna(0.0)
-    policy = GatePolicy.from_config(selection)
-    picked = [row["row"] for row in shortlist(numbered, majority, selection, CV_SHORTLIST)]
+    for measure, scope in itertools.product(evaluate.GATED_RATES, ("", evaluate.INTERSECTION)):
+        value, error = f"{measure}{scope}", f"{measure}.se{scope}"
+        if value in strict and error in strict:
+            towards = -1.0 if measure == "selection_rate_ratio" else 1.0
+            strict[value] = strict[value] + towards * 1.96 * strict[error].fillna(0.0)
+    policy = select.GatePolicy.from_config(selection)
+    size = sweep.CV_SHORTLIST
+    picked = [row["row"] for row in select.shortlist(numbered, majority, selection, size)]
     picked += [
         row["row"]
-        for row in shortlist(strict, majority, selection, CV_SHORTLIST)
+        for row in select.shortlist(strict, majority, selection, size)
         if not policy.failures(row)
     ]
     return table.iloc[list(dict.fromkeys(picked))].to_dict("records")
@@ -259,14 +205,10 @@ def sample_shortlist(table: pd.DataFrame, sample, selection) -> list[dict]:
 SIDE_BY_SIDE_MAX_BYTES = 200_000_000
 
 
-def side_by_side(encoded: tuple[np.ndarray, ...]) -> bool:
-    """Whether the stages that copy the encoded training rows may run at the same time."""
-    return encoded[0].nbytes <= SIDE_BY_SIDE_MAX_BYTES
-
-
 def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, out_dir: Path):
-    """After a wide search on a sample: its best candidates (:data:`CV_SHORTLIST` and the
-    best unconstrained PCA, by the audit's own order) refitted on every training row and
+    """After a wide search on a sample: its best candidates
+    (:data:`~fairpca.tasks.sweep.CV_SHORTLIST` and the best unconstrained PCA, by the audit's
+    own order) refitted on every training row and
     measured on every validation row (:func:`fairpca.tasks.sweep.refit_shortlist`, variants
     in parallel), and the choice among them there: the gate, the certification and the
     references are judged on the rows of the model that is registered. Returns the choice,
@@ -282,13 +224,14 @@ def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, 
         )  # fmt: skip
 
     variants = dict.fromkeys(row["variant"] for row in candidates)
-    if side_by_side(encoded):
-        futures = {variant: refit_shortlist.submit(*arguments(variant)) for variant in variants}
+    refit = sweep.refit_shortlist
+    if encoded[0].nbytes <= SIDE_BY_SIDE_MAX_BYTES:
+        futures = {variant: refit.submit(*arguments(variant)) for variant in variants}
         refits = {variant: future.result() for variant, future in futures.items()}
     else:
-        refits = {variant: refit_shortlist(*arguments(variant)) for variant in variants}
-    measured = pd.DataFrame([row for _, sweep in refits.values() for row in sweep.rows])
-    choice = choose(measured, split.y_train, split.y_validation, config.selection)
+        refits = {variant: refit(*arguments(variant)) for variant in variants}
+    measured = pd.DataFrame([row for _, swept in refits.values() for row in swept.rows])
+    choice = select.choose(measured, split.y_train, split.y_validation, config.selection)
     refitted = (
         f"the {len(measured)} best candidates of the wide search on a stratified sample "
         f"({len(sample.y_train):,} training, {len(sample.y_validation):,} validation rows) were "
@@ -298,7 +241,7 @@ def choose_on_every_row(config, table, split, sample, searches, encoded, sigma, 
     choice = dataclasses.replace(choice, decision=choice.decision.adding(note(refitted)))
     measured.to_csv(out_dir / "shortlist.csv", index=False)
     representations = {variant: rep for variant, (rep, _) in refits.items()}
-    return choice, representations, {variant: sweep for variant, (_, sweep) in refits.items()}
+    return choice, representations, {variant: swept for variant, (_, swept) in refits.items()}
 
 
 @task(name="write-outputs", cache_policy=NO_CACHE)
@@ -313,64 +256,38 @@ def write_outputs(
     that is decided, or the look-up has failed (:func:`fairpca.flows.audit.promote_and_log`)."""
     table.to_csv(out_dir / "metrics.csv", index=False)
     (out_dir / "config.json").write_text(config.model_dump_json(indent=2))
-    write_audit_record(out_dir / AUDIT_FILE, record)
+    write_audit_record(out_dir / mlflow_logging.AUDIT_FILE, record)
     write_plot(out_dir, record, table)
-    model = skops_file(out_dir / "model").relative_to(out_dir.resolve()).as_posix()
+    model = trust.skops_file(out_dir / "model").relative_to(out_dir.resolve()).as_posix()
     matrices = {f"projection/{name}.npy": digest for name, digest in record.hashes.items()}
-    return seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
-
-
-def save_pipeline(
-    out_dir: Path, pipeline, split, config, validation_labels=None
-) -> tuple[str, str, dict[str, Any]]:
-    """The chosen pipeline as an MLflow model folder ``out_dir/model``: the SHA-256 of its
-    skops file, the digest of the fit (:func:`fairpca.tasks.trust.model_digest` of its
-    content and of the training rows) and the record of its ONNX graph
-    (:func:`fairpca.tasks.onnx_export.save_graph`: the graph is saved beside the skops file
-    only when its labels equal the pipeline's, ``validation_labels`` when already predicted,
-    on every validation row)."""
-    example = input_example(as_model_input(split.X_train), config.representation.min_category_count)
-    model_dir = save_model_locally(
-        pipeline, out_dir, input_example=example, pip_requirements=pip_requirements()
-    )
-    if validation_labels is None:
-        validation_labels = predict_by_blocks(pipeline, split.X_validation)
-    graph = save_graph(model_dir, pipeline, split.X_validation, validation_labels)
-    digest = model_digest(pipeline, training_data_digest(split))
-    return sha256_file(skops_file(model_dir)), digest, graph
+    return trust.seal_output_dir(out_dir, known={model: record.model_sha256, **matrices})
 
 
 def scorer_on_test_rows(split, config):
     """``score(pipeline) -> metrics with intervals`` on this audit's test rows: how the
     champion is measured beside the challenger."""
 
+    options = evaluate.metric_options(config.evaluation, config.seed)
+
     def score(pipeline) -> dict[str, float]:
-        return metrics_with_intervals(
-            split.y_test,
-            predict_by_blocks(pipeline, split.X_test),
-            split.s_test,
-            min_group_size=config.evaluation.min_group_size,
-            allow_small_groups=config.evaluation.allow_small_groups,
-            n_resamples=config.evaluation.n_bootstrap,
-            seed=config.seed,
-        )
+        labels = evaluate.predict_by_blocks(pipeline, split.X_test)
+        return evaluate.metrics_with_intervals(split.y_test, labels, split.s_test, **options)
 
     return score
 
 
 # The champion's look-up and evaluation over the network, retried on transient errors.
-champion_lookup = task(name="mlflow-find-champion", **RETRYING)(find_champion)
+champion_lookup = task(name="mlflow-find-champion", **mlflow_logging.RETRYING)(find_champion)
 
 
-def challenger_of(record: AuditRecord) -> Challenger:
+def challenger_of(record: AuditRecord) -> select.Challenger:
     """What the signed record says about the version the audit would promote: it may be
     promoted only if the gate passed it on the validation rows and it was registered."""
-    return Challenger(
+    promotable = record.decision.promote and record.register_model
+    return select.Challenger(
         name=record.selection.chosen.name,
-        decision=Decision(
-            record.decision.promote and record.register_model, tuple(record.decision.reasons)
-        ),
-        policy=GatePolicy.from_tags(record.model_tags),
+        decision=select.Decision(promotable, tuple(record.decision.reasons)),
+        policy=select.GatePolicy.from_tags(record.model_tags),
         test=dict(record.selection.test),
         model_digest=record.model_digest,
     )
@@ -407,13 +324,13 @@ def load_and_encode(config, clock: Stopwatch) -> Loaded:
 @dataclass
 class Searched:
     """The represent-and-search stage's values: the search's rows (the sample, or every row),
-    the reference mitigations under way (a future, or False: run after the choice), the
-    searches and what was skipped, the MMD bandwidth, the candidates' table and sweeps."""
+    the reference mitigations (``references()`` gives their rows: waits for them when they
+    run beside the search, else runs them), the searches and what was skipped, the MMD
+    bandwidth, the candidates' table and sweeps."""
 
     sample: Any
     sample_encoded: tuple
-    reference_arguments: tuple
-    references: Any
+    references: Callable[[], list[dict]]
     searches: dict
     skipped: dict
     representations: dict
@@ -433,23 +350,26 @@ def represent_and_search(loaded: Loaded, clock: Stopwatch) -> Searched:
     sample, sample_encoded = search_sample(
         split, encoded, search_rows, config.seed, config.evaluation.min_group_size
     )
-    reference_arguments = (
+    arguments = (
         loaded.preprocessor, split, encoded, config.evaluation, config.seed, config.selection,
         search_rows,
     )  # fmt: skip
-    references = side_by_side(encoded) and reference_mitigations.submit(*reference_arguments)
+    if encoded[0].nbytes <= SIDE_BY_SIDE_MAX_BYTES:  # beside the search
+        references = reference_mitigations.submit(*arguments).result
+    else:  # after the choice, when the search's copies of the rows are gone
+        references = functools.partial(reference_mitigations, *arguments)
     with clock("search_k"):
         searches, skipped = search_representations(config, sample, sample_encoded)
         representations = {variant: search.representation for variant, search in searches.items()}
     with clock("lambda_sweep"):
-        sigma = shared_mmd_sigma(  # the MMD bandwidth of every representation (search rows)
+        sigma = evaluate.shared_mmd_sigma(  # the MMD bandwidth of every representation
             sample_encoded[0], config.representation.k_grid[0],
             max_rows=config.representation.metric_max_rows, seed=config.seed,
         )  # fmt: skip
         table, sweeps = sweep_all(config, sample, searches, sample_encoded, sigma)
     return Searched(
-        sample, sample_encoded, reference_arguments, references, searches, skipped,
-        representations, sigma, table, sweeps,
+        sample, sample_encoded, references, searches, skipped, representations, sigma, table,
+        sweeps,
     )  # fmt: skip
 
 
@@ -491,35 +411,32 @@ def evaluate_choice(loaded: Loaded, searched: Searched, chosen, clock: Stopwatch
             selection=config.selection,
         )  # fmt: skip
     with clock("evaluate_test"):
-        pipeline = build_pipeline(loaded.preprocessor, registered, sweeps, choice.chosen)
-        validation_labels = check_pipeline(pipeline, split, choice.chosen, config.evaluation)
-        pca = choice.pca_row and build_pipeline(
-            loaded.preprocessor, registered, sweeps, choice.pca_row
+        build = functools.partial(evaluate.build_pipeline, loaded.preprocessor, registered, sweeps)
+        pipeline = build(choice.chosen)
+        pca = choice.pca_row and build(choice.pca_row)  # the best unconstrained PCA
+        validation_labels = evaluate.check_pipeline(
+            pipeline, split, choice.chosen, config.evaluation
         )
-        reported = evaluate_reported(
+        reported = evaluate.evaluate_reported(
             split, config.evaluation, config.seed, pipeline, pca, choice.chosen, choice.pca_row
         )
     return Evaluated(diagnostics, pipeline, validation_labels, reported)
 
 
 def judge_references(
-    loaded: Loaded, searched: Searched, choice: Choice, evaluated: Evaluated, clock: Stopwatch
-) -> tuple[list[dict], Choice]:
+    loaded: Loaded, searched: Searched, choice: select.Choice, evaluated: Evaluated,
+    clock: Stopwatch,
+) -> tuple[list[dict], select.Choice]:  # fmt: skip
     """Stage 5: the reference mitigations (waited for, or run now) and the choice judged
     against them. Returns their rows and the judged choice."""
     config, split = loaded.config, loaded.split
     with clock("wait_references"):
-        references = searched.references
-        reference_rows = (
-            references.result() if references
-            else reference_mitigations(*searched.reference_arguments)
-        )  # fmt: skip
-        chosen_validation = evaluated.reported["chosen"]["validation"]
-        unjudged = unjudged_in_split(split, chosen_validation, config.evaluation)
-        choice = judge_chosen(
-            choice, reference_rows, evaluated.reported["chosen"]["test"], unjudged,
-            config.selection,
-        )  # fmt: skip
+        reference_rows = searched.references()
+        chosen = evaluated.reported["chosen"]
+        unjudged = unjudged_in_split(split, chosen["validation"], config.evaluation)
+        choice = select.judge_chosen(
+            choice, reference_rows, chosen["test"], unjudged, config.selection
+        )
     return reference_rows, choice
 
 
@@ -527,46 +444,37 @@ def record_audit(
     loaded: Loaded, searched: Searched, chosen, evaluated: Evaluated, references: list[dict],
     out_dir: Path, clock: Stopwatch, *, kind: str, started_at: datetime, tags: dict[str, str],
 ) -> AuditRecord:  # fmt: skip
-    """Stage 6: the chosen pipeline saved beside the matrices, and the one audit record
-    every later surface reads."""
-    config, split = loaded.config, loaded.split
+    """Stage 6: the chosen pipeline saved as an MLflow model folder ``out_dir/model`` beside
+    the matrices, and the one audit record every later surface reads: with the SHA-256 of
+    the model's skops file, the digest of the fit (:func:`fairpca.tasks.trust.model_digest`
+    of its content and of the training rows) and the record of its ONNX graph
+    (:func:`fairpca.tasks.onnx_export.save_graph`: saved beside the skops file only when its
+    labels equal the pipeline's on every validation row)."""
+    config, split, pipeline = loaded.config, loaded.split, evaluated.pipeline
     choice, registered, _sweeps = chosen
     representations = {**searched.representations, **registered}
     with clock("save_model"):
-        model_sha256, digest, graph = save_pipeline(
-            out_dir, evaluated.pipeline, split, config, evaluated.validation_labels
+        rows = mlflow_logging.as_model_input(split.X_train)
+        example = mlflow_logging.input_example(rows, config.representation.min_category_count)
+        model_dir = mlflow_logging.save_model_locally(
+            pipeline, out_dir, input_example=example, pip_requirements=evaluate.pip_requirements()
         )
+        graph = save_graph(model_dir, pipeline, split.X_validation, evaluated.validation_labels)
+        model_sha256 = trust.sha256_file(trust.skops_file(model_dir))
+        digest = trust.model_digest(pipeline, training_data_digest(split))
         hashes = write_matrices(out_dir, representations)
     return build_record(
-        config,
-        kind=kind,
-        run_name=out_dir.name,
-        started_at=started_at,
-        split=split,
-        choice=choice,
-        reported=evaluated.reported,
-        references=references,
-        diagnostics=evaluated.diagnostics,
-        representations=representations,
-        table=searched.table,
-        skipped=searched.skipped,
-        k_record=loaded.k_record,
+        config, kind=kind, run_name=out_dir.name, started_at=started_at, split=split,
+        choice=choice, reported=evaluated.reported, references=references,
+        diagnostics=evaluated.diagnostics, representations=representations,
+        table=searched.table, skipped=searched.skipped, k_record=loaded.k_record,
         frontier=frontier_points(searched.searches, searched.table, config.selection),
         timings=clock.timings(reference_mitigations=sum(r["seconds"] for r in references)),
-        hashes=hashes,
-        model_sha256=model_sha256,
-        model_digest=digest,
-        onnx=graph,
+        hashes=hashes, model_sha256=model_sha256, model_digest=digest, onnx=graph,
         tags={**tags, "fairpca.local_output_dir": str(out_dir.resolve())},
-        parity_gap=parity_gap(
-            evaluated.pipeline,
-            split,
-            searched.table,
-            choice,
-            config.selection,
-            config.evaluation.min_group_size,
-        ),
-    )
+        parity_gap=parity_gap(pipeline, split, searched.table, choice, config.selection,
+                              config.evaluation.min_group_size),
+    )  # fmt: skip
 
 
 @dataclass
@@ -583,11 +491,11 @@ class Begun:
 
 def begin_logging(
     out_dir: Path, record: AuditRecord, table: pd.DataFrame, tracking_uri: str, *,
-    sealed: dict[str, str], watch: bool, evaluate,
+    sealed: dict[str, str], watch: bool, score,
 ) -> Begun:  # fmt: skip
     """Stage 8, the first over the network: the command's MLflow client, the current
     champion (when the audit registers, and always in a retrain, which re-checks it;
-    ``evaluate`` measures it on the audit's test rows) and the audit's run, started before
+    ``score`` measures it on the audit's test rows) and the audit's run, started before
     the promotion is decided so that the second seal can name it.
 
     Raises
@@ -602,17 +510,17 @@ def begin_logging(
         client = mlflow_client(tracking_uri)
         if record.register_model or watch:
             doing = "Looking up the current champion"
-            lookup = champion_lookup.with_options(**retrying(record))
+            lookup = champion_lookup.with_options(**mlflow_logging.retrying(record))
             champion, demoted = lookup(
-                tracking_uri, record, watch=watch, evaluate=evaluate, client=client
+                tracking_uri, record, watch=watch, evaluate=score, client=client
             )
         doing = "Starting the audit's MLflow run"
-        run = open_run(tracking_uri, record, client=client)
+        run = mlflow_logging.open_run(tracking_uri, record, client=client)
     except BaseException as error:  # the folder is complete before the error goes up
         report_and_seal(out_dir, record, table, sealed, build_verdict(record))
         if not isinstance(error, Exception):
             raise
-        raise logging_not_begun(out_dir, tracking_uri, doing, error) from error
+        raise mlflow_logging.logging_not_begun(out_dir, tracking_uri, doing, error) from error
     return Begun(client, champion, demoted, run)
 
 
@@ -624,7 +532,7 @@ def decide_and_report(
     (:func:`fairpca.tasks.select.decide_promotion`), the one verdict every surface shows from
     here on, and both written beside the record, sealed with the audit's run. Returns the
     promotion, the verdict and the HTML report's path."""
-    promotion = decide_promotion(
+    promotion = select.decide_promotion(
         challenger_of(record), begun.champion, tolerance=tolerance, demoted_models=begun.demoted
     )
     decided = PromotionRecord.of(promotion, begun.champion)
@@ -642,7 +550,7 @@ def report_and_seal(
     audit's ``run`` when it started (``sealed``: the first seal's SHA-256s, of files not
     rewritten since). Returns the HTML report's path."""
     if promotion is not None:
-        (out_dir / PROMOTION_FILE).write_text(promotion.model_dump_json(indent=2))
+        (out_dir / mlflow_logging.PROMOTION_FILE).write_text(promotion.model_dump_json(indent=2))
     paths = write_report(out_dir, record, table, promotion, plot=False, verdict=verdict)
-    seal_output_dir(out_dir, known=sealed, run=run)
+    trust.seal_output_dir(out_dir, known=sealed, run=run)
     return paths["html"]

@@ -9,6 +9,7 @@ public :func:`fairpca.tasks.public.sweep_lambda` are entries over it."""
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 import warnings
@@ -37,31 +38,11 @@ from sklearn.svm import SVC, LinearSVC
 from threadpoolctl import threadpool_limits
 
 from fairpca import metrics as fm
+from fairpca.tasks import evaluate, select
 
 from . import CERTIFY_Z, CLASSIFIER_NAMES, MAX_ONE_CLASS_SHARE, MIN_POSITIVE_RATE_RATIO
 from .data import stratified_sample, stratum_labels
-from .evaluate import (
-    GATED_RATES,
-    classifier_key,
-    classifier_metrics,
-    extreme_pair,
-    gated_metrics,
-    group_codes,
-    held_out_metrics,
-    metric_options,
-    one_class_share,
-    training_mean_gap,
-)
 from .represent import FittedRepresentation, fit_representation
-from .select import (
-    COMPARED,
-    INTERSECTION,
-    MIN_USEFUL_SHARE,
-    STABLE_Z,
-    GatePolicy,
-    majority_accuracy_of,
-    select_candidate,
-)
 
 # ---- the classifiers ------------------------------------------------------------
 
@@ -163,7 +144,7 @@ class ThresholdGate:
     ``groups`` (one column per attribute, aligned with the rows) and the smallest group
     the gate judges (``min_group_size``)."""
 
-    policy: GatePolicy
+    policy: select.GatePolicy
     groups: pd.DataFrame
     min_group_size: int = 0
 
@@ -189,24 +170,22 @@ def _measures_at_cuts(labels: np.ndarray, codes: np.ndarray, min_group_size: int
     out = {}
     selection, rows = rates(np.ones(len(labels), dtype=bool))
     if len(rows) >= 2:
-        out["dp_difference"] = extreme_pair(selection, rows, ratio=False)
-        out["selection_rate_ratio"] = extreme_pair(selection, rows, ratio=True)
+        out["dp_difference"] = evaluate.extreme_pair(selection, rows, ratio=False)
+        out["selection_rate_ratio"] = evaluate.extreme_pair(selection, rows, ratio=True)
     tpr, positives = rates(labels == 1)
     fpr, negatives = rates(labels == 0)
     if len(positives) >= 2:
-        out["eo_difference"] = extreme_pair(tpr, positives, ratio=False)
-        if len(negatives) >= 2:
-            odds = extreme_pair(fpr, negatives, ratio=False)
-            larger = odds[0] > out["eo_difference"][0]
-            out["equalized_odds_difference"] = tuple(
-                np.where(larger, a, b) for a, b in zip(odds, out["eo_difference"], strict=True)
-            )
+        out["eo_difference"] = evaluate.extreme_pair(tpr, positives, ratio=False)
+        if len(negatives) >= 2:  # the larger of the TPR and the FPR difference
+            odds = [out["eo_difference"], evaluate.extreme_pair(fpr, negatives, ratio=False)]
+            out["equalized_odds_difference"] = _worst(odds, lowest=False)
     return out
 
 
 def _worst(pairs: list[tuple], lowest: bool) -> tuple:
-    """Per cut, the attribute whose value is least fair (the lowest ratio, the largest
-    difference), with its standard error."""
+    """Per cut, the least fair of ``pairs`` (``(value, standard error)`` of attributes, or
+    of the TPR and FPR differences): the lowest ratio, the largest difference; ties to the
+    first."""
     value, error = pairs[0]
     for other, other_error in pairs[1:]:
         worse = other < value if lowest else other > value
@@ -219,25 +198,19 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
     point-judged measure by :data:`~fairpca.tasks.select.STABLE_Z` standard errors, a
     bound-judged one by 1.96 (its 95% bound, normal approximation); the worst attribute and,
     with several, the intersection's cells of at least ``min_group_size`` rows."""
-    groupings = group_codes(groups)
-    attributes: dict[str, list] = {}
-    scopes: dict[str, dict] = {"": {}}
-    for name, codes in groupings.items():
-        measured = _measures_at_cuts(labels, codes, gate.min_group_size)
-        for measure, pair in measured.items():
-            if name == INTERSECTION:
-                scopes.setdefault(INTERSECTION, {})[measure] = pair
-            else:
-                attributes.setdefault(measure, []).append(pair)
-    for measure, pairs in attributes.items():
+    measured = {name: _measures_at_cuts(labels, codes, gate.min_group_size)
+                for name, codes in evaluate.group_codes(groups).items()}  # fmt: skip
+    scopes = {select.INTERSECTION: measured.pop(select.INTERSECTION, {}), "": {}}
+    for measure in dict.fromkeys(key for pairs in measured.values() for key in pairs):
+        pairs = [each[measure] for each in measured.values() if measure in each]
         scopes[""][measure] = _worst(pairs, lowest=measure == "selection_rate_ratio")
     policy, meets = gate.policy, np.ones(len(labels), dtype=bool)
     for criterion, limit in policy.limits():
         if (limit <= 0.0) if criterion.larger_is_fairer else (limit >= 1.0):
             continue  # always met
-        z = STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
-        for scope in ("", INTERSECTION) if len(groupings) > 1 else ("",):
-            pair = scopes.get(scope, {}).get(criterion.metric)
+        z = select.STABLE_Z if policy.bound == "point" or criterion.point_rule else CERTIFY_Z
+        for scope in ("", select.INTERSECTION):
+            pair = scopes[scope].get(criterion.metric)
             if pair is None:
                 if scope:
                     continue  # too few large cells: the gate does not judge it either
@@ -247,12 +220,11 @@ def _meets_gate_at_cuts(labels: np.ndarray, groups: pd.DataFrame, gate: Threshol
                 meets &= (value - z * error >= limit) if criterion.larger_is_fairer else (
                     value + z * error <= limit
                 )  # fmt: skip
-    true_pos = np.cumsum(labels)
-    false_pos = np.arange(1, len(labels) + 1) - true_pos
-    accuracy = (true_pos + (len(labels) - true_pos[-1]) - false_pos) / len(labels)
+    n = len(labels)  # accuracy at each cut: true positives + true negatives
+    accuracy = (2 * np.cumsum(labels) - np.arange(1, n + 1) + n - labels.sum()) / n
     z = CERTIFY_Z if policy.bound == "upper_bound" else 0.0
     floor = policy.thresholds.get("min_accuracy", 0.0)
-    meets &= accuracy - z * np.sqrt(accuracy * (1 - accuracy) / len(labels)) >= floor
+    meets &= accuracy - z * np.sqrt(accuracy * (1 - accuracy) / n) >= floor
     return meets
 
 
@@ -271,7 +243,7 @@ def _useful_cuts(labels: np.ndarray, value: np.ndarray, scoring: str) -> np.ndar
         (np.maximum(positive, 1 - positive) <= MAX_ONE_CLASS_SHARE)
         & (positive >= MIN_POSITIVE_RATE_RATIO * base)
         & (1 - positive >= MIN_POSITIVE_RATE_RATIO * (1 - base))
-        & (value - constant >= MIN_USEFUL_SHARE * gain)
+        & (value - constant >= select.MIN_USEFUL_SHARE * gain)
         & (gain > 0)
     )
 
@@ -287,9 +259,7 @@ def gated_threshold(scores: np.ndarray, y: np.ndarray, scoring: str, gate: Thres
     allowed = _useful_cuts(labels, value, scoring) & _meets_gate_at_cuts(
         labels, gate.groups.iloc[order], gate
     )
-    if not allowed.any():
-        return _threshold_at(ranked, value)
-    return _threshold_at(ranked, np.where(allowed, value, -np.inf))
+    return _threshold_at(ranked, np.where(allowed, value, -np.inf) if allowed.any() else value)
 
 
 def _with_tuned_threshold(
@@ -323,18 +293,13 @@ def _with_tuned_threshold(
         rows = stratified_sample(y, groups, THRESHOLD_MAX_ROWS, seed)
         placing, y_placing, gate = features[rows], y[rows], gate and gate.rows(rows)
         entities_placing = None if entities is None else entities[rows]
-    scores = cross_val_predict(
-        clone(classifier),
-        placing,
-        y_placing,
-        cv=stratified_folds(folds, y_placing, entities_placing, seed),
-        method="predict_proba",
-    )[:, 1]
-    threshold = (
-        best_threshold(scores, y_placing, scoring)
-        if gate is None
-        else gated_threshold(scores, y_placing, scoring, gate)
-    )
+    cv = stratified_folds(folds, y_placing, entities_placing, seed)
+    scores = cross_val_predict(clone(classifier), placing, y_placing, cv=cv, method="predict_proba")
+    scores = scores[:, 1]
+    if gate is None:
+        threshold = best_threshold(scores, y_placing, scoring)
+    else:
+        threshold = gated_threshold(scores, y_placing, scoring, gate)
     return FixedThresholdClassifier(clone(classifier), threshold=threshold).fit(features, y)
 
 
@@ -349,24 +314,17 @@ def stratified_folds(
     if entities is None:
         return StratifiedKFold(folds, shuffle=True, random_state=seed)
     splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=seed)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+    # (a UserWarning when strata are smaller than the folds)
+    with warnings.catch_warnings(action="ignore", category=UserWarning):
         target = y if strata is None else strata
         return list(splitter.split(np.zeros(len(y)), target, groups=entities))
 
 
 def fit_classifier(
-    name: str,
-    features: np.ndarray,
-    y: np.ndarray,
-    *,
-    seed: int,
-    max_rows: int | None = None,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    gate: ThresholdGate | None = None,
+    name: str, features: np.ndarray, y: np.ndarray, *, seed: int, max_rows: int | None = None,
+    C: float | None = None, scoring: str = "accuracy", gate: ThresholdGate | None = None,
     entities: np.ndarray | None = None,
-):
+):  # fmt: skip
     """Fit classifier ``name``; ``max_rows`` caps its training rows (seeded draw); ``C``,
     ``scoring`` (the threshold's objective), ``gate`` (the policy the threshold must meet
     on the training rows' out-of-fold scores, with their groups) and ``entities`` (each
@@ -380,8 +338,7 @@ def fit_classifier(
     classifier = make_classifier(name, len(y), seed, C)
     if np.unique(y).size < 2:
         raise ValueError("the training rows hold one label only; a classifier needs both.")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with warnings.catch_warnings(action="ignore", category=ConvergenceWarning):
         if name == "logreg_tuned":
             return _with_tuned_threshold(classifier, features, y, scoring, gate, seed, entities)
         classifier.fit(features, y)
@@ -392,8 +349,7 @@ def fit_screening_classifier(features: np.ndarray, y: np.ndarray, C: float, scor
     """The coarse search's cheap ``logreg_tuned``: one fit, its threshold chosen for
     ``scoring`` on the same training rows (:func:`best_threshold`; no cross-validation, a
     screening only; never saved or registered)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
+    with warnings.catch_warnings(action="ignore", category=ConvergenceWarning):
         fitted = LogisticRegression(C=C, max_iter=1000).fit(features, y)
     threshold = best_threshold(fitted.predict_proba(features)[:, 1], y, scoring)
     return FixedThresholdClassifier(FrozenEstimator(fitted), threshold=threshold).fit(features, y)
@@ -410,20 +366,12 @@ class SweepResult:
 
 
 def sweep_tradeoff(
-    estimator,
-    lambdas: Sequence[float | None],
-    X_train: np.ndarray,
-    y_train: np.ndarray,
-    X_eval: np.ndarray,
-    y_eval: np.ndarray,
-    sensitive_eval: Any,
-    *,
+    estimator, lambdas: Sequence[float | None], X_train: np.ndarray, y_train: np.ndarray,
+    X_eval: np.ndarray, y_eval: np.ndarray, sensitive_eval: Any, *,
     classifiers: dict[str, Callable[[np.ndarray, np.ndarray], Any]],
-    metric_options: dict[str, Any],
-    describe: Callable[[np.ndarray], dict[str, Any]] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    train_dtype: type = np.float64,
-) -> tuple[list[dict[str, Any]], dict[tuple[int, str], Any]]:
+    metric_options: dict[str, Any], describe: Callable[[np.ndarray], dict[str, Any]] | None = None,
+    progress: Callable[[int, int], None] | None = None, train_dtype: type = np.float64,
+) -> tuple[list[dict[str, Any]], dict[tuple[int, str], Any]]:  # fmt: skip
     """The one lambda sweep: every classifier at every trade-off ``lambda`` of ``estimator``.
 
     Fair PCA is fitted once; changing ``tradeoff`` only changes how many PCA features are
@@ -452,16 +400,21 @@ def sweep_tradeoff(
             F_train = transformed(estimator, X_train, train_dtype)
             shared = {"lambda_index": index, "lambda": np.nan if lam is None else float(lam)}
             shared["n_features"] = F_train.shape[1]
-            trained = {name: _timed_fit(fit, F_train, y_train) for name, fit in classifiers.items()}
+            seconds = {}  # each classifier's: its fit, then its predictions and metrics
+            for name, fit in classifiers.items():
+                start = time.perf_counter()
+                fitted[(index, name)] = fit(F_train, y_train)
+                seconds[name] = time.perf_counter() - start
             del F_train
             F_eval = np.asarray(estimator.transform(X_eval), dtype=np.float64)
             shared.update(describe(F_eval) if describe is not None else {})
-            for name, (classifier, seconds) in trained.items():
-                fitted[(index, name)] = classifier
-                measured = _measure(
-                    classifier, seconds, F_eval, y_eval, sensitive_eval, metric_options
-                )
-                rows.append({**shared, "classifier": name, **measured})
+            for name, fit_seconds in seconds.items():
+                start = time.perf_counter() - fit_seconds
+                y_pred = fitted[(index, name)].predict(F_eval)
+                metrics = evaluate.gated_metrics(y_eval, y_pred, sensitive_eval, metric_options)
+                share = evaluate.one_class_share(y_pred)
+                rows.append({**shared, "classifier": name, "one_class_share": share, **metrics,
+                             "classifier_seconds": time.perf_counter() - start})  # fmt: skip
             del F_eval
             if progress is not None:
                 progress(index + 1, len(lambdas))
@@ -489,22 +442,6 @@ def transformed(estimator, X: np.ndarray, dtype: type = np.float64) -> np.ndarra
     return out
 
 
-def _timed_fit(fit, F_train: np.ndarray, y_train: np.ndarray) -> tuple:
-    """The classifier ``fit`` gives on the training rows and the seconds it took."""
-    t0 = time.perf_counter()
-    return fit(F_train, y_train), time.perf_counter() - t0
-
-
-def _measure(classifier, fit_seconds, F_eval, y_eval, sensitive_eval, options) -> dict:
-    """On the evaluation rows: how often ``classifier`` predicts its more frequent class, its
-    metrics with intervals and the seconds taken (with its fit's ``fit_seconds``)."""
-    t0 = time.perf_counter() - fit_seconds
-    y_pred = classifier.predict(F_eval)
-    metrics = gated_metrics(y_eval, y_pred, sensitive_eval, options)
-    seconds = time.perf_counter() - t0
-    return {"one_class_share": one_class_share(y_pred), **metrics, "classifier_seconds": seconds}
-
-
 def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Callable:
     """``describe(F_validation)`` of :func:`sweep_tradeoff`: the variance the components
     explain on the validation rows, and the representation metrics at a lambda
@@ -513,79 +450,32 @@ def _representation_columns(rep, encoded, split, max_rows, seed, sigma) -> Calla
     ``encoded`` holds the encoded training and validation rows. The fair block does not
     depend on lambda, so its training gap is measured once, on the estimator as it is."""
     encoded_train, encoded_validation = encoded
-    components = getattr(rep.estimator, "components_", None)
-    var_explained = (
-        fm.explained_variance_fraction(encoded_validation, components)
-        if components is not None
-        else np.nan
-    )
+    var_explained = np.nan
+    if (components := getattr(rep.estimator, "components_", None)) is not None:
+        var_explained = fm.explained_variance_fraction(encoded_validation, components)
     k = int(rep.facts["k"])
     eo = getattr(rep.estimator, "constraint", None) == "equal_opportunity"
     constraint_rows = np.flatnonzero(split.y_train == 1) if eo else None
-
     fair = np.asarray(rep.estimator.transform(encoded_train), dtype=np.float64)
-    gap = training_mean_gap(fair, split.s_train, k, constraint_rows)
-    del fair
+    gap = evaluate.training_mean_gap(fair, split.s_train, k, constraint_rows)
 
     def describe(F_validation: np.ndarray) -> dict[str, Any]:
-        return {
-            "var_explained": float(var_explained),
-            **held_out_metrics(
-                F_validation, split.s_validation, gap,
-                fair_columns=k, sigma=sigma, max_rows=max_rows, seed=seed,
-            ),
-        }  # fmt: skip
+        measured = evaluate.held_out_metrics(
+            F_validation, split.s_validation, gap, fair_columns=k, sigma=sigma,
+            max_rows=max_rows, seed=seed,
+        )  # fmt: skip
+        return {"var_explained": float(var_explained), **measured}
 
     return describe
 
 
-def sweep_classifiers(
-    split, evaluation, seed: int, C, scoring: str, policy, C_grid
-) -> tuple[dict[str, Callable], list]:
-    """The classifiers :func:`sweep_representation` fits at every lambda (name -> ``fit(F,
-    y)``) and the C grid its rows index: with ``C_grid``, ``logreg_tuned`` once per C of it
-    (``logreg_tuned@<i>``), else at ``C``; ``logreg_tuned``'s threshold meets ``policy`` on
-    the training rows where it can."""
-    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
-    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
-
-    def fitter(name: str, strength: float | None) -> Callable:
-        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
-        return lambda F, y: fit_classifier(
-            name, F, y, seed=seed, max_rows=max_rows, C=strength, scoring=scoring, gate=gate,
-            entities=entities,
-        )  # fmt: skip
-
-    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
-    grid = list(C_grid) if by_grid else [C]
-    classifiers = {
-        name: fitter(name, C)
-        for name in evaluation.classifiers
-        if not (by_grid and name == "logreg_tuned")
-    }
-    if by_grid:
-        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
-    return classifiers, grid
-
-
 def sweep_representation(
-    rep: FittedRepresentation,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    representation,
-    evaluation,
-    seed: int,
-    sigma: float,
-    progress=None,
-    *,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    lambdas: Sequence[float] | None = None,
-    policy: GatePolicy | None = None,
-    C_grid: Sequence[float | None] | None = None,
+    rep: FittedRepresentation, encoded_train: np.ndarray, encoded_validation: np.ndarray, split,
+    representation, evaluation, seed: int, sigma: float, progress=None, *, C: float | None = None,
+    scoring: str = "accuracy", lambdas: Sequence[float] | None = None,
+    policy: select.GatePolicy | None = None, C_grid: Sequence[float | None] | None = None,
     train_dtype: type = np.float64,
-) -> SweepResult:
+) -> SweepResult:  # fmt: skip
     """:func:`sweep_tradeoff` of ``rep`` with the audit's classifiers on the validation rows,
     with the representation metrics of each lambda.
 
@@ -603,24 +493,32 @@ def sweep_representation(
     classifiers' training input (:func:`sweep_tradeoff`).
     """
     start = time.perf_counter()
-    classifiers, grid = sweep_classifiers(split, evaluation, seed, C, scoring, policy, C_grid)
-    encoded = (encoded_train, encoded_validation)
-    rows, fitted = sweep_tradeoff(
-        rep.estimator,
-        list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
-        encoded_train,
-        split.y_train,
-        encoded_validation,
-        split.y_validation,
-        split.s_validation,
-        classifiers=classifiers,
-        metric_options=metric_options(evaluation, seed),
-        describe=_representation_columns(
-            rep, encoded, split, representation.metric_max_rows, seed, sigma
-        ),
-        progress=progress and (lambda done, total: progress(rep.variant, done, total)),
-        train_dtype=train_dtype,
+    gate = policy and ThresholdGate(policy, split.s_train, evaluation.min_group_size)
+    entities = getattr(split, "entity_train", None)  # a panel's: folds keep entities whole
+
+    def fitter(name: str, strength: float | None) -> Callable:  # fit(F, y) -> fitted
+        max_rows = evaluation.svc_max_train_rows if name == "rbf_svc" else None
+        return functools.partial(
+            fit_classifier, name, seed=seed, max_rows=max_rows, C=strength, scoring=scoring,
+            gate=gate, entities=entities,
+        )  # fmt: skip
+
+    by_grid = bool(C_grid) and "logreg_tuned" in evaluation.classifiers
+    grid = list(C_grid) if by_grid else [C]  # the C each row's classifier indexes
+    single = [name for name in evaluation.classifiers if not (by_grid and name == "logreg_tuned")]
+    classifiers = {name: fitter(name, C) for name in single}
+    if by_grid:
+        classifiers |= {f"logreg_tuned@{i}": fitter("logreg_tuned", c) for i, c in enumerate(grid)}
+    describe = _representation_columns(
+        rep, (encoded_train, encoded_validation), split, representation.metric_max_rows, seed, sigma
     )
+    rows, fitted = sweep_tradeoff(
+        rep.estimator, list(lambdas or representation.lambdas) if rep.supports_tradeoff else [None],
+        encoded_train, split.y_train, encoded_validation, split.y_validation, split.s_validation,
+        classifiers=classifiers, metric_options=evaluate.metric_options(evaluation, seed),
+        describe=describe, train_dtype=train_dtype,
+        progress=progress and (lambda done, total: progress(rep.variant, done, total)),
+    )  # fmt: skip
     k, paper = int(rep.facts["k"]), paper_C(len(split.y_train))
     measured_on = len(split.y_validation)  # which rows: a search sample or every row
     result = SweepResult(rep.variant)
@@ -632,7 +530,8 @@ def sweep_representation(
                  "C_given": np.nan if given is None else float(given),
                  "validation_rows": measured_on, **row, "classifier": name}  # fmt: skip
         result.rows.append(named)
-        result.classifiers[classifier_key(named)] = fitted[(row["lambda_index"], row["classifier"])]
+        key = (row["lambda_index"], row["classifier"])
+        result.classifiers[evaluate.classifier_key(named)] = fitted[key]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -640,7 +539,8 @@ def sweep_representation(
 def _one_blas_thread(function: Callable) -> Callable:
     """``function`` run with one BLAS thread: the task runner runs the variants' stages side
     by side (two sweeps with one BLAS thread each: 3x faster fits on 2 busy cores than
-    oversubscribed)."""
+    oversubscribed). Not threadpoolctl's ``threadpool_limits.wrap``: it holds a thread-local,
+    which a task sent to a Dask cluster cannot pickle."""
 
     @functools.wraps(function)
     def run(*args, **kwargs):
@@ -653,20 +553,11 @@ def _one_blas_thread(function: Callable) -> Callable:
 @task(name="lambda-sweep", cache_policy=NO_CACHE, task_run_name="sweep-{variant}")
 @_one_blas_thread
 def lambda_sweep(
-    variant: str,
-    rep: FittedRepresentation,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    representation,
-    evaluation,
-    seed: int,
-    sigma: float,
-    C: float | None = None,
-    scoring: str = "accuracy",
-    lambdas: Sequence[float] | None = None,
-    policy: GatePolicy | None = None,
-) -> SweepResult:
+    variant: str, rep: FittedRepresentation, encoded_train: np.ndarray,
+    encoded_validation: np.ndarray, split, representation, evaluation, seed: int, sigma: float,
+    C: float | None = None, scoring: str = "accuracy", lambdas: Sequence[float] | None = None,
+    policy: select.GatePolicy | None = None,
+) -> SweepResult:  # fmt: skip
     """Prefect task around :func:`sweep_representation`, with a progress artifact."""
     artifact_id = create_progress_artifact(
         progress=0.0, description=f"lambda sweep of {variant} (% of lambdas done)"
@@ -717,16 +608,9 @@ def fine_lambdas(lambdas: Sequence[float], best: float | None) -> list[float] | 
 
 
 def search_representation(
-    variant: str,
-    encoded_train: np.ndarray,
-    encoded_validation: np.ndarray,
-    split,
-    k_grid: Sequence[int],
-    representation,
-    evaluation,
-    selection,
-    seed: int,
-) -> SearchResult:
+    variant: str, encoded_train: np.ndarray, encoded_validation: np.ndarray, split,
+    k_grid: Sequence[int], representation, evaluation, selection, seed: int,
+) -> SearchResult:  # fmt: skip
     """Coarse search of one variant on the validation rows: refit it at every k of
     ``k_grid`` (one eigenproblem each: the fair directions of a smaller k are the leading
     ones of a larger fit for plain fair PCA, which solves one eigenproblem of ``R^T Sigma R``
@@ -736,13 +620,11 @@ def search_representation(
     (:func:`fairpca.tasks.select.select_candidate`: eligible, meeting the gate, the highest
     ``select_by``). One k in the grid: nothing to choose, no screening."""
     start = time.perf_counter()
-    fitted = {
-        k: fit_representation.fn(
-            variant, encoded_train, split.y_train, split.s_train, k=k,
-            equalize_covariance=representation.equalize_covariance, seed=seed,
-        )
-        for k in k_grid
-    }  # fmt: skip
+    fit = functools.partial(
+        fit_representation.fn, variant, encoded_train, split.y_train, split.s_train,
+        equalize_covariance=representation.equalize_covariance, seed=seed,
+    )  # fmt: skip
+    fitted = {k: fit(k=k) for k in k_grid}
     C_grid = list(evaluation.logreg_C or DEFAULT_C_GRID)
     if len(fitted) == 1 and len(C_grid) == 1:
         (rep,) = fitted.values()
@@ -756,14 +638,14 @@ def search_representation(
         rows, _ = sweep_tradeoff(
             rep.estimator, lambdas, encoded_train, split.y_train, encoded_validation,
             split.y_validation, split.s_validation, classifiers=classifiers,
-            metric_options=metric_options(evaluation, seed),
+            metric_options=evaluate.metric_options(evaluation, seed),
         )  # fmt: skip
         for row in rows:
             C = float(row["classifier"].partition("=")[2])
             points.append({"variant": variant, "k": k, "C": C, **row, "stage": "coarse",
                            "validation_rows": len(split.y_validation)})  # fmt: skip
-    majority = majority_accuracy_of(split.y_train, split.y_validation)
-    best, _, _ = select_candidate(pd.DataFrame(points), majority, selection)
+    majority = select.majority_accuracy_of(split.y_train, split.y_validation)
+    best, _, _ = select.select_candidate(pd.DataFrame(points), majority, selection)
     C = None if best["C"] == paper_C(len(split.y_train)) else float(best["C"])
     lambdas = fine_lambdas(representation.lambdas, best.get("lambda"))
     seconds = time.perf_counter() - start
@@ -772,23 +654,12 @@ def search_representation(
 
 # The Prefect task of :func:`search_representation` (one BLAS thread).
 search_variant = task(
-    _one_blas_thread(search_representation),
-    name="search-representation",
-    cache_policy=NO_CACHE,
-    task_run_name="search-{variant}",
-)
+    _one_blas_thread(search_representation), name="search-representation",
+    cache_policy=NO_CACHE, task_run_name="search-{variant}",
+)  # fmt: skip
 
 
 # ---- many rows: the shortlist refitted on every training row, measured on every validation row --
-
-
-def _given_C(row: dict[str, Any], searched: float | None) -> float | None:
-    """The C a candidate was swept with as the grid gives it (None: the paper's rule, which
-    scales with the training rows), else the variant's searched C."""
-    if "C_given" not in row:
-        return searched
-    given = row["C_given"]
-    return None if given is None or not np.isfinite(given) else float(given)
 
 
 # Encoded training rows above which the refitted classifiers train on float32 features: there
@@ -803,18 +674,10 @@ FLOAT32_REFIT_ABOVE_BYTES = 200_000_000
 @task(name="refit-shortlist", cache_policy=NO_CACHE, task_run_name="refit-{variant}")
 @_one_blas_thread
 def refit_shortlist(
-    variant: str,
-    candidates: list[dict[str, Any]],
-    searched: FittedRepresentation,
-    encoded: tuple[np.ndarray, np.ndarray],
-    split,
-    representation,
-    evaluation,
-    selection,
-    seed: int,
-    sigma: float,
-    C: float | None,
-) -> tuple[FittedRepresentation, SweepResult]:
+    variant: str, candidates: list[dict[str, Any]], searched: FittedRepresentation,
+    encoded: tuple[np.ndarray, np.ndarray], split, representation, evaluation, selection,
+    seed: int, sigma: float, C: float | None,
+) -> tuple[FittedRepresentation, SweepResult]:  # fmt: skip
     """The shortlisted ``candidates`` of one variant (rows of the wide search's table, on a
     sample), each refitted on every training row of ``split`` and measured on every
     validation row: the representation fitted once at the searched k (Fair PCA-S at the
@@ -827,21 +690,22 @@ def refit_shortlist(
         variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
         equalize_covariance=equalize, seed=seed,
     )  # fmt: skip
-    result, policy = SweepResult(variant), GatePolicy.from_config(selection)
-    float32 = encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES
+    result, policy = SweepResult(variant), select.GatePolicy.from_config(selection)
+    dtype = np.float32 if encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES else np.float64
     for index, row in enumerate(candidates):
-        lam = row.get("lambda")
+        # the C the candidate was swept with as the grid gives it (NaN: the paper's rule,
+        # which scales with the training rows), else the variant's searched C
+        given = row.get("C_given", C)
         one = sweep_representation(
             rep, *encoded, split, representation,
             evaluation.model_copy(update={"classifiers": [row["classifier"]]}), seed, sigma,
-            C=_given_C(row, C), scoring=selection.select_by,
-            lambdas=[float(lam)] if rep.supports_tradeoff else None,
-            policy=policy, train_dtype=np.float32 if float32 else np.float64,
+            C=None if given is None or not np.isfinite(given) else float(given),
+            scoring=selection.select_by, policy=policy, train_dtype=dtype,
+            lambdas=[float(row["lambda"])] if rep.supports_tradeoff else None,
         )  # fmt: skip
-        (measured,) = one.rows
+        (measured,), (fitted,) = one.rows, one.classifiers.values()  # the candidate's
         result.rows.append({**measured, "lambda_index": index})
-        fitted = one.classifiers[classifier_key(measured)]
-        result.classifiers[classifier_key(result.rows[-1])] = fitted
+        result.classifiers[evaluate.classifier_key(result.rows[-1])] = fitted
     result.seconds = time.perf_counter() - start
     return rep, result
 
@@ -854,13 +718,13 @@ def _gated_spread(y, predictions: np.ndarray, sensitive, options) -> dict[str, f
     same rows, other folds): how much the choice's numbers move when the rows are split
     again."""
     values = [
-        classifier_metrics(y, repeat, sensitive, min_group_size=options["min_group_size"],
-                           allow_small_groups=options["allow_small_groups"])
+        evaluate.classifier_metrics(y, repeat, sensitive, min_group_size=options["min_group_size"],
+                                    allow_small_groups=options["allow_small_groups"])
         for repeat in predictions
     ]  # fmt: skip
     spread = {}
     for key in values[0]:
-        if key.startswith(COMPARED) and ":" not in key:
+        if key.startswith(select.COMPARED) and ":" not in key:
             column = np.array([v.get(key, np.nan) for v in values], dtype=float)
             if len(column) > 1 and np.isfinite(column).all():
                 spread[key] = float(np.std(column, ddof=1))
@@ -875,8 +739,8 @@ def repeated_folds(y, s, entities, folds: int, repeats: int, seed: int) -> list[
     strata = stratum_labels(y, s)
     if entities is None:
         splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=seed)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # strata smaller than the folds
+        # (a UserWarning when strata are smaller than the folds)
+        with warnings.catch_warnings(action="ignore", category=UserWarning):
             return list(splitter.split(np.zeros(len(y)), strata))
     folds = min(folds, len(np.unique(entities)))  # at most one fold per entity
     if folds < 2:
@@ -905,7 +769,7 @@ def _cv_predictions(
         by_rep.setdefault((row["variant"], int(row["k"])), []).append(index)
     folds_of = repeated_folds(y, s, entities, folds, repeats, seed)
     folds = len(folds_of) // repeats  # fewer with fewer entities than folds
-    policy = GatePolicy.from_config(selection)
+    policy = select.GatePolicy.from_config(selection)
     for number, (train, held) in enumerate(folds_of):
         gate = ThresholdGate(
             policy, s.iloc[train].reset_index(drop=True), evaluation.min_group_size
@@ -938,15 +802,9 @@ CV_SHORTLIST = 6  # candidates (best on the validation rows) that cross-validati
 
 
 def cross_validate(
-    candidates: list[dict[str, Any]],
-    representations: dict[str, FittedRepresentation],
-    encoded: tuple[np.ndarray, np.ndarray],
-    split,
-    *,
-    evaluation,
-    selection,
-    seed: int,
-) -> list[dict[str, Any]]:
+    candidates: list[dict[str, Any]], representations: dict[str, FittedRepresentation],
+    encoded: tuple[np.ndarray, np.ndarray], split, *, evaluation, selection, seed: int,
+) -> list[dict[str, Any]]:  # fmt: skip
     """``candidates`` (rows of the sweep's table) measured again by repeated stratified
     cross-validation on the training and validation rows together (``cv_folds`` x
     ``cv_repeats``; folds stratified by label and group, each entity's rows in one fold when
@@ -962,7 +820,7 @@ def cross_validate(
     s = pd.concat([split.s_train, split.s_validation], ignore_index=True)
     parts = (getattr(split, "entity_train", None), getattr(split, "entity_validation", None))
     entities = None if parts[0] is None else np.concatenate(parts)
-    options = metric_options(evaluation, seed)
+    options = evaluate.metric_options(evaluation, seed)
     predictions = _cv_predictions(
         candidates, representations, Z, y, s, evaluation=evaluation, selection=selection,
         seed=seed, entities=entities,
@@ -971,22 +829,18 @@ def cross_validate(
     for row, predicted in zip(candidates, predictions, strict=True):
         if (predicted < 0).any():
             continue
-        metrics = gated_metrics(y, predicted[0], s, options)
+        metrics = evaluate.gated_metrics(y, predicted[0], s, options)
         spread = _gated_spread(y, predicted, s, options)
-        for measure in GATED_RATES:  # the standard errors with the spread over the repeats
-            for scope in ("", INTERSECTION):
-                key, extra = f"{measure}.se{scope}", spread.get(f"{measure}{scope}", 0.0)
-                if key in metrics:
-                    metrics[key] = float(np.hypot(metrics[key], extra))
+        # the standard errors with the spread over the repeats
+        for measure, scope in itertools.product(evaluate.GATED_RATES, ("", select.INTERSECTION)):
+            key, extra = f"{measure}.se{scope}", spread.get(f"{measure}{scope}", 0.0)
+            if key in metrics:
+                metrics[key] = float(np.hypot(metrics[key], extra))
         keep = {key: row[key] for key in ("variant", "k", "C", "lambda", "lambda_index",
                                           "classifier", "n_features") if key in row}  # fmt: skip
-        rows.append(
-            {
-                **keep,
-                "one_class_share": one_class_share(predicted[0]),
-                **metrics,
-                **{f"cv_spread.{key}": value for key, value in spread.items()},
-                "holdout_accuracy": row.get("accuracy", math.nan),
-            }
-        )
+        rows.append({
+            **keep, "one_class_share": evaluate.one_class_share(predicted[0]), **metrics,
+            **{f"cv_spread.{key}": value for key, value in spread.items()},
+            "holdout_accuracy": row.get("accuracy", math.nan),
+        })  # fmt: skip
     return rows

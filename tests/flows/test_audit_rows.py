@@ -66,7 +66,7 @@ def test_a_large_table_runs_its_refits_and_references_one_after_another_with_the
     larger of the two, not their sum; what they compute is the same."""
     from fairpca.flows import audit
     from fairpca.flows.config import AuditConfig
-    from fairpca.tasks import stages
+    from fairpca.tasks import stages, sweep
 
     def verdict(name: str) -> dict:
         config = AuditConfig(
@@ -83,7 +83,7 @@ def test_a_large_table_runs_its_refits_and_references_one_after_another_with_the
         return {"chosen": record.selection.chosen, "references": references}
 
     submitted = []
-    monkeypatch.setattr(stages.refit_shortlist, "submit", lambda *a: submitted.append(a))
+    monkeypatch.setattr(sweep.refit_shortlist, "submit", lambda *a: submitted.append(a))
     monkeypatch.setattr(stages.reference_mitigations, "submit", lambda *a: submitted.append(a))
     monkeypatch.setattr(stages, "SIDE_BY_SIDE_MAX_BYTES", 0)
     one_after_another = verdict("sequential")
