@@ -149,7 +149,7 @@ def config_parameters(model: type[BaseModel]) -> list[inspect.Parameter]:
 def _parameter(name: str, info: FieldInfo, group: Group) -> inspect.Parameter:
     kind, comma = _cli_type(info.annotation)
     default = info.get_default(call_default_factory=True)
-    help_text = " ".join(info.description.split())  # a field's docstring: one paragraph
+    help_text = " ".join((info.description or "").split())  # a field's docstring: one paragraph
     if comma is not None:
         help_text += " Comma-separated."
     elif kind == list[str]:

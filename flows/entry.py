@@ -12,8 +12,8 @@ from . import runtime
 
 # Import names of the packages the command line needs (the ``fairpca[audit]`` extra).
 AUDIT_MODULES = (
-    "prefect", "mlflow", "fairlearn", "matplotlib", "pydantic", "cyclopts", "rich", "yaml", "skops",
-    "requests",
+    "prefect", "mlflow", "fairlearn", "matplotlib", "pydantic",
+    "cyclopts", "rich", "yaml", "skops", "requests",
 )  # fmt: skip
 
 

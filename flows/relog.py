@@ -45,12 +45,12 @@ from .config import mask_credentials, resolve_tracking_uri
 
 
 def relog_promotion(
-    out_dir: Path, audit: AuditRecord, tracking_uri: str, promote: bool, client=None
+    out_dir: Path, audit: AuditRecord, tracking_uri: str, promote: bool, client
 ):
     """The promotion of a relogged audit: none without ``promote``; otherwise the one
     decision against the registry's champion now, on the rows the audit compared it on when
     the audit's own comparison (its sealed ``promotion.json``) measured that very version.
-    ``client``: the command's MLflow client of ``tracking_uri`` (else one is made)."""
+    ``client``: the command's MLflow client of ``tracking_uri``."""
     if not promote:
         return PromotionRecord(promote=False, reasons=["relog moves no alias without --promote"])
     champion, demoted = champion_lookup(tracking_uri, audit, client=client)

@@ -760,7 +760,8 @@ def _log_steps(
     version, new = attempt(
         "log and register the model", log_model, uri, run_id, verified, audit, promotion, verdict
     )
-    moved, tags, measured = False, {}, {}
+    moved = False
+    tags, measured = {}, {}
     if promotion is not None:
         moved = attempt("carry out the promotion", apply_promotion, audit, version, promotion)
         tags["fairpca.champion_version_before"] = promotion.champion_version or "none"
@@ -784,7 +785,8 @@ def _log_steps(
 def _logging_failed(attempt: _Attempt, exc: Exception) -> MlflowLoggingError:
     """Mark the run FAILED (when there is one and the server answers), record the failure
     in the directory, and the error that says where the results are kept."""
-    run_id, uri, marked = attempt.run_id, attempt.tracking_uri, False
+    run_id, uri = attempt.run_id, attempt.tracking_uri
+    marked = False
     for wait in range(3 if run_id else 0):  # best effort: neither RUNNING nor FINISHED
         try:
             client = attempt.client = attempt.client or mlflow_client(uri)

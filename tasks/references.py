@@ -242,7 +242,8 @@ def _search(name, searched, final, evaluation, selection, seed, C_grid, C_base) 
     ``(encoded, split)`` pair: the wide search's rows); the chosen one (the audit's rule)
     refitted on the training rows of ``final`` (every row) when they differ, and measured on
     its validation and test rows, those of the chosen candidate."""
-    objective, parity = selection.select_by, _parity(GatePolicy.from_config(selection))
+    objective = selection.select_by
+    parity = _parity(GatePolicy.from_config(selection))
     # every C of the search; for the reductions approach (50 fits each) the base search's C
     # with every bound
     configs = [{"C": C} for C in C_grid]

@@ -197,8 +197,8 @@ def _fit_fair_pca_s(encoded_train, s_train, k: int, seed: int) -> tuple[Any, dic
     """Fair PCA-S at the smallest grid fraction that keeps the signal (see the grid)."""
     from fairpca import FairPCA
 
-    plain = FairPCA(n_components=k).fit(encoded_train, sensitive_features=s_train)
-    plain = float(np.sum(plain.explained_variance_ratio_))
+    unequalized = FairPCA(n_components=k).fit(encoded_train, sensitive_features=s_train)
+    plain = float(np.sum(unequalized.explained_variance_ratio_))
     for fraction in EQUALIZE_COVARIANCE_GRID:
         estimator = FairPCA(n_components=k, equalize_covariance=fraction, random_state=seed)
         estimator.fit(encoded_train, sensitive_features=s_train)

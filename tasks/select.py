@@ -264,12 +264,16 @@ class GatePolicy:
         for criterion, limit, scope, value in self._gated(metrics):
             if (scope and math.isnan(value)) or criterion.meets(value, limit):
                 continue  # met, or too few large intersection groups: reported as ungated
-            where = ("intersection",) * bool(scope)
-            numbers, flags = {}, ("undefined", *where)
+            where = ["intersection"] if scope else []
+            numbers = {}
+            flags = ("undefined", *where)
             if not math.isnan(value):
-                bounded = ("bound",) * (self.bound == "upper_bound" and not criterion.point_rule)
+                if self.bound == "upper_bound" and not criterion.point_rule:
+                    where.append("bound")
+                if criterion.larger_is_fairer:
+                    where.append("minimum")
                 numbers = {"value": value, "limit": limit}
-                flags = ("gate", *where, *bounded, *("minimum",) * criterion.larger_is_fairer)
+                flags = ("gate", *where)
             failures.append(Reason(kind=Kind.FAILS_RULE, measure=criterion.metric, rows=rows,
                                    numbers=numbers, flags=flags))  # fmt: skip
         bounded = self.bound == "upper_bound"
@@ -277,10 +281,10 @@ class GatePolicy:
         floor = self.thresholds.get("min_accuracy", 0.0)
         if accuracy is None or not float(accuracy) >= floor:
             measured = {} if accuracy is None else {"value": float(accuracy)}
+            flags = ("gate", "bound", "minimum") if bounded else ("gate", "minimum")
             failures.append(Reason(
                 kind=Kind.FAILS_RULE, measure="accuracy", rows=rows,
-                numbers=measured | {"limit": floor}, flags=
-("gate", *("bound",) * bounded, "minimum"),
+                numbers=measured | {"limit": floor}, flags=flags,
             ))  # fmt: skip
         return failures
 

@@ -690,7 +690,8 @@ def refit_shortlist(
         variant, encoded[0], split.y_train, split.s_train, k=int(searched.facts["k"]),
         equalize_covariance=equalize, seed=seed,
     )  # fmt: skip
-    result, policy = SweepResult(variant), select.GatePolicy.from_config(selection)
+    result = SweepResult(variant)
+    policy = select.GatePolicy.from_config(selection)
     dtype = np.float32 if encoded[0].nbytes > FLOAT32_REFIT_ABOVE_BYTES else np.float64
     for index, row in enumerate(candidates):
         # the C the candidate was swept with as the grid gives it (NaN: the paper's rule,

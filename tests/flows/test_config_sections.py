@@ -161,3 +161,18 @@ def test_the_audit_and_the_gate_policy_file_include_one_rule_class():
             GatePolicy(model="m", reference=reference, min_balanced_accuracy_margin=value)
     policy = GatePolicy(model="m", reference=reference, policy="four_fifths+demographic_parity")
     assert policy.policy == SelectionConfig(policy="four_fifths+demographic_parity").policy
+
+
+@pytest.mark.parametrize("model", [AuditConfig, RetrainConfig])
+def test_every_option_has_its_description_in_the_flow_parameter_schema(model):
+    """Each field documents itself (its attribute docstring): the command line's help and
+    Prefect's deployment parameter form read it from the schema."""
+    fields = leaf_fields(model)
+    assert fields and all(info.description and info.description.strip() for info in fields.values())
+    schema = model.model_json_schema()
+    described = [
+        prop
+        for section in schema["$defs"].values()
+        for prop in section.get("properties", {}).values()
+    ]
+    assert described and all(prop.get("description") for prop in described)
