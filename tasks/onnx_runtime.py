@@ -182,12 +182,10 @@ def _messages(message) -> Iterator[Any]:
     and every subgraph and function, their nodes, operator set imports and tensors (of
     initializers, sparse ones and attributes alike). Nothing can hide from a check that
     reads all of them."""
-    from google.protobuf.message import Message
-
     yield message
     for field, value in message.ListFields():
         if field.type == field.TYPE_MESSAGE:  # one message, or a repeated field of them
-            for item in [value] if isinstance(value, Message) else value:
+            for item in [value] if hasattr(value, "ListFields") else value:
                 yield from _messages(item)
 
 
