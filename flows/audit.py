@@ -41,8 +41,8 @@ from .config import AuditConfig, resolve_tracking_uri
 from .runtime import current_task_runner_name, dask_subflow, map_large_blocks, release_freed_heap
 
 __all__ = ["AuditResult", "fairness_audit", "run_audit"]
-# as before, the model's input (as_model_input, input_example) and the stages' helpers
-# choose_candidate, resolved_config and sample_shortlist are importable from here too
+# also importable from here: the model's input (as_model_input, input_example) and the stages'
+# helpers choose_candidate, resolved_config and sample_shortlist
 
 
 class AuditResult(BaseModel):
